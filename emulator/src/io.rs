@@ -1,0 +1,36 @@
+//! The sans-IO contract between the HCA core and whatever moves its frames
+//! (the simulated fabric, a UDP socket, a raw socket). Modelled on
+//! quinn-proto's `Connection`: inputs carry `now`, outputs are pulled.
+
+use crate::time::Instant;
+use bytes::Bytes;
+use roce_packet::{IpMeta, UdpEndpoints};
+
+/// One RoCEv2 UDP datagram: addressing, the IP header fields the ICRC
+/// covers, and the UDP payload (BTH through ICRC).
+///
+/// For transmission, `meta` is the header the core computed the ICRC over
+/// (see `roce_packet::frame::IpUdpHeader`); a transport that must send
+/// different invariant fields (e.g. a raw transport choosing its own IPv4
+/// identification) recomputes the ICRC. For reception, `meta` is what the
+/// transport knows of the received header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Datagram {
+    pub endpoints: UdpEndpoints,
+    pub meta: IpMeta,
+    pub payload: Bytes,
+}
+
+/// Something that consumes and produces datagrams and owns timers.
+/// `Hca` implements it; the sim fabric drives any number of them.
+pub trait SansIo {
+    /// Feed one received datagram.
+    fn handle_datagram(&mut self, now: Instant, dgram: Datagram);
+    /// Take the next datagram to send, if any.
+    fn poll_transmit(&mut self, now: Instant) -> Option<Datagram>;
+    /// The earliest deadline at which `handle_timeout` must be called.
+    fn poll_timeout(&self) -> Option<Instant>;
+    /// Fire every timer whose deadline is at or before `now`. Spurious calls
+    /// are harmless.
+    fn handle_timeout(&mut self, now: Instant);
+}
