@@ -16,6 +16,7 @@ mod field;
 pub mod frame;
 pub mod icrc;
 pub mod opcode;
+pub mod pcap;
 pub mod roce;
 pub mod types;
 
