@@ -854,3 +854,50 @@ fn shared_node_can_be_driven_from_outside() {
     assert_eq!(f.node_stats(NodeId(0)).unwrap().transmitted, 1);
     assert!(f.node(NodeId(1)).is_some() && f.node_mut(NodeId(2)).is_none());
 }
+
+#[test]
+fn per_link_faults_override_the_default() {
+    let (a, b, c) = (v4(1), v4(2), v4(3));
+    let mut f = Fabric::new(12);
+    f.add_node(a, Sender::counting(a, c, 20, Duration::from_micros(1)));
+    f.add_node(b, Sender::counting(b, c, 20, Duration::from_micros(1)));
+    let k = shared(Sink::default());
+    let kid = f.add_node(c, k.clone());
+    f.set_faults(FaultConfig { duplicate: 1.0, ..FaultConfig::default() });
+    f.set_link_faults(NodeId(0), kid, FaultConfig::lossy(1.0));
+    assert!(f.run_until_idle(1_000));
+    assert_eq!(f.stats().dropped_loss, 20);
+    assert_eq!(f.stats().duplicated, 20);
+    let k = k.lock().unwrap();
+    assert_eq!(k.got.len(), 40);
+    assert!(k.got.iter().all(|(_, d)| d.endpoints.src == b));
+}
+
+#[test]
+fn counters_stay_consistent_under_any_seed() {
+    for seed in 0..40u64 {
+        let (mut f, _s, k) =
+            pair(seed, Sender::counting(v4(1), v4(2), 200, Duration::from_nanos(250)));
+        let p = (seed % 5) as f64 * 0.1;
+        f.set_faults(FaultConfig {
+            drop: p,
+            duplicate: 0.5 - p,
+            reorder: p / 2.0,
+            corrupt: p,
+            jitter: Duration::from_nanos(seed * 37),
+            ..FaultConfig::default()
+        });
+        f.add_filter(Filter::matching(Match::Random(0.05)).delay(Duration::from_micros(3)));
+        f.add_filter(Filter::matching(Match::Psn(Psn::new(7))).every_nth(1).drop());
+        assert!(f.run_until_idle(10_000), "seed {seed}");
+        let st = f.stats();
+        assert_eq!(st.transmitted, 200);
+        assert_eq!(st.delivered, st.transmitted - st.dropped() + st.duplicated, "seed {seed}");
+        assert_eq!(st.dropped_filter, 1);
+        assert_eq!(k.lock().unwrap().got.len() as u64, st.delivered);
+        assert_eq!(f.in_flight(), 0);
+        // Arrival times never decrease.
+        let t = trace(&k);
+        assert!(t.windows(2).all(|w| w[0].0 <= w[1].0), "seed {seed}");
+    }
+}

@@ -28,6 +28,24 @@
 //! The run loops ([`Fabric::run_until_idle`], [`Fabric::run_until`],
 //! [`Fabric::run_for`]) are all bounded by an event count.
 //!
+//! # Example
+//!
+//! ```
+//! use roce_emulator::sim::{Fabric, FaultConfig, Filter, Match};
+//! use roce_packet::Opcode;
+//! use std::time::Duration;
+//!
+//! let mut fabric = Fabric::from_env_seed(1);
+//! fabric.set_faults(FaultConfig { drop: 0.01, jitter: Duration::from_nanos(500), ..FaultConfig::default() });
+//! let third_middle = fabric.add_filter(
+//!     Filter::matching(Match::Opcode(Opcode::RC_RDMA_READ_RESPONSE_MIDDLE)).nth(3).drop(),
+//! );
+//! // fabric.add_node("10.0.0.1".parse().unwrap(), hca_a); ... (any `SansIo + Send`,
+//! // or an `Arc<Mutex<_>>` of one to keep a handle for posting work)
+//! assert!(fabric.run_until_idle(100_000));
+//! assert_eq!(fabric.filter(third_middle).unwrap().fired(), 0);
+//! ```
+//!
 //! # Seeds
 //!
 //! [`Fabric::from_env_seed`] takes the seed from `ROCE_SIM_SEED` when set.

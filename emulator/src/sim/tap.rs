@@ -25,7 +25,12 @@ use std::any::Any;
 use std::io::Write;
 use tracing::warn;
 
-/// Where on the path a tap records (see the [module docs](self)).
+/// Where on the path a tap records.
+///
+/// `Ingress` shows what the receivers saw (after corruption, duplication,
+/// reordering and delay; lost datagrams absent) at arrival times, so its
+/// timestamps never decrease. `Egress` shows what the senders sent (before
+/// any fault; lost datagrams present) at transmission times.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum TapPoint {
     /// Delivered datagrams, at their arrival time (after faults).
@@ -108,7 +113,15 @@ impl Tap {
 
 impl Fabric {
     /// Record every delivered datagram into a pcap file written to `w`
-    /// (the file header is written now). See [`TapPoint::Ingress`].
+    /// (the file header is written now), as Ethernet frames with real IP
+    /// and UDP headers, timestamped with the virtual clock.
+    ///
+    /// The tap sits at the receivers ([`TapPoint::Ingress`]): a frame is
+    /// written when its datagram is handed to a node, after every fault, so
+    /// the capture shows what the receivers saw (corrupted bytes, both
+    /// copies of a duplicate, reordered arrivals) and not what was lost.
+    /// Use [`Fabric::record_pcap_at`] with [`TapPoint::Egress`] for the
+    /// senders' view. Get the writer back with [`Fabric::finish_pcap`].
     pub fn record_pcap<W: Write + Send + 'static>(&mut self, w: W) -> Result<TapId, CaptureError> {
         self.record_pcap_at(w, TapPoint::Ingress)
     }
