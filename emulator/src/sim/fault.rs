@@ -50,7 +50,9 @@ pub struct FaultConfig {
     /// receiver's ICRC check must catch.
     pub corrupt: f64,
     /// Each datagram gets an extra delay drawn uniformly from
-    /// `[0, jitter]` (nanosecond resolution). Jitter alone can reorder.
+    /// `[0, jitter]` (nanosecond resolution), but never arrives before a
+    /// datagram sent earlier on the same link (links stay FIFO; use
+    /// [`Self::reorder`] for reordering).
     pub jitter: Duration,
 }
 

@@ -15,7 +15,9 @@
 //! * Faults ([`FaultConfig`], [`Filter`]) are decided when a datagram
 //!   enters the link, in a fixed order: MTU, filters (all of them, in the
 //!   order added, so each counts every datagram), random loss, corruption,
-//!   duplication, reordering and delay, jitter.
+//!   duplication, reordering and delay, jitter. Links are FIFO: jitter
+//!   varies arrival times but never reorders; only explicit holds (the
+//!   reorder fault, a filter's delay) let later datagrams overtake.
 //! * Events are ordered by (virtual time, sequence number); at equal times
 //!   deliveries come before timers. All randomness comes from one
 //!   `SmallRng` seeded with a `u64` ([`Fabric::seed`]), so a run replays
@@ -119,7 +121,8 @@ pub struct FabricStats {
     /// Held back by [`FaultConfig::reorder`].
     pub reorder_held: u64,
     /// Delivered after a datagram sent later on the same link (measured at
-    /// delivery, whatever caused it: reorder fault, jitter, filter delay).
+    /// delivery, whatever caused it: reorder fault, filter delay, a
+    /// duplicate's copy).
     pub reordered: u64,
     /// Datagrams with a flipped bit.
     pub corrupted: u64,
@@ -251,6 +254,8 @@ struct LinkState {
     sent: u64,
     /// Highest link sequence number delivered so far.
     max_delivered: Option<u64>,
+    /// Latest arrival of a datagram that was not held (FIFO order).
+    fifo_mark: Instant,
 }
 
 struct InFlight {
@@ -688,7 +693,6 @@ impl Fabric {
         };
         link.busy_until = done;
         let faults = link.faults.clone().unwrap_or_else(|| self.default_faults.clone());
-        let mut arrival = done + cfg.latency;
 
         // Targeted filters: every filter sees every datagram.
         let mut drop = false;
@@ -742,13 +746,16 @@ impl Fabric {
             }
         }
         duplicate |= fault::chance(&mut self.rng, faults.duplicate);
+        // Explicit holds (filter delay, reorder fault) let later datagrams
+        // overtake; jitter alone keeps the link's FIFO order.
+        let mut hold = Duration::ZERO;
         if !delay.is_zero() {
             self.stats.delayed += 1;
-            arrival += delay;
+            hold += delay;
         }
         if fault::chance(&mut self.rng, faults.reorder) {
             self.stats.reorder_held += 1;
-            arrival += faults.reorder_delay;
+            hold += faults.reorder_delay;
             debug!(
                 seq,
                 ?opcode,
@@ -757,16 +764,40 @@ impl Fabric {
                 "sim reorder: held"
             );
         }
-        arrival += jitter(&mut self.rng, faults.jitter);
+        let base = done + cfg.latency;
+        let j = jitter(&mut self.rng, faults.jitter);
+        let arrival = self.arrival(from, to, base + j, hold);
         if duplicate {
             self.stats.duplicated += 1;
-            let copy_at = done + cfg.latency + delay + jitter(&mut self.rng, faults.jitter);
-            debug!(seq, ?opcode, ?psn, "sim duplicate");
+            // The copy gets its own jitter and a filter's delay, not the
+            // reorder hold.
+            let j = jitter(&mut self.rng, faults.jitter);
+            let copy_at = self.arrival(from, to, base + j, delay);
+            debug!(seq, ?opcode, ?psn, copy_at_ns = copy_at.as_nanos(), "sim duplicate");
             let copy = dgram.clone();
             self.schedule(arrival, from, to, link_seq, dgram);
             self.schedule(copy_at, from, to, link_seq, copy);
         } else {
             self.schedule(arrival, from, to, link_seq, dgram);
+        }
+    }
+
+    /// Arrival time on link `from → to` of a datagram that would arrive at
+    /// `t` plus an explicit `hold`. Without a hold it arrives no earlier
+    /// than the previous such datagram (links are FIFO; jitter delays but
+    /// does not reorder) and becomes the new FIFO mark; a held datagram
+    /// arrives at `t + hold` and leaves the mark alone.
+    fn arrival(&mut self, from: NodeId, to: NodeId, t: Instant, hold: Duration) -> Instant {
+        if !hold.is_zero() {
+            return t + hold;
+        }
+        match self.links.get_mut(&(from, to)) {
+            Some(l) => {
+                let t = t.max(l.fifo_mark);
+                l.fifo_mark = t;
+                t
+            }
+            None => t,
         }
     }
 }
