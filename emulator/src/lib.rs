@@ -5,6 +5,7 @@
 
 pub mod io;
 pub mod qp_attr;
+pub mod sim;
 pub mod time;
 
 pub use io::{Datagram, SansIo};
