@@ -226,7 +226,7 @@ impl RoceRepr {
         // write is one that `RocePacket::new_checked` (ours or the peer's)
         // rejects.
         let padded = self.payload_len + self.bth.pad_count as usize;
-        if padded % 4 != 0 {
+        if !padded.is_multiple_of(4) {
             return Err(Error::Misaligned(padded));
         }
         let total = self.buffer_len()?;
