@@ -215,12 +215,14 @@ pub struct OpInfo {
 
 impl OpInfo {
     /// Sent by a requester (as opposed to a response or acknowledgement).
+    /// A CNP is neither a request nor a response: the congestion
+    /// notification point sends it, outside any QP's message flow.
     pub const fn is_request(&self) -> bool {
-        !matches!(self.kind, OpKind::ReadResponse | OpKind::Ack | OpKind::AtomicAck)
+        !matches!(self.kind, OpKind::ReadResponse | OpKind::Ack | OpKind::AtomicAck | OpKind::Cnp)
     }
     /// Sent by a responder (ACK, atomic ACK, read response).
     pub const fn is_response(&self) -> bool {
-        !self.is_request() && !matches!(self.kind, OpKind::Cnp)
+        matches!(self.kind, OpKind::ReadResponse | OpKind::Ack | OpKind::AtomicAck)
     }
     /// Carries immediate data.
     pub const fn has_imm(&self) -> bool {

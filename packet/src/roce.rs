@@ -207,7 +207,8 @@ impl RoceRepr {
     /// Write BTH, headers, `payload`, zero pad bytes and a zero ICRC
     /// placeholder into `buf` (which must be exactly `buffer_len` or
     /// longer; returns the number of bytes written). Every header the opcode
-    /// needs must be `Some`; `payload.len()` must equal `payload_len`. The
+    /// needs must be `Some`; `payload.len()` must equal `payload_len`, and
+    /// `payload_len + bth.pad_count` must be a multiple of 4. The
     /// ICRC is filled by the framing layer ([`crate::icrc::fill`]) because it
     /// covers the IP and UDP headers.
     pub fn emit(&self, payload: &[u8], buf: &mut [u8]) -> Result<usize> {
@@ -220,6 +221,13 @@ impl RoceRepr {
         }
         if !info.has_payload && self.payload_len + self.bth.pad_count as usize != 0 {
             return Err(Error::UnexpectedPayload { opcode: info.name, len: self.payload_len });
+        }
+        // Payload plus pad must end on a 4-byte boundary, or the packet we
+        // write is one that `RocePacket::new_checked` (ours or the peer's)
+        // rejects.
+        let padded = self.payload_len + self.bth.pad_count as usize;
+        if !padded.is_multiple_of(4) {
+            return Err(Error::Misaligned(padded));
         }
         let total = self.buffer_len()?;
         if buf.len() < total {
@@ -259,6 +267,11 @@ impl RoceRepr {
 
     /// Emit into a new vector (pad and ICRC placeholder zeroed).
     pub fn to_vec(&self, payload: &[u8]) -> Result<Vec<u8>> {
+        // Checked before allocating, so a bogus `payload_len` cannot ask
+        // for a huge buffer.
+        if payload.len() != self.payload_len {
+            return Err(Error::InvalidField("payload length differs from payload_len"));
+        }
         let mut v = vec![0u8; self.buffer_len()?];
         self.emit(payload, &mut v)?;
         Ok(v)
