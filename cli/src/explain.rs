@@ -52,8 +52,9 @@ struct Stream {
     /// Next new PSN expected from the requester; `None` before the first
     /// request or while a READ of unknown length makes it uncertain.
     next_psn: Option<Psn>,
-    /// Frame that first carried each PSN and how often it was seen.
-    seen: HashMap<u32, (u64, u32)>,
+    /// Frame that first carried each PSN, how often it was seen, and when
+    /// it was last sent.
+    seen: HashMap<u32, (u64, u32, f64)>,
     outstanding: VecDeque<Req>,
     /// Path MTU, learned from a FIRST or MIDDLE packet's payload.
     pmtu: Option<u32>,
@@ -63,8 +64,9 @@ struct Stream {
     acked: Option<(Psn, u64)>,
     /// Last RNR NAK: PSN, time, wait in ms, frame.
     rnr: Option<(Psn, f64, f64, u64)>,
-    /// Last PSN-sequence NAK: PSN and frame.
-    seq_nak: Option<(Psn, u64)>,
+    /// Last PSN-sequence NAK: its PSN, frame, and the requester's next new
+    /// PSN at that time (the NAK covers the PSNs in between).
+    seq_nak: Option<(Psn, u64, Option<Psn>)>,
 }
 
 /// Tracks the capture's connections and explains packets one at a time.
@@ -120,7 +122,7 @@ impl Explainer {
             return vec![];
         };
         let mut out = Vec::new();
-        if b.fecn != 0 || b.becn != 0 {
+        if (b.fecn != 0 || b.becn != 0) && info.transport != Transport::Cnp {
             out.push(
                 "BTH FECN/BECN bit set (RoCEv2 normally signals congestion in the IP ECN field \
                  and answers with CNPs)"
@@ -210,19 +212,15 @@ impl Explainer {
             }
             _ => {}
         }
-        if !retrans {
-            let e = st.seen.entry(psn.value()).or_insert((r.frame, 0));
-            e.1 += 1;
-            if st.seen.len() > MAX_SEEN {
-                st.seen.clear();
-            }
-        } else if let Some(e) = st.seen.get_mut(&psn.value()) {
-            e.1 += 1;
+        if st.seen.len() >= MAX_SEEN && !st.seen.contains_key(&psn.value()) {
+            st.seen.clear();
         }
+        let e = st.seen.entry(psn.value()).or_insert((r.frame, 0, r.time));
+        e.1 += 1;
+        e.2 = r.time;
 
         // What the operation does.
-        let what = describe_request(st, r, retrans);
-        out.push(what);
+        out.push(describe_request(st, r, retrans));
 
         // Track outstanding requests (RC only: UC has no responses).
         let mut span: Option<u32> = Some(1);
@@ -232,7 +230,9 @@ impl Explainer {
             span = read_packets(st.pmtu, r.reth.map(|x| x.dmalen).unwrap_or(0));
         }
         if b.ackreq != 0 && rc {
-            out.push(format!("AckReq set: the responder must acknowledge PSN {}", hx(psn)));
+            if let Some(last) = out.last_mut() {
+                last.push_str(" (AckReq: an ACK is requested)");
+            }
         }
         // Advance the expected PSN.
         let advance = match st.next_psn {
@@ -318,8 +318,13 @@ impl Explainer {
     }
 }
 
-/// Response packets a READ of `dmalen` bytes takes at `pmtu` (at least one).
+/// Response packets a READ of `dmalen` bytes takes at `pmtu` (at least
+/// one). Without a known PMTU, a READ of at most 256 bytes (the smallest
+/// IB MTU) still takes exactly one.
 fn read_packets(pmtu: Option<u32>, dmalen: u32) -> Option<u32> {
+    if pmtu.is_none() && dmalen <= 256 {
+        return Some(1);
+    }
     let p = pmtu?;
     if p == 0 {
         return None;
@@ -327,43 +332,54 @@ fn read_packets(pmtu: Option<u32>, dmalen: u32) -> Option<u32> {
     Some(dmalen.div_ceil(p).max(1))
 }
 
-fn retrans_text(st: &Stream, psn: Psn, r: &Record) -> String {
-    let mut s = format!("duplicate of PSN {} (retransmission", hx(psn));
-    if let Some((f, n)) = st.seen.get(&psn.value()) {
-        s.push_str(&format!("; first sent in frame {f}, copy {}", n + 1));
-    }
-    s.push(')');
+fn retrans_text(st: &mut Stream, psn: Psn, r: &Record) -> String {
+    let (copy, since) = match st.seen.get(&psn.value()) {
+        Some((f, n, t)) => (
+            format!("copy {}, first sent in frame {f}", n + 1),
+            format!(" ({} ms after the previous copy)", ms_text((r.time - t) * 1000.0)),
+        ),
+        None => ("first copy not in this capture".to_string(), String::new()),
+    };
     if let Some((p, t, wait, f)) = st.rnr {
         if p == psn {
-            s.push_str(&format!(
-                ": the retry after the RNR NAK in frame {f}, {} ms later (the NAK asked for {} ms)",
+            // One retry per RNR NAK; a later copy has another reason.
+            st.rnr = None;
+            return format!(
+                "retry of PSN {} after the RNR NAK in frame {f} ({copy}): it came {} ms after \
+                 the NAK, which asked for {} ms",
+                hx(psn),
                 ms_text((r.time - t) * 1000.0),
                 ms_text(wait)
-            ));
-            return s;
+            );
         }
     }
-    if let Some((p, f)) = st.seq_nak {
-        if psn.is_at_or_after(p) {
-            s.push_str(&format!(
-                ": go-back-N resend after the PSN_SEQUENCE_ERROR NAK for {} in frame {f}",
+    if let Some((p, f, next)) = st.seq_nak {
+        let covered = match next {
+            Some(n) => psn.is_at_or_after(p) && psn.is_before(n),
+            None => psn.is_at_or_after(p),
+        };
+        if covered {
+            return format!(
+                "retransmission of PSN {} ({copy}): go-back-N resend after the \
+                 PSN_SEQUENCE_ERROR NAK for {} in frame {f}",
+                hx(psn),
                 hx(p)
-            ));
-            return s;
+            );
         }
     }
     match st.acked {
-        Some((a, f)) if !psn.is_after(a) => s.push_str(&format!(
-            ": an ACK covering it was seen in frame {f}, so that ACK was lost or late \
-             before reaching the requester; the responder treats this as a duplicate and \
-             acknowledges again"
-        )),
-        _ => s.push_str(
-            ": no ACK for it appears before this point, so the requester's retransmission \
-             timer expired",
+        Some((a, f)) if !psn.is_after(a) => format!(
+            "duplicate of PSN {} (retransmission; {copy}): an ACK covering it was already seen \
+             in frame {f}, so that ACK was lost or late; the responder treats this as a \
+             duplicate and acknowledges again",
+            hx(psn)
+        ),
+        _ => format!(
+            "retransmission of PSN {} ({copy}): no ACK or NAK for it appears before this point, \
+             so the requester's retransmission timer has probably expired{since}",
+            hx(psn)
         ),
     }
-    s
 }
 
 fn imm_inv_suffix(r: &Record) -> String {
@@ -627,6 +643,12 @@ fn read_response_text(st: Option<&mut Stream>, r: &Record, psn: Psn, len: u64) -
             hx(psn)
         );
     };
+    if q.packets.is_none() && pos == Position::Only {
+        q.packets = Some(1);
+    }
+    if q.packets.is_none() && pos == Position::Last {
+        q.packets = Some(psn.distance(q.psn).max(0) as u32 + 1);
+    }
     if q.packets.is_none() {
         q.packets = read_packets(pmtu, q.bytes as u32);
         if let Some(n) = q.packets {
@@ -663,7 +685,7 @@ fn aeth_text(
     match a.kind() {
         AethKind::Ack { credit } => {
             let credit_text = if credit == 31 {
-                "credit 31: no end-to-end credit information".to_string()
+                "credit 31 = no credit information".to_string()
             } else {
                 format!(
                     "credit {credit}: the responder has {} receive WQEs posted",
@@ -704,12 +726,20 @@ fn aeth_text(
                  those WQEs",
                 hx(psn)
             );
-            if !done.is_empty() {
-                let first = done.first().map(|q| q.frame).unwrap_or(0);
-                s.push_str(&format!(
-                    " ({} from frame {first} on)",
-                    plural(done.len() as u64, "request", "requests")
-                ));
+            if let (Some(first), Some(last)) = (done.first(), done.last()) {
+                if done.len() == 1 {
+                    s.push_str(&format!(
+                        " (completes the request that started in frame {})",
+                        first.frame
+                    ));
+                } else {
+                    s.push_str(&format!(
+                        " (completes {} requests, started in frames {} to {})",
+                        done.len(),
+                        first.frame,
+                        last.frame
+                    ));
+                }
             }
             s.push_str(&format!("; {credit_text}"));
             Some(s)
@@ -732,7 +762,7 @@ fn aeth_text(
             if let Some(st) = st {
                 retire(st, psn.sub(1), r.frame);
                 if code == 0 {
-                    st.seq_nak = Some((psn, r.frame));
+                    st.seq_nak = Some((psn, r.frame, st.next_psn));
                 }
             }
             Some(match code {

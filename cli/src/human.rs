@@ -75,7 +75,9 @@ pub fn line(r: &Record) -> String {
         s.push_str(" BECN");
     }
     if let Some(n) = r.payload_len {
-        let _ = write!(s, " len={n}");
+        if n != 0 || r.info.is_some_and(|i| i.has_payload) {
+            let _ = write!(s, " len={n}");
+        }
     }
     if let Some(e) = r.rdeth_eecnxt {
         let _ = write!(s, " RDETH eecnxt={e:#08x}");
