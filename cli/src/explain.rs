@@ -101,6 +101,13 @@ impl Explainer {
                     .into(),
             ];
         };
+        if r.errors.iter().any(|e| e == "truncated_capture") {
+            return vec![
+                "the capture holds only the first part of this packet (snapshot length), so its \
+                 ICRC and length cannot be checked; this says nothing about the packet on the wire"
+                    .into(),
+            ];
+        }
         if !r.errors.is_empty() {
             let mut s = format!("malformed ({}): a receiver drops it", r.errors.join(", "));
             if r.info.is_none() || b.tver != 0 {

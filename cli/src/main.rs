@@ -40,8 +40,10 @@ Examples:
   roce decode capture.pcap --port 4792     RoCEv2 on a non-standard UDP port
 
 A line looks like:
-    2  0.000094  192.168.77.2:50176 -> 192.168.77.3:4791  RC_RDMA_READ_RESPONSE_ONLY  \
-QP=0x000020 PSN=0x035514 A=0 len=8 ACK msn=1 credit=31  ICRC ok";
+    2  0.001162  192.168.77.2:50176 -> 192.168.77.3:4791  RC_RDMA_READ_RESPONSE_ONLY  \
+QP=0x000020 PSN=0x035514 A=0 len=8 ACK msn=1 credit=31  ICRC ok
+(frame number, seconds since the first frame, UDP endpoints, opcode, destination QP, PSN, \
+AckReq bit, payload bytes, extension headers, ICRC verdict)";
 
 #[derive(Parser, Debug)]
 #[command(name = "roce", version, about = ABOUT, long_about = None)]
