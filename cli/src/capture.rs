@@ -191,6 +191,12 @@ pub fn decode_frames(
 
 /// `roce decode`: read `args.file` and print its RoCEv2 packets to `out`.
 pub fn decode_file(args: &DecodeArgs, out: &mut dyn Write) -> Result<Summary, DecodeError> {
+    if std::fs::metadata(&args.file).is_ok_and(|m| m.is_file() && m.len() == 0) {
+        return Err(DecodeError::Capture(format!(
+            "{}: empty file (not a pcap or pcapng capture)",
+            args.file.display()
+        )));
+    }
     let frames = read_capture_file(&args.file)
         .map_err(|e| DecodeError::Capture(format!("{}: {e}", args.file.display())))?;
     let style = Style { json: args.json, explain: args.explain, bad_only: args.bad_only };

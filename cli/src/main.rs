@@ -13,6 +13,8 @@ mod capture;
 mod explain;
 mod human;
 mod record;
+#[cfg(test)]
+mod tests;
 
 const ABOUT: &str = "Tools for RoCEv2, the InfiniBand transport (RDMA: SEND, WRITE, READ, \
 atomics between queue pairs) carried in UDP datagrams to port 4791 over ordinary IP networks.";

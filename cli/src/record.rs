@@ -55,6 +55,7 @@ pub struct Input<'a> {
 impl<'a> Input<'a> {
     /// An input for a datagram seen exactly as given (no GSO, no trailer):
     /// the UDP length and checksum verdict are taken from the headers.
+    #[cfg(test)]
     pub fn simple(
         frame: u64,
         time: f64,
@@ -241,6 +242,7 @@ fn csum16(chunks: &[&[u8]]) -> u16 {
 }
 
 /// IPv4 header checksum verdict; `None` for IPv6 or a short header.
+#[cfg(test)]
 pub fn ipv4_checksum_ok(ip: &[u8]) -> Option<bool> {
     if ip.len() < 20 || ip[0] >> 4 != 4 {
         return None;
@@ -438,7 +440,7 @@ impl Record {
         let rest = body.len() - p;
         let pad = usize::from(b.padcnt);
         self.payload_len = Some(rest as i64 - pad as i64);
-        if rest % 4 != 0 {
+        if rest & 3 != 0 {
             self.errors.push(format!("payload_plus_pad_not_multiple_of_4 ({rest})"));
         }
         if rest < pad {
