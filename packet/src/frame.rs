@@ -425,6 +425,11 @@ fn seg_headers(ip: &[u8], udp: &[u8; 8], seg_len: usize, k: usize) -> (Vec<u8>, 
     (ip, u)
 }
 
+/// Largest segment [`split_gso`] tries: a 4096-byte IB MTU payload plus the
+/// largest header set (BTH, RDETH, DETH, AtomicETH: 52 bytes) and the ICRC,
+/// rounded up.
+pub const GSO_MAX_SEGMENT: usize = 4096 + 64;
+
 /// Split a UDP GSO super-packet (several RoCE packets back to back in one
 /// captured UDP datagram, as seen when capturing before segmentation).
 ///
@@ -434,13 +439,17 @@ fn seg_headers(ip: &[u8], udp: &[u8; 8], seg_len: usize, k: usize) -> (Vec<u8>, 
 /// `s`-byte segment. Segment `k` gets IPv4 identification = captured + `k`.
 /// Returns `None` if no such `s` exists (then the datagram is just a packet
 /// with a bad ICRC).
+///
+/// Unlike the oracle, sizes above [`GSO_MAX_SEGMENT`] are not tried: no
+/// RoCE packet is that long, and the cap bounds the work a hostile datagram
+/// can cause (each candidate costs a CRC over `s` bytes).
 pub fn split_gso(d: &RoceDatagram) -> Option<Vec<RoceDatagram>> {
     let ib = &d.udp_payload;
     let n = ib.len();
     if n < 16 {
         return None;
     }
-    let s = (16..n).step_by(4).find(|&s| {
+    let s = (16..n.min(GSO_MAX_SEGMENT + 1)).step_by(4).find(|&s| {
         s + 8 <= n
             && ib[s + 1] & 0x0F == 0
             && ib[s + 2..s + 4] == ib[2..4]

@@ -250,7 +250,10 @@ fn reemit(ctx: &str, f: &CapturedFrame, d: &RoceDatagram, st: &mut EmitStats) {
     // the captured bytes and count the frames that have some.
     if d.l2_trailer_len > 0 {
         st.with_trailer += 1;
-        out.extend_from_slice(&f.data[f.data.len() - d.l2_trailer_len..]);
+        let trailer = &f.data[f.data.len() - d.l2_trailer_len..];
+        assert!(trailer.iter().all(|&b| b == 0), "{ctx}: non-zero Ethernet padding");
+        assert_eq!(f.data.len(), 60, "{ctx}: padding only up to the 60-byte minimum");
+        out.extend_from_slice(trailer);
     }
     assert_eq!(out.len(), f.data.len(), "{ctx}: rebuilt length");
     if d.icrc_ok() {
@@ -426,6 +429,25 @@ fn gso_super_packet_is_split_ipv4_and_ipv6() {
     assert_eq!(v.len(), 1);
     assert_eq!(v[0].gso, None);
     assert!(!v[0].icrc_ok());
+}
+
+#[test]
+fn gso_search_is_bounded_on_hostile_datagrams() {
+    // A period-4 pattern makes every offset look like a BTH of the same
+    // P_Key/DestQP, so every candidate size costs a CRC.
+    let ep = UdpEndpoints {
+        src: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+        dst: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+        src_port: 1,
+        dst_port: ROCE_V2_PORT,
+    };
+    let payload: Vec<u8> = [4u8, 0, 0xFF, 0xFF].repeat(16_000);
+    let frame = ethernet_frame([0; 6], [0; 6], &ep, &IpMeta::default(), &payload).unwrap();
+    let t = std::time::Instant::now();
+    let v = parse_frame(LinkType::Ethernet, &frame, ROCE_V2_PORT).unwrap().unwrap();
+    assert_eq!(v.len(), 1);
+    assert!(!v[0].icrc_ok());
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
 }
 
 // ------------------------------------------------------------ link types
