@@ -160,7 +160,6 @@ macro_rules! flags {
         }
     };
 }
-pub(crate) use flags;
 
 flags!(
     /// `enum ibv_qp_attr_mask`.

@@ -72,6 +72,7 @@ impl ExtHeader {
         ExtHeader::CnpPad,
     ];
     /// Length on the wire in bytes.
+    #[allow(clippy::len_without_is_empty)] // a header kind, not a container
     pub const fn len(self) -> usize {
         match self {
             ExtHeader::Rdeth => 4,
@@ -266,9 +267,12 @@ use ExtHeader as H;
 use OpKind as K;
 use Position as P;
 
-/// The low five bits of the opcode: (name, kind, position, headers, payload).
-const OPS: [Option<(&str, OpKind, Position, HeaderSet, bool)>; 32] = {
-    let mut t: [Option<(&str, OpKind, Position, HeaderSet, bool)>; 32] = [None; 32];
+/// One row of the low-5-bit table: (name, kind, position, headers, payload).
+type OpRow = (&'static str, OpKind, Position, HeaderSet, bool);
+
+/// The low five bits of the opcode.
+const OPS: [Option<OpRow>; 32] = {
+    let mut t: [Option<OpRow>; 32] = [None; 32];
     t[0x00] = Some(("SEND_FIRST", K::Send, P::First, hs(&[]), true));
     t[0x01] = Some(("SEND_MIDDLE", K::Send, P::Middle, hs(&[]), true));
     t[0x02] = Some(("SEND_LAST", K::Send, P::Last, hs(&[]), true));

