@@ -8,6 +8,45 @@
 //! of smoltcp's `wire` module. Unknown wire values are kept, not rejected.
 //!
 //! The single source of truth for opcodes is [`opcode::TABLE`].
+//!
+//! # Example: build an RDMA WRITE, frame it, check its ICRC, parse it back
+//!
+//! ```
+//! use roce_packet::{frame::fill_icrc, *};
+//! use std::net::{IpAddr, Ipv4Addr};
+//!
+//! let payload = b"hello, rdma";                  // 11 bytes -> 1 pad byte
+//! let repr = RoceRepr {
+//!     bth: BthRepr {
+//!         opcode: Opcode::RC_RDMA_WRITE_ONLY,
+//!         dest_qp: Qpn::new(0x11),
+//!         psn: Psn::new(0xFF_FFFF),              // the last PSN before the wrap
+//!         ack_req: true,
+//!         pad_count: pad_for(payload.len()),
+//!         ..BthRepr::default()
+//!     },
+//!     reth: Some(RethRepr { va: 0x1000, rkey: RKey::new(0x1234), dma_len: 11 }),
+//!     payload_len: payload.len(),
+//!     ..RoceRepr::default()
+//! };
+//! let mut udp_payload = repr.to_vec(payload).unwrap();  // BTH+RETH+data+pad+ICRC slot
+//! assert_eq!(udp_payload.len(), 12 + 16 + 11 + 1 + 4);
+//!
+//! let ep = UdpEndpoints {
+//!     src: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+//!     dst: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+//!     src_port: 0xC011,
+//!     dst_port: ROCE_V2_PORT,
+//! };
+//! fill_icrc(&ep, &IpMeta::default(), &mut udp_payload).unwrap();
+//! assert!(frame::verify_icrc(&ep, &IpMeta::default(), &udp_payload));
+//!
+//! let pkt = RocePacket::new_checked(&udp_payload[..]).unwrap();
+//! assert_eq!(pkt.opcode().name(), "RC_RDMA_WRITE_ONLY");
+//! assert_eq!(pkt.payload(), payload);
+//! assert_eq!(pkt.bth().psn().next(), Psn::new(0));   // 24-bit wrap
+//! assert_eq!(RoceRepr::parse(&pkt), repr);
+//! ```
 
 pub mod bth;
 pub mod error;
