@@ -1,0 +1,145 @@
+//! Typed errors of the verbs, one enum per verb (API misuse only: packet
+//! drops, NAKs and failed completions are values, never `Err`).
+
+use crate::objects::{CqHandle, MrHandle, PdHandle};
+use crate::qp_attr::{ModifyQpError, QpState, QpType};
+use roce_packet::Qpn;
+
+/// `alloc_pd` failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AllocPdError {
+    #[error("too many protection domains (max {max})")]
+    TooMany { max: u32 },
+}
+
+/// `dealloc_pd` failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DeallocPdError {
+    #[error("unknown protection domain {0:?}")]
+    UnknownPd(PdHandle),
+    #[error("protection domain {pd:?} still used by {users} MR(s)/QP(s)")]
+    InUse { pd: PdHandle, users: u32 },
+}
+
+/// `reg_mr` failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RegMrError {
+    #[error("unknown protection domain {0:?}")]
+    UnknownPd(PdHandle),
+    #[error("REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE")]
+    RemoteWriteWithoutLocalWrite,
+    #[error("access flags {0:#x} not supported")]
+    UnsupportedAccess(u32),
+    #[error("length {len} exceeds max_mr_size {max}")]
+    TooLarge { len: u64, max: u64 },
+    #[error("too many memory regions (max {max})")]
+    TooMany { max: u32 },
+}
+
+/// `dereg_mr` failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DeregMrError {
+    #[error("unknown memory region {0:?}")]
+    UnknownMr(MrHandle),
+}
+
+/// `mr_read`/`mr_write` failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MrAccessError {
+    #[error("unknown memory region {0:?}")]
+    UnknownMr(MrHandle),
+    #[error("range offset {offset} length {len} outside the region of {size} bytes")]
+    OutOfBounds { offset: u64, len: u64, size: u64 },
+}
+
+/// `create_cq` failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CreateCqError {
+    #[error("cqe {cqe} outside 1..={max}")]
+    InvalidDepth { cqe: u32, max: u32 },
+}
+
+/// `destroy_cq` failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DestroyCqError {
+    #[error("unknown completion queue {0:?}")]
+    UnknownCq(CqHandle),
+    #[error("completion queue {cq:?} still used by {users} QP(s)")]
+    InUse { cq: CqHandle, users: u32 },
+}
+
+/// `poll_cq` failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PollCqError {
+    #[error("unknown completion queue {0:?}")]
+    UnknownCq(CqHandle),
+    #[error("completion queue {0:?} overflowed and is in error")]
+    Overrun(CqHandle),
+}
+
+/// `create_qp` failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CreateQpError {
+    #[error("unknown protection domain {0:?}")]
+    UnknownPd(PdHandle),
+    #[error("unknown completion queue {0:?}")]
+    UnknownCq(CqHandle),
+    #[error("QP type {0:?} is not implemented (only RC)")]
+    UnsupportedType(QpType),
+    #[error("{what} = {requested} exceeds the device limit {max}")]
+    CapTooLarge { what: &'static str, requested: u32, max: u32 },
+    #[error("too many QPs")]
+    TooMany,
+}
+
+/// `modify_qp` failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum QpModifyError {
+    #[error("unknown QP {0}")]
+    UnknownQp(Qpn),
+    #[error(transparent)]
+    Rejected(#[from] ModifyQpError),
+}
+
+/// `query_qp`/`destroy_qp` failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum QpLookupError {
+    #[error("unknown QP {0}")]
+    UnknownQp(Qpn),
+}
+
+/// `post_send` failed (nothing was queued).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PostSendError {
+    #[error("unknown QP {0}")]
+    UnknownQp(Qpn),
+    #[error("QP is in state {0}; post_send needs RTS (or ERR, which flushes)")]
+    InvalidState(QpState),
+    #[error("send queue full ({max} WRs)")]
+    QueueFull { max: u32 },
+    #[error("{n} SGEs exceed max_send_sge {max}")]
+    TooManySge { n: usize, max: u32 },
+    #[error("inline data of {len} bytes exceeds max_inline_data {max}")]
+    InlineTooLarge { len: usize, max: u32 },
+    #[error("inline is not allowed for RDMA READ or atomics")]
+    InlineNotAllowed,
+    #[error("message of {len} bytes exceeds max_msg_sz {max}")]
+    MessageTooLarge { len: u64, max: u32 },
+    #[error("atomic operations need exactly one 8-byte SGE")]
+    BadAtomicSge,
+    #[error("RDMA READ/atomic needs max_rd_atomic > 0 on the QP")]
+    NoRdAtomic,
+}
+
+/// `post_recv` failed (nothing was queued).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PostRecvError {
+    #[error("unknown QP {0}")]
+    UnknownQp(Qpn),
+    #[error("QP is in state {0}; post_recv needs INIT, RTR, RTS (or ERR, which flushes)")]
+    InvalidState(QpState),
+    #[error("receive queue full ({max} WRs)")]
+    QueueFull { max: u32 },
+    #[error("{n} SGEs exceed max_recv_sge {max}")]
+    TooManySge { n: usize, max: u32 },
+}

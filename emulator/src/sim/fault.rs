@@ -1,0 +1,463 @@
+//! Seeded fault injection: the middleware every datagram passes through
+//! while it is in flight on the simulated fabric.
+//!
+//! Two layers, in the spirit of smoltcp's `FaultInjector` and neqo's
+//! test-fixture simulator:
+//!
+//! * [`FaultConfig`] — random faults with a probability each (loss,
+//!   duplication, reordering, single-bit corruption) and a random extra
+//!   delay (jitter). Set for the whole fabric or per directed link.
+//! * [`Filter`] — targeted faults written as data: a [`Match`] (opcode,
+//!   direction, PSN, ...), an [`Occurrence`] ("the 3rd one", "the first
+//!   transmission of each packet") and an [`Action`] (drop, duplicate,
+//!   corrupt, delay). For anything else, [`Filter::custom`] takes a closure.
+//!
+//! All randomness comes from the fabric's one seeded `SmallRng`, drawn in a
+//! fixed order, so a seed replays the same faults on the same datagrams. A
+//! probability of zero draws nothing: turning a fault off does not shift the
+//! random sequence of the others.
+
+use crate::io::Datagram;
+use crate::sim::NodeId;
+use crate::time::Instant;
+use core::fmt;
+use core::net::IpAddr;
+use core::time::Duration;
+use rand::rngs::SmallRng;
+use rand::Rng;
+use roce_packet::{OpKind, Opcode, Psn, Qpn, RoceRepr, UdpEndpoints};
+use std::collections::HashSet;
+
+/// Random faults applied to every datagram on a link.
+///
+/// Probabilities are clamped to `[0, 1]` (NaN counts as 0); nothing here
+/// can make the fabric panic.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FaultConfig {
+    /// Probability that a datagram is lost.
+    pub drop: f64,
+    /// Probability that a datagram is delivered twice (the copy gets its own
+    /// jitter).
+    pub duplicate: f64,
+    /// Probability that a datagram is held back by [`Self::reorder_delay`]
+    /// so that datagrams sent after it overtake it.
+    pub reorder: f64,
+    /// How long a reordered datagram is held (on top of latency).
+    pub reorder_delay: Duration,
+    /// Probability that one random bit of the UDP payload is flipped. The
+    /// bit is never in BTH byte 4 (FECN, BECN, reserved), which the ICRC
+    /// deliberately leaves uncovered, so every corruption is one the
+    /// receiver's ICRC check must catch.
+    pub corrupt: f64,
+    /// Each datagram gets an extra delay drawn uniformly from
+    /// `[0, jitter]` (nanosecond resolution), but never arrives before a
+    /// datagram sent earlier on the same link (links stay FIFO; use
+    /// [`Self::reorder`] for reordering).
+    pub jitter: Duration,
+}
+
+impl Default for FaultConfig {
+    fn default() -> Self {
+        FaultConfig {
+            drop: 0.0,
+            duplicate: 0.0,
+            reorder: 0.0,
+            reorder_delay: Duration::from_micros(20),
+            corrupt: 0.0,
+            jitter: Duration::ZERO,
+        }
+    }
+}
+
+impl FaultConfig {
+    /// No random faults at all (the default).
+    pub fn none() -> FaultConfig {
+        FaultConfig::default()
+    }
+    /// Only random loss with probability `p`.
+    pub fn lossy(p: f64) -> FaultConfig {
+        FaultConfig { drop: p, ..FaultConfig::default() }
+    }
+}
+
+/// What the fabric knows about a datagram when it decides its faults.
+#[derive(Clone, Debug)]
+pub struct PacketInfo {
+    /// Fabric-wide transmission number (0 for the first datagram any node
+    /// sent). Duplicates share the number of their original.
+    pub seq: u64,
+    /// Virtual time of transmission.
+    pub now: Instant,
+    /// The node that transmitted it.
+    pub from: NodeId,
+    /// The node its destination address routes to.
+    pub to: NodeId,
+    /// Its addresses and ports.
+    pub endpoints: UdpEndpoints,
+    /// Length of the IP packet (IP header + UDP header + payload).
+    pub ip_len: usize,
+    /// The RoCE headers, if the payload is a structurally valid RoCEv2
+    /// packet (`RocePacket::new_checked`); the ICRC is not checked here.
+    pub roce: Option<RoceRepr>,
+}
+
+impl PacketInfo {
+    /// The BTH opcode, if the payload parsed.
+    pub fn opcode(&self) -> Option<Opcode> {
+        self.roce.map(|r| r.bth.opcode)
+    }
+    /// The BTH PSN, if the payload parsed.
+    pub fn psn(&self) -> Option<Psn> {
+        self.roce.map(|r| r.bth.psn)
+    }
+    /// The BTH destination QP, if the payload parsed.
+    pub fn dest_qp(&self) -> Option<Qpn> {
+        self.roce.map(|r| r.bth.dest_qp)
+    }
+    /// What the opcode does, if known.
+    pub fn kind(&self) -> Option<OpKind> {
+        self.opcode().and_then(|o| o.info()).map(|i| i.kind)
+    }
+    /// Key identifying "the same packet" across retransmissions:
+    /// addresses, destination QP and PSN.
+    fn packet_key(&self) -> Option<PacketKey> {
+        self.roce.map(|r| PacketKey {
+            src: self.endpoints.src,
+            dst: self.endpoints.dst,
+            dest_qp: r.bth.dest_qp,
+            psn: r.bth.psn,
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct PacketKey {
+    src: IpAddr,
+    dst: IpAddr,
+    dest_qp: Qpn,
+    psn: Psn,
+}
+
+/// Which datagrams a [`Filter`] looks at. Composable with
+/// [`Match::All`], [`Match::AnyOf`] and [`Match::Not`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Match {
+    /// Every datagram.
+    Any,
+    /// Datagrams whose payload is not a structurally valid RoCEv2 packet.
+    NotRoce,
+    /// This BTH opcode.
+    Opcode(Opcode),
+    /// Any opcode of this kind (e.g. every `OpKind::Ack`, any transport).
+    Kind(OpKind),
+    /// Requests (sent by a requester: SEND, WRITE, READ request, atomics).
+    Request,
+    /// Responses (ACK, atomic ACK, READ response).
+    Response,
+    /// Sent from this IP address.
+    From(IpAddr),
+    /// Sent to this IP address.
+    To(IpAddr),
+    /// Sent from `src` to `dst`.
+    Direction {
+        /// Source address.
+        src: IpAddr,
+        /// Destination address.
+        dst: IpAddr,
+    },
+    /// This PSN.
+    Psn(Psn),
+    /// A PSN in `[start, start + len)`, modulo 2^24.
+    PsnRange {
+        /// First PSN.
+        start: Psn,
+        /// Number of PSNs.
+        len: u32,
+    },
+    /// This destination QP.
+    DestQp(Qpn),
+    /// With the BTH AckReq bit set.
+    AckReq,
+    /// With probability `p` (draws from the fabric's seeded RNG each time
+    /// it is evaluated).
+    Random(f64),
+    /// All of these (evaluated in order, stopping at the first miss).
+    All(Vec<Match>),
+    /// Any of these (evaluated in order, stopping at the first hit).
+    AnyOf(Vec<Match>),
+    /// Not this.
+    Not(Box<Match>),
+}
+
+impl Match {
+    /// `self` and `other`.
+    pub fn and(self, other: Match) -> Match {
+        match self {
+            Match::All(mut v) => {
+                v.push(other);
+                Match::All(v)
+            }
+            m => Match::All(vec![m, other]),
+        }
+    }
+
+    /// Evaluate against a datagram.
+    pub fn matches(&self, info: &PacketInfo, rng: &mut SmallRng) -> bool {
+        match self {
+            Match::Any => true,
+            Match::NotRoce => info.roce.is_none(),
+            Match::Opcode(op) => info.opcode() == Some(*op),
+            Match::Kind(k) => info.kind() == Some(*k),
+            Match::Request => info.opcode().and_then(|o| o.info()).is_some_and(|i| i.is_request()),
+            Match::Response => {
+                info.opcode().and_then(|o| o.info()).is_some_and(|i| i.is_response())
+            }
+            Match::From(a) => info.endpoints.src == *a,
+            Match::To(a) => info.endpoints.dst == *a,
+            Match::Direction { src, dst } => {
+                info.endpoints.src == *src && info.endpoints.dst == *dst
+            }
+            Match::Psn(p) => info.psn() == Some(*p),
+            Match::PsnRange { start, len } => info.psn().is_some_and(|p| p.in_range(*start, *len)),
+            Match::DestQp(q) => info.dest_qp() == Some(*q),
+            Match::AckReq => info.roce.is_some_and(|r| r.bth.ack_req),
+            Match::Random(p) => chance(rng, *p),
+            Match::All(v) => v.iter().all(|m| m.matches(info, rng)),
+            Match::AnyOf(v) => v.iter().any(|m| m.matches(info, rng)),
+            Match::Not(m) => !m.matches(info, rng),
+        }
+    }
+}
+
+/// Which of the matching datagrams a [`Filter`] acts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Occurrence {
+    /// Every matching datagram.
+    Every,
+    /// Only the n-th matching datagram (1-based: `Nth(3)` is the third).
+    Nth(u64),
+    /// The first n matching datagrams.
+    FirstN(u64),
+    /// Every n-th matching datagram (the n-th, 2n-th, ...).
+    EveryNth(u64),
+    /// The first transmission of each distinct packet, where "the same
+    /// packet" means same source and destination address, destination QP
+    /// and PSN: retransmissions pass. Datagrams that are not RoCE never
+    /// count as a first transmission.
+    OncePerPacket,
+}
+
+/// What happens to a datagram a filter acts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Nothing.
+    Pass,
+    /// Lose it.
+    Drop,
+    /// Deliver it twice.
+    Duplicate,
+    /// Flip one random bit (never in BTH byte 4; see [`FaultConfig::corrupt`]).
+    Corrupt,
+    /// Flip this bit of the UDP payload (bit 0 is the MSB of byte 0);
+    /// ignored if out of range.
+    FlipBit(usize),
+    /// Deliver it this much later.
+    Delay(Duration),
+}
+
+/// Identifies a filter added with `Fabric::add_filter`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FilterId(pub usize);
+
+/// A closure deciding the fate of each datagram.
+pub type FilterFn = Box<dyn FnMut(&Datagram, &PacketInfo) -> Action + Send>;
+
+enum Rule {
+    Data { matcher: Match, occurrence: Occurrence, action: Action },
+    Custom(FilterFn),
+}
+
+/// A targeted fault: which datagrams, which occurrence, what to do.
+///
+/// ```
+/// use roce_emulator::sim::{Filter, Match};
+/// use roce_packet::Opcode;
+/// // Drop the 3rd READ RESPONSE MIDDLE.
+/// let f = Filter::matching(Match::Opcode(Opcode::RC_RDMA_READ_RESPONSE_MIDDLE)).nth(3).drop();
+/// // Drop the first transmission of every ACK; retransmitted ones pass.
+/// let g = Filter::matching(Match::Opcode(Opcode::RC_ACKNOWLEDGE)).once_per_packet().drop();
+/// # let _ = (f, g);
+/// ```
+pub struct Filter {
+    rule: Rule,
+    matched: u64,
+    fired: u64,
+    seen: HashSet<PacketKey>,
+}
+
+impl fmt::Debug for Filter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Filter");
+        match &self.rule {
+            Rule::Data { matcher, occurrence, action } => {
+                d.field("matcher", matcher).field("occurrence", occurrence).field("action", action)
+            }
+            Rule::Custom(_) => d.field("custom", &"<closure>"),
+        };
+        d.field("matched", &self.matched).field("fired", &self.fired).finish()
+    }
+}
+
+impl Filter {
+    /// A filter over the datagrams `m` matches; by default it acts on
+    /// every one of them and drops it.
+    pub fn matching(m: Match) -> Filter {
+        Filter::from_rule(Rule::Data {
+            matcher: m,
+            occurrence: Occurrence::Every,
+            action: Action::Drop,
+        })
+    }
+    /// A filter deciding with a closure, called once for every datagram
+    /// that enters a link. [`Filter::matched`] counts calls, [`Filter::fired`]
+    /// counts non-`Pass` answers.
+    pub fn custom(f: impl FnMut(&Datagram, &PacketInfo) -> Action + Send + 'static) -> Filter {
+        Filter::from_rule(Rule::Custom(Box::new(f)))
+    }
+    fn from_rule(rule: Rule) -> Filter {
+        Filter { rule, matched: 0, fired: 0, seen: HashSet::new() }
+    }
+    /// Set which occurrence to act on (no effect on a custom filter).
+    pub fn occurrence(mut self, o: Occurrence) -> Filter {
+        if let Rule::Data { occurrence, .. } = &mut self.rule {
+            *occurrence = o;
+        }
+        self
+    }
+    /// Set the action (no effect on a custom filter).
+    pub fn action(mut self, a: Action) -> Filter {
+        if let Rule::Data { action, .. } = &mut self.rule {
+            *action = a;
+        }
+        self
+    }
+    /// Act only on the n-th match (1-based).
+    pub fn nth(self, n: u64) -> Filter {
+        self.occurrence(Occurrence::Nth(n))
+    }
+    /// Act on the first n matches.
+    pub fn first(self, n: u64) -> Filter {
+        self.occurrence(Occurrence::FirstN(n))
+    }
+    /// Act on every n-th match.
+    pub fn every_nth(self, n: u64) -> Filter {
+        self.occurrence(Occurrence::EveryNth(n))
+    }
+    /// Act on the first transmission of each packet only.
+    pub fn once_per_packet(self) -> Filter {
+        self.occurrence(Occurrence::OncePerPacket)
+    }
+    /// Drop what it acts on.
+    pub fn drop(self) -> Filter {
+        self.action(Action::Drop)
+    }
+    /// Duplicate what it acts on.
+    pub fn duplicate(self) -> Filter {
+        self.action(Action::Duplicate)
+    }
+    /// Corrupt one random bit of what it acts on.
+    pub fn corrupt(self) -> Filter {
+        self.action(Action::Corrupt)
+    }
+    /// Delay what it acts on.
+    pub fn delay(self, d: Duration) -> Filter {
+        self.action(Action::Delay(d))
+    }
+    /// How many datagrams matched so far (for a custom filter: how many it
+    /// was asked about).
+    pub fn matched(&self) -> u64 {
+        self.matched
+    }
+    /// How many times it acted (returned something other than `Pass`).
+    pub fn fired(&self) -> u64 {
+        self.fired
+    }
+
+    /// Decide for one datagram; updates the counters.
+    pub(crate) fn decide(
+        &mut self,
+        dgram: &Datagram,
+        info: &PacketInfo,
+        rng: &mut SmallRng,
+    ) -> Action {
+        let action = match &mut self.rule {
+            Rule::Custom(f) => {
+                self.matched += 1;
+                f(dgram, info)
+            }
+            Rule::Data { matcher, occurrence, action } => {
+                if !matcher.matches(info, rng) {
+                    return Action::Pass;
+                }
+                self.matched += 1;
+                let n = self.matched;
+                let act = match *occurrence {
+                    Occurrence::Every => true,
+                    Occurrence::Nth(k) => n == k,
+                    Occurrence::FirstN(k) => n <= k,
+                    Occurrence::EveryNth(k) => n.checked_rem(k) == Some(0),
+                    Occurrence::OncePerPacket => {
+                        info.packet_key().is_some_and(|key| self.seen.insert(key))
+                    }
+                };
+                if act {
+                    *action
+                } else {
+                    Action::Pass
+                }
+            }
+        };
+        if action != Action::Pass {
+            self.fired += 1;
+        }
+        action
+    }
+}
+
+/// `true` with probability `p` (clamped; NaN and `p <= 0` draw nothing).
+pub(crate) fn chance(rng: &mut SmallRng, p: f64) -> bool {
+    if p.is_nan() || p <= 0.0 {
+        false
+    } else if p >= 1.0 {
+        true
+    } else {
+        rng.gen::<f64>() < p
+    }
+}
+
+/// Flip one random bit of `payload`, skipping BTH byte 4 when the payload
+/// is long enough to have a BTH. Returns the bit index flipped.
+pub(crate) fn flip_random_bit(rng: &mut SmallRng, payload: &mut [u8]) -> Option<usize> {
+    const SKIP: usize = 4; // BTH byte 4: FECN, BECN, resv6 (not covered by the ICRC)
+    let skip = payload.len() > SKIP;
+    let bits = payload.len() * 8 - if skip { 8 } else { 0 };
+    if bits == 0 {
+        return None;
+    }
+    let mut bit = rng.gen_range(0..bits);
+    if skip && bit >= SKIP * 8 {
+        bit += 8;
+    }
+    flip_bit(payload, bit).then_some(bit)
+}
+
+/// Flip bit `bit` (0 = MSB of byte 0). False if out of range.
+pub(crate) fn flip_bit(payload: &mut [u8], bit: usize) -> bool {
+    match payload.get_mut(bit / 8) {
+        Some(b) => {
+            *b ^= 0x80 >> (bit % 8);
+            true
+        }
+        None => false,
+    }
+}

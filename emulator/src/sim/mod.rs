@@ -1,0 +1,812 @@
+//! A deterministic simulated fabric: any number of [`SansIo`] nodes (HCAs,
+//! or small test nodes), a virtual clock, links with latency, rate and MTU,
+//! and seeded fault injection on every datagram in flight.
+//!
+//! # Model
+//!
+//! * Each node is reachable at one or more IP addresses; a datagram goes to
+//!   the node that owns `endpoints.dst` (unknown destinations are dropped
+//!   and counted). Source and destination node define a directed link.
+//! * A link ([`LinkConfig`]) has a propagation latency, an optional rate in
+//!   bytes per second (a datagram occupies the link for its Ethernet frame
+//!   length, see [`wire_len`], and datagrams queue behind each other), and
+//!   an MTU on the IP packet length (larger datagrams never enter the link:
+//!   dropped and counted).
+//! * Faults ([`FaultConfig`], [`Filter`]) are decided when a datagram
+//!   enters the link, in a fixed order: MTU, filters (all of them, in the
+//!   order added, so each counts every datagram), random loss, corruption,
+//!   duplication, reordering and delay, jitter. Links are FIFO: jitter
+//!   varies arrival times but never reorders; only explicit holds (the
+//!   reorder fault, a filter's delay) let later datagrams overtake.
+//! * Events are ordered by (virtual time, sequence number); at equal times
+//!   deliveries come before timers. All randomness comes from one
+//!   `SmallRng` seeded with a `u64` ([`Fabric::seed`]), so a run replays
+//!   exactly from its seed (on the same platform and `rand` version).
+//!
+//! # Driving
+//!
+//! [`Fabric::step`] processes one event: before and after it, every node is
+//! asked for its transmits (`poll_transmit` at the current virtual time).
+//! The run loops ([`Fabric::run_until_idle`], [`Fabric::run_until`],
+//! [`Fabric::run_for`]) are all bounded by an event count.
+//!
+//! # Example
+//!
+//! ```
+//! use roce_emulator::sim::{Fabric, FaultConfig, Filter, Match};
+//! use roce_packet::Opcode;
+//! use std::time::Duration;
+//!
+//! let mut fabric = Fabric::from_env_seed(1);
+//! fabric.set_faults(FaultConfig { drop: 0.01, jitter: Duration::from_nanos(500), ..FaultConfig::default() });
+//! let third_middle = fabric.add_filter(
+//!     Filter::matching(Match::Opcode(Opcode::RC_RDMA_READ_RESPONSE_MIDDLE)).nth(3).drop(),
+//! );
+//! // fabric.add_node("10.0.0.1".parse().unwrap(), hca_a); ... (any `SansIo + Send`,
+//! // or an `Arc<Mutex<_>>` of one to keep a handle for posting work)
+//! assert!(fabric.run_until_idle(100_000));
+//! assert_eq!(fabric.filter(third_middle).unwrap().fired(), 0);
+//! ```
+//!
+//! # Seeds
+//!
+//! [`Fabric::from_env_seed`] takes the seed from `ROCE_SIM_SEED` when set.
+//! A fabric dropped while its thread panics (a failing test) prints
+//! `replay with ROCE_SIM_SEED=<seed>` on stderr; [`SeedGuard`] does the
+//! same for other seeded things.
+
+mod fault;
+mod tap;
+
+pub use fault::{Action, FaultConfig, Filter, FilterFn, FilterId, Match, Occurrence, PacketInfo};
+pub use tap::{mac_for, TapId, TapPoint};
+
+use crate::io::{Datagram, SansIo};
+use crate::time::Instant;
+use bytes::Bytes;
+use core::cmp::Ordering;
+use core::net::IpAddr;
+use core::time::Duration;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use roce_packet::{RocePacket, RoceRepr};
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::sync::{Arc, Mutex};
+use tracing::{debug, trace};
+
+/// The environment variable that overrides a test's default seed.
+pub const SEED_ENV: &str = "ROCE_SIM_SEED";
+
+/// Index of a node in its fabric (in the order added, from 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub usize);
+
+/// Properties of a directed link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkConfig {
+    /// Propagation delay (default 2 µs).
+    pub latency: Duration,
+    /// Bytes per second, `None` for unlimited (default). With a rate, a
+    /// datagram takes `wire_len * 1e9 / rate` ns (rounded up) to serialize
+    /// and waits for the datagrams before it.
+    pub rate: Option<u64>,
+    /// Largest IP packet (IP + UDP headers + payload) the link carries
+    /// (default 9000, a jumbo-frame link on which every IBA path MTU fits).
+    pub mtu: usize,
+}
+
+impl Default for LinkConfig {
+    fn default() -> Self {
+        LinkConfig { latency: Duration::from_micros(2), rate: None, mtu: 9000 }
+    }
+}
+
+/// Counters of one fabric. Tests assert on them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FabricStats {
+    /// Datagrams taken from nodes (or injected).
+    pub transmitted: u64,
+    /// Datagrams handed to a node (duplicates included).
+    pub delivered: u64,
+    /// Lost to [`FaultConfig::drop`].
+    pub dropped_loss: u64,
+    /// Dropped by a [`Filter`].
+    pub dropped_filter: u64,
+    /// Larger than the link MTU.
+    pub dropped_mtu: u64,
+    /// Destination address owned by no node.
+    pub dropped_unroutable: u64,
+    /// Extra copies created (by [`FaultConfig::duplicate`] or a filter).
+    pub duplicated: u64,
+    /// Held back by [`FaultConfig::reorder`].
+    pub reorder_held: u64,
+    /// Delivered after a datagram sent later on the same link (measured at
+    /// delivery, whatever caused it: reorder fault, filter delay, a
+    /// duplicate's copy).
+    pub reordered: u64,
+    /// Datagrams with a flipped bit.
+    pub corrupted: u64,
+    /// Datagrams delayed by a filter.
+    pub delayed: u64,
+    /// `handle_timeout` calls made.
+    pub timers_fired: u64,
+    /// Frames the capture tap could not write (recording stops at the
+    /// first write error).
+    pub tap_errors: u64,
+}
+
+impl FabricStats {
+    /// All drops, whatever the reason.
+    pub fn dropped(&self) -> u64 {
+        self.dropped_loss + self.dropped_filter + self.dropped_mtu + self.dropped_unroutable
+    }
+}
+
+/// Per-node counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeStats {
+    /// Datagrams this node transmitted.
+    pub transmitted: u64,
+    /// Datagrams delivered to this node.
+    pub delivered: u64,
+    /// Timer firings.
+    pub timers_fired: u64,
+}
+
+/// Prints `replay with ROCE_SIM_SEED=<seed>` on stderr when dropped during
+/// a panic, so a failing randomized test says how to replay it.
+#[derive(Debug)]
+pub struct SeedGuard {
+    seed: u64,
+}
+
+impl SeedGuard {
+    /// Guard `seed`.
+    pub fn new(seed: u64) -> SeedGuard {
+        SeedGuard { seed }
+    }
+    /// The guarded seed.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+}
+
+impl Drop for SeedGuard {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("replay with {SEED_ENV}={}", self.seed);
+        }
+    }
+}
+
+/// The seed from `ROCE_SIM_SEED` (decimal, or hex with `0x`), else
+/// `default`. An unparsable value is reported on stderr and ignored.
+pub fn seed_from_env(default: u64) -> u64 {
+    match std::env::var(SEED_ENV) {
+        Ok(s) => match parse_seed(&s) {
+            Some(v) => v,
+            None => {
+                eprintln!("{SEED_ENV}={s:?} is not a u64; using seed {default}");
+                default
+            }
+        },
+        Err(_) => default,
+    }
+}
+
+fn parse_seed(s: &str) -> Option<u64> {
+    let s = s.trim();
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+/// Bytes a datagram occupies on an Ethernet link: the Ethernet header (14),
+/// IP header (20 or 40), UDP header (8) and payload. Preamble, FCS and
+/// inter-frame gap are not modelled.
+pub fn wire_len(d: &Datagram) -> usize {
+    14 + ip_len(d)
+}
+
+/// Length of the IP packet carrying `d`.
+pub fn ip_len(d: &Datagram) -> usize {
+    let ip = if d.endpoints.dst.is_ipv4() { 20 } else { 40 };
+    ip + 8 + d.payload.len()
+}
+
+/// A node shared between the fabric and someone else (e.g. a verbs API
+/// posting work to the same device): the fabric locks it for each call. A
+/// poisoned lock is used anyway (the node's state is whatever the panicking
+/// holder left).
+impl<T: SansIo + ?Sized> SansIo for Arc<Mutex<T>> {
+    fn handle_datagram(&mut self, now: Instant, dgram: Datagram) {
+        lock(self).handle_datagram(now, dgram)
+    }
+    fn poll_transmit(&mut self, now: Instant) -> Option<Datagram> {
+        lock(self).poll_transmit(now)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        lock(self).poll_timeout()
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        lock(self).handle_timeout(now)
+    }
+}
+
+fn lock<T: ?Sized>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct Node {
+    addrs: Vec<IpAddr>,
+    io: Box<dyn SansIo + Send>,
+    stats: NodeStats,
+}
+
+#[derive(Default)]
+struct LinkState {
+    config: Option<LinkConfig>,
+    faults: Option<FaultConfig>,
+    /// When the link finishes serializing what it has been given.
+    busy_until: Instant,
+    /// Transmissions on this link so far.
+    sent: u64,
+    /// Highest link sequence number delivered so far.
+    max_delivered: Option<u64>,
+    /// Latest arrival of a datagram that was not held (FIFO order).
+    fifo_mark: Instant,
+}
+
+struct InFlight {
+    at: Instant,
+    seq: u64,
+    from: NodeId,
+    to: NodeId,
+    link_seq: u64,
+    dgram: Datagram,
+}
+
+impl PartialEq for InFlight {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for InFlight {}
+impl PartialOrd for InFlight {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for InFlight {
+    /// Reversed so that `BinaryHeap` pops the earliest (time, seq).
+    fn cmp(&self, o: &Self) -> Ordering {
+        (o.at, o.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+/// What [`Fabric::step`] would do next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NextEvent {
+    /// Deliver a datagram at this time.
+    Deliver(Instant),
+    /// Fire this node's timer at this time (never earlier than `now`).
+    Timer(NodeId, Instant),
+}
+
+impl NextEvent {
+    /// When it happens.
+    pub fn at(self) -> Instant {
+        match self {
+            NextEvent::Deliver(t) | NextEvent::Timer(_, t) => t,
+        }
+    }
+}
+
+/// The simulated fabric. See the [module documentation](self).
+pub struct Fabric {
+    now: Instant,
+    seed: u64,
+    rng: SmallRng,
+    nodes: Vec<Node>,
+    routes: HashMap<IpAddr, NodeId>,
+    default_link: LinkConfig,
+    default_faults: FaultConfig,
+    links: BTreeMap<(NodeId, NodeId), LinkState>,
+    filters: Vec<Filter>,
+    queue: BinaryHeap<InFlight>,
+    /// Sequence number for the next queued event (ties on time).
+    next_event_seq: u64,
+    /// Fabric-wide transmission counter.
+    next_tx: u64,
+    stats: FabricStats,
+    taps: Vec<Option<tap::Tap>>,
+    max_transmits_per_poll: usize,
+    max_events_per_run: usize,
+    _guard: SeedGuard,
+}
+
+impl std::fmt::Debug for Fabric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fabric")
+            .field("now", &self.now)
+            .field("seed", &self.seed)
+            .field("nodes", &self.nodes.len())
+            .field("in_flight", &self.queue.len())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Fabric {
+    /// An empty fabric at time zero with this seed, default links and no
+    /// faults.
+    pub fn new(seed: u64) -> Fabric {
+        Fabric {
+            now: Instant::ZERO,
+            seed,
+            rng: SmallRng::seed_from_u64(seed),
+            nodes: Vec::new(),
+            routes: HashMap::new(),
+            default_link: LinkConfig::default(),
+            default_faults: FaultConfig::default(),
+            links: BTreeMap::new(),
+            filters: Vec::new(),
+            queue: BinaryHeap::new(),
+            next_event_seq: 0,
+            next_tx: 0,
+            stats: FabricStats::default(),
+            taps: Vec::new(),
+            max_transmits_per_poll: 65_536,
+            max_events_per_run: 1_000_000,
+            _guard: SeedGuard::new(seed),
+        }
+    }
+
+    /// Like [`Fabric::new`], but `ROCE_SIM_SEED` overrides `default`.
+    pub fn from_env_seed(default: u64) -> Fabric {
+        Fabric::new(seed_from_env(default))
+    }
+
+    /// The seed this fabric's randomness comes from.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The virtual clock.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> &FabricStats {
+        &self.stats
+    }
+
+    /// Counters of one node (`None` for an unknown id).
+    pub fn node_stats(&self, id: NodeId) -> Option<&NodeStats> {
+        self.nodes.get(id.0).map(|n| &n.stats)
+    }
+
+    /// Add a node reachable at `addr`. If another node already owns
+    /// `addr`, the new node takes the route over.
+    pub fn add_node(&mut self, addr: IpAddr, node: impl SansIo + Send + 'static) -> NodeId {
+        self.add_boxed_node(addr, Box::new(node))
+    }
+
+    /// [`Fabric::add_node`] for an already boxed node.
+    pub fn add_boxed_node(&mut self, addr: IpAddr, node: Box<dyn SansIo + Send>) -> NodeId {
+        let id = NodeId(self.nodes.len());
+        self.nodes.push(Node { addrs: Vec::new(), io: node, stats: NodeStats::default() });
+        self.add_address(id, addr);
+        id
+    }
+
+    /// Make `node` reachable at another address too (e.g. an IPv6 GID).
+    /// Returns false for an unknown node.
+    pub fn add_address(&mut self, node: NodeId, addr: IpAddr) -> bool {
+        let Some(n) = self.nodes.get_mut(node.0) else { return false };
+        if !n.addrs.contains(&addr) {
+            n.addrs.push(addr);
+        }
+        self.routes.insert(addr, node);
+        true
+    }
+
+    /// Number of nodes.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// The addresses of a node (empty for an unknown id).
+    pub fn addresses(&self, node: NodeId) -> &[IpAddr] {
+        self.nodes.get(node.0).map(|n| n.addrs.as_slice()).unwrap_or(&[])
+    }
+
+    /// The node an address routes to.
+    pub fn route(&self, addr: IpAddr) -> Option<NodeId> {
+        self.routes.get(&addr).copied()
+    }
+
+    /// A node, to inspect it.
+    pub fn node(&self, id: NodeId) -> Option<&(dyn SansIo + Send)> {
+        self.nodes.get(id.0).map(|n| &*n.io)
+    }
+
+    /// A node, to drive it directly (e.g. post work between steps).
+    pub fn node_mut(&mut self, id: NodeId) -> Option<&mut (dyn SansIo + Send + 'static)> {
+        self.nodes.get_mut(id.0).map(|n| &mut *n.io)
+    }
+
+    /// Set the link properties used where no per-link ones are set.
+    pub fn set_default_link(&mut self, cfg: LinkConfig) {
+        self.default_link = cfg;
+    }
+
+    /// Set the properties of the directed link `from → to`.
+    pub fn set_link(&mut self, from: NodeId, to: NodeId, cfg: LinkConfig) {
+        self.links.entry((from, to)).or_default().config = Some(cfg);
+    }
+
+    /// Set the properties of both directions between `a` and `b`.
+    pub fn set_link_both(&mut self, a: NodeId, b: NodeId, cfg: LinkConfig) {
+        self.set_link(a, b, cfg);
+        self.set_link(b, a, cfg);
+    }
+
+    /// The properties of the directed link `from → to`.
+    pub fn link(&self, from: NodeId, to: NodeId) -> LinkConfig {
+        self.links.get(&(from, to)).and_then(|l| l.config).unwrap_or(self.default_link)
+    }
+
+    /// Set the random faults used on links without their own.
+    pub fn set_faults(&mut self, cfg: FaultConfig) {
+        self.default_faults = cfg;
+    }
+
+    /// Set the random faults of the directed link `from → to`.
+    pub fn set_link_faults(&mut self, from: NodeId, to: NodeId, cfg: FaultConfig) {
+        self.links.entry((from, to)).or_default().faults = Some(cfg);
+    }
+
+    /// Add a targeted fault; filters are consulted in the order added.
+    pub fn add_filter(&mut self, f: Filter) -> FilterId {
+        self.filters.push(f);
+        FilterId(self.filters.len() - 1)
+    }
+
+    /// A filter, to read its counters.
+    pub fn filter(&self, id: FilterId) -> Option<&Filter> {
+        self.filters.get(id.0)
+    }
+
+    /// Remove every filter (their ids become invalid).
+    pub fn clear_filters(&mut self) {
+        self.filters.clear();
+    }
+
+    /// Most datagrams taken from one node in one poll round (default
+    /// 65536); the rest are taken in the next round. Guards against a node
+    /// that never stops transmitting.
+    pub fn set_max_transmits_per_poll(&mut self, n: usize) {
+        self.max_transmits_per_poll = n.max(1);
+    }
+
+    /// Event bound of [`Fabric::run_for`] and [`Fabric::run_until_time`]
+    /// (default 1,000,000).
+    pub fn set_max_events_per_run(&mut self, n: usize) {
+        self.max_events_per_run = n;
+    }
+
+    /// Datagrams in flight.
+    pub fn in_flight(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Put a datagram on the wire as if `from` had transmitted it now.
+    pub fn inject(&mut self, from: NodeId, dgram: Datagram) {
+        self.transmit(from, dgram);
+    }
+
+    /// Take every pending transmit from every node (in node order).
+    pub fn poll_transmits(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.poll_node(NodeId(i));
+        }
+    }
+
+    fn poll_node(&mut self, id: NodeId) {
+        for _ in 0..self.max_transmits_per_poll {
+            let now = self.now;
+            let Some(d) = self.nodes[id.0].io.poll_transmit(now) else { break };
+            self.transmit(id, d);
+        }
+    }
+
+    /// The next event, without doing it. Call [`Fabric::poll_transmits`]
+    /// first to include transmits the nodes have not handed over yet.
+    pub fn next_event(&self) -> Option<NextEvent> {
+        let deliver = self.queue.peek().map(|e| e.at);
+        let mut timer: Option<(NodeId, Instant)> = None;
+        for (i, n) in self.nodes.iter().enumerate() {
+            if let Some(t) = n.io.poll_timeout() {
+                let t = t.max(self.now);
+                if timer.is_none_or(|(_, best)| t < best) {
+                    timer = Some((NodeId(i), t));
+                }
+            }
+        }
+        match (deliver, timer) {
+            (Some(d), Some((id, t))) if t < d => Some(NextEvent::Timer(id, t)),
+            (Some(d), _) => Some(NextEvent::Deliver(d)),
+            (None, Some((id, t))) => Some(NextEvent::Timer(id, t)),
+            (None, None) => None,
+        }
+    }
+
+    /// Process the next event (one delivery or one node's timers),
+    /// advancing the clock to it. Returns false if there was none: no
+    /// datagram in flight, nothing to transmit and no timer armed.
+    pub fn step(&mut self) -> bool {
+        self.poll_transmits();
+        let Some(ev) = self.next_event() else { return false };
+        match ev {
+            NextEvent::Deliver(_) => {
+                let Some(f) = self.queue.pop() else { return false };
+                self.deliver(f);
+            }
+            NextEvent::Timer(id, at) => {
+                self.now = self.now.max(at);
+                self.stats.timers_fired += 1;
+                let n = &mut self.nodes[id.0];
+                n.stats.timers_fired += 1;
+                trace!(node = id.0, now_ns = self.now.as_nanos(), "sim timer");
+                n.io.handle_timeout(self.now);
+            }
+        }
+        self.poll_transmits();
+        true
+    }
+
+    /// Step until nothing is left to do, at most `max_events` steps.
+    /// Returns true if the fabric went idle, false if the bound was hit.
+    pub fn run_until_idle(&mut self, max_events: usize) -> bool {
+        for _ in 0..max_events {
+            if !self.step() {
+                return true;
+            }
+        }
+        self.poll_transmits();
+        self.next_event().is_none()
+    }
+
+    /// Step until `cond` holds (checked before the first step and after
+    /// each), at most `max_events` steps. Returns whether `cond` held.
+    pub fn run_until(
+        &mut self,
+        mut cond: impl FnMut(&mut Fabric) -> bool,
+        max_events: usize,
+    ) -> bool {
+        if cond(self) {
+            return true;
+        }
+        for _ in 0..max_events {
+            if !self.step() {
+                return cond(self);
+            }
+            if cond(self) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Process every event up to `now + d`, then set the clock to exactly
+    /// `now + d`. Returns false (clock left at the last event) if the event
+    /// bound ([`Fabric::set_max_events_per_run`]) was hit first.
+    pub fn run_for(&mut self, d: Duration) -> bool {
+        let end = self.now + d;
+        self.run_until_time(end)
+    }
+
+    /// Process every event at or before `end`, then set the clock to `end`
+    /// (if it is later). Returns false if the event bound was hit first.
+    pub fn run_until_time(&mut self, end: Instant) -> bool {
+        for _ in 0..self.max_events_per_run {
+            self.poll_transmits();
+            match self.next_event() {
+                Some(ev) if ev.at() <= end => {
+                    self.step();
+                }
+                _ => {
+                    self.now = self.now.max(end);
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    fn schedule(&mut self, at: Instant, from: NodeId, to: NodeId, link_seq: u64, dgram: Datagram) {
+        let seq = self.next_event_seq;
+        self.next_event_seq += 1;
+        self.queue.push(InFlight { at, seq, from, to, link_seq, dgram });
+    }
+
+    fn deliver(&mut self, f: InFlight) {
+        self.now = self.now.max(f.at);
+        let now = self.now;
+        if let Some(l) = self.links.get_mut(&(f.from, f.to)) {
+            match l.max_delivered {
+                Some(m) if f.link_seq < m => {
+                    self.stats.reordered += 1;
+                    trace!(from = f.from.0, to = f.to.0, link_seq = f.link_seq, "sim reordered");
+                }
+                _ => l.max_delivered = Some(f.link_seq),
+            }
+        }
+        self.tap(TapPoint::Ingress, &f.dgram);
+        self.stats.delivered += 1;
+        let n = &mut self.nodes[f.to.0];
+        n.stats.delivered += 1;
+        n.io.handle_datagram(now, f.dgram);
+    }
+
+    fn transmit(&mut self, from: NodeId, dgram: Datagram) {
+        let now = self.now;
+        let seq = self.next_tx;
+        self.next_tx += 1;
+        self.stats.transmitted += 1;
+        if let Some(n) = self.nodes.get_mut(from.0) {
+            n.stats.transmitted += 1;
+        }
+        self.tap(TapPoint::Egress, &dgram);
+        let Some(to) = self.route(dgram.endpoints.dst) else {
+            self.stats.dropped_unroutable += 1;
+            debug!(seq, dst = %dgram.endpoints.dst, "sim drop: unroutable");
+            return;
+        };
+        let cfg = self.link(from, to);
+        let len = ip_len(&dgram);
+        let roce = RocePacket::new_checked(&dgram.payload[..]).ok().map(|p| RoceRepr::parse(&p));
+        let info = PacketInfo { seq, now, from, to, endpoints: dgram.endpoints, ip_len: len, roce };
+        let opcode = info.opcode().map(|o| o.0);
+        let psn = info.psn().map(|p| p.value());
+        if len > cfg.mtu {
+            self.stats.dropped_mtu += 1;
+            debug!(seq, ?opcode, ?psn, len, mtu = cfg.mtu, "sim drop: larger than link MTU");
+            return;
+        }
+
+        // The link: serialization (the frame occupies it even if it is
+        // lost in flight), then propagation.
+        let link = self.links.entry((from, to)).or_default();
+        let link_seq = link.sent;
+        link.sent += 1;
+        let start = now.max(link.busy_until);
+        let done = match cfg.rate {
+            Some(rate) if rate > 0 => {
+                let ns = (wire_len(&dgram) as u128 * 1_000_000_000).div_ceil(rate as u128);
+                start + Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+            }
+            _ => start,
+        };
+        link.busy_until = done;
+        let faults = link.faults.clone().unwrap_or_else(|| self.default_faults.clone());
+
+        // Targeted filters: every filter sees every datagram.
+        let mut drop = false;
+        let mut duplicate = false;
+        let mut corrupt = false;
+        let mut flips = Vec::new();
+        let mut delay = Duration::ZERO;
+        for (i, f) in self.filters.iter_mut().enumerate() {
+            let a = f.decide(&dgram, &info, &mut self.rng);
+            if a != Action::Pass {
+                debug!(seq, filter = i, action = ?a, ?opcode, ?psn, "sim filter fired");
+            }
+            match a {
+                Action::Pass => {}
+                Action::Drop => drop = true,
+                Action::Duplicate => duplicate = true,
+                Action::Corrupt => corrupt = true,
+                Action::FlipBit(b) => flips.push(b),
+                Action::Delay(d) => delay += d,
+            }
+        }
+        if drop {
+            self.stats.dropped_filter += 1;
+            debug!(seq, ?opcode, ?psn, "sim drop: filter");
+            return;
+        }
+
+        // Random faults, in a fixed order.
+        if fault::chance(&mut self.rng, faults.drop) {
+            self.stats.dropped_loss += 1;
+            debug!(seq, ?opcode, ?psn, p = faults.drop, "sim drop: random loss");
+            return;
+        }
+        corrupt |= fault::chance(&mut self.rng, faults.corrupt);
+        let mut dgram = dgram;
+        if corrupt || !flips.is_empty() {
+            let mut p = dgram.payload.to_vec();
+            let mut changed = false;
+            for b in flips {
+                changed |= fault::flip_bit(&mut p, b);
+            }
+            if corrupt {
+                if let Some(bit) = fault::flip_random_bit(&mut self.rng, &mut p) {
+                    debug!(seq, ?opcode, ?psn, bit, "sim corrupt: flipped bit");
+                    changed = true;
+                }
+            }
+            if changed {
+                self.stats.corrupted += 1;
+                dgram.payload = Bytes::from(p);
+            }
+        }
+        duplicate |= fault::chance(&mut self.rng, faults.duplicate);
+        // Explicit holds (filter delay, reorder fault) let later datagrams
+        // overtake; jitter alone keeps the link's FIFO order.
+        let mut hold = Duration::ZERO;
+        if !delay.is_zero() {
+            self.stats.delayed += 1;
+            hold += delay;
+        }
+        if fault::chance(&mut self.rng, faults.reorder) {
+            self.stats.reorder_held += 1;
+            hold += faults.reorder_delay;
+            debug!(
+                seq,
+                ?opcode,
+                ?psn,
+                hold_ns = faults.reorder_delay.as_nanos() as u64,
+                "sim reorder: held"
+            );
+        }
+        let base = done + cfg.latency;
+        let j = jitter(&mut self.rng, faults.jitter);
+        let arrival = self.arrival(from, to, base + j, hold);
+        if duplicate {
+            self.stats.duplicated += 1;
+            // The copy gets its own jitter and a filter's delay, not the
+            // reorder hold.
+            let j = jitter(&mut self.rng, faults.jitter);
+            let copy_at = self.arrival(from, to, base + j, delay);
+            debug!(seq, ?opcode, ?psn, copy_at_ns = copy_at.as_nanos(), "sim duplicate");
+            let copy = dgram.clone();
+            self.schedule(arrival, from, to, link_seq, dgram);
+            self.schedule(copy_at, from, to, link_seq, copy);
+        } else {
+            self.schedule(arrival, from, to, link_seq, dgram);
+        }
+    }
+
+    /// Arrival time on link `from → to` of a datagram that would arrive at
+    /// `t` plus an explicit `hold`. Without a hold it arrives no earlier
+    /// than the previous such datagram (links are FIFO; jitter delays but
+    /// does not reorder) and becomes the new FIFO mark; a held datagram
+    /// arrives at `t + hold` and leaves the mark alone.
+    fn arrival(&mut self, from: NodeId, to: NodeId, t: Instant, hold: Duration) -> Instant {
+        if !hold.is_zero() {
+            return t + hold;
+        }
+        match self.links.get_mut(&(from, to)) {
+            Some(l) => {
+                let t = t.max(l.fifo_mark);
+                l.fifo_mark = t;
+                t
+            }
+            None => t,
+        }
+    }
+}
+
+fn jitter(rng: &mut SmallRng, max: Duration) -> Duration {
+    let ns = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
+    if ns == 0 {
+        Duration::ZERO
+    } else {
+        Duration::from_nanos(rng.gen_range(0..=ns))
+    }
+}
