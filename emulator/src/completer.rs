@@ -57,6 +57,7 @@ impl Qp {
 
     /// Forward progress: retry counters back to their attribute values.
     fn progress(&mut self) {
+        self.gap_retry = None;
         self.retry_left = self.p.retry_cnt;
         self.rnr_left = self.p.rnr_retry;
     }
@@ -132,7 +133,10 @@ impl Qp {
                     self.retry_from(dev, p, "implied NAK (ACK past READ/atomic)");
                     return;
                 }
-                if psn.is_at_or_after(self.comp_psn) {
+                let in_rd = self.sq.front().is_some_and(|w| {
+                    w.wr.opcode.is_read_or_atomic() && w.state != WqeState::Posted
+                });
+                if psn.is_at_or_after(self.comp_psn) && !in_rd {
                     self.comp_psn = psn.next();
                     self.progress();
                 }
@@ -163,10 +167,18 @@ impl Qp {
             }
             (OpKind::Ack, Some(Syndrome::Nak(code))) => {
                 tracing::debug!(qpn = %self.qpn, %psn, code = code.name(), "NAK received");
-                let _ = self.complete_covered(dev, psn, false);
+                if code == NakCode::PsnSequenceError {
+                    dev.counters.rcvd_seq_err += 1;
+                }
+                if let Implicit::ImpliedNak = self.complete_covered(dev, psn, false) {
+                    // the NAK acknowledges a READ/atomic whose response was
+                    // lost: resend from it (its response is still owed)
+                    let p = self.comp_psn;
+                    self.retry_from(dev, p, "implied NAK (NAK past READ/atomic)");
+                    return;
+                }
                 let status = match code {
                     NakCode::PsnSequenceError => {
-                        dev.counters.rcvd_seq_err += 1;
                         self.comp_psn = psn;
                         self.retry_from(dev, psn, "PSN sequence error NAK");
                         return;
@@ -202,15 +214,22 @@ impl Qp {
             return;
         }
         if psn != self.comp_psn {
-            // a read response went missing: implied NAK from the first one missing
+            // a read response went missing: implied NAK from the first one
+            // missing, once per gap (later gap packets are dropped)
             let p = self.comp_psn;
+            if self.gap_retry == Some(p) {
+                dev.counters.stale_response += 1;
+                tracing::debug!(qpn = %self.qpn, %psn, reason = "read response after gap", "drop");
+                return;
+            }
+            self.gap_retry = Some(p);
             self.retry_from(dev, p, "implied NAK (read response gap)");
             return;
         }
         let k = u64::from(psn.value().wrapping_sub(w.first_psn.value()) & 0xFF_FFFF);
         let off = k * mtu;
         let remaining = w.length.saturating_sub(off);
-        let expect_pos = match (off == 0, remaining <= mtu) {
+        let expect_pos = match (psn == w.read_start, remaining <= mtu) {
             (true, true) => Position::Only,
             (true, false) => Position::First,
             (false, false) => Position::Middle,

@@ -616,6 +616,7 @@ impl Hca {
             npkts: 0,
             sent_bytes: 0,
             signaled,
+            read_start: Psn::new(0),
         };
         if qp.state == QpState::Err {
             let wc = qp.send_wc(&w, WcStatus::WrFlushErr);

@@ -49,6 +49,9 @@ pub(crate) struct SendWqe {
     /// Offset of the next byte the requester sends (or, for READ, requests).
     pub sent_bytes: u64,
     pub signaled: bool,
+    /// READ: PSN of the latest (re)issued request; its responses restart
+    /// at READ_RESPONSE_FIRST there.
+    pub read_start: Psn,
 }
 
 impl SendWqe {
@@ -116,6 +119,9 @@ pub(crate) struct Qp {
     pub rnr_left: u8,
     pub retrans_deadline: Option<Instant>,
     pub rnr_deadline: Option<Instant>,
+    /// PSN the completer last retried from because of a read-response gap;
+    /// further gap packets are dropped until that PSN arrives.
+    pub gap_retry: Option<Psn>,
     // responder
     pub epsn: Psn,
     pub msn: Msn,
@@ -166,6 +172,7 @@ impl Qp {
             rnr_left: 0,
             retrans_deadline: None,
             rnr_deadline: None,
+            gap_retry: None,
             epsn: Psn::new(0),
             msn: Msn::new(0),
             nak_sent: false,

@@ -209,6 +209,9 @@ impl Qp {
         self.req_psn = psn.add(consumed);
         let w = &mut self.sq[idx];
         w.sent_bytes += sent;
+        if op == WrOpcode::RdmaRead {
+            w.read_start = psn;
+        }
         if done {
             w.state = WqeState::Sent;
             self.req_idx += 1;

@@ -420,8 +420,12 @@ impl Qp {
         tracing::debug!(qpn = %self.qpn, %psn, epsn = %self.epsn, opcode = %r.bth.opcode, "duplicate request");
         match info.kind {
             OpKind::Send | OpKind::Write => {
+                // Re-acknowledge (C9-105) with the duplicate's own PSN, not
+                // the newest one: an ACK past a READ/atomic the requester is
+                // re-issuing would be taken as an implied NAK for it, and the
+                // re-issued responses that follow would then be stale.
                 if r.bth.ack_req {
-                    self.send_ack(dev, self.epsn.sub(1));
+                    self.send_ack(dev, psn);
                 }
             }
             OpKind::ReadRequest => {

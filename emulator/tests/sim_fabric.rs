@@ -923,3 +923,51 @@ fn jitter_delays_but_never_reorders_a_link() {
     assert!(times.iter().all(|&t| (2_000..=7_000).contains(&t)));
     assert!(times.iter().any(|&t| t > 2_000), "jitter applied");
 }
+
+/// Collects tracing events as "message field=value ..." lines.
+#[derive(Clone, Default)]
+struct Recorder(Arc<Mutex<Vec<String>>>);
+
+struct Line(String);
+
+impl tracing::field::Visit for Line {
+    fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+        use std::fmt::Write;
+        let _ = write!(self.0, "{}={:?} ", f.name(), v);
+    }
+}
+
+impl tracing::Subscriber for Recorder {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, e: &tracing::Event<'_>) {
+        let mut l = Line(String::new());
+        e.record(&mut l);
+        self.0.lock().unwrap().push(l.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[test]
+fn faults_are_traced_with_opcode_and_psn() {
+    let rec = Recorder::default();
+    tracing::subscriber::with_default(rec.clone(), || {
+        let (mut f, _s, _k) = pair(1, Sender::counting(v4(1), v4(2), 5, Duration::from_micros(1)));
+        f.add_filter(Filter::matching(Match::Psn(Psn::new(2))).drop());
+        f.add_filter(Filter::matching(Match::Psn(Psn::new(3))).corrupt());
+        assert!(f.run_until_idle(100));
+    });
+    let lines = rec.0.lock().unwrap();
+    let drop = lines.iter().find(|l| l.contains("sim drop: filter")).expect("drop event");
+    assert!(drop.contains("opcode=Some(4)") && drop.contains("psn=Some(2)"), "{drop}");
+    let flip = lines.iter().find(|l| l.contains("sim corrupt")).expect("corrupt event");
+    assert!(flip.contains("psn=Some(3)") && flip.contains("bit="), "{flip}");
+    assert_eq!(lines.iter().filter(|l| l.contains("sim filter fired")).count(), 2);
+}

@@ -261,7 +261,8 @@ pub enum Action {
     /// Flip this bit of the UDP payload (bit 0 is the MSB of byte 0);
     /// ignored if out of range.
     FlipBit(usize),
-    /// Deliver it this much later.
+    /// Deliver it this much later; datagrams sent after it may overtake
+    /// it (a delay is a hold, not link jitter).
     Delay(Duration),
 }
 
