@@ -513,7 +513,7 @@ impl Hca {
         }
         match to {
             QpState::Reset => qp.reset(),
-            QpState::Err => qp.to_error(&mut self.dev),
+            QpState::Err => qp.enter_error(&mut self.dev),
             s => qp.state = s,
         }
         self.settle();
@@ -656,7 +656,7 @@ impl Hca {
         while let Some(cq) = self.dev.errored_cqs.pop() {
             for qp in self.qps.values_mut() {
                 if (qp.init.send_cq == cq || qp.init.recv_cq == cq) && qp.state != QpState::Err {
-                    qp.to_error(&mut self.dev);
+                    qp.enter_error(&mut self.dev);
                 }
             }
         }

@@ -265,11 +265,11 @@ impl Qp {
             let wc = self.send_wc(&w, status);
             dev.complete(self.init.send_cq, wc);
         }
-        self.to_error(dev);
+        self.enter_error(dev);
     }
 
     /// Enter ERR and flush both queues (IBA §10.3.1, C10-31).
-    pub fn to_error(&mut self, dev: &mut Dev) {
+    pub fn enter_error(&mut self, dev: &mut Dev) {
         if self.state != QpState::Err {
             tracing::info!(qpn = %self.qpn, from = %self.state, to = %QpState::Err, "QP state change");
             self.state = QpState::Err;

@@ -76,7 +76,7 @@ impl Qp {
             }
         }
         self.send_nak(dev, psn, code);
-        self.to_error(dev);
+        self.enter_error(dev);
     }
 
     fn send_rnr(&mut self, dev: &mut Dev, psn: Psn) {
@@ -419,15 +419,12 @@ impl Qp {
         let psn = r.bth.psn;
         tracing::debug!(qpn = %self.qpn, %psn, epsn = %self.epsn, opcode = %r.bth.opcode, "duplicate request");
         match info.kind {
-            OpKind::Send | OpKind::Write => {
-                // Re-acknowledge (C9-105) with the duplicate's own PSN, not
-                // the newest one: an ACK past a READ/atomic the requester is
-                // re-issuing would be taken as an implied NAK for it, and the
-                // re-issued responses that follow would then be stale.
-                if r.bth.ack_req {
-                    self.send_ack(dev, psn);
-                }
-            }
+            // Re-acknowledge (C9-105) with the duplicate's own PSN, not the
+            // newest one: an ACK past a READ/atomic the requester is
+            // re-issuing would be taken as an implied NAK for it, and the
+            // re-issued responses that follow would then be stale.
+            OpKind::Send | OpKind::Write if r.bth.ack_req => self.send_ack(dev, psn),
+            OpKind::Send | OpKind::Write => {}
             OpKind::ReadRequest => {
                 let Some(reth) = r.reth else { return };
                 let found = self.resources.iter().find_map(|x| match *x {
