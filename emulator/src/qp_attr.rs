@@ -69,6 +69,30 @@ pub enum QpType {
     Ud,
 }
 
+impl QpType {
+    /// Every QP type, in the order the transition table's columns use.
+    pub const ALL: [QpType; 3] = [QpType::Rc, QpType::Uc, QpType::Ud];
+
+    /// Column of this type in [`Transition::masks`].
+    const fn index(self) -> usize {
+        match self {
+            QpType::Rc => 0,
+            QpType::Uc => 1,
+            QpType::Ud => 2,
+        }
+    }
+}
+
+impl fmt::Display for QpType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            QpType::Rc => "RC",
+            QpType::Uc => "UC",
+            QpType::Ud => "UD",
+        })
+    }
+}
+
 /// Path MTU (IBA enum, `enum ibv_mtu`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum PathMtu {
@@ -301,26 +325,259 @@ impl QpAttr {
 /// Why `modify_qp` refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ModifyQpError {
+    /// The state pair is not a legal transition for this QP type.
     #[error("invalid QP state transition {from} -> {to}")]
     InvalidTransition { from: QpState, to: QpState },
-    #[error(
-        "invalid attribute mask for {from} -> {to}: missing [{missing}], not allowed [{invalid}]"
-    )]
+    /// Required attributes are missing from the mask, or attributes the
+    /// transition does not accept are in it.
+    #[error("invalid attribute mask for {from} -> {to}: {}", mask_problems(.missing, .invalid))]
     InvalidAttrMask { from: QpState, to: QpState, missing: AttrMask, invalid: AttrMask },
+    /// An attribute whose mask bit is set has an out-of-range value.
     #[error("invalid value for {attr}: {reason}")]
     InvalidValue { attr: &'static str, reason: String },
+    /// `CUR_STATE` was given and is not the QP's actual state.
     #[error("cur_qp_state {given} does not match the QP's state {actual}")]
     CurStateMismatch { given: QpState, actual: QpState },
+}
+
+/// "missing [A, B]", "not allowed [C]" or both, joined by "; ".
+fn mask_problems(missing: &AttrMask, invalid: &AttrMask) -> String {
+    let mut parts = Vec::new();
+    if !missing.is_empty() {
+        parts.push(format!("missing [{missing}]"));
+    }
+    if !invalid.is_empty() {
+        parts.push(format!("not allowed [{invalid}]"));
+    }
+    parts.join("; ")
 }
 
 /// Device limits that attribute values are checked against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ModifyLimits {
+    /// Bound for `max_dest_rd_atomic` (responder RDMA read/atomic depth).
     pub max_qp_rd_atom: u8,
+    /// Bound for `max_rd_atomic` (initiator RDMA read/atomic depth).
     pub max_qp_init_rd_atom: u8,
+    /// Bound for `path_mtu`.
     pub active_mtu: PathMtu,
+    /// `pkey_index` must be below this.
     pub pkey_table_len: u16,
+    /// Ports are numbered `1..=phys_port_cnt`.
     pub phys_port_cnt: u8,
+}
+
+/// Required and optional attributes of one transition for one QP type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TransitionMasks {
+    /// Attributes that must be in the mask (besides `STATE`).
+    pub required: AttrMask,
+    /// Attributes that may be in the mask.
+    pub optional: AttrMask,
+}
+
+/// One row of the transition table: `from -> to`, with the attribute
+/// masks for each QP type (`None` = not a legal transition for that type).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transition {
+    /// State the QP is in.
+    pub from: QpState,
+    /// State requested (equal to `from` for a same-state modify).
+    pub to: QpState,
+    /// Indexed in [`QpType::ALL`] order: RC, UC, UD.
+    pub masks: [Option<TransitionMasks>; 3],
+}
+
+impl Transition {
+    /// The masks for `qp_type`, if the transition is legal for it.
+    pub const fn for_type(&self, qp_type: QpType) -> Option<TransitionMasks> {
+        self.masks[qp_type.index()]
+    }
+}
+
+/// Shorthand for table rows.
+const fn tm(required: AttrMask, optional: AttrMask) -> Option<TransitionMasks> {
+    Some(TransitionMasks { required, optional })
+}
+
+/// A legal transition that takes no attributes besides `STATE`.
+const BARE: Option<TransitionMasks> = tm(AttrMask::EMPTY, AttrMask::EMPTY);
+
+/// Every legal transition for the same three types with no attributes.
+const fn bare(from: QpState, to: QpState) -> Transition {
+    Transition { from, to, masks: [BARE; 3] }
+}
+
+// Attribute groups, named once so the rows below stay readable.
+const PKEY_PORT_ACCESS: AttrMask =
+    AttrMask(AttrMask::PKEY_INDEX.0 | AttrMask::PORT.0 | AttrMask::ACCESS_FLAGS.0);
+const PKEY_PORT_QKEY: AttrMask =
+    AttrMask(AttrMask::PKEY_INDEX.0 | AttrMask::PORT.0 | AttrMask::QKEY.0);
+const PKEY_QKEY: AttrMask = AttrMask(AttrMask::PKEY_INDEX.0 | AttrMask::QKEY.0);
+/// UC INIT->RTR; RC adds the responder's RDMA-read depth and RNR timer.
+/// AV is required for connected QPs (on RoCE it carries the peer's GID).
+const UC_RTR_REQ: AttrMask =
+    AttrMask(AttrMask::AV.0 | AttrMask::PATH_MTU.0 | AttrMask::DEST_QPN.0 | AttrMask::RQ_PSN.0);
+const RC_RTR_REQ: AttrMask =
+    AttrMask(UC_RTR_REQ.0 | AttrMask::MAX_DEST_RD_ATOMIC.0 | AttrMask::MIN_RNR_TIMER.0);
+const CONN_RTR_OPT: AttrMask =
+    AttrMask(AttrMask::ALT_PATH.0 | AttrMask::ACCESS_FLAGS.0 | AttrMask::PKEY_INDEX.0);
+const RC_RTS_REQ: AttrMask = AttrMask(
+    AttrMask::TIMEOUT.0
+        | AttrMask::RETRY_CNT.0
+        | AttrMask::RNR_RETRY.0
+        | AttrMask::SQ_PSN.0
+        | AttrMask::MAX_QP_RD_ATOMIC.0,
+);
+/// What a connected QP may change while (re)entering or staying in RTS.
+const UC_RTS_OPT: AttrMask =
+    AttrMask(AttrMask::ALT_PATH.0 | AttrMask::ACCESS_FLAGS.0 | AttrMask::PATH_MIG_STATE.0);
+const RC_RTS_OPT: AttrMask = AttrMask(UC_RTS_OPT.0 | AttrMask::MIN_RNR_TIMER.0);
+const UC_SQD_OPT: AttrMask = AttrMask(
+    AttrMask::AV.0
+        | AttrMask::ALT_PATH.0
+        | AttrMask::ACCESS_FLAGS.0
+        | AttrMask::PKEY_INDEX.0
+        | AttrMask::PATH_MIG_STATE.0,
+);
+const RC_SQD_OPT: AttrMask = AttrMask(
+    UC_SQD_OPT.0
+        | AttrMask::PORT.0
+        | AttrMask::TIMEOUT.0
+        | AttrMask::RETRY_CNT.0
+        | AttrMask::RNR_RETRY.0
+        | AttrMask::MAX_QP_RD_ATOMIC.0
+        | AttrMask::MAX_DEST_RD_ATOMIC.0
+        | AttrMask::MIN_RNR_TIMER.0,
+);
+const E: AttrMask = AttrMask::EMPTY;
+
+use QpState as S;
+
+/// The QP state transition table (IBA §11.2.5; same facts as the Linux
+/// kernel's `qp_state_table`), for RC, UC and UD. A state pair that is not
+/// listed, or whose entry for a QP type is `None`, is illegal.
+///
+/// Deliberate facts worth knowing:
+/// - RESET may only go to RESET or INIT (not ERR), as in the kernel.
+/// - There is no RTR->RTR and no SQE->SQE (so no state-less modify there).
+/// - SQE only exists for UC/UD; SQE->RTS is not listed for RC.
+/// - `CUR_STATE` is not listed: [`validate_modify`] accepts it with any
+///   transition as a consistency check.
+pub static TRANSITIONS: [Transition; 22] = [
+    bare(S::Reset, S::Reset),
+    Transition {
+        from: S::Reset,
+        to: S::Init,
+        masks: [tm(PKEY_PORT_ACCESS, E), tm(PKEY_PORT_ACCESS, E), tm(PKEY_PORT_QKEY, E)],
+    },
+    Transition {
+        from: S::Init,
+        to: S::Init,
+        masks: [tm(E, PKEY_PORT_ACCESS), tm(E, PKEY_PORT_ACCESS), tm(E, PKEY_PORT_QKEY)],
+    },
+    Transition {
+        from: S::Init,
+        to: S::Rtr,
+        masks: [tm(RC_RTR_REQ, CONN_RTR_OPT), tm(UC_RTR_REQ, CONN_RTR_OPT), tm(E, PKEY_QKEY)],
+    },
+    bare(S::Init, S::Reset),
+    bare(S::Init, S::Err),
+    Transition {
+        from: S::Rtr,
+        to: S::Rts,
+        masks: [
+            tm(RC_RTS_REQ, RC_RTS_OPT),
+            tm(AttrMask::SQ_PSN, UC_RTS_OPT),
+            tm(AttrMask::SQ_PSN, AttrMask::QKEY),
+        ],
+    },
+    bare(S::Rtr, S::Reset),
+    bare(S::Rtr, S::Err),
+    Transition {
+        from: S::Rts,
+        to: S::Rts,
+        masks: [tm(E, RC_RTS_OPT), tm(E, UC_RTS_OPT), tm(E, AttrMask::QKEY)],
+    },
+    Transition {
+        from: S::Rts,
+        to: S::Sqd,
+        masks: [
+            tm(E, AttrMask::EN_SQD_ASYNC_NOTIFY),
+            tm(E, AttrMask::EN_SQD_ASYNC_NOTIFY),
+            tm(E, AttrMask::EN_SQD_ASYNC_NOTIFY),
+        ],
+    },
+    bare(S::Rts, S::Reset),
+    bare(S::Rts, S::Err),
+    Transition {
+        from: S::Sqd,
+        to: S::Rts,
+        masks: [tm(E, RC_RTS_OPT), tm(E, UC_RTS_OPT), tm(E, AttrMask::QKEY)],
+    },
+    Transition {
+        from: S::Sqd,
+        to: S::Sqd,
+        masks: [tm(E, RC_SQD_OPT), tm(E, UC_SQD_OPT), tm(E, PKEY_QKEY)],
+    },
+    bare(S::Sqd, S::Reset),
+    bare(S::Sqd, S::Err),
+    Transition {
+        from: S::Sqe,
+        to: S::Rts,
+        masks: [None, tm(E, AttrMask::ACCESS_FLAGS), tm(E, AttrMask::QKEY)],
+    },
+    bare(S::Sqe, S::Reset),
+    bare(S::Sqe, S::Err),
+    bare(S::Err, S::Reset),
+    bare(S::Err, S::Err),
+];
+
+/// Required and optional attributes for `from -> to` on a `qp_type` QP, or
+/// `None` if the transition is illegal. `STATE` and `CUR_STATE` are never
+/// included (they are implied by the request itself).
+pub fn required_and_optional(
+    qp_type: QpType,
+    from: QpState,
+    to: QpState,
+) -> Option<(AttrMask, AttrMask)> {
+    TRANSITIONS
+        .iter()
+        .find(|t| t.from == from && t.to == to)
+        .and_then(|t| t.for_type(qp_type))
+        .map(|m| (m.required, m.optional))
+}
+
+/// The transition table as a Markdown table (one row per state pair,
+/// required/optional columns per QP type; "—" = none, "n/a" = illegal for
+/// that type). Used by the docs and by `roce` help text.
+pub fn describe_table() -> String {
+    fn cell(m: Option<TransitionMasks>, required: bool) -> String {
+        match m {
+            None => "n/a".to_string(),
+            Some(m) => {
+                let mask = if required { m.required } else { m.optional };
+                if mask.is_empty() {
+                    "—".to_string()
+                } else {
+                    mask.to_string()
+                }
+            }
+        }
+    }
+    let mut out = String::from(
+        "| From | To | RC required | RC optional | UC required | UC optional \
+         | UD required | UD optional |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    for t in TRANSITIONS.iter() {
+        out.push_str(&format!("| {} | {} |", t.from, t.to));
+        for ty in QpType::ALL {
+            let m = t.for_type(ty);
+            out.push_str(&format!(" {} | {} |", cell(m, true), cell(m, false)));
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// Check a `modify_qp` request against the transition table and the
@@ -328,17 +585,163 @@ pub struct ModifyLimits {
 ///
 /// Rules (IBA §11.2.5.2, kernel `qp_state_table`): a transition must be
 /// listed for the QP type; every required attribute must be in the mask;
-/// no attribute outside required ∪ optional may be; any state may go to
-/// RESET or ERR with no other attributes; a request without STATE is a
-/// same-state modify whose allowed attributes are the optional ones of
-/// that state's self-transition.
+/// no attribute outside required ∪ optional ∪ {`STATE`, `CUR_STATE`} may
+/// be; any state except RESET may go to ERR, and any state to RESET, with
+/// no other attributes; a request without `STATE` is a same-state modify
+/// whose allowed attributes are the optional ones of that state's
+/// self-transition. `CUR_STATE`, when given, must equal `cur`. Values are
+/// checked only for attributes whose mask bit is set.
 pub fn validate_modify(
     qp_type: QpType,
     cur: QpState,
     attr: &QpAttr,
     limits: &ModifyLimits,
 ) -> Result<QpState, ModifyQpError> {
-    let _ = (qp_type, limits);
-    // Placeholder until the transition table lands: allow the listed RC path only.
-    Ok(attr.qp_state.unwrap_or(cur))
+    let mask = attr.mask;
+    let to = if mask.contains(AttrMask::STATE) {
+        attr.qp_state
+            .ok_or_else(|| invalid("qp_state", "STATE is in the mask but no state given"))?
+    } else {
+        cur
+    };
+    if mask.contains(AttrMask::CUR_STATE) {
+        let given = attr.cur_qp_state.ok_or_else(|| {
+            invalid("cur_qp_state", "CUR_STATE is in the mask but no state given")
+        })?;
+        if given != cur {
+            return Err(ModifyQpError::CurStateMismatch { given, actual: cur });
+        }
+    }
+    let (required, optional) = required_and_optional(qp_type, cur, to)
+        .ok_or(ModifyQpError::InvalidTransition { from: cur, to })?;
+    let missing = required.difference(mask);
+    let allowed = required | optional | AttrMask::STATE | AttrMask::CUR_STATE;
+    let not_allowed = mask.difference(allowed);
+    if !missing.is_empty() || !not_allowed.is_empty() {
+        return Err(ModifyQpError::InvalidAttrMask {
+            from: cur,
+            to,
+            missing,
+            invalid: not_allowed,
+        });
+    }
+    check_values(attr, limits)?;
+    Ok(to)
+}
+
+fn invalid(attr: &'static str, reason: impl Into<String>) -> ModifyQpError {
+    ModifyQpError::InvalidValue { attr, reason: reason.into() }
+}
+
+/// Largest PSN / QPN (24 bits).
+const MAX_24: u32 = 0x00FF_FFFF;
+/// Every access flag this crate names; other bits are rejected.
+const KNOWN_ACCESS: u32 = {
+    let mut all = 0;
+    let mut i = 0;
+    while i < AccessFlags::NAMES.len() {
+        all |= AccessFlags::NAMES[i].1;
+        i += 1;
+    }
+    all
+};
+
+fn check_values(attr: &QpAttr, limits: &ModifyLimits) -> Result<(), ModifyQpError> {
+    let has = |bit: AttrMask| attr.mask.contains(bit);
+    let at_most = |name: &'static str, v: u32, max: u32, what: &str| {
+        if v > max {
+            Err(invalid(name, format!("{v} exceeds {what} {max}")))
+        } else {
+            Ok(())
+        }
+    };
+    if has(AttrMask::ACCESS_FLAGS) && attr.qp_access_flags.0 & !KNOWN_ACCESS != 0 {
+        return Err(invalid(
+            "qp_access_flags",
+            format!("unknown bits {:#x}", attr.qp_access_flags.0 & !KNOWN_ACCESS),
+        ));
+    }
+    if has(AttrMask::PKEY_INDEX) && attr.pkey_index >= limits.pkey_table_len {
+        return Err(invalid(
+            "pkey_index",
+            format!(
+                "{} is not below the P_Key table length {}",
+                attr.pkey_index, limits.pkey_table_len
+            ),
+        ));
+    }
+    if has(AttrMask::PORT) {
+        check_port("port_num", attr.port_num, limits)?;
+    }
+    if has(AttrMask::AV) {
+        let ah =
+            attr.ah_attr.ok_or_else(|| invalid("ah_attr", "AV is in the mask but no AV given"))?;
+        if ah.dgid.is_unspecified() {
+            return Err(invalid("ah_attr.dgid", format!("{} is unspecified", ah.dgid)));
+        }
+        at_most("ah_attr.flow_label", ah.flow_label, 0xF_FFFF, "the 20-bit maximum")?;
+        at_most("ah_attr.sl", ah.sl.into(), 15, "the maximum")?;
+        check_port("ah_attr.port_num", ah.port_num, limits)?;
+    }
+    if has(AttrMask::PATH_MTU) {
+        let mtu = attr
+            .path_mtu
+            .ok_or_else(|| invalid("path_mtu", "PATH_MTU is in the mask but no MTU given"))?;
+        if mtu > limits.active_mtu {
+            return Err(invalid(
+                "path_mtu",
+                format!(
+                    "{} exceeds the port's active MTU {}",
+                    mtu.bytes(),
+                    limits.active_mtu.bytes()
+                ),
+            ));
+        }
+    }
+    if has(AttrMask::TIMEOUT) {
+        at_most("timeout", attr.timeout.into(), 31, "the maximum")?;
+    }
+    if has(AttrMask::RETRY_CNT) {
+        at_most("retry_cnt", attr.retry_cnt.into(), 7, "the maximum")?;
+    }
+    if has(AttrMask::RNR_RETRY) {
+        at_most("rnr_retry", attr.rnr_retry.into(), 7, "the maximum")?;
+    }
+    if has(AttrMask::MIN_RNR_TIMER) {
+        at_most("min_rnr_timer", attr.min_rnr_timer.into(), 31, "the maximum")?;
+    }
+    if has(AttrMask::RQ_PSN) {
+        at_most("rq_psn", attr.rq_psn, MAX_24, "the 24-bit maximum")?;
+    }
+    if has(AttrMask::SQ_PSN) {
+        at_most("sq_psn", attr.sq_psn, MAX_24, "the 24-bit maximum")?;
+    }
+    if has(AttrMask::DEST_QPN) {
+        at_most("dest_qp_num", attr.dest_qp_num, MAX_24, "the 24-bit maximum")?;
+    }
+    if has(AttrMask::MAX_QP_RD_ATOMIC) {
+        at_most(
+            "max_rd_atomic",
+            attr.max_rd_atomic.into(),
+            limits.max_qp_init_rd_atom.into(),
+            "the device's max_qp_init_rd_atom",
+        )?;
+    }
+    if has(AttrMask::MAX_DEST_RD_ATOMIC) {
+        at_most(
+            "max_dest_rd_atomic",
+            attr.max_dest_rd_atomic.into(),
+            limits.max_qp_rd_atom.into(),
+            "the device's max_qp_rd_atom",
+        )?;
+    }
+    Ok(())
+}
+
+fn check_port(name: &'static str, port: u8, limits: &ModifyLimits) -> Result<(), ModifyQpError> {
+    if port == 0 || port > limits.phys_port_cnt {
+        Err(invalid(name, format!("{port} is not a port (1..={})", limits.phys_port_cnt)))
+    } else {
+        Ok(())
+    }
 }
