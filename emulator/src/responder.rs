@@ -402,6 +402,8 @@ impl Qp {
         self.epsn = psn.next();
         if r.bth.ack_req {
             self.send_ack(dev, psn);
+        } else {
+            dev.counters.ack_deferred += 1;
         }
     }
 
