@@ -75,7 +75,6 @@ pub(crate) struct Dev {
     pub pds: HashMap<PdHandle, Pd>,
     pub mem: MemTable,
     pub cqs: HashMap<CqHandle, Cq>,
-    pub tx: VecDeque<Datagram>,
     pub counters: Counters,
     pub events: VecDeque<AsyncEvent>,
     pub errored_cqs: Vec<CqHandle>,
@@ -130,17 +129,6 @@ impl Dev {
         Some(Datagram { endpoints, meta, payload: Bytes::from(buf) })
     }
 
-    /// Queue a response/acknowledgement packet for transmission.
-    pub fn emit(&mut self, qp: &Qp, repr: &RoceRepr, payload: &[u8]) {
-        match self.datagram(qp, repr, payload) {
-            Some(d) => self.tx.push_back(d),
-            None => {
-                self.counters.send_err += 1;
-                tracing::warn!(qpn = %qp.qpn, "cannot build packet (no AV or bad address)");
-            }
-        }
-    }
-
     fn id(&mut self) -> u32 {
         self.next_id += 1;
         self.next_id
@@ -178,7 +166,6 @@ impl Hca {
                 pds: HashMap::new(),
                 mem: MemTable::default(),
                 cqs: HashMap::new(),
-                tx: VecDeque::new(),
                 counters: Counters::default(),
                 events: VecDeque::new(),
                 errored_cqs: Vec::new(),
@@ -671,39 +658,36 @@ impl SansIo for Hca {
         self.settle();
     }
 
+    /// Round-robin over QPs (starting after the last one served); each QP
+    /// sends its queued responses before new requests.
     fn poll_transmit(&mut self, now: Instant) -> Option<Datagram> {
-        let d = match self.dev.tx.pop_front() {
-            Some(d) => Some(d),
-            None => {
-                let span = tracing::debug_span!("hca", dev = %self.dev.name);
-                let _g = span.enter();
-                // round-robin over QPs, starting after the last one served
-                let keys: Vec<Qpn> = self
-                    .qps
-                    .range(Qpn::new(self.rr_cursor.wrapping_add(1))..)
-                    .chain(self.qps.range(..=Qpn::new(self.rr_cursor)))
-                    .map(|(k, _)| *k)
-                    .collect();
-                let mut out = None;
-                for k in keys {
-                    if let Some(qp) = self.qps.get_mut(&k) {
-                        if let Some(d) = qp.next_packet(&mut self.dev, now) {
-                            self.rr_cursor = k.value();
-                            out = Some(d);
-                            break;
-                        }
-                    }
+        let span = tracing::debug_span!("hca", dev = %self.dev.name);
+        let _g = span.enter();
+        let keys: Vec<Qpn> = self
+            .qps
+            .range(Qpn::new(self.rr_cursor.wrapping_add(1))..)
+            .chain(self.qps.range(..=Qpn::new(self.rr_cursor)))
+            .map(|(k, _)| *k)
+            .collect();
+        let mut out = None;
+        for k in keys {
+            if let Some(qp) = self.qps.get_mut(&k) {
+                let d =
+                    qp.next_response(&mut self.dev).or_else(|| qp.next_packet(&mut self.dev, now));
+                if let Some(d) = d {
+                    self.rr_cursor = k.value();
+                    out = Some(d);
+                    break;
                 }
-                self.settle();
-                // a failed WQE may have queued nothing but changed state
-                out.or_else(|| self.dev.tx.pop_front())
             }
-        };
-        if let Some(d) = &d {
+        }
+        // a WQE that failed locally may have overflowed a CQ
+        self.settle();
+        if let Some(d) = &out {
             self.dev.counters.sent_pkts += 1;
             self.dev.counters.sent_bytes += d.payload.len() as u64;
         }
-        d
+        out
     }
 
     fn poll_timeout(&self) -> Option<Instant> {

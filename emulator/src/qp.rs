@@ -77,6 +77,24 @@ pub(crate) enum InMsg {
     Write { va: u64, rkey: RKey, remaining: u64, total: u64 },
 }
 
+/// READ responses still to be generated (built one packet at a time in
+/// `poll_transmit`, so a large READ costs no memory up front).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReadJob {
+    pub next_psn: Psn,
+    pub va: u64,
+    pub rkey: RKey,
+    pub remaining: u64,
+    pub first: bool,
+    pub msn: Msn,
+}
+
+/// The responder's output queue, in wire order.
+pub(crate) enum RespItem {
+    Packet(crate::io::Datagram),
+    Read(ReadJob),
+}
+
 /// Connection attributes set by `modify_qp`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct QpParams {
@@ -128,6 +146,8 @@ pub(crate) struct Qp {
     pub nak_sent: bool,
     pub in_msg: Option<InMsg>,
     pub resources: VecDeque<RdResource>,
+    /// ACKs, NAKs and READ responses waiting for `poll_transmit`.
+    pub resp_q: VecDeque<RespItem>,
 }
 
 /// UDP source port for a QP: 0xC000 plus a 14-bit hash of the QPN (as rxe).
@@ -178,6 +198,7 @@ impl Qp {
             nak_sent: false,
             in_msg: None,
             resources: VecDeque::new(),
+            resp_q: VecDeque::new(),
         }
     }
 
