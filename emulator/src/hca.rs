@@ -56,12 +56,17 @@ impl HcaConfig {
 /// Public information about a registered memory region (`struct ibv_mr`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MrInfo {
+    /// Handle for `dereg_mr`, `mr_read`, `mr_write`.
     pub handle: MrHandle,
     /// The region's I/O virtual address (what SGEs and RETHs name).
     pub addr: u64,
+    /// Bytes.
     pub length: u64,
+    /// Key for local SGEs.
     pub lkey: LKey,
+    /// Key the peer puts in RETHs and AtomicETHs.
     pub rkey: RKey,
+    /// Access rights given at registration.
     pub access: AccessFlags,
 }
 

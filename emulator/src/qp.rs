@@ -19,10 +19,15 @@ use std::collections::VecDeque;
 /// `struct ibv_qp_init_attr`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpInitAttr {
+    /// Protection domain of the QP (MRs it touches must share it).
     pub pd: PdHandle,
+    /// CQ for send completions.
     pub send_cq: CqHandle,
+    /// CQ for receive completions.
     pub recv_cq: CqHandle,
+    /// Only [`QpType::Rc`] is implemented.
     pub qp_type: QpType,
+    /// Queue depths and limits, checked against [`crate::DeviceAttr`].
     pub cap: QpCap,
     /// Generate a completion for every send WR (not only SIGNALED ones).
     pub sq_sig_all: bool,
