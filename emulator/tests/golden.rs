@@ -95,6 +95,20 @@ fn us(
     rq_psn: u32,
     rnr: u8,
 ) -> Us {
+    us_retry(me, qpn, peer, peer_qpn, sq_psn, rq_psn, rnr, 7)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn us_retry(
+    me: [u8; 4],
+    qpn: u32,
+    peer: [u8; 4],
+    peer_qpn: u32,
+    sq_psn: u32,
+    rq_psn: u32,
+    rnr: u8,
+    retry_cnt: u8,
+) -> Us {
     let mut hca = Hca::new(HcaConfig::new("us", IpAddr::V4(Ipv4Addr::from(me)), 3));
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(1024).unwrap();
@@ -134,7 +148,7 @@ fn us(
             .state(QpState::Rts)
             .sq_psn(sq_psn)
             .timeout(14)
-            .retry_cnt(7)
+            .retry_cnt(retry_cnt)
             .rnr_retry(7)
             .max_rd_atomic(16),
     )
@@ -322,4 +336,56 @@ fn read_lat_client_side() {
     assert_eq!(got, expect);
     assert_eq!(u.hca.counters().icrc_err, 0);
     assert_eq!(u.hca.poll_timeout(), None);
+}
+
+#[test]
+fn retry_exceeded_client_timing_matches_rxe() {
+    let Some(frames) = load("retry_exceeded.pcap") else {
+        eprintln!("capture not available; skipped");
+        return;
+    };
+    let file = std::fs::File::open(
+        PathBuf::from(std::env::var("ROCE_CAPTURES").unwrap_or_else(|_| CAPTURES.to_string()))
+            .join("retry_exceeded.pcap"),
+    )
+    .unwrap();
+    let mut rd = pcap_file::pcap::PcapReader::new(file).unwrap();
+    let mut times = Vec::new();
+    while let Some(Ok(p)) = rd.next_packet() {
+        times.push(p.timestamp.as_nanos() as u64);
+    }
+    let t0 = times[0];
+    let theirs: Vec<u64> = times.iter().map(|t| t - t0).collect();
+    assert_eq!(frames.len(), 4);
+    let first = parse(&frames[0].dgram);
+    // client QPN 0x2d, retry_cnt 3, timeout 14; server QPN 0x2c
+    let mut u =
+        us_retry([192, 168, 77, 3], 0x2d, [192, 168, 77, 2], 0x2c, first.bth.psn.value(), 0, 12, 3);
+    let wr = SendWr::new(1, WrOpcode::Send).sge(u.mr.addr, first.payload_len as u32, u.mr.lkey);
+    u.hca.post_send(u.qpn, wr).unwrap();
+    let mut now = Instant::ZERO;
+    let mut ours = Vec::new();
+    for _ in 0..10 {
+        while let Some(d) = u.hca.poll_transmit(now) {
+            assert_eq!(key(&parse(&d)), key(&first));
+            ours.push(now.as_nanos());
+        }
+        match u.hca.poll_timeout() {
+            Some(t) => {
+                now = t;
+                u.hca.handle_timeout(now);
+            }
+            None => break,
+        }
+    }
+    assert_eq!(ours.len(), theirs.len());
+    for (o, t) in ours.iter().zip(&theirs) {
+        let diff = (*o as i64 - *t as i64).unsigned_abs();
+        assert!(diff <= 2_000_000, "ours {o} ns vs rxe {t} ns");
+    }
+    let wc = u.hca.poll_cq(u.cq, 4).unwrap();
+    assert_eq!(wc[0].status, WcStatus::RetryExcErr);
+    let c = u.hca.counters();
+    // rxe's counter deltas for this run: completer_retry_err 3, retry_exceeded_err 1
+    assert_eq!((c.completer_retry_err, c.retry_exceeded_err, c.sent_pkts), (3, 1, 4));
 }
