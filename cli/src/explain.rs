@@ -138,8 +138,9 @@ impl Explainer {
         }
         match info.transport {
             Transport::Cnp => out.push(format!(
-                "Congestion Notification Packet: the receiver of ECN-marked packets for QP {:#x} \
-                 asks this host to slow that QP down (DCQCN); no data, no ACK",
+                "Congestion Notification Packet: the receiver of ECN-marked (congestion \
+                 experienced) packets tells their sender, this packet's destination, to slow \
+                 down QP {:#x} (DCQCN rate control); no data, no ACK",
                 b.destqp
             )),
             Transport::Ud => out.push(ud_text(r, &b)),

@@ -49,7 +49,10 @@ AckReq bit, payload bytes, extension headers, ICRC verdict)";
 
 #[derive(Parser, Debug)]
 #[command(name = "roce", version, about = ABOUT, long_about = None)]
-#[command(after_help = "Run `roce decode --help` for the decoder's options and examples.")]
+#[command(
+    after_help = "Example:\n  roce decode capture.pcap --explain   decode a capture and explain every RoCEv2 packet\n\n\
+Run `roce decode --help` for the decoder's options, output and exit status."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

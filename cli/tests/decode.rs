@@ -463,3 +463,22 @@ fn docs_examples_are_real_output() {
     }
     assert!(blocks >= 8, "only {blocks} console examples found");
 }
+
+#[test]
+fn cnp_and_ud_lines_and_explanations() {
+    let out = decode(&["--explain"], &capture("samples.pcap"));
+    let text = stdout(&out);
+    assert!(text.contains(
+        "   27  0.043117  192.0.2.2:49153 -> 192.0.2.1:4791  CNP  QP=0x000011 PSN=0x000000 A=0 \
+         BECN  ICRC ok\n        Congestion Notification Packet: the receiver of ECN-marked \
+         (congestion experienced) packets tells their sender, this packet's destination, to \
+         slow down QP 0x11 (DCQCN rate control); no data, no ACK\n"
+    ));
+    assert!(text.contains(
+        "   16  0.026519  192.0.2.1:49155 -> 192.0.2.2:4791  UD_SEND_ONLY  QP=0x000021 \
+         PSN=0x000007 A=0 pad=2 len=30 DETH qkey=0x11111111 srcqp=0x000022  ICRC ok\n"
+    ));
+    let out = decode(&["--explain"], &capture("rping.pcap"));
+    let text = stdout(&out);
+    assert!(text.contains("QP1 is the GSI: this is a management datagram (e.g. a CM MAD)"));
+}

@@ -122,7 +122,7 @@ impl Qp {
             return;
         }
         if self.sq.iter().all(|w| w.state == WqeState::Posted) {
-            dev.counters.ack_deferred += 1;
+            dev.counters.stale_response += 1;
             return;
         }
         let syndrome = r.aeth.map(|a| a.syndrome);

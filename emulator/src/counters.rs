@@ -39,7 +39,9 @@ counters!(
     send_rnr_err,
     /// Completer: PSN sequence error NAKs received.
     rcvd_seq_err,
-    /// Responses that arrived while the requester had nothing to complete.
+    /// Responder: requests executed without an immediate ACK (no AckReq;
+    /// acknowledged later by a coalesced ACK). rxe uses this name for
+    /// completer rescheduling, which a single-threaded core does not have.
     ack_deferred,
     /// Work requests failed with RETRY_EXC_ERR.
     retry_exceeded_err,
@@ -75,9 +77,10 @@ counters!(
     bad_opcode,
     /// Ours: NAKs sent by the responder (all codes, RNR excluded).
     naks_sent,
-    /// Ours: ACKs sent (including read responses' and atomic ACKs' AETHs not counted).
+    /// Ours: plain ACKs sent (read responses and atomic ACKs not counted).
     acks_sent,
-    /// Ours: responses dropped by the completer (stale, duplicate, ghost).
+    /// Ours: responses dropped by the completer (stale, duplicate, for a PSN
+    /// not outstanding, or after a read-response gap already retried).
     stale_response,
     /// Ours: retransmit timer expirations.
     retransmit_timeouts,

@@ -56,12 +56,17 @@ impl HcaConfig {
 /// Public information about a registered memory region (`struct ibv_mr`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MrInfo {
+    /// Handle for `dereg_mr`, `mr_read`, `mr_write`.
     pub handle: MrHandle,
     /// The region's I/O virtual address (what SGEs and RETHs name).
     pub addr: u64,
+    /// Bytes.
     pub length: u64,
+    /// Key for local SGEs.
     pub lkey: LKey,
+    /// Key the peer puts in RETHs and AtomicETHs.
     pub rkey: RKey,
+    /// Access rights given at registration.
     pub access: AccessFlags,
 }
 
@@ -75,7 +80,6 @@ pub(crate) struct Dev {
     pub pds: HashMap<PdHandle, Pd>,
     pub mem: MemTable,
     pub cqs: HashMap<CqHandle, Cq>,
-    pub tx: VecDeque<Datagram>,
     pub counters: Counters,
     pub events: VecDeque<AsyncEvent>,
     pub errored_cqs: Vec<CqHandle>,
@@ -130,17 +134,6 @@ impl Dev {
         Some(Datagram { endpoints, meta, payload: Bytes::from(buf) })
     }
 
-    /// Queue a response/acknowledgement packet for transmission.
-    pub fn emit(&mut self, qp: &Qp, repr: &RoceRepr, payload: &[u8]) {
-        match self.datagram(qp, repr, payload) {
-            Some(d) => self.tx.push_back(d),
-            None => {
-                self.counters.send_err += 1;
-                tracing::warn!(qpn = %qp.qpn, "cannot build packet (no AV or bad address)");
-            }
-        }
-    }
-
     fn id(&mut self) -> u32 {
         self.next_id += 1;
         self.next_id
@@ -178,7 +171,6 @@ impl Hca {
                 pds: HashMap::new(),
                 mem: MemTable::default(),
                 cqs: HashMap::new(),
-                tx: VecDeque::new(),
                 counters: Counters::default(),
                 events: VecDeque::new(),
                 errored_cqs: Vec::new(),
@@ -513,7 +505,7 @@ impl Hca {
         }
         match to {
             QpState::Reset => qp.reset(),
-            QpState::Err => qp.to_error(&mut self.dev),
+            QpState::Err => qp.enter_error(&mut self.dev),
             s => qp.state = s,
         }
         self.settle();
@@ -656,7 +648,7 @@ impl Hca {
         while let Some(cq) = self.dev.errored_cqs.pop() {
             for qp in self.qps.values_mut() {
                 if (qp.init.send_cq == cq || qp.init.recv_cq == cq) && qp.state != QpState::Err {
-                    qp.to_error(&mut self.dev);
+                    qp.enter_error(&mut self.dev);
                 }
             }
         }
@@ -671,39 +663,36 @@ impl SansIo for Hca {
         self.settle();
     }
 
+    /// Round-robin over QPs (starting after the last one served); each QP
+    /// sends its queued responses before new requests.
     fn poll_transmit(&mut self, now: Instant) -> Option<Datagram> {
-        let d = match self.dev.tx.pop_front() {
-            Some(d) => Some(d),
-            None => {
-                let span = tracing::debug_span!("hca", dev = %self.dev.name);
-                let _g = span.enter();
-                // round-robin over QPs, starting after the last one served
-                let keys: Vec<Qpn> = self
-                    .qps
-                    .range(Qpn::new(self.rr_cursor.wrapping_add(1))..)
-                    .chain(self.qps.range(..=Qpn::new(self.rr_cursor)))
-                    .map(|(k, _)| *k)
-                    .collect();
-                let mut out = None;
-                for k in keys {
-                    if let Some(qp) = self.qps.get_mut(&k) {
-                        if let Some(d) = qp.next_packet(&mut self.dev, now) {
-                            self.rr_cursor = k.value();
-                            out = Some(d);
-                            break;
-                        }
-                    }
+        let span = tracing::debug_span!("hca", dev = %self.dev.name);
+        let _g = span.enter();
+        let keys: Vec<Qpn> = self
+            .qps
+            .range(Qpn::new(self.rr_cursor.wrapping_add(1))..)
+            .chain(self.qps.range(..=Qpn::new(self.rr_cursor)))
+            .map(|(k, _)| *k)
+            .collect();
+        let mut out = None;
+        for k in keys {
+            if let Some(qp) = self.qps.get_mut(&k) {
+                let d =
+                    qp.next_response(&mut self.dev).or_else(|| qp.next_packet(&mut self.dev, now));
+                if let Some(d) = d {
+                    self.rr_cursor = k.value();
+                    out = Some(d);
+                    break;
                 }
-                self.settle();
-                // a failed WQE may have queued nothing but changed state
-                out.or_else(|| self.dev.tx.pop_front())
             }
-        };
-        if let Some(d) = &d {
+        }
+        // a WQE that failed locally may have overflowed a CQ
+        self.settle();
+        if let Some(d) = &out {
             self.dev.counters.sent_pkts += 1;
             self.dev.counters.sent_bytes += d.payload.len() as u64;
         }
-        d
+        out
     }
 
     fn poll_timeout(&self) -> Option<Instant> {

@@ -51,20 +51,31 @@ pub struct DeviceAttr {
     pub fw_ver: String,
     /// Node GUID (derived from the address).
     pub node_guid: u64,
+    /// Largest memory region (2^32).
     pub max_mr_size: u64,
+    /// QPs per device.
     pub max_qp: u32,
+    /// Work requests per queue (16384).
     pub max_qp_wr: u32,
+    /// SGEs per work request (32).
     pub max_sge: u32,
+    /// CQs per device.
     pub max_cq: u32,
+    /// Entries per CQ (32767).
     pub max_cqe: u32,
+    /// MRs per device.
     pub max_mr: u32,
+    /// PDs per device.
     pub max_pd: u32,
     /// Responder resources per QP (max_dest_rd_atomic bound).
     pub max_qp_rd_atom: u8,
     /// Initiator depth per QP (max_rd_atomic bound).
     pub max_qp_init_rd_atom: u8,
+    /// Inline data per send WR (512).
     pub max_inline_data: u32,
+    /// Largest message (2^31).
     pub max_msg_sz: u32,
+    /// Ports (1).
     pub phys_port_cnt: u8,
 }
 
@@ -93,7 +104,9 @@ impl Default for DeviceAttr {
 /// Port states (`enum ibv_port_state`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PortState {
+    /// IBV_PORT_DOWN.
     Down,
+    /// IBV_PORT_ACTIVE.
     Active,
 }
 
@@ -102,11 +115,17 @@ pub enum PortState {
 /// one P_Key (0xFFFF), GID table of 1024 entries like rxe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PortAttr {
+    /// Always active.
     pub state: PortState,
+    /// 4096.
     pub max_mtu: PathMtu,
+    /// From [`crate::HcaConfig::active_mtu`] (default 1024).
     pub active_mtu: PathMtu,
+    /// 1024 like rxe (only index 0 is populated).
     pub gid_tbl_len: u32,
+    /// 1 (the default P_Key 0xFFFF).
     pub pkey_tbl_len: u16,
+    /// Largest message (2^31).
     pub max_msg_sz: u32,
 }
 

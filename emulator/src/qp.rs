@@ -19,10 +19,15 @@ use std::collections::VecDeque;
 /// `struct ibv_qp_init_attr`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpInitAttr {
+    /// Protection domain of the QP (MRs it touches must share it).
     pub pd: PdHandle,
+    /// CQ for send completions.
     pub send_cq: CqHandle,
+    /// CQ for receive completions.
     pub recv_cq: CqHandle,
+    /// Only [`QpType::Rc`] is implemented.
     pub qp_type: QpType,
+    /// Queue depths and limits, checked against [`crate::DeviceAttr`].
     pub cap: QpCap,
     /// Generate a completion for every send WR (not only SIGNALED ones).
     pub sq_sig_all: bool,
@@ -77,6 +82,24 @@ pub(crate) enum InMsg {
     Write { va: u64, rkey: RKey, remaining: u64, total: u64 },
 }
 
+/// READ responses still to be generated (built one packet at a time in
+/// `poll_transmit`, so a large READ costs no memory up front).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReadJob {
+    pub next_psn: Psn,
+    pub va: u64,
+    pub rkey: RKey,
+    pub remaining: u64,
+    pub first: bool,
+    pub msn: Msn,
+}
+
+/// The responder's output queue, in wire order.
+pub(crate) enum RespItem {
+    Packet(crate::io::Datagram),
+    Read(ReadJob),
+}
+
 /// Connection attributes set by `modify_qp`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct QpParams {
@@ -128,6 +151,8 @@ pub(crate) struct Qp {
     pub nak_sent: bool,
     pub in_msg: Option<InMsg>,
     pub resources: VecDeque<RdResource>,
+    /// ACKs, NAKs and READ responses waiting for `poll_transmit`.
+    pub resp_q: VecDeque<RespItem>,
 }
 
 /// UDP source port for a QP: 0xC000 plus a 14-bit hash of the QPN (as rxe).
@@ -178,6 +203,7 @@ impl Qp {
             nak_sent: false,
             in_msg: None,
             resources: VecDeque::new(),
+            resp_q: VecDeque::new(),
         }
     }
 
@@ -265,11 +291,11 @@ impl Qp {
             let wc = self.send_wc(&w, status);
             dev.complete(self.init.send_cq, wc);
         }
-        self.to_error(dev);
+        self.enter_error(dev);
     }
 
     /// Enter ERR and flush both queues (IBA §10.3.1, C10-31).
-    pub fn to_error(&mut self, dev: &mut Dev) {
+    pub fn enter_error(&mut self, dev: &mut Dev) {
         if self.state != QpState::Err {
             tracing::info!(qpn = %self.qpn, from = %self.state, to = %QpState::Err, "QP state change");
             self.state = QpState::Err;

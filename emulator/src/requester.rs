@@ -11,7 +11,7 @@
 //! - At most [`MAX_UNACKED_PSNS`] PSNs outstanding (rxe's window); at most
 //!   `max_rd_atomic` READ/atomic requests outstanding (initiator depth,
 //!   §9.5 / C9-72); a FENCEd WR waits for every earlier READ/atomic (§10.8.3.3).
-//! - Go-back-N: [`Qp::rewind_to`] is called by the completer with the PSN to
+//! - Go-back-N: `Qp::rewind_to` is called by the completer with the PSN to
 //!   resend from; packets are regenerated from the WQEs (READs are re-issued
 //!   for the remaining part with an adjusted RETH, §9.7.5.1.5 / C9-106).
 //! - Packets are built lazily in `poll_transmit`, so window, fence and RNR

@@ -28,7 +28,8 @@
 //! NAK the offending PSN and move the responder QP to ERR, as rxe does.
 
 use crate::hca::Dev;
-use crate::qp::{InMsg, Qp, RdResource};
+use crate::io::Datagram;
+use crate::qp::{InMsg, Qp, RdResource, ReadJob, RespItem};
 use crate::qp_attr::AccessFlags;
 use crate::requester::packets_for;
 use crate::time::Instant;
@@ -43,18 +44,29 @@ use roce_packet::{
 const CREDIT_UNLIMITED: u8 = 0x1F;
 
 impl Qp {
-    fn send_aeth(&self, dev: &mut Dev, psn: Psn, syndrome: Syndrome) {
-        let mut r = Dev::repr(self, Opcode::RC_ACKNOWLEDGE, psn, false, 0);
-        r.aeth = Some(AethRepr { syndrome, msn: self.msn });
-        dev.emit(self, &r, &[]);
+    /// Queue a response packet behind earlier ones of this QP.
+    fn queue(&mut self, dev: &mut Dev, r: &RoceRepr, payload: &[u8]) {
+        match dev.datagram(self, r, payload) {
+            Some(d) => self.resp_q.push_back(RespItem::Packet(d)),
+            None => {
+                dev.counters.send_err += 1;
+                tracing::warn!(qpn = %self.qpn, "cannot build response (no address vector)");
+            }
+        }
     }
 
-    fn send_ack(&self, dev: &mut Dev, psn: Psn) {
+    fn send_aeth(&mut self, dev: &mut Dev, psn: Psn, syndrome: Syndrome) {
+        let mut r = Dev::repr(self, Opcode::RC_ACKNOWLEDGE, psn, false, 0);
+        r.aeth = Some(AethRepr { syndrome, msn: self.msn });
+        self.queue(dev, &r, &[]);
+    }
+
+    fn send_ack(&mut self, dev: &mut Dev, psn: Psn) {
         dev.counters.acks_sent += 1;
         self.send_aeth(dev, psn, Syndrome::Ack { credit: CREDIT_UNLIMITED });
     }
 
-    fn send_nak(&self, dev: &mut Dev, psn: Psn, code: NakCode) {
+    fn send_nak(&mut self, dev: &mut Dev, psn: Psn, code: NakCode) {
         dev.counters.naks_sent += 1;
         tracing::debug!(qpn = %self.qpn, %psn, code = code.name(), "NAK sent");
         self.send_aeth(dev, psn, Syndrome::Nak(code));
@@ -76,7 +88,7 @@ impl Qp {
             }
         }
         self.send_nak(dev, psn, code);
-        self.to_error(dev);
+        self.enter_error(dev);
     }
 
     fn send_rnr(&mut self, dev: &mut Dev, psn: Psn) {
@@ -95,46 +107,83 @@ impl Qp {
         self.resources.push_back(r);
     }
 
-    /// Emit READ responses for `[va, va+len)` starting at PSN `psn0`.
-    fn send_read_responses(&self, dev: &mut Dev, psn0: Psn, va: u64, rkey: RKey, len: u64) {
-        let mtu = self.mtu();
-        let n = packets_for(len, mtu);
-        let loc = if len > 0 {
-            dev.mem.check_remote(self.init.pd, rkey, va, len, AccessFlags::REMOTE_READ).ok()
-        } else {
-            None
-        };
-        for i in 0..n {
-            let off = u64::from(i) * mtu;
-            let chunk = len.saturating_sub(off).min(mtu) as usize;
-            let pos = match (i == 0, i + 1 == n) {
-                (true, true) => Position::Only,
-                (true, false) => Position::First,
-                (false, false) => Position::Middle,
-                (false, true) => Position::Last,
-            };
-            let op = match pos {
-                Position::Only => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
-                Position::First => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
-                Position::Middle => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
-                Position::Last => Opcode::RC_RDMA_READ_RESPONSE_LAST,
-            };
-            let data = match loc {
-                Some((h, base)) => dev
-                    .mem
-                    .bytes(h, base + off as usize, chunk)
-                    .map(|b| b.to_vec())
-                    .unwrap_or_default(),
-                None => Vec::new(),
-            };
-            let mut r = Dev::repr(self, op, psn0.add(i), false, data.len());
-            if pos != Position::Middle {
-                r.aeth = Some(AethRepr {
-                    syndrome: Syndrome::Ack { credit: CREDIT_UNLIMITED },
-                    msn: self.msn,
-                });
+    /// Schedule READ responses for `[va, va+len)` starting at PSN `psn0`.
+    fn send_read_responses(&mut self, psn0: Psn, va: u64, rkey: RKey, len: u64) {
+        self.resp_q.push_back(RespItem::Read(ReadJob {
+            next_psn: psn0,
+            va,
+            rkey,
+            remaining: len,
+            first: true,
+            msn: self.msn,
+        }));
+    }
+
+    /// The next queued response packet (ACK/NAK or one READ response).
+    pub(crate) fn next_response(&mut self, dev: &mut Dev) -> Option<Datagram> {
+        loop {
+            let mtu = self.mtu();
+            match self.resp_q.front()? {
+                RespItem::Packet(_) => match self.resp_q.pop_front() {
+                    Some(RespItem::Packet(d)) => return Some(d),
+                    _ => return None,
+                },
+                RespItem::Read(job) => {
+                    let j = *job;
+                    let chunk = j.remaining.min(mtu);
+                    let last = j.remaining <= mtu;
+                    let (pos, op) = match (j.first, last) {
+                        (true, true) => (Position::Only, Opcode::RC_RDMA_READ_RESPONSE_ONLY),
+                        (true, false) => (Position::First, Opcode::RC_RDMA_READ_RESPONSE_FIRST),
+                        (false, false) => (Position::Middle, Opcode::RC_RDMA_READ_RESPONSE_MIDDLE),
+                        (false, true) => (Position::Last, Opcode::RC_RDMA_READ_RESPONSE_LAST),
+                    };
+                    let data = if chunk > 0 {
+                        // re-checked per packet: the region may be gone by now
+                        let loc = dev.mem.check_remote(
+                            self.init.pd,
+                            j.rkey,
+                            j.va,
+                            chunk,
+                            AccessFlags::REMOTE_READ,
+                        );
+                        match loc.ok().and_then(|(h, off)| dev.mem.bytes(h, off, chunk as usize)) {
+                            Some(b) => b.to_vec(),
+                            None => {
+                                tracing::debug!(qpn = %self.qpn, "READ source vanished; response abandoned");
+                                dev.counters.send_err += 1;
+                                self.resp_q.pop_front();
+                                continue;
+                            }
+                        }
+                    } else {
+                        Vec::new()
+                    };
+                    if let Some(RespItem::Read(job)) = self.resp_q.front_mut() {
+                        job.first = false;
+                        job.va = job.va.wrapping_add(chunk);
+                        job.remaining -= chunk;
+                        job.next_psn = job.next_psn.next();
+                    }
+                    if last {
+                        self.resp_q.pop_front();
+                    }
+                    let mut r = Dev::repr(self, op, j.next_psn, false, data.len());
+                    if pos != Position::Middle {
+                        r.aeth = Some(AethRepr {
+                            syndrome: Syndrome::Ack { credit: CREDIT_UNLIMITED },
+                            msn: j.msn,
+                        });
+                    }
+                    match dev.datagram(self, &r, &data) {
+                        Some(d) => return Some(d),
+                        None => {
+                            dev.counters.send_err += 1;
+                            continue;
+                        }
+                    }
+                }
             }
-            dev.emit(self, &r, &data);
         }
     }
 
@@ -358,7 +407,7 @@ impl Qp {
                 let npkts = packets_for(len, mtu);
                 self.save_resource(RdResource::Read { first: psn, npkts });
                 self.msn = self.msn.next();
-                self.send_read_responses(dev, psn, reth.va, reth.rkey, len);
+                self.send_read_responses(psn, reth.va, reth.rkey, len);
                 self.epsn = psn.add(npkts);
                 return;
             }
@@ -402,15 +451,17 @@ impl Qp {
         self.epsn = psn.next();
         if r.bth.ack_req {
             self.send_ack(dev, psn);
+        } else {
+            dev.counters.ack_deferred += 1;
         }
     }
 
-    fn send_atomic_ack(&self, dev: &mut Dev, psn: Psn, orig: u64) {
+    fn send_atomic_ack(&mut self, dev: &mut Dev, psn: Psn, orig: u64) {
         let mut r = Dev::repr(self, Opcode::RC_ATOMIC_ACKNOWLEDGE, psn, false, 0);
         r.aeth =
             Some(AethRepr { syndrome: Syndrome::Ack { credit: CREDIT_UNLIMITED }, msn: self.msn });
         r.atomic_ack_eth = Some(AtomicAckEthRepr { orig_rem_data: orig });
-        dev.emit(self, &r, &[]);
+        self.queue(dev, &r, &[]);
     }
 
     /// A request with a PSN before the expected one (C9-108..C9-111, C9-128).
@@ -419,15 +470,12 @@ impl Qp {
         let psn = r.bth.psn;
         tracing::debug!(qpn = %self.qpn, %psn, epsn = %self.epsn, opcode = %r.bth.opcode, "duplicate request");
         match info.kind {
-            OpKind::Send | OpKind::Write => {
-                // Re-acknowledge (C9-105) with the duplicate's own PSN, not
-                // the newest one: an ACK past a READ/atomic the requester is
-                // re-issuing would be taken as an implied NAK for it, and the
-                // re-issued responses that follow would then be stale.
-                if r.bth.ack_req {
-                    self.send_ack(dev, psn);
-                }
-            }
+            // Re-acknowledge (C9-105) with the duplicate's own PSN, not the
+            // newest one: an ACK past a READ/atomic the requester is
+            // re-issuing would be taken as an implied NAK for it, and the
+            // re-issued responses that follow would then be stale.
+            OpKind::Send | OpKind::Write if r.bth.ack_req => self.send_ack(dev, psn),
+            OpKind::Send | OpKind::Write => {}
             OpKind::ReadRequest => {
                 let Some(reth) = r.reth else { return };
                 let found = self.resources.iter().find_map(|x| match *x {
@@ -461,7 +509,7 @@ impl Qp {
                     self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
                     return;
                 }
-                self.send_read_responses(dev, psn, reth.va, reth.rkey, len);
+                self.send_read_responses(psn, reth.va, reth.rkey, len);
             }
             OpKind::CompareSwap | OpKind::FetchAdd => {
                 let found = self.resources.iter().find_map(|x| match *x {

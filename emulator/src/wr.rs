@@ -13,20 +13,30 @@ use roce_packet::{LKey, RKey};
 /// the memory region whose local key is `lkey`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Sge {
+    /// Virtual address inside the memory region.
     pub addr: u64,
+    /// Bytes.
     pub length: u32,
+    /// Local key of the region.
     pub lkey: LKey,
 }
 
 /// Send-queue operations (`enum ibv_wr_opcode`, the RC subset).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WrOpcode {
+    /// IBV_WR_SEND.
     Send,
+    /// IBV_WR_SEND_WITH_IMM.
     SendWithImm,
+    /// IBV_WR_RDMA_WRITE.
     RdmaWrite,
+    /// IBV_WR_RDMA_WRITE_WITH_IMM (consumes a receive WQE at the responder).
     RdmaWriteWithImm,
+    /// IBV_WR_RDMA_READ.
     RdmaRead,
+    /// IBV_WR_ATOMIC_CMP_AND_SWP.
     AtomicCmpAndSwp,
+    /// IBV_WR_ATOMIC_FETCH_AND_ADD.
     AtomicFetchAndAdd,
 }
 
@@ -72,14 +82,20 @@ flags!(
 /// A send work request (`struct ibv_send_wr`, RC fields).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SendWr {
+    /// Returned in the completion.
     pub wr_id: u64,
+    /// The operation.
     pub opcode: WrOpcode,
+    /// Local buffers (gathered for SEND/WRITE, scattered into for READ;
+    /// one 8-byte SGE receiving the original value for atomics).
     pub sg_list: Vec<Sge>,
+    /// SIGNALED, FENCE, SOLICITED, INLINE.
     pub flags: SendFlags,
     /// Immediate data (SEND/WRITE with immediate), host order.
     pub imm: u32,
     /// Remote virtual address (WRITE, READ, atomics).
     pub remote_addr: u64,
+    /// Remote key (WRITE, READ, atomics).
     pub rkey: RKey,
     /// Compare value (CMP_AND_SWP) or addend (FETCH_AND_ADD).
     pub compare_add: u64,
@@ -146,7 +162,9 @@ impl SendWr {
 /// A receive work request (`struct ibv_recv_wr`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecvWr {
+    /// Returned in the completion.
     pub wr_id: u64,
+    /// Buffers the message is scattered into, in order.
     pub sg_list: Vec<Sge>,
 }
 
@@ -165,27 +183,49 @@ impl RecvWr {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum WcStatus {
+    /// IBV_WC_SUCCESS.
     Success = 0,
+    /// IBV_WC_LOC_LEN_ERR.
     LocLenErr = 1,
+    /// IBV_WC_LOC_QP_OP_ERR.
     LocQpOpErr = 2,
+    /// IBV_WC_LOC_EEC_OP_ERR.
     LocEecOpErr = 3,
+    /// IBV_WC_LOC_PROT_ERR.
     LocProtErr = 4,
+    /// IBV_WC_WR_FLUSH_ERR.
     WrFlushErr = 5,
+    /// IBV_WC_MW_BIND_ERR.
     MwBindErr = 6,
+    /// IBV_WC_BAD_RESP_ERR.
     BadRespErr = 7,
+    /// IBV_WC_LOC_ACCESS_ERR.
     LocAccessErr = 8,
+    /// IBV_WC_REM_INV_REQ_ERR.
     RemInvReqErr = 9,
+    /// IBV_WC_REM_ACCESS_ERR.
     RemAccessErr = 10,
+    /// IBV_WC_REM_OP_ERR.
     RemOpErr = 11,
+    /// IBV_WC_RETRY_EXC_ERR.
     RetryExcErr = 12,
+    /// IBV_WC_RNR_RETRY_EXC_ERR.
     RnrRetryExcErr = 13,
+    /// IBV_WC_LOC_RDD_VIOL_ERR.
     LocRddViolErr = 14,
+    /// IBV_WC_REM_INV_RD_REQ_ERR.
     RemInvRdReqErr = 15,
+    /// IBV_WC_REM_ABORT_ERR.
     RemAbortErr = 16,
+    /// IBV_WC_INV_EECN_ERR.
     InvEecnErr = 17,
+    /// IBV_WC_INV_EEC_STATE_ERR.
     InvEecStateErr = 18,
+    /// IBV_WC_FATAL_ERR.
     FatalErr = 19,
+    /// IBV_WC_RESP_TIMEOUT_ERR.
     RespTimeoutErr = 20,
+    /// IBV_WC_GENERAL_ERR.
     GeneralErr = 21,
 }
 
@@ -233,28 +273,41 @@ impl fmt::Display for WcStatus {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u16)]
 pub enum WcOpcode {
+    /// IBV_WC_SEND.
     Send = 0,
+    /// IBV_WC_RDMA_WRITE.
     RdmaWrite = 1,
+    /// IBV_WC_RDMA_READ.
     RdmaRead = 2,
+    /// IBV_WC_COMP_SWAP.
     CompSwap = 3,
+    /// IBV_WC_FETCH_ADD.
     FetchAdd = 4,
+    /// IBV_WC_BIND_MW (never produced).
     BindMw = 5,
+    /// IBV_WC_RECV.
     Recv = 128,
+    /// IBV_WC_RECV_RDMA_WITH_IMM.
     RecvRdmaWithImm = 129,
 }
 
 /// A work completion (`struct ibv_wc`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WorkCompletion {
+    /// The work request's id.
     pub wr_id: u64,
+    /// Outcome.
     pub status: WcStatus,
+    /// What completed (meaningful for successful completions).
     pub opcode: WcOpcode,
     /// Bytes transferred (receive: bytes placed; send side: message length).
     pub byte_len: u32,
     /// Immediate data, host order, when `wc_flags` has WITH_IMM.
     pub imm: Option<u32>,
+    /// The local QP.
     pub qp_num: u32,
     /// Source QP (the connected peer's QPN for RC receives).
     pub src_qp: u32,
+    /// WITH_IMM when `imm` is set.
     pub wc_flags: WcFlags,
 }

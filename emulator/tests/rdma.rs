@@ -204,3 +204,49 @@ fn max_rd_atomic_limits_outstanding_reads() {
     }
     assert_eq!(n, 2);
 }
+
+#[test]
+fn large_read_is_generated_lazily_and_intact() {
+    let mut p = Pair::new();
+    let len = 512 * 1024;
+    let data = pattern(len, 0x33);
+    p.b.write_mem(0, &data);
+    let wr = SendWr::new(1, WrOpcode::RdmaRead)
+        .sge(p.a.addr(0), len as u32, p.a.mr.lkey)
+        .remote(p.b.addr(0), p.b.mr.rkey);
+    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    // hand the request over and take 3 responses by hand
+    let req = p.a.hca.poll_transmit(Instant::ZERO).unwrap();
+    p.b.hca.handle_datagram(Instant::ZERO, req);
+    for _ in 0..3 {
+        let d = p.b.hca.poll_transmit(Instant::ZERO).unwrap();
+        p.a.hca.handle_datagram(Instant::ZERO, d);
+    }
+    p.run();
+    assert_eq!(p.a.read_mem(0, len), data);
+    assert_eq!(p.count(Dir::BtoA, Opcode::RC_RDMA_READ_RESPONSE_MIDDLE), 510 - 2);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+}
+
+#[test]
+fn dereg_of_read_source_mid_response_fails_cleanly() {
+    let mut p = Pair::with(Opts { timeout: 8, retry_cnt: 2, ..Opts::default() });
+    let wr = SendWr::new(1, WrOpcode::RdmaRead)
+        .sge(p.a.addr(0), 64 * 1024, p.a.mr.lkey)
+        .remote(p.b.addr(0), p.b.mr.rkey);
+    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    let req = p.a.hca.poll_transmit(Instant::ZERO).unwrap();
+    p.b.hca.handle_datagram(Instant::ZERO, req);
+    let d = p.b.hca.poll_transmit(Instant::ZERO).unwrap();
+    p.a.hca.handle_datagram(Instant::ZERO, d);
+    p.b.hca.dereg_mr(p.b.mr.handle).unwrap();
+    p.run();
+    // the rest of the responses were abandoned; the re-issued READ is NAKed
+    assert_eq!(p.b.counters().send_err, 1, "{}", p.dump());
+    assert_eq!(p.a.poll()[0].status, WcStatus::RemAccessErr);
+    let reqs: Vec<_> =
+        p.trace.iter().filter(|s| s.opcode == Opcode::RC_RDMA_READ_REQUEST).collect();
+    assert_eq!(reqs.len(), 1, "{}", p.dump());
+    assert_eq!(reqs[0].psn.value(), 0x101, "re-issued from the first missing response");
+    assert_eq!(p.b.hca.qp_state(p.b.qpn), Some(QpState::Err));
+}

@@ -56,6 +56,8 @@ fn send_of(len: usize) {
     assert_eq!(ca.rdma_sends, 1);
     assert_eq!(cb.rdma_recvs, 1);
     assert_eq!(cb.duplicate_request + cb.out_of_seq_request + ca.completer_retry_err, 0);
+    assert_eq!(cb.ack_deferred, n as u64 - 1);
+    assert_eq!(cb.acks_sent, 1);
     // no timer left armed once everything is acknowledged
     assert_eq!(p.a.hca.poll_timeout(), None);
 }

@@ -23,6 +23,8 @@ pub enum Action {
     Duplicate,
     /// Deliver these bytes instead.
     Replace(Vec<u8>),
+    /// Deliver after the next packet of the same direction (reorder).
+    Hold,
 }
 
 /// One packet seen on the wire.
@@ -181,6 +183,7 @@ impl Pair {
                     Dir::AtoB => (&mut self.a.hca, &mut self.b.hca),
                     Dir::BtoA => (&mut self.b.hca, &mut self.a.hca),
                 };
+                let mut held: Option<roce_emulator::Datagram> = None;
                 while let Some(d) = src.poll_transmit(self.now) {
                     moved = true;
                     let (repr, _) =
@@ -197,7 +200,9 @@ impl Pair {
                     let act = filter(self.trace.len(), &seen);
                     seen.action = act.clone();
                     self.trace.push(seen);
+                    let release = held.take();
                     match act {
+                        Action::Hold => held = Some(d),
                         Action::Deliver => dst.handle_datagram(self.now, d),
                         Action::Drop => {}
                         Action::Duplicate => {
@@ -210,6 +215,12 @@ impl Pair {
                             dst.handle_datagram(self.now, d2)
                         }
                     }
+                    if let Some(h) = release {
+                        dst.handle_datagram(self.now, h);
+                    }
+                }
+                if let Some(h) = held.take() {
+                    dst.handle_datagram(self.now, h);
                 }
             }
             if moved {
