@@ -620,7 +620,8 @@ impl Workload {
         }
         fill_pattern(tag, &mut self.expect);
         if self.scratch != self.expect {
-            let first = self.scratch.iter().zip(&self.expect).position(|(a, b)| a != b).unwrap_or(0);
+            let first =
+                self.scratch.iter().zip(&self.expect).position(|(a, b)| a != b).unwrap_or(0);
             self.report.mismatches += 1;
             self.problem(format!(
                 "{what}: {len} bytes differ from the pattern from byte {first} \
@@ -683,22 +684,20 @@ impl Workload {
                 self.check_bytes(&what, (target, Region::Target), slot_off, p.len, p.tag)
             }
             OpKind::Read => self.check_bytes(&what, (init, Region::Local), slot_off, p.len, p.tag),
-            OpKind::CmpSwap | OpKind::FetchAdd => {
-                match self.sides[init].local.read_u64(slot_off) {
-                    Ok(v) if v == p.expect => {}
-                    Ok(v) => {
-                        self.report.mismatches += 1;
-                        self.problem(format!(
-                            "{what}: returned original {v:#018x}, model says {:#018x}",
-                            p.expect
-                        ));
-                    }
-                    Err(e) => {
-                        self.report.mismatches += 1;
-                        self.problem(format!("{what}: cannot read result: {e}"));
-                    }
+            OpKind::CmpSwap | OpKind::FetchAdd => match self.sides[init].local.read_u64(slot_off) {
+                Ok(v) if v == p.expect => {}
+                Ok(v) => {
+                    self.report.mismatches += 1;
+                    self.problem(format!(
+                        "{what}: returned original {v:#018x}, model says {:#018x}",
+                        p.expect
+                    ));
                 }
-            }
+                Err(e) => {
+                    self.report.mismatches += 1;
+                    self.problem(format!("{what}: cannot read result: {e}"));
+                }
+            },
         }
     }
 
@@ -842,10 +841,8 @@ impl Workload {
                     break;
                 }
                 if since_completion > self.cfg.stall_events {
-                    self.report.stalled = Some(format!(
-                        "no completion in {} fabric events",
-                        self.cfg.stall_events
-                    ));
+                    self.report.stalled =
+                        Some(format!("no completion in {} fabric events", self.cfg.stall_events));
                     break;
                 }
             }
@@ -874,7 +871,9 @@ impl Workload {
                 Ok(v) => {
                     self.report.mismatches += 1;
                     let m = self.streams[s].atomic_model;
-                    self.problem(format!("stream {s}: final atomic word {v:#018x}, model {m:#018x}"));
+                    self.problem(format!(
+                        "stream {s}: final atomic word {v:#018x}, model {m:#018x}"
+                    ));
                 }
                 Err(e) => {
                     self.report.mismatches += 1;
@@ -885,8 +884,10 @@ impl Workload {
         self.report.fabric = self.net.stats();
         self.report.counters =
             self.sides.iter().map(|s| (s.ctx.name().to_string(), s.ctx.counters())).collect();
-        self.report.icrc_audit =
-            self.audit.as_ref().map(|(f, b)| (f.load(Ordering::Relaxed), b.load(Ordering::Relaxed)));
+        self.report.icrc_audit = self
+            .audit
+            .as_ref()
+            .map(|(f, b)| (f.load(Ordering::Relaxed), b.load(Ordering::Relaxed)));
         self.report.virtual_time = self.net.elapsed();
         self.report.wall_time = wall.elapsed();
         self.report

@@ -21,8 +21,8 @@ fn show(r: &Report) -> String {
 
 #[test]
 fn clean_run_verifies_everything() {
-    let r = workload::run(WorkloadConfig { ops: 2000, seed: 11, ..WorkloadConfig::default() })
-        .unwrap();
+    let r =
+        workload::run(WorkloadConfig { ops: 2000, seed: 11, ..WorkloadConfig::default() }).unwrap();
     assert!(r.ok(), "{}", show(&r));
     assert_eq!(r.ops_completed, 2000);
     assert_eq!(r.ops_by_kind.values().sum::<u64>(), 2000);
