@@ -156,7 +156,7 @@ impl Default for WorkloadConfig {
             faults: FaultConfig::default(),
             seed: 1,
             qps: 2,
-            window: 32,
+            window: 16,
             connect: ConnectOptions::default(),
             audit_icrc: false,
             stall_events: 2_000_000,
@@ -354,7 +354,7 @@ impl Workload {
         let window = cfg.window.max(1);
         let net = SimNet::new(cfg.seed);
         net.set_faults(cfg.faults.clone());
-        let mut rng = SmallRng::seed_from_u64(cfg.seed ^ 0x5EED_0F_C0FFEE);
+        let mut rng = SmallRng::seed_from_u64(cfg.seed ^ 0x5EED_0FC0_FFEE);
         let stride = cfg.max_size.max(8).div_ceil(64) * 64;
         let recv_slots = window + 8;
         let mut sides = Vec::new();
