@@ -150,7 +150,14 @@ pub struct Hca {
 
 impl Hca {
     /// Create a device.
+    /// An IPv4-mapped IPv6 address is taken as the IPv4 address.
     pub fn new(cfg: HcaConfig) -> Hca {
+        let mut cfg = cfg;
+        if let IpAddr::V6(v6) = cfg.addr {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                cfg.addr = IpAddr::V4(v4);
+            }
+        }
         let mut attr = cfg.device_attr.clone();
         let gid = gid_of(cfg.addr);
         attr.node_guid = u64::from_be_bytes(gid.octets()[8..16].try_into().unwrap_or([0; 8]));

@@ -100,8 +100,8 @@ pub struct Pair {
     pub opts: Opts,
 }
 
-fn side(name: &str, ip: [u8; 4], seed: u64, o: &Opts) -> Side {
-    let mut hca = Hca::new(HcaConfig::new(name, IpAddr::V4(Ipv4Addr::from(ip)), seed));
+fn side(name: &str, ip: IpAddr, seed: u64, o: &Opts) -> Side {
+    let mut hca = Hca::new(HcaConfig::new(name, ip, seed));
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(o.cqe).unwrap();
     let mr = hca.reg_mr(pd, o.mr_len, ALL_ACCESS).unwrap();
@@ -124,7 +124,7 @@ fn side(name: &str, ip: [u8; 4], seed: u64, o: &Opts) -> Side {
     Side { hca, pd, cq, mr, qpn }
 }
 
-fn connect(s: &mut Side, peer_ip: [u8; 4], peer_qpn: Qpn, sq_psn: u32, rq_psn: u32, o: &Opts) {
+fn connect(s: &mut Side, peer_ip: IpAddr, peer_qpn: Qpn, sq_psn: u32, rq_psn: u32, o: &Opts) {
     let qpn = s.qpn;
     s.hca
         .modify_qp(
@@ -137,7 +137,7 @@ fn connect(s: &mut Side, peer_ip: [u8; 4], peer_qpn: Qpn, sq_psn: u32, rq_psn: u
             qpn,
             &QpAttr::new()
                 .state(QpState::Rtr)
-                .ah(AhAttr::new(IpAddr::V4(Ipv4Addr::from(peer_ip))))
+                .ah(AhAttr::new(peer_ip))
                 .mtu(o.mtu)
                 .dest_qpn(peer_qpn.value())
                 .rq_psn(rq_psn)
@@ -165,11 +165,18 @@ impl Pair {
     }
 
     pub fn with(o: Opts) -> Pair {
-        let mut a = side("a", [10, 0, 0, 1], 1, &o);
-        let mut b = side("b", [10, 0, 0, 2], 2, &o);
+        let a = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+        let b = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
+        Pair::with_addrs(o, a, b)
+    }
+
+    /// A pair at the given addresses (both IPv4 or both IPv6).
+    pub fn with_addrs(o: Opts, ip_a: IpAddr, ip_b: IpAddr) -> Pair {
+        let mut a = side("a", ip_a, 1, &o);
+        let mut b = side("b", ip_b, 2, &o);
         let (qa, qb) = (a.qpn, b.qpn);
-        connect(&mut a, [10, 0, 0, 2], qb, o.a_psn, o.b_psn, &o);
-        connect(&mut b, [10, 0, 0, 1], qa, o.b_psn, o.a_psn, &o);
+        connect(&mut a, ip_b, qb, o.a_psn, o.b_psn, &o);
+        connect(&mut b, ip_a, qa, o.b_psn, o.a_psn, &o);
         Pair { a, b, now: Instant::ZERO, trace: Vec::new(), opts: o }
     }
 
