@@ -180,6 +180,19 @@ impl Pair {
         Pair { a, b, now: Instant::ZERO, trace: Vec::new(), opts: o }
     }
 
+    /// Reset both QPs and bring them back to RTS with the original PSNs.
+    pub fn reconnect(&mut self) {
+        let o = self.opts;
+        let (ia, ib) = (self.a.hca.addr(), self.b.hca.addr());
+        let (qa, qb) = (self.a.qpn, self.b.qpn);
+        for s in [&mut self.a, &mut self.b] {
+            let q = s.qpn;
+            s.hca.modify_qp(q, &QpAttr::new().state(QpState::Reset)).unwrap();
+        }
+        connect(&mut self.a, ib, qb, o.a_psn, o.b_psn, &o);
+        connect(&mut self.b, ia, qa, o.b_psn, o.a_psn, &o);
+    }
+
     /// Deliver everything until both sides are idle and no timer is pending
     /// (or `max_time` is reached), passing every packet through `filter`.
     pub fn run_with(&mut self, max_time: Instant, mut filter: impl FnMut(usize, &Seen) -> Action) {
