@@ -86,6 +86,9 @@ counters!(
     retransmit_timeouts,
     /// Ours: CQ overflows.
     cq_overflow,
+    /// Ours: UC messages abandoned by the responder (gap, no receive WQE,
+    /// bad key, ...); UC never NAKs.
+    uc_msg_dropped,
 );
 
 impl fmt::Display for Counters {

@@ -102,8 +102,8 @@ pub enum CreateQpError {
     /// Unknown completion queue ….
     #[error("unknown completion queue {0:?}")]
     UnknownCq(CqHandle),
-    /// QP type … is not implemented (only RC).
-    #[error("QP type {0:?} is not implemented (only RC)")]
+    /// QP type … is not implemented (RC and UC are).
+    #[error("QP type {0:?} is not implemented (RC and UC are)")]
     UnsupportedType(QpType),
     /// … = … exceeds the device limit ….
     #[error("{what} = {requested} exceeds the device limit {max}")]
@@ -159,6 +159,9 @@ pub enum PostSendError {
     /// Atomic operations need exactly one 8-byte SGE.
     #[error("atomic operations need exactly one 8-byte SGE")]
     BadAtomicSge,
+    /// The operation is not available on this QP type.
+    #[error("{opcode:?} is not supported on a {qp_type:?} QP")]
+    UnsupportedOpcode { opcode: crate::wr::WrOpcode, qp_type: QpType },
     /// RDMA READ/atomic needs max_rd_atomic > 0 on the QP.
     #[error("RDMA READ/atomic needs max_rd_atomic > 0 on the QP")]
     NoRdAtomic,

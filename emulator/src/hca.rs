@@ -391,9 +391,10 @@ impl Hca {
 
     // ---- queue pairs ----
 
-    /// `ibv_create_qp`: RC only for now. QPNs start at 17 like rxe.
+    /// `ibv_create_qp`: RC and UC (UD is not implemented yet). QPNs start at
+    /// 17 like rxe.
     pub fn create_qp(&mut self, init: QpInitAttr) -> Result<Qpn, CreateQpError> {
-        if init.qp_type != QpType::Rc {
+        if init.qp_type == QpType::Ud {
             return Err(CreateQpError::UnsupportedType(init.qp_type));
         }
         let a = &self.dev.attr;
@@ -599,6 +600,12 @@ impl Hca {
         let length = wr.length();
         if length > u64::from(max_msg) {
             return Err(PostSendError::MessageTooLarge { len: length, max: max_msg });
+        }
+        if qp.init.qp_type == QpType::Uc && wr.opcode.is_read_or_atomic() {
+            return Err(PostSendError::UnsupportedOpcode {
+                opcode: wr.opcode,
+                qp_type: qp.init.qp_type,
+            });
         }
         if wr.opcode.is_atomic() && (wr.sg_list.len() != 1 || length != 8) {
             return Err(PostSendError::BadAtomicSge);

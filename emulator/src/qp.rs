@@ -207,6 +207,11 @@ impl Qp {
         }
     }
 
+    /// Unreliable Connected: no ACKs, no retries, no READ/atomics.
+    pub fn is_uc(&self) -> bool {
+        self.init.qp_type == QpType::Uc
+    }
+
     pub fn mtu(&self) -> u64 {
         self.p.mtu.bytes() as u64
     }

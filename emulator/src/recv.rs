@@ -82,7 +82,11 @@ impl Hca {
         let info = pkt.info();
         let qpn = repr.bth.dest_qp;
         let qp = self.qps.get_mut(&qpn).ok_or(DropReason::UnknownQp)?;
-        if info.transport != Transport::Rc {
+        let want = match qp.init.qp_type {
+            crate::qp_attr::QpType::Uc => Transport::Uc,
+            _ => Transport::Rc,
+        };
+        if info.transport != want {
             return Err(DropReason::BadOpcode);
         }
         // Default partition: the low 15 bits must be all ones (full or limited member).

@@ -16,6 +16,8 @@
 //!   for the remaining part with an adjusted RETH, §9.7.5.1.5 / C9-106).
 //! - Packets are built lazily in `poll_transmit`, so window, fence and RNR
 //!   waits are simply "no packet yet".
+//! - UC (§9.7.7 / §9.8): same segmentation with UC opcodes, no AckReq, no
+//!   window, no timer; a WQE completes when its last packet is sent.
 
 use crate::hca::Dev;
 use crate::io::Datagram;
@@ -85,7 +87,7 @@ impl Qp {
         }
         let idx = self.req_idx;
         let w = self.sq.get(idx)?;
-        if self.req_psn.distance(self.comp_psn) >= MAX_UNACKED_PSNS {
+        if !self.is_uc() && self.req_psn.distance(self.comp_psn) >= MAX_UNACKED_PSNS {
             return None;
         }
         if w.state == WqeState::Posted {
@@ -178,8 +180,13 @@ impl Qp {
                     }
                     return None;
                 }
-                let ack_req = last || self.noack_pkts + 1 >= MAX_PKTS_PER_ACK;
-                let mut r = Dev::repr(self, opcode_for(op, pos), psn, ack_req, payload.len());
+                let ack_req = !self.is_uc() && (last || self.noack_pkts + 1 >= MAX_PKTS_PER_ACK);
+                let mut opcode = opcode_for(op, pos);
+                if self.is_uc() {
+                    // same low five bits, UC transport prefix (IBA Table 38)
+                    opcode = Opcode(opcode.0 | 0x20);
+                }
+                let mut r = Dev::repr(self, opcode, psn, ack_req, payload.len());
                 let info = r.bth.opcode.info()?;
                 if info.headers.contains(roce_packet::ExtHeader::Reth) {
                     r.reth = Some(RethRepr {
@@ -216,7 +223,14 @@ impl Qp {
             w.state = WqeState::Sent;
             self.req_idx += 1;
         }
-        if self.retrans_deadline.is_none() {
+        if self.is_uc() {
+            // UC: a WQE is complete once its last packet is handed over
+            // (IBA §9.7.7, no acknowledgements); earlier WQEs already are.
+            if done {
+                self.complete_front(dev);
+            }
+            self.comp_psn = self.req_psn;
+        } else if self.retrans_deadline.is_none() {
             self.arm_retrans(now);
         }
         dgram

@@ -26,6 +26,11 @@
 //!
 //! Class B/C/D errors (invalid request, remote access, remote operational)
 //! NAK the offending PSN and move the responder QP to ERR, as rxe does.
+//!
+//! UC (§9.7.7.2): the same chain without acknowledgements: a PSN gap, a
+//! missing receive WQE or a failed check silently drops the message in
+//! progress (its receive WQE is reused) and the responder resynchronises on
+//! the next FIRST/ONLY packet; the QP never enters ERR because of a packet.
 
 use crate::hca::Dev;
 use crate::io::Datagram;
@@ -74,6 +79,8 @@ impl Qp {
 
     /// NAK a class B/C/D error and move the QP to ERR; `recv_status`
     /// completes the receive WQE in progress with that status first.
+    /// On UC there is no NAK and no error state: the message is dropped
+    /// (a length error still completes its receive WQE with LOC_LEN_ERR).
     fn responder_error(
         &mut self,
         dev: &mut Dev,
@@ -82,13 +89,39 @@ impl Qp {
         recv_status: Option<WcStatus>,
     ) {
         if let Some(st) = recv_status {
-            if let Some(InMsg::Send { recv, offset }) = self.in_msg.take() {
-                let wc = self.recv_wc(&recv, st, offset, None, false);
-                dev.complete(self.init.recv_cq, wc);
+            let uc_keeps = self.is_uc() && st != WcStatus::LocLenErr;
+            if !uc_keeps {
+                if let Some(InMsg::Send { recv, offset }) = self.in_msg.take() {
+                    let wc = self.recv_wc(&recv, st, offset, None, false);
+                    dev.complete(self.init.recv_cq, wc);
+                }
             }
+        }
+        if self.is_uc() {
+            tracing::debug!(qpn = %self.qpn, %psn, code = code.name(), "UC message dropped");
+            self.uc_abandon(dev, code.name());
+            dev.counters.uc_msg_dropped += 1;
+            return;
         }
         self.send_nak(dev, psn, code);
         self.enter_error(dev);
+    }
+
+    /// UC: forget the message in progress; an unfinished receive WQE goes
+    /// back to the head of the receive queue for the next message.
+    fn uc_abandon(&mut self, dev: &mut Dev, why: &str) {
+        match self.in_msg.take() {
+            Some(InMsg::Send { recv, .. }) => {
+                self.rq.push_front(recv);
+                dev.counters.uc_msg_dropped += 1;
+                tracing::debug!(qpn = %self.qpn, why, "UC message abandoned");
+            }
+            Some(InMsg::Write { .. }) => {
+                dev.counters.uc_msg_dropped += 1;
+                tracing::debug!(qpn = %self.qpn, why, "UC message abandoned");
+            }
+            None => {}
+        }
     }
 
     fn send_rnr(&mut self, dev: &mut Dev, psn: Psn) {
@@ -198,6 +231,16 @@ impl Qp {
         let Ok(info) = r.info() else { return };
         let psn = r.bth.psn;
         // 1. PSN
+        if self.is_uc() && psn != self.epsn {
+            // UC (§9.7.7.2): no NAK; drop the message in progress and
+            // resynchronise on the next FIRST/ONLY, whatever its PSN.
+            dev.counters.out_of_seq_request += 1;
+            self.uc_abandon(dev, "PSN gap");
+            if !info.position.starts() {
+                return;
+            }
+            self.epsn = psn;
+        }
         let d = psn.distance(self.epsn);
         if d > 0 {
             dev.counters.out_of_seq_request += 1;
@@ -252,6 +295,13 @@ impl Qp {
             _ => false,
         };
         if needs_recv && self.rq.is_empty() {
+            if self.is_uc() {
+                // UC: no RNR NAK; the message is silently dropped (§9.7.7.2)
+                tracing::debug!(qpn = %self.qpn, %psn, reason = "UC: no receive WQE", "drop");
+                self.uc_abandon(dev, "no receive WQE");
+                dev.counters.uc_msg_dropped += 1;
+                return;
+            }
             self.send_rnr(dev, psn);
             return;
         }
@@ -449,6 +499,9 @@ impl Qp {
             _ => return,
         }
         self.epsn = psn.next();
+        if self.is_uc() {
+            return;
+        }
         if r.bth.ack_req {
             self.send_ack(dev, psn);
         } else {

@@ -62,6 +62,7 @@ pub struct Opts {
     pub cqe: u32,
     pub mr_len: usize,
     pub qp_access: AccessFlags,
+    pub qp_type: QpType,
 }
 
 impl Default for Opts {
@@ -81,6 +82,7 @@ impl Default for Opts {
                 | AccessFlags::REMOTE_WRITE
                 | AccessFlags::REMOTE_READ
                 | AccessFlags::REMOTE_ATOMIC,
+            qp_type: QpType::Rc,
         }
     }
 }
@@ -110,7 +112,7 @@ fn side(name: &str, ip: IpAddr, seed: u64, o: &Opts) -> Side {
             pd,
             send_cq: cq,
             recv_cq: cq,
-            qp_type: QpType::Rc,
+            qp_type: o.qp_type,
             cap: QpCap {
                 max_send_wr: 1024,
                 max_recv_wr: 1024,
@@ -126,32 +128,32 @@ fn side(name: &str, ip: IpAddr, seed: u64, o: &Opts) -> Side {
 
 fn connect(s: &mut Side, peer_ip: IpAddr, peer_qpn: Qpn, sq_psn: u32, rq_psn: u32, o: &Opts) {
     let qpn = s.qpn;
+    let init = QpAttr::new().state(QpState::Init).pkey_index(0).port(1);
+    let access = if o.qp_type == QpType::Uc {
+        o.qp_access.intersection(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+    } else {
+        o.qp_access
+    };
+    s.hca.modify_qp(qpn, &init.access_flags(access)).unwrap();
+    let rtr = QpAttr::new()
+        .state(QpState::Rtr)
+        .ah(AhAttr::new(peer_ip))
+        .mtu(o.mtu)
+        .dest_qpn(peer_qpn.value())
+        .rq_psn(rq_psn);
+    let rts = QpAttr::new().state(QpState::Rts).sq_psn(sq_psn);
+    if o.qp_type == QpType::Uc {
+        s.hca.modify_qp(qpn, &rtr).unwrap();
+        s.hca.modify_qp(qpn, &rts).unwrap();
+        return;
+    }
     s.hca
-        .modify_qp(
-            qpn,
-            &QpAttr::new().state(QpState::Init).pkey_index(0).port(1).access_flags(o.qp_access),
-        )
+        .modify_qp(qpn, &rtr.max_dest_rd_atomic(o.max_rd_atomic).min_rnr_timer(o.min_rnr_timer))
         .unwrap();
     s.hca
         .modify_qp(
             qpn,
-            &QpAttr::new()
-                .state(QpState::Rtr)
-                .ah(AhAttr::new(peer_ip))
-                .mtu(o.mtu)
-                .dest_qpn(peer_qpn.value())
-                .rq_psn(rq_psn)
-                .max_dest_rd_atomic(o.max_rd_atomic)
-                .min_rnr_timer(o.min_rnr_timer),
-        )
-        .unwrap();
-    s.hca
-        .modify_qp(
-            qpn,
-            &QpAttr::new()
-                .state(QpState::Rts)
-                .sq_psn(sq_psn)
-                .timeout(o.timeout)
+            &rts.timeout(o.timeout)
                 .retry_cnt(o.retry_cnt)
                 .rnr_retry(o.rnr_retry)
                 .max_rd_atomic(o.max_rd_atomic),
