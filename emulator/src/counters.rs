@@ -89,6 +89,8 @@ counters!(
     /// Ours: UC messages abandoned by the responder (gap, no receive WQE,
     /// bad key, ...); UC never NAKs.
     uc_msg_dropped,
+    /// Ours: UD datagrams dropped (Q_Key mismatch, no receive WQE).
+    ud_dropped,
 );
 
 impl fmt::Display for Counters {

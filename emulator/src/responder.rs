@@ -38,7 +38,7 @@ use crate::qp::{InMsg, Qp, RdResource, ReadJob, RespItem};
 use crate::qp_attr::AccessFlags;
 use crate::requester::packets_for;
 use crate::time::Instant;
-use crate::wr::WcStatus;
+use crate::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use roce_packet::{
     AethRepr, AtomicAckEthRepr, NakCode, OpKind, Opcode, Position, Psn, RKey, RnrTimer, RoceRepr,
     Syndrome,
@@ -578,4 +578,66 @@ impl Qp {
             _ => {}
         }
     }
+
+    /// A UD SEND (IBA §9.8.3): Q_Key check (C9-.. / §10.2.4), then the
+    /// datagram lands in the next receive WQE after a 40-byte GRH area
+    /// (for IPv4 the IP header fills its last 20 bytes, as rxe does).
+    /// No PSN checks and no acknowledgements; problems drop the datagram.
+    pub(crate) fn on_ud_request(
+        &mut self,
+        dev: &mut Dev,
+        r: &RoceRepr,
+        payload: &[u8],
+        d: &Datagram,
+    ) {
+        let Some(deth) = r.deth else { return };
+        if deth.qkey.value() != self.p.qkey {
+            dev.counters.ud_dropped += 1;
+            tracing::debug!(qpn = %self.qpn, qkey = %deth.qkey, reason = "Q_Key mismatch", "drop");
+            return;
+        }
+        let Some(recv) = self.rq.pop_front() else {
+            dev.counters.ud_dropped += 1;
+            tracing::debug!(qpn = %self.qpn, reason = "UD: no receive WQE", "drop");
+            return;
+        };
+        let mut grh = [0u8; GRH_LEN];
+        if let Ok(h) = roce_packet::IpUdpHeader::build(&d.endpoints, &d.meta, d.payload.len()) {
+            let ip = h.ip();
+            let at = GRH_LEN.saturating_sub(ip.len());
+            grh[at..at + ip.len().min(GRH_LEN)].copy_from_slice(&ip[..ip.len().min(GRH_LEN)]);
+        }
+        let total = (GRH_LEN + payload.len()) as u64;
+        let mut wc = WorkCompletion {
+            wr_id: recv.wr_id,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Recv,
+            byte_len: total as u32,
+            imm: r.immdt,
+            qp_num: self.qpn.value(),
+            src_qp: deth.src_qp.value(),
+            wc_flags: if r.immdt.is_some() {
+                WcFlags::GRH | WcFlags::WITH_IMM
+            } else {
+                WcFlags::GRH
+            },
+        };
+        if total > recv.length() {
+            wc.status = WcStatus::LocLenErr;
+        } else if dev.mem.scatter(self.init.pd, &recv.sg_list, 0, &grh).is_err()
+            || dev.mem.scatter(self.init.pd, &recv.sg_list, GRH_LEN as u64, payload).is_err()
+        {
+            wc.status = WcStatus::LocProtErr;
+        }
+        if wc.status == WcStatus::Success {
+            dev.counters.rdma_recvs += 1;
+        } else {
+            wc.byte_len = 0;
+            wc.imm = None;
+        }
+        dev.complete(self.init.recv_cq, wc);
+    }
 }
+
+/// Bytes reserved for the GRH at the start of a UD receive buffer.
+pub const GRH_LEN: usize = 40;
