@@ -162,3 +162,83 @@ fn random_well_framed_packets_never_panic() {
         assert!(p.a.hca.query_qp(p.a.qpn).is_ok());
     }
 }
+
+#[test]
+fn random_packets_to_uc_and_ud_qps_never_panic() {
+    let ops: Vec<Opcode> = (0u8..=0x7F)
+        .map(Opcode)
+        .filter(|o| TABLE[o.0 as usize].is_some_and(|i| i.is_request()))
+        .collect();
+    for qp_type in [QpType::Uc, QpType::Ud] {
+        let mut rng = Rng(0xfeed);
+        let mut p = Pair::with(Opts { qp_type, ..Opts::default() });
+        let (ia, ib) = (p.a.hca.addr(), p.b.hca.addr());
+        for _ in 0..3000 {
+            if p.b.hca.query_qp(p.b.qpn).unwrap().0.qp_state != Some(QpState::Rts) {
+                p.reconnect();
+            }
+            if rng.below(4) == 0 {
+                let i = rng.below(64);
+                let _ = p.b.hca.post_recv(
+                    p.b.qpn,
+                    RecvWr::new(i, p.b.addr(2048 * i), 64 + rng.below(3000) as u32, p.b.mr.lkey),
+                );
+            }
+            let op = ops[rng.below(ops.len() as u64) as usize];
+            let info = op.info().unwrap();
+            let len = if info.has_payload {
+                [0usize, 1, 4, 1000, 1024, 1100][rng.below(6) as usize]
+            } else {
+                0
+            };
+            let payload: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            let epsn = p.b.hca.query_qp(p.b.qpn).unwrap().0.rq_psn;
+            let mut r = RoceRepr {
+                bth: BthRepr {
+                    opcode: op,
+                    dest_qp: p.b.qpn,
+                    psn: Psn::new(epsn).add(rng.below(4) as u32),
+                    pad_count: roce_packet::pad_for(len),
+                    ..BthRepr::default()
+                },
+                payload_len: len,
+                ..RoceRepr::default()
+            };
+            let h = info.headers;
+            let rkey = if rng.below(2) == 0 { p.b.mr.rkey } else { RKey::new(rng.next() as u32) };
+            let va = p.b.addr(rng.below(1 << 20));
+            if h.contains(ExtHeader::Reth) {
+                r.reth = Some(RethRepr { va, rkey, dma_len: rng.below(3000) as u32 });
+            }
+            if h.contains(ExtHeader::AtomicEth) {
+                r.atomic_eth = Some(AtomicEthRepr { va, rkey, swap_add: 1, compare: 2 });
+            }
+            if h.contains(ExtHeader::Deth) {
+                let qkey = if rng.below(2) == 0 { UD_QKEY } else { rng.next() as u32 };
+                r.deth = Some(roce_packet::DethRepr {
+                    qkey: roce_packet::QKey::new(qkey),
+                    src_qp: roce_packet::Qpn::new(rng.next() as u32),
+                    resv8: 0,
+                });
+            }
+            if h.contains(ExtHeader::Rdeth) {
+                r.rdeth = Some(rng.next() as u32);
+            }
+            if h.contains(ExtHeader::ImmDt) {
+                r.immdt = Some(7);
+            }
+            if h.contains(ExtHeader::Ieth) {
+                r.ieth = Some(RKey::new(1));
+            }
+            if h.contains(ExtHeader::Feth) {
+                r.feth = Some(0);
+            }
+            p.b.hca.handle_datagram(Instant::ZERO, frame(ia, ib, &r, &payload));
+            while p.b.hca.poll_transmit(Instant::ZERO).is_some() {}
+            let _ = p.b.hca.poll_cq(p.b.cq, 1000);
+        }
+        let c = p.b.counters();
+        assert!(c.rcvd_pkts > 100 && c.rdma_recvs > 10 && c.bad_opcode > 100, "{qp_type:?} {c}");
+        assert_eq!(c.sent_pkts, 0, "UC and UD never answer");
+    }
+}
