@@ -86,6 +86,11 @@ counters!(
     retransmit_timeouts,
     /// Ours: CQ overflows.
     cq_overflow,
+    /// Ours: UC messages abandoned by the responder (gap, no receive WQE,
+    /// bad key, ...); UC never NAKs.
+    uc_msg_dropped,
+    /// Ours: UD datagrams dropped (Q_Key mismatch, no receive WQE).
+    ud_dropped,
 );
 
 impl fmt::Display for Counters {

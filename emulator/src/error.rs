@@ -102,9 +102,6 @@ pub enum CreateQpError {
     /// Unknown completion queue ….
     #[error("unknown completion queue {0:?}")]
     UnknownCq(CqHandle),
-    /// QP type … is not implemented (only RC).
-    #[error("QP type {0:?} is not implemented (only RC)")]
-    UnsupportedType(QpType),
     /// … = … exceeds the device limit ….
     #[error("{what} = {requested} exceeds the device limit {max}")]
     CapTooLarge { what: &'static str, requested: u32, max: u32 },
@@ -159,6 +156,15 @@ pub enum PostSendError {
     /// Atomic operations need exactly one 8-byte SGE.
     #[error("atomic operations need exactly one 8-byte SGE")]
     BadAtomicSge,
+    /// A UD send needs its destination (`SendWr::ud`).
+    #[error("a UD send needs an address handle, remote QPN and Q_Key")]
+    MissingUdDest,
+    /// UD messages fit one packet.
+    #[error("UD message of {len} bytes exceeds the path MTU {mtu}")]
+    UdMessageTooLarge { len: u64, mtu: u64 },
+    /// The operation is not available on this QP type.
+    #[error("{opcode:?} is not supported on a {qp_type:?} QP")]
+    UnsupportedOpcode { opcode: crate::wr::WrOpcode, qp_type: QpType },
     /// RDMA READ/atomic needs max_rd_atomic > 0 on the QP.
     #[error("RDMA READ/atomic needs max_rd_atomic > 0 on the QP")]
     NoRdAtomic,

@@ -121,8 +121,18 @@ impl Dev {
 
     /// Build the datagram for a packet of `qp` (ICRC filled).
     pub fn datagram(&self, qp: &Qp, repr: &RoceRepr, payload: &[u8]) -> Option<Datagram> {
-        let ah = qp.p.ah?;
-        let dst = match ah.dgid {
+        self.datagram_to(qp, qp.p.ah?.dgid, repr, payload)
+    }
+
+    /// Build a datagram of `qp` to the GID `dgid` (ICRC filled).
+    pub fn datagram_to(
+        &self,
+        qp: &Qp,
+        dgid: IpAddr,
+        repr: &RoceRepr,
+        payload: &[u8],
+    ) -> Option<Datagram> {
+        let dst = match dgid {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
             v4 => v4,
         };
@@ -150,7 +160,14 @@ pub struct Hca {
 
 impl Hca {
     /// Create a device.
+    /// An IPv4-mapped IPv6 address is taken as the IPv4 address.
     pub fn new(cfg: HcaConfig) -> Hca {
+        let mut cfg = cfg;
+        if let IpAddr::V6(v6) = cfg.addr {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                cfg.addr = IpAddr::V4(v4);
+            }
+        }
         let mut attr = cfg.device_attr.clone();
         let gid = gid_of(cfg.addr);
         attr.node_guid = u64::from_be_bytes(gid.octets()[8..16].try_into().unwrap_or([0; 8]));
@@ -384,11 +401,9 @@ impl Hca {
 
     // ---- queue pairs ----
 
-    /// `ibv_create_qp`: RC only for now. QPNs start at 17 like rxe.
+    /// `ibv_create_qp`: RC, UC and UD. QPNs start at 17 like rxe (QP0/QP1,
+    /// the special QPs, are not created).
     pub fn create_qp(&mut self, init: QpInitAttr) -> Result<Qpn, CreateQpError> {
-        if init.qp_type != QpType::Rc {
-            return Err(CreateQpError::UnsupportedType(init.qp_type));
-        }
         let a = &self.dev.attr;
         for (what, requested, max) in [
             ("max_send_wr", init.cap.max_send_wr, a.max_qp_wr),
@@ -592,6 +607,27 @@ impl Hca {
         let length = wr.length();
         if length > u64::from(max_msg) {
             return Err(PostSendError::MessageTooLarge { len: length, max: max_msg });
+        }
+        if qp.init.qp_type == QpType::Ud {
+            if !matches!(wr.opcode, crate::wr::WrOpcode::Send | crate::wr::WrOpcode::SendWithImm) {
+                return Err(PostSendError::UnsupportedOpcode {
+                    opcode: wr.opcode,
+                    qp_type: qp.init.qp_type,
+                });
+            }
+            if wr.ud.is_none() {
+                return Err(PostSendError::MissingUdDest);
+            }
+            let mtu = qp.p.mtu.bytes() as u64;
+            if length > mtu && qp.state == QpState::Rts {
+                return Err(PostSendError::UdMessageTooLarge { len: length, mtu });
+            }
+        }
+        if qp.init.qp_type == QpType::Uc && wr.opcode.is_read_or_atomic() {
+            return Err(PostSendError::UnsupportedOpcode {
+                opcode: wr.opcode,
+                qp_type: qp.init.qp_type,
+            });
         }
         if wr.opcode.is_atomic() && (wr.sg_list.len() != 1 || length != 8) {
             return Err(PostSendError::BadAtomicSge);

@@ -27,6 +27,10 @@
 //! # let _ = mr;
 //! ```
 //!
+//! QP types: RC (the full reliable transport), UC (no acknowledgements;
+//! gaps drop messages) and UD (single-packet SENDs with a DETH, a 40-byte
+//! GRH area in receive buffers). QP0/QP1 (SMI/GSI) are not provided.
+//!
 //! Decisions worth knowing (each is documented where it is implemented):
 //! - `retry_cnt` 7 means seven retries (IBA); rxe retries forever.
 //!   `rnr_retry` 7 means forever (both).
@@ -69,5 +73,5 @@ pub use qp_attr::{AccessFlags, AhAttr, PathMtu, QpAttr, QpCap, QpState, QpType};
 pub use recv::DropReason;
 pub use time::Instant;
 pub use wr::{
-    RecvWr, SendFlags, SendWr, Sge, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    RecvWr, SendFlags, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };

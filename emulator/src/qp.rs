@@ -207,6 +207,21 @@ impl Qp {
         }
     }
 
+    /// Unreliable Connected: no ACKs, no retries, no READ/atomics.
+    pub fn is_uc(&self) -> bool {
+        self.init.qp_type == QpType::Uc
+    }
+
+    /// Unreliable Datagram: single-packet SENDs with a DETH.
+    pub fn is_ud(&self) -> bool {
+        self.init.qp_type == QpType::Ud
+    }
+
+    /// Unacknowledged transports (UC, UD): WQEs complete when sent.
+    pub fn unacked(&self) -> bool {
+        self.init.qp_type != QpType::Rc
+    }
+
     pub fn mtu(&self) -> u64 {
         self.p.mtu.bytes() as u64
     }

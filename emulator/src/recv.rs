@@ -82,7 +82,12 @@ impl Hca {
         let info = pkt.info();
         let qpn = repr.bth.dest_qp;
         let qp = self.qps.get_mut(&qpn).ok_or(DropReason::UnknownQp)?;
-        if info.transport != Transport::Rc {
+        let want = match qp.init.qp_type {
+            crate::qp_attr::QpType::Uc => Transport::Uc,
+            crate::qp_attr::QpType::Ud => Transport::Ud,
+            crate::qp_attr::QpType::Rc => Transport::Rc,
+        };
+        if info.transport != want {
             return Err(DropReason::BadOpcode);
         }
         // Default partition: the low 15 bits must be all ones (full or limited member).
@@ -98,7 +103,11 @@ impl Hca {
             self.dev.counters.rcvd_bytes += b.len() as u64;
             let span = tracing::debug_span!("qp", qpn = %qpn, role = "responder");
             let _g = span.enter();
-            qp.on_request(&mut self.dev, now, &repr, payload);
+            if info.transport == Transport::Ud {
+                qp.on_ud_request(&mut self.dev, &repr, payload, d);
+            } else {
+                qp.on_request(&mut self.dev, now, &repr, payload);
+            }
         } else if info.is_response() {
             if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
                 return Err(DropReason::BadState);

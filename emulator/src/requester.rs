@@ -16,6 +16,10 @@
 //!   for the remaining part with an adjusted RETH, §9.7.5.1.5 / C9-106).
 //! - Packets are built lazily in `poll_transmit`, so window, fence and RNR
 //!   waits are simply "no packet yet".
+//! - UC (§9.7.7): same segmentation with UC opcodes, no AckReq, no
+//!   window, no timer; a WQE completes when its last packet is sent.
+//! - UD (§9.8): one SEND_ONLY packet per WR with a DETH (Q_Key, source
+//!   QPN) to the WR's own address handle and QPN.
 
 use crate::hca::Dev;
 use crate::io::Datagram;
@@ -23,7 +27,7 @@ use crate::qp::{Qp, WqeState};
 use crate::qp_attr::QpState;
 use crate::time::Instant;
 use crate::wr::{SendFlags, WcStatus, WrOpcode};
-use roce_packet::{AtomicEthRepr, Opcode, Position, Psn, RethRepr};
+use roce_packet::{AtomicEthRepr, DethRepr, Opcode, Position, Psn, QKey, Qpn, RethRepr};
 
 /// Most PSNs a requester keeps unacknowledged (rxe's RXE_MAX_UNACKED_PSNS).
 pub const MAX_UNACKED_PSNS: i32 = 128;
@@ -85,7 +89,7 @@ impl Qp {
         }
         let idx = self.req_idx;
         let w = self.sq.get(idx)?;
-        if self.req_psn.distance(self.comp_psn) >= MAX_UNACKED_PSNS {
+        if !self.unacked() && self.req_psn.distance(self.comp_psn) >= MAX_UNACKED_PSNS {
             return None;
         }
         if w.state == WqeState::Posted {
@@ -178,8 +182,25 @@ impl Qp {
                     }
                     return None;
                 }
-                let ack_req = last || self.noack_pkts + 1 >= MAX_PKTS_PER_ACK;
-                let mut r = Dev::repr(self, opcode_for(op, pos), psn, ack_req, payload.len());
+                let ack_req = !self.unacked() && (last || self.noack_pkts + 1 >= MAX_PKTS_PER_ACK);
+                let mut opcode = opcode_for(op, pos);
+                if self.is_uc() {
+                    // same low five bits, UC transport prefix (IBA Table 38)
+                    opcode = Opcode(opcode.0 | 0x20);
+                } else if self.is_ud() {
+                    opcode = Opcode(opcode.0 | 0x60);
+                }
+                let mut r = Dev::repr(self, opcode, psn, ack_req, payload.len());
+                if let (true, Some(ud)) = (self.is_ud(), w.wr.ud) {
+                    // C10-15: a Q_Key with the high bit set means the QP's own
+                    let qkey = if ud.remote_qkey & 0x8000_0000 != 0 {
+                        self.p.qkey
+                    } else {
+                        ud.remote_qkey
+                    };
+                    r.deth = Some(DethRepr { qkey: QKey::new(qkey), src_qp: self.qpn, resv8: 0 });
+                    r.bth.dest_qp = Qpn::new(ud.remote_qpn);
+                }
                 let info = r.bth.opcode.info()?;
                 if info.headers.contains(roce_packet::ExtHeader::Reth) {
                     r.reth = Some(RethRepr {
@@ -196,7 +217,10 @@ impl Qp {
             }
         };
         let sent = payload.len() as u64;
-        let dgram = dev.datagram(self, &repr, &payload);
+        let dgram = match (self.is_ud(), w.wr.ud) {
+            (true, Some(ud)) => dev.datagram_to(self, ud.ah.dgid, &repr, &payload),
+            _ => dev.datagram(self, &repr, &payload),
+        };
         if dgram.is_none() {
             dev.counters.send_err += 1;
         }
@@ -216,7 +240,14 @@ impl Qp {
             w.state = WqeState::Sent;
             self.req_idx += 1;
         }
-        if self.retrans_deadline.is_none() {
+        if self.unacked() {
+            // UC/UD: a WQE is complete once its last packet is handed over
+            // (IBA §9.7.7, §9.8, no acknowledgements); earlier WQEs already are.
+            if done {
+                self.complete_front(dev);
+            }
+            self.comp_psn = self.req_psn;
+        } else if self.retrans_deadline.is_none() {
             self.arm_retrans(now);
         }
         dgram

@@ -26,6 +26,11 @@
 //!
 //! Class B/C/D errors (invalid request, remote access, remote operational)
 //! NAK the offending PSN and move the responder QP to ERR, as rxe does.
+//!
+//! UC (§9.7.7.2): the same chain without acknowledgements: a PSN gap, a
+//! missing receive WQE or a failed check silently drops the message in
+//! progress (its receive WQE is reused) and the responder resynchronises on
+//! the next FIRST/ONLY packet; the QP never enters ERR because of a packet.
 
 use crate::hca::Dev;
 use crate::io::Datagram;
@@ -33,7 +38,7 @@ use crate::qp::{InMsg, Qp, RdResource, ReadJob, RespItem};
 use crate::qp_attr::AccessFlags;
 use crate::requester::packets_for;
 use crate::time::Instant;
-use crate::wr::WcStatus;
+use crate::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use roce_packet::{
     AethRepr, AtomicAckEthRepr, NakCode, OpKind, Opcode, Position, Psn, RKey, RnrTimer, RoceRepr,
     Syndrome,
@@ -74,6 +79,8 @@ impl Qp {
 
     /// NAK a class B/C/D error and move the QP to ERR; `recv_status`
     /// completes the receive WQE in progress with that status first.
+    /// On UC there is no NAK and no error state: the message is dropped
+    /// (a length error still completes its receive WQE with LOC_LEN_ERR).
     fn responder_error(
         &mut self,
         dev: &mut Dev,
@@ -82,13 +89,39 @@ impl Qp {
         recv_status: Option<WcStatus>,
     ) {
         if let Some(st) = recv_status {
-            if let Some(InMsg::Send { recv, offset }) = self.in_msg.take() {
-                let wc = self.recv_wc(&recv, st, offset, None, false);
-                dev.complete(self.init.recv_cq, wc);
+            let uc_keeps = self.is_uc() && st != WcStatus::LocLenErr;
+            if !uc_keeps {
+                if let Some(InMsg::Send { recv, offset }) = self.in_msg.take() {
+                    let wc = self.recv_wc(&recv, st, offset, None, false);
+                    dev.complete(self.init.recv_cq, wc);
+                }
             }
+        }
+        if self.is_uc() {
+            tracing::debug!(qpn = %self.qpn, %psn, code = code.name(), "UC message dropped");
+            self.uc_abandon(dev, code.name());
+            dev.counters.uc_msg_dropped += 1;
+            return;
         }
         self.send_nak(dev, psn, code);
         self.enter_error(dev);
+    }
+
+    /// UC: forget the message in progress; an unfinished receive WQE goes
+    /// back to the head of the receive queue for the next message.
+    fn uc_abandon(&mut self, dev: &mut Dev, why: &str) {
+        match self.in_msg.take() {
+            Some(InMsg::Send { recv, .. }) => {
+                self.rq.push_front(recv);
+                dev.counters.uc_msg_dropped += 1;
+                tracing::debug!(qpn = %self.qpn, why, "UC message abandoned");
+            }
+            Some(InMsg::Write { .. }) => {
+                dev.counters.uc_msg_dropped += 1;
+                tracing::debug!(qpn = %self.qpn, why, "UC message abandoned");
+            }
+            None => {}
+        }
     }
 
     fn send_rnr(&mut self, dev: &mut Dev, psn: Psn) {
@@ -198,6 +231,16 @@ impl Qp {
         let Ok(info) = r.info() else { return };
         let psn = r.bth.psn;
         // 1. PSN
+        if self.is_uc() && psn != self.epsn {
+            // UC (§9.7.7.2): no NAK; drop the message in progress and
+            // resynchronise on the next FIRST/ONLY, whatever its PSN.
+            dev.counters.out_of_seq_request += 1;
+            self.uc_abandon(dev, "PSN gap");
+            if !info.position.starts() {
+                return;
+            }
+            self.epsn = psn;
+        }
         let d = psn.distance(self.epsn);
         if d > 0 {
             dev.counters.out_of_seq_request += 1;
@@ -252,6 +295,13 @@ impl Qp {
             _ => false,
         };
         if needs_recv && self.rq.is_empty() {
+            if self.is_uc() {
+                // UC: no RNR NAK; the message is silently dropped (§9.7.7.2)
+                tracing::debug!(qpn = %self.qpn, %psn, reason = "UC: no receive WQE", "drop");
+                self.uc_abandon(dev, "no receive WQE");
+                dev.counters.uc_msg_dropped += 1;
+                return;
+            }
             self.send_rnr(dev, psn);
             return;
         }
@@ -449,6 +499,9 @@ impl Qp {
             _ => return,
         }
         self.epsn = psn.next();
+        if self.is_uc() {
+            return;
+        }
         if r.bth.ack_req {
             self.send_ack(dev, psn);
         } else {
@@ -525,4 +578,66 @@ impl Qp {
             _ => {}
         }
     }
+
+    /// A UD SEND (IBA §9.8.3): Q_Key check (C9-.. / §10.2.4), then the
+    /// datagram lands in the next receive WQE after a 40-byte GRH area
+    /// (for IPv4 the IP header fills its last 20 bytes, as rxe does).
+    /// No PSN checks and no acknowledgements; problems drop the datagram.
+    pub(crate) fn on_ud_request(
+        &mut self,
+        dev: &mut Dev,
+        r: &RoceRepr,
+        payload: &[u8],
+        d: &Datagram,
+    ) {
+        let Some(deth) = r.deth else { return };
+        if deth.qkey.value() != self.p.qkey {
+            dev.counters.ud_dropped += 1;
+            tracing::debug!(qpn = %self.qpn, qkey = %deth.qkey, reason = "Q_Key mismatch", "drop");
+            return;
+        }
+        let Some(recv) = self.rq.pop_front() else {
+            dev.counters.ud_dropped += 1;
+            tracing::debug!(qpn = %self.qpn, reason = "UD: no receive WQE", "drop");
+            return;
+        };
+        let mut grh = [0u8; GRH_LEN];
+        if let Ok(h) = roce_packet::IpUdpHeader::build(&d.endpoints, &d.meta, d.payload.len()) {
+            let ip = h.ip();
+            let at = GRH_LEN.saturating_sub(ip.len());
+            grh[at..at + ip.len().min(GRH_LEN)].copy_from_slice(&ip[..ip.len().min(GRH_LEN)]);
+        }
+        let total = (GRH_LEN + payload.len()) as u64;
+        let mut wc = WorkCompletion {
+            wr_id: recv.wr_id,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Recv,
+            byte_len: total as u32,
+            imm: r.immdt,
+            qp_num: self.qpn.value(),
+            src_qp: deth.src_qp.value(),
+            wc_flags: if r.immdt.is_some() {
+                WcFlags::GRH | WcFlags::WITH_IMM
+            } else {
+                WcFlags::GRH
+            },
+        };
+        if total > recv.length() {
+            wc.status = WcStatus::LocLenErr;
+        } else if dev.mem.scatter(self.init.pd, &recv.sg_list, 0, &grh).is_err()
+            || dev.mem.scatter(self.init.pd, &recv.sg_list, GRH_LEN as u64, payload).is_err()
+        {
+            wc.status = WcStatus::LocProtErr;
+        }
+        if wc.status == WcStatus::Success {
+            dev.counters.rdma_recvs += 1;
+        } else {
+            wc.byte_len = 0;
+            wc.imm = None;
+        }
+        dev.complete(self.init.recv_cq, wc);
+    }
 }
+
+/// Bytes reserved for the GRH at the start of a UD receive buffer.
+pub const GRH_LEN: usize = 40;

@@ -5,7 +5,7 @@
 //! [`WcStatus`]'s `Display` matches `ibv_wc_status_str`, so traces read like
 //! the C tools' output.
 
-use crate::qp_attr::flags;
+use crate::qp_attr::{flags, AhAttr};
 use core::fmt;
 use roce_packet::{LKey, RKey};
 
@@ -104,6 +104,20 @@ pub struct SendWr {
     /// Data for an INLINE request (used instead of `sg_list` when
     /// `flags` has INLINE; at most `max_inline_data` bytes).
     pub inline_data: Vec<u8>,
+    /// Destination of a UD send (`wr.ud` in libibverbs); ignored otherwise.
+    pub ud: Option<UdDest>,
+}
+
+/// Where a UD send goes: address handle, remote QPN and Q_Key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdDest {
+    /// The destination (its `dgid` is the peer's address).
+    pub ah: AhAttr,
+    /// Destination QP number.
+    pub remote_qpn: u32,
+    /// Q_Key; one with the high bit set means "use the QP's own Q_Key"
+    /// (IBA §10.2.4, C10-15).
+    pub remote_qkey: u32,
 }
 
 impl SendWr {
@@ -120,7 +134,13 @@ impl SendWr {
             compare_add: 0,
             swap: 0,
             inline_data: Vec::new(),
+            ud: None,
         }
+    }
+    /// Address a UD send.
+    pub fn ud(mut self, ah: AhAttr, remote_qpn: u32, remote_qkey: u32) -> SendWr {
+        self.ud = Some(UdDest { ah, remote_qpn, remote_qkey });
+        self
     }
     /// Add one SGE.
     pub fn sge(mut self, addr: u64, length: u32, lkey: LKey) -> SendWr {

@@ -389,3 +389,145 @@ fn retry_exceeded_client_timing_matches_rxe() {
     // rxe's counter deltas for this run: completer_retry_err 3, retry_exceeded_err 1
     assert_eq!((c.completer_retry_err, c.retry_exceeded_err, c.sent_pkts), (3, 1, 4));
 }
+
+#[test]
+fn uc_pingpong_server_side() {
+    let Some(frames) = load("uc_pingpong.pcap") else {
+        eprintln!("capture not available; skipped");
+        return;
+    };
+    let server = [192, 168, 77, 2];
+    let server_ip = IpAddr::V4(Ipv4Addr::from(server));
+    // from uc_pingpong.log: both QPNs 0x13; client PSN 0x7f1bec, server PSN 0x55baa1
+    let mut hca = Hca::new(HcaConfig::new("us", server_ip, 3));
+    let pd = hca.alloc_pd().unwrap();
+    let cq = hca.create_cq(1024).unwrap();
+    let mr = hca.reg_mr(pd, 1 << 17, AccessFlags::LOCAL_WRITE).unwrap();
+    let cap = QpCap {
+        max_send_wr: 64,
+        max_recv_wr: 64,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let init =
+        QpInitAttr { pd, send_cq: cq, recv_cq: cq, qp_type: QpType::Uc, cap, sq_sig_all: true };
+    let mut q = hca.create_qp(init).unwrap();
+    while q.value() < 0x13 {
+        q = hca.create_qp(init).unwrap();
+    }
+    hca.modify_qp(
+        q,
+        &QpAttr::new()
+            .state(QpState::Init)
+            .pkey_index(0)
+            .port(1)
+            .access_flags(AccessFlags::LOCAL_WRITE),
+    )
+    .unwrap();
+    hca.modify_qp(
+        q,
+        &QpAttr::new()
+            .state(QpState::Rtr)
+            .ah(AhAttr::new(IpAddr::V4(Ipv4Addr::new(192, 168, 77, 3))))
+            .mtu(PathMtu::Mtu1024)
+            .dest_qpn(0x13)
+            .rq_psn(0x7f1bec),
+    )
+    .unwrap();
+    hca.modify_qp(q, &QpAttr::new().state(QpState::Rts).sq_psn(0x55baa1)).unwrap();
+    for i in 0..30 {
+        hca.post_recv(q, RecvWr::new(i, mr.addr + 4096 * i, 4096, mr.lkey)).unwrap();
+    }
+    let mut u = Us { hca, qpn: q, mr, cq };
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    let mut echoed = 0;
+    for f in &frames {
+        if f.dgram.endpoints.src == server_ip {
+            theirs.push(key(&parse(&f.dgram)));
+            continue;
+        }
+        u.hca.handle_datagram(Instant::ZERO, f.dgram.clone());
+        for wc in u.hca.poll_cq(u.cq, 16).unwrap() {
+            assert_eq!(wc.status, WcStatus::Success);
+            if wc.opcode == WcOpcode::Recv {
+                let wr = SendWr::new(echoed, WrOpcode::Send).sge(u.mr.addr, wc.byte_len, u.mr.lkey);
+                u.hca.post_send(u.qpn, wr).unwrap();
+                echoed += 1;
+                drain(&mut u, &mut ours);
+            }
+        }
+    }
+    assert_eq!(u.hca.counters().icrc_err, 0);
+    assert!(echoed >= 20, "{echoed}");
+    assert_eq!(ours, theirs);
+}
+
+#[test]
+fn ud_pingpong_server_side() {
+    let Some(frames) = load("ud_pingpong.pcap") else {
+        eprintln!("capture not available; skipped");
+        return;
+    };
+    let server_ip = IpAddr::V4(Ipv4Addr::new(192, 168, 77, 2));
+    let client_ip = IpAddr::V4(Ipv4Addr::new(192, 168, 77, 3));
+    // from ud_pingpong.log: both QPNs 0x14, server PSN 0xdd85fa, Q_Key 0x11111111
+    let mut hca = Hca::new(HcaConfig::new("us", server_ip, 3));
+    let pd = hca.alloc_pd().unwrap();
+    let cq = hca.create_cq(1024).unwrap();
+    let mr = hca.reg_mr(pd, 1 << 17, AccessFlags::LOCAL_WRITE).unwrap();
+    let cap = QpCap {
+        max_send_wr: 64,
+        max_recv_wr: 64,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let init =
+        QpInitAttr { pd, send_cq: cq, recv_cq: cq, qp_type: QpType::Ud, cap, sq_sig_all: true };
+    let mut q = hca.create_qp(init).unwrap();
+    while q.value() < 0x14 {
+        q = hca.create_qp(init).unwrap();
+    }
+    hca.modify_qp(q, &QpAttr::new().state(QpState::Init).pkey_index(0).port(1).qkey(0x1111_1111))
+        .unwrap();
+    hca.modify_qp(q, &QpAttr::new().state(QpState::Rtr)).unwrap();
+    hca.modify_qp(q, &QpAttr::new().state(QpState::Rts).sq_psn(0xdd85fa)).unwrap();
+    for i in 0..30 {
+        hca.post_recv(q, RecvWr::new(i, mr.addr + 2048 * i, 1024 + 40, mr.lkey)).unwrap();
+    }
+    let mut u = Us { hca, qpn: q, mr, cq };
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    let mut echoed = 0;
+    for f in &frames {
+        if f.dgram.endpoints.src == server_ip {
+            let r = parse(&f.dgram);
+            theirs.push((key(&r), r.deth));
+            continue;
+        }
+        u.hca.handle_datagram(Instant::ZERO, f.dgram.clone());
+        for wc in u.hca.poll_cq(u.cq, 16).unwrap() {
+            assert_eq!(wc.status, WcStatus::Success);
+            if wc.opcode == WcOpcode::Recv {
+                assert_eq!((wc.byte_len, wc.src_qp), (1064, 0x14));
+                let wr = SendWr::new(echoed, WrOpcode::Send).sge(u.mr.addr, 1024, u.mr.lkey).ud(
+                    AhAttr::new(client_ip),
+                    wc.src_qp,
+                    0x1111_1111,
+                );
+                u.hca.post_send(u.qpn, wr).unwrap();
+                echoed += 1;
+                while let Some(d) = u.hca.poll_transmit(Instant::ZERO) {
+                    assert_eq!(d.endpoints.dst, client_ip);
+                    let r = parse(&d);
+                    ours.push((key(&r), r.deth));
+                }
+            }
+        }
+    }
+    assert_eq!(u.hca.counters().icrc_err + u.hca.counters().ud_dropped, 0);
+    assert!(echoed >= 20, "{echoed}");
+    assert_eq!(ours, theirs);
+}

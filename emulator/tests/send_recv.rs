@@ -214,3 +214,31 @@ fn emitted_frame_passes_icrc_and_parses() {
     bad[20] ^= 0x10;
     assert!(!hdr.verify_icrc(&bad));
 }
+
+#[test]
+fn ipv6_and_ipv4_mapped_gids() {
+    let a: std::net::IpAddr = "fd00::1".parse().unwrap();
+    let b: std::net::IpAddr = "fd00::2".parse().unwrap();
+    let mut p = Pair::with_addrs(Opts::default(), a, b);
+    let data = pattern(2000, 11);
+    p.a.write_mem(0, &data);
+    p.b.post_recv(1, 0, 4096);
+    p.a.send(1, 0, 2000);
+    p.run();
+    assert_eq!(p.b.read_mem(0, 2000), data);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+    assert_eq!(p.a.hca.query_gid(0), Some("fd00::1".parse().unwrap()));
+    // devices and AVs named by IPv4-mapped GIDs speak IPv4
+    let a: std::net::IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+    let b: std::net::IpAddr = "::ffff:10.0.0.2".parse().unwrap();
+    let mut p = Pair::with_addrs(Opts::default(), a, b);
+    assert_eq!(p.a.hca.addr(), "10.0.0.1".parse::<std::net::IpAddr>().unwrap());
+    p.b.post_recv(1, 0, 64);
+    p.a.send(1, 0, 4);
+    let d = p.a.hca.poll_transmit(Instant::ZERO).unwrap();
+    assert_eq!(d.endpoints.dst, "10.0.0.2".parse::<std::net::IpAddr>().unwrap());
+    assert!(d.endpoints.src.is_ipv4());
+    p.b.hca.handle_datagram(Instant::ZERO, d);
+    p.run();
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+}

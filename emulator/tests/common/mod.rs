@@ -62,6 +62,7 @@ pub struct Opts {
     pub cqe: u32,
     pub mr_len: usize,
     pub qp_access: AccessFlags,
+    pub qp_type: QpType,
 }
 
 impl Default for Opts {
@@ -81,9 +82,13 @@ impl Default for Opts {
                 | AccessFlags::REMOTE_WRITE
                 | AccessFlags::REMOTE_READ
                 | AccessFlags::REMOTE_ATOMIC,
+            qp_type: QpType::Rc,
         }
     }
 }
+
+/// The Q_Key UD test QPs use (ibv_ud_pingpong's).
+pub const UD_QKEY: u32 = 0x1111_1111;
 
 pub const ALL_ACCESS: AccessFlags = AccessFlags(
     AccessFlags::LOCAL_WRITE.0
@@ -100,8 +105,8 @@ pub struct Pair {
     pub opts: Opts,
 }
 
-fn side(name: &str, ip: [u8; 4], seed: u64, o: &Opts) -> Side {
-    let mut hca = Hca::new(HcaConfig::new(name, IpAddr::V4(Ipv4Addr::from(ip)), seed));
+fn side(name: &str, ip: IpAddr, seed: u64, o: &Opts) -> Side {
+    let mut hca = Hca::new(HcaConfig::new(name, ip, seed));
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(o.cqe).unwrap();
     let mr = hca.reg_mr(pd, o.mr_len, ALL_ACCESS).unwrap();
@@ -110,7 +115,7 @@ fn side(name: &str, ip: [u8; 4], seed: u64, o: &Opts) -> Side {
             pd,
             send_cq: cq,
             recv_cq: cq,
-            qp_type: QpType::Rc,
+            qp_type: o.qp_type,
             cap: QpCap {
                 max_send_wr: 1024,
                 max_recv_wr: 1024,
@@ -124,34 +129,41 @@ fn side(name: &str, ip: [u8; 4], seed: u64, o: &Opts) -> Side {
     Side { hca, pd, cq, mr, qpn }
 }
 
-fn connect(s: &mut Side, peer_ip: [u8; 4], peer_qpn: Qpn, sq_psn: u32, rq_psn: u32, o: &Opts) {
+fn connect(s: &mut Side, peer_ip: IpAddr, peer_qpn: Qpn, sq_psn: u32, rq_psn: u32, o: &Opts) {
     let qpn = s.qpn;
+    let init = QpAttr::new().state(QpState::Init).pkey_index(0).port(1);
+    if o.qp_type == QpType::Ud {
+        s.hca.modify_qp(qpn, &init.qkey(UD_QKEY)).unwrap();
+        s.hca.modify_qp(qpn, &QpAttr::new().state(QpState::Rtr)).unwrap();
+        s.hca.modify_qp(qpn, &QpAttr::new().state(QpState::Rts).sq_psn(sq_psn)).unwrap();
+        let _ = (peer_ip, peer_qpn, rq_psn);
+        return;
+    }
+    let access = if o.qp_type == QpType::Uc {
+        o.qp_access.intersection(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+    } else {
+        o.qp_access
+    };
+    s.hca.modify_qp(qpn, &init.access_flags(access)).unwrap();
+    let rtr = QpAttr::new()
+        .state(QpState::Rtr)
+        .ah(AhAttr::new(peer_ip))
+        .mtu(o.mtu)
+        .dest_qpn(peer_qpn.value())
+        .rq_psn(rq_psn);
+    let rts = QpAttr::new().state(QpState::Rts).sq_psn(sq_psn);
+    if o.qp_type == QpType::Uc {
+        s.hca.modify_qp(qpn, &rtr).unwrap();
+        s.hca.modify_qp(qpn, &rts).unwrap();
+        return;
+    }
     s.hca
-        .modify_qp(
-            qpn,
-            &QpAttr::new().state(QpState::Init).pkey_index(0).port(1).access_flags(o.qp_access),
-        )
+        .modify_qp(qpn, &rtr.max_dest_rd_atomic(o.max_rd_atomic).min_rnr_timer(o.min_rnr_timer))
         .unwrap();
     s.hca
         .modify_qp(
             qpn,
-            &QpAttr::new()
-                .state(QpState::Rtr)
-                .ah(AhAttr::new(IpAddr::V4(Ipv4Addr::from(peer_ip))))
-                .mtu(o.mtu)
-                .dest_qpn(peer_qpn.value())
-                .rq_psn(rq_psn)
-                .max_dest_rd_atomic(o.max_rd_atomic)
-                .min_rnr_timer(o.min_rnr_timer),
-        )
-        .unwrap();
-    s.hca
-        .modify_qp(
-            qpn,
-            &QpAttr::new()
-                .state(QpState::Rts)
-                .sq_psn(sq_psn)
-                .timeout(o.timeout)
+            &rts.timeout(o.timeout)
                 .retry_cnt(o.retry_cnt)
                 .rnr_retry(o.rnr_retry)
                 .max_rd_atomic(o.max_rd_atomic),
@@ -165,12 +177,32 @@ impl Pair {
     }
 
     pub fn with(o: Opts) -> Pair {
-        let mut a = side("a", [10, 0, 0, 1], 1, &o);
-        let mut b = side("b", [10, 0, 0, 2], 2, &o);
+        let a = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+        let b = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
+        Pair::with_addrs(o, a, b)
+    }
+
+    /// A pair at the given addresses (both IPv4 or both IPv6).
+    pub fn with_addrs(o: Opts, ip_a: IpAddr, ip_b: IpAddr) -> Pair {
+        let mut a = side("a", ip_a, 1, &o);
+        let mut b = side("b", ip_b, 2, &o);
         let (qa, qb) = (a.qpn, b.qpn);
-        connect(&mut a, [10, 0, 0, 2], qb, o.a_psn, o.b_psn, &o);
-        connect(&mut b, [10, 0, 0, 1], qa, o.b_psn, o.a_psn, &o);
+        connect(&mut a, ip_b, qb, o.a_psn, o.b_psn, &o);
+        connect(&mut b, ip_a, qa, o.b_psn, o.a_psn, &o);
         Pair { a, b, now: Instant::ZERO, trace: Vec::new(), opts: o }
+    }
+
+    /// Reset both QPs and bring them back to RTS with the original PSNs.
+    pub fn reconnect(&mut self) {
+        let o = self.opts;
+        let (ia, ib) = (self.a.hca.addr(), self.b.hca.addr());
+        let (qa, qb) = (self.a.qpn, self.b.qpn);
+        for s in [&mut self.a, &mut self.b] {
+            let q = s.qpn;
+            s.hca.modify_qp(q, &QpAttr::new().state(QpState::Reset)).unwrap();
+        }
+        connect(&mut self.a, ib, qb, o.a_psn, o.b_psn, &o);
+        connect(&mut self.b, ia, qa, o.b_psn, o.a_psn, &o);
     }
 
     /// Deliver everything until both sides are idle and no timer is pending
