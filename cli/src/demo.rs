@@ -316,9 +316,11 @@ fn text(args: &DemoArgs, r: &Report) -> String {
     }
     let _ = writeln!(
         s,
-        "  time         virtual {}, wall {}, {:.0} simulated ops per wall second ({} fabric events)",
+        "  time         virtual {}, wall {} ({:.0}% in the fabric and HCAs, the rest posting and \
+         verifying), {:.0} simulated ops per wall second, {} fabric events",
         duration_human(r.virtual_time),
         duration_human(r.wall_time),
+        100.0 * r.fabric_time.as_secs_f64() / r.wall_time.as_secs_f64().max(1e-9),
         ops_per_sec(r),
         r.events
     );
@@ -371,10 +373,91 @@ fn json(args: &DemoArgs, r: &Report, pcap_error: Option<&str>) -> serde_json::Va
         }).collect::<serde_json::Map<String, serde_json::Value>>(),
         "virtual_time_ns": u64::try_from(r.virtual_time.as_nanos()).unwrap_or(u64::MAX),
         "wall_time_s": r.wall_time.as_secs_f64(),
+        "fabric_time_s": r.fabric_time.as_secs_f64(),
         "ops_per_wall_second": ops_per_sec(r),
         "events": r.events,
         "stalled": r.stalled,
         "problems": r.problems,
         "pcap_error": pcap_error,
     })
+}
+
+#[cfg(test)]
+mod demo_tests {
+    use super::*;
+    use clap::Parser;
+    use roce_verbs_api::workload::{self, WorkloadConfig};
+
+    #[derive(Parser, Debug)]
+    struct T {
+        #[command(flatten)]
+        demo: DemoArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<DemoArgs, clap::Error> {
+        T::try_parse_from(std::iter::once("demo").chain(args.iter().copied())).map(|t| t.demo)
+    }
+
+    #[test]
+    fn defaults_and_validation() {
+        let a = parse(&[]).unwrap();
+        assert_eq!((a.ops, a.size, a.seed, a.qps, a.window), (1000, 4096, 1, 2, 16));
+        assert_eq!(a.mtu, PathMtu::Mtu1024);
+        assert_eq!(
+            a.mix.0,
+            vec![OpKind::Send, OpKind::Write, OpKind::Read, OpKind::CmpSwap, OpKind::FetchAdd]
+        );
+        assert_eq!((a.loss, a.dup, a.reorder, a.corrupt), (0.0, 0.0, 0.0, 0.0));
+        let a = parse(&["--mix", "read,faa", "--mtu", "4096", "--loss", "0.25"]).unwrap();
+        assert_eq!(a.mix.0, vec![OpKind::Read, OpKind::FetchAdd]);
+        assert_eq!((a.mtu, a.loss), (PathMtu::Mtu4096, 0.25));
+        let e = parse(&["--loss", "1.5"]).unwrap_err().to_string();
+        assert!(e.contains("not a probability"), "{e}");
+        let e = parse(&["--mtu", "1500"]).unwrap_err().to_string();
+        assert!(e.contains("256, 512, 1024, 2048, 4096"), "{e}");
+        let e = parse(&["--mix", "send,teleport"]).unwrap_err().to_string();
+        assert!(e.contains("teleport"), "{e}");
+        assert!(parse(&["--quiet", "--json"]).is_err());
+        assert!(parse(&["--qps", "0"]).is_err());
+    }
+
+    #[test]
+    fn summary_reports_verification_and_counters() {
+        let args = parse(&["--ops", "300", "--loss", "0.05", "--mix", "send,write"]).unwrap();
+        let r = workload::run(WorkloadConfig {
+            ops: 300,
+            mix: args.mix.0.clone(),
+            faults: FaultConfig::lossy(0.05),
+            ..WorkloadConfig::default()
+        })
+        .unwrap();
+        assert!(r.ok());
+        let t = text(&args, &r);
+        assert!(t.contains("0 mismatches, 0 completions out of order"), "{t}");
+        assert!(t.contains("completions  success "), "{t}");
+        assert!(t.contains("sent_pkts=") && t.contains("completer_retry_err="), "{t}");
+        assert!(t.contains("seed 1") && t.trim_end().ends_with("PASS"), "{t}");
+        let j = json(&args, &r, None);
+        assert_eq!(j["ok"], true);
+        assert_eq!(j["mismatches"], 0);
+        assert_eq!(j["ops_completed"], 300);
+        assert_eq!(j["ops"]["SEND"].as_u64().unwrap() + j["ops"]["WRITE"].as_u64().unwrap(), 300);
+        assert!(j["fabric"]["dropped_loss"].as_u64().unwrap() > 0);
+        assert!(j["counters"]["roce0"]["sent_pkts"].as_u64().unwrap() > 0);
+    }
+
+    #[test]
+    fn run_writes_a_valid_pcap_and_exits_zero() {
+        let path = std::env::temp_dir().join(format!("roce-demo-test-{}.pcap", std::process::id()));
+        let p = path.to_str().unwrap().to_string();
+        let args = parse(&["--ops", "100", "--quiet", "--pcap", &p, "--seed", "5"]).unwrap();
+        assert_eq!(run(&args), ExitCode::SUCCESS);
+        let frames = roce_packet::pcap::read_capture_file(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(frames.len() > 100);
+        for f in &frames {
+            let ds = roce_packet::frame::parse_frame(f.linktype, &f.data, 4791).unwrap().unwrap();
+            assert!(ds.iter().all(|d| d.icrc_ok()), "frame {}", f.number);
+        }
+    }
 }

@@ -217,6 +217,11 @@ pub struct Report {
     pub virtual_time: Duration,
     /// Wall time the run took.
     pub wall_time: Duration,
+    /// Part of the wall time spent inside the fabric (delivering frames,
+    /// running the HCAs' receive paths, timers and transmit polls); the
+    /// rest is the engine (posting, polling CQs, generating and checking
+    /// data).
+    pub fabric_time: Duration,
     /// Fabric events processed.
     pub events: u64,
     /// Why the run stopped early, if it did.
@@ -431,6 +436,7 @@ impl Workload {
             icrc_audit: None,
             virtual_time: Duration::ZERO,
             wall_time: Duration::ZERO,
+            fabric_time: Duration::ZERO,
             events: 0,
             stalled: None,
         };
@@ -823,7 +829,9 @@ impl Workload {
                 }
                 continue;
             }
+            let t = WallInstant::now();
             let stepped = self.net.run_steps(4) as u64;
+            self.report.fabric_time += t.elapsed();
             self.report.events += stepped;
             let n = self.poll();
             if self.report.stalled.is_some() {
