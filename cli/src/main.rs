@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 mod capture;
+mod demo;
 mod explain;
 mod human;
 mod record;
@@ -63,6 +64,9 @@ enum Command {
     /// Decode the RoCEv2 packets of a pcap/pcapng capture and check their ICRCs.
     #[command(long_about = DECODE_LONG, after_help = DECODE_AFTER)]
     Decode(DecodeArgs),
+    /// Run two emulated HCAs on a simulated lossy network and verify every byte they move.
+    #[command(long_about = demo::DEMO_LONG, after_help = demo::DEMO_AFTER)]
+    Demo(demo::DemoArgs),
 }
 
 /// Options of `roce decode`.
@@ -98,6 +102,7 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Decode(args) => run_decode(&args),
+        Command::Demo(args) => demo::run(&args),
     }
 }
 

@@ -1,0 +1,463 @@
+//! `roce demo`: two emulated HCAs on a simulated fabric run a verified mix
+//! of RDMA operations (the engine is `roce_verbs_api::workload`).
+
+use roce_verbs_api::workload::{OpKind, Progress, Report, Workload, WorkloadConfig};
+use roce_verbs_api::{ConnectOptions, FaultConfig, PathMtu, WcStatus};
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Long help of `roce demo`.
+pub const DEMO_LONG: &str = "\
+Run two emulated RoCEv2 HCAs, 10.0.0.1 (roce0) and 10.0.0.2 (roce1), inside an in-memory \
+simulated network (no real network is touched) and make them do a mix of RDMA operations: SEND, \
+RDMA WRITE, RDMA READ, ATOMIC CMP_AND_SWP and FETCH_AND_ADD, with sizes from 0 bytes to --size, \
+in both directions over --qps reliable-connected queue pairs, many operations in flight at once.
+
+Every byte is verified: each operation carries its own pseudo-random pattern, which is compared \
+with what arrived (WRITE target, READ result, received SEND). Atomics are checked against a model \
+of the remote 8-byte word. Every completion must have status SUCCESS and arrive in posting order \
+per queue pair.
+
+The simulated fabric can lose, duplicate, reorder and corrupt packets (one flipped bit, which the \
+receiver's ICRC check must catch). RC recovers from all of it with acknowledgements, PSN sequence \
+NAKs, go-back-N retransmission and timeouts, so the data must still be exact. Everything random \
+comes from --seed: the same seed replays the same run, packet for packet.
+
+Exit status: 0 if there were zero mismatches and every completion succeeded, 1 otherwise, 2 on a \
+usage or setup error.";
+
+/// Examples and the meaning of the summary.
+pub const DEMO_AFTER: &str = "\
+Examples:
+  roce demo                                   1000 mixed operations, no faults
+  roce demo --ops 100000 --loss 0.1 --dup 0.05 --reorder 0.1 --corrupt 0.001
+                                              the same under a hostile network
+  roce demo --mix read --size 65536 --mtu 4096 large RDMA READs only
+  roce demo --ops 50 --loss 0.2 --pcap run.pcap && roce decode run.pcap --explain
+                                              record what the receivers saw, then read it
+  roce demo --json | jq .counters             machine-readable summary
+
+The summary:
+  operations   how many of each kind were posted, and the payload bytes they moved
+  verified     data/atomic mismatches and out-of-order completions (both must be 0)
+  completions  send and receive completions by status (all must be success)
+  fabric       what the simulated network did: frames sent and delivered, lost, duplicated,
+               held back for reordering, corrupted
+  counters     each HCA's non-zero counters, with the Linux rxe driver's names:
+               sent_pkts/rcvd_pkts, duplicate_request (a retransmitted or duplicated request
+               the responder had already executed), out_of_seq_request (a gap: answered with a
+               PSN sequence error NAK), rcvd_seq_err (such NAKs received), completer_retry_err
+               (retransmissions started), icrc_err (corrupted frames caught and dropped), ...
+  time         virtual time inside the simulation, wall-clock time, and simulated operations per
+               wall-clock second
+The --pcap file has one frame per delivered datagram (corrupted ones included, lost ones not),
+timestamped with the virtual clock.";
+
+fn probability(s: &str) -> Result<f64, String> {
+    let p: f64 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if (0.0..=1.0).contains(&p) {
+        Ok(p)
+    } else {
+        Err(format!("{p} is not a probability between 0 and 1"))
+    }
+}
+
+fn mtu(s: &str) -> Result<PathMtu, String> {
+    s.parse::<usize>()
+        .ok()
+        .and_then(PathMtu::from_bytes)
+        .ok_or_else(|| format!("{s:?}: the path MTU is one of 256, 512, 1024, 2048, 4096"))
+}
+
+/// A parsed `--mix`.
+#[derive(Clone, Debug)]
+pub struct Mix(pub Vec<OpKind>);
+
+fn mix(s: &str) -> Result<Mix, String> {
+    OpKind::parse_mix(s).map(Mix)
+}
+
+/// Options of `roce demo`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DemoArgs {
+    /// Operations to run (all queue pairs and both directions together).
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub ops: u64,
+    /// Largest message in bytes; SEND/WRITE/READ sizes vary from 0 to this (atomics are 8).
+    #[arg(long, value_name = "BYTES", default_value_t = 4096,
+          value_parser = clap::value_parser!(u32).range(8..=(1 << 24)))]
+    pub size: u32,
+    /// Operation kinds to draw from: send, write, read, atomic (both atomics), cas, faa, all.
+    #[arg(long, value_name = "LIST", default_value = "send,write,read,atomic", value_parser = mix)]
+    pub mix: Mix,
+    /// Probability that a packet is lost.
+    #[arg(long, value_name = "P", default_value_t = 0.0, value_parser = probability)]
+    pub loss: f64,
+    /// Probability that a packet is delivered twice.
+    #[arg(long, value_name = "P", default_value_t = 0.0, value_parser = probability)]
+    pub dup: f64,
+    /// Probability that a packet is held back 20 µs so later ones overtake it.
+    #[arg(long, value_name = "P", default_value_t = 0.0, value_parser = probability)]
+    pub reorder: f64,
+    /// Probability that one bit of a packet is flipped (the ICRC must catch it).
+    #[arg(long, value_name = "P", default_value_t = 0.0, value_parser = probability)]
+    pub corrupt: f64,
+    /// Seed of everything random (faults, sizes, data, keys, PSNs): same seed, same run.
+    #[arg(long, value_name = "S", default_value_t = 1)]
+    pub seed: u64,
+    /// Write every delivered frame to this pcap file (virtual-clock timestamps).
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<PathBuf>,
+    /// Path MTU of the queue pairs: 256, 512, 1024, 2048 or 4096.
+    #[arg(long, value_name = "BYTES", default_value = "1024", value_parser = mtu)]
+    pub mtu: PathMtu,
+    /// Queue pairs between the two HCAs (each carries traffic both ways).
+    #[arg(long, value_name = "N", default_value_t = 2,
+          value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub qps: u16,
+    /// Operations in flight per queue pair and direction.
+    #[arg(long, value_name = "N", default_value_t = 16,
+          value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub window: u16,
+    /// Print nothing unless the run fails.
+    #[arg(long, conflicts_with = "json")]
+    pub quiet: bool,
+    /// Print the summary as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Run `roce demo`; returns the process exit status.
+pub fn run(args: &DemoArgs) -> ExitCode {
+    let faults = FaultConfig {
+        drop: args.loss,
+        duplicate: args.dup,
+        reorder: args.reorder,
+        corrupt: args.corrupt,
+        ..FaultConfig::default()
+    };
+    let cfg = WorkloadConfig {
+        ops: args.ops,
+        max_size: args.size as usize,
+        mix: args.mix.0.clone(),
+        faults,
+        seed: args.seed,
+        qps: usize::from(args.qps),
+        window: usize::from(args.window),
+        connect: ConnectOptions { mtu: args.mtu, ..ConnectOptions::default() },
+        ..WorkloadConfig::default()
+    };
+    let workload = match Workload::new(cfg) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("roce demo: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let net = workload.net().clone();
+    let tap = match &args.pcap {
+        None => None,
+        Some(path) => {
+            let file = match File::create(path) {
+                Ok(f) => BufWriter::new(f),
+                Err(e) => {
+                    eprintln!("roce demo: cannot create {}: {e}", path.display());
+                    return ExitCode::from(2);
+                }
+            };
+            match net.with_fabric(|f| f.record_pcap(file)) {
+                Ok(id) => Some(id),
+                Err(e) => {
+                    eprintln!("roce demo: cannot write {}: {e}", path.display());
+                    return ExitCode::from(2);
+                }
+            }
+        }
+    };
+    let show_progress =
+        !args.quiet && !args.json && args.ops >= 20_000 && std::io::stderr().is_terminal();
+    let report = workload.run(|p: &Progress| {
+        if show_progress {
+            eprint!(
+                "\r  {}/{} operations ({:.0}%), {:.1} s",
+                p.done,
+                p.total,
+                100.0 * p.done as f64 / p.total.max(1) as f64,
+                p.wall_time.as_secs_f64()
+            );
+        }
+    });
+    if show_progress {
+        eprint!("\r{:60}\r", "");
+    }
+    let mut pcap_error = None;
+    if let (Some(id), Some(path)) = (tap, &args.pcap) {
+        let res = net
+            .with_fabric(|f| f.finish_pcap::<BufWriter<File>>(id))
+            .map_err(|e| e.to_string())
+            .and_then(|mut w| w.flush().map_err(|e| e.to_string()));
+        if let Err(e) = res {
+            pcap_error = Some(format!("writing {}: {e}", path.display()));
+        }
+    }
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let res = if args.json {
+        writeln!(out, "{}", json(args, &report, pcap_error.as_deref()))
+    } else if args.quiet {
+        if !report.ok() {
+            for p in &report.problems {
+                eprintln!("roce demo: {p}");
+            }
+            eprintln!("roce demo: FAIL (seed {})", report.seed);
+        }
+        Ok(())
+    } else {
+        out.write_all(text(args, &report).as_bytes())
+    };
+    if let Err(e) = res {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("roce demo: writing output: {e}");
+        }
+    }
+    if let Some(e) = &pcap_error {
+        eprintln!("roce demo: {e}");
+        return ExitCode::from(1);
+    }
+    if report.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn ops_per_sec(r: &Report) -> f64 {
+    r.ops_completed as f64 / r.wall_time.as_secs_f64().max(1e-9)
+}
+
+fn bytes_human(b: u64) -> String {
+    match b {
+        b if b >= 10 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
+        b if b >= 10 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+        b if b >= 10 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{b} B"),
+    }
+}
+
+fn duration_human(d: std::time::Duration) -> String {
+    let s = d.as_secs_f64();
+    if s >= 1.0 {
+        format!("{s:.3} s")
+    } else if s >= 1e-3 {
+        format!("{:.3} ms", s * 1e3)
+    } else {
+        format!("{:.1} µs", s * 1e6)
+    }
+}
+
+/// The text summary.
+fn text(args: &DemoArgs, r: &Report) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "roce demo: {} operations between 10.0.0.1 (roce0) and 10.0.0.2 (roce1), {} QP pair(s), \
+         path MTU {}, sizes 0..={} B, seed {}",
+        r.ops_requested,
+        args.qps,
+        args.mtu.bytes(),
+        args.size,
+        r.seed
+    );
+    let kinds: Vec<String> = r.ops_by_kind.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    let _ = writeln!(
+        s,
+        "  operations   {}; {} completed, {} of payload",
+        kinds.join(", "),
+        r.ops_completed,
+        bytes_human(r.total_bytes())
+    );
+    let _ = writeln!(
+        s,
+        "  verified     every byte and every atomic result: {} mismatches, {} completions out of order",
+        r.mismatches, r.order_errors
+    );
+    let st: Vec<String> = r
+        .completions
+        .values()
+        .map(|(st, n)| {
+            format!("{} {n}", if *st == WcStatus::Success { "success" } else { st.as_str() })
+        })
+        .collect();
+    let _ = writeln!(s, "  completions  {} ({} total)", st.join(", "), r.total_completions());
+    let f = &r.fabric;
+    let _ = writeln!(
+        s,
+        "  fabric       faults loss {} dup {} reorder {} corrupt {}: {} frames sent, {} delivered, \
+         {} lost, {} duplicated, {} reordered, {} corrupted",
+        args.loss,
+        args.dup,
+        args.reorder,
+        args.corrupt,
+        f.transmitted,
+        f.delivered,
+        f.dropped(),
+        f.duplicated,
+        f.reordered,
+        f.corrupted
+    );
+    for (i, (name, c)) in r.counters.iter().enumerate() {
+        let nz: Vec<String> =
+            c.iter().filter(|(_, v)| *v != 0).map(|(n, v)| format!("{n}={v}")).collect();
+        let label = if i == 0 { "counters" } else { "" };
+        let _ = writeln!(s, "  {label:<12} {name}: {}", nz.join(" "));
+    }
+    let _ = writeln!(
+        s,
+        "  time         virtual {}, wall {} ({:.0}% in the fabric and HCAs, the rest posting and \
+         verifying), {:.0} simulated ops per wall second, {} fabric events",
+        duration_human(r.virtual_time),
+        duration_human(r.wall_time),
+        100.0 * r.fabric_time.as_secs_f64() / r.wall_time.as_secs_f64().max(1e-9),
+        ops_per_sec(r),
+        r.events
+    );
+    if let Some(why) = &r.stalled {
+        let _ = writeln!(s, "  stopped      {why}");
+    }
+    for p in &r.problems {
+        let _ = writeln!(s, "  problem      {p}");
+    }
+    if r.ok() {
+        let _ = writeln!(s, "PASS");
+    } else {
+        let _ = writeln!(s, "FAIL: replay with `roce demo --seed {}` and the same options", r.seed);
+    }
+    s
+}
+
+/// The JSON summary.
+fn json(args: &DemoArgs, r: &Report, pcap_error: Option<&str>) -> serde_json::Value {
+    let f = &r.fabric;
+    serde_json::json!({
+        "ok": r.ok() && pcap_error.is_none(),
+        "seed": r.seed,
+        "ops_requested": r.ops_requested,
+        "ops_completed": r.ops_completed,
+        "qps": args.qps,
+        "mtu": args.mtu.bytes(),
+        "max_size": args.size,
+        "ops": r.ops_by_kind.iter().map(|(k, n)| (k.name().to_string(), (*n).into()))
+            .collect::<serde_json::Map<String, serde_json::Value>>(),
+        "bytes": r.bytes_by_kind.iter().map(|(k, n)| (k.name().to_string(), (*n).into()))
+            .collect::<serde_json::Map<String, serde_json::Value>>(),
+        "total_bytes": r.total_bytes(),
+        "mismatches": r.mismatches,
+        "order_errors": r.order_errors,
+        "completions": r.completions.values()
+            .map(|(st, n)| (format!("{st:?}"), (*n).into()))
+            .collect::<serde_json::Map<String, serde_json::Value>>(),
+        "faults": { "loss": args.loss, "dup": args.dup, "reorder": args.reorder, "corrupt": args.corrupt },
+        "fabric": {
+            "transmitted": f.transmitted, "delivered": f.delivered, "dropped": f.dropped(),
+            "dropped_loss": f.dropped_loss, "duplicated": f.duplicated,
+            "reorder_held": f.reorder_held, "reordered": f.reordered,
+            "corrupted": f.corrupted, "timers_fired": f.timers_fired,
+        },
+        "counters": r.counters.iter().map(|(name, c)| {
+            let m: serde_json::Map<String, serde_json::Value> =
+                c.iter().filter(|(_, v)| *v != 0).map(|(n, v)| (n.to_string(), v.into())).collect();
+            (name.clone(), serde_json::Value::Object(m))
+        }).collect::<serde_json::Map<String, serde_json::Value>>(),
+        "virtual_time_ns": u64::try_from(r.virtual_time.as_nanos()).unwrap_or(u64::MAX),
+        "wall_time_s": r.wall_time.as_secs_f64(),
+        "fabric_time_s": r.fabric_time.as_secs_f64(),
+        "ops_per_wall_second": ops_per_sec(r),
+        "events": r.events,
+        "stalled": r.stalled,
+        "problems": r.problems,
+        "pcap_error": pcap_error,
+    })
+}
+
+#[cfg(test)]
+mod demo_tests {
+    use super::*;
+    use clap::Parser;
+    use roce_verbs_api::workload::{self, WorkloadConfig};
+
+    #[derive(Parser, Debug)]
+    struct T {
+        #[command(flatten)]
+        demo: DemoArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<DemoArgs, clap::Error> {
+        T::try_parse_from(std::iter::once("demo").chain(args.iter().copied())).map(|t| t.demo)
+    }
+
+    #[test]
+    fn defaults_and_validation() {
+        let a = parse(&[]).unwrap();
+        assert_eq!((a.ops, a.size, a.seed, a.qps, a.window), (1000, 4096, 1, 2, 16));
+        assert_eq!(a.mtu, PathMtu::Mtu1024);
+        assert_eq!(
+            a.mix.0,
+            vec![OpKind::Send, OpKind::Write, OpKind::Read, OpKind::CmpSwap, OpKind::FetchAdd]
+        );
+        assert_eq!((a.loss, a.dup, a.reorder, a.corrupt), (0.0, 0.0, 0.0, 0.0));
+        let a = parse(&["--mix", "read,faa", "--mtu", "4096", "--loss", "0.25"]).unwrap();
+        assert_eq!(a.mix.0, vec![OpKind::Read, OpKind::FetchAdd]);
+        assert_eq!((a.mtu, a.loss), (PathMtu::Mtu4096, 0.25));
+        let e = parse(&["--loss", "1.5"]).unwrap_err().to_string();
+        assert!(e.contains("not a probability"), "{e}");
+        let e = parse(&["--mtu", "1500"]).unwrap_err().to_string();
+        assert!(e.contains("256, 512, 1024, 2048, 4096"), "{e}");
+        let e = parse(&["--mix", "send,teleport"]).unwrap_err().to_string();
+        assert!(e.contains("teleport"), "{e}");
+        assert!(parse(&["--quiet", "--json"]).is_err());
+        assert!(parse(&["--qps", "0"]).is_err());
+    }
+
+    #[test]
+    fn summary_reports_verification_and_counters() {
+        let args = parse(&["--ops", "300", "--loss", "0.05", "--mix", "send,write"]).unwrap();
+        let r = workload::run(WorkloadConfig {
+            ops: 300,
+            mix: args.mix.0.clone(),
+            faults: FaultConfig::lossy(0.05),
+            ..WorkloadConfig::default()
+        })
+        .unwrap();
+        assert!(r.ok());
+        let t = text(&args, &r);
+        assert!(t.contains("0 mismatches, 0 completions out of order"), "{t}");
+        assert!(t.contains("completions  success "), "{t}");
+        assert!(t.contains("sent_pkts=") && t.contains("completer_retry_err="), "{t}");
+        assert!(t.contains("seed 1") && t.trim_end().ends_with("PASS"), "{t}");
+        let j = json(&args, &r, None);
+        assert_eq!(j["ok"], true);
+        assert_eq!(j["mismatches"], 0);
+        assert_eq!(j["ops_completed"], 300);
+        assert_eq!(j["ops"]["SEND"].as_u64().unwrap() + j["ops"]["WRITE"].as_u64().unwrap(), 300);
+        assert!(j["fabric"]["dropped_loss"].as_u64().unwrap() > 0);
+        assert!(j["counters"]["roce0"]["sent_pkts"].as_u64().unwrap() > 0);
+    }
+
+    #[test]
+    fn run_writes_a_valid_pcap_and_exits_zero() {
+        let path = std::env::temp_dir().join(format!("roce-demo-test-{}.pcap", std::process::id()));
+        let p = path.to_str().unwrap().to_string();
+        let args = parse(&["--ops", "100", "--quiet", "--pcap", &p, "--seed", "5"]).unwrap();
+        assert_eq!(run(&args), ExitCode::SUCCESS);
+        let frames = roce_packet::pcap::read_capture_file(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(frames.len() > 100);
+        for f in &frames {
+            let ds = roce_packet::frame::parse_frame(f.linktype, &f.data, 4791).unwrap().unwrap();
+            assert!(ds.iter().all(|d| d.icrc_ok()), "frame {}", f.number);
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! The deterministic soak: 100,000 mixed operations between two emulated
+//! HCAs through the simulated fabric with 10% loss, 5% duplication, 10%
+//! reordering and 0.1% corruption. Every byte, every atomic result and
+//! every completion is verified by the workload engine
+//! (`roce_verbs_api::workload`, the same one `roce demo` runs); the
+//! devices' counters must agree with what the fabric did.
+//!
+//! A failing run prints its seed; replay it with
+//! `ROCE_SIM_SEED=<seed> cargo test -p roce-tests --test sim_soak`.
+
+use roce_emulator::sim::{seed_from_env, SeedGuard};
+use roce_packet::frame::parse_frame;
+use roce_packet::pcap::read_capture;
+use roce_verbs_api::workload::{self, OpKind, Report, Workload, WorkloadConfig};
+use roce_verbs_api::FaultConfig;
+
+fn soak_faults() -> FaultConfig {
+    FaultConfig {
+        drop: 0.1,
+        duplicate: 0.05,
+        reorder: 0.1,
+        corrupt: 0.001,
+        ..FaultConfig::default()
+    }
+}
+
+fn summary(r: &Report) -> String {
+    format!(
+        "seed {} (replay with ROCE_SIM_SEED={})\nok {} completed {}/{} mismatches {} order errors {} \
+         stalled {:?}\ncompletions {:?}\nproblems {:#?}\nfabric {:?}\naudit {:?}\ncounters {:#?}\n\
+         virtual {:?} wall {:?} events {}",
+        r.seed,
+        r.seed,
+        r.ok(),
+        r.ops_completed,
+        r.ops_requested,
+        r.mismatches,
+        r.order_errors,
+        r.stalled,
+        r.completions.values().collect::<Vec<_>>(),
+        r.problems,
+        r.fabric,
+        r.icrc_audit,
+        r.counters
+            .iter()
+            .map(|(n, c)| (n, c.iter().filter(|(_, v)| *v != 0).collect::<Vec<_>>()))
+            .collect::<Vec<_>>(),
+        r.virtual_time,
+        r.wall_time,
+        r.events
+    )
+}
+
+/// The checks every soak run must pass, beyond `Report::ok`.
+fn check_counters(r: &Report) {
+    let s = summary(r);
+    assert!(r.ok(), "{s}");
+    assert_eq!(r.ops_completed, r.ops_requested, "{s}");
+    // what the receivers saw: every corrupted frame (both copies of a
+    // corrupted duplicate) fails the ICRC, and each one is counted once by
+    // the receiving device's icrc_err — none reached a QP
+    let (frames, bad) = r.icrc_audit.expect("audit on");
+    assert_eq!(frames, r.fabric.delivered, "{s}");
+    assert_eq!(bad, r.counter_sum("icrc_err"), "{s}");
+    assert!(r.fabric.corrupted > 0 && bad >= r.fabric.corrupted, "{s}");
+    assert!(bad <= r.fabric.corrupted + r.fabric.duplicated, "{s}");
+    // nothing else was dropped by the receivers
+    for c in ["malformed", "bad_tver", "unknown_qp", "bad_state", "bad_pkey", "bad_opcode"] {
+        assert_eq!(r.counter_sum(c), 0, "{c}\n{s}");
+    }
+    // accepted = delivered - ICRC failures
+    assert_eq!(r.counter_sum("rcvd_pkts"), r.fabric.delivered - bad, "{s}");
+    assert_eq!(r.counter_sum("sent_pkts"), r.fabric.transmitted, "{s}");
+    // duplicates and retransmissions reached the responders as duplicates,
+    // gaps as out-of-sequence requests answered by NAKs, and the
+    // requesters retransmitted
+    assert!(r.counter_sum("duplicate_request") > 0, "{s}");
+    assert!(r.counter_sum("out_of_seq_request") > 0, "{s}");
+    assert!(r.counter_sum("rcvd_seq_err") > 0, "{s}");
+    assert!(r.counter_sum("completer_retry_err") > 0, "{s}");
+    assert!(r.counter_sum("retransmit_timeouts") > 0, "{s}");
+    assert_eq!(r.counter_sum("retry_exceeded_err"), 0, "{s}");
+    // every SEND consumed exactly one receive at the peer
+    let sends = r.ops_by_kind.get(&OpKind::Send).copied().unwrap_or(0);
+    assert_eq!(r.counter_sum("rdma_recvs"), sends, "{s}");
+    assert_eq!(r.counter_sum("rdma_sends"), sends, "{s}");
+}
+
+fn soak(mix: Vec<OpKind>, default_seed: u64) {
+    let seed = seed_from_env(default_seed);
+    let _guard = SeedGuard::new(seed);
+    let cfg = WorkloadConfig {
+        ops: 100_000,
+        mix,
+        faults: soak_faults(),
+        seed,
+        audit_icrc: true,
+        ..WorkloadConfig::default()
+    };
+    let r = workload::run(cfg).expect("setup");
+    eprintln!(
+        "soak seed {seed}: {} ops, {} events, virtual {:?}, wall {:?}",
+        r.ops_completed, r.events, r.virtual_time, r.wall_time
+    );
+    check_counters(&r);
+}
+
+/// 100k SENDs and RDMA WRITEs (both directions, two QP pairs, sizes up to
+/// 4 KiB at path MTU 1024) under every fault.
+#[test]
+fn soak_100k_send_write_with_faults() {
+    soak(vec![OpKind::Send, OpKind::Write], 0x50AC)
+}
+
+/// 100k operations of every kind (SEND, WRITE, READ, CMP_AND_SWP,
+/// FETCH_AND_ADD) under every fault. Ignored while the core's completer
+/// fails READs/atomics under loss (see the reproducers in
+/// verbs-api/tests/core_findings.rs); run with `-- --ignored`.
+#[test]
+#[ignore = "core: READ/atomic retry problems under loss (verbs-api/tests/core_findings.rs)"]
+fn soak_100k_mixed_with_faults() {
+    soak(OpKind::ALL.to_vec(), 0x50AD)
+}
+
+/// The same seed gives the same run, counter for counter.
+#[test]
+fn soak_replays_from_its_seed() {
+    let cfg = || WorkloadConfig {
+        ops: 3000,
+        mix: vec![OpKind::Send, OpKind::Write],
+        faults: soak_faults(),
+        seed: 77,
+        ..WorkloadConfig::default()
+    };
+    let a = workload::run(cfg()).unwrap();
+    let b = workload::run(cfg()).unwrap();
+    assert!(a.ok(), "{}", summary(&a));
+    assert_eq!(a.fabric, b.fabric);
+    assert_eq!(a.counters, b.counters);
+    assert_eq!(a.virtual_time, b.virtual_time);
+    assert_eq!(a.events, b.events);
+}
+
+/// `--pcap` output (the fabric's ingress tap) parses with
+/// `read_capture`; every frame is a RoCEv2 datagram whose ICRC is valid,
+/// except the ones the fabric corrupted, which are exactly the ones the
+/// receivers counted in icrc_err. Timestamps come from the virtual clock
+/// and never decrease.
+#[test]
+fn pcap_of_a_faulty_run_parses_and_only_corrupted_frames_fail_the_icrc() {
+    let seed = seed_from_env(0xCA9);
+    let _guard = SeedGuard::new(seed);
+    let w = Workload::new(WorkloadConfig {
+        ops: 3000,
+        mix: vec![OpKind::Send, OpKind::Write],
+        faults: FaultConfig { corrupt: 0.01, ..soak_faults() },
+        seed,
+        audit_icrc: true,
+        ..WorkloadConfig::default()
+    })
+    .unwrap();
+    let net = w.net().clone();
+    let tap = net.with_fabric(|f| f.record_pcap(Vec::<u8>::new())).unwrap();
+    let r = w.run(|_| {});
+    let bytes: Vec<u8> = net.with_fabric(|f| f.finish_pcap(tap)).unwrap();
+    let s = summary(&r);
+    assert!(r.ok(), "{s}");
+    let frames = read_capture(&bytes).unwrap();
+    assert_eq!(frames.len() as u64, r.fabric.delivered, "{s}");
+    let mut bad = 0u64;
+    let mut last_ts = std::time::Duration::ZERO;
+    for (i, f) in frames.iter().enumerate() {
+        let ds = parse_frame(f.linktype, &f.data, roce_packet::ROCE_V2_PORT)
+            .unwrap_or_else(|e| panic!("frame {i}: {e}"))
+            .unwrap_or_else(|| panic!("frame {i}: not RoCEv2"));
+        assert_eq!(ds.len(), 1);
+        if !ds[0].icrc_ok() {
+            bad += 1;
+        }
+        assert!(f.timestamp >= last_ts, "frame {i}: time went backwards");
+        last_ts = f.timestamp;
+    }
+    assert!(r.fabric.corrupted > 0, "{s}");
+    assert_eq!(bad, r.counter_sum("icrc_err"), "{s}");
+    assert_eq!(Some(bad), r.icrc_audit.map(|(_, b)| b), "{s}");
+    assert!(bad >= r.fabric.corrupted && bad <= r.fabric.corrupted + r.fabric.duplicated, "{s}");
+    assert!(last_ts <= r.virtual_time, "{s}");
+}

@@ -1,0 +1,165 @@
+//! Devices and opened device contexts (`ibv_device`, `ibv_context`).
+
+use crate::cq::Cq;
+use crate::driver::{Budget, Driver};
+use crate::pd::Pd;
+use roce_emulator::{AllocPdError, AsyncEvent, Counters, CreateCqError, DeviceAttr, Hca, PortAttr};
+use std::fmt;
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Lock a device. A poisoned lock (a thread panicked while holding it) is
+/// used anyway: the HCA's state is whatever the panicking holder left, and
+/// the verbs stay usable for cleanup.
+pub(crate) fn lock(hca: &Mutex<Hca>) -> MutexGuard<'_, Hca> {
+    hca.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A device a driver serves (`struct ibv_device`): the emulated HCA and the
+/// transport that moves its frames. Cheap to clone; open it to use it.
+#[derive(Clone)]
+pub struct Device {
+    hca: Arc<Mutex<Hca>>,
+    driver: Arc<dyn Driver>,
+    name: String,
+    addr: IpAddr,
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Device")
+            .field("name", &self.name)
+            .field("addr", &self.addr)
+            .field("driver", &self.driver.name())
+            .finish()
+    }
+}
+
+impl Device {
+    /// Wrap an HCA that `driver` serves. Drivers call this; applications
+    /// get devices from a driver (e.g. [`crate::SimNet::add_device`]).
+    pub fn new(hca: Arc<Mutex<Hca>>, driver: Arc<dyn Driver>) -> Device {
+        let (name, addr) = {
+            let h = lock(&hca);
+            (h.name().to_string(), h.addr())
+        };
+        Device { hca, driver, name, addr }
+    }
+
+    /// The device name (e.g. `roce0`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The port's IP address (its RoCEv2 GID 0).
+    pub fn addr(&self) -> IpAddr {
+        self.addr
+    }
+
+    /// `ibv_open_device`.
+    pub fn open(&self) -> Context {
+        Context {
+            inner: Arc::new(ContextInner {
+                hca: self.hca.clone(),
+                driver: self.driver.clone(),
+                name: self.name.clone(),
+                addr: self.addr,
+            }),
+        }
+    }
+}
+
+pub(crate) struct ContextInner {
+    pub hca: Arc<Mutex<Hca>>,
+    pub driver: Arc<dyn Driver>,
+    name: String,
+    addr: IpAddr,
+}
+
+/// An opened device (`struct ibv_context`). Clones share the context; PDs
+/// and CQs keep it alive.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<ContextInner>,
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("name", &self.inner.name)
+            .field("addr", &self.inner.addr)
+            .finish()
+    }
+}
+
+impl Context {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Hca> {
+        lock(&self.inner.hca)
+    }
+
+    pub(crate) fn driver(&self) -> &dyn Driver {
+        &*self.inner.driver
+    }
+
+    /// The device name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The port's IP address.
+    pub fn addr(&self) -> IpAddr {
+        self.inner.addr
+    }
+
+    /// `ibv_query_device`.
+    pub fn query_device(&self) -> DeviceAttr {
+        self.lock().query_device()
+    }
+
+    /// `ibv_query_port` (port 1).
+    pub fn query_port(&self) -> PortAttr {
+        self.lock().query_port()
+    }
+
+    /// `ibv_query_gid` (index 0 is the port address's RoCEv2 GID).
+    pub fn query_gid(&self, index: u32) -> Option<Ipv6Addr> {
+        self.lock().query_gid(index)
+    }
+
+    /// The device counters (rxe's names; see [`Counters`]).
+    pub fn counters(&self) -> Counters {
+        self.lock().counters()
+    }
+
+    /// `ibv_get_async_event`, non-blocking.
+    pub fn poll_async_event(&self) -> Option<AsyncEvent> {
+        self.lock().poll_async_event()
+    }
+
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&self) -> Result<Pd, AllocPdError> {
+        let h = self.lock().alloc_pd()?;
+        Ok(Pd::new(self.clone(), h))
+    }
+
+    /// `ibv_create_cq` with room for `cqe` completions. A CQ that overflows
+    /// enters error and its QPs go to ERR (IBA §11.4.2.1): size it for
+    /// every completion that can be outstanding.
+    pub fn create_cq(&self, cqe: u32) -> Result<Cq, CreateCqError> {
+        let h = self.lock().create_cq(cqe)?;
+        Ok(Cq::new(self.clone(), h, cqe))
+    }
+
+    /// Let the driver make progress until `cond` holds (see
+    /// [`Driver::progress`]); returns whether it held.
+    pub fn progress(&self, mut cond: impl FnMut() -> bool, budget: Budget) -> bool {
+        self.driver().progress(&mut cond, budget)
+    }
+
+    /// Run `f` on the underlying HCA, under its lock. For diagnostics and
+    /// tests; do not call verbs of this crate from inside `f` (the lock is
+    /// not reentrant).
+    pub fn with_hca<R>(&self, f: impl FnOnce(&mut Hca) -> R) -> R {
+        f(&mut self.lock())
+    }
+}

@@ -1,0 +1,57 @@
+//! What moves a device's frames: the driver behind a [`crate::Device`].
+//!
+//! The verbs types never do I/O themselves. Every device is an
+//! `Arc<Mutex<Hca>>` (the sans-IO core) plus an `Arc<dyn Driver>` that feeds
+//! it received datagrams, drains its transmits and fires its timers. In this
+//! crate the only driver is the simulated fabric ([`crate::SimNet`]), which
+//! advances a virtual clock when asked to make progress. A UDP or raw-socket
+//! driver would be a thread (or tokio task) that owns the socket and locks
+//! the same `Arc<Mutex<Hca>>` for each datagram; its [`Driver::kick`] wakes
+//! that thread after a post, and its [`Driver::progress`] waits on the wall
+//! clock instead of stepping a simulation. Neither needs any change in the
+//! verbs types.
+
+use std::time::Duration;
+
+/// How long [`Driver::progress`] may work before giving up.
+///
+/// A simulated driver counts events (deliveries and timer firings); a
+/// real-time driver waits at most `wall` of real time. Each driver uses the
+/// bound that makes sense for it and ignores the other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Budget {
+    /// Most simulation events to process.
+    pub events: usize,
+    /// Most wall-clock time to wait (real-time drivers).
+    pub wall: Duration,
+}
+
+impl Budget {
+    /// A budget of `events` simulation events (and 10 s of wall time).
+    pub const fn events(events: usize) -> Budget {
+        Budget { events, wall: Duration::from_secs(10) }
+    }
+}
+
+impl Default for Budget {
+    /// 1,000,000 events or 10 s.
+    fn default() -> Self {
+        Budget::events(1_000_000)
+    }
+}
+
+/// The transport behind a device. See the [module documentation](self).
+pub trait Driver: Send + Sync + 'static {
+    /// A short name for traces and `Debug` output (`"sim"`, `"udp"`...).
+    fn name(&self) -> &str;
+
+    /// New work was posted to a device: a threaded driver wakes its loop so
+    /// the packets leave now. The simulated fabric polls transmits on every
+    /// step and needs nothing.
+    fn kick(&self) {}
+
+    /// Make progress until `cond` returns true or `budget` is spent; returns
+    /// whether `cond` held. `cond` is called without any driver lock held,
+    /// so it may use the verbs (poll a CQ, read an MR).
+    fn progress(&self, cond: &mut dyn FnMut() -> bool, budget: Budget) -> bool;
+}

@@ -1,0 +1,36 @@
+//! Errors of this crate's own making. Each verb otherwise returns the
+//! emulator's typed error named after it (`RegMrError`, `QpModifyError`,
+//! `PostSendError`...), re-exported at the crate root.
+
+use std::fmt;
+
+/// An explicit `destroy()` failed. The handle is consumed either way; a
+/// shared object is destroyed when its last handle is dropped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DestroyError<E> {
+    /// Other handles still refer to the object (clones, or children such as
+    /// the MRs and QPs of a PD, or the QPs using a CQ).
+    Shared {
+        /// The kind of object ("PD", "MR", "CQ", "QP").
+        what: &'static str,
+        /// How many other handles exist.
+        others: usize,
+    },
+    /// The device refused.
+    Verb(E),
+}
+
+impl<E: fmt::Display> fmt::Display for DestroyError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DestroyError::Shared { what, others } => write!(
+                f,
+                "{what} still has {others} other handle(s) (clones or objects using it); \
+                 it is destroyed when the last one is dropped"
+            ),
+            DestroyError::Verb(e) => e.fmt(f),
+        }
+    }
+}
+
+impl<E: fmt::Debug + fmt::Display> std::error::Error for DestroyError<E> {}

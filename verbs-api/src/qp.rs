@@ -1,0 +1,318 @@
+//! Queue pairs (`ibv_qp`) and the connection helpers.
+
+use crate::cq::Cq;
+use crate::error::DestroyError;
+use crate::pd::Pd;
+use roce_emulator::{
+    AccessFlags, AhAttr, CreateQpError, PathMtu, PostRecvError, PostSendError, QpAttr, QpCap,
+    QpInitAttr, QpLookupError, QpModifyError, QpState, QpType, RecvWr, SendWr,
+};
+use roce_packet::Qpn;
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// What a peer needs to connect to a QP, exchanged out of band (the same
+/// facts `ibv_rc_pingpong` sends over TCP: GID, QPN and initial PSN; RoCE
+/// has no LID).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct QpEndpoint {
+    /// The port's address (GID index 0 as an IP address).
+    pub addr: IpAddr,
+    /// The QP number.
+    pub qpn: u32,
+    /// The first PSN this QP will send (the peer's `rq_psn`).
+    pub psn: u32,
+}
+
+/// Connection parameters for [`Qp::to_init`], [`Qp::to_rtr`],
+/// [`Qp::to_rts`]. The defaults are rdma-core's (`ibv_rc_pingpong`):
+/// path MTU 1024, local ACK timeout 14 (4.096 µs × 2^14 ≈ 67 ms), 7
+/// retries, RNR retry 7 (forever), minimum RNR timer 12 (0.64 ms); the
+/// read/atomic depths are 16 both ways (perftest-like; `ibv_rc_pingpong`
+/// uses 1), and the QP grants remote write, read and atomic access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectOptions {
+    /// Remote access the QP grants (`qp_access_flags`).
+    pub access: AccessFlags,
+    /// Path MTU (at most the port's active MTU).
+    pub mtu: PathMtu,
+    /// Local ACK timeout code (0 disables the retransmit timer).
+    pub timeout: u8,
+    /// Transport retries before RETRY_EXC_ERR (0..=7).
+    pub retry_cnt: u8,
+    /// RNR retries before RNR_RETRY_EXC_ERR; 7 = forever.
+    pub rnr_retry: u8,
+    /// Minimum RNR NAK timer code (IBA table 45; 12 = 0.64 ms).
+    pub min_rnr_timer: u8,
+    /// Outstanding READ/atomic requests this QP may initiate (1..=16 here).
+    pub max_rd_atomic: u8,
+    /// READ/atomic requests this QP accepts at once as responder.
+    pub max_dest_rd_atomic: u8,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            access: AccessFlags::LOCAL_WRITE
+                | AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_ATOMIC,
+            mtu: PathMtu::Mtu1024,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 16,
+            max_dest_rd_atomic: 16,
+        }
+    }
+}
+
+/// Builds a QP: `pd.qp_builder(&cq, &cq).max_send_wr(64).build()`.
+#[derive(Clone, Debug)]
+pub struct QpBuilder {
+    pd: Pd,
+    send_cq: Cq,
+    recv_cq: Cq,
+    qp_type: QpType,
+    cap: QpCap,
+    sq_sig_all: bool,
+}
+
+impl QpBuilder {
+    pub(crate) fn new(pd: Pd, send_cq: Cq, recv_cq: Cq) -> QpBuilder {
+        QpBuilder {
+            pd,
+            send_cq,
+            recv_cq,
+            qp_type: QpType::Rc,
+            cap: QpCap {
+                max_send_wr: 128,
+                max_recv_wr: 128,
+                max_send_sge: 4,
+                max_recv_sge: 4,
+                max_inline_data: 64,
+            },
+            sq_sig_all: false,
+        }
+    }
+    /// The transport (only RC is implemented by the emulator today).
+    pub fn qp_type(mut self, t: QpType) -> Self {
+        self.qp_type = t;
+        self
+    }
+    /// All capacities at once.
+    pub fn cap(mut self, cap: QpCap) -> Self {
+        self.cap = cap;
+        self
+    }
+    /// Send queue depth (default 128).
+    pub fn max_send_wr(mut self, n: u32) -> Self {
+        self.cap.max_send_wr = n;
+        self
+    }
+    /// Receive queue depth (default 128).
+    pub fn max_recv_wr(mut self, n: u32) -> Self {
+        self.cap.max_recv_wr = n;
+        self
+    }
+    /// SGEs per send WR (default 4).
+    pub fn max_send_sge(mut self, n: u32) -> Self {
+        self.cap.max_send_sge = n;
+        self
+    }
+    /// SGEs per receive WR (default 4).
+    pub fn max_recv_sge(mut self, n: u32) -> Self {
+        self.cap.max_recv_sge = n;
+        self
+    }
+    /// Largest inline send (default 64).
+    pub fn max_inline_data(mut self, n: u32) -> Self {
+        self.cap.max_inline_data = n;
+        self
+    }
+    /// Complete every send WR, not only the SIGNALED ones (default false).
+    pub fn sq_sig_all(mut self, all: bool) -> Self {
+        self.sq_sig_all = all;
+        self
+    }
+    /// `ibv_create_qp`. The QP starts in RESET.
+    pub fn build(self) -> Result<Qp, CreateQpError> {
+        let init = QpInitAttr {
+            pd: self.pd.handle(),
+            send_cq: self.send_cq.handle(),
+            recv_cq: self.recv_cq.handle(),
+            qp_type: self.qp_type,
+            cap: self.cap,
+            sq_sig_all: self.sq_sig_all,
+        };
+        let qpn = self.pd.context().lock().create_qp(init)?;
+        Ok(Qp {
+            inner: Arc::new(QpInner {
+                pd: self.pd,
+                send_cq: self.send_cq,
+                recv_cq: self.recv_cq,
+                qpn,
+                destroyed: false,
+            }),
+        })
+    }
+}
+
+pub(crate) struct QpInner {
+    pd: Pd,
+    send_cq: Cq,
+    recv_cq: Cq,
+    qpn: Qpn,
+    destroyed: bool,
+}
+
+impl Drop for QpInner {
+    fn drop(&mut self) {
+        if !self.destroyed {
+            if let Err(e) = self.pd.context().lock().destroy_qp(self.qpn) {
+                tracing::warn!(qpn = %self.qpn, error = %e, "destroy_qp in drop failed");
+            }
+        }
+    }
+}
+
+/// A queue pair (`struct ibv_qp`). It keeps its PD and CQs alive. Clones
+/// share the QP (e.g. one posting thread, one polling thread).
+#[derive(Clone)]
+pub struct Qp {
+    inner: Arc<QpInner>,
+}
+
+impl fmt::Debug for Qp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Qp")
+            .field("device", &self.inner.pd.context().name())
+            .field("qpn", &self.inner.qpn)
+            .finish()
+    }
+}
+
+impl Qp {
+    /// The QP number.
+    pub fn qpn(&self) -> Qpn {
+        self.inner.qpn
+    }
+    /// The PD it was created on.
+    pub fn pd(&self) -> &Pd {
+        &self.inner.pd
+    }
+    /// Its send CQ.
+    pub fn send_cq(&self) -> &Cq {
+        &self.inner.send_cq
+    }
+    /// Its receive CQ.
+    pub fn recv_cq(&self) -> &Cq {
+        &self.inner.recv_cq
+    }
+
+    /// What a peer needs to connect to this QP, if it starts sending at `psn`.
+    pub fn endpoint(&self, psn: u32) -> QpEndpoint {
+        QpEndpoint { addr: self.inner.pd.context().addr(), qpn: self.qpn().value(), psn }
+    }
+
+    /// `ibv_modify_qp`. The attribute's setters put their bits in its mask;
+    /// the transition table (IBA §11.2.5) explains every rejection, e.g.
+    /// `invalid attribute mask for INIT -> RTR: missing [DEST_QPN]`.
+    pub fn modify(&self, attr: &QpAttr) -> Result<(), QpModifyError> {
+        self.inner.pd.context().lock().modify_qp(self.inner.qpn, attr)
+    }
+
+    /// `ibv_query_qp`: the current attributes and the creation attributes.
+    pub fn query(&self) -> Result<(QpAttr, QpInitAttr), QpLookupError> {
+        self.inner.pd.context().lock().query_qp(self.inner.qpn)
+    }
+
+    /// The current state (RESET if the QP vanished, which cannot happen
+    /// while this handle exists).
+    pub fn state(&self) -> QpState {
+        self.inner.pd.context().lock().qp_state(self.inner.qpn).unwrap_or(QpState::Reset)
+    }
+
+    /// RESET → INIT with P_Key index 0, port 1 and `opts.access`.
+    pub fn to_init(&self, opts: &ConnectOptions) -> Result<(), QpModifyError> {
+        self.modify(
+            &QpAttr::new().state(QpState::Init).pkey_index(0).port(1).access_flags(opts.access),
+        )
+    }
+
+    /// INIT → RTR towards `remote`: its address, QPN and first PSN.
+    pub fn to_rtr(&self, remote: &QpEndpoint, opts: &ConnectOptions) -> Result<(), QpModifyError> {
+        self.modify(
+            &QpAttr::new()
+                .state(QpState::Rtr)
+                .ah(AhAttr::new(remote.addr))
+                .mtu(opts.mtu)
+                .dest_qpn(remote.qpn)
+                .rq_psn(remote.psn)
+                .max_dest_rd_atomic(opts.max_dest_rd_atomic)
+                .min_rnr_timer(opts.min_rnr_timer),
+        )
+    }
+
+    /// RTR → RTS, sending from `sq_psn` (what the peer was told in
+    /// [`Qp::endpoint`]).
+    pub fn to_rts(&self, sq_psn: u32, opts: &ConnectOptions) -> Result<(), QpModifyError> {
+        self.modify(
+            &QpAttr::new()
+                .state(QpState::Rts)
+                .sq_psn(sq_psn)
+                .timeout(opts.timeout)
+                .retry_cnt(opts.retry_cnt)
+                .rnr_retry(opts.rnr_retry)
+                .max_rd_atomic(opts.max_rd_atomic),
+        )
+    }
+
+    /// RESET → INIT → RTR → RTS in one call: `local` is this QP's own
+    /// endpoint (its `psn` becomes the send PSN), `remote` the peer's.
+    pub fn connect(
+        &self,
+        local: &QpEndpoint,
+        remote: &QpEndpoint,
+        opts: &ConnectOptions,
+    ) -> Result<(), QpModifyError> {
+        self.to_init(opts)?;
+        self.to_rtr(remote, opts)?;
+        self.to_rts(local.psn, opts)
+    }
+
+    /// `ibv_post_send`: queue one work request (the driver is kicked so
+    /// its packets leave).
+    pub fn post_send(&self, wr: SendWr) -> Result<(), PostSendError> {
+        let ctx = self.inner.pd.context();
+        ctx.lock().post_send(self.inner.qpn, wr)?;
+        ctx.driver().kick();
+        Ok(())
+    }
+
+    /// `ibv_post_recv`: queue one receive buffer.
+    pub fn post_recv(&self, wr: RecvWr) -> Result<(), PostRecvError> {
+        let ctx = self.inner.pd.context();
+        ctx.lock().post_recv(self.inner.qpn, wr)?;
+        ctx.driver().kick();
+        Ok(())
+    }
+
+    /// `ibv_destroy_qp` now, reporting errors (outstanding work is dropped
+    /// without completions). Fails with [`DestroyError::Shared`] while
+    /// clones exist.
+    pub fn destroy(self) -> Result<(), DestroyError<QpLookupError>> {
+        match Arc::try_unwrap(self.inner) {
+            Ok(mut inner) => {
+                inner.destroyed = true;
+                let r = inner.pd.context().lock().destroy_qp(inner.qpn);
+                r.map_err(DestroyError::Verb)
+            }
+            Err(arc) => {
+                Err(DestroyError::Shared { what: "QP", others: Arc::strong_count(&arc) - 1 })
+            }
+        }
+    }
+}

@@ -1,0 +1,915 @@
+//! The deterministic traffic engine behind `roce demo` and the soak test.
+//!
+//! Two emulated HCAs (10.0.0.1 and 10.0.0.2) on a [`SimNet`], `qps`
+//! connected RC QP pairs, and traffic in both directions: every QP pair
+//! carries two *streams* (A initiates to B, B initiates to A). Each stream
+//! keeps up to `window` operations in flight, drawn from the configured
+//! mix (SEND, RDMA WRITE, RDMA READ, CMP_AND_SWP, FETCH_AND_ADD) with sizes
+//! from 0 bytes to `max_size`.
+//!
+//! Everything is checked:
+//!
+//! * every byte: each operation's data is a pseudo-random pattern derived
+//!   from a per-operation tag; WRITE targets, READ results and received
+//!   SEND buffers are compared with it after the completion;
+//! * atomics against a model: each stream owns one 8-byte word at the
+//!   target, the model applies the stream's atomics in posting order
+//!   (RC executes them in order), and each returned original value and the
+//!   final word must match;
+//! * every completion: status SUCCESS, the right opcode and length, and
+//!   send and receive completions in posting order per QP.
+//!
+//! Randomness (sizes, kinds, tags, initial PSNs) comes from the seed, as do
+//! the fabric's faults and the devices' keys: a run replays exactly.
+
+use crate::{
+    AccessFlags, ConnectOptions, Context, Cq, FabricStats, FaultConfig, Mr, PathMtu, Qp, RecvWr,
+    SendWr, SimNet, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use roce_emulator::sim::TapPoint;
+use roce_emulator::Counters;
+use roce_packet::pcap::LinkType;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant as WallInstant};
+
+/// One kind of operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OpKind {
+    /// SEND (consumes a receive WR at the target).
+    Send,
+    /// RDMA WRITE.
+    Write,
+    /// RDMA READ.
+    Read,
+    /// ATOMIC CMP_AND_SWP.
+    CmpSwap,
+    /// ATOMIC FETCH_AND_ADD.
+    FetchAdd,
+}
+
+impl OpKind {
+    /// Every kind.
+    pub const ALL: [OpKind; 5] =
+        [OpKind::Send, OpKind::Write, OpKind::Read, OpKind::CmpSwap, OpKind::FetchAdd];
+
+    /// The name used in summaries (`SEND`, `WRITE`, `READ`, `CMP_AND_SWP`,
+    /// `FETCH_AND_ADD`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            OpKind::Send => "SEND",
+            OpKind::Write => "WRITE",
+            OpKind::Read => "READ",
+            OpKind::CmpSwap => "CMP_AND_SWP",
+            OpKind::FetchAdd => "FETCH_AND_ADD",
+        }
+    }
+
+    const fn wr_opcode(self) -> WrOpcode {
+        match self {
+            OpKind::Send => WrOpcode::Send,
+            OpKind::Write => WrOpcode::RdmaWrite,
+            OpKind::Read => WrOpcode::RdmaRead,
+            OpKind::CmpSwap => WrOpcode::AtomicCmpAndSwp,
+            OpKind::FetchAdd => WrOpcode::AtomicFetchAndAdd,
+        }
+    }
+
+    const fn is_atomic(self) -> bool {
+        matches!(self, OpKind::CmpSwap | OpKind::FetchAdd)
+    }
+
+    /// Parse a mix such as `send,write,read,atomic`. Names: `send`,
+    /// `write`, `read`, `atomic` (both atomics), `cas`/`cmp_and_swp`,
+    /// `faa`/`fetch_and_add`, `all`. Repeating a name weights it.
+    pub fn parse_mix(s: &str) -> Result<Vec<OpKind>, String> {
+        let mut v = Vec::new();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match part.to_ascii_lowercase().as_str() {
+                "send" => v.push(OpKind::Send),
+                "write" => v.push(OpKind::Write),
+                "read" => v.push(OpKind::Read),
+                "atomic" | "atomics" => v.extend([OpKind::CmpSwap, OpKind::FetchAdd]),
+                "cas" | "cmp_and_swp" | "cmp_swap" => v.push(OpKind::CmpSwap),
+                "faa" | "fetch_and_add" | "fetch_add" => v.push(OpKind::FetchAdd),
+                "all" => v.extend(OpKind::ALL),
+                other => {
+                    return Err(format!(
+                        "unknown operation {other:?} (expected send, write, read, atomic, cas, faa, all)"
+                    ))
+                }
+            }
+        }
+        if v.is_empty() {
+            return Err("empty operation mix".into());
+        }
+        Ok(v)
+    }
+}
+
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct WorkloadConfig {
+    /// Operations to complete in total (all streams together).
+    pub ops: u64,
+    /// Largest message in bytes (READ/WRITE/SEND sizes are drawn from 0 to
+    /// this; atomics are 8 bytes).
+    pub max_size: usize,
+    /// Kinds to draw from, uniformly (repeat one to weight it).
+    pub mix: Vec<OpKind>,
+    /// Random faults on every link.
+    pub faults: FaultConfig,
+    /// The seed of everything random.
+    pub seed: u64,
+    /// QP pairs between the two devices.
+    pub qps: usize,
+    /// Operations in flight per stream (two streams per QP pair).
+    pub window: usize,
+    /// Connection parameters (path MTU, timeout, retries, depths).
+    pub connect: ConnectOptions,
+    /// Check the ICRC of every delivered frame on the side (a capture tap)
+    /// and report how many were bad, to compare with the devices'
+    /// `icrc_err` counters. Costs one more CRC per frame.
+    pub audit_icrc: bool,
+    /// Give up (report a stall) after this many fabric events without any
+    /// completion.
+    pub stall_events: u64,
+}
+
+impl Default for WorkloadConfig {
+    fn default() -> Self {
+        WorkloadConfig {
+            ops: 1000,
+            max_size: 4096,
+            mix: OpKind::ALL.to_vec(),
+            faults: FaultConfig::default(),
+            seed: 1,
+            qps: 2,
+            window: 16,
+            connect: ConnectOptions::default(),
+            audit_icrc: false,
+            stall_events: 2_000_000,
+        }
+    }
+}
+
+impl WorkloadConfig {
+    /// Set the path MTU.
+    pub fn mtu(mut self, mtu: PathMtu) -> Self {
+        self.connect.mtu = mtu;
+        self
+    }
+}
+
+/// Progress, reported while a workload runs.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    /// Operations completed.
+    pub done: u64,
+    /// Operations requested.
+    pub total: u64,
+    /// Virtual time so far.
+    pub virtual_time: Duration,
+    /// Wall time so far.
+    pub wall_time: Duration,
+}
+
+/// The result of a run. [`Report::ok`] says whether it passed.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The seed (replays the run).
+    pub seed: u64,
+    /// Operations requested.
+    pub ops_requested: u64,
+    /// Operations whose send-side completion arrived (any status).
+    pub ops_completed: u64,
+    /// Operations posted, by kind.
+    pub ops_by_kind: BTreeMap<OpKind, u64>,
+    /// Payload bytes posted, by kind (atomics count 8).
+    pub bytes_by_kind: BTreeMap<OpKind, u64>,
+    /// Data, value or length mismatches (must be 0).
+    pub mismatches: u64,
+    /// Completions out of posting order, or for unknown work (must be 0).
+    pub order_errors: u64,
+    /// The first problems found, in words.
+    pub problems: Vec<String>,
+    /// Completions (send and receive) by status.
+    pub completions: BTreeMap<u8, (WcStatus, u64)>,
+    /// The fabric's counters.
+    pub fabric: FabricStats,
+    /// Each device's name and counters.
+    pub counters: Vec<(String, Counters)>,
+    /// With [`WorkloadConfig::audit_icrc`]: delivered frames and how many
+    /// of them had a bad ICRC.
+    pub icrc_audit: Option<(u64, u64)>,
+    /// Virtual time the run took.
+    pub virtual_time: Duration,
+    /// Wall time the run took.
+    pub wall_time: Duration,
+    /// Part of the wall time spent inside the fabric (delivering frames,
+    /// running the HCAs' receive paths, timers and transmit polls); the
+    /// rest is the engine (posting, polling CQs, generating and checking
+    /// data).
+    pub fabric_time: Duration,
+    /// Fabric events processed.
+    pub events: u64,
+    /// Why the run stopped early, if it did.
+    pub stalled: Option<String>,
+}
+
+impl Report {
+    /// Completions with a status other than SUCCESS.
+    pub fn failed_completions(&self) -> u64 {
+        self.completions.values().filter(|(s, _)| *s != WcStatus::Success).map(|(_, n)| n).sum()
+    }
+
+    /// All completions.
+    pub fn total_completions(&self) -> u64 {
+        self.completions.values().map(|(_, n)| n).sum()
+    }
+
+    /// Passed: every operation completed successfully, in order, with the
+    /// right data, and the run did not stall.
+    pub fn ok(&self) -> bool {
+        self.mismatches == 0
+            && self.order_errors == 0
+            && self.failed_completions() == 0
+            && self.ops_completed == self.ops_requested
+            && self.stalled.is_none()
+    }
+
+    /// Sum of one counter over the devices.
+    pub fn counter_sum(&self, name: &str) -> u64 {
+        self.counters.iter().filter_map(|(_, c)| c.get(name)).sum()
+    }
+
+    /// Total payload bytes posted.
+    pub fn total_bytes(&self) -> u64 {
+        self.bytes_by_kind.values().sum()
+    }
+}
+
+/// Fill `buf` with the pattern of `tag` (splitmix64 stream).
+pub fn fill_pattern(tag: u64, buf: &mut [u8]) {
+    let mut s = tag;
+    for chunk in buf.chunks_mut(8) {
+        s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = s;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        chunk.copy_from_slice(&z.to_le_bytes()[..chunk.len()]);
+    }
+}
+
+const ALL_ACCESS: AccessFlags = AccessFlags(
+    AccessFlags::LOCAL_WRITE.0
+        | AccessFlags::REMOTE_WRITE.0
+        | AccessFlags::REMOTE_READ.0
+        | AccessFlags::REMOTE_ATOMIC.0,
+);
+
+struct Side {
+    ctx: Context,
+    cq: Cq,
+    /// Initiator buffers: sources of WRITE/SEND, sinks of READ and atomics.
+    local: Mr,
+    /// Targets of the peer's WRITE/READ.
+    target: Mr,
+    /// Receive buffers for the peer's SENDs.
+    recv: Mr,
+    /// One atomic word per QP for the peer's atomics.
+    atomic: Mr,
+    qps: Vec<Qp>,
+    qp_index: HashMap<u32, usize>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    wr_id: u64,
+    kind: OpKind,
+    slot: usize,
+    len: usize,
+    tag: u64,
+    /// Atomics: the original value the model predicts.
+    expect: u64,
+}
+
+struct Stream {
+    q: usize,
+    init: usize,
+    target: usize,
+    free: Vec<usize>,
+    outstanding: VecDeque<Pending>,
+    /// SENDs whose data the target has not received yet: (tag, len).
+    expected_recv: VecDeque<(u64, usize)>,
+    /// Receive WRs posted at the target, in order.
+    posted_recvs: VecDeque<u64>,
+    atomic_model: u64,
+    next_seq: u64,
+    dead: bool,
+}
+
+/// A prepared workload: devices created and connected, nothing run yet.
+/// Set up extra taps on [`Workload::net`] before [`Workload::run`].
+pub struct Workload {
+    cfg: WorkloadConfig,
+    net: SimNet,
+    sides: [Side; 2],
+    streams: Vec<Stream>,
+    rng: SmallRng,
+    stride: usize,
+    recv_slots: usize,
+    report: Report,
+    audit: Option<(Arc<AtomicU64>, Arc<AtomicU64>)>,
+    scratch: Vec<u8>,
+    expect: Vec<u8>,
+}
+
+/// Setting a workload up failed (a verb refused; a configuration bug).
+#[derive(Debug, thiserror::Error)]
+#[error("workload setup: {0}")]
+pub struct SetupError(String);
+
+fn setup<E: fmt::Display>(what: &str) -> impl FnOnce(E) -> SetupError + '_ {
+    move |e| SetupError(format!("{what}: {e}"))
+}
+
+const MAX_PROBLEMS: usize = 20;
+
+impl Workload {
+    /// Create the network, the two devices, the QPs and the memory, and
+    /// connect everything.
+    pub fn new(cfg: WorkloadConfig) -> Result<Workload, SetupError> {
+        if cfg.mix.is_empty() {
+            return Err(SetupError("empty operation mix".into()));
+        }
+        let qps = cfg.qps.max(1);
+        let window = cfg.window.max(1);
+        let net = SimNet::new(cfg.seed);
+        net.set_faults(cfg.faults.clone());
+        let mut rng = SmallRng::seed_from_u64(cfg.seed ^ 0x5EED_0FC0_FFEE);
+        let stride = cfg.max_size.max(8).div_ceil(64) * 64;
+        let recv_slots = window + 8;
+        let mut sides = Vec::new();
+        for (i, name) in ["roce0", "roce1"].iter().enumerate() {
+            let addr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, i as u8 + 1));
+            let ctx = net.add_device(name, addr).open();
+            let pd = ctx.alloc_pd().map_err(setup("alloc_pd"))?;
+            let cqe = u32::try_from(qps * 2 * (window + recv_slots) + 64).unwrap_or(u32::MAX);
+            let cq = ctx.create_cq(cqe).map_err(setup("create_cq"))?;
+            let local = pd.reg_mr(qps * window * stride, ALL_ACCESS).map_err(setup("reg_mr"))?;
+            let target = pd.reg_mr(qps * window * stride, ALL_ACCESS).map_err(setup("reg_mr"))?;
+            let recv = pd.reg_mr(qps * recv_slots * stride, ALL_ACCESS).map_err(setup("reg_mr"))?;
+            let atomic = pd.reg_mr(qps * 8, ALL_ACCESS).map_err(setup("reg_mr"))?;
+            let mut qv = Vec::new();
+            let mut qp_index = HashMap::new();
+            for q in 0..qps {
+                let qp = pd
+                    .qp_builder(&cq, &cq)
+                    .max_send_wr(window as u32 + 8)
+                    .max_recv_wr(recv_slots as u32)
+                    .max_send_sge(1)
+                    .max_recv_sge(1)
+                    .build()
+                    .map_err(setup("create_qp"))?;
+                qp_index.insert(qp.qpn().value(), q);
+                qv.push(qp);
+            }
+            sides.push(Side { ctx, cq, local, target, recv, atomic, qps: qv, qp_index });
+        }
+        let [a, b]: [Side; 2] = sides.try_into().map_err(|_| SetupError("two sides".into()))?;
+        for q in 0..qps {
+            // initial PSNs: random, half of them just before the 24-bit wrap
+            let mut psn = || {
+                if rng.gen_bool(0.5) {
+                    0xFF_FFFF - rng.gen_range(0..2048)
+                } else {
+                    rng.gen_range(0..0x100_0000)
+                }
+            };
+            let ea = a.qps[q].endpoint(psn());
+            let eb = b.qps[q].endpoint(psn());
+            a.qps[q].connect(&ea, &eb, &cfg.connect).map_err(setup("connect A"))?;
+            b.qps[q].connect(&eb, &ea, &cfg.connect).map_err(setup("connect B"))?;
+        }
+        let mut streams = Vec::new();
+        for q in 0..qps {
+            for init in 0..2 {
+                streams.push(Stream {
+                    q,
+                    init,
+                    target: 1 - init,
+                    free: (0..window).rev().collect(),
+                    outstanding: VecDeque::new(),
+                    expected_recv: VecDeque::new(),
+                    posted_recvs: VecDeque::new(),
+                    atomic_model: 0,
+                    next_seq: 0,
+                    dead: false,
+                });
+            }
+        }
+        let report = Report {
+            seed: cfg.seed,
+            ops_requested: cfg.ops,
+            ops_completed: 0,
+            ops_by_kind: BTreeMap::new(),
+            bytes_by_kind: BTreeMap::new(),
+            mismatches: 0,
+            order_errors: 0,
+            problems: Vec::new(),
+            completions: BTreeMap::new(),
+            fabric: FabricStats::default(),
+            counters: Vec::new(),
+            icrc_audit: None,
+            virtual_time: Duration::ZERO,
+            wall_time: Duration::ZERO,
+            fabric_time: Duration::ZERO,
+            events: 0,
+            stalled: None,
+        };
+        let mut w = Workload {
+            cfg: WorkloadConfig { qps, window, ..cfg },
+            net,
+            sides: [a, b],
+            streams,
+            rng,
+            stride,
+            recv_slots,
+            report,
+            audit: None,
+            scratch: Vec::new(),
+            expect: Vec::new(),
+        };
+        // atomic words start at random values; receive buffers posted
+        for s in 0..w.streams.len() {
+            let v: u64 = w.rng.gen();
+            let (q, t) = (w.streams[s].q, w.streams[s].target);
+            w.sides[t].atomic.write_u64(q as u64 * 8, v).map_err(setup("atomic init"))?;
+            w.streams[s].atomic_model = v;
+            for r in 0..w.recv_slots {
+                w.post_recv(s, r).map_err(setup("post_recv"))?;
+            }
+        }
+        if w.cfg.audit_icrc {
+            let frames = Arc::new(AtomicU64::new(0));
+            let bad = Arc::new(AtomicU64::new(0));
+            let (f2, b2) = (frames.clone(), bad.clone());
+            w.net.with_fabric(|f| {
+                f.record_frames(TapPoint::Ingress, move |_, frame| {
+                    f2.fetch_add(1, Ordering::Relaxed);
+                    let ok = matches!(
+                        roce_packet::frame::parse_frame(LinkType::Ethernet, frame, roce_packet::ROCE_V2_PORT),
+                        Ok(Some(ds)) if ds.iter().all(|d| d.icrc_ok())
+                    );
+                    if !ok {
+                        b2.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            });
+            w.audit = Some((frames, bad));
+        }
+        Ok(w)
+    }
+
+    /// The simulated network (to add a pcap tap, filters...).
+    pub fn net(&self) -> &SimNet {
+        &self.net
+    }
+
+    /// The configuration in effect (qps and window at least 1).
+    pub fn config(&self) -> &WorkloadConfig {
+        &self.cfg
+    }
+
+    fn problem(&mut self, msg: String) {
+        if self.report.problems.len() < MAX_PROBLEMS {
+            self.report.problems.push(msg);
+        }
+    }
+
+    fn recv_wr_id(s: usize, r: usize) -> u64 {
+        (1 << 63) | ((s as u64) << 32) | r as u64
+    }
+
+    fn post_recv(&mut self, s: usize, r: usize) -> Result<(), crate::PostRecvError> {
+        let st = &self.streams[s];
+        let side = &self.sides[st.target];
+        let off = ((st.q * self.recv_slots + r) * self.stride) as u64;
+        let wr_id = Self::recv_wr_id(s, r);
+        let sge = side.recv.sge(off, self.cfg.max_size as u32);
+        side.qps[st.q].post_recv(RecvWr { wr_id, sg_list: vec![sge] })?;
+        self.streams[s].posted_recvs.push_back(wr_id);
+        Ok(())
+    }
+
+    fn pick_len(&mut self, kind: OpKind) -> usize {
+        if kind.is_atomic() {
+            return 8;
+        }
+        let max = self.cfg.max_size;
+        let mtu = self.cfg.connect.mtu.bytes();
+        match self.rng.gen_range(0..100) {
+            0..=4 => self.rng.gen_range(0..=max.min(8)),
+            5..=39 => self.rng.gen_range(1..=max.min(mtu).max(1)),
+            _ => self.rng.gen_range(1..=max.max(1)),
+        }
+        .min(max)
+    }
+
+    /// Post one operation on stream `s`. False if it could not be posted.
+    fn post_op(&mut self, s: usize) -> bool {
+        let Some(slot) = self.streams[s].free.pop() else { return false };
+        let kind = self.cfg.mix[self.rng.gen_range(0..self.cfg.mix.len())];
+        let len = self.pick_len(kind);
+        let tag: u64 = self.rng.gen();
+        let (q, init, target) = (self.streams[s].q, self.streams[s].init, self.streams[s].target);
+        let seq = self.streams[s].next_seq;
+        self.streams[s].next_seq += 1;
+        let wr_id = ((s as u64) << 40) | seq;
+        let slot_off = ((q * self.cfg.window + slot) * self.stride) as u64;
+        let mut expect = 0;
+        self.scratch.resize(len, 0);
+        let mut wr = SendWr::new(wr_id, kind.wr_opcode());
+        let (ini, tgt) = (&self.sides[init], &self.sides[target]);
+        let res = match kind {
+            OpKind::Send | OpKind::Write => {
+                fill_pattern(tag, &mut self.scratch);
+                ini.local.write(slot_off, &self.scratch)
+            }
+            OpKind::Read => {
+                fill_pattern(tag, &mut self.scratch);
+                tgt.target.write(slot_off, &self.scratch)
+            }
+            OpKind::CmpSwap | OpKind::FetchAdd => Ok(()),
+        };
+        if let Err(e) = res {
+            self.problem(format!("stream {s}: preparing {kind}: {e}"));
+            self.report.mismatches += 1;
+            self.streams[s].free.push(slot);
+            self.streams[s].dead = true;
+            return false;
+        }
+        if len > 0 {
+            wr = wr.sge(ini.local.addr() + slot_off, len as u32, ini.local.lkey());
+        }
+        match kind {
+            OpKind::Send => {}
+            OpKind::Write | OpKind::Read => {
+                wr = wr.remote(tgt.target.remote_addr(slot_off), tgt.target.rkey());
+            }
+            OpKind::CmpSwap | OpKind::FetchAdd => {
+                wr = wr.remote(tgt.atomic.remote_addr(q as u64 * 8), tgt.atomic.rkey());
+                let model = self.streams[s].atomic_model;
+                expect = model;
+                if kind == OpKind::CmpSwap {
+                    // compare matches about half of the time
+                    let compare = if self.rng.gen_bool(0.5) { model } else { self.rng.gen() };
+                    wr.compare_add = compare;
+                    wr.swap = tag;
+                    if compare == model {
+                        self.streams[s].atomic_model = tag;
+                    }
+                } else {
+                    let add = tag >> 16;
+                    wr.compare_add = add;
+                    self.streams[s].atomic_model = model.wrapping_add(add);
+                }
+            }
+        }
+        if let Err(e) = self.sides[init].qps[q].post_send(wr) {
+            self.problem(format!("stream {s}: post_send {kind}: {e}"));
+            self.report.mismatches += 1;
+            self.streams[s].free.push(slot);
+            self.streams[s].dead = true;
+            return false;
+        }
+        if kind == OpKind::Send {
+            self.streams[s].expected_recv.push_back((tag, len));
+        }
+        self.streams[s].outstanding.push_back(Pending { wr_id, kind, slot, len, tag, expect });
+        *self.report.ops_by_kind.entry(kind).or_default() += 1;
+        *self.report.bytes_by_kind.entry(kind).or_default() += len as u64;
+        true
+    }
+
+    fn count_status(&mut self, st: WcStatus) {
+        self.report.completions.entry(st.code()).or_insert((st, 0)).1 += 1;
+    }
+
+    /// Compare `len` bytes at `off` of `mr` with the pattern of `tag`.
+    fn check_bytes(&mut self, what: &str, mr_is: (usize, Region), off: u64, len: usize, tag: u64) {
+        self.scratch.resize(len, 0);
+        self.expect.resize(len, 0);
+        let side = &self.sides[mr_is.0];
+        let mr = match mr_is.1 {
+            Region::Local => &side.local,
+            Region::Target => &side.target,
+            Region::Recv => &side.recv,
+        };
+        if let Err(e) = mr.read(off, &mut self.scratch) {
+            self.report.mismatches += 1;
+            self.problem(format!("{what}: cannot read back: {e}"));
+            return;
+        }
+        fill_pattern(tag, &mut self.expect);
+        if self.scratch != self.expect {
+            let first =
+                self.scratch.iter().zip(&self.expect).position(|(a, b)| a != b).unwrap_or(0);
+            self.report.mismatches += 1;
+            self.problem(format!(
+                "{what}: {len} bytes differ from the pattern from byte {first} \
+                 (got {:#04x}, want {:#04x})",
+                self.scratch[first], self.expect[first]
+            ));
+        }
+    }
+
+    fn on_send_wc(&mut self, side: usize, wc: &WorkCompletion) {
+        self.count_status(wc.status);
+        let Some(&q) = self.sides[side].qp_index.get(&wc.qp_num) else {
+            self.report.order_errors += 1;
+            self.problem(format!("completion for unknown QP {:#x}", wc.qp_num));
+            return;
+        };
+        let s = q * 2 + side;
+        let st = &mut self.streams[s];
+        let p = match st.outstanding.front() {
+            Some(p) if p.wr_id == wc.wr_id => st.outstanding.pop_front(),
+            _ => {
+                let pos = st.outstanding.iter().position(|p| p.wr_id == wc.wr_id);
+                let front = st.outstanding.front().map(|p| p.wr_id);
+                let p = pos.and_then(|i| st.outstanding.remove(i));
+                self.report.order_errors += 1;
+                self.problem(format!(
+                    "stream {s}: send completion wr_id {:#x} out of order (expected {front:x?})",
+                    wc.wr_id
+                ));
+                p
+            }
+        };
+        let Some(p) = p else { return };
+        self.report.ops_completed += 1;
+        self.streams[s].free.push(p.slot);
+        let what = format!("stream {s} op {:#x} {}", p.wr_id & 0xFF_FFFF_FFFF, p.kind);
+        if wc.status != WcStatus::Success {
+            if !self.streams[s].dead {
+                self.problem(format!("{what}: completed with status {} ", wc.status));
+            }
+            self.streams[s].dead = true;
+            return;
+        }
+        let want_op = p.kind.wr_opcode().wc_opcode();
+        if wc.opcode != want_op {
+            self.report.mismatches += 1;
+            self.problem(format!("{what}: completion opcode {:?}, want {want_op:?}", wc.opcode));
+        }
+        if matches!(p.kind, OpKind::Read | OpKind::CmpSwap | OpKind::FetchAdd)
+            && wc.byte_len as usize != p.len
+        {
+            self.report.mismatches += 1;
+            self.problem(format!("{what}: byte_len {} want {}", wc.byte_len, p.len));
+        }
+        let (q, init, target) = (self.streams[s].q, self.streams[s].init, self.streams[s].target);
+        let slot_off = ((q * self.cfg.window + p.slot) * self.stride) as u64;
+        match p.kind {
+            OpKind::Send => {}
+            OpKind::Write => {
+                self.check_bytes(&what, (target, Region::Target), slot_off, p.len, p.tag)
+            }
+            OpKind::Read => self.check_bytes(&what, (init, Region::Local), slot_off, p.len, p.tag),
+            OpKind::CmpSwap | OpKind::FetchAdd => match self.sides[init].local.read_u64(slot_off) {
+                Ok(v) if v == p.expect => {}
+                Ok(v) => {
+                    self.report.mismatches += 1;
+                    self.problem(format!(
+                        "{what}: returned original {v:#018x}, model says {:#018x}",
+                        p.expect
+                    ));
+                }
+                Err(e) => {
+                    self.report.mismatches += 1;
+                    self.problem(format!("{what}: cannot read result: {e}"));
+                }
+            },
+        }
+    }
+
+    fn on_recv_wc(&mut self, side: usize, wc: &WorkCompletion) {
+        self.count_status(wc.status);
+        let Some(&q) = self.sides[side].qp_index.get(&wc.qp_num) else {
+            self.report.order_errors += 1;
+            self.problem(format!("receive completion for unknown QP {:#x}", wc.qp_num));
+            return;
+        };
+        let s = q * 2 + (1 - side);
+        let st = &mut self.streams[s];
+        match st.posted_recvs.front() {
+            Some(&id) if id == wc.wr_id => {
+                st.posted_recvs.pop_front();
+            }
+            front => {
+                let front = front.copied();
+                if let Some(i) = st.posted_recvs.iter().position(|&id| id == wc.wr_id) {
+                    st.posted_recvs.remove(i);
+                }
+                self.report.order_errors += 1;
+                self.problem(format!(
+                    "stream {s}: receive completion {:#x} out of order (expected {front:x?})",
+                    wc.wr_id
+                ));
+            }
+        }
+        if wc.status != WcStatus::Success {
+            if !self.streams[s].dead {
+                self.problem(format!("stream {s}: receive completed with status {}", wc.status));
+            }
+            self.streams[s].dead = true;
+            return;
+        }
+        let r = (wc.wr_id & 0xFFFF_FFFF) as usize;
+        let what = format!("stream {s} receive #{r}");
+        match self.streams[s].expected_recv.pop_front() {
+            None => {
+                self.report.mismatches += 1;
+                self.problem(format!("{what}: a message arrived that nobody sent"));
+            }
+            Some((tag, len)) => {
+                if wc.byte_len as usize != len || wc.opcode != WcOpcode::Recv {
+                    self.report.mismatches += 1;
+                    self.problem(format!(
+                        "{what}: byte_len {} opcode {:?}, want {len} Recv",
+                        wc.byte_len, wc.opcode
+                    ));
+                } else {
+                    let off = ((q * self.recv_slots + r) * self.stride) as u64;
+                    self.check_bytes(&what, (side, Region::Recv), off, len, tag);
+                }
+            }
+        }
+        if let Err(e) = self.post_recv(s, r) {
+            self.problem(format!("{what}: re-posting the receive: {e}"));
+            self.streams[s].dead = true;
+        }
+    }
+
+    fn poll(&mut self) -> usize {
+        let mut n = 0;
+        for side in 0..2 {
+            let wcs = match self.sides[side].cq.poll(256) {
+                Ok(v) => v,
+                Err(e) => {
+                    self.report.stalled = Some(format!("device {side}: {e}"));
+                    return n;
+                }
+            };
+            n += wcs.len();
+            for wc in &wcs {
+                if matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm) {
+                    self.on_recv_wc(side, wc);
+                } else {
+                    self.on_send_wc(side, wc);
+                }
+            }
+        }
+        n
+    }
+
+    fn busy(&self) -> bool {
+        self.streams
+            .iter()
+            .any(|s| !s.outstanding.is_empty() || (!s.dead && !s.expected_recv.is_empty()))
+    }
+
+    /// Run to the end, calling `progress` now and then (every few thousand
+    /// completions). Returns the report.
+    pub fn run(mut self, mut progress: impl FnMut(&Progress)) -> Report {
+        let wall = WallInstant::now();
+        let total = self.cfg.ops;
+        let mut issued = 0u64;
+        let mut since_completion = 0u64;
+        let mut cursor = 0usize;
+        let mut next_progress = 4096u64;
+        let nstreams = self.streams.len();
+        loop {
+            // keep every stream's window full
+            let mut posted_any = true;
+            while issued < total && posted_any {
+                posted_any = false;
+                for k in 0..nstreams {
+                    let s = (cursor + k) % nstreams;
+                    if issued >= total {
+                        break;
+                    }
+                    if self.streams[s].dead || self.streams[s].free.is_empty() {
+                        continue;
+                    }
+                    if self.post_op(s) {
+                        issued += 1;
+                        posted_any = true;
+                    }
+                }
+                cursor = (cursor + 1) % nstreams;
+            }
+            if !self.busy() {
+                if issued >= total || self.streams.iter().all(|s| s.dead) {
+                    break;
+                }
+                continue;
+            }
+            let t = WallInstant::now();
+            let stepped = self.net.run_steps(4) as u64;
+            self.report.fabric_time += t.elapsed();
+            self.report.events += stepped;
+            let n = self.poll();
+            if self.report.stalled.is_some() {
+                break;
+            }
+            if n > 0 {
+                since_completion = 0;
+            } else {
+                since_completion += stepped;
+                if stepped == 0 {
+                    self.report.stalled = Some(format!(
+                        "the fabric went idle with {} operation(s) outstanding",
+                        self.streams.iter().map(|s| s.outstanding.len()).sum::<usize>()
+                    ));
+                    break;
+                }
+                if since_completion > self.cfg.stall_events {
+                    self.report.stalled =
+                        Some(format!("no completion in {} fabric events", self.cfg.stall_events));
+                    break;
+                }
+            }
+            if self.report.ops_completed >= next_progress {
+                next_progress = self.report.ops_completed + 4096;
+                progress(&Progress {
+                    done: self.report.ops_completed,
+                    total,
+                    virtual_time: self.net.elapsed(),
+                    wall_time: wall.elapsed(),
+                });
+            }
+        }
+        // let the last acknowledgements land, then check the atomic words
+        if self.report.stalled.is_none() && !self.net.run_until_idle(1_000_000) {
+            self.problem("the fabric did not go idle after the last completion".into());
+        }
+        self.poll();
+        for s in 0..nstreams {
+            let (q, t, dead) = (self.streams[s].q, self.streams[s].target, self.streams[s].dead);
+            if dead {
+                continue;
+            }
+            match self.sides[t].atomic.read_u64(q as u64 * 8) {
+                Ok(v) if v == self.streams[s].atomic_model => {}
+                Ok(v) => {
+                    self.report.mismatches += 1;
+                    let m = self.streams[s].atomic_model;
+                    self.problem(format!(
+                        "stream {s}: final atomic word {v:#018x}, model {m:#018x}"
+                    ));
+                }
+                Err(e) => {
+                    self.report.mismatches += 1;
+                    self.problem(format!("stream {s}: reading the atomic word: {e}"));
+                }
+            }
+        }
+        self.report.fabric = self.net.stats();
+        self.report.counters =
+            self.sides.iter().map(|s| (s.ctx.name().to_string(), s.ctx.counters())).collect();
+        self.report.icrc_audit = self
+            .audit
+            .as_ref()
+            .map(|(f, b)| (f.load(Ordering::Relaxed), b.load(Ordering::Relaxed)));
+        self.report.virtual_time = self.net.elapsed();
+        self.report.wall_time = wall.elapsed();
+        self.report
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Region {
+    Local,
+    Target,
+    Recv,
+}
+
+/// Build and run a workload in one call.
+pub fn run(cfg: WorkloadConfig) -> Result<Report, SetupError> {
+    Ok(Workload::new(cfg)?.run(|_| {}))
+}
