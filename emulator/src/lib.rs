@@ -1,11 +1,72 @@
 //! The HCA model: a sans-IO RoCEv2 device (see ../shared/DESIGN.md).
 //!
 //! No sockets, threads or clocks inside: inputs carry `now`, outputs are
-//! pulled (`poll_transmit`, `poll_timeout`, completions).
+//! pulled (`poll_transmit`, `poll_timeout`, completions). [`Hca`] implements
+//! [`SansIo`]; the verbs are methods named like libibverbs' (`alloc_pd`,
+//! `reg_mr`, `create_cq`, `create_qp`, `modify_qp`, `query_qp`, `post_send`,
+//! `post_recv`, `poll_cq`, `destroy_*`).
+//!
+//! Roles, as in rxe and IBA chapter 9: [`requester`] (WQE → packets),
+//! [`responder`] (the request check chain), [`completer`] (responses →
+//! completions, retry and RNR timers), [`recv`] (receive demux). Objects
+//! and verbs live in [`hca`], [`objects`], [`qp`], [`wr`].
+//!
+//! ```
+//! use roce_emulator::*;
+//! use std::net::{IpAddr, Ipv4Addr};
+//! let mut hca = Hca::new(HcaConfig::new("roce0", IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 7));
+//! let pd = hca.alloc_pd().unwrap();
+//! let mr = hca.reg_mr(pd, 4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE).unwrap();
+//! let cq = hca.create_cq(16).unwrap();
+//! let cap = QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1,
+//!                   max_inline_data: 64 };
+//! let qpn = hca.create_qp(QpInitAttr { pd, send_cq: cq, recv_cq: cq, qp_type: QpType::Rc,
+//!                                      cap, sq_sig_all: false }).unwrap();
+//! assert_eq!(qpn.value(), 17);
+//! assert_eq!(hca.qp_state(qpn), Some(QpState::Reset));
+//! # let _ = mr;
+//! ```
+//!
+//! Decisions worth knowing (each is documented where it is implemented):
+//! - `retry_cnt` 7 means seven retries (IBA); rxe retries forever.
+//!   `rnr_retry` 7 means forever (both).
+//! - The responder re-ACKs a duplicate SEND/WRITE with the duplicate's own
+//!   PSN (rxe uses the newest PSN, which can make a requester that is
+//!   re-issuing a READ treat the ACK as an implied NAK and loop).
+//! - Class B/C/D responder errors (invalid request, remote access, remote
+//!   operational) move the responder QP to ERR too, like rxe.
+//! - Atomics operate on 64-bit values stored little-endian in MR memory.
+//! - GID index 0 is the port address's RoCEv2 GID (no link-local GID).
+//! - Posting to a QP in ERR succeeds and completes at once with WR_FLUSH_ERR.
+//! - Local keys are checked when a WQE starts executing (LOC_PROT_ERR), in
+//!   order: a bad WQE behind outstanding ones waits for them first.
+//! - READ responses are produced one packet per `poll_transmit`, so a large
+//!   READ costs no memory up front; ACKs, NAKs and READ responses of a QP
+//!   leave in order, before its new requests; QPs are served round-robin.
 
+pub mod completer;
+pub mod counters;
+pub mod error;
+pub mod hca;
 pub mod io;
+pub mod objects;
+pub mod qp;
 pub mod qp_attr;
+pub mod recv;
+pub mod requester;
+pub mod responder;
 pub mod time;
+pub mod wr;
 
+pub use counters::Counters;
+pub use error::*;
+pub use hca::{Hca, HcaConfig, MrInfo};
 pub use io::{Datagram, SansIo};
+pub use objects::{AsyncEvent, CqHandle, DeviceAttr, MrHandle, PdHandle, PortAttr, PortState};
+pub use qp::QpInitAttr;
+pub use qp_attr::{AccessFlags, AhAttr, PathMtu, QpAttr, QpCap, QpState, QpType};
+pub use recv::DropReason;
 pub use time::Instant;
+pub use wr::{
+    RecvWr, SendFlags, SendWr, Sge, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+};

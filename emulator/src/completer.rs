@@ -1,0 +1,281 @@
+//! Completer (IBA §9.7.5.2 requester side of acknowledgements, §9.9.2
+//! requester error behaviour; rxe's `rxe_comp.c`): turns ACKs, NAKs, read
+//! responses and atomic ACKs into send completions.
+//!
+//! - An ACK with PSN n completes every WQE whose last PSN is at or before n
+//!   (coalesced ACKs, C9-117); a NAK, read response or atomic ACK at n
+//!   implicitly acknowledges everything before n (§9.7.5.2.1).
+//! - Implied NAK (§9.7.5.2.3, C9-127): a READ/atomic whose response never
+//!   came but that a later PSN acknowledges, or a read-response PSN gap,
+//!   is retried from the first missing PSN.
+//! - Retransmit timer (§9.7.6.1.3, C9-140/141): 4.096 µs × 2^timeout,
+//!   restarted on forward progress; `retry_cnt` retries, then
+//!   RETRY_EXC_ERR. **retry_cnt 7 means seven retries** as IBA says; rxe
+//!   treats 7 as "forever", which IBA reserves for `rnr_retry` only.
+//! - RNR NAK (§9.7.5.2.8): wait the NAK's timer, then resend from its PSN;
+//!   `rnr_retry` 7 is infinite, otherwise exhaustion gives RNR_RETRY_EXC_ERR.
+//! - PSN sequence error NAK: go back N from the NAKed PSN (counts as a
+//!   retry, as in rxe). Other NAKs map to REM_INV_REQ_ERR, REM_ACCESS_ERR,
+//!   REM_OP_ERR; every error moves the QP to ERR and flushes the rest.
+//! - Stale and duplicate responses are dropped (C9-118); a response that
+//!   does not fit the oldest outstanding WQE gives BAD_RESP_ERR.
+
+use crate::hca::Dev;
+use crate::qp::{Qp, WqeState};
+use crate::time::Instant;
+use crate::wr::{WcStatus, WrOpcode};
+use roce_packet::{NakCode, OpKind, Position, Psn, RoceRepr, Syndrome};
+
+enum Implicit {
+    /// Everything covered was completed.
+    Done,
+    /// A READ/atomic was covered without its response: retry from it.
+    ImpliedNak,
+}
+
+impl Qp {
+    /// Complete SEND/WRITE WQEs acknowledged by `psn` (inclusive or not).
+    fn complete_covered(&mut self, dev: &mut Dev, psn: Psn, inclusive: bool) -> Implicit {
+        while let Some(w) = self.sq.front() {
+            if w.state != WqeState::Sent {
+                break;
+            }
+            let last = w.last_psn();
+            let covered = if inclusive { psn.is_at_or_after(last) } else { psn.is_after(last) };
+            if !covered {
+                break;
+            }
+            if w.wr.opcode.is_read_or_atomic() {
+                return Implicit::ImpliedNak;
+            }
+            self.comp_psn = last.next();
+            self.progress();
+            self.complete_front(dev);
+        }
+        Implicit::Done
+    }
+
+    /// Forward progress: retry counters back to their attribute values.
+    fn progress(&mut self) {
+        self.gap_retry = None;
+        self.retry_left = self.p.retry_cnt;
+        self.rnr_left = self.p.rnr_retry;
+    }
+
+    fn restart_timer(&mut self, now: Instant) {
+        if self.sq.iter().any(|w| w.state != WqeState::Posted) {
+            self.arm_retrans(now);
+        } else {
+            self.retrans_deadline = None;
+        }
+    }
+
+    /// Go back N from `psn`, charging one retry; RETRY_EXC_ERR when none left.
+    fn retry_from(&mut self, dev: &mut Dev, psn: Psn, why: &'static str) {
+        if self.retry_left == 0 {
+            tracing::info!(qpn = %self.qpn, why, "retry count exceeded");
+            dev.counters.retry_exceeded_err += 1;
+            self.fail_front(dev, WcStatus::RetryExcErr);
+            return;
+        }
+        self.retry_left -= 1;
+        dev.counters.completer_retry_err += 1;
+        tracing::debug!(qpn = %self.qpn, %psn, why, retries_left = self.retry_left, "retry");
+        self.rewind_to(psn);
+        self.retrans_deadline = None;
+    }
+
+    /// Retransmit timer fired.
+    pub(crate) fn on_retrans_timeout(&mut self, dev: &mut Dev, _now: Instant) {
+        self.retrans_deadline = None;
+        let outstanding = self.sq.iter().any(|w| w.state != WqeState::Posted);
+        if !outstanding {
+            return;
+        }
+        dev.counters.retransmit_timeouts += 1;
+        tracing::debug!(qpn = %self.qpn, comp_psn = %self.comp_psn, "retransmit timer fired");
+        let psn = self.comp_psn;
+        self.retry_from(dev, psn, "timeout");
+    }
+
+    /// RNR wait over: resend from the NAKed PSN (already rewound).
+    pub(crate) fn on_rnr_timeout(&mut self, _dev: &mut Dev, _now: Instant) {
+        tracing::debug!(qpn = %self.qpn, psn = %self.req_psn, "RNR timer fired");
+        self.rnr_deadline = None;
+    }
+
+    /// Handle one response packet (ACK, NAK, read response, atomic ACK).
+    pub(crate) fn on_response(
+        &mut self,
+        dev: &mut Dev,
+        now: Instant,
+        r: &RoceRepr,
+        payload: &[u8],
+    ) {
+        let psn = r.bth.psn;
+        let Ok(info) = r.info() else { return };
+        // Stale (before the oldest unacknowledged PSN) or ghost (never sent).
+        if psn.is_before(self.comp_psn) || psn.is_at_or_after(self.req_psn) {
+            dev.counters.stale_response += 1;
+            tracing::debug!(qpn = %self.qpn, %psn, comp_psn = %self.comp_psn, req_psn = %self.req_psn,
+                reason = "stale or ghost response", "drop");
+            return;
+        }
+        if self.sq.iter().all(|w| w.state == WqeState::Posted) {
+            dev.counters.stale_response += 1;
+            return;
+        }
+        let syndrome = r.aeth.map(|a| a.syndrome);
+        match (info.kind, syndrome) {
+            (OpKind::Ack, Some(Syndrome::Ack { .. })) => {
+                if let Implicit::ImpliedNak = self.complete_covered(dev, psn, true) {
+                    let p = self.comp_psn;
+                    self.retry_from(dev, p, "implied NAK (ACK past READ/atomic)");
+                    return;
+                }
+                let in_rd = self.sq.front().is_some_and(|w| {
+                    w.wr.opcode.is_read_or_atomic() && w.state != WqeState::Posted
+                });
+                if psn.is_at_or_after(self.comp_psn) && !in_rd {
+                    self.comp_psn = psn.next();
+                    self.progress();
+                }
+                self.restart_timer(now);
+            }
+            (OpKind::Ack, Some(Syndrome::RnrNak(t))) => {
+                dev.counters.rcvd_rnr_err += 1;
+                if let Implicit::ImpliedNak = self.complete_covered(dev, psn, false) {
+                    let p = self.comp_psn;
+                    self.retry_from(dev, p, "implied NAK (RNR NAK past READ/atomic)");
+                    return;
+                }
+                if self.rnr_left == 0 {
+                    tracing::info!(qpn = %self.qpn, %psn, "RNR retry count exceeded");
+                    dev.counters.retry_rnr_exceeded_err += 1;
+                    self.fail_front(dev, crate::wr::WcStatus::RnrRetryExcErr);
+                    return;
+                }
+                if self.p.rnr_retry != 7 {
+                    self.rnr_left -= 1;
+                }
+                self.comp_psn = psn;
+                let wait = core::time::Duration::from_micros(u64::from(t.micros()));
+                tracing::debug!(qpn = %self.qpn, %psn, wait_us = t.micros(), "RNR NAK: waiting");
+                self.rewind_to(psn);
+                self.rnr_deadline = Some(now + wait);
+                self.retrans_deadline = None;
+            }
+            (OpKind::Ack, Some(Syndrome::Nak(code))) => {
+                tracing::debug!(qpn = %self.qpn, %psn, code = code.name(), "NAK received");
+                if code == NakCode::PsnSequenceError {
+                    dev.counters.rcvd_seq_err += 1;
+                }
+                if let Implicit::ImpliedNak = self.complete_covered(dev, psn, false) {
+                    // the NAK acknowledges a READ/atomic whose response was
+                    // lost: resend from it (its response is still owed)
+                    let p = self.comp_psn;
+                    self.retry_from(dev, p, "implied NAK (NAK past READ/atomic)");
+                    return;
+                }
+                let status = match code {
+                    NakCode::PsnSequenceError => {
+                        self.comp_psn = psn;
+                        self.retry_from(dev, psn, "PSN sequence error NAK");
+                        return;
+                    }
+                    NakCode::InvalidRequest => WcStatus::RemInvReqErr,
+                    NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                    NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+                    NakCode::InvalidRdRequest | NakCode::Reserved(_) => WcStatus::RemInvReqErr,
+                };
+                self.fail_front(dev, status);
+            }
+            (OpKind::ReadResponse, _) => self.on_read_response(dev, now, r, payload),
+            (OpKind::AtomicAck, Some(Syndrome::Ack { .. })) => self.on_atomic_ack(dev, now, r),
+            _ => {
+                dev.counters.stale_response += 1;
+                tracing::debug!(qpn = %self.qpn, %psn, reason = "reserved AETH syndrome", "drop");
+            }
+        }
+    }
+
+    fn on_read_response(&mut self, dev: &mut Dev, now: Instant, r: &RoceRepr, payload: &[u8]) {
+        let psn = r.bth.psn;
+        if let Implicit::ImpliedNak = self.complete_covered(dev, psn, false) {
+            let p = self.comp_psn;
+            self.retry_from(dev, p, "implied NAK (response past READ/atomic)");
+            return;
+        }
+        let mtu = self.mtu();
+        let Some(w) = self.sq.front() else { return };
+        if w.wr.opcode != WrOpcode::RdmaRead || !w.contains(psn) {
+            tracing::debug!(qpn = %self.qpn, %psn, "read response does not match the oldest WQE");
+            self.fail_front(dev, WcStatus::BadRespErr);
+            return;
+        }
+        if psn != self.comp_psn {
+            // a read response went missing: implied NAK from the first one
+            // missing, once per gap (later gap packets are dropped)
+            let p = self.comp_psn;
+            if self.gap_retry == Some(p) {
+                dev.counters.stale_response += 1;
+                tracing::debug!(qpn = %self.qpn, %psn, reason = "read response after gap", "drop");
+                return;
+            }
+            self.gap_retry = Some(p);
+            self.retry_from(dev, p, "implied NAK (read response gap)");
+            return;
+        }
+        let k = u64::from(psn.value().wrapping_sub(w.first_psn.value()) & 0xFF_FFFF);
+        let off = k * mtu;
+        let remaining = w.length.saturating_sub(off);
+        let expect_pos = match (psn == w.read_start, remaining <= mtu) {
+            (true, true) => Position::Only,
+            (true, false) => Position::First,
+            (false, false) => Position::Middle,
+            (false, true) => Position::Last,
+        };
+        let Ok(info) = r.info() else { return };
+        if info.position != expect_pos || payload.len() as u64 != remaining.min(mtu) {
+            tracing::debug!(qpn = %self.qpn, %psn, ?expect_pos, got = ?info.position,
+                len = payload.len(), "read response of unexpected position/length");
+            self.fail_front(dev, WcStatus::BadRespErr);
+            return;
+        }
+        let sges = w.wr.sg_list.clone();
+        if dev.mem.scatter(self.init.pd, &sges, off, payload).is_err() {
+            self.fail_front(dev, WcStatus::LocProtErr);
+            return;
+        }
+        self.comp_psn = psn.next();
+        self.progress();
+        if expect_pos.ends() {
+            self.complete_front(dev);
+        }
+        self.restart_timer(now);
+    }
+
+    fn on_atomic_ack(&mut self, dev: &mut Dev, now: Instant, r: &RoceRepr) {
+        let psn = r.bth.psn;
+        if let Implicit::ImpliedNak = self.complete_covered(dev, psn, false) {
+            let p = self.comp_psn;
+            self.retry_from(dev, p, "implied NAK (atomic ACK past READ/atomic)");
+            return;
+        }
+        let Some(w) = self.sq.front() else { return };
+        if !w.wr.opcode.is_atomic() || w.first_psn != psn || w.state != WqeState::Sent {
+            self.fail_front(dev, WcStatus::BadRespErr);
+            return;
+        }
+        let orig = r.atomic_ack_eth.map(|a| a.orig_rem_data).unwrap_or(0);
+        let sges = w.wr.sg_list.clone();
+        if dev.mem.scatter(self.init.pd, &sges, 0, &orig.to_le_bytes()).is_err() {
+            self.fail_front(dev, WcStatus::LocProtErr);
+            return;
+        }
+        self.comp_psn = psn.next();
+        self.progress();
+        self.complete_front(dev);
+        self.restart_timer(now);
+    }
+}

@@ -1,0 +1,98 @@
+//! Device counters. The first block carries rxe's names
+//! (`/sys/class/infiniband/rxe0/ports/1/hw_counters/*`), the rest are ours.
+//! Every dropped packet bumps exactly one drop counter.
+
+use core::fmt;
+
+macro_rules! counters {
+    ($($(#[$m:meta])* $name:ident),* $(,)?) => {
+        /// Counter values; print with `{}` for `name value` lines.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct Counters {
+            $($(#[$m])* pub $name: u64,)*
+        }
+        impl Counters {
+            /// Every counter as `(name, value)`, in declaration order.
+            pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
+                [$((stringify!($name), self.$name)),*].into_iter()
+            }
+            /// Look a counter up by its name.
+            pub fn get(&self, name: &str) -> Option<u64> {
+                self.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
+            }
+        }
+    };
+}
+
+counters!(
+    /// Datagrams handed to the transport.
+    sent_pkts,
+    /// Datagrams accepted (ICRC good, parsed, to a known QP).
+    rcvd_pkts,
+    /// Responder: duplicate requests (PSN before the expected one).
+    duplicate_request,
+    /// Responder: requests with a PSN after the expected one.
+    out_of_seq_request,
+    /// Completer: RNR NAKs received.
+    rcvd_rnr_err,
+    /// Responder: RNR NAKs sent.
+    send_rnr_err,
+    /// Completer: PSN sequence error NAKs received.
+    rcvd_seq_err,
+    /// Responder: requests executed without an immediate ACK (no AckReq;
+    /// acknowledged later by a coalesced ACK). rxe uses this name for
+    /// completer rescheduling, which a single-threaded core does not have.
+    ack_deferred,
+    /// Work requests failed with RETRY_EXC_ERR.
+    retry_exceeded_err,
+    /// Work requests failed with RNR_RETRY_EXC_ERR.
+    retry_rnr_exceeded_err,
+    /// Retransmissions started by the completer (timeout, NAK, implied NAK).
+    completer_retry_err,
+    /// Packets that could not be built or sent.
+    send_err,
+    /// Port down events (never, in the emulator).
+    link_downed,
+    /// Completed send-side work requests that were SENDs.
+    rdma_sends,
+    /// Completed receive work requests.
+    rdma_recvs,
+    /// UDP payload bytes sent.
+    sent_bytes,
+    /// UDP payload bytes received (accepted packets).
+    rcvd_bytes,
+    /// Ours: ICRC mismatch.
+    icrc_err,
+    /// Ours: not a well-formed RoCEv2 packet (truncated, bad pad, unknown opcode).
+    malformed,
+    /// Ours: BTH transport version not 0.
+    bad_tver,
+    /// Ours: destination QP does not exist.
+    unknown_qp,
+    /// Ours: QP state does not accept the packet.
+    bad_state,
+    /// Ours: P_Key mismatch.
+    bad_pkey,
+    /// Ours: opcode not valid for the QP's transport.
+    bad_opcode,
+    /// Ours: NAKs sent by the responder (all codes, RNR excluded).
+    naks_sent,
+    /// Ours: plain ACKs sent (read responses and atomic ACKs not counted).
+    acks_sent,
+    /// Ours: responses dropped by the completer (stale, duplicate, for a PSN
+    /// not outstanding, or after a read-response gap already retried).
+    stale_response,
+    /// Ours: retransmit timer expirations.
+    retransmit_timeouts,
+    /// Ours: CQ overflows.
+    cq_overflow,
+);
+
+impl fmt::Display for Counters {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (n, v) in self.iter() {
+            writeln!(f, "{n:<24} {v}")?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,722 @@
+//! The device: object tables, the verbs, and the `SansIo` driver interface.
+//!
+//! `Hca` is single-threaded and owns everything (MR buffers included); the
+//! three RC roles of each QP run inside its calls, so per-QP processing is
+//! serialized by construction. Wrappers that need sharing put the `Hca`
+//! behind one lock.
+
+use crate::counters::Counters;
+use crate::error::*;
+use crate::objects::*;
+use crate::qp::{Qp, QpInitAttr, SendWqe, WqeState};
+use crate::qp_attr::{
+    validate_modify, AccessFlags, AttrMask, ModifyLimits, PathMtu, QpAttr, QpState, QpType,
+};
+use crate::time::Instant;
+use crate::wr::{RecvWr, SendFlags, SendWr, WcStatus, WorkCompletion};
+use crate::{Datagram, SansIo};
+use bytes::Bytes;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use roce_packet::{
+    BthRepr, IpMeta, IpUdpHeader, LKey, Opcode, PKey, Psn, Qpn, RKey, RoceRepr, UdpEndpoints,
+    ROCE_V2_PORT,
+};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::{IpAddr, Ipv6Addr};
+
+/// Configuration of one emulated device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HcaConfig {
+    /// Device name, e.g. `roce0` (shows in traces).
+    pub name: String,
+    /// The IP address of the port; its RoCEv2 GID is GID index 0.
+    pub addr: IpAddr,
+    /// Seed of the device RNG (memory key bytes). Same seed, same keys.
+    pub seed: u64,
+    /// The port's active MTU (default 1024, what rxe picks on 1500-byte Ethernet).
+    pub active_mtu: PathMtu,
+    /// Device limits (rxe-like defaults, see [`DeviceAttr`]).
+    pub device_attr: DeviceAttr,
+}
+
+impl HcaConfig {
+    /// A configuration with rxe-like defaults.
+    pub fn new(name: impl Into<String>, addr: IpAddr, seed: u64) -> HcaConfig {
+        HcaConfig {
+            name: name.into(),
+            addr,
+            seed,
+            active_mtu: PathMtu::Mtu1024,
+            device_attr: DeviceAttr::default(),
+        }
+    }
+}
+
+/// Public information about a registered memory region (`struct ibv_mr`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MrInfo {
+    /// Handle for `dereg_mr`, `mr_read`, `mr_write`.
+    pub handle: MrHandle,
+    /// The region's I/O virtual address (what SGEs and RETHs name).
+    pub addr: u64,
+    /// Bytes.
+    pub length: u64,
+    /// Key for local SGEs.
+    pub lkey: LKey,
+    /// Key the peer puts in RETHs and AtomicETHs.
+    pub rkey: RKey,
+    /// Access rights given at registration.
+    pub access: AccessFlags,
+}
+
+/// Everything but the QP table (so a QP and the rest borrow disjointly).
+pub(crate) struct Dev {
+    pub name: String,
+    pub addr: IpAddr,
+    pub attr: DeviceAttr,
+    pub port: PortAttr,
+    pub rng: SmallRng,
+    pub pds: HashMap<PdHandle, Pd>,
+    pub mem: MemTable,
+    pub cqs: HashMap<CqHandle, Cq>,
+    pub counters: Counters,
+    pub events: VecDeque<AsyncEvent>,
+    pub errored_cqs: Vec<CqHandle>,
+    next_id: u32,
+    next_key: u32,
+    next_iova: u64,
+}
+
+impl Dev {
+    /// Queue a completion; on overflow the CQ enters error (IBA §11.4.2.1)
+    /// and its QPs are moved to ERR by [`Hca::settle`].
+    pub fn complete(&mut self, cq: CqHandle, wc: WorkCompletion) {
+        let Some(c) = self.cqs.get_mut(&cq) else { return };
+        let was = c.errored;
+        if !c.push(wc) && !was {
+            tracing::warn!(cq = cq.0, "CQ overflow");
+            self.counters.cq_overflow += 1;
+            self.events.push_back(AsyncEvent::CqErr(cq));
+            self.errored_cqs.push(cq);
+        }
+    }
+
+    /// A BTH for a packet of this QP (pad computed from the payload length).
+    pub fn repr(qp: &Qp, opcode: Opcode, psn: Psn, ack_req: bool, payload_len: usize) -> RoceRepr {
+        RoceRepr {
+            bth: BthRepr {
+                opcode,
+                pad_count: roce_packet::pad_for(payload_len),
+                pkey: PKey::DEFAULT,
+                dest_qp: qp.p.dest_qpn,
+                ack_req,
+                psn,
+                ..BthRepr::default()
+            },
+            payload_len,
+            ..RoceRepr::default()
+        }
+    }
+
+    /// Build the datagram for a packet of `qp` (ICRC filled).
+    pub fn datagram(&self, qp: &Qp, repr: &RoceRepr, payload: &[u8]) -> Option<Datagram> {
+        let ah = qp.p.ah?;
+        let dst = match ah.dgid {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
+            v4 => v4,
+        };
+        let endpoints =
+            UdpEndpoints { src: self.addr, dst, src_port: qp.src_port, dst_port: ROCE_V2_PORT };
+        let meta = IpMeta::default();
+        let mut buf = repr.to_vec(payload).ok()?;
+        IpUdpHeader::build(&endpoints, &meta, buf.len()).ok()?.fill_icrc(&mut buf);
+        Some(Datagram { endpoints, meta, payload: Bytes::from(buf) })
+    }
+
+    fn id(&mut self) -> u32 {
+        self.next_id += 1;
+        self.next_id
+    }
+}
+
+/// A software RoCEv2 HCA (one port), sans IO.
+pub struct Hca {
+    pub(crate) dev: Dev,
+    pub(crate) qps: BTreeMap<Qpn, Qp>,
+    next_qpn: u32,
+    rr_cursor: u32,
+}
+
+impl Hca {
+    /// Create a device.
+    /// An IPv4-mapped IPv6 address is taken as the IPv4 address.
+    pub fn new(cfg: HcaConfig) -> Hca {
+        let mut cfg = cfg;
+        if let IpAddr::V6(v6) = cfg.addr {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                cfg.addr = IpAddr::V4(v4);
+            }
+        }
+        let mut attr = cfg.device_attr.clone();
+        let gid = gid_of(cfg.addr);
+        attr.node_guid = u64::from_be_bytes(gid.octets()[8..16].try_into().unwrap_or([0; 8]));
+        Hca {
+            dev: Dev {
+                name: cfg.name,
+                addr: cfg.addr,
+                port: PortAttr {
+                    state: PortState::Active,
+                    max_mtu: PathMtu::Mtu4096,
+                    active_mtu: cfg.active_mtu,
+                    gid_tbl_len: 1024,
+                    pkey_tbl_len: 1,
+                    max_msg_sz: attr.max_msg_sz,
+                },
+                attr,
+                rng: SmallRng::seed_from_u64(cfg.seed),
+                pds: HashMap::new(),
+                mem: MemTable::default(),
+                cqs: HashMap::new(),
+                counters: Counters::default(),
+                events: VecDeque::new(),
+                errored_cqs: Vec::new(),
+                next_id: 0,
+                next_key: 0,
+                next_iova: 0x7f00_0000_0000,
+            },
+            qps: BTreeMap::new(),
+            next_qpn: 17,
+            rr_cursor: 0,
+        }
+    }
+
+    /// The device name.
+    pub fn name(&self) -> &str {
+        &self.dev.name
+    }
+    /// The port's IP address.
+    pub fn addr(&self) -> IpAddr {
+        self.dev.addr
+    }
+    /// `ibv_query_device`.
+    pub fn query_device(&self) -> DeviceAttr {
+        self.dev.attr.clone()
+    }
+    /// `ibv_query_port` (port 1).
+    pub fn query_port(&self) -> PortAttr {
+        self.dev.port
+    }
+    /// `ibv_query_gid`: index 0 is the address's RoCEv2 GID (IPv4-mapped for
+    /// IPv4). Unlike rxe there is no link-local GID; other indices are empty.
+    pub fn query_gid(&self, index: u32) -> Option<Ipv6Addr> {
+        (index == 0).then(|| gid_of(self.dev.addr))
+    }
+    /// Counter snapshot.
+    pub fn counters(&self) -> Counters {
+        self.dev.counters
+    }
+    /// Take the oldest asynchronous event (`ibv_get_async_event`).
+    pub fn poll_async_event(&mut self) -> Option<AsyncEvent> {
+        self.dev.events.pop_front()
+    }
+
+    // ---- protection domains ----
+
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&mut self) -> Result<PdHandle, AllocPdError> {
+        if self.dev.pds.len() >= self.dev.attr.max_pd as usize {
+            return Err(AllocPdError::TooMany { max: self.dev.attr.max_pd });
+        }
+        let h = PdHandle(self.dev.id());
+        self.dev.pds.insert(h, Pd { users: 0 });
+        Ok(h)
+    }
+
+    /// `ibv_dealloc_pd`: fails while MRs or QPs use the PD.
+    pub fn dealloc_pd(&mut self, pd: PdHandle) -> Result<(), DeallocPdError> {
+        let p = self.dev.pds.get(&pd).ok_or(DeallocPdError::UnknownPd(pd))?;
+        if p.users > 0 {
+            return Err(DeallocPdError::InUse { pd, users: p.users });
+        }
+        self.dev.pds.remove(&pd);
+        Ok(())
+    }
+
+    // ---- memory regions ----
+
+    /// `ibv_reg_mr`: a zeroed buffer of `len` bytes owned by the device, at a
+    /// fresh 4 KiB-aligned I/O virtual address (a guard page between
+    /// regions). lkey and rkey differ; their low byte comes from the seeded
+    /// RNG. REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE is rejected
+    /// (IBA §10.6.3.1 C10-...; as libibverbs documents).
+    pub fn reg_mr(
+        &mut self,
+        pd: PdHandle,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<MrInfo, RegMrError> {
+        let d = &mut self.dev;
+        let p = d.pds.get_mut(&pd).ok_or(RegMrError::UnknownPd(pd))?;
+        let supported = AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_ATOMIC;
+        if !access.difference(supported).is_empty() {
+            return Err(RegMrError::UnsupportedAccess(access.difference(supported).0));
+        }
+        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+            && !access.contains(AccessFlags::LOCAL_WRITE)
+        {
+            return Err(RegMrError::RemoteWriteWithoutLocalWrite);
+        }
+        if len as u64 > d.attr.max_mr_size {
+            return Err(RegMrError::TooLarge { len: len as u64, max: d.attr.max_mr_size });
+        }
+        if d.mem.mrs.len() >= d.attr.max_mr as usize {
+            return Err(RegMrError::TooMany { max: d.attr.max_mr });
+        }
+        p.users += 1;
+        let iova = d.next_iova;
+        let span = (len as u64).div_ceil(4096).max(1) * 4096 + 4096;
+        d.next_iova = d.next_iova.wrapping_add(span);
+        let k1: u8 = d.rng.gen();
+        let k2: u8 = d.rng.gen();
+        d.next_key += 1;
+        let lkey = LKey::new((d.next_key << 8) | u32::from(k1));
+        d.next_key += 1;
+        let rkey = RKey::new((d.next_key << 8) | u32::from(k2));
+        d.next_id += 1;
+        let h = MrHandle(d.next_id);
+        d.mem.mrs.insert(h, Mr { pd, access, iova, lkey, rkey, buf: vec![0u8; len] });
+        d.mem.by_lkey.insert(lkey, h);
+        d.mem.by_rkey.insert(rkey, h);
+        tracing::debug!(dev = %d.name, mr = h.0, iova, len, %lkey, %rkey, "reg_mr");
+        Ok(MrInfo { handle: h, addr: iova, length: len as u64, lkey, rkey, access })
+    }
+
+    /// Information about a registered region.
+    pub fn mr_info(&self, mr: MrHandle) -> Option<MrInfo> {
+        self.dev.mem.mrs.get(&mr).map(|m| MrInfo {
+            handle: mr,
+            addr: m.iova,
+            length: m.buf.len() as u64,
+            lkey: m.lkey,
+            rkey: m.rkey,
+            access: m.access,
+        })
+    }
+
+    /// `ibv_dereg_mr`.
+    pub fn dereg_mr(&mut self, mr: MrHandle) -> Result<(), DeregMrError> {
+        let m = self.dev.mem.mrs.remove(&mr).ok_or(DeregMrError::UnknownMr(mr))?;
+        self.dev.mem.by_lkey.remove(&m.lkey);
+        self.dev.mem.by_rkey.remove(&m.rkey);
+        if let Some(p) = self.dev.pds.get_mut(&m.pd) {
+            p.users = p.users.saturating_sub(1);
+        }
+        Ok(())
+    }
+
+    fn mr_range(&self, mr: MrHandle, offset: u64, len: u64) -> Result<usize, MrAccessError> {
+        let m = self.dev.mem.mrs.get(&mr).ok_or(MrAccessError::UnknownMr(mr))?;
+        let size = m.buf.len() as u64;
+        match offset.checked_add(len) {
+            Some(end) if end <= size => Ok(offset as usize),
+            _ => Err(MrAccessError::OutOfBounds { offset, len, size }),
+        }
+    }
+
+    /// Read `buf.len()` bytes at `offset` into the region (application side).
+    pub fn mr_read(&self, mr: MrHandle, offset: u64, buf: &mut [u8]) -> Result<(), MrAccessError> {
+        let off = self.mr_range(mr, offset, buf.len() as u64)?;
+        let m = self.dev.mem.mrs.get(&mr).ok_or(MrAccessError::UnknownMr(mr))?;
+        buf.copy_from_slice(&m.buf[off..off + buf.len()]);
+        Ok(())
+    }
+
+    /// Write `data` at `offset` into the region (application side).
+    pub fn mr_write(
+        &mut self,
+        mr: MrHandle,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), MrAccessError> {
+        let off = self.mr_range(mr, offset, data.len() as u64)?;
+        let m = self.dev.mem.mrs.get_mut(&mr).ok_or(MrAccessError::UnknownMr(mr))?;
+        m.buf[off..off + data.len()].copy_from_slice(data);
+        Ok(())
+    }
+
+    // ---- completion queues ----
+
+    /// `ibv_create_cq` with a fixed depth of `cqe` entries (1..=max_cqe).
+    pub fn create_cq(&mut self, cqe: u32) -> Result<CqHandle, CreateCqError> {
+        let max = self.dev.attr.max_cqe;
+        if cqe == 0 || cqe > max {
+            return Err(CreateCqError::InvalidDepth { cqe, max });
+        }
+        let h = CqHandle(self.dev.id());
+        self.dev.cqs.insert(
+            h,
+            Cq { depth: cqe as usize, entries: VecDeque::new(), errored: false, users: 0 },
+        );
+        Ok(h)
+    }
+
+    /// `ibv_poll_cq`: up to `max` completions, oldest first. A CQ that
+    /// overflowed returns its remaining entries, then `Overrun`.
+    pub fn poll_cq(
+        &mut self,
+        cq: CqHandle,
+        max: usize,
+    ) -> Result<Vec<WorkCompletion>, PollCqError> {
+        let c = self.dev.cqs.get_mut(&cq).ok_or(PollCqError::UnknownCq(cq))?;
+        if c.errored && c.entries.is_empty() {
+            return Err(PollCqError::Overrun(cq));
+        }
+        let n = max.min(c.entries.len());
+        Ok(c.entries.drain(..n).collect())
+    }
+
+    /// `ibv_destroy_cq`: fails while a QP uses it.
+    pub fn destroy_cq(&mut self, cq: CqHandle) -> Result<(), DestroyCqError> {
+        let c = self.dev.cqs.get(&cq).ok_or(DestroyCqError::UnknownCq(cq))?;
+        if c.users > 0 {
+            return Err(DestroyCqError::InUse { cq, users: c.users });
+        }
+        self.dev.cqs.remove(&cq);
+        Ok(())
+    }
+
+    // ---- queue pairs ----
+
+    /// `ibv_create_qp`: RC only for now. QPNs start at 17 like rxe.
+    pub fn create_qp(&mut self, init: QpInitAttr) -> Result<Qpn, CreateQpError> {
+        if init.qp_type != QpType::Rc {
+            return Err(CreateQpError::UnsupportedType(init.qp_type));
+        }
+        let a = &self.dev.attr;
+        for (what, requested, max) in [
+            ("max_send_wr", init.cap.max_send_wr, a.max_qp_wr),
+            ("max_recv_wr", init.cap.max_recv_wr, a.max_qp_wr),
+            ("max_send_sge", init.cap.max_send_sge, a.max_sge),
+            ("max_recv_sge", init.cap.max_recv_sge, a.max_sge),
+            ("max_inline_data", init.cap.max_inline_data, a.max_inline_data),
+        ] {
+            if requested > max {
+                return Err(CreateQpError::CapTooLarge { what, requested, max });
+            }
+        }
+        if !self.dev.pds.contains_key(&init.pd) {
+            return Err(CreateQpError::UnknownPd(init.pd));
+        }
+        for cq in [init.send_cq, init.recv_cq] {
+            if !self.dev.cqs.contains_key(&cq) {
+                return Err(CreateQpError::UnknownCq(cq));
+            }
+        }
+        if self.qps.len() >= self.dev.attr.max_qp as usize {
+            return Err(CreateQpError::TooMany);
+        }
+        let mut n = self.next_qpn;
+        while self.qps.contains_key(&Qpn::new(n)) || n < 2 {
+            n = (n + 1) & 0xFF_FFFF;
+        }
+        self.next_qpn = (n + 1) & 0xFF_FFFF;
+        let qpn = Qpn::new(n);
+        if let Some(p) = self.dev.pds.get_mut(&init.pd) {
+            p.users += 1;
+        }
+        for cq in [init.send_cq, init.recv_cq] {
+            if let Some(c) = self.dev.cqs.get_mut(&cq) {
+                c.users += 1;
+            }
+        }
+        self.qps.insert(qpn, Qp::new(qpn, init, self.dev.port.active_mtu));
+        tracing::debug!(dev = %self.dev.name, %qpn, "create_qp");
+        Ok(qpn)
+    }
+
+    /// `ibv_modify_qp`: checked by [`validate_modify`], then applied.
+    pub fn modify_qp(&mut self, qpn: Qpn, attr: &QpAttr) -> Result<(), QpModifyError> {
+        let limits = ModifyLimits {
+            max_qp_rd_atom: self.dev.attr.max_qp_rd_atom,
+            max_qp_init_rd_atom: self.dev.attr.max_qp_init_rd_atom,
+            active_mtu: self.dev.port.active_mtu,
+            pkey_table_len: self.dev.port.pkey_tbl_len,
+            phys_port_cnt: self.dev.attr.phys_port_cnt,
+        };
+        let qp = self.qps.get_mut(&qpn).ok_or(QpModifyError::UnknownQp(qpn))?;
+        let to = validate_modify(qp.init.qp_type, qp.state, attr, &limits)?;
+        let m = attr.mask;
+        let p = &mut qp.p;
+        if m.contains(AttrMask::ACCESS_FLAGS) {
+            p.access = attr.qp_access_flags;
+        }
+        if m.contains(AttrMask::PKEY_INDEX) {
+            p.pkey_index = attr.pkey_index;
+        }
+        if m.contains(AttrMask::PORT) {
+            p.port = attr.port_num;
+        }
+        if m.contains(AttrMask::QKEY) {
+            p.qkey = attr.qkey;
+        }
+        if m.contains(AttrMask::AV) {
+            p.ah = attr.ah_attr;
+        }
+        if m.contains(AttrMask::PATH_MTU) {
+            if let Some(mtu) = attr.path_mtu {
+                p.mtu = mtu;
+            }
+        }
+        if m.contains(AttrMask::TIMEOUT) {
+            p.timeout = attr.timeout;
+        }
+        if m.contains(AttrMask::RETRY_CNT) {
+            p.retry_cnt = attr.retry_cnt.min(7);
+            qp.retry_left = p.retry_cnt;
+        }
+        if m.contains(AttrMask::RNR_RETRY) {
+            p.rnr_retry = attr.rnr_retry.min(7);
+            qp.rnr_left = p.rnr_retry;
+        }
+        if m.contains(AttrMask::RQ_PSN) {
+            p.rq_psn = Psn::new(attr.rq_psn);
+            qp.epsn = p.rq_psn;
+        }
+        if m.contains(AttrMask::MAX_QP_RD_ATOMIC) {
+            p.max_rd_atomic = attr.max_rd_atomic;
+        }
+        if m.contains(AttrMask::MIN_RNR_TIMER) {
+            p.min_rnr_timer = attr.min_rnr_timer & 0x1F;
+        }
+        if m.contains(AttrMask::SQ_PSN) {
+            p.sq_psn = Psn::new(attr.sq_psn);
+            qp.req_psn = p.sq_psn;
+            qp.comp_psn = p.sq_psn;
+        }
+        if m.contains(AttrMask::MAX_DEST_RD_ATOMIC) {
+            p.max_dest_rd_atomic = attr.max_dest_rd_atomic;
+        }
+        if m.contains(AttrMask::DEST_QPN) {
+            p.dest_qpn = Qpn::new(attr.dest_qp_num);
+        }
+        if m.contains(AttrMask::EN_SQD_ASYNC_NOTIFY) {
+            p.en_sqd_async_notify = attr.en_sqd_async_notify;
+        }
+        let from = qp.state;
+        if from != to {
+            tracing::info!(dev = %self.dev.name, %qpn, %from, %to, "QP state change");
+        }
+        match to {
+            QpState::Reset => qp.reset(),
+            QpState::Err => qp.enter_error(&mut self.dev),
+            s => qp.state = s,
+        }
+        self.settle();
+        Ok(())
+    }
+
+    /// `ibv_query_qp`: current attributes (mask lists every attribute) and
+    /// the creation attributes.
+    pub fn query_qp(&self, qpn: Qpn) -> Result<(QpAttr, QpInitAttr), QpLookupError> {
+        let qp = self.qps.get(&qpn).ok_or(QpLookupError::UnknownQp(qpn))?;
+        let p = &qp.p;
+        let mut a = QpAttr::new()
+            .state(qp.state)
+            .cur_state(qp.state)
+            .access_flags(p.access)
+            .pkey_index(p.pkey_index)
+            .port(p.port)
+            .qkey(p.qkey)
+            .mtu(p.mtu)
+            .timeout(p.timeout)
+            .retry_cnt(p.retry_cnt)
+            .rnr_retry(p.rnr_retry)
+            .rq_psn(qp.epsn.value())
+            .max_rd_atomic(p.max_rd_atomic)
+            .min_rnr_timer(p.min_rnr_timer)
+            .sq_psn(qp.req_psn.value())
+            .max_dest_rd_atomic(p.max_dest_rd_atomic)
+            .cap(qp.init.cap)
+            .dest_qpn(p.dest_qpn.value());
+        if let Some(ah) = p.ah {
+            a = a.ah(ah);
+        }
+        Ok((a, qp.init))
+    }
+
+    /// `ibv_destroy_qp` (outstanding work is dropped without completions).
+    pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), QpLookupError> {
+        let qp = self.qps.remove(&qpn).ok_or(QpLookupError::UnknownQp(qpn))?;
+        if let Some(p) = self.dev.pds.get_mut(&qp.init.pd) {
+            p.users = p.users.saturating_sub(1);
+        }
+        for cq in [qp.init.send_cq, qp.init.recv_cq] {
+            if let Some(c) = self.dev.cqs.get_mut(&cq) {
+                c.users = c.users.saturating_sub(1);
+            }
+        }
+        Ok(())
+    }
+
+    /// The state of a QP.
+    pub fn qp_state(&self, qpn: Qpn) -> Option<QpState> {
+        self.qps.get(&qpn).map(|q| q.state)
+    }
+
+    // ---- work requests ----
+
+    /// `ibv_post_send`. Local keys are checked when the WQE executes (a bad
+    /// one completes with LOC_PROT_ERR). On a QP in ERR the WR is accepted
+    /// and completes at once with WR_FLUSH_ERR.
+    pub fn post_send(&mut self, qpn: Qpn, wr: SendWr) -> Result<(), PostSendError> {
+        let max_msg = self.dev.attr.max_msg_sz;
+        let qp = self.qps.get_mut(&qpn).ok_or(PostSendError::UnknownQp(qpn))?;
+        if !matches!(qp.state, QpState::Rts | QpState::Err) {
+            return Err(PostSendError::InvalidState(qp.state));
+        }
+        let cap = qp.init.cap;
+        if qp.sq.len() >= cap.max_send_wr as usize {
+            return Err(PostSendError::QueueFull { max: cap.max_send_wr });
+        }
+        let inline = wr.flags.contains(SendFlags::INLINE);
+        if inline {
+            if wr.opcode.is_read_or_atomic() {
+                return Err(PostSendError::InlineNotAllowed);
+            }
+            if wr.inline_data.len() > cap.max_inline_data as usize {
+                return Err(PostSendError::InlineTooLarge {
+                    len: wr.inline_data.len(),
+                    max: cap.max_inline_data,
+                });
+            }
+        } else if wr.sg_list.len() > cap.max_send_sge as usize {
+            return Err(PostSendError::TooManySge { n: wr.sg_list.len(), max: cap.max_send_sge });
+        }
+        let length = wr.length();
+        if length > u64::from(max_msg) {
+            return Err(PostSendError::MessageTooLarge { len: length, max: max_msg });
+        }
+        if wr.opcode.is_atomic() && (wr.sg_list.len() != 1 || length != 8) {
+            return Err(PostSendError::BadAtomicSge);
+        }
+        if wr.opcode.is_read_or_atomic() && qp.p.max_rd_atomic == 0 && qp.state == QpState::Rts {
+            return Err(PostSendError::NoRdAtomic);
+        }
+        let signaled = qp.init.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
+        let w = SendWqe {
+            wr,
+            state: WqeState::Posted,
+            length,
+            first_psn: Psn::new(0),
+            npkts: 0,
+            sent_bytes: 0,
+            signaled,
+            read_start: Psn::new(0),
+        };
+        if qp.state == QpState::Err {
+            let wc = qp.send_wc(&w, WcStatus::WrFlushErr);
+            self.dev.complete(qp.init.send_cq, wc);
+        } else {
+            qp.sq.push_back(w);
+        }
+        self.settle();
+        Ok(())
+    }
+
+    /// `ibv_post_recv`. On a QP in ERR the WR completes at once with WR_FLUSH_ERR.
+    pub fn post_recv(&mut self, qpn: Qpn, wr: RecvWr) -> Result<(), PostRecvError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(PostRecvError::UnknownQp(qpn))?;
+        if !matches!(qp.state, QpState::Init | QpState::Rtr | QpState::Rts | QpState::Err) {
+            return Err(PostRecvError::InvalidState(qp.state));
+        }
+        let cap = qp.init.cap;
+        if qp.rq.len() >= cap.max_recv_wr as usize {
+            return Err(PostRecvError::QueueFull { max: cap.max_recv_wr });
+        }
+        if wr.sg_list.len() > cap.max_recv_sge as usize {
+            return Err(PostRecvError::TooManySge { n: wr.sg_list.len(), max: cap.max_recv_sge });
+        }
+        if qp.state == QpState::Err {
+            let wc = qp.recv_wc(&wr, WcStatus::WrFlushErr, 0, None, false);
+            self.dev.complete(qp.init.recv_cq, wc);
+        } else {
+            qp.rq.push_back(wr);
+        }
+        self.settle();
+        Ok(())
+    }
+
+    /// Move every QP of an overflowed CQ to ERR.
+    pub(crate) fn settle(&mut self) {
+        while let Some(cq) = self.dev.errored_cqs.pop() {
+            for qp in self.qps.values_mut() {
+                if (qp.init.send_cq == cq || qp.init.recv_cq == cq) && qp.state != QpState::Err {
+                    qp.enter_error(&mut self.dev);
+                }
+            }
+        }
+    }
+}
+
+impl SansIo for Hca {
+    fn handle_datagram(&mut self, now: Instant, dgram: Datagram) {
+        let span = tracing::debug_span!("hca", dev = %self.dev.name);
+        let _g = span.enter();
+        self.receive(now, &dgram);
+        self.settle();
+    }
+
+    /// Round-robin over QPs (starting after the last one served); each QP
+    /// sends its queued responses before new requests.
+    fn poll_transmit(&mut self, now: Instant) -> Option<Datagram> {
+        let span = tracing::debug_span!("hca", dev = %self.dev.name);
+        let _g = span.enter();
+        let keys: Vec<Qpn> = self
+            .qps
+            .range(Qpn::new(self.rr_cursor.wrapping_add(1))..)
+            .chain(self.qps.range(..=Qpn::new(self.rr_cursor)))
+            .map(|(k, _)| *k)
+            .collect();
+        let mut out = None;
+        for k in keys {
+            if let Some(qp) = self.qps.get_mut(&k) {
+                let d =
+                    qp.next_response(&mut self.dev).or_else(|| qp.next_packet(&mut self.dev, now));
+                if let Some(d) = d {
+                    self.rr_cursor = k.value();
+                    out = Some(d);
+                    break;
+                }
+            }
+        }
+        // a WQE that failed locally may have overflowed a CQ
+        self.settle();
+        if let Some(d) = &out {
+            self.dev.counters.sent_pkts += 1;
+            self.dev.counters.sent_bytes += d.payload.len() as u64;
+        }
+        out
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.qps.values().flat_map(|q| [q.retrans_deadline, q.rnr_deadline]).flatten().min()
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        let span = tracing::debug_span!("hca", dev = %self.dev.name);
+        let _g = span.enter();
+        for qp in self.qps.values_mut() {
+            if qp.rnr_deadline.is_some_and(|d| d <= now) {
+                qp.on_rnr_timeout(&mut self.dev, now);
+            }
+            if qp.retrans_deadline.is_some_and(|d| d <= now) {
+                qp.on_retrans_timeout(&mut self.dev, now);
+            }
+        }
+        self.settle();
+    }
+}

@@ -1,0 +1,347 @@
+//! Device objects other than QPs: protection domains, memory regions,
+//! completion queues, device/port attributes and asynchronous events
+//! (IBA §10.2 memory management, §10.6 protection domains, §11.4.2 CQs).
+//!
+//! A memory region owns its zeroed buffer (`Vec<u8>`), so registration is
+//! safe by construction: remote accesses and the application's
+//! [`crate::Hca::mr_read`]/[`crate::Hca::mr_write`] all go through the
+//! single-threaded `Hca`, never through raw pointers.
+
+use crate::qp_attr::{AccessFlags, PathMtu};
+use crate::wr::{Sge, WorkCompletion};
+use roce_packet::{LKey, Qpn, RKey};
+use std::collections::VecDeque;
+use std::net::{IpAddr, Ipv6Addr};
+
+/// A protection domain handle (`ibv_pd`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PdHandle(pub(crate) u32);
+/// A memory region handle (`ibv_mr`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MrHandle(pub(crate) u32);
+/// A completion queue handle (`ibv_cq`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CqHandle(pub(crate) u32);
+
+impl PdHandle {
+    /// The handle's number (for traces).
+    pub fn id(self) -> u32 {
+        self.0
+    }
+}
+impl MrHandle {
+    /// The handle's number (for traces).
+    pub fn id(self) -> u32 {
+        self.0
+    }
+}
+impl CqHandle {
+    /// The handle's number (for traces).
+    pub fn id(self) -> u32 {
+        self.0
+    }
+}
+
+/// Device attributes (`struct ibv_device_attr`, the fields that matter here).
+/// Defaults mirror rxe: max_qp_wr 16384, max_sge 32, max_cqe 32767,
+/// max_qp_rd_atom 128, max_mr_size 2^32, max_msg_sz 2^31.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceAttr {
+    /// Firmware version string.
+    pub fw_ver: String,
+    /// Node GUID (derived from the address).
+    pub node_guid: u64,
+    /// Largest memory region (2^32).
+    pub max_mr_size: u64,
+    /// QPs per device.
+    pub max_qp: u32,
+    /// Work requests per queue (16384).
+    pub max_qp_wr: u32,
+    /// SGEs per work request (32).
+    pub max_sge: u32,
+    /// CQs per device.
+    pub max_cq: u32,
+    /// Entries per CQ (32767).
+    pub max_cqe: u32,
+    /// MRs per device.
+    pub max_mr: u32,
+    /// PDs per device.
+    pub max_pd: u32,
+    /// Responder resources per QP (max_dest_rd_atomic bound).
+    pub max_qp_rd_atom: u8,
+    /// Initiator depth per QP (max_rd_atomic bound).
+    pub max_qp_init_rd_atom: u8,
+    /// Inline data per send WR (512).
+    pub max_inline_data: u32,
+    /// Largest message (2^31).
+    pub max_msg_sz: u32,
+    /// Ports (1).
+    pub phys_port_cnt: u8,
+}
+
+impl Default for DeviceAttr {
+    fn default() -> Self {
+        DeviceAttr {
+            fw_ver: "0.1.0".into(),
+            node_guid: 0,
+            max_mr_size: 1 << 32,
+            max_qp: 1 << 16,
+            max_qp_wr: 16384,
+            max_sge: 32,
+            max_cq: 1 << 16,
+            max_cqe: 32767,
+            max_mr: 1 << 16,
+            max_pd: 1 << 16,
+            max_qp_rd_atom: 128,
+            max_qp_init_rd_atom: 128,
+            max_inline_data: 512,
+            max_msg_sz: 1 << 31,
+            phys_port_cnt: 1,
+        }
+    }
+}
+
+/// Port states (`enum ibv_port_state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortState {
+    /// IBV_PORT_DOWN.
+    Down,
+    /// IBV_PORT_ACTIVE.
+    Active,
+}
+
+/// Port attributes (`struct ibv_port_attr`). Port 1 only; `active_mtu`
+/// defaults to 1024 (what rxe picks on a 1500-byte Ethernet), `max_mtu` 4096,
+/// one P_Key (0xFFFF), GID table of 1024 entries like rxe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortAttr {
+    /// Always active.
+    pub state: PortState,
+    /// 4096.
+    pub max_mtu: PathMtu,
+    /// From [`crate::HcaConfig::active_mtu`] (default 1024).
+    pub active_mtu: PathMtu,
+    /// 1024 like rxe (only index 0 is populated).
+    pub gid_tbl_len: u32,
+    /// 1 (the default P_Key 0xFFFF).
+    pub pkey_tbl_len: u16,
+    /// Largest message (2^31).
+    pub max_msg_sz: u32,
+}
+
+/// The RoCEv2 GID of an address: IPv4 becomes `::ffff:a.b.c.d`.
+pub fn gid_of(addr: IpAddr) -> Ipv6Addr {
+    match addr {
+        IpAddr::V4(a) => a.to_ipv6_mapped(),
+        IpAddr::V6(a) => a,
+    }
+}
+
+/// Asynchronous events (`enum ibv_event_type`, the ones we raise).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AsyncEvent {
+    /// A CQ overflowed; it is unusable and its QPs went to ERR.
+    CqErr(CqHandle),
+    /// A QP entered the error state because of a transport/local error.
+    QpFatal(Qpn),
+    /// The last WQE of a QP in ERR was flushed (IBV_EVENT_QP_LAST_WQE_REACHED).
+    QpLastWqeReached(Qpn),
+}
+
+pub(crate) struct Pd {
+    pub users: u32,
+}
+
+pub(crate) struct Mr {
+    pub pd: PdHandle,
+    pub access: AccessFlags,
+    pub iova: u64,
+    pub lkey: LKey,
+    pub rkey: RKey,
+    pub buf: Vec<u8>,
+}
+
+impl Mr {
+    /// Offset of `[va, va+len)` inside the region, without overflow.
+    pub fn range(&self, va: u64, len: u64) -> Option<usize> {
+        let end = va.checked_add(len)?;
+        let mr_end = self.iova.checked_add(self.buf.len() as u64)?;
+        if va < self.iova || end > mr_end {
+            return None;
+        }
+        usize::try_from(va - self.iova).ok()
+    }
+}
+
+pub(crate) struct Cq {
+    pub depth: usize,
+    pub entries: VecDeque<WorkCompletion>,
+    pub errored: bool,
+    pub users: u32,
+}
+
+impl Cq {
+    /// Push a completion; `false` on overflow (the CQ enters error).
+    pub fn push(&mut self, wc: WorkCompletion) -> bool {
+        if self.errored {
+            return false;
+        }
+        if self.entries.len() >= self.depth {
+            self.errored = true;
+            return false;
+        }
+        self.entries.push_back(wc);
+        true
+    }
+}
+
+/// Why a memory access was refused (local: LOC_PROT_ERR; remote: NAK
+/// remote access error).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MemError {
+    /// No region with that key.
+    BadKey,
+    /// Region belongs to another protection domain.
+    WrongPd,
+    /// Region lacks the access right.
+    Access,
+    /// Range outside the region (or overflowing u64).
+    Bounds,
+}
+
+/// The memory tables, with key lookups and checked copies.
+#[derive(Default)]
+pub(crate) struct MemTable {
+    pub mrs: std::collections::HashMap<MrHandle, Mr>,
+    pub by_lkey: std::collections::HashMap<LKey, MrHandle>,
+    pub by_rkey: std::collections::HashMap<RKey, MrHandle>,
+}
+
+impl MemTable {
+    fn check(
+        &self,
+        h: Option<&MrHandle>,
+        pd: PdHandle,
+        va: u64,
+        len: u64,
+        need: AccessFlags,
+    ) -> Result<(MrHandle, usize), MemError> {
+        let h = *h.ok_or(MemError::BadKey)?;
+        let mr = self.mrs.get(&h).ok_or(MemError::BadKey)?;
+        if mr.pd != pd {
+            return Err(MemError::WrongPd);
+        }
+        if !mr.access.contains(need) {
+            return Err(MemError::Access);
+        }
+        let off = mr.range(va, len).ok_or(MemError::Bounds)?;
+        Ok((h, off))
+    }
+
+    /// Check a local key for `[va, va+len)` with `need` access.
+    pub fn check_local(
+        &self,
+        pd: PdHandle,
+        sge: &Sge,
+        need: AccessFlags,
+    ) -> Result<(MrHandle, usize), MemError> {
+        self.check(self.by_lkey.get(&sge.lkey), pd, sge.addr, u64::from(sge.length), need)
+    }
+
+    /// Check a remote key for `[va, va+len)` with `need` access.
+    pub fn check_remote(
+        &self,
+        pd: PdHandle,
+        rkey: RKey,
+        va: u64,
+        len: u64,
+        need: AccessFlags,
+    ) -> Result<(MrHandle, usize), MemError> {
+        self.check(self.by_rkey.get(&rkey), pd, va, len, need)
+    }
+
+    /// Validate every SGE of a list (for reading, or with LOCAL_WRITE for writing).
+    pub fn check_sges(&self, pd: PdHandle, sges: &[Sge], write: bool) -> Result<(), MemError> {
+        let need = if write { AccessFlags::LOCAL_WRITE } else { AccessFlags::EMPTY };
+        for s in sges {
+            self.check_local(pd, s, need)?;
+        }
+        Ok(())
+    }
+
+    /// Copy `len` bytes starting `offset` bytes into the SGE list into `out`.
+    pub fn gather(
+        &self,
+        pd: PdHandle,
+        sges: &[Sge],
+        mut offset: u64,
+        mut len: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), MemError> {
+        for s in sges {
+            if len == 0 {
+                break;
+            }
+            let sl = u64::from(s.length);
+            if offset >= sl {
+                offset -= sl;
+                continue;
+            }
+            let (h, base) = self.check_local(pd, s, AccessFlags::EMPTY)?;
+            let take = ((sl - offset) as usize).min(len);
+            let start = base + offset as usize;
+            let mr = self.mrs.get(&h).ok_or(MemError::BadKey)?;
+            out.extend_from_slice(mr.buf.get(start..start + take).ok_or(MemError::Bounds)?);
+            len -= take;
+            offset = 0;
+        }
+        if len != 0 {
+            return Err(MemError::Bounds);
+        }
+        Ok(())
+    }
+
+    /// Copy `data` into the SGE list starting `offset` bytes in (needs LOCAL_WRITE).
+    pub fn scatter(
+        &mut self,
+        pd: PdHandle,
+        sges: &[Sge],
+        mut offset: u64,
+        mut data: &[u8],
+    ) -> Result<(), MemError> {
+        for s in sges {
+            if data.is_empty() {
+                break;
+            }
+            let sl = u64::from(s.length);
+            if offset >= sl {
+                offset -= sl;
+                continue;
+            }
+            let (h, base) = self.check_local(pd, s, AccessFlags::LOCAL_WRITE)?;
+            let take = ((sl - offset) as usize).min(data.len());
+            let start = base + offset as usize;
+            let mr = self.mrs.get_mut(&h).ok_or(MemError::BadKey)?;
+            mr.buf
+                .get_mut(start..start + take)
+                .ok_or(MemError::Bounds)?
+                .copy_from_slice(&data[..take]);
+            data = &data[take..];
+            offset = 0;
+        }
+        if !data.is_empty() {
+            return Err(MemError::Bounds);
+        }
+        Ok(())
+    }
+
+    /// Mutable bytes of a region at an offset returned by a check.
+    pub fn bytes_mut(&mut self, h: MrHandle, off: usize, len: usize) -> Option<&mut [u8]> {
+        self.mrs.get_mut(&h)?.buf.get_mut(off..off.checked_add(len)?)
+    }
+
+    /// Bytes of a region at an offset returned by a check.
+    pub fn bytes(&self, h: MrHandle, off: usize, len: usize) -> Option<&[u8]> {
+        self.mrs.get(&h)?.buf.get(off..off.checked_add(len)?)
+    }
+}

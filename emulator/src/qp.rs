@@ -1,0 +1,329 @@
+//! The queue pair context (IBA §10.2.4 QP, §10.3 QP states) shared by the
+//! three RC roles: [`crate::requester`], [`crate::responder`],
+//! [`crate::completer`]. All of a QP's processing runs on the single-threaded
+//! `Hca`, so the roles call each other directly (no shared flags).
+//!
+//! Error handling follows IBA §10.3.1 / C10-31: when a QP enters ERR every
+//! outstanding and later work request on both queues completes with
+//! `WR_FLUSH_ERR` (flushed completions are generated even for unsignaled
+//! send WRs).
+
+use crate::hca::Dev;
+use crate::objects::{CqHandle, PdHandle};
+use crate::qp_attr::{AccessFlags, AhAttr, PathMtu, QpCap, QpState, QpType};
+use crate::time::Instant;
+use crate::wr::{RecvWr, SendWr, WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use roce_packet::{Msn, Psn, Qpn, RKey};
+use std::collections::VecDeque;
+
+/// `struct ibv_qp_init_attr`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpInitAttr {
+    /// Protection domain of the QP (MRs it touches must share it).
+    pub pd: PdHandle,
+    /// CQ for send completions.
+    pub send_cq: CqHandle,
+    /// CQ for receive completions.
+    pub recv_cq: CqHandle,
+    /// Only [`QpType::Rc`] is implemented.
+    pub qp_type: QpType,
+    /// Queue depths and limits, checked against [`crate::DeviceAttr`].
+    pub cap: QpCap,
+    /// Generate a completion for every send WR (not only SIGNALED ones).
+    pub sq_sig_all: bool,
+}
+
+/// Progress of a send WQE through the requester and completer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WqeState {
+    /// Not started; has no PSNs yet.
+    Posted,
+    /// Some packets sent (`sent_bytes` is the offset of the next one).
+    Sending,
+    /// Every packet sent, waiting for its acknowledgement/response.
+    Sent,
+}
+
+pub(crate) struct SendWqe {
+    pub wr: SendWr,
+    pub state: WqeState,
+    pub length: u64,
+    pub first_psn: Psn,
+    /// PSNs the WQE consumes (READ: the number of response packets).
+    pub npkts: u32,
+    /// Offset of the next byte the requester sends (or, for READ, requests).
+    pub sent_bytes: u64,
+    pub signaled: bool,
+    /// READ: PSN of the latest (re)issued request; its responses restart
+    /// at READ_RESPONSE_FIRST there.
+    pub read_start: Psn,
+}
+
+impl SendWqe {
+    pub fn last_psn(&self) -> Psn {
+        self.first_psn.add(self.npkts.saturating_sub(1))
+    }
+    pub fn contains(&self, p: Psn) -> bool {
+        self.state != WqeState::Posted && p.in_range(self.first_psn, self.npkts)
+    }
+}
+
+/// A READ or atomic the responder executed, kept for duplicates
+/// (IBA §9.7.5.1.2 responder resources; C9-128 atomics exactly once).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum RdResource {
+    Read { first: Psn, npkts: u32 },
+    Atomic { psn: Psn, orig: u64 },
+}
+
+/// The responder's message in progress.
+pub(crate) enum InMsg {
+    Send { recv: RecvWr, offset: u64 },
+    Write { va: u64, rkey: RKey, remaining: u64, total: u64 },
+}
+
+/// READ responses still to be generated (built one packet at a time in
+/// `poll_transmit`, so a large READ costs no memory up front).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReadJob {
+    pub next_psn: Psn,
+    pub va: u64,
+    pub rkey: RKey,
+    pub remaining: u64,
+    pub first: bool,
+    pub msn: Msn,
+}
+
+/// The responder's output queue, in wire order.
+pub(crate) enum RespItem {
+    Packet(crate::io::Datagram),
+    Read(ReadJob),
+}
+
+/// Connection attributes set by `modify_qp`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct QpParams {
+    pub access: AccessFlags,
+    pub pkey_index: u16,
+    pub port: u8,
+    pub qkey: u32,
+    pub ah: Option<AhAttr>,
+    pub mtu: PathMtu,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub rq_psn: Psn,
+    pub sq_psn: Psn,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    pub dest_qpn: Qpn,
+    pub en_sqd_async_notify: bool,
+}
+
+pub(crate) struct Qp {
+    pub qpn: Qpn,
+    pub init: QpInitAttr,
+    pub state: QpState,
+    pub p: QpParams,
+    pub src_port: u16,
+    pub sq: VecDeque<SendWqe>,
+    pub rq: VecDeque<RecvWr>,
+    // requester
+    /// Index in `sq` of the WQE the requester works on next.
+    pub req_idx: usize,
+    /// Next PSN to send.
+    pub req_psn: Psn,
+    pub noack_pkts: u32,
+    // completer
+    /// Oldest unacknowledged PSN.
+    pub comp_psn: Psn,
+    pub retry_left: u8,
+    pub rnr_left: u8,
+    pub retrans_deadline: Option<Instant>,
+    pub rnr_deadline: Option<Instant>,
+    /// PSN the completer last retried from because of a read-response gap;
+    /// further gap packets are dropped until that PSN arrives.
+    pub gap_retry: Option<Psn>,
+    // responder
+    pub epsn: Psn,
+    pub msn: Msn,
+    pub nak_sent: bool,
+    pub in_msg: Option<InMsg>,
+    pub resources: VecDeque<RdResource>,
+    /// ACKs, NAKs and READ responses waiting for `poll_transmit`.
+    pub resp_q: VecDeque<RespItem>,
+}
+
+/// UDP source port for a QP: 0xC000 plus a 14-bit hash of the QPN (as rxe).
+pub(crate) fn src_port_for(qpn: Qpn) -> u16 {
+    let mut h = qpn.value().wrapping_mul(0x9E37_79B1);
+    h ^= h >> 15;
+    0xC000 | (h & 0x3FFF) as u16
+}
+
+impl Qp {
+    pub fn new(qpn: Qpn, init: QpInitAttr, mtu: PathMtu) -> Qp {
+        Qp {
+            qpn,
+            init,
+            state: QpState::Reset,
+            p: QpParams {
+                access: AccessFlags::EMPTY,
+                pkey_index: 0,
+                port: 1,
+                qkey: 0,
+                ah: None,
+                mtu,
+                timeout: 0,
+                retry_cnt: 0,
+                rnr_retry: 0,
+                rq_psn: Psn::new(0),
+                sq_psn: Psn::new(0),
+                max_rd_atomic: 0,
+                max_dest_rd_atomic: 0,
+                min_rnr_timer: 0,
+                dest_qpn: Qpn::new(0),
+                en_sqd_async_notify: false,
+            },
+            src_port: src_port_for(qpn),
+            sq: VecDeque::new(),
+            rq: VecDeque::new(),
+            req_idx: 0,
+            req_psn: Psn::new(0),
+            noack_pkts: 0,
+            comp_psn: Psn::new(0),
+            retry_left: 0,
+            rnr_left: 0,
+            retrans_deadline: None,
+            rnr_deadline: None,
+            gap_retry: None,
+            epsn: Psn::new(0),
+            msn: Msn::new(0),
+            nak_sent: false,
+            in_msg: None,
+            resources: VecDeque::new(),
+            resp_q: VecDeque::new(),
+        }
+    }
+
+    pub fn mtu(&self) -> u64 {
+        self.p.mtu.bytes() as u64
+    }
+
+    /// Back to the RESET state: queues emptied without completions.
+    pub fn reset(&mut self) {
+        let (qpn, init, mtu) = (self.qpn, self.init, self.p.mtu);
+        *self = Qp::new(qpn, init, mtu);
+    }
+
+    /// The retransmit timeout: 4.096 µs × 2^timeout (IBA §9.7.6.1.3); None for 0.
+    pub fn retrans_period(&self) -> Option<core::time::Duration> {
+        if self.p.timeout == 0 {
+            return None;
+        }
+        let ns = 4096u64.checked_shl(u32::from(self.p.timeout.min(31)))?;
+        Some(core::time::Duration::from_nanos(ns))
+    }
+
+    pub fn arm_retrans(&mut self, now: Instant) {
+        self.retrans_deadline = self.retrans_period().map(|d| now + d);
+    }
+
+    /// Completion for a send WQE.
+    pub fn send_wc(&self, w: &SendWqe, status: WcStatus) -> WorkCompletion {
+        WorkCompletion {
+            wr_id: w.wr.wr_id,
+            status,
+            opcode: w.wr.opcode.wc_opcode(),
+            byte_len: if status == WcStatus::Success {
+                u32::try_from(w.length).unwrap_or(u32::MAX)
+            } else {
+                0
+            },
+            imm: None,
+            qp_num: self.qpn.value(),
+            src_qp: 0,
+            wc_flags: WcFlags::EMPTY,
+        }
+    }
+
+    /// Completion for a receive WQE.
+    pub fn recv_wc(
+        &self,
+        r: &RecvWr,
+        status: WcStatus,
+        byte_len: u64,
+        imm: Option<u32>,
+        write_imm: bool,
+    ) -> WorkCompletion {
+        WorkCompletion {
+            wr_id: r.wr_id,
+            status,
+            opcode: if write_imm { WcOpcode::RecvRdmaWithImm } else { WcOpcode::Recv },
+            byte_len: u32::try_from(byte_len).unwrap_or(u32::MAX),
+            imm,
+            qp_num: self.qpn.value(),
+            src_qp: self.p.dest_qpn.value(),
+            wc_flags: if imm.is_some() { WcFlags::WITH_IMM } else { WcFlags::EMPTY },
+        }
+    }
+
+    /// Complete the oldest send WQE successfully (CQE only if signaled).
+    pub fn complete_front(&mut self, dev: &mut Dev) {
+        if let Some(w) = self.sq.pop_front() {
+            self.req_idx = self.req_idx.saturating_sub(1);
+            if matches!(w.wr.opcode, crate::wr::WrOpcode::Send | crate::wr::WrOpcode::SendWithImm) {
+                dev.counters.rdma_sends += 1;
+            }
+            if w.signaled {
+                let wc = self.send_wc(&w, WcStatus::Success);
+                dev.complete(self.init.send_cq, wc);
+            }
+        }
+    }
+
+    /// Fail the oldest send WQE with `status` and move the QP to ERR.
+    pub fn fail_front(&mut self, dev: &mut Dev, status: WcStatus) {
+        tracing::debug!(qpn = %self.qpn, ?status, "send WQE failed");
+        if let Some(w) = self.sq.pop_front() {
+            self.req_idx = self.req_idx.saturating_sub(1);
+            let wc = self.send_wc(&w, status);
+            dev.complete(self.init.send_cq, wc);
+        }
+        self.enter_error(dev);
+    }
+
+    /// Enter ERR and flush both queues (IBA §10.3.1, C10-31).
+    pub fn enter_error(&mut self, dev: &mut Dev) {
+        if self.state != QpState::Err {
+            tracing::info!(qpn = %self.qpn, from = %self.state, to = %QpState::Err, "QP state change");
+            self.state = QpState::Err;
+            dev.events.push_back(crate::objects::AsyncEvent::QpFatal(self.qpn));
+        }
+        self.retrans_deadline = None;
+        self.rnr_deadline = None;
+        self.flush(dev);
+    }
+
+    /// Complete every queued WQE with WR_FLUSH_ERR.
+    pub fn flush(&mut self, dev: &mut Dev) {
+        let had = !self.sq.is_empty() || !self.rq.is_empty() || self.in_msg.is_some();
+        while let Some(w) = self.sq.pop_front() {
+            let wc = self.send_wc(&w, WcStatus::WrFlushErr);
+            dev.complete(self.init.send_cq, wc);
+        }
+        self.req_idx = 0;
+        if let Some(InMsg::Send { recv, .. }) = self.in_msg.take() {
+            let wc = self.recv_wc(&recv, WcStatus::WrFlushErr, 0, None, false);
+            dev.complete(self.init.recv_cq, wc);
+        }
+        while let Some(r) = self.rq.pop_front() {
+            let wc = self.recv_wc(&r, WcStatus::WrFlushErr, 0, None, false);
+            dev.complete(self.init.recv_cq, wc);
+        }
+        if had {
+            dev.events.push_back(crate::objects::AsyncEvent::QpLastWqeReached(self.qpn));
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! Receive demultiplexer (IBA §9.6 packet header validation; rxe's
+//! `rxe_recv.c`): ICRC (Annex A17.3.3), BTH structure, transport version
+//! (C9-...: TVer must be 0), destination QP, QP type, P_Key, QP state,
+//! then dispatch to the responder (requests) or the completer (responses).
+//!
+//! Every drop is a [`DropReason`] value that bumps exactly one counter and
+//! emits one `tracing` event; nothing a peer sends can panic or make a call
+//! fail.
+
+use crate::hca::Hca;
+use crate::io::Datagram;
+use crate::qp_attr::QpState;
+use crate::time::Instant;
+use roce_packet::{IpUdpHeader, RocePacket, RoceRepr, Transport};
+
+/// Why a received datagram was dropped before reaching a QP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DropReason {
+    /// Not a well-formed RoCEv2 packet (too short, bad pad, unknown opcode...).
+    Malformed,
+    /// The ICRC does not match.
+    IcrcMismatch,
+    /// BTH TVer is not 0.
+    BadTver,
+    /// No QP with the destination QPN.
+    UnknownQp,
+    /// The opcode's transport does not match the QP type (or is a CNP).
+    BadOpcode,
+    /// The P_Key is not the QP's partition.
+    BadPkey,
+    /// The QP's state does not accept this packet.
+    BadState,
+}
+
+impl DropReason {
+    /// The counter name this reason bumps.
+    pub const fn counter(self) -> &'static str {
+        match self {
+            DropReason::Malformed => "malformed",
+            DropReason::IcrcMismatch => "icrc_err",
+            DropReason::BadTver => "bad_tver",
+            DropReason::UnknownQp => "unknown_qp",
+            DropReason::BadOpcode => "bad_opcode",
+            DropReason::BadPkey => "bad_pkey",
+            DropReason::BadState => "bad_state",
+        }
+    }
+}
+
+impl Hca {
+    pub(crate) fn receive(&mut self, now: Instant, d: &Datagram) {
+        if let Err(reason) = self.try_receive(now, d) {
+            let c = &mut self.dev.counters;
+            match reason {
+                DropReason::Malformed => c.malformed += 1,
+                DropReason::IcrcMismatch => c.icrc_err += 1,
+                DropReason::BadTver => c.bad_tver += 1,
+                DropReason::UnknownQp => c.unknown_qp += 1,
+                DropReason::BadOpcode => c.bad_opcode += 1,
+                DropReason::BadPkey => c.bad_pkey += 1,
+                DropReason::BadState => c.bad_state += 1,
+            }
+            tracing::debug!(?reason, len = d.payload.len(), src = %d.endpoints.src, "drop");
+        }
+    }
+
+    fn try_receive(&mut self, now: Instant, d: &Datagram) -> Result<(), DropReason> {
+        let b: &[u8] = &d.payload;
+        if b.len() < roce_packet::bth::LEN + roce_packet::icrc::LEN {
+            return Err(DropReason::Malformed);
+        }
+        let hdr = IpUdpHeader::build(&d.endpoints, &d.meta, b.len())
+            .map_err(|_| DropReason::Malformed)?;
+        if !hdr.verify_icrc(b) {
+            return Err(DropReason::IcrcMismatch);
+        }
+        let pkt = RocePacket::new_checked(b).map_err(|_| DropReason::Malformed)?;
+        let repr = RoceRepr::parse(&pkt);
+        if repr.bth.tver != 0 {
+            return Err(DropReason::BadTver);
+        }
+        let info = pkt.info();
+        let qpn = repr.bth.dest_qp;
+        let qp = self.qps.get_mut(&qpn).ok_or(DropReason::UnknownQp)?;
+        if info.transport != Transport::Rc {
+            return Err(DropReason::BadOpcode);
+        }
+        // Default partition: the low 15 bits must be all ones (full or limited member).
+        if repr.bth.pkey.value() & 0x7FFF != 0x7FFF {
+            return Err(DropReason::BadPkey);
+        }
+        let payload = pkt.payload();
+        if info.is_request() {
+            if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+                return Err(DropReason::BadState);
+            }
+            self.dev.counters.rcvd_pkts += 1;
+            self.dev.counters.rcvd_bytes += b.len() as u64;
+            let span = tracing::debug_span!("qp", qpn = %qpn, role = "responder");
+            let _g = span.enter();
+            qp.on_request(&mut self.dev, now, &repr, payload);
+        } else if info.is_response() {
+            if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
+                return Err(DropReason::BadState);
+            }
+            self.dev.counters.rcvd_pkts += 1;
+            self.dev.counters.rcvd_bytes += b.len() as u64;
+            let span = tracing::debug_span!("qp", qpn = %qpn, role = "completer");
+            let _g = span.enter();
+            qp.on_response(&mut self.dev, now, &repr, payload);
+        } else {
+            return Err(DropReason::BadOpcode);
+        }
+        Ok(())
+    }
+}

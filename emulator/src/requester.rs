@@ -1,0 +1,224 @@
+//! Requester (IBA §9.5 transaction ordering, §9.7.1 PSNs, §9.7.6.1.3
+//! retries; rxe's `rxe_req.c`): turns send WQEs into packets.
+//!
+//! - Segmentation by path MTU into FIRST/MIDDLE/LAST/ONLY (C9-22: every
+//!   packet but the last of a message carries exactly PMTU bytes), gather
+//!   from several SGEs or from inline data.
+//! - One PSN per packet; an RDMA READ request consumes as many PSNs as the
+//!   responder will send response packets (§9.7.1.1, C9-54); atomics one.
+//! - AckReq on the last packet of each message, on READ/atomic requests,
+//!   and at least every [`MAX_PKTS_PER_ACK`] packets (rxe's policy).
+//! - At most [`MAX_UNACKED_PSNS`] PSNs outstanding (rxe's window); at most
+//!   `max_rd_atomic` READ/atomic requests outstanding (initiator depth,
+//!   §9.5 / C9-72); a FENCEd WR waits for every earlier READ/atomic (§10.8.3.3).
+//! - Go-back-N: `Qp::rewind_to` is called by the completer with the PSN to
+//!   resend from; packets are regenerated from the WQEs (READs are re-issued
+//!   for the remaining part with an adjusted RETH, §9.7.5.1.5 / C9-106).
+//! - Packets are built lazily in `poll_transmit`, so window, fence and RNR
+//!   waits are simply "no packet yet".
+
+use crate::hca::Dev;
+use crate::io::Datagram;
+use crate::qp::{Qp, WqeState};
+use crate::qp_attr::QpState;
+use crate::time::Instant;
+use crate::wr::{SendFlags, WcStatus, WrOpcode};
+use roce_packet::{AtomicEthRepr, Opcode, Position, Psn, RethRepr};
+
+/// Most PSNs a requester keeps unacknowledged (rxe's RXE_MAX_UNACKED_PSNS).
+pub const MAX_UNACKED_PSNS: i32 = 128;
+/// A packet without AckReq is followed by one with it within this many.
+pub const MAX_PKTS_PER_ACK: u32 = 64;
+
+fn opcode_for(op: WrOpcode, pos: Position) -> Opcode {
+    use Position::*;
+    match (op, pos) {
+        (WrOpcode::Send | WrOpcode::SendWithImm, First) => Opcode::RC_SEND_FIRST,
+        (WrOpcode::Send | WrOpcode::SendWithImm, Middle) => Opcode::RC_SEND_MIDDLE,
+        (WrOpcode::Send, Last) => Opcode::RC_SEND_LAST,
+        (WrOpcode::Send, Only) => Opcode::RC_SEND_ONLY,
+        (WrOpcode::SendWithImm, Last) => Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
+        (WrOpcode::SendWithImm, Only) => Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
+        (WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm, First) => Opcode::RC_RDMA_WRITE_FIRST,
+        (WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm, Middle) => Opcode::RC_RDMA_WRITE_MIDDLE,
+        (WrOpcode::RdmaWrite, Last) => Opcode::RC_RDMA_WRITE_LAST,
+        (WrOpcode::RdmaWrite, Only) => Opcode::RC_RDMA_WRITE_ONLY,
+        (WrOpcode::RdmaWriteWithImm, Last) => Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+        (WrOpcode::RdmaWriteWithImm, Only) => Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+        (WrOpcode::RdmaRead, _) => Opcode::RC_RDMA_READ_REQUEST,
+        (WrOpcode::AtomicCmpAndSwp, _) => Opcode::RC_COMPARE_SWAP,
+        (WrOpcode::AtomicFetchAndAdd, _) => Opcode::RC_FETCH_ADD,
+    }
+}
+
+/// Packets a message of `len` bytes takes at `mtu` (at least one).
+pub(crate) fn packets_for(len: u64, mtu: u64) -> u32 {
+    u32::try_from(len.div_ceil(mtu).max(1)).unwrap_or(u32::MAX)
+}
+
+impl Qp {
+    /// Resend from `psn` (go-back-N): the WQE holding `psn` restarts at the
+    /// matching offset, every later WQE from its beginning.
+    pub fn rewind_to(&mut self, psn: Psn) {
+        let Some(i) = self.sq.iter().position(|w| w.contains(psn)) else {
+            return;
+        };
+        let mtu = self.mtu();
+        for w in self.sq.iter_mut().skip(i + 1) {
+            w.state = WqeState::Posted;
+            w.sent_bytes = 0;
+        }
+        let w = &mut self.sq[i];
+        let k = u64::from(psn.value().wrapping_sub(w.first_psn.value()) & 0xFF_FFFF);
+        w.state = WqeState::Sending;
+        w.sent_bytes = if w.wr.opcode.is_atomic() { 0 } else { (k * mtu).min(w.length) };
+        tracing::debug!(qpn = %self.qpn, %psn, wqe = i, "requester rewind (go-back-N)");
+        self.req_idx = i;
+        self.req_psn = psn;
+        self.noack_pkts = 0;
+    }
+
+    /// The next request packet, if the QP may send one now.
+    pub(crate) fn next_packet(&mut self, dev: &mut Dev, now: Instant) -> Option<Datagram> {
+        if self.state != QpState::Rts || self.rnr_deadline.is_some() {
+            return None;
+        }
+        let idx = self.req_idx;
+        let w = self.sq.get(idx)?;
+        if self.req_psn.distance(self.comp_psn) >= MAX_UNACKED_PSNS {
+            return None;
+        }
+        if w.state == WqeState::Posted {
+            let earlier_rd = self.sq.iter().take(idx).filter(|x| x.wr.opcode.is_read_or_atomic());
+            let n_rd = earlier_rd.count();
+            if w.wr.flags.contains(SendFlags::FENCE) && n_rd > 0 {
+                return None;
+            }
+            if w.wr.opcode.is_read_or_atomic() && n_rd >= usize::from(self.p.max_rd_atomic.max(1)) {
+                return None;
+            }
+            // local keys are checked when the WQE starts (C10-... LOC_PROT)
+            let write = w.wr.opcode.is_read_or_atomic();
+            let inline = w.wr.flags.contains(SendFlags::INLINE);
+            if !inline {
+                if let Err(e) = dev.mem.check_sges(self.init.pd, &w.wr.sg_list, write) {
+                    if idx != 0 {
+                        return None; // fail in order, once earlier WQEs complete
+                    }
+                    tracing::debug!(qpn = %self.qpn, ?e, "local SGE check failed");
+                    self.fail_front(dev, WcStatus::LocProtErr);
+                    return None;
+                }
+            }
+            let mtu = self.mtu();
+            let psn = self.req_psn;
+            let w = &mut self.sq[idx];
+            w.first_psn = psn;
+            w.npkts = if w.wr.opcode.is_atomic() { 1 } else { packets_for(w.length, mtu) };
+            w.sent_bytes = 0;
+            w.state = WqeState::Sending;
+        }
+        self.build_packet(dev, now, idx)
+    }
+
+    fn build_packet(&mut self, dev: &mut Dev, now: Instant, idx: usize) -> Option<Datagram> {
+        let mtu = self.mtu();
+        let psn = self.req_psn;
+        let pd = self.init.pd;
+        let w = &self.sq[idx];
+        let op = w.wr.opcode;
+        let remaining = w.length - w.sent_bytes.min(w.length);
+        let (repr, payload, consumed, done) = match op {
+            WrOpcode::RdmaRead => {
+                let mut r = Dev::repr(self, opcode_for(op, Position::Only), psn, true, 0);
+                r.reth = Some(RethRepr {
+                    va: w.wr.remote_addr.wrapping_add(w.sent_bytes),
+                    rkey: w.wr.rkey,
+                    dma_len: u32::try_from(remaining).unwrap_or(u32::MAX),
+                });
+                let k = psn.value().wrapping_sub(w.first_psn.value()) & 0xFF_FFFF;
+                (r, Vec::new(), w.npkts.saturating_sub(k).max(1), true)
+            }
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
+                let mut r = Dev::repr(self, opcode_for(op, Position::Only), psn, true, 0);
+                let (swap_add, compare) = if op == WrOpcode::AtomicCmpAndSwp {
+                    (w.wr.swap, w.wr.compare_add)
+                } else {
+                    (w.wr.compare_add, 0)
+                };
+                r.atomic_eth = Some(AtomicEthRepr {
+                    va: w.wr.remote_addr,
+                    rkey: w.wr.rkey,
+                    swap_add,
+                    compare,
+                });
+                (r, Vec::new(), 1, true)
+            }
+            _ => {
+                let first = w.sent_bytes == 0;
+                let n = remaining.min(mtu);
+                let last = w.sent_bytes + n >= w.length;
+                let pos = match (first, last) {
+                    (true, true) => Position::Only,
+                    (true, false) => Position::First,
+                    (false, false) => Position::Middle,
+                    (false, true) => Position::Last,
+                };
+                let mut payload = Vec::with_capacity(n as usize);
+                if w.wr.flags.contains(SendFlags::INLINE) {
+                    let s = w.sent_bytes as usize;
+                    payload.extend_from_slice(w.wr.inline_data.get(s..s + n as usize)?);
+                } else if let Err(e) =
+                    dev.mem.gather(pd, &w.wr.sg_list, w.sent_bytes, n as usize, &mut payload)
+                {
+                    // the MR was deregistered under us
+                    tracing::debug!(qpn = %self.qpn, ?e, "gather failed");
+                    if idx == 0 {
+                        self.fail_front(dev, WcStatus::LocProtErr);
+                    }
+                    return None;
+                }
+                let ack_req = last || self.noack_pkts + 1 >= MAX_PKTS_PER_ACK;
+                let mut r = Dev::repr(self, opcode_for(op, pos), psn, ack_req, payload.len());
+                let info = r.bth.opcode.info()?;
+                if info.headers.contains(roce_packet::ExtHeader::Reth) {
+                    r.reth = Some(RethRepr {
+                        va: w.wr.remote_addr,
+                        rkey: w.wr.rkey,
+                        dma_len: u32::try_from(w.length).unwrap_or(u32::MAX),
+                    });
+                }
+                if info.has_imm() {
+                    r.immdt = Some(w.wr.imm);
+                }
+                r.bth.solicited = last && w.wr.flags.contains(SendFlags::SOLICITED);
+                (r, payload, 1, last)
+            }
+        };
+        let sent = payload.len() as u64;
+        let dgram = dev.datagram(self, &repr, &payload);
+        if dgram.is_none() {
+            dev.counters.send_err += 1;
+        }
+        tracing::trace!(qpn = %self.qpn, opcode = %repr.bth.opcode, %psn, ack_req = repr.bth.ack_req, "request");
+        if repr.bth.ack_req {
+            self.noack_pkts = 0;
+        } else {
+            self.noack_pkts += 1;
+        }
+        self.req_psn = psn.add(consumed);
+        let w = &mut self.sq[idx];
+        w.sent_bytes += sent;
+        if op == WrOpcode::RdmaRead {
+            w.read_start = psn;
+        }
+        if done {
+            w.state = WqeState::Sent;
+            self.req_idx += 1;
+        }
+        if self.retrans_deadline.is_none() {
+            self.arm_retrans(now);
+        }
+        dgram
+    }
+}

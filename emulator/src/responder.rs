@@ -1,0 +1,528 @@
+//! Responder (IBA §9.7.5.1 responder behaviour, §9.9.3 responder errors;
+//! rxe's `rxe_resp.c`). The check chain, in the order IBA prescribes:
+//!
+//! 1. PSN (§9.7.5.1.1): the expected PSN executes; a duplicate (earlier, in
+//!    the window) is re-acknowledged for SEND/WRITE (C9-108), re-executed
+//!    for RDMA READ from the saved request with the RETH of the duplicate
+//!    (C9-111), and for atomics the saved result is replayed without
+//!    touching memory again (C9-128, exactly once); a PSN after the
+//!    expected one is NAKed once with PSN SEQUENCE ERROR, and further
+//!    out-of-sequence packets are silently dropped until the expected PSN
+//!    arrives (C9-113).
+//! 2. Opcode sequence (C9-40): MIDDLE/LAST only inside a message of the same
+//!    kind, FIRST/ONLY only between messages → NAK INVALID REQUEST.
+//! 3. Opcode valid for RC and allowed by the QP's access flags and
+//!    responder resources → NAK INVALID REQUEST.
+//! 4. Resources: a SEND (or WRITE with immediate) needs a receive WQE, else
+//!    RNR NAK with the QP's min_rnr_timer (§9.7.5.1.6) and drop.
+//! 5. Length (C9-22 packet length; message longer than the receive WQE →
+//!    NAK INVALID REQUEST and LOC_LEN_ERR on the receive, §9.9.3.1.3).
+//! 6. R_Key, PD, access rights, bounds (§10.6.6) → NAK REMOTE ACCESS ERROR.
+//! 7. Execute: scatter, WRITE, READ responses (one PSN per response packet,
+//!    the READ consumes them), 8-byte aligned atomics (misaligned → NAK
+//!    INVALID REQUEST) answered with an AtomicAckETH.
+//! 8. Acknowledge when AckReq is set; the AETH carries the MSN, the count of
+//!    completed messages (§9.7.5.1.3, coalesced ACKs).
+//!
+//! Class B/C/D errors (invalid request, remote access, remote operational)
+//! NAK the offending PSN and move the responder QP to ERR, as rxe does.
+
+use crate::hca::Dev;
+use crate::io::Datagram;
+use crate::qp::{InMsg, Qp, RdResource, ReadJob, RespItem};
+use crate::qp_attr::AccessFlags;
+use crate::requester::packets_for;
+use crate::time::Instant;
+use crate::wr::WcStatus;
+use roce_packet::{
+    AethRepr, AtomicAckEthRepr, NakCode, OpKind, Opcode, Position, Psn, RKey, RnrTimer, RoceRepr,
+    Syndrome,
+};
+
+/// AETH credit value meaning "no end-to-end credit information" (rxe's
+/// AETH_ACK_UNLIMITED).
+const CREDIT_UNLIMITED: u8 = 0x1F;
+
+impl Qp {
+    /// Queue a response packet behind earlier ones of this QP.
+    fn queue(&mut self, dev: &mut Dev, r: &RoceRepr, payload: &[u8]) {
+        match dev.datagram(self, r, payload) {
+            Some(d) => self.resp_q.push_back(RespItem::Packet(d)),
+            None => {
+                dev.counters.send_err += 1;
+                tracing::warn!(qpn = %self.qpn, "cannot build response (no address vector)");
+            }
+        }
+    }
+
+    fn send_aeth(&mut self, dev: &mut Dev, psn: Psn, syndrome: Syndrome) {
+        let mut r = Dev::repr(self, Opcode::RC_ACKNOWLEDGE, psn, false, 0);
+        r.aeth = Some(AethRepr { syndrome, msn: self.msn });
+        self.queue(dev, &r, &[]);
+    }
+
+    fn send_ack(&mut self, dev: &mut Dev, psn: Psn) {
+        dev.counters.acks_sent += 1;
+        self.send_aeth(dev, psn, Syndrome::Ack { credit: CREDIT_UNLIMITED });
+    }
+
+    fn send_nak(&mut self, dev: &mut Dev, psn: Psn, code: NakCode) {
+        dev.counters.naks_sent += 1;
+        tracing::debug!(qpn = %self.qpn, %psn, code = code.name(), "NAK sent");
+        self.send_aeth(dev, psn, Syndrome::Nak(code));
+    }
+
+    /// NAK a class B/C/D error and move the QP to ERR; `recv_status`
+    /// completes the receive WQE in progress with that status first.
+    fn responder_error(
+        &mut self,
+        dev: &mut Dev,
+        psn: Psn,
+        code: NakCode,
+        recv_status: Option<WcStatus>,
+    ) {
+        if let Some(st) = recv_status {
+            if let Some(InMsg::Send { recv, offset }) = self.in_msg.take() {
+                let wc = self.recv_wc(&recv, st, offset, None, false);
+                dev.complete(self.init.recv_cq, wc);
+            }
+        }
+        self.send_nak(dev, psn, code);
+        self.enter_error(dev);
+    }
+
+    fn send_rnr(&mut self, dev: &mut Dev, psn: Psn) {
+        dev.counters.send_rnr_err += 1;
+        let t = RnrTimer::new(self.p.min_rnr_timer);
+        tracing::debug!(qpn = %self.qpn, %psn, timer_us = t.micros(), "RNR NAK sent");
+        self.send_aeth(dev, psn, Syndrome::RnrNak(t));
+        self.nak_sent = true;
+    }
+
+    fn save_resource(&mut self, r: RdResource) {
+        let max = usize::from(self.p.max_dest_rd_atomic.max(1));
+        while self.resources.len() >= max {
+            self.resources.pop_front();
+        }
+        self.resources.push_back(r);
+    }
+
+    /// Schedule READ responses for `[va, va+len)` starting at PSN `psn0`.
+    fn send_read_responses(&mut self, psn0: Psn, va: u64, rkey: RKey, len: u64) {
+        self.resp_q.push_back(RespItem::Read(ReadJob {
+            next_psn: psn0,
+            va,
+            rkey,
+            remaining: len,
+            first: true,
+            msn: self.msn,
+        }));
+    }
+
+    /// The next queued response packet (ACK/NAK or one READ response).
+    pub(crate) fn next_response(&mut self, dev: &mut Dev) -> Option<Datagram> {
+        loop {
+            let mtu = self.mtu();
+            match self.resp_q.front()? {
+                RespItem::Packet(_) => match self.resp_q.pop_front() {
+                    Some(RespItem::Packet(d)) => return Some(d),
+                    _ => return None,
+                },
+                RespItem::Read(job) => {
+                    let j = *job;
+                    let chunk = j.remaining.min(mtu);
+                    let last = j.remaining <= mtu;
+                    let (pos, op) = match (j.first, last) {
+                        (true, true) => (Position::Only, Opcode::RC_RDMA_READ_RESPONSE_ONLY),
+                        (true, false) => (Position::First, Opcode::RC_RDMA_READ_RESPONSE_FIRST),
+                        (false, false) => (Position::Middle, Opcode::RC_RDMA_READ_RESPONSE_MIDDLE),
+                        (false, true) => (Position::Last, Opcode::RC_RDMA_READ_RESPONSE_LAST),
+                    };
+                    let data = if chunk > 0 {
+                        // re-checked per packet: the region may be gone by now
+                        let loc = dev.mem.check_remote(
+                            self.init.pd,
+                            j.rkey,
+                            j.va,
+                            chunk,
+                            AccessFlags::REMOTE_READ,
+                        );
+                        match loc.ok().and_then(|(h, off)| dev.mem.bytes(h, off, chunk as usize)) {
+                            Some(b) => b.to_vec(),
+                            None => {
+                                tracing::debug!(qpn = %self.qpn, "READ source vanished; response abandoned");
+                                dev.counters.send_err += 1;
+                                self.resp_q.pop_front();
+                                continue;
+                            }
+                        }
+                    } else {
+                        Vec::new()
+                    };
+                    if let Some(RespItem::Read(job)) = self.resp_q.front_mut() {
+                        job.first = false;
+                        job.va = job.va.wrapping_add(chunk);
+                        job.remaining -= chunk;
+                        job.next_psn = job.next_psn.next();
+                    }
+                    if last {
+                        self.resp_q.pop_front();
+                    }
+                    let mut r = Dev::repr(self, op, j.next_psn, false, data.len());
+                    if pos != Position::Middle {
+                        r.aeth = Some(AethRepr {
+                            syndrome: Syndrome::Ack { credit: CREDIT_UNLIMITED },
+                            msn: j.msn,
+                        });
+                    }
+                    match dev.datagram(self, &r, &data) {
+                        Some(d) => return Some(d),
+                        None => {
+                            dev.counters.send_err += 1;
+                            continue;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Handle one request packet addressed to this QP.
+    pub(crate) fn on_request(
+        &mut self,
+        dev: &mut Dev,
+        _now: Instant,
+        r: &RoceRepr,
+        payload: &[u8],
+    ) {
+        let Ok(info) = r.info() else { return };
+        let psn = r.bth.psn;
+        // 1. PSN
+        let d = psn.distance(self.epsn);
+        if d > 0 {
+            dev.counters.out_of_seq_request += 1;
+            if !self.nak_sent {
+                self.nak_sent = true;
+                self.send_nak(dev, self.epsn, NakCode::PsnSequenceError);
+            } else {
+                tracing::debug!(qpn = %self.qpn, %psn, epsn = %self.epsn,
+                    reason = "out of sequence after NAK", "drop");
+            }
+            return;
+        }
+        if d < 0 {
+            dev.counters.duplicate_request += 1;
+            self.on_duplicate(dev, r);
+            return;
+        }
+        self.nak_sent = false;
+        // 2. opcode sequence
+        let seq_ok = match &self.in_msg {
+            Some(InMsg::Send { .. }) => info.kind == OpKind::Send && !info.position.starts(),
+            Some(InMsg::Write { .. }) => info.kind == OpKind::Write && !info.position.starts(),
+            None => info.position.starts(),
+        };
+        if !seq_ok {
+            tracing::debug!(qpn = %self.qpn, %psn, opcode = %r.bth.opcode, "opcode out of sequence");
+            self.responder_error(dev, psn, NakCode::InvalidRequest, Some(WcStatus::RemInvReqErr));
+            return;
+        }
+        // 3. opcode valid for this QP
+        let acc = self.p.access;
+        let valid = match info.kind {
+            OpKind::Send => !info.has_inv(),
+            OpKind::Write => acc.contains(AccessFlags::REMOTE_WRITE),
+            OpKind::ReadRequest => {
+                acc.contains(AccessFlags::REMOTE_READ) && self.p.max_dest_rd_atomic > 0
+            }
+            OpKind::CompareSwap | OpKind::FetchAdd => {
+                acc.contains(AccessFlags::REMOTE_ATOMIC) && self.p.max_dest_rd_atomic > 0
+            }
+            _ => false,
+        };
+        if !valid {
+            tracing::debug!(qpn = %self.qpn, %psn, opcode = %r.bth.opcode, "opcode not allowed");
+            self.responder_error(dev, psn, NakCode::InvalidRequest, None);
+            return;
+        }
+        // 4. resources: a receive WQE
+        let needs_recv = match info.kind {
+            OpKind::Send => info.position.starts(),
+            OpKind::Write => info.has_imm(),
+            _ => false,
+        };
+        if needs_recv && self.rq.is_empty() {
+            self.send_rnr(dev, psn);
+            return;
+        }
+        // 5. packet length (C9-22)
+        let mtu = self.mtu();
+        let len = payload.len() as u64;
+        let len_ok = match info.position {
+            Position::First | Position::Middle => len == mtu,
+            Position::Last => len >= 1 && len <= mtu,
+            Position::Only => len <= mtu,
+        };
+        if !len_ok {
+            tracing::debug!(qpn = %self.qpn, %psn, len, "bad packet length");
+            self.responder_error(dev, psn, NakCode::InvalidRequest, Some(WcStatus::RemInvReqErr));
+            return;
+        }
+        match info.kind {
+            OpKind::Send => {
+                if info.position.starts() {
+                    if let Some(recv) = self.rq.pop_front() {
+                        self.in_msg = Some(InMsg::Send { recv, offset: 0 });
+                    }
+                }
+                let Some(InMsg::Send { recv, offset }) = self.in_msg.as_mut() else { return };
+                if *offset + len > recv.length() {
+                    tracing::debug!(qpn = %self.qpn, %psn, "message longer than receive WQE");
+                    self.responder_error(
+                        dev,
+                        psn,
+                        NakCode::InvalidRequest,
+                        Some(WcStatus::LocLenErr),
+                    );
+                    return;
+                }
+                let sges = recv.sg_list.clone();
+                let at = *offset;
+                if dev.mem.scatter(self.init.pd, &sges, at, payload).is_err() {
+                    self.responder_error(
+                        dev,
+                        psn,
+                        NakCode::RemoteOperationalError,
+                        Some(WcStatus::LocProtErr),
+                    );
+                    return;
+                }
+                *offset += len;
+                if info.position.ends() {
+                    if let Some(InMsg::Send { recv, offset }) = self.in_msg.take() {
+                        let wc = self.recv_wc(&recv, WcStatus::Success, offset, r.immdt, false);
+                        dev.counters.rdma_recvs += 1;
+                        dev.complete(self.init.recv_cq, wc);
+                    }
+                    self.msn = self.msn.next();
+                }
+            }
+            OpKind::Write => {
+                if info.position.starts() {
+                    let Some(reth) = r.reth else { return };
+                    let total = u64::from(reth.dma_len);
+                    if total > 0
+                        && dev
+                            .mem
+                            .check_remote(
+                                self.init.pd,
+                                reth.rkey,
+                                reth.va,
+                                total,
+                                AccessFlags::REMOTE_WRITE,
+                            )
+                            .is_err()
+                    {
+                        tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, va = reth.va,
+                            len = total, "remote access error (WRITE)");
+                        self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
+                        return;
+                    }
+                    self.in_msg = Some(InMsg::Write {
+                        va: reth.va,
+                        rkey: reth.rkey,
+                        remaining: total,
+                        total,
+                    });
+                }
+                let Some(InMsg::Write { va, rkey, remaining, .. }) = self.in_msg.as_mut() else {
+                    return;
+                };
+                if len > *remaining || (info.position.ends() && len != *remaining) {
+                    tracing::debug!(qpn = %self.qpn, %psn, "WRITE length differs from RETH DMA length");
+                    self.responder_error(dev, psn, NakCode::InvalidRequest, None);
+                    return;
+                }
+                if len > 0 {
+                    let (va0, rk) = (*va, *rkey);
+                    match dev.mem.check_remote(
+                        self.init.pd,
+                        rk,
+                        va0,
+                        len,
+                        AccessFlags::REMOTE_WRITE,
+                    ) {
+                        Ok((h, off)) => {
+                            if let Some(dst) = dev.mem.bytes_mut(h, off, payload.len()) {
+                                dst.copy_from_slice(payload);
+                            }
+                        }
+                        Err(_) => {
+                            self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
+                            return;
+                        }
+                    }
+                }
+                let Some(InMsg::Write { va, remaining, total, .. }) = self.in_msg.as_mut() else {
+                    return;
+                };
+                *va = va.wrapping_add(len);
+                *remaining -= len;
+                let total = *total;
+                if info.position.ends() {
+                    self.in_msg = None;
+                    if info.has_imm() {
+                        if let Some(recv) = self.rq.pop_front() {
+                            let wc = self.recv_wc(&recv, WcStatus::Success, total, r.immdt, true);
+                            dev.counters.rdma_recvs += 1;
+                            dev.complete(self.init.recv_cq, wc);
+                        }
+                    }
+                    self.msn = self.msn.next();
+                }
+            }
+            OpKind::ReadRequest => {
+                let Some(reth) = r.reth else { return };
+                let len = u64::from(reth.dma_len);
+                if len > u64::from(dev.attr.max_msg_sz) {
+                    self.responder_error(dev, psn, NakCode::InvalidRequest, None);
+                    return;
+                }
+                if len > 0
+                    && dev
+                        .mem
+                        .check_remote(
+                            self.init.pd,
+                            reth.rkey,
+                            reth.va,
+                            len,
+                            AccessFlags::REMOTE_READ,
+                        )
+                        .is_err()
+                {
+                    tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, "remote access error (READ)");
+                    self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
+                    return;
+                }
+                let npkts = packets_for(len, mtu);
+                self.save_resource(RdResource::Read { first: psn, npkts });
+                self.msn = self.msn.next();
+                self.send_read_responses(psn, reth.va, reth.rkey, len);
+                self.epsn = psn.add(npkts);
+                return;
+            }
+            OpKind::CompareSwap | OpKind::FetchAdd => {
+                let Some(a) = r.atomic_eth else { return };
+                if a.va % 8 != 0 {
+                    tracing::debug!(qpn = %self.qpn, %psn, va = a.va, "misaligned atomic");
+                    self.responder_error(dev, psn, NakCode::InvalidRequest, None);
+                    return;
+                }
+                let loc =
+                    dev.mem.check_remote(self.init.pd, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC);
+                let Some(mem) = loc.ok().and_then(|(h, off)| dev.mem.bytes_mut(h, off, 8)) else {
+                    tracing::debug!(qpn = %self.qpn, %psn, rkey = %a.rkey, "remote access error (atomic)");
+                    self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
+                    return;
+                };
+                // Memory holds the 64-bit value little-endian (host order on
+                // the platforms we target); the wire carries big-endian.
+                let mut cur = [0u8; 8];
+                cur.copy_from_slice(mem);
+                let orig = u64::from_le_bytes(cur);
+                let new = if info.kind == OpKind::CompareSwap {
+                    if orig == a.compare {
+                        a.swap_add
+                    } else {
+                        orig
+                    }
+                } else {
+                    orig.wrapping_add(a.swap_add)
+                };
+                mem.copy_from_slice(&new.to_le_bytes());
+                self.save_resource(RdResource::Atomic { psn, orig });
+                self.msn = self.msn.next();
+                self.send_atomic_ack(dev, psn, orig);
+                self.epsn = psn.next();
+                return;
+            }
+            _ => return,
+        }
+        self.epsn = psn.next();
+        if r.bth.ack_req {
+            self.send_ack(dev, psn);
+        } else {
+            dev.counters.ack_deferred += 1;
+        }
+    }
+
+    fn send_atomic_ack(&mut self, dev: &mut Dev, psn: Psn, orig: u64) {
+        let mut r = Dev::repr(self, Opcode::RC_ATOMIC_ACKNOWLEDGE, psn, false, 0);
+        r.aeth =
+            Some(AethRepr { syndrome: Syndrome::Ack { credit: CREDIT_UNLIMITED }, msn: self.msn });
+        r.atomic_ack_eth = Some(AtomicAckEthRepr { orig_rem_data: orig });
+        self.queue(dev, &r, &[]);
+    }
+
+    /// A request with a PSN before the expected one (C9-108..C9-111, C9-128).
+    fn on_duplicate(&mut self, dev: &mut Dev, r: &RoceRepr) {
+        let Ok(info) = r.info() else { return };
+        let psn = r.bth.psn;
+        tracing::debug!(qpn = %self.qpn, %psn, epsn = %self.epsn, opcode = %r.bth.opcode, "duplicate request");
+        match info.kind {
+            // Re-acknowledge (C9-105) with the duplicate's own PSN, not the
+            // newest one: an ACK past a READ/atomic the requester is
+            // re-issuing would be taken as an implied NAK for it, and the
+            // re-issued responses that follow would then be stale.
+            OpKind::Send | OpKind::Write if r.bth.ack_req => self.send_ack(dev, psn),
+            OpKind::Send | OpKind::Write => {}
+            OpKind::ReadRequest => {
+                let Some(reth) = r.reth else { return };
+                let found = self.resources.iter().find_map(|x| match *x {
+                    RdResource::Read { first, npkts } if psn.in_range(first, npkts) => {
+                        Some((first, npkts))
+                    }
+                    _ => None,
+                });
+                let Some((first, npkts)) = found else {
+                    tracing::debug!(qpn = %self.qpn, %psn, reason = "duplicate READ without resource", "drop");
+                    return;
+                };
+                let len = u64::from(reth.dma_len);
+                let k = psn.value().wrapping_sub(first.value()) & 0xFF_FFFF;
+                if k + packets_for(len, self.mtu()) > npkts {
+                    tracing::debug!(qpn = %self.qpn, %psn, reason = "duplicate READ overruns the original", "drop");
+                    return;
+                }
+                if len > 0
+                    && dev
+                        .mem
+                        .check_remote(
+                            self.init.pd,
+                            reth.rkey,
+                            reth.va,
+                            len,
+                            AccessFlags::REMOTE_READ,
+                        )
+                        .is_err()
+                {
+                    self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
+                    return;
+                }
+                self.send_read_responses(psn, reth.va, reth.rkey, len);
+            }
+            OpKind::CompareSwap | OpKind::FetchAdd => {
+                let found = self.resources.iter().find_map(|x| match *x {
+                    RdResource::Atomic { psn: p, orig } if p == psn => Some(orig),
+                    _ => None,
+                });
+                match found {
+                    Some(orig) => self.send_atomic_ack(dev, psn, orig),
+                    None => tracing::debug!(qpn = %self.qpn, %psn,
+                        reason = "duplicate atomic without resource", "drop"),
+                }
+            }
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,313 @@
+//! Work requests and work completions (IBA §10.8, §11.4; libibverbs'
+//! `ibv_send_wr`, `ibv_recv_wr`, `ibv_wc`).
+//!
+//! Status names and numbers are libibverbs' `enum ibv_wc_status`, and
+//! [`WcStatus`]'s `Display` matches `ibv_wc_status_str`, so traces read like
+//! the C tools' output.
+
+use crate::qp_attr::flags;
+use core::fmt;
+use roce_packet::{LKey, RKey};
+
+/// One scatter/gather element: `length` bytes at virtual address `addr` of
+/// the memory region whose local key is `lkey`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Sge {
+    /// Virtual address inside the memory region.
+    pub addr: u64,
+    /// Bytes.
+    pub length: u32,
+    /// Local key of the region.
+    pub lkey: LKey,
+}
+
+/// Send-queue operations (`enum ibv_wr_opcode`, the RC subset).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WrOpcode {
+    /// IBV_WR_SEND.
+    Send,
+    /// IBV_WR_SEND_WITH_IMM.
+    SendWithImm,
+    /// IBV_WR_RDMA_WRITE.
+    RdmaWrite,
+    /// IBV_WR_RDMA_WRITE_WITH_IMM (consumes a receive WQE at the responder).
+    RdmaWriteWithImm,
+    /// IBV_WR_RDMA_READ.
+    RdmaRead,
+    /// IBV_WR_ATOMIC_CMP_AND_SWP.
+    AtomicCmpAndSwp,
+    /// IBV_WR_ATOMIC_FETCH_AND_ADD.
+    AtomicFetchAndAdd,
+}
+
+impl WrOpcode {
+    /// READ or an atomic: needs a responder resource and an init depth slot.
+    pub const fn is_read_or_atomic(self) -> bool {
+        matches!(self, WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd)
+    }
+    /// An atomic operation (8 bytes, one PSN).
+    pub const fn is_atomic(self) -> bool {
+        matches!(self, WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd)
+    }
+    /// The completion opcode reported for this work request.
+    pub const fn wc_opcode(self) -> WcOpcode {
+        match self {
+            WrOpcode::Send | WrOpcode::SendWithImm => WcOpcode::Send,
+            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
+            WrOpcode::RdmaRead => WcOpcode::RdmaRead,
+            WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
+            WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
+        }
+    }
+}
+
+flags!(
+    /// `enum ibv_send_flags`.
+    SendFlags {
+        FENCE = 1 << 0,
+        SIGNALED = 1 << 1,
+        SOLICITED = 1 << 2,
+        INLINE = 1 << 3,
+    }
+);
+
+flags!(
+    /// `enum ibv_wc_flags` (the ones an RC QP reports).
+    WcFlags {
+        GRH = 1 << 0,
+        WITH_IMM = 1 << 1,
+    }
+);
+
+/// A send work request (`struct ibv_send_wr`, RC fields).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SendWr {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// The operation.
+    pub opcode: WrOpcode,
+    /// Local buffers (gathered for SEND/WRITE, scattered into for READ;
+    /// one 8-byte SGE receiving the original value for atomics).
+    pub sg_list: Vec<Sge>,
+    /// SIGNALED, FENCE, SOLICITED, INLINE.
+    pub flags: SendFlags,
+    /// Immediate data (SEND/WRITE with immediate), host order.
+    pub imm: u32,
+    /// Remote virtual address (WRITE, READ, atomics).
+    pub remote_addr: u64,
+    /// Remote key (WRITE, READ, atomics).
+    pub rkey: RKey,
+    /// Compare value (CMP_AND_SWP) or addend (FETCH_AND_ADD).
+    pub compare_add: u64,
+    /// Swap value (CMP_AND_SWP).
+    pub swap: u64,
+    /// Data for an INLINE request (used instead of `sg_list` when
+    /// `flags` has INLINE; at most `max_inline_data` bytes).
+    pub inline_data: Vec<u8>,
+}
+
+impl SendWr {
+    /// A request with everything but the id and opcode zeroed/empty.
+    pub fn new(wr_id: u64, opcode: WrOpcode) -> SendWr {
+        SendWr {
+            wr_id,
+            opcode,
+            sg_list: Vec::new(),
+            flags: SendFlags::SIGNALED,
+            imm: 0,
+            remote_addr: 0,
+            rkey: RKey::new(0),
+            compare_add: 0,
+            swap: 0,
+            inline_data: Vec::new(),
+        }
+    }
+    /// Add one SGE.
+    pub fn sge(mut self, addr: u64, length: u32, lkey: LKey) -> SendWr {
+        self.sg_list.push(Sge { addr, length, lkey });
+        self
+    }
+    /// Set the remote address and key.
+    pub fn remote(mut self, remote_addr: u64, rkey: RKey) -> SendWr {
+        self.remote_addr = remote_addr;
+        self.rkey = rkey;
+        self
+    }
+    /// Replace the flags.
+    pub fn with_flags(mut self, flags: SendFlags) -> SendWr {
+        self.flags = flags;
+        self
+    }
+    /// Set immediate data.
+    pub fn with_imm(mut self, imm: u32) -> SendWr {
+        self.imm = imm;
+        self
+    }
+    /// Make this an inline request carrying `data`.
+    pub fn inline(mut self, data: &[u8]) -> SendWr {
+        self.inline_data = data.to_vec();
+        self.flags |= SendFlags::INLINE;
+        self
+    }
+    /// Total bytes of the local buffers (or inline data).
+    pub fn length(&self) -> u64 {
+        if self.flags.contains(SendFlags::INLINE) {
+            self.inline_data.len() as u64
+        } else {
+            self.sg_list.iter().map(|s| u64::from(s.length)).sum()
+        }
+    }
+}
+
+/// A receive work request (`struct ibv_recv_wr`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecvWr {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Buffers the message is scattered into, in order.
+    pub sg_list: Vec<Sge>,
+}
+
+impl RecvWr {
+    /// A receive request with one SGE.
+    pub fn new(wr_id: u64, addr: u64, length: u32, lkey: LKey) -> RecvWr {
+        RecvWr { wr_id, sg_list: vec![Sge { addr, length, lkey }] }
+    }
+    /// Total capacity in bytes.
+    pub fn length(&self) -> u64 {
+        self.sg_list.iter().map(|s| u64::from(s.length)).sum()
+    }
+}
+
+/// `enum ibv_wc_status`: same names, same numbers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum WcStatus {
+    /// IBV_WC_SUCCESS.
+    Success = 0,
+    /// IBV_WC_LOC_LEN_ERR.
+    LocLenErr = 1,
+    /// IBV_WC_LOC_QP_OP_ERR.
+    LocQpOpErr = 2,
+    /// IBV_WC_LOC_EEC_OP_ERR.
+    LocEecOpErr = 3,
+    /// IBV_WC_LOC_PROT_ERR.
+    LocProtErr = 4,
+    /// IBV_WC_WR_FLUSH_ERR.
+    WrFlushErr = 5,
+    /// IBV_WC_MW_BIND_ERR.
+    MwBindErr = 6,
+    /// IBV_WC_BAD_RESP_ERR.
+    BadRespErr = 7,
+    /// IBV_WC_LOC_ACCESS_ERR.
+    LocAccessErr = 8,
+    /// IBV_WC_REM_INV_REQ_ERR.
+    RemInvReqErr = 9,
+    /// IBV_WC_REM_ACCESS_ERR.
+    RemAccessErr = 10,
+    /// IBV_WC_REM_OP_ERR.
+    RemOpErr = 11,
+    /// IBV_WC_RETRY_EXC_ERR.
+    RetryExcErr = 12,
+    /// IBV_WC_RNR_RETRY_EXC_ERR.
+    RnrRetryExcErr = 13,
+    /// IBV_WC_LOC_RDD_VIOL_ERR.
+    LocRddViolErr = 14,
+    /// IBV_WC_REM_INV_RD_REQ_ERR.
+    RemInvRdReqErr = 15,
+    /// IBV_WC_REM_ABORT_ERR.
+    RemAbortErr = 16,
+    /// IBV_WC_INV_EECN_ERR.
+    InvEecnErr = 17,
+    /// IBV_WC_INV_EEC_STATE_ERR.
+    InvEecStateErr = 18,
+    /// IBV_WC_FATAL_ERR.
+    FatalErr = 19,
+    /// IBV_WC_RESP_TIMEOUT_ERR.
+    RespTimeoutErr = 20,
+    /// IBV_WC_GENERAL_ERR.
+    GeneralErr = 21,
+}
+
+impl WcStatus {
+    /// The libibverbs number.
+    pub const fn code(self) -> u8 {
+        self as u8
+    }
+    /// `ibv_wc_status_str` text.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            WcStatus::Success => "success",
+            WcStatus::LocLenErr => "local length error",
+            WcStatus::LocQpOpErr => "local QP operation error",
+            WcStatus::LocEecOpErr => "local EE context operation error",
+            WcStatus::LocProtErr => "local protection error",
+            WcStatus::WrFlushErr => "Work Request Flushed Error",
+            WcStatus::MwBindErr => "memory management operation error",
+            WcStatus::BadRespErr => "bad response error",
+            WcStatus::LocAccessErr => "local access error",
+            WcStatus::RemInvReqErr => "remote invalid request error",
+            WcStatus::RemAccessErr => "remote access error",
+            WcStatus::RemOpErr => "remote operation error",
+            WcStatus::RetryExcErr => "transport retry counter exceeded",
+            WcStatus::RnrRetryExcErr => "RNR retry counter exceeded",
+            WcStatus::LocRddViolErr => "local RDD violation error",
+            WcStatus::RemInvRdReqErr => "remote invalid RD request",
+            WcStatus::RemAbortErr => "aborted error",
+            WcStatus::InvEecnErr => "invalid EE context number",
+            WcStatus::InvEecStateErr => "invalid EE context state",
+            WcStatus::FatalErr => "fatal error",
+            WcStatus::RespTimeoutErr => "response timeout error",
+            WcStatus::GeneralErr => "general error",
+        }
+    }
+}
+
+impl fmt::Display for WcStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `enum ibv_wc_opcode` (same numbers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub enum WcOpcode {
+    /// IBV_WC_SEND.
+    Send = 0,
+    /// IBV_WC_RDMA_WRITE.
+    RdmaWrite = 1,
+    /// IBV_WC_RDMA_READ.
+    RdmaRead = 2,
+    /// IBV_WC_COMP_SWAP.
+    CompSwap = 3,
+    /// IBV_WC_FETCH_ADD.
+    FetchAdd = 4,
+    /// IBV_WC_BIND_MW (never produced).
+    BindMw = 5,
+    /// IBV_WC_RECV.
+    Recv = 128,
+    /// IBV_WC_RECV_RDMA_WITH_IMM.
+    RecvRdmaWithImm = 129,
+}
+
+/// A work completion (`struct ibv_wc`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkCompletion {
+    /// The work request's id.
+    pub wr_id: u64,
+    /// Outcome.
+    pub status: WcStatus,
+    /// What completed (meaningful for successful completions).
+    pub opcode: WcOpcode,
+    /// Bytes transferred (receive: bytes placed; send side: message length).
+    pub byte_len: u32,
+    /// Immediate data, host order, when `wc_flags` has WITH_IMM.
+    pub imm: Option<u32>,
+    /// The local QP.
+    pub qp_num: u32,
+    /// Source QP (the connected peer's QPN for RC receives).
+    pub src_qp: u32,
+    /// WITH_IMM when `imm` is set.
+    pub wc_flags: WcFlags,
+}

@@ -1,0 +1,391 @@
+//! Replays of real kernel rxe captures (../shared/captures): the requests
+//! rxe sent are fed to our HCA playing the other side, and everything our
+//! HCA answers is compared with what rxe answered, field by field. Every
+//! captured frame must pass our ICRC check with the IP header it was sent
+//! with.
+
+use bytes::Bytes;
+use roce_emulator::*;
+use roce_packet::{IpMeta, IpUdpHeader, Qpn, RKey, RoceRepr, Syndrome, UdpEndpoints};
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+
+/// Where the captures live; override with `ROCE_CAPTURES`. Tests skip
+/// (with a note) when a capture is missing.
+const CAPTURES: &str = "/work/shared/captures";
+
+struct Frame {
+    dgram: Datagram,
+}
+
+fn load(name: &str) -> Option<Vec<Frame>> {
+    let dir = std::env::var("ROCE_CAPTURES").unwrap_or_else(|_| CAPTURES.to_string());
+    let path = PathBuf::from(dir).join(name);
+    let file = std::fs::File::open(&path).ok()?;
+    let mut rd = pcap_file::pcap::PcapReader::new(file).ok()?;
+    let mut out = Vec::new();
+    while let Some(Ok(pkt)) = rd.next_packet() {
+        let d: &[u8] = &pkt.data;
+        if d.len() < 14 + 20 + 8 || d[12..14] != [0x08, 0x00] {
+            continue;
+        }
+        let ip = &d[14..];
+        let ihl = usize::from(ip[0] & 0x0F) * 4;
+        let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
+        if ip[9] != 17 || total > ip.len() {
+            continue;
+        }
+        let udp = &ip[ihl..total];
+        if u16::from_be_bytes([udp[2], udp[3]]) != 4791 {
+            continue;
+        }
+        let endpoints = UdpEndpoints {
+            src: IpAddr::V4(Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15])),
+            dst: IpAddr::V4(Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19])),
+            src_port: u16::from_be_bytes([udp[0], udp[1]]),
+            dst_port: 4791,
+        };
+        let meta = IpMeta {
+            ttl: ip[8],
+            tos: ip[1],
+            ipv4_id: u16::from_be_bytes([ip[4], ip[5]]),
+            dont_fragment: ip[6] & 0x40 != 0,
+            flow_label: 0,
+        };
+        out.push(Frame {
+            dgram: Datagram { endpoints, meta, payload: Bytes::copy_from_slice(&udp[8..]) },
+        });
+    }
+    Some(out)
+}
+
+/// The fields a peer sees, ICRC aside (rxe's IPv4 identification differs).
+type Key = (u8, u32, u32, bool, Option<Syndrome>, Option<u32>, usize);
+
+fn key(r: &RoceRepr) -> Key {
+    (
+        r.bth.opcode.0,
+        r.bth.psn.value(),
+        r.bth.dest_qp.value(),
+        r.bth.ack_req,
+        r.aeth.map(|a| a.syndrome),
+        r.aeth.map(|a| a.msn.value()),
+        r.payload_len,
+    )
+}
+
+fn parse(d: &Datagram) -> RoceRepr {
+    RoceRepr::parse_bytes(&d.payload).unwrap().0
+}
+
+struct Us {
+    hca: Hca,
+    qpn: Qpn,
+    mr: MrInfo,
+    cq: CqHandle,
+}
+
+/// Our HCA at `me` with QP number `qpn`, connected to `peer`/`peer_qpn`.
+fn us(
+    me: [u8; 4],
+    qpn: u32,
+    peer: [u8; 4],
+    peer_qpn: u32,
+    sq_psn: u32,
+    rq_psn: u32,
+    rnr: u8,
+) -> Us {
+    us_retry(me, qpn, peer, peer_qpn, sq_psn, rq_psn, rnr, 7)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn us_retry(
+    me: [u8; 4],
+    qpn: u32,
+    peer: [u8; 4],
+    peer_qpn: u32,
+    sq_psn: u32,
+    rq_psn: u32,
+    rnr: u8,
+    retry_cnt: u8,
+) -> Us {
+    let mut hca = Hca::new(HcaConfig::new("us", IpAddr::V4(Ipv4Addr::from(me)), 3));
+    let pd = hca.alloc_pd().unwrap();
+    let cq = hca.create_cq(1024).unwrap();
+    let acc = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    let mr = hca.reg_mr(pd, 1 << 17, acc).unwrap();
+    let cap = QpCap {
+        max_send_wr: 256,
+        max_recv_wr: 256,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let init =
+        QpInitAttr { pd, send_cq: cq, recv_cq: cq, qp_type: QpType::Rc, cap, sq_sig_all: true };
+    let mut q = hca.create_qp(init).unwrap();
+    while q.value() < qpn {
+        q = hca.create_qp(init).unwrap();
+    }
+    assert_eq!(q.value(), qpn);
+    hca.modify_qp(q, &QpAttr::new().state(QpState::Init).pkey_index(0).port(1).access_flags(acc))
+        .unwrap();
+    hca.modify_qp(
+        q,
+        &QpAttr::new()
+            .state(QpState::Rtr)
+            .ah(AhAttr::new(IpAddr::V4(Ipv4Addr::from(peer))))
+            .mtu(PathMtu::Mtu1024)
+            .dest_qpn(peer_qpn)
+            .rq_psn(rq_psn)
+            .max_dest_rd_atomic(16)
+            .min_rnr_timer(rnr),
+    )
+    .unwrap();
+    hca.modify_qp(
+        q,
+        &QpAttr::new()
+            .state(QpState::Rts)
+            .sq_psn(sq_psn)
+            .timeout(14)
+            .retry_cnt(retry_cnt)
+            .rnr_retry(7)
+            .max_rd_atomic(16),
+    )
+    .unwrap();
+    Us { hca, qpn: q, mr, cq }
+}
+
+fn drain(u: &mut Us, out: &mut Vec<Key>) {
+    while let Some(d) = u.hca.poll_transmit(Instant::ZERO) {
+        let hdr = IpUdpHeader::build(&d.endpoints, &d.meta, d.payload.len()).unwrap();
+        assert!(hdr.verify_icrc(&d.payload));
+        out.push(key(&parse(&d)));
+    }
+}
+
+#[test]
+fn rc_pingpong_small_server_side() {
+    let Some(frames) = load("rc_pingpong_small.pcap") else {
+        eprintln!("capture not available; skipped");
+        return;
+    };
+    let server = [192, 168, 77, 2];
+    let client = [192, 168, 77, 3];
+    // from the capture's log: both QPNs 0x12; client PSN 0x101f20, server PSN 0x21e1b8
+    let mut u = us(server, 0x12, client, 0x12, 0x21e1b8, 0x101f20, 12);
+    for i in 0..20 {
+        let a = u.mr.addr + 64 * i;
+        u.hca.post_recv(u.qpn, RecvWr::new(i, a, 64, u.mr.lkey)).unwrap();
+    }
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    let mut sent = 0;
+    for f in &frames {
+        let r = parse(&f.dgram);
+        if f.dgram.endpoints.src == IpAddr::V4(Ipv4Addr::from(server)) {
+            theirs.push(key(&r));
+            continue;
+        }
+        u.hca.handle_datagram(Instant::ZERO, f.dgram.clone());
+        drain(&mut u, &mut ours);
+        // the pingpong server answers each receive with a 64-byte SEND
+        for wc in u.hca.poll_cq(u.cq, 16).unwrap() {
+            assert_eq!(wc.status, WcStatus::Success);
+            if wc.opcode == WcOpcode::Recv {
+                assert_eq!(wc.byte_len, 64);
+                let wr =
+                    SendWr::new(1000 + sent, WrOpcode::Send).sge(u.mr.addr + 8192, 64, u.mr.lkey);
+                u.hca.post_send(u.qpn, wr).unwrap();
+                sent += 1;
+                drain(&mut u, &mut ours);
+            }
+        }
+    }
+    let c = u.hca.counters();
+    assert_eq!(c.icrc_err, 0, "every rxe frame passes our ICRC check");
+    assert_eq!(c.rcvd_pkts, 20);
+    assert_eq!(sent, 10);
+    assert_eq!(ours, theirs);
+}
+
+#[test]
+fn rnr_server_side() {
+    let Some(frames) = load("rnr.pcap") else {
+        eprintln!("capture not available; skipped");
+        return;
+    };
+    let server = [192, 168, 77, 2];
+    let client = [192, 168, 77, 3];
+    let first = parse(&frames[0].dgram);
+    assert_eq!(first.bth.dest_qp.value(), 0x2a);
+    let mut u = us(server, 0x2a, client, 0x2b, 0, first.bth.psn.value(), 24);
+    let n_sends = frames
+        .iter()
+        .filter(|f| f.dgram.endpoints.src != IpAddr::V4(Ipv4Addr::from(server)))
+        .count();
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    let mut k = 0;
+    for f in &frames {
+        if f.dgram.endpoints.src == IpAddr::V4(Ipv4Addr::from(server)) {
+            theirs.push(key(&parse(&f.dgram)));
+            continue;
+        }
+        k += 1;
+        if k == n_sends {
+            // the server posted its receive before the last retry arrived
+            u.hca.post_recv(u.qpn, RecvWr::new(1, u.mr.addr, 4096, u.mr.lkey)).unwrap();
+        }
+        u.hca.handle_datagram(Instant::ZERO, f.dgram.clone());
+        drain(&mut u, &mut ours);
+    }
+    assert_eq!(theirs.len(), 22);
+    assert_eq!(ours, theirs);
+    let c = u.hca.counters();
+    assert_eq!((c.send_rnr_err, c.icrc_err), (21, 0));
+    assert_eq!(u.hca.poll_cq(u.cq, 4).unwrap()[0].status, WcStatus::Success);
+}
+
+#[test]
+fn write_bw_server_side_with_rkey_translation() {
+    let Some(frames) = load("write_bw.pcap") else {
+        eprintln!("capture not available; skipped");
+        return;
+    };
+    let server = [192, 168, 77, 2];
+    let client = [192, 168, 77, 3];
+    // from write_bw.log: server QPN 0x19 PSN 0x72f5f6 RKey 0x856 VAddr 0x7f5358117000
+    let (their_va, their_rkey) = (0x7f53_5811_7000u64, 0x856u32);
+    let first = parse(&frames[0].dgram);
+    let mut u = us(server, 0x19, client, 0x19, 0x72f5f6, first.bth.psn.value(), 12);
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    let mut writes = 0;
+    for f in &frames {
+        if f.dgram.endpoints.src == IpAddr::V4(Ipv4Addr::from(server)) {
+            theirs.push(key(&parse(&f.dgram)));
+            continue;
+        }
+        let mut d = f.dgram.clone();
+        let mut r = parse(&d);
+        let (_, payload) = RoceRepr::parse_bytes(&d.payload).map(|(a, b)| (a, b.to_vec())).unwrap();
+        if let Some(reth) = r.reth.as_mut() {
+            assert_eq!(reth.rkey, RKey::new(their_rkey));
+            reth.va = u.mr.addr + (reth.va - their_va);
+            reth.rkey = u.mr.rkey;
+            writes += 1;
+            let mut b = r.to_vec(&payload).unwrap();
+            // the original ICRC must have been good before we re-fill it
+            assert!(IpUdpHeader::build(&d.endpoints, &d.meta, d.payload.len())
+                .unwrap()
+                .verify_icrc(&d.payload));
+            IpUdpHeader::build(&d.endpoints, &d.meta, b.len()).unwrap().fill_icrc(&mut b);
+            d.payload = Bytes::from(b);
+        }
+        u.hca.handle_datagram(Instant::ZERO, d);
+        drain(&mut u, &mut ours);
+    }
+    assert!(writes >= 100, "{writes}");
+    assert!(theirs.len() >= 100, "{}", theirs.len());
+    let c = u.hca.counters();
+    assert_eq!(c.icrc_err + c.malformed + c.bad_state, 0, "{c}");
+    assert_eq!(ours.len(), theirs.len());
+    assert_eq!(ours, theirs);
+}
+
+#[test]
+fn read_lat_client_side() {
+    let Some(frames) = load("read_lat.pcap") else {
+        eprintln!("capture not available; skipped");
+        return;
+    };
+    let server = IpAddr::V4(Ipv4Addr::new(192, 168, 77, 2));
+    // from read_lat.log: client QPN 0x20 PSN 0x35514; server QPN 0x20 PSN 0xcc6ee1,
+    // RKey 0xf74, VAddr 0x564ff309d000
+    let mut u = us([192, 168, 77, 3], 0x20, [192, 168, 77, 2], 0x20, 0x35514, 0xcc6ee1, 12);
+    // one READ at a time, as ib_read_lat does: post, compare the request
+    // with rxe's, feed rxe's response
+    let mut expect = Vec::new();
+    let mut n = 0u64;
+    for f in &frames {
+        let t = parse(&f.dgram);
+        if f.dgram.endpoints.src == server {
+            let (_, payload) = RoceRepr::parse_bytes(&f.dgram.payload).unwrap();
+            expect.extend_from_slice(payload);
+            u.hca.handle_datagram(Instant::ZERO, f.dgram.clone());
+            continue;
+        }
+        let reth = t.reth.expect("READ requests carry a RETH");
+        assert_eq!(reth.rkey, RKey::new(0xf74));
+        let wr = SendWr::new(n, WrOpcode::RdmaRead)
+            .sge(u.mr.addr + 8 * n, reth.dma_len, u.mr.lkey)
+            .remote(reth.va, reth.rkey);
+        u.hca.post_send(u.qpn, wr).unwrap();
+        n += 1;
+        let m = parse(&u.hca.poll_transmit(Instant::ZERO).expect("one request"));
+        assert_eq!((key(&m), m.reth), (key(&t), t.reth));
+        assert!(u.hca.poll_transmit(Instant::ZERO).is_none());
+    }
+    assert!(n >= 100);
+    let wcs = u.hca.poll_cq(u.cq, 1000).unwrap();
+    assert_eq!(wcs.len() as u64, n);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success && w.opcode == WcOpcode::RdmaRead));
+    let mut got = vec![0u8; expect.len()];
+    u.hca.mr_read(u.mr.handle, 0, &mut got).unwrap();
+    assert_eq!(got, expect);
+    assert_eq!(u.hca.counters().icrc_err, 0);
+    assert_eq!(u.hca.poll_timeout(), None);
+}
+
+#[test]
+fn retry_exceeded_client_timing_matches_rxe() {
+    let Some(frames) = load("retry_exceeded.pcap") else {
+        eprintln!("capture not available; skipped");
+        return;
+    };
+    let file = std::fs::File::open(
+        PathBuf::from(std::env::var("ROCE_CAPTURES").unwrap_or_else(|_| CAPTURES.to_string()))
+            .join("retry_exceeded.pcap"),
+    )
+    .unwrap();
+    let mut rd = pcap_file::pcap::PcapReader::new(file).unwrap();
+    let mut times = Vec::new();
+    while let Some(Ok(p)) = rd.next_packet() {
+        times.push(p.timestamp.as_nanos() as u64);
+    }
+    let t0 = times[0];
+    let theirs: Vec<u64> = times.iter().map(|t| t - t0).collect();
+    assert_eq!(frames.len(), 4);
+    let first = parse(&frames[0].dgram);
+    // client QPN 0x2d, retry_cnt 3, timeout 14; server QPN 0x2c
+    let mut u =
+        us_retry([192, 168, 77, 3], 0x2d, [192, 168, 77, 2], 0x2c, first.bth.psn.value(), 0, 12, 3);
+    let wr = SendWr::new(1, WrOpcode::Send).sge(u.mr.addr, first.payload_len as u32, u.mr.lkey);
+    u.hca.post_send(u.qpn, wr).unwrap();
+    let mut now = Instant::ZERO;
+    let mut ours = Vec::new();
+    for _ in 0..10 {
+        while let Some(d) = u.hca.poll_transmit(now) {
+            assert_eq!(key(&parse(&d)), key(&first));
+            ours.push(now.as_nanos());
+        }
+        match u.hca.poll_timeout() {
+            Some(t) => {
+                now = t;
+                u.hca.handle_timeout(now);
+            }
+            None => break,
+        }
+    }
+    assert_eq!(ours.len(), theirs.len());
+    for (o, t) in ours.iter().zip(&theirs) {
+        let diff = (*o as i64 - *t as i64).unsigned_abs();
+        assert!(diff <= 2_000_000, "ours {o} ns vs rxe {t} ns");
+    }
+    let wc = u.hca.poll_cq(u.cq, 4).unwrap();
+    assert_eq!(wc[0].status, WcStatus::RetryExcErr);
+    let c = u.hca.counters();
+    // rxe's counter deltas for this run: completer_retry_err 3, retry_exceeded_err 1
+    assert_eq!((c.completer_retry_err, c.retry_exceeded_err, c.sent_pkts), (3, 1, 4));
+}

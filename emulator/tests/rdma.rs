@@ -1,0 +1,252 @@
+//! RDMA WRITE, READ and atomics between two HCAs.
+
+mod common;
+use common::*;
+use roce_emulator::*;
+use roce_packet::{Opcode, Psn};
+
+#[test]
+fn rdma_write_multi_mtu() {
+    let mut p = Pair::new();
+    let data = pattern(2 * 1024 + 500, 9);
+    p.a.write_mem(0, &data);
+    let wr = SendWr::new(1, WrOpcode::RdmaWrite)
+        .sge(p.a.addr(0), data.len() as u32, p.a.mr.lkey)
+        .remote(p.b.addr(8192), p.b.mr.rkey);
+    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.run();
+    assert_eq!(p.b.read_mem(8192, data.len()), data);
+    let ops: Vec<Opcode> =
+        p.trace.iter().filter(|s| s.dir == Dir::AtoB).map(|s| s.opcode).collect();
+    assert_eq!(
+        ops,
+        vec![Opcode::RC_RDMA_WRITE_FIRST, Opcode::RC_RDMA_WRITE_MIDDLE, Opcode::RC_RDMA_WRITE_LAST]
+    );
+    let reth = p.trace[0].repr.reth.unwrap();
+    assert_eq!(
+        (reth.va, reth.rkey, reth.dma_len),
+        (p.b.addr(8192), p.b.mr.rkey, data.len() as u32)
+    );
+    let wa = p.a.poll();
+    assert_eq!(
+        (wa[0].status, wa[0].opcode, wa[0].byte_len),
+        (WcStatus::Success, WcOpcode::RdmaWrite, 2548)
+    );
+    // WRITE consumes no receive WQE and makes no receive completion
+    assert!(p.b.poll().is_empty());
+    assert_eq!(p.b.counters().rdma_recvs, 0);
+}
+
+#[test]
+fn rdma_write_with_imm_consumes_recv() {
+    let mut p = Pair::new();
+    p.a.write_mem(0, b"0123456789");
+    p.b.post_recv(77, 0, 0);
+    let wr = SendWr::new(1, WrOpcode::RdmaWriteWithImm)
+        .sge(p.a.addr(0), 10, p.a.mr.lkey)
+        .remote(p.b.addr(100), p.b.mr.rkey)
+        .with_imm(0x1234);
+    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.run();
+    assert_eq!(p.b.read_mem(100, 10), b"0123456789");
+    let wc = p.b.poll();
+    assert_eq!(wc.len(), 1);
+    assert_eq!(wc[0].wr_id, 77);
+    assert_eq!(wc[0].opcode, WcOpcode::RecvRdmaWithImm);
+    assert_eq!(wc[0].imm, Some(0x1234));
+    assert_eq!(wc[0].byte_len, 10);
+    assert_eq!(p.trace[0].opcode, Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE);
+}
+
+#[test]
+fn rdma_read_multi_mtu() {
+    let mut p = Pair::new();
+    let data = pattern(3 * 1024 + 11, 4);
+    p.b.write_mem(50_000, &data);
+    let wr = SendWr::new(9, WrOpcode::RdmaRead)
+        .sge(p.a.addr(1000), data.len() as u32, p.a.mr.lkey)
+        .remote(p.b.addr(50_000), p.b.mr.rkey);
+    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    // a SEND after the READ shares the PSN space: READ takes 4 PSNs
+    p.b.post_recv(1, 0, 64);
+    p.a.send(10, 0, 8);
+    p.run();
+    assert_eq!(p.a.read_mem(1000, data.len()), data);
+    let wa = p.a.poll();
+    assert_eq!(wa.len(), 2);
+    assert_eq!(
+        (wa[0].wr_id, wa[0].status, wa[0].opcode),
+        (9, WcStatus::Success, WcOpcode::RdmaRead)
+    );
+    assert_eq!(wa[0].byte_len, data.len() as u32);
+    assert_eq!((wa[1].wr_id, wa[1].status), (10, WcStatus::Success));
+    let resp: Vec<(Opcode, u32)> = p
+        .trace
+        .iter()
+        .filter(|s| s.dir == Dir::BtoA && s.opcode != Opcode::RC_ACKNOWLEDGE)
+        .map(|s| (s.opcode, s.psn.value()))
+        .collect();
+    assert_eq!(
+        resp,
+        vec![
+            (Opcode::RC_RDMA_READ_RESPONSE_FIRST, 0x100),
+            (Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 0x101),
+            (Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 0x102),
+            (Opcode::RC_RDMA_READ_RESPONSE_LAST, 0x103),
+        ]
+    );
+    let send = p.trace.iter().find(|s| s.opcode == Opcode::RC_SEND_ONLY).unwrap();
+    assert_eq!(send.psn, Psn::new(0x104));
+    // MSN: the READ is message 1, the SEND message 2
+    let ack = p.trace.iter().find(|s| s.opcode == Opcode::RC_ACKNOWLEDGE).unwrap();
+    assert_eq!(ack.repr.aeth.unwrap().msn.value(), 2);
+}
+
+#[test]
+fn rdma_read_zero_length() {
+    let mut p = Pair::new();
+    let wr = SendWr::new(9, WrOpcode::RdmaRead).remote(p.b.addr(0), p.b.mr.rkey);
+    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.run();
+    let wa = p.a.poll();
+    assert_eq!((wa[0].status, wa[0].byte_len), (WcStatus::Success, 0));
+    assert_eq!(p.count(Dir::BtoA, Opcode::RC_RDMA_READ_RESPONSE_ONLY), 1);
+}
+
+fn atomic(
+    p: &mut Pair,
+    id: u64,
+    op: WrOpcode,
+    result_off: u64,
+    remote_off: u64,
+    cmp_add: u64,
+    swap: u64,
+) {
+    let mut wr = SendWr::new(id, op)
+        .sge(p.a.addr(result_off), 8, p.a.mr.lkey)
+        .remote(p.b.addr(remote_off), p.b.mr.rkey);
+    wr.compare_add = cmp_add;
+    wr.swap = swap;
+    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+}
+
+#[test]
+fn atomics_cmp_swap_and_fetch_add() {
+    let mut p = Pair::new();
+    p.b.write_mem(64, &100u64.to_le_bytes());
+    atomic(&mut p, 1, WrOpcode::AtomicFetchAndAdd, 0, 64, 5, 0);
+    atomic(&mut p, 2, WrOpcode::AtomicCmpAndSwp, 8, 64, 105, 7); // matches → swap
+    atomic(&mut p, 3, WrOpcode::AtomicCmpAndSwp, 16, 64, 105, 9); // no match
+    p.run();
+    let wa = p.a.poll();
+    assert_eq!(wa.len(), 3);
+    assert!(wa.iter().all(|w| w.status == WcStatus::Success && w.byte_len == 8));
+    assert_eq!(wa[0].opcode, WcOpcode::FetchAdd);
+    assert_eq!(wa[1].opcode, WcOpcode::CompSwap);
+    let r = |p: &Pair, off| u64::from_le_bytes(p.a.read_mem(off, 8).try_into().unwrap());
+    assert_eq!(r(&p, 0), 100);
+    assert_eq!(r(&p, 8), 105);
+    assert_eq!(r(&p, 16), 7);
+    assert_eq!(u64::from_le_bytes(p.b.read_mem(64, 8).try_into().unwrap()), 7);
+    assert_eq!(p.count(Dir::BtoA, Opcode::RC_ATOMIC_ACKNOWLEDGE), 3);
+    let aeth = p.trace.iter().find(|s| s.opcode == Opcode::RC_FETCH_ADD).unwrap();
+    assert_eq!(aeth.repr.atomic_eth.unwrap().swap_add, 5);
+    let ack = p.trace.iter().find(|s| s.opcode == Opcode::RC_ATOMIC_ACKNOWLEDGE).unwrap();
+    assert_eq!(ack.repr.atomic_ack_eth.unwrap().orig_rem_data, 100);
+}
+
+#[test]
+fn misaligned_atomic_is_invalid_request() {
+    let mut p = Pair::new();
+    atomic(&mut p, 1, WrOpcode::AtomicFetchAndAdd, 0, 65, 1, 0);
+    p.run();
+    let wa = p.a.poll();
+    assert_eq!(wa[0].status, WcStatus::RemInvReqErr);
+    assert_eq!(p.a.hca.qp_state(p.a.qpn), Some(QpState::Err));
+    assert_eq!(p.b.read_mem(64, 16), vec![0; 16]);
+}
+
+#[test]
+fn fence_waits_for_outstanding_read() {
+    let mut p = Pair::new();
+    p.b.write_mem(0, b"remote!!");
+    let rd = SendWr::new(1, WrOpcode::RdmaRead)
+        .sge(p.a.addr(0), 8, p.a.mr.lkey)
+        .remote(p.b.addr(0), p.b.mr.rkey);
+    p.a.hca.post_send(p.a.qpn, rd).unwrap();
+    // fenced WRITE of the bytes the READ brings in
+    let wr = SendWr::new(2, WrOpcode::RdmaWrite)
+        .sge(p.a.addr(0), 8, p.a.mr.lkey)
+        .remote(p.b.addr(100), p.b.mr.rkey)
+        .with_flags(SendFlags::SIGNALED | SendFlags::FENCE);
+    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    // only the READ request may go out before its response arrives
+    let first = p.a.hca.poll_transmit(Instant::ZERO).unwrap();
+    assert!(p.a.hca.poll_transmit(Instant::ZERO).is_none());
+    p.b.hca.handle_datagram(Instant::ZERO, first);
+    p.run();
+    assert_eq!(p.b.read_mem(100, 8), b"remote!!");
+    assert_eq!(p.a.poll().len(), 2);
+}
+
+#[test]
+fn max_rd_atomic_limits_outstanding_reads() {
+    let mut p = Pair::with(Opts { max_rd_atomic: 2, ..Opts::default() });
+    for i in 0..4u64 {
+        let rd = SendWr::new(i, WrOpcode::RdmaRead)
+            .sge(p.a.addr(i * 8), 8, p.a.mr.lkey)
+            .remote(p.b.addr(0), p.b.mr.rkey);
+        p.a.hca.post_send(p.a.qpn, rd).unwrap();
+    }
+    let mut n = 0;
+    while p.a.hca.poll_transmit(Instant::ZERO).is_some() {
+        n += 1;
+    }
+    assert_eq!(n, 2);
+}
+
+#[test]
+fn large_read_is_generated_lazily_and_intact() {
+    let mut p = Pair::new();
+    let len = 512 * 1024;
+    let data = pattern(len, 0x33);
+    p.b.write_mem(0, &data);
+    let wr = SendWr::new(1, WrOpcode::RdmaRead)
+        .sge(p.a.addr(0), len as u32, p.a.mr.lkey)
+        .remote(p.b.addr(0), p.b.mr.rkey);
+    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    // hand the request over and take 3 responses by hand
+    let req = p.a.hca.poll_transmit(Instant::ZERO).unwrap();
+    p.b.hca.handle_datagram(Instant::ZERO, req);
+    for _ in 0..3 {
+        let d = p.b.hca.poll_transmit(Instant::ZERO).unwrap();
+        p.a.hca.handle_datagram(Instant::ZERO, d);
+    }
+    p.run();
+    assert_eq!(p.a.read_mem(0, len), data);
+    assert_eq!(p.count(Dir::BtoA, Opcode::RC_RDMA_READ_RESPONSE_MIDDLE), 510 - 2);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+}
+
+#[test]
+fn dereg_of_read_source_mid_response_fails_cleanly() {
+    let mut p = Pair::with(Opts { timeout: 8, retry_cnt: 2, ..Opts::default() });
+    let wr = SendWr::new(1, WrOpcode::RdmaRead)
+        .sge(p.a.addr(0), 64 * 1024, p.a.mr.lkey)
+        .remote(p.b.addr(0), p.b.mr.rkey);
+    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    let req = p.a.hca.poll_transmit(Instant::ZERO).unwrap();
+    p.b.hca.handle_datagram(Instant::ZERO, req);
+    let d = p.b.hca.poll_transmit(Instant::ZERO).unwrap();
+    p.a.hca.handle_datagram(Instant::ZERO, d);
+    p.b.hca.dereg_mr(p.b.mr.handle).unwrap();
+    p.run();
+    // the rest of the responses were abandoned; the re-issued READ is NAKed
+    assert_eq!(p.b.counters().send_err, 1, "{}", p.dump());
+    assert_eq!(p.a.poll()[0].status, WcStatus::RemAccessErr);
+    let reqs: Vec<_> =
+        p.trace.iter().filter(|s| s.opcode == Opcode::RC_RDMA_READ_REQUEST).collect();
+    assert_eq!(reqs.len(), 1, "{}", p.dump());
+    assert_eq!(reqs[0].psn.value(), 0x101, "re-issued from the first missing response");
+    assert_eq!(p.b.hca.qp_state(p.b.qpn), Some(QpState::Err));
+}

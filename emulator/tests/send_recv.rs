@@ -1,0 +1,244 @@
+//! SEND/RECV data path between two HCAs.
+
+mod common;
+use common::*;
+use roce_emulator::*;
+use roce_packet::{Opcode, Psn};
+
+fn send_of(len: usize) {
+    let mut p = Pair::new();
+    let data = pattern(len, 7);
+    p.a.write_mem(0, &data);
+    p.b.post_recv(99, 4096, 8192);
+    p.a.send(1, 0, len as u32);
+    p.run();
+    assert_eq!(p.b.read_mem(4096, len), data, "len {len}");
+    // untouched beyond the message
+    assert_eq!(p.b.read_mem(4096 + len as u64, 16), vec![0; 16]);
+    let wc = p.b.poll();
+    assert_eq!(wc.len(), 1);
+    assert_eq!(wc[0].wr_id, 99);
+    assert_eq!(wc[0].status, WcStatus::Success);
+    assert_eq!(wc[0].opcode, WcOpcode::Recv);
+    assert_eq!(wc[0].byte_len, len as u32);
+    assert_eq!(wc[0].qp_num, p.b.qpn.value());
+    assert_eq!(wc[0].src_qp, p.a.qpn.value());
+    assert_eq!(wc[0].imm, None);
+    let wa = p.a.poll();
+    assert_eq!(wa.len(), 1);
+    assert_eq!((wa[0].wr_id, wa[0].status, wa[0].opcode), (1, WcStatus::Success, WcOpcode::Send));
+    assert_eq!(wa[0].byte_len, len as u32);
+    // packets: ceil(len/1024) requests, one ACK
+    let n = len.div_ceil(1024).max(1);
+    let reqs: Vec<_> = p.trace.iter().filter(|s| s.dir == Dir::AtoB).collect();
+    assert_eq!(reqs.len(), n, "{}", p.dump());
+    for (i, s) in reqs.iter().enumerate() {
+        assert_eq!(s.psn, Psn::new(0x100 + i as u32));
+        assert_eq!(s.ack_req, i + 1 == n);
+        let want = match (i == 0, i + 1 == n) {
+            (true, true) => Opcode::RC_SEND_ONLY,
+            (true, false) => Opcode::RC_SEND_FIRST,
+            (false, false) => Opcode::RC_SEND_MIDDLE,
+            (false, true) => Opcode::RC_SEND_LAST,
+        };
+        assert_eq!(s.opcode, want);
+    }
+    assert_eq!(p.count(Dir::BtoA, Opcode::RC_ACKNOWLEDGE), 1);
+    let ack = p.trace.iter().find(|s| s.dir == Dir::BtoA).unwrap();
+    assert_eq!(ack.psn, Psn::new(0x100 + n as u32 - 1));
+    assert_eq!(ack.repr.aeth.unwrap().msn.value(), 1);
+    let ca = p.a.counters();
+    let cb = p.b.counters();
+    assert_eq!(ca.sent_pkts, n as u64);
+    assert_eq!(cb.rcvd_pkts, n as u64);
+    assert_eq!(cb.sent_pkts, 1);
+    assert_eq!(ca.rcvd_pkts, 1);
+    assert_eq!(ca.rdma_sends, 1);
+    assert_eq!(cb.rdma_recvs, 1);
+    assert_eq!(cb.duplicate_request + cb.out_of_seq_request + ca.completer_retry_err, 0);
+    assert_eq!(cb.ack_deferred, n as u64 - 1);
+    assert_eq!(cb.acks_sent, 1);
+    // no timer left armed once everything is acknowledged
+    assert_eq!(p.a.hca.poll_timeout(), None);
+}
+
+#[test]
+fn send_1_byte() {
+    send_of(1);
+}
+#[test]
+fn send_mtu_minus_1() {
+    send_of(1023);
+}
+#[test]
+fn send_mtu() {
+    send_of(1024);
+}
+#[test]
+fn send_3_mtu_plus_7() {
+    send_of(3 * 1024 + 7);
+}
+#[test]
+fn send_zero_bytes() {
+    send_of(0);
+}
+
+#[test]
+fn send_with_imm() {
+    let mut p = Pair::new();
+    p.a.write_mem(0, b"hello");
+    p.b.post_recv(5, 0, 64);
+    let wr =
+        SendWr::new(1, WrOpcode::SendWithImm).sge(p.a.addr(0), 5, p.a.mr.lkey).with_imm(0xdeadbeef);
+    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.run();
+    let wc = p.b.poll();
+    assert_eq!(wc[0].status, WcStatus::Success);
+    assert_eq!(wc[0].imm, Some(0xdeadbeef));
+    assert!(wc[0].wc_flags.contains(WcFlags::WITH_IMM));
+    assert_eq!(wc[0].byte_len, 5);
+    assert_eq!(p.b.read_mem(0, 5), b"hello");
+    assert_eq!(p.trace[0].opcode, Opcode::RC_SEND_ONLY_WITH_IMMEDIATE);
+    assert_eq!(p.trace[0].repr.immdt, Some(0xdeadbeef));
+}
+
+#[test]
+fn multi_sge_gather_scatter() {
+    let mut p = Pair::new();
+    // gather: 3 SGEs of 700, 900, 1000 bytes from scattered places
+    let parts = [(100u64, 700u32), (5000, 900), (20000, 1000)];
+    let mut whole = Vec::new();
+    let mut wr = SendWr::new(1, WrOpcode::Send);
+    for (i, (off, len)) in parts.iter().enumerate() {
+        let d = pattern(*len as usize, i as u8 * 50);
+        p.a.write_mem(*off, &d);
+        whole.extend_from_slice(&d);
+        wr = wr.sge(p.a.addr(*off), *len, p.a.mr.lkey);
+    }
+    // scatter: 2 SGEs of 1500 and 1500
+    let lkey = p.b.mr.lkey;
+    let rwr = RecvWr {
+        wr_id: 7,
+        sg_list: vec![
+            Sge { addr: p.b.addr(64), length: 1500, lkey },
+            Sge { addr: p.b.addr(10000), length: 1500, lkey },
+        ],
+    };
+    p.b.hca.post_recv(p.b.qpn, rwr).unwrap();
+    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.run();
+    let wc = p.b.poll();
+    assert_eq!((wc[0].status, wc[0].byte_len), (WcStatus::Success, 2600));
+    assert_eq!(p.b.read_mem(64, 1500), whole[..1500]);
+    assert_eq!(p.b.read_mem(10000, 1100), whole[1500..]);
+    assert_eq!(p.b.read_mem(10000 + 1100, 4), vec![0; 4]);
+    assert_eq!(p.trace.iter().filter(|s| s.dir == Dir::AtoB).count(), 3);
+}
+
+#[test]
+fn inline_send() {
+    let mut p = Pair::new();
+    p.b.post_recv(1, 0, 256);
+    let wr = SendWr::new(3, WrOpcode::Send).inline(b"inline payload!");
+    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.run();
+    assert_eq!(p.b.read_mem(0, 15), b"inline payload!");
+    assert_eq!(p.b.poll()[0].byte_len, 15);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+    // too large inline is refused at post time
+    let big = vec![0u8; 300];
+    let err = p.a.hca.post_send(p.a.qpn, SendWr::new(4, WrOpcode::Send).inline(&big));
+    assert_eq!(err, Err(PostSendError::InlineTooLarge { len: 300, max: 256 }));
+}
+
+#[test]
+fn unsignaled_sends_complete_silently_and_in_order() {
+    let mut p = Pair::new();
+    for i in 0..3 {
+        p.b.post_recv(i, i * 64, 64);
+    }
+    for i in 0..3u64 {
+        let flags = if i == 2 { SendFlags::SIGNALED } else { SendFlags::EMPTY };
+        let wr =
+            SendWr::new(i, WrOpcode::Send).sge(p.a.addr(i * 64), 8, p.a.mr.lkey).with_flags(flags);
+        p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    }
+    p.run();
+    let wa = p.a.poll();
+    assert_eq!(wa.len(), 1);
+    assert_eq!(wa[0].wr_id, 2);
+    let wb = p.b.poll();
+    assert_eq!(wb.iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![0, 1, 2]);
+    assert_eq!(p.b.counters().rdma_recvs, 3);
+    assert_eq!(p.a.counters().rdma_sends, 3);
+}
+
+#[test]
+fn psn_wrap() {
+    let mut p = Pair::with(Opts { a_psn: 0xFF_FFFE, ..Opts::default() });
+    let data = pattern(4 * 1024, 3);
+    p.a.write_mem(0, &data);
+    p.b.post_recv(1, 0, 8192);
+    p.a.send(1, 0, 4096);
+    p.b.post_recv(2, 8192, 100);
+    p.a.send(2, 0, 100);
+    p.run();
+    let psns: Vec<u32> =
+        p.trace.iter().filter(|s| s.dir == Dir::AtoB).map(|s| s.psn.value()).collect();
+    assert_eq!(psns, vec![0xFF_FFFE, 0xFF_FFFF, 0, 1, 2]);
+    assert_eq!(p.b.read_mem(0, 4096), data);
+    let wa = p.a.poll();
+    assert_eq!(wa.len(), 2);
+    assert!(wa.iter().all(|w| w.status == WcStatus::Success));
+    assert_eq!(p.b.poll().len(), 2);
+}
+
+#[test]
+fn emitted_frame_passes_icrc_and_parses() {
+    let mut p = Pair::new();
+    p.a.send(1, 0, 10);
+    let d = p.a.hca.poll_transmit(Instant::ZERO).unwrap();
+    let hdr = roce_packet::IpUdpHeader::build(&d.endpoints, &d.meta, d.payload.len()).unwrap();
+    assert!(hdr.verify_icrc(&d.payload));
+    let pkt = roce_packet::RocePacket::new_checked(&d.payload[..]).unwrap();
+    assert_eq!(pkt.opcode(), Opcode::RC_SEND_ONLY);
+    assert_eq!(pkt.bth().dest_qp(), p.b.qpn);
+    assert_eq!(pkt.bth().psn(), Psn::new(0x100));
+    assert!(pkt.bth().ack_req());
+    assert_eq!(pkt.payload().len(), 10);
+    assert_eq!(d.endpoints.dst_port, 4791);
+    assert!((0xC000..=0xFFFF).contains(&d.endpoints.src_port));
+    assert_eq!(d.meta, roce_packet::IpMeta::default());
+    // a bit flip anywhere breaks it
+    let mut bad = d.payload.to_vec();
+    bad[20] ^= 0x10;
+    assert!(!hdr.verify_icrc(&bad));
+}
+
+#[test]
+fn ipv6_and_ipv4_mapped_gids() {
+    let a: std::net::IpAddr = "fd00::1".parse().unwrap();
+    let b: std::net::IpAddr = "fd00::2".parse().unwrap();
+    let mut p = Pair::with_addrs(Opts::default(), a, b);
+    let data = pattern(2000, 11);
+    p.a.write_mem(0, &data);
+    p.b.post_recv(1, 0, 4096);
+    p.a.send(1, 0, 2000);
+    p.run();
+    assert_eq!(p.b.read_mem(0, 2000), data);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+    assert_eq!(p.a.hca.query_gid(0), Some("fd00::1".parse().unwrap()));
+    // devices and AVs named by IPv4-mapped GIDs speak IPv4
+    let a: std::net::IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+    let b: std::net::IpAddr = "::ffff:10.0.0.2".parse().unwrap();
+    let mut p = Pair::with_addrs(Opts::default(), a, b);
+    assert_eq!(p.a.hca.addr(), "10.0.0.1".parse::<std::net::IpAddr>().unwrap());
+    p.b.post_recv(1, 0, 64);
+    p.a.send(1, 0, 4);
+    let d = p.a.hca.poll_transmit(Instant::ZERO).unwrap();
+    assert_eq!(d.endpoints.dst, "10.0.0.2".parse::<std::net::IpAddr>().unwrap());
+    assert!(d.endpoints.src.is_ipv4());
+    p.b.hca.handle_datagram(Instant::ZERO, d);
+    p.run();
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+}
