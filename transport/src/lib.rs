@@ -9,7 +9,8 @@
 //! * [`ceiling`]: raw UDP throughput between two local addresses (the
 //!   "ceiling" a RoCE-over-UDP device can reach on this host).
 //!
-//! Design notes: `docs/udp-transport.md` in this crate.
+//! Design notes, the receive-side ICRC policy and measured numbers:
+//! `transport/README.md`.
 
 pub mod ceiling;
 pub mod counters;
