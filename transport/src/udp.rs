@@ -44,6 +44,9 @@ use std::sync::Arc;
 /// TCP/UDP port of RoCEv2.
 pub const DEFAULT_PORT: u16 = roce_packet::ROCE_V2_PORT;
 
+/// Peers whose last IPv4 identification is remembered (for prediction).
+const MAX_PEERS: usize = 4096;
+
 /// Largest UDP payload of one (GSO) send or (GRO) receive.
 const MAX_UDP_PAYLOAD: usize = 65_507;
 
@@ -586,6 +589,10 @@ impl UdpTransport {
             }
         };
         if ep.src.is_ipv4() && self.cfg.rx_icrc != RxIcrcPolicy::Off {
+            // Bounded: a sender spoofing many source addresses cannot grow it.
+            if self.last_id.len() >= MAX_PEERS && !self.last_id.contains_key(&ep.src) {
+                self.last_id.clear();
+            }
             self.last_id.insert(ep.src, id);
         }
         let meta = IpMeta { ipv4_id: id, ..IpMeta::default() };
