@@ -303,10 +303,21 @@ impl UdpTransport {
             }
             TransportCounters::add(&self.counters.icrc_recomputed, 1);
         }
-        if let Some(p) = &mut self.pcap {
-            p.record(&ep, &meta, &self.tx_arena[start..end], &self.counters);
-        }
         Some(start..end)
+    }
+
+    /// Record a sent datagram (staged at `r` with identification `id`).
+    fn record_sent(&mut self, d: &Datagram, id: u16, r: Range<usize>) {
+        if let Some(p) = &mut self.pcap {
+            let ep = UdpEndpoints {
+                src: self.local.ip(),
+                dst: d.endpoints.dst,
+                src_port: self.local.port(),
+                dst_port: d.endpoints.dst_port,
+            };
+            let meta = IpMeta { ipv4_id: id, dont_fragment: true, ..d.meta };
+            p.record(&ep, &meta, &self.tx_arena[r], &self.counters);
+        }
     }
 
     fn usable(&self, d: &Datagram) -> bool {
@@ -391,6 +402,13 @@ impl UdpTransport {
             TransportCounters::add(&self.counters.send_syscalls, 1);
             match r {
                 Ok(_) => {
+                    if self.pcap.is_some() {
+                        let mut off = 0;
+                        for (k, x) in d.iter().enumerate() {
+                            self.record_sent(x, k as u16, off..off + seg);
+                            off += seg;
+                        }
+                    }
                     let c = &self.counters;
                     TransportCounters::add(&c.gso_sends, 1);
                     TransportCounters::add(&c.gso_segments, d.len() as u64);
@@ -454,6 +472,11 @@ impl UdpTransport {
             match r {
                 Ok(m) => {
                     let bytes: usize = staged[start..start + m].iter().map(|(r, _)| r.len()).sum();
+                    if self.pcap.is_some() {
+                        for k in start..start + m {
+                            self.record_sent(&d[index[k]], 0, staged[k].0.clone());
+                        }
+                    }
                     TransportCounters::add(&self.counters.dgrams_out, m as u64);
                     TransportCounters::add(&self.counters.bytes_out, bytes as u64);
                     start += m;
