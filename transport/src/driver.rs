@@ -24,7 +24,7 @@
 //! wake a waker) and await that. No async runtime is needed by this crate.
 
 use crate::counters::{CountersSnapshot, TransportCounters};
-use crate::udp::UdpTransport;
+use crate::udp::{SendOutcome, UdpTransport};
 use nix::poll::{PollFd, PollFlags};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::time::TimeSpec;
@@ -64,6 +64,44 @@ impl Default for DriverConfig {
     }
 }
 
+/// What the driver needs from a transport ([`UdpTransport`] implements it;
+/// a raw-socket transport can too).
+pub trait Transport: AsFd + Send + 'static {
+    /// Send in order without blocking; see [`UdpTransport::send`].
+    fn send(&mut self, dgrams: &[Datagram]) -> SendOutcome;
+    /// One non-blocking receive batch; returns the number of messages read.
+    fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<usize>;
+    /// Messages per receive batch (a full batch means: read again).
+    fn batch(&self) -> usize;
+    /// The local address.
+    fn local_addr(&self) -> SocketAddr;
+    /// The live counters.
+    fn counters(&self) -> Arc<TransportCounters>;
+    /// Called when the driver stops (flush recordings).
+    fn finish(&mut self) {}
+}
+
+impl Transport for UdpTransport {
+    fn send(&mut self, dgrams: &[Datagram]) -> SendOutcome {
+        UdpTransport::send(self, dgrams)
+    }
+    fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<usize> {
+        UdpTransport::recv(self, out)
+    }
+    fn batch(&self) -> usize {
+        self.config().batch.max(1)
+    }
+    fn local_addr(&self) -> SocketAddr {
+        UdpTransport::local_addr(self)
+    }
+    fn counters(&self) -> Arc<TransportCounters> {
+        UdpTransport::counters(self)
+    }
+    fn finish(&mut self) {
+        self.flush_pcap();
+    }
+}
+
 type Hook = Arc<dyn Fn() + Send + Sync>;
 
 struct Shared {
@@ -100,21 +138,23 @@ pub struct Driver;
 
 impl Driver {
     /// Spawn a driver thread with the default [`DriverConfig`].
-    pub fn spawn<N>(node: Arc<Mutex<N>>, transport: UdpTransport) -> io::Result<DriverHandle>
+    pub fn spawn<N, T>(node: Arc<Mutex<N>>, transport: T) -> io::Result<DriverHandle<T>>
     where
         N: SansIo + Send + 'static,
+        T: Transport,
     {
         Driver::spawn_with(node, transport, DriverConfig::default())
     }
 
     /// Spawn a driver thread that owns `transport` and drives `node`.
-    pub fn spawn_with<N>(
+    pub fn spawn_with<N, T>(
         node: Arc<Mutex<N>>,
-        transport: UdpTransport,
+        transport: T,
         cfg: DriverConfig,
-    ) -> io::Result<DriverHandle>
+    ) -> io::Result<DriverHandle<T>>
     where
         N: SansIo + Send + 'static,
+        T: Transport,
     {
         let wake = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?;
         let shared = Arc::new(Shared {
@@ -143,15 +183,15 @@ impl Driver {
 }
 
 /// Handle to a running driver thread; dropping it stops the thread.
-pub struct DriverHandle {
+pub struct DriverHandle<T: Transport = UdpTransport> {
     shared: Arc<Shared>,
     counters: Arc<TransportCounters>,
     local: SocketAddr,
-    thread: Option<JoinHandle<UdpTransport>>,
+    thread: Option<JoinHandle<T>>,
     shutdown_timeout: Duration,
 }
 
-impl DriverHandle {
+impl<T: Transport> DriverHandle<T> {
     /// Wake the driver: call after posting work through the node's mutex.
     pub fn notify(&self) {
         self.shared.wake();
@@ -196,10 +236,10 @@ impl DriverHandle {
     }
     /// Stop the thread and return the transport (`None` if the thread
     /// panicked or did not stop within the shutdown timeout).
-    pub fn shutdown(mut self) -> Option<UdpTransport> {
+    pub fn shutdown(mut self) -> Option<T> {
         self.stop()
     }
-    fn stop(&mut self) -> Option<UdpTransport> {
+    fn stop(&mut self) -> Option<T> {
         let t = self.thread.take()?;
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.wake();
@@ -216,19 +256,19 @@ impl DriverHandle {
     }
 }
 
-impl Drop for DriverHandle {
+impl<T: Transport> Drop for DriverHandle<T> {
     fn drop(&mut self) {
         let _ = self.stop();
     }
 }
 
-fn run<N: SansIo>(
+fn run<N: SansIo, T: Transport>(
     node: Arc<Mutex<N>>,
-    mut t: UdpTransport,
+    mut t: T,
     sh: Arc<Shared>,
     cfg: DriverConfig,
-) -> UdpTransport {
-    let batch = t.config().batch.max(1);
+) -> T {
+    let batch = t.batch();
     let mut rx: Vec<Datagram> = Vec::new();
     let mut tx: Vec<Datagram> = Vec::new();
     let mut blocked = false;
@@ -303,6 +343,6 @@ fn run<N: SansIo>(
             let _ = sh.wake.read();
         }
     }
-    t.flush_pcap();
+    t.finish();
     t
 }

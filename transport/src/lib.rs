@@ -20,5 +20,5 @@ pub mod rxcheck;
 pub mod udp;
 
 pub use counters::{CountersSnapshot, TransportCounters};
-pub use driver::{Driver, DriverConfig, DriverHandle};
+pub use driver::{Driver, DriverConfig, DriverHandle, Transport};
 pub use udp::{RxIcrcPolicy, SendOutcome, TransportError, UdpConfig, UdpTransport, DEFAULT_PORT};
