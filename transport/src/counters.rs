@@ -1,0 +1,89 @@
+//! Transport counters: atomics shared between the driver thread and the
+//! application, read as a [`CountersSnapshot`].
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+macro_rules! counters {
+    ($( $(#[$doc:meta])* $name:ident ),* $(,)?) => {
+        /// Live counters of one [`crate::UdpTransport`] (relaxed atomics).
+        #[derive(Debug, Default)]
+        pub struct TransportCounters {
+            $( $(#[$doc])* pub $name: AtomicU64, )*
+        }
+
+        /// A copy of [`TransportCounters`] at one moment.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct CountersSnapshot {
+            $( $(#[$doc])* pub $name: u64, )*
+        }
+
+        impl TransportCounters {
+            /// Read every counter.
+            pub fn snapshot(&self) -> CountersSnapshot {
+                CountersSnapshot { $( $name: self.$name.load(Ordering::Relaxed), )* }
+            }
+        }
+
+        impl CountersSnapshot {
+            /// `(name, value)` pairs, in declaration order.
+            pub fn pairs(&self) -> Vec<(&'static str, u64)> {
+                vec![$( (stringify!($name), self.$name), )*]
+            }
+        }
+    };
+}
+
+counters! {
+    /// Datagrams handed to the kernel successfully (GSO segments counted one by one).
+    dgrams_out,
+    /// UDP payload bytes of `dgrams_out`.
+    bytes_out,
+    /// Datagrams received (after GRO splitting), before the ICRC check.
+    dgrams_in,
+    /// UDP payload bytes of `dgrams_in`.
+    bytes_in,
+    /// `sendmmsg`/`sendmsg` system calls.
+    send_syscalls,
+    /// `recvmmsg` system calls that returned at least one message.
+    recv_syscalls,
+    /// GSO sends (one `sendmsg` carrying several segments).
+    gso_sends,
+    /// Segments carried by `gso_sends`.
+    gso_segments,
+    /// Times GSO was switched off because the kernel refused a GSO send.
+    gso_fallbacks,
+    /// Received messages that GRO had coalesced from several datagrams.
+    gro_coalesced,
+    /// Datagrams split out of `gro_coalesced` messages.
+    gro_segments,
+    /// Transmitted datagrams whose ICRC was recomputed for the real header
+    /// (source address/port or identification differed from what the core assumed).
+    icrc_recomputed,
+    /// Received datagrams whose ICRC matched with a full 32-bit check.
+    icrc_ok_exact,
+    /// Received IPv4 datagrams accepted only by solving for the unseen
+    /// identification (16 bits of protection).
+    icrc_ok_solved_id,
+    /// Received datagrams with no valid ICRC (dropped).
+    icrc_bad,
+    /// Received datagrams delivered without an ICRC check (policy `Off`).
+    icrc_unchecked,
+    /// Datagrams that could not be sent (hard send error, wrong address
+    /// family, too large); dropped.
+    send_errors,
+    /// Receive system call errors other than "would block".
+    recv_errors,
+    /// Received messages larger than the receive buffer (dropped).
+    truncated,
+    /// Frames written to the pcap file.
+    pcap_frames,
+    /// Frames that could not be written to the pcap file.
+    pcap_errors,
+}
+
+impl TransportCounters {
+    /// Add `v` to a counter.
+    pub(crate) fn add(c: &AtomicU64, v: u64) {
+        c.fetch_add(v, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,24 @@
+//! Real-wire transports for the sans-IO RoCEv2 core.
+//!
+//! * [`UdpTransport`]: RoCEv2 over a plain UDP socket (no privileges), with
+//!   `sendmmsg`/`recvmmsg`, UDP GSO/GRO, correct ICRCs on send and a
+//!   documented receive-side ICRC policy ([`rxcheck`]).
+//! * [`Driver`]: a dedicated thread that moves datagrams between a
+//!   [`roce_emulator::SansIo`] node (behind a mutex) and a transport, and
+//!   fires its timers.
+//! * [`ceiling`]: raw UDP throughput between two local addresses (the
+//!   "ceiling" a RoCE-over-UDP device can reach on this host).
+//!
+//! Design notes, the receive-side ICRC policy and measured numbers:
+//! `transport/README.md`.
+
+pub mod ceiling;
+pub mod counters;
+pub mod driver;
+pub mod pcap;
+pub mod rxcheck;
+pub mod udp;
+
+pub use counters::{CountersSnapshot, TransportCounters};
+pub use driver::{Driver, DriverConfig, DriverHandle, Transport};
+pub use udp::{RxIcrcPolicy, SendOutcome, TransportError, UdpConfig, UdpTransport, DEFAULT_PORT};

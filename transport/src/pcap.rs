@@ -1,0 +1,87 @@
+//! Recording the frames a transport sends and receives to a pcap file.
+//!
+//! Each datagram is written as an Ethernet II frame with the IP and UDP
+//! headers the transport computed the ICRC over (for received IPv4
+//! datagrams, the identification the ICRC was verified with; TTL 64) and
+//! the wall-clock time of the send or receive. The MAC addresses are made
+//! up from the IP addresses (`02:00` + the last four address bytes).
+
+use crate::counters::TransportCounters;
+use core::net::IpAddr;
+use roce_packet::pcap::{CaptureError, LinkType, PcapWriter};
+use roce_packet::{IpMeta, UdpEndpoints};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A `Write` over a shared buffered file, so the recorder can flush it
+/// while the pcap writer owns it.
+#[derive(Clone)]
+struct Shared(Arc<Mutex<BufWriter<File>>>);
+
+impl Write for Shared {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().map_err(|_| std::io::Error::other("poisoned"))?.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.lock().map_err(|_| std::io::Error::other("poisoned"))?.flush()
+    }
+}
+
+/// Writes every frame to a pcap file (see the module documentation).
+pub struct PcapRecorder {
+    writer: PcapWriter<Shared>,
+    file: Shared,
+}
+
+/// The made-up MAC address of an IP address.
+pub fn mac_of(ip: IpAddr) -> [u8; 6] {
+    let o = match ip {
+        IpAddr::V4(v4) => v4.octets(),
+        IpAddr::V6(v6) => {
+            let b = v6.octets();
+            [b[12], b[13], b[14], b[15]]
+        }
+    };
+    [0x02, 0x00, o[0], o[1], o[2], o[3]]
+}
+
+impl PcapRecorder {
+    /// Create (truncate) `path` and write the pcap header.
+    pub fn create(path: &Path) -> Result<PcapRecorder, CaptureError> {
+        let file = Shared(Arc::new(Mutex::new(BufWriter::new(File::create(path)?))));
+        let writer = PcapWriter::new(file.clone(), LinkType::Ethernet)?;
+        Ok(PcapRecorder { writer, file })
+    }
+
+    /// Append one datagram as a frame stamped with the current time.
+    pub fn record(
+        &mut self,
+        ep: &UdpEndpoints,
+        meta: &IpMeta,
+        payload: &[u8],
+        c: &TransportCounters,
+    ) {
+        let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let ok =
+            roce_packet::frame::ethernet_frame(mac_of(ep.src), mac_of(ep.dst), ep, meta, payload)
+                .ok()
+                .map(|f| self.writer.write_frame(ts, &f).is_ok())
+                .unwrap_or(false);
+        let counter = if ok { &c.pcap_frames } else { &c.pcap_errors };
+        TransportCounters::add(counter, 1);
+    }
+
+    /// Flush buffered frames to the file.
+    pub fn flush(&mut self) {
+        let _ = self.file.flush();
+    }
+}
+
+impl Drop for PcapRecorder {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}

@@ -1,0 +1,267 @@
+//! Receive-side ICRC checking on a plain UDP socket.
+//!
+//! The ICRC covers the IPv4 identification field and the DF flag, which a
+//! plain UDP socket never shows. What can and cannot be checked:
+//!
+//! * Seen by the receiver: addresses, ports, lengths (from the socket
+//!   address, the local address and the datagram length) and the whole UDP
+//!   payload. Everything the ICRC masks (TOS, TTL, IPv4 header checksum,
+//!   UDP checksum, IPv6 traffic class, flow label, hop limit) does not matter.
+//! * Not seen: the IPv4 identification (16 bits) and the IPv4 flags.
+//!   We assume DF set (rxe, and Linux UDP sockets with `IP_PMTUDISC_DO`,
+//!   always set it) and IP options absent (they would make every check fail).
+//!
+//! CRC-32 is affine over GF(2): flipping bits of the message changes the CRC
+//! by a linear function of the flipped bits that depends only on their
+//! distance from the end of the message. So with `c0` the ICRC computed for
+//! identification 0 and `r` the received ICRC, the identification `id` that
+//! makes the packet valid solves the linear system `L·id = c0 ⊕ r` (32
+//! equations, 16 unknowns, columns independent because CRC-32 detects every
+//! error burst of at most 32 bits). [`solve_ipv4_id`] returns that `id` if
+//! it exists. One CRC pass per packet, plus a few hundred word operations.
+//!
+//! Strength: if the identification was sent as we expect (0, a GSO segment
+//! index, or the peer's previous identification + 1) the check is a full
+//! 32-bit CRC check ([`RxIcrc::Exact`]). Otherwise any identification is
+//! accepted, which leaves 16 bits of protection: a corrupted payload passes
+//! with probability 2^-16 ([`RxIcrc::SolvedId`]). IPv6 has no hidden
+//! covered field, so its check is always exact.
+
+use core::net::IpAddr;
+use roce_packet::{icrc, IpMeta, IpUdpHeader, UdpEndpoints};
+
+/// The reflected CRC-32 polynomial (IEEE 802.3, as zlib).
+const POLY: u32 = 0xEDB8_8320;
+
+/// Byte offset of the IPv4 identification in the ICRC input (after the
+/// eight 0xFF bytes that stand for the LRH).
+const ID_OFFSET: usize = 8 + 4;
+
+/// `a * b mod P`, polynomials in the reflected representation (bit 31 is
+/// the coefficient of x^0).
+fn mul_mod_p(a: u32, mut b: u32) -> u32 {
+    let mut p = 0u32;
+    let mut m = 1u32 << 31;
+    while m != 0 {
+        if a & m != 0 {
+            p ^= b;
+        }
+        b = if b & 1 != 0 { (b >> 1) ^ POLY } else { b >> 1 };
+        m >>= 1;
+    }
+    p
+}
+
+/// `x^(8n) mod P`: the effect of `n` zero bytes on the CRC register.
+fn x_pow_8n(n: usize) -> u32 {
+    let mut result = 1u32 << 31; // x^0
+    let mut base = 1u32 << (31 - 8); // x^8
+    let mut n = n;
+    while n != 0 {
+        if n & 1 != 0 {
+            result = mul_mod_p(result, base);
+        }
+        base = mul_mod_p(base, base);
+        n >>= 1;
+    }
+    result
+}
+
+/// CRC register (zero initial value, no final inversion) after `bytes`.
+fn raw_crc(bytes: &[u8]) -> u32 {
+    let mut c = 0u32;
+    for &b in bytes {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            c = if c & 1 != 0 { (c >> 1) ^ POLY } else { c >> 1 };
+        }
+    }
+    c
+}
+
+/// Solve `sum(id_bit_i * cols[i]) = target` over GF(2).
+fn solve(cols: &[u32; 16], target: u32) -> Option<u16> {
+    // basis[b] = (vector whose highest set bit is b, combination of columns)
+    let mut basis = [(0u32, 0u16); 32];
+    for (i, &c) in cols.iter().enumerate() {
+        let (mut v, mut m) = (c, 1u16 << i);
+        while v != 0 {
+            let hb = 31 - v.leading_zeros() as usize;
+            if basis[hb].0 == 0 {
+                basis[hb] = (v, m);
+                break;
+            }
+            v ^= basis[hb].0;
+            m ^= basis[hb].1;
+        }
+    }
+    let (mut t, mut sol) = (target, 0u16);
+    while t != 0 {
+        let hb = 31 - t.leading_zeros() as usize;
+        if basis[hb].0 == 0 {
+            return None;
+        }
+        t ^= basis[hb].0;
+        sol ^= basis[hb].1;
+    }
+    Some(sol)
+}
+
+/// The IPv4 identification (with DF set, no IP options) for which the ICRC
+/// of `udp_payload` received on `ep` is valid, if one exists. `None` for
+/// IPv6 endpoints, mixed families or payloads too short to hold a BTH and
+/// an ICRC.
+pub fn solve_ipv4_id(ep: &UdpEndpoints, udp_payload: &[u8]) -> Option<u16> {
+    if !matches!((ep.src, ep.dst), (IpAddr::V4(_), IpAddr::V4(_))) {
+        return None;
+    }
+    if udp_payload.len() < roce_packet::bth::LEN + icrc::LEN {
+        return None;
+    }
+    let meta = IpMeta { ipv4_id: 0, dont_fragment: true, ..IpMeta::default() };
+    let hdr = IpUdpHeader::build(ep, &meta, udp_payload.len()).ok()?;
+    let n = udp_payload.len() - icrc::LEN;
+    let c0 = u32::from_le_bytes(icrc::compute(hdr.ip(), hdr.udp(), &udp_payload[..n]));
+    let rx = u32::from_le_bytes(udp_payload[n..].try_into().ok()?);
+    // Bytes of ICRC input after the identification field.
+    let total = 8 + hdr.ip().len() + hdr.udp().len() + n;
+    let tail = total - ID_OFFSET - 2;
+    let shift = x_pow_8n(tail);
+    let mut cols = [0u32; 16];
+    for (i, col) in cols.iter_mut().enumerate() {
+        let bit = (1u16 << i).to_be_bytes();
+        *col = mul_mod_p(shift, raw_crc(&bit));
+    }
+    solve(&cols, c0 ^ rx)
+}
+
+/// Outcome of a receive-side ICRC check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RxIcrc {
+    /// Valid with a full 32-bit check, the IPv4 identification (0 for IPv6)
+    /// being one of the expected values.
+    Exact {
+        /// The identification the packet was checked with.
+        ipv4_id: u16,
+    },
+    /// Valid only for an unexpected IPv4 identification, found by solving
+    /// (16 bits of protection left).
+    SolvedId {
+        /// The identification that makes the ICRC valid.
+        ipv4_id: u16,
+    },
+    /// No identification makes the ICRC valid (or the payload is too short).
+    Bad,
+}
+
+impl RxIcrc {
+    /// The identification to put in the delivered datagram's `IpMeta`.
+    pub fn ipv4_id(self) -> Option<u16> {
+        match self {
+            RxIcrc::Exact { ipv4_id } | RxIcrc::SolvedId { ipv4_id } => Some(ipv4_id),
+            RxIcrc::Bad => None,
+        }
+    }
+}
+
+/// Check a received datagram. `expected_ids` are the IPv4 identifications
+/// that count as an exact match (e.g. 0, the GSO/GRO segment index, the
+/// peer's last identification + 1). With `solve == false` only those are
+/// tried (each still a full 32-bit check) and anything else is
+/// [`RxIcrc::Bad`].
+pub fn check(ep: &UdpEndpoints, udp_payload: &[u8], expected_ids: &[u16], solve: bool) -> RxIcrc {
+    match (ep.src, ep.dst) {
+        (IpAddr::V4(_), IpAddr::V4(_)) => match solve_ipv4_id(ep, udp_payload) {
+            Some(id) if expected_ids.contains(&id) => RxIcrc::Exact { ipv4_id: id },
+            Some(id) if solve => RxIcrc::SolvedId { ipv4_id: id },
+            _ => RxIcrc::Bad,
+        },
+        (IpAddr::V6(_), IpAddr::V6(_)) => {
+            if roce_packet::frame::verify_icrc(ep, &IpMeta::default(), udp_payload) {
+                RxIcrc::Exact { ipv4_id: 0 }
+            } else {
+                RxIcrc::Bad
+            }
+        }
+        _ => RxIcrc::Bad,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::net::Ipv4Addr;
+
+    fn ep() -> UdpEndpoints {
+        UdpEndpoints {
+            src: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)),
+            dst: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3)),
+            src_port: 0xC001,
+            dst_port: 4791,
+        }
+    }
+
+    fn packet(len: usize, id: u16) -> Vec<u8> {
+        let mut p: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+        p[0] = 0x04; // SEND_ONLY
+        let meta = IpMeta { ipv4_id: id, ..IpMeta::default() };
+        roce_packet::frame::fill_icrc(&ep(), &meta, &mut p).unwrap();
+        p
+    }
+
+    #[test]
+    fn zero_bytes_shift_matches_direct_crc() {
+        let msg = [0x12u8, 0x34, 0, 0, 0, 0, 0];
+        assert_eq!(raw_crc(&msg), mul_mod_p(x_pow_8n(5), raw_crc(&msg[..2])));
+        assert_eq!(x_pow_8n(0), 1 << 31);
+    }
+
+    #[test]
+    fn solves_every_kind_of_id() {
+        for len in [16usize, 20, 64, 1028, 4124] {
+            for id in [0u16, 1, 2, 0x8000, 0xFFFF, 0x1234, 0xBEEF] {
+                let p = packet(len, id);
+                assert_eq!(solve_ipv4_id(&ep(), &p), Some(id), "len {len} id {id:#x}");
+                assert_eq!(check(&ep(), &p, &[0], true).ipv4_id(), Some(id));
+            }
+        }
+    }
+
+    #[test]
+    fn exact_versus_solved_classification() {
+        let p = packet(64, 5);
+        assert_eq!(check(&ep(), &p, &[0, 5], true), RxIcrc::Exact { ipv4_id: 5 });
+        assert_eq!(check(&ep(), &p, &[0], true), RxIcrc::SolvedId { ipv4_id: 5 });
+        assert_eq!(check(&ep(), &p, &[0], false), RxIcrc::Bad);
+    }
+
+    #[test]
+    fn flipped_payload_bits_are_mostly_bad() {
+        // A single flipped bit is a burst of length 1 that no identification
+        // change (a burst inside 16 bits far away) can cancel unless the
+        // combined error is a multiple of P; count how many flips pass.
+        let p = packet(256, 0);
+        let mut passed = 0;
+        for bit in (12 * 8)..(252 * 8) {
+            let mut q = p.clone();
+            q[bit / 8] ^= 1 << (bit % 8);
+            if check(&ep(), &q, &[0], true) != RxIcrc::Bad {
+                passed += 1;
+            }
+        }
+        // Expect about (1312 flips) * 2^-16 ≈ 0.02 false accepts.
+        assert!(passed <= 1, "{passed} single-bit flips accepted");
+        let mut q = p.clone();
+        q[100] ^= 0x10;
+        assert_eq!(check(&ep(), &q, &[0], true), RxIcrc::Bad);
+    }
+
+    #[test]
+    fn short_or_mixed_family_is_bad() {
+        assert_eq!(check(&ep(), &[0u8; 15], &[0], true), RxIcrc::Bad);
+        let mut e = ep();
+        e.dst = IpAddr::V6(core::net::Ipv6Addr::LOCALHOST);
+        assert_eq!(check(&e, &packet(64, 0), &[0], true), RxIcrc::Bad);
+        assert_eq!(solve_ipv4_id(&e, &packet(64, 0)), None);
+    }
+}

@@ -1,0 +1,644 @@
+//! [`UdpTransport`]: RoCEv2 datagrams over a plain (unprivileged) UDP socket.
+//!
+//! Send side: the socket is unconnected and has `IP_MTU_DISCOVER =
+//! IP_PMTUDISC_DO`, so Linux sends every IPv4 datagram with DF set and
+//! identification 0, and with UDP GSO, segment `k` of one send with
+//! identification `k`. The source port on the wire is the socket's port
+//! (not the per-QP port the core chose). Whenever the header that will
+//! really be sent differs from the one the core computed the ICRC over, the
+//! ICRC is recomputed (`icrc_recomputed`).
+//!
+//! Receive side: see [`crate::rxcheck`] for what can be verified and the
+//! [`RxIcrcPolicy`] choices. Delivered datagrams carry `IpMeta` with the
+//! identification the ICRC was verified with (so the core's own check
+//! passes), DF set, TTL 64 and TOS 0 (the latter two are not seen and are
+//! masked out of the ICRC anyway).
+//!
+//! Batching: `sendmmsg` for runs of datagrams, `sendmsg` with `UDP_SEGMENT`
+//! (GSO) for runs of equal-sized datagrams to one destination, `recvmmsg`
+//! with `UDP_GRO` on receive (coalesced messages are split at the reported
+//! segment size). GSO and GRO are optional and switched off automatically
+//! if the kernel refuses them.
+
+use crate::counters::{CountersSnapshot, TransportCounters};
+use crate::pcap::PcapRecorder;
+use crate::rxcheck::{self, RxIcrc};
+use bytes::Bytes;
+use core::net::{IpAddr, SocketAddr};
+use nix::errno::Errno;
+use nix::sys::socket::{
+    self as nsock, sockopt, ControlMessage, ControlMessageOwned, MsgFlags, MultiHeaders,
+    SockaddrStorage,
+};
+use roce_emulator::Datagram;
+use roce_packet::{IpMeta, IpUdpHeader, UdpEndpoints};
+use rustix::net::{MMsgHdr, SendAncillaryBuffer, SendFlags, SocketAddrAny};
+use std::collections::HashMap;
+use std::io::{self, IoSlice, IoSliceMut};
+use std::net::UdpSocket;
+use std::ops::Range;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// TCP/UDP port of RoCEv2.
+pub const DEFAULT_PORT: u16 = roce_packet::ROCE_V2_PORT;
+
+/// Peers whose last IPv4 identification is remembered (for prediction).
+const MAX_PEERS: usize = 4096;
+
+/// Largest UDP payload of one (GSO) send or (GRO) receive.
+const MAX_UDP_PAYLOAD: usize = 65_507;
+
+/// How received ICRCs are checked (see [`crate::rxcheck`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum RxIcrcPolicy {
+    /// Deliver everything unchecked with identification 0 (the core then
+    /// checks exactly, and drops frames from peers that send other ids).
+    Off,
+    /// Accept only full 32-bit matches: identification 0, the GRO segment
+    /// index, or the peer's previous identification + 1.
+    ExactOnly,
+    /// Like `ExactOnly`, else accept if some identification makes the ICRC
+    /// valid (16 bits of protection; needed for rxe peers). The default.
+    #[default]
+    SolveId,
+}
+
+/// How to open a [`UdpTransport`].
+#[derive(Clone, Debug)]
+pub struct UdpConfig {
+    /// Local address and port (IPv4 or IPv6, not unspecified: the local
+    /// address is part of the ICRC). Port 0 picks an ephemeral port.
+    pub local: SocketAddr,
+    /// Use UDP GSO for runs of equal-sized datagrams to one destination.
+    pub gso: bool,
+    /// Ask for UDP GRO on receive.
+    pub gro: bool,
+    /// Messages per `sendmmsg`/`recvmmsg` call (at least 1).
+    pub batch: usize,
+    /// Most segments in one GSO send (the kernel allows 64 or 128).
+    pub max_gso_segments: usize,
+    /// `SO_SNDBUF`/`SO_RCVBUF` to ask for (the kernel may cap it).
+    pub socket_buffer: Option<usize>,
+    /// Receive-side ICRC policy.
+    pub rx_icrc: RxIcrcPolicy,
+    /// Record every frame sent and received to this pcap file.
+    pub pcap: Option<PathBuf>,
+}
+
+impl UdpConfig {
+    /// Defaults: GSO and GRO on, batches of 32, 4 MiB socket buffers,
+    /// [`RxIcrcPolicy::SolveId`], no pcap.
+    pub fn new(local: SocketAddr) -> UdpConfig {
+        UdpConfig {
+            local,
+            gso: true,
+            gro: true,
+            batch: 32,
+            max_gso_segments: 64,
+            socket_buffer: Some(4 << 20),
+            rx_icrc: RxIcrcPolicy::default(),
+            pcap: None,
+        }
+    }
+    /// `new` on `ip` and port 4791.
+    pub fn on(ip: IpAddr) -> UdpConfig {
+        UdpConfig::new(SocketAddr::new(ip, DEFAULT_PORT))
+    }
+}
+
+/// Why a [`UdpTransport`] could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// `bind` failed (address in use, address not local...).
+    #[error("cannot bind {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The local address is unspecified (0.0.0.0 or ::).
+    #[error("unspecified local address {0}: bind a specific address (it is covered by the ICRC)")]
+    Unspecified(SocketAddr),
+    /// A socket option the transport cannot work without failed.
+    #[error("cannot set {what}: {source}")]
+    SockOpt {
+        /// The option.
+        what: &'static str,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The pcap file could not be created.
+    #[error("cannot create pcap file: {0}")]
+    Pcap(#[from] roce_packet::pcap::CaptureError),
+}
+
+/// Result of [`UdpTransport::send`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendOutcome {
+    /// Datagrams consumed from the front of the slice (sent, or dropped and
+    /// counted in `send_errors`).
+    pub consumed: usize,
+    /// The socket buffer was full; the rest should be retried when the
+    /// socket is writable.
+    pub would_block: bool,
+}
+
+/// One batch of received messages as the kernel reported them.
+struct RxMsg {
+    len: usize,
+    peer: Option<SocketAddr>,
+    gro_size: Option<usize>,
+    truncated: bool,
+}
+
+/// A RoCEv2 device's UDP socket. See the module documentation.
+pub struct UdpTransport {
+    sock: UdpSocket,
+    local: SocketAddr,
+    cfg: UdpConfig,
+    gso: bool,
+    gro: bool,
+    counters: Arc<TransportCounters>,
+    rx_bufs: Vec<Vec<u8>>,
+    tx_arena: Vec<u8>,
+    last_id: HashMap<IpAddr, u16>,
+    pcap: Option<PcapRecorder>,
+}
+
+fn to_std(a: &SockaddrStorage) -> Option<SocketAddr> {
+    if let Some(v4) = a.as_sockaddr_in() {
+        return Some(SocketAddr::new(IpAddr::V4(v4.ip()), v4.port()));
+    }
+    a.as_sockaddr_in6().map(|v6| SocketAddr::new(IpAddr::V6(v6.ip()), v6.port()))
+}
+
+/// Set `IP_PMTUDISC_DO` (IPv4) or `IPV6_PMTUDISC_DO` (IPv6) on `fd`.
+pub fn set_pmtudisc_do(fd: BorrowedFd<'_>, ipv6: bool) -> io::Result<()> {
+    if ipv6 {
+        rustix::net::sockopt::set_ipv6_mtu_discover(
+            fd,
+            rustix::net::sockopt::Ipv6PathMtuDiscovery::DO,
+        )?;
+    } else {
+        rustix::net::sockopt::set_ip_mtu_discover(
+            fd,
+            rustix::net::sockopt::Ipv4PathMtuDiscovery::DO,
+        )?;
+    }
+    Ok(())
+}
+
+/// Whether the kernel accepts `UDP_SEGMENT` on this socket.
+pub fn gso_supported(fd: BorrowedFd<'_>) -> bool {
+    nsock::getsockopt(&fd, sockopt::UdpGsoSegment).is_ok()
+}
+
+/// Try to switch `UDP_GRO` on; returns whether it is on.
+pub fn enable_gro(fd: BorrowedFd<'_>) -> bool {
+    nsock::setsockopt(&fd, sockopt::UdpGroSegment, &true).is_ok()
+}
+
+impl UdpTransport {
+    /// Open the socket: bind, `IP_PMTUDISC_DO`, buffers, GSO/GRO probing,
+    /// non-blocking mode, pcap file.
+    pub fn bind(cfg: UdpConfig) -> Result<UdpTransport, TransportError> {
+        if cfg.local.ip().is_unspecified() {
+            return Err(TransportError::Unspecified(cfg.local));
+        }
+        let sock = UdpSocket::bind(cfg.local)
+            .map_err(|source| TransportError::Bind { addr: cfg.local, source })?;
+        let local =
+            sock.local_addr().map_err(|source| TransportError::Bind { addr: cfg.local, source })?;
+        set_pmtudisc_do(sock.as_fd(), local.is_ipv6())
+            .map_err(|source| TransportError::SockOpt { what: "IP_MTU_DISCOVER", source })?;
+        sock.set_nonblocking(true)
+            .map_err(|source| TransportError::SockOpt { what: "O_NONBLOCK", source })?;
+        if let Some(sz) = cfg.socket_buffer {
+            // Best effort: the kernel caps these at net.core.[rw]mem_max.
+            let _ = nsock::setsockopt(&sock, sockopt::SndBuf, &sz);
+            let _ = nsock::setsockopt(&sock, sockopt::RcvBuf, &sz);
+        }
+        let gso = cfg.gso && gso_supported(sock.as_fd());
+        let gro = cfg.gro && enable_gro(sock.as_fd());
+        let batch = cfg.batch.max(1);
+        let buf_len = if gro { MAX_UDP_PAYLOAD + 1 } else { 16 * 1024 };
+        let pcap = match &cfg.pcap {
+            Some(p) => Some(PcapRecorder::create(p)?),
+            None => None,
+        };
+        Ok(UdpTransport {
+            sock,
+            local,
+            gso,
+            gro,
+            counters: Arc::new(TransportCounters::default()),
+            rx_bufs: vec![vec![0u8; buf_len]; batch],
+            tx_arena: Vec::with_capacity(batch * 4200),
+            last_id: HashMap::new(),
+            pcap,
+            cfg,
+        })
+    }
+
+    /// The bound address (with the real port if port 0 was asked for).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+    /// Whether GSO is in use (asked for, supported, not switched off).
+    pub fn gso_enabled(&self) -> bool {
+        self.gso
+    }
+    /// Whether GRO is in use.
+    pub fn gro_enabled(&self) -> bool {
+        self.gro
+    }
+    /// The configuration the transport was opened with.
+    pub fn config(&self) -> &UdpConfig {
+        &self.cfg
+    }
+    /// The live counters (shared; cheap to clone).
+    pub fn counters(&self) -> Arc<TransportCounters> {
+        self.counters.clone()
+    }
+    /// A copy of the counters.
+    pub fn snapshot(&self) -> CountersSnapshot {
+        self.counters.snapshot()
+    }
+    /// Flush the pcap file, if recording.
+    pub fn flush_pcap(&mut self) {
+        if let Some(p) = &mut self.pcap {
+            p.flush();
+        }
+    }
+
+    fn endpoints_out(&self, d: &Datagram) -> UdpEndpoints {
+        UdpEndpoints {
+            src: self.local.ip(),
+            dst: d.endpoints.dst,
+            src_port: self.local.port(),
+            dst_port: d.endpoints.dst_port,
+        }
+    }
+
+    /// Append `d`'s payload to the arena with the ICRC right for the wire
+    /// header (IPv4 identification `id`). Returns the arena range.
+    fn stage(&mut self, d: &Datagram, id: u16) -> Option<Range<usize>> {
+        let ep = self.endpoints_out(d);
+        let meta = IpMeta { ipv4_id: id, dont_fragment: true, ..d.meta };
+        let same = ep == d.endpoints
+            && (ep.src.is_ipv6() || (d.meta.ipv4_id == id && d.meta.dont_fragment));
+        let start = self.tx_arena.len();
+        self.tx_arena.extend_from_slice(&d.payload);
+        let end = self.tx_arena.len();
+        if !same {
+            match IpUdpHeader::build(&ep, &meta, end - start) {
+                Ok(h) => h.fill_icrc(&mut self.tx_arena[start..end]),
+                Err(_) => {
+                    self.tx_arena.truncate(start);
+                    return None;
+                }
+            }
+            TransportCounters::add(&self.counters.icrc_recomputed, 1);
+        }
+        Some(start..end)
+    }
+
+    /// Record a sent datagram (staged at `r` with identification `id`).
+    fn record_sent(&mut self, d: &Datagram, id: u16, r: Range<usize>) {
+        if let Some(p) = &mut self.pcap {
+            let ep = UdpEndpoints {
+                src: self.local.ip(),
+                dst: d.endpoints.dst,
+                src_port: self.local.port(),
+                dst_port: d.endpoints.dst_port,
+            };
+            let meta = IpMeta { ipv4_id: id, dont_fragment: true, ..d.meta };
+            p.record(&ep, &meta, &self.tx_arena[r], &self.counters);
+        }
+    }
+
+    fn usable(&self, d: &Datagram) -> bool {
+        d.endpoints.dst.is_ipv4() == self.local.is_ipv4()
+            && !d.payload.is_empty()
+            && d.payload.len() <= MAX_UDP_PAYLOAD
+    }
+
+    /// Send datagrams in order (batched; GSO for runs of equal-sized
+    /// datagrams to one destination). Stops early only when the socket
+    /// buffer is full. Never blocks.
+    pub fn send(&mut self, dgrams: &[Datagram]) -> SendOutcome {
+        let batch = self.cfg.batch.max(1);
+        let mut i = 0;
+        while i < dgrams.len() {
+            // A run of singles for sendmmsg (each ends a GSO candidate run of 1).
+            let run = self.gso_run(&dgrams[i..]);
+            if run >= 2 {
+                match self.send_gso(&dgrams[i..i + run]) {
+                    Ok(()) => i += run,
+                    Err(true) => return SendOutcome { consumed: i, would_block: true },
+                    Err(false) => {} // GSO switched off: resend this run as singles
+                }
+                continue;
+            }
+            let mut j = i;
+            while j < dgrams.len() && j - i < batch && (j == i || self.gso_run(&dgrams[j..]) < 2) {
+                j += 1;
+            }
+            let done = self.send_singles(&dgrams[i..j]);
+            let asked = j - i;
+            i += done;
+            if done < asked {
+                return SendOutcome { consumed: i, would_block: true };
+            }
+        }
+        SendOutcome { consumed: i, would_block: false }
+    }
+
+    /// Length of the GSO-able run at the front of `d` (1 if none).
+    fn gso_run(&self, d: &[Datagram]) -> usize {
+        if !self.gso || d.is_empty() || !self.usable(&d[0]) {
+            return 1;
+        }
+        let first = &d[0];
+        let size = first.payload.len();
+        let max = self.cfg.max_gso_segments.clamp(1, 64).min(MAX_UDP_PAYLOAD / size.max(1));
+        let mut n = 1;
+        while n < d.len() && n < max {
+            let x = &d[n];
+            if x.endpoints.dst != first.endpoints.dst
+                || x.endpoints.dst_port != first.endpoints.dst_port
+                || x.payload.len() != size
+            {
+                break;
+            }
+            n += 1;
+        }
+        n
+    }
+
+    /// One `sendmsg` with `UDP_SEGMENT`. `Err(true)`: would block;
+    /// `Err(false)`: GSO refused and now off.
+    fn send_gso(&mut self, d: &[Datagram]) -> Result<(), bool> {
+        self.tx_arena.clear();
+        let seg = d[0].payload.len();
+        for (k, x) in d.iter().enumerate() {
+            // With GSO, segment k leaves with identification k.
+            if self.stage(x, k as u16).is_none() {
+                TransportCounters::add(&self.counters.send_errors, d.len() as u64);
+                return Ok(());
+            }
+        }
+        let dst =
+            SockaddrStorage::from(SocketAddr::new(d[0].endpoints.dst, d[0].endpoints.dst_port));
+        let seg16 = seg as u16;
+        let cmsg = [ControlMessage::UdpGsoSegments(&seg16)];
+        let iov = [IoSlice::new(&self.tx_arena)];
+        loop {
+            let r =
+                nsock::sendmsg(self.sock.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), Some(&dst));
+            TransportCounters::add(&self.counters.send_syscalls, 1);
+            match r {
+                Ok(_) => {
+                    if self.pcap.is_some() {
+                        let mut off = 0;
+                        for (k, x) in d.iter().enumerate() {
+                            self.record_sent(x, k as u16, off..off + seg);
+                            off += seg;
+                        }
+                    }
+                    let c = &self.counters;
+                    TransportCounters::add(&c.gso_sends, 1);
+                    TransportCounters::add(&c.gso_segments, d.len() as u64);
+                    TransportCounters::add(&c.dgrams_out, d.len() as u64);
+                    TransportCounters::add(&c.bytes_out, self.tx_arena.len() as u64);
+                    return Ok(());
+                }
+                Err(Errno::EINTR) => continue,
+                Err(Errno::EAGAIN) => return Err(true),
+                Err(e @ (Errno::EIO | Errno::EINVAL | Errno::ENOPROTOOPT | Errno::EOPNOTSUPP)) => {
+                    tracing::warn!(error = %e, "UDP GSO send refused; switching GSO off");
+                    TransportCounters::add(&self.counters.gso_fallbacks, 1);
+                    self.gso = false;
+                    return Err(false);
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "GSO send failed");
+                    TransportCounters::add(&self.counters.send_errors, d.len() as u64);
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// `sendmmsg` of individual datagrams; returns how many were consumed.
+    fn send_singles(&mut self, d: &[Datagram]) -> usize {
+        self.tx_arena.clear();
+        let mut staged: Vec<(Range<usize>, SocketAddrAny)> = Vec::with_capacity(d.len());
+        let mut index: Vec<usize> = Vec::with_capacity(d.len());
+        for (n, x) in d.iter().enumerate() {
+            if !self.usable(x) {
+                TransportCounters::add(&self.counters.send_errors, 1);
+                continue;
+            }
+            match self.stage(x, 0) {
+                Some(r) => {
+                    let a =
+                        SocketAddrAny::from(SocketAddr::new(x.endpoints.dst, x.endpoints.dst_port));
+                    staged.push((r, a));
+                    index.push(n);
+                }
+                None => TransportCounters::add(&self.counters.send_errors, 1),
+            }
+        }
+        let mut start = 0;
+        while start < staged.len() {
+            let iovs: Vec<[IoSlice<'_>; 1]> = staged[start..]
+                .iter()
+                .map(|(r, _)| [IoSlice::new(&self.tx_arena[r.clone()])])
+                .collect();
+            let mut ctl: Vec<SendAncillaryBuffer<'_, '_, '_>> =
+                (0..iovs.len()).map(|_| SendAncillaryBuffer::default()).collect();
+            let mut msgs: Vec<MMsgHdr<'_>> = staged[start..]
+                .iter()
+                .zip(iovs.iter())
+                .zip(ctl.iter_mut())
+                .map(|(((_, a), iov), c)| MMsgHdr::new_with_addr(a, iov, c))
+                .collect();
+            let r = rustix::net::sendmmsg(&self.sock, &mut msgs, SendFlags::empty());
+            TransportCounters::add(&self.counters.send_syscalls, 1);
+            match r {
+                Ok(m) => {
+                    let bytes: usize = staged[start..start + m].iter().map(|(r, _)| r.len()).sum();
+                    if self.pcap.is_some() {
+                        for k in start..start + m {
+                            self.record_sent(&d[index[k]], 0, staged[k].0.clone());
+                        }
+                    }
+                    TransportCounters::add(&self.counters.dgrams_out, m as u64);
+                    TransportCounters::add(&self.counters.bytes_out, bytes as u64);
+                    start += m;
+                }
+                Err(rustix::io::Errno::INTR) => {}
+                Err(rustix::io::Errno::AGAIN) => {
+                    // Consumed: everything before the first unsent staged datagram.
+                    return index[start];
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "send failed");
+                    TransportCounters::add(&self.counters.send_errors, 1);
+                    start += 1;
+                }
+            }
+        }
+        d.len()
+    }
+
+    /// One non-blocking `recvmmsg`: split GRO messages, check ICRCs, append
+    /// the accepted datagrams to `out`. Returns the number of messages the
+    /// kernel returned (0 when nothing was waiting).
+    pub fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<usize> {
+        let mut msgs: Vec<RxMsg> = Vec::with_capacity(self.rx_bufs.len());
+        // Rebuilt per call: the headers hold raw pointers and are not Send.
+        let mut hdrs: MultiHeaders<SockaddrStorage> =
+            MultiHeaders::preallocate(self.rx_bufs.len(), Some(nix::cmsg_space!(i32)));
+        {
+            let mut iovs: Vec<[IoSliceMut<'_>; 1]> =
+                self.rx_bufs.iter_mut().map(|b| [IoSliceMut::new(&mut b[..])]).collect();
+            let r = nsock::recvmmsg(
+                self.sock.as_raw_fd(),
+                &mut hdrs,
+                &mut iovs,
+                MsgFlags::MSG_DONTWAIT,
+                None,
+            );
+            match r {
+                Ok(res) => {
+                    for m in res {
+                        let gro_size = m.cmsgs().ok().and_then(|mut it| {
+                            it.find_map(|c| match c {
+                                ControlMessageOwned::UdpGroSegments(s) => usize::try_from(s).ok(),
+                                _ => None,
+                            })
+                        });
+                        msgs.push(RxMsg {
+                            len: m.bytes,
+                            peer: m.address.as_ref().and_then(to_std),
+                            gro_size,
+                            truncated: m.flags.contains(MsgFlags::MSG_TRUNC),
+                        });
+                    }
+                }
+                Err(Errno::EAGAIN) | Err(Errno::EINTR) => return Ok(0),
+                Err(e) => {
+                    TransportCounters::add(&self.counters.recv_errors, 1);
+                    return Err(e.into());
+                }
+            }
+        }
+        if !msgs.is_empty() {
+            TransportCounters::add(&self.counters.recv_syscalls, 1);
+        }
+        for (i, m) in msgs.iter().enumerate() {
+            let Some(peer) = m.peer else {
+                TransportCounters::add(&self.counters.recv_errors, 1);
+                continue;
+            };
+            if m.truncated || m.len > self.rx_bufs[i].len() {
+                TransportCounters::add(&self.counters.truncated, 1);
+                continue;
+            }
+            let len = m.len;
+            let seg = match m.gro_size {
+                Some(s) if s > 0 && s < len => s,
+                _ => len.max(1),
+            };
+            let nseg = len.div_ceil(seg);
+            if nseg > 1 {
+                TransportCounters::add(&self.counters.gro_coalesced, 1);
+                TransportCounters::add(&self.counters.gro_segments, nseg as u64);
+            }
+            let ep = UdpEndpoints {
+                src: peer.ip(),
+                dst: self.local.ip(),
+                src_port: peer.port(),
+                dst_port: self.local.port(),
+            };
+            for k in 0..nseg {
+                let range = k * seg..((k + 1) * seg).min(len);
+                self.deliver(&ep, i, range, k, out);
+            }
+        }
+        Ok(msgs.len())
+    }
+
+    fn deliver(
+        &mut self,
+        ep: &UdpEndpoints,
+        buf: usize,
+        r: Range<usize>,
+        k: usize,
+        out: &mut Vec<Datagram>,
+    ) {
+        let c = self.counters.clone();
+        let payload = &self.rx_bufs[buf][r];
+        TransportCounters::add(&c.dgrams_in, 1);
+        TransportCounters::add(&c.bytes_in, payload.len() as u64);
+        let id = match self.cfg.rx_icrc {
+            RxIcrcPolicy::Off => {
+                TransportCounters::add(&c.icrc_unchecked, 1);
+                0
+            }
+            policy => {
+                let next = self.last_id.get(&ep.src).map(|v| v.wrapping_add(1)).unwrap_or(0);
+                let expected = [0, k as u16, next];
+                match rxcheck::check(ep, payload, &expected, policy == RxIcrcPolicy::SolveId) {
+                    RxIcrc::Exact { ipv4_id } => {
+                        TransportCounters::add(&c.icrc_ok_exact, 1);
+                        ipv4_id
+                    }
+                    RxIcrc::SolvedId { ipv4_id } => {
+                        TransportCounters::add(&c.icrc_ok_solved_id, 1);
+                        ipv4_id
+                    }
+                    RxIcrc::Bad => {
+                        TransportCounters::add(&c.icrc_bad, 1);
+                        tracing::debug!(src = %ep.src, len = payload.len(), "bad ICRC; dropped");
+                        return;
+                    }
+                }
+            }
+        };
+        if ep.src.is_ipv4() && self.cfg.rx_icrc != RxIcrcPolicy::Off {
+            // Bounded: a sender spoofing many source addresses cannot grow it.
+            if self.last_id.len() >= MAX_PEERS && !self.last_id.contains_key(&ep.src) {
+                self.last_id.clear();
+            }
+            self.last_id.insert(ep.src, id);
+        }
+        let meta = IpMeta { ipv4_id: id, ..IpMeta::default() };
+        let payload = Bytes::copy_from_slice(payload);
+        if let Some(p) = &mut self.pcap {
+            p.record(ep, &meta, &payload, &c);
+        }
+        out.push(Datagram { endpoints: *ep, meta, payload });
+    }
+}
+
+impl AsFd for UdpTransport {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+}
+
+impl core::fmt::Debug for UdpTransport {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("UdpTransport")
+            .field("local", &self.local)
+            .field("gso", &self.gso)
+            .field("gro", &self.gro)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,69 @@
+//! Helpers shared by the transport tests (loopback only, bounded loops).
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use roce_emulator::Datagram;
+use roce_packet::{pad_for, IpMeta, IpUdpHeader, Psn, Qpn, RoceRepr, UdpEndpoints};
+use roce_transport::{UdpConfig, UdpTransport};
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+/// A valid RC SEND_ONLY UDP payload of `payload_len` data bytes whose ICRC
+/// is computed the way the core does (its own endpoints, default meta).
+pub fn send_only(ep: &UdpEndpoints, qpn: u32, psn: u32, data: &[u8]) -> Datagram {
+    let mut repr = RoceRepr { payload_len: data.len(), ..RoceRepr::default() };
+    repr.bth.dest_qp = Qpn::new(qpn);
+    repr.bth.psn = Psn::new(psn);
+    repr.bth.pad_count = pad_for(data.len());
+    let mut buf = repr.to_vec(data).expect("emit");
+    let meta = IpMeta::default();
+    IpUdpHeader::build(ep, &meta, buf.len()).expect("hdr").fill_icrc(&mut buf);
+    Datagram { endpoints: *ep, meta, payload: Bytes::from(buf) }
+}
+
+/// Pattern bytes for message `i`.
+pub fn pattern(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i * 31 + j * 7) as u8).collect()
+}
+
+/// Bind `ip` on port 4791, or an ephemeral port if 4791 is taken.
+pub fn bind(ip: &str, f: impl Fn(&mut UdpConfig)) -> UdpTransport {
+    let ip: IpAddr = ip.parse().expect("ip");
+    let mut cfg = UdpConfig::on(ip);
+    f(&mut cfg);
+    match UdpTransport::bind(cfg.clone()) {
+        Ok(t) => t,
+        Err(_) => {
+            cfg.local = SocketAddr::new(ip, 0);
+            UdpTransport::bind(cfg).expect("bind ephemeral")
+        }
+    }
+}
+
+/// Endpoints as the core would fill them for a packet from `a` to `b`
+/// (per-QP source port 0xC123, destination = `b`'s real port).
+pub fn core_ep(a: &UdpTransport, b: &UdpTransport) -> UdpEndpoints {
+    UdpEndpoints {
+        src: a.local_addr().ip(),
+        dst: b.local_addr().ip(),
+        src_port: 0xC123,
+        dst_port: b.local_addr().port(),
+    }
+}
+
+/// Receive until `n` datagrams arrived or `limit` passed.
+pub fn recv_n(t: &mut UdpTransport, n: usize, limit: Duration) -> Vec<Datagram> {
+    let mut out = Vec::new();
+    let end = Instant::now() + limit;
+    while out.len() < n && Instant::now() < end {
+        if t.recv(&mut out).expect("recv") == 0 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    out
+}
+
+/// The IB part (BTH .. pad) of a payload, i.e. without the ICRC.
+pub fn body(p: &[u8]) -> &[u8] {
+    &p[..p.len() - 4]
+}

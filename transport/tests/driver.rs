@@ -1,0 +1,214 @@
+//! The driver thread between fake sans-IO nodes and real UDP transports.
+
+mod common;
+use common::*;
+use roce_emulator::{Datagram, Instant, SansIo};
+use roce_packet::UdpEndpoints;
+use roce_transport::{Driver, DriverConfig, DriverHandle};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A node that sends what is queued, records what it receives (optionally
+/// echoing it back) and fires timers.
+#[derive(Default)]
+struct Fake {
+    outbox: VecDeque<Datagram>,
+    inbox: Vec<(Instant, Datagram)>,
+    timers: Vec<Instant>,
+    fired: Vec<(Instant, Instant)>,
+    echo: bool,
+}
+
+impl SansIo for Fake {
+    fn handle_datagram(&mut self, now: Instant, d: Datagram) {
+        if self.echo {
+            let ep = UdpEndpoints {
+                src: d.endpoints.dst,
+                dst: d.endpoints.src,
+                src_port: 0xC000,
+                dst_port: d.endpoints.src_port,
+            };
+            // Same RoCE bytes; the transport recomputes the ICRC for the wire.
+            self.outbox.push_back(Datagram {
+                endpoints: ep,
+                meta: d.meta,
+                payload: d.payload.clone(),
+            });
+        }
+        self.inbox.push((now, d));
+    }
+    fn poll_transmit(&mut self, _now: Instant) -> Option<Datagram> {
+        self.outbox.pop_front()
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.iter().min().copied()
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        let (due, rest): (Vec<_>, Vec<_>) = self.timers.iter().partition(|&&t| t <= now);
+        self.timers = rest;
+        for t in due {
+            self.fired.push((t, now));
+        }
+    }
+}
+
+fn wait_until(h: &DriverHandle, limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + limit;
+    let mut seen = h.progress();
+    while !cond() {
+        if std::time::Instant::now() >= end {
+            return false;
+        }
+        seen = h.wait_for_progress(seen, Duration::from_millis(20));
+    }
+    true
+}
+
+#[test]
+fn echo_between_two_driven_nodes() {
+    let ta = bind("127.1.11.2", |_| {});
+    let tb = bind("127.1.11.3", |_| {});
+    let ep = core_ep(&ta, &tb);
+    let a = Arc::new(Mutex::new(Fake::default()));
+    let b = Arc::new(Mutex::new(Fake { echo: true, ..Fake::default() }));
+    let sent: Vec<_> = (0..200).map(|i| send_only(&ep, 4, i, &pattern(i as usize, 1024))).collect();
+    a.lock().unwrap().outbox.extend(sent.iter().cloned());
+    let ha = Driver::spawn(a.clone(), ta).unwrap();
+    let hb = Driver::spawn(b.clone(), tb).unwrap();
+    assert!(wait_until(&ha, Duration::from_secs(10), || a.lock().unwrap().inbox.len() >= 200));
+    let a = a.lock().unwrap();
+    assert_eq!(a.inbox.len(), 200);
+    for (s, (_, g)) in sent.iter().zip(&a.inbox) {
+        assert_eq!(body(&s.payload), body(&g.payload), "in order, intact");
+        assert!(roce_packet::frame::verify_icrc(&g.endpoints, &g.meta, &g.payload));
+    }
+    assert_eq!(b.lock().unwrap().inbox.len(), 200);
+    let (ca, cb) = (ha.counters(), hb.counters());
+    assert_eq!((ca.dgrams_out, ca.dgrams_in), (200, 200));
+    assert_eq!((cb.dgrams_out, cb.dgrams_in), (200, 200));
+    assert_eq!(ca.icrc_ok_exact + cb.icrc_ok_exact, 400);
+    assert!(ca.gso_segments >= 100, "equal sizes go out with GSO: {ca:?}");
+    assert!(ha.progress() > 0);
+}
+
+#[test]
+fn timers_fire_when_due() {
+    let t = bind("127.1.12.2", |_| {});
+    let n = Arc::new(Mutex::new(Fake::default()));
+    let h = Driver::spawn(n.clone(), t).unwrap();
+    let now = h.now();
+    let deadlines = [now + Duration::from_millis(30), now + Duration::from_millis(60)];
+    n.lock().unwrap().timers.extend(deadlines);
+    h.notify();
+    assert!(wait_until(&h, Duration::from_secs(5), || n.lock().unwrap().fired.len() == 2));
+    let fired = n.lock().unwrap().fired.clone();
+    for ((deadline, at), want) in fired.iter().zip(deadlines) {
+        assert_eq!(*deadline, want);
+        assert!(*at >= want, "not early");
+        let late = *at - want;
+        assert!(late < Duration::from_millis(250), "fired {late:?} late");
+    }
+    assert!(n.lock().unwrap().timers.is_empty());
+}
+
+fn one_way_latency(notify: bool, octet: u8) -> Duration {
+    let cfg = DriverConfig { max_idle: Duration::from_millis(300), ..DriverConfig::default() };
+    let ta = bind(&format!("127.1.{octet}.2"), |_| {});
+    let tb = bind(&format!("127.1.{octet}.3"), |_| {});
+    let ep = core_ep(&ta, &tb);
+    let a = Arc::new(Mutex::new(Fake::default()));
+    let b = Arc::new(Mutex::new(Fake::default()));
+    let ha = Driver::spawn_with(a.clone(), ta, cfg.clone()).unwrap();
+    let hb = Driver::spawn_with(b.clone(), tb, cfg).unwrap();
+    let mut lat = Vec::new();
+    for i in 0..5 {
+        std::thread::sleep(Duration::from_millis(37));
+        let t0 = std::time::Instant::now();
+        a.lock().unwrap().outbox.push_back(send_only(&ep, 1, i, &pattern(0, 64)));
+        if notify {
+            ha.notify();
+        }
+        assert!(
+            wait_until(&hb, Duration::from_secs(5), || b.lock().unwrap().inbox.len() > i as usize)
+        );
+        lat.push(t0.elapsed());
+    }
+    lat.sort();
+    lat[lat.len() / 2]
+}
+
+#[test]
+fn notify_sends_posted_work_promptly() {
+    let with = one_way_latency(true, 13);
+    let without = one_way_latency(false, 14);
+    eprintln!("median post->delivery latency: with notify {with:?}, without {without:?} (max_idle 300 ms)");
+    assert!(with < Duration::from_millis(50), "with notify: {with:?}");
+    assert!(without > with, "without notify the packet waits for the next wake-up");
+}
+
+#[test]
+fn progress_hook_and_bounded_shutdown() {
+    let ta = bind("127.1.15.2", |_| {});
+    let tb = bind("127.1.15.3", |_| {});
+    let ep = core_ep(&ta, &tb);
+    let a = Arc::new(Mutex::new(Fake::default()));
+    let b = Arc::new(Mutex::new(Fake::default()));
+    let ha = Driver::spawn(a.clone(), ta).unwrap();
+    let hb = Driver::spawn(b.clone(), tb).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    hb.on_progress(move || {
+        let _ = tx.send(());
+    });
+    a.lock().unwrap().outbox.push_back(send_only(&ep, 1, 1, &pattern(0, 64)));
+    ha.notify();
+    rx.recv_timeout(Duration::from_secs(5)).expect("hook ran");
+    assert_eq!(b.lock().unwrap().inbox.len(), 1);
+    let t0 = std::time::Instant::now();
+    let t = hb.shutdown().expect("thread stopped and returned the transport");
+    assert!(t0.elapsed() < Duration::from_secs(1));
+    assert_eq!(t.snapshot().dgrams_in, 1);
+    let t0 = std::time::Instant::now();
+    drop(ha);
+    assert!(t0.elapsed() < Duration::from_secs(1));
+}
+
+#[test]
+fn pcap_records_sent_and_received_frames() {
+    let path =
+        std::env::temp_dir().join(format!("roce_transport_driver_{}.pcap", std::process::id()));
+    let p2 = path.clone();
+    let ta = bind("127.1.16.2", move |c| c.pcap = Some(p2.clone()));
+    let tb = bind("127.1.16.3", |_| {});
+    let ep = core_ep(&ta, &tb);
+    let (pa, pb) = (ta.local_addr().port(), tb.local_addr().port());
+    let a = Arc::new(Mutex::new(Fake::default()));
+    let b = Arc::new(Mutex::new(Fake { echo: true, ..Fake::default() }));
+    let sent: Vec<_> =
+        (0..10).map(|i| send_only(&ep, 4, i, &pattern(i as usize, 256 + i as usize))).collect();
+    a.lock().unwrap().outbox.extend(sent.iter().cloned());
+    let ha = Driver::spawn(a.clone(), ta).unwrap();
+    let _hb = Driver::spawn(b.clone(), tb).unwrap();
+    assert!(wait_until(&ha, Duration::from_secs(5), || a.lock().unwrap().inbox.len() == 10));
+    let t = ha.shutdown().expect("stopped");
+    assert_eq!(t.snapshot().pcap_frames, 20);
+    drop(t);
+    let frames = roce_packet::pcap::read_capture_file(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(frames.len(), 20);
+    let mut out = 0;
+    for f in &frames {
+        let ds = match roce_packet::frame::parse_frame(f.linktype, &f.data, pb).unwrap() {
+            Some(d) => d,
+            None => roce_packet::frame::parse_frame(f.linktype, &f.data, pa).unwrap().unwrap(),
+        };
+        for d in ds {
+            assert!(d.icrc_ok(), "recorded header is the one the ICRC was computed over");
+            if d.endpoints.src.to_string() == "127.1.16.2" {
+                out += 1;
+            }
+        }
+        assert!(f.timestamp > Duration::from_secs(1_600_000_000));
+    }
+    assert_eq!(out, 10);
+}

@@ -1,0 +1,241 @@
+//! Two UDP transports on loopback exchanging RoCE datagrams.
+
+mod common;
+use common::*;
+use roce_packet::frame::verify_icrc;
+use roce_transport::RxIcrcPolicy;
+use std::net::UdpSocket;
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(5);
+
+fn exchange(
+    a_ip: &str,
+    b_ip: &str,
+    gso: bool,
+    gro: bool,
+    n: usize,
+    sizes: &dyn Fn(usize) -> usize,
+) {
+    let mut a = bind(a_ip, |c| c.gso = gso);
+    let mut b = bind(b_ip, |c| c.gro = gro);
+    assert_eq!(a.gso_enabled(), gso);
+    assert_eq!(b.gro_enabled(), gro);
+    let ep = core_ep(&a, &b);
+    let sent: Vec<_> =
+        (0..n).map(|i| send_only(&ep, 0x11, i as u32, &pattern(i, sizes(i)))).collect();
+    let o = a.send(&sent);
+    assert_eq!(o.consumed, n);
+    assert!(!o.would_block);
+    let got = recv_n(&mut b, n, T);
+    assert_eq!(got.len(), n, "{:?} {:?}", a.snapshot(), b.snapshot());
+    for (s, g) in sent.iter().zip(&got) {
+        // Same BTH..pad bytes; the ICRC was recomputed for the wire header.
+        assert_eq!(body(&s.payload), body(&g.payload));
+        assert_eq!(g.endpoints.src, a.local_addr().ip());
+        assert_eq!(g.endpoints.src_port, a.local_addr().port());
+        assert_eq!(g.endpoints.dst, b.local_addr().ip());
+        assert_eq!(g.endpoints.dst_port, b.local_addr().port());
+        // What the core checks on receive: exact ICRC with the delivered meta.
+        assert!(verify_icrc(&g.endpoints, &g.meta, &g.payload));
+    }
+    let ca = a.snapshot();
+    let cb = b.snapshot();
+    assert_eq!(ca.dgrams_out, n as u64);
+    assert_eq!(ca.bytes_out, sent.iter().map(|d| d.payload.len() as u64).sum::<u64>());
+    assert_eq!(ca.icrc_recomputed, n as u64, "source port differs from the core's");
+    assert_eq!(ca.send_errors, 0);
+    assert_eq!(cb.dgrams_in, n as u64);
+    let ids: Vec<u16> = got.iter().map(|g| g.meta.ipv4_id).collect();
+    assert_eq!(cb.icrc_ok_exact, n as u64, "{cb:?} {ids:?}");
+    assert_eq!(cb.icrc_ok_solved_id + cb.icrc_bad + cb.truncated, 0);
+    if gso {
+        assert!(ca.gso_sends >= 1, "{ca:?}");
+        // Runs of equal sizes go out as GSO; odd sizes as single datagrams.
+        let equal_runs =
+            sent.windows(2).filter(|w| w[0].payload.len() == w[1].payload.len()).count();
+        assert!(ca.gso_segments as usize >= equal_runs && ca.gso_segments <= n as u64, "{ca:?}");
+        assert!(ca.send_syscalls < n as u64);
+    } else {
+        assert_eq!(ca.gso_sends, 0);
+        assert!(ca.send_syscalls <= n.div_ceil(32) as u64 + 1, "{ca:?}");
+    }
+    if gso && gro {
+        assert!(cb.gro_coalesced >= 1, "{cb:?}");
+        assert!(cb.recv_syscalls < n as u64);
+    }
+}
+
+#[test]
+fn ipv4_batched_without_gso() {
+    exchange("127.1.0.2", "127.1.0.3", false, false, 40, &|i| [0, 1, 64, 1024, 4096][i % 5]);
+}
+
+#[test]
+fn ipv4_gso_to_gro_receiver() {
+    exchange("127.1.1.2", "127.1.1.3", true, true, 40, &|_| 1024);
+}
+
+#[test]
+fn ipv4_gso_to_plain_receiver_uses_id_prediction() {
+    // The kernel segments on receive; segment k carries id k, which the
+    // receiver predicts from the previous datagram (exact check, no solving).
+    exchange("127.1.2.2", "127.1.2.3", true, false, 40, &|_| 4096);
+}
+
+#[test]
+fn ipv4_mixed_sizes_with_gso_and_gro() {
+    exchange("127.1.3.2", "127.1.3.3", true, true, 50, &|i| if i % 10 < 7 { 1024 } else { 60 + i });
+}
+
+#[test]
+fn ipv6_two_ports_on_loopback() {
+    let mut a = bind("::1", |c| c.local.set_port(0));
+    let mut b = bind("::1", |c| c.local.set_port(0));
+    assert_ne!(a.local_addr().port(), b.local_addr().port());
+    let ep = core_ep(&a, &b);
+    let sent: Vec<_> = (0..20).map(|i| send_only(&ep, 7, i, &pattern(i as usize, 512))).collect();
+    assert_eq!(a.send(&sent).consumed, 20);
+    let got = recv_n(&mut b, 20, T);
+    assert_eq!(got.len(), 20);
+    for (s, g) in sent.iter().zip(&got) {
+        assert_eq!(body(&s.payload), body(&g.payload));
+        assert!(verify_icrc(&g.endpoints, &g.meta, &g.payload));
+    }
+    assert_eq!(b.snapshot().icrc_ok_exact, 20);
+    assert_eq!(a.snapshot().dgrams_out, 20);
+}
+
+#[test]
+fn flipped_bit_is_counted_bad_and_dropped() {
+    let mut b = bind("127.1.4.3", |_| {});
+    let raw = UdpSocket::bind("127.1.4.2:0").unwrap();
+    let ep = roce_packet::UdpEndpoints {
+        src: "127.1.4.2".parse().unwrap(),
+        dst: b.local_addr().ip(),
+        src_port: raw.local_addr().unwrap().port(),
+        dst_port: b.local_addr().port(),
+    };
+    let good = send_only(&ep, 3, 9, &pattern(1, 200));
+    let mut bad = good.payload.to_vec();
+    bad[100] ^= 0x04;
+    raw.send_to(&bad, b.local_addr()).unwrap();
+    raw.send_to(&good.payload, b.local_addr()).unwrap();
+    let got = recv_n(&mut b, 1, T);
+    std::thread::sleep(Duration::from_millis(20));
+    let mut more = Vec::new();
+    b.recv(&mut more).unwrap();
+    assert_eq!(got.len() + more.len(), 1, "only the good datagram is delivered");
+    assert_eq!(got[0].payload, good.payload);
+    let c = b.snapshot();
+    assert_eq!(c.dgrams_in, 2);
+    assert_eq!(c.icrc_bad, 1);
+    assert_eq!(c.icrc_ok_exact, 1);
+}
+
+fn with_id(ep: &roce_packet::UdpEndpoints, id: u16) -> Vec<u8> {
+    let d = send_only(ep, 5, 77, &pattern(3, 300));
+    let mut p = d.payload.to_vec();
+    let meta = roce_packet::IpMeta { ipv4_id: id, ..Default::default() };
+    roce_packet::frame::fill_icrc(ep, &meta, &mut p).unwrap();
+    p
+}
+
+#[test]
+fn unknown_nonzero_id_is_solved_or_rejected_by_policy() {
+    for (policy, ip) in
+        [(RxIcrcPolicy::SolveId, "127.1.5.3"), (RxIcrcPolicy::ExactOnly, "127.1.6.3")]
+    {
+        let mut b = bind(ip, |c| c.rx_icrc = policy);
+        let raw = UdpSocket::bind((ip.replace(".3", ".2").as_str(), 0)).unwrap();
+        let ep = roce_packet::UdpEndpoints {
+            src: raw.local_addr().unwrap().ip(),
+            dst: b.local_addr().ip(),
+            src_port: raw.local_addr().unwrap().port(),
+            dst_port: b.local_addr().port(),
+        };
+        // An ICRC computed for identification 0x4d2 (as an rxe peer would send).
+        let p = with_id(&ep, 0x4d2);
+        raw.send_to(&p, b.local_addr()).unwrap();
+        // The next one with id + 1 is predicted: exact.
+        let p2 = with_id(&ep, 0x4d3);
+        raw.send_to(&p2, b.local_addr()).unwrap();
+        let got = recv_n(&mut b, 2, Duration::from_millis(500));
+        let c = b.snapshot();
+        assert_eq!(c.dgrams_in, 2);
+        match policy {
+            RxIcrcPolicy::SolveId => {
+                assert_eq!(got.len(), 2);
+                assert_eq!(got[0].meta.ipv4_id, 0x4d2);
+                assert_eq!(got[1].meta.ipv4_id, 0x4d3);
+                assert!(verify_icrc(&got[0].endpoints, &got[0].meta, &got[0].payload));
+                assert_eq!((c.icrc_ok_solved_id, c.icrc_ok_exact, c.icrc_bad), (1, 1, 0));
+            }
+            _ => {
+                assert!(got.is_empty());
+                assert_eq!((c.icrc_ok_solved_id, c.icrc_ok_exact, c.icrc_bad), (0, 0, 2));
+            }
+        }
+    }
+}
+
+#[test]
+fn policy_off_delivers_unchecked() {
+    let mut b = bind("127.1.7.3", |c| c.rx_icrc = RxIcrcPolicy::Off);
+    let raw = UdpSocket::bind("127.1.7.2:0").unwrap();
+    raw.send_to(&[0u8; 40], b.local_addr()).unwrap();
+    let got = recv_n(&mut b, 1, T);
+    assert_eq!(got.len(), 1);
+    assert_eq!(&got[0].payload[..], &[0u8; 40][..]);
+    assert_eq!(b.snapshot().icrc_unchecked, 1);
+}
+
+#[test]
+fn wrong_family_and_oversized_are_send_errors() {
+    let mut a = bind("127.1.8.2", |c| c.gso = false);
+    let b = bind("127.1.8.3", |_| {});
+    let mut ep = core_ep(&a, &b);
+    let ok = send_only(&ep, 1, 1, &pattern(0, 16));
+    ep.dst = "::1".parse().unwrap();
+    let v6 = roce_emulator::Datagram { endpoints: ep, ..ok.clone() };
+    let o = a.send(&[v6, ok]);
+    assert_eq!(o.consumed, 2);
+    let c = a.snapshot();
+    assert_eq!(c.send_errors, 1);
+    assert_eq!(c.dgrams_out, 1);
+}
+
+#[test]
+fn unspecified_bind_is_refused() {
+    let cfg = roce_transport::UdpConfig::new("0.0.0.0:0".parse().unwrap());
+    assert!(matches!(
+        roce_transport::UdpTransport::bind(cfg),
+        Err(roce_transport::TransportError::Unspecified(_))
+    ));
+}
+
+#[test]
+fn many_devices_on_distinct_loopback_addresses() {
+    // Five devices on 127.1.9.2..=6, each sends one datagram to every other.
+    let mut ts: Vec<_> = (2..7).map(|i| bind(&format!("127.1.9.{i}"), |_| {})).collect();
+    for i in 0..ts.len() {
+        let mut out = Vec::new();
+        for j in 0..ts.len() {
+            if i != j {
+                out.push(send_only(&core_ep(&ts[i], &ts[j]), j as u32, i as u32, &pattern(i, 100)));
+            }
+        }
+        assert_eq!(ts[i].send(&out).consumed, 4);
+    }
+    for (j, t) in ts.iter_mut().enumerate() {
+        let got = recv_n(t, 4, T);
+        assert_eq!(got.len(), 4, "device {j}");
+        let mut srcs: Vec<_> = got.iter().map(|d| d.endpoints.src.to_string()).collect();
+        srcs.sort();
+        let mut want: Vec<_> =
+            (2..7).filter(|&k| k - 2 != j).map(|k| format!("127.1.9.{k}")).collect();
+        want.sort();
+        assert_eq!(srcs, want);
+        assert_eq!(t.snapshot().icrc_ok_exact, 4);
+    }
+}
