@@ -161,6 +161,8 @@ macro_rules! flags {
     };
 }
 
+pub(crate) use flags;
+
 flags!(
     /// `enum ibv_qp_attr_mask`.
     AttrMask {
