@@ -106,6 +106,8 @@ pub struct Style {
     pub color: bool,
     /// Ladder: mark pauses longer than this many milliseconds.
     pub gap_ms: f64,
+    /// The capture's file name (SVG title).
+    pub name: String,
 }
 
 fn seconds(d: Duration) -> f64 {
@@ -166,6 +168,18 @@ fn print_item(it: &Item, style: &Style, out: &mut dyn Write) -> io::Result<()> {
     Ok(())
 }
 
+/// The SVG title: capture name and what is shown.
+fn title(style: &Style, shown: &[&Item]) -> String {
+    let mut t = style.name.clone();
+    if let (Some(a), Some(b)) = (shown.first(), shown.last()) {
+        t.push_str(&format!("  frames {}-{}", a.frame(), b.frame()));
+    }
+    if let Some(q) = style.filter.follow {
+        t.push_str(&format!("  (conversation of QP {q:#x})"));
+    }
+    t
+}
+
 /// Decode all frames, print them as `style` says; returns the counts
 /// (always of the whole capture, whatever is shown).
 pub fn decode_frames(
@@ -191,7 +205,8 @@ pub fn decode_frames(
         return Ok(summary);
     }
     if style.ladder || style.svg.is_some() {
-        let d = ladder::Diagram::build(&a, &shown, style.gap_ms);
+        let mut d = ladder::Diagram::build(&a, &shown, style.gap_ms);
+        d.title = title(style, &shown);
         if let Some(path) = &style.svg {
             let text = svg::render(&d);
             std::fs::write(path, text).map_err(|e| {
@@ -235,6 +250,7 @@ pub fn decode_file(args: &DecodeArgs, out: &mut dyn Write) -> Result<Summary, De
         stats: v.stats,
         color: !v.no_color && std::io::stdout().is_terminal(),
         gap_ms: v.gap,
+        name: args.file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
     };
     decode_frames(&frames, args.port, &style, out)
 }

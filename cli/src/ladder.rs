@@ -122,6 +122,8 @@ pub struct Diagram {
     pub rows: Vec<Row>,
     /// RNR waits.
     pub waits: Vec<Wait>,
+    /// A title (the SVG shows it above the lanes).
+    pub title: String,
 }
 
 fn short_opcode(name: &str) -> &str {

@@ -12,12 +12,15 @@ use crate::ladder::{Class, Diagram, Row};
 use core::fmt::Write;
 
 const LEFT: f64 = 120.0;
-const TOP: f64 = 96.0;
+const TOP: f64 = 118.0;
 const ROW: f64 = 34.0;
 const MARK_ROW: f64 = 14.0;
 const GAP_ROW: f64 = 30.0;
 const SLANT: f64 = 10.0;
 const CHAR_W: f64 = 7.3;
+/// Right edge of the time column and left edge of the frame column.
+const AXIS_T: f64 = 66.0;
+const AXIS_F: f64 = 72.0;
 
 /// Escape text for SVG character data and attribute values.
 pub fn escape(s: &str) -> String {
@@ -94,7 +97,7 @@ pub fn render(d: &Diagram) -> String {
     }
     let bottom = y + 10.0;
     let legend_y = bottom + 20.0;
-    let height = legend_y + 70.0;
+    let height = legend_y + 90.0;
 
     let mut s = String::new();
     let _ = writeln!(
@@ -136,21 +139,35 @@ pub fn render(d: &Diagram) -> String {
     // Header boxes and lanes.
     let _ = writeln!(
         s,
-        r#"<text x="12" y="{:.0}" class="axis">time (ms)</text><text x="12" y="{:.0}" class="axis">   frame</text>"#,
-        TOP - 30.0,
+        r#"<text x="{AXIS_T}" y="{:.0}" class="axis" text-anchor="end">ms</text><text x="{AXIS_F}" y="{:.0}" class="axis">frame</text>"#,
+        TOP - 16.0,
         TOP - 16.0
     );
+    let _ = writeln!(
+        s,
+        r##"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{bottom:.1}" stroke="#cfd8dc"/>"##,
+        LEFT - 8.0,
+        TOP - 8.0,
+        LEFT - 8.0
+    );
+    if !d.title.is_empty() {
+        let _ = writeln!(
+            s,
+            r#"<text x="12" y="30" font-size="14" font-weight="bold">{}</text>"#,
+            escape(&d.title)
+        );
+    }
     for (i, e) in d.lanes.iter().enumerate() {
         let x = lane_x(i);
         let _ = writeln!(
             s,
-            r#"<g class="head"><rect x="{:.1}" y="14" width="170" height="50" rx="6"/><text x="{x:.1}" y="35" text-anchor="middle" font-weight="bold">{}</text><text x="{x:.1}" y="54" text-anchor="middle">{}</text></g>"#,
+            r#"<g class="head"><rect x="{:.1}" y="40" width="170" height="46" rx="6"/><text x="{x:.1}" y="59" text-anchor="middle" font-weight="bold">{}</text><text x="{x:.1}" y="77" text-anchor="middle">{}</text></g>"#,
             x - 85.0,
             escape(&e.ip.to_string()),
             escape(&qp_text(e))
         );
         let _ =
-            writeln!(s, r#"<line class="lane" x1="{x:.1}" y1="64" x2="{x:.1}" y2="{bottom:.1}"/>"#);
+            writeln!(s, r#"<line class="lane" x1="{x:.1}" y1="86" x2="{x:.1}" y2="{bottom:.1}"/>"#);
     }
 
     // RNR waits, under the arrows.
@@ -175,9 +192,10 @@ pub fn render(d: &Diagram) -> String {
                 let (x1, x2) = (lane_x(a.from), lane_x(a.to));
                 let _ = writeln!(
                     s,
-                    r#"<text x="12" y="{:.1}" class="axis">{:>9.3}  #{}</text>"#,
+                    r#"<text x="{AXIS_T}" y="{:.1}" class="axis" text-anchor="end">{:.3}</text><text x="{AXIS_F}" y="{:.1}" class="axis">#{}</text>"#,
                     y + 4.0,
                     a.time * 1000.0,
+                    y + 4.0,
                     a.frame
                 );
                 let _ = write!(s, r#"<g class="arrow {}">"#, a.class.css());
@@ -230,7 +248,7 @@ pub fn render(d: &Diagram) -> String {
                 let cx = (lane_x(0) + lane_x(d.lanes.len().saturating_sub(1))) / 2.0;
                 let _ = writeln!(
                     s,
-                    r#"<g class="gap"><text x="12" y="{:.1}" class="axis">   ≈</text><text x="{cx:.1}" y="{:.1}" text-anchor="middle">{}</text></g>"#,
+                    r#"<g class="gap"><text x="{AXIS_T}" y="{:.1}" class="axis" text-anchor="end">⋮</text><text x="{cx:.1}" y="{:.1}" text-anchor="middle">{}</text></g>"#,
                     y + 4.0,
                     y + 4.0,
                     escape(&text)
@@ -239,9 +257,10 @@ pub fn render(d: &Diagram) -> String {
             Row::Note { frame, time, text } => {
                 let _ = writeln!(
                     s,
-                    r#"<g class="note bad"><text x="12" y="{:.1}" class="axis">{:>9.3}  #{frame}</text><text class="mark" x="{:.1}" y="{:.1}">{}</text></g>"#,
+                    r#"<g class="note bad"><text x="{AXIS_T}" y="{:.1}" class="axis" text-anchor="end">{:.3}</text><text x="{AXIS_F}" y="{:.1}" class="axis">#{frame}</text><text class="mark" x="{:.1}" y="{:.1}">{}</text></g>"#,
                     y + 4.0,
                     time * 1000.0,
+                    y + 4.0,
                     LEFT + 10.0,
                     y + 4.0,
                     escape(text)
@@ -260,30 +279,30 @@ pub fn render(d: &Diagram) -> String {
         (Class::Bad, "bad ICRC / malformed"),
     ];
     let _ = writeln!(s, r#"<g class="legend" font-size="12">"#);
-    let mut lx = 12.0;
-    for (c, name) in items {
+    for (k, (c, name)) in items.iter().enumerate() {
+        let lx = 12.0 + (k % 3) as f64 * 230.0;
+        let ly = legend_y + (k / 3) as f64 * 20.0;
         let _ = writeln!(
             s,
             r#"<g class="{0}"><line x1="{lx:.1}" y1="{1:.1}" x2="{2:.1}" y2="{1:.1}" marker-end="url(#head-{0})"/><text x="{3:.1}" y="{4:.1}">{5}</text></g>"#,
             c.css(),
-            legend_y,
+            ly,
             lx + 34.0,
             lx + 42.0,
-            legend_y + 4.0,
+            ly + 4.0,
             name
         );
-        lx += 48.0 + name.len() as f64 * 7.0 + 16.0;
     }
     let _ = writeln!(
         s,
         r#"<rect class="wait" x="12" y="{:.1}" width="12" height="18"/><text x="32" y="{:.1}">RNR wait on the requester's lane (from the RNR NAK to the retry)</text>"#,
-        legend_y + 16.0,
-        legend_y + 29.0
+        legend_y + 36.0,
+        legend_y + 49.0
     );
     let _ = writeln!(
         s,
         r##"<text x="12" y="{:.1}" fill="#666">Time runs down, one row per packet (not to scale); pauses longer than the threshold get a “… ms …” row.</text>"##,
-        legend_y + 54.0
+        legend_y + 74.0
     );
     s.push_str("</g>\n</svg>\n");
     s
