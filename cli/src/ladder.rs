@@ -325,6 +325,9 @@ impl Diagram {
     }
 }
 
+/// Row index standing for the header (no RNR wait marks).
+const HEADER: usize = usize::MAX;
+
 /// Width of the time and frame columns.
 const PREFIX: usize = 19;
 
@@ -370,7 +373,7 @@ pub fn write_text(d: &Diagram, color: bool, explain: bool, out: &mut dyn Write) 
         })
         .max()
         .unwrap_or(0);
-    let g = (longest + 8).clamp(22, 48);
+    let g = (longest + 8).clamp(22, 56);
     let x = |i: usize| PREFIX + g / 2 + i * g;
     let width = PREFIX + n * g;
     let (bold, dim, reset) = if color { ("\x1b[1m", "\x1b[2m", "\x1b[0m") } else { ("", "", "") };
@@ -390,14 +393,14 @@ pub fn write_text(d: &Diagram, color: bool, explain: bool, out: &mut dyn Write) 
     let lanes_row = |row: usize, c: char| {
         let mut l = vec![' '; width];
         for i in 0..n {
-            l[x(i)] = if d.waiting(i, row) { '┃' } else { c };
+            l[x(i)] = if row != HEADER && d.waiting(i, row) { '┃' } else { c };
         }
         l
     };
     let trim = |l: Vec<char>| l.into_iter().collect::<String>().trim_end().to_string();
     writeln!(out, "{bold}{}{reset}", trim(l1))?;
     writeln!(out, "{bold}{}{reset}", trim(l2))?;
-    writeln!(out, "{}", trim(lanes_row(usize::MAX, '│')))?;
+    writeln!(out, "{}", trim(lanes_row(HEADER, '│')))?;
 
     for (ri, row) in d.rows.iter().enumerate() {
         match row {

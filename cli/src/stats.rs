@@ -311,8 +311,12 @@ pub fn write_text(convs: &[ConvStats], out: &mut dyn Write) -> io::Result<()> {
         if c.other_packets > 0 {
             writeln!(
                 out,
-                "  {} packets outside any request/response stream (UD, CNP, or unmatched responses)",
-                c.other_packets
+                "  {} outside any request/response stream (UD, CNP, or unmatched responses)",
+                if c.other_packets == 1 {
+                    "1 packet".to_string()
+                } else {
+                    format!("{} packets", c.other_packets)
+                }
             )?;
         }
         for (_, s) in &c.streams {
