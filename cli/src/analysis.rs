@@ -119,7 +119,7 @@ pub struct Analysis {
 impl Analysis {
     /// An empty analysis.
     pub fn new() -> Analysis {
-        Analysis::default()
+        Analysis { explainer: Explainer::new(), ..Analysis::default() }
     }
 
     /// Analyse and keep one packet.

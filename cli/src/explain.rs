@@ -143,6 +143,7 @@ impl Explainer {
     }
 
     /// Plain-English lines for `r`, updating the connection state.
+    #[cfg(test)]
     pub fn explain(&mut self, r: &Record) -> Vec<String> {
         self.analyze(r).0
     }

@@ -320,6 +320,7 @@ impl Diagram {
     }
 
     /// Number of arrows.
+    #[cfg(test)]
     pub fn arrows(&self) -> usize {
         self.rows.iter().filter(|r| matches!(r, Row::Arrow(_))).count()
     }
@@ -460,3 +461,7 @@ pub fn write_text(d: &Diagram, color: bool, explain: bool, out: &mut dyn Write) 
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "ladder_tests.rs"]
+mod tests;
