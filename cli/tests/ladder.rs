@@ -333,6 +333,10 @@ fn ladder_conflicts_with_json() {
     assert_eq!(o.status.code(), Some(2));
     let o = decode(&capture("rnr.pcap"), &["--stats", "--ladder"]);
     assert_eq!(o.status.code(), Some(2));
+    // An SVG that cannot be written is an error, not a panic.
+    let o = decode(&capture("rnr.pcap"), &["--svg", "/nonexistent-dir/x.svg"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent-dir/x.svg: cannot write"));
 }
 
 #[test]
