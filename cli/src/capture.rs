@@ -1,12 +1,13 @@
 //! Reading a capture file and printing its RoCEv2 packets.
 
-use crate::explain::Explainer;
+use crate::analysis::{Analysis, Filter, Item};
 use crate::record::{udp_checksum_ok, Gso, Input, Record};
-use crate::{human, DecodeArgs};
+use crate::{human, ladder, stats, svg, DecodeArgs};
 use core::fmt;
 use roce_packet::frame::{parse_frame, RoceDatagram};
 use roce_packet::pcap::{read_capture_file, CapturedFrame};
-use std::io::{self, Write};
+use std::io::{self, IsTerminal, Write};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Counts printed in the final summary line.
@@ -87,106 +88,140 @@ pub fn frame_records(number: u64, time: f64, dgs: &[RoceDatagram]) -> Vec<Record
 }
 
 /// How the output looks.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Style {
     /// JSON lines instead of text.
     pub json: bool,
     /// Plain-English explanation after each text line.
     pub explain: bool,
-    /// Only bad packets.
-    pub bad_only: bool,
-}
-
-/// Prints records and keeps the counts and the explainer's state.
-pub struct Printer {
-    style: Style,
-    explainer: Explainer,
-    /// Running counts.
-    pub summary: Summary,
-}
-
-impl Printer {
-    /// A printer with empty state.
-    pub fn new(style: Style) -> Printer {
-        Printer { style, explainer: Explainer::new(), summary: Summary::default() }
-    }
-
-    /// Account for and print one record.
-    pub fn record(&mut self, r: &Record, out: &mut dyn Write) -> io::Result<()> {
-        self.summary.packets += 1;
-        let bad = r.is_bad();
-        if bad {
-            self.summary.bad += 1;
-        }
-        // The explainer sees every packet so its state stays right even when
-        // only the bad ones are printed.
-        let lines = if self.style.explain { self.explainer.explain(r) } else { Vec::new() };
-        if self.style.bad_only && !bad {
-            return Ok(());
-        }
-        if self.style.json {
-            writeln!(out, "{}", r.to_json())?;
-        } else {
-            writeln!(out, "{}", human::line(r))?;
-            for l in lines {
-                writeln!(out, "        {l}")?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Account for and print a frame sent to the RoCE port whose IP/UDP
-    /// lengths are inconsistent (no datagram could be extracted).
-    pub fn broken(
-        &mut self,
-        number: u64,
-        time: f64,
-        why: &str,
-        out: &mut dyn Write,
-    ) -> io::Result<()> {
-        self.summary.packets += 1;
-        self.summary.bad += 1;
-        if self.style.json {
-            let v = serde_json::json!({"frame": number, "errors": [why]});
-            writeln!(out, "{v}")?;
-        } else {
-            writeln!(out, "{number:>5}  {time:.6}  UDP to the RoCEv2 port  MALFORMED: {why}")?;
-            if self.style.explain {
-                writeln!(out, "        a receiver drops a datagram whose lengths do not add up")?;
-            }
-        }
-        Ok(())
-    }
+    /// Which packets are shown.
+    pub filter: Filter,
+    /// Text ladder diagram instead of packet lines.
+    pub ladder: bool,
+    /// Write an SVG ladder diagram here.
+    pub svg: Option<PathBuf>,
+    /// Per-connection summary instead of packets.
+    pub stats: bool,
+    /// ANSI colors in the ladder.
+    pub color: bool,
+    /// Ladder: mark pauses longer than this many milliseconds.
+    pub gap_ms: f64,
+    /// The capture's file name (SVG title).
+    pub name: String,
 }
 
 fn seconds(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
-/// Decode all frames; returns the counts.
-pub fn decode_frames(
-    frames: &[CapturedFrame],
-    port: u16,
-    style: Style,
-    out: &mut dyn Write,
-) -> Result<Summary, DecodeError> {
-    let mut p = Printer::new(style);
+/// Decode and analyse every frame.
+pub fn analyse_frames(frames: &[CapturedFrame], port: u16) -> Analysis {
+    let mut a = Analysis::new();
     let t0 = frames.first().map(|f| f.timestamp).unwrap_or_default();
     for f in frames {
-        p.summary.frames += 1;
         let number = f.number as u64;
         let time = seconds(f.timestamp.saturating_sub(t0));
         match parse_frame(f.linktype, &f.data, port) {
             Ok(None) => {}
             Ok(Some(dgs)) => {
                 for r in frame_records(number, time, &dgs) {
-                    p.record(&r, out)?;
+                    a.packet(r);
                 }
             }
-            Err(e) => p.broken(number, time, &e.to_string(), out)?,
+            Err(e) => a.broken(number, time, e.to_string()),
         }
     }
-    Ok(p.summary)
+    a.finish();
+    a
+}
+
+/// Print one packet line (or JSON object) and, with `explain`, its explanation.
+fn print_item(it: &Item, style: &Style, out: &mut dyn Write) -> io::Result<()> {
+    match it {
+        Item::Packet { rec, lines, .. } => {
+            if style.json {
+                writeln!(out, "{}", rec.to_json())?;
+            } else {
+                writeln!(out, "{}", human::line(rec))?;
+                if style.explain {
+                    for l in lines {
+                        writeln!(out, "        {l}")?;
+                    }
+                }
+            }
+        }
+        Item::Broken { frame, time, why } => {
+            if style.json {
+                let v = serde_json::json!({"frame": frame, "errors": [why]});
+                writeln!(out, "{v}")?;
+            } else {
+                writeln!(out, "{frame:>5}  {time:.6}  UDP to the RoCEv2 port  MALFORMED: {why}")?;
+                if style.explain {
+                    writeln!(
+                        out,
+                        "        a receiver drops a datagram whose lengths do not add up"
+                    )?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The SVG title: capture name and what is shown.
+fn title(style: &Style, shown: &[&Item]) -> String {
+    let mut t = style.name.clone();
+    if let (Some(a), Some(b)) = (shown.first(), shown.last()) {
+        t.push_str(&format!("  frames {}-{}", a.frame(), b.frame()));
+    }
+    if let Some(q) = style.filter.follow {
+        t.push_str(&format!("  (conversation of QP {q:#x})"));
+    }
+    t
+}
+
+/// Decode all frames, print them as `style` says; returns the counts
+/// (always of the whole capture, whatever is shown).
+pub fn decode_frames(
+    frames: &[CapturedFrame],
+    port: u16,
+    style: &Style,
+    out: &mut dyn Write,
+) -> Result<Summary, DecodeError> {
+    let a = analyse_frames(frames, port);
+    let summary = Summary {
+        frames: frames.len(),
+        packets: a.items.len(),
+        bad: a.items.iter().filter(|i| i.is_bad()).count(),
+    };
+    let shown = style.filter.select(&a);
+    if style.stats {
+        let s = stats::compute(&a, &shown);
+        if style.json {
+            stats::write_json(&s, out)?;
+        } else {
+            stats::write_text(&s, out)?;
+        }
+        return Ok(summary);
+    }
+    if style.ladder || style.svg.is_some() {
+        let mut d = ladder::Diagram::build(&a, &shown, style.gap_ms);
+        d.title = title(style, &shown);
+        if let Some(path) = &style.svg {
+            let text = svg::render(&d);
+            std::fs::write(path, text).map_err(|e| {
+                DecodeError::Capture(format!("{}: cannot write: {e}", path.display()))
+            })?;
+        }
+        if style.ladder {
+            ladder::write_text(&d, style.color, style.explain, out)?;
+        }
+        return Ok(summary);
+    }
+    for it in shown {
+        print_item(it, style, out)?;
+    }
+    Ok(summary)
 }
 
 /// `roce decode`: read `args.file` and print its RoCEv2 packets to `out`.
@@ -199,6 +234,23 @@ pub fn decode_file(args: &DecodeArgs, out: &mut dyn Write) -> Result<Summary, De
     }
     let frames = read_capture_file(&args.file)
         .map_err(|e| DecodeError::Capture(format!("{}: {e}", args.file.display())))?;
-    let style = Style { json: args.json, explain: args.explain, bad_only: args.bad_only };
-    decode_frames(&frames, args.port, style, out)
+    let v = &args.view;
+    let style = Style {
+        json: args.json,
+        explain: args.explain,
+        filter: Filter {
+            from: v.from,
+            to: v.to,
+            follow: v.follow,
+            bad_only: args.bad_only,
+            max: v.max,
+        },
+        ladder: v.ladder,
+        svg: v.svg.clone(),
+        stats: v.stats,
+        color: !v.no_color && std::io::stdout().is_terminal(),
+        gap_ms: v.gap,
+        name: args.file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+    };
+    decode_frames(&frames, args.port, &style, out)
 }

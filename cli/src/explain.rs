@@ -27,7 +27,50 @@ const CREDITS: [u32; 31] = [
     2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768,
 ];
 
-type Key = (IpAddr, IpAddr, u32);
+/// A requester→responder stream: (requester address, responder address,
+/// responder QP number).
+pub type Key = (IpAddr, IpAddr, u32);
+
+/// Why a request PSN was sent again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retx {
+    /// The retry after an RNR NAK (frame of the NAK).
+    RnrRetry {
+        /// Frame of the RNR NAK.
+        nak_frame: u64,
+    },
+    /// Go-back-N resend after a PSN sequence error NAK.
+    AfterNak {
+        /// Frame of the NAK.
+        nak_frame: u64,
+    },
+    /// A copy of a PSN that an ACK already covered.
+    Duplicate,
+    /// No ACK or NAK before the copy: the retransmission timer probably expired.
+    Timeout,
+}
+
+/// What the state tracking learned from one packet, in structured form
+/// (the same facts the `--explain` text is built from).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Facts {
+    /// The requester→responder stream the packet belongs to (requests:
+    /// always for RC/UC; responses: when they could be paired).
+    pub stream: Option<Key>,
+    /// The packet is an RC/UC request (otherwise a response or other).
+    pub request: bool,
+    /// The packet is an RC response (ACK, NAK, READ response, atomic ACK).
+    pub response: bool,
+    /// Set when this request PSN was seen before.
+    pub retx: Option<Retx>,
+    /// Milliseconds since the previous copy of this PSN (retransmissions).
+    pub since_prev_ms: Option<f64>,
+    /// PSNs missing before this request (a jump forward in sequence).
+    pub gap: Option<u32>,
+    /// Round-trip sample in microseconds: this response answers a request
+    /// with AckReq that was sent exactly once before any answer.
+    pub rtt_us: Option<f64>,
+}
 
 /// One request the requester sent and the responder has not yet answered.
 #[derive(Clone, Debug)]
@@ -67,12 +110,18 @@ struct Stream {
     /// Last PSN-sequence NAK: its PSN, frame, and the requester's next new
     /// PSN at that time (the NAK covers the PSNs in between).
     seq_nak: Option<(Psn, u64, Option<Psn>)>,
+    /// Requests that asked for an answer and have not had one: PSN to the
+    /// send time, or `None` when sent more than once before any answer
+    /// (an answer could then belong to either copy: no RTT sample).
+    rtt_pending: HashMap<u32, Option<f64>>,
 }
 
 /// Tracks the capture's connections and explains packets one at a time.
 #[derive(Default)]
 pub struct Explainer {
     streams: HashMap<Key, Stream>,
+    /// Facts of the packet being explained.
+    facts: Facts,
 }
 
 fn hx(p: Psn) -> String {
@@ -94,7 +143,26 @@ impl Explainer {
     }
 
     /// Plain-English lines for `r`, updating the connection state.
+    #[cfg(test)]
     pub fn explain(&mut self, r: &Record) -> Vec<String> {
+        self.analyze(r).0
+    }
+
+    /// The explanation of `r` and the structured facts behind it, updating
+    /// the connection state.
+    pub fn analyze(&mut self, r: &Record) -> (Vec<String>, Facts) {
+        self.facts = Facts::default();
+        let lines = self.explain_inner(r);
+        (lines, core::mem::take(&mut self.facts))
+    }
+
+    /// Every stream seen so far and the requester's QP number once a
+    /// response revealed it.
+    pub fn streams(&self) -> impl Iterator<Item = (Key, Option<u32>)> + '_ {
+        self.streams.iter().map(|(k, s)| (*k, s.peer_qp))
+    }
+
+    fn explain_inner(&mut self, r: &Record) -> Vec<String> {
         let Some(b) = r.bth else {
             return vec![
                 "too short to hold a BTH and an ICRC: not a RoCEv2 packet; a receiver drops it"
@@ -184,6 +252,8 @@ impl Explainer {
         st.transport = Some(info.transport);
         let rc = info.transport == Transport::Rc;
         let mut out = Vec::new();
+        self.facts.stream = Some(key);
+        self.facts.request = true;
 
         // Learn the path MTU: FIRST and MIDDLE packets are exactly one PMTU.
         if matches!(info.position, Position::First | Position::Middle) && len > 0 {
@@ -195,10 +265,15 @@ impl Explainer {
         match st.next_psn {
             Some(e) if psn.is_before(e) => {
                 retrans = true;
-                out.push(retrans_text(st, psn, r));
+                let (text, why) = retrans_text(st, psn, r);
+                self.facts.retx = Some(why);
+                self.facts.since_prev_ms =
+                    st.seen.get(&psn.value()).map(|(_, _, t)| (r.time - t) * 1000.0);
+                out.push(text);
             }
             Some(e) if psn.is_after(e) => {
                 let gap = psn.distance(e) as u64;
+                self.facts.gap = Some(gap as u32);
                 let mut s = format!(
                     "PSN jumps from the expected {} to {}: {} missing (lost, or not in this \
                      capture)",
@@ -226,6 +301,14 @@ impl Explainer {
         let e = st.seen.entry(psn.value()).or_insert((r.frame, 0, r.time));
         e.1 += 1;
         e.2 = r.time;
+
+        // Round-trip bookkeeping: a request that asks for an answer.
+        if rc && (b.ackreq != 0 || info.kind == OpKind::ReadRequest) {
+            if st.rtt_pending.len() >= MAX_OUTSTANDING {
+                st.rtt_pending.clear();
+            }
+            st.rtt_pending.entry(psn.value()).and_modify(|t| *t = None).or_insert(Some(r.time));
+        }
 
         // What the operation does.
         out.push(describe_request(st, r, retrans));
@@ -294,6 +377,14 @@ impl Explainer {
         let psn = Psn::new(b.psn);
         let key = self.find_stream(r);
         let mut out = Vec::new();
+        self.facts.stream = key;
+        self.facts.response = true;
+        if let Some(st) = key.and_then(|k| self.streams.get_mut(&k)) {
+            if let Some(Some(t)) = st.rtt_pending.remove(&b.psn) {
+                self.facts.rtt_us = Some((r.time - t) * 1e6);
+            }
+            st.rtt_pending.retain(|k, _| Psn::new(*k).is_after(psn));
+        }
         let len = r.payload_len.unwrap_or(0).max(0) as u64;
         match info.kind {
             OpKind::ReadResponse => {
@@ -340,7 +431,7 @@ fn read_packets(pmtu: Option<u32>, dmalen: u32) -> Option<u32> {
     Some(dmalen.div_ceil(p).max(1))
 }
 
-fn retrans_text(st: &mut Stream, psn: Psn, r: &Record) -> String {
+fn retrans_text(st: &mut Stream, psn: Psn, r: &Record) -> (String, Retx) {
     let (copy, since) = match st.seen.get(&psn.value()) {
         Some((f, n, t)) => (
             format!("copy {}, first sent in frame {f}", n + 1),
@@ -352,13 +443,14 @@ fn retrans_text(st: &mut Stream, psn: Psn, r: &Record) -> String {
         if p == psn {
             // One retry per RNR NAK; a later copy has another reason.
             st.rnr = None;
-            return format!(
+            let s = format!(
                 "retry of PSN {} after the RNR NAK in frame {f} ({copy}): it came {} ms after \
                  the NAK, which asked for {} ms",
                 hx(psn),
                 ms_text((r.time - t) * 1000.0),
                 ms_text(wait)
             );
+            return (s, Retx::RnrRetry { nak_frame: f });
         }
     }
     if let Some((p, f, next)) = st.seq_nak {
@@ -367,25 +459,32 @@ fn retrans_text(st: &mut Stream, psn: Psn, r: &Record) -> String {
             None => psn.is_at_or_after(p),
         };
         if covered {
-            return format!(
+            let s = format!(
                 "retransmission of PSN {} ({copy}): go-back-N resend after the \
                  PSN_SEQUENCE_ERROR NAK for {} in frame {f}",
                 hx(psn),
                 hx(p)
             );
+            return (s, Retx::AfterNak { nak_frame: f });
         }
     }
     match st.acked {
-        Some((a, f)) if !psn.is_after(a) => format!(
+        Some((a, f)) if !psn.is_after(a) => (
+            format!(
             "duplicate of PSN {} (retransmission; {copy}): an ACK covering it was already seen \
              in frame {f}, so that ACK was lost or late; the responder treats this as a \
              duplicate and acknowledges again",
             hx(psn)
         ),
-        _ => format!(
+            Retx::Duplicate,
+        ),
+        _ => (
+            format!(
             "retransmission of PSN {} ({copy}): no ACK or NAK for it appears before this point, \
              so the requester's retransmission timer has probably expired{since}",
             hx(psn)
+        ),
+            Retx::Timeout,
         ),
     }
 }

@@ -9,11 +9,16 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod analysis;
 mod capture;
 mod demo;
 mod explain;
 mod human;
+mod ladder;
+mod ladder_args;
 mod record;
+mod stats;
+mod svg;
 #[cfg(test)]
 mod tests;
 
@@ -41,6 +46,10 @@ Examples:
   roce decode capture.pcap --json | jq .   one JSON object per packet (docs/decode.md)
   roce decode capture.pcap --bad-only      only packets with a bad ICRC or a malformed header
   roce decode capture.pcap --port 4792     RoCEv2 on a non-standard UDP port
+  roce decode capture.pcap --ladder        a ladder (sequence) diagram, one lane per QP
+  roce decode capture.pcap --svg l.svg     the same diagram as SVG for a browser
+  roce decode capture.pcap --follow 0x2a   only the conversation QP 0x2a is part of
+  roce decode capture.pcap --stats         per-connection summary (retransmissions, NAKs, RTT)
 
 A line looks like:
     2  0.001162  192.168.77.2:50176 -> 192.168.77.3:4791  RC_RDMA_READ_RESPONSE_ONLY  \
@@ -89,6 +98,8 @@ pub struct DecodeArgs {
     /// UDP destination port that carries RoCEv2.
     #[arg(long, value_name = "N", default_value_t = roce_packet::ROCE_V2_PORT)]
     pub port: u16,
+    #[command(flatten)]
+    pub view: ladder_args::ViewArgs,
 }
 
 fn main() -> ExitCode {

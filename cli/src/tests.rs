@@ -9,10 +9,10 @@ use roce_packet::ext::{AethRepr, AtomicEthRepr, DethRepr, NakCode, RethRepr, Rnr
 use roce_packet::frame::{IpMeta, IpUdpHeader, UdpEndpoints};
 use roce_packet::{BthRepr, Msn, Opcode, PKey, Psn, QKey, Qpn, RKey, RoceRepr};
 
-const A: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
-const B: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
+pub(crate) const A: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+pub(crate) const B: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
 
-fn repr(op: Opcode, qp: u32, psn: u32, payload_len: usize) -> RoceRepr {
+pub(crate) fn repr(op: Opcode, qp: u32, psn: u32, payload_len: usize) -> RoceRepr {
     RoceRepr {
         bth: BthRepr {
             opcode: op,
@@ -28,7 +28,7 @@ fn repr(op: Opcode, qp: u32, psn: u32, payload_len: usize) -> RoceRepr {
 }
 
 /// Bytes of a packet from `src` to `dst` with a correct ICRC: (IP+UDP header, UDP payload).
-fn wire(src: IpAddr, dst: IpAddr, r: &RoceRepr) -> (IpUdpHeader, Vec<u8>) {
+pub(crate) fn wire(src: IpAddr, dst: IpAddr, r: &RoceRepr) -> (IpUdpHeader, Vec<u8>) {
     let payload: Vec<u8> = (0..r.payload_len).map(|i| i as u8).collect();
     let mut ib = r.to_vec(&payload).expect("emit");
     let ep = UdpEndpoints { src, dst, src_port: 49152, dst_port: 4791 };
@@ -37,7 +37,7 @@ fn wire(src: IpAddr, dst: IpAddr, r: &RoceRepr) -> (IpUdpHeader, Vec<u8>) {
     (h, ib)
 }
 
-fn record(frame: u64, time: f64, src: IpAddr, dst: IpAddr, r: &RoceRepr) -> Record {
+pub(crate) fn record(frame: u64, time: f64, src: IpAddr, dst: IpAddr, r: &RoceRepr) -> Record {
     let (h, ib) = wire(src, dst, r);
     let mut udp = [0u8; 8];
     udp.copy_from_slice(h.udp());
@@ -48,7 +48,7 @@ fn reth(va: u64, len: u32) -> Option<RethRepr> {
     Some(RethRepr { va, rkey: RKey::new(0x1234), dma_len: len })
 }
 
-fn ack(psn: u32, s: Syndrome, msn: u32) -> RoceRepr {
+pub(crate) fn ack(psn: u32, s: Syndrome, msn: u32) -> RoceRepr {
     RoceRepr {
         aeth: Some(AethRepr { syndrome: s, msn: Msn::new(msn) }),
         ..repr(Opcode::RC_ACKNOWLEDGE, 0x11, psn, 0)
