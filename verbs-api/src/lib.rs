@@ -24,6 +24,8 @@
 //! * [`workload`] is the deterministic traffic engine behind `roce demo`
 //!   and the soak test: mixed SEND/WRITE/READ/atomics, every byte and
 //!   every completion verified.
+//!
+#![doc = include_str!("../../docs/verbs.md")]
 
 pub mod cq;
 pub mod device;
