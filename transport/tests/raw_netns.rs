@@ -466,3 +466,181 @@ fn fake_nodes_ipv6_addresses_the_kernel_does_not_own() {
     };
     assert!(ra.ns_sent >= 1 && rb.na_sent >= 1 && ra.na_in >= 1, "A {ra:?}\nB {rb:?}");
 }
+
+mod hca {
+    use super::*;
+    use roce_emulator::*;
+
+    pub struct HcaSide {
+        pub hca: Arc<Mutex<Hca>>,
+        pub h: DriverHandle<RawTransport>,
+        pub cq: CqHandle,
+        pub mr: MrInfo,
+        pub qpn: roce_packet::Qpn,
+    }
+
+    pub fn side(ns: &str, dev: &'static str, ip: IpAddr, seed: u64) -> HcaSide {
+        in_ns(ns, move || {
+            let mut cfg = HcaConfig::new(dev, ip, seed);
+            cfg.active_mtu = PathMtu::Mtu1024; // veth MTU 1500
+            let mut hca = Hca::new(cfg);
+            let pd = hca.alloc_pd().unwrap();
+            let cq = hca.create_cq(256).unwrap();
+            let access =
+                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+            let mr = hca.reg_mr(pd, 1 << 20, access).unwrap();
+            let qpn = hca
+                .create_qp(QpInitAttr {
+                    pd,
+                    send_cq: cq,
+                    recv_cq: cq,
+                    qp_type: QpType::Rc,
+                    cap: QpCap {
+                        max_send_wr: 64,
+                        max_recv_wr: 64,
+                        max_send_sge: 2,
+                        max_recv_sge: 2,
+                        max_inline_data: 64,
+                    },
+                    sq_sig_all: true,
+                })
+                .unwrap();
+            let t = RawTransport::open(RawConfig::new(dev, ip)).expect("open raw transport");
+            let hca = Arc::new(Mutex::new(hca));
+            let h = Driver::spawn(hca.clone(), t).unwrap();
+            HcaSide { hca, h, cq, mr, qpn }
+        })
+    }
+
+    pub fn connect(s: &HcaSide, peer: IpAddr, peer_qpn: roce_packet::Qpn, sq: u32, rq: u32) {
+        let mut hca = s.hca.lock().unwrap();
+        let access =
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+        hca.modify_qp(
+            s.qpn,
+            &QpAttr::new().state(QpState::Init).pkey_index(0).port(1).access_flags(access),
+        )
+        .unwrap();
+        hca.modify_qp(
+            s.qpn,
+            &QpAttr::new()
+                .state(QpState::Rtr)
+                .ah(AhAttr::new(peer))
+                .mtu(PathMtu::Mtu1024)
+                .dest_qpn(peer_qpn.value())
+                .rq_psn(rq)
+                .max_dest_rd_atomic(4)
+                .min_rnr_timer(1),
+        )
+        .unwrap();
+        hca.modify_qp(
+            s.qpn,
+            &QpAttr::new()
+                .state(QpState::Rts)
+                .sq_psn(sq)
+                .timeout(14)
+                .retry_cnt(7)
+                .rnr_retry(7)
+                .max_rd_atomic(4),
+        )
+        .unwrap();
+    }
+
+    pub fn completions(s: &HcaSide, n: usize, limit: Duration) -> Vec<WorkCompletion> {
+        let end = std::time::Instant::now() + limit;
+        let mut out = Vec::new();
+        let mut seen = s.h.progress();
+        while out.len() < n && std::time::Instant::now() < end {
+            out.extend(s.hca.lock().unwrap().poll_cq(s.cq, 64).unwrap());
+            if out.len() < n {
+                seen = s.h.wait_for_progress(seen, Duration::from_millis(20));
+            }
+        }
+        out
+    }
+}
+
+#[test]
+fn hca_send_and_rdma_write_over_raw() {
+    use roce_emulator::{RecvWr, SendWr, WcOpcode, WcStatus, WrOpcode};
+    let Some(ns) = netns(Some(("10.77.0.1/24", "10.77.0.2/24"))) else { return };
+    let (ia, ib): (IpAddr, IpAddr) = ("10.77.0.1".parse().unwrap(), "10.77.0.2".parse().unwrap());
+    let wire = std::env::temp_dir().join("roce_raw_hca_veth.pcap");
+    let cap = capture(&ns.a, "vra", &wire);
+    let a = hca::side(&ns.a, "vra", ia, 1);
+    let b = hca::side(&ns.b, "vrb", ib, 2);
+    hca::connect(&a, ib, b.qpn, 0x100, 0x200);
+    hca::connect(&b, ia, a.qpn, 0x200, 0x100);
+
+    // SEND of 3 * 1024 + 100 bytes (4 packets) into a posted receive.
+    let msg = pattern(7, 3 * 1024 + 100);
+    b.hca
+        .lock()
+        .unwrap()
+        .post_recv(b.qpn, RecvWr::new(11, b.mr.addr + 4096, 8192, b.mr.lkey))
+        .unwrap();
+    {
+        let mut ha = a.hca.lock().unwrap();
+        ha.mr_write(a.mr.handle, 0, &msg).unwrap();
+        let wr = SendWr::new(1, WrOpcode::Send).sge(a.mr.addr, msg.len() as u32, a.mr.lkey);
+        ha.post_send(a.qpn, wr).unwrap();
+    }
+    a.h.notify();
+    let wb = hca::completions(&b, 1, Duration::from_secs(10));
+    assert_eq!(wb.len(), 1, "receive completion; B {:?}", b.h.counters());
+    assert_eq!((wb[0].wr_id, wb[0].status, wb[0].opcode), (11, WcStatus::Success, WcOpcode::Recv));
+    assert_eq!(wb[0].byte_len as usize, msg.len());
+    let mut got = vec![0u8; msg.len()];
+    b.hca.lock().unwrap().mr_read(b.mr.handle, 4096, &mut got).unwrap();
+    assert_eq!(got, msg);
+    let wa = hca::completions(&a, 1, Duration::from_secs(10));
+    assert_eq!(wa.len(), 1);
+    assert_eq!((wa[0].wr_id, wa[0].status, wa[0].opcode), (1, WcStatus::Success, WcOpcode::Send));
+
+    // RDMA WRITE of 16 KiB + 3 bytes (17 packets).
+    let data = pattern(99, 16 * 1024 + 3);
+    {
+        let mut ha = a.hca.lock().unwrap();
+        ha.mr_write(a.mr.handle, 100_000, &data).unwrap();
+        let wr = SendWr::new(2, WrOpcode::RdmaWrite)
+            .sge(a.mr.addr + 100_000, data.len() as u32, a.mr.lkey)
+            .remote(b.mr.addr + 500_000, b.mr.rkey);
+        ha.post_send(a.qpn, wr).unwrap();
+    }
+    a.h.notify();
+    let wa = hca::completions(&a, 1, Duration::from_secs(10));
+    assert_eq!(wa.len(), 1);
+    assert_eq!(
+        (wa[0].wr_id, wa[0].status, wa[0].opcode),
+        (2, WcStatus::Success, WcOpcode::RdmaWrite)
+    );
+    let mut got = vec![0u8; data.len()];
+    b.hca.lock().unwrap().mr_read(b.mr.handle, 500_000, &mut got).unwrap();
+    assert_eq!(got, data);
+
+    std::thread::sleep(Duration::from_millis(100));
+    let (ca, cb) = (a.h.counters(), b.h.counters());
+    let (ka, kb) = (a.hca.lock().unwrap().counters(), b.hca.lock().unwrap().counters());
+    eprintln!("hca: A {ca:?}\nB {cb:?}\nKA {ka:?}\nKB {kb:?}");
+    assert_eq!(ca.icrc_bad + cb.icrc_bad + ca.send_errors + cb.send_errors, 0);
+    assert_eq!(ka.icrc_err + kb.icrc_err, 0, "the core's exact ICRC check passes with real ids");
+    assert!(ca.dgrams_out >= 4 + 17, "{ca:?}");
+    assert_eq!(kb.rcvd_pkts, cb.dgrams_in);
+    assert_eq!(ca.dgrams_out, cb.dgrams_in, "nothing lost on the veth");
+    drop(a);
+    drop(b);
+    if let Some(cap) = cap {
+        let path = cap.stop();
+        let w = inspect(&path);
+        eprintln!(
+            "hca: veth capture {}: {:?}",
+            path.display(),
+            (w.roce, w.icrc_bad, w.icmp4, w.arp)
+        );
+        assert_eq!(w.roce as u64, ca.dgrams_out + cb.dgrams_out);
+        assert_eq!((w.icrc_bad, w.icmp_unreachable, w.icmp4), (0, 0, 0));
+        if let Some(n) = run_oracle(&path) {
+            assert_eq!(n, w.roce, "oracle packets");
+        }
+    }
+}
