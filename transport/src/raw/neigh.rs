@@ -174,8 +174,11 @@ pub fn parse_ndp(p: &[u8]) -> Option<Ndp> {
     }
     let plen = usize::from(u16::from_be_bytes([p[4], p[5]]));
     let icmp = p.get(40..40 + plen)?;
+    if icmp.len() < 24 {
+        return None;
+    }
     let kind = icmp[0];
-    if !(kind == 135 || kind == 136) || icmp[1] != 0 || icmp.len() < 24 {
+    if !(kind == 135 || kind == 136) || icmp[1] != 0 {
         return None;
     }
     let a16 =
@@ -408,6 +411,42 @@ mod tests {
         bad[14 + 40 + 10] ^= 1;
         assert_eq!(parse_ndp(&bad[14..]), None, "checksum is checked");
         assert_eq!(parse_ndp(&f[14..50]), None);
+        // A payload length of 0..23 (or beyond the frame) is rejected, not a panic.
+        for plen in [0u16, 1, 23, 1000] {
+            let mut g = f[14..].to_vec();
+            g[4..6].copy_from_slice(&plen.to_be_bytes());
+            assert_eq!(parse_ndp(&g), None, "plen {plen}");
+        }
+        // Options with length 0 or running past the end stop the scan.
+        let mut g = f[14..].to_vec();
+        g[40 + 25] = 0;
+        assert!(parse_ndp(&g).is_none(), "checksum no longer matches");
+    }
+
+    #[test]
+    fn parsers_never_panic_on_arbitrary_bytes() {
+        let mut x: u32 = 0x1234_5678;
+        for len in 0..200usize {
+            for _ in 0..20 {
+                let v: Vec<u8> = (0..len)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 17;
+                        x ^= x << 5;
+                        x as u8
+                    })
+                    .collect();
+                let _ = Arp::parse(&v);
+                let mut w = v.clone();
+                if w.len() >= 8 {
+                    w[0] = 0x60;
+                    w[6] = 58;
+                    w[7] = 255;
+                }
+                let _ = parse_ndp(&w);
+                let _ = lookup_proc_arp(&String::from_utf8_lossy(&v), Ipv4Addr::LOCALHOST, "x");
+            }
+        }
     }
 
     #[test]
