@@ -5,8 +5,9 @@
 //! Send: Ethernet + IPv4/IPv6 + UDP headers are built here, so every field
 //! is ours: IPv4 with DF, TTL 64 and a new identification per packet (as
 //! rxe does), UDP checksum 0; IPv6 with hop limit 64 and a real UDP
-//! checksum (zero is not allowed over IPv6). The core's source port and
-//! flow label are kept. The ICRC is recomputed whenever the header differs
+//! checksum (rxe sends 0 there, which its own receive socket accepts but
+//! ordinary Linux UDP sockets drop; `ipv6_zero_udp_checksum` mimics
+//! rxe). The core's source port and flow label are kept. The ICRC is recomputed whenever the header differs
 //! from the one the core used (always for IPv4: the identification).
 //!
 //! Receive: frames are filtered to IPv4/IPv6 UDP to our address and port,
@@ -65,6 +66,9 @@ pub struct RawConfig {
     pub ttl: u8,
     /// First IPv4 identification (then +1 per packet, wrapping).
     pub first_ipv4_id: u16,
+    /// Send IPv6 with UDP checksum 0 as rxe does (default false: a real
+    /// checksum, which rxe accepts too and ordinary Linux sockets require).
+    pub ipv6_zero_udp_checksum: bool,
     /// Bind a UDP socket on (local, port) and discard what it gets, so the
     /// kernel never answers with ICMP port unreachable (default true).
     pub discard_socket: bool,
@@ -96,6 +100,7 @@ impl RawConfig {
             port: roce_packet::ROCE_V2_PORT,
             ttl: 64,
             first_ipv4_id: 1,
+            ipv6_zero_udp_checksum: false,
             discard_socket: true,
             answer_neighbour: None,
             neigh_ttl: Duration::from_secs(30),
@@ -559,7 +564,9 @@ impl State {
             h.fill_icrc(&mut f[body..]);
             TransportCounters::add(&self.counters.icrc_recomputed, 1);
         }
-        if let (IpAddr::V6(s), IpAddr::V6(t)) = (ep.src, ep.dst) {
+        if let (IpAddr::V6(s), IpAddr::V6(t), false) =
+            (ep.src, ep.dst, self.cfg.ipv6_zero_udp_checksum)
+        {
             let udp = 14 + 40;
             let c = neigh::udp6_checksum(&s, &t, &f[udp..]);
             f[udp + 6..udp + 8].copy_from_slice(&c.to_be_bytes());
