@@ -3,6 +3,8 @@
 //! * [`UdpTransport`]: RoCEv2 over a plain UDP socket (no privileges), with
 //!   `sendmmsg`/`recvmmsg`, UDP GSO/GRO, correct ICRCs on send and a
 //!   documented receive-side ICRC policy ([`rxcheck`]).
+//! * [`RawTransport`]: whole Ethernet frames through an `AF_PACKET` socket
+//!   (`CAP_NET_RAW`), every header ours, exact receive-side ICRC checks.
 //! * [`Driver`]: a dedicated thread that moves datagrams between a
 //!   [`roce_emulator::SansIo`] node (behind a mutex) and a transport, and
 //!   fires its timers.
@@ -16,9 +18,11 @@ pub mod ceiling;
 pub mod counters;
 pub mod driver;
 pub mod pcap;
+pub mod raw;
 pub mod rxcheck;
 pub mod udp;
 
 pub use counters::{CountersSnapshot, TransportCounters};
 pub use driver::{Driver, DriverConfig, DriverHandle, Transport};
+pub use raw::{RawConfig, RawCounters, RawError, RawSnapshot, RawTransport};
 pub use udp::{RxIcrcPolicy, SendOutcome, TransportError, UdpConfig, UdpTransport, DEFAULT_PORT};
