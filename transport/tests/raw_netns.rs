@@ -56,6 +56,15 @@ impl Drop for Netns {
     }
 }
 
+/// The namespace tests run one at a time: each moves real frames through
+/// the kernel with timeouts, and running them together on a loaded 2-core
+/// machine made neighbour discovery time out.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Create the namespaces; `addrs` (CIDR) are assigned to `vra`/`vrb` when
 /// given. `None` (with a message) when namespaces cannot be made here.
 fn netns(addrs: Option<(&str, &str)>) -> Option<Netns> {
@@ -69,6 +78,14 @@ fn netns(addrs: Option<(&str, &str)>) -> Option<Netns> {
     }
     let ns = Netns { a: a.clone(), b: b.clone() };
     run(&["ip", "netns", "add", &b]).expect("second namespace");
+    // No duplicate address detection in our private namespaces: a tentative
+    // (link-local) address delays neighbour discovery on a loaded machine.
+    for ns_name in [&a, &b] {
+        for conf in ["default", "all"] {
+            let key = format!("net.ipv6.conf.{conf}.accept_dad=0");
+            let _ = run(&["ip", "netns", "exec", ns_name, "sysctl", "-qw", &key]);
+        }
+    }
     run(&[
         "ip", "link", "add", "vra", "netns", &a, "type", "veth", "peer", "name", "vrb", "netns", &b,
     ])
@@ -312,6 +329,8 @@ struct Side {
 fn fake_side(ns: &str, dev: &'static str, ip: IpAddr, pcap: Option<PathBuf>) -> Side {
     in_ns(ns, move || {
         let mut cfg = RawConfig::new(dev, ip);
+        // generous neighbour resolution: CI machines are loaded
+        cfg.neigh_tries = 25;
         cfg.pcap = pcap;
         let t = RawTransport::open(cfg).expect("open raw transport");
         let (raw, owns, discard) =
@@ -435,6 +454,7 @@ fn exchange(ia: &str, ib: &str, assign: bool, tag: &str) -> Option<(RawSnapshot,
 
 #[test]
 fn fake_nodes_ipv4_kernel_owned_addresses() {
+    let _serial = serial();
     let Some((ra, rb)) = exchange("10.77.0.1", "10.77.0.2", true, "v4") else { return };
     // The kernel owns the addresses: it answers ARP, we do not.
     assert_eq!(ra.arp_replies + rb.arp_replies, 0);
@@ -444,6 +464,7 @@ fn fake_nodes_ipv4_kernel_owned_addresses() {
 
 #[test]
 fn fake_nodes_ipv4_addresses_the_kernel_does_not_own() {
+    let _serial = serial();
     let Some((ra, rb)) = exchange("10.77.1.1", "10.77.1.2", false, "v4_unowned") else {
         return;
     };
@@ -455,12 +476,14 @@ fn fake_nodes_ipv4_addresses_the_kernel_does_not_own() {
 
 #[test]
 fn fake_nodes_ipv6() {
+    let _serial = serial();
     let Some((ra, _rb)) = exchange("fd00:77::1", "fd00:77::2", true, "v6") else { return };
     assert!(ra.ns_sent + ra.neigh_kernel >= 1, "{ra:?}");
 }
 
 #[test]
 fn fake_nodes_ipv6_addresses_the_kernel_does_not_own() {
+    let _serial = serial();
     let Some((ra, rb)) = exchange("fd00:78::1", "fd00:78::2", false, "v6_unowned") else {
         return;
     };
@@ -505,7 +528,12 @@ mod hca {
                     sq_sig_all: true,
                 })
                 .unwrap();
-            let t = RawTransport::open(RawConfig::new(dev, ip)).expect("open raw transport");
+            let t = RawTransport::open({
+                let mut c = RawConfig::new(dev, ip);
+                c.neigh_tries = 25;
+                c
+            })
+            .expect("open raw transport");
             let hca = Arc::new(Mutex::new(hca));
             let h = Driver::spawn(hca.clone(), t).unwrap();
             HcaSide { hca, h, cq, mr, qpn }
@@ -562,6 +590,7 @@ mod hca {
 
 #[test]
 fn hca_send_and_rdma_write_over_raw() {
+    let _serial = serial();
     use roce_emulator::{RecvWr, SendWr, WcOpcode, WcStatus, WrOpcode};
     let Some(ns) = netns(Some(("10.77.0.1/24", "10.77.0.2/24"))) else { return };
     let (ia, ib): (IpAddr, IpAddr) = ("10.77.0.1".parse().unwrap(), "10.77.0.2".parse().unwrap());
@@ -650,6 +679,7 @@ fn hca_send_and_rdma_write_over_raw() {
 /// as a bad ICRC by the raw side, never delivered.
 #[test]
 fn udp_transport_peer_and_garbage() {
+    let _serial = serial();
     use roce_transport::{UdpConfig, UdpTransport};
     let Some(ns) = netns(Some(("10.77.0.1/24", "10.77.0.2/24"))) else { return };
     let (ia, ib): (IpAddr, IpAddr) = ("10.77.0.1".parse().unwrap(), "10.77.0.2".parse().unwrap());
