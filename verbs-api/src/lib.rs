@@ -51,8 +51,8 @@ pub use roce_emulator::sim::{FabricStats, FaultConfig, LinkConfig};
 pub use roce_emulator::{
     AccessFlags, AhAttr, AllocPdError, AsyncEvent, Counters, CreateCqError, CreateQpError,
     DeallocPdError, DeregMrError, DestroyCqError, DeviceAttr, Hca, HcaConfig, Instant,
-    MrAccessError, MrInfo, PathMtu, PollCqError, PortAttr, PostRecvError, PostSendError, QpAttr,
-    QpCap, QpInitAttr, QpLookupError, QpModifyError, QpState, QpType, RecvWr, RegMrError,
+    MrAccessError, MrInfo, PathMtu, PollCqError, PortAttr, PortState, PostRecvError, PostSendError,
+    QpAttr, QpCap, QpInitAttr, QpLookupError, QpModifyError, QpState, QpType, RecvWr, RegMrError,
     SendFlags, SendWr, Sge, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 pub use roce_packet::{LKey, Qpn, RKey};
