@@ -85,6 +85,9 @@ pub struct Args {
     /// use a UDP device at this local address
     #[arg(long = "addr")]
     pub addr: Option<IpAddr>,
+    /// extension: record every frame of the device to this pcap file
+    #[arg(long = "pcap")]
+    pub pcap: Option<std::path::PathBuf>,
     /// the server to connect to (without: be the server)
     pub server: Option<String>,
 }

@@ -36,7 +36,17 @@ pub fn parse_c_number(s: &str) -> Result<u64, String> {
 /// (a UDP device named `roce0`), or else the first configured device.
 /// Errors are the messages rdma-core's tools print.
 pub fn open_device(name: Option<&str>, addr: Option<IpAddr>) -> Result<Device, String> {
-    let cfg = match (name, addr) {
+    open_device_with(name, addr, None)
+}
+
+/// [`open_device`], recording every frame to `pcap` when given (the
+/// `--pcap FILE` extension; `ROCE_EMU_PCAP=DIR` works without it).
+pub fn open_device_with(
+    name: Option<&str>,
+    addr: Option<IpAddr>,
+    pcap: Option<&std::path::Path>,
+) -> Result<Device, String> {
+    let mut cfg = match (name, addr) {
         (n, Some(a)) => DeviceConfig::udp(n.unwrap_or("roce0"), a),
         (Some(n), None) => DeviceConfig::find(n)
             .map_err(|e| e.to_string())?
@@ -51,6 +61,9 @@ pub fn open_device(name: Option<&str>, addr: Option<IpAddr>) -> Result<Device, S
             )?
         }
     };
+    if let Some(p) = pcap {
+        cfg.pcap = Some(p.to_path_buf());
+    }
     cfg.open().map_err(|e| format!("Couldn't get context for {}: {e}", cfg.name))
 }
 

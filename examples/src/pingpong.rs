@@ -113,6 +113,9 @@ pub struct Args {
     /// extension: use a UDP device at this local address (no configuration needed)
     #[arg(long = "addr")]
     pub addr: Option<IpAddr>,
+    /// extension: record every frame of the device to this pcap file
+    #[arg(long = "pcap")]
+    pub pcap: Option<std::path::PathBuf>,
     /// connect to the server at <host> (without: start a server and wait for a connection)
     pub servername: Option<String>,
 }
@@ -219,7 +222,7 @@ pub fn run(kind: Kind, a: &Args) -> Result<ExitCode, String> {
     let buf_len = size + off;
 
     // --- pp_init_ctx ---
-    let dev = crate::open_device(a.ib_dev.as_deref(), a.addr)?;
+    let dev = crate::open_device_with(a.ib_dev.as_deref(), a.addr, a.pcap.as_deref())?;
     let ctx = dev.open();
     let port = ctx.query_port();
     if kind == Kind::Ud && size > mtu_bytes(port.active_mtu) {

@@ -41,9 +41,16 @@ fn finish(mut c: Child, deadline: Instant) -> (Option<i32>, String, String) {
 }
 
 fn run_pair(bin: &str) -> (String, String) {
+    run_pair_with(bin, &[])
+}
+
+fn run_pair_with(bin: &str, client_extra: &[&str]) -> (String, String) {
     let port = TcpListener::bind("0.0.0.0:0").unwrap().local_addr().unwrap().port().to_string();
     let s = spawn(bin, &["--addr", "127.0.0.8", "-p", &port]);
-    let c = spawn(bin, &["--addr", "127.0.0.9", "-p", &port, "127.0.0.8"]);
+    let mut cargs = vec!["--addr", "127.0.0.9", "-p", &port];
+    cargs.extend_from_slice(client_extra);
+    cargs.push("127.0.0.8");
+    let c = spawn(bin, &cargs);
     let deadline = Instant::now() + Duration::from_secs(60);
     let (cc, co, ce) = finish(c, deadline);
     let (sc, so, se) = finish(s, deadline);
@@ -55,9 +62,21 @@ fn run_pair(bin: &str) -> (String, String) {
 #[test]
 fn write_read_atomics_between_processes() {
     // one after the other: the three share the address pair
-    let (s, c) = run_pair(env!("CARGO_BIN_EXE_rdma_write"));
+    let pcap =
+        std::env::temp_dir().join(format!("roce-examples-write-{}.pcap", std::process::id()));
+    let (s, c) =
+        run_pair_with(env!("CARGO_BIN_EXE_rdma_write"), &["--pcap", pcap.to_str().unwrap()]);
     assert_eq!(s.trim(), "server: my buffer now holds \"hello from 127.0.0.9 by RDMA WRITE\"");
     assert!(c.starts_with("client: wrote 34 bytes to 0x"), "{c}");
+    // --pcap: a nanosecond pcap (Ethernet link type) with the WRITE and its ACK
+    let bytes = std::fs::read(&pcap).expect("pcap written");
+    let _ = std::fs::remove_file(&pcap);
+    assert_eq!(&bytes[..4], &[0x4d, 0x3c, 0xb2, 0xa1], "nanosecond pcap magic");
+    assert_eq!(bytes[20], 1, "link type Ethernet");
+    // header 24 + 2 records (16-byte header + 14 Ethernet + 20 IPv4 + 8 UDP + BTH...)
+    let write_frame = 14 + 20 + 8 + 12 + 16 + 36 + 4; // BTH, RETH, 34 bytes + 2 pad, ICRC
+    let ack_frame = 14 + 20 + 8 + 12 + 4 + 4;
+    assert_eq!(bytes.len(), 24 + 16 + write_frame + 16 + ack_frame);
 
     let (s, c) = run_pair(env!("CARGO_BIN_EXE_rdma_read"));
     assert_eq!(

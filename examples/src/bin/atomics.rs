@@ -40,7 +40,8 @@ fn wait_one(cq: &Cq) -> Result<(), String> {
 
 fn run(args: &Args) -> Result<(), String> {
     // 1. Device, PD, CQ, RC QP (see rdma_write.rs for the commentary).
-    let dev = roce_examples::open_device(args.ib_dev.as_deref(), args.addr)?;
+    let dev =
+        roce_examples::open_device_with(args.ib_dev.as_deref(), args.addr, args.pcap.as_deref())?;
     let ctx = dev.open();
     let pd = ctx.alloc_pd().map_err(|e| e.to_string())?;
     let cq = ctx.create_cq(16).map_err(|e| e.to_string())?;

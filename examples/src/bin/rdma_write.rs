@@ -31,7 +31,8 @@ fn main() -> ExitCode {
 fn run(args: &Args) -> Result<(), String> {
     // 1. Open the device and create the usual objects: a protection domain,
     //    a completion queue and a reliable-connected (RC) queue pair.
-    let dev = roce_examples::open_device(args.ib_dev.as_deref(), args.addr)?;
+    let dev =
+        roce_examples::open_device_with(args.ib_dev.as_deref(), args.addr, args.pcap.as_deref())?;
     let ctx = dev.open();
     let pd = ctx.alloc_pd().map_err(|e| e.to_string())?;
     let cq = ctx.create_cq(16).map_err(|e| e.to_string())?;
