@@ -302,6 +302,13 @@ pub fn run(kind: Kind, a: &Args) -> Result<ExitCode, String> {
     };
     // pp_connect_ctx: RTR and RTS with rdma-core's attributes
     let connect = |rem: &Dest, peer_ip: IpAddr| -> Result<Option<AhAttr>, String> {
+        if rem.has_gid() && (rem.gid.segments()[0] & 0xffc0) == 0xfe80 {
+            return Err(format!(
+                "remote GID {} is link-local (GID index 0): this emulator reaches peers by their \
+                 IPv4 or global IPv6 address; run both sides with -g 1",
+                rem.gid
+            ));
+        }
         let ah = ah_for(rem, peer_ip);
         match kind {
             Kind::Rc => {

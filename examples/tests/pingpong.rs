@@ -243,6 +243,35 @@ fn ud_pingpong_two_processes_with_pcap() {
 }
 
 #[test]
+fn link_local_gid_is_refused_with_a_hint() {
+    let dir = pcap_dir("ll");
+    let port = free_port().to_string();
+    let bin = env!("CARGO_BIN_EXE_rc_pingpong");
+    let cmd = |dev: &str, gid: &str, server: Option<&str>| {
+        let mut c = Command::new(bin);
+        c.env("ROCE_EMU_DEVICES", "lls=127.0.0.10,llc=127.0.0.11")
+            .env_remove("ROCE_EMU_PCAP")
+            .args(["-d", dev, "-g", gid, "-p", &port, "-n", "1"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c.args(server);
+        c.spawn().expect("spawn")
+    };
+    let s = cmd("lls", "1", None);
+    let c = cmd("llc", "0", Some("127.0.0.10"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (rc, rs) = (finish(c, deadline), finish(s, deadline));
+    assert_eq!(rs.code, Some(1), "{}{}", rs.out, rs.err);
+    assert!(rs.err.contains("remote GID fe80::7fff:fe00:b is link-local"), "{}", rs.err);
+    assert!(rs.err.ends_with("Couldn't connect to remote QP\n"), "{}", rs.err);
+    // the server closed the connection without answering
+    assert_eq!(rc.code, Some(1), "{}{}", rc.out, rc.err);
+    assert!(rc.err.contains("Couldn't read/write remote address"), "{}", rc.err);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn refused_options_and_sizes() {
     let run = |bin: &str, args: &[&str]| {
         let c = Command::new(bin)
