@@ -300,3 +300,72 @@ fn refused_options_and_sizes() {
     let r = run(env!("CARGO_BIN_EXE_rc_pingpong"), &["-g", "7"]);
     assert_eq!((r.code, r.err.trim()), (Some(1), "can't read sgid of index 7"));
 }
+
+/// A field of one oracle JSON line (numbers and strings; no nesting).
+fn json_field<'a>(line: &'a str, key: &str) -> &'a str {
+    let pat = format!("\"{key}\": ");
+    let i = line.find(&pat).unwrap_or_else(|| panic!("no {key} in {line}")) + pat.len();
+    line[i..].split([',', '}']).next().unwrap_or("").trim().trim_matches('"')
+}
+
+/// The packets of a two-party capture as (who, opcode, AckReq, payload,
+/// UDP length), `who` being C for `client_ip` and S otherwise, with
+/// retransmissions (same source, PSN and opcode seen before) removed.
+fn sequence(pcap: &Path, client_ip: &str) -> Option<Vec<(char, String, String, String, String)>> {
+    let o = oracle()?;
+    let out = Command::new("python3").arg(o).arg("--no-tshark").arg(pcap).output().expect("oracle");
+    assert!(out.status.success(), "oracle rejected {}", pcap.display());
+    let mut seen = std::collections::HashSet::new();
+    let mut v = Vec::new();
+    for l in String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with('{')) {
+        let (src, psn, op) =
+            (json_field(l, "src"), json_field(l, "psn"), json_field(l, "opcode_name"));
+        if !seen.insert((src.to_string(), psn.to_string(), op.to_string())) {
+            continue;
+        }
+        let who = if src == client_ip { 'C' } else { 'S' };
+        let f = |k| json_field(l, k).to_string();
+        v.push((who, op.to_string(), f("ackreq"), f("payload_len"), f("udp_len")));
+    }
+    Some(v)
+}
+
+/// Our tools, run with the parameters of the rxe captures in
+/// shared/captures (`-g 1 -n 20`, UD `-s 1024`), put the same packets on
+/// the wire in the same order as rxe + rdma-core did (retransmissions in
+/// rxe's captures set aside).
+#[test]
+fn same_packet_sequence_as_rxe_captures() {
+    let Some(captures) = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .map(|a| a.join("shared/captures"))
+        .find(|p| p.join("rc_pingpong.pcap").exists())
+    else {
+        eprintln!("shared/captures missing: skipping");
+        return;
+    };
+    let cases = [
+        (env!("CARGO_BIN_EXE_rc_pingpong"), "rc_pingpong.pcap", &["-n", "20"][..]),
+        (env!("CARGO_BIN_EXE_uc_pingpong"), "uc_pingpong.pcap", &["-n", "20"][..]),
+        (env!("CARGO_BIN_EXE_ud_pingpong"), "ud_pingpong.pcap", &["-n", "20", "-s", "1024"][..]),
+    ];
+    for (bin, golden, args) in cases {
+        let Some(want) = sequence(&captures.join(golden), "192.168.77.3") else {
+            eprintln!("oracle missing: skipping");
+            return;
+        };
+        let dir = pcap_dir(&format!("golden-{golden}"));
+        let (s, c) = pair(bin, "gd", "127.0.0.12", "127.0.0.13", args, &dir);
+        assert_eq!((s.code, c.code), (Some(0), Some(0)), "{}{}{}{}", s.out, s.err, c.out, c.err);
+        let ours = pcaps(&dir)
+            .into_iter()
+            .find(|p| p.to_string_lossy().contains("gdc-"))
+            .expect("client pcap");
+        let got = sequence(&ours, "127.0.0.13").expect("oracle");
+        assert_eq!(got.len(), want.len(), "{golden}");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g, w, "{golden}: packet {i} differs");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
