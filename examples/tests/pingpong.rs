@@ -311,7 +311,10 @@ fn json_field<'a>(line: &'a str, key: &str) -> &'a str {
 /// The packets of a two-party capture as (who, opcode, AckReq, payload,
 /// UDP length), `who` being C for `client_ip` and S otherwise, with
 /// retransmissions (same source, PSN and opcode seen before) removed.
-fn sequence(pcap: &Path, client_ip: &str) -> Option<Vec<(char, String, String, String, String)>> {
+/// (who, opcode, AckReq, payload length, UDP length).
+type Pkt = (char, String, String, String, String);
+
+fn sequence(pcap: &Path, client_ip: &str) -> Option<Vec<Pkt>> {
     let o = oracle()?;
     let out = Command::new("python3").arg(o).arg("--no-tshark").arg(pcap).output().expect("oracle");
     assert!(out.status.success(), "oracle rejected {}", pcap.display());
