@@ -418,7 +418,7 @@ pub fn run(kind: Kind, a: &Args) -> Result<ExitCode, String> {
             match wc.wr_id {
                 SEND_WRID => scnt += 1,
                 RECV_WRID => {
-                    routs -= 1;
+                    routs = routs.saturating_sub(1);
                     if routs <= 1 {
                         routs += post_recv(u64::from(rx_depth) - routs);
                         if routs < u64::from(rx_depth) {

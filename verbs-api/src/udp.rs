@@ -397,6 +397,13 @@ impl DeviceConfig {
     }
 }
 
+impl Device {
+    /// Open a configured device (same as [`DeviceConfig::open`]).
+    pub fn open_udp(cfg: &DeviceConfig) -> Result<Device, OpenError> {
+        cfg.open()
+    }
+}
+
 fn parse_addr(s: &str) -> Result<IpAddr, String> {
     let s = s.trim().trim_start_matches('[').trim_end_matches(']');
     s.parse().map_err(|_| format!("bad IP address {s:?}"))
