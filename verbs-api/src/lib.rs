@@ -44,7 +44,7 @@ pub use error::DestroyError;
 pub use pd::{Mr, Pd};
 pub use qp::{ConnectOptions, Qp, QpBuilder, QpEndpoint};
 pub use sim::SimNet;
-pub use udp::{DeviceConfig, TransportKind, UdpDriver};
+pub use udp::{DeviceConfig, ThreadDriver, TransportKind, UdpDriver};
 
 pub use roce_emulator::qp_attr::ModifyQpError;
 pub use roce_emulator::sim::{FabricStats, FaultConfig, LinkConfig};

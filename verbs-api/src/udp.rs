@@ -23,7 +23,7 @@
 use crate::device::Device;
 use crate::driver::{Budget, Driver};
 use roce_emulator::{Hca, HcaConfig, PathMtu};
-use roce_transport::{DriverHandle, UdpConfig, UdpTransport};
+use roce_transport::{DriverHandle, Transport, UdpConfig, UdpTransport};
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -392,7 +392,7 @@ impl DeviceConfig {
         };
         let handle = roce_transport::Driver::spawn_with(hca.clone(), t, cfg)
             .map_err(|source| OpenError::Thread { name: self.name.clone(), source })?;
-        let drv = Arc::new(UdpDriver::new(handle));
+        let drv = Arc::new(UdpDriver::new(handle, "udp"));
         Ok(Device::new(hca, drv))
     }
 }
@@ -456,25 +456,32 @@ pub fn gid_to_addr(gid: Ipv6Addr) -> IpAddr {
     }
 }
 
-/// The verbs [`Driver`] of a UDP device: a [`roce_transport::Driver`]
-/// thread that owns the socket. [`Driver::progress`] blocks on the
-/// thread's progress condition variable (no busy polling), and async code
-/// registers wakers ([`Driver::register_waker`]) that the thread wakes
-/// after every round that received datagrams or fired timers.
-pub struct UdpDriver {
-    handle: DriverHandle<UdpTransport>,
+/// The verbs [`Driver`] of a device whose frames a
+/// [`roce_transport::Driver`] thread moves over a transport `T` (UDP
+/// today; the raw transport implements the same trait).
+/// [`Driver::progress`] blocks on the thread's progress condition variable
+/// (no busy polling), and async code registers wakers
+/// ([`Driver::register_waker`]) that the thread wakes after every round
+/// that received datagrams or fired timers.
+pub struct ThreadDriver<T: Transport = UdpTransport> {
+    handle: DriverHandle<T>,
     wakers: Arc<Mutex<Vec<Waker>>>,
+    name: String,
 }
 
-impl fmt::Debug for UdpDriver {
+/// The driver of a UDP device.
+pub type UdpDriver = ThreadDriver<UdpTransport>;
+
+impl<T: Transport> fmt::Debug for ThreadDriver<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("UdpDriver").field("local", &self.handle.local_addr()).finish()
+        f.debug_struct("ThreadDriver").field("local", &self.handle.local_addr()).finish()
     }
 }
 
-impl UdpDriver {
-    /// Wrap a running driver thread.
-    pub fn new(handle: DriverHandle<UdpTransport>) -> UdpDriver {
+impl<T: Transport> ThreadDriver<T> {
+    /// Wrap a running driver thread; `name` is what [`Driver::name`]
+    /// reports (`"udp"`, `"raw"`).
+    pub fn new(handle: DriverHandle<T>, name: &str) -> ThreadDriver<T> {
         let wakers: Arc<Mutex<Vec<Waker>>> = Arc::new(Mutex::new(Vec::new()));
         let w = wakers.clone();
         handle.on_progress(move || {
@@ -486,18 +493,18 @@ impl UdpDriver {
                 wk.wake();
             }
         });
-        UdpDriver { handle, wakers }
+        ThreadDriver { handle, wakers, name: name.to_string() }
     }
 
     /// The driver thread's handle (counters, local address).
-    pub fn handle(&self) -> &DriverHandle<UdpTransport> {
+    pub fn handle(&self) -> &DriverHandle<T> {
         &self.handle
     }
 }
 
-impl Driver for UdpDriver {
+impl<T: Transport> Driver for ThreadDriver<T> {
     fn name(&self) -> &str {
-        "udp"
+        &self.name
     }
 
     fn kick(&self) {
