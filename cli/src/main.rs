@@ -12,6 +12,7 @@ use std::process::ExitCode;
 mod analysis;
 mod capture;
 mod demo;
+mod devices;
 mod explain;
 mod human;
 mod ladder;
@@ -76,6 +77,10 @@ enum Command {
     /// Run two emulated HCAs on a simulated lossy network and verify every byte they move.
     #[command(long_about = demo::DEMO_LONG, after_help = demo::DEMO_AFTER)]
     Demo(demo::DemoArgs),
+    /// List the configured devices like ibv_devices (ROCE_EMU_DEVICES, devices.conf).
+    Devices,
+    /// Print device and port attributes like ibv_devinfo (-v: all of them, and the GID table).
+    Devinfo(devices::DevinfoArgs),
 }
 
 /// Options of `roce decode`.
@@ -114,6 +119,8 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Decode(args) => run_decode(&args),
         Command::Demo(args) => demo::run(&args),
+        Command::Devices => devices::run_devices(),
+        Command::Devinfo(args) => devices::run_devinfo(&args),
     }
 }
 

@@ -5,7 +5,10 @@ use crate::driver::Budget;
 use crate::error::DestroyError;
 use roce_emulator::{CqHandle, DestroyCqError, PollCqError, WorkCompletion};
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
 
 pub(crate) struct CqInner {
     pub ctx: Context,
@@ -101,6 +104,16 @@ impl Cq {
         }
     }
 
+    /// Async [`Cq::poll_blocking`]: resolves once `n` completions were
+    /// collected (or the CQ failed). Runtime-agnostic: a threaded driver
+    /// (UDP) wakes the task from its own thread after each round with
+    /// progress; with a driver that has no thread (the simulated fabric) the
+    /// future steps it a little on each poll and wakes itself. No timeout
+    /// here: wrap it in your runtime's (e.g. `tokio::time::timeout`).
+    pub fn poll_async(&self, n: usize) -> PollCq<'_> {
+        PollCq { cq: self, n, out: Vec::with_capacity(n) }
+    }
+
     /// `ibv_destroy_cq` now, reporting errors. Fails with
     /// [`DestroyError::Shared`] while QPs use it or clones exist.
     pub fn destroy(self) -> Result<(), DestroyError<DestroyCqError>> {
@@ -113,6 +126,59 @@ impl Cq {
             Err(arc) => {
                 Err(DestroyError::Shared { what: "CQ", others: Arc::strong_count(&arc) - 1 })
             }
+        }
+    }
+}
+
+/// The future of [`Cq::poll_async`].
+#[derive(Debug)]
+pub struct PollCq<'a> {
+    cq: &'a Cq,
+    n: usize,
+    out: Vec<WorkCompletion>,
+}
+
+impl Future for PollCq<'_> {
+    type Output = Result<Vec<WorkCompletion>, PollCqError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let driver = this.cq.inner.ctx.driver();
+        // Register first, then poll: a completion that lands in between
+        // still wakes the task.
+        let threaded = driver.register_waker(cx.waker());
+        let check = |out: &mut Vec<WorkCompletion>| -> Option<Result<(), PollCqError>> {
+            match this.cq.poll(this.n - out.len()) {
+                Ok(v) => out.extend(v),
+                Err(e) => return Some(Err(e)),
+            }
+            (out.len() >= this.n).then_some(Ok(()))
+        };
+        if !threaded {
+            let out = &mut this.out;
+            let mut res = None;
+            driver.progress(
+                &mut || {
+                    res = check(out);
+                    res.is_some()
+                },
+                Budget::events(1000),
+            );
+            if res.is_none() {
+                cx.waker().wake_by_ref();
+            }
+            return match res {
+                Some(Ok(())) => Poll::Ready(Ok(std::mem::take(&mut this.out))),
+                Some(Err(e)) if this.out.is_empty() => Poll::Ready(Err(e)),
+                Some(Err(_)) => Poll::Ready(Ok(std::mem::take(&mut this.out))),
+                None => Poll::Pending,
+            };
+        }
+        match check(&mut this.out) {
+            Some(Ok(())) => Poll::Ready(Ok(std::mem::take(&mut this.out))),
+            Some(Err(e)) if this.out.is_empty() => Poll::Ready(Err(e)),
+            Some(Err(_)) => Poll::Ready(Ok(std::mem::take(&mut this.out))),
+            None => Poll::Pending,
         }
     }
 }

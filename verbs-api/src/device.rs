@@ -121,9 +121,22 @@ impl Context {
         self.lock().query_port()
     }
 
-    /// `ibv_query_gid` (index 0 is the port address's RoCEv2 GID).
+    /// `ibv_query_gid` with rxe's table: index 0 is the link-local GID
+    /// (`fe80::` + the EUI-64 of the device's MAC), index 1 the port
+    /// address's RoCEv2 GID (`::ffff:a.b.c.d` for IPv4); see
+    /// [`crate::udp::gid_table`]. Other indices are empty.
     pub fn query_gid(&self, index: u32) -> Option<Ipv6Addr> {
-        self.lock().query_gid(index)
+        crate::udp::gid_table(self.inner.addr).get(index as usize).copied()
+    }
+
+    /// The node GUID as rxe derives it (EUI-64 of the device's MAC).
+    pub fn node_guid(&self) -> u64 {
+        crate::udp::node_guid(self.inner.addr)
+    }
+
+    /// The driver's name (`"sim"`, `"udp"`).
+    pub fn driver_name(&self) -> &str {
+        self.inner.driver.name()
     }
 
     /// The device counters (rxe's names; see [`Counters`]).

@@ -54,4 +54,12 @@ pub trait Driver: Send + Sync + 'static {
     /// whether `cond` held. `cond` is called without any driver lock held,
     /// so it may use the verbs (poll a CQ, read an MR).
     fn progress(&self, cond: &mut dyn FnMut() -> bool, budget: Budget) -> bool;
+
+    /// Async support: wake `waker` (once) after the driver next makes
+    /// progress on its own thread; returns false if this driver has no
+    /// thread of its own (then the caller must call [`Driver::progress`]
+    /// itself, as the simulated fabric needs).
+    fn register_waker(&self, _waker: &std::task::Waker) -> bool {
+        false
+    }
 }

@@ -18,9 +18,11 @@
 //! * [`QpAttr`]'s setters set their mask bits; [`Qp::to_init`],
 //!   [`Qp::to_rtr`], [`Qp::to_rts`] and [`Qp::connect`] use rdma-core's
 //!   defaults ([`ConnectOptions`]).
-//! * What moves the frames is a [`Driver`]. Here the only one is the
-//!   simulated fabric, [`SimNet`]; a UDP or raw-socket driver plugs in the
-//!   same way (see [`driver`]).
+//! * What moves the frames is a [`Driver`]: the simulated fabric,
+//!   [`SimNet`], or a real UDP socket with a driver thread, [`UdpDriver`]
+//!   (devices configured with [`DeviceConfig`], see [`udp`]). The verbs
+//!   work from synchronous code ([`Cq::poll_blocking`]) and async code
+//!   ([`Cq::poll_async`], runtime-agnostic).
 //! * [`workload`] is the deterministic traffic engine behind `roce demo`
 //!   and the soak test: mixed SEND/WRITE/READ/atomics, every byte and
 //!   every completion verified.
@@ -34,23 +36,25 @@ pub mod error;
 pub mod pd;
 pub mod qp;
 pub mod sim;
+pub mod udp;
 pub mod workload;
 
-pub use cq::Cq;
+pub use cq::{Cq, PollCq};
 pub use device::{Context, Device};
 pub use driver::{Budget, Driver};
 pub use error::DestroyError;
 pub use pd::{Mr, Pd};
 pub use qp::{ConnectOptions, Qp, QpBuilder, QpEndpoint};
 pub use sim::SimNet;
+pub use udp::{DeviceConfig, ThreadDriver, TransportKind, UdpDriver};
 
 pub use roce_emulator::qp_attr::ModifyQpError;
 pub use roce_emulator::sim::{FabricStats, FaultConfig, LinkConfig};
 pub use roce_emulator::{
     AccessFlags, AhAttr, AllocPdError, AsyncEvent, Counters, CreateCqError, CreateQpError,
     DeallocPdError, DeregMrError, DestroyCqError, DeviceAttr, Hca, HcaConfig, Instant,
-    MrAccessError, MrInfo, PathMtu, PollCqError, PortAttr, PostRecvError, PostSendError, QpAttr,
-    QpCap, QpInitAttr, QpLookupError, QpModifyError, QpState, QpType, RecvWr, RegMrError,
+    MrAccessError, MrInfo, PathMtu, PollCqError, PortAttr, PortState, PostRecvError, PostSendError,
+    QpAttr, QpCap, QpInitAttr, QpLookupError, QpModifyError, QpState, QpType, RecvWr, RegMrError,
     SendFlags, SendWr, Sge, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 pub use roce_packet::{LKey, Qpn, RKey};

@@ -104,7 +104,25 @@ impl SimNet {
     }
 
     /// Wrap an existing fabric (no nodes yet, or only non-HCA nodes).
-    pub fn with_fabric_value(fabric: Fabric) -> SimNet {
+    ///
+    /// With `ROCE_EMU_PCAP=DIR` set, every datagram the fabric delivers is
+    /// recorded to `DIR/sim-<pid>-<n>.pcap` (n counts the networks of the
+    /// process), timestamped with the virtual clock. The file is written
+    /// unbuffered, so it is complete at any time (devices keep the fabric
+    /// alive, so it may never be dropped).
+    pub fn with_fabric_value(mut fabric: Fabric) -> SimNet {
+        if let Some(dir) = std::env::var_os(crate::udp::ENV_PCAP).filter(|d| !d.is_empty()) {
+            static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let path =
+                std::path::Path::new(&dir).join(format!("sim-{}-{n}.pcap", std::process::id()));
+            let res = std::fs::File::create(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|f| fabric.record_pcap(f).map_err(|e| e.to_string()));
+            if let Err(e) = res {
+                tracing::warn!(path = %path.display(), error = %e, "cannot record the sim fabric");
+            }
+        }
         SimNet {
             shared: Arc::new(SimShared { fabric: Mutex::new(fabric), devices: Mutex::new(vec![]) }),
         }

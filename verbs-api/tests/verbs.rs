@@ -312,7 +312,8 @@ fn devices_live_on_the_sim_and_run_until() {
     let (net, a, b) = pair(11);
     assert_eq!(net.devices().len(), 2);
     assert_eq!(a.ctx.addr(), "10.0.0.1".parse::<IpAddr>().unwrap());
-    assert_eq!(a.ctx.query_gid(0).unwrap().to_string(), "::ffff:10.0.0.1");
+    assert_eq!(a.ctx.query_gid(1).unwrap().to_string(), "::ffff:10.0.0.1");
+    assert_eq!(a.ctx.query_gid(0).unwrap().to_string(), "fe80::aff:fe00:1");
     assert_eq!(a.ctx.query_port().active_mtu, PathMtu::Mtu4096);
     b.qp.post_recv(RecvWr::new(1, b.mr.addr(), 64, b.mr.lkey())).unwrap();
     a.qp.post_send(SendWr::new(1, WrOpcode::Send).inline(b"inline!")).unwrap();

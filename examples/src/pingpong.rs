@@ -1,0 +1,467 @@
+//! `rc_pingpong`, `uc_pingpong` and `ud_pingpong`: the same programs as
+//! rdma-core's `ibv_rc_pingpong`, `ibv_uc_pingpong` and `ibv_ud_pingpong`
+//! (flags, out-of-band exchange, QP attributes, output lines), over an
+//! emulated device, so either side can be rdma-core's binary on rxe.
+//!
+//! Differences, all deliberate:
+//! * `-o/-O/-P` (ODP), `-t` (timestamps), `-j` (device memory) and `-U`
+//!   are refused with rdma-core's message for a device without them;
+//!   `-N` (new send API) is accepted (same packets).
+//! * `-e` waits for the driver's progress instead of a completion
+//!   channel (the process sleeps either way).
+//! * `-c` checks every byte of the buffer on both sides (rdma-core checks
+//!   one byte per page, on the server), and exits with status 1 when a
+//!   page is wrong, after the same `invalid data in page N` lines.
+//! * Extensions: `--addr IP` names the device by address instead of a
+//!   configuration; the client retries the TCP connection for 5 s while
+//!   the server is not listening yet; without `-g` (zero GID) the peer is
+//!   reached at its TCP address.
+
+use crate::oob::{self, Dest};
+use clap::Parser;
+use roce_verbs_api::udp::gid_to_addr;
+use roce_verbs_api::{
+    AccessFlags, AhAttr, Budget, Context, Cq, PathMtu, PollCqError, QpAttr, QpState, QpType,
+    RecvWr, SendWr, WcStatus, WorkCompletion, WrOpcode,
+};
+use std::net::{IpAddr, Ipv6Addr};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+const RECV_WRID: u64 = 1;
+const SEND_WRID: u64 = 2;
+/// Page size the `-c` pattern is laid out in (x86-64 Linux).
+const PAGE: usize = 4096;
+/// UD receive buffers start with room for the 40-byte GRH.
+const GRH: usize = 40;
+/// The Q_Key the UD tool uses.
+const UD_QKEY: u32 = 0x1111_1111;
+
+/// Which tool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `ibv_rc_pingpong`.
+    Rc,
+    /// `ibv_uc_pingpong`.
+    Uc,
+    /// `ibv_ud_pingpong`.
+    Ud,
+}
+
+fn num(s: &str) -> Result<u64, String> {
+    crate::parse_c_number(s)
+}
+
+/// The options of the pingpong tools (rdma-core's, plus `--addr`).
+#[derive(Parser, Debug, Clone)]
+#[command(about = "Ping-pong SENDs between two QPs (rdma-core compatible)")]
+pub struct Args {
+    /// listen on/connect to port <port> (default 18515)
+    #[arg(short = 'p', long = "port", default_value = "18515", value_parser = num)]
+    pub port: u64,
+    /// use IB device <dev> (default first device found)
+    #[arg(short = 'd', long = "ib-dev")]
+    pub ib_dev: Option<String>,
+    /// use port <port> of IB device (default 1)
+    #[arg(short = 'i', long = "ib-port", default_value = "1", value_parser = num)]
+    pub ib_port: u64,
+    /// size of message to exchange (default 4096; UD 1024)
+    #[arg(short = 's', long = "size", value_parser = num)]
+    pub size: Option<u64>,
+    /// path MTU (default 1024)
+    #[arg(short = 'm', long = "mtu", value_parser = num)]
+    pub mtu: Option<u64>,
+    /// number of receives to post at a time (default 500)
+    #[arg(short = 'r', long = "rx-depth", default_value = "500", value_parser = num)]
+    pub rx_depth: u64,
+    /// number of exchanges (default 1000)
+    #[arg(short = 'n', long = "iters", default_value = "1000", value_parser = num)]
+    pub iters: u64,
+    /// service level value
+    #[arg(short = 'l', long = "sl", default_value = "0", value_parser = num)]
+    pub sl: u64,
+    /// sleep on CQ events (default poll)
+    #[arg(short = 'e', long = "events")]
+    pub events: bool,
+    /// local port gid index
+    #[arg(short = 'g', long = "gid-idx", allow_negative_numbers = true)]
+    pub gid_idx: Option<i64>,
+    /// use on demand paging (not supported)
+    #[arg(short = 'o', long = "odp")]
+    pub odp: bool,
+    /// use implicit on demand paging (not supported)
+    #[arg(short = 'O', long = "iodp")]
+    pub iodp: bool,
+    /// prefetch an ODP MR (not supported)
+    #[arg(short = 'P', long = "prefetch")]
+    pub prefetch: bool,
+    /// get CQE with timestamp (not supported)
+    #[arg(short = 't', long = "ts")]
+    pub ts: bool,
+    /// validate received buffer
+    #[arg(short = 'c', long = "chk")]
+    pub chk: bool,
+    /// use device memory (not supported)
+    #[arg(short = 'j', long = "dm")]
+    pub dm: bool,
+    /// use new post send WR API (same packets)
+    #[arg(short = 'N', long = "new_send")]
+    pub new_send: bool,
+    /// allow allocation of unprotected/shared memory on CoCo guests (not supported)
+    #[arg(short = 'U', long = "allow-cc-unprotected")]
+    pub cc_unprotected: bool,
+    /// extension: use a UDP device at this local address (no configuration needed)
+    #[arg(long = "addr")]
+    pub addr: Option<IpAddr>,
+    /// extension: record every frame of the device to this pcap file
+    #[arg(long = "pcap")]
+    pub pcap: Option<std::path::PathBuf>,
+    /// connect to the server at <host> (without: start a server and wait for a connection)
+    pub servername: Option<String>,
+}
+
+fn mtu_enum(v: u64) -> Option<PathMtu> {
+    match v {
+        256 => Some(PathMtu::Mtu256),
+        512 => Some(PathMtu::Mtu512),
+        1024 => Some(PathMtu::Mtu1024),
+        2048 => Some(PathMtu::Mtu2048),
+        4096 => Some(PathMtu::Mtu4096),
+        _ => None,
+    }
+}
+
+fn mtu_bytes(m: PathMtu) -> usize {
+    match m {
+        PathMtu::Mtu256 => 256,
+        PathMtu::Mtu512 => 512,
+        PathMtu::Mtu1024 => 1024,
+        PathMtu::Mtu2048 => 2048,
+        PathMtu::Mtu4096 => 4096,
+    }
+}
+
+/// Run a tool with the process's arguments; returns its exit status.
+pub fn main(kind: Kind) -> ExitCode {
+    let args = Args::parse();
+    match run(kind, &args) {
+        Ok(code) => code,
+        Err(msg) => {
+            eprintln!("{msg}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Wait until the CQ has at least one completion; up to `max` are returned.
+fn wait_cq(ctx: &Context, cq: &Cq, max: usize) -> Result<Vec<WorkCompletion>, PollCqError> {
+    loop {
+        let mut got = Vec::new();
+        let mut err = None;
+        ctx.progress(
+            || match cq.poll(max) {
+                Ok(v) => {
+                    got = v;
+                    !got.is_empty()
+                }
+                Err(e) => {
+                    err = Some(e);
+                    true
+                }
+            },
+            Budget { events: 1_000_000, wall: Duration::from_secs(1) },
+        );
+        if let Some(e) = err {
+            return Err(e);
+        }
+        if !got.is_empty() {
+            return Ok(got);
+        }
+    }
+}
+
+/// Run a tool; `Err` is a message for stderr (exit status 1).
+pub fn run(kind: Kind, a: &Args) -> Result<ExitCode, String> {
+    if a.port > 65535 {
+        return Err("port must be at most 65535".into());
+    }
+    if a.ib_port < 1 {
+        return Err("ib port must be at least 1".into());
+    }
+    if a.odp || a.iodp {
+        return Err(
+            "The device isn't ODP capable or does not support RC send and receive with ODP".into(),
+        );
+    }
+    if a.prefetch {
+        return Err("prefetch is valid only with on-demand memory region".into());
+    }
+    if a.ts {
+        return Err("The device isn't completion timestamp capable".into());
+    }
+    if a.dm {
+        return Err("Device doesn't support dm allocation".into());
+    }
+    if a.cc_unprotected {
+        return Err("Couldn't allocate parent domain".into());
+    }
+    if kind == Kind::Ud && a.mtu.is_some() {
+        return Err("ud_pingpong has no -m option (UD messages are one packet)".into());
+    }
+    let mtu = match a.mtu {
+        None => PathMtu::Mtu1024,
+        Some(v) => {
+            mtu_enum(v).ok_or_else(|| format!("invalid MTU {v} (256, 512, 1024, 2048, 4096)"))?
+        }
+    };
+    let size = a.size.unwrap_or(if kind == Kind::Ud { 1024 } else { 4096 });
+    let size = u32::try_from(size).map_err(|_| format!("size {size} too large"))? as usize;
+    let rx_depth = u32::try_from(a.rx_depth).map_err(|_| "rx depth too large".to_string())?;
+    let iters = a.iters;
+    let off = if kind == Kind::Ud { GRH } else { 0 };
+    let buf_len = size + off;
+
+    // --- pp_init_ctx ---
+    let dev = crate::open_device_with(a.ib_dev.as_deref(), a.addr, a.pcap.as_deref())?;
+    let ctx = dev.open();
+    let port = ctx.query_port();
+    if kind == Kind::Ud && size > mtu_bytes(port.active_mtu) {
+        return Err(format!(
+            "Requested size larger than port MTU ({})",
+            mtu_bytes(port.active_mtu)
+        ));
+    }
+    let pd = ctx.alloc_pd().map_err(|e| format!("Couldn't allocate PD: {e}"))?;
+    let mr = pd
+        .reg_mr(buf_len, AccessFlags::LOCAL_WRITE)
+        .map_err(|e| format!("Couldn't register MR: {e}"))?;
+    mr.write(0, &vec![0x7b; buf_len]).map_err(|e| e.to_string())?;
+    let cq = ctx.create_cq(rx_depth + 1).map_err(|e| format!("Couldn't create CQ: {e}"))?;
+    let qp_type = match kind {
+        Kind::Rc => QpType::Rc,
+        Kind::Uc => QpType::Uc,
+        Kind::Ud => QpType::Ud,
+    };
+    let qp = pd
+        .qp_builder(&cq, &cq)
+        .qp_type(qp_type)
+        .max_send_wr(1)
+        .max_recv_wr(rx_depth)
+        .max_send_sge(1)
+        .max_recv_sge(1)
+        .build()
+        .map_err(|e| format!("Couldn't create QP: {e}"))?;
+    let ib_port = u8::try_from(a.ib_port).unwrap_or(u8::MAX);
+    let init = QpAttr::new().state(QpState::Init).pkey_index(0).port(ib_port);
+    let init = match kind {
+        Kind::Ud => init.qkey(UD_QKEY),
+        _ => init.access_flags(AccessFlags::default()),
+    };
+    qp.modify(&init).map_err(|e| format!("Failed to modify QP to INIT: {e}"))?;
+
+    // --- main ---
+    let post_recv = |n: u64| -> u64 {
+        let mut i = 0;
+        while i < n {
+            if qp.post_recv(RecvWr::new(RECV_WRID, mr.addr(), buf_len as u32, mr.lkey())).is_err() {
+                break;
+            }
+            i += 1;
+        }
+        i
+    };
+    let mut routs = post_recv(u64::from(rx_depth));
+    if routs < u64::from(rx_depth) {
+        return Err(format!("Couldn't post receive ({routs})"));
+    }
+    let my_gid = match a.gid_idx {
+        Some(g) if g >= 0 => ctx.query_gid(g as u32).ok_or_else(|| match kind {
+            Kind::Ud => format!("Could not get local gid for gid index {g}"),
+            _ => format!("can't read sgid of index {g}"),
+        })?,
+        _ => Ipv6Addr::UNSPECIFIED,
+    };
+    let sgid_index = a.gid_idx.filter(|g| *g >= 0).map(|g| g as u8).unwrap_or(0);
+    let me =
+        Dest { lid: 0, qpn: qp.qpn().value(), psn: rand::random::<u32>() & 0xff_ffff, gid: my_gid };
+    let sep = if kind == Kind::Ud { ":" } else { "," };
+    println!(
+        "  local address:  LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}{sep} GID {}",
+        me.lid, me.qpn, me.psn, me.gid
+    );
+
+    let sl = u8::try_from(a.sl).unwrap_or(0);
+    let ah_for = |rem: &Dest, peer_ip: IpAddr| -> AhAttr {
+        let dgid = if rem.has_gid() { gid_to_addr(rem.gid) } else { peer_ip };
+        let mut ah = AhAttr::new(dgid);
+        ah.sgid_index = sgid_index;
+        ah.hop_limit = if kind == Kind::Ud { 64 } else { 1 };
+        ah.sl = sl;
+        ah.port_num = ib_port;
+        ah
+    };
+    // pp_connect_ctx: RTR and RTS with rdma-core's attributes
+    let connect = |rem: &Dest, peer_ip: IpAddr| -> Result<Option<AhAttr>, String> {
+        if rem.has_gid() && (rem.gid.segments()[0] & 0xffc0) == 0xfe80 {
+            return Err(format!(
+                "remote GID {} is link-local (GID index 0): this emulator reaches peers by their \
+                 IPv4 or global IPv6 address; run both sides with -g 1",
+                rem.gid
+            ));
+        }
+        let ah = ah_for(rem, peer_ip);
+        match kind {
+            Kind::Rc => {
+                let rtr = QpAttr::new()
+                    .state(QpState::Rtr)
+                    .ah(ah)
+                    .mtu(mtu)
+                    .dest_qpn(rem.qpn)
+                    .rq_psn(rem.psn)
+                    .max_dest_rd_atomic(1)
+                    .min_rnr_timer(12);
+                qp.modify(&rtr).map_err(|e| format!("Failed to modify QP to RTR: {e}"))?;
+                let rts = QpAttr::new()
+                    .state(QpState::Rts)
+                    .timeout(14)
+                    .retry_cnt(7)
+                    .rnr_retry(7)
+                    .sq_psn(me.psn)
+                    .max_rd_atomic(1);
+                qp.modify(&rts).map_err(|e| format!("Failed to modify QP to RTS: {e}"))?;
+                Ok(None)
+            }
+            Kind::Uc => {
+                let rtr = QpAttr::new()
+                    .state(QpState::Rtr)
+                    .ah(ah)
+                    .mtu(mtu)
+                    .dest_qpn(rem.qpn)
+                    .rq_psn(rem.psn);
+                qp.modify(&rtr).map_err(|e| format!("Failed to modify QP to RTR: {e}"))?;
+                qp.modify(&QpAttr::new().state(QpState::Rts).sq_psn(me.psn))
+                    .map_err(|e| format!("Failed to modify QP to RTS: {e}"))?;
+                Ok(None)
+            }
+            Kind::Ud => {
+                qp.modify(&QpAttr::new().state(QpState::Rtr))
+                    .map_err(|e| format!("Failed to modify QP to RTR: {e}"))?;
+                qp.modify(&QpAttr::new().state(QpState::Rts).sq_psn(me.psn))
+                    .map_err(|e| format!("Failed to modify QP to RTS: {e}"))?;
+                Ok(Some(ah))
+            }
+        }
+    };
+
+    let server = a.servername.is_none();
+    let mut ud_ah = None;
+    let (rem, peer_ip) = match &a.servername {
+        Some(host) => {
+            let (r, ip) = oob::client_exchange(host, a.port as u16, &[me], Duration::from_secs(5))?;
+            (r[0], ip)
+        }
+        None => {
+            let (r, ip) = oob::server_exchange(a.port as u16, 1, |r, ip| {
+                ud_ah = connect(&r[0], ip)?;
+                Ok(vec![me])
+            })?;
+            (r[0], ip)
+        }
+    };
+    println!(
+        "  remote address: LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
+        rem.lid, rem.qpn, rem.psn, rem.gid
+    );
+    if !server {
+        ud_ah = connect(&rem, peer_ip)?;
+    }
+
+    let post_send = || {
+        let wr = SendWr::new(SEND_WRID, WrOpcode::Send).sge(
+            mr.addr() + off as u64,
+            size as u32,
+            mr.lkey(),
+        );
+        let wr = match ud_ah {
+            Some(ah) => wr.ud(ah, rem.qpn, UD_QKEY),
+            None => wr,
+        };
+        qp.post_send(wr).map_err(|e| format!("Couldn't post send: {e}"))
+    };
+
+    let mut pending = RECV_WRID;
+    if !server {
+        if a.chk {
+            for i in (0..size).step_by(PAGE) {
+                mr.write((off + i) as u64, &[0]).map_err(|e| e.to_string())?;
+            }
+        }
+        post_send()?;
+        pending |= SEND_WRID;
+    }
+
+    let start = Instant::now();
+    let (mut rcnt, mut scnt) = (0u64, 0u64);
+    let expect_len = (size + off) as u32;
+    let mut bad_len = 0u64;
+    while rcnt < iters || scnt < iters {
+        let wcs = wait_cq(&ctx, &cq, 2).map_err(|e| format!("poll CQ failed {e}"))?;
+        for wc in wcs {
+            if wc.status != WcStatus::Success {
+                return Err(format!(
+                    "Failed status {} ({}) for wr_id {}",
+                    wc.status,
+                    wc.status.code(),
+                    wc.wr_id
+                ));
+            }
+            match wc.wr_id {
+                SEND_WRID => scnt += 1,
+                RECV_WRID => {
+                    routs = routs.saturating_sub(1);
+                    if routs <= 1 {
+                        routs += post_recv(u64::from(rx_depth) - routs);
+                        if routs < u64::from(rx_depth) {
+                            return Err(format!("Couldn't post receive ({routs})"));
+                        }
+                    }
+                    if a.chk && wc.byte_len != expect_len {
+                        bad_len += 1;
+                    }
+                    rcnt += 1;
+                }
+                other => return Err(format!("Completion for unknown wr_id {other}")),
+            }
+            pending &= !wc.wr_id;
+            if scnt < iters && pending == 0 {
+                post_send()?;
+                pending = RECV_WRID | SEND_WRID;
+            }
+        }
+    }
+    let usec = start.elapsed().as_secs_f64() * 1e6;
+    let bytes = size as u64 * iters * 2;
+    println!(
+        "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
+        usec / 1e6,
+        bytes as f64 * 8.0 / usec
+    );
+    println!("{iters} iters in {:.2} seconds = {:.2} usec/iter", usec / 1e6, usec / iters as f64);
+
+    let mut ok = true;
+    if a.chk {
+        let mut got = vec![0u8; size];
+        mr.read(off as u64, &mut got).map_err(|e| e.to_string())?;
+        for (p, page) in got.chunks(PAGE).enumerate() {
+            if page.iter().enumerate().any(|(i, &b)| b != if i == 0 { 0 } else { 0x7b }) {
+                println!("invalid data in page {p}");
+                ok = false;
+            }
+        }
+        if bad_len > 0 {
+            println!("{bad_len} receive completions with a length other than {expect_len}");
+            ok = false;
+        }
+    }
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}

@@ -1,0 +1,593 @@
+//! Devices on a real host: configuration ([`DeviceConfig`]), the rxe-like
+//! GID table ([`gid_table`]), and the UDP driver ([`UdpDriver`]) that runs
+//! an emulated HCA over a plain UDP socket with a
+//! [`roce_transport::Driver`] thread.
+//!
+//! ```no_run
+//! use roce_verbs_api::udp::DeviceConfig;
+//! let dev = DeviceConfig::udp("roce0", "127.0.0.2".parse().unwrap()).open().unwrap();
+//! let ctx = dev.open();
+//! assert_eq!(ctx.query_gid(1).unwrap().to_string(), "::ffff:127.0.0.2");
+//! ```
+//!
+//! Where devices come from (see `docs/devices.md`), first match wins:
+//! 1. `ROCE_EMU_DEVICES="roce0=udp:127.0.0.2,roce1=udp:127.0.0.3"`;
+//! 2. the file named by `ROCE_EMU_CONFIG`, else
+//!    `$XDG_CONFIG_HOME/roce-emu/devices.conf` (or `~/.config/roce-emu/devices.conf`);
+//! 3. the API ([`DeviceConfig::udp`] and friends).
+//!
+//! `ROCE_EMU_PCAP=DIR` makes every device opened with [`DeviceConfig::open`]
+//! record all its frames to `DIR/<name>-<addr>.pcap` (unless its
+//! configuration names a pcap file already).
+
+use crate::device::Device;
+use crate::driver::{Budget, Driver};
+use roce_emulator::{Hca, HcaConfig, PathMtu};
+use roce_transport::{DriverHandle, Transport, UdpConfig, UdpTransport};
+use std::fmt;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::task::Waker;
+use std::time::{Duration, Instant};
+
+/// Environment variable listing devices (`name=kind:addr[,...]`).
+pub const ENV_DEVICES: &str = "ROCE_EMU_DEVICES";
+/// Environment variable naming the configuration file.
+pub const ENV_CONFIG: &str = "ROCE_EMU_CONFIG";
+/// Environment variable naming a directory where every device records a pcap.
+pub const ENV_PCAP: &str = "ROCE_EMU_PCAP";
+
+/// What moves a configured device's frames.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TransportKind {
+    /// A plain UDP socket bound to the device address (no privileges).
+    Udp,
+    /// A raw socket on a network interface (needs CAP_NET_RAW; not in this
+    /// build yet: opening one fails with [`OpenError::Unsupported`]).
+    Raw {
+        /// The interface, e.g. `eth0`.
+        ifname: String,
+    },
+    /// A device on a simulated fabric ([`crate::SimNet`]); it cannot be
+    /// opened alone.
+    Sim,
+}
+
+impl fmt::Display for TransportKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TransportKind::Udp => f.write_str("udp"),
+            TransportKind::Raw { ifname } => write!(f, "raw:{ifname}"),
+            TransportKind::Sim => f.write_str("sim"),
+        }
+    }
+}
+
+/// One device's configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceConfig {
+    /// The device name (`-d NAME` of the tools).
+    pub name: String,
+    /// The transport.
+    pub transport: TransportKind,
+    /// The port's IP address (its RoCEv2 GID is GID index 1).
+    pub addr: IpAddr,
+    /// Local UDP port (4791; peers always send to 4791).
+    pub port: u16,
+    /// Record every frame to this pcap file.
+    pub pcap: Option<PathBuf>,
+    /// The port's active MTU (default 1024, as rxe on a 1500-byte Ethernet).
+    pub mtu: PathMtu,
+}
+
+/// A configuration that could not be read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A device entry is malformed.
+    #[error("{origin}: {msg}")]
+    Syntax {
+        /// Where the entry came from (`ROCE_EMU_DEVICES`, `FILE:LINE`).
+        origin: String,
+        /// What is wrong.
+        msg: String,
+    },
+    /// The configuration file could not be read.
+    #[error("cannot read {path}: {msg}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        msg: String,
+    },
+}
+
+/// Opening a device failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The UDP socket could not be opened (address not local, port in use...).
+    #[error("device {name}: {source}")]
+    Transport {
+        /// The device.
+        name: String,
+        /// The transport's error.
+        source: roce_transport::TransportError,
+    },
+    /// The driver thread could not be started.
+    #[error("device {name}: cannot start driver thread: {source}")]
+    Thread {
+        /// The device.
+        name: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// This transport cannot be opened here.
+    #[error("device {name}: transport {kind} cannot be opened here ({why})")]
+    Unsupported {
+        /// The device.
+        name: String,
+        /// The transport.
+        kind: TransportKind,
+        /// Why.
+        why: &'static str,
+    },
+}
+
+fn mtu_from_bytes(v: &str) -> Option<PathMtu> {
+    match v.trim() {
+        "256" => Some(PathMtu::Mtu256),
+        "512" => Some(PathMtu::Mtu512),
+        "1024" => Some(PathMtu::Mtu1024),
+        "2048" => Some(PathMtu::Mtu2048),
+        "4096" => Some(PathMtu::Mtu4096),
+        _ => None,
+    }
+}
+
+impl DeviceConfig {
+    /// A UDP device `name` at `addr`, port 4791, active MTU 1024, no pcap.
+    pub fn udp(name: impl Into<String>, addr: IpAddr) -> DeviceConfig {
+        DeviceConfig {
+            name: name.into(),
+            transport: TransportKind::Udp,
+            addr,
+            port: roce_transport::DEFAULT_PORT,
+            pcap: None,
+            mtu: PathMtu::Mtu1024,
+        }
+    }
+
+    /// Parse one `ROCE_EMU_DEVICES` entry value: `udp:ADDR[:PORT]` (an IPv6
+    /// address with a port in brackets: `udp:[fd00::1]:4791`),
+    /// `raw:IFNAME:ADDR` or `sim:ADDR`; a bare address means `udp:ADDR`.
+    pub fn parse_spec(name: &str, spec: &str) -> Result<DeviceConfig, String> {
+        let name = name.trim();
+        if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c == '=' || c == ',') {
+            return Err(format!("bad device name {name:?}"));
+        }
+        let spec = spec.trim();
+        let (kind, rest) = match spec.split_once(':') {
+            Some((k @ ("udp" | "raw" | "sim"), rest)) => (k, rest),
+            _ => ("udp", spec),
+        };
+        let mut cfg = DeviceConfig::udp(name, IpAddr::from([0, 0, 0, 0]));
+        match kind {
+            "raw" => {
+                let (ifname, addr) = rest
+                    .split_once(':')
+                    .ok_or_else(|| format!("expected raw:IFNAME:ADDR, got {spec:?}"))?;
+                cfg.transport = TransportKind::Raw { ifname: ifname.to_string() };
+                cfg.addr = parse_addr(addr)?;
+            }
+            "sim" => {
+                cfg.transport = TransportKind::Sim;
+                cfg.addr = parse_addr(rest)?;
+            }
+            _ => {
+                if let Ok(sa) = rest.parse::<SocketAddr>() {
+                    cfg.addr = sa.ip();
+                    cfg.port = sa.port();
+                } else if let Ok(ip) = rest.parse::<IpAddr>() {
+                    cfg.addr = ip;
+                } else if let Some((a, p)) = rest.rsplit_once(':') {
+                    cfg.addr = parse_addr(a)?;
+                    cfg.port = p.parse().map_err(|_| format!("bad port {p:?}"))?;
+                } else {
+                    return Err(format!("bad address {rest:?}"));
+                }
+            }
+        }
+        if cfg.addr.is_unspecified() {
+            return Err(format!("unspecified address in {spec:?}: name a local address"));
+        }
+        Ok(cfg)
+    }
+
+    /// Parse a `ROCE_EMU_DEVICES` value: comma-separated `NAME=SPEC`
+    /// entries (see [`DeviceConfig::parse_spec`]).
+    pub fn parse_env_list(value: &str) -> Result<Vec<DeviceConfig>, ConfigError> {
+        let mut out = Vec::new();
+        for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let err = |msg: String| ConfigError::Syntax { origin: ENV_DEVICES.into(), msg };
+            let (name, spec) = entry
+                .split_once('=')
+                .ok_or_else(|| err(format!("expected NAME=SPEC, got {entry:?}")))?;
+            out.push(DeviceConfig::parse_spec(name, spec).map_err(err)?);
+        }
+        Ok(out)
+    }
+
+    /// Parse a configuration file (INI style, see `docs/devices.md`):
+    ///
+    /// ```text
+    /// # comment
+    /// [roce0]
+    /// transport = udp          # udp | raw | sim
+    /// addr = 127.0.0.2
+    /// port = 4791              # optional
+    /// ifname = eth0            # raw only
+    /// mtu = 1024               # optional active MTU
+    /// pcap = /tmp/roce0.pcap   # optional
+    /// ```
+    pub fn parse_file(text: &str, origin: &str) -> Result<Vec<DeviceConfig>, ConfigError> {
+        let mut out: Vec<DeviceConfig> = Vec::new();
+        let mut kinds: Vec<(String, Option<String>)> = Vec::new();
+        let mut has_addr: Vec<bool> = Vec::new();
+        for (i, raw) in text.lines().enumerate() {
+            let err =
+                |msg: String| ConfigError::Syntax { origin: format!("{origin}:{}", i + 1), msg };
+            let line = raw.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+                let name = name.trim();
+                if name.is_empty() || name.contains(char::is_whitespace) {
+                    return Err(err(format!("bad device name {name:?}")));
+                }
+                if out.iter().any(|d| d.name == name) {
+                    return Err(err(format!("device {name} defined twice")));
+                }
+                out.push(DeviceConfig::udp(name, IpAddr::from([0, 0, 0, 0])));
+                kinds.push(("udp".into(), None));
+                has_addr.push(false);
+                continue;
+            }
+            let (k, v) = line
+                .split_once('=')
+                .ok_or_else(|| err(format!("expected KEY = VALUE, got {line:?}")))?;
+            let (k, v) = (k.trim(), v.trim());
+            let Some(dev) = out.last_mut() else {
+                return Err(err("a [name] section must come first".into()));
+            };
+            let last = kinds.len() - 1;
+            match k {
+                "transport" => match v {
+                    "udp" | "raw" | "sim" => kinds[last].0 = v.to_string(),
+                    _ => return Err(err(format!("unknown transport {v:?} (udp, raw, sim)"))),
+                },
+                "addr" => {
+                    dev.addr = parse_addr(v).map_err(err)?;
+                    has_addr[last] = true;
+                }
+                "port" => dev.port = v.parse().map_err(|_| err(format!("bad port {v:?}")))?,
+                "ifname" => kinds[last].1 = Some(v.to_string()),
+                "mtu" => {
+                    dev.mtu = mtu_from_bytes(v)
+                        .ok_or_else(|| err(format!("bad mtu {v:?} (256..4096)")))?
+                }
+                "pcap" => dev.pcap = Some(PathBuf::from(v)),
+                _ => return Err(err(format!("unknown key {k:?}"))),
+            }
+        }
+        for ((dev, (kind, ifname)), addr) in out.iter_mut().zip(kinds).zip(has_addr) {
+            let err = |msg: String| ConfigError::Syntax { origin: origin.into(), msg };
+            if !addr || dev.addr.is_unspecified() {
+                return Err(err(format!("device {}: no addr", dev.name)));
+            }
+            dev.transport = match kind.as_str() {
+                "raw" => TransportKind::Raw {
+                    ifname: ifname
+                        .ok_or_else(|| err(format!("device {}: raw needs ifname", dev.name)))?,
+                },
+                "sim" => TransportKind::Sim,
+                _ => TransportKind::Udp,
+            };
+        }
+        Ok(out)
+    }
+
+    /// The configuration file to read: `$ROCE_EMU_CONFIG`, else
+    /// `$XDG_CONFIG_HOME/roce-emu/devices.conf`, else
+    /// `$HOME/.config/roce-emu/devices.conf`.
+    pub fn config_path() -> Option<PathBuf> {
+        if let Some(p) = std::env::var_os(ENV_CONFIG) {
+            return Some(PathBuf::from(p));
+        }
+        let base = std::env::var_os("XDG_CONFIG_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".config")))?;
+        Some(base.join("roce-emu").join("devices.conf"))
+    }
+
+    /// Every configured device: `ROCE_EMU_DEVICES` if set, else the
+    /// configuration file (a missing default file means no devices; a
+    /// missing `ROCE_EMU_CONFIG` file is an error).
+    pub fn load_all() -> Result<Vec<DeviceConfig>, ConfigError> {
+        if let Ok(v) = std::env::var(ENV_DEVICES) {
+            if !v.trim().is_empty() {
+                return DeviceConfig::parse_env_list(&v);
+            }
+        }
+        let Some(path) = DeviceConfig::config_path() else { return Ok(Vec::new()) };
+        match std::fs::read_to_string(&path) {
+            Ok(text) => DeviceConfig::parse_file(&text, &path.display().to_string()),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    && std::env::var_os(ENV_CONFIG).is_none() =>
+            {
+                Ok(Vec::new())
+            }
+            Err(e) => Err(ConfigError::Io { path, msg: e.to_string() }),
+        }
+    }
+
+    /// The configured device named `name`, if any.
+    pub fn find(name: &str) -> Result<Option<DeviceConfig>, ConfigError> {
+        Ok(DeviceConfig::load_all()?.into_iter().find(|d| d.name == name))
+    }
+
+    /// The pcap file this device records to: its own `pcap`, else
+    /// `$ROCE_EMU_PCAP/<name>-<addr>.pcap`, else none.
+    pub fn effective_pcap(&self) -> Option<PathBuf> {
+        if let Some(p) = &self.pcap {
+            return Some(p.clone());
+        }
+        let dir = std::env::var_os(ENV_PCAP)?;
+        if dir.is_empty() {
+            return None;
+        }
+        let addr = self.addr.to_string().replace(':', "_");
+        Some(Path::new(&dir).join(format!("{}-{}.pcap", self.name, addr)))
+    }
+
+    /// The emulator configuration of this device (for querying attributes
+    /// without opening it; the key seed is random).
+    pub fn hca_config(&self) -> HcaConfig {
+        let mut c = HcaConfig::new(self.name.clone(), self.addr, rand::random());
+        c.active_mtu = self.mtu;
+        c
+    }
+
+    /// Open the device: bind its socket, start its driver thread. Dropping
+    /// the last handle of the device (and of everything created on it)
+    /// stops the thread and flushes the pcap.
+    pub fn open(&self) -> Result<Device, OpenError> {
+        match &self.transport {
+            TransportKind::Udp => {}
+            k @ TransportKind::Raw { .. } => {
+                return Err(OpenError::Unsupported {
+                    name: self.name.clone(),
+                    kind: k.clone(),
+                    why: "no raw-socket transport in this build",
+                })
+            }
+            k @ TransportKind::Sim => {
+                return Err(OpenError::Unsupported {
+                    name: self.name.clone(),
+                    kind: k.clone(),
+                    why: "simulated devices live on a SimNet: use SimNet::add_device",
+                })
+            }
+        }
+        let mut uc = UdpConfig::new(SocketAddr::new(self.addr, self.port));
+        uc.pcap = self.effective_pcap();
+        let t = UdpTransport::bind(uc)
+            .map_err(|source| OpenError::Transport { name: self.name.clone(), source })?;
+        let hca = Arc::new(Mutex::new(Hca::new(self.hca_config())));
+        let cfg = roce_transport::DriverConfig {
+            name: format!("roce-{}", self.name),
+            max_idle: Duration::from_millis(20),
+            ..Default::default()
+        };
+        let handle = roce_transport::Driver::spawn_with(hca.clone(), t, cfg)
+            .map_err(|source| OpenError::Thread { name: self.name.clone(), source })?;
+        let drv = Arc::new(UdpDriver::new(handle, "udp"));
+        Ok(Device::new(hca, drv))
+    }
+}
+
+impl Device {
+    /// Open a configured device (same as [`DeviceConfig::open`]).
+    pub fn open_udp(cfg: &DeviceConfig) -> Result<Device, OpenError> {
+        cfg.open()
+    }
+}
+
+fn parse_addr(s: &str) -> Result<IpAddr, String> {
+    let s = s.trim().trim_start_matches('[').trim_end_matches(']');
+    s.parse().map_err(|_| format!("bad IP address {s:?}"))
+}
+
+/// The MAC address a device at `addr` pretends to have: `02:00` and the
+/// last four address bytes (the same as the pcap recorder's frames).
+pub fn mac_of(addr: IpAddr) -> [u8; 6] {
+    roce_transport::pcap::mac_of(addr)
+}
+
+/// The modified EUI-64 of a MAC (universal/local bit flipped, `ff:fe` in
+/// the middle): rxe's node GUID and link-local interface id.
+pub fn eui64(mac: [u8; 6]) -> [u8; 8] {
+    [mac[0] ^ 0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]]
+}
+
+/// The node GUID of a device at `addr` (the EUI-64 of its MAC, as rxe).
+pub fn node_guid(addr: IpAddr) -> u64 {
+    u64::from_be_bytes(eui64(mac_of(addr)))
+}
+
+/// The RoCEv2 GID of an address (`::ffff:a.b.c.d` for IPv4).
+pub fn roce_v2_gid(addr: IpAddr) -> Ipv6Addr {
+    match addr {
+        IpAddr::V4(a) => a.to_ipv6_mapped(),
+        IpAddr::V6(a) => a,
+    }
+}
+
+/// The port's GID table as rxe fills it: index 0 the link-local
+/// `fe80::/64` GID from the MAC's EUI-64, index 1 the address's RoCEv2
+/// GID. (The emulator core still reports only the RoCEv2 GID, at index 0;
+/// it should adopt this table.)
+pub fn gid_table(addr: IpAddr) -> [Ipv6Addr; 2] {
+    let e = eui64(mac_of(addr));
+    let mut ll = [0u8; 16];
+    ll[0] = 0xfe;
+    ll[1] = 0x80;
+    ll[8..].copy_from_slice(&e);
+    [Ipv6Addr::from(ll), roce_v2_gid(addr)]
+}
+
+/// The device address a GID names, if it is one of `table`'s entries or
+/// an ordinary RoCEv2 GID (IPv4-mapped or a global IPv6 address).
+pub fn gid_to_addr(gid: Ipv6Addr) -> IpAddr {
+    match gid.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(gid),
+    }
+}
+
+/// The verbs [`Driver`] of a device whose frames a
+/// [`roce_transport::Driver`] thread moves over a transport `T` (UDP
+/// today; the raw transport implements the same trait).
+/// [`Driver::progress`] blocks on the thread's progress condition variable
+/// (no busy polling), and async code registers wakers
+/// ([`Driver::register_waker`]) that the thread wakes after every round
+/// that received datagrams or fired timers.
+pub struct ThreadDriver<T: Transport = UdpTransport> {
+    handle: DriverHandle<T>,
+    wakers: Arc<Mutex<Vec<Waker>>>,
+    name: String,
+}
+
+/// The driver of a UDP device.
+pub type UdpDriver = ThreadDriver<UdpTransport>;
+
+impl<T: Transport> fmt::Debug for ThreadDriver<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ThreadDriver").field("local", &self.handle.local_addr()).finish()
+    }
+}
+
+impl<T: Transport> ThreadDriver<T> {
+    /// Wrap a running driver thread; `name` is what [`Driver::name`]
+    /// reports (`"udp"`, `"raw"`).
+    pub fn new(handle: DriverHandle<T>, name: &str) -> ThreadDriver<T> {
+        let wakers: Arc<Mutex<Vec<Waker>>> = Arc::new(Mutex::new(Vec::new()));
+        let w = wakers.clone();
+        handle.on_progress(move || {
+            let list: Vec<Waker> = match w.lock() {
+                Ok(mut g) => std::mem::take(&mut *g),
+                Err(p) => std::mem::take(&mut *p.into_inner()),
+            };
+            for wk in list {
+                wk.wake();
+            }
+        });
+        ThreadDriver { handle, wakers, name: name.to_string() }
+    }
+
+    /// The driver thread's handle (counters, local address).
+    pub fn handle(&self) -> &DriverHandle<T> {
+        &self.handle
+    }
+}
+
+impl<T: Transport> Driver for ThreadDriver<T> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn kick(&self) {
+        self.handle.notify();
+    }
+
+    fn progress(&self, cond: &mut dyn FnMut() -> bool, budget: Budget) -> bool {
+        let start = Instant::now();
+        loop {
+            // Read the progress count before checking, so a round that
+            // completes between the check and the wait is not missed.
+            let seen = self.handle.progress();
+            if cond() {
+                return true;
+            }
+            let left = budget.wall.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                return false;
+            }
+            // Bounded slices: completions that no datagram announces (UC
+            // sends, flushes) are seen within a few milliseconds.
+            self.handle.wait_for_progress(seen, left.min(Duration::from_millis(5)));
+        }
+    }
+
+    fn register_waker(&self, waker: &Waker) -> bool {
+        let mut g = self.wakers.lock().unwrap_or_else(|e| e.into_inner());
+        if !g.iter().any(|w| w.will_wake(waker)) {
+            g.push(waker.clone());
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gid_table_like_rxe() {
+        // rxe: MAC 52:54:00:77:00:02 -> GID[0] fe80::5054:ff:fe77:2, GUID 5054:00ff:fe77:0002
+        let e = eui64([0x52, 0x54, 0x00, 0x77, 0x00, 0x02]);
+        assert_eq!(e, [0x50, 0x54, 0x00, 0xff, 0xfe, 0x77, 0x00, 0x02]);
+        let t = gid_table("127.0.0.2".parse().unwrap());
+        assert_eq!(t[0].to_string(), "fe80::7fff:fe00:2");
+        assert_eq!(t[1].to_string(), "::ffff:127.0.0.2");
+        assert_eq!(node_guid("127.0.0.2".parse().unwrap()), 0x0000_7fff_fe00_0002);
+        let t6 = gid_table("fd00::5".parse().unwrap());
+        assert_eq!(t6[1].to_string(), "fd00::5");
+        assert_eq!(gid_to_addr(t[1]), "127.0.0.2".parse::<IpAddr>().unwrap());
+    }
+
+    #[test]
+    fn env_list() {
+        let v = DeviceConfig::parse_env_list(
+            "roce0=udp:127.0.0.2, roce1=127.0.0.3:4792,r6=udp:[fd00::1]:4791,r7=sim:10.0.0.1,r8=raw:eth0:10.0.0.2",
+        )
+        .unwrap();
+        assert_eq!(v.len(), 5);
+        assert_eq!(v[0], DeviceConfig::udp("roce0", "127.0.0.2".parse().unwrap()));
+        assert_eq!((v[1].addr.to_string().as_str(), v[1].port), ("127.0.0.3", 4792));
+        assert_eq!(v[2].addr.to_string(), "fd00::1");
+        assert_eq!(v[3].transport, TransportKind::Sim);
+        assert_eq!(v[4].transport, TransportKind::Raw { ifname: "eth0".into() });
+        for bad in ["roce0", "roce0=udp:nothing", "=1.2.3.4", "a=0.0.0.0", "a=raw:10.0.0.1"] {
+            assert!(DeviceConfig::parse_env_list(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn config_file() {
+        let text = "# devices\n[roce0]\naddr = 127.0.0.2\npcap = /tmp/x.pcap # rec\n\n[eth]\ntransport = raw\nifname = eth0\naddr = 10.1.1.1\nmtu = 4096\n";
+        let v = DeviceConfig::parse_file(text, "f").unwrap();
+        assert_eq!(v.len(), 2);
+        assert_eq!(v[0].pcap.as_deref(), Some(Path::new("/tmp/x.pcap")));
+        assert_eq!(v[0].port, 4791);
+        assert_eq!(v[1].transport, TransportKind::Raw { ifname: "eth0".into() });
+        assert_eq!(v[1].mtu, PathMtu::Mtu4096);
+        let e = DeviceConfig::parse_file("[a]\naddr=1.2.3.4\nbogus=1\n", "f").unwrap_err();
+        assert_eq!(e.to_string(), "f:3: unknown key \"bogus\"");
+        assert!(DeviceConfig::parse_file("addr=1.2.3.4\n", "f").is_err());
+        assert!(DeviceConfig::parse_file("[a]\n", "f").is_err());
+        assert!(DeviceConfig::parse_file("[a]\naddr=1.2.3.4\n[a]\naddr=1.2.3.5\n", "f").is_err());
+        assert!(DeviceConfig::parse_file("[a]\ntransport=raw\naddr=1.2.3.4\n", "f").is_err());
+    }
+}

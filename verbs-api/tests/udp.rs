@@ -1,0 +1,150 @@
+//! Two UDP devices on loopback (127.0.1.2 and 127.0.1.3, port 4791): SEND
+//! and RDMA WRITE through the verbs, waited for synchronously and from a
+//! tokio current-thread runtime.
+
+use roce_verbs_api::udp::{gid_to_addr, DeviceConfig};
+use roce_verbs_api::{
+    AccessFlags, Budget, ConnectOptions, RecvWr, SendWr, WcOpcode, WcStatus, WrOpcode,
+};
+use std::time::Duration;
+
+struct Pair {
+    a: roce_verbs_api::Context,
+    b: roce_verbs_api::Context,
+}
+
+fn pair(x: &str, y: &str) -> Pair {
+    let a = DeviceConfig::udp("ua", x.parse().unwrap()).open().expect("open a").open();
+    let b = DeviceConfig::udp("ub", y.parse().unwrap()).open().expect("open b").open();
+    Pair { a, b }
+}
+
+#[test]
+fn udp_send_and_write_sync_and_async() {
+    let p = pair("127.0.1.2", "127.0.1.3");
+    assert_eq!(p.a.driver_name(), "udp");
+    assert_eq!(p.a.query_gid(1).unwrap().to_string(), "::ffff:127.0.1.2");
+    assert_eq!(p.a.query_gid(0).unwrap().to_string(), "fe80::7fff:fe00:102");
+    assert_eq!(p.a.query_gid(2), None);
+    assert_eq!(gid_to_addr(p.b.query_gid(1).unwrap()), p.b.addr());
+    let (pa, pb) = (p.a.alloc_pd().unwrap(), p.b.alloc_pd().unwrap());
+    let (ca, cb) = (p.a.create_cq(64).unwrap(), p.b.create_cq(64).unwrap());
+    let qa = pa.qp_builder(&ca, &ca).build().unwrap();
+    let qb = pb.qp_builder(&cb, &cb).build().unwrap();
+    let opts = ConnectOptions::default();
+    let (ea, eb) = (qa.endpoint(0x1234), qb.endpoint(0xabcdef));
+    qa.connect(&ea, &eb, &opts).unwrap();
+    qb.connect(&eb, &ea, &opts).unwrap();
+    let acc = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let src = pa.reg_mr(8192, acc).unwrap();
+    let dst = pb.reg_mr(8192, acc).unwrap();
+    let data: Vec<u8> = (0..5000u32).map(|i| (i * 7 + 3) as u8).collect();
+    src.write(0, &data).unwrap();
+
+    // synchronous: SEND of 5000 bytes (5 packets at MTU 1024)
+    qb.post_recv(RecvWr::new(1, dst.addr(), 8192, dst.lkey())).unwrap();
+    qa.post_send(SendWr::new(2, WrOpcode::Send).sge(src.addr(), 5000, src.lkey())).unwrap();
+    let budget = Budget { events: 0, wall: Duration::from_secs(10) };
+    let wb = cb.poll_blocking(1, budget).unwrap();
+    assert_eq!(wb.len(), 1);
+    assert_eq!(
+        (wb[0].status, wb[0].opcode, wb[0].byte_len),
+        (WcStatus::Success, WcOpcode::Recv, 5000)
+    );
+    let wa = ca.poll_blocking(1, budget).unwrap();
+    assert_eq!((wa[0].wr_id, wa[0].status), (2, WcStatus::Success));
+    let mut got = vec![0u8; 5000];
+    dst.read(0, &mut got).unwrap();
+    assert_eq!(got, data);
+
+    // async: RDMA WRITE, the completion awaited on a current-thread runtime
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    rt.block_on(async {
+        src.write(0, b"written over UDP").unwrap();
+        let wr = SendWr::new(3, WrOpcode::RdmaWrite)
+            .sge(src.addr(), 16, src.lkey())
+            .remote(dst.remote_addr(100), dst.rkey());
+        qa.post_send(wr).unwrap();
+        let wc = tokio::time::timeout(Duration::from_secs(10), ca.poll_async(1))
+            .await
+            .expect("completion within 10 s")
+            .unwrap();
+        assert_eq!(
+            (wc[0].wr_id, wc[0].status, wc[0].opcode),
+            (3, WcStatus::Success, WcOpcode::RdmaWrite)
+        );
+    });
+    let mut w = [0u8; 16];
+    dst.read(100, &mut w).unwrap();
+    assert_eq!(&w, b"written over UDP");
+    let c = p.b.counters();
+    assert!(c.rcvd_pkts >= 6, "{c:?}");
+}
+
+#[test]
+fn async_poll_on_sim_driver() {
+    let net = roce_verbs_api::SimNet::new(3);
+    let a = net.add_device("s0", "10.0.0.1".parse().unwrap()).open();
+    let b = net.add_device("s1", "10.0.0.2".parse().unwrap()).open();
+    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (ca, cb) = (a.create_cq(8).unwrap(), b.create_cq(8).unwrap());
+    let qa = pa.qp_builder(&ca, &ca).build().unwrap();
+    let qb = pb.qp_builder(&cb, &cb).build().unwrap();
+    let opts = ConnectOptions::default();
+    let (ea, eb) = (qa.endpoint(1), qb.endpoint(2));
+    qa.connect(&ea, &eb, &opts).unwrap();
+    qb.connect(&eb, &ea, &opts).unwrap();
+    let m = pb.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
+    qb.post_recv(RecvWr::new(9, m.addr(), 64, m.lkey())).unwrap();
+    qa.post_send(SendWr::new(1, WrOpcode::Send).inline(b"hi")).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let wc = rt.block_on(cb.poll_async(1)).unwrap();
+    assert_eq!((wc[0].wr_id, wc[0].byte_len), (9, 2));
+    assert_eq!(&m.to_vec()[..2], b"hi");
+}
+
+#[test]
+fn open_errors() {
+    let mut c = DeviceConfig::udp("bad", "192.0.2.77".parse().unwrap());
+    let e = c.open().unwrap_err().to_string();
+    assert!(e.starts_with("device bad: cannot bind 192.0.2.77:4791"), "{e}");
+    c.transport = roce_verbs_api::TransportKind::Sim;
+    assert!(c.open().unwrap_err().to_string().contains("SimNet"));
+}
+
+#[test]
+fn sim_net_records_with_env_pcap() {
+    // Only this test sets the variable; SimNets of other tests in this
+    // binary may record too while it is set, which is harmless.
+    let dir = std::env::temp_dir().join(format!("roce-sim-pcap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::env::set_var("ROCE_EMU_PCAP", &dir);
+    let net = roce_verbs_api::SimNet::new(5);
+    std::env::remove_var("ROCE_EMU_PCAP");
+    let a = net.add_device("s0", "10.0.0.1".parse().unwrap()).open();
+    let b = net.add_device("s1", "10.0.0.2".parse().unwrap()).open();
+    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let (ca, cb) = (a.create_cq(8).unwrap(), b.create_cq(8).unwrap());
+    let qa = pa.qp_builder(&ca, &ca).build().unwrap();
+    let qb = pb.qp_builder(&cb, &cb).build().unwrap();
+    let (ea, eb) = (qa.endpoint(1), qb.endpoint(2));
+    qa.connect(&ea, &eb, &ConnectOptions::default()).unwrap();
+    qb.connect(&eb, &ea, &ConnectOptions::default()).unwrap();
+    let m = pb.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
+    qb.post_recv(RecvWr::new(9, m.addr(), 64, m.lkey())).unwrap();
+    qa.post_send(SendWr::new(1, WrOpcode::Send).inline(b"hi")).unwrap();
+    assert!(net.run_until_idle(10_000));
+    drop((qa, qb, m, ca, cb, pa, pb, a, b));
+    drop(net);
+    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let ours: Vec<_> = files
+        .iter()
+        .filter_map(|f| std::fs::read(f).ok())
+        .filter(|b| {
+            b.len() == 24 + (16 + 14 + 20 + 8 + 12 + 4 + 4) + (16 + 14 + 20 + 8 + 12 + 4 + 4)
+        })
+        .collect();
+    // one SEND_ONLY with 2 bytes (+2 pad) and one ACK, both as Ethernet frames
+    assert_eq!(ours.len(), 1, "{files:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
