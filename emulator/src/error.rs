@@ -1,14 +1,14 @@
 //! Typed errors of the verbs, one enum per verb (API misuse only: packet
 //! drops, NAKs and failed completions are values, never `Err`).
 
-use crate::objects::{CqHandle, MrHandle, PdHandle};
+use crate::objects::{CqHandle, MrHandle, PdHandle, SrqHandle};
 use crate::qp_attr::{ModifyQpError, QpState, QpType};
 use roce_packet::Qpn;
 
 /// `alloc_pd` failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AllocPdError {
-    /// Too many protection domains (max …).
+    /// Too many protection domains.
     #[error("too many protection domains (max {max})")]
     TooMany { max: u32 },
 }
@@ -16,10 +16,10 @@ pub enum AllocPdError {
 /// `dealloc_pd` failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DeallocPdError {
-    /// Unknown protection domain ….
+    /// Unknown protection domain.
     #[error("unknown protection domain {0:?}")]
     UnknownPd(PdHandle),
-    /// Protection domain … still used by … MR(s)/QP(s).
+    /// The protection domain is still used by MRs or QPs.
     #[error("protection domain {pd:?} still used by {users} MR(s)/QP(s)")]
     InUse { pd: PdHandle, users: u32 },
 }
@@ -27,19 +27,19 @@ pub enum DeallocPdError {
 /// `reg_mr` failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RegMrError {
-    /// Unknown protection domain ….
+    /// Unknown protection domain.
     #[error("unknown protection domain {0:?}")]
     UnknownPd(PdHandle),
     /// REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE.
     #[error("REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE")]
     RemoteWriteWithoutLocalWrite,
-    /// Access flags … not supported.
+    /// Access flags not supported.
     #[error("access flags {0:#x} not supported")]
     UnsupportedAccess(u32),
-    /// Length … exceeds max_mr_size ….
+    /// Length exceeds max_mr_size.
     #[error("length {len} exceeds max_mr_size {max}")]
     TooLarge { len: u64, max: u64 },
-    /// Too many memory regions (max …).
+    /// Too many memory regions.
     #[error("too many memory regions (max {max})")]
     TooMany { max: u32 },
 }
@@ -47,7 +47,7 @@ pub enum RegMrError {
 /// `dereg_mr` failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DeregMrError {
-    /// Unknown memory region ….
+    /// Unknown memory region.
     #[error("unknown memory region {0:?}")]
     UnknownMr(MrHandle),
 }
@@ -55,10 +55,10 @@ pub enum DeregMrError {
 /// `mr_read`/`mr_write` failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum MrAccessError {
-    /// Unknown memory region ….
+    /// Unknown memory region.
     #[error("unknown memory region {0:?}")]
     UnknownMr(MrHandle),
-    /// Range offset … length … outside the region of … bytes.
+    /// The range lies outside the region.
     #[error("range offset {offset} length {len} outside the region of {size} bytes")]
     OutOfBounds { offset: u64, len: u64, size: u64 },
 }
@@ -66,7 +66,7 @@ pub enum MrAccessError {
 /// `create_cq` failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CreateCqError {
-    /// Cqe … outside 1..=….
+    /// The depth is outside 1..=max_cqe.
     #[error("cqe {cqe} outside 1..={max}")]
     InvalidDepth { cqe: u32, max: u32 },
 }
@@ -74,10 +74,10 @@ pub enum CreateCqError {
 /// `destroy_cq` failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DestroyCqError {
-    /// Unknown completion queue ….
+    /// Unknown completion queue.
     #[error("unknown completion queue {0:?}")]
     UnknownCq(CqHandle),
-    /// Completion queue … still used by … QP(s).
+    /// The completion queue is still used by QPs.
     #[error("completion queue {cq:?} still used by {users} QP(s)")]
     InUse { cq: CqHandle, users: u32 },
 }
@@ -85,10 +85,10 @@ pub enum DestroyCqError {
 /// `poll_cq` failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PollCqError {
-    /// Unknown completion queue ….
+    /// Unknown completion queue.
     #[error("unknown completion queue {0:?}")]
     UnknownCq(CqHandle),
-    /// Completion queue … overflowed and is in error.
+    /// Completion queue overflowed and is in error.
     #[error("completion queue {0:?} overflowed and is in error")]
     Overrun(CqHandle),
 }
@@ -96,13 +96,16 @@ pub enum PollCqError {
 /// `create_qp` failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CreateQpError {
-    /// Unknown protection domain ….
+    /// Unknown protection domain.
     #[error("unknown protection domain {0:?}")]
     UnknownPd(PdHandle),
-    /// Unknown completion queue ….
+    /// Unknown completion queue.
     #[error("unknown completion queue {0:?}")]
     UnknownCq(CqHandle),
-    /// … = … exceeds the device limit ….
+    /// Unknown shared receive queue.
+    #[error("unknown shared receive queue {0:?}")]
+    UnknownSrq(SrqHandle),
+    /// Exceeds the device limit.
     #[error("{what} = {requested} exceeds the device limit {max}")]
     CapTooLarge { what: &'static str, requested: u32, max: u32 },
     /// Too many QPs.
@@ -113,7 +116,7 @@ pub enum CreateQpError {
 /// `modify_qp` failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum QpModifyError {
-    /// Unknown QP ….
+    /// Unknown QP.
     #[error("unknown QP {0}")]
     UnknownQp(Qpn),
     /// The transition table or a value check refused the request.
@@ -124,7 +127,7 @@ pub enum QpModifyError {
 /// `query_qp`/`destroy_qp` failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum QpLookupError {
-    /// Unknown QP ….
+    /// Unknown QP.
     #[error("unknown QP {0}")]
     UnknownQp(Qpn),
 }
@@ -132,25 +135,25 @@ pub enum QpLookupError {
 /// `post_send` failed (nothing was queued).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PostSendError {
-    /// Unknown QP ….
+    /// Unknown QP.
     #[error("unknown QP {0}")]
     UnknownQp(Qpn),
-    /// QP is in state …; post_send needs RTS (or ERR, which flushes).
+    /// The QP is not in RTS (or ERR, which flushes).
     #[error("QP is in state {0}; post_send needs RTS (or ERR, which flushes)")]
     InvalidState(QpState),
-    /// Send queue full (… WRs).
+    /// The send queue is full.
     #[error("send queue full ({max} WRs)")]
     QueueFull { max: u32 },
-    /// … SGEs exceed max_send_sge ….
+    /// Too many SGEs: more than max_send_sge.
     #[error("{n} SGEs exceed max_send_sge {max}")]
     TooManySge { n: usize, max: u32 },
-    /// Inline data of … bytes exceeds max_inline_data ….
+    /// Inline data exceeds max_inline_data.
     #[error("inline data of {len} bytes exceeds max_inline_data {max}")]
     InlineTooLarge { len: usize, max: u32 },
     /// Inline is not allowed for RDMA READ or atomics.
     #[error("inline is not allowed for RDMA READ or atomics")]
     InlineNotAllowed,
-    /// Message of … bytes exceeds max_msg_sz ….
+    /// The message exceeds max_msg_sz.
     #[error("message of {len} bytes exceeds max_msg_sz {max}")]
     MessageTooLarge { len: u64, max: u32 },
     /// Atomic operations need exactly one 8-byte SGE.
@@ -173,16 +176,69 @@ pub enum PostSendError {
 /// `post_recv` failed (nothing was queued).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PostRecvError {
-    /// Unknown QP ….
+    /// Unknown QP.
     #[error("unknown QP {0}")]
     UnknownQp(Qpn),
-    /// QP is in state …; post_recv needs INIT, RTR, RTS (or ERR, which flushes).
+    /// The QP is not in INIT, RTR or RTS (or ERR, which flushes).
     #[error("QP is in state {0}; post_recv needs INIT, RTR, RTS (or ERR, which flushes)")]
     InvalidState(QpState),
-    /// Receive queue full (… WRs).
+    /// The receive queue is full.
     #[error("receive queue full ({max} WRs)")]
     QueueFull { max: u32 },
-    /// … SGEs exceed max_recv_sge ….
+    /// Too many SGEs: more than max_recv_sge.
     #[error("{n} SGEs exceed max_recv_sge {max}")]
     TooManySge { n: usize, max: u32 },
+    /// The QP takes its receives from an SRQ (use `post_srq_recv`).
+    #[error("the QP uses a shared receive queue; post to the SRQ")]
+    UsesSrq,
+}
+
+/// `create_srq`/`modify_srq` failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CreateSrqError {
+    /// Unknown protection domain.
+    #[error("unknown protection domain {0:?}")]
+    UnknownPd(PdHandle),
+    /// Unknown SRQ.
+    #[error("unknown shared receive queue {0:?}")]
+    UnknownSrq(SrqHandle),
+    /// A capacity beyond the device limit.
+    #[error("{what} = {requested} exceeds the device limit {max}")]
+    CapTooLarge { what: &'static str, requested: u32, max: u32 },
+    /// The limit must be below max_wr.
+    #[error("srq_limit {limit} not below max_wr {max_wr}")]
+    BadLimit { limit: u32, max_wr: u32 },
+}
+
+/// `destroy_srq` failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DestroySrqError {
+    /// Unknown SRQ.
+    #[error("unknown shared receive queue {0:?}")]
+    UnknownSrq(SrqHandle),
+    /// QPs still use it.
+    #[error("shared receive queue {srq:?} still used by {users} QP(s)")]
+    InUse { srq: SrqHandle, users: u32 },
+}
+
+/// `post_srq_recv` failed (nothing was queued).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PostSrqRecvError {
+    /// Unknown SRQ.
+    #[error("unknown shared receive queue {0:?}")]
+    UnknownSrq(SrqHandle),
+    /// The SRQ is full.
+    #[error("shared receive queue full ({max} WRs)")]
+    QueueFull { max: u32 },
+    /// Too many SGEs.
+    #[error("{n} SGEs exceed max_sge {max}")]
+    TooManySge { n: usize, max: u32 },
+}
+
+/// `req_notify_cq` failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotifyCqError {
+    /// Unknown CQ.
+    #[error("unknown completion queue {0:?}")]
+    UnknownCq(CqHandle),
 }

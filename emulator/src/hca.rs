@@ -80,6 +80,9 @@ pub(crate) struct Dev {
     pub pds: HashMap<PdHandle, Pd>,
     pub mem: MemTable,
     pub cqs: HashMap<CqHandle, Cq>,
+    pub srqs: HashMap<SrqHandle, Srq>,
+    /// CQs whose armed notification fired (`ibv_get_cq_event`).
+    pub comp_events: VecDeque<CqHandle>,
     pub counters: Counters,
     pub events: VecDeque<AsyncEvent>,
     pub errored_cqs: Vec<CqHandle>,
@@ -94,7 +97,19 @@ impl Dev {
     pub fn complete(&mut self, cq: CqHandle, wc: WorkCompletion) {
         let Some(c) = self.cqs.get_mut(&cq) else { return };
         let was = c.errored;
-        if !c.push(wc) && !was {
+        let notify = match c.armed {
+            Some(false) => true,
+            // solicited-only: errors and receive completions (a superset of
+            // the solicited ones; the SE bit is not tracked per completion)
+            Some(true) => wc.status != WcStatus::Success || (wc.opcode as u16) >= 128,
+            None => false,
+        };
+        let pushed = c.push(wc);
+        if pushed && notify {
+            c.armed = None;
+            self.comp_events.push_back(cq);
+        }
+        if !pushed && !was {
             tracing::warn!(cq = cq.0, "CQ overflow");
             self.counters.cq_overflow += 1;
             self.events.push_back(AsyncEvent::CqErr(cq));
@@ -188,6 +203,8 @@ impl Hca {
                 pds: HashMap::new(),
                 mem: MemTable::default(),
                 cqs: HashMap::new(),
+                srqs: HashMap::new(),
+                comp_events: VecDeque::new(),
                 counters: Counters::default(),
                 events: VecDeque::new(),
                 errored_cqs: Vec::new(),
@@ -369,7 +386,13 @@ impl Hca {
         let h = CqHandle(self.dev.id());
         self.dev.cqs.insert(
             h,
-            Cq { depth: cqe as usize, entries: VecDeque::new(), errored: false, users: 0 },
+            Cq {
+                depth: cqe as usize,
+                entries: VecDeque::new(),
+                errored: false,
+                users: 0,
+                armed: None,
+            },
         );
         Ok(h)
     }
@@ -387,6 +410,95 @@ impl Hca {
         }
         let n = max.min(c.entries.len());
         Ok(c.entries.drain(..n).collect())
+    }
+
+    /// `ibv_req_notify_cq`: the next completion (or, with `solicited_only`,
+    /// the next error or receive completion) queues a completion event for
+    /// [`Hca::poll_comp_event`]; one-shot, re-arm after each event.
+    pub fn req_notify_cq(
+        &mut self,
+        cq: CqHandle,
+        solicited_only: bool,
+    ) -> Result<(), NotifyCqError> {
+        let c = self.dev.cqs.get_mut(&cq).ok_or(NotifyCqError::UnknownCq(cq))?;
+        c.armed = Some(solicited_only);
+        Ok(())
+    }
+
+    /// `ibv_get_cq_event` without blocking: the oldest notified CQ.
+    pub fn poll_comp_event(&mut self) -> Option<CqHandle> {
+        self.dev.comp_events.pop_front()
+    }
+
+    // ---- shared receive queues ----
+
+    /// `ibv_create_srq`.
+    pub fn create_srq(&mut self, pd: PdHandle, attr: SrqAttr) -> Result<SrqHandle, CreateSrqError> {
+        let a = &self.dev.attr;
+        if attr.max_wr > a.max_srq_wr {
+            return Err(CreateSrqError::CapTooLarge {
+                what: "max_wr",
+                requested: attr.max_wr,
+                max: a.max_srq_wr,
+            });
+        }
+        if attr.max_sge > a.max_srq_sge {
+            return Err(CreateSrqError::CapTooLarge {
+                what: "max_sge",
+                requested: attr.max_sge,
+                max: a.max_srq_sge,
+            });
+        }
+        if attr.srq_limit != 0 && attr.srq_limit >= attr.max_wr {
+            return Err(CreateSrqError::BadLimit { limit: attr.srq_limit, max_wr: attr.max_wr });
+        }
+        let p = self.dev.pds.get_mut(&pd).ok_or(CreateSrqError::UnknownPd(pd))?;
+        p.users += 1;
+        let h = SrqHandle(self.dev.id());
+        self.dev.srqs.insert(h, Srq { pd, attr, wrs: VecDeque::new(), users: 0 });
+        Ok(h)
+    }
+
+    /// `ibv_modify_srq` with IBV_SRQ_LIMIT: arm the limit event (0 disarms).
+    pub fn modify_srq(&mut self, srq: SrqHandle, srq_limit: u32) -> Result<(), CreateSrqError> {
+        let s = self.dev.srqs.get_mut(&srq).ok_or(CreateSrqError::UnknownSrq(srq))?;
+        if srq_limit != 0 && srq_limit >= s.attr.max_wr {
+            return Err(CreateSrqError::BadLimit { limit: srq_limit, max_wr: s.attr.max_wr });
+        }
+        s.attr.srq_limit = srq_limit;
+        Ok(())
+    }
+
+    /// `ibv_query_srq`: attributes and the number of queued WRs.
+    pub fn query_srq(&self, srq: SrqHandle) -> Option<(SrqAttr, usize)> {
+        self.dev.srqs.get(&srq).map(|s| (s.attr, s.wrs.len()))
+    }
+
+    /// `ibv_post_srq_recv`.
+    pub fn post_srq_recv(&mut self, srq: SrqHandle, wr: RecvWr) -> Result<(), PostSrqRecvError> {
+        let s = self.dev.srqs.get_mut(&srq).ok_or(PostSrqRecvError::UnknownSrq(srq))?;
+        if s.wrs.len() >= s.attr.max_wr as usize {
+            return Err(PostSrqRecvError::QueueFull { max: s.attr.max_wr });
+        }
+        if wr.sg_list.len() > s.attr.max_sge as usize {
+            return Err(PostSrqRecvError::TooManySge { n: wr.sg_list.len(), max: s.attr.max_sge });
+        }
+        s.wrs.push_back(wr);
+        Ok(())
+    }
+
+    /// `ibv_destroy_srq`: fails while a QP uses it; queued WRs are dropped.
+    pub fn destroy_srq(&mut self, srq: SrqHandle) -> Result<(), DestroySrqError> {
+        let s = self.dev.srqs.get(&srq).ok_or(DestroySrqError::UnknownSrq(srq))?;
+        if s.users > 0 {
+            return Err(DestroySrqError::InUse { srq, users: s.users });
+        }
+        if let Some(s) = self.dev.srqs.remove(&srq) {
+            if let Some(p) = self.dev.pds.get_mut(&s.pd) {
+                p.users = p.users.saturating_sub(1);
+            }
+        }
+        Ok(())
     }
 
     /// `ibv_destroy_cq`: fails while a QP uses it.
@@ -424,6 +536,11 @@ impl Hca {
                 return Err(CreateQpError::UnknownCq(cq));
             }
         }
+        if let Some(srq) = init.srq {
+            if !self.dev.srqs.contains_key(&srq) {
+                return Err(CreateQpError::UnknownSrq(srq));
+            }
+        }
         if self.qps.len() >= self.dev.attr.max_qp as usize {
             return Err(CreateQpError::TooMany);
         }
@@ -440,6 +557,9 @@ impl Hca {
             if let Some(c) = self.dev.cqs.get_mut(&cq) {
                 c.users += 1;
             }
+        }
+        if let Some(s) = init.srq.and_then(|h| self.dev.srqs.get_mut(&h)) {
+            s.users += 1;
         }
         self.qps.insert(qpn, Qp::new(qpn, init, self.dev.port.active_mtu));
         tracing::debug!(dev = %self.dev.name, %qpn, "create_qp");
@@ -567,6 +687,9 @@ impl Hca {
                 c.users = c.users.saturating_sub(1);
             }
         }
+        if let Some(s) = qp.init.srq.and_then(|h| self.dev.srqs.get_mut(&h)) {
+            s.users = s.users.saturating_sub(1);
+        }
         Ok(())
     }
 
@@ -661,6 +784,9 @@ impl Hca {
         let qp = self.qps.get_mut(&qpn).ok_or(PostRecvError::UnknownQp(qpn))?;
         if !matches!(qp.state, QpState::Init | QpState::Rtr | QpState::Rts | QpState::Err) {
             return Err(PostRecvError::InvalidState(qp.state));
+        }
+        if qp.init.srq.is_some() {
+            return Err(PostRecvError::UsesSrq);
         }
         let cap = qp.init.cap;
         if qp.rq.len() >= cap.max_recv_wr as usize {

@@ -21,7 +21,7 @@
 //! let cap = QpCap { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1,
 //!                   max_inline_data: 64 };
 //! let qpn = hca.create_qp(QpInitAttr { pd, send_cq: cq, recv_cq: cq, qp_type: QpType::Rc,
-//!                                      cap, sq_sig_all: false }).unwrap();
+//!                                      cap, sq_sig_all: false, srq: None }).unwrap();
 //! assert_eq!(qpn.value(), 17);
 //! assert_eq!(hca.qp_state(qpn), Some(QpState::Reset));
 //! # let _ = mr;
@@ -67,7 +67,9 @@ pub use counters::Counters;
 pub use error::*;
 pub use hca::{Hca, HcaConfig, MrInfo};
 pub use io::{Datagram, SansIo};
-pub use objects::{AsyncEvent, CqHandle, DeviceAttr, MrHandle, PdHandle, PortAttr, PortState};
+pub use objects::{
+    AsyncEvent, CqHandle, DeviceAttr, MrHandle, PdHandle, PortAttr, PortState, SrqAttr, SrqHandle,
+};
 pub use qp::QpInitAttr;
 pub use qp_attr::{AccessFlags, AhAttr, PathMtu, QpAttr, QpCap, QpState, QpType};
 pub use recv::DropReason;

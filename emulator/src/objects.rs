@@ -23,6 +23,17 @@ pub struct MrHandle(pub(crate) u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CqHandle(pub(crate) u32);
 
+/// A shared receive queue handle (`ibv_srq`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SrqHandle(pub(crate) u32);
+
+impl SrqHandle {
+    /// The handle's number (for traces).
+    pub fn id(self) -> u32 {
+        self.0
+    }
+}
+
 impl PdHandle {
     /// The handle's number (for traces).
     pub fn id(self) -> u32 {
@@ -77,6 +88,12 @@ pub struct DeviceAttr {
     pub max_msg_sz: u32,
     /// Ports (1).
     pub phys_port_cnt: u8,
+    /// SRQs per device.
+    pub max_srq: u32,
+    /// WRs per SRQ (like max_qp_wr).
+    pub max_srq_wr: u32,
+    /// SGEs per SRQ WR.
+    pub max_srq_sge: u32,
 }
 
 impl Default for DeviceAttr {
@@ -97,6 +114,9 @@ impl Default for DeviceAttr {
             max_inline_data: 512,
             max_msg_sz: 1 << 31,
             phys_port_cnt: 1,
+            max_srq: 1 << 16,
+            max_srq_wr: 16384,
+            max_srq_sge: 32,
         }
     }
 }
@@ -146,6 +166,27 @@ pub enum AsyncEvent {
     QpFatal(Qpn),
     /// The last WQE of a QP in ERR was flushed (IBV_EVENT_QP_LAST_WQE_REACHED).
     QpLastWqeReached(Qpn),
+    /// An armed SRQ fell below its limit (IBV_EVENT_SRQ_LIMIT_REACHED);
+    /// the limit disarms.
+    SrqLimitReached(SrqHandle),
+}
+
+/// `struct ibv_srq_init_attr` / `ibv_srq_attr`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct SrqAttr {
+    /// Receive WRs the SRQ holds.
+    pub max_wr: u32,
+    /// SGEs per receive WR.
+    pub max_sge: u32,
+    /// Raise [`AsyncEvent::SrqLimitReached`] when fewer WRs remain (0 = off).
+    pub srq_limit: u32,
+}
+
+pub(crate) struct Srq {
+    pub pd: PdHandle,
+    pub attr: SrqAttr,
+    pub wrs: VecDeque<crate::wr::RecvWr>,
+    pub users: u32,
 }
 
 pub(crate) struct Pd {
@@ -178,6 +219,8 @@ pub(crate) struct Cq {
     pub entries: VecDeque<WorkCompletion>,
     pub errored: bool,
     pub users: u32,
+    /// `req_notify_cq` armed: None, or Some(solicited_only).
+    pub armed: Option<bool>,
 }
 
 impl Cq {

@@ -31,6 +31,9 @@ pub struct QpInitAttr {
     pub cap: QpCap,
     /// Generate a completion for every send WR (not only SIGNALED ones).
     pub sq_sig_all: bool,
+    /// Take receive WQEs from this shared receive queue instead of the QP's
+    /// own receive queue.
+    pub srq: Option<crate::objects::SrqHandle>,
 }
 
 /// Progress of a send WQE through the requester and completer.
@@ -243,6 +246,35 @@ impl Qp {
 
     pub fn arm_retrans(&mut self, now: Instant) {
         self.retrans_deadline = self.retrans_period().map(|d| now + d);
+    }
+
+    /// A receive WQE is available (own queue or SRQ).
+    pub fn recv_available(&self, dev: &Dev) -> bool {
+        match self.init.srq {
+            Some(h) => dev.srqs.get(&h).is_some_and(|s| !s.wrs.is_empty()),
+            None => !self.rq.is_empty(),
+        }
+    }
+
+    /// Take the next receive WQE (own queue or SRQ; an armed SRQ limit
+    /// fires when the SRQ drops below it, IBA §10.2.9.3).
+    pub fn take_recv(&mut self, dev: &mut Dev) -> Option<RecvWr> {
+        let Some(h) = self.init.srq else { return self.rq.pop_front() };
+        let s = dev.srqs.get_mut(&h)?;
+        let r = s.wrs.pop_front()?;
+        if s.attr.srq_limit != 0 && (s.wrs.len() as u32) < s.attr.srq_limit {
+            s.attr.srq_limit = 0;
+            dev.events.push_back(crate::objects::AsyncEvent::SrqLimitReached(h));
+        }
+        Some(r)
+    }
+
+    /// Put back a receive WQE that was taken but not used (UC drops).
+    pub fn return_recv(&mut self, dev: &mut Dev, r: RecvWr) {
+        match self.init.srq.and_then(|h| dev.srqs.get_mut(&h)) {
+            Some(s) => s.wrs.push_front(r),
+            None => self.rq.push_front(r),
+        }
     }
 
     /// Completion for a send WQE.

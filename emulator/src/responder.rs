@@ -112,7 +112,7 @@ impl Qp {
     fn uc_abandon(&mut self, dev: &mut Dev, why: &str) {
         match self.in_msg.take() {
             Some(InMsg::Send { recv, .. }) => {
-                self.rq.push_front(recv);
+                self.return_recv(dev, recv);
                 dev.counters.uc_msg_dropped += 1;
                 tracing::debug!(qpn = %self.qpn, why, "UC message abandoned");
             }
@@ -294,7 +294,7 @@ impl Qp {
             OpKind::Write => info.has_imm(),
             _ => false,
         };
-        if needs_recv && self.rq.is_empty() {
+        if needs_recv && !self.recv_available(dev) {
             if self.is_uc() {
                 // UC: no RNR NAK; the message is silently dropped (§9.7.7.2)
                 tracing::debug!(qpn = %self.qpn, %psn, reason = "UC: no receive WQE", "drop");
@@ -321,7 +321,7 @@ impl Qp {
         match info.kind {
             OpKind::Send => {
                 if info.position.starts() {
-                    if let Some(recv) = self.rq.pop_front() {
+                    if let Some(recv) = self.take_recv(dev) {
                         self.in_msg = Some(InMsg::Send { recv, offset: 0 });
                     }
                 }
@@ -422,7 +422,7 @@ impl Qp {
                 if info.position.ends() {
                     self.in_msg = None;
                     if info.has_imm() {
-                        if let Some(recv) = self.rq.pop_front() {
+                        if let Some(recv) = self.take_recv(dev) {
                             let wc = self.recv_wc(&recv, WcStatus::Success, total, r.immdt, true);
                             dev.counters.rdma_recvs += 1;
                             dev.complete(self.init.recv_cq, wc);
@@ -596,7 +596,7 @@ impl Qp {
             tracing::debug!(qpn = %self.qpn, qkey = %deth.qkey, reason = "Q_Key mismatch", "drop");
             return;
         }
-        let Some(recv) = self.rq.pop_front() else {
+        let Some(recv) = self.take_recv(dev) else {
             dev.counters.ud_dropped += 1;
             tracing::debug!(qpn = %self.qpn, reason = "UD: no receive WQE", "drop");
             return;

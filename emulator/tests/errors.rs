@@ -391,6 +391,7 @@ fn object_verbs() {
             max_inline_data: 0,
         },
         sq_sig_all: true,
+        srq: None,
     };
     let q1 = h.create_qp(init).unwrap();
     let q2 = h.create_qp(init).unwrap();

@@ -121,8 +121,15 @@ fn us_retry(
         max_recv_sge: 1,
         max_inline_data: 0,
     };
-    let init =
-        QpInitAttr { pd, send_cq: cq, recv_cq: cq, qp_type: QpType::Rc, cap, sq_sig_all: true };
+    let init = QpInitAttr {
+        pd,
+        send_cq: cq,
+        recv_cq: cq,
+        qp_type: QpType::Rc,
+        cap,
+        sq_sig_all: true,
+        srq: None,
+    };
     let mut q = hca.create_qp(init).unwrap();
     while q.value() < qpn {
         q = hca.create_qp(init).unwrap();
@@ -410,8 +417,15 @@ fn uc_pingpong_server_side() {
         max_recv_sge: 1,
         max_inline_data: 0,
     };
-    let init =
-        QpInitAttr { pd, send_cq: cq, recv_cq: cq, qp_type: QpType::Uc, cap, sq_sig_all: true };
+    let init = QpInitAttr {
+        pd,
+        send_cq: cq,
+        recv_cq: cq,
+        qp_type: QpType::Uc,
+        cap,
+        sq_sig_all: true,
+        srq: None,
+    };
     let mut q = hca.create_qp(init).unwrap();
     while q.value() < 0x13 {
         q = hca.create_qp(init).unwrap();
@@ -484,8 +498,15 @@ fn ud_pingpong_server_side() {
         max_recv_sge: 1,
         max_inline_data: 0,
     };
-    let init =
-        QpInitAttr { pd, send_cq: cq, recv_cq: cq, qp_type: QpType::Ud, cap, sq_sig_all: true };
+    let init = QpInitAttr {
+        pd,
+        send_cq: cq,
+        recv_cq: cq,
+        qp_type: QpType::Ud,
+        cap,
+        sq_sig_all: true,
+        srq: None,
+    };
     let mut q = hca.create_qp(init).unwrap();
     while q.value() < 0x14 {
         q = hca.create_qp(init).unwrap();

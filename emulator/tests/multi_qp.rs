@@ -21,6 +21,7 @@ fn extra_qp(s: &mut Side) -> Qpn {
                 max_inline_data: 0,
             },
             sq_sig_all: true,
+            srq: None,
         })
         .unwrap()
 }

@@ -124,6 +124,7 @@ fn side(name: &str, ip: IpAddr, seed: u64, o: &Opts) -> Side {
                 max_inline_data: 256,
             },
             sq_sig_all: false,
+            srq: None,
         })
         .unwrap();
     Side { hca, pd, cq, mr, qpn }
