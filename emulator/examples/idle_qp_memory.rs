@@ -41,6 +41,7 @@ fn measure(n: u32, depth: u32) -> f64 {
                 qp_type: QpType::Rc,
                 cap,
                 sq_sig_all: false,
+                srq: None,
             })
             .unwrap();
         let init = QpAttr::new()

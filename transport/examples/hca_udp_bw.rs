@@ -43,6 +43,7 @@ fn side(name: &str, ip: IpAddr, seed: u64, mr_len: usize, gso: bool) -> Side {
             qp_type: QpType::Rc,
             cap,
             sq_sig_all: true,
+            srq: None,
         })
         .expect("qp");
     let mut uc = UdpConfig::on(ip);

@@ -38,6 +38,7 @@ fn side(name: &str, ip: IpAddr, seed: u64) -> Side {
                 max_inline_data: 64,
             },
             sq_sig_all: true,
+            srq: None,
         })
         .unwrap();
     // RoCE peers send to port 4791: these unique loopback addresses have it free.

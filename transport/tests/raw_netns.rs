@@ -526,6 +526,7 @@ mod hca {
                         max_inline_data: 64,
                     },
                     sq_sig_all: true,
+                    srq: None,
                 })
                 .unwrap();
             let t = RawTransport::open({

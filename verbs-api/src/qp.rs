@@ -146,6 +146,7 @@ impl QpBuilder {
             qp_type: self.qp_type,
             cap: self.cap,
             sq_sig_all: self.sq_sig_all,
+            srq: None,
         };
         let qpn = self.pd.context().lock().create_qp(init)?;
         Ok(Qp {
