@@ -17,6 +17,15 @@
 //! - PSN sequence error NAK: go back N from the NAKed PSN (counts as a
 //!   retry, as in rxe). Other NAKs map to REM_INV_REQ_ERR, REM_ACCESS_ERR,
 //!   REM_OP_ERR; every error moves the QP to ERR and flushes the rest.
+//! - One retry per loss: once a go-back-N has been started (by a timeout,
+//!   an implied NAK, a read-response gap or a PSN sequence error NAK), the
+//!   responses still in flight from before the rewind — later ACKs past
+//!   the missing READ/atomic response, further read-response gaps, repeated
+//!   or duplicated NAKs for the same PSN — start no other retry and charge
+//!   nothing; they are dropped (`stale_response`). Only forward progress
+//!   (the oldest unacknowledged PSN advancing, which also resets the retry
+//!   counters) or the retransmit timer ends that state. rxe keeps the same
+//!   rule with its `comp.started_retry` flag.
 //! - Stale and duplicate responses are dropped (C9-118); a response that
 //!   does not fit the oldest outstanding WQE gives BAD_RESP_ERR.
 
@@ -55,11 +64,36 @@ impl Qp {
         Implicit::Done
     }
 
-    /// Forward progress: retry counters back to their attribute values.
+    /// Forward progress: retry counters back to their attribute values, and
+    /// any retry under way is over (a new loss may start a new one).
     fn progress(&mut self) {
         self.gap_retry = None;
         self.retry_left = self.p.retry_cnt;
         self.rnr_left = self.p.rnr_retry;
+    }
+
+    /// Everything before `psn` is acknowledged: move the oldest
+    /// unacknowledged PSN up to it (never back); moving counts as progress.
+    fn advance_to(&mut self, psn: Psn) {
+        if psn.is_after(self.comp_psn) {
+            self.comp_psn = psn;
+            self.progress();
+        }
+    }
+
+    /// A response shows that the request at `psn` (the oldest
+    /// unacknowledged PSN) or its response went missing: go back N from
+    /// it, unless a retry is already under way, in which case the response
+    /// is one of those still in flight from before the rewind and is
+    /// dropped without charging a retry.
+    fn response_retry(&mut self, dev: &mut Dev, psn: Psn, why: &'static str) {
+        if let Some(started) = self.gap_retry {
+            dev.counters.stale_response += 1;
+            tracing::debug!(qpn = %self.qpn, %psn, %started, why,
+                reason = "retry already under way", "drop");
+            return;
+        }
+        self.retry_from(dev, psn, why);
     }
 
     fn restart_timer(&mut self, now: Instant) {
@@ -81,6 +115,7 @@ impl Qp {
         self.retry_left -= 1;
         dev.counters.completer_retry_err += 1;
         tracing::debug!(qpn = %self.qpn, %psn, why, retries_left = self.retry_left, "retry");
+        self.gap_retry = Some(psn);
         self.rewind_to(psn);
         self.retrans_deadline = None;
     }
@@ -130,7 +165,7 @@ impl Qp {
             (OpKind::Ack, Some(Syndrome::Ack { .. })) => {
                 if let Implicit::ImpliedNak = self.complete_covered(dev, psn, true) {
                     let p = self.comp_psn;
-                    self.retry_from(dev, p, "implied NAK (ACK past READ/atomic)");
+                    self.response_retry(dev, p, "implied NAK (ACK past READ/atomic)");
                     return;
                 }
                 let in_rd = self.sq.front().is_some_and(|w| {
@@ -146,7 +181,7 @@ impl Qp {
                 dev.counters.rcvd_rnr_err += 1;
                 if let Implicit::ImpliedNak = self.complete_covered(dev, psn, false) {
                     let p = self.comp_psn;
-                    self.retry_from(dev, p, "implied NAK (RNR NAK past READ/atomic)");
+                    self.response_retry(dev, p, "implied NAK (RNR NAK past READ/atomic)");
                     return;
                 }
                 if self.rnr_left == 0 {
@@ -174,7 +209,7 @@ impl Qp {
                     // the NAK acknowledges a READ/atomic whose response was
                     // lost: resend from it (its response is still owed)
                     let p = self.comp_psn;
-                    self.retry_from(dev, p, "implied NAK (NAK past READ/atomic)");
+                    self.response_retry(dev, p, "implied NAK (NAK past READ/atomic)");
                     return;
                 }
                 let status = match code {
@@ -203,7 +238,7 @@ impl Qp {
         let psn = r.bth.psn;
         if let Implicit::ImpliedNak = self.complete_covered(dev, psn, false) {
             let p = self.comp_psn;
-            self.retry_from(dev, p, "implied NAK (response past READ/atomic)");
+            self.response_retry(dev, p, "implied NAK (response past READ/atomic)");
             return;
         }
         let mtu = self.mtu();
@@ -217,13 +252,7 @@ impl Qp {
             // a read response went missing: implied NAK from the first one
             // missing, once per gap (later gap packets are dropped)
             let p = self.comp_psn;
-            if self.gap_retry == Some(p) {
-                dev.counters.stale_response += 1;
-                tracing::debug!(qpn = %self.qpn, %psn, reason = "read response after gap", "drop");
-                return;
-            }
-            self.gap_retry = Some(p);
-            self.retry_from(dev, p, "implied NAK (read response gap)");
+            self.response_retry(dev, p, "implied NAK (read response gap)");
             return;
         }
         let k = u64::from(psn.value().wrapping_sub(w.first_psn.value()) & 0xFF_FFFF);
@@ -259,7 +288,7 @@ impl Qp {
         let psn = r.bth.psn;
         if let Implicit::ImpliedNak = self.complete_covered(dev, psn, false) {
             let p = self.comp_psn;
-            self.retry_from(dev, p, "implied NAK (atomic ACK past READ/atomic)");
+            self.response_retry(dev, p, "implied NAK (atomic ACK past READ/atomic)");
             return;
         }
         let Some(w) = self.sq.front() else { return };

@@ -1,0 +1,177 @@
+//! RC recovery traces: one loss costs one retry (IBA §9.7.5.2.3 implied
+//! NAK, §9.7.6.1.3 retry counter), whatever the responses still in flight
+//! from before the go-back-N say, and stale responses are dropped.
+
+mod common;
+use common::*;
+use roce_emulator::*;
+use roce_packet::{Opcode, RoceRepr};
+
+/// Like `Pair::run_with`, but the wire holds packets in flight: every step
+/// each side first transmits all it wants (into its direction's FIFO,
+/// through `filter`), then only the oldest packet of each direction is
+/// delivered. Responses thus reach the requester one by one, interleaved
+/// with its retransmissions, as on a real link.
+fn run_paced(p: &mut Pair, max_time: Instant, mut filter: impl FnMut(&Seen) -> Action) {
+    use std::collections::VecDeque;
+    let mut wires: [VecDeque<Datagram>; 2] = [VecDeque::new(), VecDeque::new()];
+    for _ in 0..200_000 {
+        for (i, dir) in [Dir::AtoB, Dir::BtoA].into_iter().enumerate() {
+            let src = if dir == Dir::AtoB { &mut p.a.hca } else { &mut p.b.hca };
+            while let Some(d) = src.poll_transmit(p.now) {
+                let (repr, _) = RoceRepr::parse_bytes(&d.payload).expect("valid packet");
+                let mut seen = Seen {
+                    at: p.now,
+                    dir,
+                    opcode: repr.bth.opcode,
+                    psn: repr.bth.psn,
+                    ack_req: repr.bth.ack_req,
+                    repr,
+                    action: Action::Deliver,
+                };
+                seen.action = filter(&seen);
+                match &seen.action {
+                    Action::Deliver => wires[i].push_back(d),
+                    Action::Duplicate => {
+                        wires[i].push_back(d.clone());
+                        wires[i].push_back(d);
+                    }
+                    _ => {}
+                }
+                p.trace.push(seen);
+            }
+        }
+        let mut moved = false;
+        for (i, dst) in [&mut p.b.hca, &mut p.a.hca].into_iter().enumerate() {
+            if let Some(d) = wires[i].pop_front() {
+                dst.handle_datagram(p.now, d);
+                moved = true;
+            }
+        }
+        if moved {
+            continue;
+        }
+        let next = [p.a.hca.poll_timeout(), p.b.hca.poll_timeout()].into_iter().flatten().min();
+        match next {
+            Some(t) if t <= max_time => {
+                p.now = p.now.max(t);
+                let now = p.now;
+                p.a.hca.handle_timeout(now);
+                p.b.hca.handle_timeout(now);
+            }
+            _ => return,
+        }
+    }
+    panic!("simulation did not settle within the step bound");
+}
+
+fn read_wr(p: &Pair, wr_id: u64, off: u64, len: u32) -> SendWr {
+    SendWr::new(wr_id, WrOpcode::RdmaRead)
+        .sge(p.a.addr(off), len, p.a.mr.lkey)
+        .remote(p.b.addr(off), p.b.mr.rkey)
+}
+
+fn fetch_add(p: &Pair, wr_id: u64, local: u64, remote: u64, add: u64) -> SendWr {
+    let mut wr = SendWr::new(wr_id, WrOpcode::AtomicFetchAndAdd)
+        .sge(p.a.addr(local), 8, p.a.mr.lkey)
+        .remote(p.b.addr(remote), p.b.mr.rkey);
+    wr.compare_add = add;
+    wr
+}
+
+fn u64_at(s: &Side, off: u64) -> u64 {
+    u64::from_le_bytes(s.read_mem(off, 8).try_into().unwrap())
+}
+
+fn statuses(w: &[WorkCompletion]) -> Vec<(u64, WcStatus)> {
+    w.iter().map(|c| (c.wr_id, c.status)).collect()
+}
+
+/// Six 2-packet READs; the first READ RESPONSE FIRST is lost. Its LAST
+/// shows the gap (one retry, go back to the first READ); the ten responses
+/// of the five later READs, already on the wire, cover the first READ and
+/// would each be an implied NAK: they are dropped without another retry.
+#[test]
+fn lost_read_response_first_costs_one_retry() {
+    let mut p = Pair::new();
+    let data = pattern(6 * 2048, 9);
+    p.b.write_mem(0, &data);
+    for i in 0..6u64 {
+        let wr = read_wr(&p, i, i * 2048, 2048);
+        p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    }
+    let mut dropped = false;
+    run_paced(&mut p, Instant::from_millis(1000), |s| {
+        if s.opcode == Opcode::RC_RDMA_READ_RESPONSE_FIRST && !dropped {
+            dropped = true;
+            Action::Drop
+        } else {
+            Action::Deliver
+        }
+    });
+    let wa = p.a.poll();
+    assert_eq!(statuses(&wa), (0..6).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>());
+    assert!(wa.iter().all(|c| c.byte_len == 2048));
+    assert_eq!(p.a.read_mem(0, 6 * 2048), data, "{}", p.dump());
+    let ca = p.a.counters();
+    assert_eq!(ca.completer_retry_err, 1, "{}", p.dump());
+    assert_eq!(ca.retransmit_timeouts, 0, "{}", p.dump());
+    assert_eq!(ca.retry_exceeded_err, 0);
+    // recovered at once, without the timer
+    assert_eq!(p.now, Instant::ZERO, "{}", p.dump());
+    // every READ was re-issued once from its start (go-back-N)
+    let reqs: Vec<u32> = p
+        .trace
+        .iter()
+        .filter(|s| s.opcode == Opcode::RC_RDMA_READ_REQUEST)
+        .map(|s| s.psn.value())
+        .collect();
+    let once: Vec<u32> = (0..6).map(|i| 0x100 + 2 * i).collect();
+    assert_eq!(reqs, [once.clone(), once].concat(), "{}", p.dump());
+}
+
+/// An ATOMIC ACKNOWLEDGE is lost and the ACKs of the SENDs behind the
+/// atomic arrive: the first one is an implied NAK (one retry); the others,
+/// sent before the requester rewound, change nothing. The atomic executes
+/// once and its replayed result reaches the local buffer.
+#[test]
+fn lost_atomic_ack_then_later_acks_cost_one_retry() {
+    let mut p = Pair::new();
+    p.b.write_mem(0x1000, &1000u64.to_le_bytes());
+    p.a.write_mem(0x2000, b"abcdefgh");
+    for i in 0..5 {
+        p.b.post_recv(i, 0x3000 + 64 * i, 64);
+    }
+    let wr = fetch_add(&p, 100, 0, 0x1000, 7);
+    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    for i in 0..5u64 {
+        let wr = SendWr::new(i, WrOpcode::Send).sge(p.a.addr(0x2000), 8, p.a.mr.lkey);
+        p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    }
+    let mut dropped = false;
+    run_paced(&mut p, Instant::from_millis(1000), |s| {
+        if s.opcode == Opcode::RC_ATOMIC_ACKNOWLEDGE && !dropped {
+            dropped = true;
+            Action::Drop
+        } else {
+            Action::Deliver
+        }
+    });
+    let wa = p.a.poll();
+    let mut want = vec![(100, WcStatus::Success)];
+    want.extend((0..5).map(|i| (i, WcStatus::Success)));
+    assert_eq!(statuses(&wa), want, "{}", p.dump());
+    assert_eq!(u64_at(&p.b, 0x1000), 1007, "executed exactly once");
+    assert_eq!(u64_at(&p.a, 0), 1000, "the original value, replayed");
+    let ca = p.a.counters();
+    assert_eq!(ca.completer_retry_err, 1, "{}", p.dump());
+    assert_eq!(ca.retransmit_timeouts, 0);
+    assert!(ca.stale_response >= 4, "{ca:?}\n{}", p.dump());
+    let cb = p.b.counters();
+    assert_eq!(cb.rdma_recvs, 5, "each SEND consumed one receive");
+    assert_eq!(cb.duplicate_request, 6, "the atomic and the five SENDs came twice");
+    let wb = p.b.poll();
+    assert_eq!(wb.len(), 5);
+    assert!(wb.iter().all(|c| c.status == WcStatus::Success && c.byte_len == 8));
+    assert_eq!(p.b.read_mem(0x3000 + 64 * 4, 8), b"abcdefgh");
+}
