@@ -27,13 +27,16 @@
 //!   counters) or the retransmit timer ends that state. rxe keeps the same
 //!   rule with its `comp.started_retry` flag.
 //! - Stale and duplicate responses are dropped (C9-118); a response that
-//!   does not fit the oldest outstanding WQE gives BAD_RESP_ERR.
+//!   does not fit the oldest outstanding WQE gives BAD_RESP_ERR. A READ
+//!   re-issued for its remaining part restarts at READ RESPONSE FIRST, but
+//!   late MIDDLE/LAST packets of an earlier issue for the same PSNs carry
+//!   the same bytes and are accepted too.
 
 use crate::hca::Dev;
 use crate::qp::{Qp, WqeState};
 use crate::time::Instant;
 use crate::wr::{WcStatus, WrOpcode};
-use roce_packet::{NakCode, OpKind, Position, Psn, RoceRepr, Syndrome};
+use roce_packet::{NakCode, OpKind, Psn, RoceRepr, Syndrome};
 
 enum Implicit {
     /// Everything covered was completed.
@@ -258,15 +261,25 @@ impl Qp {
         let k = u64::from(psn.value().wrapping_sub(w.first_psn.value()) & 0xFF_FFFF);
         let off = k * mtu;
         let remaining = w.length.saturating_sub(off);
-        let expect_pos = match (psn == w.read_start, remaining <= mtu) {
-            (true, true) => Position::Only,
-            (true, false) => Position::First,
-            (false, false) => Position::Middle,
-            (false, true) => Position::Last,
-        };
         let Ok(info) = r.info() else { return };
-        if info.position != expect_pos || payload.len() as u64 != remaining.min(mtu) {
-            tracing::debug!(qpn = %self.qpn, %psn, ?expect_pos, got = ?info.position,
+        // The packet at `psn` may come from any issue of this READ that
+        // started at or before `psn`: a re-issue at `read_start` answers
+        // with FIRST/ONLY there, while a late response of an earlier issue
+        // carries MIDDLE/LAST for the same PSN — same bytes, same offset
+        // (C9-106: a re-issued READ covers the remaining part). So: the
+        // READ's first PSN must start, only an issue's start may start,
+        // and the last packet (and only it) must end.
+        let pos = info.position;
+        let start_ok = if pos.starts() {
+            psn == w.read_start || psn == w.first_psn
+        } else {
+            psn != w.first_psn
+        };
+        if !start_ok
+            || pos.ends() != (remaining <= mtu)
+            || payload.len() as u64 != remaining.min(mtu)
+        {
+            tracing::debug!(qpn = %self.qpn, %psn, read_start = %w.read_start, got = ?pos,
                 len = payload.len(), "read response of unexpected position/length");
             self.fail_front(dev, WcStatus::BadRespErr);
             return;
@@ -278,7 +291,7 @@ impl Qp {
         }
         self.comp_psn = psn.next();
         self.progress();
-        if expect_pos.ends() {
+        if pos.ends() {
             self.complete_front(dev);
         }
         self.restart_timer(now);

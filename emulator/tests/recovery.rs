@@ -11,10 +11,12 @@ use roce_packet::{Opcode, RoceRepr};
 /// each side first transmits all it wants (into its direction's FIFO,
 /// through `filter`), then only the oldest packet of each direction is
 /// delivered. Responses thus reach the requester one by one, interleaved
-/// with its retransmissions, as on a real link.
+/// with its retransmissions, as on a real link. `Action::Hold` puts a
+/// packet on the wire behind the next one of its direction (reordering).
 fn run_paced(p: &mut Pair, max_time: Instant, mut filter: impl FnMut(&Seen) -> Action) {
     use std::collections::VecDeque;
     let mut wires: [VecDeque<Datagram>; 2] = [VecDeque::new(), VecDeque::new()];
+    let mut held: [Option<Datagram>; 2] = [None, None];
     for _ in 0..200_000 {
         for (i, dir) in [Dir::AtoB, Dir::BtoA].into_iter().enumerate() {
             let src = if dir == Dir::AtoB { &mut p.a.hca } else { &mut p.b.hca };
@@ -36,9 +38,21 @@ fn run_paced(p: &mut Pair, max_time: Instant, mut filter: impl FnMut(&Seen) -> A
                         wires[i].push_back(d.clone());
                         wires[i].push_back(d);
                     }
+                    Action::Hold => {
+                        p.trace.push(seen);
+                        held[i] = Some(d);
+                        continue;
+                    }
                     _ => {}
                 }
                 p.trace.push(seen);
+                wires[i].extend(held[i].take());
+            }
+        }
+        if wires.iter().all(|w| w.is_empty()) {
+            // nothing followed a held packet: it goes now
+            for (w, h) in wires.iter_mut().zip(held.iter_mut()) {
+                w.extend(h.take());
             }
         }
         let mut moved = false;
@@ -174,4 +188,134 @@ fn lost_atomic_ack_then_later_acks_cost_one_retry() {
     assert_eq!(wb.len(), 5);
     assert!(wb.iter().all(|c| c.status == WcStatus::Success && c.byte_len == 8));
     assert_eq!(p.b.read_mem(0x3000 + 64 * 4, 8), b"abcdefgh");
+}
+
+/// A 3-packet READ; its READ RESPONSE MIDDLE is delayed behind the LAST.
+/// The LAST shows a gap: one retry, the READ is re-issued for its last two
+/// PSNs (a re-issue answers with FIRST there). The delayed MIDDLE then
+/// arrives before the re-issue's FIRST: it is the same data at the same
+/// offset and is accepted (it used to fail the READ with BAD_RESP_ERR, as
+/// a FIRST was expected at the re-issue's PSN); the re-issue's FIRST is
+/// then stale and its LAST completes the READ.
+#[test]
+fn late_response_of_an_earlier_read_issue_is_accepted() {
+    let mut p = Pair::new();
+    let data = pattern(3 * 1024 - 100, 21);
+    p.b.write_mem(0, &data);
+    let wr = read_wr(&p, 7, 0, data.len() as u32);
+    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    let mut held = false;
+    run_paced(&mut p, Instant::from_millis(1000), |s| {
+        if s.opcode == Opcode::RC_RDMA_READ_RESPONSE_MIDDLE && !held {
+            held = true;
+            Action::Hold
+        } else {
+            Action::Deliver
+        }
+    });
+    let wa = p.a.poll();
+    assert_eq!(statuses(&wa), vec![(7, WcStatus::Success)], "{}", p.dump());
+    assert_eq!(wa[0].byte_len, data.len() as u32);
+    assert_eq!(p.a.read_mem(0, data.len()), data);
+    let ca = p.a.counters();
+    assert_eq!(ca.completer_retry_err, 1, "{}", p.dump());
+    assert_eq!(ca.retransmit_timeouts, 0);
+    assert_eq!(ca.stale_response, 1, "the re-issue's FIRST, {}", p.dump());
+    let b_out: Vec<(Opcode, u32)> =
+        p.trace.iter().filter(|s| s.dir == Dir::BtoA).map(|s| (s.opcode, s.psn.value())).collect();
+    assert_eq!(
+        b_out,
+        vec![
+            (Opcode::RC_RDMA_READ_RESPONSE_FIRST, 0x100),
+            (Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 0x101),
+            (Opcode::RC_RDMA_READ_RESPONSE_LAST, 0x102),
+            (Opcode::RC_RDMA_READ_RESPONSE_FIRST, 0x101),
+            (Opcode::RC_RDMA_READ_RESPONSE_LAST, 0x102),
+        ],
+        "{}",
+        p.dump()
+    );
+    let reissue = p.trace.iter().filter(|s| s.opcode == Opcode::RC_RDMA_READ_REQUEST).nth(1);
+    let reth = reissue.and_then(|s| s.repr.reth).expect("re-issued");
+    assert_eq!((reth.va, reth.dma_len), (p.b.addr(1024), 2048 - 100));
+}
+
+/// A hand-made READ response from B into A's completer.
+fn read_resp(p: &mut Pair, op: Opcode, psn: u32, payload: &[u8]) {
+    use roce_packet::{AethRepr, BthRepr, IpMeta, IpUdpHeader, Msn, Syndrome, UdpEndpoints};
+    let mut r = RoceRepr {
+        bth: BthRepr {
+            opcode: op,
+            dest_qp: p.a.qpn,
+            psn: roce_packet::Psn::new(psn),
+            pad_count: roce_packet::pad_for(payload.len()),
+            ..BthRepr::default()
+        },
+        payload_len: payload.len(),
+        ..RoceRepr::default()
+    };
+    if op != Opcode::RC_RDMA_READ_RESPONSE_MIDDLE {
+        r.aeth = Some(AethRepr { syndrome: Syndrome::Ack { credit: 0x1F }, msn: Msn::new(1) });
+    }
+    let ep =
+        UdpEndpoints { src: p.b.hca.addr(), dst: p.a.hca.addr(), src_port: 0xC123, dst_port: 4791 };
+    let mut b = r.to_vec(payload).unwrap();
+    IpUdpHeader::build(&ep, &IpMeta::default(), b.len()).unwrap().fill_icrc(&mut b);
+    let d = Datagram { endpoints: ep, meta: IpMeta::default(), payload: b.into() };
+    p.a.hca.handle_datagram(p.now, d);
+}
+
+/// Position rules that still hold after the relaxation above: the READ's
+/// first PSN must start a message, only an issue's first PSN may start
+/// one, and the last packet must end it. Violations fail the READ with
+/// BAD_RESP_ERR and the QP goes to ERR.
+#[test]
+fn read_responses_that_fit_no_issue_are_bad_responses() {
+    let bad = [
+        // MIDDLE at the READ's first PSN
+        vec![(Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 0x100, 1024)],
+        // FIRST at a PSN no issue started at
+        vec![
+            (Opcode::RC_RDMA_READ_RESPONSE_FIRST, 0x100, 1024),
+            (Opcode::RC_RDMA_READ_RESPONSE_FIRST, 0x101, 1024),
+        ],
+        // the READ's last packet as a MIDDLE
+        vec![
+            (Opcode::RC_RDMA_READ_RESPONSE_FIRST, 0x100, 1024),
+            (Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 0x101, 1024),
+            (Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 0x102, 1024),
+        ],
+        // wrong length of the last packet
+        vec![
+            (Opcode::RC_RDMA_READ_RESPONSE_FIRST, 0x100, 1024),
+            (Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 0x101, 1024),
+            (Opcode::RC_RDMA_READ_RESPONSE_LAST, 0x102, 1000),
+        ],
+    ];
+    for (case, resps) in bad.iter().enumerate() {
+        let mut p = Pair::new();
+        let wr = read_wr(&p, 1, 0, 3000);
+        p.a.hca.post_send(p.a.qpn, wr).unwrap();
+        let reqs = std::iter::from_fn(|| p.a.hca.poll_transmit(Instant::ZERO)).count();
+        assert_eq!(reqs, 1);
+        for &(op, psn, len) in resps {
+            read_resp(&mut p, op, psn, &vec![0xAB; len]);
+        }
+        let wa = p.a.poll();
+        assert_eq!(statuses(&wa), vec![(1, WcStatus::BadRespErr)], "case {case}");
+        assert_eq!(p.a.hca.qp_state(p.a.qpn), Some(QpState::Err), "case {case}");
+        assert_eq!(p.a.counters().completer_retry_err, 0, "case {case}");
+    }
+    // and the same packets in a valid order complete the READ
+    let mut p = Pair::new();
+    let wr = read_wr(&p, 1, 0, 3000);
+    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    while p.a.hca.poll_transmit(Instant::ZERO).is_some() {}
+    read_resp(&mut p, Opcode::RC_RDMA_READ_RESPONSE_FIRST, 0x100, &[1; 1024]);
+    read_resp(&mut p, Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 0x101, &[2; 1024]);
+    read_resp(&mut p, Opcode::RC_RDMA_READ_RESPONSE_LAST, 0x102, &[3; 952]);
+    let wa = p.a.poll();
+    assert_eq!(statuses(&wa), vec![(1, WcStatus::Success)]);
+    assert_eq!(p.a.read_mem(1023, 2), vec![1, 2]);
+    assert_eq!(p.a.read_mem(2047, 2), vec![2, 3]);
 }
