@@ -15,7 +15,8 @@
 //! - RNR NAK (§9.7.5.2.8): wait the NAK's timer, then resend from its PSN;
 //!   `rnr_retry` 7 is infinite, otherwise exhaustion gives RNR_RETRY_EXC_ERR.
 //! - PSN sequence error NAK: go back N from the NAKed PSN (counts as a
-//!   retry, as in rxe). Other NAKs map to REM_INV_REQ_ERR, REM_ACCESS_ERR,
+//!   retry, as in rxe); a NAK for a PSN after the oldest unacknowledged
+//!   one acknowledges everything before it, which is progress. Other NAKs map to REM_INV_REQ_ERR, REM_ACCESS_ERR,
 //!   REM_OP_ERR; every error moves the QP to ERR and flushes the rest.
 //! - One retry per loss: once a go-back-N has been started (by a timeout,
 //!   an implied NAK, a read-response gap or a PSN sequence error NAK), the
@@ -187,6 +188,7 @@ impl Qp {
                     self.response_retry(dev, p, "implied NAK (RNR NAK past READ/atomic)");
                     return;
                 }
+                self.advance_to(psn);
                 if self.rnr_left == 0 {
                     tracing::info!(qpn = %self.qpn, %psn, "RNR retry count exceeded");
                     dev.counters.retry_rnr_exceeded_err += 1;
@@ -196,7 +198,6 @@ impl Qp {
                 if self.p.rnr_retry != 7 {
                     self.rnr_left -= 1;
                 }
-                self.comp_psn = psn;
                 let wait = core::time::Duration::from_micros(u64::from(t.micros()));
                 tracing::debug!(qpn = %self.qpn, %psn, wait_us = t.micros(), "RNR NAK: waiting");
                 self.rewind_to(psn);
@@ -217,8 +218,12 @@ impl Qp {
                 }
                 let status = match code {
                     NakCode::PsnSequenceError => {
-                        self.comp_psn = psn;
-                        self.retry_from(dev, psn, "PSN sequence error NAK");
+                        // everything before `psn` arrived; a NAK for the
+                        // PSN a retry already rewound to (a duplicate, or
+                        // one sent before the resent packets arrived)
+                        // starts no second go-back-N and charges nothing
+                        self.advance_to(psn);
+                        self.response_retry(dev, psn, "PSN sequence error NAK");
                         return;
                     }
                     NakCode::InvalidRequest => WcStatus::RemInvReqErr,

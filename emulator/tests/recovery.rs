@@ -5,7 +5,7 @@
 mod common;
 use common::*;
 use roce_emulator::*;
-use roce_packet::{Opcode, RoceRepr};
+use roce_packet::{NakCode, Opcode, Psn, RoceRepr, Syndrome};
 
 /// Like `Pair::run_with`, but the wire holds packets in flight: every step
 /// each side first transmits all it wants (into its direction's FIFO,
@@ -318,4 +318,115 @@ fn read_responses_that_fit_no_issue_are_bad_responses() {
     assert_eq!(statuses(&wa), vec![(1, WcStatus::Success)]);
     assert_eq!(p.a.read_mem(1023, 2), vec![1, 2]);
     assert_eq!(p.a.read_mem(2047, 2), vec![2, 3]);
+}
+
+/// A duplicated PSN SEQUENCE ERROR NAK: the first one starts the
+/// go-back-N, the copy is for the PSN already being resent and charges
+/// nothing. With retry_cnt 1 a second charge would fail the SEND.
+#[test]
+fn duplicated_sequence_nak_costs_one_retry() {
+    let mut p = Pair::with(Opts { retry_cnt: 1, ..Opts::default() });
+    let data = pattern(4 * 1024, 3);
+    p.a.write_mem(0, &data);
+    p.b.post_recv(1, 0, 8192);
+    p.a.send(1, 0, 4 * 1024);
+    let mut dropped = false;
+    run_paced(&mut p, Instant::from_millis(1000), |s| {
+        if s.dir == Dir::AtoB && s.psn == Psn::new(0x101) && !dropped {
+            dropped = true;
+            Action::Drop
+        } else if matches!(s.repr.aeth.map(|a| a.syndrome), Some(Syndrome::Nak(_))) {
+            Action::Duplicate
+        } else {
+            Action::Deliver
+        }
+    });
+    let naks: Vec<_> = p
+        .trace
+        .iter()
+        .filter(|s| {
+            s.repr.aeth.map(|a| a.syndrome) == Some(Syndrome::Nak(NakCode::PsnSequenceError))
+        })
+        .collect();
+    assert_eq!(naks.len(), 1, "{}", p.dump());
+    let ca = p.a.counters();
+    assert_eq!(ca.rcvd_seq_err, 2, "both copies were seen");
+    assert_eq!(ca.completer_retry_err, 1, "{}", p.dump());
+    assert_eq!(ca.retry_exceeded_err, 0);
+    let wa = p.a.poll();
+    assert_eq!(statuses(&wa), vec![(1, WcStatus::Success)]);
+    assert_eq!(p.b.read_mem(0, 4 * 1024), data);
+    let wb = p.b.poll();
+    assert_eq!((wb.len(), wb[0].status, wb[0].byte_len), (1, WcStatus::Success, 4096));
+    // go back N once: 0x101..=0x103 resent once
+    let a_psns: Vec<u32> =
+        p.trace.iter().filter(|s| s.dir == Dir::AtoB).map(|s| s.psn.value()).collect();
+    assert_eq!(a_psns, vec![0x100, 0x101, 0x102, 0x103, 0x101, 0x102, 0x103], "{}", p.dump());
+}
+
+/// Two separate gaps in one 6-packet SEND with retry_cnt 1: the second
+/// PSN SEQUENCE ERROR NAK is for a later PSN, so it acknowledges progress
+/// (everything before it arrived), the retry counter is reset and the
+/// second gap gets its own retry instead of RETRY_EXC_ERR.
+#[test]
+fn progress_between_two_gaps_resets_the_retry_counter() {
+    let mut p = Pair::with(Opts { retry_cnt: 1, ..Opts::default() });
+    let data = pattern(6 * 1024, 5);
+    p.a.write_mem(0, &data);
+    p.b.post_recv(1, 0, 8192);
+    p.a.send(1, 0, 6 * 1024);
+    // lose 0x101 when first sent, and 0x104 when resent
+    let mut seen = std::collections::HashMap::new();
+    run_paced(&mut p, Instant::from_millis(1000), |s| {
+        let n = seen.entry((s.dir == Dir::AtoB, s.psn.value())).or_insert(0);
+        *n += 1;
+        match (s.dir, s.psn.value(), *n) {
+            (Dir::AtoB, 0x101, 1) | (Dir::AtoB, 0x104, 2) => Action::Drop,
+            _ => Action::Deliver,
+        }
+    });
+    let naks: Vec<u32> = p
+        .trace
+        .iter()
+        .filter(|s| matches!(s.repr.aeth.map(|a| a.syndrome), Some(Syndrome::Nak(_))))
+        .map(|s| s.psn.value())
+        .collect();
+    assert_eq!(naks, vec![0x101, 0x104], "{}", p.dump());
+    let ca = p.a.counters();
+    assert_eq!((ca.rcvd_seq_err, ca.completer_retry_err), (2, 2), "{}", p.dump());
+    assert_eq!(ca.retry_exceeded_err, 0);
+    assert_eq!(ca.retransmit_timeouts, 0);
+    assert_eq!(statuses(&p.a.poll()), vec![(1, WcStatus::Success)]);
+    assert_eq!(p.b.read_mem(0, 6 * 1024), data);
+    assert_eq!(p.b.poll()[0].byte_len, 6 * 1024);
+}
+
+/// A duplicated RNR NAK while the requester already waits out the first:
+/// nothing was resent since, so the copy is for a PSN not outstanding and
+/// is dropped; with rnr_retry 1 it must not use up the only RNR retry.
+#[test]
+fn duplicated_rnr_nak_is_waited_out_once() {
+    let mut p = Pair::with(Opts { rnr_retry: 1, min_rnr_timer: 1, ..Opts::default() });
+    p.a.write_mem(0, b"later");
+    p.a.send(1, 0, 5);
+    let dup_rnr = |s: &Seen| {
+        if matches!(s.repr.aeth.map(|a| a.syndrome), Some(Syndrome::RnrNak(_))) {
+            Action::Duplicate
+        } else {
+            Action::Deliver
+        }
+    };
+    // the first RNR wait is 10 µs; the receive is posted before it ends
+    run_paced(&mut p, Instant::from_micros(5), dup_rnr);
+    let ca = p.a.counters();
+    assert_eq!((ca.rcvd_rnr_err, ca.stale_response), (1, 1), "{}", p.dump());
+    assert!(p.a.poll().is_empty());
+    p.b.post_recv(9, 64, 64);
+    run_paced(&mut p, Instant::from_millis(1000), dup_rnr);
+    let ca = p.a.counters();
+    assert_eq!(ca.retry_rnr_exceeded_err, 0, "{}", p.dump());
+    assert_eq!(ca.completer_retry_err, 0);
+    assert_eq!(statuses(&p.a.poll()), vec![(1, WcStatus::Success)], "{}", p.dump());
+    assert_eq!(p.b.read_mem(64, 5), b"later");
+    assert_eq!(p.count(Dir::AtoB, Opcode::RC_SEND_ONLY), 2, "{}", p.dump());
 }
