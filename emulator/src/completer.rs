@@ -167,6 +167,7 @@ impl Qp {
         let syndrome = r.aeth.map(|a| a.syndrome);
         match (info.kind, syndrome) {
             (OpKind::Ack, Some(Syndrome::Ack { .. })) => {
+                let before = self.comp_psn;
                 if let Implicit::ImpliedNak = self.complete_covered(dev, psn, true) {
                     let p = self.comp_psn;
                     self.response_retry(dev, p, "implied NAK (ACK past READ/atomic)");
@@ -175,11 +176,14 @@ impl Qp {
                 let in_rd = self.sq.front().is_some_and(|w| {
                     w.wr.opcode.is_read_or_atomic() && w.state != WqeState::Posted
                 });
-                if psn.is_at_or_after(self.comp_psn) && !in_rd {
-                    self.comp_psn = psn.next();
-                    self.progress();
+                if !in_rd {
+                    self.advance_to(psn.next());
                 }
-                self.restart_timer(now);
+                // the timer restarts on progress only (C9-140): an ACK that
+                // acknowledges nothing new must not postpone a timeout
+                if self.comp_psn != before {
+                    self.restart_timer(now);
+                }
             }
             (OpKind::Ack, Some(Syndrome::RnrNak(t))) => {
                 dev.counters.rcvd_rnr_err += 1;

@@ -5,7 +5,10 @@
 mod common;
 use common::*;
 use roce_emulator::*;
-use roce_packet::{NakCode, Opcode, Psn, RoceRepr, Syndrome};
+use roce_packet::{
+    AethRepr, BthRepr, IpMeta, IpUdpHeader, Msn, NakCode, Opcode, Psn, RoceRepr, Syndrome,
+    UdpEndpoints,
+};
 
 /// Like `Pair::run_with`, but the wire holds packets in flight: every step
 /// each side first transmits all it wants (into its direction's FIFO,
@@ -242,21 +245,30 @@ fn late_response_of_an_earlier_read_issue_is_accepted() {
 
 /// A hand-made READ response from B into A's completer.
 fn read_resp(p: &mut Pair, op: Opcode, psn: u32, payload: &[u8]) {
-    use roce_packet::{AethRepr, BthRepr, IpMeta, IpUdpHeader, Msn, Syndrome, UdpEndpoints};
-    let mut r = RoceRepr {
-        bth: BthRepr {
-            opcode: op,
-            dest_qp: p.a.qpn,
-            psn: roce_packet::Psn::new(psn),
-            pad_count: roce_packet::pad_for(payload.len()),
-            ..BthRepr::default()
-        },
-        payload_len: payload.len(),
-        ..RoceRepr::default()
-    };
+    let mut r = response(p, op, psn, payload.len());
     if op != Opcode::RC_RDMA_READ_RESPONSE_MIDDLE {
         r.aeth = Some(AethRepr { syndrome: Syndrome::Ack { credit: 0x1F }, msn: Msn::new(1) });
     }
+    inject(p, &r, payload);
+}
+
+/// A response header from B to A's QP.
+fn response(p: &Pair, op: Opcode, psn: u32, len: usize) -> RoceRepr {
+    RoceRepr {
+        bth: BthRepr {
+            opcode: op,
+            dest_qp: p.a.qpn,
+            psn: Psn::new(psn),
+            pad_count: roce_packet::pad_for(len),
+            ..BthRepr::default()
+        },
+        payload_len: len,
+        ..RoceRepr::default()
+    }
+}
+
+/// Deliver a hand-made packet from B to A at `p.now`.
+fn inject(p: &mut Pair, r: &RoceRepr, payload: &[u8]) {
     let ep =
         UdpEndpoints { src: p.b.hca.addr(), dst: p.a.hca.addr(), src_port: 0xC123, dst_port: 4791 };
     let mut b = r.to_vec(payload).unwrap();
@@ -429,4 +441,28 @@ fn duplicated_rnr_nak_is_waited_out_once() {
     assert_eq!(statuses(&p.a.poll()), vec![(1, WcStatus::Success)], "{}", p.dump());
     assert_eq!(p.b.read_mem(64, 5), b"later");
     assert_eq!(p.count(Dir::AtoB, Opcode::RC_SEND_ONLY), 2, "{}", p.dump());
+}
+
+/// The retransmit timer restarts on progress only: an ACK for a PSN inside
+/// an outstanding READ (no peer sends one, but a broken or malicious one
+/// may) acknowledges nothing and must not postpone the timeout.
+#[test]
+fn ack_without_progress_does_not_postpone_the_timer() {
+    let mut p = Pair::new();
+    let wr = read_wr(&p, 1, 0, 3000);
+    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    assert!(p.a.hca.poll_transmit(Instant::ZERO).is_some());
+    let period = Instant::from_nanos(4096 << 14);
+    assert_eq!(p.a.hca.poll_timeout(), Some(period));
+    p.now = Instant::from_millis(10);
+    let mut ack = response(&p, Opcode::RC_ACKNOWLEDGE, 0x101, 0);
+    ack.aeth = Some(AethRepr { syndrome: Syndrome::Ack { credit: 0x1F }, msn: Msn::new(0) });
+    inject(&mut p, &ack, &[]);
+    assert_eq!(p.a.hca.poll_timeout(), Some(period));
+    assert!(p.a.poll().is_empty());
+    // a READ response is progress and does restart it
+    read_resp(&mut p, Opcode::RC_RDMA_READ_RESPONSE_FIRST, 0x100, &[7; 1024]);
+    let restarted = Instant::from_nanos(10_000_000 + (4096 << 14));
+    assert_eq!(p.a.hca.poll_timeout(), Some(restarted));
+    assert_eq!(p.a.counters().completer_retry_err, 0);
 }
