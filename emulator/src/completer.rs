@@ -11,7 +11,11 @@
 //! - Retransmit timer (§9.7.6.1.3, C9-140/141): 4.096 µs × 2^timeout,
 //!   restarted on forward progress; `retry_cnt` retries, then
 //!   RETRY_EXC_ERR. **retry_cnt 7 means seven retries** as IBA says; rxe
-//!   treats 7 as "forever", which IBA reserves for `rnr_retry` only.
+//!   treats 7 as "forever", which IBA reserves for `rnr_retry` only. So a
+//!   request (or its response) lost eight times in a row with no progress
+//!   in between fails: at 10% random loss each way that is about 0.19^8
+//!   per loss episode of a READ/atomic, roughly one RETRY_EXC_ERR per
+//!   million operations of the soak's mix (tests/tests/sim_soak.rs).
 //! - RNR NAK (§9.7.5.2.8): wait the NAK's timer, then resend from its PSN;
 //!   `rnr_retry` 7 is infinite, otherwise exhaustion gives RNR_RETRY_EXC_ERR.
 //! - PSN sequence error NAK: go back N from the NAKed PSN (counts as a
