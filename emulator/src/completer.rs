@@ -11,20 +11,37 @@
 //! - Retransmit timer (§9.7.6.1.3, C9-140/141): 4.096 µs × 2^timeout,
 //!   restarted on forward progress; `retry_cnt` retries, then
 //!   RETRY_EXC_ERR. **retry_cnt 7 means seven retries** as IBA says; rxe
-//!   treats 7 as "forever", which IBA reserves for `rnr_retry` only.
+//!   treats 7 as "forever", which IBA reserves for `rnr_retry` only. So a
+//!   request (or its response) lost eight times in a row with no progress
+//!   in between fails: at 10% random loss each way that is about 0.19^8
+//!   per loss episode of a READ/atomic, roughly one RETRY_EXC_ERR per
+//!   million operations of the soak's mix (tests/tests/sim_soak.rs).
 //! - RNR NAK (§9.7.5.2.8): wait the NAK's timer, then resend from its PSN;
 //!   `rnr_retry` 7 is infinite, otherwise exhaustion gives RNR_RETRY_EXC_ERR.
 //! - PSN sequence error NAK: go back N from the NAKed PSN (counts as a
-//!   retry, as in rxe). Other NAKs map to REM_INV_REQ_ERR, REM_ACCESS_ERR,
+//!   retry, as in rxe); a NAK for a PSN after the oldest unacknowledged
+//!   one acknowledges everything before it, which is progress. Other NAKs map to REM_INV_REQ_ERR, REM_ACCESS_ERR,
 //!   REM_OP_ERR; every error moves the QP to ERR and flushes the rest.
+//! - One retry per loss: once a go-back-N has been started (by a timeout,
+//!   an implied NAK, a read-response gap or a PSN sequence error NAK), the
+//!   responses still in flight from before the rewind — later ACKs past
+//!   the missing READ/atomic response, further read-response gaps, repeated
+//!   or duplicated NAKs for the same PSN — start no other retry and charge
+//!   nothing; they are dropped (`stale_response`). Only forward progress
+//!   (the oldest unacknowledged PSN advancing, which also resets the retry
+//!   counters) or the retransmit timer ends that state. rxe keeps the same
+//!   rule with its `comp.started_retry` flag.
 //! - Stale and duplicate responses are dropped (C9-118); a response that
-//!   does not fit the oldest outstanding WQE gives BAD_RESP_ERR.
+//!   does not fit the oldest outstanding WQE gives BAD_RESP_ERR. A READ
+//!   re-issued for its remaining part restarts at READ RESPONSE FIRST, but
+//!   late MIDDLE/LAST packets of an earlier issue for the same PSNs carry
+//!   the same bytes and are accepted too.
 
 use crate::hca::Dev;
 use crate::qp::{Qp, WqeState};
 use crate::time::Instant;
 use crate::wr::{WcStatus, WrOpcode};
-use roce_packet::{NakCode, OpKind, Position, Psn, RoceRepr, Syndrome};
+use roce_packet::{NakCode, OpKind, Psn, RoceRepr, Syndrome};
 
 enum Implicit {
     /// Everything covered was completed.
@@ -55,11 +72,36 @@ impl Qp {
         Implicit::Done
     }
 
-    /// Forward progress: retry counters back to their attribute values.
+    /// Forward progress: retry counters back to their attribute values, and
+    /// any retry under way is over (a new loss may start a new one).
     fn progress(&mut self) {
         self.gap_retry = None;
         self.retry_left = self.p.retry_cnt;
         self.rnr_left = self.p.rnr_retry;
+    }
+
+    /// Everything before `psn` is acknowledged: move the oldest
+    /// unacknowledged PSN up to it (never back); moving counts as progress.
+    fn advance_to(&mut self, psn: Psn) {
+        if psn.is_after(self.comp_psn) {
+            self.comp_psn = psn;
+            self.progress();
+        }
+    }
+
+    /// A response shows that the request at `psn` (the oldest
+    /// unacknowledged PSN) or its response went missing: go back N from
+    /// it, unless a retry is already under way, in which case the response
+    /// is one of those still in flight from before the rewind and is
+    /// dropped without charging a retry.
+    fn response_retry(&mut self, dev: &mut Dev, psn: Psn, why: &'static str) {
+        if let Some(started) = self.gap_retry {
+            dev.counters.stale_response += 1;
+            tracing::debug!(qpn = %self.qpn, %psn, %started, why,
+                reason = "retry already under way", "drop");
+            return;
+        }
+        self.retry_from(dev, psn, why);
     }
 
     fn restart_timer(&mut self, now: Instant) {
@@ -81,6 +123,7 @@ impl Qp {
         self.retry_left -= 1;
         dev.counters.completer_retry_err += 1;
         tracing::debug!(qpn = %self.qpn, %psn, why, retries_left = self.retry_left, "retry");
+        self.gap_retry = Some(psn);
         self.rewind_to(psn);
         self.retrans_deadline = None;
     }
@@ -128,27 +171,32 @@ impl Qp {
         let syndrome = r.aeth.map(|a| a.syndrome);
         match (info.kind, syndrome) {
             (OpKind::Ack, Some(Syndrome::Ack { .. })) => {
+                let before = self.comp_psn;
                 if let Implicit::ImpliedNak = self.complete_covered(dev, psn, true) {
                     let p = self.comp_psn;
-                    self.retry_from(dev, p, "implied NAK (ACK past READ/atomic)");
+                    self.response_retry(dev, p, "implied NAK (ACK past READ/atomic)");
                     return;
                 }
                 let in_rd = self.sq.front().is_some_and(|w| {
                     w.wr.opcode.is_read_or_atomic() && w.state != WqeState::Posted
                 });
-                if psn.is_at_or_after(self.comp_psn) && !in_rd {
-                    self.comp_psn = psn.next();
-                    self.progress();
+                if !in_rd {
+                    self.advance_to(psn.next());
                 }
-                self.restart_timer(now);
+                // the timer restarts on progress only (C9-140): an ACK that
+                // acknowledges nothing new must not postpone a timeout
+                if self.comp_psn != before {
+                    self.restart_timer(now);
+                }
             }
             (OpKind::Ack, Some(Syndrome::RnrNak(t))) => {
                 dev.counters.rcvd_rnr_err += 1;
                 if let Implicit::ImpliedNak = self.complete_covered(dev, psn, false) {
                     let p = self.comp_psn;
-                    self.retry_from(dev, p, "implied NAK (RNR NAK past READ/atomic)");
+                    self.response_retry(dev, p, "implied NAK (RNR NAK past READ/atomic)");
                     return;
                 }
+                self.advance_to(psn);
                 if self.rnr_left == 0 {
                     tracing::info!(qpn = %self.qpn, %psn, "RNR retry count exceeded");
                     dev.counters.retry_rnr_exceeded_err += 1;
@@ -158,7 +206,6 @@ impl Qp {
                 if self.p.rnr_retry != 7 {
                     self.rnr_left -= 1;
                 }
-                self.comp_psn = psn;
                 let wait = core::time::Duration::from_micros(u64::from(t.micros()));
                 tracing::debug!(qpn = %self.qpn, %psn, wait_us = t.micros(), "RNR NAK: waiting");
                 self.rewind_to(psn);
@@ -174,13 +221,17 @@ impl Qp {
                     // the NAK acknowledges a READ/atomic whose response was
                     // lost: resend from it (its response is still owed)
                     let p = self.comp_psn;
-                    self.retry_from(dev, p, "implied NAK (NAK past READ/atomic)");
+                    self.response_retry(dev, p, "implied NAK (NAK past READ/atomic)");
                     return;
                 }
                 let status = match code {
                     NakCode::PsnSequenceError => {
-                        self.comp_psn = psn;
-                        self.retry_from(dev, psn, "PSN sequence error NAK");
+                        // everything before `psn` arrived; a NAK for the
+                        // PSN a retry already rewound to (a duplicate, or
+                        // one sent before the resent packets arrived)
+                        // starts no second go-back-N and charges nothing
+                        self.advance_to(psn);
+                        self.response_retry(dev, psn, "PSN sequence error NAK");
                         return;
                     }
                     NakCode::InvalidRequest => WcStatus::RemInvReqErr,
@@ -203,7 +254,7 @@ impl Qp {
         let psn = r.bth.psn;
         if let Implicit::ImpliedNak = self.complete_covered(dev, psn, false) {
             let p = self.comp_psn;
-            self.retry_from(dev, p, "implied NAK (response past READ/atomic)");
+            self.response_retry(dev, p, "implied NAK (response past READ/atomic)");
             return;
         }
         let mtu = self.mtu();
@@ -217,27 +268,31 @@ impl Qp {
             // a read response went missing: implied NAK from the first one
             // missing, once per gap (later gap packets are dropped)
             let p = self.comp_psn;
-            if self.gap_retry == Some(p) {
-                dev.counters.stale_response += 1;
-                tracing::debug!(qpn = %self.qpn, %psn, reason = "read response after gap", "drop");
-                return;
-            }
-            self.gap_retry = Some(p);
-            self.retry_from(dev, p, "implied NAK (read response gap)");
+            self.response_retry(dev, p, "implied NAK (read response gap)");
             return;
         }
         let k = u64::from(psn.value().wrapping_sub(w.first_psn.value()) & 0xFF_FFFF);
         let off = k * mtu;
         let remaining = w.length.saturating_sub(off);
-        let expect_pos = match (psn == w.read_start, remaining <= mtu) {
-            (true, true) => Position::Only,
-            (true, false) => Position::First,
-            (false, false) => Position::Middle,
-            (false, true) => Position::Last,
-        };
         let Ok(info) = r.info() else { return };
-        if info.position != expect_pos || payload.len() as u64 != remaining.min(mtu) {
-            tracing::debug!(qpn = %self.qpn, %psn, ?expect_pos, got = ?info.position,
+        // The packet at `psn` may come from any issue of this READ that
+        // started at or before `psn`: a re-issue at `read_start` answers
+        // with FIRST/ONLY there, while a late response of an earlier issue
+        // carries MIDDLE/LAST for the same PSN — same bytes, same offset
+        // (C9-106: a re-issued READ covers the remaining part). So: the
+        // READ's first PSN must start, only an issue's start may start,
+        // and the last packet (and only it) must end.
+        let pos = info.position;
+        let start_ok = if pos.starts() {
+            psn == w.read_start || psn == w.first_psn
+        } else {
+            psn != w.first_psn
+        };
+        if !start_ok
+            || pos.ends() != (remaining <= mtu)
+            || payload.len() as u64 != remaining.min(mtu)
+        {
+            tracing::debug!(qpn = %self.qpn, %psn, read_start = %w.read_start, got = ?pos,
                 len = payload.len(), "read response of unexpected position/length");
             self.fail_front(dev, WcStatus::BadRespErr);
             return;
@@ -249,7 +304,7 @@ impl Qp {
         }
         self.comp_psn = psn.next();
         self.progress();
-        if expect_pos.ends() {
+        if pos.ends() {
             self.complete_front(dev);
         }
         self.restart_timer(now);
@@ -259,7 +314,7 @@ impl Qp {
         let psn = r.bth.psn;
         if let Implicit::ImpliedNak = self.complete_covered(dev, psn, false) {
             let p = self.comp_psn;
-            self.retry_from(dev, p, "implied NAK (atomic ACK past READ/atomic)");
+            self.response_retry(dev, p, "implied NAK (atomic ACK past READ/atomic)");
             return;
         }
         let Some(w) = self.sq.front() else { return };

@@ -145,8 +145,8 @@ pub(crate) struct Qp {
     pub rnr_left: u8,
     pub retrans_deadline: Option<Instant>,
     pub rnr_deadline: Option<Instant>,
-    /// PSN the completer last retried from because of a read-response gap;
-    /// further gap packets are dropped until that PSN arrives.
+    /// PSN the completer started its go-back-N from (rxe's `started_retry`);
+    /// until progress, responses start no other retry (see completer.rs).
     pub gap_retry: Option<Psn>,
     // responder
     pub epsn: Psn,

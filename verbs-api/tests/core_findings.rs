@@ -1,6 +1,7 @@
 //! Reproducers for problems found in the HCA core while building the soak
-//! test. They are `#[ignore]`d until the core is fixed; run them with
-//! `cargo test -p roce-verbs-api --test core_findings -- --ignored`.
+//! test. A test is `#[ignore]`d while its problem is open (run those with
+//! `cargo test -p roce-verbs-api --test core_findings -- --ignored`); fixed
+//! ones run by default and say what the fix was.
 
 use roce_emulator::sim::{Filter, Match};
 use roce_packet::Opcode;
@@ -52,14 +53,14 @@ fn reads(r: &Rig, n: u64, len: u32) {
     }
 }
 
-/// One lost READ RESPONSE FIRST with four 2-packet READs outstanding: the
-/// gap is one loss, so one retry should do. The completer instead charges
-/// a retry (and rewinds) for every later response of the same burst
-/// (`complete_covered` → implied NAK is not guarded like the read-response
-/// gap is), using 7 of the 7 retries; with more READs in flight the WR
-/// fails with RETRY_EXC_ERR.
+/// One lost READ RESPONSE FIRST with six 2-packet READs outstanding: the
+/// gap is one loss, so one retry should do. The completer used to charge
+/// a retry (and rewind) for every later response of the same burst
+/// (`complete_covered` → implied NAK was not guarded like the
+/// read-response gap was), exhausting `retry_cnt` 7 → RETRY_EXC_ERR.
+/// Fixed: once a go-back-N is started, responses start no other retry
+/// until progress (rxe's `started_retry`); see emulator/tests/recovery.rs.
 #[test]
-#[ignore = "core: one lost read response costs one retry per later response"]
 fn one_lost_read_response_costs_one_retry() {
     let r = rig();
     r.net.with_fabric(|f| {
@@ -82,8 +83,8 @@ fn one_lost_read_response_costs_one_retry() {
 /// go-back-N of the whole window and a retry; the resent window is
 /// answered again and the cycle repeats until RETRY_EXC_ERR within
 /// microseconds. Other streams of the run end with BAD_RESP_ERR on a READ.
+/// Fixed by the same started-retry rule as above.
 #[test]
-#[ignore = "core: READ completes with BAD_RESP_ERR under random loss"]
 fn loss_alone_never_gives_bad_response() {
     use roce_verbs_api::workload::{self, WorkloadConfig};
     let mut cfg = WorkloadConfig { ops: 3000, seed: 12, ..WorkloadConfig::default() };
@@ -102,9 +103,11 @@ fn loss_alone_never_gives_bad_response() {
 /// rewinding again; rxe guards this (a retry already started is not
 /// restarted except by a timeout). A few unlucky timeouts then exhaust
 /// `retry_cnt` 7 (which this core treats as 7 retries, unlike rxe's
-/// "forever"). Loss alone or reordering alone pass.
+/// "forever"). Loss alone or reordering alone pass. Fixed: a PSN sequence
+/// error NAK for the PSN a retry already rewound to starts no other
+/// retry, and a NAK for a later PSN counts as progress (retry counters
+/// reset).
 #[test]
-#[ignore = "core: repeated NAKs for one gap each charge a retry; RETRY_EXC_ERR under loss+reorder"]
 fn loss_and_reorder_do_not_exhaust_retries() {
     use roce_verbs_api::workload::{self, OpKind, WorkloadConfig};
     let cfg = WorkloadConfig {
