@@ -10,12 +10,15 @@
 //!   is retried from the first missing PSN.
 //! - Retransmit timer (§9.7.6.1.3, C9-140/141): 4.096 µs × 2^timeout,
 //!   restarted on forward progress; `retry_cnt` retries, then
-//!   RETRY_EXC_ERR. **retry_cnt 7 means seven retries** as IBA says; rxe
-//!   treats 7 as "forever", which IBA reserves for `rnr_retry` only. So a
-//!   request (or its response) lost eight times in a row with no progress
-//!   in between fails: at 10% random loss each way that is about 0.19^8
-//!   per loss episode of a READ/atomic, roughly one RETRY_EXC_ERR per
-//!   million operations of the soak's mix (tests/tests/sim_soak.rs).
+//!   RETRY_EXC_ERR. **`retry_cnt` 7 means "retry forever", as in Linux
+//!   rxe** (and what rdma-core's tools, which pass 7, get from it); IBA
+//!   reserves "forever" for `rnr_retry` 7 only. We follow rxe so that a
+//!   program behaves the same against us and against the kernel driver
+//!   (see captures/host_udp: rxe retransmitting one SEND ~217 times with
+//!   retry_cnt 7). Values 0..=6 are counted exactly; use them to get
+//!   RETRY_EXC_ERR (a request or its response lost retry_cnt + 1 times in
+//!   a row with no progress). With 7, a silent peer is retried until the
+//!   application destroys or resets the QP, as with rxe.
 //! - RNR NAK (§9.7.5.2.8): wait the NAK's timer, then resend from its PSN;
 //!   `rnr_retry` 7 is infinite, otherwise exhaustion gives RNR_RETRY_EXC_ERR.
 //! - PSN sequence error NAK: go back N from the NAKed PSN (counts as a
@@ -38,6 +41,10 @@
 //!   the same bytes and are accepted too.
 
 use crate::hca::Dev;
+
+/// `retry_cnt` value that means "retry forever" (rxe's reading; IBA
+/// gives this meaning only to `rnr_retry` 7).
+pub const RETRY_FOREVER: u8 = 7;
 use crate::qp::{Qp, WqeState};
 use crate::time::Instant;
 use crate::wr::{WcStatus, WrOpcode};
@@ -114,13 +121,13 @@ impl Qp {
 
     /// Go back N from `psn`, charging one retry; RETRY_EXC_ERR when none left.
     fn retry_from(&mut self, dev: &mut Dev, psn: Psn, why: &'static str) {
-        if self.retry_left == 0 {
+        if self.retry_left == 0 && self.p.retry_cnt != RETRY_FOREVER {
             tracing::info!(qpn = %self.qpn, why, "retry count exceeded");
             dev.counters.retry_exceeded_err += 1;
             self.fail_front(dev, WcStatus::RetryExcErr);
             return;
         }
-        self.retry_left -= 1;
+        self.retry_left = self.retry_left.saturating_sub(1);
         dev.counters.completer_retry_err += 1;
         tracing::debug!(qpn = %self.qpn, %psn, why, retries_left = self.retry_left, "retry");
         self.gap_retry = Some(psn);

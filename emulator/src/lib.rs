@@ -32,7 +32,8 @@
 //! GRH area in receive buffers). QP0/QP1 (SMI/GSI) are not provided.
 //!
 //! Decisions worth knowing (each is documented where it is implemented):
-//! - `retry_cnt` 7 means seven retries (IBA); rxe retries forever.
+//! - `retry_cnt` 7 means "retry forever", as in rxe (IBA reserves that for
+//!   `rnr_retry` 7); 0..=6 are counted exactly.
 //!   `rnr_retry` 7 means forever (both).
 //! - The responder re-ACKs a duplicate SEND/WRITE with the duplicate's own
 //!   PSN (rxe uses the newest PSN, which can make a requester that is

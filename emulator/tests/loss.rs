@@ -226,6 +226,33 @@ fn silent_peer_retry_exceeded_at_timer_spacing() {
     assert_eq!(format!("{}", wa[0].status), "transport retry counter exceeded");
 }
 
+/// `retry_cnt` 7 retries forever, as Linux rxe does (rdma-core's tools pass
+/// 7): a silent peer is retransmitted to at the timer spacing and the WR
+/// never completes with RETRY_EXC_ERR.
+#[test]
+fn retry_cnt_7_retries_forever_like_rxe() {
+    let mut p = Pair::with(Opts { timeout: 10, retry_cnt: 7, ..Opts::default() });
+    let t = 4096u64 << 10; // 4.194304 ms
+    p.a.send(1, 0, 4);
+    p.run_with(Instant::from_millis(1000), |_, s| {
+        if s.dir == Dir::AtoB {
+            Action::Drop
+        } else {
+            Action::Deliver
+        }
+    });
+    let sends: Vec<u64> =
+        p.trace.iter().filter(|s| s.psn == Psn::new(0x100)).map(|s| s.at.as_nanos()).collect();
+    let expected: Vec<u64> = (0..=1_000_000_000 / t).map(|k| k * t).collect();
+    assert_eq!(sends, expected, "one send per timer period for a whole second");
+    assert!(p.a.poll().is_empty(), "no completion: still retrying");
+    let c = p.a.counters();
+    assert_eq!(c.retry_exceeded_err, 0);
+    assert_eq!(c.completer_retry_err, expected.len() as u64 - 1);
+    assert_eq!(p.a.hca.qp_state(p.a.qpn), Some(QpState::Rts));
+    assert!(p.a.hca.poll_timeout().is_some());
+}
+
 #[test]
 fn timeout_zero_means_no_timer() {
     let mut p = Pair::with(Opts { timeout: 0, ..Opts::default() });
