@@ -1,4 +1,4 @@
-//! Replays of real kernel rxe captures (../shared/captures): the requests
+//! Replays of real kernel rxe captures (copies in packet/tests/data): the requests
 //! rxe sent are fed to our HCA playing the other side, and everything our
 //! HCA answers is compared with what rxe answered, field by field. Every
 //! captured frame must pass our ICRC check with the IP header it was sent
@@ -10,9 +10,10 @@ use roce_packet::{IpMeta, IpUdpHeader, Qpn, RKey, RoceRepr, Syndrome, UdpEndpoin
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 
-/// Where the captures live; override with `ROCE_CAPTURES`. Tests skip
-/// (with a note) when a capture is missing.
-const CAPTURES: &str = "/work/shared/captures";
+/// Where the captures live: the copies committed with the packet crate's
+/// golden tests (override with `ROCE_CAPTURES`, e.g. to replay the full
+/// ../shared/captures). A missing capture fails the test.
+const CAPTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../packet/tests/data");
 
 struct Frame {
     dgram: Datagram,
@@ -174,8 +175,7 @@ fn drain(u: &mut Us, out: &mut Vec<Key>) {
 #[test]
 fn rc_pingpong_small_server_side() {
     let Some(frames) = load("rc_pingpong_small.pcap") else {
-        eprintln!("capture not available; skipped");
-        return;
+        panic!("capture not found under {CAPTURES} (or $ROCE_CAPTURES)");
     };
     let server = [192, 168, 77, 2];
     let client = [192, 168, 77, 3];
@@ -219,8 +219,7 @@ fn rc_pingpong_small_server_side() {
 #[test]
 fn rnr_server_side() {
     let Some(frames) = load("rnr.pcap") else {
-        eprintln!("capture not available; skipped");
-        return;
+        panic!("capture not found under {CAPTURES} (or $ROCE_CAPTURES)");
     };
     let server = [192, 168, 77, 2];
     let client = [192, 168, 77, 3];
@@ -257,8 +256,7 @@ fn rnr_server_side() {
 #[test]
 fn write_bw_server_side_with_rkey_translation() {
     let Some(frames) = load("write_bw.pcap") else {
-        eprintln!("capture not available; skipped");
-        return;
+        panic!("capture not found under {CAPTURES} (or $ROCE_CAPTURES)");
     };
     let server = [192, 168, 77, 2];
     let client = [192, 168, 77, 3];
@@ -293,8 +291,10 @@ fn write_bw_server_side_with_rkey_translation() {
         u.hca.handle_datagram(Instant::ZERO, d);
         drain(&mut u, &mut ours);
     }
-    assert!(writes >= 100, "{writes}");
-    assert!(theirs.len() >= 100, "{}", theirs.len());
+    // the committed copy holds the first 300 frames (4+ whole 64 KiB WRITEs);
+    // the full capture under $ROCE_CAPTURES has 100
+    assert!(writes >= 4, "{writes}");
+    assert!(!theirs.is_empty());
     let c = u.hca.counters();
     assert_eq!(c.icrc_err + c.malformed + c.bad_state, 0, "{c}");
     assert_eq!(ours.len(), theirs.len());
@@ -304,8 +304,7 @@ fn write_bw_server_side_with_rkey_translation() {
 #[test]
 fn read_lat_client_side() {
     let Some(frames) = load("read_lat.pcap") else {
-        eprintln!("capture not available; skipped");
-        return;
+        panic!("capture not found under {CAPTURES} (or $ROCE_CAPTURES)");
     };
     let server = IpAddr::V4(Ipv4Addr::new(192, 168, 77, 2));
     // from read_lat.log: client QPN 0x20 PSN 0x35514; server QPN 0x20 PSN 0xcc6ee1,
@@ -348,8 +347,7 @@ fn read_lat_client_side() {
 #[test]
 fn retry_exceeded_client_timing_matches_rxe() {
     let Some(frames) = load("retry_exceeded.pcap") else {
-        eprintln!("capture not available; skipped");
-        return;
+        panic!("capture not found under {CAPTURES} (or $ROCE_CAPTURES)");
     };
     let file = std::fs::File::open(
         PathBuf::from(std::env::var("ROCE_CAPTURES").unwrap_or_else(|_| CAPTURES.to_string()))
@@ -400,8 +398,7 @@ fn retry_exceeded_client_timing_matches_rxe() {
 #[test]
 fn uc_pingpong_server_side() {
     let Some(frames) = load("uc_pingpong.pcap") else {
-        eprintln!("capture not available; skipped");
-        return;
+        panic!("capture not found under {CAPTURES} (or $ROCE_CAPTURES)");
     };
     let server = [192, 168, 77, 2];
     let server_ip = IpAddr::V4(Ipv4Addr::from(server));
@@ -481,8 +478,7 @@ fn uc_pingpong_server_side() {
 #[test]
 fn ud_pingpong_server_side() {
     let Some(frames) = load("ud_pingpong.pcap") else {
-        eprintln!("capture not available; skipped");
-        return;
+        panic!("capture not found under {CAPTURES} (or $ROCE_CAPTURES)");
     };
     let server_ip = IpAddr::V4(Ipv4Addr::new(192, 168, 77, 2));
     let client_ip = IpAddr::V4(Ipv4Addr::new(192, 168, 77, 3));
