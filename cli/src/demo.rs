@@ -127,6 +127,10 @@ pub struct DemoArgs {
     /// Print the summary as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Print every counter of both HCAs at the end (rxe's names first, zeros included;
+    /// with --json: a "hw_counters" object).
+    #[arg(long)]
+    pub stats: bool,
 }
 
 /// Run `roce demo`; returns the process exit status.
@@ -217,6 +221,15 @@ pub fn run(args: &DemoArgs) -> ExitCode {
     } else {
         out.write_all(text(args, &report).as_bytes())
     };
+    let res = res.and_then(|()| {
+        if args.stats && !args.json {
+            for (name, c) in &report.counters {
+                writeln!(out)?;
+                crate::counters_fmt::print_counters(name, c, &mut out)?;
+            }
+        }
+        Ok(())
+    });
     if let Err(e) = res {
         if e.kind() != std::io::ErrorKind::BrokenPipe {
             eprintln!("roce demo: writing output: {e}");
@@ -341,7 +354,7 @@ fn text(args: &DemoArgs, r: &Report) -> String {
 /// The JSON summary.
 fn json(args: &DemoArgs, r: &Report, pcap_error: Option<&str>) -> serde_json::Value {
     let f = &r.fabric;
-    serde_json::json!({
+    let mut j = serde_json::json!({
         "ok": r.ok() && pcap_error.is_none(),
         "seed": r.seed,
         "ops_requested": r.ops_requested,
@@ -379,7 +392,16 @@ fn json(args: &DemoArgs, r: &Report, pcap_error: Option<&str>) -> serde_json::Va
         "stalled": r.stalled,
         "problems": r.problems,
         "pcap_error": pcap_error,
-    })
+    });
+    if args.stats {
+        j["hw_counters"] = r
+            .counters
+            .iter()
+            .map(|(name, c)| (name.clone(), crate::counters_fmt::counters_json(c)))
+            .collect::<serde_json::Map<String, serde_json::Value>>()
+            .into();
+    }
+    j
 }
 
 #[cfg(test)]
