@@ -60,7 +60,7 @@ impl Hca {
                 DropReason::BadPkey => c.bad_pkey += 1,
                 DropReason::BadState => c.bad_state += 1,
             }
-            tracing::debug!(?reason, len = d.payload.len(), src = %d.endpoints.src, "drop");
+            tracing::debug!(reason = reason.counter(), len = d.payload.len(), src = %d.endpoints.src, "drop");
         }
     }
 
