@@ -4,7 +4,7 @@
 use roce_verbs_api::workload::{OpKind, Progress, Report, Workload, WorkloadConfig};
 use roce_verbs_api::{ConnectOptions, FaultConfig, PathMtu, WcStatus};
 use std::fs::File;
-use std::io::{BufWriter, IsTerminal, Write};
+use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -180,22 +180,10 @@ pub fn run(args: &DemoArgs) -> ExitCode {
             }
         }
     };
-    let show_progress =
-        !args.quiet && !args.json && args.ops >= 20_000 && std::io::stderr().is_terminal();
-    let report = workload.run(|p: &Progress| {
-        if show_progress {
-            eprint!(
-                "\r  {}/{} operations ({:.0}%), {:.1} s",
-                p.done,
-                p.total,
-                100.0 * p.done as f64 / p.total.max(1) as f64,
-                p.wall_time.as_secs_f64()
-            );
-        }
-    });
-    if show_progress {
-        eprint!("\r{:60}\r", "");
-    }
+    // a progress line on a terminal only (runs longer than half a second)
+    let mut progress = crate::progress::Progress::stderr(args.quiet || args.json);
+    let report = workload.run(|p: &Progress| progress.update(p.done, p.total, "operations"));
+    progress.finish();
     let mut pcap_error = None;
     if let (Some(id), Some(path)) = (tap, &args.pcap) {
         let res = net

@@ -19,6 +19,7 @@ mod human;
 mod ladder;
 mod ladder_args;
 mod logging;
+mod progress;
 mod record;
 mod stats;
 mod stats_cmd;
