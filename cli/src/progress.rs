@@ -94,10 +94,7 @@ mod tests {
             p.finish();
         }
         let s = String::from_utf8(buf).unwrap();
-        assert_eq!(
-            s,
-            "\r  5/10 ops (50%), 0.6 s\r  10/10 ops (100%), 0.8 s\r                        \r"
-        );
+        assert_eq!(s, format!("\r  5/10 ops (50%), 0.6 s\r  10/10 ops (100%), 0.8 s\r{:25}\r", ""));
         // disabled: nothing at all
         let mut p: Progress<Vec<u8>> = Progress::new(None);
         p.update_at(Instant::now() + Duration::from_secs(5), 1, 2, "ops");

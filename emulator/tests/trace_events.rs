@@ -106,6 +106,7 @@ fn bad_icrc_drop_has_reason() {
     assert_eq!(d.target, "roce_emulator::recv");
     assert_eq!(d.level, Level::DEBUG);
     assert_eq!(d.f("src"), Some("10.0.0.1"));
+    assert_eq!((d.f("qpn"), d.f("psn")), (Some(p.b.qpn.to_string().as_str()), Some("0x000100")));
     assert_eq!(p.b.counters().icrc_err, 1);
     // the retransmit timer recovered the lost packet: set, fired, retried
     let set = find(&evs, "timer set");
