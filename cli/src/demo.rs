@@ -4,7 +4,7 @@
 use roce_verbs_api::workload::{OpKind, Progress, Report, Workload, WorkloadConfig};
 use roce_verbs_api::{ConnectOptions, FaultConfig, PathMtu, WcStatus};
 use std::fs::File;
-use std::io::{BufWriter, IsTerminal, Write};
+use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -127,6 +127,10 @@ pub struct DemoArgs {
     /// Print the summary as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Print every counter of both HCAs at the end (rxe's names first, zeros included;
+    /// with --json: a "hw_counters" object).
+    #[arg(long)]
+    pub stats: bool,
 }
 
 /// Run `roce demo`; returns the process exit status.
@@ -176,22 +180,10 @@ pub fn run(args: &DemoArgs) -> ExitCode {
             }
         }
     };
-    let show_progress =
-        !args.quiet && !args.json && args.ops >= 20_000 && std::io::stderr().is_terminal();
-    let report = workload.run(|p: &Progress| {
-        if show_progress {
-            eprint!(
-                "\r  {}/{} operations ({:.0}%), {:.1} s",
-                p.done,
-                p.total,
-                100.0 * p.done as f64 / p.total.max(1) as f64,
-                p.wall_time.as_secs_f64()
-            );
-        }
-    });
-    if show_progress {
-        eprint!("\r{:60}\r", "");
-    }
+    // a progress line on a terminal only (runs longer than half a second)
+    let mut progress = crate::progress::Progress::stderr(args.quiet || args.json);
+    let report = workload.run(|p: &Progress| progress.update(p.done, p.total, "operations"));
+    progress.finish();
     let mut pcap_error = None;
     if let (Some(id), Some(path)) = (tap, &args.pcap) {
         let res = net
@@ -217,6 +209,15 @@ pub fn run(args: &DemoArgs) -> ExitCode {
     } else {
         out.write_all(text(args, &report).as_bytes())
     };
+    let res = res.and_then(|()| {
+        if args.stats && !args.json {
+            for (name, c) in &report.counters {
+                writeln!(out)?;
+                crate::counters_fmt::print_counters(name, c, &mut out)?;
+            }
+        }
+        Ok(())
+    });
     if let Err(e) = res {
         if e.kind() != std::io::ErrorKind::BrokenPipe {
             eprintln!("roce demo: writing output: {e}");
@@ -341,7 +342,7 @@ fn text(args: &DemoArgs, r: &Report) -> String {
 /// The JSON summary.
 fn json(args: &DemoArgs, r: &Report, pcap_error: Option<&str>) -> serde_json::Value {
     let f = &r.fabric;
-    serde_json::json!({
+    let mut j = serde_json::json!({
         "ok": r.ok() && pcap_error.is_none(),
         "seed": r.seed,
         "ops_requested": r.ops_requested,
@@ -379,7 +380,16 @@ fn json(args: &DemoArgs, r: &Report, pcap_error: Option<&str>) -> serde_json::Va
         "stalled": r.stalled,
         "problems": r.problems,
         "pcap_error": pcap_error,
-    })
+    });
+    if args.stats {
+        j["hw_counters"] = r
+            .counters
+            .iter()
+            .map(|(name, c)| (name.clone(), crate::counters_fmt::counters_json(c)))
+            .collect::<serde_json::Map<String, serde_json::Value>>()
+            .into();
+    }
+    j
 }
 
 #[cfg(test)]

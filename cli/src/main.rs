@@ -11,14 +11,18 @@ use std::process::ExitCode;
 
 mod analysis;
 mod capture;
+mod counters_fmt;
 mod demo;
 mod devices;
 mod explain;
 mod human;
 mod ladder;
 mod ladder_args;
+mod logging;
+mod progress;
 mod record;
 mod stats;
+mod stats_cmd;
 mod svg;
 #[cfg(test)]
 mod tests;
@@ -67,6 +71,8 @@ Run `roce decode --help` for the decoder's options, output and exit status."
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    log: logging::LogArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -81,6 +87,9 @@ enum Command {
     Devices,
     /// Print device and port attributes like ibv_devinfo (-v: all of them, and the GID table).
     Devinfo(devices::DevinfoArgs),
+    /// Print the counters of running devices with rxe's hw_counters names.
+    #[command(long_about = stats_cmd::STATS_LONG, after_help = stats_cmd::STATS_AFTER)]
+    Stats(stats_cmd::StatsArgs),
 }
 
 /// Options of `roce decode`.
@@ -116,11 +125,16 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    if let Err(e) = logging::init(&cli.log) {
+        eprintln!("roce: {e}");
+        return ExitCode::from(2);
+    }
     match cli.command {
         Command::Decode(args) => run_decode(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Devices => devices::run_devices(),
         Command::Devinfo(args) => devices::run_devinfo(&args),
+        Command::Stats(args) => stats_cmd::run(&args),
     }
 }
 

@@ -635,7 +635,8 @@ impl Hca {
             p.en_sqd_async_notify = attr.en_sqd_async_notify;
         }
         let from = qp.state;
-        if from != to {
+        // (a move to ERR is logged once, by `enter_error`)
+        if from != to && to != QpState::Err {
             tracing::info!(dev = %self.dev.name, %qpn, %from, %to, "QP state change");
         }
         match to {

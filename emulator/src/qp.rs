@@ -246,6 +246,10 @@ impl Qp {
 
     pub fn arm_retrans(&mut self, now: Instant) {
         self.retrans_deadline = self.retrans_period().map(|d| now + d);
+        if let Some(d) = self.retrans_period() {
+            tracing::trace!(qpn = %self.qpn, kind = "retransmit", after_us = d.as_micros() as u64,
+                "timer set");
+        }
     }
 
     /// A receive WQE is available (own queue or SRQ).

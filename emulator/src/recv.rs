@@ -60,7 +60,13 @@ impl Hca {
                 DropReason::BadPkey => c.bad_pkey += 1,
                 DropReason::BadState => c.bad_state += 1,
             }
-            tracing::debug!(?reason, len = d.payload.len(), src = %d.endpoints.src, "drop");
+            // name the QP and PSN when the BTH is readable (drop path only)
+            match RoceRepr::parse_bytes(&d.payload) {
+                Ok((r, _)) => tracing::debug!(reason = reason.counter(), qpn = %r.bth.dest_qp,
+                    psn = %r.bth.psn, len = d.payload.len(), src = %d.endpoints.src, "drop"),
+                Err(_) => tracing::debug!(reason = reason.counter(), len = d.payload.len(),
+                    src = %d.endpoints.src, "drop"),
+            }
         }
     }
 

@@ -127,7 +127,7 @@ impl Qp {
     fn send_rnr(&mut self, dev: &mut Dev, psn: Psn) {
         dev.counters.send_rnr_err += 1;
         let t = RnrTimer::new(self.p.min_rnr_timer);
-        tracing::debug!(qpn = %self.qpn, %psn, timer_us = t.micros(), "RNR NAK sent");
+        tracing::debug!(qpn = %self.qpn, %psn, code = "RNR_NAK", timer_us = t.micros(), "RNR NAK sent");
         self.send_aeth(dev, psn, Syndrome::RnrNak(t));
         self.nak_sent = true;
     }

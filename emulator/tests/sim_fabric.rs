@@ -966,8 +966,8 @@ fn faults_are_traced_with_opcode_and_psn() {
     });
     let lines = rec.0.lock().unwrap();
     let drop = lines.iter().find(|l| l.contains("sim drop: filter")).expect("drop event");
-    assert!(drop.contains("opcode=Some(4)") && drop.contains("psn=Some(2)"), "{drop}");
+    assert!(drop.contains("opcode=RC_SEND_ONLY") && drop.contains("psn=0x000002"), "{drop}");
     let flip = lines.iter().find(|l| l.contains("sim corrupt")).expect("corrupt event");
-    assert!(flip.contains("psn=Some(3)") && flip.contains("bit="), "{flip}");
+    assert!(flip.contains("psn=0x000003") && flip.contains("bit="), "{flip}");
     assert_eq!(lines.iter().filter(|l| l.contains("sim filter fired")).count(), 2);
 }

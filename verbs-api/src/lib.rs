@@ -34,6 +34,7 @@ pub mod device;
 pub mod driver;
 pub mod error;
 pub mod pd;
+pub mod publish;
 pub mod qp;
 pub mod sim;
 pub mod udp;

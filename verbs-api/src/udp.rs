@@ -19,6 +19,9 @@
 //! `ROCE_EMU_PCAP=DIR` makes every device opened with [`DeviceConfig::open`]
 //! record all its frames to `DIR/<name>-<addr>.pcap` (unless its
 //! configuration names a pcap file already).
+//!
+//! Every opened device publishes its counters for `roce stats` (see
+//! [`crate::publish`]; `ROCE_EMU_STATS=0` turns it off).
 
 use crate::device::Device;
 use crate::driver::{Budget, Driver};
@@ -392,7 +395,8 @@ impl DeviceConfig {
         };
         let handle = roce_transport::Driver::spawn_with(hca.clone(), t, cfg)
             .map_err(|source| OpenError::Thread { name: self.name.clone(), source })?;
-        let drv = Arc::new(UdpDriver::new(handle, "udp"));
+        let publisher = crate::publish::Publisher::start(hca.clone());
+        let drv = Arc::new(UdpDriver::new(handle, "udp").with_publisher(publisher));
         Ok(Device::new(hca, drv))
     }
 }
@@ -467,6 +471,8 @@ pub struct ThreadDriver<T: Transport = UdpTransport> {
     handle: DriverHandle<T>,
     wakers: Arc<Mutex<Vec<Waker>>>,
     name: String,
+    // dropped after `handle`: the final snapshot follows the driver's last round
+    publisher: Option<crate::publish::Publisher>,
 }
 
 /// The driver of a UDP device.
@@ -493,7 +499,14 @@ impl<T: Transport> ThreadDriver<T> {
                 wk.wake();
             }
         });
-        ThreadDriver { handle, wakers, name: name.to_string() }
+        ThreadDriver { handle, wakers, name: name.to_string(), publisher: None }
+    }
+
+    /// Publish the device's counters while this driver runs (see
+    /// [`crate::publish`]); [`DeviceConfig::open`] does this for every device.
+    pub fn with_publisher(mut self, p: Option<crate::publish::Publisher>) -> ThreadDriver<T> {
+        self.publisher = p;
+        self
     }
 
     /// The driver thread's handle (counters, local address).

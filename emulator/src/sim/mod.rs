@@ -670,11 +670,11 @@ impl Fabric {
         let len = ip_len(&dgram);
         let roce = RocePacket::new_checked(&dgram.payload[..]).ok().map(|p| RoceRepr::parse(&p));
         let info = PacketInfo { seq, now, from, to, endpoints: dgram.endpoints, ip_len: len, roce };
-        let opcode = info.opcode().map(|o| o.0);
-        let psn = info.psn().map(|p| p.value());
+        let opcode = Shown(info.opcode());
+        let psn = Shown(info.psn());
         if len > cfg.mtu {
             self.stats.dropped_mtu += 1;
-            debug!(seq, ?opcode, ?psn, len, mtu = cfg.mtu, "sim drop: larger than link MTU");
+            debug!(seq, %opcode, %psn, len, mtu = cfg.mtu, "sim drop: larger than link MTU");
             return;
         }
 
@@ -703,7 +703,7 @@ impl Fabric {
         for (i, f) in self.filters.iter_mut().enumerate() {
             let a = f.decide(&dgram, &info, &mut self.rng);
             if a != Action::Pass {
-                debug!(seq, filter = i, action = ?a, ?opcode, ?psn, "sim filter fired");
+                debug!(seq, filter = i, action = ?a, %opcode, %psn, "sim filter fired");
             }
             match a {
                 Action::Pass => {}
@@ -716,14 +716,14 @@ impl Fabric {
         }
         if drop {
             self.stats.dropped_filter += 1;
-            debug!(seq, ?opcode, ?psn, "sim drop: filter");
+            debug!(seq, %opcode, %psn, "sim drop: filter");
             return;
         }
 
         // Random faults, in a fixed order.
         if fault::chance(&mut self.rng, faults.drop) {
             self.stats.dropped_loss += 1;
-            debug!(seq, ?opcode, ?psn, p = faults.drop, "sim drop: random loss");
+            debug!(seq, %opcode, %psn, p = faults.drop, "sim drop: random loss");
             return;
         }
         corrupt |= fault::chance(&mut self.rng, faults.corrupt);
@@ -736,7 +736,7 @@ impl Fabric {
             }
             if corrupt {
                 if let Some(bit) = fault::flip_random_bit(&mut self.rng, &mut p) {
-                    debug!(seq, ?opcode, ?psn, bit, "sim corrupt: flipped bit");
+                    debug!(seq, %opcode, %psn, bit, "sim corrupt: flipped bit");
                     changed = true;
                 }
             }
@@ -758,8 +758,8 @@ impl Fabric {
             hold += faults.reorder_delay;
             debug!(
                 seq,
-                ?opcode,
-                ?psn,
+                %opcode,
+                %psn,
                 hold_ns = faults.reorder_delay.as_nanos() as u64,
                 "sim reorder: held"
             );
@@ -773,7 +773,7 @@ impl Fabric {
             // reorder hold.
             let j = jitter(&mut self.rng, faults.jitter);
             let copy_at = self.arrival(from, to, base + j, delay);
-            debug!(seq, ?opcode, ?psn, copy_at_ns = copy_at.as_nanos(), "sim duplicate");
+            debug!(seq, %opcode, %psn, copy_at_ns = copy_at.as_nanos(), "sim duplicate");
             let copy = dgram.clone();
             self.schedule(arrival, from, to, link_seq, dgram);
             self.schedule(copy_at, from, to, link_seq, copy);
@@ -808,5 +808,17 @@ fn jitter(rng: &mut SmallRng, max: Duration) -> Duration {
         Duration::ZERO
     } else {
         Duration::from_nanos(rng.gen_range(0..=ns))
+    }
+}
+
+/// An optional packet field in trace events: its `Display` form, or `-`.
+struct Shown<T>(Option<T>);
+
+impl<T: core::fmt::Display> core::fmt::Display for Shown<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match &self.0 {
+            Some(v) => v.fmt(f),
+            None => f.write_str("-"),
+        }
     }
 }
