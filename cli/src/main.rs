@@ -17,6 +17,8 @@ mod explain;
 mod human;
 mod ladder;
 mod ladder_args;
+mod perf;
+mod perf_engine;
 mod record;
 mod stats;
 mod svg;
@@ -81,6 +83,9 @@ enum Command {
     Devices,
     /// Print device and port attributes like ibv_devinfo (-v: all of them, and the GID table).
     Devinfo(devices::DevinfoArgs),
+    /// perftest-like bandwidth (write/read/send/atomic) and latency (lat) between two emulated HCAs.
+    #[command(long_about = perf::PERF_LONG, after_help = perf::PERF_AFTER)]
+    Perf(perf::PerfArgs),
 }
 
 /// Options of `roce decode`.
@@ -121,6 +126,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(&args),
         Command::Devices => devices::run_devices(),
         Command::Devinfo(args) => devices::run_devinfo(&args),
+        Command::Perf(args) => perf::run(&args),
     }
 }
 
