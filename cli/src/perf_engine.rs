@@ -66,6 +66,9 @@ pub struct Setup {
     cq_b: Cq,
     pairs: Vec<Pair>,
     slots: u32,
+    /// SENDs completed per QP in earlier runs: the receive ring keeps
+    /// turning across runs, so the next send slot continues from here.
+    sends_before: std::cell::RefCell<Vec<u64>>,
     _pds: (Pd, Pd),
 }
 
@@ -115,7 +118,8 @@ impl Setup {
             qb.connect(&eb, &ea, &opts).map_err(|e| anyhow!("connect: {e}"))?;
             pairs.push(Pair { qa, qb, ma, mb, psn_a, psn_b });
         }
-        Ok(Setup { a, b, cq_a, cq_b, pairs, slots, _pds: (pd_a, pd_b) })
+        let sends_before = std::cell::RefCell::new(vec![0; pairs.len()]);
+        Ok(Setup { a, b, cq_a, cq_b, pairs, slots, sends_before, _pds: (pd_a, pd_b) })
     }
 
     /// Name of device A.
@@ -328,7 +332,8 @@ pub fn run_bw(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::Re
                 p.mb.write_u64(0, 0)?;
             }
         }
-        if cfg.test == TestKind::Send {
+        // The receive ring is posted once; completions repost their slot.
+        if cfg.test == TestKind::Send && k == 0 {
             for slot in 0..slots {
                 p.qb.post_recv(RecvWr::new(
                     slot as u64,
@@ -366,7 +371,8 @@ pub fn run_bw(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::Re
                 && posted[q] - done[q] < depth
                 && (cfg.duration.is_some() || posted[q] < cfg.iters)
             {
-                let slot = (posted[q] % slots as u64) as usize;
+                let base = if cfg.test == TestKind::Send { s.sends_before.borrow()[q] } else { 0 };
+                let slot = ((base + posted[q]) % slots as u64) as usize;
                 let off = (slot * size) as u64;
                 let wr = match cfg.test {
                     TestKind::Write => SendWr::new(posted[q], WrOpcode::RdmaWrite)
@@ -495,8 +501,9 @@ pub fn run_bw(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::Re
         }
     }
     let data_check = verify(s, cfg, k, &done, &recvd)?;
-    // Flush the receives of a SEND run (the QP is reused by the next run):
-    // they stay posted, the next run posts a fresh set after re-zeroing.
+    for (b, d) in s.sends_before.borrow_mut().iter_mut().zip(&done) {
+        *b += d;
+    }
     Ok(BwResult {
         iters_per_qp: done.iter().copied().min().unwrap_or(0),
         msgs: total,
@@ -519,8 +526,21 @@ fn verify(
     let slots = s.slots as usize;
     let mut bytes = 0usize;
     for (q, p) in s.pairs.iter().enumerate() {
-        let used = (done[q].min(slots as u64) as usize) * size;
+        let base = if cfg.test == TestKind::Send { s.sends_before.borrow()[q] } else { 0 };
+        let n = done[q].min(slots as u64);
         let pat = pattern(k, q, size * slots);
+        // The slots this run wrote, in order, gathered into one buffer.
+        let idx: Vec<usize> = (0..n).map(|i| ((base + i) % slots as u64) as usize).collect();
+        let want: Vec<u8> =
+            idx.iter().flat_map(|&j| pat[j * size..(j + 1) * size].iter().copied()).collect();
+        let gather = |mr: &Mr| -> anyhow::Result<Vec<u8>> {
+            let mut out = vec![0u8; idx.len() * size];
+            for (n, &j) in idx.iter().enumerate() {
+                mr.read((j * size) as u64, &mut out[n * size..(n + 1) * size])?;
+            }
+            Ok(out)
+        };
+        let used = want.len();
         match cfg.test {
             TestKind::Write | TestKind::Send => {
                 if cfg.test == TestKind::Send && recvd[q] != done[q] {
@@ -529,19 +549,17 @@ fn verify(
                         done[q], recvd[q]
                     )));
                 }
-                let mut got = vec![0u8; used];
-                p.mb.read(0, &mut got)?;
-                if got != pat[..used] {
-                    let at = got.iter().zip(&pat).position(|(a, b)| a != b).unwrap_or(0);
+                let got = gather(&p.mb)?;
+                if got != want {
+                    let at = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);
                     return Ok(Err(format!("QP {q}: target differs from the source at byte {at}")));
                 }
                 bytes += used;
             }
             TestKind::Read => {
-                let mut got = vec![0u8; used];
-                p.ma.read(0, &mut got)?;
-                if got != pat[..used] {
-                    let at = got.iter().zip(&pat).position(|(a, b)| a != b).unwrap_or(0);
+                let got = gather(&p.ma)?;
+                if got != want {
+                    let at = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);
                     return Ok(Err(format!(
                         "QP {q}: read buffer differs from the remote at byte {at}"
                     )));
