@@ -656,7 +656,7 @@ fn wait_recv(ctx: &Context, cq: &Cq) -> anyhow::Result<WorkCompletion> {
 fn wait_send(ctx: &Context, cq: &Cq) -> anyhow::Result<WorkCompletion> {
     let start = Instant::now();
     loop {
-        for wc in poll_wait(ctx, cq, 1, Duration::from_millis(100))? {
+        if let Some(wc) = poll_wait(ctx, cq, 1, Duration::from_millis(100))?.into_iter().next() {
             check_wc(&wc)?;
             return Ok(wc);
         }
