@@ -20,6 +20,8 @@ mod ladder;
 mod ladder_args;
 mod logging;
 mod progress;
+mod perf;
+mod perf_engine;
 mod record;
 mod stats;
 mod stats_cmd;
@@ -90,6 +92,9 @@ enum Command {
     /// Print the counters of running devices with rxe's hw_counters names.
     #[command(long_about = stats_cmd::STATS_LONG, after_help = stats_cmd::STATS_AFTER)]
     Stats(stats_cmd::StatsArgs),
+    /// perftest-like bandwidth (write/read/send/atomic) and latency (lat) between two emulated HCAs.
+    #[command(long_about = perf::PERF_LONG, after_help = perf::PERF_AFTER)]
+    Perf(perf::PerfArgs),
 }
 
 /// Options of `roce decode`.
@@ -135,6 +140,7 @@ fn main() -> ExitCode {
         Command::Devices => devices::run_devices(),
         Command::Devinfo(args) => devices::run_devinfo(&args),
         Command::Stats(args) => stats_cmd::run(&args),
+        Command::Perf(args) => perf::run(&args),
     }
 }
 

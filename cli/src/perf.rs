@@ -1,0 +1,610 @@
+//! `roce perf`: perftest-like bandwidth and latency tests between two
+//! emulated HCAs (two UDP devices on two loopback addresses in one
+//! process, each with its own driver thread), next to the raw-UDP ceiling
+//! between the same two addresses. See docs/perf.md.
+
+use crate::perf_engine::{self, BwResult, LatResult, Setup};
+use roce_transport::ceiling::{self, CeilingMode};
+use serde_json::{json, Value};
+use std::io::IsTerminal;
+use std::net::{IpAddr, SocketAddr};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Long help of `roce perf`.
+pub const PERF_LONG: &str = "\
+Measure bandwidth (write, read, send, atomic) or round-trip latency (lat) between two emulated \
+RoCEv2 HCAs in this process: device A on --addr-a sends, device B on --addr-b answers; each has \
+its own UDP socket (port 4791) and driver thread. In the same run the raw-UDP ceiling between \
+the same two addresses is measured (plain sendto, sendmmsg, GSO+GRO) and the ratio \
+ours / best ceiling is printed. Bandwidth runs verify the moved data at the end (exit 1 if \
+the check fails).
+
+Exit status: 0 on success, 1 if the test failed (a completion error, a stall, a data check \
+mismatch, a socket that cannot be bound), 2 on bad arguments.";
+
+/// Examples of `roce perf`.
+pub const PERF_AFTER: &str = "\
+Examples:
+  roce perf write -s 65536 -n 2000          RDMA WRITE bandwidth, 64 KiB messages
+  roce perf send -s 4096 -D 2 -q 2          SEND bandwidth for 2 s over 2 QPs
+  roce perf read -s 65536 --repeat 5        5 runs: min/median/max of Gb/s and ratio
+  roce perf lat send -s 8 -n 1000           SEND/RECV ping-pong round trips
+  roce perf write -s 4096 -n 200 --json     one JSON object (docs/perf.md)";
+
+/// Which test.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TestKind {
+    /// RDMA WRITE bandwidth (ib_write_bw).
+    Write,
+    /// RDMA READ bandwidth (ib_read_bw).
+    Read,
+    /// SEND/RECV bandwidth (ib_send_bw).
+    Send,
+    /// FETCH_AND_ADD rate (ib_atomic_bw; 8-byte messages).
+    Atomic,
+    /// Round-trip latency (ib_send_lat / ib_write_lat / ib_read_lat).
+    Lat,
+}
+
+/// Which operation a latency test uses.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LatKind {
+    /// SEND/RECV ping-pong (ib_send_lat).
+    Send,
+    /// RDMA WRITE ping-pong, each side polling its memory (ib_write_lat).
+    Write,
+    /// RDMA READ, one outstanding (ib_read_lat).
+    Read,
+}
+
+/// Options of `roce perf`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct PerfArgs {
+    /// The test: write | read | send | atomic (bandwidth) or lat (latency).
+    #[arg(value_enum)]
+    pub test: TestKind,
+    /// For `lat`: the operation (default send).
+    #[arg(value_enum)]
+    pub lat_op: Option<LatKind>,
+    /// Message size in bytes (default 65536 for bandwidth, 8 for lat; atomic is always 8).
+    #[arg(short = 's', long = "size", value_name = "SIZE")]
+    pub size: Option<u32>,
+    /// Iterations (messages per QP; default 5000 for bandwidth, 1000 for lat).
+    #[arg(short = 'n', long = "iters", value_name = "ITERS", conflicts_with = "duration")]
+    pub iters: Option<u64>,
+    /// Run for this many seconds instead of a number of iterations (bandwidth tests).
+    #[arg(short = 'D', long = "duration", value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Number of QP pairs (bandwidth tests).
+    #[arg(short = 'q', long = "qps", value_name = "QPS", default_value_t = 1)]
+    pub qps: u32,
+    /// Outstanding work requests per QP (bandwidth tests).
+    #[arg(short = 't', long = "tx-depth", value_name = "N", default_value_t = 128)]
+    pub tx_depth: u32,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096 (both ports and the QPs).
+    #[arg(short = 'm', long = "mtu", value_name = "M", default_value_t = 1024)]
+    pub mtu: u32,
+    /// Address of device A (the requester).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.2")]
+    pub addr_a: IpAddr,
+    /// Address of device B (the responder).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.3")]
+    pub addr_b: IpAddr,
+    /// Print one JSON object instead of the perftest-style report.
+    #[arg(long)]
+    pub json: bool,
+    /// Skip the raw-UDP ceiling measurement (no ratio).
+    #[arg(long)]
+    pub no_ceiling: bool,
+    /// Seconds per ceiling mode (three modes).
+    #[arg(long, value_name = "SECS", default_value_t = 0.5)]
+    pub ceiling_secs: f64,
+    /// Run the test K times (same devices) and report min/median/max.
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    pub repeat: u32,
+    /// Accepted for perftest compatibility: results are always in Gb/s.
+    #[arg(long = "report_gbits", hide = true)]
+    pub report_gbits: bool,
+}
+
+/// A validated configuration.
+#[derive(Clone, Debug)]
+pub struct PerfConfig {
+    /// The test.
+    pub test: TestKind,
+    /// For lat.
+    pub lat_op: LatKind,
+    /// Message size.
+    pub size: u32,
+    /// Iterations per QP (ignored with `duration`).
+    pub iters: u64,
+    /// Time-bounded run.
+    pub duration: Option<Duration>,
+    /// QP pairs.
+    pub qps: u32,
+    /// Outstanding WRs per QP.
+    pub tx_depth: u32,
+    /// Path MTU bytes.
+    pub mtu: u32,
+    /// Device A address.
+    pub addr_a: IpAddr,
+    /// Device B address.
+    pub addr_b: IpAddr,
+}
+
+fn validate(a: &PerfArgs) -> Result<PerfConfig, String> {
+    let lat = a.test == TestKind::Lat;
+    if a.lat_op.is_some() && !lat {
+        return Err("a second operand (send|write|read) is only valid after `lat`".into());
+    }
+    let size = match (a.test, a.size) {
+        (TestKind::Atomic, Some(s)) if s != 8 => {
+            return Err(format!("atomic messages are 8 bytes, not -s {s}"))
+        }
+        (TestKind::Atomic, _) => 8,
+        (_, Some(0)) => return Err("-s must be at least 1".into()),
+        (_, Some(s)) if s > 8 << 20 => return Err(format!("-s {s} is larger than 8 MiB")),
+        (_, Some(s)) => s,
+        (TestKind::Lat, None) => 8,
+        (_, None) => 65536,
+    };
+    if ![256, 512, 1024, 2048, 4096].contains(&a.mtu) {
+        return Err(format!("--mtu {} is not one of 256, 512, 1024, 2048, 4096", a.mtu));
+    }
+    if a.qps == 0 || a.qps > 64 {
+        return Err(format!("-q {} must be 1..=64", a.qps));
+    }
+    if a.tx_depth == 0 || a.tx_depth > 1024 {
+        return Err(format!("--tx-depth {} must be 1..=1024", a.tx_depth));
+    }
+    if a.repeat == 0 || a.repeat > 100 {
+        return Err(format!("--repeat {} must be 1..=100", a.repeat));
+    }
+    if !(a.ceiling_secs > 0.0 && a.ceiling_secs <= 10.0) {
+        return Err("--ceiling-secs must be in (0, 10]".into());
+    }
+    if a.addr_a == a.addr_b {
+        return Err("--addr-a and --addr-b must differ (each device binds port 4791)".into());
+    }
+    if a.addr_a.is_ipv4() != a.addr_b.is_ipv4() {
+        return Err("--addr-a and --addr-b must be of the same IP version".into());
+    }
+    let duration = match a.duration {
+        Some(d) if lat => return Err(format!("-D {d}: lat runs a number of iterations (-n)")),
+        Some(d) if !(d > 0.0 && d <= 3600.0) => return Err(format!("-D {d} must be in (0, 3600]")),
+        Some(d) => Some(Duration::from_secs_f64(d)),
+        None => None,
+    };
+    let iters = a.iters.unwrap_or(if lat { 1000 } else { 5000 });
+    if iters == 0 || iters > 100_000_000 {
+        return Err(format!("-n {iters} must be 1..=100000000"));
+    }
+    if lat && a.qps != 1 {
+        return Err("lat uses one QP (-q 1)".into());
+    }
+    Ok(PerfConfig {
+        test: a.test,
+        lat_op: a.lat_op.unwrap_or(LatKind::Send),
+        size,
+        iters,
+        duration,
+        qps: a.qps,
+        tx_depth: a.tx_depth,
+        mtu: a.mtu,
+        addr_a: a.addr_a,
+        addr_b: a.addr_b,
+    })
+}
+
+/// Title as perftest prints it.
+fn title(cfg: &PerfConfig) -> &'static str {
+    match (cfg.test, cfg.lat_op) {
+        (TestKind::Write, _) => "RDMA_Write BW Test",
+        (TestKind::Read, _) => "RDMA_Read BW Test",
+        (TestKind::Send, _) => "Send BW Test",
+        (TestKind::Atomic, _) => "Atomic FETCH_AND_ADD BW Test",
+        (TestKind::Lat, LatKind::Send) => "Send Latency Test",
+        (TestKind::Lat, LatKind::Write) => "RDMA_Write Latency Test",
+        (TestKind::Lat, LatKind::Read) => "RDMA_Read Latency Test",
+    }
+}
+
+fn test_name(cfg: &PerfConfig) -> String {
+    match cfg.test {
+        TestKind::Write => "write".into(),
+        TestKind::Read => "read".into(),
+        TestKind::Send => "send".into(),
+        TestKind::Atomic => "atomic".into(),
+        TestKind::Lat => match cfg.lat_op {
+            LatKind::Send => "lat_send".into(),
+            LatKind::Write => "lat_write".into(),
+            LatKind::Read => "lat_read".into(),
+        },
+    }
+}
+
+const LINE: &str =
+    "---------------------------------------------------------------------------------------";
+
+/// UDP payload of one full RoCE packet of this test (BTH 12 + ICRC 4 +
+/// the first packet's extension header + data up to the MTU).
+fn datagram_size(cfg: &PerfConfig) -> usize {
+    let data = cfg.size.min(cfg.mtu) as usize;
+    match cfg.test {
+        TestKind::Atomic => 12 + 28 + 4,
+        TestKind::Write | TestKind::Read => 12 + 4 + data,
+        TestKind::Send => 12 + 4 + data,
+        TestKind::Lat => match cfg.lat_op {
+            LatKind::Write => 12 + 16 + 4 + data,
+            _ => 12 + 4 + data,
+        },
+    }
+}
+
+/// The raw-UDP ceiling of the three modes, Gb/s (None when a mode failed).
+#[derive(Clone, Copy, Debug, Default)]
+struct Ceiling {
+    plain: Option<f64>,
+    mmsg: Option<f64>,
+    gso_gro: Option<f64>,
+    payload: usize,
+}
+
+impl Ceiling {
+    fn best(&self) -> Option<(f64, &'static str)> {
+        [(self.plain, "plain"), (self.mmsg, "mmsg"), (self.gso_gro, "gso+gro")]
+            .into_iter()
+            .filter_map(|(v, n)| v.map(|v| (v, n)))
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+    }
+}
+
+fn measure_ceiling(cfg: &PerfConfig, secs: f64, progress: bool) -> Ceiling {
+    // Data flows B -> A for READ, A -> B otherwise.
+    let (src, dst) = if cfg.test == TestKind::Read {
+        (cfg.addr_b, cfg.addr_a)
+    } else {
+        (cfg.addr_a, cfg.addr_b)
+    };
+    let payload = datagram_size(cfg);
+    let mut c = Ceiling { payload, ..Default::default() };
+    for mode in CeilingMode::ALL {
+        if progress {
+            eprint!("\r  measuring raw UDP ceiling ({})...            ", mode.name());
+        }
+        let r = ceiling::measure(
+            SocketAddr::new(src, 0),
+            SocketAddr::new(dst, 0),
+            mode,
+            payload,
+            Duration::from_secs_f64(secs),
+        );
+        let v = r.ok().map(|r| r.gbytes_per_sec() * 8.0);
+        match mode {
+            CeilingMode::Plain => c.plain = v,
+            CeilingMode::Mmsg => c.mmsg = v,
+            CeilingMode::GsoGro => c.gso_gro = v,
+        }
+    }
+    if progress {
+        eprint!("\r{:60}\r", "");
+    }
+    c
+}
+
+fn gbps_to_gbytes(v: Option<f64>) -> String {
+    v.map(|v| format!("{:.3} GB/s", v / 8.0)).unwrap_or_else(|| "n/a".into())
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    if s.is_empty() {
+        return 0.0;
+    }
+    if s.len() % 2 == 1 {
+        s[s.len() / 2]
+    } else {
+        (s[s.len() / 2 - 1] + s[s.len() / 2]) / 2.0
+    }
+}
+
+fn min_med_max(v: &[f64]) -> (f64, f64, f64) {
+    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (min, median(v), max)
+}
+
+fn header(cfg: &PerfConfig, setup: &Setup) -> String {
+    let mut s = String::new();
+    s += &format!("{LINE}\n                    {}\n", title(cfg));
+    s += &format!(
+        " Number of qps   : {:<10}Transport type : IB (RoCEv2, emulated)\n",
+        if cfg.test == TestKind::Lat { 1 } else { cfg.qps }
+    );
+    s += " Connection type : RC        Using SRQ      : OFF\n";
+    if cfg.test == TestKind::Lat {
+        s += " TX depth        : 1\n";
+    } else {
+        s += &format!(" TX depth        : {}\n", cfg.tx_depth);
+        s += " CQ Moderation   : 1\n";
+    }
+    s += &format!(" Mtu             : {}[B]\n", cfg.mtu);
+    s += " Link type       : Ethernet (UDP sockets, one driver thread per device)\n";
+    s += " GID index       : 1\n";
+    s += &format!(" Device A        : {} {}\n", setup.a_name(), cfg.addr_a);
+    s += &format!(" Device B        : {} {}\n", setup.b_name(), cfg.addr_b);
+    s += &format!("{LINE}\n");
+    for l in setup.address_lines() {
+        s += &l;
+        s.push('\n');
+    }
+    s += &format!("{LINE}\n");
+    s
+}
+
+/// Run `roce perf`; returns the exit status.
+pub fn run(args: &PerfArgs) -> ExitCode {
+    let cfg = match validate(args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("roce perf: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let progress = !args.json && std::io::stderr().is_terminal();
+    let setup = match Setup::new(&cfg) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("roce perf: {e:#}");
+            return ExitCode::from(1);
+        }
+    };
+    if cfg.test == TestKind::Lat {
+        run_lat(&cfg, args, setup, progress)
+    } else {
+        run_bw(&cfg, args, setup, progress)
+    }
+}
+
+fn run_bw(cfg: &PerfConfig, args: &PerfArgs, setup: Setup, progress: bool) -> ExitCode {
+    if !args.json {
+        print!("{}", header(cfg, &setup));
+    }
+    let mut runs: Vec<BwResult> = Vec::new();
+    for k in 0..args.repeat {
+        match perf_engine::run_bw(&setup, cfg, k, progress) {
+            Ok(r) => runs.push(r),
+            Err(e) => {
+                eprintln!("roce perf: {e:#}");
+                return ExitCode::from(1);
+            }
+        }
+    }
+    drop(setup);
+    let ceil = if args.no_ceiling {
+        None
+    } else {
+        Some(measure_ceiling(cfg, args.ceiling_secs, progress))
+    };
+    let best = ceil.as_ref().and_then(|c| c.best());
+    let gbps: Vec<f64> = runs.iter().map(|r| r.gbps()).collect();
+    let ratios: Vec<f64> = gbps.iter().map(|g| best.map(|b| g / b.0).unwrap_or(0.0)).collect();
+    let data_ok = runs.iter().all(|r| r.data_check.is_ok());
+    let (gmin, gmed, gmax) = min_med_max(&gbps);
+    let mid = &runs[runs.len() / 2];
+    if args.json {
+        let mut o = json!({
+            "test": test_name(cfg),
+            "size": cfg.size,
+            "iters": mid.iters_per_qp,
+            "qps": cfg.qps,
+            "tx_depth": cfg.tx_depth,
+            "mtu": cfg.mtu,
+            "addr_a": cfg.addr_a.to_string(),
+            "addr_b": cfg.addr_b.to_string(),
+            "gbps": gmed,
+            "gbps_peak": median(&runs.iter().map(|r| r.peak_gbps).collect::<Vec<_>>()),
+            "msgs_per_s": median(&runs.iter().map(|r| r.msgs_per_s()).collect::<Vec<_>>()),
+            "elapsed_s": median(&runs.iter().map(|r| r.elapsed.as_secs_f64()).collect::<Vec<_>>()),
+            "data_check": if data_ok { "ok" } else { "FAILED" },
+            "wire": mid.wire_json(),
+        });
+        if let Some(c) = &ceil {
+            o["ceiling_datagram_bytes"] = json!(c.payload);
+            o["ceiling_gbps"] = json!({"plain": c.plain, "mmsg": c.mmsg, "gso_gro": c.gso_gro});
+            o["ceiling_best_gbps"] = json!(best.map(|b| b.0));
+            o["ratio"] = json!(best.map(|_| median(&ratios)));
+        } else {
+            o["ceiling_gbps"] = Value::Null;
+            o["ceiling_best_gbps"] = Value::Null;
+            o["ratio"] = Value::Null;
+        }
+        if runs.len() > 1 {
+            o["repeat"] = json!({
+                "k": runs.len(),
+                "gbps": {"min": gmin, "median": gmed, "max": gmax},
+                "ratio": best.map(|_| {
+                    let (a, b, c) = min_med_max(&ratios);
+                    json!({"min": a, "median": b, "max": c})
+                }),
+                "runs_gbps": gbps,
+            });
+        }
+        println!("{o}");
+    } else {
+        println!(
+            " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
+        );
+        for r in &runs {
+            println!(
+                " {:<7}    {:<10}       {:<7.2}            {:<7.2}\t\t   {:<7.6}",
+                cfg.size,
+                r.iters_per_qp,
+                r.peak_gbps,
+                r.gbps(),
+                r.msgs_per_s() / 1e6
+            );
+        }
+        println!("{LINE}");
+        if runs.len() > 1 {
+            println!(
+                " {} runs: BW average min / median / max = {gmin:.2} / {gmed:.2} / {gmax:.2} Gb/s",
+                runs.len()
+            );
+        }
+        println!(" wire (median run): {}", mid.wire_line());
+        if let Some(c) = &ceil {
+            let (src, dst) = if cfg.test == TestKind::Read {
+                (cfg.addr_b, cfg.addr_a)
+            } else {
+                (cfg.addr_a, cfg.addr_b)
+            };
+            println!(
+                " raw UDP ceiling {src} -> {dst}, {}-byte datagrams: plain {}  mmsg {}  gso+gro {}",
+                c.payload,
+                gbps_to_gbytes(c.plain),
+                gbps_to_gbytes(c.mmsg),
+                gbps_to_gbytes(c.gso_gro)
+            );
+            match best {
+                Some((b, name)) if runs.len() > 1 => {
+                    let (a, m, x) = min_med_max(&ratios);
+                    println!(
+                        " ratio = ours / best ceiling ({name}, {b:.2} Gb/s): min / median / max = {a:.3} / {m:.3} / {x:.3}"
+                    );
+                }
+                Some((b, name)) => println!(
+                    " ratio = ours / best ceiling = {gmed:.2} / {b:.2} Gb/s ({name}) = {:.3}",
+                    ratios[0]
+                ),
+                None => println!(" ratio = n/a (no ceiling mode could be measured)"),
+            }
+        }
+        for (i, r) in runs.iter().enumerate() {
+            let tag = if runs.len() > 1 { format!(" (run {})", i + 1) } else { String::new() };
+            match &r.data_check {
+                Ok(what) => println!(" data check{tag}: OK ({what})"),
+                Err(what) => println!(" data check{tag}: FAILED ({what})"),
+            }
+        }
+        println!("{LINE}");
+    }
+    if data_ok {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("roce perf: data check failed");
+        ExitCode::from(1)
+    }
+}
+
+fn lat_json(v: &LatResult) -> Value {
+    json!({"min": v.min(), "median": v.percentile(0.5), "p99": v.percentile(0.99)})
+}
+
+fn run_lat(cfg: &PerfConfig, args: &PerfArgs, setup: Setup, progress: bool) -> ExitCode {
+    if !args.json {
+        print!("{}", header(cfg, &setup));
+    }
+    let mut runs: Vec<LatResult> = Vec::new();
+    for k in 0..args.repeat {
+        match perf_engine::run_lat(&setup, cfg, k, progress) {
+            Ok(r) => runs.push(r),
+            Err(e) => {
+                eprintln!("roce perf: {e:#}");
+                return ExitCode::from(1);
+            }
+        }
+    }
+    drop(setup);
+    let udp = if args.no_ceiling {
+        None
+    } else {
+        match perf_engine::udp_rtt(cfg, datagram_size(cfg)) {
+            Ok(u) => Some(u),
+            Err(e) => {
+                eprintln!("roce perf: raw UDP ping-pong: {e:#}");
+                None
+            }
+        }
+    };
+    let medians: Vec<f64> = runs.iter().map(|r| r.percentile(0.5)).collect();
+    let mid = &runs[runs.len() / 2];
+    let data_ok = runs.iter().all(|r| r.data_check.is_ok());
+    if args.json {
+        let mut o = json!({
+            "test": test_name(cfg),
+            "size": cfg.size,
+            "iters": mid.samples.len(),
+            "qps": 1,
+            "mtu": cfg.mtu,
+            "addr_a": cfg.addr_a.to_string(),
+            "addr_b": cfg.addr_b.to_string(),
+            "rtt_us": lat_json(mid),
+            "rtt_avg_us": mid.avg(),
+            "rtt_max_us": mid.max(),
+            "data_check": if data_ok { "ok" } else { "FAILED" },
+            "udp_rtt_us": udp.as_ref().map(lat_json),
+            "ratio": udp.as_ref().map(|u| u.percentile(0.5) / mid.percentile(0.5)),
+        });
+        if runs.len() > 1 {
+            let (a, b, c) = min_med_max(&medians);
+            o["repeat"] = json!({"k": runs.len(), "median_us": {"min": a, "median": b, "max": c}});
+        }
+        println!("{o}");
+    } else {
+        println!(" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] ");
+        for r in &runs {
+            println!(
+                " {:<7} {:<10}  {:<7.2}        {:<7.2}      {:<7.2}  \t       {:<7.2}     \t{:<7.2}\t\t{:<7.2} \t\t{:<7.2}",
+                cfg.size,
+                r.samples.len(),
+                r.min(),
+                r.max(),
+                r.percentile(0.5),
+                r.avg(),
+                r.stdev(),
+                r.percentile(0.99),
+                r.percentile(0.999)
+            );
+        }
+        println!("{LINE}");
+        println!(" times are full round trips (perftest halves them for send/write lat); t_typical = median");
+        if runs.len() > 1 {
+            let (a, b, c) = min_med_max(&medians);
+            println!(
+                " {} runs: median round trip min / median / max = {a:.2} / {b:.2} / {c:.2} usec",
+                runs.len()
+            );
+        }
+        if let Some(u) = &udp {
+            println!(
+                " raw UDP ping-pong {} <-> {}, {}-byte datagrams: min {:.2}  median {:.2}  p99 {:.2} usec",
+                cfg.addr_a,
+                cfg.addr_b,
+                datagram_size(cfg),
+                u.min(),
+                u.percentile(0.5),
+                u.percentile(0.99)
+            );
+            println!(
+                " ratio = raw UDP median / ours median = {:.3}",
+                u.percentile(0.5) / mid.percentile(0.5)
+            );
+        }
+        for r in &runs {
+            match &r.data_check {
+                Ok(w) => println!(" data check: OK ({w})"),
+                Err(w) => println!(" data check: FAILED ({w})"),
+            }
+        }
+        println!("{LINE}");
+    }
+    if data_ok {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("roce perf: data check failed");
+        ExitCode::from(1)
+    }
+}

@@ -1,0 +1,847 @@
+//! The engine of `roce perf`: two UDP devices, QP pairs, the bandwidth
+//! loop, the ping-pong loops and the raw-UDP ping-pong.
+
+use crate::perf::{LatKind, PerfConfig, TestKind};
+use anyhow::{anyhow, bail, Context as _};
+use roce_transport::{CountersSnapshot, DriverConfig, TransportCounters, UdpConfig, UdpTransport};
+use roce_verbs_api::{
+    AccessFlags, Budget, ConnectOptions, Context, Cq, Device, Hca, HcaConfig, Mr, PathMtu, Pd, Qp,
+    RecvWr, SendWr, ThreadDriver, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+};
+use serde_json::{json, Value};
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// No completion for this long: the run failed.
+const STALL: Duration = Duration::from_secs(10);
+
+struct Dev {
+    ctx: Context,
+    counters: Arc<TransportCounters>,
+    name: String,
+}
+
+fn seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1)
+}
+
+fn open_dev(name: &str, addr: IpAddr, mtu: PathMtu) -> anyhow::Result<Dev> {
+    let t = UdpTransport::bind(UdpConfig::on(addr)).with_context(|| format!("device {name}"))?;
+    let counters = t.counters();
+    let mut hc = HcaConfig::new(name, addr, seed());
+    hc.active_mtu = mtu;
+    let hca = Arc::new(Mutex::new(Hca::new(hc)));
+    let dc = DriverConfig {
+        name: format!("roce-{name}"),
+        max_idle: Duration::from_millis(20),
+        ..Default::default()
+    };
+    let h = roce_transport::Driver::spawn_with(hca.clone(), t, dc)
+        .with_context(|| format!("device {name}: driver thread"))?;
+    let dev = Device::new(hca, Arc::new(ThreadDriver::new(h, "udp")));
+    Ok(Dev { ctx: dev.open(), counters, name: name.to_string() })
+}
+
+struct Pair {
+    qa: Qp,
+    qb: Qp,
+    /// On A: WRITE/SEND source, READ destination, atomic result.
+    ma: Mr,
+    /// On B: WRITE/SEND destination, READ source, atomic target.
+    mb: Mr,
+    psn_a: u32,
+    psn_b: u32,
+}
+
+/// Two devices, their CQs and the QP pairs of one test.
+pub struct Setup {
+    a: Dev,
+    b: Dev,
+    cq_a: Cq,
+    cq_b: Cq,
+    pairs: Vec<Pair>,
+    slots: u32,
+    /// SENDs completed per QP in earlier runs: the receive ring keeps
+    /// turning across runs, so the next send slot continues from here.
+    sends_before: std::cell::RefCell<Vec<u64>>,
+    _pds: (Pd, Pd),
+}
+
+impl Setup {
+    /// Open both devices and connect `cfg.qps` QP pairs.
+    pub fn new(cfg: &PerfConfig) -> anyhow::Result<Setup> {
+        let mtu = PathMtu::from_bytes(cfg.mtu as usize).ok_or_else(|| anyhow!("bad mtu"))?;
+        let a = open_dev("perf-a", cfg.addr_a, mtu)?;
+        let b = open_dev("perf-b", cfg.addr_b, mtu)?;
+        let lat = cfg.test == TestKind::Lat;
+        let depth = if lat { 2 } else { cfg.tx_depth };
+        // Buffer slots per QP: WRITE/READ cycle through up to 64 message
+        // buffers; SEND needs one receive buffer per outstanding message.
+        let slots = match cfg.test {
+            TestKind::Lat | TestKind::Atomic => 1,
+            TestKind::Send => depth.clamp(1, 512),
+            _ => depth.clamp(1, 64),
+        };
+        let cqe = (depth + slots + 16) * cfg.qps;
+        let cq_a = a.ctx.create_cq(cqe).map_err(|e| anyhow!("create_cq: {e}"))?;
+        let cq_b = b.ctx.create_cq(cqe).map_err(|e| anyhow!("create_cq: {e}"))?;
+        let pd_a = a.ctx.alloc_pd().map_err(|e| anyhow!("alloc_pd: {e}"))?;
+        let pd_b = b.ctx.alloc_pd().map_err(|e| anyhow!("alloc_pd: {e}"))?;
+        let access = AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_ATOMIC;
+        let opts = ConnectOptions { mtu, ..Default::default() };
+        let mut pairs = Vec::new();
+        let len = (cfg.size as usize * slots as usize).max(8);
+        for q in 0..cfg.qps {
+            let ma = pd_a.reg_mr(len, access).map_err(|e| anyhow!("reg_mr: {e}"))?;
+            let mb = pd_b.reg_mr(len, access).map_err(|e| anyhow!("reg_mr: {e}"))?;
+            let build = |pd: &Pd, cq: &Cq| {
+                pd.qp_builder(cq, cq)
+                    .max_send_wr(depth.max(2))
+                    .max_recv_wr(slots.max(2))
+                    .build()
+                    .map_err(|e| anyhow!("create_qp: {e}"))
+            };
+            let qa = build(&pd_a, &cq_a)?;
+            let qb = build(&pd_b, &cq_b)?;
+            let (psn_a, psn_b) =
+                ((seed() as u32 ^ (q * 7919)) & 0xff_ffff, (seed() as u32 >> 3) & 0xff_ffff);
+            let (ea, eb) = (qa.endpoint(psn_a), qb.endpoint(psn_b));
+            qa.connect(&ea, &eb, &opts).map_err(|e| anyhow!("connect: {e}"))?;
+            qb.connect(&eb, &ea, &opts).map_err(|e| anyhow!("connect: {e}"))?;
+            pairs.push(Pair { qa, qb, ma, mb, psn_a, psn_b });
+        }
+        let sends_before = std::cell::RefCell::new(vec![0; pairs.len()]);
+        Ok(Setup { a, b, cq_a, cq_b, pairs, slots, sends_before, _pds: (pd_a, pd_b) })
+    }
+
+    /// Name of device A.
+    pub fn a_name(&self) -> &str {
+        &self.a.name
+    }
+    /// Name of device B.
+    pub fn b_name(&self) -> &str {
+        &self.b.name
+    }
+    /// perftest's "local address / remote address" lines (QP pair 0).
+    pub fn address_lines(&self) -> Vec<String> {
+        let p = &self.pairs[0];
+        let gid = |a: IpAddr| roce_verbs_api::udp::roce_v2_gid(a).to_string();
+        vec![
+            format!(
+                " local address: QPN {:#06x} PSN {:#08x} RKey {:#08x} VAddr {:#016x}",
+                p.qa.qpn().value(),
+                p.psn_a,
+                p.ma.rkey().value(),
+                p.ma.addr()
+            ),
+            format!(" GID: {}", gid(self.a.ctx.addr())),
+            format!(
+                " remote address: QPN {:#06x} PSN {:#08x} RKey {:#08x} VAddr {:#016x}",
+                p.qb.qpn().value(),
+                p.psn_b,
+                p.mb.rkey().value(),
+                p.mb.addr()
+            ),
+            format!(" GID: {}", gid(self.b.ctx.addr())),
+        ]
+    }
+}
+
+/// Byte `i` of the pattern of run `k`, QP `q`.
+fn pattern(k: u32, q: usize, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            let x =
+                (i as u64).wrapping_mul(0x9E37_79B9).wrapping_add(u64::from(k) * 131 + q as u64);
+            (x ^ (x >> 13) ^ (i as u64 >> 8)) as u8
+        })
+        .collect()
+}
+
+/// One bandwidth run.
+#[derive(Clone, Debug)]
+pub struct BwResult {
+    /// Completed messages per QP.
+    pub iters_per_qp: u64,
+    /// Completed messages (all QPs).
+    pub msgs: u64,
+    /// Message bytes.
+    pub size: u32,
+    /// First post to last completion.
+    pub elapsed: Duration,
+    /// Best of ~20 equal slices of the run, Gb/s.
+    pub peak_gbps: f64,
+    /// Data check outcome.
+    pub data_check: Result<String, String>,
+    /// Transport counters of A and B over the run.
+    pub wire: (CountersSnapshot, CountersSnapshot),
+}
+
+impl BwResult {
+    /// Average Gb/s of message payload.
+    pub fn gbps(&self) -> f64 {
+        let s = self.elapsed.as_secs_f64();
+        if s > 0.0 {
+            self.msgs as f64 * f64::from(self.size) * 8.0 / s / 1e9
+        } else {
+            0.0
+        }
+    }
+    /// Messages per second.
+    pub fn msgs_per_s(&self) -> f64 {
+        let s = self.elapsed.as_secs_f64();
+        if s > 0.0 {
+            self.msgs as f64 / s
+        } else {
+            0.0
+        }
+    }
+    fn per_msg(&self, v: u64) -> f64 {
+        v as f64 / self.msgs.max(1) as f64
+    }
+    /// The transport counters as JSON.
+    pub fn wire_json(&self) -> Value {
+        let side = |c: &CountersSnapshot| {
+            json!({
+                "dgrams_out": c.dgrams_out, "send_syscalls": c.send_syscalls,
+                "gso_sends": c.gso_sends, "gso_segments": c.gso_segments,
+                "dgrams_in": c.dgrams_in, "recv_syscalls": c.recv_syscalls,
+                "gro_coalesced": c.gro_coalesced, "icrc_bad": c.icrc_bad,
+            })
+        };
+        let (a, b) = &self.wire;
+        json!({
+            "a": side(a), "b": side(b),
+            "dgrams_per_msg": self.per_msg(a.dgrams_out + b.dgrams_out),
+            "send_syscalls_per_msg": self.per_msg(a.send_syscalls + b.send_syscalls),
+            "recv_syscalls_per_msg": self.per_msg(a.recv_syscalls + b.recv_syscalls),
+        })
+    }
+    /// The transport counters in one line.
+    pub fn wire_line(&self) -> String {
+        let (a, b) = &self.wire;
+        let segs = |c: &CountersSnapshot| {
+            if c.gso_sends > 0 {
+                c.gso_segments as f64 / c.gso_sends as f64
+            } else {
+                0.0
+            }
+        };
+        format!(
+            "per message {:.2} datagrams, {:.3} send + {:.3} recv syscalls; A: {} dgrams out in {} sends ({} GSO, {:.1} segs each), B: {} out in {} sends ({} GSO, {:.1} segs each)",
+            self.per_msg(a.dgrams_out + b.dgrams_out),
+            self.per_msg(a.send_syscalls + b.send_syscalls),
+            self.per_msg(a.recv_syscalls + b.recv_syscalls),
+            a.dgrams_out,
+            a.send_syscalls,
+            a.gso_sends,
+            segs(a),
+            b.dgrams_out,
+            b.send_syscalls,
+            b.gso_sends,
+            segs(b)
+        )
+    }
+}
+
+fn diff(a: CountersSnapshot, b: CountersSnapshot) -> CountersSnapshot {
+    let mut out = b;
+    macro_rules! d {
+        ($($f:ident),*) => { $( out.$f = b.$f.saturating_sub(a.$f); )* };
+    }
+    d!(
+        dgrams_out,
+        bytes_out,
+        dgrams_in,
+        bytes_in,
+        send_syscalls,
+        recv_syscalls,
+        gso_sends,
+        gso_segments,
+        gro_coalesced,
+        gro_segments,
+        icrc_bad,
+        icrc_recomputed
+    );
+    out
+}
+
+fn check_wc(wc: &WorkCompletion) -> anyhow::Result<()> {
+    if wc.status != WcStatus::Success {
+        bail!("completion wr_id {} on QP {:#x} failed: {:?}", wc.wr_id, wc.qp_num, wc.status);
+    }
+    Ok(())
+}
+
+/// Poll `cq` for up to `max`, waiting on `ctx`'s driver for at most `wait`.
+fn poll_wait(
+    ctx: &Context,
+    cq: &Cq,
+    max: usize,
+    wait: Duration,
+) -> anyhow::Result<Vec<WorkCompletion>> {
+    let mut out = Vec::new();
+    let mut err = None;
+    ctx.progress(
+        || match cq.poll(max) {
+            Ok(v) => {
+                out = v;
+                !out.is_empty()
+            }
+            Err(e) => {
+                err = Some(e);
+                true
+            }
+        },
+        Budget { events: 0, wall: wait },
+    );
+    if let Some(e) = err {
+        bail!("poll_cq: {e}");
+    }
+    Ok(out)
+}
+
+/// Run one bandwidth test (run index `k`).
+pub fn run_bw(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::Result<BwResult> {
+    let size = cfg.size as usize;
+    let slots = s.slots as usize;
+    let region = size * slots;
+    let nq = s.pairs.len();
+    // Fresh data each run: the source gets run k's pattern, the target zeros.
+    for (q, p) in s.pairs.iter().enumerate() {
+        let pat = pattern(k, q, region);
+        let zero = vec![0u8; region.max(8)];
+        match cfg.test {
+            TestKind::Write | TestKind::Send => {
+                p.ma.write(0, &pat)?;
+                p.mb.write(0, &zero)?;
+            }
+            TestKind::Read => {
+                p.mb.write(0, &pat)?;
+                p.ma.write(0, &zero)?;
+            }
+            TestKind::Atomic | TestKind::Lat => {
+                p.mb.write_u64(0, 0)?;
+            }
+        }
+        // The receive ring is posted once; completions repost their slot.
+        if cfg.test == TestKind::Send && k == 0 {
+            for slot in 0..slots {
+                p.qb.post_recv(RecvWr::new(
+                    slot as u64,
+                    p.mb.addr() + (slot * size) as u64,
+                    cfg.size,
+                    p.mb.lkey(),
+                ))
+                .map_err(|e| anyhow!("post_recv: {e}"))?;
+            }
+        }
+    }
+    let w0 = (s.a.counters.snapshot(), s.b.counters.snapshot());
+    let depth = u64::from(cfg.tx_depth);
+    let mut posted = vec![0u64; nq];
+    let mut done = vec![0u64; nq];
+    let mut recvd = vec![0u64; nq];
+    let qpn_index: std::collections::HashMap<u32, usize> =
+        s.pairs.iter().enumerate().map(|(i, p)| (p.qa.qpn().value(), i)).collect();
+    let qpn_index_b: std::collections::HashMap<u32, usize> =
+        s.pairs.iter().enumerate().map(|(i, p)| (p.qb.qpn().value(), i)).collect();
+    let mut stamps: Vec<(Instant, u64)> = Vec::new();
+    let mut total = 0u64;
+    let start = Instant::now();
+    let mut last_progress = start;
+    let mut last_completion = start;
+    let mut stop_posting = false;
+    loop {
+        if let Some(d) = cfg.duration {
+            if start.elapsed() >= d {
+                stop_posting = true;
+            }
+        }
+        for (q, p) in s.pairs.iter().enumerate() {
+            while !stop_posting
+                && posted[q] - done[q] < depth
+                && (cfg.duration.is_some() || posted[q] < cfg.iters)
+            {
+                let base = if cfg.test == TestKind::Send { s.sends_before.borrow()[q] } else { 0 };
+                let slot = ((base + posted[q]) % slots as u64) as usize;
+                let off = (slot * size) as u64;
+                let wr = match cfg.test {
+                    TestKind::Write => SendWr::new(posted[q], WrOpcode::RdmaWrite)
+                        .sge(p.ma.addr() + off, cfg.size, p.ma.lkey())
+                        .remote(p.mb.remote_addr(off), p.mb.rkey()),
+                    TestKind::Read => SendWr::new(posted[q], WrOpcode::RdmaRead)
+                        .sge(p.ma.addr() + off, cfg.size, p.ma.lkey())
+                        .remote(p.mb.remote_addr(off), p.mb.rkey()),
+                    TestKind::Send => SendWr::new(posted[q], WrOpcode::Send).sge(
+                        p.ma.addr() + off,
+                        cfg.size,
+                        p.ma.lkey(),
+                    ),
+                    TestKind::Atomic | TestKind::Lat => {
+                        let mut w = SendWr::new(posted[q], WrOpcode::AtomicFetchAndAdd)
+                            .sge(p.ma.addr(), 8, p.ma.lkey())
+                            .remote(p.mb.remote_addr(0), p.mb.rkey());
+                        w.compare_add = 1;
+                        w
+                    }
+                };
+                p.qa.post_send(wr).map_err(|e| anyhow!("post_send: {e}"))?;
+                posted[q] += 1;
+            }
+        }
+        let outstanding: u64 = posted.iter().zip(&done).map(|(p, d)| p - d).sum();
+        let finished = if cfg.duration.is_some() {
+            stop_posting && outstanding == 0
+        } else {
+            done.iter().all(|&d| d >= cfg.iters)
+        };
+        if finished {
+            break;
+        }
+        let wait = match cfg.duration {
+            Some(d) if !stop_posting => {
+                d.saturating_sub(start.elapsed()).min(STALL).max(Duration::from_millis(1))
+            }
+            _ => STALL,
+        };
+        let wcs = poll_wait(&s.a.ctx, &s.cq_a, 256, wait)?;
+        let now = Instant::now();
+        for wc in &wcs {
+            check_wc(wc)?;
+            let q =
+                *qpn_index.get(&wc.qp_num).ok_or_else(|| anyhow!("completion for unknown QP"))?;
+            done[q] += 1;
+            total += 1;
+        }
+        if !wcs.is_empty() {
+            stamps.push((now, total));
+            last_completion = now;
+        } else if now.duration_since(last_completion) >= STALL && outstanding > 0 {
+            bail!(
+                "stalled: no completion for {:?} ({} of {} done)",
+                STALL,
+                total,
+                posted.iter().sum::<u64>()
+            );
+        }
+        if cfg.test == TestKind::Send {
+            for wc in s.cq_b.poll(256).map_err(|e| anyhow!("poll_cq: {e}"))? {
+                check_wc(&wc)?;
+                if wc.opcode != WcOpcode::Recv {
+                    continue;
+                }
+                let q = *qpn_index_b
+                    .get(&wc.qp_num)
+                    .ok_or_else(|| anyhow!("completion for unknown QP"))?;
+                let p = &s.pairs[q];
+                recvd[q] += 1;
+                let slot = wc.wr_id as usize % slots;
+                p.qb.post_recv(RecvWr::new(
+                    wc.wr_id,
+                    p.mb.addr() + (slot * size) as u64,
+                    cfg.size,
+                    p.mb.lkey(),
+                ))
+                .map_err(|e| anyhow!("post_recv: {e}"))?;
+            }
+        }
+        if progress && now.duration_since(last_progress) >= Duration::from_millis(200) {
+            last_progress = now;
+            let el = now.duration_since(start).as_secs_f64();
+            let frac = match cfg.duration {
+                Some(d) => el / d.as_secs_f64(),
+                None => total as f64 / (cfg.iters * nq as u64) as f64,
+            };
+            eprint!(
+                "\r  run {}: {:>3.0}%  {:.2} Gb/s   ",
+                k + 1,
+                (frac * 100.0).min(100.0),
+                total as f64 * cfg.size as f64 * 8.0 / el / 1e9
+            );
+            let _ = std::io::stderr().flush();
+        }
+    }
+    let elapsed = last_completion.duration_since(start);
+    if progress {
+        eprint!("\r{:60}\r", "");
+    }
+    let w1 = (s.a.counters.snapshot(), s.b.counters.snapshot());
+    // Peak: the best of ~20 equal slices (by completion count) of the run.
+    let mut peak: f64 = 0.0;
+    let slice = (total / 20).max(1);
+    let (mut t0, mut n0) = (start, 0u64);
+    for &(t, n) in &stamps {
+        if n - n0 >= slice {
+            let dt = t.duration_since(t0).as_secs_f64();
+            if dt > 0.0 {
+                peak = peak.max((n - n0) as f64 * f64::from(cfg.size) * 8.0 / dt / 1e9);
+            }
+            (t0, n0) = (t, n);
+        }
+    }
+    // Drain the receive side of SEND (receives complete before the ACK).
+    if cfg.test == TestKind::Send {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while recvd.iter().zip(&done).any(|(r, d)| r < d) && Instant::now() < deadline {
+            for wc in poll_wait(&s.b.ctx, &s.cq_b, 256, Duration::from_millis(10))? {
+                check_wc(&wc)?;
+                if let Some(&q) = qpn_index_b.get(&wc.qp_num) {
+                    recvd[q] += 1;
+                }
+            }
+        }
+    }
+    let data_check = verify(s, cfg, k, &done, &recvd)?;
+    for (b, d) in s.sends_before.borrow_mut().iter_mut().zip(&done) {
+        *b += d;
+    }
+    Ok(BwResult {
+        iters_per_qp: done.iter().copied().min().unwrap_or(0),
+        msgs: total,
+        size: cfg.size,
+        elapsed,
+        peak_gbps: if peak > 0.0 { peak } else { 0.0 },
+        data_check,
+        wire: (diff(w0.0, w1.0), diff(w0.1, w1.1)),
+    })
+}
+
+fn verify(
+    s: &Setup,
+    cfg: &PerfConfig,
+    k: u32,
+    done: &[u64],
+    recvd: &[u64],
+) -> anyhow::Result<Result<String, String>> {
+    let size = cfg.size as usize;
+    let slots = s.slots as usize;
+    let mut bytes = 0usize;
+    for (q, p) in s.pairs.iter().enumerate() {
+        let base = if cfg.test == TestKind::Send { s.sends_before.borrow()[q] } else { 0 };
+        let n = done[q].min(slots as u64);
+        let pat = pattern(k, q, size * slots);
+        // The slots this run wrote, in order, gathered into one buffer.
+        let idx: Vec<usize> = (0..n).map(|i| ((base + i) % slots as u64) as usize).collect();
+        let want: Vec<u8> =
+            idx.iter().flat_map(|&j| pat[j * size..(j + 1) * size].iter().copied()).collect();
+        let gather = |mr: &Mr| -> anyhow::Result<Vec<u8>> {
+            let mut out = vec![0u8; idx.len() * size];
+            for (n, &j) in idx.iter().enumerate() {
+                mr.read((j * size) as u64, &mut out[n * size..(n + 1) * size])?;
+            }
+            Ok(out)
+        };
+        let used = want.len();
+        match cfg.test {
+            TestKind::Write | TestKind::Send => {
+                if cfg.test == TestKind::Send && recvd[q] != done[q] {
+                    return Ok(Err(format!(
+                        "QP {q}: {} sends completed, {} received",
+                        done[q], recvd[q]
+                    )));
+                }
+                let got = gather(&p.mb)?;
+                if got != want {
+                    let at = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);
+                    return Ok(Err(format!("QP {q}: target differs from the source at byte {at}")));
+                }
+                bytes += used;
+            }
+            TestKind::Read => {
+                let got = gather(&p.ma)?;
+                if got != want {
+                    let at = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);
+                    return Ok(Err(format!(
+                        "QP {q}: read buffer differs from the remote at byte {at}"
+                    )));
+                }
+                bytes += used;
+            }
+            TestKind::Atomic | TestKind::Lat => {
+                let v = p.mb.read_u64(0)?;
+                if v != done[q] {
+                    return Ok(Err(format!("QP {q}: counter is {v}, expected {}", done[q])));
+                }
+                bytes += 8;
+            }
+        }
+    }
+    Ok(Ok(match cfg.test {
+        TestKind::Atomic | TestKind::Lat => {
+            format!(
+                "remote counters equal the {} completed FETCH_AND_ADDs",
+                done.iter().sum::<u64>()
+            )
+        }
+        TestKind::Send => format!(
+            "{bytes} bytes of the last receive buffers match what was sent, every send received"
+        ),
+        _ => format!("{bytes} bytes of the last message buffers match the source pattern"),
+    }))
+}
+
+/// Round-trip samples, microseconds.
+#[derive(Clone, Debug)]
+pub struct LatResult {
+    /// Sorted samples, µs.
+    pub samples: Vec<f64>,
+    /// Data check outcome.
+    pub data_check: Result<String, String>,
+}
+
+impl LatResult {
+    fn new(mut samples: Vec<f64>, data_check: Result<String, String>) -> LatResult {
+        samples.sort_by(|a, b| a.total_cmp(b));
+        LatResult { samples, data_check }
+    }
+    /// Smallest.
+    pub fn min(&self) -> f64 {
+        self.samples.first().copied().unwrap_or(0.0)
+    }
+    /// Largest.
+    pub fn max(&self) -> f64 {
+        self.samples.last().copied().unwrap_or(0.0)
+    }
+    /// Mean.
+    pub fn avg(&self) -> f64 {
+        if self.samples.is_empty() {
+            return 0.0;
+        }
+        self.samples.iter().sum::<f64>() / self.samples.len() as f64
+    }
+    /// Standard deviation.
+    pub fn stdev(&self) -> f64 {
+        let n = self.samples.len();
+        if n < 2 {
+            return 0.0;
+        }
+        let m = self.avg();
+        (self.samples.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / n as f64).sqrt()
+    }
+    /// The `p` quantile (nearest rank; 0.5 = median = perftest's t_typical).
+    pub fn percentile(&self, p: f64) -> f64 {
+        let n = self.samples.len();
+        if n == 0 {
+            return 0.0;
+        }
+        let rank = ((p * n as f64).ceil() as usize).clamp(1, n);
+        self.samples[rank - 1]
+    }
+}
+
+fn wait_recv(ctx: &Context, cq: &Cq) -> anyhow::Result<WorkCompletion> {
+    let start = Instant::now();
+    loop {
+        for wc in poll_wait(ctx, cq, 1, Duration::from_millis(100))? {
+            check_wc(&wc)?;
+            if wc.opcode == WcOpcode::Recv {
+                return Ok(wc);
+            }
+        }
+        if start.elapsed() > STALL {
+            bail!("stalled: no receive completion for {STALL:?}");
+        }
+    }
+}
+
+fn wait_send(ctx: &Context, cq: &Cq) -> anyhow::Result<WorkCompletion> {
+    let start = Instant::now();
+    loop {
+        if let Some(wc) = poll_wait(ctx, cq, 1, Duration::from_millis(100))?.into_iter().next() {
+            check_wc(&wc)?;
+            return Ok(wc);
+        }
+        if start.elapsed() > STALL {
+            bail!("stalled: no completion for {STALL:?}");
+        }
+    }
+}
+
+fn wait_byte(mr: &Mr, off: u64, want: u8) -> anyhow::Result<()> {
+    let start = Instant::now();
+    let mut b = [0u8; 1];
+    loop {
+        mr.read(off, &mut b)?;
+        if b[0] == want {
+            return Ok(());
+        }
+        if start.elapsed() > STALL {
+            bail!("stalled: memory at offset {off} never became {want:#x}");
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// Run one latency test (run index `k`).
+pub fn run_lat(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::Result<LatResult> {
+    let p = &s.pairs[0];
+    let size = cfg.size as usize;
+    let warm = (cfg.iters / 10).min(10);
+    let mut samples = Vec::with_capacity(cfg.iters as usize);
+    let pat = pattern(k, 0, size);
+    p.ma.write(0, &pat)?;
+    p.mb.write(0, &vec![0u8; size])?;
+    let mut last_progress = Instant::now();
+    let last = (size - 1) as u64;
+    for i in 0..warm + cfg.iters {
+        let t0 = Instant::now();
+        match cfg.lat_op {
+            LatKind::Send => {
+                p.qb.post_recv(RecvWr::new(i, p.mb.addr(), cfg.size, p.mb.lkey()))
+                    .map_err(|e| anyhow!("post_recv: {e}"))?;
+                p.qa.post_recv(RecvWr::new(i, p.ma.addr(), cfg.size, p.ma.lkey()))
+                    .map_err(|e| anyhow!("post_recv: {e}"))?;
+                // The receive buffers on A are the send buffers too: A's
+                // pattern comes back from B unchanged.
+                let t0 = Instant::now();
+                p.qa.post_send(SendWr::new(i, WrOpcode::Send).sge(
+                    p.ma.addr(),
+                    cfg.size,
+                    p.ma.lkey(),
+                ))
+                .map_err(|e| anyhow!("post_send: {e}"))?;
+                wait_recv(&s.b.ctx, &s.cq_b)?;
+                p.qb.post_send(SendWr::new(i, WrOpcode::Send).sge(
+                    p.mb.addr(),
+                    cfg.size,
+                    p.mb.lkey(),
+                ))
+                .map_err(|e| anyhow!("post_send: {e}"))?;
+                wait_recv(&s.a.ctx, &s.cq_a)?;
+                let dt = t0.elapsed();
+                if i >= warm {
+                    samples.push(dt.as_secs_f64() * 1e6);
+                }
+                // Reap the two SEND completions outside the timed part.
+                let _ = s.cq_a.poll(16);
+                let _ = s.cq_b.poll(16);
+                continue;
+            }
+            LatKind::Write => {
+                // ib_write_lat: each side writes the other's buffer; the
+                // receiver spins on the last byte, which carries the
+                // iteration tag.
+                let tag = (i % 127) as u8 + 1;
+                let reply = tag + 128;
+                p.ma.write(last, &[tag])?;
+                p.qa.post_send(
+                    SendWr::new(i, WrOpcode::RdmaWrite)
+                        .sge(p.ma.addr(), cfg.size, p.ma.lkey())
+                        .remote(p.mb.remote_addr(0), p.mb.rkey()),
+                )
+                .map_err(|e| anyhow!("post_send: {e}"))?;
+                wait_byte(&p.mb, last, tag)?;
+                p.mb.write(last, &[reply])?;
+                p.qb.post_send(
+                    SendWr::new(i, WrOpcode::RdmaWrite)
+                        .sge(p.mb.addr(), cfg.size, p.mb.lkey())
+                        .remote(p.ma.remote_addr(0), p.ma.rkey()),
+                )
+                .map_err(|e| anyhow!("post_send: {e}"))?;
+                wait_byte(&p.ma, last, reply)?;
+                let dt = t0.elapsed();
+                // Reap both WRITE completions outside the timed part.
+                wait_send(&s.a.ctx, &s.cq_a)?;
+                wait_send(&s.b.ctx, &s.cq_b)?;
+                if i >= warm {
+                    samples.push(dt.as_secs_f64() * 1e6);
+                }
+                continue;
+            }
+            LatKind::Read => {
+                p.qa.post_send(
+                    SendWr::new(i, WrOpcode::RdmaRead)
+                        .sge(p.ma.addr(), cfg.size, p.ma.lkey())
+                        .remote(p.mb.remote_addr(0), p.mb.rkey()),
+                )
+                .map_err(|e| anyhow!("post_send: {e}"))?;
+                wait_send(&s.a.ctx, &s.cq_a)?;
+            }
+        }
+        if i >= warm {
+            samples.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        if progress && last_progress.elapsed() >= Duration::from_millis(200) {
+            last_progress = Instant::now();
+            eprint!(
+                "\r  run {}: {:>3.0}%   ",
+                k + 1,
+                (i as f64 / (warm + cfg.iters) as f64) * 100.0
+            );
+            let _ = std::io::stderr().flush();
+        }
+    }
+    if progress {
+        eprint!("\r{:60}\r", "");
+    }
+    // Data check: after the ping-pong both buffers hold A's pattern (READ
+    // copies B's zeros... so for READ, B holds zeros and A must too).
+    let mut a = vec![0u8; size];
+    let mut b = vec![0u8; size];
+    p.ma.read(0, &mut a)?;
+    p.mb.read(0, &mut b)?;
+    let check = match cfg.lat_op {
+        LatKind::Read => {
+            if a == b {
+                Ok(format!("{size} bytes read equal the remote buffer"))
+            } else {
+                Err("read buffer differs from the remote buffer".into())
+            }
+        }
+        _ => {
+            if a == b && a[..size - 1] == pat[..size - 1] {
+                Ok(format!("{size} bytes arrived intact both ways"))
+            } else {
+                Err("the buffers differ after the ping-pong".into())
+            }
+        }
+    };
+    Ok(LatResult::new(samples, check))
+}
+
+/// Raw-UDP ping-pong round trips between the two addresses, `payload`-byte
+/// datagrams, as many as the test's iterations.
+pub fn udp_rtt(cfg: &PerfConfig, payload: usize) -> anyhow::Result<LatResult> {
+    let a = UdpSocket::bind(SocketAddr::new(cfg.addr_a, 0))?;
+    let b = UdpSocket::bind(SocketAddr::new(cfg.addr_b, 0))?;
+    let (aa, ba) = (a.local_addr()?, b.local_addr()?);
+    a.set_read_timeout(Some(Duration::from_secs(2)))?;
+    b.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let n = cfg.iters + (cfg.iters / 10).min(10);
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        let mut buf = vec![0u8; 65536];
+        for _ in 0..n {
+            let (len, from) = b.recv_from(&mut buf)?;
+            b.send_to(&buf[..len], from)?;
+        }
+        Ok(())
+    });
+    let msg = vec![0xA5u8; payload];
+    let mut buf = vec![0u8; 65536];
+    let mut samples = Vec::new();
+    let warm = n - cfg.iters;
+    for i in 0..n {
+        let t0 = Instant::now();
+        a.send_to(&msg, ba)?;
+        let (len, from) = a.recv_from(&mut buf)?;
+        let dt = t0.elapsed();
+        if len != payload || from != ba {
+            bail!("unexpected echo from {from} ({len} bytes)");
+        }
+        if i >= warm {
+            samples.push(dt.as_secs_f64() * 1e6);
+        }
+    }
+    let _ = aa;
+    echo.join().map_err(|_| anyhow!("echo thread panicked"))??;
+    Ok(LatResult::new(samples, Ok("echo".into())))
+}
