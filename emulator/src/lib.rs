@@ -34,9 +34,11 @@
 //! Decisions worth knowing (each is documented where it is implemented):
 //! - `retry_cnt` 7 means seven retries (IBA); rxe retries forever.
 //!   `rnr_retry` 7 means forever (both).
-//! - The responder re-ACKs a duplicate SEND/WRITE with the duplicate's own
-//!   PSN (rxe uses the newest PSN, which can make a requester that is
-//!   re-issuing a READ treat the ACK as an implied NAK and loop).
+//! - The responder re-ACKs every duplicate SEND/WRITE packet with the
+//!   newest PSN, as rxe does, except when a READ/atomic executed after the
+//!   duplicate: then with the duplicate's own PSN (rxe's newest PSN can make
+//!   a requester that is re-issuing a READ treat the ACK as an implied NAK
+//!   and loop).
 //! - Class B/C/D responder errors (invalid request, remote access, remote
 //!   operational) move the responder QP to ERR too, like rxe.
 //! - Atomics operate on 64-bit values stored little-endian in MR memory.
