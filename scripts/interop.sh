@@ -25,6 +25,8 @@ GUEST_SRV=a                  # the guest that serves when we are the client
 GUEST_CLI=b                  # the guest that connects when we are the server
 declare -A GUEST_IP=([a]=192.168.77.2 [b]=192.168.77.3)
 ITERS=${INTEROP_ITERS:-20}
+LOSS_ITERS=${INTEROP_LOSS_ITERS:-30}
+LOSS=${INTEROP_LOSS:-10%}
 TRANSPORTS=${INTEROP_TRANSPORTS:-udp raw}
 CASE_TIMEOUT=${INTEROP_CASE_TIMEOUT:-60}
 BIN=$ROOT/target/release
@@ -110,6 +112,9 @@ all_cases() {
         for s in $sizes; do echo "$t-$k-$r-$s"; done
       done
     done
+    # recovery: 10 % loss (tc netem on the guest's eth0, both directions
+    # affected through its egress), 4 KiB messages, retransmission must finish
+    echo "$t-rc-srv-loss"; echo "$t-rc-cli-loss"
   done
 }
 
@@ -130,8 +135,14 @@ run_pingpong() { # CASE DIR -> 0 pass / 1 fail ; writes DIR/{ours,guest}.log
   local c=$1 d=$2 t k r s port=$PORT
   IFS=- read -r t k r s <<<"$c"
   PORT=$((PORT + 1))
-  local ours=("$BIN/${k}_pingpong" -d roce0 -g 1 -s "$s" -n "$ITERS" -c -p "$port")
-  local theirs="timeout $((CASE_TIMEOUT - 10)) ibv_${k}_pingpong -d rxe0 -g \$(lab-gid) -s $s -n $ITERS -c -p $port"
+  local iters=$ITERS size=$s
+  [ "$s" = loss ] && { size=4096; iters=$LOSS_ITERS; }
+  local ours=("$BIN/${k}_pingpong" -d roce0 -g 1 -s "$size" -n "$iters" -c -p "$port")
+  local theirs="timeout $((CASE_TIMEOUT - 10)) ibv_${k}_pingpong -d rxe0 -g \$(lab-gid) -s $size -n $iters -c -p $port"
+  if [ "$s" = loss ]; then # netem on, the tool, netem off (also when the tool fails)
+    theirs="tc qdisc add dev eth0 root netem loss $LOSS; $theirs \"\$@\"; rc=\$?; tc -s qdisc show dev eth0; tc qdisc del dev eth0 root; exit \$rc"
+    theirs="bash -c '$theirs' x"
+  fi
   local env=(env ROCE_EMU_DEVICES="$(dev_env "$t")" ROCE_EMU_PCAP="$d")
   local ours_rc=0 guest_rc=0 job
   if [ "$r" = srv ]; then
@@ -156,7 +167,7 @@ run_pingpong() { # CASE DIR -> 0 pass / 1 fail ; writes DIR/{ours,guest}.log
   echo "ours_rc=$ours_rc guest_rc=$guest_rc" >"$d/status"
   # both sides must finish cleanly and report the exchange
   [ "$ours_rc" = 0 ] && [ "$guest_rc" = 0 ] \
-    && grep -q "$ITERS iters in" "$d/ours.log" && grep -q "$ITERS iters in" "$d/guest.log"
+    && grep -q "^$iters iters in" "$d/ours.log" && grep -q "^$iters iters in" "$d/guest.log"
 }
 
 check_pcaps() { # DIR -> 0 if every pcap there passes the oracle and has RoCE packets
