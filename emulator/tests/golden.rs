@@ -612,3 +612,79 @@ fn rc_pingpong_4k_server_side_with_retransmitted_message() {
     assert_eq!(reqs(&ours), reqs(&theirs));
     assert_eq!(c.duplicate_request, 4);
 }
+
+#[test]
+fn write_lat_server_side_acks_and_duplicate() {
+    // ib_write_lat -s 8 -n 100: both sides RDMA WRITE_ONLY 8 bytes in turn;
+    // rxe's client retransmitted one WRITE, which rxe's server ACKed again
+    // with the newest PSN. We play the server (192.168.77.2): our WRITEs are
+    // posted where the capture shows the server's (first transmissions),
+    // the client's WRITEs are fed in with their RETH moved into our MR.
+    let Some(frames) = load("write_lat.pcap") else {
+        eprintln!("capture not available; skipped");
+        return;
+    };
+    let server = IpAddr::V4(Ipv4Addr::new(192, 168, 77, 2));
+    let from_server = |f: &Frame| f.dgram.endpoints.src == server;
+    let first_srv = frames.iter().find(|f| from_server(f)).map(|f| parse(&f.dgram)).unwrap();
+    let first_cli = frames
+        .iter()
+        .find(|f| !from_server(f) && parse(&f.dgram).reth.is_some())
+        .map(|f| parse(&f.dgram))
+        .unwrap();
+    let their_va = first_cli.reth.unwrap().va;
+    let mut u = us(
+        [192, 168, 77, 2],
+        first_cli.bth.dest_qp.value(),
+        [192, 168, 77, 3],
+        first_srv.bth.dest_qp.value(),
+        first_srv.bth.psn.value(),
+        first_cli.bth.psn.value(),
+        12,
+    );
+    let mut ours = Vec::new();
+    let mut their_acks = Vec::new();
+    let mut their_writes = Vec::new();
+    for f in &frames {
+        let r = parse(&f.dgram);
+        if from_server(f) {
+            if r.aeth.is_some() {
+                their_acks.push(key(&r));
+            } else if !their_writes.contains(&key(&r)) {
+                // first transmission of the server's WRITE: post ours
+                their_writes.push(key(&r));
+                let wr = SendWr::new(their_writes.len() as u64, WrOpcode::RdmaWrite)
+                    .sge(u.mr.addr + 4096, 8, u.mr.lkey)
+                    .remote(0x1000, RKey::new(0x1234));
+                u.hca.post_send(u.qpn, wr).unwrap();
+                drain(&mut u, &mut ours);
+            }
+            continue;
+        }
+        let mut d = f.dgram.clone();
+        let mut r2 = r;
+        if let Some(reth) = r2.reth.as_mut() {
+            let (_, payload) =
+                RoceRepr::parse_bytes(&d.payload).map(|(a, b)| (a, b.to_vec())).unwrap();
+            reth.va = u.mr.addr + (reth.va - their_va);
+            reth.rkey = u.mr.rkey;
+            let mut b = r2.to_vec(&payload).unwrap();
+            IpUdpHeader::build(&d.endpoints, &d.meta, b.len()).unwrap().fill_icrc(&mut b);
+            d.payload = Bytes::from(b);
+        }
+        u.hca.handle_datagram(Instant::ZERO, d);
+        drain(&mut u, &mut ours);
+    }
+    let acks: Vec<Key> = ours.iter().filter(|k| k.4.is_some()).cloned().collect();
+    let writes: Vec<Key> = ours.iter().filter(|k| k.4.is_none()).cloned().collect();
+    let c = u.hca.counters();
+    assert_eq!((c.icrc_err, c.malformed, c.bad_state), (0, 0, 0), "{c}");
+    assert_eq!(c.duplicate_request, 1);
+    assert_eq!(their_acks.len(), 101, "100 WRITEs + 1 duplicate");
+    assert_eq!(acks, their_acks, "ACK PSNs, syndromes and MSNs as rxe's");
+    assert_eq!(writes.len(), 100);
+    assert_eq!(writes, their_writes);
+    let wcs = u.hca.poll_cq(u.cq, 256).unwrap();
+    assert_eq!(wcs.len(), 100);
+    assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
+}
