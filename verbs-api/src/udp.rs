@@ -470,8 +470,8 @@ pub fn gid_to_addr(gid: Ipv6Addr) -> IpAddr {
 }
 
 /// The verbs [`Driver`] of a device whose frames a
-/// [`roce_transport::Driver`] thread moves over a transport `T` (UDP
-/// today; the raw transport implements the same trait).
+/// [`roce_transport::Driver`] thread moves over a transport `T` (UDP or
+/// raw).
 /// [`Driver::progress`] blocks on the thread's progress condition variable
 /// (no busy polling), and async code registers wakers
 /// ([`Driver::register_waker`]) that the thread wakes after every round
