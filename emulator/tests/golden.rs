@@ -541,44 +541,52 @@ fn ud_pingpong_server_side() {
     assert_eq!(ours, theirs);
 }
 
-#[test]
-fn rc_pingpong_4k_server_side_with_retransmitted_message() {
-    // ibv_rc_pingpong -n 20 (4096 B = FIRST/MIDDLE×2/LAST at MTU 1024): rxe
-    // coalesces one ACK per message, and the client retransmits one whole
-    // message whose packets the server answers as duplicates.
-    let Some(frames) = load("rc_pingpong.pcap") else {
-        eprintln!("capture not available; skipped");
-        return;
-    };
-    let server = [192, 168, 77, 2];
-    let client = [192, 168, 77, 3];
-    let first_client = parse(&frames[0].dgram);
+/// What `replay_pingpong_server` saw: our ACK/NAKs and SEND packets, rxe's,
+/// and our HCA's counters.
+struct PingpongReplay {
+    our_acks: Vec<Key>,
+    their_acks: Vec<Key>,
+    our_reqs: Vec<Key>,
+    their_reqs: Vec<Key>,
+    sent: u64,
+    counters: Counters,
+}
+
+/// Play the server of an `ibv_rc_pingpong` capture (at 192.168.77.2):
+/// every client packet (as rxe's server received it) goes into our HCA,
+/// which answers each `size`-byte receive with a `size`-byte SEND. The
+/// interleaving of ACKs and the next SEND follows the application's timing
+/// in the capture, so ACK/NAKs and requests are returned as two sequences
+/// (rxe's requests without its retransmissions).
+fn replay_pingpong_server(frames: &[Frame], size: u32) -> PingpongReplay {
+    let server = IpAddr::V4(Ipv4Addr::new(192, 168, 77, 2));
+    let first_client = frames.iter().find(|f| f.dgram.endpoints.src != server).unwrap();
+    let first_client = parse(&first_client.dgram);
     let first_server = frames
         .iter()
         .map(|f| (f, parse(&f.dgram)))
-        .find(|(f, r)| {
-            f.dgram.endpoints.src == IpAddr::V4(Ipv4Addr::from(server)) && r.aeth.is_none()
-        })
+        .find(|(f, r)| f.dgram.endpoints.src == server && r.aeth.is_none())
         .map(|(_, r)| r)
         .unwrap();
     let (qpn, peer_qpn) = (first_client.bth.dest_qp.value(), first_server.bth.dest_qp.value());
     let mut u = us(
-        server,
+        [192, 168, 77, 2],
         qpn,
-        client,
+        [192, 168, 77, 3],
         peer_qpn,
         first_server.bth.psn.value(),
         first_client.bth.psn.value(),
         12,
     );
     for i in 0..25 {
-        u.hca.post_recv(u.qpn, RecvWr::new(i, u.mr.addr + 4096 * i, 4096, u.mr.lkey)).unwrap();
+        let a = u.mr.addr + u64::from(size) * i;
+        u.hca.post_recv(u.qpn, RecvWr::new(i, a, size, u.mr.lkey)).unwrap();
     }
     let mut ours = Vec::new();
     let mut theirs = Vec::new();
     let mut sent = 0;
-    for f in &frames {
-        if f.dgram.endpoints.src == IpAddr::V4(Ipv4Addr::from(server)) {
+    for f in frames {
+        if f.dgram.endpoints.src == server {
             theirs.push(key(&parse(&f.dgram)));
             continue;
         }
@@ -587,30 +595,54 @@ fn rc_pingpong_4k_server_side_with_retransmitted_message() {
         for wc in u.hca.poll_cq(u.cq, 16).unwrap() {
             assert_eq!(wc.status, WcStatus::Success);
             if wc.opcode == WcOpcode::Recv {
-                assert_eq!(wc.byte_len, 4096);
-                let wr = SendWr::new(1000 + sent, WrOpcode::Send).sge(
-                    u.mr.addr + (1 << 16),
-                    4096,
-                    u.mr.lkey,
-                );
+                assert_eq!(wc.byte_len, size);
+                let a = u.mr.addr + (1 << 16);
+                let wr = SendWr::new(1000 + sent, WrOpcode::Send).sge(a, size, u.mr.lkey);
                 u.hca.post_send(u.qpn, wr).unwrap();
                 sent += 1;
                 drain(&mut u, &mut ours);
+                let a = u.mr.addr + u64::from(size) * (sent % 25);
+                u.hca.post_recv(u.qpn, RecvWr::new(sent, a, size, u.mr.lkey)).unwrap();
             }
         }
     }
-    let c = u.hca.counters();
-    assert_eq!(c.icrc_err, 0, "every rxe frame passes our ICRC check");
-    assert_eq!(sent, 20);
-    let acks = |v: &Vec<Key>| v.iter().filter(|k| k.4.is_some()).cloned().collect::<Vec<_>>();
-    assert_eq!(acks(&ours).len(), 24);
-    assert_eq!(acks(&ours), acks(&theirs), "ACK opcodes, PSNs, syndromes, MSNs");
-    // our SENDs, in order (their interleaving with the ACKs follows the
-    // rdma-core server's timing in the capture, not the protocol)
-    let reqs = |v: &Vec<Key>| v.iter().filter(|k| k.4.is_none()).cloned().collect::<Vec<_>>();
-    assert_eq!(reqs(&ours).len(), 80);
-    assert_eq!(reqs(&ours), reqs(&theirs));
-    assert_eq!(c.duplicate_request, 4);
+    let split = |v: &Vec<Key>, acks: bool| {
+        let mut out: Vec<Key> = Vec::new();
+        for k in v.iter().filter(|k| k.4.is_some() == acks) {
+            if acks || !out.contains(k) {
+                out.push(k.clone());
+            }
+        }
+        out
+    };
+    PingpongReplay {
+        our_acks: split(&ours, true),
+        their_acks: split(&theirs, true),
+        our_reqs: split(&ours, false),
+        their_reqs: split(&theirs, false),
+        sent,
+        counters: u.hca.counters(),
+    }
+}
+
+#[test]
+fn rc_pingpong_4k_server_side_with_retransmitted_message() {
+    // ibv_rc_pingpong -n 20 (4096 B = FIRST/MIDDLE×2/LAST at MTU 1024): rxe
+    // coalesces one ACK per message, and the client retransmits one whole
+    // message whose packets the server answers as duplicates (one ACK
+    // with the newest PSN per duplicate packet).
+    let Some(frames) = load("rc_pingpong.pcap") else {
+        eprintln!("capture not available; skipped");
+        return;
+    };
+    let r = replay_pingpong_server(&frames, 4096);
+    assert_eq!(r.counters.icrc_err, 0, "every rxe frame passes our ICRC check");
+    assert_eq!(r.counters.duplicate_request, 4);
+    assert_eq!(r.sent, 20);
+    assert_eq!(r.our_acks.len(), 24);
+    assert_eq!(r.our_acks, r.their_acks, "ACK opcodes, PSNs, syndromes, MSNs");
+    assert_eq!(r.our_reqs.len(), 80);
+    assert_eq!(r.our_reqs, r.their_reqs);
 }
 
 #[test]
