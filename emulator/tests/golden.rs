@@ -610,7 +610,7 @@ fn replay_pingpong_server(frames: &[Frame], size: u32) -> PingpongReplay {
         let mut out: Vec<Key> = Vec::new();
         for k in v.iter().filter(|k| k.4.is_some() == acks) {
             if acks || !out.contains(k) {
-                out.push(k.clone());
+                out.push(*k);
             }
         }
         out
