@@ -94,7 +94,21 @@ cmd_teardown() {
   fi
   if [ -e "$STATE/lab.booted-by-interop" ]; then
     log "lab teardown (we booted it)"
+    # the qemu PIDs lab.sh recorded: wait until they are really gone
+    local qpids=() f
+    for f in "${LAB_DIR:-/var/tmp/rxelab}"/run/pids/vm-*.pid; do
+      [ -e "$f" ] && qpids+=("$(cat "$f")")
+    done
     timeout 120 "$LAB/lab.sh" teardown >&2 || true
+    for _ in $(seq 1 100); do
+      local alive=0
+      for f in "${qpids[@]}"; do
+        # alive = still qemu and not a zombie waiting to be reaped
+        grep -qs qemu "/proc/$f/comm" && ! grep -qs ') Z ' "/proc/$f/stat" && alive=1
+      done
+      [ $alive = 0 ] && break
+      sleep 0.2
+    done
     rm -f "$STATE/lab.booted-by-interop"
   fi
 }
