@@ -35,9 +35,11 @@
 //! - `retry_cnt` 7 means "retry forever", as in rxe (IBA reserves that for
 //!   `rnr_retry` 7); 0..=6 are counted exactly.
 //!   `rnr_retry` 7 means forever (both).
-//! - The responder re-ACKs a duplicate SEND/WRITE with the duplicate's own
-//!   PSN (rxe uses the newest PSN, which can make a requester that is
-//!   re-issuing a READ treat the ACK as an implied NAK and loop).
+//! - The responder re-ACKs every duplicate SEND/WRITE packet with the
+//!   newest PSN, as rxe does, except when a READ/atomic executed after the
+//!   duplicate: then with the duplicate's own PSN (rxe's newest PSN can make
+//!   a requester that is re-issuing a READ treat the ACK as an implied NAK
+//!   and loop).
 //! - Class B/C/D responder errors (invalid request, remote access, remote
 //!   operational) move the responder QP to ERR too, like rxe.
 //! - Atomics operate on 64-bit values stored little-endian in MR memory.

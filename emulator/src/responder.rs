@@ -523,12 +523,22 @@ impl Qp {
         let psn = r.bth.psn;
         tracing::debug!(qpn = %self.qpn, %psn, epsn = %self.epsn, opcode = %r.bth.opcode, "duplicate request");
         match info.kind {
-            // Re-acknowledge (C9-105) with the duplicate's own PSN, not the
-            // newest one: an ACK past a READ/atomic the requester is
-            // re-issuing would be taken as an implied NAK for it, and the
-            // re-issued responses that follow would then be stale.
-            OpKind::Send | OpKind::Write if r.bth.ack_req => self.send_ack(dev, psn),
-            OpKind::Send | OpKind::Write => {}
+            // Re-acknowledge (C9-105) every duplicate SEND/WRITE packet,
+            // AckReq or not, with the newest PSN (epsn - 1), as rxe does
+            // (seen in the lab's rc_pingpong capture: four ACKs for a
+            // retransmitted four-packet SEND). Exception: when a READ or
+            // atomic executed after the duplicate, the ACK carries the
+            // duplicate's own PSN instead, since an ACK past a READ/atomic
+            // the requester is re-issuing would be taken as an implied NAK
+            // for it, and the re-issued responses would then be stale.
+            OpKind::Send | OpKind::Write => {
+                let rd_atomic_after = self.resources.iter().any(|x| match *x {
+                    RdResource::Read { first, .. } => first.is_after(psn),
+                    RdResource::Atomic { psn: p, .. } => p.is_after(psn),
+                });
+                let ack_psn = if rd_atomic_after { psn } else { self.epsn.sub(1) };
+                self.send_ack(dev, ack_psn);
+            }
             OpKind::ReadRequest => {
                 let Some(reth) = r.reth else { return };
                 let found = self.resources.iter().find_map(|x| match *x {

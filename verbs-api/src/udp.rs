@@ -26,7 +26,7 @@
 use crate::device::Device;
 use crate::driver::{Budget, Driver};
 use roce_emulator::{Hca, HcaConfig, PathMtu};
-use roce_transport::{DriverHandle, Transport, UdpConfig, UdpTransport};
+use roce_transport::{DriverHandle, RawConfig, RawTransport, Transport, UdpConfig, UdpTransport};
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -46,8 +46,9 @@ pub const ENV_PCAP: &str = "ROCE_EMU_PCAP";
 pub enum TransportKind {
     /// A plain UDP socket bound to the device address (no privileges).
     Udp,
-    /// A raw socket on a network interface (needs CAP_NET_RAW; not in this
-    /// build yet: opening one fails with [`OpenError::Unsupported`]).
+    /// A raw (AF_PACKET) socket on a network interface
+    /// ([`roce_transport::RawTransport`]; needs CAP_NET_RAW, otherwise
+    /// opening fails with [`OpenError::Raw`]).
     Raw {
         /// The interface, e.g. `eth0`.
         ifname: String,
@@ -123,6 +124,15 @@ pub enum OpenError {
         name: String,
         /// The OS error.
         source: std::io::Error,
+    },
+    /// The raw (AF_PACKET) transport could not be opened (no CAP_NET_RAW,
+    /// no such interface...).
+    #[error("device {name}: {source}")]
+    Raw {
+        /// The device.
+        name: String,
+        /// The raw transport's error.
+        source: roce_transport::RawError,
     },
     /// This transport cannot be opened here.
     #[error("device {name}: transport {kind} cannot be opened here ({why})")]
@@ -366,38 +376,44 @@ impl DeviceConfig {
     /// the last handle of the device (and of everything created on it)
     /// stops the thread and flushes the pcap.
     pub fn open(&self) -> Result<Device, OpenError> {
-        match &self.transport {
-            TransportKind::Udp => {}
-            k @ TransportKind::Raw { .. } => {
-                return Err(OpenError::Unsupported {
-                    name: self.name.clone(),
-                    kind: k.clone(),
-                    why: "no raw-socket transport in this build",
-                })
-            }
-            k @ TransportKind::Sim => {
-                return Err(OpenError::Unsupported {
-                    name: self.name.clone(),
-                    kind: k.clone(),
-                    why: "simulated devices live on a SimNet: use SimNet::add_device",
-                })
-            }
-        }
-        let mut uc = UdpConfig::new(SocketAddr::new(self.addr, self.port));
-        uc.pcap = self.effective_pcap();
-        let t = UdpTransport::bind(uc)
-            .map_err(|source| OpenError::Transport { name: self.name.clone(), source })?;
-        let hca = Arc::new(Mutex::new(Hca::new(self.hca_config())));
         let cfg = roce_transport::DriverConfig {
             name: format!("roce-{}", self.name),
             max_idle: Duration::from_millis(20),
             ..Default::default()
         };
-        let handle = roce_transport::Driver::spawn_with(hca.clone(), t, cfg)
-            .map_err(|source| OpenError::Thread { name: self.name.clone(), source })?;
-        let publisher = crate::publish::Publisher::start(hca.clone());
-        let drv = Arc::new(UdpDriver::new(handle, "udp").with_publisher(publisher));
-        Ok(Device::new(hca, drv))
+        let hca = Arc::new(Mutex::new(Hca::new(self.hca_config())));
+        match &self.transport {
+            TransportKind::Udp => {
+                let mut uc = UdpConfig::new(SocketAddr::new(self.addr, self.port));
+                uc.pcap = self.effective_pcap();
+                let t = UdpTransport::bind(uc)
+                    .map_err(|source| OpenError::Transport { name: self.name.clone(), source })?;
+                let handle = roce_transport::Driver::spawn_with(hca.clone(), t, cfg)
+                    .map_err(|source| OpenError::Thread { name: self.name.clone(), source })?;
+                let publisher = crate::publish::Publisher::start(hca.clone());
+                let drv = Arc::new(UdpDriver::new(handle, "udp").with_publisher(publisher));
+                Ok(Device::new(hca, drv))
+            }
+            TransportKind::Raw { ifname } => {
+                let mut rc = RawConfig::new(ifname.clone(), self.addr);
+                rc.port = self.port;
+                rc.pcap = self.effective_pcap();
+                let t = RawTransport::open(rc)
+                    .map_err(|source| OpenError::Raw { name: self.name.clone(), source })?;
+                let handle = roce_transport::Driver::spawn_with(hca.clone(), t, cfg)
+                    .map_err(|source| OpenError::Thread { name: self.name.clone(), source })?;
+                let publisher = crate::publish::Publisher::start(hca.clone());
+                let drv = Arc::new(
+                    ThreadDriver::<RawTransport>::new(handle, "raw").with_publisher(publisher),
+                );
+                Ok(Device::new(hca, drv))
+            }
+            k @ TransportKind::Sim => Err(OpenError::Unsupported {
+                name: self.name.clone(),
+                kind: k.clone(),
+                why: "simulated devices live on a SimNet: use SimNet::add_device",
+            }),
+        }
     }
 }
 
@@ -461,8 +477,8 @@ pub fn gid_to_addr(gid: Ipv6Addr) -> IpAddr {
 }
 
 /// The verbs [`Driver`] of a device whose frames a
-/// [`roce_transport::Driver`] thread moves over a transport `T` (UDP
-/// today; the raw transport implements the same trait).
+/// [`roce_transport::Driver`] thread moves over a transport `T` (UDP or
+/// raw).
 /// [`Driver::progress`] blocks on the thread's progress condition variable
 /// (no busy polling), and async code registers wakers
 /// ([`Driver::register_waker`]) that the thread wakes after every round

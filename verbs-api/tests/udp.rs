@@ -110,4 +110,14 @@ fn open_errors() {
     assert!(e.starts_with("device bad: cannot bind 192.0.2.77:4791"), "{e}");
     c.transport = roce_verbs_api::TransportKind::Sim;
     assert!(c.open().unwrap_err().to_string().contains("SimNet"));
+    // raw devices are opened through RawTransport: a missing interface (as
+    // root) or the missing capability (otherwise) is reported, not panicked.
+    c.transport = roce_verbs_api::TransportKind::Raw { ifname: "nosuchif77".into() };
+    let e = c.open().unwrap_err().to_string();
+    assert!(
+        e.starts_with("device bad: ")
+            && (e.contains("no network interface named \"nosuchif77\"")
+                || e.contains("needs CAP_NET_RAW")),
+        "{e}"
+    );
 }

@@ -1,0 +1,263 @@
+#!/bin/bash
+# Interoperability run against the Linux kernel's soft-RoCE (rdma_rxe).
+#
+#   scripts/interop.sh setup            build our tools (release), set up + boot the lab
+#   scripts/interop.sh run [CASE...]    run the matrix (or the cases matching the globs)
+#   scripts/interop.sh list             print the case names
+#   scripts/interop.sh teardown         stop what an earlier run left (recorded PIDs only)
+#
+# Our device lives at 192.168.77.1 inside the lab's network namespace (rxelab), once
+# over the UDP transport and once over the raw (AF_PACKET) transport on br0; the peers
+# are rdma-core's tools on rxe in the lab's qemu guests (../shared/rxelab, lab.sh).
+# Results (per case: our log, the guest's log, our pcap, the br0 pcap, oracle output)
+# go to $INTEROP_RESULTS (default /var/tmp/roce-interop/RUN-<time>), never into the repo.
+# See docs/interop.md.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)
+# ../shared next to the repository (a worktree under wt/ looks one level further up)
+SHARED=$ROOT/../shared; [ -d "$SHARED" ] || SHARED=$ROOT/../../shared
+LAB=${INTEROP_LAB:-$SHARED/rxelab}
+ORACLE=${INTEROP_ORACLE:-$SHARED/oracles/oracle.py}
+NS=${LAB_NS:-rxelab}
+HOST=192.168.77.1
+GUEST_SRV=a                  # the guest that serves when we are the client
+GUEST_CLI=b                  # the guest that connects when we are the server
+declare -A GUEST_IP=([a]=192.168.77.2 [b]=192.168.77.3)
+ITERS=${INTEROP_ITERS:-20}
+LOSS_ITERS=${INTEROP_LOSS_ITERS:-30}
+LOSS=${INTEROP_LOSS:-10%}
+TRANSPORTS=${INTEROP_TRANSPORTS:-udp raw}
+CASE_TIMEOUT=${INTEROP_CASE_TIMEOUT:-60}
+BIN=$ROOT/target/release
+STATE=/var/tmp/roce-interop
+RUN=${INTEROP_RESULTS:-$STATE/RUN-$(date -u +%Y%m%dT%H%M%SZ)}
+PORT=${INTEROP_PORT:-18600}  # TCP rendezvous port, one per case
+
+die() { echo "interop: error: $*" >&2; exit 1; }
+log() { echo "[interop $(date -u +%H:%M:%S)] $*" >&2; }
+lab() { "$LAB/lab.sh" "$@"; }
+
+# ------------------------------------------------------------ our own processes
+PIDS=()
+start_bg() { # OUTFILE CMD... : start a host process, record its PID
+  local out=$1; shift
+  "$@" >"$out" 2>&1 &
+  PIDS+=("$!")
+  echo "$!" >>"$STATE/pids"
+  LAST_PID=$!
+}
+stop_ours() { # only PIDs this script started, and only if still ours
+  local p
+  for p in "${PIDS[@]}"; do
+    if kill -0 "$p" 2>/dev/null; then kill -TERM "$p" 2>/dev/null || true; fi
+  done
+  for p in "${PIDS[@]}"; do
+    for _ in $(seq 1 30); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+  done
+  PIDS=()
+  : >"$STATE/pids"
+}
+
+# ------------------------------------------------------------ setup / teardown
+
+cmd_setup() {
+  [ "$(id -u)" = 0 ] || die "must run as root (network namespace, raw sockets, qemu)"
+  [ -x "$LAB/lab.sh" ] || die "no lab at $LAB (set INTEROP_LAB)"
+  mkdir -p "$STATE"
+  log "building our tools (release)"
+  (cd "$ROOT" && timeout 1800 cargo build --release -q -p roce-examples) || die "cargo build failed"
+  local st; st=$(timeout 30 "$LAB/lab.sh" status 2>/dev/null || true)
+  if grep -q "vm a: running" <<<"$st" && grep -q "vm b: running" <<<"$st"; then
+    log "lab already running (not ours to stop)"
+  else
+    log "lab setup + boot"
+    timeout 1800 "$LAB/lab.sh" setup >&2 || die "lab.sh setup failed"
+    timeout 600 "$LAB/lab.sh" boot >&2 || die "lab.sh boot failed"
+    touch "$STATE/lab.booted-by-interop"
+  fi
+}
+
+cmd_teardown() {
+  mkdir -p "$STATE"
+  if [ -s "$STATE/pids" ]; then
+    local p
+    while read -r p; do
+      # only our binaries (rc_pingpong & co. under ip netns exec / timeout)
+      if [ -r "/proc/$p/comm" ] && grep -qE '^(ip|timeout|rc_pingpong|uc_pingpong|ud_pingpong|rdma_write|rdma_read|atomics)$' "/proc/$p/comm"; then
+        kill -TERM "$p" 2>/dev/null || true
+      fi
+    done <"$STATE/pids"
+    : >"$STATE/pids"
+  fi
+  if [ -e "$STATE/lab.booted-by-interop" ]; then
+    log "lab teardown (we booted it)"
+    # the qemu PIDs lab.sh recorded: wait until they are really gone
+    local qpids=() f
+    for f in "${LAB_DIR:-/var/tmp/rxelab}"/run/pids/vm-*.pid; do
+      [ -e "$f" ] && qpids+=("$(cat "$f")")
+    done
+    timeout 120 "$LAB/lab.sh" teardown >&2 || true
+    for _ in $(seq 1 100); do
+      local alive=0
+      for f in "${qpids[@]}"; do
+        # alive = still qemu and not a zombie waiting to be reaped
+        grep -qs qemu "/proc/$f/comm" && ! grep -qs ') Z ' "/proc/$f/stat" && alive=1
+      done
+      [ $alive = 0 ] && break
+      sleep 0.2
+    done
+    rm -f "$STATE/lab.booted-by-interop"
+  fi
+}
+
+# ------------------------------------------------------------ cases
+# name: TRANSPORT-TOOL-ROLE-SIZE, ROLE = srv (we serve, rxe connects) | cli (rxe serves)
+SIZES_RC="1 1023 1024 3079"
+SIZES_UD="1 1023 1024"       # UD messages are limited to one MTU
+all_cases() {
+  local t k r s sizes
+  for t in $TRANSPORTS; do
+    for k in rc uc ud; do
+      sizes=$SIZES_RC; [ $k = ud ] && sizes=$SIZES_UD
+      for r in srv cli; do
+        for s in $sizes; do echo "$t-$k-$r-$s"; done
+      done
+    done
+    # recovery: 10 % loss (tc netem on the guest's eth0, both directions
+    # affected through its egress), 4 KiB messages, retransmission must finish
+    echo "$t-rc-srv-loss"; echo "$t-rc-cli-loss"
+  done
+}
+
+guest_wait_port() { # VM PORT
+  lab shell -t 40 "$1" "lab-waitport $2 30" >/dev/null 2>&1
+}
+
+# our device spec for transport $1 (name roce0)
+dev_env() {
+  case $1 in
+    udp) echo "roce0=udp:$HOST" ;;
+    raw) echo "roce0=raw:br0:$HOST" ;;
+    *) die "unknown transport $1" ;;
+  esac
+}
+
+run_pingpong() { # CASE DIR -> 0 pass / 1 fail ; writes DIR/{ours,guest}.log
+  local c=$1 d=$2 t k r s port=$PORT
+  IFS=- read -r t k r s <<<"$c"
+  PORT=$((PORT + 1))
+  local iters=$ITERS size=$s
+  [ "$s" = loss ] && { size=4096; iters=$LOSS_ITERS; }
+  local ours=("$BIN/${k}_pingpong" -d roce0 -g 1 -s "$size" -n "$iters" -c -p "$port")
+  local theirs="timeout $((CASE_TIMEOUT - 10)) ibv_${k}_pingpong -d rxe0 -g \$(lab-gid) -s $size -n $iters -c -p $port"
+  if [ "$s" = loss ]; then # netem on, the tool, netem off (also when the tool fails)
+    theirs="tc qdisc add dev eth0 root netem loss $LOSS; $theirs \"\$@\"; rc=\$?; tc -s qdisc show dev eth0; tc qdisc del dev eth0 root; exit \$rc"
+    theirs="bash -c '$theirs' x"
+  fi
+  local env=(env ROCE_EMU_DEVICES="$(dev_env "$t")" ROCE_EMU_PCAP="$d")
+  local ours_rc=0 guest_rc=0 job
+  if [ "$r" = srv ]; then
+    start_bg "$d/ours.log" ip netns exec "$NS" timeout "$CASE_TIMEOUT" "${env[@]}" "${ours[@]}"
+    local pid=$LAST_PID i
+    for i in $(seq 1 100); do
+      ip netns exec "$NS" ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    echo "+ $theirs $HOST" >"$d/guest.log"
+    lab shell -t "$CASE_TIMEOUT" "$GUEST_CLI" "$theirs $HOST" >>"$d/guest.log" 2>&1 || guest_rc=$?
+    wait "$pid" || ours_rc=$?
+  else
+    echo "+ $theirs" >"$d/guest.log"
+    job=$(lab bg "$GUEST_SRV" "$theirs")
+    guest_wait_port "$GUEST_SRV" "$port" || true
+    ip netns exec "$NS" timeout "$CASE_TIMEOUT" "${env[@]}" "${ours[@]}" "${GUEST_IP[$GUEST_SRV]}" \
+      >"$d/ours.log" 2>&1 || ours_rc=$?
+    lab wait "$GUEST_SRV" "$job" "$CASE_TIMEOUT" >>"$d/guest.log" 2>&1 || guest_rc=$?
+  fi
+  echo "ours_rc=$ours_rc guest_rc=$guest_rc" >"$d/status"
+  # both sides must finish cleanly and report the exchange
+  [ "$ours_rc" = 0 ] && [ "$guest_rc" = 0 ] \
+    && grep -q "^$iters iters in" "$d/ours.log" && grep -q "^$iters iters in" "$d/guest.log"
+}
+
+check_pcaps() { # DIR -> 0 if every pcap there passes the oracle and has RoCE packets
+  local d=$1 f n ok=0 any=0
+  for f in "$d"/*.pcap; do
+    [ -e "$f" ] || continue
+    any=1
+    if timeout 120 python3 "$ORACLE" --no-tshark "$f" >"${f%.pcap}.oracle.jsonl" 2>"${f%.pcap}.oracle.err"; then
+      n=$(wc -l <"${f%.pcap}.oracle.jsonl")
+      echo "$(basename "$f"): oracle ok, $n RoCE packets" >>"$d/oracle.txt"
+      [ "$n" -gt 0 ] || ok=1
+    else
+      echo "$(basename "$f"): ORACLE FAILED (see ${f##*/}.oracle.*)" >>"$d/oracle.txt"
+      ok=1
+    fi
+  done
+  [ $any = 1 ] || { echo "no pcap" >>"$d/oracle.txt"; ok=1; }
+  return $ok
+}
+
+RESULTS=()
+run_case() { # CASE
+  local c=$1 d=$RUN/$1 t0 res=PASS oracle=ok secs
+  mkdir -p "$d"
+  t0=$(date +%s.%N)
+  LAB_CAPTURES=$d lab capture-start br0 udp port 4791 or tcp port "$PORT" >/dev/null 2>&1 || true
+  case $c in
+    *-rc-*|*-uc-*|*-ud-*) run_pingpong "$c" "$d" || res=FAIL ;;
+    *) die "unknown case $c" ;;
+  esac
+  LAB_CAPTURES=$d lab capture-stop br0 >/dev/null 2>&1 || true
+  stop_ours
+  check_pcaps "$d" || oracle=FAIL
+  [ $oracle = ok ] || res=FAIL
+  secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
+  RESULTS+=("$(printf '%-22s %-5s oracle=%-4s %6ss  %s' "$c" "$res" "$oracle" "$secs" "$(cat "$d/status" 2>/dev/null)")")
+  printf '%-22s %-5s oracle=%-4s %6ss\n' "$c" "$res" "$oracle" "$secs" >&2
+  [ $res = PASS ]
+}
+
+cmd_run() {
+  [ "$(id -u)" = 0 ] || die "must run as root"
+  mkdir -p "$STATE" "$RUN"
+  trap 'stop_ours' EXIT
+  trap 'stop_ours; exit 130' INT TERM
+  cmd_setup
+  local cases=() c p
+  if [ $# -eq 0 ]; then
+    mapfile -t cases < <(all_cases)
+  else
+    for c in $(all_cases); do
+      for p in "$@"; do
+        # shellcheck disable=SC2053
+        [[ $c == $p ]] && { cases+=("$c"); break; }
+      done
+    done
+  fi
+  [ ${#cases[@]} -gt 0 ] || die "no case matches: $*"
+  log "results in $RUN (${#cases[@]} cases)"
+  local pass=0 fail=0 t0=$SECONDS
+  for c in "${cases[@]}"; do
+    if run_case "$c"; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
+  done
+  {
+    echo "case                   result oracle       time  exit codes"
+    printf '%s\n' "${RESULTS[@]}"
+    echo "passed $pass / $((pass + fail)) in $((SECONDS - t0)) s; results: $RUN"
+  } | tee "$RUN/summary.txt"
+  [ "${INTEROP_KEEP_LAB:-0}" = 1 ] || cmd_teardown
+  [ $fail = 0 ]
+}
+
+case ${1:-help} in
+  setup) cmd_setup ;;
+  run) shift; cmd_run "$@" ;;
+  list) all_cases ;;
+  teardown) cmd_teardown ;;
+  *) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
