@@ -164,7 +164,8 @@ pub enum AsyncEvent {
     CqErr(CqHandle),
     /// A QP entered the error state because of a transport/local error.
     QpFatal(Qpn),
-    /// The last WQE of a QP in ERR was flushed (IBV_EVENT_QP_LAST_WQE_REACHED).
+    /// A QP attached to an SRQ entered ERR: it will take no more WQEs from
+    /// the SRQ (IBV_EVENT_QP_LAST_WQE_REACHED). Not raised for QPs without SRQ.
     QpLastWqeReached(Qpn),
     /// An armed SRQ fell below its limit (IBV_EVENT_SRQ_LIMIT_REACHED);
     /// the limit disarms.

@@ -200,4 +200,20 @@ fn srq_limit_fires_once_per_arming() {
     assert_eq!(p.b.poll().len(), 3);
     assert_eq!(p.b.hca.poll_async_event(), Some(AsyncEvent::SrqLimitReached(srq)));
     assert_eq!(p.b.hca.poll_async_event(), None);
+    // the SRQ QP entering ERR (nothing queued on it): QP_LAST_WQE_REACHED
+    p.b.hca.modify_qp(qb, &QpAttr::new().state(QpState::Err)).unwrap();
+    assert_eq!(p.b.hca.poll_async_event(), Some(AsyncEvent::QpFatal(qb)));
+    assert_eq!(p.b.hca.poll_async_event(), Some(AsyncEvent::QpLastWqeReached(qb)));
+    assert_eq!(p.b.hca.poll_async_event(), None);
+    assert_eq!(p.b.hca.query_srq(srq).unwrap().1, 0, "SRQ WQEs are not flushed");
+}
+
+#[test]
+fn last_wqe_reached_only_for_srq_qps() {
+    let mut p = Pair::new();
+    p.b.post_recv(0, 0, 64);
+    p.b.hca.modify_qp(p.b.qpn, &QpAttr::new().state(QpState::Err)).unwrap();
+    assert_eq!(p.b.hca.poll_async_event(), Some(AsyncEvent::QpFatal(p.b.qpn)));
+    assert_eq!(p.b.hca.poll_async_event(), None);
+    assert_eq!(p.b.poll()[0].status, WcStatus::WrFlushErr);
 }
