@@ -739,7 +739,8 @@ impl Hca {
     pub fn post_send(&mut self, qpn: Qpn, wr: SendWr) -> Result<(), PostSendError> {
         let max_msg = self.dev.attr.max_msg_sz;
         let qp = self.qps.get_mut(&qpn).ok_or(PostSendError::UnknownQp(qpn))?;
-        if !matches!(qp.state, QpState::Rts | QpState::Err) {
+        // SQD queues new WRs without starting them (IBA §10.3.1)
+        if !matches!(qp.state, QpState::Rts | QpState::Sqd | QpState::Err) {
             return Err(PostSendError::InvalidState(qp.state));
         }
         let cap = qp.init.cap;

@@ -112,6 +112,33 @@ fn sqd_drains_started_wqes_then_raises_sq_drained() {
 }
 
 #[test]
+fn sqd_retransmits_a_lost_started_wqe_before_draining() {
+    let mut p = Pair::new();
+    for i in 0..3 {
+        p.b.post_recv(i, 64 * i, 64);
+    }
+    send_flags(&mut p, 1, SendFlags::SIGNALED);
+    let lost = p.a.hca.poll_transmit(p.now).expect("first SEND");
+    drop(lost);
+    let sqd = QpAttr::new().state(QpState::Sqd).en_sqd_async_notify(true);
+    p.a.hca.modify_qp(p.a.qpn, &sqd).unwrap();
+    // posting in SQD queues the WR without starting it
+    send_flags(&mut p, 2, SendFlags::SIGNALED);
+    p.run();
+    assert_eq!(p.a.counters().retransmit_timeouts, 1, "the lost SEND was resent in SQD");
+    assert_eq!(
+        p.a.poll().iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::Success)]
+    );
+    assert_eq!(p.b.poll().iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![0]);
+    assert_eq!(p.a.hca.poll_async_event(), Some(AsyncEvent::SqDrained(p.a.qpn)));
+    p.a.hca.modify_qp(p.a.qpn, &QpAttr::new().state(QpState::Rts)).unwrap();
+    p.run();
+    assert_eq!(p.a.poll().iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![2]);
+    assert_eq!(p.a.hca.poll_async_event(), None);
+}
+
+#[test]
 fn sqd_without_notify_raises_nothing() {
     let mut p = Pair::new();
     p.b.post_recv(0, 0, 64);
