@@ -86,6 +86,8 @@ pub(crate) struct Dev {
     pub counters: Counters,
     pub events: VecDeque<AsyncEvent>,
     pub errored_cqs: Vec<CqHandle>,
+    /// QPs moved RTS→SQD with `en_sqd_async_notify`, not yet drained.
+    pub sqd_draining: std::collections::BTreeSet<Qpn>,
     next_id: u32,
     next_key: u32,
     next_iova: u64,
@@ -95,13 +97,18 @@ impl Dev {
     /// Queue a completion; on overflow the CQ enters error (IBA §11.4.2.1)
     /// and its QPs are moved to ERR by [`Hca::settle`].
     pub fn complete(&mut self, cq: CqHandle, wc: WorkCompletion) {
+        self.complete_se(cq, wc, false);
+    }
+
+    /// [`Dev::complete`] for a receive whose last packet had the Solicited
+    /// Event bit `se`: a CQ armed solicited-only notifies only on such
+    /// completions and on errors (IBA §11.4.2.2).
+    pub fn complete_se(&mut self, cq: CqHandle, wc: WorkCompletion, se: bool) {
         let Some(c) = self.cqs.get_mut(&cq) else { return };
         let was = c.errored;
         let notify = match c.armed {
             Some(false) => true,
-            // solicited-only: errors and receive completions (a superset of
-            // the solicited ones; the SE bit is not tracked per completion)
-            Some(true) => wc.status != WcStatus::Success || (wc.opcode as u16) >= 128,
+            Some(true) => wc.status != WcStatus::Success || se,
             None => false,
         };
         let pushed = c.push(wc);
@@ -208,6 +215,7 @@ impl Hca {
                 counters: Counters::default(),
                 events: VecDeque::new(),
                 errored_cqs: Vec::new(),
+                sqd_draining: Default::default(),
                 next_id: 0,
                 next_key: 0,
                 next_iova: 0x7f00_0000_0000,
@@ -425,6 +433,26 @@ impl Hca {
         Ok(())
     }
 
+    /// `ibv_resize_cq`: change the depth to `cqe` entries (1..=max_cqe);
+    /// refused if fewer than the completions it holds now.
+    pub fn resize_cq(&mut self, cq: CqHandle, cqe: u32) -> Result<(), ResizeCqError> {
+        let max = self.dev.attr.max_cqe;
+        let c = self.dev.cqs.get_mut(&cq).ok_or(ResizeCqError::UnknownCq(cq))?;
+        if cqe == 0 || cqe > max {
+            return Err(ResizeCqError::InvalidDepth { cqe, max });
+        }
+        if (cqe as usize) < c.entries.len() {
+            return Err(ResizeCqError::BelowEntries { cqe, entries: c.entries.len() });
+        }
+        c.depth = cqe as usize;
+        Ok(())
+    }
+
+    /// The depth of a CQ (`ibv_cq.cqe`).
+    pub fn cq_depth(&self, cq: CqHandle) -> Option<u32> {
+        self.dev.cqs.get(&cq).map(|c| c.depth as u32)
+    }
+
     /// `ibv_get_cq_event` without blocking: the oldest notified CQ.
     pub fn poll_comp_event(&mut self) -> Option<CqHandle> {
         self.dev.comp_events.pop_front()
@@ -639,6 +667,11 @@ impl Hca {
         if from != to && to != QpState::Err {
             tracing::info!(dev = %self.dev.name, %qpn, %from, %to, "QP state change");
         }
+        if to == QpState::Sqd && from == QpState::Rts && qp.p.en_sqd_async_notify {
+            self.dev.sqd_draining.insert(qpn);
+        } else if to != QpState::Sqd {
+            self.dev.sqd_draining.remove(&qpn);
+        }
         match to {
             QpState::Reset => qp.reset(),
             QpState::Err => qp.enter_error(&mut self.dev),
@@ -707,7 +740,8 @@ impl Hca {
     pub fn post_send(&mut self, qpn: Qpn, wr: SendWr) -> Result<(), PostSendError> {
         let max_msg = self.dev.attr.max_msg_sz;
         let qp = self.qps.get_mut(&qpn).ok_or(PostSendError::UnknownQp(qpn))?;
-        if !matches!(qp.state, QpState::Rts | QpState::Err) {
+        // SQD queues new WRs without starting them (IBA §10.3.1)
+        if !matches!(qp.state, QpState::Rts | QpState::Sqd | QpState::Err) {
             return Err(PostSendError::InvalidState(qp.state));
         }
         let cap = qp.init.cap;
@@ -806,8 +840,26 @@ impl Hca {
         Ok(())
     }
 
-    /// Move every QP of an overflowed CQ to ERR.
+    /// Move every QP of an overflowed CQ to ERR; raise SQ_DRAINED for
+    /// QPs in SQD whose started WQEs have all completed.
     pub(crate) fn settle(&mut self) {
+        let qps = &self.qps;
+        let drained: Vec<Qpn> = self
+            .dev
+            .sqd_draining
+            .iter()
+            .copied()
+            .filter(|q| {
+                qps.get(q).is_some_and(|qp| {
+                    qp.state == QpState::Sqd
+                        && !qp.sq.iter().any(|w| w.state != WqeState::Posted || w.npkts > 0)
+                })
+            })
+            .collect();
+        for q in drained {
+            self.dev.sqd_draining.remove(&q);
+            self.dev.events.push_back(AsyncEvent::SqDrained(q));
+        }
         while let Some(cq) = self.dev.errored_cqs.pop() {
             for qp in self.qps.values_mut() {
                 if (qp.init.send_cq == cq || qp.init.recv_cq == cq) && qp.state != QpState::Err {

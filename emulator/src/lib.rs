@@ -71,7 +71,8 @@ pub use error::*;
 pub use hca::{Hca, HcaConfig, MrInfo};
 pub use io::{Datagram, SansIo};
 pub use objects::{
-    AsyncEvent, CqHandle, DeviceAttr, MrHandle, PdHandle, PortAttr, PortState, SrqAttr, SrqHandle,
+    AsyncEvent, CqHandle, DeviceAttr, MrHandle, PdHandle, PortAttr, PortState, ResizeCqError,
+    SrqAttr, SrqHandle,
 };
 pub use qp::QpInitAttr;
 pub use qp_attr::{AccessFlags, AhAttr, PathMtu, QpAttr, QpCap, QpState, QpType};

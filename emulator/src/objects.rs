@@ -164,11 +164,42 @@ pub enum AsyncEvent {
     CqErr(CqHandle),
     /// A QP entered the error state because of a transport/local error.
     QpFatal(Qpn),
-    /// The last WQE of a QP in ERR was flushed (IBV_EVENT_QP_LAST_WQE_REACHED).
+    /// A QP attached to an SRQ entered ERR: it will take no more WQEs from
+    /// the SRQ (IBV_EVENT_QP_LAST_WQE_REACHED). Not raised for QPs without SRQ.
     QpLastWqeReached(Qpn),
     /// An armed SRQ fell below its limit (IBV_EVENT_SRQ_LIMIT_REACHED);
     /// the limit disarms.
     SrqLimitReached(SrqHandle),
+    /// A QP moved RTS→SQD with `en_sqd_async_notify` finished every WQE it
+    /// had started (IBV_EVENT_SQ_DRAINED).
+    SqDrained(Qpn),
+    /// The port is active (IBV_EVENT_PORT_ACTIVE); the verbs layer reports
+    /// it once when a device is opened.
+    PortActive,
+}
+
+/// `resize_cq` failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ResizeCqError {
+    /// Unknown CQ.
+    #[error("unknown completion queue {0:?}")]
+    UnknownCq(CqHandle),
+    /// The depth is outside 1..=max_cqe.
+    #[error("cqe {cqe} outside 1..={max}")]
+    InvalidDepth {
+        /// Requested depth.
+        cqe: u32,
+        /// Device limit.
+        max: u32,
+    },
+    /// The CQ holds more completions than the new depth.
+    #[error("cqe {cqe} below the {entries} completions the CQ holds")]
+    BelowEntries {
+        /// Requested depth.
+        cqe: u32,
+        /// Completions queued now.
+        entries: usize,
+    },
 }
 
 /// `struct ibv_srq_init_attr` / `ibv_srq_attr`.

@@ -347,7 +347,8 @@ impl Qp {
 
     /// Enter ERR and flush both queues (IBA §10.3.1, C10-31).
     pub fn enter_error(&mut self, dev: &mut Dev) {
-        if self.state != QpState::Err {
+        let entering = self.state != QpState::Err;
+        if entering {
             tracing::info!(qpn = %self.qpn, from = %self.state, to = %QpState::Err, "QP state change");
             self.state = QpState::Err;
             dev.events.push_back(crate::objects::AsyncEvent::QpFatal(self.qpn));
@@ -355,11 +356,14 @@ impl Qp {
         self.retrans_deadline = None;
         self.rnr_deadline = None;
         self.flush(dev);
+        // a QP on an SRQ takes no more SRQ WQEs (IBA §10.2.9.5, o10-2.2.2)
+        if entering && self.init.srq.is_some() {
+            dev.events.push_back(crate::objects::AsyncEvent::QpLastWqeReached(self.qpn));
+        }
     }
 
     /// Complete every queued WQE with WR_FLUSH_ERR.
     pub fn flush(&mut self, dev: &mut Dev) {
-        let had = !self.sq.is_empty() || !self.rq.is_empty() || self.in_msg.is_some();
         while let Some(w) = self.sq.pop_front() {
             let wc = self.send_wc(&w, WcStatus::WrFlushErr);
             dev.complete(self.init.send_cq, wc);
@@ -372,9 +376,6 @@ impl Qp {
         while let Some(r) = self.rq.pop_front() {
             let wc = self.recv_wc(&r, WcStatus::WrFlushErr, 0, None, false);
             dev.complete(self.init.recv_cq, wc);
-        }
-        if had {
-            dev.events.push_back(crate::objects::AsyncEvent::QpLastWqeReached(self.qpn));
         }
     }
 }

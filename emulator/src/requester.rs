@@ -84,11 +84,16 @@ impl Qp {
 
     /// The next request packet, if the QP may send one now.
     pub(crate) fn next_packet(&mut self, dev: &mut Dev, now: Instant) -> Option<Datagram> {
-        if self.state != QpState::Rts || self.rnr_deadline.is_some() {
+        let sqd = self.state == QpState::Sqd;
+        if !(self.state == QpState::Rts || sqd) || self.rnr_deadline.is_some() {
             return None;
         }
         let idx = self.req_idx;
         let w = self.sq.get(idx)?;
+        // SQD finishes (and retransmits) WQEs already started, starts none
+        if sqd && w.state == WqeState::Posted && w.npkts == 0 {
+            return None;
+        }
         if !self.unacked() && self.req_psn.distance(self.comp_psn) >= MAX_UNACKED_PSNS {
             return None;
         }

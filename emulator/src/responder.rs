@@ -352,7 +352,7 @@ impl Qp {
                     if let Some(InMsg::Send { recv, offset }) = self.in_msg.take() {
                         let wc = self.recv_wc(&recv, WcStatus::Success, offset, r.immdt, false);
                         dev.counters.rdma_recvs += 1;
-                        dev.complete(self.init.recv_cq, wc);
+                        dev.complete_se(self.init.recv_cq, wc, r.bth.solicited);
                     }
                     self.msn = self.msn.next();
                 }
@@ -425,7 +425,7 @@ impl Qp {
                         if let Some(recv) = self.take_recv(dev) {
                             let wc = self.recv_wc(&recv, WcStatus::Success, total, r.immdt, true);
                             dev.counters.rdma_recvs += 1;
-                            dev.complete(self.init.recv_cq, wc);
+                            dev.complete_se(self.init.recv_cq, wc, r.bth.solicited);
                         }
                     }
                     self.msn = self.msn.next();
@@ -645,7 +645,7 @@ impl Qp {
             wc.byte_len = 0;
             wc.imm = None;
         }
-        dev.complete(self.init.recv_cq, wc);
+        dev.complete_se(self.init.recv_cq, wc, r.bth.solicited);
     }
 }
 

@@ -3,22 +3,30 @@
 use crate::device::Context;
 use crate::driver::Budget;
 use crate::error::DestroyError;
-use roce_emulator::{CqHandle, DestroyCqError, PollCqError, WorkCompletion};
+use roce_emulator::{
+    CqHandle, DestroyCqError, NotifyCqError, PollCqError, ResizeCqError, WorkCompletion,
+};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 
 pub(crate) struct CqInner {
     pub ctx: Context,
     pub handle: CqHandle,
-    depth: u32,
+    depth: AtomicU32,
     destroyed: bool,
+    /// Completion events taken from a channel for this CQ.
+    pub events_got: AtomicU32,
+    /// Of those, acknowledged with [`Cq::ack_events`].
+    pub events_acked: AtomicU32,
 }
 
 impl Drop for CqInner {
     fn drop(&mut self) {
+        crate::channel::unroute(&self.ctx.inner.hca, self.handle);
         if !self.destroyed {
             if let Err(e) = self.ctx.lock().destroy_cq(self.handle) {
                 tracing::warn!(cq = self.handle.id(), error = %e, "destroy_cq in drop failed");
@@ -39,14 +47,23 @@ impl fmt::Debug for Cq {
         f.debug_struct("Cq")
             .field("device", &self.inner.ctx.name())
             .field("handle", &self.inner.handle.id())
-            .field("depth", &self.inner.depth)
+            .field("depth", &self.depth())
             .finish()
     }
 }
 
 impl Cq {
     pub(crate) fn new(ctx: Context, handle: CqHandle, depth: u32) -> Cq {
-        Cq { inner: Arc::new(CqInner { ctx, handle, depth, destroyed: false }) }
+        Cq {
+            inner: Arc::new(CqInner {
+                ctx,
+                handle,
+                depth: AtomicU32::new(depth),
+                destroyed: false,
+                events_got: AtomicU32::new(0),
+                events_acked: AtomicU32::new(0),
+            }),
+        }
     }
 
     /// The context this CQ belongs to.
@@ -61,7 +78,40 @@ impl Cq {
 
     /// Its capacity in completions.
     pub fn depth(&self) -> u32 {
-        self.inner.depth
+        self.inner.depth.load(Ordering::Relaxed)
+    }
+
+    /// `ibv_resize_cq`: change the capacity to `cqe` completions; refused
+    /// below the number of completions the CQ holds now.
+    pub fn resize(&self, cqe: u32) -> Result<(), ResizeCqError> {
+        let mut h = self.inner.ctx.lock();
+        h.resize_cq(self.inner.handle, cqe)?;
+        self.inner.depth.store(cqe, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// `ibv_req_notify_cq`: arm the CQ once. Its next completion (with
+    /// `solicited_only`: its next receive of a message sent with the
+    /// Solicited Event bit, or any error completion) queues one event on
+    /// the CQ's [`crate::CompChannel`]; re-arm after each event.
+    pub fn req_notify(&self, solicited_only: bool) -> Result<(), NotifyCqError> {
+        self.inner.ctx.lock().req_notify_cq(self.inner.handle, solicited_only)
+    }
+
+    /// `ibv_ack_cq_events`: acknowledge `n` events taken for this CQ
+    /// (at most the number not yet acknowledged).
+    pub fn ack_events(&self, n: u32) {
+        let got = self.inner.events_got.load(Ordering::Relaxed);
+        let _ = self.inner.events_acked.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |a| {
+            Some(a.saturating_add(n).min(got))
+        });
+    }
+
+    /// Events taken from the channel for this CQ and not yet acknowledged
+    /// (libibverbs' `ibv_destroy_cq` waits for this to reach 0).
+    pub fn unacked_events(&self) -> u32 {
+        let got = self.inner.events_got.load(Ordering::Relaxed);
+        got.saturating_sub(self.inner.events_acked.load(Ordering::Relaxed))
     }
 
     /// `ibv_poll_cq`: up to `max` completions, oldest first (an empty

@@ -64,6 +64,7 @@ impl Device {
                 driver: self.driver.clone(),
                 name: self.name.clone(),
                 addr: self.addr,
+                port_active: std::sync::atomic::AtomicBool::new(true),
             }),
         }
     }
@@ -74,6 +75,8 @@ pub(crate) struct ContextInner {
     pub driver: Arc<dyn Driver>,
     name: String,
     addr: IpAddr,
+    /// IBV_EVENT_PORT_ACTIVE not yet reported to this context.
+    port_active: std::sync::atomic::AtomicBool,
 }
 
 /// An opened device (`struct ibv_context`). Clones share the context; PDs
@@ -144,8 +147,12 @@ impl Context {
         self.lock().counters()
     }
 
-    /// `ibv_get_async_event`, non-blocking.
+    /// `ibv_get_async_event`, non-blocking. The first event of a newly
+    /// opened context is [`AsyncEvent::PortActive`] (the port is up).
     pub fn poll_async_event(&self) -> Option<AsyncEvent> {
+        if self.inner.port_active.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            return Some(AsyncEvent::PortActive);
+        }
         self.lock().poll_async_event()
     }
 

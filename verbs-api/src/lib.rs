@@ -29,6 +29,7 @@
 //!
 #![doc = include_str!("../../docs/verbs.md")]
 
+pub mod channel;
 pub mod cq;
 pub mod device;
 pub mod driver;
@@ -40,6 +41,7 @@ pub mod sim;
 pub mod udp;
 pub mod workload;
 
+pub use channel::{AsyncEventFuture, CompChannel, CqEvent};
 pub use cq::{Cq, PollCq};
 pub use device::{Context, Device};
 pub use driver::{Budget, Driver};
@@ -54,8 +56,9 @@ pub use roce_emulator::sim::{FabricStats, FaultConfig, LinkConfig};
 pub use roce_emulator::{
     AccessFlags, AhAttr, AllocPdError, AsyncEvent, Counters, CreateCqError, CreateQpError,
     DeallocPdError, DeregMrError, DestroyCqError, DeviceAttr, Hca, HcaConfig, Instant,
-    MrAccessError, MrInfo, PathMtu, PollCqError, PortAttr, PortState, PostRecvError, PostSendError,
-    QpAttr, QpCap, QpInitAttr, QpLookupError, QpModifyError, QpState, QpType, RecvWr, RegMrError,
-    SendFlags, SendWr, Sge, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    MrAccessError, MrInfo, NotifyCqError, PathMtu, PollCqError, PortAttr, PortState, PostRecvError,
+    PostSendError, QpAttr, QpCap, QpInitAttr, QpLookupError, QpModifyError, QpState, QpType,
+    RecvWr, RegMrError, ResizeCqError, SendFlags, SendWr, Sge, WcFlags, WcOpcode, WcStatus,
+    WorkCompletion, WrOpcode,
 };
 pub use roce_packet::{LKey, Qpn, RKey};

@@ -1,0 +1,344 @@
+//! Completion channels (`ibv_comp_channel`) and device async events.
+//!
+//! A [`CompChannel`] collects the completion events of the CQs created on
+//! it ([`Context::create_cq_with_channel`]). Arm a CQ with
+//! [`Cq::req_notify`]; its next completion (or, solicited-only, its next
+//! solicited receive or error completion) queues one event on the channel.
+//! Take events with [`CompChannel::get_cq_event`] (blocking, with a
+//! timeout), [`CompChannel::get_cq_event_async`] (a runtime-agnostic
+//! future) or, for epoll users, wait for the channel's file descriptor
+//! ([`std::os::fd::AsFd`]) to become readable and call
+//! [`CompChannel::try_get_cq_event`]. Acknowledge with [`Cq::ack_events`].
+//!
+//! Events move from the device to the channels when the driver makes
+//! progress: a threaded driver (UDP) does it on its own thread after every
+//! round, so the descriptor becomes readable without any call; with the
+//! simulated fabric events are collected whenever the verbs drive it
+//! (`get_cq_event`, `poll_blocking`, ...) or on [`CompChannel::process`].
+
+use crate::cq::Cq;
+use crate::device::Context;
+use crate::driver::Budget;
+use roce_emulator::{AsyncEvent, CqHandle, CreateCqError, Hca};
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::future::Future;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::pin::Pin;
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::task::{Context as TaskContext, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+/// Which channel and CQ object a device CQ handle belongs to, per device.
+type Routes = HashMap<(usize, CqHandle), (Weak<ChanInner>, Weak<crate::cq::CqInner>)>;
+
+fn routes() -> &'static Mutex<Routes> {
+    static R: OnceLock<Mutex<Routes>> = OnceLock::new();
+    R.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn dev_key(hca: &Arc<Mutex<Hca>>) -> usize {
+    Arc::as_ptr(hca) as usize
+}
+
+/// Move the device's pending completion events to their channels. Events
+/// of CQs without a channel are dropped (nobody can wait for them).
+pub(crate) fn dispatch(hca: &Arc<Mutex<Hca>>) {
+    let handles: Vec<CqHandle> = {
+        let mut h = crate::device::lock(hca);
+        std::iter::from_fn(|| h.poll_comp_event()).collect()
+    };
+    if handles.is_empty() {
+        return;
+    }
+    let key = dev_key(hca);
+    for h in handles {
+        let route = lock(routes()).get(&(key, h)).cloned();
+        let Some((ch, cq)) = route else { continue };
+        let (Some(ch), Some(cq)) = (ch.upgrade(), cq.upgrade()) else { continue };
+        ch.push(Cq { inner: cq });
+    }
+}
+
+pub(crate) struct ChanInner {
+    ctx: Context,
+    queue: Mutex<VecDeque<Cq>>,
+    cv: Condvar,
+    wakers: Mutex<Vec<Waker>>,
+    rx: UnixStream,
+    tx: UnixStream,
+}
+
+impl ChanInner {
+    fn push(&self, cq: Cq) {
+        lock(&self.queue).push_back(cq);
+        // one byte per pending event; a full pipe only means "readable"
+        let _ = (&self.tx).write(&[1]);
+        self.cv.notify_all();
+        for w in std::mem::take(&mut *lock(&self.wakers)) {
+            w.wake();
+        }
+    }
+
+    fn pop(&self) -> Option<Cq> {
+        let cq = lock(&self.queue).pop_front()?;
+        let mut b = [0u8; 1];
+        let _ = (&self.rx).read(&mut b);
+        cq.inner.events_got.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some(cq)
+    }
+}
+
+struct Noop;
+impl Wake for Noop {
+    fn wake(self: Arc<Self>) {}
+}
+
+/// One waker that does nothing (to ask a driver whether it has a thread).
+fn noop_waker() -> &'static Waker {
+    static W: OnceLock<Waker> = OnceLock::new();
+    W.get_or_init(|| Waker::from(Arc::new(Noop)))
+}
+
+/// Dispatches on every round of a threaded driver, then re-registers.
+struct Dispatcher {
+    chan: Weak<ChanInner>,
+}
+
+impl Wake for Dispatcher {
+    fn wake(self: Arc<Self>) {
+        let Some(ch) = self.chan.upgrade() else { return };
+        dispatch(&ch.ctx.inner.hca);
+        let w = Waker::from(self.clone());
+        ch.ctx.driver().register_waker(&w);
+    }
+}
+
+/// A completion channel (`struct ibv_comp_channel`). Clones share it.
+#[derive(Clone)]
+pub struct CompChannel {
+    inner: Arc<ChanInner>,
+}
+
+impl fmt::Debug for CompChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompChannel")
+            .field("device", &self.inner.ctx.name())
+            .field("pending", &lock(&self.inner.queue).len())
+            .finish()
+    }
+}
+
+impl CompChannel {
+    fn new(ctx: Context) -> std::io::Result<CompChannel> {
+        let (rx, tx) = UnixStream::pair()?;
+        rx.set_nonblocking(true)?;
+        tx.set_nonblocking(true)?;
+        let inner = Arc::new(ChanInner {
+            ctx,
+            queue: Mutex::new(VecDeque::new()),
+            cv: Condvar::new(),
+            wakers: Mutex::new(Vec::new()),
+            rx,
+            tx,
+        });
+        let w = Waker::from(Arc::new(Dispatcher { chan: Arc::downgrade(&inner) }));
+        inner.ctx.driver().register_waker(&w);
+        Ok(CompChannel { inner })
+    }
+
+    /// Collect the device's pending completion events now (no progress).
+    pub fn process(&self) {
+        dispatch(&self.inner.ctx.inner.hca);
+    }
+
+    /// The number of events waiting on the channel.
+    pub fn pending(&self) -> usize {
+        self.process();
+        lock(&self.inner.queue).len()
+    }
+
+    /// Take an event without waiting (after the descriptor became readable).
+    pub fn try_get_cq_event(&self) -> Option<Cq> {
+        self.process();
+        self.inner.pop()
+    }
+
+    /// `ibv_get_cq_event`: wait up to `timeout` for the next event and
+    /// return the CQ it is for (acknowledge it with [`Cq::ack_events`]).
+    /// With the simulated fabric this drives the fabric (and returns
+    /// `None` early if it goes idle without an event).
+    pub fn get_cq_event(&self, timeout: Duration) -> Option<Cq> {
+        let ctx = &self.inner.ctx;
+        let threaded = ctx.driver().register_waker(noop_waker());
+        if !threaded {
+            let budget = Budget { events: 1_000_000, wall: timeout };
+            ctx.progress(|| self.pending() > 0, budget);
+            return self.inner.pop();
+        }
+        let end = Instant::now() + timeout;
+        let mut q = lock(&self.inner.queue);
+        loop {
+            drop(q);
+            self.process();
+            q = lock(&self.inner.queue);
+            if !q.is_empty() {
+                drop(q);
+                return self.inner.pop();
+            }
+            let now = Instant::now();
+            if now >= end {
+                return None;
+            }
+            // woken by the dispatcher; re-check at least every 10 ms
+            let wait = (end - now).min(Duration::from_millis(10));
+            q = match self.inner.cv.wait_timeout(q, wait) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+    }
+
+    /// Async `ibv_get_cq_event`: resolves with the next event's CQ.
+    /// Runtime-agnostic (wakers); no timeout of its own: wrap it in your
+    /// runtime's (e.g. `tokio::time::timeout`).
+    pub fn get_cq_event_async(&self) -> CqEvent<'_> {
+        CqEvent { chan: self }
+    }
+}
+
+impl AsFd for CompChannel {
+    /// Readable while events are pending (for epoll/poll users).
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.inner.rx.as_fd()
+    }
+}
+
+impl AsRawFd for CompChannel {
+    fn as_raw_fd(&self) -> RawFd {
+        self.inner.rx.as_raw_fd()
+    }
+}
+
+/// The future of [`CompChannel::get_cq_event_async`].
+#[derive(Debug)]
+pub struct CqEvent<'a> {
+    chan: &'a CompChannel,
+}
+
+impl Future for CqEvent<'_> {
+    type Output = Cq;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Cq> {
+        let ch = &self.chan.inner;
+        {
+            let mut w = lock(&ch.wakers);
+            if !w.iter().any(|x| x.will_wake(cx.waker())) {
+                w.push(cx.waker().clone());
+            }
+        }
+        if let Some(cq) = self.chan.try_get_cq_event() {
+            return Poll::Ready(cq);
+        }
+        let driver = ch.ctx.driver();
+        if !driver.register_waker(cx.waker()) {
+            let chan = self.chan;
+            let mut got = None;
+            driver.progress(
+                &mut || {
+                    got = chan.try_get_cq_event();
+                    got.is_some()
+                },
+                Budget::events(1000),
+            );
+            if let Some(cq) = got {
+                return Poll::Ready(cq);
+            }
+            cx.waker().wake_by_ref();
+        }
+        Poll::Pending
+    }
+}
+
+impl Context {
+    /// `ibv_create_comp_channel`.
+    pub fn create_comp_channel(&self) -> std::io::Result<CompChannel> {
+        CompChannel::new(self.clone())
+    }
+
+    /// `ibv_create_cq` with a completion channel: events of this CQ go to
+    /// `channel` once armed with [`Cq::req_notify`].
+    pub fn create_cq_with_channel(
+        &self,
+        cqe: u32,
+        channel: &CompChannel,
+    ) -> Result<Cq, CreateCqError> {
+        let cq = self.create_cq(cqe)?;
+        let key = (dev_key(&self.inner.hca), cq.handle());
+        lock(routes()).insert(key, (Arc::downgrade(&channel.inner), Arc::downgrade(&cq.inner)));
+        Ok(cq)
+    }
+
+    /// `ibv_get_async_event`: wait up to `timeout` (driving a simulated
+    /// fabric) for the next asynchronous event.
+    pub fn get_async_event(&self, timeout: Duration) -> Option<AsyncEvent> {
+        let mut got = None;
+        self.progress(
+            || {
+                got = self.poll_async_event();
+                got.is_some()
+            },
+            Budget { events: 1_000_000, wall: timeout },
+        );
+        got
+    }
+
+    /// Async [`Context::get_async_event`] (runtime-agnostic; no timeout).
+    pub fn get_async_event_async(&self) -> AsyncEventFuture<'_> {
+        AsyncEventFuture { ctx: self }
+    }
+}
+
+/// Forget a CQ's route (its handle may be reused after destruction).
+pub(crate) fn unroute(hca: &Arc<Mutex<Hca>>, cq: CqHandle) {
+    lock(routes()).remove(&(dev_key(hca), cq));
+}
+
+/// The future of [`Context::get_async_event_async`].
+#[derive(Debug)]
+pub struct AsyncEventFuture<'a> {
+    ctx: &'a Context,
+}
+
+impl Future for AsyncEventFuture<'_> {
+    type Output = AsyncEvent;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<AsyncEvent> {
+        let driver = self.ctx.driver();
+        let threaded = driver.register_waker(cx.waker());
+        if let Some(e) = self.ctx.poll_async_event() {
+            return Poll::Ready(e);
+        }
+        if !threaded {
+            let mut got = None;
+            driver.progress(
+                &mut || {
+                    got = self.ctx.poll_async_event();
+                    got.is_some()
+                },
+                Budget::events(1000),
+            );
+            if let Some(e) = got {
+                return Poll::Ready(e);
+            }
+            cx.waker().wake_by_ref();
+        }
+        Poll::Pending
+    }
+}

@@ -1,0 +1,220 @@
+//! Completion channels (blocking, async, fd), async events, resize, SQD.
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use roce_verbs_api::udp::DeviceConfig;
+use roce_verbs_api::*;
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+const ALL: AccessFlags = AccessFlags(
+    AccessFlags::LOCAL_WRITE.0
+        | AccessFlags::REMOTE_WRITE.0
+        | AccessFlags::REMOTE_READ.0
+        | AccessFlags::REMOTE_ATOMIC.0,
+);
+
+struct Node {
+    ctx: Context,
+    ch: CompChannel,
+    cq: Cq,
+    mr: Mr,
+    qp: Qp,
+}
+
+fn node(ctx: Context, cqe: u32) -> Node {
+    let pd = ctx.alloc_pd().unwrap();
+    let ch = ctx.create_comp_channel().unwrap();
+    let cq = ctx.create_cq_with_channel(cqe, &ch).unwrap();
+    let mr = pd.reg_mr(1 << 16, ALL).unwrap();
+    let qp = pd.qp_builder(&cq, &cq).max_send_wr(32).max_recv_wr(32).build().unwrap();
+    Node { ctx, ch, cq, mr, qp }
+}
+
+fn connect(a: &Node, b: &Node) {
+    let opts = ConnectOptions::default();
+    let (ea, eb) = (a.qp.endpoint(0x100), b.qp.endpoint(0x200));
+    a.qp.connect(&ea, &eb, &opts).unwrap();
+    b.qp.connect(&eb, &ea, &opts).unwrap();
+}
+
+fn sim_pair(seed: u64, cqe: u32) -> (SimNet, Node, Node) {
+    let net = SimNet::new(seed);
+    let a = node(net.add_device("roce0", "10.0.0.1".parse().unwrap()).open(), cqe);
+    let b = node(net.add_device("roce1", "10.0.0.2".parse().unwrap()).open(), cqe);
+    connect(&a, &b);
+    (net, a, b)
+}
+
+fn send(a: &Node, wr_id: u64, flags: SendFlags) {
+    let mut wr = SendWr::new(wr_id, WrOpcode::Send).sge(a.mr.addr(), 8, a.mr.lkey());
+    wr.flags = flags;
+    a.qp.post_send(wr).unwrap();
+}
+
+fn recv(b: &Node, wr_id: u64) {
+    b.qp.post_recv(RecvWr::new(wr_id, b.mr.addr() + 64 * wr_id, 64, b.mr.lkey())).unwrap();
+}
+
+fn readable(ch: &CompChannel, ms: u16) -> bool {
+    let mut fds = [PollFd::new(ch.as_fd(), PollFlags::POLLIN)];
+    let n = poll(&mut fds, PollTimeout::from(ms)).unwrap();
+    n == 1 && fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLIN))
+}
+
+#[test]
+fn solicited_only_wakes_only_on_se_one_event_per_arming_and_acks() {
+    let (net, a, b) = sim_pair(1, 64);
+    for i in 0..4 {
+        recv(&b, i);
+    }
+    b.cq.req_notify(true).unwrap();
+    send(&a, 1, SendFlags::EMPTY);
+    assert!(net.run_until_idle(100_000));
+    assert_eq!(b.cq.poll(8).unwrap().len(), 1, "the plain SEND arrived");
+    assert!(b.ch.get_cq_event(Duration::from_millis(10)).is_none(), "no event without SE");
+    assert!(!readable(&b.ch, 0));
+    send(&a, 2, SendFlags::SOLICITED);
+    let cq = b.ch.get_cq_event(Duration::from_secs(1)).expect("SE wakes");
+    assert_eq!(cq.handle(), b.cq.handle());
+    assert_eq!(b.cq.unacked_events(), 1);
+    // one event per arming: the next SE send gives none until re-armed
+    send(&a, 3, SendFlags::SOLICITED);
+    assert!(net.run_until_idle(100_000));
+    assert!(b.ch.get_cq_event(Duration::from_millis(10)).is_none());
+    assert_eq!(b.cq.poll(8).unwrap().iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![1, 2]);
+    // an error completion wakes a solicited-only arming
+    b.cq.req_notify(true).unwrap();
+    b.qp.modify(&QpAttr::new().state(QpState::Err)).unwrap();
+    let cq = b.ch.get_cq_event(Duration::from_secs(1)).expect("error wakes");
+    assert_eq!(b.cq.unacked_events(), 2);
+    cq.ack_events(1);
+    assert_eq!(b.cq.unacked_events(), 1);
+    b.cq.ack_events(5); // never below zero
+    assert_eq!(b.cq.unacked_events(), 0);
+    let w = b.cq.poll(8).unwrap();
+    assert_eq!((w[0].wr_id, w[0].status), (3, WcStatus::WrFlushErr));
+}
+
+#[test]
+fn fd_becomes_readable_and_tokio_get_resolves_on_sim() {
+    let (net, a, b) = sim_pair(2, 64);
+    recv(&b, 0);
+    recv(&b, 1);
+    b.cq.req_notify(false).unwrap();
+    send(&a, 1, SendFlags::EMPTY);
+    assert!(!readable(&b.ch, 0));
+    assert!(net.run_until_idle(100_000));
+    b.ch.process();
+    assert!(readable(&b.ch, 0), "fd readable with an event pending");
+    let cq = b.ch.try_get_cq_event().expect("event");
+    assert_eq!(cq.handle(), b.cq.handle());
+    assert!(!readable(&b.ch, 0), "drained");
+    cq.ack_events(1);
+    // async on a tokio current-thread runtime (the future drives the sim)
+    b.cq.req_notify(false).unwrap();
+    send(&a, 2, SendFlags::EMPTY);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    let got = rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(5), b.ch.get_cq_event_async()).await
+    });
+    assert_eq!(got.expect("event within 5 s").handle(), b.cq.handle());
+    assert_eq!(b.cq.poll(8).unwrap().len(), 2);
+}
+
+#[test]
+fn port_active_is_the_first_async_event_of_a_context() {
+    let (_net, a, _b) = sim_pair(3, 64);
+    assert_eq!(a.ctx.poll_async_event(), Some(AsyncEvent::PortActive));
+    assert_eq!(a.ctx.poll_async_event(), None);
+}
+
+#[test]
+fn cq_overflow_raises_cq_err_and_qp_fatal() {
+    let (_net, a, b) = sim_pair(4, 1);
+    assert_eq!(b.ctx.poll_async_event(), Some(AsyncEvent::PortActive));
+    for i in 0..3 {
+        recv(&b, i);
+    }
+    send(&a, 1, SendFlags::EMPTY);
+    send(&a, 2, SendFlags::EMPTY);
+    let e1 = b.ctx.get_async_event(Duration::from_secs(1));
+    assert_eq!(e1, Some(AsyncEvent::CqErr(b.cq.handle())));
+    let e2 = b.ctx.get_async_event(Duration::from_secs(1));
+    assert_eq!(e2, Some(AsyncEvent::QpFatal(b.qp.qpn())));
+    assert_eq!(b.qp.state(), QpState::Err);
+    assert_eq!(b.ctx.counters().cq_overflow, 1);
+}
+
+#[test]
+fn resize_grows_and_refuses_shrinking_below_entries() {
+    let (net, a, b) = sim_pair(5, 2);
+    for i in 0..3 {
+        recv(&b, i);
+    }
+    send(&a, 1, SendFlags::EMPTY);
+    send(&a, 2, SendFlags::EMPTY);
+    assert!(net.run_until_idle(100_000));
+    assert_eq!(b.cq.resize(1), Err(ResizeCqError::BelowEntries { cqe: 1, entries: 2 }));
+    assert_eq!(b.cq.depth(), 2);
+    b.cq.resize(16).unwrap();
+    assert_eq!(b.cq.depth(), 16);
+    send(&a, 3, SendFlags::EMPTY);
+    assert!(net.run_until_idle(100_000));
+    assert_eq!(b.cq.poll(16).unwrap().len(), 3);
+    assert_eq!(b.ctx.counters().cq_overflow, 0);
+}
+
+#[test]
+fn sqd_drain_event_then_resume() {
+    let (net, a, b) = sim_pair(6, 64);
+    recv(&b, 0);
+    recv(&b, 1);
+    send(&a, 1, SendFlags::SIGNALED);
+    assert_eq!(a.ctx.poll_async_event(), Some(AsyncEvent::PortActive));
+    // let the first SEND leave, not yet acknowledged
+    net.run_until(|| a.ctx.counters().sent_pkts >= 1, 100);
+    send(&a, 2, SendFlags::SIGNALED);
+    a.qp.modify(&QpAttr::new().state(QpState::Sqd).en_sqd_async_notify(true)).unwrap();
+    let e = a.ctx.get_async_event(Duration::from_secs(1));
+    assert_eq!(e, Some(AsyncEvent::SqDrained(a.qp.qpn())));
+    assert_eq!(a.cq.poll(8).unwrap().iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![1]);
+    assert!(net.run_until_idle(100_000));
+    assert_eq!(a.cq.poll(8).unwrap().len(), 0, "WQE 2 not started in SQD");
+    a.qp.modify(&QpAttr::new().state(QpState::Rts)).unwrap();
+    assert!(net.run_until_idle(100_000));
+    assert_eq!(a.cq.poll(8).unwrap().iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![2]);
+}
+
+#[test]
+fn udp_channel_fd_blocking_and_async() {
+    let ca = DeviceConfig::udp("ea", "127.0.1.22".parse().unwrap()).open().expect("a").open();
+    let cb = DeviceConfig::udp("eb", "127.0.1.23".parse().unwrap()).open().expect("b").open();
+    let (a, b) = (node(ca, 64), node(cb, 64));
+    connect(&a, &b);
+    for i in 0..3 {
+        recv(&b, i);
+    }
+    // fd: the driver thread dispatches, no call on our side
+    b.cq.req_notify(true).unwrap();
+    send(&a, 1, SendFlags::SOLICITED);
+    assert!(readable(&b.ch, 5000), "fd readable within 5 s");
+    let cq = b.ch.try_get_cq_event().expect("event");
+    cq.ack_events(1);
+    // blocking get
+    b.cq.req_notify(false).unwrap();
+    send(&a, 2, SendFlags::EMPTY);
+    assert!(b.ch.get_cq_event(Duration::from_secs(5)).is_some());
+    assert!(b.ch.get_cq_event(Duration::from_millis(50)).is_none(), "not re-armed");
+    // async get on tokio
+    b.cq.req_notify(false).unwrap();
+    send(&a, 3, SendFlags::EMPTY);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    let got = rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(5), b.ch.get_cq_event_async()).await
+    });
+    assert_eq!(got.expect("async event").handle(), b.cq.handle());
+    b.cq.ack_events(2);
+    assert_eq!(b.cq.unacked_events(), 0);
+    let w = b.cq.poll(8).unwrap();
+    assert_eq!(w.iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![0, 1, 2]);
+}
