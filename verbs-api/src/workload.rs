@@ -610,7 +610,7 @@ impl Workload {
             sides.push(Side { ctx, cq, local, target, recv, atomic, qps: qv, qp_index, srq });
         }
         let [a, b]: [Side; 2] = sides.try_into().map_err(|_| SetupError("two sides".into()))?;
-        for q in 0..qps {
+        for (q, transport) in transports.iter().enumerate() {
             // initial PSNs: random, half of them just before the 24-bit wrap
             let mut psn = || {
                 if rng.gen_bool(0.5) {
@@ -621,7 +621,7 @@ impl Workload {
             };
             let ea = a.qps[q].endpoint(psn());
             let eb = b.qps[q].endpoint(psn());
-            match transports[q] {
+            match transport {
                 Transport::Rc => {
                     a.qps[q].connect(&ea, &eb, &cfg.connect).map_err(setup("connect A"))?;
                     b.qps[q].connect(&eb, &ea, &cfg.connect).map_err(setup("connect B"))?;
