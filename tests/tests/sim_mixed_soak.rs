@@ -111,6 +111,14 @@ fn mixed_transports_under_faults() {
     assert_eq!((r.mismatches, r.order_errors, r.failed_completions()), (0, 0, 0), "{s}");
     assert_eq!(r.pairs.values().sum::<usize>(), 6);
     assert_eq!(r.pairs[&Transport::Rc], 2);
+    // each stream gets an equal share: the RC pairs did a third of the work
+    let unreliable: u64 = r.delivery.values().map(|d| d.sent).sum();
+    assert!(r.ops_completed - unreliable >= 6000, "{s}");
+    let rc_only: u64 = [OpKind::Read, OpKind::CmpSwap, OpKind::FetchAdd]
+        .iter()
+        .map(|k| r.ops_by_kind.get(k).copied().unwrap_or(0))
+        .sum();
+    assert!(rc_only > 1000, "{s}");
     for (t, d) in &r.delivery {
         assert!(d.sent > 1000, "{t}: {s}");
         assert_eq!(d.received + d.lost(), d.sent, "{t}: {s}");
@@ -125,4 +133,29 @@ fn mixed_transports_under_faults() {
     // the ICRC, and UC/UD receivers count the messages they discard
     assert!(r.counter_sum("icrc_err") > 0 || r.fabric.corrupted == 0, "{s}");
     assert!(r.fabric.dropped_loss > 0, "{s}");
+}
+
+#[test]
+fn mixed_transports_under_heavy_faults_several_seeds() {
+    let faults = FaultConfig {
+        drop: 0.1,
+        duplicate: 0.05,
+        reorder: 0.1,
+        corrupt: 0.01,
+        ..FaultConfig::default()
+    };
+    for seed in [11, 12, 13] {
+        let r = workload::run(WorkloadConfig {
+            faults: faults.clone(),
+            ..cfg(QpTypes::Mixed, 3000, seed)
+        })
+        .expect("setup");
+        let s = summary(&r);
+        assert!(r.ok(), "{s}");
+        assert_eq!(r.mismatches, 0, "{s}");
+        for d in r.delivery.values() {
+            assert!(d.accounted() && d.lost() > 0, "{s}");
+        }
+        assert!(r.counter_sum("icrc_err") > 0, "{s}");
+    }
 }

@@ -1233,6 +1233,19 @@ impl Workload {
         n
     }
 
+    /// Operations one stream may post. With mixed transports, an equal
+    /// share of what the dead streams left (UC/UD streams complete much
+    /// faster than RC ones and would otherwise take nearly all); else no
+    /// limit.
+    fn quota(&self, total: u64) -> u64 {
+        if self.cfg.qp_type != QpTypes::Mixed {
+            return u64::MAX;
+        }
+        let dead: u64 = self.streams.iter().filter(|s| s.dead).map(|s| s.next_seq).sum();
+        let live = self.streams.iter().filter(|s| !s.dead).count() as u64;
+        total.saturating_sub(dead).div_ceil(live.max(1))
+    }
+
     /// A UC/UD stream whose window of messages in flight is full.
     fn blocked(&self, s: usize) -> bool {
         let st = &self.streams[s];
@@ -1277,6 +1290,7 @@ impl Workload {
         let nstreams = self.streams.len();
         loop {
             // keep every stream's window full
+            let quota = self.quota(total);
             let mut posted_any = true;
             while issued < total && posted_any {
                 posted_any = false;
@@ -1285,7 +1299,11 @@ impl Workload {
                     if issued >= total {
                         break;
                     }
-                    if self.streams[s].dead || self.streams[s].free.is_empty() || self.blocked(s) {
+                    if self.streams[s].dead
+                        || self.streams[s].free.is_empty()
+                        || self.blocked(s)
+                        || self.streams[s].next_seq >= quota
+                    {
                         continue;
                     }
                     if self.post_op(s) {
