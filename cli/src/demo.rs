@@ -517,4 +517,43 @@ mod demo_tests {
             assert!(ds.iter().all(|d| d.icrc_ok()), "frame {}", f.number);
         }
     }
+
+    #[test]
+    fn qp_type_default_mix_refusal_and_delivery_lines() {
+        let a = parse(&[]).unwrap();
+        assert_eq!(a.qp_type, QpTypes::Rc);
+        let a = parse(&["--qp-type", "uc"]).unwrap();
+        assert_eq!(a.mix(), vec![OpKind::Send, OpKind::Write]);
+        assert_eq!(parse(&["--qp-type", "ud"]).unwrap().mix(), vec![OpKind::Send]);
+        let e = parse(&["--qp-type", "xrc"]).unwrap_err().to_string();
+        assert!(e.contains("rc, uc, ud or mixed"), "{e}");
+        let bad = parse(&["--qp-type", "uc", "--mix", "send,read"]).unwrap();
+        assert_eq!(run(&DemoArgs { quiet: true, ..bad }), ExitCode::from(2));
+        let args = parse(&["--qp-type", "mixed", "--ops", "600", "--loss", "0.05"]).unwrap();
+        let r = workload::run(WorkloadConfig {
+            ops: 600,
+            mix: args.mix(),
+            qp_type: args.qp_type,
+            faults: FaultConfig::lossy(0.05),
+            ..WorkloadConfig::default()
+        })
+        .unwrap();
+        assert!(r.ok(), "{:?}", r.problems);
+        let t = text(&args, &r);
+        assert!(t.contains("3 (1 RC + 1 UC + 1 UD) QP pair(s)"), "{t}");
+        assert_eq!(r.delivery.len(), 2);
+        for (tr, d) in &r.delivery {
+            assert!(d.accounted() && d.sent > 0, "{tr}: {d:?}");
+            let l = t.lines().find(|l| l.starts_with(&format!("  delivery     {tr}: "))).unwrap();
+            assert!(l.contains(" messages sent, ") && l.contains(" lost, "), "{l}");
+        }
+        let j = json(&args, &r, None);
+        assert_eq!(j["qp_type"], "mixed");
+        assert_eq!(j["delivery"]["UC"]["accounted"], true);
+        assert_eq!(
+            j["delivery"]["UD"]["sent"].as_u64().unwrap(),
+            j["delivery"]["UD"]["received"].as_u64().unwrap()
+                + j["delivery"]["UD"]["lost"].as_u64().unwrap()
+        );
+    }
 }
