@@ -302,11 +302,16 @@ fn text(args: &DemoArgs, r: &Report) -> String {
     let _ = writeln!(
         s,
         "roce demo: {} operations between 10.0.0.1 (roce0) and 10.0.0.2 (roce1), {} QP pair(s), \
-         path MTU {}, sizes 0..={} B, seed {}",
+         path MTU {}, sizes {} B, seed {}",
         r.ops_requested,
         pairs_text(args, r),
         args.mtu.bytes(),
-        args.size,
+        if args.qp_type == QpTypes::Ud {
+            // UD messages are one packet (and carry an 8-byte id)
+            format!("8..={}", (args.size as usize).min(args.mtu.bytes()))
+        } else {
+            format!("0..={}", args.size)
+        },
         r.seed
     );
     let kinds: Vec<String> = r.ops_by_kind.iter().map(|(k, n)| format!("{k} {n}")).collect();
