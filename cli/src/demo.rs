@@ -1,7 +1,7 @@
 //! `roce demo`: two emulated HCAs on a simulated fabric run a verified mix
 //! of RDMA operations (the engine is `roce_verbs_api::workload`).
 
-use roce_verbs_api::workload::{OpKind, Progress, Report, Workload, WorkloadConfig};
+use roce_verbs_api::workload::{OpKind, Progress, QpTypes, Report, Workload, WorkloadConfig};
 use roce_verbs_api::{ConnectOptions, FaultConfig, PathMtu, WcStatus};
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -25,8 +25,15 @@ receiver's ICRC check must catch). RC recovers from all of it with acknowledgeme
 NAKs, go-back-N retransmission and timeouts, so the data must still be exact. Everything random \
 comes from --seed: the same seed replays the same run, packet for packet.
 
-Exit status: 0 if there were zero mismatches and every completion succeeded, 1 otherwise, 2 on a \
-usage or setup error.";
+--qp-type picks the transport: rc (default), uc (SEND and RDMA WRITE only), ud (SEND only, at most \
+one MTU per message) or mixed (RC, UC and UD queue pairs at once, sharing each HCA's completion \
+queue; RC and UD receive from one shared receive queue per HCA). UC and UD do not retransmit: \
+under loss messages vanish. The demo then counts, per transport, the messages sent, received \
+(each checked byte for byte) and lost, and the duplicates a duplicating network delivered.
+
+Exit status: 0 if there were zero mismatches, every completion succeeded and (UC/UD) every \
+message sent was either received intact or counted lost, 1 otherwise, 2 on a usage or setup error \
+(e.g. --qp-type uc with --mix read).";
 
 /// Examples and the meaning of the summary.
 pub const DEMO_AFTER: &str = "\
@@ -35,6 +42,7 @@ Examples:
   roce demo --ops 100000 --loss 0.1 --dup 0.05 --reorder 0.1 --corrupt 0.001
                                               the same under a hostile network
   roce demo --mix read --size 65536 --mtu 4096 large RDMA READs only
+  roce demo --qp-type mixed --qps 6 --loss 0.02 RC, UC and UD at once; UC/UD losses reported
   roce demo --ops 50 --loss 0.2 --pcap run.pcap && roce decode run.pcap --explain
                                               record what the receivers saw, then read it
   roce demo --json | jq .counters             machine-readable summary
@@ -50,6 +58,7 @@ The summary:
                the responder had already executed), out_of_seq_request (a gap: answered with a
                PSN sequence error NAK), rcvd_seq_err (such NAKs received), completer_retry_err
                (retransmissions started), icrc_err (corrupted frames caught and dropped), ...
+  delivery     (UC/UD) messages sent, received and lost, duplicates received
   time         virtual time inside the simulation, wall-clock time, and simulated operations per
                wall-clock second
 The --pcap file has one frame per delivered datagram (corrupted ones included, lost ones not),
@@ -89,9 +98,13 @@ pub struct DemoArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 4096,
           value_parser = clap::value_parser!(u32).range(8..=(1 << 24)))]
     pub size: u32,
-    /// Operation kinds to draw from: send, write, read, atomic (both atomics), cas, faa, all.
-    #[arg(long, value_name = "LIST", default_value = "send,write,read,atomic", value_parser = mix)]
-    pub mix: Mix,
+    /// Operation kinds to draw from: send, write, read, atomic (both atomics), cas, faa, all
+    /// [default: send,write,read,atomic; with --qp-type uc: send,write; ud: send].
+    #[arg(long, value_name = "LIST", value_parser = mix)]
+    pub mix: Option<Mix>,
+    /// Transport of the queue pairs: rc, uc, ud, or mixed (all three at once).
+    #[arg(long, value_name = "TYPE", default_value = "rc", value_parser = QpTypes::parse)]
+    pub qp_type: QpTypes,
     /// Probability that a packet is lost.
     #[arg(long, value_name = "P", default_value_t = 0.0, value_parser = probability)]
     pub loss: f64,
@@ -133,6 +146,20 @@ pub struct DemoArgs {
     pub stats: bool,
 }
 
+impl DemoArgs {
+    /// The operation mix: `--mix`, or the default for `--qp-type`.
+    pub fn mix(&self) -> Vec<OpKind> {
+        match (&self.mix, self.qp_type) {
+            (Some(m), _) => m.0.clone(),
+            (None, QpTypes::Uc) => vec![OpKind::Send, OpKind::Write],
+            (None, QpTypes::Ud) => vec![OpKind::Send],
+            (None, _) => {
+                vec![OpKind::Send, OpKind::Write, OpKind::Read, OpKind::CmpSwap, OpKind::FetchAdd]
+            }
+        }
+    }
+}
+
 /// Run `roce demo`; returns the process exit status.
 pub fn run(args: &DemoArgs) -> ExitCode {
     let faults = FaultConfig {
@@ -145,8 +172,9 @@ pub fn run(args: &DemoArgs) -> ExitCode {
     let cfg = WorkloadConfig {
         ops: args.ops,
         max_size: args.size as usize,
-        mix: args.mix.0.clone(),
+        mix: args.mix(),
         faults,
+        qp_type: args.qp_type,
         seed: args.seed,
         qps: usize::from(args.qps),
         window: usize::from(args.window),
@@ -258,6 +286,16 @@ fn duration_human(d: std::time::Duration) -> String {
     }
 }
 
+/// `2`, or for other transports than RC `6 (2 RC + 2 UC + 2 UD)`.
+fn pairs_text(args: &DemoArgs, r: &Report) -> String {
+    if args.qp_type == QpTypes::Rc {
+        return args.qps.to_string();
+    }
+    let n: usize = r.pairs.values().sum();
+    let each: Vec<String> = r.pairs.iter().map(|(t, n)| format!("{n} {t}")).collect();
+    format!("{n} ({})", each.join(" + "))
+}
+
 /// The text summary.
 fn text(args: &DemoArgs, r: &Report) -> String {
     use std::fmt::Write as _;
@@ -265,11 +303,16 @@ fn text(args: &DemoArgs, r: &Report) -> String {
     let _ = writeln!(
         s,
         "roce demo: {} operations between 10.0.0.1 (roce0) and 10.0.0.2 (roce1), {} QP pair(s), \
-         path MTU {}, sizes 0..={} B, seed {}",
+         path MTU {}, sizes {} B, seed {}",
         r.ops_requested,
-        args.qps,
+        pairs_text(args, r),
         args.mtu.bytes(),
-        args.size,
+        if args.qp_type == QpTypes::Ud {
+            // UD messages are one packet (and carry an 8-byte id)
+            format!("8..={}", (args.size as usize).min(args.mtu.bytes()))
+        } else {
+            format!("0..={}", args.size)
+        },
         r.seed
     );
     let kinds: Vec<String> = r.ops_by_kind.iter().map(|(k, n)| format!("{k} {n}")).collect();
@@ -315,6 +358,18 @@ fn text(args: &DemoArgs, r: &Report) -> String {
         let label = if i == 0 { "counters" } else { "" };
         let _ = writeln!(s, "  {label:<12} {name}: {}", nz.join(" "));
     }
+    for (t, d) in &r.delivery {
+        let _ = writeln!(
+            s,
+            "  delivery     {t}: {} messages sent, {} received intact, {} lost{}, {} duplicates \
+             (also intact)",
+            d.sent,
+            d.received,
+            d.lost(),
+            if d.accounted() { "" } else { " (NOT ACCOUNTED FOR)" },
+            d.duplicates
+        );
+    }
     let _ = writeln!(
         s,
         "  time         virtual {}, wall {} ({:.0}% in the fabric and HCAs, the rest posting and \
@@ -348,6 +403,13 @@ fn json(args: &DemoArgs, r: &Report, pcap_error: Option<&str>) -> serde_json::Va
         "ops_requested": r.ops_requested,
         "ops_completed": r.ops_completed,
         "qps": args.qps,
+        "qp_type": format!("{:?}", args.qp_type).to_ascii_lowercase(),
+        "pairs": r.pairs.iter().map(|(t, n)| (t.name().to_string(), (*n).into()))
+            .collect::<serde_json::Map<String, serde_json::Value>>(),
+        "delivery": r.delivery.iter().map(|(t, d)| (t.name().to_string(), serde_json::json!({
+            "sent": d.sent, "received": d.received, "lost": d.lost(),
+            "duplicates": d.duplicates, "accounted": d.accounted(),
+        }))).collect::<serde_json::Map<String, serde_json::Value>>(),
         "mtu": args.mtu.bytes(),
         "max_size": args.size,
         "ops": r.ops_by_kind.iter().map(|(k, n)| (k.name().to_string(), (*n).into()))
@@ -414,12 +476,12 @@ mod demo_tests {
         assert_eq!((a.ops, a.size, a.seed, a.qps, a.window), (1000, 4096, 1, 2, 16));
         assert_eq!(a.mtu, PathMtu::Mtu1024);
         assert_eq!(
-            a.mix.0,
+            a.mix(),
             vec![OpKind::Send, OpKind::Write, OpKind::Read, OpKind::CmpSwap, OpKind::FetchAdd]
         );
         assert_eq!((a.loss, a.dup, a.reorder, a.corrupt), (0.0, 0.0, 0.0, 0.0));
         let a = parse(&["--mix", "read,faa", "--mtu", "4096", "--loss", "0.25"]).unwrap();
-        assert_eq!(a.mix.0, vec![OpKind::Read, OpKind::FetchAdd]);
+        assert_eq!(a.mix(), vec![OpKind::Read, OpKind::FetchAdd]);
         assert_eq!((a.mtu, a.loss), (PathMtu::Mtu4096, 0.25));
         let e = parse(&["--loss", "1.5"]).unwrap_err().to_string();
         assert!(e.contains("not a probability"), "{e}");
@@ -436,7 +498,7 @@ mod demo_tests {
         let args = parse(&["--ops", "300", "--loss", "0.05", "--mix", "send,write"]).unwrap();
         let r = workload::run(WorkloadConfig {
             ops: 300,
-            mix: args.mix.0.clone(),
+            mix: args.mix(),
             faults: FaultConfig::lossy(0.05),
             ..WorkloadConfig::default()
         })
@@ -469,5 +531,44 @@ mod demo_tests {
             let ds = roce_packet::frame::parse_frame(f.linktype, &f.data, 4791).unwrap().unwrap();
             assert!(ds.iter().all(|d| d.icrc_ok()), "frame {}", f.number);
         }
+    }
+
+    #[test]
+    fn qp_type_default_mix_refusal_and_delivery_lines() {
+        let a = parse(&[]).unwrap();
+        assert_eq!(a.qp_type, QpTypes::Rc);
+        let a = parse(&["--qp-type", "uc"]).unwrap();
+        assert_eq!(a.mix(), vec![OpKind::Send, OpKind::Write]);
+        assert_eq!(parse(&["--qp-type", "ud"]).unwrap().mix(), vec![OpKind::Send]);
+        let e = parse(&["--qp-type", "xrc"]).unwrap_err().to_string();
+        assert!(e.contains("rc, uc, ud or mixed"), "{e}");
+        let bad = parse(&["--qp-type", "uc", "--mix", "send,read"]).unwrap();
+        assert_eq!(run(&DemoArgs { quiet: true, ..bad }), ExitCode::from(2));
+        let args = parse(&["--qp-type", "mixed", "--ops", "600", "--loss", "0.05"]).unwrap();
+        let r = workload::run(WorkloadConfig {
+            ops: 600,
+            mix: args.mix(),
+            qp_type: args.qp_type,
+            faults: FaultConfig::lossy(0.05),
+            ..WorkloadConfig::default()
+        })
+        .unwrap();
+        assert!(r.ok(), "{:?}", r.problems);
+        let t = text(&args, &r);
+        assert!(t.contains("3 (1 RC + 1 UC + 1 UD) QP pair(s)"), "{t}");
+        assert_eq!(r.delivery.len(), 2);
+        for (tr, d) in &r.delivery {
+            assert!(d.accounted() && d.sent > 0, "{tr}: {d:?}");
+            let l = t.lines().find(|l| l.starts_with(&format!("  delivery     {tr}: "))).unwrap();
+            assert!(l.contains(" messages sent, ") && l.contains(" lost, "), "{l}");
+        }
+        let j = json(&args, &r, None);
+        assert_eq!(j["qp_type"], "mixed");
+        assert_eq!(j["delivery"]["UC"]["accounted"], true);
+        assert_eq!(
+            j["delivery"]["UD"]["sent"].as_u64().unwrap(),
+            j["delivery"]["UD"]["received"].as_u64().unwrap()
+                + j["delivery"]["UD"]["lost"].as_u64().unwrap()
+        );
     }
 }

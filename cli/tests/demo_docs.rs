@@ -32,7 +32,7 @@ fn demo_doc_output_is_real() {
     let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/demo.md"))
         .expect("docs/demo.md");
     let bl = blocks(&doc);
-    assert_eq!(bl.len(), 2, "expected two demo examples in docs/demo.md");
+    assert!(bl.len() >= 2, "expected the demo examples in docs/demo.md");
     for (args, expected) in bl {
         let out = Command::new(env!("CARGO_BIN_EXE_roce"))
             .arg("demo")

@@ -6,6 +6,7 @@
 //! * [`oob`]: the out-of-band TCP exchange of rdma-core's
 //!   `ibv_{rc,uc,ud,srq}_pingpong` (`LID:QPN:PSN:GID` in 52 bytes).
 //! * [`pingpong`]: the RC/UC/UD pingpong tools themselves.
+//! * [`srq_pingpong`]: the SRQ pingpong tool (many RC QPs, one SRQ).
 //! * [`keyx`]: the small TCP key exchange of the RDMA WRITE/READ/atomic
 //!   examples.
 
@@ -15,6 +16,7 @@
 pub mod keyx;
 pub mod oob;
 pub mod pingpong;
+pub mod srq_pingpong;
 
 use roce_verbs_api::udp::DeviceConfig;
 use roce_verbs_api::Device;

@@ -120,7 +120,7 @@ pub struct Args {
     pub servername: Option<String>,
 }
 
-fn mtu_enum(v: u64) -> Option<PathMtu> {
+pub(crate) fn mtu_enum(v: u64) -> Option<PathMtu> {
     match v {
         256 => Some(PathMtu::Mtu256),
         512 => Some(PathMtu::Mtu512),
@@ -154,7 +154,11 @@ pub fn main(kind: Kind) -> ExitCode {
 }
 
 /// Wait until the CQ has at least one completion; up to `max` are returned.
-fn wait_cq(ctx: &Context, cq: &Cq, max: usize) -> Result<Vec<WorkCompletion>, PollCqError> {
+pub(crate) fn wait_cq(
+    ctx: &Context,
+    cq: &Cq,
+    max: usize,
+) -> Result<Vec<WorkCompletion>, PollCqError> {
     loop {
         let mut got = Vec::new();
         let mut err = None;

@@ -372,3 +372,79 @@ fn same_packet_sequence_as_rxe_captures() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+#[test]
+fn srq_pingpong_two_processes_with_pcap() {
+    let bin = env!("CARGO_BIN_EXE_srq_pingpong");
+    let (qps, iters, size) = (4usize, 40usize, 2000usize);
+    let dir = pcap_dir("srq");
+    let (q, n, sz) = (qps.to_string(), iters.to_string(), size.to_string());
+    let args = ["-c", "-q", &q, "-r", "16", "-n", &n, "-s", &sz];
+    let (s, c) = pair(bin, "sq", "127.0.0.14", "127.0.0.15", &args, &dir);
+    assert_eq!(s.code, Some(0), "server failed:\n{}\n{}", s.out, s.err);
+    assert_eq!(c.code, Some(0), "client failed:\n{}\n{}", c.out, c.err);
+    // one local and one remote line per QP, each side's remote lines are
+    // the other's local lines in order
+    let lines = |out: &str, which: &str| -> Vec<String> {
+        out.lines().filter(|l| l.starts_with(which)).map(|l| l[which.len()..].to_string()).collect()
+    };
+    for (a, b) in [(&s, &c), (&c, &s)] {
+        let local = lines(&a.out, "  local address:  ");
+        assert_eq!(local.len(), qps, "{}", a.out);
+        assert_eq!(local, lines(&b.out, "  remote address: "));
+        for l in &local {
+            assert!(
+                l.starts_with("LID 0x0000, QPN 0x") && l.contains(", GID ::ffff:127.0.0.1"),
+                "{l}"
+            );
+        }
+        let bytes = format!("{} bytes in ", size * iters * 2);
+        assert!(
+            a.out.lines().any(|l| l.starts_with(&bytes) && l.ends_with(" Mbit/sec")),
+            "{}",
+            a.out
+        );
+        let it = format!("{iters} iters in ");
+        assert!(
+            a.out.lines().any(|l| l.starts_with(&it) && l.ends_with(" usec/iter")),
+            "{}",
+            a.out
+        );
+        assert!(!a.out.contains("invalid data"), "{}", a.out);
+        assert_eq!(a.out.lines().count(), 2 * qps + 2, "{}", a.out);
+    }
+    // distinct QPNs on each side
+    let mut qpns = lines(&s.out, "  local address:  ");
+    qpns.sort();
+    qpns.dedup();
+    assert_eq!(qpns.len(), qps);
+    for f in pcaps(&dir) {
+        let Some(ops) = oracle_opcodes(&f) else { continue };
+        let data = ops.iter().filter(|o| o.starts_with("RC_SEND_")).count();
+        let acks = ops.iter().filter(|o| *o == "RC_ACKNOWLEDGE").count();
+        // both sides sent at least `iters` messages of 2 packets each
+        assert!(data >= 2 * iters * packets_per_msg(size), "{data} data packets");
+        assert!(acks >= 1);
+        assert_eq!(data + acks, ops.len(), "{ops:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn srq_pingpong_refuses_too_few_receives() {
+    let c = Command::new(env!("CARGO_BIN_EXE_srq_pingpong"))
+        .env("ROCE_EMU_DEVICES", "x1=udp:127.0.0.16")
+        .env_remove("ROCE_EMU_PCAP")
+        .args(["-q", "8", "-r", "4"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let r = finish(c, Instant::now() + Duration::from_secs(20));
+    assert_eq!(r.code, Some(1));
+    assert_eq!(
+        r.err.trim(),
+        "rx_depth 4 is too small for 8 QPs -- must have at least one receive per QP."
+    );
+}

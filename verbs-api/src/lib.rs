@@ -37,7 +37,9 @@ pub mod error;
 pub mod pd;
 pub mod publish;
 pub mod qp;
+pub mod qp_types;
 pub mod sim;
+pub mod srq;
 pub mod udp;
 pub mod workload;
 
@@ -48,17 +50,19 @@ pub use driver::{Budget, Driver};
 pub use error::DestroyError;
 pub use pd::{Mr, Pd};
 pub use qp::{ConnectOptions, Qp, QpBuilder, QpEndpoint};
+pub use qp_types::{create_ah, ud_send, DEFAULT_QKEY};
 pub use sim::SimNet;
+pub use srq::Srq;
 pub use udp::{DeviceConfig, ThreadDriver, TransportKind, UdpDriver};
 
 pub use roce_emulator::qp_attr::ModifyQpError;
 pub use roce_emulator::sim::{FabricStats, FaultConfig, LinkConfig};
 pub use roce_emulator::{
     AccessFlags, AhAttr, AllocPdError, AsyncEvent, Counters, CreateCqError, CreateQpError,
-    DeallocPdError, DeregMrError, DestroyCqError, DeviceAttr, Hca, HcaConfig, Instant,
-    MrAccessError, MrInfo, NotifyCqError, PathMtu, PollCqError, PortAttr, PortState, PostRecvError,
-    PostSendError, QpAttr, QpCap, QpInitAttr, QpLookupError, QpModifyError, QpState, QpType,
-    RecvWr, RegMrError, ResizeCqError, SendFlags, SendWr, Sge, WcFlags, WcOpcode, WcStatus,
-    WorkCompletion, WrOpcode,
+    CreateSrqError, DeallocPdError, DeregMrError, DestroyCqError, DestroySrqError, DeviceAttr, Hca,
+    HcaConfig, Instant, MrAccessError, MrInfo, NotifyCqError, PathMtu, PollCqError, PortAttr,
+    PortState, PostRecvError, PostSendError, PostSrqRecvError, QpAttr, QpCap, QpInitAttr,
+    QpLookupError, QpModifyError, QpState, QpType, RecvWr, RegMrError, ResizeCqError, SendFlags,
+    SendWr, Sge, SrqAttr, SrqHandle, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 pub use roce_packet::{LKey, Qpn, RKey};

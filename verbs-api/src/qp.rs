@@ -3,6 +3,7 @@
 use crate::cq::Cq;
 use crate::error::DestroyError;
 use crate::pd::Pd;
+use crate::srq::Srq;
 use roce_emulator::{
     AccessFlags, AhAttr, CreateQpError, PathMtu, PostRecvError, PostSendError, QpAttr, QpCap,
     QpInitAttr, QpLookupError, QpModifyError, QpState, QpType, RecvWr, SendWr,
@@ -78,6 +79,7 @@ pub struct QpBuilder {
     qp_type: QpType,
     cap: QpCap,
     sq_sig_all: bool,
+    srq: Option<Srq>,
 }
 
 impl QpBuilder {
@@ -95,9 +97,16 @@ impl QpBuilder {
                 max_inline_data: 64,
             },
             sq_sig_all: false,
+            srq: None,
         }
     }
-    /// The transport (only RC is implemented by the emulator today).
+    /// Take receives from `srq` instead of a receive queue of its own
+    /// (the QP keeps the SRQ alive).
+    pub fn srq(mut self, srq: &Srq) -> Self {
+        self.srq = Some(srq.clone());
+        self
+    }
+    /// The transport: RC (default), UC or UD.
     pub fn qp_type(mut self, t: QpType) -> Self {
         self.qp_type = t;
         self
@@ -146,7 +155,7 @@ impl QpBuilder {
             qp_type: self.qp_type,
             cap: self.cap,
             sq_sig_all: self.sq_sig_all,
-            srq: None,
+            srq: self.srq.as_ref().map(Srq::handle),
         };
         let qpn = self.pd.context().lock().create_qp(init)?;
         Ok(Qp {
@@ -154,6 +163,7 @@ impl QpBuilder {
                 pd: self.pd,
                 send_cq: self.send_cq,
                 recv_cq: self.recv_cq,
+                srq: self.srq,
                 qpn,
                 destroyed: false,
             }),
@@ -165,6 +175,7 @@ pub(crate) struct QpInner {
     pd: Pd,
     send_cq: Cq,
     recv_cq: Cq,
+    srq: Option<Srq>,
     qpn: Qpn,
     destroyed: bool,
 }
@@ -211,6 +222,10 @@ impl Qp {
     /// Its receive CQ.
     pub fn recv_cq(&self) -> &Cq {
         &self.inner.recv_cq
+    }
+    /// The SRQ it takes receives from, if any.
+    pub fn srq(&self) -> Option<&Srq> {
+        self.inner.srq.as_ref()
     }
 
     /// What a peer needs to connect to this QP, if it starts sending at `psn`.

@@ -21,10 +21,21 @@
 //!
 //! Randomness (sizes, kinds, tags, initial PSNs) comes from the seed, as do
 //! the fabric's faults and the devices' keys: a run replays exactly.
+//!
+//! [`WorkloadConfig::qp_type`] picks the transport of the QP pairs: RC
+//! (above), UC (SEND and RDMA WRITE; writes carry an immediate so the
+//! target sees them), UD (SEND of at most one MTU) or a mix of all three
+//! (pair `q` is RC, UC, UD for `q % 3` = 0, 1, 2) where RC and UD QPs take
+//! their receives from one shared receive queue per device. On UC and UD
+//! a lost packet makes its message vanish: the engine counts what was
+//! sent and what arrived per transport ([`Delivery`]), and every message
+//! that arrived is checked byte for byte (each unreliable SEND starts
+//! with its 8-byte work request id, so the receiver knows which one it
+//! got even after losses or, on UD, reordering).
 
 use crate::{
-    AccessFlags, ConnectOptions, Context, Cq, FabricStats, FaultConfig, Mr, PathMtu, Qp, RecvWr,
-    SendWr, SimNet, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, AhAttr, ConnectOptions, Context, Cq, FabricStats, FaultConfig, Mr, PathMtu, Qp,
+    QpType, RecvWr, SendWr, SimNet, Srq, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -118,6 +129,134 @@ impl fmt::Display for OpKind {
     }
 }
 
+/// The transport of one QP pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Transport {
+    /// Reliable Connected.
+    Rc,
+    /// Unreliable Connected.
+    Uc,
+    /// Unreliable Datagram.
+    Ud,
+}
+
+impl Transport {
+    /// `RC`, `UC`, `UD`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Transport::Rc => "RC",
+            Transport::Uc => "UC",
+            Transport::Ud => "UD",
+        }
+    }
+    /// Whether this transport can carry `kind` (UC: SEND and WRITE; UD:
+    /// SEND).
+    pub const fn supports(self, kind: OpKind) -> bool {
+        match self {
+            Transport::Rc => true,
+            Transport::Uc => matches!(kind, OpKind::Send | OpKind::Write),
+            Transport::Ud => matches!(kind, OpKind::Send),
+        }
+    }
+    const fn qp_type(self) -> QpType {
+        match self {
+            Transport::Rc => QpType::Rc,
+            Transport::Uc => QpType::Uc,
+            Transport::Ud => QpType::Ud,
+        }
+    }
+}
+
+impl fmt::Display for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Which transports a workload uses (`roce demo --qp-type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum QpTypes {
+    /// Every pair RC (the default).
+    #[default]
+    Rc,
+    /// Every pair UC.
+    Uc,
+    /// Every pair UD.
+    Ud,
+    /// RC, UC and UD pairs at once (at least one of each), sharing each
+    /// device's CQ; RC and UD receive from one SRQ per device.
+    Mixed,
+}
+
+impl QpTypes {
+    /// Parse `rc`, `uc`, `ud` or `mixed`.
+    pub fn parse(s: &str) -> Result<QpTypes, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "rc" => Ok(QpTypes::Rc),
+            "uc" => Ok(QpTypes::Uc),
+            "ud" => Ok(QpTypes::Ud),
+            "mixed" | "mix" => Ok(QpTypes::Mixed),
+            o => Err(format!("unknown QP type {o:?} (expected rc, uc, ud or mixed)")),
+        }
+    }
+    /// The transport of pair `q`.
+    pub fn of_pair(self, q: usize) -> Transport {
+        match self {
+            QpTypes::Rc => Transport::Rc,
+            QpTypes::Uc => Transport::Uc,
+            QpTypes::Ud => Transport::Ud,
+            QpTypes::Mixed => [Transport::Rc, Transport::Uc, Transport::Ud][q % 3],
+        }
+    }
+    /// Refuse a mix with operations the transport cannot carry (for
+    /// `mixed`, RC pairs carry everything and the others what they can).
+    pub fn check_mix(self, mix: &[OpKind]) -> Result<(), String> {
+        let t = match self {
+            QpTypes::Rc | QpTypes::Mixed => return Ok(()),
+            QpTypes::Uc => Transport::Uc,
+            QpTypes::Ud => Transport::Ud,
+        };
+        let bad: Vec<&str> = mix.iter().filter(|k| !t.supports(**k)).map(|k| k.name()).collect();
+        if bad.is_empty() {
+            return Ok(());
+        }
+        let can = if t == Transport::Uc { "send and write" } else { "send" };
+        Err(format!(
+            "{t} QPs cannot carry {} (a {t} QP supports {can} only; use --qp-type rc or mixed)",
+            bad.join(", ")
+        ))
+    }
+}
+
+/// Messages of one unreliable transport: how many were sent (successful
+/// send completions) and how many arrived. `lost() = sent - received`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Delivery {
+    /// Messages (SENDs and, on UC, WRITEs with immediate) sent.
+    pub sent: u64,
+    /// Of them, received (and checked byte for byte).
+    pub received: u64,
+    /// Still awaited at the end, counted message by message; must equal
+    /// `sent - received`.
+    pub missing: u64,
+    /// Extra copies of received messages: UD has no sequence check, and a
+    /// UC responder accepts any FIRST/ONLY packet (it resynchronises its
+    /// PSN), so a duplicating fabric delivers some messages twice. Each
+    /// copy is checked byte for byte too.
+    pub duplicates: u64,
+}
+
+impl Delivery {
+    /// Messages that vanished.
+    pub fn lost(&self) -> u64 {
+        self.sent.saturating_sub(self.received)
+    }
+    /// `received + lost == sent`, every lost message identified.
+    pub fn accounted(&self) -> bool {
+        self.received <= self.sent && self.missing == self.lost()
+    }
+}
+
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct WorkloadConfig {
@@ -145,6 +284,8 @@ pub struct WorkloadConfig {
     /// Give up (report a stall) after this many fabric events without any
     /// completion.
     pub stall_events: u64,
+    /// The transports of the QP pairs.
+    pub qp_type: QpTypes,
 }
 
 impl Default for WorkloadConfig {
@@ -160,6 +301,7 @@ impl Default for WorkloadConfig {
             connect: ConnectOptions::default(),
             audit_icrc: false,
             stall_events: 2_000_000,
+            qp_type: QpTypes::Rc,
         }
     }
 }
@@ -226,6 +368,10 @@ pub struct Report {
     pub events: u64,
     /// Why the run stopped early, if it did.
     pub stalled: Option<String>,
+    /// Per unreliable transport in use: messages sent, received, lost.
+    pub delivery: BTreeMap<Transport, Delivery>,
+    /// QP pairs per transport.
+    pub pairs: BTreeMap<Transport, usize>,
 }
 
 impl Report {
@@ -240,13 +386,20 @@ impl Report {
     }
 
     /// Passed: every operation completed successfully, in order, with the
-    /// right data, and the run did not stall.
+    /// right data, the run did not stall, and on UC/UD every message sent
+    /// either arrived intact or is counted lost.
     pub fn ok(&self) -> bool {
         self.mismatches == 0
             && self.order_errors == 0
             && self.failed_completions() == 0
             && self.ops_completed == self.ops_requested
             && self.stalled.is_none()
+            && self.delivery.values().all(Delivery::accounted)
+    }
+
+    /// Messages lost over all unreliable transports.
+    pub fn lost(&self) -> u64 {
+        self.delivery.values().map(Delivery::lost).sum()
     }
 
     /// Sum of one counter over the devices.
@@ -293,7 +446,27 @@ struct Side {
     atomic: Mr,
     qps: Vec<Qp>,
     qp_index: HashMap<u32, usize>,
+    /// With [`QpTypes::Mixed`]: the SRQ of the RC and UD QPs and its
+    /// buffers (one receive slot per WR).
+    srq: Option<(Srq, Mr)>,
 }
+
+/// An unreliable message on its way: what the receiver must find.
+#[derive(Clone, Copy, Debug)]
+struct Awaited {
+    len: usize,
+    tag: u64,
+    /// UC WRITE with immediate: where it lands at the target.
+    write_off: Option<u64>,
+}
+
+/// Receive WR ids: bit 63 for a QP's own receive queue (stream and slot),
+/// bit 62 for an SRQ slot.
+const SRQ_WR: u64 = 1 << 62;
+/// Bytes a UD receive buffer starts with (the GRH area).
+const GRH: usize = 40;
+/// The Q_Key of the UD QPs.
+const QKEY: u32 = crate::DEFAULT_QKEY;
 
 #[derive(Clone, Copy, Debug)]
 struct Pending {
@@ -319,7 +492,24 @@ struct Stream {
     atomic_model: u64,
     next_seq: u64,
     dead: bool,
+    transport: Transport,
+    /// The kinds this stream draws from (the mix, filtered by transport).
+    kinds: Vec<OpKind>,
+    /// UC/UD messages sent and not received yet, by sequence number.
+    awaited: HashMap<u64, Awaited>,
+    /// UC/UD messages received (a duplicate must match one of them).
+    arrived: HashMap<u64, Awaited>,
+    /// UC/UD flow control: messages from `floor` on are in flight, at most
+    /// `window` of them. An arrival moves it past the message; messages
+    /// below it that never arrived are lost (UC) or late (UD).
+    floor: u64,
+    /// Virtual time of the last arrival (or credit release).
+    last_arrival: Duration,
 }
+
+/// UC/UD: after this long (virtual time) without an arrival, a stream
+/// that used up its window presumes its messages in flight lost.
+const UNRELIABLE_TIMEOUT: Duration = Duration::from_millis(20);
 
 /// A prepared workload: devices created and connected, nothing run yet.
 /// Set up extra taps on [`Workload::net`] before [`Workload::run`].
@@ -330,7 +520,12 @@ pub struct Workload {
     streams: Vec<Stream>,
     rng: SmallRng,
     stride: usize,
+    /// Receive buffer stride (room for the GRH).
+    rstride: usize,
     recv_slots: usize,
+    /// Target slots per QP (RC uses the first `window`; UC WRITEs cycle
+    /// through all, so a slot is not rewritten before its check).
+    tslots: usize,
     report: Report,
     audit: Option<(Arc<AtomicU64>, Arc<AtomicU64>)>,
     scratch: Vec<u8>,
@@ -355,42 +550,67 @@ impl Workload {
         if cfg.mix.is_empty() {
             return Err(SetupError("empty operation mix".into()));
         }
-        let qps = cfg.qps.max(1);
+        cfg.qp_type.check_mix(&cfg.mix).map_err(SetupError)?;
+        let qps = if cfg.qp_type == QpTypes::Mixed { cfg.qps.max(3) } else { cfg.qps.max(1) };
         let window = cfg.window.max(1);
         let net = SimNet::new(cfg.seed);
         net.set_faults(cfg.faults.clone());
         let mut rng = SmallRng::seed_from_u64(cfg.seed ^ 0x5EED_0FC0_FFEE);
         let stride = cfg.max_size.max(8).div_ceil(64) * 64;
-        let recv_slots = window + 8;
+        let rstride = stride + 64;
+        let transports: Vec<Transport> = (0..qps).map(|q| cfg.qp_type.of_pair(q)).collect();
+        let unreliable = transports.iter().any(|t| *t != Transport::Rc);
+        // UC/UD senders complete at once, so receivers need more room
+        let recv_slots = if unreliable { 4 * window + 16 } else { window + 8 };
+        let tslots = if unreliable { 4 * window + 8 } else { window };
+        let use_srq = cfg.qp_type == QpTypes::Mixed;
+        let srq_slots = if use_srq {
+            transports.iter().filter(|t| **t != Transport::Uc).count() * recv_slots
+        } else {
+            0
+        };
         let mut sides = Vec::new();
         for (i, name) in ["roce0", "roce1"].iter().enumerate() {
             let addr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, i as u8 + 1));
             let ctx = net.add_device(name, addr).open();
             let pd = ctx.alloc_pd().map_err(setup("alloc_pd"))?;
-            let cqe = u32::try_from(qps * 2 * (window + recv_slots) + 64).unwrap_or(u32::MAX);
-            let cq = ctx.create_cq(cqe).map_err(setup("create_cq"))?;
+            let cqe = qps * 2 * (window + recv_slots) + srq_slots + 64;
+            let cq = ctx
+                .create_cq(u32::try_from(cqe).unwrap_or(u32::MAX))
+                .map_err(setup("create_cq"))?;
             let local = pd.reg_mr(qps * window * stride, ALL_ACCESS).map_err(setup("reg_mr"))?;
-            let target = pd.reg_mr(qps * window * stride, ALL_ACCESS).map_err(setup("reg_mr"))?;
-            let recv = pd.reg_mr(qps * recv_slots * stride, ALL_ACCESS).map_err(setup("reg_mr"))?;
+            let target = pd.reg_mr(qps * tslots * stride, ALL_ACCESS).map_err(setup("reg_mr"))?;
+            let recv =
+                pd.reg_mr(qps * recv_slots * rstride, ALL_ACCESS).map_err(setup("reg_mr"))?;
             let atomic = pd.reg_mr(qps * 8, ALL_ACCESS).map_err(setup("reg_mr"))?;
+            let srq = if use_srq {
+                let srq = pd.create_srq(srq_slots as u32, 1).map_err(setup("create_srq"))?;
+                let buf = pd.reg_mr(srq_slots * rstride, ALL_ACCESS).map_err(setup("reg_mr"))?;
+                Some((srq, buf))
+            } else {
+                None
+            };
             let mut qv = Vec::new();
             let mut qp_index = HashMap::new();
-            for q in 0..qps {
-                let qp = pd
+            for (q, t) in transports.iter().enumerate() {
+                let mut b = pd
                     .qp_builder(&cq, &cq)
+                    .qp_type(t.qp_type())
                     .max_send_wr(window as u32 + 8)
                     .max_recv_wr(recv_slots as u32)
                     .max_send_sge(1)
-                    .max_recv_sge(1)
-                    .build()
-                    .map_err(setup("create_qp"))?;
+                    .max_recv_sge(1);
+                if let (Some((srq, _)), true) = (&srq, *t != Transport::Uc) {
+                    b = b.srq(srq);
+                }
+                let qp = b.build().map_err(setup("create_qp"))?;
                 qp_index.insert(qp.qpn().value(), q);
                 qv.push(qp);
             }
-            sides.push(Side { ctx, cq, local, target, recv, atomic, qps: qv, qp_index });
+            sides.push(Side { ctx, cq, local, target, recv, atomic, qps: qv, qp_index, srq });
         }
         let [a, b]: [Side; 2] = sides.try_into().map_err(|_| SetupError("two sides".into()))?;
-        for q in 0..qps {
+        for (q, transport) in transports.iter().enumerate() {
             // initial PSNs: random, half of them just before the 24-bit wrap
             let mut psn = || {
                 if rng.gen_bool(0.5) {
@@ -401,13 +621,36 @@ impl Workload {
             };
             let ea = a.qps[q].endpoint(psn());
             let eb = b.qps[q].endpoint(psn());
-            a.qps[q].connect(&ea, &eb, &cfg.connect).map_err(setup("connect A"))?;
-            b.qps[q].connect(&eb, &ea, &cfg.connect).map_err(setup("connect B"))?;
+            match transport {
+                Transport::Rc => {
+                    a.qps[q].connect(&ea, &eb, &cfg.connect).map_err(setup("connect A"))?;
+                    b.qps[q].connect(&eb, &ea, &cfg.connect).map_err(setup("connect B"))?;
+                }
+                Transport::Uc => {
+                    a.qps[q].connect_uc(&ea, &eb, &cfg.connect).map_err(setup("connect A"))?;
+                    b.qps[q].connect_uc(&eb, &ea, &cfg.connect).map_err(setup("connect B"))?;
+                }
+                Transport::Ud => {
+                    a.qps[q].activate_ud(QKEY, ea.psn).map_err(setup("activate A"))?;
+                    b.qps[q].activate_ud(QKEY, eb.psn).map_err(setup("activate B"))?;
+                }
+            }
         }
         let mut streams = Vec::new();
-        for q in 0..qps {
+        for (q, &transport) in transports.iter().enumerate() {
+            let mut kinds: Vec<OpKind> =
+                cfg.mix.iter().copied().filter(|k| transport.supports(*k)).collect();
+            if kinds.is_empty() {
+                kinds.push(OpKind::Send);
+            }
             for init in 0..2 {
                 streams.push(Stream {
+                    transport,
+                    kinds: kinds.clone(),
+                    awaited: HashMap::new(),
+                    arrived: HashMap::new(),
+                    floor: 0,
+                    last_arrival: Duration::ZERO,
                     q,
                     init,
                     target: 1 - init,
@@ -439,7 +682,16 @@ impl Workload {
             fabric_time: Duration::ZERO,
             events: 0,
             stalled: None,
+            delivery: BTreeMap::new(),
+            pairs: BTreeMap::new(),
         };
+        let mut report = report;
+        for t in &transports {
+            *report.pairs.entry(*t).or_default() += 1;
+            if *t != Transport::Rc {
+                report.delivery.entry(*t).or_default();
+            }
+        }
         let mut w = Workload {
             cfg: WorkloadConfig { qps, window, ..cfg },
             net,
@@ -447,7 +699,9 @@ impl Workload {
             streams,
             rng,
             stride,
+            rstride,
             recv_slots,
+            tslots,
             report,
             audit: None,
             scratch: Vec::new(),
@@ -459,8 +713,16 @@ impl Workload {
             let (q, t) = (w.streams[s].q, w.streams[s].target);
             w.sides[t].atomic.write_u64(q as u64 * 8, v).map_err(setup("atomic init"))?;
             w.streams[s].atomic_model = v;
+            if w.uses_srq(s) {
+                continue;
+            }
             for r in 0..w.recv_slots {
                 w.post_recv(s, r).map_err(setup("post_recv"))?;
+            }
+        }
+        for side in 0..2 {
+            for r in 0..srq_slots {
+                w.post_srq_recv(side, r).map_err(setup("post_srq_recv"))?;
             }
         }
         if w.cfg.audit_icrc {
@@ -507,12 +769,25 @@ impl Workload {
     fn post_recv(&mut self, s: usize, r: usize) -> Result<(), crate::PostRecvError> {
         let st = &self.streams[s];
         let side = &self.sides[st.target];
-        let off = ((st.q * self.recv_slots + r) * self.stride) as u64;
+        let off = ((st.q * self.recv_slots + r) * self.rstride) as u64;
         let wr_id = Self::recv_wr_id(s, r);
-        let sge = side.recv.sge(off, self.cfg.max_size as u32);
+        let sge = side.recv.sge(off, self.rstride as u32);
         side.qps[st.q].post_recv(RecvWr { wr_id, sg_list: vec![sge] })?;
         self.streams[s].posted_recvs.push_back(wr_id);
         Ok(())
+    }
+
+    /// Whether stream `s`'s receives come from the target's SRQ.
+    fn uses_srq(&self, s: usize) -> bool {
+        let st = &self.streams[s];
+        st.transport != Transport::Uc && self.sides[st.target].srq.is_some()
+    }
+
+    fn post_srq_recv(&mut self, side: usize, r: usize) -> Result<(), String> {
+        let Some((srq, buf)) = &self.sides[side].srq else { return Err("no SRQ".into()) };
+        let sge = buf.sge((r * self.rstride) as u64, self.rstride as u32);
+        srq.post_recv(RecvWr { wr_id: SRQ_WR | r as u64, sg_list: vec![sge] })
+            .map_err(|e| e.to_string())
     }
 
     fn pick_len(&mut self, kind: OpKind) -> usize {
@@ -532,8 +807,16 @@ impl Workload {
     /// Post one operation on stream `s`. False if it could not be posted.
     fn post_op(&mut self, s: usize) -> bool {
         let Some(slot) = self.streams[s].free.pop() else { return false };
-        let kind = self.cfg.mix[self.rng.gen_range(0..self.cfg.mix.len())];
-        let len = self.pick_len(kind);
+        let kind = self.streams[s].kinds[self.rng.gen_range(0..self.streams[s].kinds.len())];
+        let transport = self.streams[s].transport;
+        let mut len = self.pick_len(kind);
+        if transport != Transport::Rc && kind == OpKind::Send {
+            // room for the 8-byte id; UD: one packet
+            len = len.max(8);
+            if transport == Transport::Ud {
+                len = len.min(self.cfg.connect.mtu.bytes());
+            }
+        }
         let tag: u64 = self.rng.gen();
         let (q, init, target) = (self.streams[s].q, self.streams[s].init, self.streams[s].target);
         let seq = self.streams[s].next_seq;
@@ -542,16 +825,27 @@ impl Workload {
         let slot_off = ((q * self.cfg.window + slot) * self.stride) as u64;
         let mut expect = 0;
         self.scratch.resize(len, 0);
-        let mut wr = SendWr::new(wr_id, kind.wr_opcode());
+        let unreliable_write = transport == Transport::Uc && kind == OpKind::Write;
+        let opcode = if unreliable_write { WrOpcode::RdmaWriteWithImm } else { kind.wr_opcode() };
+        let mut wr = SendWr::new(wr_id, opcode);
+        // UC WRITEs cycle through all target slots, RC ones use the sender's
+        let tgt_off = if unreliable_write {
+            ((q * self.tslots + (seq as usize % self.tslots)) * self.stride) as u64
+        } else {
+            ((q * self.tslots + slot) * self.stride) as u64
+        };
         let (ini, tgt) = (&self.sides[init], &self.sides[target]);
         let res = match kind {
             OpKind::Send | OpKind::Write => {
                 fill_pattern(tag, &mut self.scratch);
+                if transport != Transport::Rc && kind == OpKind::Send {
+                    self.scratch[..8].copy_from_slice(&wr_id.to_le_bytes());
+                }
                 ini.local.write(slot_off, &self.scratch)
             }
             OpKind::Read => {
                 fill_pattern(tag, &mut self.scratch);
-                tgt.target.write(slot_off, &self.scratch)
+                tgt.target.write(tgt_off, &self.scratch)
             }
             OpKind::CmpSwap | OpKind::FetchAdd => Ok(()),
         };
@@ -566,9 +860,16 @@ impl Workload {
             wr = wr.sge(ini.local.addr() + slot_off, len as u32, ini.local.lkey());
         }
         match kind {
+            OpKind::Send if transport == Transport::Ud => {
+                let peer = &self.sides[target].qps[q];
+                wr = wr.ud(AhAttr::new(peer.pd().context().addr()), peer.qpn().value(), QKEY);
+            }
             OpKind::Send => {}
             OpKind::Write | OpKind::Read => {
-                wr = wr.remote(tgt.target.remote_addr(slot_off), tgt.target.rkey());
+                wr = wr.remote(tgt.target.remote_addr(tgt_off), tgt.target.rkey());
+                if unreliable_write {
+                    wr = wr.with_imm(seq as u32);
+                }
             }
             OpKind::CmpSwap | OpKind::FetchAdd => {
                 wr = wr.remote(tgt.atomic.remote_addr(q as u64 * 8), tgt.atomic.rkey());
@@ -596,7 +897,10 @@ impl Workload {
             self.streams[s].dead = true;
             return false;
         }
-        if kind == OpKind::Send {
+        if transport != Transport::Rc {
+            let write_off = unreliable_write.then_some(tgt_off);
+            self.streams[s].awaited.insert(seq, Awaited { len, tag, write_off });
+        } else if kind == OpKind::Send {
             self.streams[s].expected_recv.push_back((tag, len));
         }
         self.streams[s].outstanding.push_back(Pending { wr_id, kind, slot, len, tag, expect });
@@ -610,7 +914,16 @@ impl Workload {
     }
 
     /// Compare `len` bytes at `off` of `mr` with the pattern of `tag`.
-    fn check_bytes(&mut self, what: &str, mr_is: (usize, Region), off: u64, len: usize, tag: u64) {
+    /// `header`: the first 8 bytes are this id instead (unreliable SENDs).
+    fn check_bytes(
+        &mut self,
+        what: &str,
+        mr_is: (usize, Region),
+        off: u64,
+        len: usize,
+        tag: u64,
+        header: Option<u64>,
+    ) {
         self.scratch.resize(len, 0);
         self.expect.resize(len, 0);
         let side = &self.sides[mr_is.0];
@@ -618,6 +931,10 @@ impl Workload {
             Region::Local => &side.local,
             Region::Target => &side.target,
             Region::Recv => &side.recv,
+            Region::Srq => match &side.srq {
+                Some((_, buf)) => buf,
+                None => &side.recv,
+            },
         };
         if let Err(e) = mr.read(off, &mut self.scratch) {
             self.report.mismatches += 1;
@@ -625,6 +942,9 @@ impl Workload {
             return;
         }
         fill_pattern(tag, &mut self.expect);
+        if let (Some(h), true) = (header, len >= 8) {
+            self.expect[..8].copy_from_slice(&h.to_le_bytes());
+        }
         if self.scratch != self.expect {
             let first =
                 self.scratch.iter().zip(&self.expect).position(|(a, b)| a != b).unwrap_or(0);
@@ -684,12 +1004,21 @@ impl Workload {
         }
         let (q, init, target) = (self.streams[s].q, self.streams[s].init, self.streams[s].target);
         let slot_off = ((q * self.cfg.window + p.slot) * self.stride) as u64;
+        let tgt_off = ((q * self.tslots + p.slot) * self.stride) as u64;
+        let transport = self.streams[s].transport;
+        if transport != Transport::Rc {
+            // sent, not necessarily delivered: checked when (if) it arrives
+            self.report.delivery.entry(transport).or_default().sent += 1;
+            return;
+        }
         match p.kind {
             OpKind::Send => {}
             OpKind::Write => {
-                self.check_bytes(&what, (target, Region::Target), slot_off, p.len, p.tag)
+                self.check_bytes(&what, (target, Region::Target), tgt_off, p.len, p.tag, None)
             }
-            OpKind::Read => self.check_bytes(&what, (init, Region::Local), slot_off, p.len, p.tag),
+            OpKind::Read => {
+                self.check_bytes(&what, (init, Region::Local), slot_off, p.len, p.tag, None)
+            }
             OpKind::CmpSwap | OpKind::FetchAdd => match self.sides[init].local.read_u64(slot_off) {
                 Ok(v) if v == p.expect => {}
                 Ok(v) => {
@@ -715,8 +1044,10 @@ impl Workload {
             return;
         };
         let s = q * 2 + (1 - side);
+        let from_srq = wc.wr_id & SRQ_WR != 0;
         let st = &mut self.streams[s];
         match st.posted_recvs.front() {
+            _ if from_srq => {}
             Some(&id) if id == wc.wr_id => {
                 st.posted_recvs.pop_front();
             }
@@ -741,6 +1072,38 @@ impl Workload {
         }
         let r = (wc.wr_id & 0xFFFF_FFFF) as usize;
         let what = format!("stream {s} receive #{r}");
+        let (region, off) = if from_srq {
+            (Region::Srq, (r * self.rstride) as u64)
+        } else {
+            (Region::Recv, ((q * self.recv_slots + r) * self.rstride) as u64)
+        };
+        let transport = self.streams[s].transport;
+        if transport != Transport::Rc {
+            self.on_unreliable_recv(s, side, wc, (region, off), &what);
+        } else {
+            self.on_rc_recv(s, side, wc, (region, off), &what);
+        }
+        let reposted = if from_srq {
+            self.post_srq_recv(side, r)
+        } else {
+            self.post_recv(s, r).map_err(|e| e.to_string())
+        };
+        if let Err(e) = reposted {
+            self.problem(format!("{what}: re-posting the receive: {e}"));
+            self.streams[s].dead = true;
+        }
+    }
+
+    /// An RC receive: the next SEND of the stream, in order.
+    fn on_rc_recv(
+        &mut self,
+        s: usize,
+        side: usize,
+        wc: &WorkCompletion,
+        (region, off): (Region, u64),
+        what: &str,
+    ) {
+        let what = what.to_string();
         match self.streams[s].expected_recv.pop_front() {
             None => {
                 self.report.mismatches += 1;
@@ -754,14 +1117,97 @@ impl Workload {
                         wc.byte_len, wc.opcode
                     ));
                 } else {
-                    let off = ((q * self.recv_slots + r) * self.stride) as u64;
-                    self.check_bytes(&what, (side, Region::Recv), off, len, tag);
+                    self.check_bytes(&what, (side, region), off, len, tag, None);
                 }
             }
         }
-        if let Err(e) = self.post_recv(s, r) {
-            self.problem(format!("{what}: re-posting the receive: {e}"));
-            self.streams[s].dead = true;
+    }
+
+    /// A UC/UD receive: whichever message arrived (the SEND's first 8
+    /// bytes or the WRITE's immediate name it), checked and crossed off.
+    fn on_unreliable_recv(
+        &mut self,
+        s: usize,
+        side: usize,
+        wc: &WorkCompletion,
+        (region, off): (Region, u64),
+        what: &str,
+    ) {
+        let transport = self.streams[s].transport;
+        let grh = if transport == Transport::Ud { GRH } else { 0 };
+        let seq = if wc.opcode == WcOpcode::RecvRdmaWithImm {
+            match wc.imm {
+                Some(imm) => u64::from(imm),
+                None => {
+                    self.report.mismatches += 1;
+                    self.problem(format!("{what}: WRITE with immediate without immediate"));
+                    return;
+                }
+            }
+        } else {
+            let mut hdr = [0u8; 8];
+            let read = match region {
+                Region::Srq => match &self.sides[side].srq {
+                    Some((_, buf)) => buf.read(off + grh as u64, &mut hdr),
+                    None => Ok(()),
+                },
+                _ => self.sides[side].recv.read(off + grh as u64, &mut hdr),
+            };
+            let id = u64::from_le_bytes(hdr);
+            if read.is_err() || wc.byte_len < (grh + 8) as u32 || (id >> 40) as usize != s {
+                self.report.mismatches += 1;
+                self.problem(format!(
+                    "{what}: {} bytes that do not start with an id of this stream ({id:#x})",
+                    wc.byte_len
+                ));
+                return;
+            }
+            id & 0xFF_FFFF_FFFF
+        };
+        let st = &mut self.streams[s];
+        st.floor = st.floor.max(seq + 1);
+        st.last_arrival = self.net.elapsed();
+        let m = match self.streams[s].awaited.remove(&seq) {
+            Some(m) => {
+                self.report.delivery.entry(transport).or_default().received += 1;
+                self.streams[s].arrived.insert(seq, m);
+                m
+            }
+            None => match self.streams[s].arrived.get(&seq) {
+                Some(&m) => {
+                    self.report.delivery.entry(transport).or_default().duplicates += 1;
+                    m
+                }
+                None => {
+                    self.report.mismatches += 1;
+                    self.problem(format!("{what}: message #{seq} arrived but was not awaited"));
+                    return;
+                }
+            },
+        };
+        let what = format!("{what} ({transport} message #{seq})");
+        match m.write_off {
+            Some(woff) => {
+                if wc.byte_len as usize != m.len {
+                    self.report.mismatches += 1;
+                    self.problem(format!("{what}: byte_len {} want {}", wc.byte_len, m.len));
+                }
+                self.check_bytes(&what, (side, Region::Target), woff, m.len, m.tag, None);
+            }
+            None => {
+                if wc.byte_len as usize != m.len + grh || wc.opcode != WcOpcode::Recv {
+                    self.report.mismatches += 1;
+                    self.problem(format!(
+                        "{what}: byte_len {} opcode {:?}, want {} Recv",
+                        wc.byte_len,
+                        wc.opcode,
+                        m.len + grh
+                    ));
+                    return;
+                }
+                let id = ((s as u64) << 40) | seq;
+                self.check_bytes(&what, (side, region), off + grh as u64, m.len, m.tag, Some(id));
+            }
         }
     }
 
@@ -787,6 +1233,45 @@ impl Workload {
         n
     }
 
+    /// Operations one stream may post. With mixed transports, an equal
+    /// share of what the dead streams left (UC/UD streams complete much
+    /// faster than RC ones and would otherwise take nearly all); else no
+    /// limit.
+    fn quota(&self, total: u64) -> u64 {
+        if self.cfg.qp_type != QpTypes::Mixed {
+            return u64::MAX;
+        }
+        let dead: u64 = self.streams.iter().filter(|s| s.dead).map(|s| s.next_seq).sum();
+        let live = self.streams.iter().filter(|s| !s.dead).count() as u64;
+        total.saturating_sub(dead).div_ceil(live.max(1))
+    }
+
+    /// A UC/UD stream whose window of messages in flight is full.
+    fn blocked(&self, s: usize) -> bool {
+        let st = &self.streams[s];
+        st.transport != Transport::Rc && st.next_seq - st.floor >= self.cfg.window as u64
+    }
+
+    /// Release the window of blocked UC/UD streams that heard nothing for
+    /// [`UNRELIABLE_TIMEOUT`] (or at all, when `idle`: the fabric is empty,
+    /// so nothing more can arrive). Returns whether any was released.
+    fn release_blocked(&mut self, idle: bool) -> bool {
+        let now = self.net.elapsed();
+        let mut any = false;
+        for s in 0..self.streams.len() {
+            if !self.blocked(s) {
+                continue;
+            }
+            let st = &mut self.streams[s];
+            if idle || now.saturating_sub(st.last_arrival) > UNRELIABLE_TIMEOUT {
+                st.floor = st.next_seq;
+                st.last_arrival = now;
+                any = true;
+            }
+        }
+        any
+    }
+
     fn busy(&self) -> bool {
         self.streams
             .iter()
@@ -805,6 +1290,7 @@ impl Workload {
         let nstreams = self.streams.len();
         loop {
             // keep every stream's window full
+            let quota = self.quota(total);
             let mut posted_any = true;
             while issued < total && posted_any {
                 posted_any = false;
@@ -813,7 +1299,11 @@ impl Workload {
                     if issued >= total {
                         break;
                     }
-                    if self.streams[s].dead || self.streams[s].free.is_empty() {
+                    if self.streams[s].dead
+                        || self.streams[s].free.is_empty()
+                        || self.blocked(s)
+                        || self.streams[s].next_seq >= quota
+                    {
                         continue;
                     }
                     if self.post_op(s) {
@@ -823,14 +1313,20 @@ impl Workload {
                 }
                 cursor = (cursor + 1) % nstreams;
             }
+            let waiting = (0..nstreams).any(|s| !self.streams[s].dead && self.blocked(s));
             if !self.busy() {
                 if issued >= total || self.streams.iter().all(|s| s.dead) {
                     break;
                 }
-                continue;
+                if !waiting {
+                    continue;
+                }
             }
             let t = WallInstant::now();
             let stepped = self.net.run_steps(4) as u64;
+            if waiting && self.release_blocked(stepped == 0) && stepped == 0 {
+                continue;
+            }
             self.report.fabric_time += t.elapsed();
             self.report.events += stepped;
             let n = self.poll();
@@ -889,6 +1385,26 @@ impl Workload {
                 }
             }
         }
+        for st in &self.streams {
+            if st.transport != Transport::Rc {
+                self.report.delivery.entry(st.transport).or_default().missing +=
+                    st.awaited.len() as u64;
+            }
+        }
+        for (t, d) in &self.report.delivery {
+            if !d.accounted() {
+                let msg = format!(
+                    "{t}: {} sent, {} received, {} lost, but {} unaccounted for",
+                    d.sent,
+                    d.received,
+                    d.lost(),
+                    d.missing
+                );
+                if self.report.problems.len() < MAX_PROBLEMS {
+                    self.report.problems.push(msg);
+                }
+            }
+        }
         self.report.fabric = self.net.stats();
         self.report.counters =
             self.sides.iter().map(|s| (s.ctx.name().to_string(), s.ctx.counters())).collect();
@@ -907,6 +1423,7 @@ enum Region {
     Local,
     Target,
     Recv,
+    Srq,
 }
 
 /// Build and run a workload in one call.
