@@ -163,6 +163,13 @@ impl Dev {
         self.next_id += 1;
         self.next_id
     }
+
+    /// A fresh handle number and a fresh rkey for a memory window.
+    pub(crate) fn next_mw_ids(&mut self) -> (u32, u32) {
+        let k: u8 = self.rng.gen();
+        self.next_key += 1;
+        ((self.id()), (self.next_key << 8) | u32::from(k))
+    }
 }
 
 /// A software RoCEv2 HCA (one port), sans IO.
@@ -288,7 +295,8 @@ impl Hca {
         let supported = AccessFlags::LOCAL_WRITE
             | AccessFlags::REMOTE_WRITE
             | AccessFlags::REMOTE_READ
-            | AccessFlags::REMOTE_ATOMIC;
+            | AccessFlags::REMOTE_ATOMIC
+            | AccessFlags::MW_BIND;
         if !access.difference(supported).is_empty() {
             return Err(RegMrError::UnsupportedAccess(access.difference(supported).0));
         }
