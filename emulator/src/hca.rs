@@ -763,6 +763,22 @@ impl Hca {
         if wr.opcode.is_atomic() && (wr.sg_list.len() != 1 || length != 8) {
             return Err(PostSendError::BadAtomicSge);
         }
+        // IBA 1.5 ATOMIC_WRITE carries exactly 8 bytes (crate::mw)
+        if wr.opcode == crate::wr::WrOpcode::AtomicWrite && length != 8 {
+            tracing::debug!(%qpn, length, "ATOMIC_WRITE rejected: not 8 bytes");
+            return Err(PostSendError::BadAtomicSge);
+        }
+        if qp.init.qp_type != QpType::Rc
+            && matches!(
+                wr.opcode,
+                crate::wr::WrOpcode::AtomicWrite | crate::wr::WrOpcode::SendWithInv { .. }
+            )
+        {
+            return Err(PostSendError::UnsupportedOpcode {
+                opcode: wr.opcode,
+                qp_type: qp.init.qp_type,
+            });
+        }
         if wr.opcode.is_read_or_atomic() && qp.p.max_rd_atomic == 0 && qp.state == QpState::Rts {
             return Err(PostSendError::NoRdAtomic);
         }

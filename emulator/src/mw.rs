@@ -298,8 +298,17 @@ impl Hca {
     /// invalidated.
     pub fn local_invalidate(&mut self, qpn: Qpn, rkey: RKey) -> Result<(), MwError> {
         let pd = self.qps.get(&qpn).ok_or(MwError::UnknownQp(qpn))?.init.pd;
-        let mem = &mut self.dev.mem;
-        let r = if let Some(&h) = mem.mw.by_rkey.get(&rkey) {
+        let r = self.dev.mem.invalidate(pd, rkey);
+        tracing::debug!(dev = %self.dev.name, %qpn, %rkey, ok = r.is_ok(), "invalidate");
+        r
+    }
+}
+
+impl MemTable {
+    /// Invalidate `rkey` in `pd` (LOCAL_INV, or IETH at a responder).
+    pub(crate) fn invalidate(&mut self, pd: PdHandle, rkey: RKey) -> Result<(), MwError> {
+        let mem = self;
+        if let Some(&h) = mem.mw.by_rkey.get(&rkey) {
             match mem.mw.mws.get_mut(&h) {
                 Some(m) if m.pd != pd => Err(MwError::PdMismatch),
                 Some(m) if m.ty == MwType::Type1 => Err(MwError::WrongType(MwType::Type1)),
@@ -320,8 +329,6 @@ impl Hca {
             }
         } else {
             Err(MwError::UnknownRkey(rkey))
-        };
-        tracing::debug!(dev = %self.dev.name, %qpn, %rkey, ok = r.is_ok(), "invalidate");
-        r
+        }
     }
 }

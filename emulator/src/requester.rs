@@ -52,6 +52,12 @@ fn opcode_for(op: WrOpcode, pos: Position) -> Opcode {
         (WrOpcode::RdmaRead, _) => Opcode::RC_RDMA_READ_REQUEST,
         (WrOpcode::AtomicCmpAndSwp, _) => Opcode::RC_COMPARE_SWAP,
         (WrOpcode::AtomicFetchAndAdd, _) => Opcode::RC_FETCH_ADD,
+        // ---- memory windows / IBA 1.5 (crate::mw) ----
+        (WrOpcode::SendWithInv { .. }, First) => Opcode::RC_SEND_FIRST,
+        (WrOpcode::SendWithInv { .. }, Middle) => Opcode::RC_SEND_MIDDLE,
+        (WrOpcode::SendWithInv { .. }, Last) => Opcode::RC_SEND_LAST_WITH_INVALIDATE,
+        (WrOpcode::SendWithInv { .. }, Only) => Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
+        (WrOpcode::AtomicWrite, _) => Opcode::RC_ATOMIC_WRITE,
     }
 }
 
@@ -211,6 +217,9 @@ impl Qp {
                 }
                 if info.has_imm() {
                     r.immdt = Some(w.wr.imm);
+                }
+                if let (true, WrOpcode::SendWithInv { invalidate_rkey }) = (info.has_inv(), op) {
+                    r.ieth = Some(invalidate_rkey); // IETH (crate::mw)
                 }
                 r.bth.solicited = last && w.wr.flags.contains(SendFlags::SOLICITED);
                 (r, payload, 1, last)

@@ -273,7 +273,9 @@ impl Qp {
         // 3. opcode valid for this QP
         let acc = self.p.access;
         let valid = match info.kind {
-            OpKind::Send => !info.has_inv(),
+            OpKind::Send => !info.has_inv() || !self.is_uc(),
+            // IBA 1.5 ATOMIC_WRITE: a write right, as rxe checks (crate::mw)
+            OpKind::AtomicWrite => acc.contains(AccessFlags::REMOTE_WRITE),
             OpKind::Write => acc.contains(AccessFlags::REMOTE_WRITE),
             OpKind::ReadRequest => {
                 acc.contains(AccessFlags::REMOTE_READ) && self.p.max_dest_rd_atomic > 0
@@ -350,7 +352,24 @@ impl Qp {
                 *offset += len;
                 if info.position.ends() {
                     if let Some(InMsg::Send { recv, offset }) = self.in_msg.take() {
-                        let wc = self.recv_wc(&recv, WcStatus::Success, offset, r.immdt, false);
+                        let mut wc = self.recv_wc(&recv, WcStatus::Success, offset, r.immdt, false);
+                        // SEND_WITH_INVALIDATE: invalidate the IETH rkey (crate::mw)
+                        if let Some(rkey) = r.ieth {
+                            if let Err(e) = dev.mem.invalidate(self.init.pd, rkey) {
+                                tracing::debug!(qpn = %self.qpn, %psn, %rkey, %e, "IETH invalidate failed");
+                                self.in_msg = Some(InMsg::Send { recv, offset });
+                                self.responder_error(
+                                    dev,
+                                    psn,
+                                    NakCode::InvalidRequest,
+                                    Some(WcStatus::RemInvReqErr),
+                                );
+                                return;
+                            }
+                            tracing::debug!(qpn = %self.qpn, %psn, %rkey, "rkey invalidated (IETH)");
+                            wc.wc_flags |= WcFlags::WITH_INV;
+                            wc.imm = Some(rkey.value());
+                        }
                         dev.counters.rdma_recvs += 1;
                         dev.complete(self.init.recv_cq, wc);
                     }
@@ -495,6 +514,30 @@ impl Qp {
                 self.send_atomic_ack(dev, psn, orig);
                 self.epsn = psn.next();
                 return;
+            }
+            // ---- IBA 1.5 ATOMIC_WRITE (crate::mw) ----
+            OpKind::AtomicWrite => {
+                let Some(reth) = r.reth else { return };
+                if payload.len() != 8 || reth.dma_len != 8 || reth.va % 8 != 0 {
+                    tracing::debug!(qpn = %self.qpn, %psn, len = payload.len(), va = reth.va,
+                        "ATOMIC_WRITE: not 8 aligned bytes");
+                    self.responder_error(dev, psn, NakCode::InvalidRequest, None);
+                    return;
+                }
+                let loc = dev.mem.check_remote(
+                    self.init.pd,
+                    reth.rkey,
+                    reth.va,
+                    8,
+                    AccessFlags::REMOTE_WRITE,
+                );
+                let Some(mem) = loc.ok().and_then(|(h, off)| dev.mem.bytes_mut(h, off, 8)) else {
+                    tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, "remote access error (ATOMIC_WRITE)");
+                    self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
+                    return;
+                };
+                mem.copy_from_slice(payload); // one 8-byte store
+                self.msn = self.msn.next();
             }
             _ => return,
         }

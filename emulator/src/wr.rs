@@ -38,6 +38,16 @@ pub enum WrOpcode {
     AtomicCmpAndSwp,
     /// IBV_WR_ATOMIC_FETCH_AND_ADD.
     AtomicFetchAndAdd,
+    // ---- memory windows / invalidation / IBA 1.5 (see crate::mw) ----
+    /// IBV_WR_SEND_WITH_INV: the responder invalidates `invalidate_rkey`
+    /// (carried in the IETH) in its QP's PD.
+    SendWithInv {
+        /// The remote key the responder invalidates.
+        invalidate_rkey: RKey,
+    },
+    /// IBV_WR_ATOMIC_WRITE (IBA 1.5): 8 bytes (exactly) from the SGE or
+    /// inline data written atomically at `remote_addr`/`rkey`.
+    AtomicWrite,
 }
 
 impl WrOpcode {
@@ -57,6 +67,8 @@ impl WrOpcode {
             WrOpcode::RdmaRead => WcOpcode::RdmaRead,
             WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
             WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
+            WrOpcode::SendWithInv { .. } => WcOpcode::Send,
+            WrOpcode::AtomicWrite => WcOpcode::AtomicWrite,
         }
     }
 }
@@ -76,6 +88,9 @@ flags!(
     WcFlags {
         GRH = 1 << 0,
         WITH_IMM = 1 << 1,
+        /// IBV_WC_WITH_INV: the sender invalidated an rkey; it is in `imm`
+        /// (libibverbs' `invalidated_rkey` shares that union).
+        WITH_INV = 1 << 3,
     }
 );
 
@@ -305,6 +320,12 @@ pub enum WcOpcode {
     FetchAdd = 4,
     /// IBV_WC_BIND_MW (never produced).
     BindMw = 5,
+    /// IBV_WC_LOCAL_INV.
+    LocalInv = 6,
+    /// IBV_WC_FLUSH.
+    Flush = 8,
+    /// IBV_WC_ATOMIC_WRITE.
+    AtomicWrite = 9,
     /// IBV_WC_RECV.
     Recv = 128,
     /// IBV_WC_RECV_RDMA_WITH_IMM.

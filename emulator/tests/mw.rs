@@ -230,3 +230,64 @@ fn dealloc_releases_window_and_pd() {
     let wc = write(&mut p, mr.addr, rkey, &[1; 8]);
     assert_eq!(wc[0].status, WcStatus::RemAccessErr);
 }
+
+#[test]
+fn send_with_invalidate_carries_ieth_and_invalidates() {
+    let mut p = Pair::new();
+    let mr = bindable(&mut p);
+    let (mw, rk0) = p.b.hca.alloc_mw(p.b.pd, MwType::Type2).unwrap();
+    let k = RKey::new((rk0.value() & !0xFF) | 0x11);
+    let b = MwBind { mr: mr.handle, addr: mr.addr, length: 4096, access: RW };
+    p.b.hca.bind_mw_type2(p.b.qpn, mw, k, b).unwrap();
+    // a two-packet SEND_WITH_INV: FIRST then LAST_WITH_INVALIDATE
+    p.b.post_recv(1, 0, 4096);
+    let data = pattern(1500, 4);
+    p.a.write_mem(0, &data);
+    let wr = SendWr::new(2, WrOpcode::SendWithInv { invalidate_rkey: k }).sge(
+        p.a.addr(0),
+        1500,
+        p.a.mr.lkey,
+    );
+    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.run();
+    let ops: Vec<Opcode> =
+        p.trace.iter().filter(|s| s.dir == Dir::AtoB).map(|s| s.opcode).collect();
+    assert_eq!(ops, vec![Opcode::RC_SEND_FIRST, Opcode::RC_SEND_LAST_WITH_INVALIDATE]);
+    assert_eq!(p.trace.iter().find(|s| s.dir == Dir::AtoB).unwrap().repr.ieth, None);
+    let last = p.trace.iter().find(|s| s.opcode == Opcode::RC_SEND_LAST_WITH_INVALIDATE).unwrap();
+    assert_eq!(last.repr.ieth, Some(k));
+    let wa = p.a.poll();
+    assert_eq!((wa[0].status, wa[0].opcode), (WcStatus::Success, WcOpcode::Send));
+    let wb = p.b.poll();
+    assert_eq!(wb.len(), 1);
+    assert_eq!(
+        (wb[0].status, wb[0].opcode, wb[0].byte_len),
+        (WcStatus::Success, WcOpcode::Recv, 1500)
+    );
+    assert!(wb[0].wc_flags.contains(WcFlags::WITH_INV));
+    assert!(!wb[0].wc_flags.contains(WcFlags::WITH_IMM));
+    assert_eq!(wb[0].imm, Some(k.value()));
+    assert_eq!(p.b.read_mem(0, 1500), data);
+    assert_eq!(p.a.counters().icrc_err + p.b.counters().icrc_err, 0);
+    // the window is free again: remote use fails, a new bind works
+    let wc = write(&mut p, mr.addr, k, &[1; 8]);
+    assert_eq!(wc[0].status, WcStatus::RemAccessErr);
+    let k2 = RKey::new((rk0.value() & !0xFF) | 0x12);
+    assert_eq!(p.b.hca.bind_mw_type2(p.b.qpn, mw, k2, b), Ok(k2));
+}
+
+#[test]
+fn send_with_invalidate_of_unknown_rkey_is_rem_inv_req() {
+    let mut p = Pair::new();
+    p.b.post_recv(1, 0, 64);
+    let bogus = RKey::new(0xDEAD_BE00);
+    let wr = SendWr::new(2, WrOpcode::SendWithInv { invalidate_rkey: bogus }).inline(b"hello");
+    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.run();
+    let last = p.trace.iter().find(|s| s.opcode == Opcode::RC_SEND_ONLY_WITH_INVALIDATE).unwrap();
+    assert_eq!(last.repr.ieth, Some(bogus));
+    let wa = p.a.poll();
+    assert_eq!(wa[0].status, WcStatus::RemInvReqErr);
+    let wb = p.b.poll();
+    assert_eq!(wb[0].status, WcStatus::RemInvReqErr);
+}

@@ -1,0 +1,70 @@
+//! IBA 1.5 ATOMIC_WRITE between two HCAs (FLUSH: not implemented yet).
+
+mod common;
+use common::*;
+use roce_emulator::*;
+use roce_packet::Opcode;
+
+fn atomic_write(p: &mut Pair, va: u64, value: u64) -> Vec<WorkCompletion> {
+    p.a.write_mem(0, &value.to_le_bytes());
+    let wr = SendWr::new(3, WrOpcode::AtomicWrite)
+        .sge(p.a.addr(0), 8, p.a.mr.lkey)
+        .remote(va, p.b.mr.rkey);
+    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.run();
+    p.a.poll()
+}
+
+#[test]
+fn atomic_write_lands_8_bytes() {
+    let mut p = Pair::new();
+    p.b.write_mem(64, &[0xEE; 24]);
+    let va = p.b.addr(72);
+    let wc = atomic_write(&mut p, va, 0x0102_0304_0506_0708);
+    assert_eq!(wc.len(), 1);
+    assert_eq!((wc[0].status, wc[0].opcode), (WcStatus::Success, WcOpcode::AtomicWrite));
+    let mut want = vec![0xEE; 8];
+    want.extend_from_slice(&0x0102_0304_0506_0708u64.to_le_bytes());
+    want.extend_from_slice(&[0xEE; 8]);
+    assert_eq!(p.b.read_mem(64, 24), want);
+    // on the wire: ATOMIC_WRITE with RETH (len 8) and 8 bytes, acked by an ACK
+    let req = p.trace.iter().find(|s| s.dir == Dir::AtoB).unwrap();
+    assert_eq!(req.opcode, Opcode::RC_ATOMIC_WRITE);
+    let reth = req.repr.reth.unwrap();
+    assert_eq!((reth.va, reth.rkey, reth.dma_len), (p.b.addr(72), p.b.mr.rkey, 8));
+    assert!(req.ack_req);
+    assert_eq!(p.count(Dir::BtoA, Opcode::RC_ACKNOWLEDGE), 1);
+    assert_eq!(p.a.counters().icrc_err + p.b.counters().icrc_err, 0);
+}
+
+#[test]
+fn atomic_write_of_7_or_9_bytes_is_rejected() {
+    let mut p = Pair::new();
+    for n in [7u32, 9] {
+        let wr = SendWr::new(3, WrOpcode::AtomicWrite)
+            .sge(p.a.addr(0), n, p.a.mr.lkey)
+            .remote(p.b.addr(0), p.b.mr.rkey);
+        assert_eq!(p.a.hca.post_send(p.a.qpn, wr), Err(PostSendError::BadAtomicSge));
+    }
+    let wr = SendWr::new(3, WrOpcode::AtomicWrite).inline(&[1; 9]).remote(p.b.addr(0), p.b.mr.rkey);
+    assert_eq!(p.a.hca.post_send(p.a.qpn, wr), Err(PostSendError::BadAtomicSge));
+    p.run();
+    assert!(p.trace.is_empty());
+}
+
+#[test]
+fn atomic_write_needs_remote_write_on_the_region() {
+    let mut p = Pair::new();
+    let ro = p.b.hca.reg_mr(p.b.pd, 4096, AccessFlags::REMOTE_READ).unwrap();
+    p.a.write_mem(0, &7u64.to_le_bytes());
+    let wr = SendWr::new(3, WrOpcode::AtomicWrite)
+        .sge(p.a.addr(0), 8, p.a.mr.lkey)
+        .remote(ro.addr, ro.rkey);
+    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.run();
+    let wc = p.a.poll();
+    assert_eq!(wc[0].status, WcStatus::RemAccessErr);
+    let mut got = [0u8; 8];
+    p.b.hca.mr_read(ro.handle, 0, &mut got).unwrap();
+    assert_eq!(got, [0; 8]);
+}
