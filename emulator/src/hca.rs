@@ -296,7 +296,9 @@ impl Hca {
             | AccessFlags::REMOTE_WRITE
             | AccessFlags::REMOTE_READ
             | AccessFlags::REMOTE_ATOMIC
-            | AccessFlags::MW_BIND;
+            | AccessFlags::MW_BIND
+            | AccessFlags::FLUSH_GLOBAL
+            | AccessFlags::FLUSH_PERSISTENT;
         if !access.difference(supported).is_empty() {
             return Err(RegMrError::UnsupportedAccess(access.difference(supported).0));
         }
@@ -771,7 +773,9 @@ impl Hca {
         if qp.init.qp_type != QpType::Rc
             && matches!(
                 wr.opcode,
-                crate::wr::WrOpcode::AtomicWrite | crate::wr::WrOpcode::SendWithInv { .. }
+                crate::wr::WrOpcode::AtomicWrite
+                    | crate::wr::WrOpcode::SendWithInv { .. }
+                    | crate::wr::WrOpcode::Flush { .. }
             )
         {
             return Err(PostSendError::UnsupportedOpcode {

@@ -58,6 +58,7 @@ fn opcode_for(op: WrOpcode, pos: Position) -> Opcode {
         (WrOpcode::SendWithInv { .. }, Last) => Opcode::RC_SEND_LAST_WITH_INVALIDATE,
         (WrOpcode::SendWithInv { .. }, Only) => Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
         (WrOpcode::AtomicWrite, _) => Opcode::RC_ATOMIC_WRITE,
+        (WrOpcode::Flush { .. }, _) => Opcode::RC_FLUSH,
     }
 }
 
@@ -162,6 +163,13 @@ impl Qp {
                     swap_add,
                     compare,
                 });
+                (r, Vec::new(), 1, true)
+            }
+            // IBA 1.5 FLUSH: FETH + RETH, no payload, one PSN (crate::mw)
+            WrOpcode::Flush { len, placement, level } => {
+                let mut r = Dev::repr(self, opcode_for(op, Position::Only), psn, true, 0);
+                r.feth = Some(u32::from(placement & 0x0F) | (u32::from(level & 0x03) << 4));
+                r.reth = Some(RethRepr { va: w.wr.remote_addr, rkey: w.wr.rkey, dma_len: len });
                 (r, Vec::new(), 1, true)
             }
             _ => {

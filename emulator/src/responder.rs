@@ -276,6 +276,10 @@ impl Qp {
             OpKind::Send => !info.has_inv() || !self.is_uc(),
             // IBA 1.5 ATOMIC_WRITE: a write right, as rxe checks (crate::mw)
             OpKind::AtomicWrite => acc.contains(AccessFlags::REMOTE_WRITE),
+            OpKind::Flush => {
+                let need = flush_access(r.feth.unwrap_or(0));
+                acc.contains(need) && self.p.max_dest_rd_atomic > 0
+            }
             OpKind::Write => acc.contains(AccessFlags::REMOTE_WRITE),
             OpKind::ReadRequest => {
                 acc.contains(AccessFlags::REMOTE_READ) && self.p.max_dest_rd_atomic > 0
@@ -515,6 +519,31 @@ impl Qp {
                 self.epsn = psn.next();
                 return;
             }
+            // ---- IBA 1.5 FLUSH (crate::mw): answered by a zero-length READ RESPONSE ONLY ----
+            OpKind::Flush => {
+                let (Some(reth), Some(feth)) = (r.reth, r.feth) else { return };
+                let placement = feth & 0x0F;
+                let level = (feth >> 4) & 0x03;
+                if placement == 0 || placement > 3 || level > 1 {
+                    tracing::debug!(qpn = %self.qpn, %psn, placement, level, "FLUSH: bad FETH");
+                    self.responder_error(dev, psn, NakCode::InvalidRequest, None);
+                    return;
+                }
+                // whole-region selectivity: only the rkey (and va inside it) matter
+                let len = if level == 1 { 0 } else { u64::from(reth.dma_len) };
+                let need = flush_access(feth);
+                if let Err(e) = dev.mem.check_remote(self.init.pd, reth.rkey, reth.va, len, need) {
+                    tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, ?e, "remote access error (FLUSH)");
+                    self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
+                    return;
+                }
+                tracing::debug!(qpn = %self.qpn, %psn, placement, level, "FLUSH done (memory is ours)");
+                self.save_resource(RdResource::Read { first: psn, npkts: 1 });
+                self.msn = self.msn.next();
+                self.send_read_responses(psn, reth.va, reth.rkey, 0);
+                self.epsn = psn.next();
+                return;
+            }
             // ---- IBA 1.5 ATOMIC_WRITE (crate::mw) ----
             OpKind::AtomicWrite => {
                 let Some(reth) = r.reth else { return };
@@ -618,6 +647,20 @@ impl Qp {
                         reason = "duplicate atomic without resource", "drop"),
                 }
             }
+            // ---- IBA 1.5 (crate::mw): re-ACK an ATOMIC_WRITE, re-answer a FLUSH ----
+            OpKind::AtomicWrite => self.send_ack(dev, psn),
+            OpKind::Flush => {
+                let Some(reth) = r.reth else { return };
+                let known = self
+                    .resources
+                    .iter()
+                    .any(|x| matches!(*x, RdResource::Read { first, npkts: 1 } if first == psn));
+                if known {
+                    self.send_read_responses(psn, reth.va, reth.rkey, 0);
+                } else {
+                    tracing::debug!(qpn = %self.qpn, %psn, reason = "duplicate FLUSH without resource", "drop");
+                }
+            }
             _ => {}
         }
     }
@@ -684,3 +727,15 @@ impl Qp {
 
 /// Bytes reserved for the GRH at the start of a UD receive buffer.
 pub const GRH_LEN: usize = 40;
+
+/// The access a FLUSH needs for its FETH placement type (crate::mw).
+fn flush_access(feth: u32) -> AccessFlags {
+    let mut need = AccessFlags::EMPTY;
+    if feth & 1 != 0 {
+        need |= AccessFlags::FLUSH_GLOBAL;
+    }
+    if feth & 2 != 0 {
+        need |= AccessFlags::FLUSH_PERSISTENT;
+    }
+    need
+}

@@ -48,12 +48,29 @@ pub enum WrOpcode {
     /// IBV_WR_ATOMIC_WRITE (IBA 1.5): 8 bytes (exactly) from the SGE or
     /// inline data written atomically at `remote_addr`/`rkey`.
     AtomicWrite,
+    /// IBV_WR_FLUSH (IBA 1.5): make `len` bytes at `remote_addr`/`rkey`
+    /// globally visible and/or persistent. Completes on a zero-length
+    /// RDMA READ RESPONSE ONLY, like a READ.
+    Flush {
+        /// Bytes from `remote_addr` (selectivity 0).
+        len: u32,
+        /// FETH placement type: bit 0 global visibility, bit 1 persistence.
+        placement: u8,
+        /// FETH selectivity level: 0 the range, 1 the whole region.
+        level: u8,
+    },
 }
 
 impl WrOpcode {
     /// READ or an atomic: needs a responder resource and an init depth slot.
     pub const fn is_read_or_atomic(self) -> bool {
-        matches!(self, WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd)
+        matches!(
+            self,
+            WrOpcode::RdmaRead
+                | WrOpcode::AtomicCmpAndSwp
+                | WrOpcode::AtomicFetchAndAdd
+                | WrOpcode::Flush { .. }
+        )
     }
     /// An atomic operation (8 bytes, one PSN).
     pub const fn is_atomic(self) -> bool {
@@ -69,6 +86,7 @@ impl WrOpcode {
             WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
             WrOpcode::SendWithInv { .. } => WcOpcode::Send,
             WrOpcode::AtomicWrite => WcOpcode::AtomicWrite,
+            WrOpcode::Flush { .. } => WcOpcode::Flush,
         }
     }
 }

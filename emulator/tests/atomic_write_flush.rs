@@ -1,4 +1,4 @@
-//! IBA 1.5 ATOMIC_WRITE between two HCAs (FLUSH: not implemented yet).
+//! IBA 1.5 ATOMIC_WRITE and FLUSH between two HCAs.
 
 mod common;
 use common::*;
@@ -67,4 +67,80 @@ fn atomic_write_needs_remote_write_on_the_region() {
     let mut got = [0u8; 8];
     p.b.hca.mr_read(ro.handle, 0, &mut got).unwrap();
     assert_eq!(got, [0; 8]);
+}
+
+fn flush_pair() -> Pair {
+    let o = Opts {
+        qp_access: ALL_ACCESS | AccessFlags::FLUSH_GLOBAL | AccessFlags::FLUSH_PERSISTENT,
+        ..Opts::default()
+    };
+    Pair::with(o)
+}
+
+fn flush(
+    p: &mut Pair,
+    va: u64,
+    rkey: roce_packet::RKey,
+    len: u32,
+    placement: u8,
+    level: u8,
+) -> Vec<WorkCompletion> {
+    let wr = SendWr::new(5, WrOpcode::Flush { len, placement, level }).remote(va, rkey);
+    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.run();
+    p.a.poll()
+}
+
+#[test]
+fn flush_with_access_succeeds_with_zero_length_read_response() {
+    let mut p = flush_pair();
+    let acc = ALL_ACCESS | AccessFlags::FLUSH_GLOBAL | AccessFlags::FLUSH_PERSISTENT;
+    let mr = p.b.hca.reg_mr(p.b.pd, 8192, acc).unwrap();
+    let wc = flush(&mut p, mr.addr + 100, mr.rkey, 200, 3, 0);
+    assert_eq!(wc.len(), 1);
+    assert_eq!((wc[0].status, wc[0].opcode), (WcStatus::Success, WcOpcode::Flush));
+    let req = p.trace.iter().find(|s| s.dir == Dir::AtoB).unwrap();
+    assert_eq!(req.opcode, Opcode::RC_FLUSH);
+    assert_eq!(req.repr.feth, Some(3));
+    let reth = req.repr.reth.unwrap();
+    assert_eq!((reth.va, reth.rkey, reth.dma_len), (mr.addr + 100, mr.rkey, 200));
+    let resp = p.trace.iter().find(|s| s.dir == Dir::BtoA).unwrap();
+    assert_eq!(resp.opcode, Opcode::RC_RDMA_READ_RESPONSE_ONLY);
+    assert_eq!(resp.psn, req.psn);
+    assert_eq!(p.count(Dir::BtoA, Opcode::RC_RDMA_READ_RESPONSE_ONLY), 1);
+    // whole-region selectivity, global visibility only: FETH 0x11
+    let wc = flush(&mut p, mr.addr, mr.rkey, 0, 1, 1);
+    assert_eq!(wc[0].status, WcStatus::Success);
+    let req = p.trace.iter().filter(|s| s.dir == Dir::AtoB).nth(1).unwrap();
+    assert_eq!(req.repr.feth, Some(0x11));
+    assert_eq!(p.a.counters().icrc_err + p.b.counters().icrc_err, 0);
+}
+
+#[test]
+fn flush_without_region_access_is_remote_access_error() {
+    let mut p = flush_pair();
+    let acc = ALL_ACCESS | AccessFlags::FLUSH_GLOBAL;
+    let mr = p.b.hca.reg_mr(p.b.pd, 8192, acc).unwrap();
+    // persistence asked, region only allows global visibility
+    let wc = flush(&mut p, mr.addr, mr.rkey, 64, 2, 0);
+    assert_eq!(wc[0].status, WcStatus::RemAccessErr);
+    assert_eq!(p.count(Dir::BtoA, Opcode::RC_RDMA_READ_RESPONSE_ONLY), 0);
+    p.reconnect();
+    // the test pair's default region has no flush right at all
+    let (va, rkey) = (p.b.addr(0), p.b.mr.rkey);
+    let wc = flush(&mut p, va, rkey, 64, 1, 0);
+    assert_eq!(wc[0].status, WcStatus::RemAccessErr);
+    p.reconnect();
+    // beyond the region
+    let wc = flush(&mut p, mr.addr + 8000, mr.rkey, 400, 1, 0);
+    assert_eq!(wc[0].status, WcStatus::RemAccessErr);
+}
+
+#[test]
+fn flush_on_a_qp_without_flush_access_is_rejected() {
+    let mut p = Pair::new();
+    let acc = ALL_ACCESS | AccessFlags::FLUSH_GLOBAL;
+    let mr = p.b.hca.reg_mr(p.b.pd, 8192, acc).unwrap();
+    let wc = flush(&mut p, mr.addr, mr.rkey, 64, 1, 0);
+    assert_eq!(wc[0].status, WcStatus::RemInvReqErr);
 }
