@@ -10,8 +10,9 @@
 //! window's range and rights, then against the region's
 //! ([`MemTable::check_remote`]).
 //!
-//! Not done here: the BIND_MW / LOCAL_INV / SEND_WITH_INV work requests and
-//! IETH on the wire, ATOMIC_WRITE and FLUSH (see the crate's report).
+//! The BIND_MW and LOCAL_INV work requests run the same checks in send
+//! queue order (`crate::requester`); SEND_WITH_INVALIDATE's IETH is applied
+//! by the responder.
 
 use crate::hca::Hca;
 use crate::objects::{MemError, MemTable, MrHandle, PdHandle};
@@ -39,7 +40,7 @@ pub enum MwType {
 }
 
 /// `struct ibv_mw_bind` / `ibv_mw_bind_info`: what a window exposes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MwBind {
     /// The region the window lies in (needs MW_BIND access).
     pub mr: MrHandle,
@@ -170,6 +171,112 @@ fn inc_rkey(k: RKey) -> RKey {
     RKey::new((v & !0xFF) | (v.wrapping_add(1) & 0xFF))
 }
 
+impl MemTable {
+    /// Bind checks for a QP in `qp_pd`: one PD for window, region and QP,
+    /// MW_BIND on the region, remote rights only (write/atomic need the
+    /// region's LOCAL_WRITE), window inside the region.
+    fn check_bind(&self, qp_pd: PdHandle, mw: MwHandle, b: &MwBind) -> Result<(), MwError> {
+        let m = self.mw.mws.get(&mw).ok_or(MwError::UnknownMw(mw))?;
+        let mr = self.mrs.get(&b.mr).ok_or(MwError::UnknownMr(b.mr))?;
+        if m.pd != qp_pd || mr.pd != qp_pd {
+            return Err(MwError::PdMismatch);
+        }
+        if !mr.access.contains(AccessFlags::MW_BIND) {
+            return Err(MwError::MrNotBindable);
+        }
+        let remote =
+            AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
+        let extra = b.access.difference(remote);
+        if !extra.is_empty() {
+            return Err(MwError::BadAccess(extra.0));
+        }
+        if b.access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+            && !mr.access.contains(AccessFlags::LOCAL_WRITE)
+        {
+            return Err(MwError::BadAccess(b.access.0));
+        }
+        if b.length > 0 && mr.range(b.addr, b.length).is_none() {
+            return Err(MwError::OutOfBounds { addr: b.addr, length: b.length });
+        }
+        Ok(())
+    }
+
+    /// Bind a type 2 window for `qpn` (in `qp_pd`): it must be free and
+    /// `new_rkey` must keep its index.
+    pub(crate) fn bind_type2(
+        &mut self,
+        qp_pd: PdHandle,
+        qpn: Qpn,
+        mw: MwHandle,
+        new_rkey: RKey,
+        b: MwBind,
+    ) -> Result<RKey, MwError> {
+        let m = self.mw.mws.get(&mw).ok_or(MwError::UnknownMw(mw))?;
+        let (ty, old, free) = (m.ty, m.rkey, m.bound.is_none());
+        let r = if ty != MwType::Type2 {
+            Err(MwError::WrongType(ty))
+        } else if !free {
+            Err(MwError::NotFree)
+        } else if new_rkey.value() & !0xFF != old.value() & !0xFF {
+            Err(MwError::BadRkeyIndex { old, new: new_rkey })
+        } else {
+            self.check_bind(qp_pd, mw, &b)
+        };
+        if let Err(e) = r {
+            tracing::debug!(%qpn, mw = mw.0, %e, "bind_mw (type 2) rejected");
+            return Err(e);
+        }
+        Ok(self.install(mw, old, new_rkey, b, Some(qpn)))
+    }
+
+    fn install(&mut self, mw: MwHandle, old: RKey, new: RKey, b: MwBind, qpn: Option<Qpn>) -> RKey {
+        let t = &mut self.mw;
+        t.by_rkey.remove(&old);
+        t.by_rkey.insert(new, mw);
+        if let Some(m) = t.mws.get_mut(&mw) {
+            m.rkey = new;
+            m.bound = (b.length > 0).then_some(Binding {
+                mr: b.mr,
+                addr: b.addr,
+                length: b.length,
+                access: b.access,
+            });
+        }
+        tracing::debug!(mw = mw.0, %old, %new, addr = b.addr, length = b.length, ?qpn, "bind_mw");
+        new
+    }
+
+    /// Invalidate `rkey` in `pd` (LOCAL_INV, or IETH at a responder): a
+    /// type 2 window returns to the free state; a region loses its remote
+    /// key. Type 1 windows cannot be invalidated.
+    pub(crate) fn invalidate(&mut self, pd: PdHandle, rkey: RKey) -> Result<(), MwError> {
+        let r = if let Some(&h) = self.mw.by_rkey.get(&rkey) {
+            match self.mw.mws.get_mut(&h) {
+                Some(m) if m.pd != pd => Err(MwError::PdMismatch),
+                Some(m) if m.ty == MwType::Type1 => Err(MwError::WrongType(MwType::Type1)),
+                Some(m) => {
+                    m.bound = None;
+                    Ok(())
+                }
+                None => Err(MwError::UnknownRkey(rkey)),
+            }
+        } else if let Some(&h) = self.by_rkey.get(&rkey) {
+            match self.mrs.get(&h) {
+                Some(mr) if mr.pd != pd => Err(MwError::PdMismatch),
+                Some(_) => {
+                    self.by_rkey.remove(&rkey);
+                    Ok(())
+                }
+                None => Err(MwError::UnknownRkey(rkey)),
+            }
+        } else {
+            Err(MwError::UnknownRkey(rkey))
+        };
+        tracing::debug!(%rkey, ok = r.is_ok(), "invalidate");
+        r
+    }
+}
+
 impl Hca {
     /// `ibv_alloc_mw`: an unbound window in `pd` with a fresh rkey.
     pub fn alloc_mw(&mut self, pd: PdHandle, ty: MwType) -> Result<(MwHandle, RKey), MwError> {
@@ -202,31 +309,8 @@ impl Hca {
         self.dev.mem.mw.mws.get(&mw).map(|m| m.rkey)
     }
 
-    fn check_bind(&self, qpn: Qpn, mw: MwHandle, b: &MwBind) -> Result<(), MwError> {
-        let qp = self.qps.get(&qpn).ok_or(MwError::UnknownQp(qpn))?;
-        let m = self.dev.mem.mw.mws.get(&mw).ok_or(MwError::UnknownMw(mw))?;
-        let mr = self.dev.mem.mrs.get(&b.mr).ok_or(MwError::UnknownMr(b.mr))?;
-        if m.pd != qp.init.pd || mr.pd != qp.init.pd {
-            return Err(MwError::PdMismatch);
-        }
-        if !mr.access.contains(AccessFlags::MW_BIND) {
-            return Err(MwError::MrNotBindable);
-        }
-        let remote =
-            AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
-        let extra = b.access.difference(remote);
-        if !extra.is_empty() {
-            return Err(MwError::BadAccess(extra.0));
-        }
-        if b.access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
-            && !mr.access.contains(AccessFlags::LOCAL_WRITE)
-        {
-            return Err(MwError::BadAccess(b.access.0));
-        }
-        if b.length > 0 && mr.range(b.addr, b.length).is_none() {
-            return Err(MwError::OutOfBounds { addr: b.addr, length: b.length });
-        }
-        Ok(())
+    fn qp_pd(&self, qpn: Qpn) -> Result<PdHandle, MwError> {
+        Ok(self.qps.get(&qpn).ok_or(MwError::UnknownQp(qpn))?.init.pd)
     }
 
     /// `ibv_bind_mw` for a type 1 window, done directly: checks PDs, the
@@ -234,21 +318,23 @@ impl Hca {
     /// key byte advances (rkey rotation, `ibv_inc_rkey`) and the new rkey is
     /// returned. A zero length unbinds.
     pub fn bind_mw(&mut self, qpn: Qpn, mw: MwHandle, b: MwBind) -> Result<RKey, MwError> {
-        let ty = self.dev.mem.mw.mws.get(&mw).ok_or(MwError::UnknownMw(mw))?.ty;
+        let m = self.dev.mem.mw.mws.get(&mw).ok_or(MwError::UnknownMw(mw))?;
+        let (ty, old) = (m.ty, m.rkey);
         if ty != MwType::Type1 {
             return Err(MwError::WrongType(ty));
         }
-        if let Err(e) = self.check_bind(qpn, mw, &b) {
+        let pd = self.qp_pd(qpn)?;
+        if let Err(e) = self.dev.mem.check_bind(pd, mw, &b) {
             tracing::debug!(dev = %self.dev.name, %qpn, mw = mw.0, %e, "bind_mw rejected");
             return Err(e);
         }
-        let old = self.dev.mem.mw.mws.get(&mw).map(|m| m.rkey).ok_or(MwError::UnknownMw(mw))?;
-        Ok(self.install(mw, old, inc_rkey(old), b, None))
+        Ok(self.dev.mem.install(mw, old, inc_rkey(old), b, None))
     }
 
-    /// Bind a type 2 window to `qpn` (what a BIND_MW work request does):
-    /// the window must be free and `new_rkey` keep its index (only the low
-    /// key byte changes — rkey rotation).
+    /// Bind a type 2 window to `qpn` directly (what a
+    /// [`crate::WrOpcode::BindMw`] work request does in order): the window
+    /// must be free and `new_rkey` keep its index (only the low key byte
+    /// changes — rkey rotation).
     pub fn bind_mw_type2(
         &mut self,
         qpn: Qpn,
@@ -256,79 +342,14 @@ impl Hca {
         new_rkey: RKey,
         b: MwBind,
     ) -> Result<RKey, MwError> {
-        let m = self.dev.mem.mw.mws.get(&mw).ok_or(MwError::UnknownMw(mw))?;
-        let (ty, old, free) = (m.ty, m.rkey, m.bound.is_none());
-        let r = if ty != MwType::Type2 {
-            Err(MwError::WrongType(ty))
-        } else if !free {
-            Err(MwError::NotFree)
-        } else if new_rkey.value() & !0xFF != old.value() & !0xFF {
-            Err(MwError::BadRkeyIndex { old, new: new_rkey })
-        } else {
-            self.check_bind(qpn, mw, &b)
-        };
-        if let Err(e) = r {
-            tracing::debug!(dev = %self.dev.name, %qpn, mw = mw.0, %e, "bind_mw (type 2) rejected");
-            return Err(e);
-        }
-        Ok(self.install(mw, old, new_rkey, b, Some(qpn)))
+        let pd = self.qp_pd(qpn)?;
+        self.dev.mem.bind_type2(pd, qpn, mw, new_rkey, b)
     }
 
-    fn install(&mut self, mw: MwHandle, old: RKey, new: RKey, b: MwBind, qpn: Option<Qpn>) -> RKey {
-        let t = &mut self.dev.mem.mw;
-        t.by_rkey.remove(&old);
-        t.by_rkey.insert(new, mw);
-        if let Some(m) = t.mws.get_mut(&mw) {
-            m.rkey = new;
-            m.bound = (b.length > 0).then_some(Binding {
-                mr: b.mr,
-                addr: b.addr,
-                length: b.length,
-                access: b.access,
-            });
-        }
-        tracing::debug!(dev = %self.dev.name, mw = mw.0, %old, %new, addr = b.addr,
-            length = b.length, ?qpn, "bind_mw");
-        new
-    }
-
-    /// Invalidate `rkey` for `qpn`'s PD (what LOCAL_INV or an incoming
-    /// SEND_WITH_INVALIDATE does): a type 2 window returns to the free
-    /// state; a region loses its remote key. Type 1 windows cannot be
-    /// invalidated.
+    /// Invalidate `rkey` for `qpn`'s PD directly (what a
+    /// [`crate::WrOpcode::LocalInv`] work request does in order).
     pub fn local_invalidate(&mut self, qpn: Qpn, rkey: RKey) -> Result<(), MwError> {
-        let pd = self.qps.get(&qpn).ok_or(MwError::UnknownQp(qpn))?.init.pd;
-        let r = self.dev.mem.invalidate(pd, rkey);
-        tracing::debug!(dev = %self.dev.name, %qpn, %rkey, ok = r.is_ok(), "invalidate");
-        r
-    }
-}
-
-impl MemTable {
-    /// Invalidate `rkey` in `pd` (LOCAL_INV, or IETH at a responder).
-    pub(crate) fn invalidate(&mut self, pd: PdHandle, rkey: RKey) -> Result<(), MwError> {
-        let mem = self;
-        if let Some(&h) = mem.mw.by_rkey.get(&rkey) {
-            match mem.mw.mws.get_mut(&h) {
-                Some(m) if m.pd != pd => Err(MwError::PdMismatch),
-                Some(m) if m.ty == MwType::Type1 => Err(MwError::WrongType(MwType::Type1)),
-                Some(m) => {
-                    m.bound = None;
-                    Ok(())
-                }
-                None => Err(MwError::UnknownRkey(rkey)),
-            }
-        } else if let Some(&h) = mem.by_rkey.get(&rkey) {
-            match mem.mrs.get(&h) {
-                Some(mr) if mr.pd != pd => Err(MwError::PdMismatch),
-                Some(_) => {
-                    mem.by_rkey.remove(&rkey);
-                    Ok(())
-                }
-                None => Err(MwError::UnknownRkey(rkey)),
-            }
-        } else {
-            Err(MwError::UnknownRkey(rkey))
-        }
+        let pd = self.qp_pd(qpn)?;
+        self.dev.mem.invalidate(pd, rkey)
     }
 }

@@ -59,6 +59,8 @@ fn opcode_for(op: WrOpcode, pos: Position) -> Opcode {
         (WrOpcode::SendWithInv { .. }, Only) => Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
         (WrOpcode::AtomicWrite, _) => Opcode::RC_ATOMIC_WRITE,
         (WrOpcode::Flush { .. }, _) => Opcode::RC_FLUSH,
+        // local operations never reach the wire (see `local_op`)
+        (WrOpcode::LocalInv { .. } | WrOpcode::BindMw { .. }, _) => Opcode::RC_ACKNOWLEDGE,
     }
 }
 
@@ -93,6 +95,13 @@ impl Qp {
     pub(crate) fn next_packet(&mut self, dev: &mut Dev, now: Instant) -> Option<Datagram> {
         if self.state != QpState::Rts || self.rnr_deadline.is_some() {
             return None;
+        }
+        // LOCAL_INV / BIND_MW run once every earlier WQE completed (crate::mw)
+        while self.sq.get(self.req_idx).is_some_and(|w| w.wr.opcode.is_local()) {
+            if self.req_idx != 0 {
+                return None;
+            }
+            self.local_op(dev);
         }
         let idx = self.req_idx;
         let w = self.sq.get(idx)?;
@@ -130,6 +139,34 @@ impl Qp {
             w.state = WqeState::Sending;
         }
         self.build_packet(dev, now, idx)
+    }
+
+    /// Execute the LOCAL_INV / BIND_MW at the front of the send queue and
+    /// complete it (crate::mw).
+    fn local_op(&mut self, dev: &mut Dev) {
+        let Some(w) = self.sq.front() else { return };
+        let pd = self.init.pd;
+        let r = match w.wr.opcode {
+            WrOpcode::LocalInv { rkey } => {
+                dev.mem.invalidate(pd, rkey).map_err(|e| (e, WcStatus::LocQpOpErr))
+            }
+            WrOpcode::BindMw { mw, rkey, bind } => dev
+                .mem
+                .bind_type2(pd, self.qpn, mw, rkey, bind)
+                .map(|_| ())
+                .map_err(|e| (e, WcStatus::MwBindErr)),
+            _ => return,
+        };
+        match r {
+            Ok(()) => {
+                tracing::debug!(qpn = %self.qpn, op = ?w.wr.opcode, "local operation done");
+                self.complete_front(dev);
+            }
+            Err((e, st)) => {
+                tracing::debug!(qpn = %self.qpn, %e, ?st, "local operation failed");
+                self.fail_front(dev, st);
+            }
+        }
     }
 
     fn build_packet(&mut self, dev: &mut Dev, now: Instant, idx: usize) -> Option<Datagram> {

@@ -48,6 +48,22 @@ pub enum WrOpcode {
     /// IBV_WR_ATOMIC_WRITE (IBA 1.5): 8 bytes (exactly) from the SGE or
     /// inline data written atomically at `remote_addr`/`rkey`.
     AtomicWrite,
+    /// IBV_WR_LOCAL_INV: invalidate a type 2 window's (or a region's) rkey,
+    /// executed in order on the send queue; WC opcode LOCAL_INV.
+    LocalInv {
+        /// The rkey to invalidate (must be in the QP's PD).
+        rkey: RKey,
+    },
+    /// IBV_WR_BIND_MW for a type 2 window, executed in order on the send
+    /// queue; failures complete with MW_BIND_ERR.
+    BindMw {
+        /// The window.
+        mw: crate::mw::MwHandle,
+        /// Its new rkey: same index, the key byte chosen by the user.
+        rkey: RKey,
+        /// Region, range and rights.
+        bind: crate::mw::MwBind,
+    },
     /// IBV_WR_FLUSH (IBA 1.5): make `len` bytes at `remote_addr`/`rkey`
     /// globally visible and/or persistent. Completes on a zero-length
     /// RDMA READ RESPONSE ONLY, like a READ.
@@ -72,6 +88,10 @@ impl WrOpcode {
                 | WrOpcode::Flush { .. }
         )
     }
+    /// A local operation (LOCAL_INV, BIND_MW): no packet (crate::mw).
+    pub const fn is_local(self) -> bool {
+        matches!(self, WrOpcode::LocalInv { .. } | WrOpcode::BindMw { .. })
+    }
     /// An atomic operation (8 bytes, one PSN).
     pub const fn is_atomic(self) -> bool {
         matches!(self, WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd)
@@ -87,6 +107,8 @@ impl WrOpcode {
             WrOpcode::SendWithInv { .. } => WcOpcode::Send,
             WrOpcode::AtomicWrite => WcOpcode::AtomicWrite,
             WrOpcode::Flush { .. } => WcOpcode::Flush,
+            WrOpcode::LocalInv { .. } => WcOpcode::LocalInv,
+            WrOpcode::BindMw { .. } => WcOpcode::BindMw,
         }
     }
 }
@@ -336,7 +358,7 @@ pub enum WcOpcode {
     CompSwap = 3,
     /// IBV_WC_FETCH_ADD.
     FetchAdd = 4,
-    /// IBV_WC_BIND_MW (never produced).
+    /// IBV_WC_BIND_MW (a BIND_MW work request).
     BindMw = 5,
     /// IBV_WC_LOCAL_INV.
     LocalInv = 6,

@@ -291,3 +291,70 @@ fn send_with_invalidate_of_unknown_rkey_is_rem_inv_req() {
     let wb = p.b.poll();
     assert_eq!(wb[0].status, WcStatus::RemInvReqErr);
 }
+
+#[test]
+fn bind_mw_and_local_inv_work_requests() {
+    let mut p = Pair::new();
+    let mr = bindable(&mut p);
+    let (mw, rk0) = p.b.hca.alloc_mw(p.b.pd, MwType::Type2).unwrap();
+    let k = RKey::new((rk0.value() & !0xFF) | 0x77);
+    let bind = MwBind { mr: mr.handle, addr: mr.addr + 4096, length: 1024, access: RW };
+    let wr = SendWr::new(40, WrOpcode::BindMw { mw, rkey: k, bind });
+    p.b.hca.post_send(p.b.qpn, wr).unwrap();
+    p.run();
+    let wb = p.b.poll();
+    assert_eq!(wb.len(), 1);
+    assert_eq!(
+        (wb[0].wr_id, wb[0].status, wb[0].opcode),
+        (40, WcStatus::Success, WcOpcode::BindMw)
+    );
+    assert_eq!(p.b.hca.mw_rkey(mw), Some(k));
+    assert!(p.trace.is_empty(), "local operations send nothing");
+    let wc = write(&mut p, mr.addr + 4096, k, &[3; 64]);
+    assert_eq!(wc[0].status, WcStatus::Success);
+    // LOCAL_INV behind a SEND runs after it, in order
+    p.a.post_recv(1, 0, 64);
+    p.b.send(41, 0, 16);
+    p.b.hca.post_send(p.b.qpn, SendWr::new(42, WrOpcode::LocalInv { rkey: k })).unwrap();
+    p.run();
+    let wb = p.b.poll();
+    let got: Vec<(u64, WcStatus, WcOpcode)> =
+        wb.iter().map(|w| (w.wr_id, w.status, w.opcode)).collect();
+    assert_eq!(
+        got,
+        vec![(41, WcStatus::Success, WcOpcode::Send), (42, WcStatus::Success, WcOpcode::LocalInv)]
+    );
+    let wa = p.a.poll();
+    assert_eq!((wa[0].wr_id, wa[0].opcode, wa[0].byte_len), (1, WcOpcode::Recv, 16));
+    let wc = write(&mut p, mr.addr + 4096, k, &[4; 64]);
+    assert_eq!(wc[0].status, WcStatus::RemAccessErr);
+    let mut got = vec![0; 64];
+    p.b.hca.mr_read(mr.handle, 4096, &mut got).unwrap();
+    assert_eq!(got, vec![3; 64]);
+}
+
+#[test]
+fn bind_mw_work_request_across_pds_completes_with_mw_bind_err() {
+    let mut p = Pair::new();
+    let mr = bindable(&mut p);
+    let other = p.b.hca.alloc_pd().unwrap();
+    let (mw, rk0) = p.b.hca.alloc_mw(other, MwType::Type2).unwrap();
+    let k = RKey::new((rk0.value() & !0xFF) | 0x01);
+    let bind = MwBind { mr: mr.handle, addr: mr.addr, length: 64, access: RW };
+    p.b.hca.post_send(p.b.qpn, SendWr::new(50, WrOpcode::BindMw { mw, rkey: k, bind })).unwrap();
+    p.run();
+    let wb = p.b.poll();
+    assert_eq!((wb[0].wr_id, wb[0].status), (50, WcStatus::MwBindErr));
+    assert_eq!(p.b.hca.qp_state(p.b.qpn), Some(QpState::Err));
+    assert_eq!(p.b.hca.mw_rkey(mw), Some(rk0));
+}
+
+#[test]
+fn local_inv_of_unknown_rkey_is_loc_qp_op_err() {
+    let mut p = Pair::new();
+    let bogus = RKey::new(0x00AB_CD00);
+    p.b.hca.post_send(p.b.qpn, SendWr::new(60, WrOpcode::LocalInv { rkey: bogus })).unwrap();
+    p.run();
+    let wb = p.b.poll();
+    assert_eq!((wb[0].wr_id, wb[0].status), (60, WcStatus::LocQpOpErr));
+}
