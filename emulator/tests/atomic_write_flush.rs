@@ -144,3 +144,48 @@ fn flush_on_a_qp_without_flush_access_is_rejected() {
     let wc = flush(&mut p, mr.addr, mr.rkey, 64, 1, 0);
     assert_eq!(wc[0].status, WcStatus::RemInvReqErr);
 }
+
+/// The UDP source port the emulator uses for a QP (same formula as rxe's hash).
+fn src_port(qpn: roce_packet::Qpn) -> u16 {
+    let mut h = qpn.value().wrapping_mul(0x9E37_79B1);
+    h ^= h >> 15;
+    0xC000 | (h & 0x3FFF) as u16
+}
+
+#[test]
+fn atomic_write_of_wrong_size_on_the_wire_is_nakked() {
+    use roce_packet::{IpMeta, IpUdpHeader, UdpEndpoints};
+    for n in [7usize, 9] {
+        let mut p = Pair::new();
+        p.b.write_mem(0, &[0x55; 16]);
+        let ep = UdpEndpoints {
+            src: p.a.hca.addr(),
+            dst: p.b.hca.addr(),
+            src_port: src_port(p.a.qpn),
+            dst_port: 4791,
+        };
+        p.a.write_mem(0, &1u64.to_le_bytes());
+        let wr = SendWr::new(3, WrOpcode::AtomicWrite)
+            .sge(p.a.addr(0), 8, p.a.mr.lkey)
+            .remote(p.b.addr(0), p.b.mr.rkey);
+        p.a.hca.post_send(p.a.qpn, wr).unwrap();
+        p.run_with(Instant::from_millis(1000), |_, s| {
+            if s.dir == Dir::AtoB && s.opcode == Opcode::RC_ATOMIC_WRITE {
+                let mut r = s.repr.clone();
+                r.payload_len = n;
+                r.bth.pad_count = ((4 - n % 4) % 4) as u8;
+                let mut b = r.to_vec(&vec![0xAA; n]).unwrap();
+                IpUdpHeader::build(&ep, &IpMeta::default(), b.len()).unwrap().fill_icrc(&mut b);
+                Action::Replace(b)
+            } else {
+                Action::Deliver
+            }
+        });
+        let wc = p.a.poll();
+        assert_eq!(wc[0].status, WcStatus::RemInvReqErr, "{n} bytes");
+        assert_eq!(p.b.read_mem(0, 16), vec![0x55; 16]);
+        assert_eq!(p.b.counters().icrc_err, 0);
+        let nak = p.trace.iter().find(|s| s.dir == Dir::BtoA).unwrap();
+        assert_eq!(nak.opcode, Opcode::RC_ACKNOWLEDGE);
+    }
+}
