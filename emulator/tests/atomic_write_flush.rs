@@ -171,7 +171,7 @@ fn atomic_write_of_wrong_size_on_the_wire_is_nakked() {
         p.a.hca.post_send(p.a.qpn, wr).unwrap();
         p.run_with(Instant::from_millis(1000), |_, s| {
             if s.dir == Dir::AtoB && s.opcode == Opcode::RC_ATOMIC_WRITE {
-                let mut r = s.repr.clone();
+                let mut r = s.repr;
                 r.payload_len = n;
                 r.bth.pad_count = ((4 - n % 4) % 4) as u8;
                 let mut b = r.to_vec(&vec![0xAA; n]).unwrap();
