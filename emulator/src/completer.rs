@@ -266,7 +266,8 @@ impl Qp {
         }
         let mtu = self.mtu();
         let Some(w) = self.sq.front() else { return };
-        if w.wr.opcode != WrOpcode::RdmaRead || !w.contains(psn) {
+        let is_flush = matches!(w.wr.opcode, WrOpcode::Flush { .. }); // crate::mw
+        if (w.wr.opcode != WrOpcode::RdmaRead && !is_flush) || !w.contains(psn) {
             tracing::debug!(qpn = %self.qpn, %psn, "read response does not match the oldest WQE");
             self.fail_front(dev, WcStatus::BadRespErr);
             return;

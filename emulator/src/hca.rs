@@ -170,6 +170,13 @@ impl Dev {
         self.next_id += 1;
         self.next_id
     }
+
+    /// A fresh handle number and a fresh rkey for a memory window.
+    pub(crate) fn next_mw_ids(&mut self) -> (u32, u32) {
+        let k: u8 = self.rng.gen();
+        self.next_key += 1;
+        ((self.id()), (self.next_key << 8) | u32::from(k))
+    }
 }
 
 /// A software RoCEv2 HCA (one port), sans IO.
@@ -296,7 +303,10 @@ impl Hca {
         let supported = AccessFlags::LOCAL_WRITE
             | AccessFlags::REMOTE_WRITE
             | AccessFlags::REMOTE_READ
-            | AccessFlags::REMOTE_ATOMIC;
+            | AccessFlags::REMOTE_ATOMIC
+            | AccessFlags::MW_BIND
+            | AccessFlags::FLUSH_GLOBAL
+            | AccessFlags::FLUSH_PERSISTENT;
         if !access.difference(supported).is_empty() {
             return Err(RegMrError::UnsupportedAccess(access.difference(supported).0));
         }
@@ -789,6 +799,24 @@ impl Hca {
         }
         if wr.opcode.is_atomic() && (wr.sg_list.len() != 1 || length != 8) {
             return Err(PostSendError::BadAtomicSge);
+        }
+        // IBA 1.5 ATOMIC_WRITE carries exactly 8 bytes (crate::mw)
+        if wr.opcode == crate::wr::WrOpcode::AtomicWrite && length != 8 {
+            tracing::debug!(%qpn, length, "ATOMIC_WRITE rejected: not 8 bytes");
+            return Err(PostSendError::BadAtomicSge);
+        }
+        if qp.init.qp_type != QpType::Rc
+            && matches!(
+                wr.opcode,
+                crate::wr::WrOpcode::AtomicWrite
+                    | crate::wr::WrOpcode::SendWithInv { .. }
+                    | crate::wr::WrOpcode::Flush { .. }
+            )
+        {
+            return Err(PostSendError::UnsupportedOpcode {
+                opcode: wr.opcode,
+                qp_type: qp.init.qp_type,
+            });
         }
         if wr.opcode.is_read_or_atomic() && qp.p.max_rd_atomic == 0 && qp.state == QpState::Rts {
             return Err(PostSendError::NoRdAtomic);

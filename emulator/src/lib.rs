@@ -56,6 +56,7 @@ pub mod counters;
 pub mod error;
 pub mod hca;
 pub mod io;
+pub mod mw;
 pub mod objects;
 pub mod qp;
 pub mod qp_attr;
@@ -70,6 +71,7 @@ pub use counters::Counters;
 pub use error::*;
 pub use hca::{Hca, HcaConfig, MrInfo};
 pub use io::{Datagram, SansIo};
+pub use mw::{MwBind, MwError, MwHandle, MwType};
 pub use objects::{
     AsyncEvent, CqHandle, DeviceAttr, MrHandle, PdHandle, PortAttr, PortState, ResizeCqError,
     SrqAttr, SrqHandle,

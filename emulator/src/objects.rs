@@ -289,6 +289,8 @@ pub(crate) struct MemTable {
     pub mrs: std::collections::HashMap<MrHandle, Mr>,
     pub by_lkey: std::collections::HashMap<LKey, MrHandle>,
     pub by_rkey: std::collections::HashMap<RKey, MrHandle>,
+    /// Memory windows (see `crate::mw`).
+    pub mw: crate::mw::MwTable,
 }
 
 impl MemTable {
@@ -331,6 +333,9 @@ impl MemTable {
         len: u64,
         need: AccessFlags,
     ) -> Result<(MrHandle, usize), MemError> {
+        if let Some(r) = self.check_mw(pd, rkey, va, len, need) {
+            return r; // a memory window's rkey
+        }
         self.check(self.by_rkey.get(&rkey), pd, va, len, need)
     }
 

@@ -52,6 +52,15 @@ fn opcode_for(op: WrOpcode, pos: Position) -> Opcode {
         (WrOpcode::RdmaRead, _) => Opcode::RC_RDMA_READ_REQUEST,
         (WrOpcode::AtomicCmpAndSwp, _) => Opcode::RC_COMPARE_SWAP,
         (WrOpcode::AtomicFetchAndAdd, _) => Opcode::RC_FETCH_ADD,
+        // ---- memory windows / IBA 1.5 (crate::mw) ----
+        (WrOpcode::SendWithInv { .. }, First) => Opcode::RC_SEND_FIRST,
+        (WrOpcode::SendWithInv { .. }, Middle) => Opcode::RC_SEND_MIDDLE,
+        (WrOpcode::SendWithInv { .. }, Last) => Opcode::RC_SEND_LAST_WITH_INVALIDATE,
+        (WrOpcode::SendWithInv { .. }, Only) => Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
+        (WrOpcode::AtomicWrite, _) => Opcode::RC_ATOMIC_WRITE,
+        (WrOpcode::Flush { .. }, _) => Opcode::RC_FLUSH,
+        // local operations never reach the wire (see `local_op`)
+        (WrOpcode::LocalInv { .. } | WrOpcode::BindMw { .. }, _) => Opcode::RC_ACKNOWLEDGE,
     }
 }
 
@@ -87,6 +96,13 @@ impl Qp {
         let sqd = self.state == QpState::Sqd;
         if !(self.state == QpState::Rts || sqd) || self.rnr_deadline.is_some() {
             return None;
+        }
+        // LOCAL_INV / BIND_MW run once every earlier WQE completed (crate::mw)
+        while self.sq.get(self.req_idx).is_some_and(|w| w.wr.opcode.is_local()) {
+            if self.req_idx != 0 {
+                return None;
+            }
+            self.local_op(dev);
         }
         let idx = self.req_idx;
         let w = self.sq.get(idx)?;
@@ -130,6 +146,34 @@ impl Qp {
         self.build_packet(dev, now, idx)
     }
 
+    /// Execute the LOCAL_INV / BIND_MW at the front of the send queue and
+    /// complete it (crate::mw).
+    fn local_op(&mut self, dev: &mut Dev) {
+        let Some(w) = self.sq.front() else { return };
+        let pd = self.init.pd;
+        let r = match w.wr.opcode {
+            WrOpcode::LocalInv { rkey } => {
+                dev.mem.invalidate(pd, rkey).map_err(|e| (e, WcStatus::LocQpOpErr))
+            }
+            WrOpcode::BindMw { mw, rkey, bind } => dev
+                .mem
+                .bind_type2(pd, self.qpn, mw, rkey, bind)
+                .map(|_| ())
+                .map_err(|e| (e, WcStatus::MwBindErr)),
+            _ => return,
+        };
+        match r {
+            Ok(()) => {
+                tracing::debug!(qpn = %self.qpn, op = ?w.wr.opcode, "local operation done");
+                self.complete_front(dev);
+            }
+            Err((e, st)) => {
+                tracing::debug!(qpn = %self.qpn, %e, ?st, "local operation failed");
+                self.fail_front(dev, st);
+            }
+        }
+    }
+
     fn build_packet(&mut self, dev: &mut Dev, now: Instant, idx: usize) -> Option<Datagram> {
         let mtu = self.mtu();
         let psn = self.req_psn;
@@ -161,6 +205,13 @@ impl Qp {
                     swap_add,
                     compare,
                 });
+                (r, Vec::new(), 1, true)
+            }
+            // IBA 1.5 FLUSH: FETH + RETH, no payload, one PSN (crate::mw)
+            WrOpcode::Flush { len, placement, level } => {
+                let mut r = Dev::repr(self, opcode_for(op, Position::Only), psn, true, 0);
+                r.feth = Some(u32::from(placement & 0x0F) | (u32::from(level & 0x03) << 4));
+                r.reth = Some(RethRepr { va: w.wr.remote_addr, rkey: w.wr.rkey, dma_len: len });
                 (r, Vec::new(), 1, true)
             }
             _ => {
@@ -216,6 +267,9 @@ impl Qp {
                 }
                 if info.has_imm() {
                     r.immdt = Some(w.wr.imm);
+                }
+                if let (true, WrOpcode::SendWithInv { invalidate_rkey }) = (info.has_inv(), op) {
+                    r.ieth = Some(invalidate_rkey); // IETH (crate::mw)
                 }
                 r.bth.solicited = last && w.wr.flags.contains(SendFlags::SOLICITED);
                 (r, payload, 1, last)

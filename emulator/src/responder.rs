@@ -273,7 +273,13 @@ impl Qp {
         // 3. opcode valid for this QP
         let acc = self.p.access;
         let valid = match info.kind {
-            OpKind::Send => !info.has_inv(),
+            OpKind::Send => !info.has_inv() || !self.is_uc(),
+            // IBA 1.5 ATOMIC_WRITE: a write right, as rxe checks (crate::mw)
+            OpKind::AtomicWrite => acc.contains(AccessFlags::REMOTE_WRITE),
+            OpKind::Flush => {
+                let need = flush_access(r.feth.unwrap_or(0));
+                acc.contains(need) && self.p.max_dest_rd_atomic > 0
+            }
             OpKind::Write => acc.contains(AccessFlags::REMOTE_WRITE),
             OpKind::ReadRequest => {
                 acc.contains(AccessFlags::REMOTE_READ) && self.p.max_dest_rd_atomic > 0
@@ -350,7 +356,24 @@ impl Qp {
                 *offset += len;
                 if info.position.ends() {
                     if let Some(InMsg::Send { recv, offset }) = self.in_msg.take() {
-                        let wc = self.recv_wc(&recv, WcStatus::Success, offset, r.immdt, false);
+                        let mut wc = self.recv_wc(&recv, WcStatus::Success, offset, r.immdt, false);
+                        // SEND_WITH_INVALIDATE: invalidate the IETH rkey (crate::mw)
+                        if let Some(rkey) = r.ieth {
+                            if let Err(e) = dev.mem.invalidate(self.init.pd, rkey) {
+                                tracing::debug!(qpn = %self.qpn, %psn, %rkey, %e, "IETH invalidate failed");
+                                self.in_msg = Some(InMsg::Send { recv, offset });
+                                self.responder_error(
+                                    dev,
+                                    psn,
+                                    NakCode::InvalidRequest,
+                                    Some(WcStatus::RemInvReqErr),
+                                );
+                                return;
+                            }
+                            tracing::debug!(qpn = %self.qpn, %psn, %rkey, "rkey invalidated (IETH)");
+                            wc.wc_flags |= WcFlags::WITH_INV;
+                            wc.imm = Some(rkey.value());
+                        }
                         dev.counters.rdma_recvs += 1;
                         dev.complete_se(self.init.recv_cq, wc, r.bth.solicited);
                     }
@@ -496,6 +519,55 @@ impl Qp {
                 self.epsn = psn.next();
                 return;
             }
+            // ---- IBA 1.5 FLUSH (crate::mw): answered by a zero-length READ RESPONSE ONLY ----
+            OpKind::Flush => {
+                let (Some(reth), Some(feth)) = (r.reth, r.feth) else { return };
+                let placement = feth & 0x0F;
+                let level = (feth >> 4) & 0x03;
+                if placement == 0 || placement > 3 || level > 1 {
+                    tracing::debug!(qpn = %self.qpn, %psn, placement, level, "FLUSH: bad FETH");
+                    self.responder_error(dev, psn, NakCode::InvalidRequest, None);
+                    return;
+                }
+                // whole-region selectivity: only the rkey (and va inside it) matter
+                let len = if level == 1 { 0 } else { u64::from(reth.dma_len) };
+                let need = flush_access(feth);
+                if let Err(e) = dev.mem.check_remote(self.init.pd, reth.rkey, reth.va, len, need) {
+                    tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, ?e, "remote access error (FLUSH)");
+                    self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
+                    return;
+                }
+                tracing::debug!(qpn = %self.qpn, %psn, placement, level, "FLUSH done (memory is ours)");
+                self.save_resource(RdResource::Read { first: psn, npkts: 1 });
+                self.msn = self.msn.next();
+                self.send_read_responses(psn, reth.va, reth.rkey, 0);
+                self.epsn = psn.next();
+                return;
+            }
+            // ---- IBA 1.5 ATOMIC_WRITE (crate::mw) ----
+            OpKind::AtomicWrite => {
+                let Some(reth) = r.reth else { return };
+                if payload.len() != 8 || reth.dma_len != 8 || reth.va % 8 != 0 {
+                    tracing::debug!(qpn = %self.qpn, %psn, len = payload.len(), va = reth.va,
+                        "ATOMIC_WRITE: not 8 aligned bytes");
+                    self.responder_error(dev, psn, NakCode::InvalidRequest, None);
+                    return;
+                }
+                let loc = dev.mem.check_remote(
+                    self.init.pd,
+                    reth.rkey,
+                    reth.va,
+                    8,
+                    AccessFlags::REMOTE_WRITE,
+                );
+                let Some(mem) = loc.ok().and_then(|(h, off)| dev.mem.bytes_mut(h, off, 8)) else {
+                    tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, "remote access error (ATOMIC_WRITE)");
+                    self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
+                    return;
+                };
+                mem.copy_from_slice(payload); // one 8-byte store
+                self.msn = self.msn.next();
+            }
             _ => return,
         }
         self.epsn = psn.next();
@@ -585,6 +657,20 @@ impl Qp {
                         reason = "duplicate atomic without resource", "drop"),
                 }
             }
+            // ---- IBA 1.5 (crate::mw): re-ACK an ATOMIC_WRITE, re-answer a FLUSH ----
+            OpKind::AtomicWrite => self.send_ack(dev, psn),
+            OpKind::Flush => {
+                let Some(reth) = r.reth else { return };
+                let known = self
+                    .resources
+                    .iter()
+                    .any(|x| matches!(*x, RdResource::Read { first, npkts: 1 } if first == psn));
+                if known {
+                    self.send_read_responses(psn, reth.va, reth.rkey, 0);
+                } else {
+                    tracing::debug!(qpn = %self.qpn, %psn, reason = "duplicate FLUSH without resource", "drop");
+                }
+            }
             _ => {}
         }
     }
@@ -651,3 +737,15 @@ impl Qp {
 
 /// Bytes reserved for the GRH at the start of a UD receive buffer.
 pub const GRH_LEN: usize = 40;
+
+/// The access a FLUSH needs for its FETH placement type (crate::mw).
+fn flush_access(feth: u32) -> AccessFlags {
+    let mut need = AccessFlags::EMPTY;
+    if feth & 1 != 0 {
+        need |= AccessFlags::FLUSH_GLOBAL;
+    }
+    if feth & 2 != 0 {
+        need |= AccessFlags::FLUSH_PERSISTENT;
+    }
+    need
+}

@@ -38,12 +38,59 @@ pub enum WrOpcode {
     AtomicCmpAndSwp,
     /// IBV_WR_ATOMIC_FETCH_AND_ADD.
     AtomicFetchAndAdd,
+    // ---- memory windows / invalidation / IBA 1.5 (see crate::mw) ----
+    /// IBV_WR_SEND_WITH_INV: the responder invalidates `invalidate_rkey`
+    /// (carried in the IETH) in its QP's PD.
+    SendWithInv {
+        /// The remote key the responder invalidates.
+        invalidate_rkey: RKey,
+    },
+    /// IBV_WR_ATOMIC_WRITE (IBA 1.5): 8 bytes (exactly) from the SGE or
+    /// inline data written atomically at `remote_addr`/`rkey`.
+    AtomicWrite,
+    /// IBV_WR_LOCAL_INV: invalidate a type 2 window's (or a region's) rkey,
+    /// executed in order on the send queue; WC opcode LOCAL_INV.
+    LocalInv {
+        /// The rkey to invalidate (must be in the QP's PD).
+        rkey: RKey,
+    },
+    /// IBV_WR_BIND_MW for a type 2 window, executed in order on the send
+    /// queue; failures complete with MW_BIND_ERR.
+    BindMw {
+        /// The window.
+        mw: crate::mw::MwHandle,
+        /// Its new rkey: same index, the key byte chosen by the user.
+        rkey: RKey,
+        /// Region, range and rights.
+        bind: crate::mw::MwBind,
+    },
+    /// IBV_WR_FLUSH (IBA 1.5): make `len` bytes at `remote_addr`/`rkey`
+    /// globally visible and/or persistent. Completes on a zero-length
+    /// RDMA READ RESPONSE ONLY, like a READ.
+    Flush {
+        /// Bytes from `remote_addr` (selectivity 0).
+        len: u32,
+        /// FETH placement type: bit 0 global visibility, bit 1 persistence.
+        placement: u8,
+        /// FETH selectivity level: 0 the range, 1 the whole region.
+        level: u8,
+    },
 }
 
 impl WrOpcode {
     /// READ or an atomic: needs a responder resource and an init depth slot.
     pub const fn is_read_or_atomic(self) -> bool {
-        matches!(self, WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd)
+        matches!(
+            self,
+            WrOpcode::RdmaRead
+                | WrOpcode::AtomicCmpAndSwp
+                | WrOpcode::AtomicFetchAndAdd
+                | WrOpcode::Flush { .. }
+        )
+    }
+    /// A local operation (LOCAL_INV, BIND_MW): no packet (crate::mw).
+    pub const fn is_local(self) -> bool {
+        matches!(self, WrOpcode::LocalInv { .. } | WrOpcode::BindMw { .. })
     }
     /// An atomic operation (8 bytes, one PSN).
     pub const fn is_atomic(self) -> bool {
@@ -57,6 +104,11 @@ impl WrOpcode {
             WrOpcode::RdmaRead => WcOpcode::RdmaRead,
             WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
             WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
+            WrOpcode::SendWithInv { .. } => WcOpcode::Send,
+            WrOpcode::AtomicWrite => WcOpcode::AtomicWrite,
+            WrOpcode::Flush { .. } => WcOpcode::Flush,
+            WrOpcode::LocalInv { .. } => WcOpcode::LocalInv,
+            WrOpcode::BindMw { .. } => WcOpcode::BindMw,
         }
     }
 }
@@ -76,6 +128,9 @@ flags!(
     WcFlags {
         GRH = 1 << 0,
         WITH_IMM = 1 << 1,
+        /// IBV_WC_WITH_INV: the sender invalidated an rkey; it is in `imm`
+        /// (libibverbs' `invalidated_rkey` shares that union).
+        WITH_INV = 1 << 3,
     }
 );
 
@@ -303,8 +358,14 @@ pub enum WcOpcode {
     CompSwap = 3,
     /// IBV_WC_FETCH_ADD.
     FetchAdd = 4,
-    /// IBV_WC_BIND_MW (never produced).
+    /// IBV_WC_BIND_MW (a BIND_MW work request).
     BindMw = 5,
+    /// IBV_WC_LOCAL_INV.
+    LocalInv = 6,
+    /// IBV_WC_FLUSH.
+    Flush = 8,
+    /// IBV_WC_ATOMIC_WRITE.
+    AtomicWrite = 9,
     /// IBV_WC_RECV.
     Recv = 128,
     /// IBV_WC_RECV_RDMA_WITH_IMM.
