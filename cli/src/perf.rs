@@ -3,7 +3,7 @@
 //! process, each with its own driver thread), next to the raw-UDP ceiling
 //! between the same two addresses. See docs/perf.md.
 
-use crate::perf_engine::{self, BwResult, LatResult, Setup};
+use crate::perf_engine::{self, LatResult, Setup};
 use roce_transport::ceiling::{self, CeilingMode};
 use serde_json::{json, Value};
 use std::io::IsTerminal;
@@ -368,21 +368,38 @@ pub fn run(args: &PerfArgs) -> ExitCode {
     }
 }
 
-fn run_bw(cfg: &PerfConfig, args: &PerfArgs, setup: Setup, progress: bool) -> ExitCode {
+/// Print the header (text mode), run `one` `--repeat` times on the same
+/// devices, then release them (before the ceiling is measured on the same
+/// addresses). A failed run ends the command with status 1.
+fn repeated<R>(
+    cfg: &PerfConfig,
+    args: &PerfArgs,
+    setup: Setup,
+    progress: bool,
+    one: fn(&Setup, &PerfConfig, u32, bool) -> anyhow::Result<R>,
+) -> Result<Vec<R>, ExitCode> {
     if !args.json {
         print!("{}", header(cfg, &setup));
     }
-    let mut runs: Vec<BwResult> = Vec::new();
+    let mut runs = Vec::new();
     for k in 0..args.repeat {
-        match perf_engine::run_bw(&setup, cfg, k, progress) {
+        match one(&setup, cfg, k, progress) {
             Ok(r) => runs.push(r),
             Err(e) => {
                 eprintln!("roce perf: {e:#}");
-                return ExitCode::from(1);
+                return Err(ExitCode::from(1));
             }
         }
     }
     drop(setup);
+    Ok(runs)
+}
+
+fn run_bw(cfg: &PerfConfig, args: &PerfArgs, setup: Setup, progress: bool) -> ExitCode {
+    let runs = match repeated(cfg, args, setup, progress, perf_engine::run_bw) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
     let ceil = if args.no_ceiling {
         None
     } else {
@@ -504,20 +521,10 @@ fn lat_json(v: &LatResult) -> Value {
 }
 
 fn run_lat(cfg: &PerfConfig, args: &PerfArgs, setup: Setup, progress: bool) -> ExitCode {
-    if !args.json {
-        print!("{}", header(cfg, &setup));
-    }
-    let mut runs: Vec<LatResult> = Vec::new();
-    for k in 0..args.repeat {
-        match perf_engine::run_lat(&setup, cfg, k, progress) {
-            Ok(r) => runs.push(r),
-            Err(e) => {
-                eprintln!("roce perf: {e:#}");
-                return ExitCode::from(1);
-            }
-        }
-    }
-    drop(setup);
+    let runs = match repeated(cfg, args, setup, progress, perf_engine::run_lat) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
     let udp = if args.no_ceiling {
         None
     } else {
