@@ -77,6 +77,23 @@ impl Qp {
         self.send_aeth(dev, psn, Syndrome::Nak(code));
     }
 
+    /// A READ of `reth` passes the rkey/PD/access/bounds check (IBA
+    /// §10.6.6); zero-length READs need no access. Used for new READs and
+    /// for re-executed duplicates alike.
+    fn read_allowed(&self, dev: &Dev, reth: &roce_packet::RethRepr) -> bool {
+        reth.dma_len == 0
+            || dev
+                .mem
+                .check_remote(
+                    self.init.pd,
+                    reth.rkey,
+                    reth.va,
+                    u64::from(reth.dma_len),
+                    AccessFlags::REMOTE_READ,
+                )
+                .is_ok()
+    }
+
     /// NAK a class B/C/D error and move the QP to ERR; `recv_status`
     /// completes the receive WQE in progress with that status first.
     /// On UC there is no NAK and no error state: the message is dropped
@@ -461,18 +478,7 @@ impl Qp {
                     self.responder_error(dev, psn, NakCode::InvalidRequest, None);
                     return;
                 }
-                if len > 0
-                    && dev
-                        .mem
-                        .check_remote(
-                            self.init.pd,
-                            reth.rkey,
-                            reth.va,
-                            len,
-                            AccessFlags::REMOTE_READ,
-                        )
-                        .is_err()
-                {
+                if !self.read_allowed(dev, &reth) {
                     tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, "remote access error (READ)");
                     self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
                     return;
@@ -629,18 +635,7 @@ impl Qp {
                     tracing::debug!(qpn = %self.qpn, %psn, reason = "duplicate READ overruns the original", "drop");
                     return;
                 }
-                if len > 0
-                    && dev
-                        .mem
-                        .check_remote(
-                            self.init.pd,
-                            reth.rkey,
-                            reth.va,
-                            len,
-                            AccessFlags::REMOTE_READ,
-                        )
-                        .is_err()
-                {
+                if !self.read_allowed(dev, &reth) {
                     self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
                     return;
                 }
