@@ -37,7 +37,10 @@ use std::time::Duration;
 
 struct SimShared {
     fabric: Mutex<Fabric>,
-    devices: Mutex<Vec<Device>>,
+    /// The HCAs, not the [`Device`]s: a `Device` holds the network, so
+    /// keeping devices here would be a reference cycle and a network would
+    /// never be freed.
+    hcas: Mutex<Vec<Arc<Mutex<Hca>>>>,
 }
 
 impl SimShared {
@@ -108,8 +111,7 @@ impl SimNet {
     /// With `ROCE_EMU_PCAP=DIR` set, every datagram the fabric delivers is
     /// recorded to `DIR/sim-<pid>-<n>.pcap` (n counts the networks of the
     /// process), timestamped with the virtual clock. The file is written
-    /// unbuffered, so it is complete at any time (devices keep the fabric
-    /// alive, so it may never be dropped).
+    /// unbuffered, so it is complete at any time.
     pub fn with_fabric_value(mut fabric: Fabric) -> SimNet {
         if let Some(dir) = std::env::var_os(crate::udp::ENV_PCAP).filter(|d| !d.is_empty()) {
             static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -124,7 +126,7 @@ impl SimNet {
             }
         }
         SimNet {
-            shared: Arc::new(SimShared { fabric: Mutex::new(fabric), devices: Mutex::new(vec![]) }),
+            shared: Arc::new(SimShared { fabric: Mutex::new(fabric), hcas: Mutex::new(vec![]) }),
         }
     }
 
@@ -137,7 +139,7 @@ impl SimNet {
     /// active MTU of 4096 (the default sim link is a 9000-byte jumbo link).
     /// Its key RNG is seeded from the network seed and its position.
     pub fn add_device(&self, name: &str, addr: IpAddr) -> Device {
-        let n = self.shared.devices.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
+        let n = self.shared.hcas.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
         let seed = self.seed().wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(n + 1);
         let mut cfg = HcaConfig::new(name, addr, seed);
         cfg.active_mtu = PathMtu::Mtu4096;
@@ -149,14 +151,14 @@ impl SimNet {
         let addr = cfg.addr;
         let hca = Arc::new(Mutex::new(Hca::new(cfg)));
         self.shared.fabric().add_node(addr, hca.clone());
-        let dev = Device::new(hca, self.shared.clone());
-        self.shared.devices.lock().unwrap_or_else(|e| e.into_inner()).push(dev.clone());
-        dev
+        self.shared.hcas.lock().unwrap_or_else(|e| e.into_inner()).push(hca.clone());
+        Device::new(hca, self.shared.clone())
     }
 
     /// Every device added so far.
     pub fn devices(&self) -> Vec<Device> {
-        self.shared.devices.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        let hcas = self.shared.hcas.lock().unwrap_or_else(|e| e.into_inner());
+        hcas.iter().map(|h| Device::new(h.clone(), self.shared.clone())).collect()
     }
 
     /// Set the random faults of every link (loss, duplication, reordering,
@@ -230,5 +232,28 @@ impl SimNet {
         max_events: usize,
     ) -> Result<Vec<WorkCompletion>, PollCqError> {
         cq.poll_blocking(n, Budget::events(max_events))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_network_is_freed_when_its_last_handle_goes() {
+        let net = SimNet::new(1);
+        let a = net.add_device("a", "10.0.0.1".parse().unwrap());
+        let b = net.add_device("b", "10.0.0.2".parse().unwrap());
+        assert_eq!(
+            net.devices().iter().map(|d| d.name().to_string()).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        let weak = Arc::downgrade(&net.shared);
+        assert_eq!(Arc::strong_count(&net.shared), 3);
+        drop(net);
+        drop(a);
+        assert!(weak.upgrade().is_some(), "device b still holds the network");
+        drop(b);
+        assert!(weak.upgrade().is_none(), "a network with no handles left must be freed");
     }
 }
