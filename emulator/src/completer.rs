@@ -104,7 +104,7 @@ impl Qp {
     fn response_retry(&mut self, dev: &mut Dev, psn: Psn, why: &'static str) {
         if let Some(started) = self.gap_retry {
             dev.counters.stale_response += 1;
-            tracing::debug!(qpn = %self.qpn, %psn, %started, why,
+            tracing::debug!(qpn = %self.qpn, %psn, %started, trigger = why,
                 reason = "retry already under way", "drop");
             return;
         }
@@ -122,14 +122,14 @@ impl Qp {
     /// Go back N from `psn`, charging one retry; RETRY_EXC_ERR when none left.
     fn retry_from(&mut self, dev: &mut Dev, psn: Psn, why: &'static str) {
         if self.retry_left == 0 && self.p.retry_cnt != RETRY_FOREVER {
-            tracing::info!(qpn = %self.qpn, why, "retry count exceeded");
+            tracing::info!(qpn = %self.qpn, reason = why, "retry count exceeded");
             dev.counters.retry_exceeded_err += 1;
             self.fail_front(dev, WcStatus::RetryExcErr);
             return;
         }
         self.retry_left = self.retry_left.saturating_sub(1);
         dev.counters.completer_retry_err += 1;
-        tracing::debug!(qpn = %self.qpn, %psn, why, retries_left = self.retry_left, "retry");
+        tracing::debug!(qpn = %self.qpn, %psn, reason = why, retries_left = self.retry_left, "retry");
         self.gap_retry = Some(psn);
         self.rewind_to(psn);
         self.retrans_deadline = None;
@@ -143,14 +143,14 @@ impl Qp {
             return;
         }
         dev.counters.retransmit_timeouts += 1;
-        tracing::debug!(qpn = %self.qpn, comp_psn = %self.comp_psn, "retransmit timer fired");
+        tracing::debug!(qpn = %self.qpn, kind = "retransmit", comp_psn = %self.comp_psn, "retransmit timer fired");
         let psn = self.comp_psn;
         self.retry_from(dev, psn, "timeout");
     }
 
     /// RNR wait over: resend from the NAKed PSN (already rewound).
     pub(crate) fn on_rnr_timeout(&mut self, _dev: &mut Dev, _now: Instant) {
-        tracing::debug!(qpn = %self.qpn, psn = %self.req_psn, "RNR timer fired");
+        tracing::debug!(qpn = %self.qpn, kind = "rnr", psn = %self.req_psn, "RNR timer fired");
         self.rnr_deadline = None;
     }
 

@@ -131,11 +131,11 @@ impl Qp {
             Some(InMsg::Send { recv, .. }) => {
                 self.return_recv(dev, recv);
                 dev.counters.uc_msg_dropped += 1;
-                tracing::debug!(qpn = %self.qpn, why, "UC message abandoned");
+                tracing::debug!(qpn = %self.qpn, reason = why, "UC message abandoned");
             }
             Some(InMsg::Write { .. }) => {
                 dev.counters.uc_msg_dropped += 1;
-                tracing::debug!(qpn = %self.qpn, why, "UC message abandoned");
+                tracing::debug!(qpn = %self.qpn, reason = why, "UC message abandoned");
             }
             None => {}
         }

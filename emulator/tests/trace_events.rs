@@ -115,10 +115,11 @@ fn bad_icrc_drop_has_reason() {
     let fired = find(&evs, "retransmit timer fired");
     assert_eq!(fired.len(), 1, "{}", dump(&evs));
     assert_eq!(fired[0].f("qpn"), Some(p.a.qpn.to_string().as_str()));
+    assert_eq!(fired[0].f("kind"), Some("retransmit"));
     let retry = find(&evs, "retry");
     assert_eq!(retry.len(), 1, "{}", dump(&evs));
     assert_eq!(retry[0].f("psn"), Some("0x000100"));
-    assert_eq!(retry[0].f("why"), Some("timeout"));
+    assert_eq!(retry[0].f("reason"), Some("timeout"));
     assert_eq!(p.a.counters().retransmit_timeouts, 1);
     assert_eq!(p.b.read_mem(0, 16), vec![0; 16]);
     assert_eq!(p.a.poll()[0].status, WcStatus::Success);
@@ -159,7 +160,7 @@ fn psn_sequence_nak_sent_and_received() {
     assert_eq!(oos[0].f("psn"), Some("0x000102"));
     let retry = find(&evs, "retry");
     assert_eq!(retry.len(), 1, "{}", dump(&evs));
-    assert_eq!(retry[0].f("why"), Some("PSN sequence error NAK"));
+    assert_eq!(retry[0].f("reason"), Some("PSN sequence error NAK"));
     assert_eq!((p.a.counters().rcvd_seq_err, p.b.counters().naks_sent), (1, 1));
     assert_eq!(p.a.poll()[0].status, WcStatus::Success);
 }
@@ -179,6 +180,7 @@ fn rnr_nak_wait_exhaustion_and_state_change() {
     assert_eq!((wait[0].f("psn"), wait[0].f("wait_us")), (Some("0x000100"), Some("10")));
     let fired = find(&evs, "RNR timer fired");
     assert_eq!(fired.len(), 1, "{}", dump(&evs));
+    assert_eq!(fired[0].f("kind"), Some("rnr"));
     assert_eq!(find(&evs, "RNR retry count exceeded").len(), 1, "{}", dump(&evs));
     let st = find(&evs, "QP state change");
     assert_eq!(st.len(), 1, "exactly one event for the move to ERR:\n{}", dump(&evs));
