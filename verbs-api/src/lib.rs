@@ -50,7 +50,9 @@ pub use driver::{Budget, Driver};
 pub use error::DestroyError;
 pub use pd::{Mr, Pd};
 pub use qp::{ConnectOptions, Qp, QpBuilder, QpEndpoint};
-pub use qp_types::{create_ah, ud_send, DEFAULT_QKEY};
+pub use qp_types::{
+    create_ah, init_ah_from_wc, ud_send, AhFromWcError, Grh, DEFAULT_QKEY, GRH_LEN,
+};
 pub use sim::SimNet;
 pub use srq::Srq;
 pub use udp::{DeviceConfig, ThreadDriver, TransportKind, UdpDriver};
