@@ -43,7 +43,7 @@ pub mod srq;
 pub mod udp;
 pub mod workload;
 
-pub use channel::{AsyncEventFuture, CompChannel, CqEvent};
+pub use channel::{AsyncChannelEvent, AsyncEventChannel, AsyncEventFuture, CompChannel, CqEvent};
 pub use cq::{Cq, PollCq};
 pub use device::{Context, Device};
 pub use driver::{Budget, Driver};
