@@ -153,14 +153,16 @@ impl Qp {
     /// progress is dropped and the receiver resynchronises on the next
     /// FIRST/ONLY, whatever its PSN. Each lost message is counted once in
     /// `uc_msg_dropped`: a partly received one, one whose head was lost
-    /// (its later packets are discarded silently), or — a gap between whole
-    /// messages — at least one lost entirely. Returns whether to go on with
-    /// this packet.
+    /// (its later packets are discarded silently), or — a forward gap
+    /// between whole messages — at least one lost entirely. A packet from
+    /// behind (a duplicate) drops only a message in progress. Returns
+    /// whether to go on with this packet.
     fn uc_check_psn(&mut self, dev: &mut Dev, psn: Psn, starts: bool) -> bool {
         if psn != self.epsn {
             dev.counters.out_of_seq_request += 1;
             let partial = self.uc_abandon(dev, "PSN gap");
-            if partial || !self.uc_discard {
+            let ahead = psn.distance(self.epsn) > 0;
+            if partial || (ahead && !self.uc_discard) {
                 dev.counters.uc_msg_dropped += 1;
             }
             self.uc_discard = true;

@@ -165,3 +165,30 @@ fn lost_packet_of_a_uc_write_drops_only_that_write() {
     assert_eq!(p.b.read_mem(4096 + 1024, 1976), vec![0; 1976]);
     assert_eq!(p.b.counters().uc_msg_dropped, 1);
 }
+
+#[test]
+fn a_duplicate_is_not_counted_as_a_loss() {
+    let mut p = uc();
+    for i in 0..3u64 {
+        p.a.write_mem(i * 64, &[i as u8 + 1; 64]);
+        p.b.post_recv(i + 1, i * 64, 64);
+    }
+    p.b.post_recv(4, 3 * 64, 64);
+    for i in 0..3u64 {
+        p.a.send(10 + i, i * 64, 64);
+    }
+    // the second single-packet message arrives twice
+    p.run_with(Instant::from_millis(10), |_, s| {
+        if s.psn == Psn::new(0x101) {
+            Action::Duplicate
+        } else {
+            Action::Deliver
+        }
+    });
+    let wb: Vec<_> = p.b.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(wb.len(), 4, "the copy is delivered too (UC resynchronises on any ONLY)");
+    assert!(wb.iter().all(|w| w.1 == WcStatus::Success));
+    assert_eq!(p.b.read_mem(0, 256), [[1u8; 64], [2u8; 64], [2u8; 64], [3u8; 64]].concat());
+    let c = p.b.counters();
+    assert_eq!((c.uc_msg_dropped, c.out_of_seq_request), (0, 1), "{c}");
+}
