@@ -48,7 +48,7 @@ pub use cq::{Cq, PollCq};
 pub use device::{Context, Device};
 pub use driver::{Budget, Driver};
 pub use error::DestroyError;
-pub use pd::{Mr, Pd};
+pub use pd::{Mr, Mw, Pd};
 pub use qp::{ConnectOptions, Qp, QpBuilder, QpEndpoint};
 pub use qp_types::{
     create_ah, init_ah_from_wc, ud_send, AhFromWcError, Grh, DEFAULT_QKEY, GRH_LEN,
@@ -62,9 +62,10 @@ pub use roce_emulator::sim::{FabricStats, FaultConfig, LinkConfig};
 pub use roce_emulator::{
     AccessFlags, AhAttr, AllocPdError, AsyncEvent, Counters, CreateCqError, CreateQpError,
     CreateSrqError, DeallocPdError, DeregMrError, DestroyCqError, DestroySrqError, DeviceAttr, Hca,
-    HcaConfig, Instant, MrAccessError, MrInfo, NotifyCqError, PathMtu, PollCqError, PortAttr,
-    PortState, PostRecvError, PostSendError, PostSrqRecvError, QpAttr, QpCap, QpInitAttr,
-    QpLookupError, QpModifyError, QpState, QpType, RecvWr, RegMrError, ResizeCqError, SendFlags,
-    SendWr, Sge, SrqAttr, SrqHandle, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    HcaConfig, Instant, MrAccessError, MrInfo, MwBind, MwBindWr, MwError, MwHandle, MwType,
+    NotifyCqError, PathMtu, PollCqError, PortAttr, PortState, PostRecvError, PostSendError,
+    PostSrqRecvError, QpAttr, QpCap, QpInitAttr, QpLookupError, QpModifyError, QpState, QpType,
+    RecvWr, RegMrError, ResizeCqError, SendFlags, SendWr, Sge, SrqAttr, SrqHandle, UdDest, WcFlags,
+    WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 pub use roce_packet::{LKey, Qpn, RKey};
