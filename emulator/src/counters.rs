@@ -103,7 +103,8 @@ counters!(
     mw_invalidate_err,
     /// Ours: FLUSH requests executed by the responder (IBA 1.5).
     flush_ops,
-    /// Ours: FLUSH requests refused by the responder (bad FETH, access).
+    /// Ours: FLUSH requests refused by the responder: a bad FETH, or the
+    /// rkey/region check (placement rights, range) failed.
     flush_err,
 );
 

@@ -21,7 +21,7 @@
 //!
 //! A remote access through a window's rkey is checked against the
 //! window's range, rights and QP, then against the region's
-//! ([`MemTable::check_remote`]). LOCAL_INV ([`crate::WrOpcode::LocalInv`],
+//! (`MemTable::check_remote`). LOCAL_INV ([`crate::WrOpcode::LocalInv`],
 //! or directly [`Hca::local_invalidate`]) and SEND_WITH_INVALIDATE's IETH
 //! return a type 2 window to the free state.
 //!
