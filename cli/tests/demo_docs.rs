@@ -33,6 +33,14 @@ fn demo_doc_output_is_real() {
         .expect("docs/demo.md");
     let bl = blocks(&doc);
     assert!(bl.len() >= 2, "expected the demo examples in docs/demo.md");
+    // each QP type has its own example (all of them re-run below)
+    for t in ["uc", "ud", "mixed"] {
+        let flag = format!("--qp-type {t} ");
+        assert!(
+            bl.iter().any(|(args, _)| format!("{args} ").contains(&flag)),
+            "docs/demo.md has no `roce demo {flag}...` example"
+        );
+    }
     for (args, expected) in bl {
         let out = Command::new(env!("CARGO_BIN_EXE_roce"))
             .arg("demo")

@@ -91,6 +91,21 @@ counters!(
     uc_msg_dropped,
     /// Ours: UD datagrams dropped (Q_Key mismatch, no receive WQE).
     ud_dropped,
+    /// Ours: memory window binds executed (type 1 `bind_mw` and type 2
+    /// BIND_MW work requests).
+    mw_bind,
+    /// Ours: binds that completed with MW_BIND_ERR.
+    mw_bind_err,
+    /// Ours: rkeys invalidated (LOCAL_INV, SEND_WITH_INVALIDATE's IETH at
+    /// the responder, `local_invalidate`).
+    mw_invalidate,
+    /// Ours: invalidations refused (unknown rkey, type 1 window, other PD).
+    mw_invalidate_err,
+    /// Ours: FLUSH requests executed by the responder (IBA 1.5).
+    flush_ops,
+    /// Ours: FLUSH requests refused by the responder: a bad FETH, or the
+    /// rkey/region check (placement rights, range) failed.
+    flush_err,
 );
 
 impl fmt::Display for Counters {

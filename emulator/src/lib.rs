@@ -71,7 +71,7 @@ pub use counters::Counters;
 pub use error::*;
 pub use hca::{Hca, HcaConfig, MrInfo};
 pub use io::{Datagram, SansIo};
-pub use mw::{MwBind, MwError, MwHandle, MwType};
+pub use mw::{MwBind, MwBindWr, MwError, MwHandle, MwType};
 pub use objects::{
     AsyncEvent, CqHandle, DeviceAttr, MrHandle, PdHandle, PortAttr, PortState, ResizeCqError,
     SrqAttr, SrqHandle,

@@ -1,22 +1,37 @@
-//! Memory windows (IBA §10.6.7; rxe's `rxe_mw.c`): type 1 windows bound
-//! with [`Hca::bind_mw`], type 2 windows bound to a QP with
-//! [`Hca::bind_mw_type2`] (the effect of a BIND_MW work request) and
-//! invalidated with [`Hca::local_invalidate`] (the effect of LOCAL_INV).
+//! Memory windows (IBA §10.6.7; rxe's `rxe_mw.c`). Both kinds of bind go
+//! through the send queue and complete with [`crate::WcOpcode::BindMw`]
+//! (signalled per their send flags), in order after every earlier work
+//! request:
 //!
-//! Binds check that the window, the region and the QP share one protection
-//! domain (rxe misses the region check), that the region allows MW_BIND,
-//! that the window lies inside the region, and that a type 2 window is
-//! free. A remote access through a window's rkey is checked against the
-//! window's range and rights, then against the region's
-//! ([`MemTable::check_remote`]).
+//! - type 1 windows with [`Hca::bind_mw`] (`ibv_bind_mw`): the verb
+//!   returns the window's next rkey at once (key byte + 1, as libibverbs'
+//!   `ibv_inc_rkey`) and posts the bind;
+//! - type 2 windows with a posted [`crate::WrOpcode::BindMw`] work request
+//!   (`IBV_WR_BIND_MW`), which names the new rkey; the window is then bound
+//!   to that QP: an access through its rkey arriving on another QP is a
+//!   remote access error, as in rxe.
 //!
-//! The BIND_MW and LOCAL_INV work requests run the same checks in send
-//! queue order (`crate::requester`); SEND_WITH_INVALIDATE's IETH is applied
-//! by the responder.
+//! A bind that fails when it executes completes with MW_BIND_ERR and moves
+//! the QP to ERR: window, region and QP not in one protection domain (rxe
+//! misses the region check), a region without MW_BIND, window outside the
+//! region, rights other than remote read/write/atomic (write and atomic
+//! need the region's LOCAL_WRITE), a type 2 window not free, a zero-length
+//! type 2 bind, a new rkey with another index, and a type 1 window in a
+//! posted BIND_MW (type 1 binds only through [`Hca::bind_mw`]).
+//!
+//! A remote access through a window's rkey is checked against the
+//! window's range, rights and QP, then against the region's
+//! (`MemTable::check_remote`). LOCAL_INV ([`crate::WrOpcode::LocalInv`],
+//! or directly [`Hca::local_invalidate`]) and SEND_WITH_INVALIDATE's IETH
+//! return a type 2 window to the free state.
+//!
+//! Counters: `mw_bind`, `mw_bind_err`, `mw_invalidate`, `mw_invalidate_err`.
 
+use crate::error::PostSendError;
 use crate::hca::Hca;
 use crate::objects::{MemError, MemTable, MrHandle, PdHandle};
 use crate::qp_attr::AccessFlags;
+use crate::wr::{SendFlags, SendWr, WrOpcode};
 use roce_packet::{Qpn, RKey};
 
 /// A memory window handle (`ibv_mw`).
@@ -39,20 +54,32 @@ pub enum MwType {
     Type2,
 }
 
-/// `struct ibv_mw_bind` / `ibv_mw_bind_info`: what a window exposes.
+/// `struct ibv_mw_bind_info`: what a window exposes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MwBind {
     /// The region the window lies in (needs MW_BIND access).
     pub mr: MrHandle,
     /// First virtual address of the window.
     pub addr: u64,
-    /// Bytes (0 unbinds a type 1 window).
+    /// Bytes (0 unbinds a type 1 window; not allowed for type 2).
     pub length: u64,
     /// Remote rights: REMOTE_READ, REMOTE_WRITE, REMOTE_ATOMIC.
     pub access: AccessFlags,
 }
 
-/// `alloc_mw` / `bind_mw` / `dealloc_mw` / `local_invalidate` failed.
+/// `struct ibv_mw_bind`: the arguments of [`Hca::bind_mw`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MwBindWr {
+    /// Returned in the BIND_MW completion.
+    pub wr_id: u64,
+    /// SIGNALED (a completion on success), FENCE.
+    pub send_flags: SendFlags,
+    /// Region, range and rights.
+    pub bind: MwBind,
+}
+
+/// `alloc_mw` / `bind_mw` / `dealloc_mw` / `local_invalidate` failed, or
+/// (traced) why a BIND_MW / LOCAL_INV work request completed in error.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum MwError {
     /// Unknown protection domain.
@@ -85,13 +112,18 @@ pub enum MwError {
         /// Requested length.
         length: u64,
     },
-    /// The verb does not apply to this window type.
+    /// The verb or work request does not apply to this window type (type 1
+    /// windows are bound with `bind_mw`, type 2 with a BIND_MW work
+    /// request; type 1 windows cannot be invalidated).
     #[error("operation not valid for a {0:?} window")]
     WrongType(MwType),
     /// A type 2 window must be free (unbound or invalidated) to be bound.
     #[error("type 2 window is already bound")]
     NotFree,
-    /// A type 2 bind must keep the rkey's index (upper 24 bits).
+    /// A type 2 window cannot be bound with length 0 (o10-37.2.40).
+    #[error("zero-length bind of a type 2 window")]
+    ZeroLength,
+    /// A bind must keep the rkey's index (upper 24 bits).
     #[error("new rkey {new} does not keep the index of {old}")]
     BadRkeyIndex {
         /// The window's current rkey.
@@ -102,6 +134,9 @@ pub enum MwError {
     /// No window or region with that rkey in this PD.
     #[error("no window or region with rkey {0} in this protection domain")]
     UnknownRkey(RKey),
+    /// `bind_mw` could not post its work request.
+    #[error("bind_mw could not post: {0}")]
+    Post(#[from] PostSendError),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -110,6 +145,8 @@ pub(crate) struct Binding {
     pub addr: u64,
     pub length: u64,
     pub access: AccessFlags,
+    /// Type 2: the QP the window is bound to (accesses on others fail).
+    pub qp: Option<Qpn>,
 }
 
 pub(crate) struct Mw {
@@ -117,6 +154,13 @@ pub(crate) struct Mw {
     pub ty: MwType,
     pub rkey: RKey,
     pub bound: Option<Binding>,
+    /// Type 1: the rkey the latest `bind_mw` returned (the window's rkey
+    /// once that bind executes).
+    pub posted_rkey: RKey,
+    /// Type 1: binds posted by `bind_mw`, not yet executed, as
+    /// (QP, wr_id, new rkey); a BIND_MW work request for a type 1 window
+    /// that is not one of these was posted directly and fails.
+    pub verb_binds: Vec<(Qpn, u64, RKey)>,
 }
 
 /// Windows, keyed by handle, plus the rkey index.
@@ -124,6 +168,11 @@ pub(crate) struct Mw {
 pub(crate) struct MwTable {
     pub mws: std::collections::HashMap<MwHandle, Mw>,
     pub by_rkey: std::collections::HashMap<RKey, MwHandle>,
+    /// The QP whose incoming request is being executed (set by the receive
+    /// path around the responder): a type 2 window's rkey is only valid on
+    /// the QP it is bound to. `None` skips that check (READ responses
+    /// re-check a request already checked on arrival).
+    pub access_qp: Option<Qpn>,
 }
 
 impl MemTable {
@@ -143,6 +192,11 @@ impl MemTable {
             let b = mw.bound.ok_or(MemError::BadKey)?;
             if mw.pd != pd {
                 return Err(MemError::WrongPd);
+            }
+            if let (Some(bound), Some(on)) = (b.qp, self.mw.access_qp) {
+                if bound != on {
+                    return Err(MemError::WrongQp);
+                }
             }
             if !b.access.contains(need) {
                 return Err(MemError::Access);
@@ -201,35 +255,49 @@ impl MemTable {
         Ok(())
     }
 
-    /// Bind a type 2 window for `qpn` (in `qp_pd`): it must be free and
-    /// `new_rkey` must keep its index.
-    pub(crate) fn bind_type2(
+    /// Execute a BIND_MW work request `wr_id` of `qpn` (in `qp_pd`): the
+    /// send queue calls this when the request reaches its head.
+    pub(crate) fn bind_wr(
         &mut self,
         qp_pd: PdHandle,
         qpn: Qpn,
+        wr_id: u64,
         mw: MwHandle,
         new_rkey: RKey,
         b: MwBind,
     ) -> Result<RKey, MwError> {
-        let m = self.mw.mws.get(&mw).ok_or(MwError::UnknownMw(mw))?;
-        let (ty, old, free) = (m.ty, m.rkey, m.bound.is_none());
-        let r = if ty != MwType::Type2 {
-            Err(MwError::WrongType(ty))
-        } else if !free {
-            Err(MwError::NotFree)
-        } else if new_rkey.value() & !0xFF != old.value() & !0xFF {
-            Err(MwError::BadRkeyIndex { old, new: new_rkey })
-        } else {
-            self.check_bind(qp_pd, mw, &b)
+        let m = self.mw.mws.get_mut(&mw).ok_or(MwError::UnknownMw(mw))?;
+        let (ty, old) = (m.ty, m.rkey);
+        let r = match ty {
+            MwType::Type1 => {
+                let ticket = (qpn, wr_id, new_rkey);
+                match m.verb_binds.iter().position(|t| *t == ticket) {
+                    Some(i) => {
+                        m.verb_binds.remove(i);
+                        Ok(())
+                    }
+                    None => Err(MwError::WrongType(MwType::Type1)),
+                }
+            }
+            MwType::Type2 if m.bound.is_some() => Err(MwError::NotFree),
+            MwType::Type2 if b.length == 0 => Err(MwError::ZeroLength),
+            MwType::Type2 => Ok(()),
         };
+        let r = r.and_then(|()| {
+            if new_rkey.value() & !0xFF != old.value() & !0xFF {
+                return Err(MwError::BadRkeyIndex { old, new: new_rkey });
+            }
+            self.check_bind(qp_pd, mw, &b)
+        });
         if let Err(e) = r {
-            tracing::debug!(%qpn, mw = mw.0, %e, "bind_mw (type 2) rejected");
+            tracing::debug!(%qpn, mw = mw.0, ?ty, %e, "bind_mw rejected");
             return Err(e);
         }
-        Ok(self.install(mw, old, new_rkey, b, Some(qpn)))
+        let qp = (ty == MwType::Type2).then_some(qpn);
+        Ok(self.install(mw, old, new_rkey, b, qp))
     }
 
-    fn install(&mut self, mw: MwHandle, old: RKey, new: RKey, b: MwBind, qpn: Option<Qpn>) -> RKey {
+    fn install(&mut self, mw: MwHandle, old: RKey, new: RKey, b: MwBind, qp: Option<Qpn>) -> RKey {
         let t = &mut self.mw;
         t.by_rkey.remove(&old);
         t.by_rkey.insert(new, mw);
@@ -240,9 +308,10 @@ impl MemTable {
                 addr: b.addr,
                 length: b.length,
                 access: b.access,
+                qp,
             });
         }
-        tracing::debug!(mw = mw.0, %old, %new, addr = b.addr, length = b.length, ?qpn, "bind_mw");
+        tracing::debug!(mw = mw.0, %old, %new, addr = b.addr, length = b.length, ?qp, "bind_mw");
         new
     }
 
@@ -286,7 +355,8 @@ impl Hca {
         let (id, key) = d.next_mw_ids();
         let h = MwHandle(id);
         let rkey = RKey::new(key);
-        d.mem.mw.mws.insert(h, Mw { pd, ty, rkey, bound: None });
+        let mw = Mw { pd, ty, rkey, bound: None, posted_rkey: rkey, verb_binds: Vec::new() };
+        d.mem.mw.mws.insert(h, mw);
         d.mem.mw.by_rkey.insert(rkey, h);
         tracing::debug!(dev = %d.name, mw = id, ?ty, %rkey, "alloc_mw");
         Ok((h, rkey))
@@ -304,7 +374,7 @@ impl Hca {
         Ok(())
     }
 
-    /// The window's current rkey.
+    /// The window's current rkey (changes when a bind executes).
     pub fn mw_rkey(&self, mw: MwHandle) -> Option<RKey> {
         self.dev.mem.mw.mws.get(&mw).map(|m| m.rkey)
     }
@@ -313,43 +383,81 @@ impl Hca {
         Ok(self.qps.get(&qpn).ok_or(MwError::UnknownQp(qpn))?.init.pd)
     }
 
-    /// `ibv_bind_mw` for a type 1 window, done directly: checks PDs, the
-    /// region's MW_BIND right, the window's access and range; on success the
-    /// key byte advances (rkey rotation, `ibv_inc_rkey`) and the new rkey is
-    /// returned. A zero length unbinds.
-    pub fn bind_mw(&mut self, qpn: Qpn, mw: MwHandle, b: MwBind) -> Result<RKey, MwError> {
-        let m = self.dev.mem.mw.mws.get(&mw).ok_or(MwError::UnknownMw(mw))?;
-        let (ty, old) = (m.ty, m.rkey);
-        if ty != MwType::Type1 {
-            return Err(MwError::WrongType(ty));
+    /// `ibv_bind_mw` for a type 1 window: posts a BIND_MW work request on
+    /// `qpn`'s send queue and returns the rkey the window will have (the
+    /// next key byte, libibverbs' `ibv_inc_rkey`). The bind executes after
+    /// every earlier work request of the QP and completes with opcode
+    /// BIND_MW (signalled per `wr.send_flags`), or with MW_BIND_ERR if a
+    /// check fails then (the rkey then stays what it was). A zero length
+    /// unbinds.
+    ///
+    /// Refused at once: a type 2 window ([`MwError::WrongType`]), a region
+    /// in another PD than the window (as rxe's provider does), and whatever
+    /// `post_send` refuses ([`MwError::Post`]).
+    pub fn bind_mw(&mut self, qpn: Qpn, mw: MwHandle, wr: MwBindWr) -> Result<RKey, MwError> {
+        let mem = &self.dev.mem;
+        let m = mem.mw.mws.get(&mw).ok_or(MwError::UnknownMw(mw))?;
+        if m.ty != MwType::Type1 {
+            return Err(MwError::WrongType(m.ty));
         }
-        let pd = self.qp_pd(qpn)?;
-        if let Err(e) = self.dev.mem.check_bind(pd, mw, &b) {
-            tracing::debug!(dev = %self.dev.name, %qpn, mw = mw.0, %e, "bind_mw rejected");
-            return Err(e);
+        let mr = mem.mrs.get(&wr.bind.mr).ok_or(MwError::UnknownMr(wr.bind.mr))?;
+        if mr.pd != m.pd {
+            return Err(MwError::PdMismatch);
         }
-        Ok(self.dev.mem.install(mw, old, inc_rkey(old), b, None))
+        self.qp_pd(qpn)?;
+        let rkey = inc_rkey(m.posted_rkey);
+        let ticket = (qpn, wr.wr_id, rkey);
+        let op = WrOpcode::BindMw { mw, rkey, bind: wr.bind };
+        let mut swr = SendWr::new(wr.wr_id, op);
+        swr.flags = wr.send_flags;
+        if let Some(m) = self.dev.mem.mw.mws.get_mut(&mw) {
+            m.verb_binds.push(ticket);
+        }
+        if let Err(e) = self.post_send(qpn, swr) {
+            if let Some(m) = self.dev.mem.mw.mws.get_mut(&mw) {
+                m.verb_binds.retain(|t| *t != ticket);
+            }
+            return Err(e.into());
+        }
+        let flushed = self.qps.get(&qpn).is_some_and(|q| q.state == crate::QpState::Err);
+        if let Some(m) = self.dev.mem.mw.mws.get_mut(&mw) {
+            m.posted_rkey = rkey;
+            if flushed {
+                // completed at once with WR_FLUSH_ERR: it will never execute
+                m.verb_binds.retain(|t| *t != ticket);
+            }
+        }
+        tracing::debug!(dev = %self.dev.name, %qpn, mw = mw.0, %rkey, "bind_mw posted");
+        Ok(rkey)
     }
 
-    /// Bind a type 2 window to `qpn` directly (what a
-    /// [`crate::WrOpcode::BindMw`] work request does in order): the window
-    /// must be free and `new_rkey` keep its index (only the low key byte
-    /// changes — rkey rotation).
-    pub fn bind_mw_type2(
-        &mut self,
-        qpn: Qpn,
-        mw: MwHandle,
-        new_rkey: RKey,
-        b: MwBind,
-    ) -> Result<RKey, MwError> {
-        let pd = self.qp_pd(qpn)?;
-        self.dev.mem.bind_type2(pd, qpn, mw, new_rkey, b)
-    }
-
-    /// Invalidate `rkey` for `qpn`'s PD directly (what a
-    /// [`crate::WrOpcode::LocalInv`] work request does in order).
+    /// Invalidate `rkey` for `qpn`'s PD directly, outside the send queue
+    /// (what a [`crate::WrOpcode::LocalInv`] work request does in order).
     pub fn local_invalidate(&mut self, qpn: Qpn, rkey: RKey) -> Result<(), MwError> {
         let pd = self.qp_pd(qpn)?;
-        self.dev.mem.invalidate(pd, rkey)
+        let r = self.dev.mem.invalidate(pd, rkey);
+        self.dev.count_invalidate(r.is_ok());
+        r
+    }
+}
+
+impl crate::hca::Dev {
+    /// Count an executed bind (`mw_bind` / `mw_bind_err`).
+    pub(crate) fn count_bind(&mut self, ok: bool) {
+        if ok {
+            self.counters.mw_bind += 1;
+        } else {
+            self.counters.mw_bind_err += 1;
+        }
+    }
+
+    /// Count an invalidation: LOCAL_INV, IETH or `local_invalidate`
+    /// (`mw_invalidate` / `mw_invalidate_err`).
+    pub(crate) fn count_invalidate(&mut self, ok: bool) {
+        if ok {
+            self.counters.mw_invalidate += 1;
+        } else {
+            self.counters.mw_invalidate_err += 1;
+        }
     }
 }

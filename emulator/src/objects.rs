@@ -281,6 +281,8 @@ pub(crate) enum MemError {
     Access,
     /// Range outside the region (or overflowing u64).
     Bounds,
+    /// A type 2 window's rkey used on another QP than the one it is bound to.
+    WrongQp,
 }
 
 /// The memory tables, with key lookups and checked copies.

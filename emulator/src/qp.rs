@@ -153,6 +153,8 @@ pub(crate) struct Qp {
     pub msn: Msn,
     pub nak_sent: bool,
     pub in_msg: Option<InMsg>,
+    /// UC: discarding the rest of a dropped message (see responder.rs).
+    pub uc_discard: bool,
     pub resources: VecDeque<RdResource>,
     /// ACKs, NAKs and READ responses waiting for `poll_transmit`.
     pub resp_q: VecDeque<RespItem>,
@@ -205,6 +207,7 @@ impl Qp {
             msn: Msn::new(0),
             nak_sent: false,
             in_msg: None,
+            uc_discard: false,
             resources: VecDeque::new(),
             resp_q: VecDeque::new(),
         }

@@ -153,13 +153,15 @@ impl Qp {
         let pd = self.init.pd;
         let r = match w.wr.opcode {
             WrOpcode::LocalInv { rkey } => {
-                dev.mem.invalidate(pd, rkey).map_err(|e| (e, WcStatus::LocQpOpErr))
+                let r = dev.mem.invalidate(pd, rkey);
+                dev.count_invalidate(r.is_ok());
+                r.map_err(|e| (e, WcStatus::LocQpOpErr))
             }
-            WrOpcode::BindMw { mw, rkey, bind } => dev
-                .mem
-                .bind_type2(pd, self.qpn, mw, rkey, bind)
-                .map(|_| ())
-                .map_err(|e| (e, WcStatus::MwBindErr)),
+            WrOpcode::BindMw { mw, rkey, bind } => {
+                let r = dev.mem.bind_wr(pd, self.qpn, w.wr.wr_id, mw, rkey, bind);
+                dev.count_bind(r.is_ok());
+                r.map(|_| ()).map_err(|e| (e, WcStatus::MwBindErr))
+            }
             _ => return,
         };
         match r {

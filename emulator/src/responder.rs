@@ -116,8 +116,7 @@ impl Qp {
         }
         if self.is_uc() {
             tracing::debug!(qpn = %self.qpn, %psn, code = code.name(), "UC message dropped");
-            self.uc_abandon(dev, code.name());
-            dev.counters.uc_msg_dropped += 1;
+            self.uc_drop_message(dev, code.name());
             return;
         }
         self.send_nak(dev, psn, code);
@@ -125,20 +124,57 @@ impl Qp {
     }
 
     /// UC: forget the message in progress; an unfinished receive WQE goes
-    /// back to the head of the receive queue for the next message.
-    fn uc_abandon(&mut self, dev: &mut Dev, why: &str) {
+    /// back to the head of the receive queue for the next message. Returns
+    /// whether a message was in progress (counting is the caller's).
+    fn uc_abandon(&mut self, dev: &mut Dev, why: &str) -> bool {
         match self.in_msg.take() {
             Some(InMsg::Send { recv, .. }) => {
                 self.return_recv(dev, recv);
-                dev.counters.uc_msg_dropped += 1;
                 tracing::debug!(qpn = %self.qpn, reason = why, "UC message abandoned");
+                true
             }
             Some(InMsg::Write { .. }) => {
-                dev.counters.uc_msg_dropped += 1;
                 tracing::debug!(qpn = %self.qpn, reason = why, "UC message abandoned");
+                true
             }
-            None => {}
+            None => false,
         }
+    }
+
+    /// UC: the message of the packet being processed is dropped: count it
+    /// once and discard its remaining packets up to the next FIRST/ONLY.
+    fn uc_drop_message(&mut self, dev: &mut Dev, why: &str) {
+        self.uc_abandon(dev, why);
+        dev.counters.uc_msg_dropped += 1;
+        self.uc_discard = true;
+    }
+
+    /// UC PSN check (IBA §9.7.7.2): no NAK; after a gap the message in
+    /// progress is dropped and the receiver resynchronises on the next
+    /// FIRST/ONLY, whatever its PSN. Each lost message is counted once in
+    /// `uc_msg_dropped`: a partly received one, one whose head was lost
+    /// (its later packets are discarded silently), or — a forward gap
+    /// between whole messages — at least one lost entirely. A packet from
+    /// behind (a duplicate) drops only a message in progress. Returns
+    /// whether to go on with this packet.
+    fn uc_check_psn(&mut self, dev: &mut Dev, psn: Psn, starts: bool) -> bool {
+        if psn != self.epsn {
+            dev.counters.out_of_seq_request += 1;
+            let partial = self.uc_abandon(dev, "PSN gap");
+            let ahead = psn.distance(self.epsn) > 0;
+            if partial || (ahead && !self.uc_discard) {
+                dev.counters.uc_msg_dropped += 1;
+            }
+            self.uc_discard = true;
+        }
+        if self.uc_discard {
+            if !starts {
+                return false;
+            }
+            self.uc_discard = false;
+            self.epsn = psn;
+        }
+        true
     }
 
     fn send_rnr(&mut self, dev: &mut Dev, psn: Psn) {
@@ -248,15 +284,8 @@ impl Qp {
         let Ok(info) = r.info() else { return };
         let psn = r.bth.psn;
         // 1. PSN
-        if self.is_uc() && psn != self.epsn {
-            // UC (§9.7.7.2): no NAK; drop the message in progress and
-            // resynchronise on the next FIRST/ONLY, whatever its PSN.
-            dev.counters.out_of_seq_request += 1;
-            self.uc_abandon(dev, "PSN gap");
-            if !info.position.starts() {
-                return;
-            }
-            self.epsn = psn;
+        if self.is_uc() && !self.uc_check_psn(dev, psn, info.position.starts()) {
+            return;
         }
         let d = psn.distance(self.epsn);
         if d > 0 {
@@ -321,8 +350,7 @@ impl Qp {
             if self.is_uc() {
                 // UC: no RNR NAK; the message is silently dropped (§9.7.7.2)
                 tracing::debug!(qpn = %self.qpn, %psn, reason = "UC: no receive WQE", "drop");
-                self.uc_abandon(dev, "no receive WQE");
-                dev.counters.uc_msg_dropped += 1;
+                self.uc_drop_message(dev, "no receive WQE");
                 return;
             }
             self.send_rnr(dev, psn);
@@ -376,7 +404,9 @@ impl Qp {
                         let mut wc = self.recv_wc(&recv, WcStatus::Success, offset, r.immdt, false);
                         // SEND_WITH_INVALIDATE: invalidate the IETH rkey (crate::mw)
                         if let Some(rkey) = r.ieth {
-                            if let Err(e) = dev.mem.invalidate(self.init.pd, rkey) {
+                            let inv = dev.mem.invalidate(self.init.pd, rkey);
+                            dev.count_invalidate(inv.is_ok());
+                            if let Err(e) = inv {
                                 tracing::debug!(qpn = %self.qpn, %psn, %rkey, %e, "IETH invalidate failed");
                                 self.in_msg = Some(InMsg::Send { recv, offset });
                                 self.responder_error(
@@ -532,6 +562,7 @@ impl Qp {
                 let level = (feth >> 4) & 0x03;
                 if placement == 0 || placement > 3 || level > 1 {
                     tracing::debug!(qpn = %self.qpn, %psn, placement, level, "FLUSH: bad FETH");
+                    dev.counters.flush_err += 1;
                     self.responder_error(dev, psn, NakCode::InvalidRequest, None);
                     return;
                 }
@@ -540,10 +571,12 @@ impl Qp {
                 let need = flush_access(feth);
                 if let Err(e) = dev.mem.check_remote(self.init.pd, reth.rkey, reth.va, len, need) {
                     tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, ?e, "remote access error (FLUSH)");
+                    dev.counters.flush_err += 1;
                     self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
                     return;
                 }
                 tracing::debug!(qpn = %self.qpn, %psn, placement, level, "FLUSH done (memory is ours)");
+                dev.counters.flush_ops += 1;
                 self.save_resource(RdResource::Read { first: psn, npkts: 1 });
                 self.msn = self.msn.next();
                 self.send_read_responses(psn, reth.va, reth.rkey, 0);

@@ -25,6 +25,38 @@ fn write(p: &mut Pair, va: u64, rkey: RKey, data: &[u8]) -> Vec<WorkCompletion> 
     p.a.poll()
 }
 
+/// B binds type 1 window `mw` with `ibv_bind_mw` (signalled, wr_id 900),
+/// lets the send queue run it and checks its BIND_MW completion.
+fn bind1(p: &mut Pair, mw: MwHandle, bind: MwBind) -> RKey {
+    let wr = MwBindWr { wr_id: 900, send_flags: SendFlags::SIGNALED, bind };
+    let rkey = p.b.hca.bind_mw(p.b.qpn, mw, wr).unwrap();
+    p.run();
+    let wc = p.b.poll();
+    assert_eq!(wc.len(), 1);
+    assert_eq!(
+        (wc[0].wr_id, wc[0].status, wc[0].opcode),
+        (900, WcStatus::Success, WcOpcode::BindMw)
+    );
+    assert_eq!(p.b.hca.mw_rkey(mw), Some(rkey));
+    rkey
+}
+
+/// B posts a BIND_MW work request (wr_id 901) for `mw` with `rkey`;
+/// returns its completion.
+fn bind_wr(p: &mut Pair, mw: MwHandle, rkey: RKey, bind: MwBind) -> WorkCompletion {
+    p.b.hca.post_send(p.b.qpn, SendWr::new(901, WrOpcode::BindMw { mw, rkey, bind })).unwrap();
+    p.run();
+    let wc = p.b.poll();
+    assert_eq!(wc.len(), 1, "{wc:?}");
+    assert_eq!((wc[0].wr_id, wc[0].opcode), (901, WcOpcode::BindMw));
+    wc[0]
+}
+
+/// `rk` with key byte `key` (a type 2 bind's new rkey).
+fn key(rk: RKey, key: u8) -> RKey {
+    RKey::new((rk.value() & !0xFF) | u32::from(key))
+}
+
 /// A reads `len` bytes of B at `va` through `rkey` into its offset 4096.
 fn read(p: &mut Pair, va: u64, rkey: RKey, len: u32) -> Vec<WorkCompletion> {
     let wr =
@@ -40,7 +72,7 @@ fn type1_bind_then_write_and_read_through_window() {
     let mr = bindable(&mut p);
     let (mw, rkey0) = p.b.hca.alloc_mw(p.b.pd, MwType::Type1).unwrap();
     let bind = MwBind { mr: mr.handle, addr: mr.addr + 1024, length: 512, access: RW };
-    let rkey = p.b.hca.bind_mw(p.b.qpn, mw, bind).unwrap();
+    let rkey = bind1(&mut p, mw, bind);
     // rkey rotation: same index, next key byte
     assert_eq!(rkey.value() & !0xFF, rkey0.value() & !0xFF);
     assert_eq!(rkey.value() & 0xFF, (rkey0.value() + 1) & 0xFF);
@@ -68,7 +100,7 @@ fn access_beyond_the_window_is_remote_access_error() {
     let mr = bindable(&mut p);
     let (mw, _) = p.b.hca.alloc_mw(p.b.pd, MwType::Type1).unwrap();
     let bind = MwBind { mr: mr.handle, addr: mr.addr + 1024, length: 512, access: RW };
-    let rkey = p.b.hca.bind_mw(p.b.qpn, mw, bind).unwrap();
+    let rkey = bind1(&mut p, mw, bind);
     // last byte inside, one past the end outside
     let wc = write(&mut p, mr.addr + 1024 + 500, rkey, &[1; 12]);
     assert_eq!(wc[0].status, WcStatus::Success);
@@ -87,7 +119,7 @@ fn window_access_rights_are_checked() {
     let (mw, _) = p.b.hca.alloc_mw(p.b.pd, MwType::Type1).unwrap();
     let bind =
         MwBind { mr: mr.handle, addr: mr.addr, length: 4096, access: AccessFlags::REMOTE_READ };
-    let rkey = p.b.hca.bind_mw(p.b.qpn, mw, bind).unwrap();
+    let rkey = bind1(&mut p, mw, bind);
     let wc = read(&mut p, mr.addr, rkey, 64);
     assert_eq!(wc[0].status, WcStatus::Success);
     p.reconnect();
@@ -95,55 +127,234 @@ fn window_access_rights_are_checked() {
     assert_eq!(wc[0].status, WcStatus::RemAccessErr);
 }
 
+/// B's bind fails when it executes: MW_BIND_ERR, QP in ERR, window
+/// unchanged; then the pair is reconnected.
+fn expect_bind_err(p: &mut Pair, mw: MwHandle, wc: WorkCompletion, rkey_before: RKey) {
+    assert_eq!(wc.status, WcStatus::MwBindErr);
+    assert_eq!(p.b.hca.qp_state(p.b.qpn), Some(QpState::Err));
+    assert_eq!(p.b.hca.mw_rkey(mw), Some(rkey_before));
+    p.reconnect();
+}
+
+/// Type 1 bind through `bind_mw` that fails when executed.
+fn bind1_err(p: &mut Pair, mw: MwHandle, b: MwBind) {
+    let before = p.b.hca.mw_rkey(mw).unwrap();
+    let wr = MwBindWr { wr_id: 902, send_flags: SendFlags::EMPTY, bind: b };
+    p.b.hca.bind_mw(p.b.qpn, mw, wr).unwrap();
+    p.run();
+    let wc = p.b.poll();
+    // errors complete even when unsignalled
+    assert_eq!((wc.len(), wc[0].wr_id, wc[0].opcode), (1, 902, WcOpcode::BindMw));
+    expect_bind_err(p, mw, wc[0], before);
+}
+
 #[test]
 fn bind_checks_pd_mw_bind_and_range() {
     let mut p = Pair::new();
     let mr = bindable(&mut p);
     let other_pd = p.b.hca.alloc_pd().unwrap();
-    // window in another PD than the QP (both types)
-    for ty in [MwType::Type1, MwType::Type2] {
-        let (mw, rk) = p.b.hca.alloc_mw(other_pd, ty).unwrap();
-        let b = MwBind { mr: mr.handle, addr: mr.addr, length: 64, access: RW };
-        let r = match ty {
-            MwType::Type1 => p.b.hca.bind_mw(p.b.qpn, mw, b),
-            MwType::Type2 => p.b.hca.bind_mw_type2(p.b.qpn, mw, RKey::new(rk.value() ^ 1), b),
-        };
-        assert_eq!(r, Err(MwError::PdMismatch), "{ty:?}");
-    }
-    // region in another PD than the QP and window (rxe missed this check)
     let mr2 = p.b.hca.reg_mr(other_pd, 4096, ALL_ACCESS | AccessFlags::MW_BIND).unwrap();
-    for ty in [MwType::Type1, MwType::Type2] {
-        let (mw, rk) = p.b.hca.alloc_mw(p.b.pd, ty).unwrap();
-        let b = MwBind { mr: mr2.handle, addr: mr2.addr, length: 64, access: RW };
-        let r = match ty {
-            MwType::Type1 => p.b.hca.bind_mw(p.b.qpn, mw, b),
-            MwType::Type2 => p.b.hca.bind_mw_type2(p.b.qpn, mw, RKey::new(rk.value() ^ 1), b),
-        };
-        assert_eq!(r, Err(MwError::PdMismatch), "{ty:?}");
-        // the rkey did not change and gives no access
-        assert_eq!(p.b.hca.mw_rkey(mw), Some(rk));
-    }
+    let b2 = MwBind { mr: mr2.handle, addr: mr2.addr, length: 64, access: RW };
+    let b = MwBind { mr: mr.handle, addr: mr.addr, length: 64, access: RW };
+    // type 1, window and region in one PD but not the QP's: MW_BIND_ERR
+    let (mw, _) = p.b.hca.alloc_mw(other_pd, MwType::Type1).unwrap();
+    bind1_err(&mut p, mw, b2);
+    // type 1, window and region in different PDs: refused by the verb (as rxe's provider)
+    let wr = MwBindWr { wr_id: 1, send_flags: SendFlags::SIGNALED, bind: b };
+    assert_eq!(p.b.hca.bind_mw(p.b.qpn, mw, wr), Err(MwError::PdMismatch));
+    // type 2: window in another PD than the QP
+    let (mw2, rk) = p.b.hca.alloc_mw(other_pd, MwType::Type2).unwrap();
+    let wc = bind_wr(&mut p, mw2, key(rk, 1), b);
+    expect_bind_err(&mut p, mw2, wc, rk);
+    // type 2: region in another PD than QP and window (rxe missed this check)
+    let (mw2, rk) = p.b.hca.alloc_mw(p.b.pd, MwType::Type2).unwrap();
+    let wc = bind_wr(&mut p, mw2, key(rk, 1), b2);
+    expect_bind_err(&mut p, mw2, wc, rk);
+    assert_eq!(p.b.counters().mw_bind_err, 3);
+
     let (mw, _) = p.b.hca.alloc_mw(p.b.pd, MwType::Type1).unwrap();
     // region without MW_BIND
-    let b = MwBind { mr: p.b.mr.handle, addr: p.b.mr.addr, length: 64, access: RW };
-    assert_eq!(p.b.hca.bind_mw(p.b.qpn, mw, b), Err(MwError::MrNotBindable));
+    let plain = MwBind { mr: p.b.mr.handle, addr: p.b.mr.addr, length: 64, access: RW };
+    bind1_err(&mut p, mw, plain);
     // outside the region
-    let b = MwBind { mr: mr.handle, addr: mr.addr + (1 << 16) - 8, length: 9, access: RW };
-    assert!(matches!(p.b.hca.bind_mw(p.b.qpn, mw, b), Err(MwError::OutOfBounds { .. })));
+    bind1_err(&mut p, mw, MwBind { addr: mr.addr + (1 << 16) - 8, length: 9, ..b });
     // remote write on a region without LOCAL_WRITE
     let ro = p.b.hca.reg_mr(p.b.pd, 4096, AccessFlags::REMOTE_READ | AccessFlags::MW_BIND).unwrap();
-    let b = MwBind { mr: ro.handle, addr: ro.addr, length: 64, access: RW };
-    assert!(matches!(p.b.hca.bind_mw(p.b.qpn, mw, b), Err(MwError::BadAccess(_))));
-    // wrong verb for the type
-    let b = MwBind { mr: mr.handle, addr: mr.addr, length: 64, access: RW };
+    bind1_err(&mut p, mw, MwBind { mr: ro.handle, addr: ro.addr, length: 64, access: RW });
+    // a local right is not a window right
+    bind1_err(&mut p, mw, MwBind { access: RW | AccessFlags::LOCAL_WRITE, ..b });
+    // wrong verb for the type: type 2 through bind_mw is refused at once
     let (mw2, rk2) = p.b.hca.alloc_mw(p.b.pd, MwType::Type2).unwrap();
-    assert_eq!(p.b.hca.bind_mw(p.b.qpn, mw2, b), Err(MwError::WrongType(MwType::Type2)));
+    let wr = MwBindWr { wr_id: 1, send_flags: SendFlags::SIGNALED, bind: b };
+    assert_eq!(p.b.hca.bind_mw(p.b.qpn, mw2, wr), Err(MwError::WrongType(MwType::Type2)));
+    // ... and type 1 through a posted BIND_MW completes with MW_BIND_ERR
+    let rk1 = p.b.hca.mw_rkey(mw).unwrap();
+    let wc = bind_wr(&mut p, mw, key(rk1, rk1.value() as u8 ^ 1), b);
+    expect_bind_err(&mut p, mw, wc, rk1);
     // type 2: the rkey index must stay
-    let bad = RKey::new(rk2.value() ^ 0x100);
-    assert!(matches!(
-        p.b.hca.bind_mw_type2(p.b.qpn, mw2, bad, b),
-        Err(MwError::BadRkeyIndex { .. })
-    ));
+    let wc = bind_wr(&mut p, mw2, RKey::new(rk2.value() ^ 0x100), b);
+    expect_bind_err(&mut p, mw2, wc, rk2);
+    // type 2: zero length is not a bind (o10-37.2.40)
+    let wc = bind_wr(&mut p, mw2, key(rk2, 7), MwBind { length: 0, ..b });
+    expect_bind_err(&mut p, mw2, wc, rk2);
+    let c = p.b.counters();
+    assert_eq!((c.mw_bind, c.mw_bind_err), (0, 10), "{c}");
+    // none of the failed windows gives access
+    for rk in [rk1, rk2] {
+        let wc = write(&mut p, mr.addr, rk, &[1; 8]);
+        assert_eq!(wc[0].status, WcStatus::RemAccessErr);
+        p.reconnect();
+    }
+    let mut got = vec![0; 8];
+    p.b.hca.mr_read(mr.handle, 0, &mut got).unwrap();
+    assert_eq!(got, vec![0; 8]);
+}
+
+#[test]
+fn bind_mw_waits_for_earlier_work_requests_and_honours_signalling() {
+    let mut p = Pair::new();
+    let mr = bindable(&mut p);
+    let (mw, rk0) = p.b.hca.alloc_mw(p.b.pd, MwType::Type1).unwrap();
+    let b = MwBind { mr: mr.handle, addr: mr.addr, length: 256, access: RW };
+    // a SEND first, then the bind: the bind runs only once the SEND is acknowledged
+    p.a.post_recv(1, 0, 64);
+    p.b.send(10, 0, 32);
+    let wr = MwBindWr { wr_id: 11, send_flags: SendFlags::SIGNALED, bind: b };
+    let rk1 = p.b.hca.bind_mw(p.b.qpn, mw, wr).unwrap();
+    assert_eq!(rk1, key(rk0, (rk0.value() as u8).wrapping_add(1)));
+    let send = p.b.hca.poll_transmit(p.now).expect("the SEND leaves");
+    assert!(p.b.hca.poll_transmit(p.now).is_none(), "the bind sends nothing");
+    assert_eq!(p.b.hca.mw_rkey(mw), Some(rk0), "not bound before the SEND completes");
+    assert_eq!(p.b.counters().mw_bind, 0);
+    p.a.hca.handle_datagram(p.now, send);
+    p.run();
+    let wc: Vec<_> = p.b.poll().iter().map(|w| (w.wr_id, w.status, w.opcode)).collect();
+    assert_eq!(
+        wc,
+        vec![(10, WcStatus::Success, WcOpcode::Send), (11, WcStatus::Success, WcOpcode::BindMw)]
+    );
+    assert_eq!(p.b.hca.mw_rkey(mw), Some(rk1));
+    // unsignalled: no completion, still executed (and the key byte advances again)
+    let wr = MwBindWr { wr_id: 12, send_flags: SendFlags::EMPTY, bind: b };
+    let rk2 = p.b.hca.bind_mw(p.b.qpn, mw, wr).unwrap();
+    p.run();
+    assert!(p.b.poll().is_empty());
+    assert_eq!(p.b.hca.mw_rkey(mw), Some(rk2));
+    assert_eq!(rk2, key(rk0, (rk0.value() as u8).wrapping_add(2)));
+    let wc = write(&mut p, mr.addr + 8, rk2, &[7; 8]);
+    assert_eq!(wc[0].status, WcStatus::Success);
+    assert_eq!(p.b.counters().mw_bind, 2);
+    // a zero-length bind unbinds a type 1 window
+    let wr = MwBindWr { wr_id: 13, send_flags: SendFlags::EMPTY, bind: MwBind { length: 0, ..b } };
+    let rk3 = p.b.hca.bind_mw(p.b.qpn, mw, wr).unwrap();
+    p.run();
+    let wc = write(&mut p, mr.addr + 8, rk3, &[8; 8]);
+    assert_eq!(wc[0].status, WcStatus::RemAccessErr);
+    let mut got = vec![0; 8];
+    p.b.hca.mr_read(mr.handle, 8, &mut got).unwrap();
+    assert_eq!(got, vec![7; 8]);
+    // posting on a QP that cannot take work fails at once
+    p.b.hca.modify_qp(p.b.qpn, &QpAttr::new().state(QpState::Reset)).unwrap();
+    let wr = MwBindWr { wr_id: 14, send_flags: SendFlags::SIGNALED, bind: b };
+    assert!(matches!(p.b.hca.bind_mw(p.b.qpn, mw, wr), Err(MwError::Post(_))));
+    assert_eq!(p.b.counters().mw_bind, 3);
+}
+
+/// A second RC connection between the same two HCAs; returns (qpn on A, qpn on B).
+fn second_connection(p: &mut Pair) -> (roce_packet::Qpn, roce_packet::Qpn) {
+    let mk = |s: &mut Side| {
+        let cap = QpCap {
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 64,
+        };
+        s.hca
+            .create_qp(QpInitAttr {
+                pd: s.pd,
+                send_cq: s.cq,
+                recv_cq: s.cq,
+                qp_type: QpType::Rc,
+                cap,
+                sq_sig_all: false,
+                srq: None,
+            })
+            .unwrap()
+    };
+    let (qa, qb) = (mk(&mut p.a), mk(&mut p.b));
+    let (ip_a, ip_b) = (p.a.hca.addr(), p.b.hca.addr());
+    for (s, me, peer, peer_ip) in [(&mut p.a, qa, qb, ip_b), (&mut p.b, qb, qa, ip_a)] {
+        let init =
+            QpAttr::new().state(QpState::Init).pkey_index(0).port(1).access_flags(ALL_ACCESS);
+        s.hca.modify_qp(me, &init).unwrap();
+        let rtr = QpAttr::new()
+            .state(QpState::Rtr)
+            .ah(AhAttr::new(peer_ip))
+            .mtu(PathMtu::Mtu1024)
+            .dest_qpn(peer.value())
+            .rq_psn(0x500)
+            .max_dest_rd_atomic(4)
+            .min_rnr_timer(1);
+        s.hca.modify_qp(me, &rtr).unwrap();
+        let rts = QpAttr::new()
+            .state(QpState::Rts)
+            .sq_psn(0x500)
+            .timeout(14)
+            .retry_cnt(7)
+            .rnr_retry(7)
+            .max_rd_atomic(4);
+        s.hca.modify_qp(me, &rts).unwrap();
+    }
+    (qa, qb)
+}
+
+#[test]
+fn type2_window_answers_only_on_its_qp() {
+    let mut p = Pair::new();
+    let mr = bindable(&mut p);
+    let (qa2, qb2) = second_connection(&mut p);
+    let (mw, rk0) = p.b.hca.alloc_mw(p.b.pd, MwType::Type2).unwrap();
+    let k = key(rk0, 0x33);
+    let b = MwBind { mr: mr.handle, addr: mr.addr, length: 4096, access: RW };
+    assert_eq!(bind_wr(&mut p, mw, k, b).status, WcStatus::Success);
+    // a type 1 window in the same PD works on either connection
+    let (mw1, _) = p.b.hca.alloc_mw(p.b.pd, MwType::Type1).unwrap();
+    let k1 = bind1(&mut p, mw1, MwBind { addr: mr.addr + 8192, ..b });
+    // the bound QP: fine
+    let wc = write(&mut p, mr.addr, k, &[0x11; 16]);
+    assert_eq!(wc[0].status, WcStatus::Success);
+    // the same rkey on the other connection (same PD): remote access error
+    p.a.write_mem(64, &[0x22; 16]);
+    for (id, rkey, va) in [(70, k1, mr.addr + 8192), (71, k, mr.addr)] {
+        let wr = SendWr::new(id, WrOpcode::RdmaWrite)
+            .sge(p.a.addr(64), 16, p.a.mr.lkey)
+            .remote(va, rkey);
+        p.a.hca.post_send(qa2, wr).unwrap();
+        p.run();
+    }
+    let wc: Vec<_> = p.a.poll().iter().map(|w| (w.wr_id, w.status, w.qp_num)).collect();
+    assert_eq!(
+        wc,
+        vec![(70, WcStatus::Success, qa2.value()), (71, WcStatus::RemAccessErr, qa2.value())]
+    );
+    let nak = p.trace.iter().rev().find(|s| s.dir == Dir::BtoA).unwrap();
+    assert_eq!(nak.opcode, Opcode::RC_ACKNOWLEDGE);
+    assert_eq!(
+        nak.repr.aeth.unwrap().syndrome,
+        roce_packet::Syndrome::Nak(roce_packet::NakCode::RemoteAccessError)
+    );
+    assert_eq!(p.b.hca.qp_state(qb2), Some(QpState::Err));
+    assert_eq!(p.b.hca.qp_state(p.b.qpn), Some(QpState::Rts));
+    let mut got = vec![0; 16];
+    p.b.hca.mr_read(mr.handle, 0, &mut got).unwrap();
+    assert_eq!(got, vec![0x11; 16], "the refused write left memory alone");
+    p.b.hca.mr_read(mr.handle, 8192, &mut got).unwrap();
+    assert_eq!(got, vec![0x22; 16]);
+    // the bound QP still works; READ through the window too
+    let wc = read(&mut p, mr.addr, k, 16);
+    assert_eq!(wc[0].status, WcStatus::Success);
+    assert_eq!(p.a.read_mem(4096, 16), vec![0x11; 16]);
 }
 
 #[test]
@@ -152,8 +363,8 @@ fn type1_rebind_rotates_rkey_old_one_fails() {
     let mr = bindable(&mut p);
     let (mw, _) = p.b.hca.alloc_mw(p.b.pd, MwType::Type1).unwrap();
     let b = MwBind { mr: mr.handle, addr: mr.addr, length: 4096, access: RW };
-    let old = p.b.hca.bind_mw(p.b.qpn, mw, b).unwrap();
-    let new = p.b.hca.bind_mw(p.b.qpn, mw, b).unwrap();
+    let old = bind1(&mut p, mw, b);
+    let new = bind1(&mut p, mw, b);
     assert_ne!(old, new);
     let wc = write(&mut p, mr.addr, new, &[5; 16]);
     assert_eq!(wc[0].status, WcStatus::Success);
@@ -171,14 +382,16 @@ fn type2_bind_rotation_and_local_invalidate() {
     let (mw, rk0) = p.b.hca.alloc_mw(p.b.pd, MwType::Type2).unwrap();
     let b = MwBind { mr: mr.handle, addr: mr.addr + 8192, length: 4096, access: RW };
     let k1 = RKey::new((rk0.value() & !0xFF) | 0x5A);
-    assert_eq!(p.b.hca.bind_mw_type2(p.b.qpn, mw, k1, b), Ok(k1));
+    assert_eq!(bind_wr(&mut p, mw, k1, b).status, WcStatus::Success);
+    assert_eq!(p.b.hca.mw_rkey(mw), Some(k1));
     // bound: not free
-    assert_eq!(p.b.hca.bind_mw_type2(p.b.qpn, mw, k1, b), Err(MwError::NotFree));
+    let wc = bind_wr(&mut p, mw, key(k1, 0x60), b);
+    expect_bind_err(&mut p, mw, wc, k1);
     let wc = write(&mut p, mr.addr + 8192, k1, &[0xAB; 32]);
     assert_eq!(wc[0].status, WcStatus::Success);
     // type 1 windows cannot be invalidated
     let (mw1, _) = p.b.hca.alloc_mw(p.b.pd, MwType::Type1).unwrap();
-    let r1 = p.b.hca.bind_mw(p.b.qpn, mw1, b).unwrap();
+    let r1 = bind1(&mut p, mw1, b);
     assert_eq!(p.b.hca.local_invalidate(p.b.qpn, r1), Err(MwError::WrongType(MwType::Type1)));
     // invalidate, then remote use fails
     p.b.hca.local_invalidate(p.b.qpn, k1).unwrap();
@@ -187,7 +400,7 @@ fn type2_bind_rotation_and_local_invalidate() {
     p.reconnect();
     // rebind with a rotated key: old key still fails, new works
     let k2 = RKey::new((rk0.value() & !0xFF) | 0x5B);
-    p.b.hca.bind_mw_type2(p.b.qpn, mw, k2, b).unwrap();
+    assert_eq!(bind_wr(&mut p, mw, k2, b).status, WcStatus::Success);
     let wc = write(&mut p, mr.addr + 8192, k1, &[0xCD; 32]);
     assert_eq!(wc[0].status, WcStatus::RemAccessErr);
     p.reconnect();
@@ -225,7 +438,7 @@ fn dealloc_releases_window_and_pd() {
     // a deallocated window's rkey gives no access
     let (mw, _) = p.b.hca.alloc_mw(p.b.pd, MwType::Type1).unwrap();
     let b = MwBind { mr: mr.handle, addr: mr.addr, length: 64, access: RW };
-    let rkey = p.b.hca.bind_mw(p.b.qpn, mw, b).unwrap();
+    let rkey = bind1(&mut p, mw, b);
     p.b.hca.dealloc_mw(mw).unwrap();
     let wc = write(&mut p, mr.addr, rkey, &[1; 8]);
     assert_eq!(wc[0].status, WcStatus::RemAccessErr);
@@ -238,7 +451,7 @@ fn send_with_invalidate_carries_ieth_and_invalidates() {
     let (mw, rk0) = p.b.hca.alloc_mw(p.b.pd, MwType::Type2).unwrap();
     let k = RKey::new((rk0.value() & !0xFF) | 0x11);
     let b = MwBind { mr: mr.handle, addr: mr.addr, length: 4096, access: RW };
-    p.b.hca.bind_mw_type2(p.b.qpn, mw, k, b).unwrap();
+    assert_eq!(bind_wr(&mut p, mw, k, b).status, WcStatus::Success);
     // a two-packet SEND_WITH_INV: FIRST then LAST_WITH_INVALIDATE
     p.b.post_recv(1, 0, 4096);
     let data = pattern(1500, 4);
@@ -273,7 +486,10 @@ fn send_with_invalidate_carries_ieth_and_invalidates() {
     let wc = write(&mut p, mr.addr, k, &[1; 8]);
     assert_eq!(wc[0].status, WcStatus::RemAccessErr);
     let k2 = RKey::new((rk0.value() & !0xFF) | 0x12);
-    assert_eq!(p.b.hca.bind_mw_type2(p.b.qpn, mw, k2, b), Ok(k2));
+    p.reconnect();
+    assert_eq!(bind_wr(&mut p, mw, k2, b).status, WcStatus::Success);
+    let c = p.b.counters();
+    assert_eq!((c.mw_bind, c.mw_invalidate, c.mw_invalidate_err), (2, 1, 0), "{c}");
 }
 
 #[test]
@@ -331,6 +547,8 @@ fn bind_mw_and_local_inv_work_requests() {
     let mut got = vec![0; 64];
     p.b.hca.mr_read(mr.handle, 4096, &mut got).unwrap();
     assert_eq!(got, vec![3; 64]);
+    let c = p.b.counters();
+    assert_eq!((c.mw_bind, c.mw_bind_err, c.mw_invalidate), (1, 0, 1), "{c}");
 }
 
 #[test]
@@ -357,4 +575,6 @@ fn local_inv_of_unknown_rkey_is_loc_qp_op_err() {
     p.run();
     let wb = p.b.poll();
     assert_eq!((wb[0].wr_id, wb[0].status), (60, WcStatus::LocQpOpErr));
+    let c = p.b.counters();
+    assert_eq!((c.mw_invalidate, c.mw_invalidate_err), (0, 1));
 }

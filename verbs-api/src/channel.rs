@@ -10,6 +10,12 @@
 //! ([`std::os::fd::AsFd`]) to become readable and call
 //! [`CompChannel::try_get_cq_event`]. Acknowledge with [`Cq::ack_events`].
 //!
+//! Device async events (QP fatal, CQ error, SRQ limit, ...) have the same
+//! three ways in through the context's [`AsyncEventChannel`]
+//! ([`Context::async_event_channel`], libibverbs' `async_fd`): a blocking
+//! [`AsyncEventChannel::get_event`], a future, and a descriptor readable
+//! while events are pending.
+//!
 //! Events move from the device to the channels when the driver makes
 //! progress: a threaded driver (UDP) does it on its own thread after every
 //! round, so the descriptor becomes readable without any call; with the
@@ -340,5 +346,248 @@ impl Future for AsyncEventFuture<'_> {
             cx.waker().wake_by_ref();
         }
         Poll::Pending
+    }
+}
+
+// ---- device async events with a file descriptor (`ibv_context.async_fd`) ----
+
+/// The queue behind a context's [`AsyncEventChannel`]: events moved from
+/// the device, one byte in the socket pair per pending event.
+pub(crate) struct AsyncInner {
+    hca: Arc<Mutex<Hca>>,
+    driver: Arc<dyn crate::driver::Driver>,
+    queue: Mutex<VecDeque<AsyncEvent>>,
+    cv: Condvar,
+    wakers: Mutex<Vec<Waker>>,
+    rx: UnixStream,
+    tx: UnixStream,
+}
+
+impl AsyncInner {
+    fn push(&self, e: AsyncEvent) {
+        lock(&self.queue).push_back(e);
+        // one byte per pending event; a full socket only means "readable"
+        let _ = (&self.tx).write(&[1]);
+        self.cv.notify_all();
+        for w in std::mem::take(&mut *lock(&self.wakers)) {
+            w.wake();
+        }
+    }
+
+    /// Move the device's pending async events here.
+    pub(crate) fn collect(&self) {
+        let events: Vec<AsyncEvent> = {
+            let mut h = crate::device::lock(&self.hca);
+            std::iter::from_fn(|| h.poll_async_event()).collect()
+        };
+        for e in events {
+            self.push(e);
+        }
+    }
+
+    pub(crate) fn pop(&self) -> Option<AsyncEvent> {
+        let e = lock(&self.queue).pop_front()?;
+        let mut b = [0u8; 1];
+        let _ = (&self.rx).read(&mut b);
+        Some(e)
+    }
+}
+
+/// Collects async events on every round of a threaded driver, then
+/// re-registers (holds the channel weakly: a dropped context stops it).
+struct AsyncDispatcher {
+    chan: Weak<AsyncInner>,
+}
+
+impl Wake for AsyncDispatcher {
+    fn wake(self: Arc<Self>) {
+        let Some(ch) = self.chan.upgrade() else { return };
+        ch.collect();
+        let w = Waker::from(self.clone());
+        ch.driver.register_waker(&w);
+    }
+}
+
+/// A context's asynchronous events as a channel with a file descriptor,
+/// like libibverbs' `ibv_context.async_fd`: the descriptor
+/// ([`std::os::fd::AsFd`]) is readable while events are pending, for
+/// `poll(2)`/epoll users; [`AsyncEventChannel::get_event`] waits (blocking,
+/// with a timeout) and [`AsyncEventChannel::get_event_async`] is a
+/// runtime-agnostic future.
+///
+/// One channel per context ([`Context::async_event_channel`] returns
+/// clones of it). Once it exists, every async event of the context goes
+/// through it, so [`Context::poll_async_event`] and
+/// [`Context::get_async_event`] take from the same queue and keep the
+/// descriptor in step. Events move from the device to the channel when
+/// the driver makes progress: a threaded driver (UDP) does it on its own
+/// thread after every round that received datagrams or fired timers, so
+/// the descriptor becomes readable without any call; with the simulated
+/// fabric they are collected whenever the verbs drive it, or on
+/// [`AsyncEventChannel::process`].
+#[derive(Clone)]
+pub struct AsyncEventChannel {
+    ctx: Context,
+    inner: Arc<AsyncInner>,
+}
+
+impl fmt::Debug for AsyncEventChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AsyncEventChannel")
+            .field("device", &self.ctx.name())
+            .field("pending", &lock(&self.inner.queue).len())
+            .finish()
+    }
+}
+
+impl AsyncEventChannel {
+    /// Collect the device's pending async events now (no progress).
+    pub fn process(&self) {
+        self.inner.collect();
+    }
+
+    /// The number of events waiting on the channel.
+    pub fn pending(&self) -> usize {
+        self.process();
+        lock(&self.inner.queue).len()
+    }
+
+    /// Take an event without waiting (after the descriptor became readable).
+    pub fn try_get_event(&self) -> Option<AsyncEvent> {
+        self.process();
+        self.inner.pop()
+    }
+
+    /// `ibv_get_async_event`: wait up to `timeout` for the next event. With
+    /// the simulated fabric this drives the fabric (and returns `None`
+    /// early if it goes idle without an event).
+    pub fn get_event(&self, timeout: Duration) -> Option<AsyncEvent> {
+        let driver = &self.inner.driver;
+        if !driver.register_waker(noop_waker()) {
+            let budget = Budget { events: 1_000_000, wall: timeout };
+            self.ctx.progress(|| self.pending() > 0, budget);
+            return self.inner.pop();
+        }
+        let end = Instant::now() + timeout;
+        let mut q = lock(&self.inner.queue);
+        loop {
+            drop(q);
+            self.process();
+            q = lock(&self.inner.queue);
+            if !q.is_empty() {
+                drop(q);
+                return self.inner.pop();
+            }
+            let now = Instant::now();
+            if now >= end {
+                return None;
+            }
+            // woken by the dispatcher; re-check at least every 10 ms
+            let wait = (end - now).min(Duration::from_millis(10));
+            q = match self.inner.cv.wait_timeout(q, wait) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+    }
+
+    /// Async [`AsyncEventChannel::get_event`]: resolves with the next
+    /// event. Runtime-agnostic; no timeout of its own.
+    pub fn get_event_async(&self) -> AsyncChannelEvent<'_> {
+        AsyncChannelEvent { chan: self }
+    }
+}
+
+impl AsFd for AsyncEventChannel {
+    /// Readable while events are pending (for epoll/poll users).
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.inner.rx.as_fd()
+    }
+}
+
+impl AsRawFd for AsyncEventChannel {
+    fn as_raw_fd(&self) -> RawFd {
+        self.inner.rx.as_raw_fd()
+    }
+}
+
+/// The future of [`AsyncEventChannel::get_event_async`].
+#[derive(Debug)]
+pub struct AsyncChannelEvent<'a> {
+    chan: &'a AsyncEventChannel,
+}
+
+impl Future for AsyncChannelEvent<'_> {
+    type Output = AsyncEvent;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<AsyncEvent> {
+        let ch = &self.chan.inner;
+        {
+            let mut w = lock(&ch.wakers);
+            if !w.iter().any(|x| x.will_wake(cx.waker())) {
+                w.push(cx.waker().clone());
+            }
+        }
+        if let Some(e) = self.chan.try_get_event() {
+            return Poll::Ready(e);
+        }
+        if !ch.driver.register_waker(cx.waker()) {
+            let chan = self.chan;
+            let mut got = None;
+            ch.driver.progress(
+                &mut || {
+                    got = chan.try_get_event();
+                    got.is_some()
+                },
+                Budget::events(1000),
+            );
+            if let Some(e) = got {
+                return Poll::Ready(e);
+            }
+            cx.waker().wake_by_ref();
+        }
+        Poll::Pending
+    }
+}
+
+impl Context {
+    /// The context's async event channel (`ibv_context.async_fd`), created
+    /// on first use; later calls return the same channel. A not yet taken
+    /// [`AsyncEvent::PortActive`] is its first event.
+    pub fn async_event_channel(&self) -> std::io::Result<AsyncEventChannel> {
+        let inner = match self.inner.async_chan.get() {
+            Some(i) => i.clone(),
+            None => {
+                let (rx, tx) = UnixStream::pair()?;
+                rx.set_nonblocking(true)?;
+                tx.set_nonblocking(true)?;
+                let mut created = false;
+                let i = self
+                    .inner
+                    .async_chan
+                    .get_or_init(|| {
+                        created = true;
+                        Arc::new(AsyncInner {
+                            hca: self.inner.hca.clone(),
+                            driver: self.inner.driver.clone(),
+                            queue: Mutex::new(VecDeque::new()),
+                            cv: Condvar::new(),
+                            wakers: Mutex::new(Vec::new()),
+                            rx,
+                            tx,
+                        })
+                    })
+                    .clone();
+                if created {
+                    if self.take_port_active() {
+                        i.push(AsyncEvent::PortActive);
+                    }
+                    let w = Waker::from(Arc::new(AsyncDispatcher { chan: Arc::downgrade(&i) }));
+                    i.driver.register_waker(&w);
+                }
+                i
+            }
+        };
+        Ok(AsyncEventChannel { ctx: self.clone(), inner })
     }
 }

@@ -65,6 +65,7 @@ impl Device {
                 name: self.name.clone(),
                 addr: self.addr,
                 port_active: std::sync::atomic::AtomicBool::new(true),
+                async_chan: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -77,6 +78,9 @@ pub(crate) struct ContextInner {
     addr: IpAddr,
     /// IBV_EVENT_PORT_ACTIVE not yet reported to this context.
     port_active: std::sync::atomic::AtomicBool,
+    /// The async event channel, once created (then every async event of
+    /// this context goes through it).
+    pub async_chan: std::sync::OnceLock<Arc<crate::channel::AsyncInner>>,
 }
 
 /// An opened device (`struct ibv_context`). Clones share the context; PDs
@@ -149,11 +153,21 @@ impl Context {
 
     /// `ibv_get_async_event`, non-blocking. The first event of a newly
     /// opened context is [`AsyncEvent::PortActive`] (the port is up).
+    /// With an [`crate::AsyncEventChannel`] the event comes from its queue.
     pub fn poll_async_event(&self) -> Option<AsyncEvent> {
-        if self.inner.port_active.swap(false, std::sync::atomic::Ordering::Relaxed) {
+        if let Some(ch) = self.inner.async_chan.get() {
+            ch.collect();
+            return ch.pop();
+        }
+        if self.take_port_active() {
             return Some(AsyncEvent::PortActive);
         }
         self.lock().poll_async_event()
+    }
+
+    /// Whether PORT_ACTIVE was still to be reported (it is not any more).
+    pub(crate) fn take_port_active(&self) -> bool {
+        self.inner.port_active.swap(false, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// `ibv_alloc_pd`.

@@ -43,14 +43,16 @@ pub mod srq;
 pub mod udp;
 pub mod workload;
 
-pub use channel::{AsyncEventFuture, CompChannel, CqEvent};
+pub use channel::{AsyncChannelEvent, AsyncEventChannel, AsyncEventFuture, CompChannel, CqEvent};
 pub use cq::{Cq, PollCq};
 pub use device::{Context, Device};
 pub use driver::{Budget, Driver};
 pub use error::DestroyError;
-pub use pd::{Mr, Pd};
+pub use pd::{Mr, Mw, Pd};
 pub use qp::{ConnectOptions, Qp, QpBuilder, QpEndpoint};
-pub use qp_types::{create_ah, ud_send, DEFAULT_QKEY};
+pub use qp_types::{
+    create_ah, init_ah_from_wc, ud_send, AhFromWcError, Grh, DEFAULT_QKEY, GRH_LEN,
+};
 pub use sim::SimNet;
 pub use srq::Srq;
 pub use udp::{DeviceConfig, ThreadDriver, TransportKind, UdpDriver};
@@ -60,9 +62,10 @@ pub use roce_emulator::sim::{FabricStats, FaultConfig, LinkConfig};
 pub use roce_emulator::{
     AccessFlags, AhAttr, AllocPdError, AsyncEvent, Counters, CreateCqError, CreateQpError,
     CreateSrqError, DeallocPdError, DeregMrError, DestroyCqError, DestroySrqError, DeviceAttr, Hca,
-    HcaConfig, Instant, MrAccessError, MrInfo, NotifyCqError, PathMtu, PollCqError, PortAttr,
-    PortState, PostRecvError, PostSendError, PostSrqRecvError, QpAttr, QpCap, QpInitAttr,
-    QpLookupError, QpModifyError, QpState, QpType, RecvWr, RegMrError, ResizeCqError, SendFlags,
-    SendWr, Sge, SrqAttr, SrqHandle, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    HcaConfig, Instant, MrAccessError, MrInfo, MwBind, MwBindWr, MwError, MwHandle, MwType,
+    NotifyCqError, PathMtu, PollCqError, PortAttr, PortState, PostRecvError, PostSendError,
+    PostSrqRecvError, QpAttr, QpCap, QpInitAttr, QpLookupError, QpModifyError, QpState, QpType,
+    RecvWr, RegMrError, ResizeCqError, SendFlags, SendWr, Sge, SrqAttr, SrqHandle, UdDest, WcFlags,
+    WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 pub use roce_packet::{LKey, Qpn, RKey};

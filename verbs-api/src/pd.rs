@@ -1,11 +1,13 @@
-//! Protection domains and memory regions (`ibv_pd`, `ibv_mr`).
+//! Protection domains, memory regions and memory windows (`ibv_pd`,
+//! `ibv_mr`, `ibv_mw`).
 
 use crate::cq::Cq;
 use crate::device::Context;
 use crate::error::DestroyError;
-use crate::qp::QpBuilder;
+use crate::qp::{Qp, QpBuilder};
 use roce_emulator::{
-    AccessFlags, DeallocPdError, DeregMrError, MrAccessError, MrInfo, PdHandle, RegMrError, Sge,
+    AccessFlags, DeallocPdError, DeregMrError, MrAccessError, MrInfo, MwBind, MwBindWr, MwError,
+    MwHandle, MwType, PdHandle, RegMrError, SendFlags, Sge,
 };
 use roce_packet::{LKey, RKey};
 use std::fmt;
@@ -232,5 +234,130 @@ impl Mr {
                 Err(DestroyError::Shared { what: "MR", others: Arc::strong_count(&arc) - 1 })
             }
         }
+    }
+}
+
+impl Mr {
+    /// What a memory window over `length` bytes at `offset` of this region
+    /// exposes with `access` (`struct ibv_mw_bind_info`); the region needs
+    /// MW_BIND access for the bind to succeed.
+    pub fn mw_bind(&self, offset: u64, length: u64, access: AccessFlags) -> MwBind {
+        MwBind {
+            mr: self.inner.info.handle,
+            addr: self.addr().wrapping_add(offset),
+            length,
+            access,
+        }
+    }
+}
+
+pub(crate) struct MwInner {
+    pd: Pd,
+    handle: MwHandle,
+    ty: MwType,
+    destroyed: bool,
+}
+
+impl Drop for MwInner {
+    fn drop(&mut self) {
+        if !self.destroyed {
+            if let Err(e) = self.pd.inner.ctx.lock().dealloc_mw(self.handle) {
+                tracing::warn!(mw = self.handle.id(), error = %e, "dealloc_mw in drop failed");
+            }
+        }
+    }
+}
+
+/// A memory window (`struct ibv_mw`): a remote key for part of a region,
+/// bound and re-bound without re-registering. Type 1 windows are bound
+/// with [`Qp::bind_mw`]; type 2 windows with a posted
+/// [`roce_emulator::WrOpcode::BindMw`] work request (then only that QP may use the rkey)
+/// and freed again by LOCAL_INV or a peer's SEND_WITH_INVALIDATE. Both
+/// binds run in order on the QP's send queue and complete with
+/// [`roce_emulator::WcOpcode::BindMw`]. Clones share the window; it is
+/// deallocated when the last is dropped. See `roce_emulator::mw`.
+#[derive(Clone)]
+pub struct Mw {
+    inner: Arc<MwInner>,
+}
+
+impl fmt::Debug for Mw {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mw")
+            .field("handle", &self.inner.handle.id())
+            .field("type", &self.inner.ty)
+            .field("rkey", &self.rkey())
+            .finish()
+    }
+}
+
+impl Pd {
+    /// `ibv_alloc_mw`: an unbound window of type `ty` in this PD.
+    pub fn alloc_mw(&self, ty: MwType) -> Result<Mw, MwError> {
+        let (handle, _) = self.inner.ctx.lock().alloc_mw(self.inner.handle, ty)?;
+        Ok(Mw { inner: Arc::new(MwInner { pd: self.clone(), handle, ty, destroyed: false }) })
+    }
+}
+
+impl Mw {
+    /// The device's handle (for [`roce_emulator::WrOpcode::BindMw`]).
+    pub fn handle(&self) -> MwHandle {
+        self.inner.handle
+    }
+    /// Type 1 or type 2.
+    pub fn mw_type(&self) -> MwType {
+        self.inner.ty
+    }
+    /// The PD the window belongs to.
+    pub fn pd(&self) -> &Pd {
+        &self.inner.pd
+    }
+    /// The window's current rkey (it changes when a bind executes).
+    pub fn rkey(&self) -> RKey {
+        let h = self.inner.pd.inner.ctx.lock().mw_rkey(self.inner.handle);
+        h.unwrap_or(RKey::new(0))
+    }
+    /// The current rkey with its key byte advanced (`ibv_inc_rkey`): the
+    /// rkey to ask for in a type 2 [`roce_emulator::WrOpcode::BindMw`].
+    pub fn inc_rkey(&self) -> RKey {
+        let v = self.rkey().value();
+        RKey::new((v & !0xFF) | (v.wrapping_add(1) & 0xFF))
+    }
+
+    /// `ibv_dealloc_mw` now, reporting errors. Fails with
+    /// [`DestroyError::Shared`] while clones exist.
+    pub fn destroy(self) -> Result<(), DestroyError<MwError>> {
+        match Arc::try_unwrap(self.inner) {
+            Ok(mut inner) => {
+                inner.destroyed = true;
+                let r = inner.pd.inner.ctx.lock().dealloc_mw(inner.handle);
+                r.map_err(DestroyError::Verb)
+            }
+            Err(arc) => {
+                Err(DestroyError::Shared { what: "MW", others: Arc::strong_count(&arc) - 1 })
+            }
+        }
+    }
+}
+
+impl Qp {
+    /// `ibv_bind_mw` for a type 1 window: posts the bind on this QP's send
+    /// queue (after every earlier work request) and returns the rkey the
+    /// window will have. It completes with opcode BIND_MW when `send_flags`
+    /// has SIGNALED, and with MW_BIND_ERR (QP to ERR) if a check fails
+    /// when it executes. Use the rkey once the completion arrived (or a
+    /// later one, completions being in order).
+    pub fn bind_mw(
+        &self,
+        mw: &Mw,
+        wr_id: u64,
+        send_flags: SendFlags,
+        bind: MwBind,
+    ) -> Result<RKey, MwError> {
+        let ctx = self.pd().context();
+        let wr = MwBindWr { wr_id, send_flags, bind };
+        let rkey = ctx.lock().bind_mw(self.qpn(), mw.handle(), wr)?;
+        ctx.driver().kick();
+        Ok(rkey)
     }
 }
