@@ -79,9 +79,17 @@ pub fn examples(doc: &str, langs: &[&str]) -> Vec<Example> {
 
 /// Wall-clock figures vary from run to run: in a `roce demo` summary's
 /// `time` line everything from `, wall` on is dropped (the virtual time
-/// before it is deterministic).
+/// before it is deterministic), and a trace line's leading uptime
+/// (`0.000193487s`) is replaced by `<uptime>`.
 pub fn normalise(line: &str) -> String {
     let line = line.trim_end();
+    // a trace line's uptime: `   0.000193487s  INFO ...`
+    let t = line.trim_start();
+    if let Some((stamp, rest)) = t.split_once("s ") {
+        if !stamp.is_empty() && stamp.chars().all(|c| c.is_ascii_digit() || c == '.') && stamp.contains('.') {
+            return format!("<uptime> {}", rest.trim_start());
+        }
+    }
     if line.trim_start().starts_with("time ") {
         if let Some(i) = line.find(", wall") {
             return line[..i].to_string();
@@ -139,8 +147,9 @@ fn apply(filters: &[(String, String)], mut lines: Vec<String>) -> Result<Vec<Str
     Ok(lines)
 }
 
-/// Run one example in `cwd`; `Err` explains the first difference.
-pub fn check(ex: &Example, cwd: &Path, mode: Mode) -> Result<(), String> {
+/// Run one example in `cwd`: its exit status and output lines (stdout,
+/// then stderr, after the example's `| head`/`| tail`/`| grep`).
+pub fn run(ex: &Example, cwd: &Path) -> Result<(i32, Vec<String>), String> {
     let p = parse(&ex.command)?;
     let out = Command::new(env!("CARGO_BIN_EXE_roce"))
         .args(&p.args)
@@ -152,13 +161,22 @@ pub fn check(ex: &Example, cwd: &Path, mode: Mode) -> Result<(), String> {
     let code = out.status.code().unwrap_or(-1);
     let text =
         format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    Ok((code, apply(&p.filters, text.lines().map(str::to_string).collect())?))
+}
+
+/// Run one example in `cwd`; `Err` explains the first difference.
+pub fn check(ex: &Example, cwd: &Path, mode: Mode) -> Result<(), String> {
+    let p = parse(&ex.command)?;
+    let (code, actual) = run(ex, cwd)?;
     // the exit status must be 0 unless the example says `# exits N`
     // (Subsequence documents predate that convention: only checked if given)
     let want = p.status.or((mode == Mode::Exact).then_some(0));
     if want.is_some_and(|w| w != code) {
-        return Err(format!("exit status {code}, the document says {want:?}:\n{text}"));
+        return Err(format!(
+            "exit status {code}, the document says {want:?}:\n{}",
+            actual.join("\n")
+        ));
     }
-    let actual = apply(&p.filters, text.lines().map(str::to_string).collect())?;
     match mode {
         Mode::Subsequence => {
             let mut at = 0;
@@ -217,10 +235,18 @@ fn exact(want: &[String], got: &[String]) -> Result<(), String> {
 /// Run every example of `doc_path` (relative to the repository root) in
 /// `cwd`, in order; panics with every difference found. Returns how many
 /// examples ran.
+///
+/// With `ROCE_DOCS_BLESS=1` in the environment (Exact documents only), the
+/// document is rewritten instead: each example's shown output becomes its
+/// real output. Review the diff before committing it.
 pub fn check_doc(doc_path: &str, langs: &[&str], cwd: &Path, mode: Mode) -> usize {
-    let doc = std::fs::read_to_string(root().join(doc_path))
-        .unwrap_or_else(|e| panic!("{doc_path}: {e}"));
+    let path = root().join(doc_path);
+    let doc = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{doc_path}: {e}"));
     let exs = examples(&doc, langs);
+    if mode == Mode::Exact && std::env::var_os("ROCE_DOCS_BLESS").is_some_and(|v| v == "1") {
+        bless(&path, &doc, &exs, cwd);
+        return exs.len();
+    }
     let mut failures = Vec::new();
     for ex in &exs {
         if let Err(e) = check(ex, cwd, mode) {
@@ -229,11 +255,29 @@ pub fn check_doc(doc_path: &str, langs: &[&str], cwd: &Path, mode: Mode) -> usiz
     }
     assert!(
         failures.is_empty(),
-        "{} example(s) differ:\n\n{}",
+        "{} example(s) differ (ROCE_DOCS_BLESS=1 rewrites the document):\n\n{}",
         failures.len(),
         failures.join("\n\n")
     );
     exs.len()
+}
+
+fn bless(path: &Path, doc: &str, exs: &[Example], cwd: &Path) {
+    let lines: Vec<&str> = doc.lines().collect();
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        out.push(lines[i].to_string());
+        if let Some(ex) = exs.iter().find(|e| e.line == i + 1) {
+            let (_, actual) = run(ex, cwd).unwrap_or_else(|e| panic!("{e}"));
+            out.extend(actual.into_iter().map(|l| l.trim_end().to_string()));
+            i += ex.expected.len();
+        }
+        i += 1;
+    }
+    let mut text = out.join("\n");
+    text.push('\n');
+    std::fs::write(path, text).expect("rewrite the document");
 }
 
 /// A fresh scratch directory for one document's examples, with `packet`
@@ -279,6 +323,7 @@ mod self_tests {
             normalise("  time         virtual 4.0 µs, wall 3 ms"),
             "  time         virtual 4.0 µs"
         );
+        assert_eq!(normalise("   0.000193487s  INFO x: y"), "<uptime> INFO x: y");
         assert_eq!(apply(&[("tail".into(), "-1".into())], s(&["a", "b"])).unwrap(), s(&["b"]));
     }
 }
