@@ -365,7 +365,7 @@ fn ack_coalescing(lab: &mut Lab) -> Result<(), String> {
     lab.expect(statuses(&w) == vec![(1, WcStatus::Success)], "the WRITE completes");
     let acks = counter(&b, "acks_sent");
     lab.note(format!(
-        "             100 request packets, {} ACKs from roce1 (ack_deferred={}: packets it did not have to ACK)",
+        "              100 request packets, {} ACKs from roce1 (ack_deferred={}: packets it did not have to ACK)",
         acks,
         counter(&b, "ack_deferred")
     ));
