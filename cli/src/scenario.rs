@@ -169,13 +169,16 @@ impl Lab {
     fn new(seed: u64, active_mtu: PathMtu, link_mtu: usize) -> Lab {
         let net = SimNet::new(seed);
         net.set_default_link(LinkConfig { latency: LATENCY, rate: None, mtu: link_mtu });
-        let dev = |name: &str, addr: &str| {
-            let mut cfg = HcaConfig::new(name, addr.parse().expect("address"), seed);
+        // each device its own key seed (as SimNet::add_device does), so the two
+        // HCAs hand out different keys
+        let dev = |name: &str, addr: &str, n: u64| {
+            let key_seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(n);
+            let mut cfg = HcaConfig::new(name, addr.parse().expect("address"), key_seed);
             cfg.active_mtu = active_mtu;
             net.add_device_with(cfg).open()
         };
-        let a = dev("roce0", "10.0.0.1");
-        let b = dev("roce1", "10.0.0.2");
+        let a = dev("roce0", "10.0.0.1", 1);
+        let b = dev("roce1", "10.0.0.2", 2);
         Lab { net, a, b, out: String::new(), unexpected: Vec::new(), watched: Vec::new(), pairs: 0 }
     }
 
