@@ -6,7 +6,8 @@
 //! An example is a line `$ roce ARGS` inside a fenced block of one of the
 //! given languages; its expected output is the following lines up to the
 //! next `$ ` line or the end of the block. The command may end with
-//! `| head -N`, `| tail -N` or `| grep TEXT` (applied by the test, no shell)
+//! `| head -N`, `| tail -N`, `| grep TEXT` or `| grep -v TEXT` (fixed
+//! strings, applied by the test, no shell)
 //! and with a comment `# exits N` (the expected exit status; 0 otherwise in
 //! [`Mode::Exact`], unchecked in [`Mode::Subsequence`]).
 //! Arguments are split on whitespace.
@@ -86,7 +87,10 @@ pub fn normalise(line: &str) -> String {
     // a trace line's uptime: `   0.000193487s  INFO ...`
     let t = line.trim_start();
     if let Some((stamp, rest)) = t.split_once("s ") {
-        if !stamp.is_empty() && stamp.chars().all(|c| c.is_ascii_digit() || c == '.') && stamp.contains('.') {
+        if !stamp.is_empty()
+            && stamp.chars().all(|c| c.is_ascii_digit() || c == '.')
+            && stamp.contains('.')
+        {
             return format!("<uptime> {}", rest.trim_start());
         }
     }
@@ -140,7 +144,10 @@ fn apply(filters: &[(String, String)], mut lines: Vec<String>) -> Result<Vec<Str
                 let skip = lines.len().saturating_sub(k);
                 lines.into_iter().skip(skip).collect()
             }
-            "grep" => lines.into_iter().filter(|l| l.contains(arg.as_str())).collect(),
+            "grep" => match arg.strip_prefix("-v ") {
+                Some(pat) => lines.into_iter().filter(|l| !l.contains(pat.trim())).collect(),
+                None => lines.into_iter().filter(|l| l.contains(arg.as_str())).collect(),
+            },
             other => return Err(format!("unsupported filter `{other}`")),
         };
     }
@@ -325,5 +332,6 @@ mod self_tests {
         );
         assert_eq!(normalise("   0.000193487s  INFO x: y"), "<uptime> INFO x: y");
         assert_eq!(apply(&[("tail".into(), "-1".into())], s(&["a", "b"])).unwrap(), s(&["b"]));
+        assert_eq!(apply(&[("grep".into(), "-v a".into())], s(&["a", "b"])).unwrap(), s(&["b"]));
     }
 }
