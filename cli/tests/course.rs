@@ -47,3 +47,34 @@ fn the_index_links_every_chapter_in_order() {
         at += i + link.len();
     }
 }
+
+/// Relative links of the course, docs/README.md and README.md point to files
+/// that exist (a renamed chapter or page must not leave a dead link).
+#[test]
+fn relative_links_resolve() {
+    let root = support::root();
+    let mut files: Vec<std::path::PathBuf> =
+        chapters().iter().map(|c| root.join("docs/course").join(c)).collect();
+    files.push(root.join("docs/course/README.md"));
+    files.push(root.join("docs/README.md"));
+    files.push(root.join("README.md"));
+    let mut dead = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).expect("read");
+        let dir = f.parent().expect("dir");
+        for (i, _) in text.match_indices("](") {
+            let rest = &text[i + 2..];
+            let Some(end) = rest.find(')') else { continue };
+            let target = &rest[..end];
+            if target.contains("://") || target.starts_with('#') || target.starts_with("mailto:") {
+                continue;
+            }
+            let path = target.split('#').next().unwrap_or_default();
+            if !path.is_empty() && !dir.join(path).exists() {
+                dead.push(format!("{}: {target}", f.display()));
+            }
+        }
+    }
+    assert!(dead.is_empty(), "dead links:\n{}", dead.join("\n"));
+    assert!(files.len() >= 16);
+}
