@@ -47,7 +47,7 @@ Examples:
                                               record what the receivers saw, then read it
   roce demo --json | jq .counters             machine-readable summary
   roce demo --scenario rnr --pcap rnr.pcap    one lesson: a SEND meets no receive buffer (RNR)
-                                              (the list of scenarios is under --scenario above)
+                                              (--help lists every scenario with a one-line description)
 
 The summary:
   operations   how many of each kind were posted, and the payload bytes they moved
