@@ -7,7 +7,8 @@
 //! given languages; its expected output is the following lines up to the
 //! next `$ ` line or the end of the block. The command may end with
 //! `| head -N`, `| tail -N`, `| grep TEXT` or `| grep -v TEXT` (fixed
-//! strings, applied by the test, no shell)
+//! strings, applied by the test to stdout as a shell would, or to stdout
+//! and stderr after `2>&1`; no shell is involved)
 //! and with a comment `# exits N` (the expected exit status; 0 otherwise in
 //! [`Mode::Exact`], unchecked in [`Mode::Subsequence`]).
 //! Arguments are split on whitespace.
@@ -105,6 +106,8 @@ pub fn normalise(line: &str) -> String {
 /// A parsed example command: arguments, pipeline filters, exit status.
 struct Parsed {
     args: Vec<String>,
+    /// `2>&1` before the first pipe: stderr goes through the filters too.
+    merge: bool,
     filters: Vec<(String, String)>,
     status: Option<i32>,
 }
@@ -119,7 +122,11 @@ fn parse(command: &str) -> Result<Parsed, String> {
         None => None,
     };
     let mut parts = cmd.split(" | ");
-    let first = parts.next().unwrap_or_default();
+    let first = parts.next().unwrap_or_default().trim();
+    let (first, merge) = match first.strip_suffix("2>&1") {
+        Some(f) => (f, true),
+        None => (first, false),
+    };
     let args: Vec<String> = first.split_whitespace().map(str::to_string).collect();
     if args.first().map(String::as_str) != Some("roce") {
         return Err(format!("not a roce command: {command}"));
@@ -131,7 +138,7 @@ fn parse(command: &str) -> Result<Parsed, String> {
             (f.to_string(), arg.trim().to_string())
         })
         .collect();
-    Ok(Parsed { args: args[1..].to_vec(), filters, status })
+    Ok(Parsed { args: args[1..].to_vec(), merge, filters, status })
 }
 
 fn apply(filters: &[(String, String)], mut lines: Vec<String>) -> Result<Vec<String>, String> {
@@ -166,9 +173,18 @@ pub fn run(ex: &Example, cwd: &Path) -> Result<(i32, Vec<String>), String> {
         .output()
         .map_err(|e| format!("cannot run roce: {e}"))?;
     let code = out.status.code().unwrap_or(-1);
-    let text =
-        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    Ok((code, apply(&p.filters, text.lines().map(str::to_string).collect())?))
+    // as in a shell: a pipe takes stdout (and stderr only after `2>&1`);
+    // the rest of stderr reaches the terminal, after stdout here
+    let lines = |b: &[u8]| -> Vec<String> {
+        String::from_utf8_lossy(b).lines().map(str::to_string).collect()
+    };
+    let (mut piped, mut rest) = (lines(&out.stdout), lines(&out.stderr));
+    if p.merge {
+        piped.append(&mut rest);
+    }
+    let mut shown = apply(&p.filters, piped)?;
+    shown.append(&mut rest);
+    Ok((code, shown))
 }
 
 /// Run one example in `cwd`; `Err` explains the first difference.
@@ -321,7 +337,9 @@ mod self_tests {
         assert_eq!(ex.len(), 2);
         assert_eq!((ex[0].line, ex[0].expected.len()), (3, 2));
         let p = parse(&ex[0].command).unwrap();
-        assert_eq!((p.args.len(), p.status, p.filters.len()), (2, Some(1), 1));
+        assert_eq!((p.args.len(), p.status, p.filters.len(), p.merge), (2, Some(1), 1, false));
+        let p = parse("roce demo --log x 2>&1 | grep -v y").unwrap();
+        assert_eq!((p.args.len(), p.merge, p.filters.len()), (3, true, 1));
         let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         assert!(exact(&s(&["a", "...", "d"]), &s(&["a", "b", "c", "d"])).is_ok());
         assert!(exact(&s(&["a", "d"]), &s(&["a", "b", "d"])).is_err());
