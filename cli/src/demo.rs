@@ -46,6 +46,8 @@ Examples:
   roce demo --ops 50 --loss 0.2 --pcap run.pcap && roce decode run.pcap --explain
                                               record what the receivers saw, then read it
   roce demo --json | jq .counters             machine-readable summary
+  roce demo --scenario rnr --pcap rnr.pcap    one lesson: a SEND meets no receive buffer (RNR)
+                                              (--help lists every scenario with a one-line description)
 
 The summary:
   operations   how many of each kind were posted, and the payload bytes they moved
@@ -144,6 +146,12 @@ pub struct DemoArgs {
     /// with --json: a "hw_counters" object).
     #[arg(long)]
     pub stats: bool,
+    /// Instead of the mixed workload, run one small named lesson (docs/course/): every verb,
+    /// completion and status printed with its virtual time. --seed, --pcap, --loss, --dup,
+    /// --reorder, --corrupt, --stats and --quiet apply; exit 0 when it behaved as described.
+    #[arg(long, value_name = "NAME", value_parser = crate::scenario::value_parser(),
+          conflicts_with_all = ["ops", "size", "mix", "qp_type", "mtu", "qps", "window", "json"])]
+    pub scenario: Option<String>,
 }
 
 impl DemoArgs {
@@ -162,6 +170,9 @@ impl DemoArgs {
 
 /// Run `roce demo`; returns the process exit status.
 pub fn run(args: &DemoArgs) -> ExitCode {
+    if let Some(name) = &args.scenario {
+        return crate::scenario::run(name, args);
+    }
     let faults = FaultConfig {
         drop: args.loss,
         duplicate: args.dup,

@@ -23,6 +23,8 @@ mod perf;
 mod perf_engine;
 mod progress;
 mod record;
+mod scenario;
+mod scenario_list;
 mod stats;
 mod stats_cmd;
 mod svg;

@@ -4,6 +4,8 @@
 //! was generated once with `python3 oracle.py --no-tshark F.pcap` and is
 //! committed as `cli/tests/data/F.oracle.jsonl` (no Python needed here).
 
+mod support;
+
 use serde_json::{Map, Value};
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -426,42 +428,18 @@ fn bad_arguments_exit_2() {
     assert_eq!(out.status.code(), Some(2));
 }
 
-/// Every ```console block of docs/decode.md that starts with `$ roce ...`
-/// is re-run from the repository root; each line shown (except `...`) must
-/// appear in the real output (stdout then stderr), in the same order.
+/// Every `$ roce ...` example of docs/decode.md is re-run from the
+/// repository root; each line shown (except `...`) must appear in the real
+/// output (stdout then stderr), in the same order.
 #[test]
 fn docs_examples_are_real_output() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let doc = std::fs::read_to_string(root.join("docs/decode.md")).expect("docs/decode.md");
-    let mut blocks = 0;
-    let mut lines = doc.lines();
-    while let Some(l) = lines.next() {
-        if l.trim() != "```console" {
-            continue;
-        }
-        let mut block: Vec<&str> = Vec::new();
-        for b in lines.by_ref() {
-            if b.trim() == "```" {
-                break;
-            }
-            block.push(b);
-        }
-        let Some(cmd) = block.first().and_then(|c| c.strip_prefix("$ roce ")) else {
-            continue;
-        };
-        blocks += 1;
-        let out = roce().args(cmd.split_whitespace()).current_dir(&root).output().expect("run");
-        let actual = format!("{}{}", stdout(&out), stderr(&out));
-        let actual: Vec<&str> = actual.lines().collect();
-        let mut at = 0;
-        for want in block[1..].iter().filter(|w| w.trim() != "...") {
-            match actual[at..].iter().position(|a| a == want) {
-                Some(i) => at += i + 1,
-                None => panic!("docs example `{cmd}`: line not in the output (in order):\n{want}"),
-            }
-        }
-    }
-    assert!(blocks >= 8, "only {blocks} console examples found");
+    let n = support::check_doc(
+        "docs/decode.md",
+        &["console"],
+        &support::root(),
+        support::Mode::Subsequence,
+    );
+    assert!(n >= 8, "only {n} console examples found");
 }
 
 #[test]

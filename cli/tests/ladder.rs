@@ -1,6 +1,8 @@
 //! End-to-end tests of `roce decode --ladder`, `--svg`, `--follow` and
 //! `--stats`, run on the built binary with the real rxe captures.
 
+mod support;
+
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -339,41 +341,16 @@ fn ladder_conflicts_with_json() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("/nonexistent-dir/x.svg: cannot write"));
 }
 
+/// Every `$ roce ...` example of docs/ladder.md is re-run from the
+/// repository root; each line shown (except `...`) must appear in the real
+/// output, in the same order.
 #[test]
 fn docs_examples_are_real_output() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let doc = std::fs::read_to_string(root.join("docs/ladder.md")).expect("docs/ladder.md");
-    let mut blocks = 0;
-    let mut lines = doc.lines();
-    while let Some(l) = lines.next() {
-        if l.trim() != "```console" {
-            continue;
-        }
-        let mut block: Vec<&str> = Vec::new();
-        for b in lines.by_ref() {
-            if b.trim() == "```" {
-                break;
-            }
-            block.push(b);
-        }
-        let Some(cmd) = block.first().and_then(|c| c.strip_prefix("$ roce ")) else {
-            continue;
-        };
-        blocks += 1;
-        let out = Command::new(env!("CARGO_BIN_EXE_roce"))
-            .args(cmd.split_whitespace())
-            .current_dir(&root)
-            .output()
-            .expect("run");
-        let actual = format!("{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
-        let actual: Vec<&str> = actual.lines().collect();
-        let mut at = 0;
-        for want in block[1..].iter().filter(|w| w.trim() != "...") {
-            match actual[at..].iter().position(|a| a == want) {
-                Some(i) => at += i + 1,
-                None => panic!("docs example `{cmd}`: line not in the output (in order):\n{want}"),
-            }
-        }
-    }
-    assert!(blocks >= 9, "only {blocks} console examples found");
+    let n = support::check_doc(
+        "docs/ladder.md",
+        &["console"],
+        &support::root(),
+        support::Mode::Subsequence,
+    );
+    assert!(n >= 9, "only {n} console examples found");
 }

@@ -12,6 +12,11 @@ OUT=docs/images
 "$ROCE" decode $D/read_lat.pcap --svg $OUT/ladder-read.svg --max 12
 "$ROCE" decode $D/retry_exceeded.pcap --svg $OUT/ladder-timeout.svg
 "$ROCE" decode $D/rc_pingpong_small.pcap --svg $OUT/ladder-pingpong.svg --max 12
+# the course's chapter 7: our own capture of an injected loss
+tmp=$(mktemp -d)
+"$ROCE" demo --scenario lost-packet --quiet --pcap "$tmp/lost.pcap"
+"$ROCE" decode "$tmp/lost.pcap" --svg $OUT/ladder-lost-packet.svg
+rm -rf "$tmp"
 
 for svg in $OUT/ladder-*.svg; do
     # Screenshot at the SVG's own size (its width and height attributes).
