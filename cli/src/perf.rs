@@ -58,6 +58,27 @@ pub enum LatKind {
     Read,
 }
 
+/// Who moves the frames.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PollMode {
+    /// One driver thread per device; the test thread sleeps on the driver's
+    /// progress condition variable (wake-ups on both sides).
+    Event,
+    /// No driver threads: the test thread sends on post_send and
+    /// busy-polls both sockets while it waits for a completion.
+    Busy,
+}
+
+impl PollMode {
+    /// The name used in output.
+    pub fn name(self) -> &'static str {
+        match self {
+            PollMode::Event => "event",
+            PollMode::Busy => "busy",
+        }
+    }
+}
+
 /// Options of `roce perf`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct PerfArgs {
@@ -103,6 +124,14 @@ pub struct PerfArgs {
     /// Run the test K times (same devices) and report min/median/max.
     #[arg(long, value_name = "K", default_value_t = 1)]
     pub repeat: u32,
+    /// Who moves the frames: driver threads with wake-ups (event) or the
+    /// test thread busy-polling the sockets itself (busy). The raw-UDP
+    /// ping-pong of `lat` uses the same mode.
+    #[arg(long, value_enum, default_value = "event")]
+    pub poll: PollMode,
+    /// Print both devices' counters (rxe names) after the run.
+    #[arg(long)]
+    pub stats: bool,
     /// Accepted for perftest compatibility: results are always in Gb/s.
     #[arg(long = "report_gbits", hide = true)]
     pub report_gbits: bool,
@@ -131,6 +160,8 @@ pub struct PerfConfig {
     pub addr_a: IpAddr,
     /// Device B address.
     pub addr_b: IpAddr,
+    /// Driver threads or busy polling.
+    pub poll: PollMode,
 }
 
 fn validate(a: &PerfArgs) -> Result<PerfConfig, String> {
@@ -152,8 +183,8 @@ fn validate(a: &PerfArgs) -> Result<PerfConfig, String> {
     if ![256, 512, 1024, 2048, 4096].contains(&a.mtu) {
         return Err(format!("--mtu {} is not one of 256, 512, 1024, 2048, 4096", a.mtu));
     }
-    if a.qps == 0 || a.qps > 64 {
-        return Err(format!("-q {} must be 1..=64", a.qps));
+    if a.qps == 0 || a.qps > 4096 {
+        return Err(format!("-q {} must be 1..=4096", a.qps));
     }
     if a.tx_depth == 0 || a.tx_depth > 1024 {
         return Err(format!("--tx-depth {} must be 1..=1024", a.tx_depth));
@@ -183,6 +214,20 @@ fn validate(a: &PerfArgs) -> Result<PerfConfig, String> {
     if lat && a.qps != 1 {
         return Err("lat uses one QP (-q 1)".into());
     }
+    // Buffers: both devices register size × slots per QP (see perf_engine).
+    let slots = match a.test {
+        TestKind::Lat | TestKind::Atomic => 1,
+        TestKind::Send => a.tx_depth.clamp(1, 512),
+        _ => a.tx_depth.clamp(1, 64),
+    };
+    let mem = 2 * u64::from(a.qps) * u64::from(size) * u64::from(slots);
+    if mem > 2 << 30 {
+        return Err(format!(
+            "{} MiB of buffers (2 devices x -q {} x -s {size} x {slots} slots): use a smaller -t, -s or -q",
+            mem >> 20,
+            a.qps
+        ));
+    }
     Ok(PerfConfig {
         test: a.test,
         lat_op: a.lat_op.unwrap_or(LatKind::Send),
@@ -194,6 +239,7 @@ fn validate(a: &PerfArgs) -> Result<PerfConfig, String> {
         mtu: a.mtu,
         addr_a: a.addr_a,
         addr_b: a.addr_b,
+        poll: a.poll,
     })
 }
 

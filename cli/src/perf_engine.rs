@@ -1,12 +1,12 @@
 //! The engine of `roce perf`: two UDP devices, QP pairs, the bandwidth
 //! loop, the ping-pong loops and the raw-UDP ping-pong.
 
-use crate::perf::{LatKind, PerfConfig, TestKind};
+use crate::perf::{LatKind, PerfConfig, PollMode, TestKind};
 use anyhow::{anyhow, bail, Context as _};
 use roce_transport::{CountersSnapshot, DriverConfig, TransportCounters, UdpConfig, UdpTransport};
 use roce_verbs_api::{
-    AccessFlags, Budget, ConnectOptions, Context, Cq, Device, Hca, HcaConfig, Mr, PathMtu, Pd, Qp,
-    RecvWr, SendWr, ThreadDriver, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, Budget, ConnectOptions, Context, Cq, Device, Hca, HcaConfig, Mr, PathMtu, Pd,
+    PolledDriver, Qp, RecvWr, SendWr, ThreadDriver, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 use serde_json::{json, Value};
 use std::io::Write;
@@ -30,12 +30,23 @@ fn seed() -> u64 {
         .unwrap_or(1)
 }
 
-fn open_dev(name: &str, addr: IpAddr, mtu: PathMtu) -> anyhow::Result<Dev> {
-    let t = UdpTransport::bind(UdpConfig::on(addr)).with_context(|| format!("device {name}"))?;
-    let counters = t.counters();
+fn new_core(name: &str, addr: IpAddr, mtu: PathMtu) -> Arc<Mutex<Hca>> {
     let mut hc = HcaConfig::new(name, addr, seed());
     hc.active_mtu = mtu;
-    let hca = Arc::new(Mutex::new(Hca::new(hc)));
+    let mut core = Hca::new(hc);
+    // The transport verifies every received ICRC (default policy SolveId).
+    core.set_rx_icrc_checked(true);
+    Arc::new(Mutex::new(core))
+}
+
+fn bind(name: &str, addr: IpAddr) -> anyhow::Result<UdpTransport> {
+    UdpTransport::bind(UdpConfig::on(addr)).with_context(|| format!("device {name}"))
+}
+
+fn open_dev(name: &str, addr: IpAddr, mtu: PathMtu) -> anyhow::Result<Dev> {
+    let t = bind(name, addr)?;
+    let counters = t.counters();
+    let hca = new_core(name, addr, mtu);
     let dc = DriverConfig {
         name: format!("roce-{name}"),
         max_idle: Duration::from_millis(20),
@@ -45,6 +56,26 @@ fn open_dev(name: &str, addr: IpAddr, mtu: PathMtu) -> anyhow::Result<Dev> {
         .with_context(|| format!("device {name}: driver thread"))?;
     let dev = Device::new(hca, Arc::new(ThreadDriver::new(h, "udp")));
     Ok(Dev { ctx: dev.open(), counters, name: name.to_string() })
+}
+
+/// Both devices on one [`PolledDriver`]: no threads, the test thread moves
+/// every frame.
+fn open_polled(
+    (na, aa): (&str, IpAddr),
+    (nb, ab): (&str, IpAddr),
+    mtu: PathMtu,
+) -> anyhow::Result<(Dev, Dev)> {
+    let (ta, tb) = (bind(na, aa)?, bind(nb, ab)?);
+    let (ca, cb) = (ta.counters(), tb.counters());
+    let (ha, hb) = (new_core(na, aa, mtu), new_core(nb, ab, mtu));
+    let drv: Arc<PolledDriver> =
+        Arc::new(PolledDriver::new(vec![(ha.clone(), ta), (hb.clone(), tb)], "udp-poll"));
+    let a = Device::new(ha, drv.clone());
+    let b = Device::new(hb, drv);
+    Ok((
+        Dev { ctx: a.open(), counters: ca, name: na.to_string() },
+        Dev { ctx: b.open(), counters: cb, name: nb.to_string() },
+    ))
 }
 
 struct Pair {
@@ -76,8 +107,12 @@ impl Setup {
     /// Open both devices and connect `cfg.qps` QP pairs.
     pub fn new(cfg: &PerfConfig) -> anyhow::Result<Setup> {
         let mtu = PathMtu::from_bytes(cfg.mtu as usize).ok_or_else(|| anyhow!("bad mtu"))?;
-        let a = open_dev("perf-a", cfg.addr_a, mtu)?;
-        let b = open_dev("perf-b", cfg.addr_b, mtu)?;
+        let (a, b) = match cfg.poll {
+            PollMode::Event => {
+                (open_dev("perf-a", cfg.addr_a, mtu)?, open_dev("perf-b", cfg.addr_b, mtu)?)
+            }
+            PollMode::Busy => open_polled(("perf-a", cfg.addr_a), ("perf-b", cfg.addr_b), mtu)?,
+        };
         let lat = cfg.test == TestKind::Lat;
         let depth = if lat { 2 } else { cfg.tx_depth };
         // Buffer slots per QP: WRITE/READ cycle through up to 64 message
@@ -809,8 +844,65 @@ pub fn run_lat(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::R
 }
 
 /// Raw-UDP ping-pong round trips between the two addresses, `payload`-byte
-/// datagrams, as many as the test's iterations.
+/// datagrams, as many as the test's iterations, in the test's polling mode:
+/// blocking sockets and an echo thread (event), or one thread spinning on
+/// two non-blocking sockets (busy, as `--poll busy` drives both devices).
 pub fn udp_rtt(cfg: &PerfConfig, payload: usize) -> anyhow::Result<LatResult> {
+    match cfg.poll {
+        PollMode::Event => udp_rtt_blocking(cfg, payload),
+        PollMode::Busy => udp_rtt_busy(cfg, payload),
+    }
+}
+
+fn spin_recv(s: &UdpSocket, buf: &mut [u8]) -> anyhow::Result<(usize, SocketAddr)> {
+    let start = Instant::now();
+    let mut n = 0u32;
+    loop {
+        match s.recv_from(buf) {
+            Ok(r) => return Ok(r),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e.into()),
+        }
+        n = n.wrapping_add(1);
+        if n % 1024 == 0 && start.elapsed() > Duration::from_secs(2) {
+            bail!("raw UDP ping-pong: no datagram for 2 s");
+        }
+        std::hint::spin_loop();
+    }
+}
+
+fn udp_rtt_busy(cfg: &PerfConfig, payload: usize) -> anyhow::Result<LatResult> {
+    let a = UdpSocket::bind(SocketAddr::new(cfg.addr_a, 0))?;
+    let b = UdpSocket::bind(SocketAddr::new(cfg.addr_b, 0))?;
+    a.set_nonblocking(true)?;
+    b.set_nonblocking(true)?;
+    let (aa, ba) = (a.local_addr()?, b.local_addr()?);
+    let n = cfg.iters + (cfg.iters / 10).min(10);
+    let warm = n - cfg.iters;
+    let msg = vec![0xA5u8; payload];
+    let mut buf = vec![0u8; 65536];
+    let mut samples = Vec::new();
+    for i in 0..n {
+        let t0 = Instant::now();
+        a.send_to(&msg, ba)?;
+        let (len, from) = spin_recv(&b, &mut buf)?;
+        if len != payload || from != aa {
+            bail!("unexpected datagram from {from} ({len} bytes)");
+        }
+        b.send_to(&buf[..len], aa)?;
+        let (len, from) = spin_recv(&a, &mut buf)?;
+        let dt = t0.elapsed();
+        if len != payload || from != ba {
+            bail!("unexpected echo from {from} ({len} bytes)");
+        }
+        if i >= warm {
+            samples.push(dt.as_secs_f64() * 1e6);
+        }
+    }
+    Ok(LatResult::new(samples, Ok("echo".into())))
+}
+
+fn udp_rtt_blocking(cfg: &PerfConfig, payload: usize) -> anyhow::Result<LatResult> {
     let a = UdpSocket::bind(SocketAddr::new(cfg.addr_a, 0))?;
     let b = UdpSocket::bind(SocketAddr::new(cfg.addr_b, 0))?;
     let (aa, ba) = (a.local_addr()?, b.local_addr()?);

@@ -53,7 +53,7 @@ pub use qp::{ConnectOptions, Qp, QpBuilder, QpEndpoint};
 pub use qp_types::{create_ah, ud_send, DEFAULT_QKEY};
 pub use sim::SimNet;
 pub use srq::Srq;
-pub use udp::{DeviceConfig, ThreadDriver, TransportKind, UdpDriver};
+pub use udp::{DeviceConfig, PolledDriver, ThreadDriver, TransportKind, UdpDriver};
 
 pub use roce_emulator::qp_attr::ModifyQpError;
 pub use roce_emulator::sim::{FabricStats, FaultConfig, LinkConfig};

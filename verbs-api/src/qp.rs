@@ -312,7 +312,7 @@ impl Qp {
     pub fn post_recv(&self, wr: RecvWr) -> Result<(), PostRecvError> {
         let ctx = self.inner.pd.context();
         ctx.lock().post_recv(self.inner.qpn, wr)?;
-        ctx.driver().kick();
+        ctx.driver().recv_posted();
         Ok(())
     }
 
