@@ -402,6 +402,9 @@ pub fn run_bw(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::Re
             }
         }
         for (q, p) in s.pairs.iter().enumerate() {
+            // Every free slot in one post list (one driver kick).
+            let mut list = Vec::new();
+            let first = posted[q];
             while !stop_posting
                 && posted[q] - done[q] < depth
                 && (cfg.duration.is_some() || posted[q] < cfg.iters)
@@ -429,8 +432,12 @@ pub fn run_bw(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::Re
                         w
                     }
                 };
-                p.qa.post_send(wr).map_err(|e| anyhow!("post_send: {e}"))?;
+                list.push(wr);
                 posted[q] += 1;
+            }
+            if !list.is_empty() {
+                let n = p.qa.post_send_list(list).map_err(|(_, e)| anyhow!("post_send: {e}"))?;
+                debug_assert_eq!(n as u64, posted[q] - first);
             }
         }
         let outstanding: u64 = posted.iter().zip(&done).map(|(p, d)| p - d).sum();
@@ -461,11 +468,20 @@ pub fn run_bw(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::Re
             stamps.push((now, total));
             last_completion = now;
         } else if now.duration_since(last_completion) >= STALL && outstanding > 0 {
+            let (a, b) = (s.a.counters.snapshot(), s.b.counters.snapshot());
+            let (ca, cb) = (s.a.ctx.counters(), s.b.ctx.counters());
             bail!(
-                "stalled: no completion for {:?} ({} of {} done)",
+                "stalled: no completion for {:?} ({} of {} done); A: {} dgrams out, {} in, \
+                 retransmits {}; B: {} out, {} in, {} dropped as duplicates/out of sequence",
                 STALL,
                 total,
-                posted.iter().sum::<u64>()
+                posted.iter().sum::<u64>(),
+                a.dgrams_out,
+                a.dgrams_in,
+                ca.completer_retry_err,
+                b.dgrams_out,
+                b.dgrams_in,
+                cb.duplicate_request + cb.out_of_seq_request
             );
         }
         if cfg.test == TestKind::Send {

@@ -42,12 +42,6 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-thread_local! {
-    /// `recvmmsg` headers of this thread (batch size, headers).
-    static RX_HDRS: std::cell::RefCell<Option<(usize, MultiHeaders<SockaddrStorage>)>> =
-        const { std::cell::RefCell::new(None) };
-}
-
 /// TCP/UDP port of RoCEv2.
 pub const DEFAULT_PORT: u16 = roce_packet::ROCE_V2_PORT;
 
@@ -523,21 +517,17 @@ impl UdpTransport {
     /// kernel returned (0 when nothing was waiting).
     pub fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<usize> {
         let mut msgs: Vec<RxMsg> = Vec::with_capacity(self.rx_bufs.len());
-        let n = self.rx_bufs.len();
-        let fd = self.sock.as_raw_fd();
-        let bufs = &mut self.rx_bufs;
-        // The headers hold raw pointers (not Send), so they cannot live in
-        // the transport; one set per thread is kept instead of allocating
-        // them for every call (a busy-polling thread calls this in a loop).
-        let r = RX_HDRS.with(|cell| {
-            let mut slot = cell.borrow_mut();
-            if slot.as_ref().is_none_or(|(k, _)| *k != n) {
-                *slot = Some((n, MultiHeaders::preallocate(n, Some(nix::cmsg_space!(i32)))));
-            }
-            let Some((_, hdrs)) = slot.as_mut() else { return Ok(()) };
+        // Rebuilt per call: nix's recvmmsg does not reset `msg_controllen`
+        // and `msg_namelen`, which the kernel shrinks (a reused set loses
+        // the UDP_GRO control message after a receive without one); and the
+        // headers hold raw pointers (not Send).
+        let mut hdrs: MultiHeaders<SockaddrStorage> =
+            MultiHeaders::preallocate(self.rx_bufs.len(), Some(nix::cmsg_space!(i32)));
+        let r = (|| {
             let mut iovs: Vec<[IoSliceMut<'_>; 1]> =
-                bufs.iter_mut().map(|b| [IoSliceMut::new(&mut b[..])]).collect();
-            let res = nsock::recvmmsg(fd, hdrs, &mut iovs, MsgFlags::MSG_DONTWAIT, None)?;
+                self.rx_bufs.iter_mut().map(|b| [IoSliceMut::new(&mut b[..])]).collect();
+            let fd = self.sock.as_raw_fd();
+            let res = nsock::recvmmsg(fd, &mut hdrs, &mut iovs, MsgFlags::MSG_DONTWAIT, None)?;
             for m in res {
                 let gro_size = m.cmsgs().ok().and_then(|mut it| {
                     it.find_map(|c| match c {
@@ -552,8 +542,8 @@ impl UdpTransport {
                     truncated: m.flags.contains(MsgFlags::MSG_TRUNC),
                 });
             }
-            Ok(())
-        });
+            Ok::<(), Errno>(())
+        })();
         match r {
             Ok(()) => {}
             Err(Errno::EAGAIN) | Err(Errno::EINTR) => return Ok(0),

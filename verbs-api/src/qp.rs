@@ -308,6 +308,36 @@ impl Qp {
         Ok(())
     }
 
+    /// `ibv_post_send` with a list of work requests (`wr->next` chains):
+    /// queued in order under one lock, then the driver is kicked once, so
+    /// their packets can leave in one batch. Stops at the first request
+    /// that fails; returns how many were queued and that error.
+    pub fn post_send_list(
+        &self,
+        wrs: impl IntoIterator<Item = SendWr>,
+    ) -> Result<usize, (usize, PostSendError)> {
+        let ctx = self.inner.pd.context();
+        let mut n = 0;
+        let mut err = None;
+        {
+            let mut hca = ctx.lock();
+            for wr in wrs {
+                if let Err(e) = hca.post_send(self.inner.qpn, wr) {
+                    err = Some(e);
+                    break;
+                }
+                n += 1;
+            }
+        }
+        if n > 0 {
+            ctx.driver().kick();
+        }
+        match err {
+            None => Ok(n),
+            Some(e) => Err((n, e)),
+        }
+    }
+
     /// `ibv_post_recv`: queue one receive buffer.
     pub fn post_recv(&self, wr: RecvWr) -> Result<(), PostRecvError> {
         let ctx = self.inner.pd.context();

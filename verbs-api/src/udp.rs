@@ -694,7 +694,8 @@ impl<T: Transport> PolledDriver<T> {
         handled
     }
 
-    /// Send what the cores have queued; returns the number of datagrams sent.
+    /// Send one batch of what each core has queued (the rest at the next
+    /// call); returns the number of datagrams sent.
     pub fn flush(&self) -> usize {
         let mut sent = 0;
         for n in &self.nodes {
@@ -723,9 +724,10 @@ impl<T: Transport> PolledDriver<T> {
                 let k = o.consumed.min(io.tx.len());
                 io.tx.drain(..k);
                 sent += k;
-                if o.would_block || !io.tx.is_empty() {
-                    break; // retried at the next call
-                }
+                // One batch per call: the caller receives in between, so a
+                // peer in the same thread is not flooded past its socket
+                // buffer; the rest goes at the next call.
+                break;
             }
         }
         sent
