@@ -6,7 +6,7 @@
 use crate::perf_engine::{self, LatResult, Setup};
 use roce_transport::ceiling::{self, CeilingMode};
 use serde_json::{json, Value};
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -377,7 +377,14 @@ fn header(cfg: &PerfConfig, setup: &Setup) -> String {
         s += " CQ Moderation   : 1\n";
     }
     s += &format!(" Mtu             : {}[B]\n", cfg.mtu);
-    s += " Link type       : Ethernet (UDP sockets, one driver thread per device)\n";
+    s += match cfg.poll {
+        PollMode::Event => {
+            " Link type       : Ethernet (UDP sockets, one driver thread per device)\n"
+        }
+        PollMode::Busy => {
+            " Link type       : Ethernet (UDP sockets, busy-polled by the test thread)\n"
+        }
+    };
     s += " GID index       : 1\n";
     s += &format!(" Device A        : {} {}\n", setup.a_name(), cfg.addr_a);
     s += &format!(" Device B        : {} {}\n", setup.b_name(), cfg.addr_b);
@@ -414,16 +421,20 @@ pub fn run(args: &PerfArgs) -> ExitCode {
     }
 }
 
+/// Device counters taken after the runs (`--stats`).
+type DevCounters = Vec<(String, roce_verbs_api::Counters, roce_transport::CountersSnapshot)>;
+
 /// Print the header (text mode), run `one` `--repeat` times on the same
-/// devices, then release them (before the ceiling is measured on the same
-/// addresses). A failed run ends the command with status 1.
+/// devices, take the device counters (`--stats`), then release the devices
+/// (before the ceiling is measured on the same addresses). A failed run
+/// ends the command with status 1.
 fn repeated<R>(
     cfg: &PerfConfig,
     args: &PerfArgs,
     setup: Setup,
     progress: bool,
     one: fn(&Setup, &PerfConfig, u32, bool) -> anyhow::Result<R>,
-) -> Result<Vec<R>, ExitCode> {
+) -> Result<(Vec<R>, Option<DevCounters>), ExitCode> {
     if !args.json {
         print!("{}", header(cfg, &setup));
     }
@@ -433,16 +444,49 @@ fn repeated<R>(
             Ok(r) => runs.push(r),
             Err(e) => {
                 eprintln!("roce perf: {e:#}");
+                if args.stats {
+                    print_stats(&setup.device_counters());
+                }
                 return Err(ExitCode::from(1));
             }
         }
     }
+    let stats = args.stats.then(|| setup.device_counters());
     drop(setup);
-    Ok(runs)
+    Ok((runs, stats))
+}
+
+/// `--stats` in text mode: each device's counters in rxe's layout, then
+/// its transport counters.
+fn print_stats(stats: &DevCounters) {
+    let mut out = std::io::stdout().lock();
+    for (name, core, wire) in stats {
+        let _ = crate::counters_fmt::print_counters(name, core, &mut out);
+        let pairs: Vec<(String, u64)> =
+            wire.pairs().into_iter().map(|(n, v)| (n.to_string(), v)).collect();
+        let _ = writeln!(out, "{name} transport:");
+        for (n, v) in pairs {
+            let _ = writeln!(out, "{n}: {v}");
+        }
+    }
+}
+
+/// `--stats` in JSON: `{"perf-a": {"counters": {..}, "transport": {..}}, ..}`.
+fn stats_json(stats: &DevCounters) -> Value {
+    let mut o = serde_json::Map::new();
+    for (name, core, wire) in stats {
+        let t: serde_json::Map<String, Value> =
+            wire.pairs().into_iter().map(|(n, v)| (n.to_string(), json!(v))).collect();
+        o.insert(
+            name.clone(),
+            json!({"counters": crate::counters_fmt::counters_json(core), "transport": t}),
+        );
+    }
+    Value::Object(o)
 }
 
 fn run_bw(cfg: &PerfConfig, args: &PerfArgs, setup: Setup, progress: bool) -> ExitCode {
-    let runs = match repeated(cfg, args, setup, progress, perf_engine::run_bw) {
+    let (runs, stats) = match repeated(cfg, args, setup, progress, perf_engine::run_bw) {
         Ok(r) => r,
         Err(code) => return code,
     };
@@ -473,7 +517,11 @@ fn run_bw(cfg: &PerfConfig, args: &PerfArgs, setup: Setup, progress: bool) -> Ex
             "elapsed_s": median(&runs.iter().map(|r| r.elapsed.as_secs_f64()).collect::<Vec<_>>()),
             "data_check": if data_ok { "ok" } else { "FAILED" },
             "wire": mid.wire_json(),
+            "poll": cfg.poll.name(),
         });
+        if let Some(st) = &stats {
+            o["stats"] = stats_json(st);
+        }
         if let Some(c) = &ceil {
             o["ceiling_datagram_bytes"] = json!(c.payload);
             o["ceiling_gbps"] = json!({"plain": c.plain, "mmsg": c.mmsg, "gso_gro": c.gso_gro});
@@ -553,6 +601,9 @@ fn run_bw(cfg: &PerfConfig, args: &PerfArgs, setup: Setup, progress: bool) -> Ex
             }
         }
         println!("{LINE}");
+        if let Some(st) = &stats {
+            print_stats(st);
+        }
     }
     if data_ok {
         ExitCode::SUCCESS
@@ -567,7 +618,7 @@ fn lat_json(v: &LatResult) -> Value {
 }
 
 fn run_lat(cfg: &PerfConfig, args: &PerfArgs, setup: Setup, progress: bool) -> ExitCode {
-    let runs = match repeated(cfg, args, setup, progress, perf_engine::run_lat) {
+    let (runs, stats) = match repeated(cfg, args, setup, progress, perf_engine::run_lat) {
         Ok(r) => r,
         Err(code) => return code,
     };
@@ -600,7 +651,11 @@ fn run_lat(cfg: &PerfConfig, args: &PerfArgs, setup: Setup, progress: bool) -> E
             "data_check": if data_ok { "ok" } else { "FAILED" },
             "udp_rtt_us": udp.as_ref().map(lat_json),
             "ratio": udp.as_ref().map(|u| u.percentile(0.5) / mid.percentile(0.5)),
+            "poll": cfg.poll.name(),
         });
+        if let Some(st) = &stats {
+            o["stats"] = stats_json(st);
+        }
         if runs.len() > 1 {
             let (a, b, c) = min_med_max(&medians);
             o["repeat"] = json!({"k": runs.len(), "median_us": {"min": a, "median": b, "max": c}});
@@ -633,9 +688,10 @@ fn run_lat(cfg: &PerfConfig, args: &PerfArgs, setup: Setup, progress: bool) -> E
         }
         if let Some(u) = &udp {
             println!(
-                " raw UDP ping-pong {} <-> {}, {}-byte datagrams: min {:.2}  median {:.2}  p99 {:.2} usec",
+                " raw UDP ping-pong {} <-> {} ({} mode), {}-byte datagrams: min {:.2}  median {:.2}  p99 {:.2} usec",
                 cfg.addr_a,
                 cfg.addr_b,
+                if cfg.poll == PollMode::Busy { "busy-poll, one thread" } else { "blocking, echo thread" },
                 datagram_size(cfg),
                 u.min(),
                 u.percentile(0.5),
@@ -653,6 +709,9 @@ fn run_lat(cfg: &PerfConfig, args: &PerfArgs, setup: Setup, progress: bool) -> E
             }
         }
         println!("{LINE}");
+        if let Some(st) = &stats {
+            print_stats(st);
+        }
     }
     if data_ok {
         ExitCode::SUCCESS

@@ -9,7 +9,6 @@ use roce_verbs_api::{
     PolledDriver, Qp, RecvWr, SendWr, ThreadDriver, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 use serde_json::{json, Value};
-use std::io::Write;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -165,6 +164,14 @@ impl Setup {
     pub fn b_name(&self) -> &str {
         &self.b.name
     }
+    /// Each device's name, core counters (rxe names) and transport counters.
+    pub fn device_counters(&self) -> Vec<(String, roce_verbs_api::Counters, CountersSnapshot)> {
+        [&self.a, &self.b]
+            .iter()
+            .map(|d| (d.name.clone(), d.ctx.counters(), d.counters.snapshot()))
+            .collect()
+    }
+
     /// perftest's "local address / remote address" lines (QP pair 0).
     pub fn address_lines(&self) -> Vec<String> {
         let p = &self.pairs[0];
@@ -392,7 +399,7 @@ pub fn run_bw(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::Re
     let mut stamps: Vec<(Instant, u64)> = Vec::new();
     let mut total = 0u64;
     let start = Instant::now();
-    let mut last_progress = start;
+    let mut bar = crate::progress::Progress::new(progress.then(std::io::stderr));
     let mut last_completion = start;
     let mut stop_posting = false;
     loop {
@@ -505,26 +512,17 @@ pub fn run_bw(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::Re
                 .map_err(|e| anyhow!("post_recv: {e}"))?;
             }
         }
-        if progress && now.duration_since(last_progress) >= Duration::from_millis(200) {
-            last_progress = now;
-            let el = now.duration_since(start).as_secs_f64();
-            let frac = match cfg.duration {
-                Some(d) => el / d.as_secs_f64(),
-                None => total as f64 / (cfg.iters * nq as u64) as f64,
-            };
-            eprint!(
-                "\r  run {}: {:>3.0}%  {:.2} Gb/s   ",
-                k + 1,
-                (frac * 100.0).min(100.0),
-                total as f64 * cfg.size as f64 * 8.0 / el / 1e9
-            );
-            let _ = std::io::stderr().flush();
+        match cfg.duration {
+            Some(d) => bar.update(
+                now.duration_since(start).as_millis() as u64,
+                d.as_millis() as u64,
+                &format!("ms of run {}", k + 1),
+            ),
+            None => bar.update(total, cfg.iters * nq as u64, &format!("messages, run {}", k + 1)),
         }
     }
     let elapsed = last_completion.duration_since(start);
-    if progress {
-        eprint!("\r{:60}\r", "");
-    }
+    bar.finish();
     let w1 = (s.a.counters.snapshot(), s.b.counters.snapshot());
     // Peak: the best of ~20 equal slices (by completion count) of the run.
     let mut peak: f64 = 0.0;
@@ -741,9 +739,10 @@ pub fn run_lat(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::R
     let pat = pattern(k, 0, size);
     p.ma.write(0, &pat)?;
     p.mb.write(0, &vec![0u8; size])?;
-    let mut last_progress = Instant::now();
+    let mut bar = crate::progress::Progress::new(progress.then(std::io::stderr));
     let last = (size - 1) as u64;
     for i in 0..warm + cfg.iters {
+        bar.update(i, warm + cfg.iters, &format!("round trips, run {}", k + 1));
         let t0 = Instant::now();
         match cfg.lat_op {
             LatKind::Send => {
@@ -821,19 +820,8 @@ pub fn run_lat(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::R
         if i >= warm {
             samples.push(t0.elapsed().as_secs_f64() * 1e6);
         }
-        if progress && last_progress.elapsed() >= Duration::from_millis(200) {
-            last_progress = Instant::now();
-            eprint!(
-                "\r  run {}: {:>3.0}%   ",
-                k + 1,
-                (i as f64 / (warm + cfg.iters) as f64) * 100.0
-            );
-            let _ = std::io::stderr().flush();
-        }
     }
-    if progress {
-        eprint!("\r{:60}\r", "");
-    }
+    bar.finish();
     // Data check: after the ping-pong both buffers hold A's pattern (READ
     // copies B's zeros... so for READ, B holds zeros and A must too).
     let mut a = vec![0u8; size];
