@@ -868,7 +868,7 @@ fn spin_recv(s: &UdpSocket, buf: &mut [u8]) -> anyhow::Result<(usize, SocketAddr
             Err(e) => return Err(e.into()),
         }
         n = n.wrapping_add(1);
-        if n % 1024 == 0 && start.elapsed() > Duration::from_secs(2) {
+        if n.is_multiple_of(1024) && start.elapsed() > Duration::from_secs(2) {
             bail!("raw UDP ping-pong: no datagram for 2 s");
         }
         std::hint::spin_loop();

@@ -665,7 +665,7 @@ impl<T: Transport> PolledDriver<T> {
             let io = &mut *io;
             // Timers are looked at every 64th call when nothing arrives.
             if !ready {
-                if ticks % 64 == 0 {
+                if ticks.is_multiple_of(64) {
                     let now = self.now();
                     let mut hca = n.hca.lock().unwrap_or_else(|e| e.into_inner());
                     if roce_emulator::SansIo::poll_timeout(&*hca).is_some_and(|d| d <= now) {
@@ -701,34 +701,31 @@ impl<T: Transport> PolledDriver<T> {
         for n in &self.nodes {
             let mut io = n.io.lock().unwrap_or_else(|e| e.into_inner());
             let io = &mut *io;
-            loop {
-                if io.tx.is_empty() {
-                    let now = self.now();
-                    let mut hca = n.hca.lock().unwrap_or_else(|e| e.into_inner());
-                    while io.tx.len() < POLLED_TX_BATCH {
-                        match roce_emulator::SansIo::poll_transmit(&mut *hca, now) {
-                            Some(d) => io.tx.push(d),
-                            None => break,
-                        }
+            if io.tx.is_empty() {
+                let now = self.now();
+                let mut hca = n.hca.lock().unwrap_or_else(|e| e.into_inner());
+                while io.tx.len() < POLLED_TX_BATCH {
+                    match roce_emulator::SansIo::poll_transmit(&mut *hca, now) {
+                        Some(d) => io.tx.push(d),
+                        None => break,
                     }
                 }
-                if io.tx.is_empty() {
-                    break;
-                }
-                let k = roce_transport::coalesce::coalesce_acks(&mut io.tx);
-                if k > 0 {
-                    let c = io.t.counters();
-                    roce_transport::TransportCounters::add(&c.acks_coalesced, k as u64);
-                }
-                let o = io.t.send(&io.tx);
-                let k = o.consumed.min(io.tx.len());
-                io.tx.drain(..k);
-                sent += k;
-                // One batch per call: the caller receives in between, so a
-                // peer in the same thread is not flooded past its socket
-                // buffer; the rest goes at the next call.
-                break;
             }
+            if io.tx.is_empty() {
+                continue;
+            }
+            let k = roce_transport::coalesce::coalesce_acks(&mut io.tx);
+            if k > 0 {
+                let c = io.t.counters();
+                roce_transport::TransportCounters::add(&c.acks_coalesced, k as u64);
+            }
+            // One batch per call: the caller receives in between, so a peer
+            // in the same thread is not flooded past its socket buffer; the
+            // rest (or what the socket refused) goes at the next call.
+            let o = io.t.send(&io.tx);
+            let k = o.consumed.min(io.tx.len());
+            io.tx.drain(..k);
+            sent += k;
         }
         sent
     }
@@ -759,7 +756,7 @@ impl<T: Transport> Driver for PolledDriver<T> {
                 continue;
             }
             idle = idle.wrapping_add(1);
-            if idle % 256 == 0 && start.elapsed() >= budget.wall {
+            if idle.is_multiple_of(256) && start.elapsed() >= budget.wall {
                 return false;
             }
             std::hint::spin_loop();
