@@ -400,6 +400,7 @@ pub fn run_bw(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::Re
     let mut total = 0u64;
     let start = Instant::now();
     let mut bar = crate::progress::Progress::new(progress.then(std::io::stderr));
+    let mut rang = true;
     let mut last_completion = start;
     let mut stop_posting = false;
     loop {
@@ -443,9 +444,17 @@ pub fn run_bw(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::Re
                 posted[q] += 1;
             }
             if !list.is_empty() {
-                let n = p.qa.post_send_list(list).map_err(|(_, e)| anyhow!("post_send: {e}"))?;
+                let n =
+                    p.qa.post_send_list_deferred(list)
+                        .map_err(|(_, e)| anyhow!("post_send: {e}"))?;
                 debug_assert_eq!(n as u64, posted[q] - first);
+                rang = false;
             }
+        }
+        // One doorbell for the lists of every QP.
+        if !rang {
+            s.pairs[0].qa.doorbell();
+            rang = true;
         }
         let outstanding: u64 = posted.iter().zip(&done).map(|(p, d)| p - d).sum();
         let finished = if cfg.duration.is_some() {

@@ -316,6 +316,20 @@ impl Qp {
         &self,
         wrs: impl IntoIterator<Item = SendWr>,
     ) -> Result<usize, (usize, PostSendError)> {
+        let r = self.post_send_list_deferred(wrs);
+        if r.as_ref().map_or_else(|(n, _)| *n, |n| *n) > 0 {
+            self.doorbell();
+        }
+        r
+    }
+
+    /// Like [`Qp::post_send_list`] but without kicking the driver: post the
+    /// lists of several QPs, then ring [`Qp::doorbell`] once (on any QP of
+    /// the device). Until then the packets may not leave.
+    pub fn post_send_list_deferred(
+        &self,
+        wrs: impl IntoIterator<Item = SendWr>,
+    ) -> Result<usize, (usize, PostSendError)> {
         let ctx = self.inner.pd.context();
         let mut n = 0;
         let mut err = None;
@@ -329,13 +343,16 @@ impl Qp {
                 n += 1;
             }
         }
-        if n > 0 {
-            ctx.driver().kick();
-        }
         match err {
             None => Ok(n),
             Some(e) => Err((n, e)),
         }
+    }
+
+    /// Kick the device's driver so that everything posted with
+    /// [`Qp::post_send_list_deferred`] (on any QP of the device) leaves.
+    pub fn doorbell(&self) {
+        self.inner.pd.context().driver().kick();
     }
 
     /// `ibv_post_recv`: queue one receive buffer.
