@@ -13,6 +13,10 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// `--poll busy`: positive ACKs wait up to this long so that one covers
+/// several requests (see `PolledDriver::with_ack_delay`).
+const BUSY_ACK_DELAY: Duration = Duration::from_micros(50);
+
 /// No completion for this long: the run failed.
 const STALL: Duration = Duration::from_secs(10);
 
@@ -67,8 +71,10 @@ fn open_polled(
     let (ta, tb) = (bind(na, aa)?, bind(nb, ab)?);
     let (ca, cb) = (ta.counters(), tb.counters());
     let (ha, hb) = (new_core(na, aa, mtu), new_core(nb, ab, mtu));
-    let drv: Arc<PolledDriver> =
-        Arc::new(PolledDriver::new(vec![(ha.clone(), ta), (hb.clone(), tb)], "udp-poll"));
+    let drv: Arc<PolledDriver> = Arc::new(
+        PolledDriver::new(vec![(ha.clone(), ta), (hb.clone(), tb)], "udp-poll")
+            .with_ack_delay(BUSY_ACK_DELAY),
+    );
     let a = Device::new(ha, drv.clone());
     let b = Device::new(hb, drv);
     Ok((
@@ -113,7 +119,9 @@ impl Setup {
             PollMode::Busy => open_polled(("perf-a", cfg.addr_a), ("perf-b", cfg.addr_b), mtu)?,
         };
         let lat = cfg.test == TestKind::Lat;
-        let depth = if lat { 2 } else { cfg.tx_depth };
+        // lat keeps one request outstanding, but with delayed ACKs (busy
+        // mode) several SENDs may await their acknowledgement.
+        let depth = if lat { 32 } else { cfg.tx_depth };
         // Buffer slots per QP: WRITE/READ cycle through up to 64 message
         // buffers; SEND needs one receive buffer per outstanding message.
         let slots = match cfg.test {
@@ -724,9 +732,21 @@ fn wait_send(ctx: &Context, cq: &Cq) -> anyhow::Result<WorkCompletion> {
     }
 }
 
-fn wait_byte(mr: &Mr, off: u64, want: u8) -> anyhow::Result<()> {
+fn wait_byte(ctx: &Context, busy: bool, mr: &Mr, off: u64, want: u8) -> anyhow::Result<()> {
     let start = Instant::now();
     let mut b = [0u8; 1];
+    if busy {
+        // No driver thread: the test thread moves the frames while it polls
+        // the memory.
+        let ok = ctx.progress(
+            || mr.read(off, &mut b).is_ok() && b[0] == want,
+            Budget { events: 0, wall: STALL },
+        );
+        if !ok {
+            bail!("stalled: memory at offset {off} never became {want:#x}");
+        }
+        return Ok(());
+    }
     loop {
         mr.read(off, &mut b)?;
         if b[0] == want {
@@ -749,6 +769,7 @@ pub fn run_lat(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::R
     p.ma.write(0, &pat)?;
     p.mb.write(0, &vec![0u8; size])?;
     let mut bar = crate::progress::Progress::new(progress.then(std::io::stderr));
+    let busy = cfg.poll == PollMode::Busy;
     let last = (size - 1) as u64;
     for i in 0..warm + cfg.iters {
         bar.update(i, warm + cfg.iters, &format!("round trips, run {}", k + 1));
@@ -798,7 +819,7 @@ pub fn run_lat(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::R
                         .remote(p.mb.remote_addr(0), p.mb.rkey()),
                 )
                 .map_err(|e| anyhow!("post_send: {e}"))?;
-                wait_byte(&p.mb, last, tag)?;
+                wait_byte(&s.b.ctx, busy, &p.mb, last, tag)?;
                 p.mb.write(last, &[reply])?;
                 p.qb.post_send(
                     SendWr::new(i, WrOpcode::RdmaWrite)
@@ -806,7 +827,7 @@ pub fn run_lat(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::R
                         .remote(p.ma.remote_addr(0), p.ma.rkey()),
                 )
                 .map_err(|e| anyhow!("post_send: {e}"))?;
-                wait_byte(&p.ma, last, reply)?;
+                wait_byte(&s.a.ctx, busy, &p.ma, last, reply)?;
                 let dt = t0.elapsed();
                 // Reap both WRITE completions outside the timed part.
                 wait_send(&s.a.ctx, &s.cq_a)?;

@@ -186,6 +186,20 @@ fn busy_poll_lat_and_bw_with_stats() {
         t["icrc_ok_exact"].as_u64().unwrap() + t["icrc_ok_solved_id"].as_u64().unwrap()
     );
 
+    // lat write and read in busy-poll mode: the test thread moves the
+    // frames while it polls the memory / the CQ.
+    for op in ["write", "read"] {
+        let out = roce()
+            .args(["perf", "lat", op, "-n", "100", "--poll", "busy", "--json", "--no-ceiling"])
+            .args(addrs(67))
+            .output()
+            .unwrap();
+        let v = json_of(&out);
+        assert_eq!(v["test"], format!("lat_{op}"));
+        assert_eq!(v["data_check"], "ok", "{v}");
+        assert!(v["rtt_us"]["median"].as_f64().unwrap() > 0.0);
+    }
+
     // Bandwidth in busy-poll mode, 64-byte WRITEs from a post list.
     let out = roce()
         .args(["perf", "write", "-s", "64", "-n", "3000", "--poll", "busy", "--json"])

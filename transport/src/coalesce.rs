@@ -18,7 +18,7 @@ use std::net::IpAddr;
 const RC_ACK: u8 = 0x11;
 
 /// (destination address, destination QP) of a positive RC ACK, or `None`.
-fn positive_ack(d: &Datagram) -> Option<(IpAddr, u32)> {
+pub fn positive_ack(d: &Datagram) -> Option<(IpAddr, u32)> {
     let p = &d.payload;
     // BTH 12 + AETH 4 + ICRC 4
     if p.len() != 20 || p[0] != RC_ACK || p[12] & 0xE0 != 0 {

@@ -295,6 +295,57 @@ impl IcrcMath {
         icrc ^ self.shift_by(d, tail)
     }
 
+    /// [`IcrcMath::fix`] without building either pseudo header: the XOR of
+    /// the two is written directly from the fields that can differ
+    /// (addresses, ports, IPv4 identification and DF), and the CRC of the
+    /// difference starts at its first non-zero byte (leading zero bytes
+    /// leave a zero register unchanged). `None` for mixed families.
+    pub fn fix_fields(
+        &mut self,
+        old: (&UdpEndpoints, &IpMeta),
+        new: (&UdpEndpoints, &IpMeta),
+        udp_payload_len: usize,
+        icrc: u32,
+    ) -> Option<u32> {
+        let (oe, om) = old;
+        let (ne, nm) = new;
+        let mut delta = [0u8; MAX_PSEUDO];
+        let xor = |d: &mut [u8], a: &[u8], b: &[u8]| {
+            for ((x, p), q) in d.iter_mut().zip(a).zip(b) {
+                *x = p ^ q;
+            }
+        };
+        let ports = match (oe.src, oe.dst, ne.src, ne.dst) {
+            (IpAddr::V4(os), IpAddr::V4(od), IpAddr::V4(ns), IpAddr::V4(nd)) => {
+                xor(&mut delta[12..14], &om.ipv4_id.to_be_bytes(), &nm.ipv4_id.to_be_bytes());
+                if om.dont_fragment != nm.dont_fragment {
+                    delta[14] = 0x40;
+                }
+                xor(&mut delta[20..24], &os.octets(), &ns.octets());
+                xor(&mut delta[24..28], &od.octets(), &nd.octets());
+                28
+            }
+            (IpAddr::V6(os), IpAddr::V6(od), IpAddr::V6(ns), IpAddr::V6(nd)) => {
+                xor(&mut delta[16..32], &os.octets(), &ns.octets());
+                xor(&mut delta[32..48], &od.octets(), &nd.octets());
+                48
+            }
+            _ => return None,
+        };
+        xor(&mut delta[ports..ports + 2], &oe.src_port.to_be_bytes(), &ne.src_port.to_be_bytes());
+        xor(
+            &mut delta[ports + 2..ports + 4],
+            &oe.dst_port.to_be_bytes(),
+            &ne.dst_port.to_be_bytes(),
+        );
+        let n = ports + 8;
+        let Some(first) = delta[..n].iter().position(|&b| b != 0) else {
+            return Some(icrc);
+        };
+        let d = raw_crc(&delta[first..n]);
+        Some(icrc ^ self.shift_by(d, udp_payload_len.saturating_sub(4)))
+    }
+
     /// The IPv4 identification that makes `udp_payload` received on `ep`
     /// valid (DF set, no IP options), and whether it is one of `expected`.
     /// `None`: no identification does (or not IPv4, or too short).
@@ -407,6 +458,19 @@ mod tests {
                 assert_eq!(n, n2);
                 let got = m.fix(&old[..n], &new[..n], len, icrc_of(&p));
                 assert_eq!(got, icrc_of(&want), "{ep:?} len {len} port {port} id {id}");
+                let got = m.fix_fields((&ep, &meta0), (&ep2, &meta2), len, icrc_of(&p));
+                assert_eq!(got, Some(icrc_of(&want)), "fields: {ep:?} len {len} port {port}");
+                // Source address and DF changes too.
+                let src = if ep.src.is_ipv4() {
+                    IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3))
+                } else {
+                    IpAddr::V6(Ipv6Addr::new(0xfd00, 9, 0, 0, 0, 0, 0, 7))
+                };
+                let ep3 = UdpEndpoints { src, ..ep2 };
+                let meta3 = IpMeta { dont_fragment: !ep.src.is_ipv4(), ..meta2 };
+                let want3 = packet(&ep3, &meta3, len);
+                let got = m.fix_fields((&ep, &meta0), (&ep3, &meta3), len, icrc_of(&p));
+                assert_eq!(got, Some(icrc_of(&want3)), "src/DF: {ep:?} len {len}");
             }
         }
     }

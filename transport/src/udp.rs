@@ -21,7 +21,7 @@
 //! if the kernel refuses them.
 
 use crate::counters::{CountersSnapshot, TransportCounters};
-use crate::crcmath::{self, IcrcMath};
+use crate::crcmath::IcrcMath;
 use crate::pcap::PcapRecorder;
 use crate::rxcheck::{self, RxIcrc};
 use bytes::Bytes;
@@ -298,13 +298,11 @@ impl UdpTransport {
             return Some(None);
         }
         let len = d.payload.len();
-        let (old, n) = crcmath::pseudo_header(&d.endpoints, &d.meta, len)?;
-        let (new, n2) = crcmath::pseudo_header(&ep, &meta, len)?;
-        if n != n2 || len < 4 {
+        if len < 4 {
             return None;
         }
         let icrc = u32::from_le_bytes(d.payload[len - 4..].try_into().ok()?);
-        let fixed = self.crc.fix(&old[..n], &new[..n], len, icrc);
+        let fixed = self.crc.fix_fields((&d.endpoints, &d.meta), (&ep, &meta), len, icrc)?;
         TransportCounters::add(&self.counters.icrc_recomputed, 1);
         Some(Some(fixed.to_le_bytes()))
     }

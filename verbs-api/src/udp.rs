@@ -584,6 +584,9 @@ struct PolledIo<T: Transport> {
     t: T,
     rx: Vec<roce_emulator::Datagram>,
     tx: Vec<roce_emulator::Datagram>,
+    /// Positive ACKs held back (newest per QP) and since when.
+    held: Vec<roce_emulator::Datagram>,
+    held_since: Option<Instant>,
 }
 
 /// Most datagrams taken from the core per flush.
@@ -606,7 +609,38 @@ pub struct PolledDriver<T: Transport = UdpTransport> {
     nodes: Vec<PolledNode<T>>,
     start: Instant,
     ticks: std::sync::atomic::AtomicU64,
+    ack_delay: Duration,
     name: String,
+}
+
+/// Move the positive ACKs of `io.tx` into `io.held` (newest per QP), and
+/// put them back at the end of `io.tx` once the oldest is `delay` old (or
+/// `force`). Returns how many held ACKs were superseded.
+fn hold_acks<T: Transport>(io: &mut PolledIo<T>, delay: Duration, force: bool) -> usize {
+    use roce_transport::coalesce::positive_ack;
+    let mut superseded = 0;
+    let mut rest = Vec::with_capacity(io.tx.len());
+    for d in io.tx.drain(..) {
+        match positive_ack(&d) {
+            Some(key) => {
+                if let Some(i) = io.held.iter().position(|h| positive_ack(h) == Some(key)) {
+                    io.held.remove(i);
+                    superseded += 1;
+                }
+                io.held.push(d);
+            }
+            None => rest.push(d),
+        }
+    }
+    io.tx = rest;
+    if !io.held.is_empty() {
+        let since = *io.held_since.get_or_insert_with(Instant::now);
+        if force || since.elapsed() >= delay {
+            io.tx.append(&mut io.held);
+            io.held_since = None;
+        }
+    }
+    superseded
 }
 
 /// Which of `nodes` have a datagram waiting: one zero-timeout `poll` over
@@ -637,15 +671,32 @@ impl<T: Transport> PolledDriver<T> {
             .into_iter()
             .map(|(hca, t)| PolledNode {
                 hca,
-                io: Mutex::new(PolledIo { t, rx: Vec::new(), tx: Vec::new() }),
+                io: Mutex::new(PolledIo {
+                    t,
+                    rx: Vec::new(),
+                    tx: Vec::new(),
+                    held: Vec::new(),
+                    held_since: None,
+                }),
             })
             .collect();
         PolledDriver {
             nodes,
             start: Instant::now(),
             ticks: std::sync::atomic::AtomicU64::new(0),
+            ack_delay: Duration::ZERO,
             name: name.to_string(),
         }
+    }
+
+    /// Hold positive ACKs back for up to `d` (default zero: they leave with
+    /// the next flush), newest per QP, so that one ACK covers several
+    /// requests (IBA allows a responder to coalesce acknowledgements). They
+    /// also leave when the driver goes idle. The peer's send completions
+    /// are delayed by as much; its send queue must be deep enough.
+    pub fn with_ack_delay(mut self, d: Duration) -> PolledDriver<T> {
+        self.ack_delay = d;
+        self
     }
 
     fn now(&self) -> roce_emulator::Instant {
@@ -697,6 +748,10 @@ impl<T: Transport> PolledDriver<T> {
     /// Send one batch of what each core has queued (the rest at the next
     /// call); returns the number of datagrams sent.
     pub fn flush(&self) -> usize {
+        self.flush_with(false)
+    }
+
+    fn flush_with(&self, force: bool) -> usize {
         let mut sent = 0;
         for n in &self.nodes {
             let mut io = n.io.lock().unwrap_or_else(|e| e.into_inner());
@@ -711,10 +766,17 @@ impl<T: Transport> PolledDriver<T> {
                     }
                 }
             }
-            if io.tx.is_empty() {
+            let due = force || io.held_since.is_some_and(|t| t.elapsed() >= self.ack_delay);
+            if io.tx.is_empty() && (io.held.is_empty() || !due) {
                 continue;
             }
-            let k = roce_transport::coalesce::coalesce_acks(&mut io.tx);
+            let mut k = roce_transport::coalesce::coalesce_acks(&mut io.tx);
+            if !self.ack_delay.is_zero() {
+                k += hold_acks(io, self.ack_delay, due);
+                if io.tx.is_empty() {
+                    continue;
+                }
+            }
             if k > 0 {
                 let c = io.t.counters();
                 roce_transport::TransportCounters::add(&c.acks_coalesced, k as u64);
@@ -756,6 +818,9 @@ impl<T: Transport> Driver for PolledDriver<T> {
                 continue;
             }
             idle = idle.wrapping_add(1);
+            if idle == 64 && !self.ack_delay.is_zero() {
+                self.flush_with(true); // idle: let held ACKs go
+            }
             if idle.is_multiple_of(256) && start.elapsed() >= budget.wall {
                 return false;
             }
