@@ -852,6 +852,12 @@ pub fn run_lat(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::R
         }
     }
     bar.finish();
+    if busy {
+        // Let the ACKs the busy-poll driver held back go (it releases them
+        // when idle), so the last requests complete before the counters
+        // are read.
+        s.a.ctx.progress(|| false, Budget { events: 0, wall: Duration::from_millis(3) });
+    }
     // Data check: after the ping-pong both buffers hold A's pattern (READ
     // copies B's zeros... so for READ, B holds zeros and A must too).
     let mut a = vec![0u8; size];

@@ -773,13 +773,13 @@ impl<T: Transport> PolledDriver<T> {
             let mut k = roce_transport::coalesce::coalesce_acks(&mut io.tx);
             if !self.ack_delay.is_zero() {
                 k += hold_acks(io, self.ack_delay, due);
-                if io.tx.is_empty() {
-                    continue;
-                }
             }
             if k > 0 {
                 let c = io.t.counters();
                 roce_transport::TransportCounters::add(&c.acks_coalesced, k as u64);
+            }
+            if io.tx.is_empty() {
+                continue; // only ACKs, held back
             }
             // One batch per call: the caller receives in between, so a peer
             // in the same thread is not flooded past its socket buffer; the
