@@ -6,7 +6,7 @@
 use crate::perf_engine::{self, LatResult, Setup};
 use roce_transport::ceiling::{self, CeilingMode};
 use serde_json::{json, Value};
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -58,6 +58,27 @@ pub enum LatKind {
     Read,
 }
 
+/// Who moves the frames.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PollMode {
+    /// One driver thread per device; the test thread sleeps on the driver's
+    /// progress condition variable (wake-ups on both sides).
+    Event,
+    /// No driver threads: the test thread sends on post_send and
+    /// busy-polls both sockets while it waits for a completion.
+    Busy,
+}
+
+impl PollMode {
+    /// The name used in output.
+    pub fn name(self) -> &'static str {
+        match self {
+            PollMode::Event => "event",
+            PollMode::Busy => "busy",
+        }
+    }
+}
+
 /// Options of `roce perf`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct PerfArgs {
@@ -103,6 +124,14 @@ pub struct PerfArgs {
     /// Run the test K times (same devices) and report min/median/max.
     #[arg(long, value_name = "K", default_value_t = 1)]
     pub repeat: u32,
+    /// Who moves the frames: driver threads with wake-ups (event) or the
+    /// test thread busy-polling the sockets itself (busy). The raw-UDP
+    /// ping-pong of `lat` uses the same mode.
+    #[arg(long, value_enum, default_value = "event")]
+    pub poll: PollMode,
+    /// Print both devices' counters (rxe names) after the run.
+    #[arg(long)]
+    pub stats: bool,
     /// Accepted for perftest compatibility: results are always in Gb/s.
     #[arg(long = "report_gbits", hide = true)]
     pub report_gbits: bool,
@@ -131,6 +160,8 @@ pub struct PerfConfig {
     pub addr_a: IpAddr,
     /// Device B address.
     pub addr_b: IpAddr,
+    /// Driver threads or busy polling.
+    pub poll: PollMode,
 }
 
 fn validate(a: &PerfArgs) -> Result<PerfConfig, String> {
@@ -152,8 +183,8 @@ fn validate(a: &PerfArgs) -> Result<PerfConfig, String> {
     if ![256, 512, 1024, 2048, 4096].contains(&a.mtu) {
         return Err(format!("--mtu {} is not one of 256, 512, 1024, 2048, 4096", a.mtu));
     }
-    if a.qps == 0 || a.qps > 64 {
-        return Err(format!("-q {} must be 1..=64", a.qps));
+    if a.qps == 0 || a.qps > 4096 {
+        return Err(format!("-q {} must be 1..=4096", a.qps));
     }
     if a.tx_depth == 0 || a.tx_depth > 1024 {
         return Err(format!("--tx-depth {} must be 1..=1024", a.tx_depth));
@@ -183,6 +214,20 @@ fn validate(a: &PerfArgs) -> Result<PerfConfig, String> {
     if lat && a.qps != 1 {
         return Err("lat uses one QP (-q 1)".into());
     }
+    // Buffers: both devices register size × slots per QP (see perf_engine).
+    let slots = match a.test {
+        TestKind::Lat | TestKind::Atomic => 1,
+        TestKind::Send => a.tx_depth.clamp(1, 512),
+        _ => a.tx_depth.clamp(1, 64),
+    };
+    let mem = 2 * u64::from(a.qps) * u64::from(size) * u64::from(slots);
+    if mem > 2 << 30 {
+        return Err(format!(
+            "{} MiB of buffers (2 devices x -q {} x -s {size} x {slots} slots): use a smaller -t, -s or -q",
+            mem >> 20,
+            a.qps
+        ));
+    }
     Ok(PerfConfig {
         test: a.test,
         lat_op: a.lat_op.unwrap_or(LatKind::Send),
@@ -194,6 +239,7 @@ fn validate(a: &PerfArgs) -> Result<PerfConfig, String> {
         mtu: a.mtu,
         addr_a: a.addr_a,
         addr_b: a.addr_b,
+        poll: a.poll,
     })
 }
 
@@ -331,7 +377,14 @@ fn header(cfg: &PerfConfig, setup: &Setup) -> String {
         s += " CQ Moderation   : 1\n";
     }
     s += &format!(" Mtu             : {}[B]\n", cfg.mtu);
-    s += " Link type       : Ethernet (UDP sockets, one driver thread per device)\n";
+    s += match cfg.poll {
+        PollMode::Event => {
+            " Link type       : Ethernet (UDP sockets, one driver thread per device)\n"
+        }
+        PollMode::Busy => {
+            " Link type       : Ethernet (UDP sockets, busy-polled by the test thread)\n"
+        }
+    };
     s += " GID index       : 1\n";
     s += &format!(" Device A        : {} {}\n", setup.a_name(), cfg.addr_a);
     s += &format!(" Device B        : {} {}\n", setup.b_name(), cfg.addr_b);
@@ -368,16 +421,20 @@ pub fn run(args: &PerfArgs) -> ExitCode {
     }
 }
 
+/// Device counters taken after the runs (`--stats`).
+type DevCounters = Vec<(String, roce_verbs_api::Counters, roce_transport::CountersSnapshot)>;
+
 /// Print the header (text mode), run `one` `--repeat` times on the same
-/// devices, then release them (before the ceiling is measured on the same
-/// addresses). A failed run ends the command with status 1.
+/// devices, take the device counters (`--stats`), then release the devices
+/// (before the ceiling is measured on the same addresses). A failed run
+/// ends the command with status 1.
 fn repeated<R>(
     cfg: &PerfConfig,
     args: &PerfArgs,
     setup: Setup,
     progress: bool,
     one: fn(&Setup, &PerfConfig, u32, bool) -> anyhow::Result<R>,
-) -> Result<Vec<R>, ExitCode> {
+) -> Result<(Vec<R>, Option<DevCounters>), ExitCode> {
     if !args.json {
         print!("{}", header(cfg, &setup));
     }
@@ -387,16 +444,49 @@ fn repeated<R>(
             Ok(r) => runs.push(r),
             Err(e) => {
                 eprintln!("roce perf: {e:#}");
+                if args.stats {
+                    print_stats(&setup.device_counters());
+                }
                 return Err(ExitCode::from(1));
             }
         }
     }
+    let stats = args.stats.then(|| setup.device_counters());
     drop(setup);
-    Ok(runs)
+    Ok((runs, stats))
+}
+
+/// `--stats` in text mode: each device's counters in rxe's layout, then
+/// its transport counters.
+fn print_stats(stats: &DevCounters) {
+    let mut out = std::io::stdout().lock();
+    for (name, core, wire) in stats {
+        let _ = crate::counters_fmt::print_counters(name, core, &mut out);
+        let pairs: Vec<(String, u64)> =
+            wire.pairs().into_iter().map(|(n, v)| (n.to_string(), v)).collect();
+        let _ = writeln!(out, "{name} transport:");
+        for (n, v) in pairs {
+            let _ = writeln!(out, "{n}: {v}");
+        }
+    }
+}
+
+/// `--stats` in JSON: `{"perf-a": {"counters": {..}, "transport": {..}}, ..}`.
+fn stats_json(stats: &DevCounters) -> Value {
+    let mut o = serde_json::Map::new();
+    for (name, core, wire) in stats {
+        let t: serde_json::Map<String, Value> =
+            wire.pairs().into_iter().map(|(n, v)| (n.to_string(), json!(v))).collect();
+        o.insert(
+            name.clone(),
+            json!({"counters": crate::counters_fmt::counters_json(core), "transport": t}),
+        );
+    }
+    Value::Object(o)
 }
 
 fn run_bw(cfg: &PerfConfig, args: &PerfArgs, setup: Setup, progress: bool) -> ExitCode {
-    let runs = match repeated(cfg, args, setup, progress, perf_engine::run_bw) {
+    let (runs, stats) = match repeated(cfg, args, setup, progress, perf_engine::run_bw) {
         Ok(r) => r,
         Err(code) => return code,
     };
@@ -427,7 +517,11 @@ fn run_bw(cfg: &PerfConfig, args: &PerfArgs, setup: Setup, progress: bool) -> Ex
             "elapsed_s": median(&runs.iter().map(|r| r.elapsed.as_secs_f64()).collect::<Vec<_>>()),
             "data_check": if data_ok { "ok" } else { "FAILED" },
             "wire": mid.wire_json(),
+            "poll": cfg.poll.name(),
         });
+        if let Some(st) = &stats {
+            o["stats"] = stats_json(st);
+        }
         if let Some(c) = &ceil {
             o["ceiling_datagram_bytes"] = json!(c.payload);
             o["ceiling_gbps"] = json!({"plain": c.plain, "mmsg": c.mmsg, "gso_gro": c.gso_gro});
@@ -507,6 +601,9 @@ fn run_bw(cfg: &PerfConfig, args: &PerfArgs, setup: Setup, progress: bool) -> Ex
             }
         }
         println!("{LINE}");
+        if let Some(st) = &stats {
+            print_stats(st);
+        }
     }
     if data_ok {
         ExitCode::SUCCESS
@@ -521,7 +618,7 @@ fn lat_json(v: &LatResult) -> Value {
 }
 
 fn run_lat(cfg: &PerfConfig, args: &PerfArgs, setup: Setup, progress: bool) -> ExitCode {
-    let runs = match repeated(cfg, args, setup, progress, perf_engine::run_lat) {
+    let (runs, stats) = match repeated(cfg, args, setup, progress, perf_engine::run_lat) {
         Ok(r) => r,
         Err(code) => return code,
     };
@@ -554,7 +651,11 @@ fn run_lat(cfg: &PerfConfig, args: &PerfArgs, setup: Setup, progress: bool) -> E
             "data_check": if data_ok { "ok" } else { "FAILED" },
             "udp_rtt_us": udp.as_ref().map(lat_json),
             "ratio": udp.as_ref().map(|u| u.percentile(0.5) / mid.percentile(0.5)),
+            "poll": cfg.poll.name(),
         });
+        if let Some(st) = &stats {
+            o["stats"] = stats_json(st);
+        }
         if runs.len() > 1 {
             let (a, b, c) = min_med_max(&medians);
             o["repeat"] = json!({"k": runs.len(), "median_us": {"min": a, "median": b, "max": c}});
@@ -587,9 +688,10 @@ fn run_lat(cfg: &PerfConfig, args: &PerfArgs, setup: Setup, progress: bool) -> E
         }
         if let Some(u) = &udp {
             println!(
-                " raw UDP ping-pong {} <-> {}, {}-byte datagrams: min {:.2}  median {:.2}  p99 {:.2} usec",
+                " raw UDP ping-pong {} <-> {} ({} mode), {}-byte datagrams: min {:.2}  median {:.2}  p99 {:.2} usec",
                 cfg.addr_a,
                 cfg.addr_b,
+                if cfg.poll == PollMode::Busy { "busy-poll, one thread" } else { "blocking, echo thread" },
                 datagram_size(cfg),
                 u.min(),
                 u.percentile(0.5),
@@ -607,6 +709,9 @@ fn run_lat(cfg: &PerfConfig, args: &PerfArgs, setup: Setup, progress: bool) -> E
             }
         }
         println!("{LINE}");
+        if let Some(st) = &stats {
+            print_stats(st);
+        }
     }
     if data_ok {
         ExitCode::SUCCESS

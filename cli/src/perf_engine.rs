@@ -1,18 +1,21 @@
 //! The engine of `roce perf`: two UDP devices, QP pairs, the bandwidth
 //! loop, the ping-pong loops and the raw-UDP ping-pong.
 
-use crate::perf::{LatKind, PerfConfig, TestKind};
+use crate::perf::{LatKind, PerfConfig, PollMode, TestKind};
 use anyhow::{anyhow, bail, Context as _};
 use roce_transport::{CountersSnapshot, DriverConfig, TransportCounters, UdpConfig, UdpTransport};
 use roce_verbs_api::{
-    AccessFlags, Budget, ConnectOptions, Context, Cq, Device, Hca, HcaConfig, Mr, PathMtu, Pd, Qp,
-    RecvWr, SendWr, ThreadDriver, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, Budget, ConnectOptions, Context, Cq, Device, Hca, HcaConfig, Mr, PathMtu, Pd,
+    PolledDriver, Qp, RecvWr, SendWr, ThreadDriver, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 use serde_json::{json, Value};
-use std::io::Write;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// `--poll busy`: positive ACKs wait up to this long so that one covers
+/// several requests (see `PolledDriver::with_ack_delay`).
+const BUSY_ACK_DELAY: Duration = Duration::from_micros(50);
 
 /// No completion for this long: the run failed.
 const STALL: Duration = Duration::from_secs(10);
@@ -30,12 +33,23 @@ fn seed() -> u64 {
         .unwrap_or(1)
 }
 
-fn open_dev(name: &str, addr: IpAddr, mtu: PathMtu) -> anyhow::Result<Dev> {
-    let t = UdpTransport::bind(UdpConfig::on(addr)).with_context(|| format!("device {name}"))?;
-    let counters = t.counters();
+fn new_core(name: &str, addr: IpAddr, mtu: PathMtu) -> Arc<Mutex<Hca>> {
     let mut hc = HcaConfig::new(name, addr, seed());
     hc.active_mtu = mtu;
-    let hca = Arc::new(Mutex::new(Hca::new(hc)));
+    let mut core = Hca::new(hc);
+    // The transport verifies every received ICRC (default policy SolveId).
+    core.set_rx_icrc_checked(true);
+    Arc::new(Mutex::new(core))
+}
+
+fn bind(name: &str, addr: IpAddr) -> anyhow::Result<UdpTransport> {
+    UdpTransport::bind(UdpConfig::on(addr)).with_context(|| format!("device {name}"))
+}
+
+fn open_dev(name: &str, addr: IpAddr, mtu: PathMtu) -> anyhow::Result<Dev> {
+    let t = bind(name, addr)?;
+    let counters = t.counters();
+    let hca = new_core(name, addr, mtu);
     let dc = DriverConfig {
         name: format!("roce-{name}"),
         max_idle: Duration::from_millis(20),
@@ -45,6 +59,28 @@ fn open_dev(name: &str, addr: IpAddr, mtu: PathMtu) -> anyhow::Result<Dev> {
         .with_context(|| format!("device {name}: driver thread"))?;
     let dev = Device::new(hca, Arc::new(ThreadDriver::new(h, "udp")));
     Ok(Dev { ctx: dev.open(), counters, name: name.to_string() })
+}
+
+/// Both devices on one [`PolledDriver`]: no threads, the test thread moves
+/// every frame.
+fn open_polled(
+    (na, aa): (&str, IpAddr),
+    (nb, ab): (&str, IpAddr),
+    mtu: PathMtu,
+) -> anyhow::Result<(Dev, Dev)> {
+    let (ta, tb) = (bind(na, aa)?, bind(nb, ab)?);
+    let (ca, cb) = (ta.counters(), tb.counters());
+    let (ha, hb) = (new_core(na, aa, mtu), new_core(nb, ab, mtu));
+    let drv: Arc<PolledDriver> = Arc::new(
+        PolledDriver::new(vec![(ha.clone(), ta), (hb.clone(), tb)], "udp-poll")
+            .with_ack_delay(BUSY_ACK_DELAY),
+    );
+    let a = Device::new(ha, drv.clone());
+    let b = Device::new(hb, drv);
+    Ok((
+        Dev { ctx: a.open(), counters: ca, name: na.to_string() },
+        Dev { ctx: b.open(), counters: cb, name: nb.to_string() },
+    ))
 }
 
 struct Pair {
@@ -76,10 +112,16 @@ impl Setup {
     /// Open both devices and connect `cfg.qps` QP pairs.
     pub fn new(cfg: &PerfConfig) -> anyhow::Result<Setup> {
         let mtu = PathMtu::from_bytes(cfg.mtu as usize).ok_or_else(|| anyhow!("bad mtu"))?;
-        let a = open_dev("perf-a", cfg.addr_a, mtu)?;
-        let b = open_dev("perf-b", cfg.addr_b, mtu)?;
+        let (a, b) = match cfg.poll {
+            PollMode::Event => {
+                (open_dev("perf-a", cfg.addr_a, mtu)?, open_dev("perf-b", cfg.addr_b, mtu)?)
+            }
+            PollMode::Busy => open_polled(("perf-a", cfg.addr_a), ("perf-b", cfg.addr_b), mtu)?,
+        };
         let lat = cfg.test == TestKind::Lat;
-        let depth = if lat { 2 } else { cfg.tx_depth };
+        // lat keeps one request outstanding, but with delayed ACKs (busy
+        // mode) several SENDs may await their acknowledgement.
+        let depth = if lat { 32 } else { cfg.tx_depth };
         // Buffer slots per QP: WRITE/READ cycle through up to 64 message
         // buffers; SEND needs one receive buffer per outstanding message.
         let slots = match cfg.test {
@@ -130,6 +172,14 @@ impl Setup {
     pub fn b_name(&self) -> &str {
         &self.b.name
     }
+    /// Each device's name, core counters (rxe names) and transport counters.
+    pub fn device_counters(&self) -> Vec<(String, roce_verbs_api::Counters, CountersSnapshot)> {
+        [&self.a, &self.b]
+            .iter()
+            .map(|d| (d.name.clone(), d.ctx.counters(), d.counters.snapshot()))
+            .collect()
+    }
+
     /// perftest's "local address / remote address" lines (QP pair 0).
     pub fn address_lines(&self) -> Vec<String> {
         let p = &self.pairs[0];
@@ -357,7 +407,8 @@ pub fn run_bw(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::Re
     let mut stamps: Vec<(Instant, u64)> = Vec::new();
     let mut total = 0u64;
     let start = Instant::now();
-    let mut last_progress = start;
+    let mut bar = crate::progress::Progress::new(progress.then(std::io::stderr));
+    let mut rang = true;
     let mut last_completion = start;
     let mut stop_posting = false;
     loop {
@@ -367,6 +418,9 @@ pub fn run_bw(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::Re
             }
         }
         for (q, p) in s.pairs.iter().enumerate() {
+            // Every free slot in one post list (one driver kick).
+            let mut list = Vec::new();
+            let first = posted[q];
             while !stop_posting
                 && posted[q] - done[q] < depth
                 && (cfg.duration.is_some() || posted[q] < cfg.iters)
@@ -394,9 +448,21 @@ pub fn run_bw(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::Re
                         w
                     }
                 };
-                p.qa.post_send(wr).map_err(|e| anyhow!("post_send: {e}"))?;
+                list.push(wr);
                 posted[q] += 1;
             }
+            if !list.is_empty() {
+                let n =
+                    p.qa.post_send_list_deferred(list)
+                        .map_err(|(_, e)| anyhow!("post_send: {e}"))?;
+                debug_assert_eq!(n as u64, posted[q] - first);
+                rang = false;
+            }
+        }
+        // One doorbell for the lists of every QP.
+        if !rang {
+            s.pairs[0].qa.doorbell();
+            rang = true;
         }
         let outstanding: u64 = posted.iter().zip(&done).map(|(p, d)| p - d).sum();
         let finished = if cfg.duration.is_some() {
@@ -426,11 +492,20 @@ pub fn run_bw(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::Re
             stamps.push((now, total));
             last_completion = now;
         } else if now.duration_since(last_completion) >= STALL && outstanding > 0 {
+            let (a, b) = (s.a.counters.snapshot(), s.b.counters.snapshot());
+            let (ca, cb) = (s.a.ctx.counters(), s.b.ctx.counters());
             bail!(
-                "stalled: no completion for {:?} ({} of {} done)",
+                "stalled: no completion for {:?} ({} of {} done); A: {} dgrams out, {} in, \
+                 retransmits {}; B: {} out, {} in, {} dropped as duplicates/out of sequence",
                 STALL,
                 total,
-                posted.iter().sum::<u64>()
+                posted.iter().sum::<u64>(),
+                a.dgrams_out,
+                a.dgrams_in,
+                ca.completer_retry_err,
+                b.dgrams_out,
+                b.dgrams_in,
+                cb.duplicate_request + cb.out_of_seq_request
             );
         }
         if cfg.test == TestKind::Send {
@@ -454,26 +529,17 @@ pub fn run_bw(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::Re
                 .map_err(|e| anyhow!("post_recv: {e}"))?;
             }
         }
-        if progress && now.duration_since(last_progress) >= Duration::from_millis(200) {
-            last_progress = now;
-            let el = now.duration_since(start).as_secs_f64();
-            let frac = match cfg.duration {
-                Some(d) => el / d.as_secs_f64(),
-                None => total as f64 / (cfg.iters * nq as u64) as f64,
-            };
-            eprint!(
-                "\r  run {}: {:>3.0}%  {:.2} Gb/s   ",
-                k + 1,
-                (frac * 100.0).min(100.0),
-                total as f64 * cfg.size as f64 * 8.0 / el / 1e9
-            );
-            let _ = std::io::stderr().flush();
+        match cfg.duration {
+            Some(d) => bar.update(
+                now.duration_since(start).as_millis() as u64,
+                d.as_millis() as u64,
+                &format!("ms of run {}", k + 1),
+            ),
+            None => bar.update(total, cfg.iters * nq as u64, &format!("messages, run {}", k + 1)),
         }
     }
     let elapsed = last_completion.duration_since(start);
-    if progress {
-        eprint!("\r{:60}\r", "");
-    }
+    bar.finish();
     let w1 = (s.a.counters.snapshot(), s.b.counters.snapshot());
     // Peak: the best of ~20 equal slices (by completion count) of the run.
     let mut peak: f64 = 0.0;
@@ -666,9 +732,21 @@ fn wait_send(ctx: &Context, cq: &Cq) -> anyhow::Result<WorkCompletion> {
     }
 }
 
-fn wait_byte(mr: &Mr, off: u64, want: u8) -> anyhow::Result<()> {
+fn wait_byte(ctx: &Context, busy: bool, mr: &Mr, off: u64, want: u8) -> anyhow::Result<()> {
     let start = Instant::now();
     let mut b = [0u8; 1];
+    if busy {
+        // No driver thread: the test thread moves the frames while it polls
+        // the memory.
+        let ok = ctx.progress(
+            || mr.read(off, &mut b).is_ok() && b[0] == want,
+            Budget { events: 0, wall: STALL },
+        );
+        if !ok {
+            bail!("stalled: memory at offset {off} never became {want:#x}");
+        }
+        return Ok(());
+    }
     loop {
         mr.read(off, &mut b)?;
         if b[0] == want {
@@ -690,9 +768,11 @@ pub fn run_lat(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::R
     let pat = pattern(k, 0, size);
     p.ma.write(0, &pat)?;
     p.mb.write(0, &vec![0u8; size])?;
-    let mut last_progress = Instant::now();
+    let mut bar = crate::progress::Progress::new(progress.then(std::io::stderr));
+    let busy = cfg.poll == PollMode::Busy;
     let last = (size - 1) as u64;
     for i in 0..warm + cfg.iters {
+        bar.update(i, warm + cfg.iters, &format!("round trips, run {}", k + 1));
         let t0 = Instant::now();
         match cfg.lat_op {
             LatKind::Send => {
@@ -739,7 +819,7 @@ pub fn run_lat(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::R
                         .remote(p.mb.remote_addr(0), p.mb.rkey()),
                 )
                 .map_err(|e| anyhow!("post_send: {e}"))?;
-                wait_byte(&p.mb, last, tag)?;
+                wait_byte(&s.b.ctx, busy, &p.mb, last, tag)?;
                 p.mb.write(last, &[reply])?;
                 p.qb.post_send(
                     SendWr::new(i, WrOpcode::RdmaWrite)
@@ -747,7 +827,7 @@ pub fn run_lat(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::R
                         .remote(p.ma.remote_addr(0), p.ma.rkey()),
                 )
                 .map_err(|e| anyhow!("post_send: {e}"))?;
-                wait_byte(&p.ma, last, reply)?;
+                wait_byte(&s.a.ctx, busy, &p.ma, last, reply)?;
                 let dt = t0.elapsed();
                 // Reap both WRITE completions outside the timed part.
                 wait_send(&s.a.ctx, &s.cq_a)?;
@@ -770,18 +850,13 @@ pub fn run_lat(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::R
         if i >= warm {
             samples.push(t0.elapsed().as_secs_f64() * 1e6);
         }
-        if progress && last_progress.elapsed() >= Duration::from_millis(200) {
-            last_progress = Instant::now();
-            eprint!(
-                "\r  run {}: {:>3.0}%   ",
-                k + 1,
-                (i as f64 / (warm + cfg.iters) as f64) * 100.0
-            );
-            let _ = std::io::stderr().flush();
-        }
     }
-    if progress {
-        eprint!("\r{:60}\r", "");
+    bar.finish();
+    if busy {
+        // Let the ACKs the busy-poll driver held back go (it releases them
+        // when idle), so the last requests complete before the counters
+        // are read.
+        s.a.ctx.progress(|| false, Budget { events: 0, wall: Duration::from_millis(3) });
     }
     // Data check: after the ping-pong both buffers hold A's pattern (READ
     // copies B's zeros... so for READ, B holds zeros and A must too).
@@ -809,8 +884,65 @@ pub fn run_lat(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::R
 }
 
 /// Raw-UDP ping-pong round trips between the two addresses, `payload`-byte
-/// datagrams, as many as the test's iterations.
+/// datagrams, as many as the test's iterations, in the test's polling mode:
+/// blocking sockets and an echo thread (event), or one thread spinning on
+/// two non-blocking sockets (busy, as `--poll busy` drives both devices).
 pub fn udp_rtt(cfg: &PerfConfig, payload: usize) -> anyhow::Result<LatResult> {
+    match cfg.poll {
+        PollMode::Event => udp_rtt_blocking(cfg, payload),
+        PollMode::Busy => udp_rtt_busy(cfg, payload),
+    }
+}
+
+fn spin_recv(s: &UdpSocket, buf: &mut [u8]) -> anyhow::Result<(usize, SocketAddr)> {
+    let start = Instant::now();
+    let mut n = 0u32;
+    loop {
+        match s.recv_from(buf) {
+            Ok(r) => return Ok(r),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e.into()),
+        }
+        n = n.wrapping_add(1);
+        if n.is_multiple_of(1024) && start.elapsed() > Duration::from_secs(2) {
+            bail!("raw UDP ping-pong: no datagram for 2 s");
+        }
+        std::hint::spin_loop();
+    }
+}
+
+fn udp_rtt_busy(cfg: &PerfConfig, payload: usize) -> anyhow::Result<LatResult> {
+    let a = UdpSocket::bind(SocketAddr::new(cfg.addr_a, 0))?;
+    let b = UdpSocket::bind(SocketAddr::new(cfg.addr_b, 0))?;
+    a.set_nonblocking(true)?;
+    b.set_nonblocking(true)?;
+    let (aa, ba) = (a.local_addr()?, b.local_addr()?);
+    let n = cfg.iters + (cfg.iters / 10).min(10);
+    let warm = n - cfg.iters;
+    let msg = vec![0xA5u8; payload];
+    let mut buf = vec![0u8; 65536];
+    let mut samples = Vec::new();
+    for i in 0..n {
+        let t0 = Instant::now();
+        a.send_to(&msg, ba)?;
+        let (len, from) = spin_recv(&b, &mut buf)?;
+        if len != payload || from != aa {
+            bail!("unexpected datagram from {from} ({len} bytes)");
+        }
+        b.send_to(&buf[..len], aa)?;
+        let (len, from) = spin_recv(&a, &mut buf)?;
+        let dt = t0.elapsed();
+        if len != payload || from != ba {
+            bail!("unexpected echo from {from} ({len} bytes)");
+        }
+        if i >= warm {
+            samples.push(dt.as_secs_f64() * 1e6);
+        }
+    }
+    Ok(LatResult::new(samples, Ok("echo".into())))
+}
+
+fn udp_rtt_blocking(cfg: &PerfConfig, payload: usize) -> anyhow::Result<LatResult> {
     let a = UdpSocket::bind(SocketAddr::new(cfg.addr_a, 0))?;
     let b = UdpSocket::bind(SocketAddr::new(cfg.addr_b, 0))?;
     let (aa, ba) = (a.local_addr()?, b.local_addr()?);

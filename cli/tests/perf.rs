@@ -133,7 +133,7 @@ fn text_report_has_perftest_columns_and_repeat_summary() {
 
 #[test]
 fn bad_flags_exit_2_with_a_message() {
-    let cases: [&[&str]; 7] = [
+    let cases: [&[&str]; 9] = [
         &["perf", "bogus"],
         &["perf", "write", "-s", "0"],
         &["perf", "atomic", "-s", "64"],
@@ -141,6 +141,8 @@ fn bad_flags_exit_2_with_a_message() {
         &["perf", "write", "-n", "10", "-D", "1"],
         &["perf", "write", "send"],
         &["perf", "lat", "-D", "2"],
+        &["perf", "write", "-q", "5000"],
+        &["perf", "write", "-q", "4096", "-s", "1048576"],
     ];
     for args in cases {
         let out = roce().args(args).output().unwrap();
@@ -151,4 +153,92 @@ fn bad_flags_exit_2_with_a_message() {
     }
     let out = roce().args(["perf", "write", "--mtu", "1500"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("--mtu 1500 is not one of"));
+}
+
+#[test]
+fn busy_poll_lat_and_bw_with_stats() {
+    // lat in busy-poll mode: the raw UDP ping-pong runs in the same mode.
+    let out = roce()
+        .args(["perf", "lat", "send", "-n", "200", "--poll", "busy", "--json", "--stats"])
+        .args(addrs(64))
+        .output()
+        .unwrap();
+    let v = json_of(&out);
+    assert_eq!(v["test"], "lat_send");
+    assert_eq!(v["poll"], "busy");
+    assert_eq!(v["data_check"], "ok");
+    let (min, med) =
+        (v["rtt_us"]["min"].as_f64().unwrap(), v["rtt_us"]["median"].as_f64().unwrap());
+    assert!(min > 0.0 && min <= med, "{v}");
+    assert!(v["udp_rtt_us"]["median"].as_f64().unwrap() > 0.0);
+    // 210 round trips (10 warm-up): each a SEND both ways and one receive
+    // completion on each side; the core counters use rxe's names.
+    let a = &v["stats"]["perf-a"];
+    assert_eq!(a["counters"]["rdma_sends"], 210, "{v}");
+    assert_eq!(a["counters"]["rdma_recvs"], 210);
+    assert_eq!(v["stats"]["perf-b"]["counters"]["rdma_recvs"], 210);
+    assert_eq!(a["counters"]["icrc_err"], 0);
+    // Every datagram A received passed the transport's ICRC check.
+    let t = &a["transport"];
+    assert_eq!(t["icrc_bad"], 0);
+    assert_eq!(
+        t["dgrams_in"].as_u64().unwrap(),
+        t["icrc_ok_exact"].as_u64().unwrap() + t["icrc_ok_solved_id"].as_u64().unwrap()
+    );
+
+    // lat write and read in busy-poll mode: the test thread moves the
+    // frames while it polls the memory / the CQ.
+    for op in ["write", "read"] {
+        let out = roce()
+            .args(["perf", "lat", op, "-n", "100", "--poll", "busy", "--json", "--no-ceiling"])
+            .args(addrs(67))
+            .output()
+            .unwrap();
+        let v = json_of(&out);
+        assert_eq!(v["test"], format!("lat_{op}"));
+        assert_eq!(v["data_check"], "ok", "{v}");
+        assert!(v["rtt_us"]["median"].as_f64().unwrap() > 0.0);
+    }
+
+    // Bandwidth in busy-poll mode, 64-byte WRITEs from a post list.
+    let out = roce()
+        .args(["perf", "write", "-s", "64", "-n", "3000", "--poll", "busy", "--json"])
+        .args(["--no-ceiling", "--stats"])
+        .args(addrs(65))
+        .output()
+        .unwrap();
+    let v = json_of(&out);
+    assert_eq!(v["poll"], "busy");
+    assert_eq!(v["iters"], 3000);
+    assert_eq!(v["data_check"], "ok");
+    let a = &v["stats"]["perf-a"];
+    let b = &v["stats"]["perf-b"];
+    assert_eq!(a["transport"]["dgrams_out"], 3000);
+    // The core emitted one ACK per WRITE (rxe's behaviour); the driver sent
+    // only the newest of each batch: coalesced + sent = emitted.
+    let acks_sent = b["transport"]["dgrams_out"].as_u64().unwrap();
+    let coalesced = b["transport"]["acks_coalesced"].as_u64().unwrap();
+    assert_eq!(b["counters"]["sent_pkts"].as_u64().unwrap(), acks_sent + coalesced, "{v}");
+    assert!(acks_sent < 3000, "{v}");
+    assert_eq!(b["counters"]["rcvd_pkts"], 3000);
+}
+
+#[test]
+fn many_qps_and_text_stats() {
+    let out = roce()
+        .args(["perf", "write", "-s", "1024", "-q", "200", "-t", "2", "-n", "5", "--no-ceiling"])
+        .arg("--stats")
+        .args(addrs(66))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains(" Number of qps   : 200"), "{text}");
+    assert!(text.contains(" 1024       5 "), "{text}");
+    assert!(text.contains("data check: OK (409600 bytes"), "{text}");
+    // --stats: rxe's counter names for both devices, then the transports'.
+    assert!(text.contains("perf-a:\nsent_pkts: "), "{text}");
+    assert!(text.contains("perf-b:\nsent_pkts: "), "{text}");
+    assert!(text.contains("rcvd_pkts: 1000\n"), "{text}");
+    assert!(text.contains("perf-a transport:\ndgrams_out: 1000\n"), "{text}");
 }

@@ -185,6 +185,9 @@ pub struct Hca {
     pub(crate) qps: BTreeMap<Qpn, Qp>,
     next_qpn: u32,
     rr_cursor: u32,
+    /// The transport verifies every received ICRC before delivering (see
+    /// [`Hca::set_rx_icrc_checked`]); the core then skips its own check.
+    pub(crate) rx_icrc_checked: bool,
 }
 
 impl Hca {
@@ -230,7 +233,17 @@ impl Hca {
             qps: BTreeMap::new(),
             next_qpn: 17,
             rr_cursor: 0,
+            rx_icrc_checked: false,
         }
+    }
+
+    /// Declare that the transport feeding this device verifies the ICRC of
+    /// every datagram it delivers, against the `IpMeta` it delivers it
+    /// with (the UDP transport with an ICRC policy other than `Off`, the
+    /// raw transport). The core then does not compute it a second time.
+    /// Off by default: the core checks every ICRC itself (rxe behaviour).
+    pub fn set_rx_icrc_checked(&mut self, on: bool) {
+        self.rx_icrc_checked = on;
     }
 
     /// The device name.
@@ -911,23 +924,33 @@ impl SansIo for Hca {
     fn poll_transmit(&mut self, now: Instant) -> Option<Datagram> {
         let span = tracing::debug_span!("hca", dev = %self.dev.name);
         let _g = span.enter();
-        let keys: Vec<Qpn> = self
-            .qps
-            .range(Qpn::new(self.rr_cursor.wrapping_add(1))..)
-            .chain(self.qps.range(..=Qpn::new(self.rr_cursor)))
-            .map(|(k, _)| *k)
-            .collect();
+        // Two passes over the map (after the cursor, then up to it) without
+        // collecting the keys: with many QPs the next one usually has work.
+        let cursor = Qpn::new(self.rr_cursor);
+        let dev = &mut self.dev;
         let mut out = None;
-        for k in keys {
-            if let Some(qp) = self.qps.get_mut(&k) {
-                let d =
-                    qp.next_response(&mut self.dev).or_else(|| qp.next_packet(&mut self.dev, now));
-                if let Some(d) = d {
-                    self.rr_cursor = k.value();
+        let mut served = None;
+        for (k, qp) in self.qps.range_mut(Qpn::new(self.rr_cursor.wrapping_add(1))..) {
+            if *k <= cursor {
+                continue; // the cursor wrapped (QPN 2^24 - 1)
+            }
+            if let Some(d) = qp.next_response(dev).or_else(|| qp.next_packet(dev, now)) {
+                served = Some(*k);
+                out = Some(d);
+                break;
+            }
+        }
+        if out.is_none() {
+            for (k, qp) in self.qps.range_mut(..=cursor) {
+                if let Some(d) = qp.next_response(dev).or_else(|| qp.next_packet(dev, now)) {
+                    served = Some(*k);
                     out = Some(d);
                     break;
                 }
             }
+        }
+        if let Some(k) = served {
+            self.rr_cursor = k.value();
         }
         // a WQE that failed locally may have overflowed a CQ
         self.settle();

@@ -9,11 +9,13 @@ use roce_packet::{IpMeta, UdpEndpoints};
 /// One RoCEv2 UDP datagram: addressing, the IP header fields the ICRC
 /// covers, and the UDP payload (BTH through ICRC).
 ///
-/// For transmission, `meta` is the header the core computed the ICRC over
-/// (see `roce_packet::frame::IpUdpHeader`); a transport that must send
-/// different invariant fields (e.g. a raw transport choosing its own IPv4
-/// identification) recomputes the ICRC. For reception, `meta` is what the
-/// transport knows of the received header.
+/// For transmission, `endpoints` and `meta` are the header the core computed
+/// the ICRC over (see `roce_packet::frame::IpUdpHeader`), and the ICRC must
+/// be valid for them: a transport that must send different invariant fields
+/// (the UDP socket's own source port, a raw transport's IPv4 identification)
+/// recomputes the ICRC, or adjusts it from the header difference without
+/// re-reading the payload (the UDP transport does). For reception, `meta` is
+/// what the transport knows of the received header.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Datagram {
     pub endpoints: UdpEndpoints,

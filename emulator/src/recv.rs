@@ -75,10 +75,12 @@ impl Hca {
         if b.len() < roce_packet::bth::LEN + roce_packet::icrc::LEN {
             return Err(DropReason::Malformed);
         }
-        let hdr = IpUdpHeader::build(&d.endpoints, &d.meta, b.len())
-            .map_err(|_| DropReason::Malformed)?;
-        if !hdr.verify_icrc(b) {
-            return Err(DropReason::IcrcMismatch);
+        if !self.rx_icrc_checked {
+            let hdr = IpUdpHeader::build(&d.endpoints, &d.meta, b.len())
+                .map_err(|_| DropReason::Malformed)?;
+            if !hdr.verify_icrc(b) {
+                return Err(DropReason::IcrcMismatch);
+            }
         }
         let pkt = RocePacket::new_checked(b).map_err(|_| DropReason::Malformed)?;
         let repr = RoceRepr::parse(&pkt);

@@ -79,11 +79,14 @@ counters! {
     pcap_frames,
     /// Frames that could not be written to the pcap file.
     pcap_errors,
+    /// Positive ACKs not sent because a newer ACK of the same QP followed
+    /// in the same transmit batch (see `coalesce::coalesce_acks`).
+    acks_coalesced,
 }
 
 impl TransportCounters {
     /// Add `v` to a counter.
-    pub(crate) fn add(c: &AtomicU64, v: u64) {
+    pub fn add(c: &AtomicU64, v: u64) {
         c.fetch_add(v, Ordering::Relaxed);
     }
 }

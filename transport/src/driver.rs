@@ -50,6 +50,10 @@ pub struct DriverConfig {
     pub name: String,
     /// How long dropping the handle waits for the thread to end.
     pub shutdown_timeout: Duration,
+    /// Send only the newest of several positive ACKs to one QP in a
+    /// transmit batch ([`crate::coalesce::coalesce_acks`]; counted in
+    /// `acks_coalesced`). The core still emits every ACK as rxe does.
+    pub coalesce_acks: bool,
 }
 
 impl Default for DriverConfig {
@@ -60,6 +64,7 @@ impl Default for DriverConfig {
             max_tx_per_round: 256,
             name: "roce-udp-driver".into(),
             shutdown_timeout: Duration::from_secs(2),
+            coalesce_acks: true,
         }
     }
 }
@@ -269,6 +274,7 @@ fn run<N: SansIo, T: Transport>(
     cfg: DriverConfig,
 ) -> T {
     let batch = t.batch();
+    let counters = t.counters();
     let mut rx: Vec<Datagram> = Vec::new();
     let mut tx: Vec<Datagram> = Vec::new();
     let mut blocked = false;
@@ -309,6 +315,10 @@ fn run<N: SansIo, T: Transport>(
                     }
                 }
                 more_tx = tx.len() >= cfg.max_tx_per_round.max(1);
+                if cfg.coalesce_acks {
+                    let k = crate::coalesce::coalesce_acks(&mut tx);
+                    TransportCounters::add(&counters.acks_coalesced, k as u64);
+                }
             }
             deadline = n.poll_timeout();
         }

@@ -15,7 +15,9 @@
 //! `transport/README.md`.
 
 pub mod ceiling;
+pub mod coalesce;
 pub mod counters;
+pub mod crcmath;
 pub mod driver;
 pub mod pcap;
 pub mod raw;

@@ -21,6 +21,7 @@
 //! if the kernel refuses them.
 
 use crate::counters::{CountersSnapshot, TransportCounters};
+use crate::crcmath::IcrcMath;
 use crate::pcap::PcapRecorder;
 use crate::rxcheck::{self, RxIcrc};
 use bytes::Bytes;
@@ -31,7 +32,7 @@ use nix::sys::socket::{
     SockaddrStorage,
 };
 use roce_emulator::Datagram;
-use roce_packet::{IpMeta, IpUdpHeader, UdpEndpoints};
+use roce_packet::{IpMeta, UdpEndpoints};
 use rustix::net::{MMsgHdr, SendAncillaryBuffer, SendFlags, SocketAddrAny};
 use std::collections::HashMap;
 use std::io::{self, IoSlice, IoSliceMut};
@@ -163,7 +164,7 @@ pub struct UdpTransport {
     gro: bool,
     counters: Arc<TransportCounters>,
     rx_bufs: Vec<Vec<u8>>,
-    tx_arena: Vec<u8>,
+    crc: IcrcMath,
     last_id: HashMap<IpAddr, u16>,
     pcap: Option<PcapRecorder>,
 }
@@ -236,7 +237,7 @@ impl UdpTransport {
             gro,
             counters: Arc::new(TransportCounters::default()),
             rx_bufs: vec![vec![0u8; buf_len]; batch],
-            tx_arena: Vec::with_capacity(batch * 4200),
+            crc: IcrcMath::new(),
             last_id: HashMap::new(),
             pcap,
             cfg,
@@ -283,31 +284,31 @@ impl UdpTransport {
         }
     }
 
-    /// Append `d`'s payload to the arena with the ICRC right for the wire
-    /// header (IPv4 identification `id`). Returns the arena range.
-    fn stage(&mut self, d: &Datagram, id: u16) -> Option<Range<usize>> {
+    /// The ICRC `d` must carry on the wire (IPv4 identification `id`, the
+    /// socket's source address and port): `Some(None)` if the core's ICRC
+    /// is already right, `Some(Some(icrc))` for a replacement (computed from
+    /// the header difference, without a pass over the payload), `None` if
+    /// the datagram cannot be sent.
+    fn wire_icrc(&mut self, d: &Datagram, id: u16) -> Option<Option<[u8; 4]>> {
         let ep = self.endpoints_out(d);
         let meta = IpMeta { ipv4_id: id, dont_fragment: true, ..d.meta };
         let same = ep == d.endpoints
             && (ep.src.is_ipv6() || (d.meta.ipv4_id == id && d.meta.dont_fragment));
-        let start = self.tx_arena.len();
-        self.tx_arena.extend_from_slice(&d.payload);
-        let end = self.tx_arena.len();
-        if !same {
-            match IpUdpHeader::build(&ep, &meta, end - start) {
-                Ok(h) => h.fill_icrc(&mut self.tx_arena[start..end]),
-                Err(_) => {
-                    self.tx_arena.truncate(start);
-                    return None;
-                }
-            }
-            TransportCounters::add(&self.counters.icrc_recomputed, 1);
+        if same {
+            return Some(None);
         }
-        Some(start..end)
+        let len = d.payload.len();
+        if len < 4 {
+            return None;
+        }
+        let icrc = u32::from_le_bytes(d.payload[len - 4..].try_into().ok()?);
+        let fixed = self.crc.fix_fields((&d.endpoints, &d.meta), (&ep, &meta), len, icrc)?;
+        TransportCounters::add(&self.counters.icrc_recomputed, 1);
+        Some(Some(fixed.to_le_bytes()))
     }
 
-    /// Record a sent datagram (staged at `r` with identification `id`).
-    fn record_sent(&mut self, d: &Datagram, id: u16, r: Range<usize>) {
+    /// Record a sent datagram (identification `id`, ICRC `icrc` if replaced).
+    fn record_sent(&mut self, d: &Datagram, id: u16, icrc: Option<[u8; 4]>) {
         if let Some(p) = &mut self.pcap {
             let ep = UdpEndpoints {
                 src: self.local.ip(),
@@ -316,7 +317,12 @@ impl UdpTransport {
                 dst_port: d.endpoints.dst_port,
             };
             let meta = IpMeta { ipv4_id: id, dont_fragment: true, ..d.meta };
-            p.record(&ep, &meta, &self.tx_arena[r], &self.counters);
+            let mut bytes = d.payload.to_vec();
+            if let Some(c) = icrc {
+                let n = bytes.len() - 4;
+                bytes[n..].copy_from_slice(&c);
+            }
+            p.record(&ep, &meta, &bytes, &self.counters);
         }
     }
 
@@ -382,20 +388,26 @@ impl UdpTransport {
     /// One `sendmsg` with `UDP_SEGMENT`. `Err(true)`: would block;
     /// `Err(false)`: GSO refused and now off.
     fn send_gso(&mut self, d: &[Datagram]) -> Result<(), bool> {
-        self.tx_arena.clear();
         let seg = d[0].payload.len();
+        let mut icrcs: Vec<Option<[u8; 4]>> = Vec::with_capacity(d.len());
         for (k, x) in d.iter().enumerate() {
             // With GSO, segment k leaves with identification k.
-            if self.stage(x, k as u16).is_none() {
-                TransportCounters::add(&self.counters.send_errors, d.len() as u64);
-                return Ok(());
+            match self.wire_icrc(x, k as u16) {
+                Some(c) => icrcs.push(c),
+                None => {
+                    TransportCounters::add(&self.counters.send_errors, d.len() as u64);
+                    return Ok(());
+                }
             }
         }
+        // No copy: each segment is its payload (minus the ICRC if replaced)
+        // and the new ICRC; the kernel cuts segments at `seg` bytes.
+        let iov = iovecs(d, &icrcs);
+        let total: usize = d.iter().map(|x| x.payload.len()).sum();
         let dst =
             SockaddrStorage::from(SocketAddr::new(d[0].endpoints.dst, d[0].endpoints.dst_port));
         let seg16 = seg as u16;
         let cmsg = [ControlMessage::UdpGsoSegments(&seg16)];
-        let iov = [IoSlice::new(&self.tx_arena)];
         loop {
             let r =
                 nsock::sendmsg(self.sock.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), Some(&dst));
@@ -403,17 +415,15 @@ impl UdpTransport {
             match r {
                 Ok(_) => {
                     if self.pcap.is_some() {
-                        let mut off = 0;
                         for (k, x) in d.iter().enumerate() {
-                            self.record_sent(x, k as u16, off..off + seg);
-                            off += seg;
+                            self.record_sent(x, k as u16, icrcs[k]);
                         }
                     }
                     let c = &self.counters;
                     TransportCounters::add(&c.gso_sends, 1);
                     TransportCounters::add(&c.gso_segments, d.len() as u64);
                     TransportCounters::add(&c.dgrams_out, d.len() as u64);
-                    TransportCounters::add(&c.bytes_out, self.tx_arena.len() as u64);
+                    TransportCounters::add(&c.bytes_out, total as u64);
                     return Ok(());
                 }
                 Err(Errno::EINTR) => continue,
@@ -435,29 +445,32 @@ impl UdpTransport {
 
     /// `sendmmsg` of individual datagrams; returns how many were consumed.
     fn send_singles(&mut self, d: &[Datagram]) -> usize {
-        self.tx_arena.clear();
-        let mut staged: Vec<(Range<usize>, SocketAddrAny)> = Vec::with_capacity(d.len());
-        let mut index: Vec<usize> = Vec::with_capacity(d.len());
+        let mut staged: Vec<(usize, Option<[u8; 4]>, SocketAddrAny)> = Vec::with_capacity(d.len());
         for (n, x) in d.iter().enumerate() {
             if !self.usable(x) {
                 TransportCounters::add(&self.counters.send_errors, 1);
                 continue;
             }
-            match self.stage(x, 0) {
-                Some(r) => {
+            match self.wire_icrc(x, 0) {
+                Some(c) => {
                     let a =
                         SocketAddrAny::from(SocketAddr::new(x.endpoints.dst, x.endpoints.dst_port));
-                    staged.push((r, a));
-                    index.push(n);
+                    staged.push((n, c, a));
                 }
                 None => TransportCounters::add(&self.counters.send_errors, 1),
             }
         }
         let mut start = 0;
         while start < staged.len() {
-            let iovs: Vec<[IoSlice<'_>; 1]> = staged[start..]
+            let iovs: Vec<Vec<IoSlice<'_>>> = staged[start..]
                 .iter()
-                .map(|(r, _)| [IoSlice::new(&self.tx_arena[r.clone()])])
+                .map(|(n, c, _)| {
+                    let p = &d[*n].payload;
+                    match c {
+                        None => vec![IoSlice::new(p)],
+                        Some(c) => vec![IoSlice::new(&p[..p.len() - 4]), IoSlice::new(c)],
+                    }
+                })
                 .collect();
             let mut ctl: Vec<SendAncillaryBuffer<'_, '_, '_>> =
                 (0..iovs.len()).map(|_| SendAncillaryBuffer::default()).collect();
@@ -465,16 +478,17 @@ impl UdpTransport {
                 .iter()
                 .zip(iovs.iter())
                 .zip(ctl.iter_mut())
-                .map(|(((_, a), iov), c)| MMsgHdr::new_with_addr(a, iov, c))
+                .map(|(((_, _, a), iov), c)| MMsgHdr::new_with_addr(a, iov, c))
                 .collect();
             let r = rustix::net::sendmmsg(&self.sock, &mut msgs, SendFlags::empty());
             TransportCounters::add(&self.counters.send_syscalls, 1);
             match r {
                 Ok(m) => {
-                    let bytes: usize = staged[start..start + m].iter().map(|(r, _)| r.len()).sum();
+                    let bytes: usize =
+                        staged[start..start + m].iter().map(|(n, _, _)| d[*n].payload.len()).sum();
                     if self.pcap.is_some() {
                         for k in start..start + m {
-                            self.record_sent(&d[index[k]], 0, staged[k].0.clone());
+                            self.record_sent(&d[staged[k].0], 0, staged[k].1);
                         }
                     }
                     TransportCounters::add(&self.counters.dgrams_out, m as u64);
@@ -484,7 +498,7 @@ impl UdpTransport {
                 Err(rustix::io::Errno::INTR) => {}
                 Err(rustix::io::Errno::AGAIN) => {
                     // Consumed: everything before the first unsent staged datagram.
-                    return index[start];
+                    return staged[start].0;
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, "send failed");
@@ -501,41 +515,39 @@ impl UdpTransport {
     /// kernel returned (0 when nothing was waiting).
     pub fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<usize> {
         let mut msgs: Vec<RxMsg> = Vec::with_capacity(self.rx_bufs.len());
-        // Rebuilt per call: the headers hold raw pointers and are not Send.
+        // Rebuilt per call: nix's recvmmsg does not reset `msg_controllen`
+        // and `msg_namelen`, which the kernel shrinks (a reused set loses
+        // the UDP_GRO control message after a receive without one); and the
+        // headers hold raw pointers (not Send).
         let mut hdrs: MultiHeaders<SockaddrStorage> =
             MultiHeaders::preallocate(self.rx_bufs.len(), Some(nix::cmsg_space!(i32)));
-        {
+        let r = (|| {
             let mut iovs: Vec<[IoSliceMut<'_>; 1]> =
                 self.rx_bufs.iter_mut().map(|b| [IoSliceMut::new(&mut b[..])]).collect();
-            let r = nsock::recvmmsg(
-                self.sock.as_raw_fd(),
-                &mut hdrs,
-                &mut iovs,
-                MsgFlags::MSG_DONTWAIT,
-                None,
-            );
-            match r {
-                Ok(res) => {
-                    for m in res {
-                        let gro_size = m.cmsgs().ok().and_then(|mut it| {
-                            it.find_map(|c| match c {
-                                ControlMessageOwned::UdpGroSegments(s) => usize::try_from(s).ok(),
-                                _ => None,
-                            })
-                        });
-                        msgs.push(RxMsg {
-                            len: m.bytes,
-                            peer: m.address.as_ref().and_then(to_std),
-                            gro_size,
-                            truncated: m.flags.contains(MsgFlags::MSG_TRUNC),
-                        });
-                    }
-                }
-                Err(Errno::EAGAIN) | Err(Errno::EINTR) => return Ok(0),
-                Err(e) => {
-                    TransportCounters::add(&self.counters.recv_errors, 1);
-                    return Err(e.into());
-                }
+            let fd = self.sock.as_raw_fd();
+            let res = nsock::recvmmsg(fd, &mut hdrs, &mut iovs, MsgFlags::MSG_DONTWAIT, None)?;
+            for m in res {
+                let gro_size = m.cmsgs().ok().and_then(|mut it| {
+                    it.find_map(|c| match c {
+                        ControlMessageOwned::UdpGroSegments(s) => usize::try_from(s).ok(),
+                        _ => None,
+                    })
+                });
+                msgs.push(RxMsg {
+                    len: m.bytes,
+                    peer: m.address.as_ref().and_then(to_std),
+                    gro_size,
+                    truncated: m.flags.contains(MsgFlags::MSG_TRUNC),
+                });
+            }
+            Ok::<(), Errno>(())
+        })();
+        match r {
+            Ok(()) => {}
+            Err(Errno::EAGAIN) | Err(Errno::EINTR) => return Ok(0),
+            Err(e) => {
+                TransportCounters::add(&self.counters.recv_errors, 1);
+                return Err(e.into());
             }
         }
         if !msgs.is_empty() {
@@ -591,25 +603,40 @@ impl UdpTransport {
                 TransportCounters::add(&c.icrc_unchecked, 1);
                 0
             }
-            policy => {
+            policy if ep.src.is_ipv4() => {
                 let next = self.last_id.get(&ep.src).map(|v| v.wrapping_add(1)).unwrap_or(0);
                 let expected = [0, k as u16, next];
-                match rxcheck::check(ep, payload, &expected, policy == RxIcrcPolicy::SolveId) {
-                    RxIcrc::Exact { ipv4_id } => {
+                match self.crc.solve_id(ep, payload, &expected) {
+                    Some((id, true)) => {
                         TransportCounters::add(&c.icrc_ok_exact, 1);
-                        ipv4_id
+                        id
                     }
-                    RxIcrc::SolvedId { ipv4_id } => {
+                    Some((id, false)) if policy == RxIcrcPolicy::SolveId => {
                         TransportCounters::add(&c.icrc_ok_solved_id, 1);
-                        ipv4_id
+                        id
                     }
-                    RxIcrc::Bad => {
+                    _ => {
                         TransportCounters::add(&c.icrc_bad, 1);
                         tracing::debug!(src = %ep.src, len = payload.len(), "bad ICRC; dropped");
                         return;
                     }
                 }
             }
+            policy => match rxcheck::check(ep, payload, &[0], policy == RxIcrcPolicy::SolveId) {
+                RxIcrc::Exact { ipv4_id } => {
+                    TransportCounters::add(&c.icrc_ok_exact, 1);
+                    ipv4_id
+                }
+                RxIcrc::SolvedId { ipv4_id } => {
+                    TransportCounters::add(&c.icrc_ok_solved_id, 1);
+                    ipv4_id
+                }
+                RxIcrc::Bad => {
+                    TransportCounters::add(&c.icrc_bad, 1);
+                    tracing::debug!(src = %ep.src, len = payload.len(), "bad ICRC; dropped");
+                    return;
+                }
+            },
         };
         if ep.src.is_ipv4() && self.cfg.rx_icrc != RxIcrcPolicy::Off {
             // Bounded: a sender spoofing many source addresses cannot grow it.
@@ -625,6 +652,22 @@ impl UdpTransport {
         }
         out.push(Datagram { endpoints: *ep, meta, payload });
     }
+}
+
+/// The iovecs of a GSO send: each datagram's payload, with its last four
+/// bytes replaced by the new ICRC where there is one.
+fn iovecs<'a>(d: &'a [Datagram], icrcs: &'a [Option<[u8; 4]>]) -> Vec<IoSlice<'a>> {
+    let mut iov = Vec::with_capacity(2 * d.len());
+    for (x, c) in d.iter().zip(icrcs) {
+        match c {
+            None => iov.push(IoSlice::new(&x.payload)),
+            Some(c) => {
+                iov.push(IoSlice::new(&x.payload[..x.payload.len() - 4]));
+                iov.push(IoSlice::new(c));
+            }
+        }
+    }
+    iov
 }
 
 impl AsFd for UdpTransport {

@@ -50,6 +50,13 @@ pub trait Driver: Send + Sync + 'static {
     /// step and needs nothing.
     fn kick(&self) {}
 
+    /// A receive buffer was posted. Posting a receive sends nothing, so a
+    /// driver that sends inline on [`Driver::kick`] may leave its queued
+    /// packets (ACKs) for the next kick; the default is to kick.
+    fn recv_posted(&self) {
+        self.kick()
+    }
+
     /// Make progress until `cond` returns true or `budget` is spent; returns
     /// whether `cond` held. `cond` is called without any driver lock held,
     /// so it may use the verbs (poll a CQ, read an MR).

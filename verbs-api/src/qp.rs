@@ -308,11 +308,58 @@ impl Qp {
         Ok(())
     }
 
+    /// `ibv_post_send` with a list of work requests (`wr->next` chains):
+    /// queued in order under one lock, then the driver is kicked once, so
+    /// their packets can leave in one batch. Stops at the first request
+    /// that fails; returns how many were queued and that error.
+    pub fn post_send_list(
+        &self,
+        wrs: impl IntoIterator<Item = SendWr>,
+    ) -> Result<usize, (usize, PostSendError)> {
+        let r = self.post_send_list_deferred(wrs);
+        if r.as_ref().map_or_else(|(n, _)| *n, |n| *n) > 0 {
+            self.doorbell();
+        }
+        r
+    }
+
+    /// Like [`Qp::post_send_list`] but without kicking the driver: post the
+    /// lists of several QPs, then ring [`Qp::doorbell`] once (on any QP of
+    /// the device). Until then the packets may not leave.
+    pub fn post_send_list_deferred(
+        &self,
+        wrs: impl IntoIterator<Item = SendWr>,
+    ) -> Result<usize, (usize, PostSendError)> {
+        let ctx = self.inner.pd.context();
+        let mut n = 0;
+        let mut err = None;
+        {
+            let mut hca = ctx.lock();
+            for wr in wrs {
+                if let Err(e) = hca.post_send(self.inner.qpn, wr) {
+                    err = Some(e);
+                    break;
+                }
+                n += 1;
+            }
+        }
+        match err {
+            None => Ok(n),
+            Some(e) => Err((n, e)),
+        }
+    }
+
+    /// Kick the device's driver so that everything posted with
+    /// [`Qp::post_send_list_deferred`] (on any QP of the device) leaves.
+    pub fn doorbell(&self) {
+        self.inner.pd.context().driver().kick();
+    }
+
     /// `ibv_post_recv`: queue one receive buffer.
     pub fn post_recv(&self, wr: RecvWr) -> Result<(), PostRecvError> {
         let ctx = self.inner.pd.context();
         ctx.lock().post_recv(self.inner.qpn, wr)?;
-        ctx.driver().kick();
+        ctx.driver().recv_posted();
         Ok(())
     }
 

@@ -388,6 +388,10 @@ impl DeviceConfig {
                 uc.pcap = self.effective_pcap();
                 let t = UdpTransport::bind(uc)
                     .map_err(|source| OpenError::Transport { name: self.name.clone(), source })?;
+                if t.config().rx_icrc != roce_transport::RxIcrcPolicy::Off {
+                    // The transport verifies every ICRC it delivers.
+                    hca.lock().unwrap_or_else(|e| e.into_inner()).set_rx_icrc_checked(true);
+                }
                 let handle = roce_transport::Driver::spawn_with(hca.clone(), t, cfg)
                     .map_err(|source| OpenError::Thread { name: self.name.clone(), source })?;
                 let publisher = crate::publish::Publisher::start(hca.clone());
@@ -400,6 +404,8 @@ impl DeviceConfig {
                 rc.pcap = self.effective_pcap();
                 let t = RawTransport::open(rc)
                     .map_err(|source| OpenError::Raw { name: self.name.clone(), source })?;
+                // Exact receive-side ICRC checks on the real IP header.
+                hca.lock().unwrap_or_else(|e| e.into_inner()).set_rx_icrc_checked(true);
                 let handle = roce_transport::Driver::spawn_with(hca.clone(), t, cfg)
                     .map_err(|source| OpenError::Thread { name: self.name.clone(), source })?;
                 let publisher = crate::publish::Publisher::start(hca.clone());
@@ -565,6 +571,261 @@ impl<T: Transport> Driver for ThreadDriver<T> {
             g.push(waker.clone());
         }
         true
+    }
+}
+
+/// One device of a [`PolledDriver`]: its core and its transport.
+struct PolledNode<T: Transport> {
+    hca: Arc<Mutex<Hca>>,
+    io: Mutex<PolledIo<T>>,
+}
+
+struct PolledIo<T: Transport> {
+    t: T,
+    rx: Vec<roce_emulator::Datagram>,
+    tx: Vec<roce_emulator::Datagram>,
+    /// Positive ACKs held back (newest per QP) and since when.
+    held: Vec<roce_emulator::Datagram>,
+    held_since: Option<Instant>,
+}
+
+/// Most datagrams taken from the core per flush.
+const POLLED_TX_BATCH: usize = 256;
+
+/// A driver **without a thread** for one or more devices (busy-poll mode):
+/// the application thread moves the frames itself. [`Driver::kick`] (after
+/// `post_send`) sends what the cores have queued, in one batch per device;
+/// [`Driver::progress`] (behind `poll`-and-wait loops) receives, feeds the
+/// cores, fires their timers and sends, spinning until the condition holds.
+///
+/// Packets a core queues while receiving (ACKs) are not sent at once when
+/// the awaited condition already holds: they leave with the next kick or
+/// progress call, in the same system call as the next request (an ACK is
+/// cumulative, so a late one is as good). An application that stops calling
+/// the verbs leaves them queued; the peer then retransmits after its
+/// timeout. Devices sharing one `PolledDriver` are all driven by every call
+/// (two devices of a benchmark in one thread).
+pub struct PolledDriver<T: Transport = UdpTransport> {
+    nodes: Vec<PolledNode<T>>,
+    start: Instant,
+    ticks: std::sync::atomic::AtomicU64,
+    ack_delay: Duration,
+    name: String,
+}
+
+/// Move the positive ACKs of `io.tx` into `io.held` (newest per QP), and
+/// put them back at the end of `io.tx` once the oldest is `delay` old (or
+/// `force`). Returns how many held ACKs were superseded.
+fn hold_acks<T: Transport>(io: &mut PolledIo<T>, delay: Duration, force: bool) -> usize {
+    use roce_transport::coalesce::positive_ack;
+    let mut superseded = 0;
+    let mut rest = Vec::with_capacity(io.tx.len());
+    for d in io.tx.drain(..) {
+        match positive_ack(&d) {
+            Some(key) => {
+                if let Some(i) = io.held.iter().position(|h| positive_ack(h) == Some(key)) {
+                    io.held.remove(i);
+                    superseded += 1;
+                }
+                io.held.push(d);
+            }
+            None => rest.push(d),
+        }
+    }
+    io.tx = rest;
+    if !io.held.is_empty() {
+        let since = *io.held_since.get_or_insert_with(Instant::now);
+        if force || since.elapsed() >= delay {
+            io.tx.append(&mut io.held);
+            io.held_since = None;
+        }
+    }
+    superseded
+}
+
+/// Which of `nodes` have a datagram waiting: one zero-timeout `poll` over
+/// all sockets (cheaper than an empty `recvmmsg` per socket when spinning).
+fn readable<T: Transport>(nodes: &[PolledNode<T>]) -> Vec<bool> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout};
+    let guards: Vec<_> =
+        nodes.iter().map(|n| n.io.lock().unwrap_or_else(|e| e.into_inner())).collect();
+    let mut fds: Vec<PollFd<'_>> =
+        guards.iter().map(|g| PollFd::new(g.t.as_fd(), PollFlags::POLLIN)).collect();
+    match nix::poll::poll(&mut fds, PollTimeout::ZERO) {
+        Ok(_) => fds.iter().map(|f| f.revents().is_some_and(|r| !r.is_empty())).collect(),
+        Err(_) => vec![true; nodes.len()],
+    }
+}
+
+impl<T: Transport> fmt::Debug for PolledDriver<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PolledDriver").field("devices", &self.nodes.len()).finish()
+    }
+}
+
+impl<T: Transport> PolledDriver<T> {
+    /// A driver for these devices (core and transport each); `name` is what
+    /// [`Driver::name`] reports.
+    pub fn new(devices: Vec<(Arc<Mutex<Hca>>, T)>, name: &str) -> PolledDriver<T> {
+        let nodes = devices
+            .into_iter()
+            .map(|(hca, t)| PolledNode {
+                hca,
+                io: Mutex::new(PolledIo {
+                    t,
+                    rx: Vec::new(),
+                    tx: Vec::new(),
+                    held: Vec::new(),
+                    held_since: None,
+                }),
+            })
+            .collect();
+        PolledDriver {
+            nodes,
+            start: Instant::now(),
+            ticks: std::sync::atomic::AtomicU64::new(0),
+            ack_delay: Duration::ZERO,
+            name: name.to_string(),
+        }
+    }
+
+    /// Hold positive ACKs back for up to `d` (default zero: they leave with
+    /// the next flush), newest per QP, so that one ACK covers several
+    /// requests (IBA allows a responder to coalesce acknowledgements). They
+    /// also leave when the driver goes idle. The peer's send completions
+    /// are delayed by as much; its send queue must be deep enough.
+    pub fn with_ack_delay(mut self, d: Duration) -> PolledDriver<T> {
+        self.ack_delay = d;
+        self
+    }
+
+    fn now(&self) -> roce_emulator::Instant {
+        roce_emulator::Instant::from_nanos(
+            u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX),
+        )
+    }
+
+    /// Receive everything waiting on every device and feed it to the cores
+    /// (and fire due timers); returns the number of datagrams handled.
+    pub fn poll_rx(&self) -> usize {
+        let mut handled = 0;
+        let ticks = self.ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let ready = readable(&self.nodes);
+        for (n, ready) in self.nodes.iter().zip(ready) {
+            let mut io = n.io.lock().unwrap_or_else(|e| e.into_inner());
+            let io = &mut *io;
+            // Timers are looked at every 64th call when nothing arrives.
+            if !ready {
+                if ticks.is_multiple_of(64) {
+                    let now = self.now();
+                    let mut hca = n.hca.lock().unwrap_or_else(|e| e.into_inner());
+                    if roce_emulator::SansIo::poll_timeout(&*hca).is_some_and(|d| d <= now) {
+                        roce_emulator::SansIo::handle_timeout(&mut *hca, now);
+                    }
+                }
+                continue;
+            }
+            let batch = io.t.batch();
+            for _ in 0..8 {
+                match io.t.recv(&mut io.rx) {
+                    Ok(k) if k >= batch => continue,
+                    _ => break,
+                }
+            }
+            let now = self.now();
+            let mut hca = n.hca.lock().unwrap_or_else(|e| e.into_inner());
+            handled += io.rx.len();
+            for d in io.rx.drain(..) {
+                roce_emulator::SansIo::handle_datagram(&mut *hca, now, d);
+            }
+            if roce_emulator::SansIo::poll_timeout(&*hca).is_some_and(|d| d <= now) {
+                roce_emulator::SansIo::handle_timeout(&mut *hca, now);
+            }
+        }
+        handled
+    }
+
+    /// Send one batch of what each core has queued (the rest at the next
+    /// call); returns the number of datagrams sent.
+    pub fn flush(&self) -> usize {
+        self.flush_with(false)
+    }
+
+    fn flush_with(&self, force: bool) -> usize {
+        let mut sent = 0;
+        for n in &self.nodes {
+            let mut io = n.io.lock().unwrap_or_else(|e| e.into_inner());
+            let io = &mut *io;
+            if io.tx.is_empty() {
+                let now = self.now();
+                let mut hca = n.hca.lock().unwrap_or_else(|e| e.into_inner());
+                while io.tx.len() < POLLED_TX_BATCH {
+                    match roce_emulator::SansIo::poll_transmit(&mut *hca, now) {
+                        Some(d) => io.tx.push(d),
+                        None => break,
+                    }
+                }
+            }
+            let due = force || io.held_since.is_some_and(|t| t.elapsed() >= self.ack_delay);
+            if io.tx.is_empty() && (io.held.is_empty() || !due) {
+                continue;
+            }
+            let mut k = roce_transport::coalesce::coalesce_acks(&mut io.tx);
+            if !self.ack_delay.is_zero() {
+                k += hold_acks(io, self.ack_delay, due);
+            }
+            if k > 0 {
+                let c = io.t.counters();
+                roce_transport::TransportCounters::add(&c.acks_coalesced, k as u64);
+            }
+            if io.tx.is_empty() {
+                continue; // only ACKs, held back
+            }
+            // One batch per call: the caller receives in between, so a peer
+            // in the same thread is not flooded past its socket buffer; the
+            // rest (or what the socket refused) goes at the next call.
+            let o = io.t.send(&io.tx);
+            let k = o.consumed.min(io.tx.len());
+            io.tx.drain(..k);
+            sent += k;
+        }
+        sent
+    }
+}
+
+impl<T: Transport> Driver for PolledDriver<T> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn kick(&self) {
+        self.flush();
+    }
+
+    fn recv_posted(&self) {}
+
+    fn progress(&self, cond: &mut dyn FnMut() -> bool, budget: Budget) -> bool {
+        let start = Instant::now();
+        let mut idle: u32 = 0;
+        loop {
+            let got = self.poll_rx();
+            if cond() {
+                return true;
+            }
+            let sent = self.flush();
+            if got + sent > 0 {
+                idle = 0;
+                continue;
+            }
+            idle = idle.wrapping_add(1);
+            if idle == 64 && !self.ack_delay.is_zero() {
+                self.flush_with(true); // idle: let held ACKs go
+            }
+            if idle.is_multiple_of(256) && start.elapsed() >= budget.wall {
+                return false;
+            }
+            std::hint::spin_loop();
+        }
     }
 }
 
