@@ -72,19 +72,38 @@ pub(crate) fn dispatch(hca: &Arc<Mutex<Hca>>) {
     }
 }
 
-pub(crate) struct ChanInner {
-    ctx: Context,
-    queue: Mutex<VecDeque<Cq>>,
+/// An event queue with a file descriptor: one byte in a socket pair per
+/// pending event (a full socket only means "readable"), a condvar for
+/// blocking waiters and wakers for futures. Shared by completion channels
+/// and the async event channel.
+struct EventQueue<T> {
+    queue: Mutex<VecDeque<T>>,
     cv: Condvar,
     wakers: Mutex<Vec<Waker>>,
     rx: UnixStream,
     tx: UnixStream,
 }
 
-impl ChanInner {
-    fn push(&self, cq: Cq) {
-        lock(&self.queue).push_back(cq);
-        // one byte per pending event; a full pipe only means "readable"
+impl<T> EventQueue<T> {
+    fn new() -> std::io::Result<EventQueue<T>> {
+        let (rx, tx) = UnixStream::pair()?;
+        rx.set_nonblocking(true)?;
+        tx.set_nonblocking(true)?;
+        Ok(EventQueue {
+            queue: Mutex::new(VecDeque::new()),
+            cv: Condvar::new(),
+            wakers: Mutex::new(Vec::new()),
+            rx,
+            tx,
+        })
+    }
+
+    fn len(&self) -> usize {
+        lock(&self.queue).len()
+    }
+
+    fn push(&self, e: T) {
+        lock(&self.queue).push_back(e);
         let _ = (&self.tx).write(&[1]);
         self.cv.notify_all();
         for w in std::mem::take(&mut *lock(&self.wakers)) {
@@ -92,10 +111,103 @@ impl ChanInner {
         }
     }
 
-    fn pop(&self) -> Option<Cq> {
-        let cq = lock(&self.queue).pop_front()?;
+    fn pop(&self) -> Option<T> {
+        let e = lock(&self.queue).pop_front()?;
         let mut b = [0u8; 1];
         let _ = (&self.rx).read(&mut b);
+        Some(e)
+    }
+
+    /// Blocking get: with a driver without a thread (the sim fabric) drive
+    /// it until an event is there; otherwise wait on the condvar, calling
+    /// `process` (move events from the device) before each check.
+    fn wait(
+        &self,
+        ctx: &Context,
+        driver: &dyn crate::driver::Driver,
+        timeout: Duration,
+        process: impl Fn(),
+    ) -> Option<T> {
+        if !driver.register_waker(noop_waker()) {
+            let budget = Budget { events: 1_000_000, wall: timeout };
+            ctx.progress(
+                || {
+                    process();
+                    self.len() > 0
+                },
+                budget,
+            );
+            return self.pop();
+        }
+        let end = Instant::now() + timeout;
+        let mut q = lock(&self.queue);
+        loop {
+            drop(q);
+            process();
+            q = lock(&self.queue);
+            if !q.is_empty() {
+                drop(q);
+                return self.pop();
+            }
+            let now = Instant::now();
+            if now >= end {
+                return None;
+            }
+            // woken by the dispatcher; re-check at least every 10 ms
+            let wait = (end - now).min(Duration::from_millis(10));
+            q = match self.cv.wait_timeout(q, wait) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+    }
+
+    /// One poll of a future waiting for an event taken by `try_get`.
+    fn poll_next(
+        &self,
+        driver: &dyn crate::driver::Driver,
+        cx: &mut TaskContext<'_>,
+        mut try_get: impl FnMut() -> Option<T>,
+    ) -> Poll<T> {
+        {
+            let mut w = lock(&self.wakers);
+            if !w.iter().any(|x| x.will_wake(cx.waker())) {
+                w.push(cx.waker().clone());
+            }
+        }
+        if let Some(e) = try_get() {
+            return Poll::Ready(e);
+        }
+        if !driver.register_waker(cx.waker()) {
+            let mut got = None;
+            driver.progress(
+                &mut || {
+                    got = try_get();
+                    got.is_some()
+                },
+                Budget::events(1000),
+            );
+            if let Some(e) = got {
+                return Poll::Ready(e);
+            }
+            cx.waker().wake_by_ref();
+        }
+        Poll::Pending
+    }
+}
+
+pub(crate) struct ChanInner {
+    ctx: Context,
+    events: EventQueue<Cq>,
+}
+
+impl ChanInner {
+    fn push(&self, cq: Cq) {
+        self.events.push(cq);
+    }
+
+    fn pop(&self) -> Option<Cq> {
+        let cq = self.events.pop()?;
         cq.inner.events_got.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Some(cq)
     }
@@ -136,24 +248,14 @@ impl fmt::Debug for CompChannel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CompChannel")
             .field("device", &self.inner.ctx.name())
-            .field("pending", &lock(&self.inner.queue).len())
+            .field("pending", &self.inner.events.len())
             .finish()
     }
 }
 
 impl CompChannel {
     fn new(ctx: Context) -> std::io::Result<CompChannel> {
-        let (rx, tx) = UnixStream::pair()?;
-        rx.set_nonblocking(true)?;
-        tx.set_nonblocking(true)?;
-        let inner = Arc::new(ChanInner {
-            ctx,
-            queue: Mutex::new(VecDeque::new()),
-            cv: Condvar::new(),
-            wakers: Mutex::new(Vec::new()),
-            rx,
-            tx,
-        });
+        let inner = Arc::new(ChanInner { ctx, events: EventQueue::new()? });
         let w = Waker::from(Arc::new(Dispatcher { chan: Arc::downgrade(&inner) }));
         inner.ctx.driver().register_waker(&w);
         Ok(CompChannel { inner })
@@ -167,7 +269,7 @@ impl CompChannel {
     /// The number of events waiting on the channel.
     pub fn pending(&self) -> usize {
         self.process();
-        lock(&self.inner.queue).len()
+        self.inner.events.len()
     }
 
     /// Take an event without waiting (after the descriptor became readable).
@@ -182,33 +284,9 @@ impl CompChannel {
     /// `None` early if it goes idle without an event).
     pub fn get_cq_event(&self, timeout: Duration) -> Option<Cq> {
         let ctx = &self.inner.ctx;
-        let threaded = ctx.driver().register_waker(noop_waker());
-        if !threaded {
-            let budget = Budget { events: 1_000_000, wall: timeout };
-            ctx.progress(|| self.pending() > 0, budget);
-            return self.inner.pop();
-        }
-        let end = Instant::now() + timeout;
-        let mut q = lock(&self.inner.queue);
-        loop {
-            drop(q);
-            self.process();
-            q = lock(&self.inner.queue);
-            if !q.is_empty() {
-                drop(q);
-                return self.inner.pop();
-            }
-            let now = Instant::now();
-            if now >= end {
-                return None;
-            }
-            // woken by the dispatcher; re-check at least every 10 ms
-            let wait = (end - now).min(Duration::from_millis(10));
-            q = match self.inner.cv.wait_timeout(q, wait) {
-                Ok((g, _)) => g,
-                Err(p) => p.into_inner().0,
-            };
-        }
+        let cq = self.inner.events.wait(ctx, ctx.driver(), timeout, || self.process())?;
+        cq.inner.events_got.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some(cq)
     }
 
     /// Async `ibv_get_cq_event`: resolves with the next event's CQ.
@@ -222,13 +300,13 @@ impl CompChannel {
 impl AsFd for CompChannel {
     /// Readable while events are pending (for epoll/poll users).
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.inner.rx.as_fd()
+        self.inner.events.rx.as_fd()
     }
 }
 
 impl AsRawFd for CompChannel {
     fn as_raw_fd(&self) -> RawFd {
-        self.inner.rx.as_raw_fd()
+        self.inner.events.rx.as_raw_fd()
     }
 }
 
@@ -242,33 +320,8 @@ impl Future for CqEvent<'_> {
     type Output = Cq;
 
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Cq> {
-        let ch = &self.chan.inner;
-        {
-            let mut w = lock(&ch.wakers);
-            if !w.iter().any(|x| x.will_wake(cx.waker())) {
-                w.push(cx.waker().clone());
-            }
-        }
-        if let Some(cq) = self.chan.try_get_cq_event() {
-            return Poll::Ready(cq);
-        }
-        let driver = ch.ctx.driver();
-        if !driver.register_waker(cx.waker()) {
-            let chan = self.chan;
-            let mut got = None;
-            driver.progress(
-                &mut || {
-                    got = chan.try_get_cq_event();
-                    got.is_some()
-                },
-                Budget::events(1000),
-            );
-            if let Some(cq) = got {
-                return Poll::Ready(cq);
-            }
-            cx.waker().wake_by_ref();
-        }
-        Poll::Pending
+        let chan = self.chan;
+        chan.inner.events.poll_next(chan.inner.ctx.driver(), cx, || chan.try_get_cq_event())
     }
 }
 
@@ -356,22 +409,12 @@ impl Future for AsyncEventFuture<'_> {
 pub(crate) struct AsyncInner {
     hca: Arc<Mutex<Hca>>,
     driver: Arc<dyn crate::driver::Driver>,
-    queue: Mutex<VecDeque<AsyncEvent>>,
-    cv: Condvar,
-    wakers: Mutex<Vec<Waker>>,
-    rx: UnixStream,
-    tx: UnixStream,
+    events: EventQueue<AsyncEvent>,
 }
 
 impl AsyncInner {
     fn push(&self, e: AsyncEvent) {
-        lock(&self.queue).push_back(e);
-        // one byte per pending event; a full socket only means "readable"
-        let _ = (&self.tx).write(&[1]);
-        self.cv.notify_all();
-        for w in std::mem::take(&mut *lock(&self.wakers)) {
-            w.wake();
-        }
+        self.events.push(e);
     }
 
     /// Move the device's pending async events here.
@@ -386,10 +429,7 @@ impl AsyncInner {
     }
 
     pub(crate) fn pop(&self) -> Option<AsyncEvent> {
-        let e = lock(&self.queue).pop_front()?;
-        let mut b = [0u8; 1];
-        let _ = (&self.rx).read(&mut b);
-        Some(e)
+        self.events.pop()
     }
 }
 
@@ -435,7 +475,7 @@ impl fmt::Debug for AsyncEventChannel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AsyncEventChannel")
             .field("device", &self.ctx.name())
-            .field("pending", &lock(&self.inner.queue).len())
+            .field("pending", &self.inner.events.len())
             .finish()
     }
 }
@@ -449,7 +489,7 @@ impl AsyncEventChannel {
     /// The number of events waiting on the channel.
     pub fn pending(&self) -> usize {
         self.process();
-        lock(&self.inner.queue).len()
+        self.inner.events.len()
     }
 
     /// Take an event without waiting (after the descriptor became readable).
@@ -462,33 +502,7 @@ impl AsyncEventChannel {
     /// the simulated fabric this drives the fabric (and returns `None`
     /// early if it goes idle without an event).
     pub fn get_event(&self, timeout: Duration) -> Option<AsyncEvent> {
-        let driver = &self.inner.driver;
-        if !driver.register_waker(noop_waker()) {
-            let budget = Budget { events: 1_000_000, wall: timeout };
-            self.ctx.progress(|| self.pending() > 0, budget);
-            return self.inner.pop();
-        }
-        let end = Instant::now() + timeout;
-        let mut q = lock(&self.inner.queue);
-        loop {
-            drop(q);
-            self.process();
-            q = lock(&self.inner.queue);
-            if !q.is_empty() {
-                drop(q);
-                return self.inner.pop();
-            }
-            let now = Instant::now();
-            if now >= end {
-                return None;
-            }
-            // woken by the dispatcher; re-check at least every 10 ms
-            let wait = (end - now).min(Duration::from_millis(10));
-            q = match self.inner.cv.wait_timeout(q, wait) {
-                Ok((g, _)) => g,
-                Err(p) => p.into_inner().0,
-            };
-        }
+        self.inner.events.wait(&self.ctx, &*self.inner.driver, timeout, || self.process())
     }
 
     /// Async [`AsyncEventChannel::get_event`]: resolves with the next
@@ -501,13 +515,13 @@ impl AsyncEventChannel {
 impl AsFd for AsyncEventChannel {
     /// Readable while events are pending (for epoll/poll users).
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.inner.rx.as_fd()
+        self.inner.events.rx.as_fd()
     }
 }
 
 impl AsRawFd for AsyncEventChannel {
     fn as_raw_fd(&self) -> RawFd {
-        self.inner.rx.as_raw_fd()
+        self.inner.events.rx.as_raw_fd()
     }
 }
 
@@ -521,32 +535,8 @@ impl Future for AsyncChannelEvent<'_> {
     type Output = AsyncEvent;
 
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<AsyncEvent> {
-        let ch = &self.chan.inner;
-        {
-            let mut w = lock(&ch.wakers);
-            if !w.iter().any(|x| x.will_wake(cx.waker())) {
-                w.push(cx.waker().clone());
-            }
-        }
-        if let Some(e) = self.chan.try_get_event() {
-            return Poll::Ready(e);
-        }
-        if !ch.driver.register_waker(cx.waker()) {
-            let chan = self.chan;
-            let mut got = None;
-            ch.driver.progress(
-                &mut || {
-                    got = chan.try_get_event();
-                    got.is_some()
-                },
-                Budget::events(1000),
-            );
-            if let Some(e) = got {
-                return Poll::Ready(e);
-            }
-            cx.waker().wake_by_ref();
-        }
-        Poll::Pending
+        let chan = self.chan;
+        chan.inner.events.poll_next(&*chan.inner.driver, cx, || chan.try_get_event())
     }
 }
 
@@ -558,9 +548,7 @@ impl Context {
         let inner = match self.inner.async_chan.get() {
             Some(i) => i.clone(),
             None => {
-                let (rx, tx) = UnixStream::pair()?;
-                rx.set_nonblocking(true)?;
-                tx.set_nonblocking(true)?;
+                let events = EventQueue::new()?;
                 let mut created = false;
                 let i = self
                     .inner
@@ -570,11 +558,7 @@ impl Context {
                         Arc::new(AsyncInner {
                             hca: self.inner.hca.clone(),
                             driver: self.inner.driver.clone(),
-                            queue: Mutex::new(VecDeque::new()),
-                            cv: Condvar::new(),
-                            wakers: Mutex::new(Vec::new()),
-                            rx,
-                            tx,
+                            events,
                         })
                     })
                     .clone();
