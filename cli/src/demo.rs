@@ -465,20 +465,25 @@ fn json(args: &DemoArgs, r: &Report, pcap_error: Option<&str>) -> serde_json::Va
     j
 }
 
+/// `roce demo ARGS` parsed as the command line would be (for unit tests).
 #[cfg(test)]
-mod demo_tests {
-    use super::*;
+pub(crate) fn parse_args(args: &[&str]) -> Result<DemoArgs, clap::Error> {
     use clap::Parser;
-    use roce_verbs_api::workload::{self, WorkloadConfig};
-
     #[derive(Parser, Debug)]
     struct T {
         #[command(flatten)]
         demo: DemoArgs,
     }
+    T::try_parse_from(std::iter::once("demo").chain(args.iter().copied())).map(|t| t.demo)
+}
+
+#[cfg(test)]
+mod demo_tests {
+    use super::*;
+    use roce_verbs_api::workload::{self, WorkloadConfig};
 
     fn parse(args: &[&str]) -> Result<DemoArgs, clap::Error> {
-        T::try_parse_from(std::iter::once("demo").chain(args.iter().copied())).map(|t| t.demo)
+        parse_args(args)
     }
 
     #[test]

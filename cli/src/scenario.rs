@@ -508,17 +508,7 @@ pub const STEP_EVENTS: usize = 20_000;
 #[cfg(test)]
 mod scenario_tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser, Debug)]
-    struct T {
-        #[command(flatten)]
-        demo: DemoArgs,
-    }
-
-    fn parse(args: &[&str]) -> Result<DemoArgs, clap::Error> {
-        T::try_parse_from(std::iter::once("demo").chain(args.iter().copied())).map(|t| t.demo)
-    }
+    use crate::demo::parse_args as parse;
 
     #[test]
     fn every_scenario_behaves_as_described() {
