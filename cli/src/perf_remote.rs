@@ -599,6 +599,16 @@ fn run_cfg(cfg: &Cfg, a: &PerfArgs) -> Result<bool, String> {
         println!(" {err}");
         ok = false;
     }
+    let ops: Vec<String> = out.ops.iter().map(|o| o.to_string()).collect();
+    println!(
+        " result: role={} peer={} ops={} checks_ok={} checks_failed={} error={}",
+        if client { "client" } else { "server" },
+        if neg.remote_is_ours { "roce" } else { "perftest" },
+        ops.join(","),
+        out.checks.iter().filter(|c| c.0).count(),
+        out.checks.iter().filter(|c| !c.0).count(),
+        if out.error.is_some() { "yes" } else { "no" }
+    );
     Ok(ok)
 }
 
@@ -612,7 +622,7 @@ fn my_report(cfg: &Cfg, out: &Outcome) -> BwReport {
     let bytes = total as f64 * f64::from(cfg.size);
     BwReport {
         size: u64::from(cfg.size),
-        iters: out.ops.first().copied().unwrap_or(0),
+        iters: total,
         bw_peak: out.peak_mbps,
         bw_avg: bytes / secs / 1_048_576.0,
         msg_rate: total as f64 / secs / 1e6,
@@ -927,7 +937,8 @@ fn check_server_memory(
     reported_iters: u64,
     out: &mut Outcome,
 ) {
-    let iters = if reported_iters > 0 { reported_iters } else { cfg.iters };
+    // perftest reports the total over all QPs; every QP did the same number
+    let iters = reported_iters / res.mrs.len() as u64;
     for (q, mr) in res.mrs.iter().enumerate() {
         let mem = mr.to_vec();
         let mine = &res.mine[q];
@@ -1065,7 +1076,11 @@ fn run_send_client(cfg: &Cfg, geo: &Geo, res: &Res, out: &mut Outcome) {
         }
     }
     out.elapsed = start.elapsed();
+    let total: u64 = done.iter().sum();
     out.ops = done;
+    if out.error.is_none() {
+        out.check(true, format!("{total} SENDs of {} B completed successfully", cfg.size));
+    }
 }
 
 fn run_send_server(

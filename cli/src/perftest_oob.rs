@@ -194,7 +194,7 @@ impl Negotiated {
 pub struct BwReport {
     /// Message size.
     pub size: u64,
-    /// Iterations (per QP).
+    /// Iterations (perftest sends the total over all QPs).
     pub iters: u64,
     /// Peak bandwidth (MB/s).
     pub bw_peak: f64,
@@ -450,5 +450,202 @@ mod tests {
         assert_eq!(leading_float("6.06"), 6.06);
         assert_eq!(leading_float("5.70xyz"), 5.70);
         assert_eq!(leading_float(""), 0.0);
+    }
+
+    /// A stream that replays captured bytes and records what we write.
+    struct Replay {
+        input: std::io::Cursor<Vec<u8>>,
+        output: Vec<u8>,
+    }
+
+    impl Read for Replay {
+        fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+            self.input.read(b)
+        }
+    }
+
+    impl Write for Replay {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.output.extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Captures of two rxe guests (perftest 4.5-0.17, client 192.168.77.3,
+    /// server 192.168.77.2), one byte stream per direction:
+    /// (name, flow, QPs, client stream, server stream).
+    type Capture = (&'static str, Flow, usize, &'static [u8], &'static [u8]);
+
+    fn captures() -> Vec<Capture> {
+        macro_rules! cap {
+            ($n:literal, $f:expr, $q:expr) => {
+                (
+                    $n,
+                    $f,
+                    $q,
+                    &include_bytes!(concat!("../tests/data/perftest/", $n, ".client.bin"))[..],
+                    &include_bytes!(concat!("../tests/data/perftest/", $n, ".server.bin"))[..],
+                )
+            };
+        }
+        vec![
+            cap!("write_bw", Flow::Bw, 1),
+            cap!("read_bw", Flow::Bw, 1),
+            cap!("atomic_bw", Flow::Bw, 1),
+            cap!("atomic_bw_cas", Flow::Bw, 1),
+            cap!("write_bw_D2", Flow::Bw, 1),
+            cap!("write_bw_q2", Flow::Bw, 2),
+            cap!("send_bw", Flow::Send, 1),
+            cap!("send_lat", Flow::Send, 1),
+        ]
+    }
+
+    fn split<'a>(b: &'a [u8], lens: &[usize]) -> Vec<&'a [u8]> {
+        assert_eq!(b.len(), lens.iter().sum::<usize>(), "stream length");
+        let mut at = 0;
+        lens.iter()
+            .map(|&l| {
+                at += l;
+                &b[at - l..at]
+            })
+            .collect()
+    }
+
+    #[test]
+    fn captured_perftest_exchanges_decode() {
+        for (name, flow, qps, cli, srv) in captures() {
+            for (stream, host) in [(cli, 3u8), (srv, 2u8)] {
+                let m = split(stream, &message_lengths(flow, qps));
+                assert_eq!(&m[0][..5], b"6.06\0", "{name}: version");
+                assert!(m[0][5..].iter().all(|&b| b == 0), "{name}: version padding");
+                assert_eq!(m[1], 4096u32.to_be_bytes(), "{name}: cycle buffer (page size)");
+                assert_eq!(m[2], 64u32.to_be_bytes(), "{name}: cache line");
+                assert_eq!(m[3], b"3\0", "{name}: MTU enum 3 = 1024");
+                let n108 = m.iter().filter(|x| x.len() == KEY_MSG_SIZE_GID).count();
+                assert_eq!(n108, 2 * qps + 3, "{name}");
+                let dests: Vec<PerftestDest> = m
+                    .iter()
+                    .filter(|x| x.len() == KEY_MSG_SIZE_GID)
+                    .map(|x| PerftestDest::decode(x).unwrap())
+                    .collect();
+                let gid = Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0xc0a8, 0x4d00 | u16::from(host));
+                for (k, d) in dests.iter().enumerate() {
+                    assert_eq!(d.gid_addr(), gid, "{name} message {k}");
+                    assert_eq!(d.lid, 0);
+                    assert_eq!(d.srqn, 0);
+                    // the first round names QPs 0..qps; every later message repeats QP 0
+                    // except the second round, which names them all again
+                    let qp = if k < qps {
+                        k
+                    } else if flow == Flow::Send && k == qps {
+                        0
+                    } else if k < 2 * qps + usize::from(flow == Flow::Send) {
+                        k - qps - usize::from(flow == Flow::Send)
+                    } else {
+                        0
+                    };
+                    assert_eq!(d.qpn, dests[qp].qpn, "{name} message {k} is QP {qp}");
+                    assert_eq!(d.psn, dests[qp].psn);
+                    assert_eq!(d.rkey, dests[qp].rkey);
+                    assert_eq!(d.vaddr, dests[qp].vaddr);
+                    // and the text is exactly what we would print for it
+                    assert_eq!(
+                        &d.encode()[..],
+                        *m.iter().filter(|x| x.len() == 108).nth(k).unwrap()
+                    );
+                }
+                if qps == 2 {
+                    assert_ne!(dests[0].qpn, dests[1].qpn);
+                }
+                if flow == Flow::Bw {
+                    let r = &m[4 + 2 * qps + 2..4 + 2 * qps + 7];
+                    let size = u64::from_be_bytes(r[0].try_into().unwrap());
+                    let iters = u64::from_be_bytes(r[1].try_into().unwrap());
+                    let avg = f64::from_be_bytes(r[3].try_into().unwrap());
+                    if host == 3 {
+                        // the client reports what it did
+                        let want = if name.starts_with("atomic") { 8 } else { 4096 };
+                        assert_eq!(size, want, "{name}");
+                        if name == "write_bw_D2" {
+                            assert!(iters > 5, "{name}: {iters}");
+                        } else {
+                            // the total over all QPs
+                            assert_eq!(iters, 5 * qps as u64, "{name}");
+                        }
+                        assert!(avg > 0.0 && avg.is_finite(), "{name}: {avg}");
+                    }
+                }
+                assert_eq!(*m.last().unwrap(), DONE);
+            }
+        }
+    }
+
+    #[test]
+    fn our_side_replays_against_captured_perftest() {
+        for (name, flow, qps, cli, srv) in captures() {
+            for role in [Role::Client, Role::Server] {
+                let (theirs, ours) = match role {
+                    Role::Client => (srv, cli),
+                    Role::Server => (cli, srv),
+                };
+                let replay =
+                    Replay { input: std::io::Cursor::new(theirs.to_vec()), output: Vec::new() };
+                let mut oob = Oob::new(replay, role);
+                let neg = oob.prologue(4096, 64, 3).unwrap();
+                assert_eq!(neg.remote_version, "6.06");
+                assert!(!neg.remote_is_ours);
+                assert_eq!((neg.cycle_buffer, neg.cache_line, neg.mtu_enum), (4096, 64, 3));
+                let mine: Vec<PerftestDest> = (0..qps)
+                    .map(|q| PerftestDest {
+                        out_reads: 16,
+                        qpn: 0x11 + q as u32,
+                        psn: 0x123456,
+                        rkey: 0x208,
+                        vaddr: 0x7f00_0000_0000,
+                        gid: Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0xc0a8, 0x4d01).octets(),
+                        ..Default::default()
+                    })
+                    .collect();
+                let mut connected = 0;
+                let rem = oob
+                    .connect_phase(flow, &mine, &mut |r: &[PerftestDest]| {
+                        connected = r.len();
+                        Ok(())
+                    })
+                    .unwrap();
+                assert_eq!(connected, qps, "{name}");
+                assert_eq!(rem.len(), qps);
+                oob.hand_shake(&mine[0]).unwrap();
+                if flow == Flow::Bw {
+                    oob.hand_shake(&mine[0]).unwrap();
+                    let r = oob
+                        .xchg_bw_report(&BwReport { size: 4096, iters: 5, ..Default::default() })
+                        .unwrap();
+                    if role == Role::Server {
+                        let want = if name == "write_bw_D2" { r.iters } else { 5 * qps as u64 };
+                        assert_eq!(r.iters, want, "{name}");
+                    }
+                }
+                oob.close(&mine[0]).unwrap();
+                // all of perftest's messages consumed but its "done", which nobody reads
+                let pos = oob.stream.input.position() as usize;
+                assert_eq!(&theirs[pos..], DONE, "{name} {role:?}");
+                // what we wrote has perftest's framing, and the fixed fields byte for byte
+                let out = &oob.stream.output;
+                assert_eq!(out.len(), ours.len(), "{name} {role:?}");
+                assert_eq!(&out[..4], b"6.06");
+                assert_eq!(out[4], 0);
+                assert_eq!(&out[16..26], &ours[16..26], "{name}: cycle buffer, cache line, MTU");
+                let ms = split(out, &message_lengths(flow, qps));
+                for m in ms.iter().filter(|m| m.len() == KEY_MSG_SIZE_GID) {
+                    let d = PerftestDest::decode(m).unwrap();
+                    assert!(mine.contains(&d));
+                }
+                assert_eq!(*ms.last().unwrap(), DONE);
+            }
+        }
     }
 }
