@@ -179,6 +179,39 @@ fn bad_rkey_is_a_remote_access_error_and_both_ends_finish() {
 }
 
 #[test]
+fn injected_loss_is_recovered_and_counted() {
+    // the server's transport drops 8 % of what it receives (requests) and
+    // of what it sends (ACKs): go-back-N and timeouts must finish the run
+    let (s, c) = pair(
+        10,
+        &["write", "-s", "2048", "-n", "150", "-t", "8"],
+        &["--faults", "loss=0.08,dir=both,seed=3"],
+        &[],
+    );
+    assert_both_ok(&s, &c, "150", (1, 1));
+    let err = String::from_utf8_lossy(&s.stderr);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("roce faults"))
+        .unwrap_or_else(|| panic!("{}", text(&s)));
+    let num = |k: &str| -> u64 {
+        line.split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.parse().unwrap())
+            .unwrap()
+    };
+    assert!(num("rx_dropped") > 0 && num("tx_dropped") > 0, "{line}");
+    // the client sent more packets than 150 x 2 (retransmissions)
+    assert!(counter(&c, "sent_pkts") > 300, "{}", text(&c));
+    assert!(
+        counter(&s, "out_of_seq_request") + counter(&s, "duplicate_request") > 0,
+        "{}",
+        text(&s)
+    );
+}
+
+#[test]
 fn usage_errors_exit_2() {
     for args in [
         &["perf", "send", "127.0.0.1", "-D", "1"][..],

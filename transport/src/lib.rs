@@ -17,6 +17,7 @@
 pub mod ceiling;
 pub mod counters;
 pub mod driver;
+pub mod faults;
 pub mod pcap;
 pub mod raw;
 pub mod rxcheck;
