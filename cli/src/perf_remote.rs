@@ -542,41 +542,51 @@ fn run_cfg(cfg: &Cfg, a: &PerfArgs) -> Result<bool, String> {
     let e = |e: crate::perftest_oob::OobError| e.to_string();
     let mut out = Outcome::new(res.qps.len());
     let client = role == Role::Client;
-    match flow {
-        Flow::Bw => {
-            oob.hand_shake(&res.mine[0]).map_err(e)?;
-            if client {
-                run_bw_client(cfg, &geo, &res, &rem, &neg, &mut out);
+    // a failure from here on still prints what happened and the counters
+    let phase = (|| -> Result<(), String> {
+        match flow {
+            Flow::Bw => {
                 oob.hand_shake(&res.mine[0]).map_err(e)?;
-                let report = my_report(cfg, &out);
-                oob.xchg_bw_report(&report).map_err(e)?;
-            } else {
-                println!(" (server: the client runs the test; waiting for its end)");
-                let start = Instant::now();
+                if client {
+                    run_bw_client(cfg, &geo, &res, &rem, &neg, &mut out);
+                    oob.hand_shake(&res.mine[0]).map_err(e)?;
+                    let report = my_report(cfg, &out);
+                    oob.xchg_bw_report(&report).map_err(e)?;
+                } else {
+                    println!(" (server: the client runs the test; waiting for its end)");
+                    let start = Instant::now();
+                    oob.hand_shake(&res.mine[0]).map_err(e)?;
+                    out.elapsed = start.elapsed();
+                    let theirs = oob.xchg_bw_report(&my_report(cfg, &out)).map_err(e)?;
+                    println!(
+                        " peer reported: {} B x {} iterations, BW average {:.2} MB/sec, {:.6} Mpps",
+                        theirs.size, theirs.iters, theirs.bw_avg, theirs.msg_rate
+                    );
+                    check_server_memory(cfg, &geo, &res, &rem, &neg, theirs.iters, &mut out);
+                }
+                oob.close(&res.mine[0]).map_err(e)?;
+            }
+            Flow::Send => {
+                // receives first (perftest's ctx_set_recv_wqes), then the sync
+                if !client || cfg.test == TestKind::Lat {
+                    post_initial_recvs(cfg, &geo, &res)?;
+                }
                 oob.hand_shake(&res.mine[0]).map_err(e)?;
-                out.elapsed = start.elapsed();
-                let theirs = oob.xchg_bw_report(&my_report(cfg, &out)).map_err(e)?;
-                println!(
-                    " peer reported: {} B x {} iterations, BW average {:.2} MB/sec, {:.6} Mpps",
-                    theirs.size, theirs.iters, theirs.bw_avg, theirs.msg_rate
-                );
-                check_server_memory(cfg, &geo, &res, &rem, &neg, theirs.iters, &mut out);
+                match (cfg.test, client) {
+                    (TestKind::Lat, _) => run_lat(cfg, &geo, &res, &rem, &neg, client, &mut out),
+                    (_, true) => run_send_client(cfg, &geo, &res, &mut out),
+                    (_, false) => run_send_server(cfg, &geo, &res, &rem, &neg, &mut out),
+                }
+                oob.close(&res.mine[0]).map_err(e)?;
             }
-            oob.close(&res.mine[0]).map_err(e)?;
         }
-        Flow::Send => {
-            // receives first (perftest's ctx_set_recv_wqes), then the sync
-            if !client || cfg.test == TestKind::Lat {
-                post_initial_recvs(cfg, &geo, &res)?;
-            }
-            oob.hand_shake(&res.mine[0]).map_err(e)?;
-            match (cfg.test, client) {
-                (TestKind::Lat, _) => run_lat(cfg, &geo, &res, &rem, &neg, client, &mut out),
-                (_, true) => run_send_client(cfg, &geo, &res, &mut out),
-                (_, false) => run_send_server(cfg, &geo, &res, &rem, &neg, &mut out),
-            }
-            oob.close(&res.mine[0]).map_err(e)?;
-        }
+        Ok(())
+    })();
+    if let Err(m) = phase {
+        out.error = Some(match out.error.take() {
+            Some(first) => format!("{first}; then {m}"),
+            None => m,
+        });
     }
     if let Some(path) = &a.oob_log {
         let mut s = String::new();
