@@ -31,6 +31,9 @@ fn num(s: &str) -> Result<u64, String> {
     crate::parse_c_number(s)
 }
 
+/// How many QP addresses rdma-core's `ibv_srq_pingpong` sends and expects.
+const MAX_QP: usize = 256;
+
 /// The options of `srq_pingpong` (rdma-core's, plus `-c`, `--addr`, `--pcap`).
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Ping-pong SENDs over many RC QPs sharing one SRQ (rdma-core compatible)")]
@@ -228,9 +231,18 @@ pub fn run(a: &Args) -> Result<ExitCode, String> {
     };
 
     let n = qps.len();
+    // rdma-core's srq_pingpong always exchanges MAX_QP (256) messages, the
+    // first num_qp of them real, whatever -q is (seen against rxe)
+    let mut wire = mine.clone();
+    wire.resize(
+        MAX_QP.max(n),
+        Dest { lid: 0, qpn: 0, psn: 0, gid: std::net::Ipv6Addr::UNSPECIFIED },
+    );
     let rem = match &a.servername {
         Some(host) => {
-            let (r, ip) = oob::client_exchange(host, a.port as u16, &mine, Duration::from_secs(5))?;
+            let (mut r, ip) =
+                oob::client_exchange(host, a.port as u16, &wire, Duration::from_secs(5))?;
+            r.truncate(n);
             for d in &r {
                 print_remote(d);
             }
@@ -238,10 +250,11 @@ pub fn run(a: &Args) -> Result<ExitCode, String> {
             r
         }
         None => {
-            let (r, _) = oob::server_exchange(a.port as u16, n, |r, ip| {
-                connect(r, ip)?;
-                Ok(mine.clone())
+            let (mut r, _) = oob::server_exchange(a.port as u16, wire.len(), |r, ip| {
+                connect(&r[..n.min(r.len())], ip)?;
+                Ok(wire.clone())
             })?;
+            r.truncate(n);
             for d in &r {
                 print_remote(d);
             }
