@@ -167,10 +167,27 @@ run_pingpong() { # CASE DIR -> 0 pass / 1 fail ; writes DIR/{ours,guest}.log
   [ "$k" = srq ] && extra="-q 4"
   # shellcheck disable=SC2206
   local ours=("$BIN/${k}_pingpong" -d roce0 -g 1 -s "$size" -n "$iters" -c -p "$port" $extra)
-  [ "$s" = faults ] && ours+=(--faults "$FAULTS")
+  # Our injector, in the directions that cannot drop the very last ACK of
+  # the run (the peer that sent it exits at once, and rc_pingpong's other
+  # side would retransmit its last SEND forever): when we serve, the last
+  # message is ours and the guest ACKs it, so we drop only what we send;
+  # when the guest serves, we drop only what we receive.
+  if [ "$s" = faults ]; then
+    if [ "$r" = srv ]; then ours+=(--faults "$FAULTS,dir=tx"); else ours+=(--faults "$FAULTS,dir=rx"); fi
+  fi
   local theirs="timeout $((CASE_TIMEOUT - 10)) ibv_${k}_pingpong -d rxe0 -g \$(lab-gid) -s $size -n $iters -c -p $port $extra"
   if [ "$s" = loss ]; then # netem on, the tool, netem off (also when the tool fails)
-    theirs="tc qdisc add dev eth0 root netem loss $LOSS; $theirs \"\$@\"; rc=\$?; tc -s qdisc show dev eth0; tc qdisc del dev eth0 root; exit \$rc"
+    local qdisc="tc qdisc add dev eth0 root netem loss $LOSS"
+    if [ "$r" = srv ]; then
+      # the guest is the client and its last ACK ends the run (rc_pingpong
+      # exits at once; a lost last ACK leaves the server retransmitting
+      # forever): RoCE ACKs (BTH opcode 0x11 right after the UDP header)
+      # skip netem, every other RoCE packet goes through it
+      qdisc="tc qdisc add dev eth0 root handle 1: prio; tc qdisc add dev eth0 parent 1:3 handle 30: netem loss $LOSS"
+      qdisc="$qdisc; tc filter add dev eth0 parent 1:0 prio 1 protocol ip u32 match ip dport 4791 0xffff match u8 0x11 0xff at 28 flowid 1:1"
+      qdisc="$qdisc; tc filter add dev eth0 parent 1:0 prio 2 protocol ip u32 match ip dport 4791 0xffff flowid 1:3"
+    fi
+    theirs="$qdisc; $theirs \"\$@\"; rc=\$?; tc -s qdisc show dev eth0; tc qdisc del dev eth0 root; exit \$rc"
     theirs="bash -c '$theirs' x"
   fi
   local env=(env ROCE_EMU_DEVICES="$(dev_env "$t")" ROCE_EMU_PCAP="$d")
