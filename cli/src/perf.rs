@@ -140,6 +140,10 @@ pub struct PerfArgs {
     /// Inject faults on the real transport, e.g. `loss=0.05,seed=7` (as ROCE_EMU_FAULTS).
     #[arg(long = "faults", value_name = "SPEC")]
     pub faults: Option<String>,
+    /// Cross-process write test: RDMA WRITE with immediate (the server posts one receive per
+    /// WRITE and checks every immediate; `roce perf` on both sides: perftest 4.5 has no such test).
+    #[arg(long = "imm")]
+    pub imm: bool,
     /// Cross-process: write the out-of-band messages (direction, length, hex) to this file.
     #[arg(long = "oob-log", value_name = "FILE")]
     pub oob_log: Option<std::path::PathBuf>,

@@ -92,6 +92,7 @@ struct Cfg {
     gid_index: Option<u32>,
     cas: bool,
     bad_rkey: bool,
+    imm: bool,
     server: Option<String>,
 }
 
@@ -152,6 +153,11 @@ fn validate(a: &PerfArgs) -> Result<Cfg, String> {
     if a.atomic_type.is_some() && test != TestKind::Atomic {
         return Err("-A is for the atomic test".into());
     }
+    if a.imm && (test != TestKind::Write || duration.is_some() || iters > 16384) {
+        return Err("--imm is for the write test with -n at most 16384 (no -D)".into());
+    }
+    // WRITE with immediate: one receive per WRITE, all posted before the run
+    let rx_depth = if a.imm { iters as u32 } else { rx_depth };
     Ok(Cfg {
         test,
         size,
@@ -165,6 +171,7 @@ fn validate(a: &PerfArgs) -> Result<Cfg, String> {
         gid_index: a.gid_index,
         cas,
         bad_rkey: a.bad_rkey,
+        imm: a.imm,
         server: a.server.clone(),
     })
 }
@@ -546,6 +553,22 @@ fn run_cfg(cfg: &Cfg, a: &PerfArgs) -> Result<bool, String> {
     let phase = (|| -> Result<(), String> {
         match flow {
             Flow::Bw => {
+                if cfg.imm && !neg.remote_is_ours {
+                    return Err("--imm: perftest 4.5 has no WRITE_WITH_IMM test; run roce perf on both sides".into());
+                }
+                if cfg.imm && !client {
+                    for (q, qp) in res.qps.iter().enumerate() {
+                        for i in 0..cfg.iters {
+                            qp.post_recv(RecvWr::new(
+                                ((q as u64) << 40) | i,
+                                res.mrs[q].addr(),
+                                0,
+                                res.mrs[q].lkey(),
+                            ))
+                            .map_err(|e| format!("couldn't post receive: {e}"))?;
+                        }
+                    }
+                }
                 oob.hand_shake(&res.mine[0]).map_err(e)?;
                 if client {
                     run_bw_client(cfg, &geo, &res, &rem, &neg, &mut out);
@@ -562,6 +585,9 @@ fn run_cfg(cfg: &Cfg, a: &PerfArgs) -> Result<bool, String> {
                         " peer reported: {} B x {} iterations, BW average {:.2} MB/sec, {:.6} Mpps",
                         theirs.size, theirs.iters, theirs.bw_avg, theirs.msg_rate
                     );
+                    if cfg.imm {
+                        check_immediates(cfg, &res, theirs.iters, &mut out);
+                    }
                     check_server_memory(cfg, &geo, &res, &rem, &neg, theirs.iters, &mut out);
                 }
                 oob.close(&res.mine[0]).map_err(e)?;
@@ -755,6 +781,10 @@ fn run_bw_client(
                 let mr = &res.mrs[q];
                 let wr_id = ((q as u64) << 40) | i;
                 let wr = match cfg.test {
+                    TestKind::Write if cfg.imm => SendWr::new(wr_id, WrOpcode::RdmaWriteWithImm)
+                        .sge(mr.addr() + off, cfg.size, mr.lkey())
+                        .remote(r.vaddr + off, rkey)
+                        .with_imm(i as u32),
                     TestKind::Write => SendWr::new(wr_id, WrOpcode::RdmaWrite)
                         .sge(mr.addr() + off, cfg.size, mr.lkey())
                         .remote(r.vaddr + off, rkey),
@@ -1020,6 +1050,43 @@ fn check_server_memory(
             _ => {}
         }
     }
+}
+
+/// The server of WRITE with immediate: one receive completion per WRITE,
+/// in order, carrying the WRITE's index as its immediate.
+fn check_immediates(cfg: &Cfg, res: &Res, reported_iters: u64, out: &mut Outcome) {
+    let n = res.qps.len();
+    let want = reported_iters / n as u64;
+    let mut got = vec![0u64; n];
+    let mut bad = 0u64;
+    let mut last = Instant::now();
+    while got.iter().any(|&g| g < want) && last.elapsed() < Duration::from_secs(5) {
+        match poll(&res.ctx, &res.cq, 64, Duration::from_millis(100)) {
+            Ok(wcs) => {
+                if !wcs.is_empty() {
+                    last = Instant::now();
+                }
+                for wc in wcs {
+                    let q = ((wc.wr_id >> 40) as usize).min(n - 1);
+                    let ok = wc.status == WcStatus::Success
+                        && wc.opcode == roce_verbs_api::WcOpcode::RecvRdmaWithImm
+                        && wc.imm == Some(got[q] as u32)
+                        && wc.byte_len == cfg.size;
+                    bad += u64::from(!ok);
+                    got[q] += 1;
+                }
+            }
+            Err(e) => {
+                out.error = Some(e);
+                return;
+            }
+        }
+    }
+    let total: u64 = got.iter().sum();
+    out.check(
+        bad == 0 && got.iter().all(|&g| g == want),
+        format!("{total} WRITE_WITH_IMM receive completions, immediates 0..{want} in order per QP ({bad} wrong)"),
+    );
 }
 
 fn post_initial_recvs(cfg: &Cfg, geo: &Geo, res: &Res) -> Result<(), String> {

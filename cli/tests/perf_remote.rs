@@ -212,12 +212,29 @@ fn injected_loss_is_recovered_and_counted() {
 }
 
 #[test]
+fn write_with_immediate_every_immediate_checked() {
+    let (s, c) = pair(11, &["write", "--imm", "-s", "3000", "-n", "120", "-q", "2"], &[], &[]);
+    assert_both_ok(&s, &c, "120,120", (3, 2));
+    let st = String::from_utf8_lossy(&s.stdout);
+    assert!(
+        st.contains(
+            "240 WRITE_WITH_IMM receive completions, immediates 0..120 in order per QP (0 wrong)"
+        ),
+        "{st}"
+    );
+    assert!(st.contains("written slots of 3000 B equal the writer's pattern (0 not)"), "{st}");
+    // one receive consumed per WRITE: rdma_recvs counts them
+    assert_eq!(counter(&s, "rdma_recvs"), 240, "{}", text(&s));
+}
+
+#[test]
 fn usage_errors_exit_2() {
     for args in [
         &["perf", "send", "127.0.0.1", "-D", "1"][..],
         &["perf", "atomic", "127.0.0.1", "-A", "XOR"],
         &["perf", "lat", "write", "127.0.0.1"],
         &["perf", "write", "127.0.0.1", "send", "extra"],
+        &["perf", "read", "127.0.0.1", "--imm"],
     ] {
         let o = roce().args(args).output().unwrap();
         assert_eq!(o.status.code(), Some(2), "{args:?}\n{}", text(&o));
