@@ -144,6 +144,10 @@ pub struct PerfArgs {
     /// WRITE and checks every immediate; `roce perf` on both sides: perftest 4.5 has no such test).
     #[arg(long = "imm")]
     pub imm: bool,
+    /// Cross-process send server: wait this many milliseconds before re-posting each receive
+    /// (a slow receiver: with `-r 1` every SEND meets an empty receive queue, RNR NAKs).
+    #[arg(long = "recv-delay", value_name = "MS")]
+    pub recv_delay: Option<u64>,
     /// Cross-process: write the out-of-band messages (direction, length, hex) to this file.
     #[arg(long = "oob-log", value_name = "FILE")]
     pub oob_log: Option<std::path::PathBuf>,

@@ -93,6 +93,7 @@ struct Cfg {
     cas: bool,
     bad_rkey: bool,
     imm: bool,
+    recv_delay: Duration,
     server: Option<String>,
 }
 
@@ -172,6 +173,7 @@ fn validate(a: &PerfArgs) -> Result<Cfg, String> {
         cas,
         bad_rkey: a.bad_rkey,
         imm: a.imm,
+        recv_delay: Duration::from_millis(a.recv_delay.unwrap_or(0).min(10_000)),
         server: a.server.clone(),
     })
 }
@@ -1208,7 +1210,11 @@ fn run_send_server(
                         }
                     }
                     got[q] += 1;
-                    // repost the receive (more than iters in total is harmless)
+                    // repost the receive (more than iters in total is harmless),
+                    // late with --recv-delay
+                    if !cfg.recv_delay.is_zero() {
+                        std::thread::sleep(cfg.recv_delay);
+                    }
                     let next = i + u64::from(cfg.rx_depth);
                     let _ = res.qps[q].post_recv(RecvWr::new(
                         ((q as u64) << 40) | next,
