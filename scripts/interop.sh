@@ -29,6 +29,8 @@ LOSS_ITERS=${INTEROP_LOSS_ITERS:-30}
 LOSS=${INTEROP_LOSS:-10%}
 TRANSPORTS=${INTEROP_TRANSPORTS:-udp raw}
 CASE_TIMEOUT=${INTEROP_CASE_TIMEOUT:-60}
+PT_ITERS=${INTEROP_PT_ITERS:-200}     # perftest cases: operations per run
+FAULTS=${INTEROP_FAULTS:-loss=0.1,dir=both,seed=7}  # our fault injector (ROCE_EMU_FAULTS syntax)
 BIN=$ROOT/target/release
 STATE=/var/tmp/roce-interop
 RUN=${INTEROP_RESULTS:-$STATE/RUN-$(date -u +%Y%m%dT%H%M%SZ)}
@@ -68,7 +70,7 @@ cmd_setup() {
   [ -x "$LAB/lab.sh" ] || die "no lab at $LAB (set INTEROP_LAB)"
   mkdir -p "$STATE"
   log "building our tools (release)"
-  (cd "$ROOT" && timeout 1800 cargo build --release -q -p roce-examples) || die "cargo build failed"
+  (cd "$ROOT" && timeout 1800 cargo build --release -q -p roce-examples -p roce-cli) || die "cargo build failed"
   local st; st=$(timeout 30 "$LAB/lab.sh" status 2>/dev/null || true)
   if grep -q "vm a: running" <<<"$st" && grep -q "vm b: running" <<<"$st"; then
     log "lab already running (not ours to stop)"
@@ -86,7 +88,7 @@ cmd_teardown() {
     local p
     while read -r p; do
       # only our binaries (rc_pingpong & co. under ip netns exec / timeout)
-      if [ -r "/proc/$p/comm" ] && grep -qE '^(ip|timeout|rc_pingpong|uc_pingpong|ud_pingpong|rdma_write|rdma_read|atomics)$' "/proc/$p/comm"; then
+      if [ -r "/proc/$p/comm" ] && grep -qE '^(ip|timeout|rc_pingpong|uc_pingpong|ud_pingpong|srq_pingpong|roce|rdma_write|rdma_read|atomics)$' "/proc/$p/comm"; then
         kill -TERM "$p" 2>/dev/null || true
       fi
     done <"$STATE/pids"
@@ -129,6 +131,18 @@ all_cases() {
     # recovery: 10 % loss (tc netem on the guest's eth0, both directions
     # affected through its egress), 4 KiB messages, retransmission must finish
     echo "$t-rc-srv-loss"; echo "$t-rc-cli-loss"
+    # (our fault injector runs in the pt-*-faults cases below: rc_pingpong
+    # cannot take ACK loss, see run_pingpong; INTEROP_PP_FAULTS=1 adds the
+    # rc-*-faults cases anyway)
+    if [ "${INTEROP_PP_FAULTS:-0}" = 1 ]; then echo "$t-rc-srv-faults"; echo "$t-rc-cli-faults"; fi
+    # SRQ: 4 RC QPs sharing one SRQ on each side
+    echo "$t-srq-srv-4096"; echo "$t-srq-cli-4096"
+    # perftest on rxe against `roce perf`: RDMA WRITE, READ, SEND, FETCH_AND_ADD,
+    # CMP_AND_SWAP, SEND latency; then RNR, bad R_Key, injected loss
+    for r in srv cli; do
+      for s in write read send atomic cas lat rnr badrkey; do echo "$t-pt-$r-$s"; done
+    done
+    echo "$t-pt-cli-faults"; echo "$t-pt-srv-faults"
   done
 }
 
@@ -149,12 +163,32 @@ run_pingpong() { # CASE DIR -> 0 pass / 1 fail ; writes DIR/{ours,guest}.log
   local c=$1 d=$2 t k r s port=$PORT
   IFS=- read -r t k r s <<<"$c"
   PORT=$((PORT + 1))
-  local iters=$ITERS size=$s
+  local iters=$ITERS size=$s extra=""
   [ "$s" = loss ] && { size=4096; iters=$LOSS_ITERS; }
-  local ours=("$BIN/${k}_pingpong" -d roce0 -g 1 -s "$size" -n "$iters" -c -p "$port")
-  local theirs="timeout $((CASE_TIMEOUT - 10)) ibv_${k}_pingpong -d rxe0 -g \$(lab-gid) -s $size -n $iters -c -p $port"
+  [ "$s" = faults ] && { size=4096; iters=$LOSS_ITERS; }
+  [ "$k" = srq ] && extra="-q 4"
+  # shellcheck disable=SC2206
+  local ours=("$BIN/${k}_pingpong" -d roce0 -g 1 -s "$size" -n "$iters" -c -p "$port" $extra)
+  # Our injector, in the directions that cannot drop the very last ACK of
+  # the run (the peer that sent it exits at once, and rc_pingpong's other
+  # side would retransmit its last SEND forever): when we serve, the last
+  # message is ours and the guest ACKs it, so we drop only what we send;
+  # when the guest serves, we drop only what we receive.
+  if [ "$s" = faults ]; then
+    if [ "$r" = srv ]; then ours+=(--faults "$FAULTS,dir=tx"); else ours+=(--faults "$FAULTS,dir=rx"); fi
+  fi
+  local theirs="timeout $((CASE_TIMEOUT - 10)) ibv_${k}_pingpong -d rxe0 -g \$(lab-gid) -s $size -n $iters -c -p $port $extra"
   if [ "$s" = loss ]; then # netem on, the tool, netem off (also when the tool fails)
-    theirs="tc qdisc add dev eth0 root netem loss $LOSS; $theirs \"\$@\"; rc=\$?; tc -s qdisc show dev eth0; tc qdisc del dev eth0 root; exit \$rc"
+    # rc_pingpong cannot take ACK loss: each side exits as soon as its own
+    # last SEND is ACKed and its last receive is in, so a lost ACK for the
+    # other side's last SEND leaves that side retransmitting to a QP that is
+    # gone (rxe's and ours retry forever: hang until the case timeout; seen
+    # in runs 1 and 5, both roles). RoCE ACKs (BTH opcode 0x11 right after
+    # the UDP header) skip netem, every other RoCE packet goes through it.
+    local qdisc="tc qdisc add dev eth0 root handle 1: prio; tc qdisc add dev eth0 parent 1:3 handle 30: netem loss $LOSS"
+    qdisc="$qdisc; tc filter add dev eth0 parent 1:0 prio 1 protocol ip u32 match ip dport 4791 0xffff match u8 0x11 0xff at 28 flowid 1:1"
+    qdisc="$qdisc; tc filter add dev eth0 parent 1:0 prio 2 protocol ip u32 match ip dport 4791 0xffff flowid 1:3"
+    theirs="$qdisc; $theirs \"\$@\"; rc=\$?; tc -s qdisc show dev eth0; tc qdisc del dev eth0 root; exit \$rc"
     theirs="bash -c '$theirs' x"
   fi
   local env=(env ROCE_EMU_DEVICES="$(dev_env "$t")" ROCE_EMU_PCAP="$d")
@@ -181,7 +215,92 @@ run_pingpong() { # CASE DIR -> 0 pass / 1 fail ; writes DIR/{ours,guest}.log
   echo "ours_rc=$ours_rc guest_rc=$guest_rc" >"$d/status"
   # both sides must finish cleanly and report the exchange
   [ "$ours_rc" = 0 ] && [ "$guest_rc" = 0 ] \
-    && grep -q "^$iters iters in" "$d/ours.log" && grep -q "^$iters iters in" "$d/guest.log"
+    && grep -q "^$iters iters in" "$d/ours.log" && grep -q "^$iters iters in" "$d/guest.log" \
+    || return 1
+  if [ "$s" = faults ]; then # the injector must really have dropped datagrams
+    grep -E "^roce faults.* (rx|tx)_dropped=[1-9]" "$d/ours.log" >"$d/expect.txt" || return 1
+  fi
+}
+
+# perftest (rxe, guest) against `roce perf` (us): CASE = T-pt-ROLE-OP
+run_perftest() { # CASE DIR -> 0 pass / 1 fail
+  local c=$1 d=$2 t k r s port=$PORT
+  IFS=- read -r t k r s <<<"$c"
+  PORT=$((PORT + 1))
+  local n=$PT_ITERS tool ptargs oargs
+  case $s in
+    write|badrkey|faults) tool=ib_write_bw; ptargs="-s 4096 -n $n"; oargs=(write -s 4096 -n "$n") ;;
+    read) tool=ib_read_bw; ptargs="-s 4096 -n $n"; oargs=(read -s 4096 -n "$n") ;;
+    send) tool=ib_send_bw; ptargs="-s 4096 -n $n"; oargs=(send -s 4096 -n "$n") ;;
+    atomic) tool=ib_atomic_bw; ptargs="-n $n"; oargs=(atomic -n "$n") ;;
+    cas) tool=ib_atomic_bw; ptargs="-n $n -A CMP_AND_SWAP"; oargs=(atomic -n "$n" -A CMP_AND_SWAP) ;;
+    lat) tool=ib_send_lat; ptargs="-s 8 -n $((n / 2))"; oargs=(lat send -s 8 -n "$((n / 2))") ;;
+    rnr) # the receiver (rxe when we are the client, us when we serve) posts ONE receive
+      tool=ib_send_bw; ptargs="-s 1024 -n 50"; oargs=(send -s 1024 -n 50)
+      # (ours also re-posts 5 ms late: on this host it is otherwise faster than
+      # rxe under qemu TCG, and the RNR NAKs would depend on luck)
+      if [ "$r" = cli ]; then ptargs="$ptargs --rx-depth 1"; else oargs+=(-r 1 --recv-delay 5); fi ;;
+    *) die "unknown perftest case $c" ;;
+  esac
+  [ "$s" = badrkey ] && oargs+=(--bad-rkey)
+  [ "$s" = faults ] && oargs+=(--faults "$FAULTS")
+  local ours=("$BIN/roce" perf "${oargs[@]}" -d roce0 -x 1 -p "$port")
+  local theirs="timeout $((CASE_TIMEOUT - 10)) $tool -d rxe0 -x \$(lab-gid) -p $port $ptargs"
+  local env=(env ROCE_EMU_DEVICES="$(dev_env "$t")" ROCE_EMU_PCAP="$d")
+  local ours_rc=0 guest_rc=0 job
+  if [ "$r" = srv ]; then
+    start_bg "$d/ours.log" ip netns exec "$NS" timeout "$CASE_TIMEOUT" "${env[@]}" "${ours[@]}" --server
+    local pid=$LAST_PID i
+    for i in $(seq 1 100); do
+      ip netns exec "$NS" ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    echo "+ $theirs $HOST" >"$d/guest.log"
+    lab shell -t "$CASE_TIMEOUT" "$GUEST_CLI" "$theirs $HOST" >>"$d/guest.log" 2>&1 || guest_rc=$?
+    wait "$pid" || ours_rc=$?
+  else
+    echo "+ $theirs" >"$d/guest.log"
+    job=$(lab bg "$GUEST_SRV" "$theirs")
+    guest_wait_port "$GUEST_SRV" "$port" || true
+    ip netns exec "$NS" timeout "$CASE_TIMEOUT" "${env[@]}" "${ours[@]}" "${GUEST_IP[$GUEST_SRV]}" \
+      >"$d/ours.log" 2>&1 || ours_rc=$?
+    lab wait "$GUEST_SRV" "$job" "$CASE_TIMEOUT" >>"$d/guest.log" 2>&1 || guest_rc=$?
+  fi
+  echo "ours_rc=$ours_rc guest_rc=$guest_rc" >"$d/status"
+  local ok=1
+  case $s in
+    badrkey)
+      if [ "$r" = cli ]; then
+        # our WRITE completes with REM_ACCESS_ERR; perftest's server ends normally
+        [ "$ours_rc" = 1 ] && [ "$guest_rc" = 0 ] \
+          && grep -q "status 10 (remote access error)" "$d/ours.log" || ok=0
+      else
+        # rxe's WRITE completes with an error; we NAKed it (counter naks_sent)
+        [ "$guest_rc" != 0 ] && grep -qi "status 10\|REM_ACCESS\|remote access" "$d/guest.log" \
+          && grep -qE "counters:.* naks_sent=[1-9]" "$d/ours.log" || ok=0
+      fi ;;
+    *)
+      [ "$ours_rc" = 0 ] && [ "$guest_rc" = 0 ] \
+        && grep -qE "result: .*checks_ok=[1-9][0-9]* checks_failed=0 error=no" "$d/ours.log" || ok=0 ;;
+  esac
+  [ "$s" = faults ] && { grep -E "^roce faults.* (rx|tx)_dropped=[1-9]" "$d/ours.log" >"$d/expect.txt" || ok=0; }
+  [ $ok = 1 ]
+}
+
+# facts the pcap of a case must show (after the oracle ran): RNR NAKs, access NAKs
+check_expect() { # CASE DIR
+  local c=$1 d=$2 f=$2/br0.oracle.jsonl n
+  [ -s "$f" ] || f=$(ls "$d"/*.oracle.jsonl 2>/dev/null | head -1)
+  case $c in
+    *-pt-*-rnr)
+      n=$(grep -c '"kind": "RNR_NAK"' "$f" || true)
+      echo "RNR NAKs in $(basename "$f"): $n" >>"$d/expect.txt"; [ "$n" -gt 0 ] ;;
+    *-pt-*-badrkey)
+      n=$(grep -c '"nak": "REMOTE_ACCESS_ERROR"' "$f" || true)
+      echo "REMOTE_ACCESS_ERROR NAKs in $(basename "$f"): $n" >>"$d/expect.txt"; [ "$n" -gt 0 ] ;;
+    *) return 0 ;;
+  esac
 }
 
 check_pcaps() { # DIR -> 0 if every pcap there passes the oracle and has RoCE packets
@@ -209,13 +328,15 @@ run_case() { # CASE
   t0=$(date +%s.%N)
   LAB_CAPTURES=$d lab capture-start br0 udp port 4791 or tcp port "$PORT" >/dev/null 2>&1 || true
   case $c in
-    *-rc-*|*-uc-*|*-ud-*) run_pingpong "$c" "$d" || res=FAIL ;;
+    *-rc-*|*-uc-*|*-ud-*|*-srq-*) run_pingpong "$c" "$d" || res=FAIL ;;
+    *-pt-*) run_perftest "$c" "$d" || res=FAIL ;;
     *) die "unknown case $c" ;;
   esac
   LAB_CAPTURES=$d lab capture-stop br0 >/dev/null 2>&1 || true
   stop_ours
   check_pcaps "$d" || oracle=FAIL
   [ $oracle = ok ] || res=FAIL
+  check_expect "$c" "$d" || res=FAIL
   secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
   RESULTS+=("$(printf '%-22s %-5s oracle=%-4s %6ss  %s' "$c" "$res" "$oracle" "$secs" "$(cat "$d/status" 2>/dev/null)")")
   printf '%-22s %-5s oracle=%-4s %6ss\n' "$c" "$res" "$oracle" "$secs" >&2

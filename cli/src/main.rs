@@ -21,6 +21,8 @@ mod ladder_args;
 mod logging;
 mod perf;
 mod perf_engine;
+mod perf_remote;
+mod perftest_oob;
 mod progress;
 mod record;
 mod scenario;

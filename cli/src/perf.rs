@@ -85,9 +85,15 @@ pub struct PerfArgs {
     /// The test: write | read | send | atomic (bandwidth) or lat (latency).
     #[arg(value_enum)]
     pub test: TestKind,
-    /// For `lat`: the operation (default send).
-    #[arg(value_enum)]
+    /// For `lat`: the operation (default send); set from `operands`.
+    #[arg(skip)]
     pub lat_op: Option<LatKind>,
+    /// `send|write|read` after `lat`, and/or the server's address (cross-process client).
+    #[arg(value_name = "OP|SERVER", num_args = 0..=2)]
+    pub operands: Vec<String>,
+    /// Cross-process client: the server's address (set from `operands`).
+    #[arg(skip)]
+    pub server: Option<String>,
     /// Message size in bytes (default 65536 for bandwidth, 8 for lat; atomic is always 8).
     #[arg(short = 's', long = "size", value_name = "SIZE")]
     pub size: Option<u32>,
@@ -135,6 +141,45 @@ pub struct PerfArgs {
     /// Accepted for perftest compatibility: results are always in Gb/s.
     #[arg(long = "report_gbits", hide = true)]
     pub report_gbits: bool,
+    /// Cross-process server: wait for a perftest (or `roce perf`) client on TCP `-p`.
+    #[arg(long = "server")]
+    pub listen: bool,
+    /// Cross-process: TCP port of perftest's exchange (default 18515).
+    #[arg(short = 'p', long = "port", value_name = "PORT")]
+    pub port: Option<u16>,
+    /// Cross-process: the configured device to use (ROCE_EMU_DEVICES, devices.conf).
+    #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
+    pub ib_dev: Option<String>,
+    /// Cross-process: a UDP device at this local address (no configuration needed).
+    #[arg(long = "local", value_name = "ADDR")]
+    pub local: Option<IpAddr>,
+    /// Cross-process: source GID index (default 1, the RoCEv2 IPv4/IPv6 GID).
+    #[arg(short = 'x', long = "gid-index", value_name = "N")]
+    pub gid_index: Option<u32>,
+    /// Cross-process: receives posted per QP for send/lat (default 512).
+    #[arg(short = 'r', long = "rx-depth", value_name = "N")]
+    pub rx_depth: Option<u32>,
+    /// Cross-process atomic test: FETCH_AND_ADD (default) or CMP_AND_SWAP.
+    #[arg(short = 'A', long = "atomic_type", value_name = "TYPE")]
+    pub atomic_type: Option<String>,
+    /// Cross-process: use a wrong R_Key on purpose (client: in our requests; server: the one
+    /// we advertise), to see REM_ACCESS_ERR.
+    #[arg(long = "bad-rkey")]
+    pub bad_rkey: bool,
+    /// Inject faults on the real transport, e.g. `loss=0.05,seed=7` (as ROCE_EMU_FAULTS).
+    #[arg(long = "faults", value_name = "SPEC")]
+    pub faults: Option<String>,
+    /// Cross-process write test: RDMA WRITE with immediate (the server posts one receive per
+    /// WRITE and checks every immediate; `roce perf` on both sides: perftest 4.5 has no such test).
+    #[arg(long = "imm")]
+    pub imm: bool,
+    /// Cross-process send server: wait this many milliseconds before re-posting each receive
+    /// (a slow receiver: with `-r 1` every SEND meets an empty receive queue, RNR NAKs).
+    #[arg(long = "recv-delay", value_name = "MS")]
+    pub recv_delay: Option<u64>,
+    /// Cross-process: write the out-of-band messages (direction, length, hex) to this file.
+    #[arg(long = "oob-log", value_name = "FILE")]
+    pub oob_log: Option<std::path::PathBuf>,
 }
 
 /// A validated configuration.
@@ -399,6 +444,13 @@ fn header(cfg: &PerfConfig, setup: &Setup) -> String {
 
 /// Run `roce perf`; returns the exit status.
 pub fn run(args: &PerfArgs) -> ExitCode {
+    let args = &match crate::perf_remote::resolve_operands(args) {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    if crate::perf_remote::is_remote(args) {
+        return crate::perf_remote::run(args);
+    }
     let cfg = match validate(args) {
         Ok(c) => c,
         Err(e) => {

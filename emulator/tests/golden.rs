@@ -120,7 +120,10 @@ fn us_retry(
     let mut hca = Hca::new(HcaConfig::new("us", IpAddr::V4(Ipv4Addr::from(me)), 3));
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(1024).unwrap();
-    let acc = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    let acc = AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC;
     let mr = hca.reg_mr(pd, 1 << 17, acc).unwrap();
     let cap = QpCap {
         max_send_wr: 256,
@@ -753,4 +756,144 @@ fn write_lat_server_side_acks_and_duplicate() {
     let wcs = u.hca.poll_cq(u.cq, 256).unwrap();
     assert_eq!(wcs.len(), 100);
     assert!(wcs.iter().all(|w| w.status == WcStatus::Success));
+}
+
+// ---------------------------------------------------------------------------
+// us <-> rxe conversations from scripts/interop.sh (emulator/tests/data/us_rxe_*,
+// trimmed with scripts/trim_pcap.py; facts from the run's logs in
+// emulator/tests/data/us_rxe.log). 192.168.77.1 is our device, .2/.3 rxe.
+
+/// The UDP payload without its ICRC (the ICRC covers the IPv4
+/// identification, which differs between senders).
+fn body(d: &Datagram) -> &[u8] {
+    &d.payload[..d.payload.len() - 4]
+}
+
+/// Re-point a request's RETH/AtomicETH from rxe's buffer to ours and
+/// re-fill its ICRC (after checking the captured one).
+fn translate(d: &Datagram, their_va: u64, u: &Us) -> Datagram {
+    let hdr = IpUdpHeader::build(&d.endpoints, &d.meta, d.payload.len()).unwrap();
+    assert!(hdr.verify_icrc(&d.payload), "captured ICRC");
+    let (mut r, payload) = RoceRepr::parse_bytes(&d.payload).map(|(a, b)| (a, b.to_vec())).unwrap();
+    if let Some(reth) = r.reth.as_mut() {
+        reth.va = u.mr.addr + (reth.va - their_va);
+        reth.rkey = u.mr.rkey;
+    }
+    if let Some(a) = r.atomic_eth.as_mut() {
+        a.va = u.mr.addr + (a.va - their_va);
+        a.rkey = u.mr.rkey;
+    }
+    let mut b = r.to_vec(&payload).unwrap();
+    IpUdpHeader::build(&d.endpoints, &d.meta, b.len()).unwrap().fill_icrc(&mut b);
+    Datagram { endpoints: d.endpoints, meta: d.meta, payload: Bytes::from(b) }
+}
+
+/// Our requests (from `roce perf` at .1) that rxe (.2) answered: our HCA,
+/// put in rxe's place with rxe's memory contents (taken from its
+/// answers), must answer the same requests with the same bytes.
+fn rxe_responder_equivalence(name: &str, rxe_qpn: u32, their_va: u64) -> (usize, usize) {
+    let frames = load(name).unwrap_or_else(|| panic!("{name} not found (emulator/tests/data)"));
+    let rxe = IpAddr::V4(Ipv4Addr::new(192, 168, 77, 2));
+    let reqs: Vec<&Datagram> =
+        frames.iter().map(|f| &f.dgram).filter(|d| d.endpoints.src != rxe).collect();
+    let theirs: Vec<&Datagram> =
+        frames.iter().map(|f| &f.dgram).filter(|d| d.endpoints.src == rxe).collect();
+    let first = parse(reqs[0]);
+    let mut u =
+        us([192, 168, 77, 2], rxe_qpn, [192, 168, 77, 1], 0x11, 0, first.bth.psn.value(), 12);
+    // rxe's memory before the run: the first answer for each address
+    let mut seen = std::collections::HashSet::new();
+    for q in &reqs {
+        let r = parse(q);
+        let psn = r.bth.psn.value();
+        if let Some(a) = r.atomic_eth {
+            let resp = theirs.iter().map(|d| parse(d)).find(|x| x.bth.psn.value() == psn);
+            if let (Some(resp), true) = (resp, seen.insert(a.va)) {
+                let orig = resp.atomic_ack_eth.unwrap().orig_rem_data;
+                u.hca.mr_write(u.mr.handle, a.va - their_va, &orig.to_le_bytes()).unwrap();
+            }
+        }
+        if let Some(reth) = r.reth {
+            if !seen.insert(reth.va) {
+                continue;
+            }
+            let n = reth.dma_len.div_ceil(1024).max(1);
+            let mut data = Vec::new();
+            for k in 0..n {
+                let p = (psn + k) & 0xff_ffff;
+                if let Some(d) = theirs.iter().find(|d| parse(d).bth.psn.value() == p) {
+                    data.extend_from_slice(RoceRepr::parse_bytes(&d.payload).unwrap().1);
+                }
+            }
+            u.hca.mr_write(u.mr.handle, reth.va - their_va, &data).unwrap();
+        }
+    }
+    let mut ours: Vec<Datagram> = Vec::new();
+    for q in &reqs {
+        u.hca.handle_datagram(Instant::ZERO, translate(q, their_va, &u));
+        while let Some(d) = u.hca.poll_transmit(Instant::ZERO) {
+            ours.push(d);
+        }
+    }
+    // the trimmed capture ends before rxe answered its last requests: every
+    // answer it holds is compared
+    let n = theirs.len();
+    assert!(ours.len() >= n, "{} answers of ours, {n} of rxe's", ours.len());
+    for k in 0..n {
+        assert_eq!(
+            body(&ours[k]),
+            body(theirs[k]),
+            "{name}: answer {k}: ours {:?}\nrxe's {:?}",
+            key(&parse(&ours[k])),
+            key(&parse(theirs[k]))
+        );
+    }
+    let c = u.hca.counters();
+    assert_eq!(c.icrc_err + c.malformed + c.bad_state + c.naks_sent, 0, "{c}");
+    (reqs.len(), n)
+}
+
+#[test]
+fn us_rxe_fetch_and_add_rxe_answers_equal_ours() {
+    // ours.log: rxe QPN 0x29 RKey 0x16ab VAddr 0x561fe07dd000; we are QPN 0x11
+    let (reqs, answers) =
+        rxe_responder_equivalence("us_rxe_atomic_faa_client.pcap", 0x29, 0x561f_e07d_d000);
+    assert_eq!((reqs, answers), (80, 80));
+}
+
+#[test]
+fn us_rxe_compare_and_swap_rxe_answers_equal_ours() {
+    // ours.log: rxe QPN 0x2a RKey 0x17f2 VAddr 0x5647df626000
+    let (reqs, answers) =
+        rxe_responder_equivalence("us_rxe_atomic_cas_client.pcap", 0x2a, 0x5647_df62_6000);
+    assert_eq!((reqs, answers), (82, 78));
+}
+
+#[test]
+fn us_rxe_read_rxe_answers_equal_ours() {
+    // ours.log: rxe QPN 0x27 RKey 0x1450 VAddr 0x55d56cedc000; 4096-byte READs
+    let (reqs, answers) =
+        rxe_responder_equivalence("us_rxe_read_client.pcap", 0x27, 0x55d5_6ced_c000);
+    // 21 READs of 4 KiB; rxe's first 29 response packets are in the file
+    assert_eq!((reqs, answers), (21, 29));
+}
+
+#[test]
+fn us_rxe_bad_rkey_write_is_naked_as_recorded() {
+    // rxe's ib_write_bw (.3, QPN 0x2c) wrote with the wrong R_Key we
+    // advertised (0xa558ae); our device (.1, QPN 0x11) NAKed it with
+    // REMOTE_ACCESS_ERROR and rxe's WC was REM_ACCESS_ERR
+    let frames = load("us_rxe_badrkey_server.pcap").expect("us_rxe_badrkey_server.pcap");
+    assert_eq!(frames.len(), 2);
+    let req = parse(&frames[0].dgram);
+    assert_eq!(req.reth.unwrap().rkey, RKey::new(0x00a5_58ae));
+    let mut u =
+        us([192, 168, 77, 1], 0x11, [192, 168, 77, 3], 0x2c, 0xdfb675, req.bth.psn.value(), 12);
+    u.hca.handle_datagram(Instant::ZERO, frames[0].dgram.clone());
+    let nak = u.hca.poll_transmit(Instant::ZERO).expect("a NAK");
+    assert!(u.hca.poll_transmit(Instant::ZERO).is_none());
+    assert_eq!(body(&nak), body(&frames[1].dgram), "the NAK byte for byte");
+    let a = parse(&nak).aeth.unwrap();
+    assert_eq!(a.syndrome, Syndrome::Nak(roce_packet::NakCode::RemoteAccessError));
+    assert_eq!(u.hca.counters().naks_sent, 1);
 }

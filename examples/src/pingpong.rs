@@ -116,6 +116,9 @@ pub struct Args {
     /// extension: record every frame of the device to this pcap file
     #[arg(long = "pcap")]
     pub pcap: Option<std::path::PathBuf>,
+    /// extension: inject faults on the real transport, e.g. loss=0.05,seed=7 (as ROCE_EMU_FAULTS)
+    #[arg(long = "faults")]
+    pub faults: Option<String>,
     /// connect to the server at <host> (without: start a server and wait for a connection)
     pub servername: Option<String>,
 }
@@ -226,6 +229,10 @@ pub fn run(kind: Kind, a: &Args) -> Result<ExitCode, String> {
     let buf_len = size + off;
 
     // --- pp_init_ctx ---
+    if let Some(f) = &a.faults {
+        // read by the transport when the device is opened
+        std::env::set_var("ROCE_EMU_FAULTS", f);
+    }
     let dev = crate::open_device_with(a.ib_dev.as_deref(), a.addr, a.pcap.as_deref())?;
     let ctx = dev.open();
     let port = ctx.query_port();

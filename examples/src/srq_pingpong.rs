@@ -31,6 +31,9 @@ fn num(s: &str) -> Result<u64, String> {
     crate::parse_c_number(s)
 }
 
+/// How many QP addresses rdma-core's `ibv_srq_pingpong` sends and expects.
+const MAX_QP: usize = 256;
+
 /// The options of `srq_pingpong` (rdma-core's, plus `-c`, `--addr`, `--pcap`).
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Ping-pong SENDs over many RC QPs sharing one SRQ (rdma-core compatible)")]
@@ -126,7 +129,8 @@ pub fn run(a: &Args) -> Result<ExitCode, String> {
     let mr = pd
         .reg_mr(size, AccessFlags::LOCAL_WRITE)
         .map_err(|e| format!("Couldn't register MR: {e}"))?;
-    mr.write(0, &vec![0x7b; size]).map_err(|e| e.to_string())?;
+    // rdma-core's srq_pingpong zeroes its buffer (rc_pingpong fills 0x7b)
+    mr.write(0, &vec![0; size]).map_err(|e| e.to_string())?;
     let cq = ctx.create_cq(rx_depth + num_qp).map_err(|e| format!("Couldn't create CQ: {e}"))?;
     let srq = pd.create_srq(rx_depth, 1).map_err(|e| format!("Couldn't create SRQ: {e}"))?;
     let mut qps = Vec::new();
@@ -228,9 +232,18 @@ pub fn run(a: &Args) -> Result<ExitCode, String> {
     };
 
     let n = qps.len();
+    // rdma-core's srq_pingpong always exchanges MAX_QP (256) messages, the
+    // first num_qp of them real, whatever -q is (seen against rxe)
+    let mut wire = mine.clone();
+    wire.resize(
+        MAX_QP.max(n),
+        Dest { lid: 0, qpn: 0, psn: 0, gid: std::net::Ipv6Addr::UNSPECIFIED },
+    );
     let rem = match &a.servername {
         Some(host) => {
-            let (r, ip) = oob::client_exchange(host, a.port as u16, &mine, Duration::from_secs(5))?;
+            let (mut r, ip) =
+                oob::client_exchange(host, a.port as u16, &wire, Duration::from_secs(5))?;
+            r.truncate(n);
             for d in &r {
                 print_remote(d);
             }
@@ -238,10 +251,11 @@ pub fn run(a: &Args) -> Result<ExitCode, String> {
             r
         }
         None => {
-            let (r, _) = oob::server_exchange(a.port as u16, n, |r, ip| {
-                connect(r, ip)?;
-                Ok(mine.clone())
+            let (mut r, _) = oob::server_exchange(a.port as u16, wire.len(), |r, ip| {
+                connect(&r[..n.min(r.len())], ip)?;
+                Ok(wire.clone())
             })?;
+            r.truncate(n);
             for d in &r {
                 print_remote(d);
             }
@@ -323,7 +337,7 @@ pub fn run(a: &Args) -> Result<ExitCode, String> {
         let mut got = vec![0u8; size];
         mr.read(0, &mut got).map_err(|e| e.to_string())?;
         for (p, page) in got.chunks(PAGE).enumerate() {
-            if page.iter().enumerate().any(|(i, &b)| b != if i == 0 { 0 } else { 0x7b }) {
+            if page.iter().any(|&b| b != 0) {
                 println!("invalid data in page {p}");
                 ok = false;
             }

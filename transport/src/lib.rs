@@ -19,6 +19,7 @@ pub mod coalesce;
 pub mod counters;
 pub mod crcmath;
 pub mod driver;
+pub mod faults;
 pub mod pcap;
 pub mod raw;
 pub mod rxcheck;

@@ -26,6 +26,7 @@
 use crate::device::Device;
 use crate::driver::{Budget, Driver};
 use roce_emulator::{Hca, HcaConfig, PathMtu};
+use roce_transport::faults::{FaultSpec, FaultyTransport};
 use roce_transport::{DriverHandle, RawConfig, RawTransport, Transport, UdpConfig, UdpTransport};
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
@@ -143,6 +144,14 @@ pub enum OpenError {
         kind: TransportKind,
         /// Why.
         why: &'static str,
+    },
+    /// `ROCE_EMU_FAULTS` does not parse.
+    #[error("device {name}: {why}")]
+    Faults {
+        /// The device.
+        name: String,
+        /// What is wrong with the spec.
+        why: String,
     },
 }
 
@@ -382,21 +391,26 @@ impl DeviceConfig {
             ..Default::default()
         };
         let hca = Arc::new(Mutex::new(Hca::new(self.hca_config())));
+        // seeded fault injection on the real wire (ROCE_EMU_FAULTS)
+        let faults = FaultSpec::from_env()
+            .map_err(|why| OpenError::Faults { name: self.name.clone(), why })?
+            .filter(FaultSpec::is_active);
         match &self.transport {
             TransportKind::Udp => {
                 let mut uc = UdpConfig::new(SocketAddr::new(self.addr, self.port));
                 uc.pcap = self.effective_pcap();
                 let t = UdpTransport::bind(uc)
                     .map_err(|source| OpenError::Transport { name: self.name.clone(), source })?;
-                if t.config().rx_icrc != roce_transport::RxIcrcPolicy::Off {
-                    // The transport verifies every ICRC it delivers.
+                // The transport verifies every ICRC it delivers, so the core need
+                // not; not with injected faults, which may corrupt after that check.
+                if faults.is_none() && t.config().rx_icrc != roce_transport::RxIcrcPolicy::Off {
                     hca.lock().unwrap_or_else(|e| e.into_inner()).set_rx_icrc_checked(true);
                 }
-                let handle = roce_transport::Driver::spawn_with(hca.clone(), t, cfg)
-                    .map_err(|source| OpenError::Thread { name: self.name.clone(), source })?;
-                let publisher = crate::publish::Publisher::start(hca.clone());
-                let drv = Arc::new(UdpDriver::new(handle, "udp").with_publisher(publisher));
-                Ok(Device::new(hca, drv))
+                if let Some(f) = faults {
+                    let t = FaultyTransport::new(t, f, self.name.clone());
+                    return self.start(hca, t, cfg, "udp");
+                }
+                self.start(hca, t, cfg, "udp")
             }
             TransportKind::Raw { ifname } => {
                 let mut rc = RawConfig::new(ifname.clone(), self.addr);
@@ -404,15 +418,16 @@ impl DeviceConfig {
                 rc.pcap = self.effective_pcap();
                 let t = RawTransport::open(rc)
                     .map_err(|source| OpenError::Raw { name: self.name.clone(), source })?;
-                // Exact receive-side ICRC checks on the real IP header.
-                hca.lock().unwrap_or_else(|e| e.into_inner()).set_rx_icrc_checked(true);
-                let handle = roce_transport::Driver::spawn_with(hca.clone(), t, cfg)
-                    .map_err(|source| OpenError::Thread { name: self.name.clone(), source })?;
-                let publisher = crate::publish::Publisher::start(hca.clone());
-                let drv = Arc::new(
-                    ThreadDriver::<RawTransport>::new(handle, "raw").with_publisher(publisher),
-                );
-                Ok(Device::new(hca, drv))
+                // Exact receive-side ICRC checks on the real IP header (unless
+                // injected faults may corrupt frames after that check).
+                if faults.is_none() {
+                    hca.lock().unwrap_or_else(|e| e.into_inner()).set_rx_icrc_checked(true);
+                }
+                if let Some(f) = faults {
+                    let t = FaultyTransport::new(t, f, self.name.clone());
+                    return self.start(hca, t, cfg, "raw");
+                }
+                self.start(hca, t, cfg, "raw")
             }
             k @ TransportKind::Sim => Err(OpenError::Unsupported {
                 name: self.name.clone(),
@@ -420,6 +435,23 @@ impl DeviceConfig {
                 why: "simulated devices live on a SimNet: use SimNet::add_device",
             }),
         }
+    }
+}
+
+impl DeviceConfig {
+    /// Start the driver thread of an opened transport and make the device.
+    fn start<T: roce_transport::Transport>(
+        &self,
+        hca: Arc<Mutex<Hca>>,
+        t: T,
+        cfg: roce_transport::DriverConfig,
+        kind: &str,
+    ) -> Result<Device, OpenError> {
+        let handle = roce_transport::Driver::spawn_with(hca.clone(), t, cfg)
+            .map_err(|source| OpenError::Thread { name: self.name.clone(), source })?;
+        let publisher = crate::publish::Publisher::start(hca.clone());
+        let drv = Arc::new(ThreadDriver::<T>::new(handle, kind).with_publisher(publisher));
+        Ok(Device::new(hca, drv))
     }
 }
 
