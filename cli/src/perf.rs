@@ -138,8 +138,10 @@ pub struct PerfArgs {
     /// Print both devices' counters (rxe names) after the run.
     #[arg(long)]
     pub stats: bool,
-    /// Accepted for perftest compatibility: results are always in Gb/s.
-    #[arg(long = "report_gbits", hide = true)]
+    /// Bandwidth in Gb/s (perftest's `--report_gbits`; also `--report`). The
+    /// in-process mode always reports Gb/s; across processes the default is
+    /// perftest's MB/s.
+    #[arg(long = "report_gbits", visible_alias = "report")]
     pub report_gbits: bool,
     /// Cross-process server: wait for a perftest (or `roce perf`) client on TCP `-p`.
     #[arg(long = "server")]

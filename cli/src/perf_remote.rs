@@ -95,6 +95,8 @@ struct Cfg {
     imm: bool,
     recv_delay: Duration,
     server: Option<String>,
+    /// `--report_gbits`: bandwidth columns in Gb/s instead of MB/s.
+    gbits: bool,
 }
 
 fn validate(a: &PerfArgs) -> Result<Cfg, String> {
@@ -175,6 +177,7 @@ fn validate(a: &PerfArgs) -> Result<Cfg, String> {
         imm: a.imm,
         recv_delay: Duration::from_millis(a.recv_delay.unwrap_or(0).min(10_000)),
         server: a.server.clone(),
+        gbits: a.report_gbits,
     })
 }
 
@@ -729,13 +732,16 @@ fn print_results(cfg: &Cfg, client: bool, out: &Outcome, geo: &Geo) {
     }
     let secs = out.elapsed.as_secs_f64().max(1e-9);
     let mbps = total as f64 * geo.size as f64 / secs / 1_048_576.0;
-    println!(" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]");
+    // perftest's units: MB/sec = 2^20 bytes/s; with --report_gbits, Gb/sec = 10^9 bits/s
+    let (unit, scale) =
+        if cfg.gbits { ("Gb/sec", 1_048_576.0 * 8.0 / 1e9) } else { ("MB/sec", 1.0) };
+    println!(" #bytes     #iterations    BW peak[{unit}]    BW average[{unit}]   MsgRate[Mpps]");
     println!(
         " {:<10} {:<10}       {:<7.2}            {:<7.2}\t\t   {:<7.6}",
         cfg.size,
         out.ops.first().copied().unwrap_or(0),
-        out.peak_mbps.max(mbps),
-        mbps,
+        out.peak_mbps.max(mbps) * scale,
+        mbps * scale,
         total as f64 / secs / 1e6
     );
     println!("{line}");

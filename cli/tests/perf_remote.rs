@@ -102,6 +102,23 @@ fn write_two_processes_data_checked_on_the_target() {
     assert_eq!(counter(&c, "sent_pkts"), 300);
     assert_eq!(counter(&s, "rcvd_pkts"), 300);
     assert_eq!(counter(&s, "acks_sent") + counter(&s, "ack_deferred"), 300);
+    // perftest's default unit is MB/sec
+    let ct = String::from_utf8_lossy(&c.stdout);
+    assert!(ct.contains(" BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"), "{ct}");
+}
+
+#[test]
+fn report_gbits_switches_the_client_columns_to_gbits() {
+    let (s, c) = pair(12, &["write", "-s", "4096", "-n", "100"], &[], &["--report"]);
+    assert_both_ok(&s, &c, "100", (1, 1));
+    let ct = String::from_utf8_lossy(&c.stdout);
+    assert!(ct.contains(" BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"), "{ct}");
+    let row = ct.lines().find(|l| l.trim_start().starts_with("4096 ")).expect("result row");
+    let cols: Vec<f64> = row.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    // 4096, 100, peak, average, Mpps: average Gb/s = Mpps x 4096 B x 8 bits / 1000
+    assert_eq!(cols.len(), 5, "{row}");
+    let expect = cols[4] * 4096.0 * 8.0 / 1000.0;
+    assert!((cols[3] - expect).abs() <= 0.02 + expect * 0.01, "{row}: {} vs {expect}", cols[3]);
 }
 
 #[test]
