@@ -339,7 +339,8 @@ run_case() { # CASE
   check_expect "$c" "$d" || res=FAIL
   secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
   RESULTS+=("$(printf '%-22s %-5s oracle=%-4s %6ss  %s' "$c" "$res" "$oracle" "$secs" "$(cat "$d/status" 2>/dev/null)")")
-  printf '%-22s %-5s oracle=%-4s %6ss\n' "$c" "$res" "$oracle" "$secs" >&2
+  # progress on stderr: [k/N] case result
+  printf '[%d/%d] %-22s %-5s oracle=%-4s %6ss\n' "$CASE_I" "$CASE_N" "$c" "$res" "$oracle" "$secs" >&2
   [ $res = PASS ]
 }
 
@@ -363,7 +364,9 @@ cmd_run() {
   [ ${#cases[@]} -gt 0 ] || die "no case matches: $*"
   log "results in $RUN (${#cases[@]} cases)"
   local pass=0 fail=0 t0=$SECONDS
+  CASE_N=${#cases[@]} CASE_I=0
   for c in "${cases[@]}"; do
+    CASE_I=$((CASE_I + 1))
     if run_case "$c"; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
   done
   {
