@@ -22,7 +22,8 @@ use roce_packet::{
     BthRepr, IpMeta, IpUdpHeader, LKey, Opcode, PKey, Psn, Qpn, RKey, RoceRepr, UdpEndpoints,
     ROCE_V2_PORT,
 };
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, Ipv6Addr};
 
 /// Configuration of one emulated device.
@@ -154,6 +155,13 @@ impl Dev {
         repr: &RoceRepr,
         payload: &[u8],
     ) -> Option<Datagram> {
+        self.finish_to(qp, dgid, repr.to_vec(payload).ok()?)
+    }
+
+    /// Complete a packet of `qp` to `dgid` built in place (headers and
+    /// payload from [`RoceRepr::start_vec`] / [`RoceRepr::finish_vec`]):
+    /// fill the ICRC and wrap it as a datagram.
+    pub fn finish_to(&self, qp: &Qp, dgid: IpAddr, mut buf: Vec<u8>) -> Option<Datagram> {
         let dst = match dgid {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
             v4 => v4,
@@ -161,7 +169,6 @@ impl Dev {
         let endpoints =
             UdpEndpoints { src: self.addr, dst, src_port: qp.src_port, dst_port: ROCE_V2_PORT };
         let meta = IpMeta::default();
-        let mut buf = repr.to_vec(payload).ok()?;
         IpUdpHeader::build(&endpoints, &meta, buf.len()).ok()?.fill_icrc(&mut buf);
         Some(Datagram { endpoints, meta, payload: Bytes::from(buf) })
     }
@@ -217,10 +224,10 @@ impl Hca {
                 },
                 attr,
                 rng: SmallRng::seed_from_u64(cfg.seed),
-                pds: HashMap::new(),
+                pds: HashMap::default(),
                 mem: MemTable::default(),
-                cqs: HashMap::new(),
-                srqs: HashMap::new(),
+                cqs: HashMap::default(),
+                srqs: HashMap::default(),
                 comp_events: VecDeque::new(),
                 counters: Counters::default(),
                 events: VecDeque::new(),

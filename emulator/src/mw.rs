@@ -166,8 +166,8 @@ pub(crate) struct Mw {
 /// Windows, keyed by handle, plus the rkey index.
 #[derive(Default)]
 pub(crate) struct MwTable {
-    pub mws: std::collections::HashMap<MwHandle, Mw>,
-    pub by_rkey: std::collections::HashMap<RKey, MwHandle>,
+    pub mws: rustc_hash::FxHashMap<MwHandle, Mw>,
+    pub by_rkey: rustc_hash::FxHashMap<RKey, MwHandle>,
     /// The QP whose incoming request is being executed (set by the receive
     /// path around the responder): a type 2 window's rkey is only valid on
     /// the QP it is bound to. `None` skips that check (READ responses

@@ -288,9 +288,9 @@ pub(crate) enum MemError {
 /// The memory tables, with key lookups and checked copies.
 #[derive(Default)]
 pub(crate) struct MemTable {
-    pub mrs: std::collections::HashMap<MrHandle, Mr>,
-    pub by_lkey: std::collections::HashMap<LKey, MrHandle>,
-    pub by_rkey: std::collections::HashMap<RKey, MrHandle>,
+    pub mrs: rustc_hash::FxHashMap<MrHandle, Mr>,
+    pub by_lkey: rustc_hash::FxHashMap<LKey, MrHandle>,
+    pub by_rkey: rustc_hash::FxHashMap<RKey, MrHandle>,
     /// Memory windows (see `crate::mw`).
     pub mw: crate::mw::MwTable,
 }

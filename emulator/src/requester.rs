@@ -192,7 +192,7 @@ impl Qp {
                     dma_len: u32::try_from(remaining).unwrap_or(u32::MAX),
                 });
                 let k = psn.value().wrapping_sub(w.first_psn.value()) & 0xFF_FFFF;
-                (r, Vec::new(), w.npkts.saturating_sub(k).max(1), true)
+                (r, Built::Empty, w.npkts.saturating_sub(k).max(1), true)
             }
             WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
                 let mut r = Dev::repr(self, opcode_for(op, Position::Only), psn, true, 0);
@@ -207,14 +207,14 @@ impl Qp {
                     swap_add,
                     compare,
                 });
-                (r, Vec::new(), 1, true)
+                (r, Built::Empty, 1, true)
             }
             // IBA 1.5 FLUSH: FETH + RETH, no payload, one PSN (crate::mw)
             WrOpcode::Flush { len, placement, level } => {
                 let mut r = Dev::repr(self, opcode_for(op, Position::Only), psn, true, 0);
                 r.feth = Some(u32::from(placement & 0x0F) | (u32::from(level & 0x03) << 4));
                 r.reth = Some(RethRepr { va: w.wr.remote_addr, rkey: w.wr.rkey, dma_len: len });
-                (r, Vec::new(), 1, true)
+                (r, Built::Empty, 1, true)
             }
             _ => {
                 let first = w.sent_bytes == 0;
@@ -226,20 +226,6 @@ impl Qp {
                     (false, false) => Position::Middle,
                     (false, true) => Position::Last,
                 };
-                let mut payload = Vec::with_capacity(n as usize);
-                if w.wr.flags.contains(SendFlags::INLINE) {
-                    let s = w.sent_bytes as usize;
-                    payload.extend_from_slice(w.wr.inline_data.get(s..s + n as usize)?);
-                } else if let Err(e) =
-                    dev.mem.gather(pd, &w.wr.sg_list, w.sent_bytes, n as usize, &mut payload)
-                {
-                    // the MR was deregistered under us
-                    tracing::debug!(qpn = %self.qpn, ?e, "gather failed");
-                    if idx == 0 {
-                        self.fail_front(dev, WcStatus::LocProtErr);
-                    }
-                    return None;
-                }
                 let ack_req = !self.unacked() && (last || self.noack_pkts + 1 >= MAX_PKTS_PER_ACK);
                 let mut opcode = opcode_for(op, pos);
                 if self.is_uc() {
@@ -248,7 +234,7 @@ impl Qp {
                 } else if self.is_ud() {
                     opcode = Opcode(opcode.0 | 0x60);
                 }
-                let mut r = Dev::repr(self, opcode, psn, ack_req, payload.len());
+                let mut r = Dev::repr(self, opcode, psn, ack_req, n as usize);
                 if let (true, Some(ud)) = (self.is_ud(), w.wr.ud) {
                     // C10-15: a Q_Key with the high bit set means the QP's own
                     let qkey = if ud.remote_qkey & 0x8000_0000 != 0 {
@@ -274,13 +260,33 @@ impl Qp {
                     r.ieth = Some(invalidate_rkey); // IETH (crate::mw)
                 }
                 r.bth.solicited = last && w.wr.flags.contains(SendFlags::SOLICITED);
-                (r, payload, 1, last)
+                // The packet is built in place: headers, then the payload
+                // straight from the inline data or the registered memory.
+                let Ok(mut buf) = r.start_vec() else { return None };
+                if w.wr.flags.contains(SendFlags::INLINE) {
+                    let s = w.sent_bytes as usize;
+                    buf.extend_from_slice(w.wr.inline_data.get(s..s + n as usize)?);
+                } else if let Err(e) =
+                    dev.mem.gather(pd, &w.wr.sg_list, w.sent_bytes, n as usize, &mut buf)
+                {
+                    // the MR was deregistered under us
+                    tracing::debug!(qpn = %self.qpn, ?e, "gather failed");
+                    if idx == 0 {
+                        self.fail_front(dev, WcStatus::LocProtErr);
+                    }
+                    return None;
+                }
+                r.finish_vec(&mut buf).ok()?;
+                (r, Built::Packet(buf, n), 1, last)
             }
         };
-        let sent = payload.len() as u64;
-        let dgram = match (self.is_ud(), w.wr.ud) {
-            (true, Some(ud)) => dev.datagram_to(self, ud.ah.dgid, &repr, &payload),
-            _ => dev.datagram(self, &repr, &payload),
+        let dgid = match (self.is_ud(), w.wr.ud) {
+            (true, Some(ud)) => Some(ud.ah.dgid),
+            _ => self.p.ah.map(|a| a.dgid),
+        };
+        let (dgram, sent) = match payload {
+            Built::Packet(buf, n) => (dgid.and_then(|g| dev.finish_to(self, g, buf)), n),
+            Built::Empty => (dgid.and_then(|g| dev.datagram_to(self, g, &repr, &[])), 0),
         };
         if dgram.is_none() {
             dev.counters.send_err += 1;
@@ -313,4 +319,11 @@ impl Qp {
         }
         dgram
     }
+}
+
+/// A request packet as `next_packet` builds it: no payload (headers only,
+/// emitted at the end), or built in place with `n` payload bytes.
+enum Built {
+    Empty,
+    Packet(Vec<u8>, u64),
 }

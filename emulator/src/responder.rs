@@ -224,8 +224,21 @@ impl Qp {
                         (false, false) => (Position::Middle, Opcode::RC_RDMA_READ_RESPONSE_MIDDLE),
                         (false, true) => (Position::Last, Opcode::RC_RDMA_READ_RESPONSE_LAST),
                     };
-                    let data = if chunk > 0 {
-                        // re-checked per packet: the region may be gone by now
+                    let mut r = Dev::repr(self, op, j.next_psn, false, chunk as usize);
+                    if pos != Position::Middle {
+                        r.aeth = Some(AethRepr {
+                            syndrome: Syndrome::Ack { credit: CREDIT_UNLIMITED },
+                            msn: j.msn,
+                        });
+                    }
+                    // Built in place: headers, then the bytes straight from
+                    // the region (re-checked per packet: it may be gone now).
+                    let Ok(mut buf) = r.start_vec() else {
+                        dev.counters.send_err += 1;
+                        self.resp_q.pop_front();
+                        continue;
+                    };
+                    if chunk > 0 {
                         let loc = dev.mem.check_remote(
                             self.init.pd,
                             j.rkey,
@@ -234,7 +247,7 @@ impl Qp {
                             AccessFlags::REMOTE_READ,
                         );
                         match loc.ok().and_then(|(h, off)| dev.mem.bytes(h, off, chunk as usize)) {
-                            Some(b) => b.to_vec(),
+                            Some(b) => buf.extend_from_slice(b),
                             None => {
                                 tracing::debug!(qpn = %self.qpn, "READ source vanished; response abandoned");
                                 dev.counters.send_err += 1;
@@ -242,9 +255,7 @@ impl Qp {
                                 continue;
                             }
                         }
-                    } else {
-                        Vec::new()
-                    };
+                    }
                     if let Some(RespItem::Read(job)) = self.resp_q.front_mut() {
                         job.first = false;
                         job.va = job.va.wrapping_add(chunk);
@@ -254,14 +265,8 @@ impl Qp {
                     if last {
                         self.resp_q.pop_front();
                     }
-                    let mut r = Dev::repr(self, op, j.next_psn, false, data.len());
-                    if pos != Position::Middle {
-                        r.aeth = Some(AethRepr {
-                            syndrome: Syndrome::Ack { credit: CREDIT_UNLIMITED },
-                            msn: j.msn,
-                        });
-                    }
-                    match dev.datagram(self, &r, &data) {
+                    let built = r.finish_vec(&mut buf).ok();
+                    match built.and_then(|()| dev.finish_to(self, self.p.ah?.dgid, buf)) {
                         Some(d) => return Some(d),
                         None => {
                             dev.counters.send_err += 1;

@@ -20,8 +20,8 @@ use crate::pcap::LinkType;
 use crate::roce::RocePacket;
 use core::net::IpAddr;
 use etherparse::{
-    Ethernet2HeaderSlice, IpDscp, IpEcn, IpNumber, Ipv4Header, Ipv4HeaderSlice, Ipv6FlowLabel,
-    Ipv6Header, Ipv6HeaderSlice, SingleVlanHeaderSlice, UdpHeader, UdpHeaderSlice,
+    Ethernet2HeaderSlice, IpNumber, Ipv4HeaderSlice, Ipv6HeaderSlice, SingleVlanHeaderSlice,
+    UdpHeader, UdpHeaderSlice,
 };
 
 /// The four addressing values of a RoCEv2 datagram.
@@ -68,34 +68,43 @@ impl IpUdpHeader {
         let udp_len = udp_payload_len + UdpHeader::LEN;
         let ulen16 = u16::try_from(udp_len).map_err(|_| Error::InvalidField("UDP length"))?;
         let mut buf = [0u8; 48];
+        // Written field by field (etherparse's builder was ~3 % of a small-
+        // message profile); the tests compare it with etherparse's parse.
         let ip_len = match (ep.src, ep.dst) {
             (IpAddr::V4(s), IpAddr::V4(d)) => {
-                let mut h =
-                    Ipv4Header::new(ulen16, meta.ttl, IpNumber::UDP, s.octets(), d.octets())
-                        .map_err(|_| Error::InvalidField("IPv4 total length"))?;
-                h.dscp = IpDscp::try_new(meta.tos >> 2).unwrap_or_default();
-                h.ecn = IpEcn::try_new(meta.tos & 3).unwrap_or_default();
-                h.identification = meta.ipv4_id;
-                h.dont_fragment = meta.dont_fragment;
-                h.header_checksum = h.calc_header_checksum();
-                let b = h.to_bytes();
-                buf[..b.len()].copy_from_slice(&b);
-                b.len()
+                let total = u16::try_from(udp_len + 20)
+                    .map_err(|_| Error::InvalidField("IPv4 total length"))?;
+                let h = &mut buf[..20];
+                h[0] = 0x45;
+                h[1] = meta.tos;
+                h[2..4].copy_from_slice(&total.to_be_bytes());
+                h[4..6].copy_from_slice(&meta.ipv4_id.to_be_bytes());
+                h[6] = if meta.dont_fragment { 0x40 } else { 0 };
+                h[8] = meta.ttl;
+                h[9] = 17; // UDP
+                h[12..16].copy_from_slice(&s.octets());
+                h[16..20].copy_from_slice(&d.octets());
+                let mut sum: u32 = 0;
+                for w in h.chunks_exact(2) {
+                    sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
+                }
+                while sum > 0xFFFF {
+                    sum = (sum & 0xFFFF) + (sum >> 16);
+                }
+                h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+                20
             }
             (IpAddr::V6(s), IpAddr::V6(d)) => {
-                let h = Ipv6Header {
-                    traffic_class: meta.tos,
-                    flow_label: Ipv6FlowLabel::try_new(meta.flow_label & 0xF_FFFF)
-                        .unwrap_or_default(),
-                    payload_length: ulen16,
-                    next_header: IpNumber::UDP,
-                    hop_limit: meta.ttl,
-                    source: s.octets(),
-                    destination: d.octets(),
-                };
-                let b = h.to_bytes();
-                buf[..b.len()].copy_from_slice(&b);
-                b.len()
+                let h = &mut buf[..40];
+                let fl = meta.flow_label & 0xF_FFFF;
+                let w0 = (6u32 << 28) | (u32::from(meta.tos) << 20) | fl;
+                h[0..4].copy_from_slice(&w0.to_be_bytes());
+                h[4..6].copy_from_slice(&ulen16.to_be_bytes());
+                h[6] = 17; // UDP
+                h[7] = meta.ttl;
+                h[8..24].copy_from_slice(&s.octets());
+                h[24..40].copy_from_slice(&d.octets());
+                40
             }
             _ => return Err(Error::InvalidField("source and destination address families differ")),
         };

@@ -212,10 +212,24 @@ impl RoceRepr {
     /// ICRC is filled by the framing layer ([`crate::icrc::fill`]) because it
     /// covers the IP and UDP headers.
     pub fn emit(&self, payload: &[u8], buf: &mut [u8]) -> Result<usize> {
-        let info = self.info()?;
         if payload.len() != self.payload_len {
             return Err(Error::InvalidField("payload length differs from payload_len"));
         }
+        let total = self.buffer_len()?;
+        if buf.len() < total {
+            return Err(Error::BufferTooSmall { need: total, have: buf.len() });
+        }
+        let p0 = self.emit_headers(buf)?;
+        buf[p0..p0 + payload.len()].copy_from_slice(payload);
+        buf[p0 + payload.len()..total].fill(0);
+        Ok(total)
+    }
+
+    /// Check the repr (as [`RoceRepr::emit`] does) and write BTH and the
+    /// extension headers at the start of `buf`; returns their length (where
+    /// the payload starts).
+    pub fn emit_headers(&self, buf: &mut [u8]) -> Result<usize> {
+        let info = self.info()?;
         if self.bth.pad_count > 3 {
             return Err(Error::InvalidField("pad_count > 3"));
         }
@@ -229,11 +243,11 @@ impl RoceRepr {
         if !padded.is_multiple_of(4) {
             return Err(Error::Misaligned(padded));
         }
-        let total = self.buffer_len()?;
-        if buf.len() < total {
-            return Err(Error::BufferTooSmall { need: total, have: buf.len() });
+        let hlen = info.header_len();
+        if buf.len() < hlen {
+            return Err(Error::BufferTooSmall { need: hlen, have: buf.len() });
         }
-        let buf = &mut buf[..total];
+        let buf = &mut buf[..hlen];
         self.bth.emit_bytes(buf)?;
         let hs = info.headers;
         let missing = |h: ExtHeader| Error::InvalidField(h.name());
@@ -259,10 +273,33 @@ impl RoceRepr {
                 ExtHeader::CnpPad => dst.copy_from_slice(&self.cnp.unwrap_or([0; 16])),
             }
         }
-        let p0 = info.header_len();
-        buf[p0..p0 + payload.len()].copy_from_slice(payload);
-        buf[p0 + payload.len()..].fill(0);
-        Ok(total)
+        Ok(hlen)
+    }
+
+    /// Start a packet in a new vector with room for all of it: the headers
+    /// are written and the payload goes next (append exactly `payload_len`
+    /// bytes, e.g. straight from registered memory, then call
+    /// [`RoceRepr::finish_vec`]). Saves the copy of an intermediate payload
+    /// buffer.
+    pub fn start_vec(&self) -> Result<Vec<u8>> {
+        let total = self.buffer_len()?;
+        let mut v = Vec::with_capacity(total);
+        let mut h = [0u8; 64];
+        let n = self.emit_headers(&mut h)?;
+        v.extend_from_slice(&h[..n]);
+        Ok(v)
+    }
+
+    /// Complete a vector from [`RoceRepr::start_vec`]: check that exactly
+    /// `payload_len` bytes were appended, then append the zero pad bytes and
+    /// the zero ICRC placeholder.
+    pub fn finish_vec(&self, v: &mut Vec<u8>) -> Result<()> {
+        let hlen = self.info()?.header_len();
+        if v.len() != hlen + self.payload_len {
+            return Err(Error::InvalidField("payload length differs from payload_len"));
+        }
+        v.resize(hlen + self.payload_len + self.bth.pad_count as usize + icrc::LEN, 0);
+        Ok(())
     }
 
     /// Emit into a new vector (pad and ICRC placeholder zeroed).

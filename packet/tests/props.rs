@@ -245,6 +245,16 @@ proptest! {
         let bytes = r.to_vec(&payload).unwrap();
         prop_assert_eq!(bytes.len(), r.buffer_len().unwrap());
         prop_assert_eq!(bytes.len() % 4, 0);
+        // built in place (headers, then the payload appended) it is the same
+        let mut v = r.start_vec().unwrap();
+        prop_assert_eq!(v.capacity() >= bytes.len(), true);
+        v.extend_from_slice(&payload);
+        r.finish_vec(&mut v).unwrap();
+        prop_assert_eq!(&v, &bytes);
+        // a wrong payload length is an error, not a bad packet
+        let mut short = r.start_vec().unwrap();
+        short.extend_from_slice(&payload[..payload.len().saturating_sub(1)]);
+        prop_assert_eq!(r.finish_vec(&mut short).is_err(), !payload.is_empty());
         let (r2, p2) = RoceRepr::parse_bytes(&bytes).unwrap();
         prop_assert_eq!(r2, r);
         prop_assert_eq!(p2, &payload[..]);
@@ -518,6 +528,62 @@ proptest! {
         prop_assert!(IpUdpHeader::build(&ep, &same, pl.len()).unwrap().verify_icrc(&pl));
         if ep.src.is_ipv4() && (other.ipv4_id, other.dont_fragment) != (meta.ipv4_id, meta.dont_fragment) {
             prop_assert!(!IpUdpHeader::build(&ep, &other, pl.len()).unwrap().verify_icrc(&pl));
+        }
+    }
+}
+
+// ------------------------------------------- IP/UDP header vs etherparse
+
+/// The IP header etherparse builds from the same fields.
+fn etherparse_ip(ep: &UdpEndpoints, meta: &IpMeta, udp_len: u16) -> Vec<u8> {
+    use etherparse::{IpDscp, IpEcn, IpNumber, Ipv4Header, Ipv6FlowLabel, Ipv6Header};
+    match (ep.src, ep.dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let mut h =
+                Ipv4Header::new(udp_len, meta.ttl, IpNumber::UDP, s.octets(), d.octets()).unwrap();
+            h.dscp = IpDscp::try_new(meta.tos >> 2).unwrap();
+            h.ecn = IpEcn::try_new(meta.tos & 3).unwrap();
+            h.identification = meta.ipv4_id;
+            h.dont_fragment = meta.dont_fragment;
+            h.header_checksum = h.calc_header_checksum();
+            h.to_bytes().to_vec()
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => Ipv6Header {
+            traffic_class: meta.tos,
+            flow_label: Ipv6FlowLabel::try_new(meta.flow_label & 0xF_FFFF).unwrap(),
+            payload_length: udp_len,
+            next_header: IpNumber::UDP,
+            hop_limit: meta.ttl,
+            source: s.octets(),
+            destination: d.octets(),
+        }
+        .to_bytes()
+        .to_vec(),
+        _ => unreachable!("the strategy pairs families"),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
+    /// `IpUdpHeader::build` writes its IP header field by field; it must be
+    /// byte for byte what etherparse builds (checksum included).
+    #[test]
+    fn ip_udp_header_equals_etherparse(
+        ep in endpoints(),
+        meta in ip_meta(),
+        len in prop_oneof![0usize..2000, 65400usize..65600],
+    ) {
+        let built = IpUdpHeader::build(&ep, &meta, len);
+        let limit = if ep.src.is_ipv4() { 65535 - 20 - 8 } else { 65535 - 8 };
+        prop_assert_eq!(built.is_ok(), len <= limit);
+        if let Ok(h) = built {
+            prop_assert_eq!(h.ip(), &etherparse_ip(&ep, &meta, (len + 8) as u16)[..]);
+            let udp = h.udp();
+            prop_assert_eq!(&udp[..2], &ep.src_port.to_be_bytes()[..]);
+            prop_assert_eq!(&udp[2..4], &ep.dst_port.to_be_bytes()[..]);
+            prop_assert_eq!(&udp[4..6], &((len + 8) as u16).to_be_bytes()[..]);
+            prop_assert_eq!(&udp[6..8], &[0u8, 0][..]);
         }
     }
 }

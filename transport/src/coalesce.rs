@@ -11,7 +11,7 @@
 //! reordered.
 
 use roce_emulator::Datagram;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::net::IpAddr;
 
 /// `ACKNOWLEDGE` of the RC transport.
@@ -36,7 +36,7 @@ pub fn coalesce_acks(batch: &mut Vec<Datagram>) -> usize {
         return 0;
     }
     // Index of the last positive ACK per QP.
-    let mut last: HashMap<(IpAddr, u32), usize> = HashMap::new();
+    let mut last: HashMap<(IpAddr, u32), usize> = HashMap::default();
     for (i, d) in batch.iter().enumerate() {
         if let Some(k) = positive_ack(d) {
             last.insert(k, i);

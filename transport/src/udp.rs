@@ -33,8 +33,8 @@ use nix::sys::socket::{
 };
 use roce_emulator::Datagram;
 use roce_packet::{IpMeta, UdpEndpoints};
+use rustc_hash::FxHashMap as HashMap;
 use rustix::net::{MMsgHdr, SendAncillaryBuffer, SendFlags, SocketAddrAny};
-use std::collections::HashMap;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::net::UdpSocket;
 use std::ops::Range;
@@ -238,7 +238,7 @@ impl UdpTransport {
             counters: Arc::new(TransportCounters::default()),
             rx_bufs: vec![vec![0u8; buf_len]; batch],
             crc: IcrcMath::new(),
-            last_id: HashMap::new(),
+            last_id: HashMap::default(),
             pcap,
             cfg,
         })
