@@ -610,6 +610,12 @@ impl<T: Transport> Driver for ThreadDriver<T> {
 struct PolledNode<T: Transport> {
     hca: Arc<Mutex<Hca>>,
     io: Mutex<PolledIo<T>>,
+    /// The transport's address (to recognise datagrams sent to this node
+    /// by another node of the same driver).
+    local: std::net::SocketAddr,
+    /// Another node of this driver just sent to this one: over loopback the
+    /// datagram is already queued, so the next receive skips the `poll`.
+    expect: std::sync::atomic::AtomicBool,
 }
 
 struct PolledIo<T: Transport> {
@@ -667,7 +673,10 @@ fn hold_acks<T: Transport>(io: &mut PolledIo<T>, delay: Duration, force: bool) -
     io.tx = rest;
     if !io.held.is_empty() {
         let since = *io.held_since.get_or_insert_with(Instant::now);
-        if force || since.elapsed() >= delay {
+        // Due ACKs ride with other datagrams; alone only when twice as old
+        // (or forced, when the driver idles).
+        let age = since.elapsed();
+        if force || (age >= delay && !io.tx.is_empty()) || age >= 2 * delay {
             io.tx.append(&mut io.held);
             io.held_since = None;
         }
@@ -703,6 +712,8 @@ impl<T: Transport> PolledDriver<T> {
             .into_iter()
             .map(|(hca, t)| PolledNode {
                 hca,
+                local: t.local_addr(),
+                expect: std::sync::atomic::AtomicBool::new(false),
                 io: Mutex::new(PolledIo {
                     t,
                     rx: Vec::new(),
@@ -742,7 +753,15 @@ impl<T: Transport> PolledDriver<T> {
     pub fn poll_rx(&self) -> usize {
         let mut handled = 0;
         let ticks = self.ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let ready = readable(&self.nodes);
+        // A node another node just sent to is read without asking `poll`
+        // first (the same system calls as a plain UDP ping-pong: send, then
+        // receive on the socket it went to); otherwise one `poll` for all.
+        let expected: Vec<bool> = self
+            .nodes
+            .iter()
+            .map(|n| n.expect.swap(false, std::sync::atomic::Ordering::Relaxed))
+            .collect();
+        let ready = if expected.iter().any(|e| *e) { expected } else { readable(&self.nodes) };
         for (n, ready) in self.nodes.iter().zip(ready) {
             let mut io = n.io.lock().unwrap_or_else(|e| e.into_inner());
             let io = &mut *io;
@@ -798,7 +817,13 @@ impl<T: Transport> PolledDriver<T> {
                     }
                 }
             }
-            let due = force || io.held_since.is_some_and(|t| t.elapsed() >= self.ack_delay);
+            // Held ACKs that are due leave with the next other datagram
+            // (no system call of their own), or alone when the driver idles.
+            let due = force
+                || io.held_since.is_some_and(|t| {
+                    let age = t.elapsed();
+                    (age >= self.ack_delay && !io.tx.is_empty()) || age >= 2 * self.ack_delay
+                });
             if io.tx.is_empty() && (io.held.is_empty() || !due) {
                 continue;
             }
@@ -818,6 +843,12 @@ impl<T: Transport> PolledDriver<T> {
             // rest (or what the socket refused) goes at the next call.
             let o = io.t.send(&io.tx);
             let k = o.consumed.min(io.tx.len());
+            for d in &io.tx[..k] {
+                let to = std::net::SocketAddr::new(d.endpoints.dst, d.endpoints.dst_port);
+                if let Some(peer) = self.nodes.iter().find(|p| p.local == to) {
+                    peer.expect.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
             io.tx.drain(..k);
             sent += k;
         }
