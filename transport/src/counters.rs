@@ -82,6 +82,12 @@ counters! {
     /// Positive ACKs not sent because a newer ACK of the same QP followed
     /// in the same transmit batch (see `coalesce::coalesce_acks`).
     acks_coalesced,
+    /// Received datagrams handed out as slices of the receive buffer, not
+    /// copied (messages of at least 2 KiB: GRO batches, large datagrams).
+    rx_zero_copy,
+    /// Receive buffers taken back for reuse once all their slices were
+    /// dropped (instead of allocating new ones).
+    rx_buffers_reused,
 }
 
 impl TransportCounters {

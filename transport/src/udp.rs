@@ -35,6 +35,7 @@ use roce_emulator::Datagram;
 use roce_packet::{IpMeta, UdpEndpoints};
 use rustc_hash::FxHashMap as HashMap;
 use rustix::net::{MMsgHdr, SendAncillaryBuffer, SendFlags, SocketAddrAny};
+use std::collections::VecDeque;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::net::UdpSocket;
 use std::ops::Range;
@@ -164,6 +165,11 @@ pub struct UdpTransport {
     gro: bool,
     counters: Arc<TransportCounters>,
     rx_bufs: Vec<Vec<u8>>,
+    /// Receive buffers handed out whole (their datagrams are slices of
+    /// them, no copy), kept to be taken back once every slice is dropped.
+    lent: VecDeque<Bytes>,
+    /// Buffers taken back, ready to be receive buffers again.
+    spare: Vec<Vec<u8>>,
     crc: IcrcMath,
     last_id: HashMap<IpAddr, u16>,
     pcap: Option<PcapRecorder>,
@@ -237,6 +243,8 @@ impl UdpTransport {
             gro,
             counters: Arc::new(TransportCounters::default()),
             rx_bufs: vec![vec![0u8; buf_len]; batch],
+            lent: VecDeque::new(),
+            spare: Vec::new(),
             crc: IcrcMath::new(),
             last_id: HashMap::default(),
             pcap,
@@ -514,6 +522,7 @@ impl UdpTransport {
     /// the accepted datagrams to `out`. Returns the number of messages the
     /// kernel returned (0 when nothing was waiting).
     pub fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<usize> {
+        self.take_back();
         let mut msgs: Vec<RxMsg> = Vec::with_capacity(self.rx_bufs.len());
         // Rebuilt per call: nix's recvmmsg does not reset `msg_controllen`
         // and `msg_namelen`, which the kernel shrinks (a reused set loses
@@ -578,24 +587,66 @@ impl UdpTransport {
                 src_port: peer.port(),
                 dst_port: self.local.port(),
             };
+            // A large message (a GRO batch, or one big datagram) is handed
+            // out without a copy: its datagrams are slices of the buffer,
+            // which gets a spare in its place. Small ones are copied (cheaper
+            // than sharing a 64 KiB buffer).
+            let whole = if len >= ZERO_COPY_MIN {
+                let fresh = self.spare.pop().unwrap_or_else(|| vec![0u8; self.rx_bufs[i].len()]);
+                let b = Bytes::from(std::mem::replace(&mut self.rx_bufs[i], fresh));
+                self.lend(b.clone());
+                Some(b)
+            } else {
+                None
+            };
             for k in 0..nseg {
                 let range = k * seg..((k + 1) * seg).min(len);
-                self.deliver(&ep, i, range, k, out);
+                self.deliver(&ep, i, whole.as_ref(), range, k, out);
             }
         }
         Ok(msgs.len())
+    }
+
+    /// Keep a buffer handed out whole, to take it back later (bounded: the
+    /// oldest is forgotten, and freed by its last holder).
+    fn lend(&mut self, b: Bytes) {
+        if self.lent.len() >= MAX_LENT {
+            self.lent.pop_front();
+        }
+        self.lent.push_back(b);
+    }
+
+    /// Take back the lent buffers whose datagrams are all dropped.
+    fn take_back(&mut self) {
+        let want = self.rx_bufs.len();
+        for _ in 0..self.lent.len() {
+            let Some(b) = self.lent.pop_front() else { break };
+            match b.try_into_mut() {
+                Ok(m) if self.spare.len() < want => {
+                    // (offset 0: no bytes move; the buffer keeps its length)
+                    self.spare.push(Vec::from(m));
+                    TransportCounters::add(&self.counters.rx_buffers_reused, 1);
+                }
+                Ok(_) => {}
+                Err(b) => self.lent.push_back(b),
+            }
+        }
     }
 
     fn deliver(
         &mut self,
         ep: &UdpEndpoints,
         buf: usize,
+        whole: Option<&Bytes>,
         r: Range<usize>,
         k: usize,
         out: &mut Vec<Datagram>,
     ) {
         let c = self.counters.clone();
-        let payload = &self.rx_bufs[buf][r];
+        let payload = match whole {
+            Some(b) => &b[r.clone()],
+            None => &self.rx_bufs[buf][r.clone()],
+        };
         TransportCounters::add(&c.dgrams_in, 1);
         TransportCounters::add(&c.bytes_in, payload.len() as u64);
         let id = match self.cfg.rx_icrc {
@@ -646,13 +697,25 @@ impl UdpTransport {
             self.last_id.insert(ep.src, id);
         }
         let meta = IpMeta { ipv4_id: id, ..IpMeta::default() };
-        let payload = Bytes::copy_from_slice(payload);
+        let payload = match whole {
+            Some(b) => {
+                TransportCounters::add(&c.rx_zero_copy, 1);
+                b.slice(r)
+            }
+            None => Bytes::copy_from_slice(payload),
+        };
         if let Some(p) = &mut self.pcap {
             p.record(ep, &meta, &payload, &c);
         }
         out.push(Datagram { endpoints: *ep, meta, payload });
     }
 }
+
+/// Messages at least this long are received without a copy (see
+/// [`UdpTransport::recv`]).
+const ZERO_COPY_MIN: usize = 2048;
+/// Most receive buffers remembered for taking back.
+const MAX_LENT: usize = 256;
 
 /// The iovecs of a GSO send: each datagram's payload, with its last four
 /// bytes replaced by the new ICRC where there is one.
