@@ -891,6 +891,9 @@ impl Hca {
     /// Move every QP of an overflowed CQ to ERR; raise SQ_DRAINED for
     /// QPs in SQD whose started WQEs have all completed.
     pub(crate) fn settle(&mut self) {
+        if self.dev.sqd_draining.is_empty() && self.dev.errored_cqs.is_empty() {
+            return; // the usual case, once per packet
+        }
         let qps = &self.qps;
         let drained: Vec<Qpn> = self
             .dev

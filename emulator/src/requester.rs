@@ -114,9 +114,15 @@ impl Qp {
             return None;
         }
         if w.state == WqeState::Posted {
-            let earlier_rd = self.sq.iter().take(idx).filter(|x| x.wr.opcode.is_read_or_atomic());
-            let n_rd = earlier_rd.count();
-            if w.wr.flags.contains(SendFlags::FENCE) && n_rd > 0 {
+            // (counted only when it matters: a scan of the whole send queue
+            // per message was visible in small-message profiles)
+            let fenced = w.wr.flags.contains(SendFlags::FENCE);
+            let n_rd = if fenced || w.wr.opcode.is_read_or_atomic() {
+                self.sq.iter().take(idx).filter(|x| x.wr.opcode.is_read_or_atomic()).count()
+            } else {
+                0
+            };
+            if fenced && n_rd > 0 {
                 return None;
             }
             if w.wr.opcode.is_read_or_atomic() && n_rd >= usize::from(self.p.max_rd_atomic.max(1)) {
