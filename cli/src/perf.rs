@@ -135,6 +135,12 @@ pub struct PerfArgs {
     /// ping-pong of `lat` uses the same mode.
     #[arg(long, value_enum, default_value = "event")]
     pub poll: PollMode,
+    /// Event mode: each driver thread keeps polling its socket this many
+    /// microseconds before it sleeps (as the kernel's SO_BUSY_POLL), so a
+    /// busy stream wakes nobody; 0 = sleep at once. Also ROCE_EMU_SPIN_US
+    /// for the devices of other programs.
+    #[arg(long, value_name = "US", default_value_t = 20)]
+    pub spin_us: u64,
     /// Print both devices' counters (rxe names) after the run.
     #[arg(long)]
     pub stats: bool,
@@ -209,6 +215,8 @@ pub struct PerfConfig {
     pub addr_b: IpAddr,
     /// Driver threads or busy polling.
     pub poll: PollMode,
+    /// Event mode: driver spin before sleeping, microseconds.
+    pub spin_us: u64,
 }
 
 fn validate(a: &PerfArgs) -> Result<PerfConfig, String> {
@@ -287,6 +295,7 @@ fn validate(a: &PerfArgs) -> Result<PerfConfig, String> {
         addr_a: a.addr_a,
         addr_b: a.addr_b,
         poll: a.poll,
+        spin_us: a.spin_us,
     })
 }
 
@@ -425,13 +434,19 @@ fn header(cfg: &PerfConfig, setup: &Setup) -> String {
     }
     s += &format!(" Mtu             : {}[B]\n", cfg.mtu);
     s += match cfg.poll {
+        PollMode::Event if cfg.spin_us > 0 => format!(
+            " Link type       : Ethernet (UDP sockets, one driver thread per device, {} us spin)\n",
+            cfg.spin_us
+        ),
         PollMode::Event => {
-            " Link type       : Ethernet (UDP sockets, one driver thread per device)\n"
+            " Link type       : Ethernet (UDP sockets, one driver thread per device)\n".to_string()
         }
         PollMode::Busy => {
             " Link type       : Ethernet (UDP sockets, busy-polled by the test thread)\n"
+                .to_string()
         }
-    };
+    }
+    .as_str();
     s += " GID index       : 1\n";
     s += &format!(" Device A        : {} {}\n", setup.a_name(), cfg.addr_a);
     s += &format!(" Device B        : {} {}\n", setup.b_name(), cfg.addr_b);
@@ -572,6 +587,7 @@ fn run_bw(cfg: &PerfConfig, args: &PerfArgs, setup: Setup, progress: bool) -> Ex
             "data_check": if data_ok { "ok" } else { "FAILED" },
             "wire": mid.wire_json(),
             "poll": cfg.poll.name(),
+            "spin_us": if cfg.poll == PollMode::Event { cfg.spin_us } else { 0 },
         });
         if let Some(st) = &stats {
             o["stats"] = stats_json(st);
@@ -706,6 +722,7 @@ fn run_lat(cfg: &PerfConfig, args: &PerfArgs, setup: Setup, progress: bool) -> E
             "udp_rtt_us": udp.as_ref().map(lat_json),
             "ratio": udp.as_ref().map(|u| u.percentile(0.5) / mid.percentile(0.5)),
             "poll": cfg.poll.name(),
+            "spin_us": if cfg.poll == PollMode::Event { cfg.spin_us } else { 0 },
         });
         if let Some(st) = &stats {
             o["stats"] = stats_json(st);

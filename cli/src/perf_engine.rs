@@ -46,13 +46,14 @@ fn bind(name: &str, addr: IpAddr) -> anyhow::Result<UdpTransport> {
     UdpTransport::bind(UdpConfig::on(addr)).with_context(|| format!("device {name}"))
 }
 
-fn open_dev(name: &str, addr: IpAddr, mtu: PathMtu) -> anyhow::Result<Dev> {
+fn open_dev(name: &str, addr: IpAddr, mtu: PathMtu, spin_us: u64) -> anyhow::Result<Dev> {
     let t = bind(name, addr)?;
     let counters = t.counters();
     let hca = new_core(name, addr, mtu);
     let dc = DriverConfig {
         name: format!("roce-{name}"),
         max_idle: Duration::from_millis(20),
+        spin: Duration::from_micros(spin_us),
         ..Default::default()
     };
     let h = roce_transport::Driver::spawn_with(hca.clone(), t, dc)
@@ -113,9 +114,10 @@ impl Setup {
     pub fn new(cfg: &PerfConfig) -> anyhow::Result<Setup> {
         let mtu = PathMtu::from_bytes(cfg.mtu as usize).ok_or_else(|| anyhow!("bad mtu"))?;
         let (a, b) = match cfg.poll {
-            PollMode::Event => {
-                (open_dev("perf-a", cfg.addr_a, mtu)?, open_dev("perf-b", cfg.addr_b, mtu)?)
-            }
+            PollMode::Event => (
+                open_dev("perf-a", cfg.addr_a, mtu, cfg.spin_us)?,
+                open_dev("perf-b", cfg.addr_b, mtu, cfg.spin_us)?,
+            ),
             PollMode::Busy => open_polled(("perf-a", cfg.addr_a), ("perf-b", cfg.addr_b), mtu)?,
         };
         let lat = cfg.test == TestKind::Lat;
@@ -885,10 +887,13 @@ pub fn run_lat(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::R
 
 /// Raw-UDP ping-pong round trips between the two addresses, `payload`-byte
 /// datagrams, as many as the test's iterations, in the test's polling mode:
-/// blocking sockets and an echo thread (event), or one thread spinning on
-/// two non-blocking sockets (busy, as `--poll busy` drives both devices).
+/// blocking sockets and an echo thread (event; with `--spin-us` each
+/// receiver first polls that long, as our driver threads do), or one thread
+/// spinning on two non-blocking sockets (busy, as `--poll busy` drives both
+/// devices).
 pub fn udp_rtt(cfg: &PerfConfig, payload: usize) -> anyhow::Result<LatResult> {
     match cfg.poll {
+        PollMode::Event if cfg.spin_us > 0 => udp_rtt_spin_then_block(cfg, payload),
         PollMode::Event => udp_rtt_blocking(cfg, payload),
         PollMode::Busy => udp_rtt_busy(cfg, payload),
     }
@@ -940,6 +945,72 @@ fn udp_rtt_busy(cfg: &PerfConfig, payload: usize) -> anyhow::Result<LatResult> {
         }
     }
     Ok(LatResult::new(samples, Ok("echo".into())))
+}
+
+/// Receive on a non-blocking socket: poll it for `spin`, then sleep in
+/// `poll(2)` until a datagram arrives (at most 2 s).
+fn spin_then_block_recv(
+    s: &UdpSocket,
+    buf: &mut [u8],
+    spin: Duration,
+) -> anyhow::Result<(usize, SocketAddr)> {
+    use std::os::fd::AsFd;
+    let start = Instant::now();
+    let mut n = 0u32;
+    loop {
+        match s.recv_from(buf) {
+            Ok(r) => return Ok(r),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e.into()),
+        }
+        n = n.wrapping_add(1);
+        if n.is_multiple_of(16) && start.elapsed() >= spin {
+            let mut fds = [nix::poll::PollFd::new(s.as_fd(), nix::poll::PollFlags::POLLIN)];
+            let ready = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(2000u16))?;
+            if ready == 0 {
+                bail!("raw UDP ping-pong: no datagram for 2 s");
+            }
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// The event-mode reference when our driver threads spin: an echo thread
+/// and the test thread each poll `--spin-us` before sleeping.
+fn udp_rtt_spin_then_block(cfg: &PerfConfig, payload: usize) -> anyhow::Result<LatResult> {
+    let spin = Duration::from_micros(cfg.spin_us);
+    let a = UdpSocket::bind(SocketAddr::new(cfg.addr_a, 0))?;
+    let b = UdpSocket::bind(SocketAddr::new(cfg.addr_b, 0))?;
+    a.set_nonblocking(true)?;
+    b.set_nonblocking(true)?;
+    let ba = b.local_addr()?;
+    let n = cfg.iters + (cfg.iters / 10).min(10);
+    let echo = std::thread::spawn(move || -> anyhow::Result<()> {
+        let mut buf = vec![0u8; 65536];
+        for _ in 0..n {
+            let (len, from) = spin_then_block_recv(&b, &mut buf, spin)?;
+            b.send_to(&buf[..len], from)?;
+        }
+        Ok(())
+    });
+    let msg = vec![0xA5u8; payload];
+    let mut buf = vec![0u8; 65536];
+    let mut samples = Vec::new();
+    let warm = n - cfg.iters;
+    for i in 0..n {
+        let t0 = Instant::now();
+        a.send_to(&msg, ba)?;
+        let (len, from) = spin_then_block_recv(&a, &mut buf, spin)?;
+        let dt = t0.elapsed();
+        if len != payload || from != ba {
+            bail!("unexpected echo from {from} ({len} bytes)");
+        }
+        if i >= warm {
+            samples.push(dt.as_secs_f64() * 1e6);
+        }
+    }
+    echo.join().map_err(|_| anyhow!("echo thread panicked"))??;
+    Ok(LatResult::new(samples, Ok(format!("echo, {} us spin", cfg.spin_us))))
 }
 
 fn udp_rtt_blocking(cfg: &PerfConfig, payload: usize) -> anyhow::Result<LatResult> {

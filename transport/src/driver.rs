@@ -54,6 +54,12 @@ pub struct DriverConfig {
     /// transmit batch ([`crate::coalesce::coalesce_acks`]; counted in
     /// `acks_coalesced`). The core still emits every ACK as rxe does.
     pub coalesce_acks: bool,
+    /// Before sleeping, keep polling the socket (non-blocking receives) and
+    /// the posted-work flag for this long (like the kernel's `SO_BUSY_POLL`).
+    /// While the thread spins, a peer's datagram or a notify does not need
+    /// to wake it (no eventfd write, no scheduler round trip), at the price
+    /// of this much CPU after each busy period. Zero: sleep at once.
+    pub spin: Duration,
 }
 
 impl Default for DriverConfig {
@@ -65,6 +71,7 @@ impl Default for DriverConfig {
             name: "roce-udp-driver".into(),
             shutdown_timeout: Duration::from_secs(2),
             coalesce_acks: true,
+            spin: Duration::ZERO,
         }
     }
 }
@@ -111,9 +118,16 @@ type Hook = Arc<dyn Fn() + Send + Sync>;
 
 struct Shared {
     stop: AtomicBool,
+    /// Work was posted (set by `notify`, cleared by the driver).
+    kicked: AtomicBool,
+    /// The driver is spinning: `notify` need not write the eventfd.
+    spinning: AtomicBool,
     wake: EventFd,
     start: std::time::Instant,
     progress: Mutex<u64>,
+    /// Threads in `wait_for_progress` (changed and read under `progress`'s
+    /// lock): a round with nobody waiting skips the condvar wake-up.
+    waiters: std::sync::atomic::AtomicUsize,
     cv: Condvar,
     hooks: Mutex<Vec<Hook>>,
 }
@@ -123,18 +137,35 @@ impl Shared {
         Instant::from_nanos(u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX))
     }
     fn bump(&self) {
-        if let Ok(mut p) = self.progress.lock() {
-            *p += 1;
+        let waiting = match self.progress.lock() {
+            Ok(mut p) => {
+                *p += 1;
+                self.waiters.load(Ordering::Relaxed) > 0
+            }
+            Err(_) => true,
+        };
+        if waiting {
+            self.cv.notify_all();
         }
-        self.cv.notify_all();
-        let hooks: Vec<Hook> = self.hooks.lock().map(|h| h.clone()).unwrap_or_default();
-        for h in hooks {
-            h();
+        // (called in place: hooks are short and never register hooks)
+        if let Ok(hooks) = self.hooks.lock() {
+            for h in hooks.iter() {
+                h();
+            }
         }
     }
     fn wake(&self) {
         // EAGAIN means the counter is already huge: the driver will wake anyway.
         let _ = self.wake.write(1);
+    }
+    /// Posted work: flag it, and write the eventfd unless the driver spins
+    /// (it sees the flag; it re-checks the flag after it stops spinning, so
+    /// no notify is lost).
+    fn kick(&self) {
+        self.kicked.store(true, Ordering::SeqCst);
+        if !self.spinning.load(Ordering::SeqCst) {
+            self.wake();
+        }
     }
 }
 
@@ -164,9 +195,12 @@ impl Driver {
         let wake = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?;
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
+            kicked: AtomicBool::new(false),
+            spinning: AtomicBool::new(false),
             wake,
             start: std::time::Instant::now(),
             progress: Mutex::new(0),
+            waiters: std::sync::atomic::AtomicUsize::new(0),
             cv: Condvar::new(),
             hooks: Mutex::new(Vec::new()),
         });
@@ -174,6 +208,7 @@ impl Driver {
         let local = transport.local_addr();
         let sh = shared.clone();
         let timeout = cfg.shutdown_timeout;
+        let spin = cfg.spin;
         let thread = std::thread::Builder::new()
             .name(cfg.name.clone())
             .spawn(move || run(node, transport, sh, cfg))?;
@@ -183,6 +218,7 @@ impl Driver {
             local,
             thread: Some(thread),
             shutdown_timeout: timeout,
+            spin,
         })
     }
 }
@@ -194,12 +230,13 @@ pub struct DriverHandle<T: Transport = UdpTransport> {
     local: SocketAddr,
     thread: Option<JoinHandle<T>>,
     shutdown_timeout: Duration,
+    spin: Duration,
 }
 
 impl<T: Transport> DriverHandle<T> {
     /// Wake the driver: call after posting work through the node's mutex.
     pub fn notify(&self) {
-        self.shared.wake();
+        self.shared.kick();
     }
     /// The driver's clock (the `now` it passes to the node).
     pub fn now(&self) -> Instant {
@@ -222,10 +259,23 @@ impl<T: Transport> DriverHandle<T> {
     /// h.progress(); loop { check the node; seen = h.wait_for_progress(seen, t) }`.
     pub fn wait_for_progress(&self, seen: u64, timeout: Duration) -> u64 {
         let Ok(g) = self.shared.progress.lock() else { return seen };
-        match self.shared.cv.wait_timeout_while(g, timeout, |p| *p <= seen) {
+        if *g > seen {
+            return *g;
+        }
+        let w = &self.shared.waiters;
+        w.fetch_add(1, Ordering::Relaxed);
+        let r = match self.shared.cv.wait_timeout_while(g, timeout, |p| *p <= seen) {
             Ok((g, _)) => *g,
             Err(_) => seen,
-        }
+        };
+        // (after the lock: a round in between only wakes nobody)
+        w.fetch_sub(1, Ordering::Relaxed);
+        r
+    }
+    /// How long the driver thread spins before sleeping
+    /// ([`DriverConfig::spin`]); waiters may spin as long before blocking.
+    pub fn spin(&self) -> Duration {
+        self.spin
     }
     /// Run `f` on the driver thread after each round with progress (keep
     /// it short and non-blocking; e.g. notify a `tokio::sync::Notify`).
@@ -280,6 +330,7 @@ fn run<N: SansIo, T: Transport>(
     let mut blocked = false;
     while !sh.stop.load(Ordering::SeqCst) {
         let mut msgs = 0;
+        sh.kicked.store(false, Ordering::SeqCst);
         for _ in 0..cfg.max_rx_batches.max(1) {
             match t.recv(&mut rx) {
                 Ok(n) => {
@@ -333,6 +384,9 @@ fn run<N: SansIo, T: Transport>(
         if msgs > 0 || more_tx || (!tx.is_empty() && !blocked) {
             continue;
         }
+        if !cfg.spin.is_zero() && !(blocked && !tx.is_empty()) && spin(&mut t, &sh, &cfg, &mut rx) {
+            continue; // something arrived or was posted while spinning
+        }
         let now = sh.now();
         let wait = match deadline {
             Some(d) if d <= now => continue,
@@ -355,4 +409,29 @@ fn run<N: SansIo, T: Transport>(
     }
     t.finish();
     t
+}
+
+/// Poll without sleeping for up to `cfg.spin`: non-blocking receives (into
+/// `rx`, handled by the next round) and the posted-work flag. Returns
+/// whether there is something to do. Leaves `spinning` cleared.
+fn spin<T: Transport>(t: &mut T, sh: &Shared, cfg: &DriverConfig, rx: &mut Vec<Datagram>) -> bool {
+    let until = std::time::Instant::now() + cfg.spin;
+    sh.spinning.store(true, Ordering::SeqCst);
+    let mut k: u32 = 0;
+    let found = loop {
+        if sh.kicked.load(Ordering::SeqCst) || sh.stop.load(Ordering::SeqCst) {
+            break true;
+        }
+        if matches!(t.recv(rx), Ok(n) if n > 0) || !rx.is_empty() {
+            break true;
+        }
+        k = k.wrapping_add(1);
+        if k.is_multiple_of(16) && std::time::Instant::now() >= until {
+            break false;
+        }
+        std::hint::spin_loop();
+    };
+    sh.spinning.store(false, Ordering::SeqCst);
+    // a notify that saw `spinning` set wrote no eventfd: its flag is seen here
+    found || sh.kicked.load(Ordering::SeqCst)
 }

@@ -385,9 +385,17 @@ impl DeviceConfig {
     /// the last handle of the device (and of everything created on it)
     /// stops the thread and flushes the pcap.
     pub fn open(&self) -> Result<Device, OpenError> {
+        // ROCE_EMU_SPIN_US: the driver polls this long before it sleeps
+        // (see `DriverConfig::spin`); off by default
+        let spin = std::env::var("ROCE_EMU_SPIN_US")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(|us| Duration::from_micros(us.min(10_000)))
+            .unwrap_or(Duration::ZERO);
         let cfg = roce_transport::DriverConfig {
             name: format!("roce-{}", self.name),
             max_idle: Duration::from_millis(20),
+            spin,
             ..Default::default()
         };
         let hca = Arc::new(Mutex::new(Hca::new(self.hca_config())));
