@@ -384,7 +384,8 @@ fn run<N: SansIo, T: Transport>(
         if msgs > 0 || more_tx || (!tx.is_empty() && !blocked) {
             continue;
         }
-        if !cfg.spin.is_zero() && !(blocked && !tx.is_empty()) && spin(&mut t, &sh, &cfg, &mut rx) {
+        let sending = blocked && !tx.is_empty();
+        if !cfg.spin.is_zero() && !sending && spin(&mut t, &sh, &cfg, &mut rx) {
             continue; // something arrived or was posted while spinning
         }
         let now = sh.now();
