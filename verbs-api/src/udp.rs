@@ -633,6 +633,21 @@ struct PolledIo<T: Transport> {
     /// Positive ACKs held back (newest per QP) and since when.
     held: Vec<roce_emulator::Datagram>,
     held_since: Option<Instant>,
+    /// PSN of the last positive ACK sent per destination QP.
+    acked: std::collections::HashMap<(std::net::IpAddr, u32), u32>,
+}
+
+/// A held ACK leaves at once when it acknowledges this many more PSNs than
+/// the last one sent to its QP (a streaming requester is never left waiting
+/// for the delay; a ping-pong still gets one ACK per several round trips).
+const ACK_EVERY_PSNS: u32 = 16;
+
+/// The BTH PSN of a datagram (bytes 9..12).
+fn bth_psn(d: &roce_emulator::Datagram) -> u32 {
+    match d.payload.get(9..12) {
+        Some(b) => u32::from_be_bytes([0, b[0], b[1], b[2]]),
+        None => 0,
+    }
 }
 
 /// Most datagrams taken from the core per flush.
@@ -665,6 +680,7 @@ pub struct PolledDriver<T: Transport = UdpTransport> {
 fn hold_acks<T: Transport>(io: &mut PolledIo<T>, delay: Duration, force: bool) -> usize {
     use roce_transport::coalesce::positive_ack;
     let mut superseded = 0;
+    let mut many = false;
     let mut rest = Vec::with_capacity(io.tx.len());
     for d in io.tx.drain(..) {
         match positive_ack(&d) {
@@ -673,6 +689,9 @@ fn hold_acks<T: Transport>(io: &mut PolledIo<T>, delay: Duration, force: bool) -
                     io.held.remove(i);
                     superseded += 1;
                 }
+                let last = io.acked.get(&key).copied();
+                many |=
+                    last.is_none_or(|l| bth_psn(&d).wrapping_sub(l) & 0xFF_FFFF >= ACK_EVERY_PSNS);
                 io.held.push(d);
             }
             None => rest.push(d),
@@ -681,10 +700,18 @@ fn hold_acks<T: Transport>(io: &mut PolledIo<T>, delay: Duration, force: bool) -
     io.tx = rest;
     if !io.held.is_empty() {
         let since = *io.held_since.get_or_insert_with(Instant::now);
-        // Due ACKs ride with other datagrams; alone only when twice as old
-        // (or forced, when the driver idles).
+        // Due ACKs ride with other datagrams; alone only when twice as old,
+        // when they cover many PSNs, or forced (the driver idles).
         let age = since.elapsed();
-        if force || (age >= delay && !io.tx.is_empty()) || age >= 2 * delay {
+        if force || many || (age >= delay && !io.tx.is_empty()) || age >= 2 * delay {
+            if io.acked.len() > 4096 {
+                io.acked.clear(); // bounded; a forgotten QP just gets its next ACK at once
+            }
+            for h in &io.held {
+                if let Some(key) = positive_ack(h) {
+                    io.acked.insert(key, bth_psn(h));
+                }
+            }
             io.tx.append(&mut io.held);
             io.held_since = None;
         }
@@ -728,6 +755,7 @@ impl<T: Transport> PolledDriver<T> {
                     tx: Vec::new(),
                     held: Vec::new(),
                     held_since: None,
+                    acked: std::collections::HashMap::new(),
                 }),
             })
             .collect();
@@ -903,6 +931,91 @@ impl<T: Transport> Driver for PolledDriver<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An RC ACKNOWLEDGE (BTH + AETH + ICRC placeholder) to `qpn` at `psn`,
+    /// or another 20-byte packet with `opcode`.
+    fn ack(qpn: u32, psn: u32, opcode: u8) -> roce_emulator::Datagram {
+        let mut p = vec![0u8; 20];
+        p[0] = opcode;
+        p[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
+        p[9..12].copy_from_slice(&psn.to_be_bytes()[1..]);
+        p[12] = 0x1F; // AETH: ACK, credits unlimited
+        let ep = roce_packet::UdpEndpoints {
+            src: "127.1.40.2".parse().unwrap(),
+            dst: "127.1.40.3".parse().unwrap(),
+            src_port: 4791,
+            dst_port: 4791,
+        };
+        roce_emulator::Datagram { endpoints: ep, meta: Default::default(), payload: p.into() }
+    }
+
+    fn io() -> PolledIo<UdpTransport> {
+        let t = UdpTransport::bind(UdpConfig::on("127.1.40.2".parse().unwrap())).unwrap();
+        PolledIo {
+            t,
+            rx: Vec::new(),
+            tx: Vec::new(),
+            held: Vec::new(),
+            held_since: None,
+            acked: std::collections::HashMap::new(),
+        }
+    }
+
+    fn psns(v: &[roce_emulator::Datagram]) -> Vec<u32> {
+        v.iter().map(bth_psn).collect()
+    }
+
+    /// Delayed ACKs of the busy-poll driver: the first ACK of a QP leaves at
+    /// once, later ones are held (newest per QP) until they cover
+    /// `ACK_EVERY_PSNS` more PSNs, ride along with a request once due, or
+    /// are forced out.
+    #[test]
+    fn held_acks_leave_by_count_by_age_with_traffic_or_forced() {
+        let long = Duration::from_secs(3600);
+        let mut io = io();
+        io.tx.push(ack(5, 1, 0x11));
+        assert_eq!(hold_acks(&mut io, long, false), 0);
+        assert_eq!(psns(&io.tx), [1], "first ACK of the QP leaves at once");
+        io.tx.clear();
+        let mut superseded = 0;
+        for psn in 2..=16 {
+            io.tx.push(ack(5, psn, 0x11));
+            superseded += hold_acks(&mut io, long, false);
+            assert!(io.tx.is_empty(), "PSN {psn} held");
+        }
+        assert_eq!(superseded, 14);
+        assert_eq!(psns(&io.held), [16]);
+        io.tx.push(ack(5, 17, 0x11)); // 17 - 1 = 16 PSNs since the last sent
+        assert_eq!(hold_acks(&mut io, long, false), 1);
+        assert_eq!(psns(&io.tx), [17]);
+        assert!(io.held.is_empty() && io.held_since.is_none());
+        io.tx.clear();
+        // another QP's ACKs are kept apart; a forced flush sends both
+        io.tx.push(ack(5, 18, 0x11));
+        io.tx.push(ack(6, 100, 0x11)); // first of QP 6: at once, with the held one
+        hold_acks(&mut io, long, false);
+        assert_eq!(psns(&io.tx), [18, 100]);
+        io.tx.clear();
+        io.tx.push(ack(5, 19, 0x11));
+        hold_acks(&mut io, long, false);
+        assert!(io.tx.is_empty());
+        hold_acks(&mut io, long, true);
+        assert_eq!(psns(&io.tx), [19], "forced");
+        io.tx.clear();
+        // a due ACK waits for other traffic (alone only at twice the delay)
+        io.tx.push(ack(5, 20, 0x11));
+        hold_acks(&mut io, Duration::from_millis(30), false);
+        assert!(io.tx.is_empty(), "not due yet");
+        std::thread::sleep(Duration::from_millis(35));
+        io.tx.push(ack(6, 101, 0x0A)); // a request (RDMA WRITE ONLY) to send
+        hold_acks(&mut io, Duration::from_millis(30), false);
+        assert_eq!(psns(&io.tx), [101, 20], "the due ACK rides with the request");
+        // non-ACK packets are never held
+        io.tx.clear();
+        io.tx.push(ack(5, 21, 0x0A));
+        hold_acks(&mut io, long, false);
+        assert_eq!(psns(&io.tx), [21]);
+    }
 
     #[test]
     fn gid_table_like_rxe() {
