@@ -30,6 +30,8 @@ LOSS=${INTEROP_LOSS:-10%}
 TRANSPORTS=${INTEROP_TRANSPORTS:-udp raw}
 CASE_TIMEOUT=${INTEROP_CASE_TIMEOUT:-60}
 PT_ITERS=${INTEROP_PT_ITERS:-200}     # perftest cases: operations per run
+PY_ITERS=${INTEROP_PY_ITERS:-100}     # pyverbs-peer cases: operations per run
+PEER=$ROOT/scripts/interop/pyverbs_peer.py
 FAULTS=${INTEROP_FAULTS:-loss=0.1,dir=both,seed=7}  # our fault injector (ROCE_EMU_FAULTS syntax)
 BIN=$ROOT/target/release
 STATE=/var/tmp/roce-interop
@@ -143,6 +145,11 @@ all_cases() {
       for s in write read send atomic cas lat rnr badrkey; do echo "$t-pt-$r-$s"; done
     done
     echo "$t-pt-cli-faults"; echo "$t-pt-srv-faults"
+    # pyverbs on rxe against `roce perf`, every byte checked on both sides:
+    # RDMA WRITE, WRITE_WITH_IMM, READ, FETCH_AND_ADD, CMP_AND_SWAP
+    for r in srv cli; do
+      for s in write imm read faa cas; do echo "$t-py-$r-$s"; done
+    done
   done
 }
 
@@ -288,11 +295,60 @@ run_perftest() { # CASE DIR -> 0 pass / 1 fail
   [ $ok = 1 ]
 }
 
+# the pyverbs peer (rxe, guest) against `roce perf` (us): CASE = T-py-ROLE-OP.
+# Both sides recognise each other (the roce-emu mark in perftest's exchange)
+# and check every byte: a case passes only when both report checks and none failed.
+run_pyverbs() { # CASE DIR -> 0 pass / 1 fail
+  local c=$1 d=$2 t k r s port=$PORT
+  IFS=- read -r t k r s <<<"$c"
+  PORT=$((PORT + 1))
+  local n=$PY_ITERS size=4096 oargs
+  case $s in
+    write) oargs=(write -s 4096 -n "$n") ;;
+    imm) oargs=(write -s 4096 -n "$n" --imm) ;;
+    read) oargs=(read -s 4096 -n "$n") ;;
+    faa) oargs=(atomic -n "$n"); size=8 ;;
+    cas) oargs=(atomic -n "$n" -A CMP_AND_SWAP); size=8 ;;
+    *) die "unknown pyverbs case $c" ;;
+  esac
+  # the guests see the lab's 9p share at /lab
+  cp "$PEER" "${LAB_DIR:-/var/tmp/rxelab}/run/share/pyverbs_peer.py" || return 1
+  local ours=("$BIN/roce" perf "${oargs[@]}" -d roce0 -x 1 -p "$port")
+  local theirs="timeout $((CASE_TIMEOUT - 10)) python3 /lab/pyverbs_peer.py --op $s -d rxe0 -x \$(lab-gid) -p $port -s $size -n $n --timeout $((CASE_TIMEOUT - 15))"
+  local env=(env ROCE_EMU_DEVICES="$(dev_env "$t")" ROCE_EMU_PCAP="$d")
+  local ours_rc=0 guest_rc=0 job
+  if [ "$r" = srv ]; then
+    start_bg "$d/ours.log" ip netns exec "$NS" timeout "$CASE_TIMEOUT" "${env[@]}" "${ours[@]}" --server
+    local pid=$LAST_PID i
+    for i in $(seq 1 100); do
+      ip netns exec "$NS" ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    echo "+ $theirs $HOST" >"$d/guest.log"
+    lab shell -t "$CASE_TIMEOUT" "$GUEST_CLI" "$theirs $HOST" >>"$d/guest.log" 2>&1 || guest_rc=$?
+    wait "$pid" || ours_rc=$?
+  else
+    echo "+ $theirs" >"$d/guest.log"
+    job=$(lab bg "$GUEST_SRV" "$theirs")
+    guest_wait_port "$GUEST_SRV" "$port" || true
+    ip netns exec "$NS" timeout "$CASE_TIMEOUT" "${env[@]}" "${ours[@]}" "${GUEST_IP[$GUEST_SRV]}" \
+      >"$d/ours.log" 2>&1 || ours_rc=$?
+    lab wait "$GUEST_SRV" "$job" "$CASE_TIMEOUT" >>"$d/guest.log" 2>&1 || guest_rc=$?
+  fi
+  echo "ours_rc=$ours_rc guest_rc=$guest_rc" >"$d/status"
+  local good='result: .*peer=roce .*checks_ok=[1-9][0-9]* checks_failed=0 error=no'
+  [ "$ours_rc" = 0 ] && [ "$guest_rc" = 0 ] && grep -qE "$good" "$d/ours.log" && grep -qE "$good" "$d/guest.log"
+}
+
 # facts the pcap of a case must show (after the oracle ran): RNR NAKs, access NAKs
 check_expect() { # CASE DIR
   local c=$1 d=$2 f=$2/br0.oracle.jsonl n
   [ -s "$f" ] || f=$(ls "$d"/*.oracle.jsonl 2>/dev/null | head -1)
   case $c in
+    *-py-*-imm) # WRITE_WITH_IMM on the wire (4 KiB messages: RDMA_WRITE_LAST_WITH_IMMEDIATE, opcode 9)
+      n=$(grep -c '"opcode": 9,' "$f" || true)
+      echo "RDMA WRITE LAST with immediate in $(basename "$f"): $n" >>"$d/expect.txt"; [ "$n" -gt 0 ] ;;
     *-pt-*-rnr)
       n=$(grep -c '"kind": "RNR_NAK"' "$f" || true)
       echo "RNR NAKs in $(basename "$f"): $n" >>"$d/expect.txt"; [ "$n" -gt 0 ] ;;
@@ -330,6 +386,7 @@ run_case() { # CASE
   case $c in
     *-rc-*|*-uc-*|*-ud-*|*-srq-*) run_pingpong "$c" "$d" || res=FAIL ;;
     *-pt-*) run_perftest "$c" "$d" || res=FAIL ;;
+    *-py-*) run_pyverbs "$c" "$d" || res=FAIL ;;
     *) die "unknown case $c" ;;
   esac
   LAB_CAPTURES=$d lab capture-stop br0 >/dev/null 2>&1 || true

@@ -1357,3 +1357,49 @@ fn run_lat(
         format!("{rcvd} of {} ping-pong messages received, {what} ({bad} not)", cfg.iters),
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `scripts/interop/pyverbs_peer.py` (the rxe-side peer of the interop
+    /// matrix) reimplements `pattern` in Python; its `--self-test` checks the
+    /// same vectors, so the two sides fill and check the same bytes.
+    #[test]
+    fn pattern_matches_the_python_peer() {
+        let d = |psn: u32, qpn: u32| PerftestDest { psn, qpn, ..PerftestDest::default() };
+        let vectors: [(u32, u32, u64, u8); 6] = [
+            (0, 0, 0, 0x00),
+            (0x12_3456, 0x11, 0, 0x15),
+            (0x12_3456, 0x11, 1, 0x21),
+            (0x12_3456, 0x11, 4095, 0x89),
+            (0xAB_CDEF, 0x2A, 65535, 0x15),
+            (0xFF_FFFF, 0xFF_FFFF, 7, 0x72),
+        ];
+        for (psn, qpn, off, want) in vectors {
+            assert_eq!(pattern(&d(psn, qpn), off), want, "psn {psn:#x} qpn {qpn:#x} off {off}");
+        }
+        // and the script carries the same table
+        let py = include_str!("../../scripts/interop/pyverbs_peer.py");
+        for (psn, qpn, off, want) in vectors {
+            let row = format!("({psn:#X}, {qpn:#X}, {off}, {want:#04x})").replace("0X", "0x");
+            let alt = format!("({psn}, {qpn}, {off}, {want:#04x})");
+            assert!(py.contains(&row) || py.contains(&alt), "{row} missing from the script");
+        }
+    }
+
+    /// The script's own self-test (pattern, QP message, geometry) when a
+    /// Python is at hand.
+    #[test]
+    fn python_peer_self_test() {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/interop/pyverbs_peer.py");
+        match std::process::Command::new("python3").arg(script).arg("--self-test").output() {
+            Ok(o) => {
+                let out = String::from_utf8_lossy(&o.stdout);
+                assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
+                assert_eq!(out.trim(), "self-test: pattern ok, QP message ok, geometry ok");
+            }
+            Err(e) => eprintln!("SKIPPED: no python3 ({e})"),
+        }
+    }
+}
