@@ -893,8 +893,7 @@ pub fn run_lat(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::R
 /// devices).
 pub fn udp_rtt(cfg: &PerfConfig, payload: usize) -> anyhow::Result<LatResult> {
     match cfg.poll {
-        PollMode::Event if cfg.spin_us > 0 => udp_rtt_spin_then_block(cfg, payload),
-        PollMode::Event => udp_rtt_blocking(cfg, payload),
+        PollMode::Event => udp_rtt_echo(cfg, payload),
         PollMode::Busy => udp_rtt_busy(cfg, payload),
     }
 }
@@ -975,20 +974,38 @@ fn spin_then_block_recv(
     }
 }
 
-/// The event-mode reference when our driver threads spin: an echo thread
-/// and the test thread each poll `--spin-us` before sleeping.
-fn udp_rtt_spin_then_block(cfg: &PerfConfig, payload: usize) -> anyhow::Result<LatResult> {
-    let spin = Duration::from_micros(cfg.spin_us);
+/// Receive for the event-mode reference: blocking (`spin` None), or poll
+/// the non-blocking socket for `spin`, then sleep.
+fn echo_recv(
+    s: &UdpSocket,
+    buf: &mut [u8],
+    spin: Option<Duration>,
+) -> anyhow::Result<(usize, SocketAddr)> {
+    match spin {
+        Some(sp) => spin_then_block_recv(s, buf, sp),
+        None => Ok(s.recv_from(buf)?),
+    }
+}
+
+/// The event-mode reference: an echo thread on B and the test thread on A,
+/// both blocking in `recv` (`spin_us` 0) or, as our driver threads do, first
+/// polling their non-blocking socket for `spin_us`.
+fn udp_rtt_echo(cfg: &PerfConfig, payload: usize) -> anyhow::Result<LatResult> {
+    let spin = (cfg.spin_us > 0).then(|| Duration::from_micros(cfg.spin_us));
     let a = UdpSocket::bind(SocketAddr::new(cfg.addr_a, 0))?;
     let b = UdpSocket::bind(SocketAddr::new(cfg.addr_b, 0))?;
-    a.set_nonblocking(true)?;
-    b.set_nonblocking(true)?;
     let ba = b.local_addr()?;
+    for s in [&a, &b] {
+        match spin {
+            Some(_) => s.set_nonblocking(true)?,
+            None => s.set_read_timeout(Some(Duration::from_secs(2)))?,
+        }
+    }
     let n = cfg.iters + (cfg.iters / 10).min(10);
     let echo = std::thread::spawn(move || -> anyhow::Result<()> {
         let mut buf = vec![0u8; 65536];
         for _ in 0..n {
-            let (len, from) = spin_then_block_recv(&b, &mut buf, spin)?;
+            let (len, from) = echo_recv(&b, &mut buf, spin)?;
             b.send_to(&buf[..len], from)?;
         }
         Ok(())
@@ -1000,7 +1017,7 @@ fn udp_rtt_spin_then_block(cfg: &PerfConfig, payload: usize) -> anyhow::Result<L
     for i in 0..n {
         let t0 = Instant::now();
         a.send_to(&msg, ba)?;
-        let (len, from) = spin_then_block_recv(&a, &mut buf, spin)?;
+        let (len, from) = echo_recv(&a, &mut buf, spin)?;
         let dt = t0.elapsed();
         if len != payload || from != ba {
             bail!("unexpected echo from {from} ({len} bytes)");
@@ -1010,41 +1027,9 @@ fn udp_rtt_spin_then_block(cfg: &PerfConfig, payload: usize) -> anyhow::Result<L
         }
     }
     echo.join().map_err(|_| anyhow!("echo thread panicked"))??;
-    Ok(LatResult::new(samples, Ok(format!("echo, {} us spin", cfg.spin_us))))
-}
-
-fn udp_rtt_blocking(cfg: &PerfConfig, payload: usize) -> anyhow::Result<LatResult> {
-    let a = UdpSocket::bind(SocketAddr::new(cfg.addr_a, 0))?;
-    let b = UdpSocket::bind(SocketAddr::new(cfg.addr_b, 0))?;
-    let (aa, ba) = (a.local_addr()?, b.local_addr()?);
-    a.set_read_timeout(Some(Duration::from_secs(2)))?;
-    b.set_read_timeout(Some(Duration::from_secs(2)))?;
-    let n = cfg.iters + (cfg.iters / 10).min(10);
-    let echo = std::thread::spawn(move || -> std::io::Result<()> {
-        let mut buf = vec![0u8; 65536];
-        for _ in 0..n {
-            let (len, from) = b.recv_from(&mut buf)?;
-            b.send_to(&buf[..len], from)?;
-        }
-        Ok(())
-    });
-    let msg = vec![0xA5u8; payload];
-    let mut buf = vec![0u8; 65536];
-    let mut samples = Vec::new();
-    let warm = n - cfg.iters;
-    for i in 0..n {
-        let t0 = Instant::now();
-        a.send_to(&msg, ba)?;
-        let (len, from) = a.recv_from(&mut buf)?;
-        let dt = t0.elapsed();
-        if len != payload || from != ba {
-            bail!("unexpected echo from {from} ({len} bytes)");
-        }
-        if i >= warm {
-            samples.push(dt.as_secs_f64() * 1e6);
-        }
-    }
-    let _ = aa;
-    echo.join().map_err(|_| anyhow!("echo thread panicked"))??;
-    Ok(LatResult::new(samples, Ok("echo".into())))
+    let how = match spin {
+        Some(_) => format!("echo, {} us spin", cfg.spin_us),
+        None => "echo".to_string(),
+    };
+    Ok(LatResult::new(samples, Ok(how)))
 }

@@ -108,6 +108,47 @@ fn lat_percentiles_are_ordered() {
     }
 }
 
+/// Event mode with and without the driver spin: the JSON says which, the
+/// header says it, and the raw UDP reference runs in the same mode.
+#[test]
+fn event_mode_spin_is_reported_and_matched_by_the_reference() {
+    for (spin, octet) in [("0", 65), ("20", 66), ("200", 67)] {
+        let out = roce()
+            .args(["perf", "lat", "send", "-s", "8", "-n", "200", "--json", "--spin-us", spin])
+            .args(addrs(octet))
+            .output()
+            .unwrap();
+        let v = json_of(&out);
+        assert_eq!(v["poll"], "event");
+        assert_eq!(v["spin_us"].as_u64(), Some(spin.parse().unwrap()), "{v}");
+        assert_eq!(v["data_check"], "ok");
+        let udp = v["udp_rtt_us"]["median"].as_f64().unwrap();
+        assert!(udp > 0.0 && udp < 100_000.0, "{v}");
+        let text = roce()
+            .args(["perf", "write", "-s", "64", "-n", "2000", "--no-ceiling", "--spin-us", spin])
+            .args(addrs(octet))
+            .output()
+            .unwrap();
+        let t = String::from_utf8_lossy(&text.stdout);
+        assert!(text.status.success(), "{t}");
+        let want = if spin == "0" {
+            "one driver thread per device)".to_string()
+        } else {
+            format!("one driver thread per device, {spin} us spin)")
+        };
+        assert!(t.contains(&want), "{t}");
+    }
+    // busy mode has no driver threads: spin_us 0 whatever was asked
+    let out = roce()
+        .args(["perf", "lat", "send", "-s", "8", "-n", "100", "--json", "--poll", "busy"])
+        .args(["--spin-us", "50"])
+        .args(addrs(68))
+        .output()
+        .unwrap();
+    let v = json_of(&out);
+    assert_eq!((v["poll"].as_str(), v["spin_us"].as_u64()), (Some("busy"), Some(0)), "{v}");
+}
+
 #[test]
 fn text_report_has_perftest_columns_and_repeat_summary() {
     let out = roce()
