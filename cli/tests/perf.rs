@@ -112,7 +112,7 @@ fn lat_percentiles_are_ordered() {
 /// header says it, and the raw UDP reference runs in the same mode.
 #[test]
 fn event_mode_spin_is_reported_and_matched_by_the_reference() {
-    for (spin, octet) in [("0", 65), ("20", 66), ("200", 67)] {
+    for (spin, octet) in [("0", 71), ("20", 72), ("200", 73)] {
         let out = roce()
             .args(["perf", "lat", "send", "-s", "8", "-n", "200", "--json", "--spin-us", spin])
             .args(addrs(octet))
@@ -142,7 +142,7 @@ fn event_mode_spin_is_reported_and_matched_by_the_reference() {
     let out = roce()
         .args(["perf", "lat", "send", "-s", "8", "-n", "100", "--json", "--poll", "busy"])
         .args(["--spin-us", "50"])
-        .args(addrs(68))
+        .args(addrs(74))
         .output()
         .unwrap();
     let v = json_of(&out);
