@@ -198,28 +198,8 @@ run_pingpong() { # CASE DIR -> 0 pass / 1 fail ; writes DIR/{ours,guest}.log
     theirs="$qdisc; $theirs \"\$@\"; rc=\$?; tc -s qdisc show dev eth0; tc qdisc del dev eth0 root; exit \$rc"
     theirs="bash -c '$theirs' x"
   fi
-  local env=(env ROCE_EMU_DEVICES="$(dev_env "$t")" ROCE_EMU_PCAP="$d")
-  local ours_rc=0 guest_rc=0 job
-  if [ "$r" = srv ]; then
-    start_bg "$d/ours.log" ip netns exec "$NS" timeout "$CASE_TIMEOUT" "${env[@]}" "${ours[@]}"
-    local pid=$LAST_PID i
-    for i in $(seq 1 100); do
-      ip netns exec "$NS" ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    echo "+ $theirs $HOST" >"$d/guest.log"
-    lab shell -t "$CASE_TIMEOUT" "$GUEST_CLI" "$theirs $HOST" >>"$d/guest.log" 2>&1 || guest_rc=$?
-    wait "$pid" || ours_rc=$?
-  else
-    echo "+ $theirs" >"$d/guest.log"
-    job=$(lab bg "$GUEST_SRV" "$theirs")
-    guest_wait_port "$GUEST_SRV" "$port" || true
-    ip netns exec "$NS" timeout "$CASE_TIMEOUT" "${env[@]}" "${ours[@]}" "${GUEST_IP[$GUEST_SRV]}" \
-      >"$d/ours.log" 2>&1 || ours_rc=$?
-    lab wait "$GUEST_SRV" "$job" "$CASE_TIMEOUT" >>"$d/guest.log" 2>&1 || guest_rc=$?
-  fi
-  echo "ours_rc=$ours_rc guest_rc=$guest_rc" >"$d/status"
+  run_both "$t" "$r" "$d" "$port" "$theirs" - "${ours[@]}"
+  local ours_rc=$OURS_RC guest_rc=$GUEST_RC
   # both sides must finish cleanly and report the exchange
   [ "$ours_rc" = 0 ] && [ "$guest_rc" = 0 ] \
     && grep -q "^$iters iters in" "$d/ours.log" && grep -q "^$iters iters in" "$d/guest.log" \
@@ -229,16 +209,19 @@ run_pingpong() { # CASE DIR -> 0 pass / 1 fail ; writes DIR/{ours,guest}.log
   fi
 }
 
-# One `roce perf` (ours, host side) against one guest tool (theirs), roles
-# by R: srv = we serve, guest b connects; cli = guest a serves, we connect.
+# One of our tools (host side) against one guest tool (theirs), roles by R:
+# srv = we serve (with SERVE added to our command, `-` for nothing), guest b
+# connects; cli = guest a serves, we connect (the guest's address added).
 # Sets OURS_RC and GUEST_RC; writes DIR/ours.log, DIR/guest.log, DIR/status.
-run_both() { # T R DIR PORT THEIRS OURS...
-  local t=$1 r=$2 d=$3 port=$4 theirs=$5; shift 5
-  local ours=("$@") job
+run_both() { # T R DIR PORT THEIRS SERVE OURS...
+  local t=$1 r=$2 d=$3 port=$4 theirs=$5 serve=$6; shift 6
+  local ours=("$@") job srv=()
+  [ "$serve" = - ] || srv=("$serve")
   local env=(env ROCE_EMU_DEVICES="$(dev_env "$t")" ROCE_EMU_PCAP="$d")
   OURS_RC=0 GUEST_RC=0
   if [ "$r" = srv ]; then
-    start_bg "$d/ours.log" ip netns exec "$NS" timeout "$CASE_TIMEOUT" "${env[@]}" "${ours[@]}" --server
+    start_bg "$d/ours.log" ip netns exec "$NS" timeout "$CASE_TIMEOUT" "${env[@]}" "${ours[@]}" \
+      ${srv[@]+"${srv[@]}"}
     local pid=$LAST_PID i
     for i in $(seq 1 100); do
       ip netns exec "$NS" ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
@@ -283,7 +266,7 @@ run_perftest() { # CASE DIR -> 0 pass / 1 fail
   [ "$s" = faults ] && oargs+=(--faults "$FAULTS")
   local ours=("$BIN/roce" perf "${oargs[@]}" -d roce0 -x 1 -p "$port")
   local theirs="timeout $((CASE_TIMEOUT - 10)) $tool -d rxe0 -x \$(lab-gid) -p $port $ptargs"
-  run_both "$t" "$r" "$d" "$port" "$theirs" "${ours[@]}"
+  run_both "$t" "$r" "$d" "$port" "$theirs" --server "${ours[@]}"
   local ours_rc=$OURS_RC guest_rc=$GUEST_RC
   local ok=1
   case $s in
@@ -325,7 +308,7 @@ run_pyverbs() { # CASE DIR -> 0 pass / 1 fail
   cp "$PEER" "${LAB_DIR:-/var/tmp/rxelab}/run/share/pyverbs_peer.py" || return 1
   local ours=("$BIN/roce" perf "${oargs[@]}" -d roce0 -x 1 -p "$port")
   local theirs="timeout $((CASE_TIMEOUT - 10)) python3 /lab/pyverbs_peer.py --op $s -d rxe0 -x \$(lab-gid) -p $port -s $size -n $n --timeout $((CASE_TIMEOUT - 15))"
-  run_both "$t" "$r" "$d" "$port" "$theirs" "${ours[@]}"
+  run_both "$t" "$r" "$d" "$port" "$theirs" --server "${ours[@]}"
   local ours_rc=$OURS_RC guest_rc=$GUEST_RC
   local good='result: .*peer=roce .*checks_ok=[1-9][0-9]* checks_failed=0 error=no'
   [ "$ours_rc" = 0 ] && [ "$guest_rc" = 0 ] && grep -qE "$good" "$d/ours.log" && grep -qE "$good" "$d/guest.log"
