@@ -898,21 +898,9 @@ pub fn udp_rtt(cfg: &PerfConfig, payload: usize) -> anyhow::Result<LatResult> {
     }
 }
 
+/// Busy receive on a non-blocking socket (gives up after about 4 s).
 fn spin_recv(s: &UdpSocket, buf: &mut [u8]) -> anyhow::Result<(usize, SocketAddr)> {
-    let start = Instant::now();
-    let mut n = 0u32;
-    loop {
-        match s.recv_from(buf) {
-            Ok(r) => return Ok(r),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e.into()),
-        }
-        n = n.wrapping_add(1);
-        if n.is_multiple_of(1024) && start.elapsed() > Duration::from_secs(2) {
-            bail!("raw UDP ping-pong: no datagram for 2 s");
-        }
-        std::hint::spin_loop();
-    }
+    spin_then_block_recv(s, buf, Duration::from_secs(2))
 }
 
 fn udp_rtt_busy(cfg: &PerfConfig, payload: usize) -> anyhow::Result<LatResult> {
