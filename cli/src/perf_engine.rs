@@ -33,12 +33,17 @@ fn seed() -> u64 {
         .unwrap_or(1)
 }
 
-fn new_core(name: &str, addr: IpAddr, mtu: PathMtu) -> Arc<Mutex<Hca>> {
+fn new_core(name: &str, t: &UdpTransport, mtu: PathMtu) -> Arc<Mutex<Hca>> {
+    let addr = t.local_addr().ip();
     let mut hc = HcaConfig::new(name, addr, seed());
     hc.active_mtu = mtu;
     let mut core = Hca::new(hc);
-    // The transport verifies every received ICRC (default policy SolveId).
+    // The transport verifies every received ICRC (default policy SolveId),
+    // sends from its socket's port (the core computes ICRCs for it), and
+    // coalesces ACKs anyway: the core need not build superseded ones.
     core.set_rx_icrc_checked(true);
+    core.set_tx_src_port(Some(t.local_addr().port()));
+    core.set_ack_coalescing(true);
     Arc::new(Mutex::new(core))
 }
 
@@ -49,7 +54,7 @@ fn bind(name: &str, addr: IpAddr) -> anyhow::Result<UdpTransport> {
 fn open_dev(name: &str, addr: IpAddr, mtu: PathMtu, spin_us: u64) -> anyhow::Result<Dev> {
     let t = bind(name, addr)?;
     let counters = t.counters();
-    let hca = new_core(name, addr, mtu);
+    let hca = new_core(name, &t, mtu);
     let dc = DriverConfig {
         name: format!("roce-{name}"),
         max_idle: Duration::from_millis(20),
@@ -71,7 +76,7 @@ fn open_polled(
 ) -> anyhow::Result<(Dev, Dev)> {
     let (ta, tb) = (bind(na, aa)?, bind(nb, ab)?);
     let (ca, cb) = (ta.counters(), tb.counters());
-    let (ha, hb) = (new_core(na, aa, mtu), new_core(nb, ab, mtu));
+    let (ha, hb) = (new_core(na, &ta, mtu), new_core(nb, &tb, mtu));
     let drv: Arc<PolledDriver> = Arc::new(
         PolledDriver::new(vec![(ha.clone(), ta), (hb.clone(), tb)], "udp-poll")
             .with_ack_delay(BUSY_ACK_DELAY),

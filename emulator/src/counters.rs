@@ -106,6 +106,9 @@ counters!(
     /// Ours: FLUSH requests refused by the responder: a bad FETH, or the
     /// rkey/region check (placement rights, range) failed.
     flush_err,
+    /// Ours: positive ACKs replaced by a newer one before they left (ACK
+    /// coalescing, `Hca::set_ack_coalescing`; off by default).
+    acks_merged,
 );
 
 impl fmt::Display for Counters {

@@ -92,6 +92,10 @@ pub(crate) struct Dev {
     next_id: u32,
     next_key: u32,
     next_iova: u64,
+    /// See [`Hca::set_tx_src_port`].
+    pub(crate) tx_src_port: Option<u16>,
+    /// See [`Hca::set_ack_coalescing`].
+    pub(crate) coalesce_acks: bool,
 }
 
 impl Dev {
@@ -166,8 +170,8 @@ impl Dev {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
             v4 => v4,
         };
-        let endpoints =
-            UdpEndpoints { src: self.addr, dst, src_port: qp.src_port, dst_port: ROCE_V2_PORT };
+        let src_port = self.tx_src_port.unwrap_or(qp.src_port);
+        let endpoints = UdpEndpoints { src: self.addr, dst, src_port, dst_port: ROCE_V2_PORT };
         let meta = IpMeta::default();
         IpUdpHeader::build(&endpoints, &meta, buf.len()).ok()?.fill_icrc(&mut buf);
         Some(Datagram { endpoints, meta, payload: Bytes::from(buf) })
@@ -236,6 +240,8 @@ impl Hca {
                 next_id: 0,
                 next_key: 0,
                 next_iova: 0x7f00_0000_0000,
+                tx_src_port: None,
+                coalesce_acks: false,
             },
             qps: BTreeMap::new(),
             next_qpn: 17,
@@ -251,6 +257,26 @@ impl Hca {
     /// Off by default: the core checks every ICRC itself (rxe behaviour).
     pub fn set_rx_icrc_checked(&mut self, on: bool) {
         self.rx_icrc_checked = on;
+    }
+
+    /// The UDP source port every datagram of this device carries on the
+    /// wire, when the transport fixes it (a UDP socket sends from its own
+    /// port): the core then computes each ICRC for that port, and the
+    /// transport need not adjust it. `None` (default): each QP's own
+    /// RoCEv2 source port, as rxe sends (the raw transport keeps it).
+    pub fn set_tx_src_port(&mut self, port: Option<u16>) {
+        self.dev.tx_src_port = port;
+    }
+
+    /// Coalesce acknowledgements in the core: a positive ACK that is still
+    /// queued when a newer one for the same QP is due is replaced by the
+    /// newer one (counted in `acks_merged`), and ACKs are built only when
+    /// they leave. IBA allows a responder to acknowledge several packets
+    /// with one ACK (§9.7.5.1.3); rxe answers every AckReq, so this is off
+    /// by default and the UDP devices turn it on (their driver coalesces
+    /// ACKs anyway, after the core has built them).
+    pub fn set_ack_coalescing(&mut self, on: bool) {
+        self.dev.coalesce_acks = on;
     }
 
     /// The device name.

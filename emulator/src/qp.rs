@@ -101,6 +101,14 @@ pub(crate) struct ReadJob {
 pub(crate) enum RespItem {
     Packet(crate::io::Datagram),
     Read(ReadJob),
+    /// An ACK or NAK, built when it leaves (so that one superseded by a
+    /// newer ACK under [`Hca::set_ack_coalescing`](crate::Hca::set_ack_coalescing)
+    /// is never built at all).
+    Aeth {
+        psn: roce_packet::Psn,
+        syndrome: roce_packet::Syndrome,
+        msn: roce_packet::Msn,
+    },
 }
 
 /// Connection attributes set by `modify_qp`.

@@ -60,10 +60,27 @@ impl Qp {
         }
     }
 
+    /// Queue an ACK/NAK (built when it leaves, with the QP's current
+    /// address). With ACK coalescing on, a positive ACK replaces a positive
+    /// ACK still waiting at the back of the queue when it acknowledges the
+    /// same or a later PSN: the newer one covers everything the older one
+    /// did (IBA §9.7.5.1.3, coalesced acknowledgements).
     fn send_aeth(&mut self, dev: &mut Dev, psn: Psn, syndrome: Syndrome) {
-        let mut r = Dev::repr(self, Opcode::RC_ACKNOWLEDGE, psn, false, 0);
-        r.aeth = Some(AethRepr { syndrome, msn: self.msn });
-        self.queue(dev, &r, &[]);
+        let msn = self.msn;
+        if dev.coalesce_acks && matches!(syndrome, Syndrome::Ack { .. }) {
+            if let Some(RespItem::Aeth { psn: p, syndrome: s @ Syndrome::Ack { .. }, msn: m }) =
+                self.resp_q.back_mut()
+            {
+                if !psn.is_before(*p) {
+                    *p = psn;
+                    *s = syndrome;
+                    *m = msn;
+                    dev.counters.acks_merged += 1;
+                    return;
+                }
+            }
+        }
+        self.resp_q.push_back(RespItem::Aeth { psn, syndrome, msn });
     }
 
     fn send_ack(&mut self, dev: &mut Dev, psn: Psn) {
@@ -214,6 +231,19 @@ impl Qp {
                     Some(RespItem::Packet(d)) => return Some(d),
                     _ => return None,
                 },
+                &RespItem::Aeth { psn, syndrome, msn } => {
+                    self.resp_q.pop_front();
+                    let mut r = Dev::repr(self, Opcode::RC_ACKNOWLEDGE, psn, false, 0);
+                    r.aeth = Some(AethRepr { syndrome, msn });
+                    match dev.datagram(self, &r, &[]) {
+                        Some(d) => return Some(d),
+                        None => {
+                            dev.counters.send_err += 1;
+                            tracing::warn!(qpn = %self.qpn, "cannot build ACK (no address vector)");
+                            continue;
+                        }
+                    }
+                }
                 RespItem::Read(job) => {
                     let j = *job;
                     let chunk = j.remaining.min(mtu);

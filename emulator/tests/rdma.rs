@@ -250,3 +250,76 @@ fn dereg_of_read_source_mid_response_fails_cleanly() {
     assert_eq!(reqs[0].psn.value(), 0x101, "re-issued from the first missing response");
     assert_eq!(p.b.hca.qp_state(p.b.qpn), Some(QpState::Err));
 }
+
+/// With ACK coalescing on (UDP devices), ten WRITEs that reach the
+/// responder before it transmits are acknowledged by one ACK carrying the
+/// last PSN and MSN 10; off (the default, rxe's behaviour), each gets its own.
+#[test]
+fn ack_coalescing_merges_queued_acks() {
+    for on in [false, true] {
+        let mut p = Pair::new();
+        p.b.hca.set_ack_coalescing(on);
+        p.a.write_mem(0, &pattern(640, 3));
+        for i in 0..10u64 {
+            let wr = SendWr::new(i, WrOpcode::RdmaWrite)
+                .sge(p.a.addr(i * 64), 64, p.a.mr.lkey)
+                .remote(p.b.addr(4096 + i * 64), p.b.mr.rkey)
+                .with_flags(SendFlags::SIGNALED);
+            p.a.hca.post_send(p.a.qpn, wr).unwrap();
+        }
+        p.run();
+        assert_eq!(p.b.read_mem(4096, 640), pattern(640, 3));
+        let acks: Vec<&Seen> = p
+            .trace
+            .iter()
+            .filter(|s| s.dir == Dir::BtoA && s.opcode == Opcode::RC_ACKNOWLEDGE)
+            .collect();
+        let wa = p.a.poll();
+        assert_eq!(wa.len(), 10, "{}", p.dump());
+        assert!(wa.iter().all(|w| w.status == WcStatus::Success));
+        assert_eq!(wa.iter().map(|w| w.wr_id).collect::<Vec<_>>(), (0..10).collect::<Vec<_>>());
+        let c = p.b.counters();
+        assert_eq!(c.acks_sent, 10, "every AckReq still counts as acknowledged");
+        if on {
+            assert_eq!(acks.len(), 1, "{}", p.dump());
+            assert_eq!(acks[0].psn, Psn::new(0x100 + 9));
+            assert_eq!(acks[0].repr.aeth.unwrap().msn.value(), 10);
+            assert_eq!(c.acks_merged, 9);
+        } else {
+            assert_eq!(acks.len(), 10, "{}", p.dump());
+            assert_eq!(c.acks_merged, 0);
+        }
+    }
+}
+
+/// A duplicate request is re-acknowledged with the newest PSN (C9-108, as
+/// rxe does), so with coalescing it merges into the queued ACK too.
+#[test]
+fn ack_coalescing_merges_a_duplicates_reack() {
+    let mut p = Pair::new();
+    p.b.hca.set_ack_coalescing(true);
+    p.a.write_mem(0, &pattern(64, 5));
+    for i in 0..2u64 {
+        let wr = SendWr::new(i, WrOpcode::RdmaWrite)
+            .sge(p.a.addr(0), 64, p.a.mr.lkey)
+            .remote(p.b.addr(0), p.b.mr.rkey);
+        p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    }
+    let now = Instant::ZERO;
+    let d0 = p.a.hca.poll_transmit(now).unwrap();
+    let d1 = p.a.hca.poll_transmit(now).unwrap();
+    // B sees PSN 0x100, 0x101, then 0x100 again before it transmits
+    p.b.hca.handle_datagram(now, d0.clone());
+    p.b.hca.handle_datagram(now, d1);
+    p.b.hca.handle_datagram(now, d0);
+    let mut acks = Vec::new();
+    while let Some(d) = p.b.hca.poll_transmit(now) {
+        let (r, _) = roce_packet::RoceRepr::parse_bytes(&d.payload).unwrap();
+        assert_eq!(r.bth.opcode, Opcode::RC_ACKNOWLEDGE);
+        acks.push((r.bth.psn, r.aeth.unwrap().msn.value()));
+    }
+    assert_eq!(acks, vec![(Psn::new(0x101), 2)]);
+    assert_eq!(p.b.counters().acks_sent, 3);
+    assert_eq!(p.b.counters().acks_merged, 2);
+    assert_eq!(p.b.counters().duplicate_request, 1);
+}

@@ -315,6 +315,46 @@ impl UdpTransport {
         Some(Some(fixed.to_le_bytes()))
     }
 
+    /// The wire ICRCs of a GSO run (segment k leaves with IPv4
+    /// identification k). When every segment's header is the wire header
+    /// but for the identification (the core was told the socket's port,
+    /// [`roce_emulator::Hca::set_tx_src_port`]), the ICRC change is linear
+    /// in k: the changes for identifications 1, 2, 4, ... are computed once
+    /// per run and segment k's is the XOR of those of k's bits. Otherwise
+    /// each segment is fixed on its own ([`Self::wire_icrc`]).
+    fn gso_icrcs(&mut self, d: &[Datagram]) -> Option<Vec<Option<[u8; 4]>>> {
+        let ep = self.endpoints_out(&d[0]);
+        let len = d[0].payload.len();
+        let uniform = ep.src.is_ipv4()
+            && len >= 4
+            && d.len() <= usize::from(u16::MAX)
+            && d.iter().all(|x| {
+                x.endpoints == ep
+                    && x.meta.ipv4_id == 0
+                    && x.meta.dont_fragment
+                    && x.payload.len() == len
+            });
+        if !uniform {
+            return d.iter().enumerate().map(|(k, x)| self.wire_icrc(x, k as u16)).collect();
+        }
+        let base = IpMeta { ipv4_id: 0, dont_fragment: true, ..d[0].meta };
+        let nbits = (usize::BITS - (d.len() - 1).leading_zeros()) as usize;
+        let mut bit = [0u32; 16];
+        for (b, slot) in bit.iter_mut().enumerate().take(nbits) {
+            let m = IpMeta { ipv4_id: 1 << b, ..base };
+            *slot = self.crc.fix_fields((&ep, &base), (&ep, &m), len, 0)?;
+        }
+        let mut out = Vec::with_capacity(d.len());
+        out.push(None);
+        for (k, x) in d.iter().enumerate().skip(1) {
+            let icrc = u32::from_le_bytes(x.payload[len - 4..].try_into().ok()?);
+            let delta = (0..nbits).filter(|b| k >> b & 1 == 1).fold(0, |a, b| a ^ bit[b]);
+            out.push(Some((icrc ^ delta).to_le_bytes()));
+        }
+        TransportCounters::add(&self.counters.icrc_recomputed, d.len() as u64 - 1);
+        Some(out)
+    }
+
     /// Record a sent datagram (identification `id`, ICRC `icrc` if replaced).
     fn record_sent(&mut self, d: &Datagram, id: u16, icrc: Option<[u8; 4]>) {
         if let Some(p) = &mut self.pcap {
@@ -397,17 +437,10 @@ impl UdpTransport {
     /// `Err(false)`: GSO refused and now off.
     fn send_gso(&mut self, d: &[Datagram]) -> Result<(), bool> {
         let seg = d[0].payload.len();
-        let mut icrcs: Vec<Option<[u8; 4]>> = Vec::with_capacity(d.len());
-        for (k, x) in d.iter().enumerate() {
-            // With GSO, segment k leaves with identification k.
-            match self.wire_icrc(x, k as u16) {
-                Some(c) => icrcs.push(c),
-                None => {
-                    TransportCounters::add(&self.counters.send_errors, d.len() as u64);
-                    return Ok(());
-                }
-            }
-        }
+        let Some(icrcs) = self.gso_icrcs(d) else {
+            TransportCounters::add(&self.counters.send_errors, d.len() as u64);
+            return Ok(());
+        };
         // No copy: each segment is its payload (minus the ICRC if replaced)
         // and the new ICRC; the kernel cuts segments at `seg` bytes.
         let iov = iovecs(d, &icrcs);

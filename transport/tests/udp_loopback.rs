@@ -286,3 +286,47 @@ fn large_messages_are_received_without_copy_and_buffers_reused() {
     // receive (rounds 1, 2, 4, 5, 7, 8, 10: at least one message each)
     assert!(cb.rx_buffers_reused >= 7, "{cb:?}");
 }
+
+/// The core computes ICRCs for the socket's own port
+/// (`Hca::set_tx_src_port`): a single datagram then leaves untouched, and
+/// in a GSO run only segment k > 0 changes (identification k), from the
+/// per-run table of identification bits. Every segment still verifies
+/// exactly at the receiver, with and without GRO.
+#[test]
+fn wire_port_icrcs_need_no_fix_but_the_gso_identification() {
+    for (gro, a_ip, b_ip) in
+        [(false, "127.1.10.2", "127.1.10.3"), (true, "127.1.11.2", "127.1.11.3")]
+    {
+        let mut a = bind(a_ip, |c| c.gso = true);
+        let mut b = bind(b_ip, |c| c.gro = gro);
+        let mut ep = core_ep(&a, &b);
+        ep.src_port = a.local_addr().port();
+        // a run of 64 equal sizes (one GSO send), then 37, then a single
+        let sizes = |i: usize| if i < 101 { 200 } else { 9 };
+        let n = 102;
+        let sent: Vec<_> =
+            (0..n).map(|i| send_only(&ep, 0x12, i as u32, &pattern(i, sizes(i)))).collect();
+        let o = a.send(&sent);
+        assert_eq!((o.consumed, o.would_block), (n, false));
+        let got = recv_n(&mut b, n, T);
+        assert_eq!(got.len(), n, "{:?} {:?}", a.snapshot(), b.snapshot());
+        for (k, (s, g)) in sent.iter().zip(&got).enumerate() {
+            assert_eq!(body(&s.payload), body(&g.payload), "datagram {k}");
+            assert!(verify_icrc(&g.endpoints, &g.meta, &g.payload), "datagram {k}");
+        }
+        // segment k of a run carries identification k
+        assert_eq!(got[0].meta.ipv4_id, 0);
+        assert_eq!(got[63].meta.ipv4_id, 63);
+        assert_eq!(got[64].meta.ipv4_id, 0);
+        assert_eq!(got[100].meta.ipv4_id, 36);
+        // ICRCs that changed: first segments of the two runs and the single kept theirs
+        assert_eq!(&got[0].payload[..], &sent[0].payload[..]);
+        assert_eq!(&got[101].payload[..], &sent[101].payload[..]);
+        assert_ne!(&got[5].payload[..], &sent[5].payload[..]);
+        let (ca, cb) = (a.snapshot(), b.snapshot());
+        assert_eq!(ca.gso_sends, 2, "{ca:?}");
+        assert_eq!(ca.icrc_recomputed, 63 + 36, "{ca:?}");
+        assert_eq!(cb.icrc_ok_exact, n as u64, "{cb:?}");
+        assert_eq!(cb.icrc_bad + cb.icrc_ok_solved_id, 0, "{cb:?}");
+    }
+}

@@ -414,6 +414,14 @@ impl DeviceConfig {
                 if faults.is_none() && t.config().rx_icrc != roce_transport::RxIcrcPolicy::Off {
                     hca.lock().unwrap_or_else(|e| e.into_inner()).set_rx_icrc_checked(true);
                 }
+                {
+                    // The socket sends from its own port: ICRCs computed for
+                    // it need no adjustment. The driver coalesces ACKs, so the
+                    // core need not build the superseded ones.
+                    let mut core = hca.lock().unwrap_or_else(|e| e.into_inner());
+                    core.set_tx_src_port(Some(t.local_addr().port()));
+                    core.set_ack_coalescing(true);
+                }
                 if let Some(f) = faults {
                     let t = FaultyTransport::new(t, f, self.name.clone());
                     return self.start(hca, t, cfg, "udp");
