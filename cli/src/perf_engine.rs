@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 /// `--poll busy`: positive ACKs wait up to this long so that one covers
 /// several requests (see `PolledDriver::with_ack_delay`).
-const BUSY_ACK_DELAY: Duration = Duration::from_micros(50);
+const BUSY_ACK_DELAY: Duration = Duration::from_micros(200);
 
 /// No completion for this long: the run failed.
 const STALL: Duration = Duration::from_secs(10);

@@ -83,6 +83,12 @@ pub trait Transport: AsFd + Send + 'static {
     fn send(&mut self, dgrams: &[Datagram]) -> SendOutcome;
     /// One non-blocking receive batch; returns the number of messages read.
     fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<usize>;
+    /// [`Transport::recv`] of at most `max` messages (a hint: the caller
+    /// knows that many datagrams were just sent here).
+    fn recv_at_most(&mut self, out: &mut Vec<Datagram>, max: usize) -> io::Result<usize> {
+        let _ = max;
+        self.recv(out)
+    }
     /// Messages per receive batch (a full batch means: read again).
     fn batch(&self) -> usize;
     /// The local address.
@@ -99,6 +105,9 @@ impl Transport for UdpTransport {
     }
     fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<usize> {
         UdpTransport::recv(self, out)
+    }
+    fn recv_at_most(&mut self, out: &mut Vec<Datagram>, max: usize) -> io::Result<usize> {
+        UdpTransport::recv_at_most(self, out, max)
     }
     fn batch(&self) -> usize {
         self.config().batch.max(1)

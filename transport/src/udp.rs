@@ -165,6 +165,8 @@ pub struct UdpTransport {
     gro: bool,
     counters: Arc<TransportCounters>,
     rx_bufs: Vec<Vec<u8>>,
+    /// Control-message space of a single-message receive (UDP_GRO size).
+    cmsg1: Vec<u8>,
     /// Receive buffers handed out whole (their datagrams are slices of
     /// them, no copy), kept to be taken back once every slice is dropped.
     lent: VecDeque<Bytes>,
@@ -243,6 +245,7 @@ impl UdpTransport {
             gro,
             counters: Arc::new(TransportCounters::default()),
             rx_bufs: vec![vec![0u8; buf_len]; batch],
+            cmsg1: nix::cmsg_space!(i32),
             lent: VecDeque::new(),
             spare: Vec::new(),
             crc: IcrcMath::new(),
@@ -501,6 +504,31 @@ impl UdpTransport {
                 None => TransportCounters::add(&self.counters.send_errors, 1),
             }
         }
+        // One datagram whose ICRC stands: a plain `sendto` (no message
+        // header or iovec array for the kernel to copy in).
+        if let [(n, None, a)] = staged.as_slice() {
+            let p = &d[*n].payload;
+            loop {
+                let r = rustix::net::sendto(&self.sock, p, SendFlags::empty(), a);
+                TransportCounters::add(&self.counters.send_syscalls, 1);
+                match r {
+                    Ok(_) => {
+                        if self.pcap.is_some() {
+                            self.record_sent(&d[*n], 0, None);
+                        }
+                        TransportCounters::add(&self.counters.dgrams_out, 1);
+                        TransportCounters::add(&self.counters.bytes_out, p.len() as u64);
+                    }
+                    Err(rustix::io::Errno::INTR) => continue,
+                    Err(rustix::io::Errno::AGAIN) => return *n,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "send failed");
+                        TransportCounters::add(&self.counters.send_errors, 1);
+                    }
+                }
+                return d.len();
+            }
+        }
         let mut start = 0;
         while start < staged.len() {
             let iovs: Vec<Vec<IoSlice<'_>>> = staged[start..]
@@ -555,17 +583,62 @@ impl UdpTransport {
     /// the accepted datagrams to `out`. Returns the number of messages the
     /// kernel returned (0 when nothing was waiting).
     pub fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<usize> {
+        self.recv_at_most(out, usize::MAX)
+    }
+
+    /// [`Self::recv`] reading at most `max` messages (at least one): when
+    /// the caller knows how many datagrams were just sent to this socket
+    /// (a ping-pong in one thread: exactly one), the kernel then does not
+    /// look for a further message that is not there.
+    pub fn recv_at_most(&mut self, out: &mut Vec<Datagram>, max: usize) -> io::Result<usize> {
         self.take_back();
-        let mut msgs: Vec<RxMsg> = Vec::with_capacity(self.rx_bufs.len());
+        let vlen = self.rx_bufs.len().min(max.max(1));
+        let mut msgs: Vec<RxMsg> = Vec::with_capacity(vlen);
+        if vlen == 1 {
+            // One message: a plain `recvmsg` into the first buffer (no
+            // header array to allocate, nothing after it for the kernel to
+            // look for). nix rebuilds `msg_controllen` from the buffer's
+            // capacity on every call.
+            let fd = self.sock.as_raw_fd();
+            let mut iov = [IoSliceMut::new(&mut self.rx_bufs[0][..])];
+            let r = nsock::recvmsg::<SockaddrStorage>(
+                fd,
+                &mut iov,
+                Some(&mut self.cmsg1),
+                MsgFlags::MSG_DONTWAIT,
+            );
+            match r {
+                Ok(m) => {
+                    let gro_size = m.cmsgs().ok().and_then(|mut it| {
+                        it.find_map(|c| match c {
+                            ControlMessageOwned::UdpGroSegments(s) => usize::try_from(s).ok(),
+                            _ => None,
+                        })
+                    });
+                    msgs.push(RxMsg {
+                        len: m.bytes,
+                        peer: m.address.as_ref().and_then(to_std),
+                        gro_size,
+                        truncated: m.flags.contains(MsgFlags::MSG_TRUNC),
+                    });
+                }
+                Err(Errno::EAGAIN) | Err(Errno::EINTR) => return Ok(0),
+                Err(e) => {
+                    TransportCounters::add(&self.counters.recv_errors, 1);
+                    return Err(e.into());
+                }
+            }
+            return Ok(self.take_messages(&msgs, out));
+        }
         // Rebuilt per call: nix's recvmmsg does not reset `msg_controllen`
         // and `msg_namelen`, which the kernel shrinks (a reused set loses
         // the UDP_GRO control message after a receive without one); and the
         // headers hold raw pointers (not Send).
         let mut hdrs: MultiHeaders<SockaddrStorage> =
-            MultiHeaders::preallocate(self.rx_bufs.len(), Some(nix::cmsg_space!(i32)));
+            MultiHeaders::preallocate(vlen, Some(nix::cmsg_space!(i32)));
         let r = (|| {
             let mut iovs: Vec<[IoSliceMut<'_>; 1]> =
-                self.rx_bufs.iter_mut().map(|b| [IoSliceMut::new(&mut b[..])]).collect();
+                self.rx_bufs[..vlen].iter_mut().map(|b| [IoSliceMut::new(&mut b[..])]).collect();
             let fd = self.sock.as_raw_fd();
             let res = nsock::recvmmsg(fd, &mut hdrs, &mut iovs, MsgFlags::MSG_DONTWAIT, None)?;
             for m in res {
@@ -592,6 +665,12 @@ impl UdpTransport {
                 return Err(e.into());
             }
         }
+        Ok(self.take_messages(&msgs, out))
+    }
+
+    /// Split, check and deliver the messages just read into the receive
+    /// buffers (message i in buffer i); returns how many there were.
+    fn take_messages(&mut self, msgs: &[RxMsg], out: &mut Vec<Datagram>) -> usize {
         if !msgs.is_empty() {
             TransportCounters::add(&self.counters.recv_syscalls, 1);
         }
@@ -637,7 +716,7 @@ impl UdpTransport {
                 self.deliver(&ep, i, whole.as_ref(), range, k, out);
             }
         }
-        Ok(msgs.len())
+        msgs.len()
     }
 
     /// Keep a buffer handed out whole, to take it back later (bounded: the

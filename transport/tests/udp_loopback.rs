@@ -330,3 +330,36 @@ fn wire_port_icrcs_need_no_fix_but_the_gso_identification() {
         assert_eq!(cb.icrc_bad + cb.icrc_ok_solved_id, 0, "{cb:?}");
     }
 }
+
+/// `recv_at_most(1)` reads one message with a plain `recvmsg`: a single
+/// datagram, or a whole GRO batch (split into its datagrams as `recv` does);
+/// what is left stays queued for the next read.
+#[test]
+fn receive_of_one_message_splits_gro_and_leaves_the_rest() {
+    let mut a = bind("127.1.12.2", |c| c.gso = true);
+    let mut b = bind("127.1.12.3", |c| c.gro = true);
+    let ep = core_ep(&a, &b);
+    // a GSO run of 10 equal sizes, then one odd-sized single
+    let sent: Vec<_> = (0..11)
+        .map(|i| send_only(&ep, 0x13, i as u32, &pattern(i, if i < 10 { 300 } else { 7 })))
+        .collect();
+    assert_eq!(a.send(&sent).consumed, 11);
+    let mut got = Vec::new();
+    let end = std::time::Instant::now() + T;
+    let mut calls = Vec::new();
+    while got.len() < 11 && std::time::Instant::now() < end {
+        let k = b.recv_at_most(&mut got, 1).unwrap();
+        if k > 0 {
+            calls.push((k, got.len()));
+        }
+    }
+    assert_eq!(got.len(), 11, "{:?}", b.snapshot());
+    for (s, g) in sent.iter().zip(&got) {
+        assert_eq!(body(&s.payload), body(&g.payload));
+        assert!(verify_icrc(&g.endpoints, &g.meta, &g.payload));
+    }
+    // every call returned one message: the GRO batch (10 datagrams), then the single
+    assert_eq!(calls, vec![(1, 10), (1, 11)], "{:?}", b.snapshot());
+    let cb = b.snapshot();
+    assert_eq!((cb.recv_syscalls, cb.gro_coalesced, cb.gro_segments), (2, 1, 10));
+}
