@@ -503,6 +503,7 @@ fn repeated<R>(
     setup: Setup,
     progress: bool,
     one: fn(&Setup, &PerfConfig, u32, bool) -> anyhow::Result<R>,
+    after: &mut dyn FnMut(u32),
 ) -> Result<(Vec<R>, Option<DevCounters>), ExitCode> {
     if !args.json {
         print!("{}", header(cfg, &setup));
@@ -510,7 +511,10 @@ fn repeated<R>(
     let mut runs = Vec::new();
     for k in 0..args.repeat {
         match one(&setup, cfg, k, progress) {
-            Ok(r) => runs.push(r),
+            Ok(r) => {
+                runs.push(r);
+                after(k);
+            }
             Err(e) => {
                 eprintln!("roce perf: {e:#}");
                 if args.stats {
@@ -554,11 +558,49 @@ fn stats_json(stats: &DevCounters) -> Value {
     Value::Object(o)
 }
 
+/// With `--repeat` > 1, the GSO+GRO ceiling is also measured right after
+/// each run, so that each run has a ratio against a ceiling of the same
+/// moment (the host's speed drifts between runs; paired ratios see less of it).
+fn paired_ceiling(cfg: &PerfConfig, args: &PerfArgs, progress: bool) -> Option<f64> {
+    let (src, dst) = if cfg.test == TestKind::Read {
+        (cfg.addr_b, cfg.addr_a)
+    } else {
+        (cfg.addr_a, cfg.addr_b)
+    };
+    if progress {
+        eprint!("\r  measuring raw UDP ceiling (gso+gro, paired)...            ");
+    }
+    let r = ceiling::measure(
+        SocketAddr::new(src, 0),
+        SocketAddr::new(dst, 0),
+        CeilingMode::GsoGro,
+        datagram_size(cfg),
+        Duration::from_secs_f64(args.ceiling_secs),
+    );
+    if progress {
+        eprint!("\r{:60}\r", "");
+    }
+    r.ok().map(|r| r.gbytes_per_sec() * 8.0)
+}
+
 fn run_bw(cfg: &PerfConfig, args: &PerfArgs, setup: Setup, progress: bool) -> ExitCode {
-    let (runs, stats) = match repeated(cfg, args, setup, progress, perf_engine::run_bw) {
+    let pair = !args.no_ceiling && args.repeat > 1;
+    let mut paired: Vec<Option<f64>> = Vec::new();
+    let mut after = |_k: u32| {
+        if pair {
+            paired.push(paired_ceiling(cfg, args, progress));
+        }
+    };
+    let (runs, stats) = match repeated(cfg, args, setup, progress, perf_engine::run_bw, &mut after)
+    {
         Ok(r) => r,
         Err(code) => return code,
     };
+    // Per-run ratios against the ceiling measured right after that run.
+    let paired: Option<Vec<f64>> =
+        (pair && paired.len() == runs.len()).then(|| paired.iter().copied().collect()).flatten();
+    let paired_ratios: Option<Vec<f64>> =
+        paired.as_ref().map(|c| runs.iter().zip(c).map(|(r, c)| r.gbps() / c).collect());
     let ceil = if args.no_ceiling {
         None
     } else {
@@ -612,6 +654,13 @@ fn run_bw(cfg: &PerfConfig, args: &PerfArgs, setup: Setup, progress: bool) -> Ex
                 }),
                 "runs_gbps": gbps,
             });
+            if let (Some(c), Some(r)) = (&paired, &paired_ratios) {
+                let (a, b, x) = min_med_max(c);
+                let (ra, rb, rx) = min_med_max(r);
+                o["repeat"]["runs_ceiling_gbps"] = json!(c);
+                o["repeat"]["ceiling_gbps"] = json!({"min": a, "median": b, "max": x});
+                o["repeat"]["paired_ratio"] = json!({"min": ra, "median": rb, "max": rx});
+            }
         }
         println!("{o}");
     } else {
@@ -662,6 +711,16 @@ fn run_bw(cfg: &PerfConfig, args: &PerfArgs, setup: Setup, progress: bool) -> Ex
                 ),
                 None => println!(" ratio = n/a (no ceiling mode could be measured)"),
             }
+            if let (Some(c), Some(r)) = (&paired, &paired_ratios) {
+                let (a, b, x) = min_med_max(c);
+                let (ra, rb, rx) = min_med_max(r);
+                println!(
+                    " paired: gso+gro ceiling right after each run min / median / max = {:.3} / {:.3} / {:.3} GB/s; ours / it = {ra:.3} / {rb:.3} / {rx:.3}",
+                    a / 8.0,
+                    b / 8.0,
+                    x / 8.0
+                );
+            }
         }
         for (i, r) in runs.iter().enumerate() {
             let tag = if runs.len() > 1 { format!(" (run {})", i + 1) } else { String::new() };
@@ -688,10 +747,26 @@ fn lat_json(v: &LatResult) -> Value {
 }
 
 fn run_lat(cfg: &PerfConfig, args: &PerfArgs, setup: Setup, progress: bool) -> ExitCode {
-    let (runs, stats) = match repeated(cfg, args, setup, progress, perf_engine::run_lat) {
+    // With --repeat > 1 the raw ping-pong also runs right after each run
+    // (paired: the host's speed drifts between runs).
+    let pair = !args.no_ceiling && args.repeat > 1;
+    let mut paired: Vec<Option<f64>> = Vec::new();
+    let mut after = |_k: u32| {
+        if pair {
+            let u = perf_engine::udp_rtt(cfg, datagram_size(cfg)).ok();
+            paired.push(u.map(|u| u.percentile(0.5)));
+        }
+    };
+    let (runs, stats) = match repeated(cfg, args, setup, progress, perf_engine::run_lat, &mut after)
+    {
         Ok(r) => r,
         Err(code) => return code,
     };
+    let paired: Option<Vec<f64>> =
+        (pair && paired.len() == runs.len()).then(|| paired.iter().copied().collect()).flatten();
+    // ours / raw, run by run
+    let slowdown: Option<Vec<f64>> =
+        paired.as_ref().map(|p| runs.iter().zip(p).map(|(r, u)| r.percentile(0.5) / u).collect());
     let udp = if args.no_ceiling {
         None
     } else {
@@ -730,6 +805,14 @@ fn run_lat(cfg: &PerfConfig, args: &PerfArgs, setup: Setup, progress: bool) -> E
         if runs.len() > 1 {
             let (a, b, c) = min_med_max(&medians);
             o["repeat"] = json!({"k": runs.len(), "median_us": {"min": a, "median": b, "max": c}});
+            if let (Some(p), Some(sd)) = (&paired, &slowdown) {
+                let (pa, pb, pc) = min_med_max(p);
+                let (sa, sb, sc) = min_med_max(sd);
+                o["repeat"]["runs_median_us"] = json!(medians);
+                o["repeat"]["runs_udp_rtt_median_us"] = json!(p);
+                o["repeat"]["udp_rtt_median_us"] = json!({"min": pa, "median": pb, "max": pc});
+                o["repeat"]["slowdown"] = json!({"min": sa, "median": sb, "max": sc});
+            }
         }
         println!("{o}");
     } else {
@@ -771,6 +854,13 @@ fn run_lat(cfg: &PerfConfig, args: &PerfArgs, setup: Setup, progress: bool) -> E
             println!(
                 " ratio = raw UDP median / ours median = {:.3}",
                 u.percentile(0.5) / mid.percentile(0.5)
+            );
+        }
+        if let (Some(p), Some(sd)) = (&paired, &slowdown) {
+            let (pa, pb, pc) = min_med_max(p);
+            let (sa, sb, sc) = min_med_max(sd);
+            println!(
+                " paired: raw UDP median right after each run min / median / max = {pa:.2} / {pb:.2} / {pc:.2} usec; ours / raw = {sa:.3} / {sb:.3} / {sc:.3}"
             );
         }
         for r in &runs {

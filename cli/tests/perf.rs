@@ -283,3 +283,51 @@ fn many_qps_and_text_stats() {
     assert!(text.contains("rcvd_pkts: 1000\n"), "{text}");
     assert!(text.contains("perf-a transport:\ndgrams_out: 1000\n"), "{text}");
 }
+
+/// With `--repeat`, each run gets its own reference measured right after
+/// it: the GSO+GRO ceiling for bandwidth, the raw ping-pong for latency;
+/// the paired ratios are computed run by run from those.
+#[test]
+fn repeat_pairs_each_run_with_its_own_reference() {
+    let out = roce()
+        .args(["perf", "write", "-s", "8192", "-n", "100", "--repeat", "3", "--json"])
+        .args(["--ceiling-secs", "0.05"])
+        .args(addrs(65))
+        .output()
+        .unwrap();
+    let v = json_of(&out);
+    let r = &v["repeat"];
+    let runs: Vec<f64> =
+        r["runs_gbps"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+    let ceil: Vec<f64> =
+        r["runs_ceiling_gbps"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+    assert_eq!((runs.len(), ceil.len()), (3, 3), "{v}");
+    let mut ratios: Vec<f64> = runs.iter().zip(&ceil).map(|(g, c)| g / c).collect();
+    ratios.sort_by(f64::total_cmp);
+    assert!(ceil.iter().all(|c| *c > 0.0));
+    assert!((r["paired_ratio"]["min"].as_f64().unwrap() - ratios[0]).abs() < 1e-9, "{v}");
+    assert!((r["paired_ratio"]["median"].as_f64().unwrap() - ratios[1]).abs() < 1e-9, "{v}");
+    assert!((r["paired_ratio"]["max"].as_f64().unwrap() - ratios[2]).abs() < 1e-9, "{v}");
+
+    let out = roce()
+        .args(["perf", "lat", "send", "-s", "8", "-n", "200", "--repeat", "3", "--json"])
+        .args(["--poll", "busy"])
+        .args(addrs(66))
+        .output()
+        .unwrap();
+    let v = json_of(&out);
+    let r = &v["repeat"];
+    let ours: Vec<f64> =
+        r["runs_median_us"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+    let raw: Vec<f64> = r["runs_udp_rtt_median_us"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert_eq!((ours.len(), raw.len()), (3, 3), "{v}");
+    let mut sd: Vec<f64> = ours.iter().zip(&raw).map(|(o, u)| o / u).collect();
+    sd.sort_by(f64::total_cmp);
+    assert!((r["slowdown"]["median"].as_f64().unwrap() - sd[1]).abs() < 1e-9, "{v}");
+    assert!(r["udp_rtt_median_us"]["min"].as_f64().unwrap() > 0.0);
+}
