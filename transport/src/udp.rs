@@ -156,6 +156,25 @@ struct RxMsg {
     truncated: bool,
 }
 
+impl RxMsg {
+    /// What one received message says: length, sender, the `UDP_GRO`
+    /// segment size (a coalesced batch), truncation.
+    fn of(m: &nsock::RecvMsg<'_, '_, SockaddrStorage>) -> RxMsg {
+        let gro_size = m.cmsgs().ok().and_then(|mut it| {
+            it.find_map(|c| match c {
+                ControlMessageOwned::UdpGroSegments(s) => usize::try_from(s).ok(),
+                _ => None,
+            })
+        });
+        RxMsg {
+            len: m.bytes,
+            peer: m.address.as_ref().and_then(to_std),
+            gro_size,
+            truncated: m.flags.contains(MsgFlags::MSG_TRUNC),
+        }
+    }
+}
+
 /// A RoCEv2 device's UDP socket. See the module documentation.
 pub struct UdpTransport {
     sock: UdpSocket,
@@ -608,20 +627,7 @@ impl UdpTransport {
                 MsgFlags::MSG_DONTWAIT,
             );
             match r {
-                Ok(m) => {
-                    let gro_size = m.cmsgs().ok().and_then(|mut it| {
-                        it.find_map(|c| match c {
-                            ControlMessageOwned::UdpGroSegments(s) => usize::try_from(s).ok(),
-                            _ => None,
-                        })
-                    });
-                    msgs.push(RxMsg {
-                        len: m.bytes,
-                        peer: m.address.as_ref().and_then(to_std),
-                        gro_size,
-                        truncated: m.flags.contains(MsgFlags::MSG_TRUNC),
-                    });
-                }
+                Ok(m) => msgs.push(RxMsg::of(&m)),
                 Err(Errno::EAGAIN) | Err(Errno::EINTR) => return Ok(0),
                 Err(e) => {
                     TransportCounters::add(&self.counters.recv_errors, 1);
@@ -642,18 +648,7 @@ impl UdpTransport {
             let fd = self.sock.as_raw_fd();
             let res = nsock::recvmmsg(fd, &mut hdrs, &mut iovs, MsgFlags::MSG_DONTWAIT, None)?;
             for m in res {
-                let gro_size = m.cmsgs().ok().and_then(|mut it| {
-                    it.find_map(|c| match c {
-                        ControlMessageOwned::UdpGroSegments(s) => usize::try_from(s).ok(),
-                        _ => None,
-                    })
-                });
-                msgs.push(RxMsg {
-                    len: m.bytes,
-                    peer: m.address.as_ref().and_then(to_std),
-                    gro_size,
-                    truncated: m.flags.contains(MsgFlags::MSG_TRUNC),
-                });
+                msgs.push(RxMsg::of(&m));
             }
             Ok::<(), Errno>(())
         })();
