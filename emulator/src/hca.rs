@@ -16,6 +16,7 @@ use crate::time::Instant;
 use crate::wr::{RecvWr, SendFlags, SendWr, WcStatus, WorkCompletion};
 use crate::{Datagram, SansIo};
 use bytes::Bytes;
+use core::time::Duration;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use roce_packet::{
@@ -96,6 +97,14 @@ pub(crate) struct Dev {
     pub(crate) tx_src_port: Option<u16>,
     /// See [`Hca::set_ack_coalescing`].
     pub(crate) coalesce_acks: bool,
+    /// See [`Hca::set_ack_delay`].
+    pub(crate) ack_delay: Option<Duration>,
+    /// Held ACKs leave at the next transmits, whatever their age
+    /// ([`Hca::flush_acks`]); cleared when nothing is left to send.
+    pub(crate) acks_forced: bool,
+    /// `poll_transmit` returned a packet since it last returned none (a due
+    /// held ACK rides along with such a burst).
+    pub(crate) tx_burst: bool,
 }
 
 impl Dev {
@@ -242,6 +251,9 @@ impl Hca {
                 next_iova: 0x7f00_0000_0000,
                 tx_src_port: None,
                 coalesce_acks: false,
+                ack_delay: None,
+                acks_forced: false,
+                tx_burst: false,
             },
             qps: BTreeMap::new(),
             next_qpn: 17,
@@ -277,6 +289,28 @@ impl Hca {
     /// ACKs anyway, after the core has built them).
     pub fn set_ack_coalescing(&mut self, on: bool) {
         self.dev.coalesce_acks = on;
+    }
+
+    /// Hold a positive ACK back (`None`, the default: never), so that one
+    /// ACK covers several requests; implies ACK coalescing. A held ACK
+    /// leaves once it is `delay` old and other packets leave in the same transmit burst
+    /// (it rides with the next request), alone at twice `delay`, at once
+    /// when it acknowledges [`ACK_EVERY_PSNS`](crate::ACK_EVERY_PSNS) more PSNs than the last ACK
+    /// of its QP (a streaming requester never waits), as soon as anything
+    /// else of its QP's responder is queued behind it (NAK, READ response),
+    /// and after [`Hca::flush_acks`]. [`SansIo::poll_timeout`] includes its
+    /// deadline. The requester's send completions come up to twice `delay` later.
+    pub fn set_ack_delay(&mut self, delay: Option<Duration>) {
+        self.dev.ack_delay = delay.filter(|d| !d.is_zero());
+        if self.dev.ack_delay.is_some() {
+            self.dev.coalesce_acks = true;
+        }
+    }
+
+    /// Let every held ACK leave with the next transmits (a driver going idle
+    /// calls this); ends when `poll_transmit` has nothing more to send.
+    pub fn flush_acks(&mut self) {
+        self.dev.acks_forced = true;
     }
 
     /// The device name.
@@ -970,7 +1004,7 @@ impl SansIo for Hca {
             if *k <= cursor {
                 continue; // the cursor wrapped (QPN 2^24 - 1)
             }
-            if let Some(d) = qp.next_response(dev).or_else(|| qp.next_packet(dev, now)) {
+            if let Some(d) = qp.next_response(dev, now).or_else(|| qp.next_packet(dev, now)) {
                 served = Some(*k);
                 out = Some(d);
                 break;
@@ -978,7 +1012,7 @@ impl SansIo for Hca {
         }
         if out.is_none() {
             for (k, qp) in self.qps.range_mut(..=cursor) {
-                if let Some(d) = qp.next_response(dev).or_else(|| qp.next_packet(dev, now)) {
+                if let Some(d) = qp.next_response(dev, now).or_else(|| qp.next_packet(dev, now)) {
                     served = Some(*k);
                     out = Some(d);
                     break;
@@ -990,15 +1024,31 @@ impl SansIo for Hca {
         }
         // a WQE that failed locally may have overflowed a CQ
         self.settle();
-        if let Some(d) = &out {
-            self.dev.counters.sent_pkts += 1;
-            self.dev.counters.sent_bytes += d.payload.len() as u64;
+        match &out {
+            Some(d) => {
+                self.dev.counters.sent_pkts += 1;
+                self.dev.counters.sent_bytes += d.payload.len() as u64;
+                self.dev.tx_burst = true;
+            }
+            None => {
+                self.dev.acks_forced = false;
+                self.dev.tx_burst = false;
+            }
         }
         out
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        self.qps.values().flat_map(|q| [q.retrans_deadline, q.rnr_deadline]).flatten().min()
+        let delay = self.dev.ack_delay;
+        self.qps
+            .values()
+            .flat_map(|q| {
+                // a held ACK leaves alone at twice the delay
+                let ack = delay.and_then(|d| q.ack_held_since.map(|t| t + 2 * d));
+                [q.retrans_deadline, q.rnr_deadline, ack]
+            })
+            .flatten()
+            .min()
     }
 
     fn handle_timeout(&mut self, now: Instant) {

@@ -79,6 +79,7 @@ pub use objects::{
 pub use qp::QpInitAttr;
 pub use qp_attr::{AccessFlags, AhAttr, PathMtu, QpAttr, QpCap, QpState, QpType};
 pub use recv::DropReason;
+pub use responder::ACK_EVERY_PSNS;
 pub use time::Instant;
 pub use wr::{
     RecvWr, SendFlags, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,

@@ -166,6 +166,11 @@ pub(crate) struct Qp {
     pub resources: VecDeque<RdResource>,
     /// ACKs, NAKs and READ responses waiting for `poll_transmit`.
     pub resp_q: VecDeque<RespItem>,
+    /// With an ACK delay ([`Hca::set_ack_delay`](crate::Hca::set_ack_delay)):
+    /// since when the positive ACK alone at the front of `resp_q` is held.
+    pub ack_held_since: Option<Instant>,
+    /// PSN of the last positive ACK this responder sent.
+    pub last_ack_psn: Option<Psn>,
 }
 
 /// UDP source port for a QP: 0xC000 plus a 14-bit hash of the QPN (as rxe).
@@ -218,6 +223,8 @@ impl Qp {
             uc_discard: false,
             resources: VecDeque::new(),
             resp_q: VecDeque::new(),
+            ack_held_since: None,
+            last_ack_psn: None,
         }
     }
 

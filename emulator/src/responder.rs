@@ -48,6 +48,12 @@ use roce_packet::{
 /// AETH_ACK_UNLIMITED).
 const CREDIT_UNLIMITED: u8 = 0x1F;
 
+/// With an ACK delay, a held ACK leaves at once when it acknowledges this
+/// many more PSNs than the last ACK its QP sent (a streaming requester is
+/// never left waiting for the delay; a ping-pong still gets one ACK per
+/// several round trips).
+pub const ACK_EVERY_PSNS: u32 = 16;
+
 impl Qp {
     /// Queue a response packet behind earlier ones of this QP.
     fn queue(&mut self, dev: &mut Dev, r: &RoceRepr, payload: &[u8]) {
@@ -222,10 +228,35 @@ impl Qp {
         }));
     }
 
+    /// Whether the positive ACK `psn` alone at the front of `resp_q` stays
+    /// held at `now` (see [`crate::Hca::set_ack_delay`]).
+    fn ack_held(&mut self, dev: &Dev, now: Instant, psn: Psn) -> bool {
+        let Some(delay) = dev.ack_delay else { return false };
+        if dev.acks_forced || self.resp_q.len() > 1 {
+            return false;
+        }
+        if self.last_ack_psn.is_none_or(|l| psn.distance(l) >= ACK_EVERY_PSNS as i32) {
+            return false;
+        }
+        let since = *self.ack_held_since.get_or_insert(now);
+        let age = now.saturating_duration_since(since);
+        // due: rides with other packets of this transmit burst; alone at 2x
+        !(age >= 2 * delay || (age >= delay && dev.tx_burst))
+    }
+
     /// The next queued response packet (ACK/NAK or one READ response).
-    pub(crate) fn next_response(&mut self, dev: &mut Dev) -> Option<Datagram> {
+    pub(crate) fn next_response(&mut self, dev: &mut Dev, now: Instant) -> Option<Datagram> {
         loop {
             let mtu = self.mtu();
+            if let Some(&RespItem::Aeth { psn, syndrome: Syndrome::Ack { .. }, .. }) =
+                self.resp_q.front()
+            {
+                if self.ack_held(dev, now, psn) {
+                    return None;
+                }
+                self.ack_held_since = None;
+                self.last_ack_psn = Some(psn);
+            }
             match self.resp_q.front()? {
                 RespItem::Packet(_) => match self.resp_q.pop_front() {
                     Some(RespItem::Packet(d)) => return Some(d),

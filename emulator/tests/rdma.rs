@@ -323,3 +323,85 @@ fn ack_coalescing_merges_a_duplicates_reack() {
     assert_eq!(p.b.counters().acks_merged, 2);
     assert_eq!(p.b.counters().duplicate_request, 1);
 }
+
+/// Held ACKs (`set_ack_delay`): the first ACK of a QP leaves at once; later
+/// ones are held (merged into the newest) until they cover 16 more PSNs,
+/// ride along with another packet once `delay` old, leave alone at twice
+/// `delay` (which `poll_timeout` announces), are forced out by
+/// `flush_acks`, or have a NAK queued behind them.
+#[test]
+fn held_acks_leave_by_count_by_age_with_traffic_or_forced() {
+    let delay = core::time::Duration::from_micros(100);
+    let us = Instant::from_micros;
+    let mut p = Pair::new();
+    p.b.hca.set_ack_delay(Some(delay));
+    p.a.write_mem(0, &pattern(64, 1));
+    let write = |p: &mut Pair, id: u64| {
+        let wr = SendWr::new(id, WrOpcode::RdmaWrite)
+            .sge(p.a.addr(0), 64, p.a.mr.lkey)
+            .remote(p.b.addr(0), p.b.mr.rkey);
+        p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    };
+    // A's next request, delivered to B at `t`; B's transmits at `t` as (opcode, PSN)
+    let step = |p: &mut Pair, t: Instant, deliver: bool| -> Vec<(Opcode, u32)> {
+        if deliver {
+            let d = p.a.hca.poll_transmit(t).expect("a request");
+            p.b.hca.handle_datagram(t, d);
+        }
+        let mut out = Vec::new();
+        while let Some(d) = p.b.hca.poll_transmit(t) {
+            let (r, _) = roce_packet::RoceRepr::parse_bytes(&d.payload).unwrap();
+            out.push((r.bth.opcode, r.bth.psn.value()));
+        }
+        out
+    };
+    let ack = |psn: u32| (Opcode::RC_ACKNOWLEDGE, 0x100 + psn);
+    write(&mut p, 0);
+    assert_eq!(step(&mut p, us(0), true), [ack(0)], "the first ACK leaves at once");
+    for i in 1..16 {
+        write(&mut p, i);
+        assert_eq!(step(&mut p, us(1), true), [], "PSN +{i} held");
+    }
+    assert_eq!(p.b.hca.poll_timeout(), Some(us(1) + 2 * delay), "alone at twice the delay");
+    write(&mut p, 16);
+    assert_eq!(step(&mut p, us(2), true), [ack(16)], "16 PSNs after the last ACK sent");
+    assert_eq!(p.b.counters().acks_merged, 15, "+1..+16 merged into one");
+    assert_eq!(p.b.hca.poll_timeout(), None);
+    // due after `delay`, but only with other traffic: B's own request takes it along
+    write(&mut p, 17);
+    assert_eq!(step(&mut p, us(10), true), []);
+    assert_eq!(step(&mut p, us(150), false), [], "due, but alone before twice the delay");
+    p.b.write_mem(64, b"from b");
+    let wr = SendWr::new(90, WrOpcode::RdmaWrite)
+        .sge(p.b.addr(64), 6, p.b.mr.lkey)
+        .remote(p.a.addr(4096), p.a.mr.rkey);
+    p.b.hca.post_send(p.b.qpn, wr).unwrap();
+    assert_eq!(
+        step(&mut p, us(150), false),
+        [(Opcode::RC_RDMA_WRITE_ONLY, 0x200), ack(17)],
+        "the due ACK rides with the request"
+    );
+    // alone at twice the delay
+    write(&mut p, 18);
+    assert_eq!(step(&mut p, us(300), true), []);
+    assert_eq!(p.b.hca.poll_timeout().unwrap(), us(300) + 2 * delay);
+    assert_eq!(step(&mut p, us(499), false), []);
+    assert_eq!(step(&mut p, us(500), false), [ack(18)]);
+    // forced out; the flush ends when nothing is left
+    write(&mut p, 19);
+    assert_eq!(step(&mut p, us(600), true), []);
+    p.b.hca.flush_acks();
+    assert_eq!(step(&mut p, us(600), false), [ack(19)]);
+    write(&mut p, 20);
+    assert_eq!(step(&mut p, us(601), true), [], "held again after the flush");
+    // a NAK behind a held ACK: both leave, in order (PSN +21 lost, +22 arrives)
+    write(&mut p, 21);
+    write(&mut p, 22);
+    let _lost = p.a.hca.poll_transmit(us(602)).unwrap();
+    assert_eq!(
+        step(&mut p, us(602), true),
+        [ack(20), (Opcode::RC_ACKNOWLEDGE, 0x100 + 21)],
+        "ACK +20, then the sequence NAK for +21"
+    );
+    assert_eq!(p.b.counters().naks_sent, 1);
+}

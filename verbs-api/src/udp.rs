@@ -639,24 +639,6 @@ struct PolledIo<T: Transport> {
     t: T,
     rx: Vec<roce_emulator::Datagram>,
     tx: Vec<roce_emulator::Datagram>,
-    /// Positive ACKs held back (newest per QP) and since when.
-    held: Vec<roce_emulator::Datagram>,
-    held_since: Option<Instant>,
-    /// PSN of the last positive ACK sent per destination QP.
-    acked: std::collections::HashMap<(std::net::IpAddr, u32), u32>,
-}
-
-/// A held ACK leaves at once when it acknowledges this many more PSNs than
-/// the last one sent to its QP (a streaming requester is never left waiting
-/// for the delay; a ping-pong still gets one ACK per several round trips).
-const ACK_EVERY_PSNS: u32 = 16;
-
-/// The BTH PSN of a datagram (bytes 9..12).
-fn bth_psn(d: &roce_emulator::Datagram) -> u32 {
-    match d.payload.get(9..12) {
-        Some(b) => u32::from_be_bytes([0, b[0], b[1], b[2]]),
-        None => 0,
-    }
 }
 
 /// Most datagrams taken from the core per flush.
@@ -681,51 +663,6 @@ pub struct PolledDriver<T: Transport = UdpTransport> {
     ticks: std::sync::atomic::AtomicU64,
     ack_delay: Duration,
     name: String,
-}
-
-/// Move the positive ACKs of `io.tx` into `io.held` (newest per QP), and
-/// put them back at the end of `io.tx` once the oldest is `delay` old (or
-/// `force`). Returns how many held ACKs were superseded.
-fn hold_acks<T: Transport>(io: &mut PolledIo<T>, delay: Duration, force: bool) -> usize {
-    use roce_transport::coalesce::positive_ack;
-    let mut superseded = 0;
-    let mut many = false;
-    let mut rest = Vec::with_capacity(io.tx.len());
-    for d in io.tx.drain(..) {
-        match positive_ack(&d) {
-            Some(key) => {
-                if let Some(i) = io.held.iter().position(|h| positive_ack(h) == Some(key)) {
-                    io.held.remove(i);
-                    superseded += 1;
-                }
-                let last = io.acked.get(&key).copied();
-                many |=
-                    last.is_none_or(|l| bth_psn(&d).wrapping_sub(l) & 0xFF_FFFF >= ACK_EVERY_PSNS);
-                io.held.push(d);
-            }
-            None => rest.push(d),
-        }
-    }
-    io.tx = rest;
-    if !io.held.is_empty() {
-        let since = *io.held_since.get_or_insert_with(Instant::now);
-        // Due ACKs ride with other datagrams; alone only when twice as old,
-        // when they cover many PSNs, or forced (the driver idles).
-        let age = since.elapsed();
-        if force || many || (age >= delay && !io.tx.is_empty()) || age >= 2 * delay {
-            if io.acked.len() > 4096 {
-                io.acked.clear(); // bounded; a forgotten QP just gets its next ACK at once
-            }
-            for h in &io.held {
-                if let Some(key) = positive_ack(h) {
-                    io.acked.insert(key, bth_psn(h));
-                }
-            }
-            io.tx.append(&mut io.held);
-            io.held_since = None;
-        }
-    }
-    superseded
 }
 
 /// Which of `nodes` have a datagram waiting: one zero-timeout `poll` over
@@ -758,14 +695,7 @@ impl<T: Transport> PolledDriver<T> {
                 hca,
                 local: t.local_addr(),
                 expect: std::sync::atomic::AtomicUsize::new(0),
-                io: Mutex::new(PolledIo {
-                    t,
-                    rx: Vec::new(),
-                    tx: Vec::new(),
-                    held: Vec::new(),
-                    held_since: None,
-                    acked: std::collections::HashMap::new(),
-                }),
+                io: Mutex::new(PolledIo { t, rx: Vec::new(), tx: Vec::new() }),
             })
             .collect();
         PolledDriver {
@@ -777,13 +707,18 @@ impl<T: Transport> PolledDriver<T> {
         }
     }
 
-    /// Hold positive ACKs back for up to `d` (default zero: they leave with
-    /// the next flush), newest per QP, so that one ACK covers several
-    /// requests (IBA allows a responder to coalesce acknowledgements). They
-    /// also leave when the driver goes idle. The peer's send completions
-    /// are delayed by as much; its send queue must be deep enough.
+    /// Hold positive ACKs back (default zero: they leave with the next
+    /// flush), so that one ACK covers several requests (IBA allows a
+    /// responder to coalesce acknowledgements): each core holds them
+    /// ([`Hca::set_ack_delay`]) and they ride with the next request once `d`
+    /// old, leave alone at `2 d`, after 16 PSNs, and when the driver goes
+    /// idle. The peer's send completions are delayed by as much; its send
+    /// queue must be deep enough.
     pub fn with_ack_delay(mut self, d: Duration) -> PolledDriver<T> {
         self.ack_delay = d;
+        for n in &self.nodes {
+            n.hca.lock().unwrap_or_else(|e| e.into_inner()).set_ack_delay(Some(d));
+        }
         self
     }
 
@@ -883,6 +818,9 @@ impl<T: Transport> PolledDriver<T> {
             if io.tx.is_empty() {
                 let now = self.core_time(*wall.get_or_insert_with(Instant::now));
                 let mut hca = n.hca.lock().unwrap_or_else(|e| e.into_inner());
+                if force {
+                    hca.flush_acks(); // idle: held ACKs leave
+                }
                 while io.tx.len() < POLLED_TX_BATCH {
                     match roce_emulator::SansIo::poll_transmit(&mut *hca, now) {
                         Some(d) => io.tx.push(d),
@@ -890,26 +828,13 @@ impl<T: Transport> PolledDriver<T> {
                     }
                 }
             }
-            // Held ACKs that are due leave with the next other datagram
-            // (no system call of their own), or alone when the driver idles.
-            let due = force
-                || io.held_since.is_some_and(|t| {
-                    let age = wall.get_or_insert_with(Instant::now).saturating_duration_since(t);
-                    (age >= self.ack_delay && !io.tx.is_empty()) || age >= 2 * self.ack_delay
-                });
-            if io.tx.is_empty() && (io.held.is_empty() || !due) {
+            if io.tx.is_empty() {
                 continue;
             }
-            let mut k = roce_transport::coalesce::coalesce_acks(&mut io.tx);
-            if !self.ack_delay.is_zero() {
-                k += hold_acks(io, self.ack_delay, due);
-            }
+            let k = roce_transport::coalesce::coalesce_acks(&mut io.tx);
             if k > 0 {
                 let c = io.t.counters();
                 roce_transport::TransportCounters::add(&c.acks_coalesced, k as u64);
-            }
-            if io.tx.is_empty() {
-                continue; // only ACKs, held back
             }
             // One batch per call: the caller receives in between, so a peer
             // in the same thread is not flooded past its socket buffer; the
@@ -971,91 +896,6 @@ impl<T: Transport> Driver for PolledDriver<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// An RC ACKNOWLEDGE (BTH + AETH + ICRC placeholder) to `qpn` at `psn`,
-    /// or another 20-byte packet with `opcode`.
-    fn ack(qpn: u32, psn: u32, opcode: u8) -> roce_emulator::Datagram {
-        let mut p = vec![0u8; 20];
-        p[0] = opcode;
-        p[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
-        p[9..12].copy_from_slice(&psn.to_be_bytes()[1..]);
-        p[12] = 0x1F; // AETH: ACK, credits unlimited
-        let ep = roce_packet::UdpEndpoints {
-            src: "127.1.40.2".parse().unwrap(),
-            dst: "127.1.40.3".parse().unwrap(),
-            src_port: 4791,
-            dst_port: 4791,
-        };
-        roce_emulator::Datagram { endpoints: ep, meta: Default::default(), payload: p.into() }
-    }
-
-    fn io() -> PolledIo<UdpTransport> {
-        let t = UdpTransport::bind(UdpConfig::on("127.1.40.2".parse().unwrap())).unwrap();
-        PolledIo {
-            t,
-            rx: Vec::new(),
-            tx: Vec::new(),
-            held: Vec::new(),
-            held_since: None,
-            acked: std::collections::HashMap::new(),
-        }
-    }
-
-    fn psns(v: &[roce_emulator::Datagram]) -> Vec<u32> {
-        v.iter().map(bth_psn).collect()
-    }
-
-    /// Delayed ACKs of the busy-poll driver: the first ACK of a QP leaves at
-    /// once, later ones are held (newest per QP) until they cover
-    /// `ACK_EVERY_PSNS` more PSNs, ride along with a request once due, or
-    /// are forced out.
-    #[test]
-    fn held_acks_leave_by_count_by_age_with_traffic_or_forced() {
-        let long = Duration::from_secs(3600);
-        let mut io = io();
-        io.tx.push(ack(5, 1, 0x11));
-        assert_eq!(hold_acks(&mut io, long, false), 0);
-        assert_eq!(psns(&io.tx), [1], "first ACK of the QP leaves at once");
-        io.tx.clear();
-        let mut superseded = 0;
-        for psn in 2..=16 {
-            io.tx.push(ack(5, psn, 0x11));
-            superseded += hold_acks(&mut io, long, false);
-            assert!(io.tx.is_empty(), "PSN {psn} held");
-        }
-        assert_eq!(superseded, 14);
-        assert_eq!(psns(&io.held), [16]);
-        io.tx.push(ack(5, 17, 0x11)); // 17 - 1 = 16 PSNs since the last sent
-        assert_eq!(hold_acks(&mut io, long, false), 1);
-        assert_eq!(psns(&io.tx), [17]);
-        assert!(io.held.is_empty() && io.held_since.is_none());
-        io.tx.clear();
-        // another QP's ACKs are kept apart; a forced flush sends both
-        io.tx.push(ack(5, 18, 0x11));
-        io.tx.push(ack(6, 100, 0x11)); // first of QP 6: at once, with the held one
-        hold_acks(&mut io, long, false);
-        assert_eq!(psns(&io.tx), [18, 100]);
-        io.tx.clear();
-        io.tx.push(ack(5, 19, 0x11));
-        hold_acks(&mut io, long, false);
-        assert!(io.tx.is_empty());
-        hold_acks(&mut io, long, true);
-        assert_eq!(psns(&io.tx), [19], "forced");
-        io.tx.clear();
-        // a due ACK waits for other traffic (alone only at twice the delay)
-        io.tx.push(ack(5, 20, 0x11));
-        hold_acks(&mut io, Duration::from_millis(30), false);
-        assert!(io.tx.is_empty(), "not due yet");
-        std::thread::sleep(Duration::from_millis(35));
-        io.tx.push(ack(6, 101, 0x0A)); // a request (RDMA WRITE ONLY) to send
-        hold_acks(&mut io, Duration::from_millis(30), false);
-        assert_eq!(psns(&io.tx), [101, 20], "the due ACK rides with the request");
-        // non-ACK packets are never held
-        io.tx.clear();
-        io.tx.push(ack(5, 21, 0x0A));
-        hold_acks(&mut io, long, false);
-        assert_eq!(psns(&io.tx), [21]);
-    }
 
     #[test]
     fn gid_table_like_rxe() {
