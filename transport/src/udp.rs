@@ -508,6 +508,14 @@ impl UdpTransport {
 
     /// `sendmmsg` of individual datagrams; returns how many were consumed.
     fn send_singles(&mut self, d: &[Datagram]) -> usize {
+        // One datagram whose ICRC stands (the core computed it for this
+        // socket): a plain `sendto`, nothing staged.
+        if let [x] = d {
+            if self.usable(x) && matches!(self.wire_icrc(x, 0), Some(None)) {
+                let a = SocketAddrAny::from(SocketAddr::new(x.endpoints.dst, x.endpoints.dst_port));
+                return self.send_to_one(x, &a, d.len());
+            }
+        }
         let mut staged: Vec<(usize, Option<[u8; 4]>, SocketAddrAny)> = Vec::with_capacity(d.len());
         for (n, x) in d.iter().enumerate() {
             if !self.usable(x) {
@@ -526,27 +534,11 @@ impl UdpTransport {
         // One datagram whose ICRC stands: a plain `sendto` (no message
         // header or iovec array for the kernel to copy in).
         if let [(n, None, a)] = staged.as_slice() {
-            let p = &d[*n].payload;
-            loop {
-                let r = rustix::net::sendto(&self.sock, p, SendFlags::empty(), a);
-                TransportCounters::add(&self.counters.send_syscalls, 1);
-                match r {
-                    Ok(_) => {
-                        if self.pcap.is_some() {
-                            self.record_sent(&d[*n], 0, None);
-                        }
-                        TransportCounters::add(&self.counters.dgrams_out, 1);
-                        TransportCounters::add(&self.counters.bytes_out, p.len() as u64);
-                    }
-                    Err(rustix::io::Errno::INTR) => continue,
-                    Err(rustix::io::Errno::AGAIN) => return *n,
-                    Err(e) => {
-                        tracing::debug!(error = %e, "send failed");
-                        TransportCounters::add(&self.counters.send_errors, 1);
-                    }
-                }
-                return d.len();
-            }
+            let (n, a) = (*n, a.clone());
+            return match self.send_to_one(&d[n], &a, d.len()) {
+                0 => n, // socket full: everything before it was consumed
+                done => done,
+            };
         }
         let mut start = 0;
         while start < staged.len() {
@@ -598,6 +590,32 @@ impl UdpTransport {
         d.len()
     }
 
+    /// `sendto` of one datagram whose ICRC stands. Returns `done` when it
+    /// was sent or failed for good (counted), 0 when the socket is full.
+    fn send_to_one(&mut self, x: &Datagram, a: &SocketAddrAny, done: usize) -> usize {
+        let p = &x.payload;
+        loop {
+            let r = rustix::net::sendto(&self.sock, p, SendFlags::empty(), a);
+            TransportCounters::add(&self.counters.send_syscalls, 1);
+            match r {
+                Ok(_) => {
+                    if self.pcap.is_some() {
+                        self.record_sent(x, 0, None);
+                    }
+                    TransportCounters::add(&self.counters.dgrams_out, 1);
+                    TransportCounters::add(&self.counters.bytes_out, p.len() as u64);
+                }
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(rustix::io::Errno::AGAIN) => return 0,
+                Err(e) => {
+                    tracing::debug!(error = %e, "send failed");
+                    TransportCounters::add(&self.counters.send_errors, 1);
+                }
+            }
+            return done;
+        }
+    }
+
     /// One non-blocking `recvmmsg`: split GRO messages, check ICRCs, append
     /// the accepted datagrams to `out`. Returns the number of messages the
     /// kernel returned (0 when nothing was waiting).
@@ -612,7 +630,6 @@ impl UdpTransport {
     pub fn recv_at_most(&mut self, out: &mut Vec<Datagram>, max: usize) -> io::Result<usize> {
         self.take_back();
         let vlen = self.rx_bufs.len().min(max.max(1));
-        let mut msgs: Vec<RxMsg> = Vec::with_capacity(vlen);
         if vlen == 1 {
             // One message: a plain `recvmsg` into the first buffer (no
             // header array to allocate, nothing after it for the kernel to
@@ -627,15 +644,18 @@ impl UdpTransport {
                 MsgFlags::MSG_DONTWAIT,
             );
             match r {
-                Ok(m) => msgs.push(RxMsg::of(&m)),
+                Ok(m) => {
+                    let one = [RxMsg::of(&m)];
+                    return Ok(self.take_messages(&one, out));
+                }
                 Err(Errno::EAGAIN) | Err(Errno::EINTR) => return Ok(0),
                 Err(e) => {
                     TransportCounters::add(&self.counters.recv_errors, 1);
                     return Err(e.into());
                 }
             }
-            return Ok(self.take_messages(&msgs, out));
         }
+        let mut msgs: Vec<RxMsg> = Vec::with_capacity(vlen);
         // Rebuilt per call: nix's recvmmsg does not reset `msg_controllen`
         // and `msg_namelen`, which the kernel shrinks (a reused set loses
         // the UDP_GRO control message after a receive without one); and the
@@ -749,7 +769,8 @@ impl UdpTransport {
         k: usize,
         out: &mut Vec<Datagram>,
     ) {
-        let c = self.counters.clone();
+        // (the counters by field, not a clone of the Arc per datagram)
+        let c = &*self.counters;
         let payload = match whole {
             Some(b) => &b[r.clone()],
             None => &self.rx_bufs[buf][r.clone()],
