@@ -320,13 +320,11 @@ impl UdpTransport {
     /// the header difference, without a pass over the payload), `None` if
     /// the datagram cannot be sent.
     fn wire_icrc(&mut self, d: &Datagram, id: u16) -> Option<Option<[u8; 4]>> {
-        let ep = self.endpoints_out(d);
-        let meta = IpMeta { ipv4_id: id, dont_fragment: true, ..d.meta };
-        let same = ep == d.endpoints
-            && (ep.src.is_ipv6() || (d.meta.ipv4_id == id && d.meta.dont_fragment));
-        if same {
+        if self.icrc_stands(d, id) {
             return Some(None);
         }
+        let ep = self.endpoints_out(d);
+        let meta = IpMeta { ipv4_id: id, dont_fragment: true, ..d.meta };
         let len = d.payload.len();
         if len < 4 {
             return None;
@@ -375,6 +373,13 @@ impl UdpTransport {
         }
         TransportCounters::add(&self.counters.icrc_recomputed, d.len() as u64 - 1);
         Some(out)
+    }
+
+    /// Whether the core's ICRC of `d` is already right on the wire with
+    /// identification `id` (the core computed it for this socket).
+    fn icrc_stands(&self, d: &Datagram, id: u16) -> bool {
+        let ep = self.endpoints_out(d);
+        ep == d.endpoints && (ep.src.is_ipv6() || (d.meta.ipv4_id == id && d.meta.dont_fragment))
     }
 
     /// Record a sent datagram (identification `id`, ICRC `icrc` if replaced).
@@ -511,7 +516,7 @@ impl UdpTransport {
         // One datagram whose ICRC stands (the core computed it for this
         // socket): a plain `sendto`, nothing staged.
         if let [x] = d {
-            if self.usable(x) && matches!(self.wire_icrc(x, 0), Some(None)) {
+            if self.usable(x) && self.icrc_stands(x, 0) {
                 let a = SocketAddrAny::from(SocketAddr::new(x.endpoints.dst, x.endpoints.dst_port));
                 return self.send_to_one(x, &a, d.len());
             }
@@ -833,7 +838,7 @@ impl UdpTransport {
             None => Bytes::copy_from_slice(payload),
         };
         if let Some(p) = &mut self.pcap {
-            p.record(ep, &meta, &payload, &c);
+            p.record(ep, &meta, &payload, c);
         }
         out.push(Datagram { endpoints: *ep, meta, payload });
     }
