@@ -714,11 +714,17 @@ impl LatResult {
 fn wait_recv(ctx: &Context, cq: &Cq) -> anyhow::Result<WorkCompletion> {
     let start = Instant::now();
     loop {
-        for wc in poll_wait(ctx, cq, 1, Duration::from_millis(100))? {
+        // Up to 16 at a time: send completions (a coalesced ACK completes
+        // several SENDs at once) may sit in front of the receive.
+        let mut got = None;
+        for wc in poll_wait(ctx, cq, 16, Duration::from_millis(100))? {
             check_wc(&wc)?;
-            if wc.opcode == WcOpcode::Recv {
-                return Ok(wc);
+            if wc.opcode == WcOpcode::Recv && got.is_none() {
+                got = Some(wc);
             }
+        }
+        if let Some(wc) = got {
+            return Ok(wc);
         }
         if start.elapsed() > STALL {
             bail!("stalled: no receive completion for {STALL:?}");
