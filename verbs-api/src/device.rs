@@ -108,6 +108,11 @@ impl Context {
         &*self.inner.driver
     }
 
+    /// Kick the driver for work posted to this device.
+    pub(crate) fn kick(&self) {
+        self.inner.driver.kick_device(&self.inner.hca);
+    }
+
     /// The device name.
     pub fn name(&self) -> &str {
         &self.inner.name

@@ -50,6 +50,13 @@ pub trait Driver: Send + Sync + 'static {
     /// step and needs nothing.
     fn kick(&self) {}
 
+    /// [`Driver::kick`] for work posted to the device whose core is `hca`
+    /// (a driver of several devices may then move only that one's packets).
+    fn kick_device(&self, hca: &std::sync::Arc<std::sync::Mutex<roce_emulator::Hca>>) {
+        let _ = hca;
+        self.kick()
+    }
+
     /// A receive buffer was posted. Posting a receive sends nothing, so a
     /// driver that sends inline on [`Driver::kick`] may leave its queued
     /// packets (ACKs) for the next kick; the default is to kick.

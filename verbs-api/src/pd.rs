@@ -357,7 +357,7 @@ impl Qp {
         let ctx = self.pd().context();
         let wr = MwBindWr { wr_id, send_flags, bind };
         let rkey = ctx.lock().bind_mw(self.qpn(), mw.handle(), wr)?;
-        ctx.driver().kick();
+        ctx.kick();
         Ok(rkey)
     }
 }

@@ -304,7 +304,7 @@ impl Qp {
     pub fn post_send(&self, wr: SendWr) -> Result<(), PostSendError> {
         let ctx = self.inner.pd.context();
         ctx.lock().post_send(self.inner.qpn, wr)?;
-        ctx.driver().kick();
+        ctx.kick();
         Ok(())
     }
 
@@ -352,7 +352,7 @@ impl Qp {
     /// Kick the device's driver so that everything posted with
     /// [`Qp::post_send_list_deferred`] (on any QP of the device) leaves.
     pub fn doorbell(&self) {
-        self.inner.pd.context().driver().kick();
+        self.inner.pd.context().kick();
     }
 
     /// `ibv_post_recv`: queue one receive buffer.

@@ -73,7 +73,7 @@ impl Srq {
     pub fn post_recv(&self, wr: RecvWr) -> Result<(), PostSrqRecvError> {
         let ctx = self.inner.pd.context();
         ctx.lock().post_srq_recv(self.inner.handle, wr)?;
-        ctx.driver().kick();
+        ctx.kick();
         Ok(())
     }
 

@@ -633,6 +633,10 @@ struct PolledNode<T: Transport> {
     /// one: over loopback they are already queued, so the next receive
     /// skips the `poll` and reads no more messages than that.
     expect: std::sync::atomic::AtomicUsize,
+    /// The core may have packets to send that no kick announced (it received
+    /// or fired timers since its last pull): [`Driver::kick_device`] for
+    /// another device pulls this one too.
+    dirty: std::sync::atomic::AtomicBool,
 }
 
 struct PolledIo<T: Transport> {
@@ -695,6 +699,7 @@ impl<T: Transport> PolledDriver<T> {
                 hca,
                 local: t.local_addr(),
                 expect: std::sync::atomic::AtomicUsize::new(0),
+                dirty: std::sync::atomic::AtomicBool::new(false),
                 io: Mutex::new(PolledIo { t, rx: Vec::new(), tx: Vec::new() }),
             })
             .collect();
@@ -768,6 +773,7 @@ impl<T: Transport> PolledDriver<T> {
                     let mut hca = n.hca.lock().unwrap_or_else(|e| e.into_inner());
                     if roce_emulator::SansIo::poll_timeout(&*hca).is_some_and(|d| d <= now) {
                         roce_emulator::SansIo::handle_timeout(&mut *hca, now);
+                        n.dirty.store(true, std::sync::atomic::Ordering::Relaxed);
                     }
                 }
                 continue;
@@ -791,11 +797,15 @@ impl<T: Transport> PolledDriver<T> {
             let now = self.now();
             let mut hca = n.hca.lock().unwrap_or_else(|e| e.into_inner());
             handled += io.rx.len();
+            if !io.rx.is_empty() {
+                n.dirty.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
             for d in io.rx.drain(..) {
                 roce_emulator::SansIo::handle_datagram(&mut *hca, now, d);
             }
             if roce_emulator::SansIo::poll_timeout(&*hca).is_some_and(|d| d <= now) {
                 roce_emulator::SansIo::handle_timeout(&mut *hca, now);
+                n.dirty.store(true, std::sync::atomic::Ordering::Relaxed);
             }
         }
         handled
@@ -804,17 +814,25 @@ impl<T: Transport> PolledDriver<T> {
     /// Send one batch of what each core has queued (the rest at the next
     /// call); returns the number of datagrams sent.
     pub fn flush(&self) -> usize {
-        self.flush_with(false)
+        self.flush_with(false, None)
     }
 
-    fn flush_with(&self, force: bool) -> usize {
+    /// Flush every device (`only` None), or only the device whose core is
+    /// `only` and those marked dirty (their last pull left nothing behind,
+    /// and nothing arrived since: pulling them would find nothing).
+    fn flush_with(&self, force: bool, only: Option<&Arc<Mutex<Hca>>>) -> usize {
         let mut sent = 0;
         // The clock is read at most once per flush (reading it is a visible
         // part of a ping-pong's user time).
         let mut wall: Option<Instant> = None;
         for n in &self.nodes {
+            let chosen = only.is_none_or(|h| Arc::ptr_eq(h, &n.hca));
+            let dirty = n.dirty.swap(false, std::sync::atomic::Ordering::Relaxed);
             let mut io = n.io.lock().unwrap_or_else(|e| e.into_inner());
             let io = &mut *io;
+            if io.tx.is_empty() && !chosen && !dirty {
+                continue;
+            }
             if io.tx.is_empty() {
                 let now = self.core_time(*wall.get_or_insert_with(Instant::now));
                 let mut hca = n.hca.lock().unwrap_or_else(|e| e.into_inner());
@@ -826,6 +844,9 @@ impl<T: Transport> PolledDriver<T> {
                         Some(d) => io.tx.push(d),
                         None => break,
                     }
+                }
+                if io.tx.len() >= POLLED_TX_BATCH {
+                    n.dirty.store(true, std::sync::atomic::Ordering::Relaxed); // more left
                 }
             }
             if io.tx.is_empty() {
@@ -863,6 +884,12 @@ impl<T: Transport> Driver for PolledDriver<T> {
         self.flush();
     }
 
+    fn kick_device(&self, hca: &Arc<Mutex<Hca>>) {
+        // Only the posting device and those with unannounced work: another
+        // idle device of this driver has nothing to pull.
+        self.flush_with(false, Some(hca));
+    }
+
     fn recv_posted(&self) {}
 
     fn progress(&self, cond: &mut dyn FnMut() -> bool, budget: Budget) -> bool {
@@ -883,7 +910,7 @@ impl<T: Transport> Driver for PolledDriver<T> {
             }
             idle = idle.wrapping_add(1);
             if idle == 64 && !self.ack_delay.is_zero() {
-                self.flush_with(true); // idle: let held ACKs go
+                self.flush_with(true, None); // idle: let held ACKs go
             }
             if idle.is_multiple_of(256) && start.elapsed() >= budget.wall {
                 return false;
