@@ -127,7 +127,9 @@ pub struct PerfArgs {
     /// Seconds per ceiling mode (three modes).
     #[arg(long, value_name = "SECS", default_value_t = 0.5)]
     pub ceiling_secs: f64,
-    /// Run the test K times (same devices) and report min/median/max.
+    /// Run the test K times (same devices) and report min/median/max; with
+    /// K > 1 each run is also paired with a reference measured right after
+    /// it (GSO+GRO ceiling, or the raw ping-pong for lat).
     #[arg(long, value_name = "K", default_value_t = 1)]
     pub repeat: u32,
     /// Who moves the frames: driver threads with wake-ups (event) or the
