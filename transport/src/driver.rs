@@ -282,7 +282,7 @@ impl<T: Transport> DriverHandle<T> {
         r
     }
     /// How long the driver thread spins before sleeping
-    /// ([`DriverConfig::spin`]); waiters may spin as long before blocking.
+    /// ([`DriverConfig::spin`]).
     pub fn spin(&self) -> Duration {
         self.spin
     }

@@ -514,7 +514,8 @@ impl UdpTransport {
     /// `sendmmsg` of individual datagrams; returns how many were consumed.
     fn send_singles(&mut self, d: &[Datagram]) -> usize {
         // One datagram whose ICRC stands (the core computed it for this
-        // socket): a plain `sendto`, nothing staged.
+        // socket): a plain `sendto`, nothing staged (no message header or
+        // iovec array for the kernel to copy in).
         if let [x] = d {
             if self.usable(x) && self.icrc_stands(x, 0) {
                 let a = SocketAddrAny::from(SocketAddr::new(x.endpoints.dst, x.endpoints.dst_port));
@@ -535,15 +536,6 @@ impl UdpTransport {
                 }
                 None => TransportCounters::add(&self.counters.send_errors, 1),
             }
-        }
-        // One datagram whose ICRC stands: a plain `sendto` (no message
-        // header or iovec array for the kernel to copy in).
-        if let [(n, None, a)] = staged.as_slice() {
-            let (n, a) = (*n, a.clone());
-            return match self.send_to_one(&d[n], &a, d.len()) {
-                0 => n, // socket full: everything before it was consumed
-                done => done,
-            };
         }
         let mut start = 0;
         while start < staged.len() {

@@ -363,3 +363,19 @@ fn receive_of_one_message_splits_gro_and_leaves_the_rest() {
     let cb = b.snapshot();
     assert_eq!((cb.recv_syscalls, cb.gro_coalesced, cb.gro_segments), (2, 1, 10));
 }
+
+/// A lone datagram the kernel refuses (destination port 0: EINVAL) on the
+/// `sendto` path is consumed and counted as a send error, not retried.
+#[test]
+fn lone_datagram_refused_by_sendto_is_a_counted_send_error() {
+    let mut a = bind("127.1.13.2", |_| {});
+    let b = bind("127.1.13.3", |_| {});
+    let mut ep = core_ep(&a, &b);
+    ep.src_port = a.local_addr().port(); // ICRC for the socket: the sendto path
+    ep.dst_port = 0;
+    let d = send_only(&ep, 1, 1, &pattern(0, 16));
+    let o = a.send(&[d]);
+    assert_eq!((o.consumed, o.would_block), (1, false));
+    let c = a.snapshot();
+    assert_eq!((c.send_errors, c.dgrams_out, c.send_syscalls, c.icrc_recomputed), (1, 0, 1, 0));
+}
