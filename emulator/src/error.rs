@@ -42,6 +42,12 @@ pub enum RegMrError {
     /// Too many memory regions.
     #[error("too many memory regions (max {max})")]
     TooMany { max: u32 },
+    /// The I/O virtual address range wraps around 2^64.
+    #[error("iova {iova:#x} + length {len} overflows 64 bits")]
+    IovaOverflow { iova: u64, len: u64 },
+    /// `rereg_mr` of an unknown region.
+    #[error("unknown memory region {0:?}")]
+    UnknownMr(MrHandle),
 }
 
 /// `dereg_mr` failed.

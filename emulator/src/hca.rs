@@ -378,33 +378,54 @@ impl Hca {
         len: usize,
         access: AccessFlags,
     ) -> Result<MrInfo, RegMrError> {
-        let d = &mut self.dev;
-        let p = d.pds.get_mut(&pd).ok_or(RegMrError::UnknownPd(pd))?;
-        let supported = AccessFlags::LOCAL_WRITE
-            | AccessFlags::REMOTE_WRITE
-            | AccessFlags::REMOTE_READ
-            | AccessFlags::REMOTE_ATOMIC
-            | AccessFlags::MW_BIND
-            | AccessFlags::FLUSH_GLOBAL
-            | AccessFlags::FLUSH_PERSISTENT;
-        if !access.difference(supported).is_empty() {
-            return Err(RegMrError::UnsupportedAccess(access.difference(supported).0));
-        }
-        if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
-            && !access.contains(AccessFlags::LOCAL_WRITE)
-        {
-            return Err(RegMrError::RemoteWriteWithoutLocalWrite);
-        }
-        if len as u64 > d.attr.max_mr_size {
-            return Err(RegMrError::TooLarge { len: len as u64, max: d.attr.max_mr_size });
+        self.check_reg(pd, len as u64, access)?;
+        self.reg_mr_mem(pd, RegionMem::owned(len), None, access)
+    }
+
+    /// The checks every registration makes (PD, access flags, size, count).
+    fn check_reg(&self, pd: PdHandle, len: u64, access: AccessFlags) -> Result<(), RegMrError> {
+        let d = &self.dev;
+        d.pds.get(&pd).ok_or(RegMrError::UnknownPd(pd))?;
+        check_access(access)?;
+        if len > d.attr.max_mr_size {
+            return Err(RegMrError::TooLarge { len, max: d.attr.max_mr_size });
         }
         if d.mem.mrs.len() >= d.attr.max_mr as usize {
             return Err(RegMrError::TooMany { max: d.attr.max_mr });
         }
+        Ok(())
+    }
+
+    /// `ibv_reg_mr` over given memory: an owned buffer, or the
+    /// application's own pages ([`RegionMem::external`], the C ABI). `iova`
+    /// `None` allocates an address as [`Hca::reg_mr`] does; `Some(v)` uses
+    /// `v` (the C ABI passes the application's address, as a NIC does).
+    pub fn reg_mr_mem(
+        &mut self,
+        pd: PdHandle,
+        mem: RegionMem,
+        iova: Option<u64>,
+        access: AccessFlags,
+    ) -> Result<MrInfo, RegMrError> {
+        let len = mem.len();
+        self.check_reg(pd, len as u64, access)?;
+        if let Some(v) = iova {
+            if v.checked_add(len as u64).is_none() {
+                return Err(RegMrError::IovaOverflow { iova: v, len: len as u64 });
+            }
+        }
+        let d = &mut self.dev;
+        let p = d.pds.get_mut(&pd).ok_or(RegMrError::UnknownPd(pd))?;
         p.users += 1;
-        let iova = d.next_iova;
-        let span = (len as u64).div_ceil(4096).max(1) * 4096 + 4096;
-        d.next_iova = d.next_iova.wrapping_add(span);
+        let iova = match iova {
+            Some(v) => v,
+            None => {
+                let at = d.next_iova;
+                let span = (len as u64).div_ceil(4096).max(1) * 4096 + 4096;
+                d.next_iova = d.next_iova.wrapping_add(span);
+                at
+            }
+        };
         let k1: u8 = d.rng.gen();
         let k2: u8 = d.rng.gen();
         d.next_key += 1;
@@ -413,11 +434,65 @@ impl Hca {
         let rkey = RKey::new((d.next_key << 8) | u32::from(k2));
         d.next_id += 1;
         let h = MrHandle(d.next_id);
-        d.mem.mrs.insert(h, Mr { pd, access, iova, lkey, rkey, buf: vec![0u8; len] });
+        d.mem.mrs.insert(h, Mr { pd, access, iova, lkey, rkey, mem });
         d.mem.by_lkey.insert(lkey, h);
         d.mem.by_rkey.insert(rkey, h);
         tracing::debug!(dev = %d.name, mr = h.0, iova, len, %lkey, %rkey, "reg_mr");
         Ok(MrInfo { handle: h, addr: iova, length: len as u64, lkey, rkey, access })
+    }
+
+    /// `ibv_rereg_mr`: change a region's PD (`IBV_REREG_MR_CHANGE_PD`), its
+    /// memory and address (`_CHANGE_TRANSLATION`: the new memory and its
+    /// iova) and/or its access rights (`_CHANGE_ACCESS`). The keys stay the
+    /// same; the same checks as a registration apply, and on an error
+    /// nothing changes.
+    pub fn rereg_mr(
+        &mut self,
+        mr: MrHandle,
+        pd: Option<PdHandle>,
+        mem: Option<(RegionMem, u64)>,
+        access: Option<AccessFlags>,
+    ) -> Result<MrInfo, RegMrError> {
+        let d = &mut self.dev;
+        let m = d.mem.mrs.get(&mr).ok_or(RegMrError::UnknownMr(mr))?;
+        let new_pd = pd.unwrap_or(m.pd);
+        d.pds.get(&new_pd).ok_or(RegMrError::UnknownPd(new_pd))?;
+        let new_access = access.unwrap_or(m.access);
+        check_access(new_access)?;
+        if let Some((mem, iova)) = &mem {
+            let len = mem.len() as u64;
+            if len > d.attr.max_mr_size {
+                return Err(RegMrError::TooLarge { len, max: d.attr.max_mr_size });
+            }
+            if iova.checked_add(len).is_none() {
+                return Err(RegMrError::IovaOverflow { iova: *iova, len });
+            }
+        }
+        let old_pd = m.pd;
+        if new_pd != old_pd {
+            if let Some(p) = d.pds.get_mut(&old_pd) {
+                p.users = p.users.saturating_sub(1);
+            }
+            if let Some(p) = d.pds.get_mut(&new_pd) {
+                p.users += 1;
+            }
+        }
+        let m = d.mem.mrs.get_mut(&mr).ok_or(RegMrError::UnknownMr(mr))?;
+        m.pd = new_pd;
+        m.access = new_access;
+        if let Some((mem, iova)) = mem {
+            m.mem = mem;
+            m.iova = iova;
+        }
+        tracing::debug!(dev = %d.name, mr = mr.0, "rereg_mr");
+        Ok(MrInfo {
+            handle: mr,
+            addr: m.iova,
+            length: m.mem.len() as u64,
+            lkey: m.lkey,
+            rkey: m.rkey,
+            access: m.access,
+        })
     }
 
     /// Information about a registered region.
@@ -425,7 +500,7 @@ impl Hca {
         self.dev.mem.mrs.get(&mr).map(|m| MrInfo {
             handle: mr,
             addr: m.iova,
-            length: m.buf.len() as u64,
+            length: m.mem.len() as u64,
             lkey: m.lkey,
             rkey: m.rkey,
             access: m.access,
@@ -445,7 +520,7 @@ impl Hca {
 
     fn mr_range(&self, mr: MrHandle, offset: u64, len: u64) -> Result<usize, MrAccessError> {
         let m = self.dev.mem.mrs.get(&mr).ok_or(MrAccessError::UnknownMr(mr))?;
-        let size = m.buf.len() as u64;
+        let size = m.mem.len() as u64;
         match offset.checked_add(len) {
             Some(end) if end <= size => Ok(offset as usize),
             _ => Err(MrAccessError::OutOfBounds { offset, len, size }),
@@ -456,8 +531,8 @@ impl Hca {
     pub fn mr_read(&self, mr: MrHandle, offset: u64, buf: &mut [u8]) -> Result<(), MrAccessError> {
         let off = self.mr_range(mr, offset, buf.len() as u64)?;
         let m = self.dev.mem.mrs.get(&mr).ok_or(MrAccessError::UnknownMr(mr))?;
-        buf.copy_from_slice(&m.buf[off..off + buf.len()]);
-        Ok(())
+        let size = m.mem.len() as u64;
+        m.mem.read(off, buf).ok_or(MrAccessError::OutOfBounds { offset, len: buf.len() as u64, size })
     }
 
     /// Write `data` at `offset` into the region (application side).
@@ -469,8 +544,10 @@ impl Hca {
     ) -> Result<(), MrAccessError> {
         let off = self.mr_range(mr, offset, data.len() as u64)?;
         let m = self.dev.mem.mrs.get_mut(&mr).ok_or(MrAccessError::UnknownMr(mr))?;
-        m.buf[off..off + data.len()].copy_from_slice(data);
-        Ok(())
+        let size = m.mem.len() as u64;
+        m.mem
+            .write(off, data)
+            .ok_or(MrAccessError::OutOfBounds { offset, len: data.len() as u64, size })
     }
 
     // ---- completion queues ----
@@ -1064,4 +1141,26 @@ impl SansIo for Hca {
         }
         self.settle();
     }
+}
+
+/// The access flags a region may have: known flags only, and REMOTE_WRITE
+/// or REMOTE_ATOMIC only with LOCAL_WRITE (IBA §10.6.3.1; as libibverbs
+/// documents).
+fn check_access(access: AccessFlags) -> Result<(), RegMrError> {
+    let supported = AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC
+        | AccessFlags::MW_BIND
+        | AccessFlags::FLUSH_GLOBAL
+        | AccessFlags::FLUSH_PERSISTENT;
+    if !access.difference(supported).is_empty() {
+        return Err(RegMrError::UnsupportedAccess(access.difference(supported).0));
+    }
+    if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+        && !access.contains(AccessFlags::LOCAL_WRITE)
+    {
+        return Err(RegMrError::RemoteWriteWithoutLocalWrite);
+    }
+    Ok(())
 }

@@ -73,8 +73,8 @@ pub use hca::{Hca, HcaConfig, MrInfo};
 pub use io::{Datagram, SansIo};
 pub use mw::{MwBind, MwBindWr, MwError, MwHandle, MwType};
 pub use objects::{
-    AsyncEvent, CqHandle, DeviceAttr, MrHandle, PdHandle, PortAttr, PortState, ResizeCqError,
-    SrqAttr, SrqHandle,
+    AsyncEvent, CqHandle, DeviceAttr, MrHandle, PdHandle, PortAttr, PortState, RegionMem,
+    ResizeCqError, SrqAttr, SrqHandle,
 };
 pub use qp::QpInitAttr;
 pub use qp_attr::{AccessFlags, AhAttr, PathMtu, QpAttr, QpCap, QpState, QpType};

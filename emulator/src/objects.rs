@@ -2,14 +2,15 @@
 //! completion queues, device/port attributes and asynchronous events
 //! (IBA §10.2 memory management, §10.6 protection domains, §11.4.2 CQs).
 //!
-//! A memory region owns its zeroed buffer (`Vec<u8>`), so registration is
-//! safe by construction: remote accesses and the application's
-//! [`crate::Hca::mr_read`]/[`crate::Hca::mr_write`] all go through the
-//! single-threaded `Hca`, never through raw pointers.
+//! A memory region's bytes are a [`RegionMem`]: an owned zeroed buffer
+//! (the safe API, the simulator) or the application's own pages (the C
+//! ABI). The core reaches them only through that type's copies and
+//! atomics, under the single-threaded `Hca`, so it needs no `unsafe`.
 
 use crate::qp_attr::{AccessFlags, PathMtu};
 use crate::wr::{Sge, WorkCompletion};
 use roce_packet::{LKey, Qpn, RKey};
+pub use roce_region::RegionMem;
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv6Addr};
 
@@ -230,14 +231,14 @@ pub(crate) struct Mr {
     pub iova: u64,
     pub lkey: LKey,
     pub rkey: RKey,
-    pub buf: Vec<u8>,
+    pub mem: RegionMem,
 }
 
 impl Mr {
     /// Offset of `[va, va+len)` inside the region, without overflow.
     pub fn range(&self, va: u64, len: u64) -> Option<usize> {
         let end = va.checked_add(len)?;
-        let mr_end = self.iova.checked_add(self.buf.len() as u64)?;
+        let mr_end = self.iova.checked_add(self.mem.len() as u64)?;
         if va < self.iova || end > mr_end {
             return None;
         }
@@ -372,7 +373,7 @@ impl MemTable {
             let take = ((sl - offset) as usize).min(len);
             let start = base + offset as usize;
             let mr = self.mrs.get(&h).ok_or(MemError::BadKey)?;
-            out.extend_from_slice(mr.buf.get(start..start + take).ok_or(MemError::Bounds)?);
+            mr.mem.read_into_vec(start, take, out).ok_or(MemError::Bounds)?;
             len -= take;
             offset = 0;
         }
@@ -403,10 +404,7 @@ impl MemTable {
             let take = ((sl - offset) as usize).min(data.len());
             let start = base + offset as usize;
             let mr = self.mrs.get_mut(&h).ok_or(MemError::BadKey)?;
-            mr.buf
-                .get_mut(start..start + take)
-                .ok_or(MemError::Bounds)?
-                .copy_from_slice(&data[..take]);
+            mr.mem.write(start, &data[..take]).ok_or(MemError::Bounds)?;
             data = &data[take..];
             offset = 0;
         }
@@ -416,13 +414,14 @@ impl MemTable {
         Ok(())
     }
 
-    /// Mutable bytes of a region at an offset returned by a check.
-    pub fn bytes_mut(&mut self, h: MrHandle, off: usize, len: usize) -> Option<&mut [u8]> {
-        self.mrs.get_mut(&h)?.buf.get_mut(off..off.checked_add(len)?)
+    /// The region memory behind a handle returned by a check (for the
+    /// responder's copies and atomics at that offset).
+    pub fn region_mut(&mut self, h: MrHandle) -> Option<&mut RegionMem> {
+        self.mrs.get_mut(&h).map(|m| &mut m.mem)
     }
 
-    /// Bytes of a region at an offset returned by a check.
-    pub fn bytes(&self, h: MrHandle, off: usize, len: usize) -> Option<&[u8]> {
-        self.mrs.get(&h)?.buf.get(off..off.checked_add(len)?)
+    /// Append `len` bytes at `off` of region `h` to `out`.
+    pub fn read_into(&self, h: MrHandle, off: usize, len: usize, out: &mut Vec<u8>) -> Option<()> {
+        self.mrs.get(&h)?.mem.read_into_vec(off, len, out)
     }
 }

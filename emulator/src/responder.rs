@@ -307,8 +307,11 @@ impl Qp {
                             chunk,
                             AccessFlags::REMOTE_READ,
                         );
-                        match loc.ok().and_then(|(h, off)| dev.mem.bytes(h, off, chunk as usize)) {
-                            Some(b) => buf.extend_from_slice(b),
+                        match loc
+                            .ok()
+                            .and_then(|(h, off)| dev.mem.read_into(h, off, chunk as usize, &mut buf))
+                        {
+                            Some(()) => {}
                             None => {
                                 tracing::debug!(qpn = %self.qpn, "READ source vanished; response abandoned");
                                 dev.counters.send_err += 1;
@@ -539,8 +542,8 @@ impl Qp {
                         AccessFlags::REMOTE_WRITE,
                     ) {
                         Ok((h, off)) => {
-                            if let Some(dst) = dev.mem.bytes_mut(h, off, payload.len()) {
-                                dst.copy_from_slice(payload);
+                            if let Some(m) = dev.mem.region_mut(h) {
+                                let _ = m.write(off, payload);
                             }
                         }
                         Err(_) => {
@@ -595,26 +598,22 @@ impl Qp {
                 }
                 let loc =
                     dev.mem.check_remote(self.init.pd, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC);
-                let Some(mem) = loc.ok().and_then(|(h, off)| dev.mem.bytes_mut(h, off, 8)) else {
+                // Memory holds the 64-bit value little-endian (host order on
+                // the platforms we target); the wire carries big-endian.
+                let cas = info.kind == OpKind::CompareSwap;
+                let done = loc.ok().and_then(|(h, off)| {
+                    let m = dev.mem.region_mut(h)?;
+                    if cas {
+                        m.compare_swap(off, a.compare, a.swap_add)
+                    } else {
+                        m.fetch_add(off, a.swap_add)
+                    }
+                });
+                let Some(orig) = done else {
                     tracing::debug!(qpn = %self.qpn, %psn, rkey = %a.rkey, "remote access error (atomic)");
                     self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
                     return;
                 };
-                // Memory holds the 64-bit value little-endian (host order on
-                // the platforms we target); the wire carries big-endian.
-                let mut cur = [0u8; 8];
-                cur.copy_from_slice(mem);
-                let orig = u64::from_le_bytes(cur);
-                let new = if info.kind == OpKind::CompareSwap {
-                    if orig == a.compare {
-                        a.swap_add
-                    } else {
-                        orig
-                    }
-                } else {
-                    orig.wrapping_add(a.swap_add)
-                };
-                mem.copy_from_slice(&new.to_le_bytes());
                 self.save_resource(RdResource::Atomic { psn, orig });
                 self.msn = self.msn.next();
                 self.send_atomic_ack(dev, psn, orig);
@@ -665,12 +664,17 @@ impl Qp {
                     8,
                     AccessFlags::REMOTE_WRITE,
                 );
-                let Some(mem) = loc.ok().and_then(|(h, off)| dev.mem.bytes_mut(h, off, 8)) else {
+                let mut word = [0u8; 8];
+                word.copy_from_slice(payload);
+                // one 8-byte store
+                let done = loc
+                    .ok()
+                    .and_then(|(h, off)| dev.mem.region_mut(h)?.atomic_write(off, word));
+                if done.is_none() {
                     tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, "remote access error (ATOMIC_WRITE)");
                     self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
                     return;
-                };
-                mem.copy_from_slice(payload); // one 8-byte store
+                }
                 self.msn = self.msn.next();
             }
             _ => return,

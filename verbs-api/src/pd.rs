@@ -7,7 +7,7 @@ use crate::error::DestroyError;
 use crate::qp::{Qp, QpBuilder};
 use roce_emulator::{
     AccessFlags, DeallocPdError, DeregMrError, MrAccessError, MrInfo, MwBind, MwBindWr, MwError,
-    MwHandle, MwType, PdHandle, RegMrError, SendFlags, Sge,
+    MwHandle, MwType, PdHandle, RegMrError, RegionMem, SendFlags, Sge,
 };
 use roce_packet::{LKey, RKey};
 use std::fmt;
@@ -68,7 +68,23 @@ impl Pd {
     /// unsafe code. REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE.
     pub fn reg_mr(&self, len: usize, access: AccessFlags) -> Result<Mr, RegMrError> {
         let info = self.inner.ctx.lock().reg_mr(self.inner.handle, len, access)?;
-        Ok(Mr { inner: Arc::new(MrInner { pd: self.clone(), info, destroyed: false }) })
+        Ok(Mr::new(self.clone(), info))
+    }
+
+    /// `ibv_reg_mr` over given memory: an owned buffer
+    /// ([`RegionMem::owned`]) or the application's own pages
+    /// ([`RegionMem::external`], whose `unsafe` constructor carries the
+    /// validity promise; this call is safe). `iova` `None` lets the device
+    /// choose the I/O virtual address; `Some(v)` uses `v`, as the C ABI
+    /// does with the application's address.
+    pub fn reg_mr_mem(
+        &self,
+        mem: RegionMem,
+        iova: Option<u64>,
+        access: AccessFlags,
+    ) -> Result<Mr, RegMrError> {
+        let info = self.inner.ctx.lock().reg_mr_mem(self.inner.handle, mem, iova, access)?;
+        Ok(Mr::new(self.clone(), info))
     }
 
     /// Start creating a QP on this PD (RC by default) that reports to
@@ -96,27 +112,39 @@ impl Pd {
 
 pub(crate) struct MrInner {
     pd: Pd,
-    info: MrInfo,
+    /// The registration; changes with [`Mr::rereg`].
+    info: std::sync::Mutex<MrInfo>,
     destroyed: bool,
+}
+
+impl MrInner {
+    fn info(&self) -> MrInfo {
+        *self.info.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl Drop for MrInner {
     fn drop(&mut self) {
         if !self.destroyed {
-            if let Err(e) = self.pd.inner.ctx.lock().dereg_mr(self.info.handle) {
-                tracing::warn!(mr = self.info.handle.id(), error = %e, "dereg_mr in drop failed");
+            let h = self.info().handle;
+            if let Err(e) = self.pd.inner.ctx.lock().dereg_mr(h) {
+                tracing::warn!(mr = h.id(), error = %e, "dereg_mr in drop failed");
             }
         }
     }
 }
 
-/// A registered memory region (`struct ibv_mr`) that owns its buffer.
+/// A registered memory region (`struct ibv_mr`).
 ///
-/// The bytes live inside the device, because the remote side writes them
-/// (RDMA WRITE, atomics, incoming SENDs) while the owner may read them. All
-/// access goes through the device lock: a read sees either all or none of
-/// any single packet's effect, never a torn copy in the middle of one.
-/// Clones share the region; it is deregistered when the last is dropped.
+/// An owned region ([`Pd::reg_mr`]) keeps its bytes inside the device,
+/// because the remote side writes them (RDMA WRITE, atomics, incoming
+/// SENDs) while the owner may read them. All access goes through the device
+/// lock: a read sees either all or none of any single packet's effect,
+/// never a torn copy in the middle of one, and no safe code can race.
+/// An external region ([`Pd::reg_mr_mem`] with [`RegionMem::external`]) is
+/// the application's own memory, written by the device as a NIC's DMA
+/// would. Clones share the region; it is deregistered when the last is
+/// dropped.
 #[derive(Clone)]
 pub struct Mr {
     inner: Arc<MrInner>,
@@ -124,7 +152,7 @@ pub struct Mr {
 
 impl fmt::Debug for Mr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let i = &self.inner.info;
+        let i = &self.inner.info();
         f.debug_struct("Mr")
             .field("addr", &format_args!("{:#x}", i.addr))
             .field("len", &i.length)
@@ -135,9 +163,31 @@ impl fmt::Debug for Mr {
 }
 
 impl Mr {
+    fn new(pd: Pd, info: MrInfo) -> Mr {
+        Mr {
+            inner: Arc::new(MrInner { pd, info: std::sync::Mutex::new(info), destroyed: false }),
+        }
+    }
+
     /// The registration as the device sees it.
     pub fn info(&self) -> MrInfo {
-        self.inner.info
+        self.inner.info()
+    }
+
+    /// `ibv_rereg_mr`: move the region to another PD, give it new memory at
+    /// a new iova, and/or change its access rights (`None` keeps each). The
+    /// keys stay the same. Returns the new registration.
+    pub fn rereg(
+        &self,
+        pd: Option<&Pd>,
+        mem: Option<(RegionMem, u64)>,
+        access: Option<AccessFlags>,
+    ) -> Result<MrInfo, RegMrError> {
+        let h = self.info().handle;
+        let info =
+            self.inner.pd.inner.ctx.lock().rereg_mr(h, pd.map(|p| p.handle()), mem, access)?;
+        *self.inner.info.lock().unwrap_or_else(|e| e.into_inner()) = info;
+        Ok(info)
     }
     /// The PD the region belongs to.
     pub fn pd(&self) -> &Pd {
@@ -145,27 +195,27 @@ impl Mr {
     }
     /// The local key (for SGEs).
     pub fn lkey(&self) -> LKey {
-        self.inner.info.lkey
+        self.info().lkey
     }
     /// The remote key (for the peer's RETH / AtomicETH).
     pub fn rkey(&self) -> RKey {
-        self.inner.info.rkey
+        self.info().rkey
     }
     /// The region's I/O virtual address (offset 0).
     pub fn addr(&self) -> u64 {
-        self.inner.info.addr
+        self.info().addr
     }
     /// Length in bytes.
     pub fn len(&self) -> usize {
-        usize::try_from(self.inner.info.length).unwrap_or(usize::MAX)
+        usize::try_from(self.info().length).unwrap_or(usize::MAX)
     }
     /// Whether the region has zero length.
     pub fn is_empty(&self) -> bool {
-        self.inner.info.length == 0
+        self.info().length == 0
     }
     /// The access rights it was registered with.
     pub fn access(&self) -> AccessFlags {
-        self.inner.info.access
+        self.info().access
     }
 
     /// An SGE for `len` bytes at `offset`. Not checked here: like the real
@@ -177,7 +227,7 @@ impl Mr {
 
     /// [`Mr::sge`], refusing a range outside the region.
     pub fn try_sge(&self, offset: u64, len: u32) -> Result<Sge, MrAccessError> {
-        let size = self.inner.info.length;
+        let size = self.info().length;
         match offset.checked_add(u64::from(len)) {
             Some(end) if end <= size => Ok(self.sge(offset, len)),
             _ => Err(MrAccessError::OutOfBounds { offset, len: u64::from(len), size }),
@@ -191,12 +241,12 @@ impl Mr {
 
     /// Copy `buf.len()` bytes at `offset` out of the region.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), MrAccessError> {
-        self.inner.pd.inner.ctx.lock().mr_read(self.inner.info.handle, offset, buf)
+        self.inner.pd.inner.ctx.lock().mr_read(self.info().handle, offset, buf)
     }
 
     /// Copy `data` into the region at `offset`.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), MrAccessError> {
-        self.inner.pd.inner.ctx.lock().mr_write(self.inner.info.handle, offset, data)
+        self.inner.pd.inner.ctx.lock().mr_write(self.info().handle, offset, data)
     }
 
     /// Read the little-endian `u64` at `offset` (an atomic target or result).
@@ -227,7 +277,7 @@ impl Mr {
         match Arc::try_unwrap(self.inner) {
             Ok(mut inner) => {
                 inner.destroyed = true;
-                let r = inner.pd.inner.ctx.lock().dereg_mr(inner.info.handle);
+                let r = inner.pd.inner.ctx.lock().dereg_mr(inner.info().handle);
                 r.map_err(DestroyError::Verb)
             }
             Err(arc) => {
@@ -243,7 +293,7 @@ impl Mr {
     /// MW_BIND access for the bind to succeed.
     pub fn mw_bind(&self, offset: u64, length: u64, access: AccessFlags) -> MwBind {
         MwBind {
-            mr: self.inner.info.handle,
+            mr: self.info().handle,
             addr: self.addr().wrapping_add(offset),
             length,
             access,

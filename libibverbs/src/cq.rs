@@ -1,0 +1,501 @@
+//! Completion queues (`ibv_cq` and `ibv_cq_ex`), completion channels and
+//! completion events.
+
+use crate::abi;
+use crate::device::{ctx, fd_nonblocking, Ctx};
+use crate::util::{diag, guard, guard_neg, guard_ptr, guard_rc};
+use roce_verbs_api::{CompChannel, Cq, WcFlags, WcStatus, WorkCompletion};
+use std::collections::VecDeque;
+use std::os::fd::AsRawFd;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// A completion channel; `c` first.
+#[repr(C)]
+pub(crate) struct ChanObj {
+    pub c: abi::ibv_comp_channel,
+    pub ch: CompChannel,
+}
+
+/// A CQ. `c` first: an `ibv_cq_ex` starts with the fields of an `ibv_cq`,
+/// so the same pointer serves both.
+#[repr(C)]
+pub(crate) struct CqObj {
+    pub c: abi::ibv_cq_ex,
+    pub cq: Cq,
+    pub chan: *mut ChanObj,
+    /// Extended polling: the completions taken and the current one.
+    pub ex: Mutex<ExPoll>,
+    pub wc_flags: u64,
+    /// QPs that report to this CQ: `ibv_destroy_cq` answers EBUSY while
+    /// any is left.
+    pub users: std::sync::atomic::AtomicUsize,
+}
+
+#[derive(Default)]
+pub(crate) struct ExPoll {
+    pub queue: VecDeque<WorkCompletion>,
+    pub cur: Option<WorkCompletion>,
+}
+
+/// # Safety
+/// `p` must be a CQ this library created and not yet destroyed.
+pub(crate) unsafe fn cq<'a>(p: *mut abi::ibv_cq) -> Option<&'a CqObj> {
+    // SAFETY: per the contract, p is a leaked Box<CqObj> (c at offset 0).
+    (!p.is_null()).then(|| unsafe { &*(p as *const CqObj) })
+}
+
+unsafe fn cq_ex<'a>(p: *mut abi::ibv_cq_ex) -> &'a CqObj {
+    // SAFETY: the extended-poll functions are only reachable through a CQ
+    // this library built.
+    unsafe { &*(p as *const CqObj) }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+// ---------------------------------------------------------------- channel
+
+pub(crate) unsafe extern "C" fn create_comp_channel(
+    c: *mut abi::ibv_context,
+) -> *mut abi::ibv_comp_channel {
+    guard_ptr(|| {
+        // SAFETY: contract of ibv_create_comp_channel.
+        let cx = unsafe { ctx(c) }.ok_or(libc::EINVAL)?;
+        let ch = cx.ctx.create_comp_channel().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
+        let b = Box::new(ChanObj {
+            c: abi::ibv_comp_channel { context: c, fd: ch.as_raw_fd(), refcnt: 0 },
+            ch,
+        });
+        Ok(Box::into_raw(b) as *mut abi::ibv_comp_channel)
+    })
+}
+
+pub(crate) unsafe extern "C" fn destroy_comp_channel(ch: *mut abi::ibv_comp_channel) -> libc::c_int {
+    guard_rc(|| {
+        if ch.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: ch is a leaked Box<ChanObj>.
+        if unsafe { (*ch).refcnt } > 0 {
+            return Err(libc::EBUSY);
+        }
+        // SAFETY: as above; the program gives it up.
+        drop(unsafe { Box::from_raw(ch as *mut ChanObj) });
+        Ok(())
+    })
+}
+
+pub(crate) unsafe extern "C" fn get_cq_event(
+    ch: *mut abi::ibv_comp_channel,
+    cq_out: *mut *mut abi::ibv_cq,
+    cq_ctx: *mut *mut libc::c_void,
+) -> libc::c_int {
+    guard_neg(|| {
+        if ch.is_null() || cq_out.is_null() || cq_ctx.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: ch is a leaked Box<ChanObj>.
+        let o = unsafe { &*(ch as *const ChanObj) };
+        // SAFETY: the channel's context lives while the channel does.
+        let cx = unsafe { ctx(o.c.context) }.ok_or(libc::EINVAL)?;
+        let nonblock = fd_nonblocking(o.c.fd);
+        loop {
+            let got = if nonblock {
+                o.ch.try_get_cq_event().ok_or(libc::EAGAIN)?
+            } else {
+                match o.ch.get_cq_event(Duration::from_secs(3600)) {
+                    Some(c) => c,
+                    None => continue,
+                }
+            };
+            let Some(&p) = lock(&cx.cqs).get(&got.handle().id()) else {
+                continue; // the CQ was destroyed meanwhile
+            };
+            let p = p as *mut abi::ibv_cq;
+            // SAFETY: p is a live CQ (it is in the table) and the out
+            // pointers are the caller's.
+            unsafe {
+                *cq_out = p;
+                *cq_ctx = (*p).cq_context;
+            }
+            return Ok(0);
+        }
+    })
+}
+
+pub(crate) unsafe extern "C" fn ack_cq_events(c: *mut abi::ibv_cq, n: libc::c_uint) {
+    guard((), || {
+        // SAFETY: contract of ibv_ack_cq_events.
+        if let Some(o) = unsafe { cq(c) } {
+            o.cq.ack_events(n);
+        }
+    })
+}
+
+// ---------------------------------------------------------------- create
+
+fn new_cq(
+    cx: &Ctx,
+    cqe: libc::c_int,
+    cq_context: *mut libc::c_void,
+    channel: *mut abi::ibv_comp_channel,
+    wc_flags: u64,
+) -> Result<*mut CqObj, i32> {
+    if cqe <= 0 {
+        return Err(libc::EINVAL);
+    }
+    let max = cx.ctx.query_device().max_cqe;
+    if cqe as u32 > max {
+        return Err(libc::EINVAL);
+    }
+    let cq = if channel.is_null() {
+        cx.ctx.create_cq(cqe as u32)
+    } else {
+        // SAFETY: the program passes a channel this library created.
+        let ch = unsafe { &*(channel as *const ChanObj) };
+        cx.ctx.create_cq_with_channel(cqe as u32, &ch.ch)
+    }
+    .map_err(|e| {
+        diag!("create_cq: {e}");
+        libc::EINVAL
+    })?;
+    // SAFETY: ibv_cq_ex is C data (pointers, integers, pthread objects whose
+    // zero bytes are their static initializers, optional functions).
+    let mut c: abi::ibv_cq_ex = unsafe { std::mem::zeroed() };
+    c.context = cx.c();
+    c.channel = channel;
+    c.cq_context = cq_context;
+    c.handle = cq.handle().id();
+    c.cqe = cqe;
+    c.start_poll = Some(start_poll);
+    c.next_poll = Some(next_poll);
+    c.end_poll = Some(end_poll);
+    c.read_opcode = Some(read_opcode);
+    c.read_vendor_err = Some(read_vendor_err);
+    c.read_byte_len = Some(read_byte_len);
+    c.read_imm_data = Some(read_imm_data);
+    c.read_qp_num = Some(read_qp_num);
+    c.read_src_qp = Some(read_src_qp);
+    c.read_wc_flags = Some(read_wc_flags);
+    c.read_slid = Some(read_slid);
+    c.read_sl = Some(read_sl);
+    c.read_dlid_path_bits = Some(read_dlid_path_bits);
+    c.read_completion_ts = Some(read_completion_ts);
+    c.read_completion_wallclock_ns = Some(read_completion_wallclock_ns);
+    c.read_cvlan = Some(read_cvlan);
+    c.read_flow_tag = Some(read_flow_tag);
+    if !channel.is_null() {
+        // SAFETY: as above.
+        unsafe { (*channel).refcnt += 1 };
+    }
+    let handle = c.handle;
+    let p = Box::into_raw(Box::new(CqObj {
+        c,
+        cq,
+        chan: channel as *mut ChanObj,
+        ex: Mutex::new(ExPoll::default()),
+        wc_flags,
+        users: std::sync::atomic::AtomicUsize::new(0),
+    }));
+    lock(&cx.cqs).insert(handle, p as usize);
+    Ok(p)
+}
+
+pub(crate) unsafe extern "C" fn create_cq(
+    c: *mut abi::ibv_context,
+    cqe: libc::c_int,
+    cq_context: *mut libc::c_void,
+    channel: *mut abi::ibv_comp_channel,
+    _comp_vector: libc::c_int,
+) -> *mut abi::ibv_cq {
+    guard_ptr(|| {
+        // SAFETY: contract of ibv_create_cq.
+        let cx = unsafe { ctx(c) }.ok_or(libc::EINVAL)?;
+        Ok(new_cq(cx, cqe, cq_context, channel, 0)? as *mut abi::ibv_cq)
+    })
+}
+
+/// Completion fields `ibv_create_cq_ex` can provide (everything but
+/// tag matching, flow tags and CVLANs, which no RoCE QP produces here).
+const WC_FLAGS_SUPPORTED: u64 = (abi::IBV_WC_EX_WITH_BYTE_LEN
+    | abi::IBV_WC_EX_WITH_IMM
+    | abi::IBV_WC_EX_WITH_QP_NUM
+    | abi::IBV_WC_EX_WITH_SRC_QP
+    | abi::IBV_WC_EX_WITH_SLID
+    | abi::IBV_WC_EX_WITH_SL
+    | abi::IBV_WC_EX_WITH_DLID_PATH_BITS
+    | abi::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP
+    | abi::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK) as u64;
+
+pub(crate) unsafe extern "C" fn create_cq_ex(
+    c: *mut abi::ibv_context,
+    attr: *mut abi::ibv_cq_init_attr_ex,
+) -> *mut abi::ibv_cq_ex {
+    guard_ptr(|| {
+        // SAFETY: contract of ibv_create_cq_ex.
+        let cx = unsafe { ctx(c) }.ok_or(libc::EINVAL)?;
+        if attr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: attr points to the caller's ibv_cq_init_attr_ex.
+        let a = unsafe { &*attr };
+        if a.wc_flags & !WC_FLAGS_SUPPORTED != 0 {
+            diag!("create_cq_ex: wc_flags {:#x} not supported", a.wc_flags & !WC_FLAGS_SUPPORTED);
+            return Err(libc::EOPNOTSUPP);
+        }
+        if a.comp_mask & !(abi::IBV_CQ_INIT_ATTR_MASK_FLAGS) != 0 {
+            return Err(libc::EOPNOTSUPP);
+        }
+        let cqe = libc::c_int::try_from(a.cqe).map_err(|_| libc::EINVAL)?;
+        Ok(new_cq(cx, cqe, a.cq_context, a.channel, a.wc_flags)? as *mut abi::ibv_cq_ex)
+    })
+}
+
+pub(crate) unsafe extern "C" fn destroy_cq(c: *mut abi::ibv_cq) -> libc::c_int {
+    guard_rc(|| {
+        // SAFETY: contract of ibv_destroy_cq.
+        let o = unsafe { cq(c) }.ok_or(libc::EINVAL)?;
+        // SAFETY: the CQ's context lives while the CQ does.
+        let cx = unsafe { ctx(o.c.context) }.ok_or(libc::EINVAL)?;
+        if o.users.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+            // QPs still report to it
+            return Err(libc::EBUSY);
+        }
+        lock(&cx.cqs).remove(&o.c.handle);
+        // SAFETY: c is the leaked box; the program gives it up.
+        let b = unsafe { Box::from_raw(c as *mut CqObj) };
+        if !b.chan.is_null() {
+            // SAFETY: the channel outlives its CQs (destroy_comp_channel
+            // refuses while refcnt > 0).
+            unsafe { (*b.chan).c.refcnt -= 1 };
+        }
+        b.cq.destroy().map_err(|e| {
+            diag!("destroy_cq: {e}");
+            libc::EBUSY
+        })
+    })
+}
+
+pub(crate) unsafe extern "C" fn resize_cq(c: *mut abi::ibv_cq, cqe: libc::c_int) -> libc::c_int {
+    guard_rc(|| {
+        // SAFETY: contract of ibv_resize_cq.
+        let o = unsafe { cq(c) }.ok_or(libc::EINVAL)?;
+        if cqe <= 0 {
+            return Err(libc::EINVAL);
+        }
+        o.cq.resize(cqe as u32).map_err(|e| {
+            diag!("resize_cq: {e}");
+            libc::EINVAL
+        })?;
+        // SAFETY: the program does not resize and read cqe concurrently.
+        unsafe { (*c).cqe = cqe };
+        Ok(())
+    })
+}
+
+pub(crate) unsafe extern "C" fn req_notify_cq(c: *mut abi::ibv_cq, solicited_only: libc::c_int) -> libc::c_int {
+    guard_rc(|| {
+        // SAFETY: contract of ibv_req_notify_cq.
+        let o = unsafe { cq(c) }.ok_or(libc::EINVAL)?;
+        o.cq.req_notify(solicited_only != 0).map_err(|e| {
+            diag!("req_notify_cq: {e}");
+            libc::EINVAL
+        })
+    })
+}
+
+// ---------------------------------------------------------------- poll
+
+/// `enum ibv_wc_opcode` of a completion (the same numbers).
+fn wc_opcode(wc: &WorkCompletion) -> abi::ibv_wc_opcode {
+    wc.opcode as u16 as abi::ibv_wc_opcode
+}
+
+fn wc_flags(wc: &WorkCompletion) -> u32 {
+    let mut f = 0;
+    if wc.wc_flags.contains(WcFlags::GRH) {
+        f |= abi::IBV_WC_GRH;
+    }
+    if wc.wc_flags.contains(WcFlags::WITH_IMM) {
+        f |= abi::IBV_WC_WITH_IMM;
+    }
+    if wc.wc_flags.contains(WcFlags::WITH_INV) {
+        f |= abi::IBV_WC_WITH_INV;
+    }
+    f
+}
+
+/// A completion as `struct ibv_wc` (immediate data in network order).
+pub(crate) fn to_wc(wc: &WorkCompletion) -> abi::ibv_wc {
+    // SAFETY: plain C data.
+    let mut w: abi::ibv_wc = unsafe { std::mem::zeroed() };
+    w.wr_id = wc.wr_id;
+    w.status = wc.status.code() as abi::ibv_wc_status;
+    w.opcode = wc_opcode(wc);
+    w.vendor_err = 0;
+    w.byte_len = wc.byte_len;
+    w.__bindgen_anon_1.imm_data = if wc.wc_flags.contains(WcFlags::WITH_INV) {
+        wc.imm.unwrap_or(0)
+    } else {
+        wc.imm.unwrap_or(0).to_be()
+    };
+    w.qp_num = wc.qp_num;
+    w.src_qp = wc.src_qp;
+    w.wc_flags = wc_flags(wc);
+    w.pkey_index = 0;
+    w.slid = 0;
+    w.sl = 0;
+    w.dlid_path_bits = 0;
+    w
+}
+
+pub(crate) unsafe extern "C" fn poll_cq(c: *mut abi::ibv_cq, n: libc::c_int, out: *mut abi::ibv_wc) -> libc::c_int {
+    guard(-1, || {
+        // SAFETY: contract of ibv_poll_cq.
+        let Some(o) = (unsafe { cq(c) }) else { return -1 };
+        if n <= 0 {
+            return 0;
+        }
+        if out.is_null() {
+            return -1;
+        }
+        match o.cq.poll(n as usize) {
+            Ok(wcs) => {
+                for (i, wc) in wcs.iter().enumerate() {
+                    // SAFETY: the caller's array has n entries and
+                    // wcs.len() <= n.
+                    unsafe { out.add(i).write(to_wc(wc)) };
+                }
+                wcs.len() as libc::c_int
+            }
+            Err(e) => {
+                diag!("poll_cq: {e}");
+                -1
+            }
+        }
+    })
+}
+
+// ---------------------------------------------------------------- ibv_cq_ex
+
+fn set_current(cx: &mut abi::ibv_cq_ex, ex: &mut ExPoll, o: &CqObj) -> libc::c_int {
+    if ex.queue.is_empty() {
+        match o.cq.poll(64) {
+            Ok(v) => ex.queue.extend(v),
+            Err(e) => {
+                diag!("poll_cq: {e}");
+                return libc::EINVAL;
+            }
+        }
+    }
+    match ex.queue.pop_front() {
+        Some(wc) => {
+            cx.status = wc.status.code() as abi::ibv_wc_status;
+            cx.wr_id = wc.wr_id;
+            ex.cur = Some(wc);
+            0
+        }
+        None => {
+            ex.cur = None;
+            libc::ENOENT
+        }
+    }
+}
+
+unsafe extern "C" fn start_poll(c: *mut abi::ibv_cq_ex, _attr: *mut abi::ibv_poll_cq_attr) -> libc::c_int {
+    guard(libc::EINVAL, || {
+        // SAFETY: only reachable through our CQs.
+        let o = unsafe { cq_ex(c) };
+        let mut ex = lock(&o.ex);
+        // SAFETY: the program polls a CQ from one thread at a time
+        // (libibverbs' rule for the extended poll); status and wr_id are
+        // the fields it reads after this returns.
+        set_current(unsafe { &mut *c }, &mut ex, o)
+    })
+}
+
+unsafe extern "C" fn next_poll(c: *mut abi::ibv_cq_ex) -> libc::c_int {
+    // SAFETY: as start_poll.
+    unsafe { start_poll(c, std::ptr::null_mut()) }
+}
+
+unsafe extern "C" fn end_poll(c: *mut abi::ibv_cq_ex) {
+    guard((), || {
+        // SAFETY: as start_poll.
+        let o = unsafe { cq_ex(c) };
+        lock(&o.ex).cur = None;
+    })
+}
+
+fn with_cur<R: Default>(c: *mut abi::ibv_cq_ex, f: impl FnOnce(&WorkCompletion) -> R) -> R {
+    guard(R::default(), || {
+        // SAFETY: as start_poll.
+        let o = unsafe { cq_ex(c) };
+        let ex = lock(&o.ex);
+        ex.cur.as_ref().map(f).unwrap_or_default()
+    })
+}
+
+unsafe extern "C" fn read_opcode(c: *mut abi::ibv_cq_ex) -> abi::ibv_wc_opcode {
+    with_cur(c, wc_opcode)
+}
+unsafe extern "C" fn read_vendor_err(c: *mut abi::ibv_cq_ex) -> u32 {
+    with_cur(c, |_| 0)
+}
+unsafe extern "C" fn read_byte_len(c: *mut abi::ibv_cq_ex) -> u32 {
+    with_cur(c, |w| w.byte_len)
+}
+unsafe extern "C" fn read_imm_data(c: *mut abi::ibv_cq_ex) -> abi::__be32 {
+    with_cur(c, |w| w.imm.unwrap_or(0).to_be())
+}
+unsafe extern "C" fn read_qp_num(c: *mut abi::ibv_cq_ex) -> u32 {
+    with_cur(c, |w| w.qp_num)
+}
+unsafe extern "C" fn read_src_qp(c: *mut abi::ibv_cq_ex) -> u32 {
+    with_cur(c, |w| w.src_qp)
+}
+unsafe extern "C" fn read_wc_flags(c: *mut abi::ibv_cq_ex) -> libc::c_uint {
+    with_cur(c, wc_flags)
+}
+unsafe extern "C" fn read_slid(_c: *mut abi::ibv_cq_ex) -> u32 {
+    0
+}
+unsafe extern "C" fn read_sl(_c: *mut abi::ibv_cq_ex) -> u8 {
+    0
+}
+unsafe extern "C" fn read_dlid_path_bits(_c: *mut abi::ibv_cq_ex) -> u8 {
+    0
+}
+unsafe extern "C" fn read_cvlan(_c: *mut abi::ibv_cq_ex) -> u16 {
+    0
+}
+unsafe extern "C" fn read_flow_tag(_c: *mut abi::ibv_cq_ex) -> u32 {
+    0
+}
+
+fn clock_ns() -> u64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// The completion timestamp: nanoseconds of a monotonic clock taken when
+/// the completion is read (the device clock of `ibv_query_rt_values`).
+unsafe extern "C" fn read_completion_ts(c: *mut abi::ibv_cq_ex) -> u64 {
+    with_cur(c, |_| clock_ns())
+}
+
+unsafe extern "C" fn read_completion_wallclock_ns(c: *mut abi::ibv_cq_ex) -> u64 {
+    with_cur(c, |_| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    })
+}
+
+/// Whether a status is an error (for callers that log).
+#[allow(dead_code)]
+pub(crate) fn is_error(s: WcStatus) -> bool {
+    s != WcStatus::Success
+}

@@ -1,0 +1,50 @@
+//! `libibverbs.so.1` for roce-emu: unmodified rdma-core programs (C, C++,
+//! Python/pyverbs) run on the emulated RoCEv2 devices with
+//! `LD_LIBRARY_PATH=<dir>`, no kernel module and no root.
+//!
+//! The library answers libibverbs' public ABI itself (no provider plugin, no
+//! `/dev/infiniband`): every symbol rdma-core 44 exports is exported with its
+//! symbol version (`libibverbs.map`, `exports.rs`), the objects handed to the
+//! program have rdma-core's exact layouts ([`abi`], checked against the C
+//! header by `tests/layout.rs`), and the function tables the inline verbs of
+//! `<infiniband/verbs.h>` jump through (`ibv_context.ops`, the
+//! `verbs_context` in front of it, `ibv_qp_ex`, `ibv_cq_ex`) are filled.
+//!
+//! Each exported function is a thin translation: C pointers and enums in,
+//! the safe [`roce_verbs_api`] types out, an errno back. The protocol lives
+//! in the emulator; this crate only converts.
+//!
+//! # Memory
+//! `ibv_reg_mr(pd, addr, len, access)` registers the caller's own pages
+//! (`roce_region::RegionMem::external`, iova = `addr`): the peer's WRITEs
+//! land there, as with a NIC's DMA. The region is reached only under the
+//! device lock, and `ibv_dereg_mr` removes it from the device before it
+//! returns, so the application may free the memory afterwards.
+//!
+//! # Unsafe code
+//! This crate and `roce-region` are the only places in the workspace where
+//! `unsafe` is allowed: the C ABI hands us raw pointers. The rules every
+//! entry point follows:
+//! - a pointer the program passes is trusted as libibverbs trusts it (it
+//!   must point to an object this library created, or to a struct of the
+//!   documented type); NULL is checked and answered with `EINVAL`;
+//! - objects are `Box`ed `#[repr(C)]` structs whose first field is the C
+//!   struct the program sees, so the program's pointer is the box's pointer;
+//! - a Rust panic never crosses the ABI: [`guard`] turns it into an error
+//!   return.
+
+#![allow(unsafe_code)]
+#![allow(clippy::missing_safety_doc)]
+
+pub mod abi;
+mod ah;
+mod compat;
+mod cq;
+mod device;
+mod exports;
+mod mr;
+mod qp;
+mod qp_ex;
+mod srq;
+mod strings;
+mod util;

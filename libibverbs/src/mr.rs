@@ -1,0 +1,440 @@
+//! Protection domains, memory regions (the application's own memory) and
+//! memory windows.
+
+use crate::abi;
+use crate::device::ctx;
+use crate::util::{diag, guard_ptr, guard_rc};
+use roce_verbs_api::{AccessFlags, MwType, Mr, Mw, Pd, RegionMem, RegMrError, SendFlags};
+use std::ffi::c_void;
+use std::sync::Mutex;
+
+/// A PD. `c` first: the program's `ibv_pd *` is the box.
+#[repr(C)]
+pub(crate) struct PdObj {
+    pub c: abi::ibv_pd,
+    pub pd: Pd,
+    /// Objects created on this PD through the C ABI and not yet destroyed
+    /// (MRs, MWs, QPs, SRQs, AHs): `ibv_dealloc_pd` answers EBUSY while
+    /// any is left, as the kernel does.
+    pub users: std::sync::atomic::AtomicUsize,
+}
+
+impl PdObj {
+    pub fn get(&self) {
+        self.users.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    pub fn put(&self) {
+        self.users.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// # Safety
+/// `p` must be a PD this library returned and not yet deallocated.
+pub(crate) unsafe fn pd<'a>(p: *mut abi::ibv_pd) -> Option<&'a PdObj> {
+    // SAFETY: per the contract, p is a leaked Box<PdObj> (c at offset 0).
+    (!p.is_null()).then(|| unsafe { &*(p as *const PdObj) })
+}
+
+/// An MR: the C struct, then the region (None once deregistered).
+#[repr(C)]
+pub(crate) struct MrObj {
+    pub c: abi::ibv_mr,
+    pub mr: Mutex<Option<Mr>>,
+}
+
+/// # Safety
+/// `p` must be an MR this library returned and not yet deregistered.
+pub(crate) unsafe fn mr<'a>(p: *mut abi::ibv_mr) -> Option<&'a MrObj> {
+    // SAFETY: as for pd().
+    (!p.is_null()).then(|| unsafe { &*(p as *const MrObj) })
+}
+
+pub(crate) unsafe extern "C" fn alloc_pd(c: *mut abi::ibv_context) -> *mut abi::ibv_pd {
+    guard_ptr(|| {
+        // SAFETY: contract of ibv_alloc_pd.
+        let cx = unsafe { ctx(c) }.ok_or(libc::EINVAL)?;
+        let pd = cx.ctx.alloc_pd().map_err(|e| {
+            diag!("alloc_pd: {e}");
+            libc::ENOMEM
+        })?;
+        let b = Box::new(PdObj {
+            c: abi::ibv_pd { context: c, handle: pd.handle().id() },
+            pd,
+            users: std::sync::atomic::AtomicUsize::new(0),
+        });
+        Ok(Box::into_raw(b) as *mut abi::ibv_pd)
+    })
+}
+
+pub(crate) unsafe extern "C" fn dealloc_pd(p: *mut abi::ibv_pd) -> libc::c_int {
+    guard_rc(|| {
+        // SAFETY: contract of ibv_dealloc_pd.
+        let o = unsafe { pd(p) }.ok_or(libc::EINVAL)?;
+        // A PD with MRs, QPs, SRQs, AHs or MWs is busy (EBUSY, as the kernel).
+        if o.users.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+            return Err(libc::EBUSY);
+        }
+        // SAFETY: p is the leaked box; the program gives it up here.
+        let b = unsafe { Box::from_raw(p as *mut PdObj) };
+        b.pd.destroy().map_err(|e| {
+            diag!("dealloc_pd: {e}");
+            libc::EBUSY
+        })
+    })
+}
+
+/// libibverbs' access flags that roce-emu accepts. The optional range
+/// (IBV_ACCESS_OPTIONAL_RANGE: relaxed ordering and later hints) may be
+/// ignored by any device, as the header says; HUGETLB is a hint.
+/// rdma-core 45's FLUSH access bits (not in rdma-core 44's header).
+const IBV_ACCESS_FLUSH_GLOBAL: u32 = 1 << 8;
+const IBV_ACCESS_FLUSH_PERSISTENT: u32 = 1 << 9;
+
+fn access_of(access: u32) -> Result<AccessFlags, i32> {
+    // IBV_ACCESS_OPTIONAL_RANGE: bits 20..=29 (a macro in the header)
+    let optional = 0x3ff0_0000u32;
+    let a = access & !optional & !abi::IBV_ACCESS_HUGETLB;
+    let known = abi::IBV_ACCESS_LOCAL_WRITE
+        | abi::IBV_ACCESS_REMOTE_WRITE
+        | abi::IBV_ACCESS_REMOTE_READ
+        | abi::IBV_ACCESS_REMOTE_ATOMIC
+        | abi::IBV_ACCESS_MW_BIND
+        | abi::IBV_ACCESS_ZERO_BASED
+        | IBV_ACCESS_FLUSH_GLOBAL
+        | IBV_ACCESS_FLUSH_PERSISTENT;
+    if a & !known != 0 {
+        // ON_DEMAND (ODP) and anything unknown
+        return Err(libc::EOPNOTSUPP);
+    }
+    Ok(AccessFlags(a & !abi::IBV_ACCESS_ZERO_BASED))
+}
+
+fn reg_err(e: RegMrError) -> i32 {
+    diag!("reg_mr: {e}");
+    match e {
+        RegMrError::TooMany { .. } => libc::ENOMEM,
+        RegMrError::UnsupportedAccess(_) => libc::EOPNOTSUPP,
+        _ => libc::EINVAL,
+    }
+}
+
+/// Whether every page of `[addr, addr+len)` is mapped (mincore fails with
+/// ENOMEM on an unmapped page), as the kernel's page pinning would check.
+fn mapped(addr: usize, len: usize) -> bool {
+    if len == 0 {
+        return true;
+    }
+    // SAFETY: sysconf has no memory effects.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+    let start = addr & !(page - 1);
+    let Some(end) = addr.checked_add(len) else { return false };
+    let pages = (end - start).div_ceil(page);
+    let mut vec = vec![0u8; pages.min(1 << 20)];
+    let mut at = start;
+    while at < end {
+        let n = ((end - at).div_ceil(page)).min(vec.len());
+        // SAFETY: mincore only writes `n` bytes into vec (n <= vec.len())
+        // and reads nothing of the range.
+        let r = unsafe { libc::mincore(at as *mut c_void, n * page, vec.as_mut_ptr()) };
+        if r != 0 {
+            return false;
+        }
+        at += n * page;
+    }
+    true
+}
+
+fn new_mr(
+    c: *mut abi::ibv_context,
+    p: *mut abi::ibv_pd,
+    o: &PdObj,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: u32,
+) -> Result<*mut abi::ibv_mr, i32> {
+    let flags = access_of(access)?;
+    let iova = if access & abi::IBV_ACCESS_ZERO_BASED != 0 { 0 } else { iova };
+    if addr.is_null() && len > 0 {
+        return Err(libc::EINVAL);
+    }
+    if !mapped(addr as usize, len) {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: the application registered [addr, addr+len) and keeps it
+    // valid until ibv_dereg_mr (libibverbs' contract for reg_mr; mapping
+    // checked above). The region is dropped in dereg_mr, before we return
+    // to the program, and only touched under the device lock until then.
+    let mem = unsafe { RegionMem::external(addr.cast::<u8>(), len) };
+    let m = o.pd.reg_mr_mem(mem, Some(iova), flags).map_err(reg_err)?;
+    let info = m.info();
+    o.get();
+    let b = Box::new(MrObj {
+        c: abi::ibv_mr {
+            context: c,
+            pd: p,
+            addr,
+            length: len as _,
+            handle: info.handle.id(),
+            lkey: info.lkey.value(),
+            rkey: info.rkey.value(),
+        },
+        mr: Mutex::new(Some(m)),
+    });
+    Ok(Box::into_raw(b) as *mut abi::ibv_mr)
+}
+
+pub(crate) unsafe extern "C" fn reg_mr(
+    p: *mut abi::ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    access: libc::c_int,
+) -> *mut abi::ibv_mr {
+    guard_ptr(|| {
+        // SAFETY: contract of ibv_reg_mr.
+        let o = unsafe { pd(p) }.ok_or(libc::EINVAL)?;
+        new_mr(o.c.context, p, o, addr, len, addr as u64, access as u32)
+    })
+}
+
+pub(crate) unsafe extern "C" fn reg_mr_iova(
+    p: *mut abi::ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: libc::c_int,
+) -> *mut abi::ibv_mr {
+    guard_ptr(|| {
+        // SAFETY: contract of ibv_reg_mr_iova.
+        let o = unsafe { pd(p) }.ok_or(libc::EINVAL)?;
+        new_mr(o.c.context, p, o, addr, len, iova, access as u32)
+    })
+}
+
+pub(crate) unsafe extern "C" fn reg_mr_iova2(
+    p: *mut abi::ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: libc::c_uint,
+) -> *mut abi::ibv_mr {
+    guard_ptr(|| {
+        // SAFETY: contract of ibv_reg_mr_iova2.
+        let o = unsafe { pd(p) }.ok_or(libc::EINVAL)?;
+        new_mr(o.c.context, p, o, addr, len, iova, access)
+    })
+}
+
+pub(crate) unsafe extern "C" fn dereg_mr(m: *mut abi::ibv_mr) -> libc::c_int {
+    guard_rc(|| {
+        // SAFETY: contract of ibv_dereg_mr.
+        let o = unsafe { mr(m) }.ok_or(libc::EINVAL)?;
+        let region = o.mr.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(r) = region {
+            if let Err(e) = r.destroy() {
+                // Another handle still holds the region (a memory window
+                // bound to it): busy, as the kernel answers.
+                diag!("dereg_mr: {e}");
+                return Err(libc::EBUSY);
+            }
+        }
+        // SAFETY: the MR's PD outlives it (dealloc_pd is refused while
+        // the MR exists).
+        if let Some(p) = unsafe { pd(o.c.pd) } {
+            p.put();
+        }
+        // SAFETY: m is the leaked box; the program gives it up here.
+        drop(unsafe { Box::from_raw(m as *mut MrObj) });
+        Ok(())
+    })
+}
+
+pub(crate) unsafe extern "C" fn rereg_mr(
+    m: *mut abi::ibv_mr,
+    flags: libc::c_int,
+    p: *mut abi::ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    access: libc::c_int,
+) -> libc::c_int {
+    // Returns enum ibv_rereg_mr_err_code: 0, or a negative IBV_REREG_MR_ERR_*.
+    crate::util::guard(abi::IBV_REREG_MR_ERR_INPUT, || {
+        // SAFETY: contract of ibv_rereg_mr.
+        let Some(o) = (unsafe { mr(m) }) else { return abi::IBV_REREG_MR_ERR_INPUT };
+        let flags = flags as u32;
+        if flags & !(abi::IBV_REREG_MR_CHANGE_TRANSLATION
+            | abi::IBV_REREG_MR_CHANGE_PD
+            | abi::IBV_REREG_MR_CHANGE_ACCESS)
+            != 0
+            || flags == 0
+        {
+            crate::util::set_errno(libc::EINVAL);
+            return abi::IBV_REREG_MR_ERR_INPUT;
+        }
+        let new_pd = if flags & abi::IBV_REREG_MR_CHANGE_PD != 0 {
+            // SAFETY: contract of ibv_rereg_mr.
+            match unsafe { pd(p) } {
+                Some(x) => Some(x),
+                None => {
+                    crate::util::set_errno(libc::EINVAL);
+                    return abi::IBV_REREG_MR_ERR_INPUT;
+                }
+            }
+        } else {
+            None
+        };
+        let new_access = if flags & abi::IBV_REREG_MR_CHANGE_ACCESS != 0 {
+            match access_of(access as u32) {
+                Ok(a) => Some(a),
+                Err(e) => {
+                    crate::util::set_errno(e);
+                    return abi::IBV_REREG_MR_ERR_INPUT;
+                }
+            }
+        } else {
+            None
+        };
+        let new_mem = if flags & abi::IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
+            if (addr.is_null() && len > 0) || !mapped(addr as usize, len) {
+                crate::util::set_errno(libc::EFAULT);
+                return abi::IBV_REREG_MR_ERR_INPUT;
+            }
+            // SAFETY: as in new_mr: the program keeps the new range valid
+            // until the region is deregistered or re-registered again.
+            Some((unsafe { RegionMem::external(addr.cast::<u8>(), len) }, addr as u64))
+        } else {
+            None
+        };
+        let guard = o.mr.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(region) = guard.as_ref() else {
+            crate::util::set_errno(libc::EINVAL);
+            return abi::IBV_REREG_MR_ERR_INPUT;
+        };
+        match region.rereg(new_pd.map(|x| &x.pd), new_mem, new_access) {
+            Ok(info) => {
+                // SAFETY: the program does not use the MR concurrently with
+                // rereg (libibverbs' rule); we update its public fields.
+                let c = unsafe { &mut *(m) };
+                if let Some(x) = new_pd {
+                    // SAFETY: the old PD is live while the MR is.
+                    if let Some(old) = unsafe { pd(c.pd) } {
+                        old.put();
+                    }
+                    x.get();
+                    c.pd = p;
+                }
+                if flags & abi::IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
+                    c.addr = addr;
+                    c.length = len as _;
+                }
+                c.lkey = info.lkey.value();
+                c.rkey = info.rkey.value();
+                0
+            }
+            Err(e) => {
+                crate::util::set_errno(reg_err(e));
+                abi::IBV_REREG_MR_ERR_INPUT
+            }
+        }
+    })
+}
+
+// ---------------------------------------------------------------- MW
+
+#[repr(C)]
+pub(crate) struct MwObj {
+    pub c: abi::ibv_mw,
+    pub mw: Mw,
+}
+
+pub(crate) unsafe extern "C" fn alloc_mw(p: *mut abi::ibv_pd, ty: abi::ibv_mw_type) -> *mut abi::ibv_mw {
+    guard_ptr(|| {
+        // SAFETY: contract of ibv_alloc_mw.
+        let o = unsafe { pd(p) }.ok_or(libc::EINVAL)?;
+        let t = match ty {
+            abi::IBV_MW_TYPE_1 => MwType::Type1,
+            abi::IBV_MW_TYPE_2 => MwType::Type2,
+            _ => return Err(libc::EINVAL),
+        };
+        let mw = o.pd.alloc_mw(t).map_err(|e| {
+            diag!("alloc_mw: {e}");
+            libc::ENOMEM
+        })?;
+        let b = Box::new(MwObj {
+            c: abi::ibv_mw {
+                context: o.c.context,
+                pd: p,
+                rkey: mw.rkey().value(),
+                handle: mw.handle().id(),
+                type_: ty,
+            },
+            mw,
+        });
+        o.get();
+        Ok(Box::into_raw(b) as *mut abi::ibv_mw)
+    })
+}
+
+pub(crate) unsafe extern "C" fn dealloc_mw(m: *mut abi::ibv_mw) -> libc::c_int {
+    guard_rc(|| {
+        if m.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: m is a leaked Box<MwObj>; the program gives it up.
+        let b = unsafe { Box::from_raw(m as *mut MwObj) };
+        // SAFETY: the PD outlives its windows.
+        if let Some(p) = unsafe { pd(b.c.pd) } {
+            p.put();
+        }
+        b.mw.destroy().map_err(|e| {
+            diag!("dealloc_mw: {e}");
+            libc::EBUSY
+        })
+    })
+}
+
+/// The MW behind a program's pointer.
+///
+/// # Safety
+/// `m` must be a window this library allocated and not yet deallocated.
+pub(crate) unsafe fn mw<'a>(m: *mut abi::ibv_mw) -> Option<&'a MwObj> {
+    // SAFETY: as for pd().
+    (!m.is_null()).then(|| unsafe { &*(m as *const MwObj) })
+}
+
+pub(crate) unsafe extern "C" fn bind_mw(
+    q: *mut abi::ibv_qp,
+    m: *mut abi::ibv_mw,
+    bind: *mut abi::ibv_mw_bind,
+) -> libc::c_int {
+    guard_rc(|| {
+        // SAFETY: contract of ibv_bind_mw.
+        let qo = unsafe { crate::qp::qp(q) }.ok_or(libc::EINVAL)?;
+        // SAFETY: as above.
+        let w = unsafe { mw(m) }.ok_or(libc::EINVAL)?;
+        if bind.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: bind points to a caller-owned ibv_mw_bind.
+        let b = unsafe { &*bind };
+        let info = &b.bind_info;
+        // SAFETY: contract: bind_info.mr is one of our MRs (or NULL for an
+        // unbind, which libibverbs expresses with length 0).
+        let region = unsafe { mr(info.mr) }.ok_or(libc::EINVAL)?;
+        let guard = region.mr.lock().unwrap_or_else(|e| e.into_inner());
+        let r = guard.as_ref().ok_or(libc::EINVAL)?;
+        let off = info.addr.wrapping_sub(r.addr());
+        let bindspec = r.mw_bind(off, info.length, AccessFlags(info.mw_access_flags));
+        let rkey = qo
+            .qp
+            .bind_mw(&w.mw, b.wr_id, SendFlags(b.send_flags), bindspec)
+            .map_err(|e| {
+                diag!("bind_mw: {e}");
+                libc::EINVAL
+            })?;
+        // SAFETY: the program does not use the MW struct concurrently.
+        unsafe { (*m).rkey = rkey.value() };
+        Ok(())
+    })
+}
+

@@ -1,0 +1,640 @@
+//! Queue pairs: create (`ibv_create_qp`, `ibv_create_qp_ex`), modify,
+//! query, destroy, and the posting verbs behind `ibv_post_send` /
+//! `ibv_post_recv`.
+
+use crate::abi;
+use crate::ah::{ah, ah_from_c, ah_to_c};
+use crate::cq::{cq, CqObj};
+use crate::device::{ctx, Ctx};
+use crate::mr::{mw, pd, PdObj};
+use crate::srq::{srq, SrqObj};
+use crate::util::{diag, guard_ptr, guard_rc};
+use roce_emulator::qp_attr::AttrMask;
+use roce_verbs_api::{
+    AccessFlags, CreateQpError, MwBind, PathMtu, PostRecvError, PostSendError, Qp, QpAttr, QpCap,
+    QpState, QpType, RKey, RecvWr, SendFlags, SendWr, Sge, UdDest, WrOpcode,
+};
+use roce_verbs_api::LKey;
+use std::sync::Mutex;
+
+/// A QP. `c` first: `ibv_qp_ex` starts with the `ibv_qp`, so the program's
+/// `ibv_qp *` and `ibv_qp_ex *` are both the box's pointer.
+#[repr(C)]
+pub(crate) struct QpObj {
+    pub c: abi::ibv_qp_ex,
+    pub qp: Qp,
+    pub qp_type: QpType,
+    pub pd: *mut PdObj,
+    pub send_cq: *mut CqObj,
+    pub recv_cq: *mut CqObj,
+    pub srq: *mut SrqObj,
+    /// Work requests built with the `ibv_wr_*` calls since `ibv_wr_start`.
+    pub wr: Mutex<crate::qp_ex::WrBatch>,
+}
+
+/// # Safety
+/// `p` must be a QP this library created and not yet destroyed.
+pub(crate) unsafe fn qp<'a>(p: *mut abi::ibv_qp) -> Option<&'a QpObj> {
+    // SAFETY: per the contract, p is a leaked Box<QpObj> (c at offset 0).
+    (!p.is_null()).then(|| unsafe { &*(p as *const QpObj) })
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub(crate) fn state_from_c(s: abi::ibv_qp_state) -> Result<QpState, i32> {
+    Ok(match s {
+        abi::IBV_QPS_RESET => QpState::Reset,
+        abi::IBV_QPS_INIT => QpState::Init,
+        abi::IBV_QPS_RTR => QpState::Rtr,
+        abi::IBV_QPS_RTS => QpState::Rts,
+        abi::IBV_QPS_SQD => QpState::Sqd,
+        abi::IBV_QPS_SQE => QpState::Sqe,
+        abi::IBV_QPS_ERR => QpState::Err,
+        _ => return Err(libc::EINVAL),
+    })
+}
+
+pub(crate) fn state_to_c(s: QpState) -> abi::ibv_qp_state {
+    match s {
+        QpState::Reset => abi::IBV_QPS_RESET,
+        QpState::Init => abi::IBV_QPS_INIT,
+        QpState::Rtr => abi::IBV_QPS_RTR,
+        QpState::Rts => abi::IBV_QPS_RTS,
+        QpState::Sqd => abi::IBV_QPS_SQD,
+        QpState::Sqe => abi::IBV_QPS_SQE,
+        QpState::Err => abi::IBV_QPS_ERR,
+    }
+}
+
+fn type_from_c(t: abi::ibv_qp_type) -> Result<QpType, i32> {
+    match t {
+        abi::IBV_QPT_RC => Ok(QpType::Rc),
+        abi::IBV_QPT_UC => Ok(QpType::Uc),
+        abi::IBV_QPT_UD => Ok(QpType::Ud),
+        _ => {
+            diag!("create_qp: QP type {t} not supported (RC, UC and UD are)");
+            Err(libc::EOPNOTSUPP)
+        }
+    }
+}
+
+fn type_to_c(t: QpType) -> abi::ibv_qp_type {
+    match t {
+        QpType::Rc => abi::IBV_QPT_RC,
+        QpType::Uc => abi::IBV_QPT_UC,
+        QpType::Ud => abi::IBV_QPT_UD,
+    }
+}
+
+fn mtu_from_c(m: abi::ibv_mtu) -> Result<PathMtu, i32> {
+    Ok(match m {
+        abi::IBV_MTU_256 => PathMtu::Mtu256,
+        abi::IBV_MTU_512 => PathMtu::Mtu512,
+        abi::IBV_MTU_1024 => PathMtu::Mtu1024,
+        abi::IBV_MTU_2048 => PathMtu::Mtu2048,
+        abi::IBV_MTU_4096 => PathMtu::Mtu4096,
+        _ => return Err(libc::EINVAL),
+    })
+}
+
+fn create_err(e: CreateQpError) -> i32 {
+    diag!("create_qp: {e}");
+    libc::EINVAL
+}
+
+struct Init {
+    qp_context: *mut libc::c_void,
+    send_cq: *mut abi::ibv_cq,
+    recv_cq: *mut abi::ibv_cq,
+    srq: *mut abi::ibv_srq,
+    cap: abi::ibv_qp_cap,
+    qp_type: abi::ibv_qp_type,
+    sq_sig_all: bool,
+}
+
+fn new_qp(cx: &Ctx, p: *mut abi::ibv_pd, init: &Init) -> Result<(*mut QpObj, abi::ibv_qp_cap), i32> {
+    // SAFETY: the program passes a PD, CQs and an SRQ this library created.
+    let po = unsafe { pd(p) }.ok_or(libc::EINVAL)?;
+    // SAFETY: as above.
+    let scq = unsafe { cq(init.send_cq) }.ok_or(libc::EINVAL)?;
+    // SAFETY: as above.
+    let rcq = unsafe { cq(init.recv_cq) }.ok_or(libc::EINVAL)?;
+    // SAFETY: as above (NULL: no SRQ).
+    let so = unsafe { srq(init.srq) };
+    let t = type_from_c(init.qp_type)?;
+    let c = init.cap;
+    let cap = QpCap {
+        max_send_wr: c.max_send_wr.max(1),
+        max_recv_wr: if so.is_some() { 0 } else { c.max_recv_wr.max(1) },
+        max_send_sge: c.max_send_sge.max(1),
+        max_recv_sge: if so.is_some() { 0 } else { c.max_recv_sge.max(1) },
+        max_inline_data: c.max_inline_data,
+    };
+    let mut b = po.pd.qp_builder(&scq.cq, &rcq.cq).qp_type(t).cap(cap).sq_sig_all(init.sq_sig_all);
+    if let Some(s) = so {
+        b = b.srq(&s.srq);
+    }
+    let q = b.build().map_err(create_err)?;
+    let actual = q.query().map(|(_, i)| i.cap).unwrap_or(cap);
+    // SAFETY: ibv_qp_ex is C data (pointers, integers, pthread objects
+    // whose zero bytes are their initializers, optional functions).
+    let mut x: abi::ibv_qp_ex = unsafe { std::mem::zeroed() };
+    let base = &mut x.qp_base;
+    base.context = cx.c();
+    base.qp_context = init.qp_context;
+    base.pd = p;
+    base.send_cq = init.send_cq;
+    base.recv_cq = init.recv_cq;
+    base.srq = init.srq;
+    base.handle = q.qpn().value();
+    base.qp_num = q.qpn().value();
+    base.state = abi::IBV_QPS_RESET;
+    base.qp_type = init.qp_type;
+    crate::qp_ex::fill(&mut x);
+    let qpn = q.qpn().value();
+    let obj = Box::new(QpObj {
+        c: x,
+        qp: q,
+        qp_type: t,
+        pd: p as *mut PdObj,
+        send_cq: init.send_cq as *mut CqObj,
+        recv_cq: init.recv_cq as *mut CqObj,
+        srq: init.srq as *mut SrqObj,
+        wr: Mutex::new(Default::default()),
+    });
+    po.get();
+    scq.users.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    rcq.users.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if let Some(s) = so {
+        s.users.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    let ptr = Box::into_raw(obj);
+    lock(&cx.qps).insert(qpn, ptr as usize);
+    let out = abi::ibv_qp_cap {
+        max_send_wr: actual.max_send_wr,
+        max_recv_wr: actual.max_recv_wr,
+        max_send_sge: actual.max_send_sge,
+        max_recv_sge: actual.max_recv_sge,
+        max_inline_data: actual.max_inline_data,
+    };
+    Ok((ptr, out))
+}
+
+pub(crate) unsafe extern "C" fn create_qp(
+    p: *mut abi::ibv_pd,
+    attr: *mut abi::ibv_qp_init_attr,
+) -> *mut abi::ibv_qp {
+    guard_ptr(|| {
+        // SAFETY: contract of ibv_create_qp.
+        let po = unsafe { pd(p) }.ok_or(libc::EINVAL)?;
+        // SAFETY: the PD's context is live.
+        let cx = unsafe { ctx(po.c.context) }.ok_or(libc::EINVAL)?;
+        if attr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: attr points to the caller's ibv_qp_init_attr.
+        let a = unsafe { &mut *attr };
+        let init = Init {
+            qp_context: a.qp_context,
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+            srq: a.srq,
+            cap: a.cap,
+            qp_type: a.qp_type,
+            sq_sig_all: a.sq_sig_all != 0,
+        };
+        let (q, cap) = new_qp(cx, p, &init)?;
+        a.cap = cap;
+        Ok(q as *mut abi::ibv_qp)
+    })
+}
+
+pub(crate) unsafe extern "C" fn create_qp_ex(
+    c: *mut abi::ibv_context,
+    attr: *mut abi::ibv_qp_init_attr_ex,
+) -> *mut abi::ibv_qp {
+    guard_ptr(|| {
+        // SAFETY: contract of ibv_create_qp_ex.
+        let cx = unsafe { ctx(c) }.ok_or(libc::EINVAL)?;
+        if attr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: attr points to the caller's ibv_qp_init_attr_ex.
+        let a = unsafe { &mut *attr };
+        let known = abi::IBV_QP_INIT_ATTR_PD | abi::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+        if a.comp_mask & abi::IBV_QP_INIT_ATTR_PD == 0 {
+            return Err(libc::EINVAL);
+        }
+        if a.comp_mask & !known != 0 {
+            diag!("create_qp_ex: comp_mask {:#x} not supported", a.comp_mask & !known);
+            return Err(libc::EOPNOTSUPP);
+        }
+        if a.comp_mask & abi::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0
+            && a.send_ops_flags & !crate::qp_ex::SEND_OPS_SUPPORTED != 0
+        {
+            diag!("create_qp_ex: send_ops_flags {:#x} not supported", a.send_ops_flags);
+            return Err(libc::EOPNOTSUPP);
+        }
+        let init = Init {
+            qp_context: a.qp_context,
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+            srq: a.srq,
+            cap: a.cap,
+            qp_type: a.qp_type,
+            sq_sig_all: a.sq_sig_all != 0,
+        };
+        let (q, cap) = new_qp(cx, a.pd, &init)?;
+        a.cap = cap;
+        Ok(q as *mut abi::ibv_qp)
+    })
+}
+
+pub(crate) unsafe extern "C" fn qp_to_qp_ex(q: *mut abi::ibv_qp) -> *mut abi::ibv_qp_ex {
+    q as *mut abi::ibv_qp_ex
+}
+
+pub(crate) unsafe extern "C" fn destroy_qp(q: *mut abi::ibv_qp) -> libc::c_int {
+    guard_rc(|| {
+        // SAFETY: contract of ibv_destroy_qp.
+        let o = unsafe { qp(q) }.ok_or(libc::EINVAL)?;
+        // SAFETY: the QP's context is live.
+        let cx = unsafe { ctx(o.c.qp_base.context) }.ok_or(libc::EINVAL)?;
+        lock(&cx.qps).remove(&o.c.qp_base.qp_num);
+        // SAFETY: q is the leaked box; the program gives it up.
+        let b = unsafe { Box::from_raw(q as *mut QpObj) };
+        // SAFETY: the PD, CQs and SRQ outlive the QP (their destroy
+        // refuses while it exists).
+        unsafe {
+            if let Some(p) = b.pd.as_ref() {
+                p.put();
+            }
+            for c in [b.send_cq, b.recv_cq] {
+                if let Some(c) = c.as_ref() {
+                    c.users.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            if let Some(s) = b.srq.as_ref() {
+                s.users.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        b.qp.destroy().map_err(|e| {
+            diag!("destroy_qp: {e}");
+            libc::EBUSY
+        })
+    })
+}
+
+// ---------------------------------------------------------------- modify / query
+
+pub(crate) unsafe extern "C" fn modify_qp(
+    q: *mut abi::ibv_qp,
+    attr: *mut abi::ibv_qp_attr,
+    mask: libc::c_int,
+) -> libc::c_int {
+    guard_rc(|| {
+        // SAFETY: contract of ibv_modify_qp.
+        let o = unsafe { qp(q) }.ok_or(libc::EINVAL)?;
+        if attr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: attr points to the caller's ibv_qp_attr.
+        let c = unsafe { &*attr };
+        let mask = mask as u32;
+        let mut a = QpAttr { mask: AttrMask(mask), ..QpAttr::default() };
+        if mask & abi::IBV_QP_STATE != 0 {
+            a.qp_state = Some(state_from_c(c.qp_state)?);
+        }
+        if mask & abi::IBV_QP_CUR_STATE != 0 {
+            a.cur_qp_state = Some(state_from_c(c.cur_qp_state)?);
+        }
+        a.en_sqd_async_notify = c.en_sqd_async_notify != 0;
+        a.qp_access_flags = AccessFlags(c.qp_access_flags);
+        a.pkey_index = c.pkey_index;
+        a.port_num = c.port_num;
+        a.qkey = c.qkey;
+        if mask & abi::IBV_QP_AV != 0 {
+            if o.qp_type != QpType::Ud && c.ah_attr.is_global == 0 {
+                // RoCE addresses by GID: without a GRH there is no
+                // destination (the kernel answers EINVAL the same way).
+                diag!("modify_qp: RoCE needs ah_attr.is_global = 1 and a GID (use -g with the rdma-core tools)");
+                return Err(libc::EINVAL);
+            }
+            a.ah_attr = Some(ah_from_c(&c.ah_attr)?);
+        }
+        if mask & abi::IBV_QP_PATH_MTU != 0 {
+            a.path_mtu = Some(mtu_from_c(c.path_mtu)?);
+        }
+        a.timeout = c.timeout;
+        a.retry_cnt = c.retry_cnt;
+        a.rnr_retry = c.rnr_retry;
+        a.rq_psn = c.rq_psn;
+        a.max_rd_atomic = c.max_rd_atomic;
+        a.min_rnr_timer = c.min_rnr_timer;
+        a.sq_psn = c.sq_psn;
+        a.max_dest_rd_atomic = c.max_dest_rd_atomic;
+        a.cap = QpCap {
+            max_send_wr: c.cap.max_send_wr,
+            max_recv_wr: c.cap.max_recv_wr,
+            max_send_sge: c.cap.max_send_sge,
+            max_recv_sge: c.cap.max_recv_sge,
+            max_inline_data: c.cap.max_inline_data,
+        };
+        a.dest_qp_num = c.dest_qp_num;
+        o.qp.modify(&a).map_err(|e| {
+            diag!("modify_qp: {e}");
+            libc::EINVAL
+        })?;
+        // SAFETY: the program does not modify a QP from two threads at once
+        // (libibverbs keeps qp->state the same way, unlocked).
+        unsafe { (*q).state = state_to_c(o.qp.state()) };
+        Ok(())
+    })
+}
+
+pub(crate) unsafe extern "C" fn query_qp(
+    q: *mut abi::ibv_qp,
+    attr: *mut abi::ibv_qp_attr,
+    _mask: libc::c_int,
+    init: *mut abi::ibv_qp_init_attr,
+) -> libc::c_int {
+    guard_rc(|| {
+        // SAFETY: contract of ibv_query_qp.
+        let o = unsafe { qp(q) }.ok_or(libc::EINVAL)?;
+        if attr.is_null() || init.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let (a, i) = o.qp.query().map_err(|_| libc::EINVAL)?;
+        // SAFETY: plain C data.
+        let mut c: abi::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        let st = state_to_c(a.qp_state.unwrap_or(QpState::Reset));
+        c.qp_state = st;
+        c.cur_qp_state = st;
+        c.path_mtu = a.path_mtu.map_or(abi::IBV_MTU_1024, |m| m as u32);
+        c.path_mig_state = abi::IBV_MIG_MIGRATED;
+        c.qkey = a.qkey;
+        c.rq_psn = a.rq_psn;
+        c.sq_psn = a.sq_psn;
+        c.dest_qp_num = a.dest_qp_num;
+        c.qp_access_flags = a.qp_access_flags.0;
+        let cap = abi::ibv_qp_cap {
+            max_send_wr: i.cap.max_send_wr,
+            max_recv_wr: i.cap.max_recv_wr,
+            max_send_sge: i.cap.max_send_sge,
+            max_recv_sge: i.cap.max_recv_sge,
+            max_inline_data: i.cap.max_inline_data,
+        };
+        c.cap = cap;
+        if let Some(ah) = a.ah_attr {
+            c.ah_attr = ah_to_c(&ah);
+        }
+        c.pkey_index = a.pkey_index;
+        c.en_sqd_async_notify = u8::from(a.en_sqd_async_notify);
+        c.sq_draining = 0;
+        c.max_rd_atomic = a.max_rd_atomic;
+        c.max_dest_rd_atomic = a.max_dest_rd_atomic;
+        c.min_rnr_timer = a.min_rnr_timer;
+        c.port_num = 1;
+        c.timeout = a.timeout;
+        c.retry_cnt = a.retry_cnt;
+        c.rnr_retry = a.rnr_retry;
+        // SAFETY: attr and init are the caller's structs.
+        unsafe {
+            attr.write(c);
+            let b = &(*q);
+            init.write(abi::ibv_qp_init_attr {
+                qp_context: b.qp_context,
+                send_cq: b.send_cq,
+                recv_cq: b.recv_cq,
+                srq: b.srq,
+                cap,
+                qp_type: type_to_c(o.qp_type),
+                sq_sig_all: libc::c_int::from(i.sq_sig_all),
+            });
+            (*q).state = st;
+        }
+        Ok(())
+    })
+}
+
+// ---------------------------------------------------------------- posting
+
+fn post_send_err(e: &PostSendError) -> i32 {
+    diag!("post_send: {e}");
+    match e {
+        PostSendError::QueueFull { .. } => libc::ENOMEM,
+        _ => libc::EINVAL,
+    }
+}
+
+fn post_recv_err(e: &PostRecvError) -> i32 {
+    diag!("post_recv: {e}");
+    match e {
+        PostRecvError::QueueFull { .. } => libc::ENOMEM,
+        _ => libc::EINVAL,
+    }
+}
+
+/// The SGEs of a C list.
+///
+/// # Safety
+/// `sg` must point to `n` SGEs (or `n` be 0).
+pub(crate) unsafe fn sges(sg: *const abi::ibv_sge, n: libc::c_int) -> Result<Vec<Sge>, i32> {
+    if n < 0 || (n > 0 && sg.is_null()) {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: per the contract.
+    let s = unsafe { std::slice::from_raw_parts(sg, n as usize) };
+    Ok(s.iter().map(|e| Sge { addr: e.addr, length: e.length, lkey: LKey::new(e.lkey) }).collect())
+}
+
+/// Copy inline data out of the program's buffers (IBV_SEND_INLINE: the
+/// buffers need no registration and may be reused as soon as the post
+/// returns).
+///
+/// # Safety
+/// Each SGE must name `length` readable bytes at `addr`.
+pub(crate) unsafe fn inline_bytes(list: &[Sge]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(list.iter().map(|s| s.length as usize).sum());
+    for s in list {
+        if s.length > 0 {
+            // SAFETY: per the contract.
+            v.extend_from_slice(unsafe {
+                std::slice::from_raw_parts(s.addr as usize as *const u8, s.length as usize)
+            });
+        }
+    }
+    v
+}
+
+/// One C send work request as the emulator's.
+///
+/// # Safety
+/// `w` must be a valid `ibv_send_wr` of the program.
+unsafe fn send_wr(o: &QpObj, w: &abi::ibv_send_wr) -> Result<SendWr, i32> {
+    // SAFETY: per the contract (sg_list has num_sge entries).
+    let list = unsafe { sges(w.sg_list, w.num_sge) }?;
+    // SAFETY: reading the union member the opcode selects.
+    let (imm, inv) = unsafe { (u32::from_be(w.__bindgen_anon_1.imm_data), w.__bindgen_anon_1.invalidate_rkey) };
+    // SAFETY: each union is read as the opcode's member.
+    let (rdma, atomic, ud) = unsafe { (w.wr.rdma, w.wr.atomic, w.wr.ud) };
+    let opcode = match w.opcode {
+        abi::IBV_WR_RDMA_WRITE => WrOpcode::RdmaWrite,
+        abi::IBV_WR_RDMA_WRITE_WITH_IMM => WrOpcode::RdmaWriteWithImm,
+        abi::IBV_WR_SEND => WrOpcode::Send,
+        abi::IBV_WR_SEND_WITH_IMM => WrOpcode::SendWithImm,
+        abi::IBV_WR_RDMA_READ => WrOpcode::RdmaRead,
+        abi::IBV_WR_ATOMIC_CMP_AND_SWP => WrOpcode::AtomicCmpAndSwp,
+        abi::IBV_WR_ATOMIC_FETCH_AND_ADD => WrOpcode::AtomicFetchAndAdd,
+        abi::IBV_WR_SEND_WITH_INV => WrOpcode::SendWithInv { invalidate_rkey: RKey::new(inv) },
+        abi::IBV_WR_LOCAL_INV => WrOpcode::LocalInv { rkey: RKey::new(inv) },
+        abi::IBV_WR_ATOMIC_WRITE => WrOpcode::AtomicWrite,
+        abi::IBV_WR_BIND_MW => {
+            // SAFETY: the bind_mw member for IBV_WR_BIND_MW.
+            let b = unsafe { w.__bindgen_anon_2.bind_mw };
+            // SAFETY: the program passes one of our windows.
+            let m = unsafe { mw(b.mw) }.ok_or(libc::EINVAL)?;
+            let bind = mw_bind_of(&b.bind_info)?;
+            WrOpcode::BindMw { mw: m.mw.handle(), rkey: RKey::new(b.rkey), bind }
+        }
+        other => {
+            diag!("post_send: opcode {other} not supported");
+            return Err(libc::EINVAL);
+        }
+    };
+    let flags = SendFlags(w.send_flags & 0xf);
+    let mut wr = SendWr::new(w.wr_id, opcode).with_flags(flags);
+    wr.imm = imm;
+    if flags.contains(SendFlags::INLINE) && !opcode.is_read_or_atomic() {
+        // SAFETY: inline SGEs name the program's readable buffers.
+        wr.inline_data = unsafe { inline_bytes(&list) };
+    } else {
+        wr.sg_list = list;
+    }
+    if opcode.is_atomic() {
+        wr.remote_addr = atomic.remote_addr;
+        wr.rkey = RKey::new(atomic.rkey);
+        wr.compare_add = atomic.compare_add;
+        wr.swap = atomic.swap;
+    } else {
+        wr.remote_addr = rdma.remote_addr;
+        wr.rkey = RKey::new(rdma.rkey);
+    }
+    if o.qp_type == QpType::Ud {
+        // SAFETY: the program passes one of our AHs.
+        let a = unsafe { ah(ud.ah) }.ok_or(libc::EINVAL)?;
+        wr.ud = Some(UdDest { ah: a.attr, remote_qpn: ud.remote_qpn, remote_qkey: ud.remote_qkey });
+    }
+    Ok(wr)
+}
+
+/// A window bind's region, range and rights.
+pub(crate) fn mw_bind_of(info: &abi::ibv_mw_bind_info) -> Result<MwBind, i32> {
+    // SAFETY: the program passes one of our MRs.
+    let r = unsafe { crate::mr::mr(info.mr) }.ok_or(libc::EINVAL)?;
+    let g = r.mr.lock().unwrap_or_else(|e| e.into_inner());
+    let m = g.as_ref().ok_or(libc::EINVAL)?;
+    Ok(m.mw_bind(info.addr.wrapping_sub(m.addr()), info.length, AccessFlags(info.mw_access_flags)))
+}
+
+pub(crate) unsafe extern "C" fn post_send(
+    q: *mut abi::ibv_qp,
+    wr: *mut abi::ibv_send_wr,
+    bad: *mut *mut abi::ibv_send_wr,
+) -> libc::c_int {
+    crate::util::guard(libc::EIO, || {
+        // SAFETY: contract of ibv_post_send.
+        let Some(o) = (unsafe { qp(q) }) else { return libc::EINVAL };
+        let mut list = Vec::new();
+        let mut ptrs = Vec::new();
+        let mut cur = wr;
+        let mut conv_err = None;
+        while !cur.is_null() {
+            // SAFETY: the chain is the program's ibv_send_wr list.
+            let w = unsafe { &*cur };
+            // SAFETY: as above.
+            match unsafe { send_wr(o, w) } {
+                Ok(x) => {
+                    list.push(x);
+                    ptrs.push(cur);
+                }
+                Err(e) => {
+                    conv_err = Some((cur, e));
+                    break;
+                }
+            }
+            cur = w.next;
+        }
+        let posted = match o.qp.post_send_list(list) {
+            Ok(_) => None,
+            Err((n, e)) => Some((ptrs[n], post_send_err(&e))),
+        };
+        match posted.or(conv_err) {
+            None => 0,
+            Some((at, e)) => {
+                if !bad.is_null() {
+                    // SAFETY: bad is the caller's out pointer.
+                    unsafe { *bad = at };
+                }
+                e
+            }
+        }
+    })
+}
+
+/// The receive requests of a C chain; on a malformed entry, those before it
+/// and that entry's pointer with the errno.
+///
+/// # Safety
+/// `wr` must be the program's `ibv_recv_wr` chain.
+pub(crate) unsafe fn recv_wrs(
+    wr: *mut abi::ibv_recv_wr,
+) -> (Vec<(RecvWr, *mut abi::ibv_recv_wr)>, Option<(*mut abi::ibv_recv_wr, i32)>) {
+    let mut out = Vec::new();
+    let mut cur = wr;
+    while !cur.is_null() {
+        // SAFETY: per the contract.
+        let w = unsafe { &*cur };
+        // SAFETY: as above.
+        match unsafe { sges(w.sg_list, w.num_sge) } {
+            Ok(s) => out.push((RecvWr { wr_id: w.wr_id, sg_list: s }, cur)),
+            Err(e) => return (out, Some((cur, e))),
+        }
+        cur = w.next;
+    }
+    (out, None)
+}
+
+pub(crate) unsafe extern "C" fn post_recv(
+    q: *mut abi::ibv_qp,
+    wr: *mut abi::ibv_recv_wr,
+    bad: *mut *mut abi::ibv_recv_wr,
+) -> libc::c_int {
+    crate::util::guard(libc::EIO, || {
+        // SAFETY: contract of ibv_post_recv.
+        let Some(o) = (unsafe { qp(q) }) else { return libc::EINVAL };
+        // SAFETY: as above.
+        let (list, err) = unsafe { recv_wrs(wr) };
+        for (w, p) in list {
+            if let Err(e) = o.qp.post_recv(w) {
+                if !bad.is_null() {
+                    // SAFETY: the caller's out pointer.
+                    unsafe { *bad = p };
+                }
+                return post_recv_err(&e);
+            }
+        }
+        match err {
+            None => 0,
+            Some((p, e)) => {
+                if !bad.is_null() {
+                    // SAFETY: the caller's out pointer.
+                    unsafe { *bad = p };
+                }
+                e
+            }
+        }
+    })
+}

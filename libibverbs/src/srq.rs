@@ -1,0 +1,180 @@
+//! Shared receive queues.
+
+use crate::abi;
+use crate::device::ctx;
+use crate::mr::{pd, PdObj};
+use crate::qp::recv_wrs;
+use crate::util::{diag, guard, guard_ptr, guard_rc};
+use roce_verbs_api::{PostSrqRecvError, Srq};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// An SRQ; `c` first.
+#[repr(C)]
+pub(crate) struct SrqObj {
+    pub c: abi::ibv_srq,
+    pub srq: Srq,
+    pub pd: *mut PdObj,
+    /// QPs attached to it (`ibv_destroy_srq` answers EBUSY while any is).
+    pub users: AtomicUsize,
+}
+
+/// # Safety
+/// `p` must be an SRQ this library created and not yet destroyed, or NULL.
+pub(crate) unsafe fn srq<'a>(p: *mut abi::ibv_srq) -> Option<&'a SrqObj> {
+    // SAFETY: per the contract, a leaked Box<SrqObj> (c at offset 0).
+    (!p.is_null()).then(|| unsafe { &*(p as *const SrqObj) })
+}
+
+pub(crate) unsafe extern "C" fn create_srq(
+    p: *mut abi::ibv_pd,
+    init: *mut abi::ibv_srq_init_attr,
+) -> *mut abi::ibv_srq {
+    guard_ptr(|| {
+        // SAFETY: contract of ibv_create_srq.
+        let po = unsafe { pd(p) }.ok_or(libc::EINVAL)?;
+        // SAFETY: the PD's context is live.
+        let cx = unsafe { ctx(po.c.context) }.ok_or(libc::EINVAL)?;
+        if init.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's ibv_srq_init_attr.
+        let a = unsafe { &mut *init };
+        let s = po.pd.create_srq(a.attr.max_wr.max(1), a.attr.max_sge.max(1)).map_err(|e| {
+            diag!("create_srq: {e}");
+            libc::EINVAL
+        })?;
+        if a.attr.srq_limit > 0 {
+            s.set_limit(a.attr.srq_limit).map_err(|_| libc::EINVAL)?;
+        }
+        if let Some((attr, _)) = s.query() {
+            a.attr.max_wr = attr.max_wr;
+            a.attr.max_sge = attr.max_sge;
+        }
+        // SAFETY: C data; the pthread objects' zero bytes are their initializers.
+        let mut c: abi::ibv_srq = unsafe { std::mem::zeroed() };
+        c.context = po.c.context;
+        c.srq_context = a.srq_context;
+        c.pd = p;
+        c.handle = s.handle().id();
+        let h = c.handle;
+        let b = Box::into_raw(Box::new(SrqObj { c, srq: s, pd: p as *mut PdObj, users: AtomicUsize::new(0) }));
+        po.get();
+        cx.srqs.lock().unwrap_or_else(|e| e.into_inner()).insert(h, b as usize);
+        Ok(b as *mut abi::ibv_srq)
+    })
+}
+
+pub(crate) unsafe extern "C" fn modify_srq(
+    s: *mut abi::ibv_srq,
+    attr: *mut abi::ibv_srq_attr,
+    mask: libc::c_int,
+) -> libc::c_int {
+    guard_rc(|| {
+        // SAFETY: contract of ibv_modify_srq.
+        let o = unsafe { srq(s) }.ok_or(libc::EINVAL)?;
+        if attr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's ibv_srq_attr.
+        let a = unsafe { &*attr };
+        let mask = mask as u32;
+        if mask & abi::IBV_SRQ_MAX_WR != 0 {
+            // resizing an SRQ is not implemented
+            return Err(libc::EOPNOTSUPP);
+        }
+        if mask & abi::IBV_SRQ_LIMIT != 0 {
+            o.srq.set_limit(a.srq_limit).map_err(|e| {
+                diag!("modify_srq: {e}");
+                libc::EINVAL
+            })?;
+        }
+        Ok(())
+    })
+}
+
+pub(crate) unsafe extern "C" fn query_srq(s: *mut abi::ibv_srq, attr: *mut abi::ibv_srq_attr) -> libc::c_int {
+    guard_rc(|| {
+        // SAFETY: contract of ibv_query_srq.
+        let o = unsafe { srq(s) }.ok_or(libc::EINVAL)?;
+        if attr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let (a, _) = o.srq.query().ok_or(libc::EINVAL)?;
+        // SAFETY: the caller's struct.
+        unsafe { attr.write(abi::ibv_srq_attr { max_wr: a.max_wr, max_sge: a.max_sge, srq_limit: a.srq_limit }) };
+        Ok(())
+    })
+}
+
+pub(crate) unsafe extern "C" fn destroy_srq(s: *mut abi::ibv_srq) -> libc::c_int {
+    guard_rc(|| {
+        // SAFETY: contract of ibv_destroy_srq.
+        let o = unsafe { srq(s) }.ok_or(libc::EINVAL)?;
+        if o.users.load(Ordering::Relaxed) > 0 {
+            return Err(libc::EBUSY);
+        }
+        // SAFETY: the SRQ's context is live.
+        if let Some(cx) = unsafe { ctx(o.c.context) } {
+            cx.srqs.lock().unwrap_or_else(|e| e.into_inner()).remove(&o.c.handle);
+        }
+        // SAFETY: s is the leaked box; the program gives it up.
+        let b = unsafe { Box::from_raw(s as *mut SrqObj) };
+        // SAFETY: the PD outlives the SRQ.
+        if let Some(p) = unsafe { b.pd.as_ref() } {
+            p.put();
+        }
+        b.srq.destroy().map_err(|e| {
+            diag!("destroy_srq: {e}");
+            libc::EBUSY
+        })
+    })
+}
+
+pub(crate) unsafe extern "C" fn post_srq_recv(
+    s: *mut abi::ibv_srq,
+    wr: *mut abi::ibv_recv_wr,
+    bad: *mut *mut abi::ibv_recv_wr,
+) -> libc::c_int {
+    guard(libc::EIO, || {
+        // SAFETY: contract of ibv_post_srq_recv.
+        let Some(o) = (unsafe { srq(s) }) else { return libc::EINVAL };
+        // SAFETY: the program's chain.
+        let (list, err) = unsafe { recv_wrs(wr) };
+        for (w, p) in list {
+            if let Err(e) = o.srq.post_recv(w) {
+                diag!("post_srq_recv: {e}");
+                if !bad.is_null() {
+                    // SAFETY: the caller's out pointer.
+                    unsafe { *bad = p };
+                }
+                return match e {
+                    PostSrqRecvError::QueueFull { .. } => libc::ENOMEM,
+                    _ => libc::EINVAL,
+                };
+            }
+        }
+        match err {
+            None => 0,
+            Some((p, e)) => {
+                if !bad.is_null() {
+                    // SAFETY: the caller's out pointer.
+                    unsafe { *bad = p };
+                }
+                e
+            }
+        }
+    })
+}
+
+pub(crate) unsafe extern "C" fn get_srq_num(s: *mut abi::ibv_srq, num: *mut u32) -> libc::c_int {
+    guard_rc(|| {
+        // SAFETY: contract of ibv_get_srq_num.
+        let o = unsafe { srq(s) }.ok_or(libc::EINVAL)?;
+        if num.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's out pointer.
+        unsafe { *num = o.srq.handle().id() };
+        Ok(())
+    })
+}
