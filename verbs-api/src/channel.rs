@@ -29,7 +29,7 @@ use roce_emulator::{AsyncEvent, CqHandle, CreateCqError, Hca};
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::future::Future;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::pin::Pin;
@@ -87,7 +87,9 @@ struct EventQueue<T> {
 impl<T> EventQueue<T> {
     fn new() -> std::io::Result<EventQueue<T>> {
         let (rx, tx) = UnixStream::pair()?;
-        rx.set_nonblocking(true)?;
+        // The read end stays in blocking mode: it is the descriptor users
+        // poll (and C programs may set O_NONBLOCK on it themselves, as on
+        // libibverbs' channel fd); our own reads never block (MSG_DONTWAIT).
         tx.set_nonblocking(true)?;
         Ok(EventQueue {
             queue: Mutex::new(VecDeque::new()),
@@ -114,7 +116,11 @@ impl<T> EventQueue<T> {
     fn pop(&self) -> Option<T> {
         let e = lock(&self.queue).pop_front()?;
         let mut b = [0u8; 1];
-        let _ = (&self.rx).read(&mut b);
+        let _ = nix::sys::socket::recv(
+            self.rx.as_raw_fd(),
+            &mut b,
+            nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+        );
         Some(e)
     }
 
