@@ -24,13 +24,11 @@ pub(crate) unsafe fn ah<'a>(p: *mut abi::ibv_ah) -> Option<&'a AhObj> {
     (!p.is_null()).then(|| unsafe { &*(p as *const AhObj) })
 }
 
-/// The address a GID names (IPv4-mapped GIDs are IPv4 addresses).
+/// The address a GID names (IPv4-mapped GIDs are IPv4 addresses; an
+/// emulated device's link-local GID names its address, see
+/// `roce_verbs_api::udp::gid_to_addr`).
 pub(crate) fn gid_addr(raw: [u8; 16]) -> IpAddr {
-    let g = Ipv6Addr::from(raw);
-    match g.to_ipv4_mapped() {
-        Some(v4) => IpAddr::V4(v4),
-        None => IpAddr::V6(g),
-    }
+    roce_verbs_api::udp::gid_to_addr(Ipv6Addr::from(raw))
 }
 
 /// A C address vector as the emulator's. Needs a GRH with a usable GID.

@@ -208,11 +208,14 @@ pub(crate) unsafe extern "C" fn create_cq(
     cqe: libc::c_int,
     cq_context: *mut libc::c_void,
     channel: *mut abi::ibv_comp_channel,
-    _comp_vector: libc::c_int,
+    comp_vector: libc::c_int,
 ) -> *mut abi::ibv_cq {
     guard_ptr(|| {
         // SAFETY: contract of ibv_create_cq.
         let cx = unsafe { ctx(c) }.ok_or(libc::EINVAL)?;
+        if comp_vector < 0 || comp_vector >= cx.v.context.num_comp_vectors {
+            return Err(libc::EINVAL);
+        }
         Ok(new_cq(cx, cqe, cq_context, channel, 0)? as *mut abi::ibv_cq)
     })
 }
@@ -249,6 +252,9 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
             return Err(libc::EOPNOTSUPP);
         }
         let cqe = libc::c_int::try_from(a.cqe).map_err(|_| libc::EINVAL)?;
+        if a.comp_vector >= cx.v.context.num_comp_vectors as u32 {
+            return Err(libc::EINVAL);
+        }
         Ok(new_cq(cx, cqe, a.cq_context, a.channel, a.wc_flags)? as *mut abi::ibv_cq_ex)
     })
 }

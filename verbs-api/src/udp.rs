@@ -521,13 +521,22 @@ pub fn gid_table(addr: IpAddr) -> [Ipv6Addr; 2] {
     [Ipv6Addr::from(ll), roce_v2_gid(addr)]
 }
 
-/// The device address a GID names, if it is one of `table`'s entries or
-/// an ordinary RoCEv2 GID (IPv4-mapped or a global IPv6 address).
+/// The device address a GID names: an ordinary RoCEv2 GID (IPv4-mapped
+/// or a global IPv6 address) names itself; the link-local GID of an
+/// emulated IPv4 device (index 0 of [`gid_table`]: `fe80::` + the EUI-64 of
+/// its MAC `02:00:a:b:c:d`) names the device's address `a.b.c.d`, so a
+/// program that addresses a peer by GID index 0, as rdma-core's tests do
+/// by default, reaches it over UDP.
 pub fn gid_to_addr(gid: Ipv6Addr) -> IpAddr {
-    match gid.to_ipv4_mapped() {
-        Some(v4) => IpAddr::V4(v4),
-        None => IpAddr::V6(gid),
+    if let Some(v4) = gid.to_ipv4_mapped() {
+        return IpAddr::V4(v4);
     }
+    let o = gid.octets();
+    if o[..8] == [0xfe, 0x80, 0, 0, 0, 0, 0, 0] && o[8] == 0 && o[9] == 0 && o[11] == 0xff && o[12] == 0xfe
+    {
+        return IpAddr::V4(std::net::Ipv4Addr::new(o[10], o[13], o[14], o[15]));
+    }
+    IpAddr::V6(gid)
 }
 
 /// The verbs [`Driver`] of a device whose frames a
@@ -936,6 +945,9 @@ mod tests {
         let t6 = gid_table("fd00::5".parse().unwrap());
         assert_eq!(t6[1].to_string(), "fd00::5");
         assert_eq!(gid_to_addr(t[1]), "127.0.0.2".parse::<IpAddr>().unwrap());
+        assert_eq!(gid_to_addr(t[0]), "127.0.0.2".parse::<IpAddr>().unwrap());
+        let other: Ipv6Addr = "fe80::1234:56ff:fe78:9abc".parse().unwrap();
+        assert_eq!(gid_to_addr(other), IpAddr::V6(other), "a real NIC's link-local GID");
     }
 
     #[test]

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Run rdma-core's own Python test suite (pyverbs) on the libibverbs drop-in,
+# one process per generic module (vendor modules mlx5_*/efa* excluded), as
+# it is run on kernel rxe for comparison (docs/libibverbs.md).
+#
+#   scripts/pyverbs-tests.sh [MODULE ...]      # default: every generic module
+#
+# Needs Debian's rdma-core (the tests, under /usr/share/doc/rdma-core/tests)
+# and python3-pyverbs (for /usr/bin/python3), and the drop-in built:
+# `cargo build --release -p roce-libibverbs`. Prints one line per module and
+# a total "N passed, N failed, N skipped" line. Devices: ROCE_EMU_DEVICES if
+# set, else one device roce0 on 127.0.9.2 (the suite uses one device and
+# talks to itself).
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+lib="${ROCE_EMU_LIB:-$root/target/release}"
+src=/usr/share/doc/rdma-core/tests
+py=/usr/bin/python3
+[ -f "$lib/libibverbs.so.1" ] || { echo "build the drop-in first: cargo build --release -p roce-libibverbs" >&2; exit 2; }
+[ -d "$src" ] || { echo "SKIPPED: $src missing (apt-get install rdma-core)"; exit 0; }
+"$py" -c 'import pyverbs' 2>/dev/null || { echo "SKIPPED: pyverbs missing (apt-get install python3-pyverbs)"; exit 0; }
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cp -r "$src" "$work/tests"
+gunzip -f "$work"/tests/*.gz 2>/dev/null
+cd "$work/tests"
+mods=("$@")
+if [ ${#mods[@]} -eq 0 ]; then
+  for f in test_*.py; do
+    m="${f%.py}"
+    case "$m" in test_mlx5*|test_efa*) continue ;; esac
+    mods+=("$m")
+  done
+fi
+export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export ROCE_EMU_DEVICES="${ROCE_EMU_DEVICES:-roce0=udp:127.0.9.2}"
+tp=0; tf=0; ts=0; te=0
+for m in "${mods[@]}"; do
+  out="$work/$m.log"
+  timeout 600 "$py" run_tests.py -v "$m" >"$out" 2>&1
+  rc=$?
+  p=$(grep -cE '\.\.\. ok$' "$out"); f=$(grep -cE '\.\.\. (FAIL|ERROR)$' "$out")
+  s=$(grep -cE '\.\.\. skipped' "$out"); e=0
+  if [ $rc -ne 0 ] && [ $((p + f + s)) -eq 0 ]; then e=1; fi
+  printf '%-28s %3d passed %3d failed %3d skipped%s\n' "$m" "$p" "$f" "$s" "$([ $e = 1 ] && echo "  (module did not run, exit $rc)")"
+  if [ -n "${VERBOSE:-}" ]; then grep -E '\.\.\. (FAIL|ERROR|skipped)' "$out" | sed 's/^/    /'; fi
+  tp=$((tp + p)); tf=$((tf + f)); ts=$((ts + s)); te=$((te + e))
+done
+echo "pyverbs: $tp passed, $tf failed, $ts skipped"
