@@ -56,8 +56,11 @@ fn device_names(args: &StatsArgs) -> Result<Vec<String>, String> {
     if !args.devices.is_empty() {
         return Ok(args.devices.clone());
     }
-    let mut names: Vec<String> =
-        DeviceConfig::load_all().map_err(|e| e.to_string())?.into_iter().map(|d| d.name).collect();
+    let mut names: Vec<String> = DeviceConfig::load_configured()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|d| d.name)
+        .collect();
     let mut published: Vec<String> = std::fs::read_dir(publish::runtime_dir())
         .map(|rd| {
             rd.filter_map(Result::ok)

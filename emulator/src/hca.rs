@@ -221,8 +221,8 @@ impl Hca {
             }
         }
         let mut attr = cfg.device_attr.clone();
-        let gid = gid_of(cfg.addr);
-        attr.node_guid = u64::from_be_bytes(gid.octets()[8..16].try_into().unwrap_or([0; 8]));
+        // rxe's node GUID: the EUI-64 of the port's MAC
+        attr.node_guid = u64::from_be_bytes(eui64(mac_of(cfg.addr)));
         Hca {
             dev: Dev {
                 name: cfg.name,
@@ -329,10 +329,11 @@ impl Hca {
     pub fn query_port(&self) -> PortAttr {
         self.dev.port
     }
-    /// `ibv_query_gid`: index 0 is the address's RoCEv2 GID (IPv4-mapped for
-    /// IPv4). Unlike rxe there is no link-local GID; other indices are empty.
+    /// `ibv_query_gid` with rxe's table ([`crate::objects::gid_table`]):
+    /// index 0 the link-local GID from the port's MAC, index 1 the
+    /// address's RoCEv2 GID (IPv4-mapped for IPv4); other indices are empty.
     pub fn query_gid(&self, index: u32) -> Option<Ipv6Addr> {
-        (index == 0).then(|| gid_of(self.dev.addr))
+        gid_table(self.dev.addr).get(index as usize).copied()
     }
     /// Counter snapshot.
     pub fn counters(&self) -> Counters {
@@ -532,7 +533,11 @@ impl Hca {
         let off = self.mr_range(mr, offset, buf.len() as u64)?;
         let m = self.dev.mem.mrs.get(&mr).ok_or(MrAccessError::UnknownMr(mr))?;
         let size = m.mem.len() as u64;
-        m.mem.read(off, buf).ok_or(MrAccessError::OutOfBounds { offset, len: buf.len() as u64, size })
+        m.mem.read(off, buf).ok_or(MrAccessError::OutOfBounds {
+            offset,
+            len: buf.len() as u64,
+            size,
+        })
     }
 
     /// Write `data` at `offset` into the region (application side).
@@ -545,9 +550,11 @@ impl Hca {
         let off = self.mr_range(mr, offset, data.len() as u64)?;
         let m = self.dev.mem.mrs.get_mut(&mr).ok_or(MrAccessError::UnknownMr(mr))?;
         let size = m.mem.len() as u64;
-        m.mem
-            .write(off, data)
-            .ok_or(MrAccessError::OutOfBounds { offset, len: data.len() as u64, size })
+        m.mem.write(off, data).ok_or(MrAccessError::OutOfBounds {
+            offset,
+            len: data.len() as u64,
+            size,
+        })
     }
 
     // ---- completion queues ----

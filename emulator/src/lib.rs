@@ -43,7 +43,8 @@
 //! - Class B/C/D responder errors (invalid request, remote access, remote
 //!   operational) move the responder QP to ERR too, like rxe.
 //! - Atomics operate on 64-bit values stored little-endian in MR memory.
-//! - GID index 0 is the port address's RoCEv2 GID (no link-local GID).
+//! - The GID table is rxe's: index 0 the link-local GID from the port's MAC,
+//!   index 1 the address's RoCEv2 GID (`objects::gid_table`).
 //! - Posting to a QP in ERR succeeds and completes at once with WR_FLUSH_ERR.
 //! - Local keys are checked when a WQE starts executing (LOC_PROT_ERR), in
 //!   order: a bad WQE behind outstanding ones waits for them first.

@@ -82,6 +82,12 @@ pub struct MwBindWr {
 /// (traced) why a BIND_MW / LOCAL_INV work request completed in error.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum MwError {
+    /// The device has `max_mw` windows already.
+    #[error("too many memory windows (max {max})")]
+    TooMany {
+        /// The device limit (`max_mw`).
+        max: u32,
+    },
     /// Unknown protection domain.
     #[error("unknown protection domain {0:?}")]
     UnknownPd(PdHandle),
@@ -350,6 +356,9 @@ impl Hca {
     /// `ibv_alloc_mw`: an unbound window in `pd` with a fresh rkey.
     pub fn alloc_mw(&mut self, pd: PdHandle, ty: MwType) -> Result<(MwHandle, RKey), MwError> {
         let d = &mut self.dev;
+        if d.mem.mw.mws.len() >= d.attr.max_mw as usize {
+            return Err(MwError::TooMany { max: d.attr.max_mw });
+        }
         let p = d.pds.get_mut(&pd).ok_or(MwError::UnknownPd(pd))?;
         p.users += 1;
         let (id, key) = d.next_mw_ids();

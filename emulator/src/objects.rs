@@ -95,6 +95,10 @@ pub struct DeviceAttr {
     pub max_srq_wr: u32,
     /// SGEs per SRQ WR.
     pub max_srq_sge: u32,
+    /// Memory windows per device (types 1 and 2 work).
+    pub max_mw: u32,
+    /// Address handles per device.
+    pub max_ah: u32,
 }
 
 impl Default for DeviceAttr {
@@ -118,6 +122,8 @@ impl Default for DeviceAttr {
             max_srq: 1 << 16,
             max_srq_wr: 16384,
             max_srq_sge: 32,
+            max_mw: 1 << 16,
+            max_ah: 1 << 16,
         }
     }
 }
@@ -148,6 +154,38 @@ pub struct PortAttr {
     pub pkey_tbl_len: u16,
     /// Largest message (2^31).
     pub max_msg_sz: u32,
+}
+
+/// The MAC address of an emulated port: `02:00` (locally administered)
+/// followed by the IPv4 address, or by the last four bytes of an IPv6 one.
+pub fn mac_of(addr: IpAddr) -> [u8; 6] {
+    let o = match addr {
+        IpAddr::V4(v4) => v4.octets(),
+        IpAddr::V6(v6) => {
+            let b = v6.octets();
+            [b[12], b[13], b[14], b[15]]
+        }
+    };
+    [0x02, 0x00, o[0], o[1], o[2], o[3]]
+}
+
+/// The modified EUI-64 of a MAC (universal/local bit flipped, `ff:fe` in
+/// the middle): rxe's node GUID and link-local interface id.
+pub fn eui64(mac: [u8; 6]) -> [u8; 8] {
+    [mac[0] ^ 0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]]
+}
+
+/// The port's GID table as rxe fills it: index 0 the link-local GID
+/// (`fe80::` + the EUI-64 of the port's MAC), index 1 the RoCEv2 GID of the
+/// address. The one GID table of the project: the core, the Rust API and
+/// the libibverbs drop-in all answer from it.
+pub fn gid_table(addr: IpAddr) -> [Ipv6Addr; 2] {
+    let e = eui64(mac_of(addr));
+    let mut ll = [0u8; 16];
+    ll[0] = 0xfe;
+    ll[1] = 0x80;
+    ll[8..].copy_from_slice(&e);
+    [Ipv6Addr::from(ll), gid_of(addr)]
 }
 
 /// The RoCEv2 GID of an address: IPv4 becomes `::ffff:a.b.c.d`.

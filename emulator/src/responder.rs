@@ -307,10 +307,9 @@ impl Qp {
                             chunk,
                             AccessFlags::REMOTE_READ,
                         );
-                        match loc
-                            .ok()
-                            .and_then(|(h, off)| dev.mem.read_into(h, off, chunk as usize, &mut buf))
-                        {
+                        match loc.ok().and_then(|(h, off)| {
+                            dev.mem.read_into(h, off, chunk as usize, &mut buf)
+                        }) {
                             Some(()) => {}
                             None => {
                                 tracing::debug!(qpn = %self.qpn, "READ source vanished; response abandoned");
@@ -667,9 +666,8 @@ impl Qp {
                 let mut word = [0u8; 8];
                 word.copy_from_slice(payload);
                 // one 8-byte store
-                let done = loc
-                    .ok()
-                    .and_then(|(h, off)| dev.mem.region_mut(h)?.atomic_write(off, word));
+                let done =
+                    loc.ok().and_then(|(h, off)| dev.mem.region_mut(h)?.atomic_write(off, word));
                 if done.is_none() {
                     tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, "remote access error (ATOMIC_WRITE)");
                     self.responder_error(dev, psn, NakCode::RemoteAccessError, None);

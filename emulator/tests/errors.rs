@@ -344,8 +344,10 @@ fn post_errors() {
 #[test]
 fn object_verbs() {
     let mut h = Hca::new(HcaConfig::new("x", IpAddr::V4(Ipv4Addr::new(192, 168, 1, 7)), 9));
-    assert_eq!(h.query_gid(0), Some("::ffff:192.168.1.7".parse().unwrap()));
-    assert_eq!(h.query_gid(1), None);
+    // rxe's table: 0 link-local from the MAC 02:00:c0:a8:01:07, 1 RoCEv2
+    assert_eq!(h.query_gid(0), Some("fe80::c0ff:fea8:107".parse().unwrap()));
+    assert_eq!(h.query_gid(1), Some("::ffff:192.168.1.7".parse().unwrap()));
+    assert_eq!(h.query_gid(2), None);
     let d = h.query_device();
     assert_eq!(
         (d.max_qp_rd_atom, d.max_sge, d.max_inline_data, d.max_cqe, d.max_qp_wr),

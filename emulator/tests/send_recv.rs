@@ -227,7 +227,7 @@ fn ipv6_and_ipv4_mapped_gids() {
     p.run();
     assert_eq!(p.b.read_mem(0, 2000), data);
     assert_eq!(p.a.poll()[0].status, WcStatus::Success);
-    assert_eq!(p.a.hca.query_gid(0), Some("fd00::1".parse().unwrap()));
+    assert_eq!(p.a.hca.query_gid(1), Some("fd00::1".parse().unwrap()));
     // devices and AVs named by IPv4-mapped GIDs speak IPv4
     let a: std::net::IpAddr = "::ffff:10.0.0.1".parse().unwrap();
     let b: std::net::IpAddr = "::ffff:10.0.0.2".parse().unwrap();

@@ -2,7 +2,14 @@
 //! `<infiniband/verbs.h>` (rdma-core 44) as `#[repr(C)]` Rust, generated
 //! by bindgen with `gen-abi.sh`. Do not edit by hand; `tests/layout.rs`
 //! compares sizes and offsets with the C header.
-#![allow(non_camel_case_types, non_upper_case_globals, non_snake_case, dead_code, missing_docs, clippy::all)]
+#![allow(
+    non_camel_case_types,
+    non_upper_case_globals,
+    non_snake_case,
+    dead_code,
+    missing_docs,
+    clippy::all
+)]
 
 pub const IBV_ACCESS_OPTIONAL_FIRST: u32 = 1048576;
 pub const IBV_DEVICE_RAW_SCATTER_FCS: u64 = 17179869184;

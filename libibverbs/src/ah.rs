@@ -73,7 +73,10 @@ pub(crate) fn ah_to_c(a: &AhAttr) -> abi::ibv_ah_attr {
     c
 }
 
-pub(crate) unsafe extern "C" fn create_ah(p: *mut abi::ibv_pd, attr: *mut abi::ibv_ah_attr) -> *mut abi::ibv_ah {
+pub(crate) unsafe extern "C" fn create_ah(
+    p: *mut abi::ibv_pd,
+    attr: *mut abi::ibv_ah_attr,
+) -> *mut abi::ibv_ah {
     guard_ptr(|| {
         // SAFETY: contract of ibv_create_ah.
         let po = unsafe { pd(p) }.ok_or(libc::EINVAL)?;
@@ -115,7 +118,11 @@ fn wc_of(w: &abi::ibv_wc) -> WorkCompletion {
     }
     WorkCompletion {
         wr_id: w.wr_id,
-        status: if w.status == abi::IBV_WC_SUCCESS { WcStatus::Success } else { WcStatus::GeneralErr },
+        status: if w.status == abi::IBV_WC_SUCCESS {
+            WcStatus::Success
+        } else {
+            WcStatus::GeneralErr
+        },
         opcode: WcOpcode::Recv,
         byte_len: w.byte_len,
         imm: None,

@@ -63,7 +63,8 @@ pub(crate) unsafe extern "C" fn create_comp_channel(
     guard_ptr(|| {
         // SAFETY: contract of ibv_create_comp_channel.
         let cx = unsafe { ctx(c) }.ok_or(libc::EINVAL)?;
-        let ch = cx.ctx.create_comp_channel().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
+        let ch =
+            cx.ctx.create_comp_channel().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
         let b = Box::new(ChanObj {
             c: abi::ibv_comp_channel { context: c, fd: ch.as_raw_fd(), refcnt: 0 },
             ch,
@@ -72,7 +73,9 @@ pub(crate) unsafe extern "C" fn create_comp_channel(
     })
 }
 
-pub(crate) unsafe extern "C" fn destroy_comp_channel(ch: *mut abi::ibv_comp_channel) -> libc::c_int {
+pub(crate) unsafe extern "C" fn destroy_comp_channel(
+    ch: *mut abi::ibv_comp_channel,
+) -> libc::c_int {
     guard_rc(|| {
         if ch.is_null() {
             return Err(libc::EINVAL);
@@ -301,7 +304,10 @@ pub(crate) unsafe extern "C" fn resize_cq(c: *mut abi::ibv_cq, cqe: libc::c_int)
     })
 }
 
-pub(crate) unsafe extern "C" fn req_notify_cq(c: *mut abi::ibv_cq, solicited_only: libc::c_int) -> libc::c_int {
+pub(crate) unsafe extern "C" fn req_notify_cq(
+    c: *mut abi::ibv_cq,
+    solicited_only: libc::c_int,
+) -> libc::c_int {
     guard_rc(|| {
         // SAFETY: contract of ibv_req_notify_cq.
         let o = unsafe { cq(c) }.ok_or(libc::EINVAL)?;
@@ -357,7 +363,11 @@ pub(crate) fn to_wc(wc: &WorkCompletion) -> abi::ibv_wc {
     w
 }
 
-pub(crate) unsafe extern "C" fn poll_cq(c: *mut abi::ibv_cq, n: libc::c_int, out: *mut abi::ibv_wc) -> libc::c_int {
+pub(crate) unsafe extern "C" fn poll_cq(
+    c: *mut abi::ibv_cq,
+    n: libc::c_int,
+    out: *mut abi::ibv_wc,
+) -> libc::c_int {
     guard(-1, || {
         // SAFETY: contract of ibv_poll_cq.
         let Some(o) = (unsafe { cq(c) }) else { return -1 };
@@ -410,7 +420,10 @@ fn set_current(cx: &mut abi::ibv_cq_ex, ex: &mut ExPoll, o: &CqObj) -> libc::c_i
     }
 }
 
-unsafe extern "C" fn start_poll(c: *mut abi::ibv_cq_ex, _attr: *mut abi::ibv_poll_cq_attr) -> libc::c_int {
+unsafe extern "C" fn start_poll(
+    c: *mut abi::ibv_cq_ex,
+    _attr: *mut abi::ibv_poll_cq_attr,
+) -> libc::c_int {
     guard(libc::EINVAL, || {
         // SAFETY: only reachable through our CQs.
         let o = unsafe { cq_ex(c) };

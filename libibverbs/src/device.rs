@@ -4,7 +4,7 @@
 //! Devices come from the project's configuration (`ROCE_EMU_DEVICES`, the
 //! file named by `ROCE_EMU_CONFIG` or `~/.config/roce-emu/devices.conf`, see
 //! docs/devices.md). With nothing configured the list is
-//! [`DEFAULT_DEVICES`], so `ibv_devices` shows something on a bare machine.
+//! `roce_verbs_api::udp::DEFAULT_DEVICES`, so `ibv_devices` shows something on a bare machine.
 //! A device's UDP socket is bound when it is first opened in the process.
 
 use crate::abi;
@@ -18,10 +18,6 @@ use std::os::fd::AsRawFd;
 use std::ptr;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
-
-/// The devices when nothing is configured: two UDP devices on loopback
-/// addresses, enough for a server and a client on one machine.
-pub const DEFAULT_DEVICES: &str = "roce0=udp:127.0.0.2,roce1=udp:127.0.0.3";
 
 /// One device of the list. `ibv` must stay the first field: the program's
 /// `struct ibv_device *` is a pointer to the entry.
@@ -49,10 +45,6 @@ pub(crate) fn devices() -> Result<&'static [&'static DevEntry], i32> {
     static LIST: OnceLock<Result<Vec<&'static DevEntry>, i32>> = OnceLock::new();
     let r = LIST.get_or_init(|| {
         let cfgs = match DeviceConfig::load_all() {
-            Ok(v) if v.is_empty() => DeviceConfig::parse_env_list(DEFAULT_DEVICES),
-            other => other,
-        };
-        let cfgs = match cfgs {
             Ok(v) => v,
             Err(e) => {
                 eprintln!("roce-emu libibverbs: device configuration: {e}");
@@ -70,10 +62,7 @@ pub(crate) fn devices() -> Result<&'static [&'static DevEntry], i32> {
                 ibv.transport_type = abi::IBV_TRANSPORT_IB;
                 fill_cstr(&mut ibv.name, &cfg.name);
                 fill_cstr(&mut ibv.dev_name, &format!("uverbs{index}"));
-                fill_cstr(
-                    &mut ibv.dev_path,
-                    &format!("/sys/class/infiniband_verbs/uverbs{index}"),
-                );
+                fill_cstr(&mut ibv.dev_path, &format!("/sys/class/infiniband_verbs/uverbs{index}"));
                 fill_cstr(&mut ibv.ibdev_path, &format!("/sys/class/infiniband/{}", cfg.name));
                 let e: &'static DevEntry =
                     Box::leak(Box::new(DevEntry { ibv, cfg, index, opened: Mutex::new(None) }));
@@ -136,7 +125,9 @@ impl Ctx {
 
 // ---------------------------------------------------------------- list
 
-pub(crate) unsafe extern "C" fn get_device_list(num: *mut libc::c_int) -> *mut *mut abi::ibv_device {
+pub(crate) unsafe extern "C" fn get_device_list(
+    num: *mut libc::c_int,
+) -> *mut *mut abi::ibv_device {
     guard_ptr(|| {
         let list = devices()?;
         let mut v: Vec<*mut abi::ibv_device> =
@@ -303,8 +294,8 @@ pub(crate) fn device_attr(cx: &Ctx) -> abi::ibv_device_attr {
     d.max_res_rd_atom = (u32::from(a.max_qp_rd_atom).saturating_mul(a.max_qp)) as _;
     d.max_qp_init_rd_atom = a.max_qp_init_rd_atom.into();
     d.atomic_cap = abi::IBV_ATOMIC_HCA;
-    d.max_mw = a.max_mr as _;
-    d.max_ah = a.max_qp as _;
+    d.max_mw = a.max_mw as _;
+    d.max_ah = a.max_ah as _;
     d.max_srq = a.max_srq as _;
     d.max_srq_wr = a.max_srq_wr as _;
     d.max_srq_sge = a.max_srq_sge as _;
@@ -370,7 +361,7 @@ pub(crate) fn port_attr(cx: &Ctx) -> abi::ibv_port_attr {
     a.state = abi::IBV_PORT_ACTIVE;
     a.max_mtu = p.max_mtu as u32;
     a.active_mtu = p.active_mtu as u32;
-    a.gid_tbl_len = gid_table(cx.dev.cfg.addr).len() as _;
+    a.gid_tbl_len = p.gid_tbl_len as _; // 1024 like rxe; 0 and 1 populated
     a.port_cap_flags = abi::IBV_PORT_CM_SUP | abi::IBV_PORT_IP_BASED_GIDS;
     a.max_msg_sz = p.max_msg_sz;
     a.bad_pkey_cntr = 0;

@@ -28,13 +28,38 @@ macro_rules! symver {
 }
 #[cfg(not(test))]
 symver!(
-    "ibv_ack_async_event", "ibv_ack_cq_events", "ibv_alloc_pd", "ibv_attach_mcast",
-    "ibv_close_device", "ibv_create_ah", "ibv_create_cq", "ibv_create_qp", "ibv_create_srq",
-    "ibv_dealloc_pd", "ibv_dereg_mr", "ibv_destroy_ah", "ibv_destroy_cq", "ibv_destroy_qp",
-    "ibv_destroy_srq", "ibv_detach_mcast", "ibv_free_device_list", "ibv_get_async_event",
-    "ibv_get_cq_event", "ibv_get_device_guid", "ibv_get_device_list", "ibv_get_device_name",
-    "ibv_modify_qp", "ibv_modify_srq", "ibv_open_device", "ibv_query_device", "ibv_query_gid",
-    "ibv_query_pkey", "ibv_query_port", "ibv_query_qp", "ibv_query_srq", "ibv_reg_mr",
+    "ibv_ack_async_event",
+    "ibv_ack_cq_events",
+    "ibv_alloc_pd",
+    "ibv_attach_mcast",
+    "ibv_close_device",
+    "ibv_create_ah",
+    "ibv_create_cq",
+    "ibv_create_qp",
+    "ibv_create_srq",
+    "ibv_dealloc_pd",
+    "ibv_dereg_mr",
+    "ibv_destroy_ah",
+    "ibv_destroy_cq",
+    "ibv_destroy_qp",
+    "ibv_destroy_srq",
+    "ibv_detach_mcast",
+    "ibv_free_device_list",
+    "ibv_get_async_event",
+    "ibv_get_cq_event",
+    "ibv_get_device_guid",
+    "ibv_get_device_list",
+    "ibv_get_device_name",
+    "ibv_modify_qp",
+    "ibv_modify_srq",
+    "ibv_open_device",
+    "ibv_query_device",
+    "ibv_query_gid",
+    "ibv_query_pkey",
+    "ibv_query_port",
+    "ibv_query_qp",
+    "ibv_query_srq",
+    "ibv_reg_mr",
     "ibv_resize_cq",
 );
 #[cfg(not(test))]
@@ -71,11 +96,17 @@ pub unsafe extern "C" fn ibv_close_device(c: *mut abi::ibv_context) -> c_int {
     device::close_device(c)
 }
 #[export_name = "roce_ibv_query_device_1_1"]
-pub unsafe extern "C" fn ibv_query_device(c: *mut abi::ibv_context, a: *mut abi::ibv_device_attr) -> c_int {
+pub unsafe extern "C" fn ibv_query_device(
+    c: *mut abi::ibv_context,
+    a: *mut abi::ibv_device_attr,
+) -> c_int {
     device::query_device(c, a)
 }
 #[export_name = "roce_ibv_get_async_event_1_1"]
-pub unsafe extern "C" fn ibv_get_async_event(c: *mut abi::ibv_context, e: *mut abi::ibv_async_event) -> c_int {
+pub unsafe extern "C" fn ibv_get_async_event(
+    c: *mut abi::ibv_context,
+    e: *mut abi::ibv_async_event,
+) -> c_int {
     device::get_async_event(c, e)
 }
 #[export_name = "roce_ibv_ack_async_event_1_1"]
@@ -108,22 +139,32 @@ pub(crate) unsafe extern "C" fn query_port_ex(
 /// The exported `ibv_query_port` (older programs and the inline's fallback):
 /// the `_compat_ibv_port_attr` prefix.
 #[export_name = "roce_ibv_query_port_1_1"]
-pub unsafe extern "C" fn ibv_query_port(c: *mut abi::ibv_context, port: u8, out: *mut abi::_compat_ibv_port_attr) -> c_int {
+pub unsafe extern "C" fn ibv_query_port(
+    c: *mut abi::ibv_context,
+    port: u8,
+    out: *mut abi::_compat_ibv_port_attr,
+) -> c_int {
     query_port_ex(c, port, out.cast(), size_of::<abi::_compat_ibv_port_attr>())
 }
 
 #[export_name = "roce_ibv_query_gid_1_1"]
-pub unsafe extern "C" fn ibv_query_gid(c: *mut abi::ibv_context, port: u8, index: c_int, gid: *mut abi::ibv_gid) -> c_int {
+pub unsafe extern "C" fn ibv_query_gid(
+    c: *mut abi::ibv_context,
+    port: u8,
+    index: c_int,
+    gid: *mut abi::ibv_gid,
+) -> c_int {
     guard_neg(|| {
         // SAFETY: contract of ibv_query_gid.
         let cx = unsafe { ctx(c) }.ok_or(libc::EINVAL)?;
         check_port(port)?;
-        if gid.is_null() || index < 0 {
+        if gid.is_null() || index < 0 || index as u32 >= cx.ctx.query_port().gid_tbl_len {
             return Err(libc::EINVAL);
         }
-        let g = gids(cx).get(index as usize).copied().ok_or(libc::EINVAL)?;
+        // An empty entry reads as the zero GID, as the kernel's sysfs shows it.
+        let g = gids(cx).get(index as usize).map_or([0u8; 16], |g| g.octets());
         // SAFETY: the caller's ibv_gid.
-        unsafe { (*gid).raw = g.octets() };
+        unsafe { (*gid).raw = g };
         Ok(0)
     })
 }
@@ -152,7 +193,11 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
     guard_rc(|| {
         // SAFETY: contract of ibv_query_gid_ex.
         let cx = unsafe { ctx(c) }.ok_or(libc::EINVAL)?;
-        if port != 1 || flags != 0 || entry.is_null() || entry_size < size_of::<abi::ibv_gid_entry>() {
+        if port != 1
+            || flags != 0
+            || entry.is_null()
+            || entry_size < size_of::<abi::ibv_gid_entry>()
+        {
             return Err(libc::EINVAL);
         }
         let e = gid_entry(cx, index).ok_or(libc::ENODATA)?;
@@ -173,7 +218,10 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
     guard(-(libc::EIO as isize), || {
         // SAFETY: contract of ibv_query_gid_table.
         let Some(cx) = (unsafe { ctx(c) }) else { return -(libc::EINVAL as isize) };
-        if flags != 0 || entry_size < size_of::<abi::ibv_gid_entry>() || (entries.is_null() && max > 0) {
+        if flags != 0
+            || entry_size < size_of::<abi::ibv_gid_entry>()
+            || (entries.is_null() && max > 0)
+        {
             return -(libc::EINVAL as isize);
         }
         let n = gids(cx).len();
@@ -183,7 +231,13 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
         for i in 0..n {
             if let Some(e) = gid_entry(cx, i as u32) {
                 // SAFETY: the caller's array of `max` entries of entry_size bytes.
-                unsafe { entries.cast::<u8>().add(i * entry_size).cast::<abi::ibv_gid_entry>().write_unaligned(e) };
+                unsafe {
+                    entries
+                        .cast::<u8>()
+                        .add(i * entry_size)
+                        .cast::<abi::ibv_gid_entry>()
+                        .write_unaligned(e)
+                };
             }
         }
         n as isize
@@ -211,7 +265,12 @@ pub unsafe extern "C" fn ibv_query_gid_type(
 }
 
 #[export_name = "roce_ibv_query_pkey_1_1"]
-pub unsafe extern "C" fn ibv_query_pkey(c: *mut abi::ibv_context, port: u8, index: c_int, pkey: *mut u16) -> c_int {
+pub unsafe extern "C" fn ibv_query_pkey(
+    c: *mut abi::ibv_context,
+    port: u8,
+    index: c_int,
+    pkey: *mut u16,
+) -> c_int {
     guard_neg(|| {
         // SAFETY: contract of ibv_query_pkey.
         unsafe { ctx(c) }.ok_or(libc::EINVAL)?;
@@ -226,7 +285,11 @@ pub unsafe extern "C" fn ibv_query_pkey(c: *mut abi::ibv_context, port: u8, inde
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ibv_get_pkey_index(c: *mut abi::ibv_context, port: u8, pkey: u16) -> c_int {
+pub unsafe extern "C" fn ibv_get_pkey_index(
+    c: *mut abi::ibv_context,
+    port: u8,
+    pkey: u16,
+) -> c_int {
     guard_neg(|| {
         // SAFETY: contract of ibv_get_pkey_index.
         unsafe { ctx(c) }.ok_or(libc::EINVAL)?;
@@ -277,19 +340,43 @@ pub unsafe extern "C" fn ibv_dealloc_pd(p: *mut abi::ibv_pd) -> c_int {
     mr::dealloc_pd(p)
 }
 #[export_name = "roce_ibv_reg_mr_1_1"]
-pub unsafe extern "C" fn ibv_reg_mr(p: *mut abi::ibv_pd, addr: *mut c_void, len: usize, access: c_int) -> *mut abi::ibv_mr {
+pub unsafe extern "C" fn ibv_reg_mr(
+    p: *mut abi::ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
+) -> *mut abi::ibv_mr {
     mr::reg_mr(p, addr, len, access)
 }
 #[no_mangle]
-pub unsafe extern "C" fn ibv_reg_mr_iova(p: *mut abi::ibv_pd, addr: *mut c_void, len: usize, iova: u64, access: c_int) -> *mut abi::ibv_mr {
+pub unsafe extern "C" fn ibv_reg_mr_iova(
+    p: *mut abi::ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut abi::ibv_mr {
     mr::reg_mr_iova(p, addr, len, iova, access)
 }
 #[no_mangle]
-pub unsafe extern "C" fn ibv_reg_mr_iova2(p: *mut abi::ibv_pd, addr: *mut c_void, len: usize, iova: u64, access: c_uint) -> *mut abi::ibv_mr {
+pub unsafe extern "C" fn ibv_reg_mr_iova2(
+    p: *mut abi::ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut abi::ibv_mr {
     mr::reg_mr_iova2(p, addr, len, iova, access)
 }
 #[no_mangle]
-pub unsafe extern "C" fn ibv_reg_dmabuf_mr(_p: *mut abi::ibv_pd, _off: u64, _len: usize, _iova: u64, _fd: c_int, _access: c_int) -> *mut abi::ibv_mr {
+pub unsafe extern "C" fn ibv_reg_dmabuf_mr(
+    _p: *mut abi::ibv_pd,
+    _off: u64,
+    _len: usize,
+    _iova: u64,
+    _fd: c_int,
+    _access: c_int,
+) -> *mut abi::ibv_mr {
     diag!("ibv_reg_dmabuf_mr: dma-buf regions are not supported");
     set_errno(libc::EOPNOTSUPP);
     ptr::null_mut()
@@ -299,14 +386,23 @@ pub unsafe extern "C" fn ibv_dereg_mr(m: *mut abi::ibv_mr) -> c_int {
     mr::dereg_mr(m)
 }
 #[no_mangle]
-pub unsafe extern "C" fn ibv_rereg_mr(m: *mut abi::ibv_mr, flags: c_int, p: *mut abi::ibv_pd, addr: *mut c_void, len: usize, access: c_int) -> c_int {
+pub unsafe extern "C" fn ibv_rereg_mr(
+    m: *mut abi::ibv_mr,
+    flags: c_int,
+    p: *mut abi::ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
+) -> c_int {
     mr::rereg_mr(m, flags, p, addr, len, access)
 }
 
 // ---------------------------------------------------------------- CQ
 
 #[no_mangle]
-pub unsafe extern "C" fn ibv_create_comp_channel(c: *mut abi::ibv_context) -> *mut abi::ibv_comp_channel {
+pub unsafe extern "C" fn ibv_create_comp_channel(
+    c: *mut abi::ibv_context,
+) -> *mut abi::ibv_comp_channel {
     cq::create_comp_channel(c)
 }
 #[no_mangle]
@@ -314,7 +410,13 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut abi::ibv_comp_channel
     cq::destroy_comp_channel(ch)
 }
 #[export_name = "roce_ibv_create_cq_1_1"]
-pub unsafe extern "C" fn ibv_create_cq(c: *mut abi::ibv_context, cqe: c_int, cq_context: *mut c_void, ch: *mut abi::ibv_comp_channel, vec: c_int) -> *mut abi::ibv_cq {
+pub unsafe extern "C" fn ibv_create_cq(
+    c: *mut abi::ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    ch: *mut abi::ibv_comp_channel,
+    vec: c_int,
+) -> *mut abi::ibv_cq {
     cq::create_cq(c, cqe, cq_context, ch, vec)
 }
 #[export_name = "roce_ibv_resize_cq_1_1"]
@@ -326,7 +428,11 @@ pub unsafe extern "C" fn ibv_destroy_cq(c: *mut abi::ibv_cq) -> c_int {
     cq::destroy_cq(c)
 }
 #[export_name = "roce_ibv_get_cq_event_1_1"]
-pub unsafe extern "C" fn ibv_get_cq_event(ch: *mut abi::ibv_comp_channel, c: *mut *mut abi::ibv_cq, x: *mut *mut c_void) -> c_int {
+pub unsafe extern "C" fn ibv_get_cq_event(
+    ch: *mut abi::ibv_comp_channel,
+    c: *mut *mut abi::ibv_cq,
+    x: *mut *mut c_void,
+) -> c_int {
     cq::get_cq_event(ch, c, x)
 }
 #[export_name = "roce_ibv_ack_cq_events_1_1"]
@@ -337,11 +443,18 @@ pub unsafe extern "C" fn ibv_ack_cq_events(c: *mut abi::ibv_cq, n: c_uint) {
 // ---------------------------------------------------------------- SRQ
 
 #[export_name = "roce_ibv_create_srq_1_1"]
-pub unsafe extern "C" fn ibv_create_srq(p: *mut abi::ibv_pd, a: *mut abi::ibv_srq_init_attr) -> *mut abi::ibv_srq {
+pub unsafe extern "C" fn ibv_create_srq(
+    p: *mut abi::ibv_pd,
+    a: *mut abi::ibv_srq_init_attr,
+) -> *mut abi::ibv_srq {
     srq::create_srq(p, a)
 }
 #[export_name = "roce_ibv_modify_srq_1_1"]
-pub unsafe extern "C" fn ibv_modify_srq(s: *mut abi::ibv_srq, a: *mut abi::ibv_srq_attr, mask: c_int) -> c_int {
+pub unsafe extern "C" fn ibv_modify_srq(
+    s: *mut abi::ibv_srq,
+    a: *mut abi::ibv_srq_attr,
+    mask: c_int,
+) -> c_int {
     srq::modify_srq(s, a, mask)
 }
 #[export_name = "roce_ibv_query_srq_1_1"]
@@ -356,7 +469,10 @@ pub unsafe extern "C" fn ibv_destroy_srq(s: *mut abi::ibv_srq) -> c_int {
 // ---------------------------------------------------------------- QP
 
 #[export_name = "roce_ibv_create_qp_1_1"]
-pub unsafe extern "C" fn ibv_create_qp(p: *mut abi::ibv_pd, a: *mut abi::ibv_qp_init_attr) -> *mut abi::ibv_qp {
+pub unsafe extern "C" fn ibv_create_qp(
+    p: *mut abi::ibv_pd,
+    a: *mut abi::ibv_qp_init_attr,
+) -> *mut abi::ibv_qp {
     qp::create_qp(p, a)
 }
 #[no_mangle]
@@ -364,11 +480,20 @@ pub unsafe extern "C" fn ibv_qp_to_qp_ex(q: *mut abi::ibv_qp) -> *mut abi::ibv_q
     qp::qp_to_qp_ex(q)
 }
 #[export_name = "roce_ibv_query_qp_1_1"]
-pub unsafe extern "C" fn ibv_query_qp(q: *mut abi::ibv_qp, a: *mut abi::ibv_qp_attr, mask: c_int, i: *mut abi::ibv_qp_init_attr) -> c_int {
+pub unsafe extern "C" fn ibv_query_qp(
+    q: *mut abi::ibv_qp,
+    a: *mut abi::ibv_qp_attr,
+    mask: c_int,
+    i: *mut abi::ibv_qp_init_attr,
+) -> c_int {
     qp::query_qp(q, a, mask, i)
 }
 #[export_name = "roce_ibv_modify_qp_1_1"]
-pub unsafe extern "C" fn ibv_modify_qp(q: *mut abi::ibv_qp, a: *mut abi::ibv_qp_attr, mask: c_int) -> c_int {
+pub unsafe extern "C" fn ibv_modify_qp(
+    q: *mut abi::ibv_qp,
+    a: *mut abi::ibv_qp_attr,
+    mask: c_int,
+) -> c_int {
     qp::modify_qp(q, a, mask)
 }
 #[export_name = "roce_ibv_destroy_qp_1_1"]
@@ -376,7 +501,11 @@ pub unsafe extern "C" fn ibv_destroy_qp(q: *mut abi::ibv_qp) -> c_int {
     qp::destroy_qp(q)
 }
 #[no_mangle]
-pub unsafe extern "C" fn ibv_query_qp_data_in_order(_q: *mut abi::ibv_qp, _op: abi::ibv_wr_opcode, _flags: u32) -> c_int {
+pub unsafe extern "C" fn ibv_query_qp_data_in_order(
+    _q: *mut abi::ibv_qp,
+    _op: abi::ibv_wr_opcode,
+    _flags: u32,
+) -> c_int {
     // Not promised: a retransmitted packet may rewrite bytes already placed.
     0
 }
@@ -392,7 +521,10 @@ pub unsafe extern "C" fn ibv_query_ece(_q: *mut abi::ibv_qp, _e: *mut abi::ibv_e
 // ---------------------------------------------------------------- AH
 
 #[export_name = "roce_ibv_create_ah_1_1"]
-pub unsafe extern "C" fn ibv_create_ah(p: *mut abi::ibv_pd, a: *mut abi::ibv_ah_attr) -> *mut abi::ibv_ah {
+pub unsafe extern "C" fn ibv_create_ah(
+    p: *mut abi::ibv_pd,
+    a: *mut abi::ibv_ah_attr,
+) -> *mut abi::ibv_ah {
     ah::create_ah(p, a)
 }
 #[export_name = "roce_ibv_destroy_ah_1_1"]
@@ -400,23 +532,42 @@ pub unsafe extern "C" fn ibv_destroy_ah(a: *mut abi::ibv_ah) -> c_int {
     ah::destroy_ah(a)
 }
 #[no_mangle]
-pub unsafe extern "C" fn ibv_init_ah_from_wc(c: *mut abi::ibv_context, port: u8, wc: *mut abi::ibv_wc, grh: *mut abi::ibv_grh, a: *mut abi::ibv_ah_attr) -> c_int {
+pub unsafe extern "C" fn ibv_init_ah_from_wc(
+    c: *mut abi::ibv_context,
+    port: u8,
+    wc: *mut abi::ibv_wc,
+    grh: *mut abi::ibv_grh,
+    a: *mut abi::ibv_ah_attr,
+) -> c_int {
     ah::init_ah_from_wc_c(c, port, wc, grh, a)
 }
 #[no_mangle]
-pub unsafe extern "C" fn ibv_create_ah_from_wc(p: *mut abi::ibv_pd, wc: *mut abi::ibv_wc, grh: *mut abi::ibv_grh, port: u8) -> *mut abi::ibv_ah {
+pub unsafe extern "C" fn ibv_create_ah_from_wc(
+    p: *mut abi::ibv_pd,
+    wc: *mut abi::ibv_wc,
+    grh: *mut abi::ibv_grh,
+    port: u8,
+) -> *mut abi::ibv_ah {
     ah::create_ah_from_wc(p, wc, grh, port)
 }
 
 // ---------------------------------------------------------------- multicast
 
 #[export_name = "roce_ibv_attach_mcast_1_1"]
-pub unsafe extern "C" fn ibv_attach_mcast(_q: *mut abi::ibv_qp, _gid: *const abi::ibv_gid, _lid: u16) -> c_int {
+pub unsafe extern "C" fn ibv_attach_mcast(
+    _q: *mut abi::ibv_qp,
+    _gid: *const abi::ibv_gid,
+    _lid: u16,
+) -> c_int {
     diag!("ibv_attach_mcast: multicast is not supported");
     libc::EOPNOTSUPP
 }
 #[export_name = "roce_ibv_detach_mcast_1_1"]
-pub unsafe extern "C" fn ibv_detach_mcast(_q: *mut abi::ibv_qp, _gid: *const abi::ibv_gid, _lid: u16) -> c_int {
+pub unsafe extern "C" fn ibv_detach_mcast(
+    _q: *mut abi::ibv_qp,
+    _gid: *const abi::ibv_gid,
+    _lid: u16,
+) -> c_int {
     libc::EOPNOTSUPP
 }
 
@@ -480,12 +631,21 @@ pub unsafe extern "C" fn ibv_get_sysfs_path() -> *const c_char {
 }
 /// roce-emu has no sysfs entries: every read fails with ENOENT.
 #[no_mangle]
-pub unsafe extern "C" fn ibv_read_sysfs_file(_dir: *const c_char, _file: *const c_char, _buf: *mut c_char, _size: usize) -> c_int {
+pub unsafe extern "C" fn ibv_read_sysfs_file(
+    _dir: *const c_char,
+    _file: *const c_char,
+    _buf: *mut c_char,
+    _size: usize,
+) -> c_int {
     set_errno(libc::ENOENT);
     -1
 }
 #[no_mangle]
-pub unsafe extern "C" fn ibv_read_ibdev_sysfs_file(_buf: *mut c_char, _size: usize, _fmt: *const c_char) -> c_int {
+pub unsafe extern "C" fn ibv_read_ibdev_sysfs_file(
+    _buf: *mut c_char,
+    _size: usize,
+    _fmt: *const c_char,
+) -> c_int {
     set_errno(libc::ENOENT);
     -1
 }

@@ -4,7 +4,7 @@
 use crate::abi;
 use crate::device::ctx;
 use crate::util::{diag, guard_ptr, guard_rc};
-use roce_verbs_api::{AccessFlags, MwType, Mr, Mw, Pd, RegionMem, RegMrError, SendFlags};
+use roce_verbs_api::{AccessFlags, Mr, Mw, MwType, Pd, RegMrError, RegionMem, SendFlags};
 use std::ffi::c_void;
 use std::sync::Mutex;
 
@@ -262,9 +262,10 @@ pub(crate) unsafe extern "C" fn rereg_mr(
         // SAFETY: contract of ibv_rereg_mr.
         let Some(o) = (unsafe { mr(m) }) else { return abi::IBV_REREG_MR_ERR_INPUT };
         let flags = flags as u32;
-        if flags & !(abi::IBV_REREG_MR_CHANGE_TRANSLATION
-            | abi::IBV_REREG_MR_CHANGE_PD
-            | abi::IBV_REREG_MR_CHANGE_ACCESS)
+        if flags
+            & !(abi::IBV_REREG_MR_CHANGE_TRANSLATION
+                | abi::IBV_REREG_MR_CHANGE_PD
+                | abi::IBV_REREG_MR_CHANGE_ACCESS)
             != 0
             || flags == 0
         {
@@ -347,7 +348,10 @@ pub(crate) struct MwObj {
     pub mw: Mw,
 }
 
-pub(crate) unsafe extern "C" fn alloc_mw(p: *mut abi::ibv_pd, ty: abi::ibv_mw_type) -> *mut abi::ibv_mw {
+pub(crate) unsafe extern "C" fn alloc_mw(
+    p: *mut abi::ibv_pd,
+    ty: abi::ibv_mw_type,
+) -> *mut abi::ibv_mw {
     guard_ptr(|| {
         // SAFETY: contract of ibv_alloc_mw.
         let o = unsafe { pd(p) }.ok_or(libc::EINVAL)?;
@@ -425,10 +429,8 @@ pub(crate) unsafe extern "C" fn bind_mw(
         let r = guard.as_ref().ok_or(libc::EINVAL)?;
         let off = info.addr.wrapping_sub(r.addr());
         let bindspec = r.mw_bind(off, info.length, AccessFlags(info.mw_access_flags));
-        let rkey = qo
-            .qp
-            .bind_mw(&w.mw, b.wr_id, SendFlags(b.send_flags), bindspec)
-            .map_err(|e| {
+        let rkey =
+            qo.qp.bind_mw(&w.mw, b.wr_id, SendFlags(b.send_flags), bindspec).map_err(|e| {
                 diag!("bind_mw: {e}");
                 libc::EINVAL
             })?;
@@ -437,4 +439,3 @@ pub(crate) unsafe extern "C" fn bind_mw(
         Ok(())
     })
 }
-

@@ -10,11 +10,11 @@ use crate::mr::{mw, pd, PdObj};
 use crate::srq::{srq, SrqObj};
 use crate::util::{diag, guard_ptr, guard_rc};
 use roce_emulator::qp_attr::AttrMask;
+use roce_verbs_api::LKey;
 use roce_verbs_api::{
     AccessFlags, CreateQpError, MwBind, PathMtu, PostRecvError, PostSendError, Qp, QpAttr, QpCap,
     QpState, QpType, RKey, RecvWr, SendFlags, SendWr, Sge, UdDest, WrOpcode,
 };
-use roce_verbs_api::LKey;
 use std::sync::Mutex;
 
 /// A QP. `c` first: `ibv_qp_ex` starts with the `ibv_qp`, so the program's
@@ -114,7 +114,11 @@ struct Init {
     sq_sig_all: bool,
 }
 
-fn new_qp(cx: &Ctx, p: *mut abi::ibv_pd, init: &Init) -> Result<(*mut QpObj, abi::ibv_qp_cap), i32> {
+fn new_qp(
+    cx: &Ctx,
+    p: *mut abi::ibv_pd,
+    init: &Init,
+) -> Result<(*mut QpObj, abi::ibv_qp_cap), i32> {
     // SAFETY: the program passes a PD, CQs and an SRQ this library created.
     let po = unsafe { pd(p) }.ok_or(libc::EINVAL)?;
     // SAFETY: as above.
@@ -477,7 +481,8 @@ unsafe fn send_wr(o: &QpObj, w: &abi::ibv_send_wr) -> Result<SendWr, i32> {
     // SAFETY: per the contract (sg_list has num_sge entries).
     let list = unsafe { sges(w.sg_list, w.num_sge) }?;
     // SAFETY: reading the union member the opcode selects.
-    let (imm, inv) = unsafe { (u32::from_be(w.__bindgen_anon_1.imm_data), w.__bindgen_anon_1.invalidate_rkey) };
+    let (imm, inv) =
+        unsafe { (u32::from_be(w.__bindgen_anon_1.imm_data), w.__bindgen_anon_1.invalidate_rkey) };
     // SAFETY: each union is read as the opcode's member.
     let (rdma, atomic, ud) = unsafe { (w.wr.rdma, w.wr.atomic, w.wr.ud) };
     let opcode = match w.opcode {

@@ -6,8 +6,8 @@
 use crate::abi;
 use crate::qp::{inline_bytes, mw_bind_of, QpObj};
 use crate::util::{diag, guard};
-use roce_verbs_api::{RKey, SendFlags, SendWr, Sge, UdDest, WrOpcode};
 use roce_verbs_api::{LKey, PostSendError};
+use roce_verbs_api::{RKey, SendFlags, SendWr, Sge, UdDest, WrOpcode};
 
 /// `send_ops_flags` roce-emu implements.
 pub(crate) const SEND_OPS_SUPPORTED: u64 = (abi::IBV_QP_EX_WITH_RDMA_WRITE
@@ -131,7 +131,12 @@ unsafe extern "C" fn wr_rdma_write(q: *mut abi::ibv_qp_ex, rkey: u32, addr: u64)
     })
 }
 
-unsafe extern "C" fn wr_rdma_write_imm(q: *mut abi::ibv_qp_ex, rkey: u32, addr: u64, imm: abi::__be32) {
+unsafe extern "C" fn wr_rdma_write_imm(
+    q: *mut abi::ibv_qp_ex,
+    rkey: u32,
+    addr: u64,
+    imm: abi::__be32,
+) {
     push(q, WrOpcode::RdmaWriteWithImm, |w| {
         w.remote_addr = addr;
         w.rkey = RKey::new(rkey);
@@ -146,7 +151,13 @@ unsafe extern "C" fn wr_rdma_read(q: *mut abi::ibv_qp_ex, rkey: u32, addr: u64) 
     })
 }
 
-unsafe extern "C" fn wr_atomic_cmp_swp(q: *mut abi::ibv_qp_ex, rkey: u32, addr: u64, compare: u64, swap: u64) {
+unsafe extern "C" fn wr_atomic_cmp_swp(
+    q: *mut abi::ibv_qp_ex,
+    rkey: u32,
+    addr: u64,
+    compare: u64,
+    swap: u64,
+) {
     push(q, WrOpcode::AtomicCmpAndSwp, |w| {
         w.remote_addr = addr;
         w.rkey = RKey::new(rkey);
@@ -163,7 +174,12 @@ unsafe extern "C" fn wr_atomic_fetch_add(q: *mut abi::ibv_qp_ex, rkey: u32, addr
     })
 }
 
-unsafe extern "C" fn wr_atomic_write(q: *mut abi::ibv_qp_ex, rkey: u32, addr: u64, data: *const libc::c_void) {
+unsafe extern "C" fn wr_atomic_write(
+    q: *mut abi::ibv_qp_ex,
+    rkey: u32,
+    addr: u64,
+    data: *const libc::c_void,
+) {
     if data.is_null() {
         with(q, |_, b, _, _| {
             b.err.get_or_insert(libc::EINVAL);
@@ -216,7 +232,12 @@ unsafe extern "C" fn wr_bind_mw(
     }
 }
 
-unsafe extern "C" fn wr_send_tso(q: *mut abi::ibv_qp_ex, _hdr: *mut libc::c_void, _sz: u16, _mss: u16) {
+unsafe extern "C" fn wr_send_tso(
+    q: *mut abi::ibv_qp_ex,
+    _hdr: *mut libc::c_void,
+    _sz: u16,
+    _mss: u16,
+) {
     with(q, |_, b, _, _| {
         b.err.get_or_insert(libc::EOPNOTSUPP);
     })
@@ -228,7 +249,12 @@ unsafe extern "C" fn wr_set_xrc_srqn(q: *mut abi::ibv_qp_ex, _srqn: u32) {
     })
 }
 
-unsafe extern "C" fn wr_set_ud_addr(q: *mut abi::ibv_qp_ex, a: *mut abi::ibv_ah, qpn: u32, qkey: u32) {
+unsafe extern "C" fn wr_set_ud_addr(
+    q: *mut abi::ibv_qp_ex,
+    a: *mut abi::ibv_ah,
+    qpn: u32,
+    qkey: u32,
+) {
     last(q, |_, w| {
         // SAFETY: the program passes one of our AHs.
         let a = unsafe { crate::ah::ah(a) }.ok_or(libc::EINVAL)?;
@@ -253,7 +279,11 @@ unsafe extern "C" fn wr_set_sge_list(q: *mut abi::ibv_qp_ex, n: usize, list: *co
     })
 }
 
-unsafe extern "C" fn wr_set_inline_data(q: *mut abi::ibv_qp_ex, addr: *mut libc::c_void, len: usize) {
+unsafe extern "C" fn wr_set_inline_data(
+    q: *mut abi::ibv_qp_ex,
+    addr: *mut libc::c_void,
+    len: usize,
+) {
     last(q, |_, w| {
         let length = u32::try_from(len).map_err(|_| libc::EINVAL)?;
         let s = [Sge { addr: addr as u64, length, lkey: LKey::new(0) }];
@@ -264,7 +294,11 @@ unsafe extern "C" fn wr_set_inline_data(q: *mut abi::ibv_qp_ex, addr: *mut libc:
     })
 }
 
-unsafe extern "C" fn wr_set_inline_data_list(q: *mut abi::ibv_qp_ex, n: usize, bufs: *const abi::ibv_data_buf) {
+unsafe extern "C" fn wr_set_inline_data_list(
+    q: *mut abi::ibv_qp_ex,
+    n: usize,
+    bufs: *const abi::ibv_data_buf,
+) {
     last(q, |_, w| {
         if n > 0 && bufs.is_null() {
             return Err(libc::EINVAL);

@@ -57,7 +57,12 @@ pub(crate) unsafe extern "C" fn create_srq(
         c.pd = p;
         c.handle = s.handle().id();
         let h = c.handle;
-        let b = Box::into_raw(Box::new(SrqObj { c, srq: s, pd: p as *mut PdObj, users: AtomicUsize::new(0) }));
+        let b = Box::into_raw(Box::new(SrqObj {
+            c,
+            srq: s,
+            pd: p as *mut PdObj,
+            users: AtomicUsize::new(0),
+        }));
         po.get();
         cx.srqs.lock().unwrap_or_else(|e| e.into_inner()).insert(h, b as usize);
         Ok(b as *mut abi::ibv_srq)
@@ -92,7 +97,10 @@ pub(crate) unsafe extern "C" fn modify_srq(
     })
 }
 
-pub(crate) unsafe extern "C" fn query_srq(s: *mut abi::ibv_srq, attr: *mut abi::ibv_srq_attr) -> libc::c_int {
+pub(crate) unsafe extern "C" fn query_srq(
+    s: *mut abi::ibv_srq,
+    attr: *mut abi::ibv_srq_attr,
+) -> libc::c_int {
     guard_rc(|| {
         // SAFETY: contract of ibv_query_srq.
         let o = unsafe { srq(s) }.ok_or(libc::EINVAL)?;
@@ -101,7 +109,13 @@ pub(crate) unsafe extern "C" fn query_srq(s: *mut abi::ibv_srq, attr: *mut abi::
         }
         let (a, _) = o.srq.query().ok_or(libc::EINVAL)?;
         // SAFETY: the caller's struct.
-        unsafe { attr.write(abi::ibv_srq_attr { max_wr: a.max_wr, max_sge: a.max_sge, srq_limit: a.srq_limit }) };
+        unsafe {
+            attr.write(abi::ibv_srq_attr {
+                max_wr: a.max_wr,
+                max_sge: a.max_sge,
+                srq_limit: a.srq_limit,
+            })
+        };
         Ok(())
     })
 }

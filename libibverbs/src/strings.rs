@@ -24,10 +24,28 @@ fn status_cstr(code: u32) -> &'static [u8] {
 fn status_of(c: u8) -> Option<WcStatus> {
     use WcStatus::*;
     [
-        Success, LocLenErr, LocQpOpErr, LocEecOpErr, LocProtErr, WrFlushErr, MwBindErr,
-        BadRespErr, LocAccessErr, RemInvReqErr, RemAccessErr, RemOpErr, RetryExcErr,
-        RnrRetryExcErr, LocRddViolErr, RemInvRdReqErr, RemAbortErr, InvEecnErr, InvEecStateErr,
-        FatalErr, RespTimeoutErr, GeneralErr,
+        Success,
+        LocLenErr,
+        LocQpOpErr,
+        LocEecOpErr,
+        LocProtErr,
+        WrFlushErr,
+        MwBindErr,
+        BadRespErr,
+        LocAccessErr,
+        RemInvReqErr,
+        RemAccessErr,
+        RemOpErr,
+        RetryExcErr,
+        RnrRetryExcErr,
+        LocRddViolErr,
+        RemInvRdReqErr,
+        RemAbortErr,
+        InvEecnErr,
+        InvEecStateErr,
+        FatalErr,
+        RespTimeoutErr,
+        GeneralErr,
     ]
     .get(c as usize)
     .copied()

@@ -38,14 +38,7 @@ pub struct PcapRecorder {
 
 /// The made-up MAC address of an IP address.
 pub fn mac_of(ip: IpAddr) -> [u8; 6] {
-    let o = match ip {
-        IpAddr::V4(v4) => v4.octets(),
-        IpAddr::V6(v6) => {
-            let b = v6.octets();
-            [b[12], b[13], b[14], b[15]]
-        }
-    };
-    [0x02, 0x00, o[0], o[1], o[2], o[3]]
+    roce_emulator::objects::mac_of(ip)
 }
 
 impl PcapRecorder {

@@ -65,7 +65,7 @@ pub use roce_emulator::{
     HcaConfig, Instant, MrAccessError, MrInfo, MwBind, MwBindWr, MwError, MwHandle, MwType,
     NotifyCqError, PathMtu, PollCqError, PortAttr, PortState, PostRecvError, PostSendError,
     PostSrqRecvError, QpAttr, QpCap, QpInitAttr, QpLookupError, QpModifyError, QpState, QpType,
-    RecvWr, RegMrError, RegionMem, ResizeCqError, SendFlags, SendWr, Sge, SrqAttr, SrqHandle, UdDest, WcFlags,
-    WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    RecvWr, RegMrError, RegionMem, ResizeCqError, SendFlags, SendWr, Sge, SrqAttr, SrqHandle,
+    UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 pub use roce_packet::{LKey, Qpn, RKey};

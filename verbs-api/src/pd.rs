@@ -164,9 +164,7 @@ impl fmt::Debug for Mr {
 
 impl Mr {
     fn new(pd: Pd, info: MrInfo) -> Mr {
-        Mr {
-            inner: Arc::new(MrInner { pd, info: std::sync::Mutex::new(info), destroyed: false }),
-        }
+        Mr { inner: Arc::new(MrInner { pd, info: std::sync::Mutex::new(info), destroyed: false }) }
     }
 
     /// The registration as the device sees it.
@@ -292,12 +290,7 @@ impl Mr {
     /// exposes with `access` (`struct ibv_mw_bind_info`); the region needs
     /// MW_BIND access for the bind to succeed.
     pub fn mw_bind(&self, offset: u64, length: u64, access: AccessFlags) -> MwBind {
-        MwBind {
-            mr: self.info().handle,
-            addr: self.addr().wrapping_add(offset),
-            length,
-            access,
-        }
+        MwBind { mr: self.info().handle, addr: self.addr().wrapping_add(offset), length, access }
     }
 }
 

@@ -39,6 +39,9 @@ use std::time::{Duration, Instant};
 pub const ENV_DEVICES: &str = "ROCE_EMU_DEVICES";
 /// Environment variable naming the configuration file.
 pub const ENV_CONFIG: &str = "ROCE_EMU_CONFIG";
+/// The devices when nothing is configured: two UDP devices on loopback
+/// addresses, enough for a server and a client on one machine.
+pub const DEFAULT_DEVICES: &str = "roce0=udp:127.0.0.2,roce1=udp:127.0.0.3";
 /// Environment variable naming a directory where every device records a pcap.
 pub const ENV_PCAP: &str = "ROCE_EMU_PCAP";
 
@@ -333,9 +336,20 @@ impl DeviceConfig {
     }
 
     /// Every configured device: `ROCE_EMU_DEVICES` if set, else the
-    /// configuration file (a missing default file means no devices; a
-    /// missing `ROCE_EMU_CONFIG` file is an error).
+    /// configuration file (a missing `ROCE_EMU_CONFIG` file is an error),
+    /// else — nothing configured — [`DEFAULT_DEVICES`], so the tools and
+    /// the libibverbs drop-in show devices on a bare machine.
     pub fn load_all() -> Result<Vec<DeviceConfig>, ConfigError> {
+        let v = DeviceConfig::load_configured()?;
+        if v.is_empty() {
+            return DeviceConfig::parse_env_list(DEFAULT_DEVICES);
+        }
+        Ok(v)
+    }
+
+    /// The devices configured by `ROCE_EMU_DEVICES` or the configuration
+    /// file, without the default (empty when nothing is configured).
+    pub fn load_configured() -> Result<Vec<DeviceConfig>, ConfigError> {
         if let Ok(v) = std::env::var(ENV_DEVICES) {
             if !v.trim().is_empty() {
                 return DeviceConfig::parse_env_list(&v);
@@ -485,15 +499,7 @@ fn parse_addr(s: &str) -> Result<IpAddr, String> {
 
 /// The MAC address a device at `addr` pretends to have: `02:00` and the
 /// last four address bytes (the same as the pcap recorder's frames).
-pub fn mac_of(addr: IpAddr) -> [u8; 6] {
-    roce_transport::pcap::mac_of(addr)
-}
-
-/// The modified EUI-64 of a MAC (universal/local bit flipped, `ff:fe` in
-/// the middle): rxe's node GUID and link-local interface id.
-pub fn eui64(mac: [u8; 6]) -> [u8; 8] {
-    [mac[0] ^ 0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]]
-}
+pub use roce_emulator::objects::{eui64, gid_table, mac_of};
 
 /// The node GUID of a device at `addr` (the EUI-64 of its MAC, as rxe).
 pub fn node_guid(addr: IpAddr) -> u64 {
@@ -502,23 +508,7 @@ pub fn node_guid(addr: IpAddr) -> u64 {
 
 /// The RoCEv2 GID of an address (`::ffff:a.b.c.d` for IPv4).
 pub fn roce_v2_gid(addr: IpAddr) -> Ipv6Addr {
-    match addr {
-        IpAddr::V4(a) => a.to_ipv6_mapped(),
-        IpAddr::V6(a) => a,
-    }
-}
-
-/// The port's GID table as rxe fills it: index 0 the link-local
-/// `fe80::/64` GID from the MAC's EUI-64, index 1 the address's RoCEv2
-/// GID. (The emulator core still reports only the RoCEv2 GID, at index 0;
-/// it should adopt this table.)
-pub fn gid_table(addr: IpAddr) -> [Ipv6Addr; 2] {
-    let e = eui64(mac_of(addr));
-    let mut ll = [0u8; 16];
-    ll[0] = 0xfe;
-    ll[1] = 0x80;
-    ll[8..].copy_from_slice(&e);
-    [Ipv6Addr::from(ll), roce_v2_gid(addr)]
+    roce_emulator::objects::gid_of(addr)
 }
 
 /// The device address a GID names: an ordinary RoCEv2 GID (IPv4-mapped
@@ -532,7 +522,11 @@ pub fn gid_to_addr(gid: Ipv6Addr) -> IpAddr {
         return IpAddr::V4(v4);
     }
     let o = gid.octets();
-    if o[..8] == [0xfe, 0x80, 0, 0, 0, 0, 0, 0] && o[8] == 0 && o[9] == 0 && o[11] == 0xff && o[12] == 0xfe
+    if o[..8] == [0xfe, 0x80, 0, 0, 0, 0, 0, 0]
+        && o[8] == 0
+        && o[9] == 0
+        && o[11] == 0xff
+        && o[12] == 0xfe
     {
         return IpAddr::V4(std::net::Ipv4Addr::new(o[10], o[13], o[14], o[15]));
     }
