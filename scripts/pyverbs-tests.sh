@@ -39,9 +39,15 @@ for m in "${mods[@]}"; do
   out="$work/$m.log"
   timeout 600 "$py" run_tests.py -v "$m" >"$out" 2>&1
   rc=$?
-  p=$(grep -cE '\.\.\. ok$' "$out"); f=$(grep -cE '\.\.\. (FAIL|ERROR)$' "$out")
-  s=$(grep -cE '\.\.\. skipped' "$out"); e=0
-  if [ $rc -ne 0 ] && [ $((p + f + s)) -eq 0 ]; then e=1; fi
+  # unittest's own summary: "Ran N tests" and "OK (skipped=S)" or
+  # "FAILED (failures=F, errors=E, skipped=S)"
+  n=$(sed -n 's/^Ran \([0-9]*\) tests\{0,1\} in.*/\1/p' "$out" | tail -1)
+  sum=$(grep -E '^(OK|FAILED)' "$out" | tail -1)
+  num() { echo "$sum" | sed -n "s/.*$1=\([0-9]*\).*/\1/p"; }
+  f=$(( $(num failures || true)0 / 10 + $(num errors || true)0 / 10 ))
+  s=$(( $(num skipped || true)0 / 10 )); e=0
+  if [ -z "$n" ]; then n=0; e=1; fi
+  p=$((n - f - s))
   printf '%-28s %3d passed %3d failed %3d skipped%s\n' "$m" "$p" "$f" "$s" "$([ $e = 1 ] && echo "  (module did not run, exit $rc)")"
   if [ -n "${VERBOSE:-}" ]; then grep -E '\.\.\. (FAIL|ERROR|skipped)' "$out" | sed 's/^/    /'; fi
   tp=$((tp + p)); tf=$((tf + f)); ts=$((ts + s)); te=$((te + e))

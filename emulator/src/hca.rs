@@ -13,7 +13,7 @@ use crate::qp_attr::{
     validate_modify, AccessFlags, AttrMask, ModifyLimits, PathMtu, QpAttr, QpState, QpType,
 };
 use crate::time::Instant;
-use crate::wr::{RecvWr, SendFlags, SendWr, WcStatus, WorkCompletion};
+use crate::wr::{RecvWr, SendFlags, SendWr, WcStatus, WorkCompletion, WrOpcode};
 use crate::{Datagram, SansIo};
 use bytes::Bytes;
 use core::time::Duration;
@@ -927,7 +927,10 @@ impl Hca {
             if wr.opcode.is_read_or_atomic() {
                 return Err(PostSendError::InlineNotAllowed);
             }
-            if wr.inline_data.len() > cap.max_inline_data as usize {
+            // ATOMIC_WRITE's 8 bytes are its operand (`ibv_wr_atomic_write`
+            // passes them by pointer), not inline data of the QP's budget.
+            let operand = wr.opcode == WrOpcode::AtomicWrite && wr.inline_data.len() == 8;
+            if !operand && wr.inline_data.len() > cap.max_inline_data as usize {
                 return Err(PostSendError::InlineTooLarge {
                     len: wr.inline_data.len(),
                     max: cap.max_inline_data,

@@ -246,7 +246,10 @@ impl MemTable {
         }
         let remote =
             AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
-        let extra = b.access.difference(remote);
+        // LOCAL_WRITE is tolerated and ignored, as rxe does (rdma-core's own
+        // tests bind windows with LOCAL_WRITE | REMOTE_WRITE); a window grants
+        // remote rights only.
+        let extra = b.access.difference(remote | AccessFlags::LOCAL_WRITE);
         if !extra.is_empty() {
             return Err(MwError::BadAccess(extra.0));
         }

@@ -181,8 +181,8 @@ fn bind_checks_pd_mw_bind_and_range() {
     // remote write on a region without LOCAL_WRITE
     let ro = p.b.hca.reg_mr(p.b.pd, 4096, AccessFlags::REMOTE_READ | AccessFlags::MW_BIND).unwrap();
     bind1_err(&mut p, mw, MwBind { mr: ro.handle, addr: ro.addr, length: 64, access: RW });
-    // a local right is not a window right
-    bind1_err(&mut p, mw, MwBind { access: RW | AccessFlags::LOCAL_WRITE, ..b });
+    // not a window right (LOCAL_WRITE is tolerated and ignored, as rxe)
+    bind1_err(&mut p, mw, MwBind { access: RW | AccessFlags::ZERO_BASED, ..b });
     // wrong verb for the type: type 2 through bind_mw is refused at once
     let (mw2, rk2) = p.b.hca.alloc_mw(p.b.pd, MwType::Type2).unwrap();
     let wr = MwBindWr { wr_id: 1, send_flags: SendFlags::SIGNALED, bind: b };
