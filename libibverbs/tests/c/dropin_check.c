@@ -1,0 +1,325 @@
+/* One process, two roce-emu devices (the first two of the device list),
+ * an RC QP on each connected to the other, through the libibverbs drop-in.
+ *
+ *  1. application memory is the memory region: the peer's RDMA WRITE,
+ *     READ, CMP_AND_SWP and FETCH_AND_ADD act on this program's own
+ *     malloc'd bytes, read back without any copy API;
+ *  2. after ibv_dereg_mr the peer's WRITE to the old rkey is refused
+ *     (IBV_WC_REM_ACCESS_ERR) and the bytes stay as they were;
+ *  3. invalid calls answer with rdma-core's errno.
+ *
+ * Prints one line per check ("ok ..." / "FAIL ...") and exits 0 only if
+ * every check held. Built and run by tests/dropin.rs. */
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+#define CHECK(cond, ...)                                                       \
+	do {                                                                   \
+		if (cond) {                                                    \
+			printf("ok   ");                                       \
+		} else {                                                       \
+			printf("FAIL ");                                       \
+			failures++;                                            \
+		}                                                              \
+		printf(__VA_ARGS__);                                           \
+		printf("\n");                                                  \
+	} while (0)
+
+struct side {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	union ibv_gid gid;
+};
+
+static void open_side(struct ibv_device *dev, struct side *s)
+{
+	struct ibv_qp_init_attr ia = {0};
+
+	s->ctx = ibv_open_device(dev);
+	if (!s->ctx) {
+		perror("ibv_open_device");
+		exit(2);
+	}
+	s->pd = ibv_alloc_pd(s->ctx);
+	s->cq = ibv_create_cq(s->ctx, 64, NULL, NULL, 0);
+	ia.send_cq = s->cq;
+	ia.recv_cq = s->cq;
+	ia.qp_type = IBV_QPT_RC;
+	ia.cap.max_send_wr = 16;
+	ia.cap.max_recv_wr = 16;
+	ia.cap.max_send_sge = 1;
+	ia.cap.max_recv_sge = 1;
+	s->qp = ibv_create_qp(s->pd, &ia);
+	if (!s->pd || !s->cq || !s->qp || ibv_query_gid(s->ctx, 1, 1, &s->gid)) {
+		fprintf(stderr, "setup failed\n");
+		exit(2);
+	}
+}
+
+static int connect_qp(struct side *s, struct side *peer)
+{
+	struct ibv_qp_attr a = {0};
+
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+			    IBV_ACCESS_REMOTE_ATOMIC;
+	if (ibv_modify_qp(s->qp, &a,
+			  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				  IBV_QP_ACCESS_FLAGS))
+		return -1;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = peer->qp->qp_num;
+	a.rq_psn = 0;
+	a.max_dest_rd_atomic = 4;
+	a.min_rnr_timer = 12;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = peer->gid;
+	a.ah_attr.grh.sgid_index = 1;
+	a.ah_attr.grh.hop_limit = 1;
+	a.ah_attr.port_num = 1;
+	if (ibv_modify_qp(s->qp, &a,
+			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+				  IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+				  IBV_QP_MAX_DEST_RD_ATOMIC |
+				  IBV_QP_MIN_RNR_TIMER))
+		return -1;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.sq_psn = 0;
+	a.max_rd_atomic = 4;
+	return ibv_modify_qp(s->qp, &a,
+			     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+				     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+				     IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+/* Post one request and wait (bounded) for its completion. */
+static int do_wr(struct side *s, struct ibv_send_wr *wr, struct ibv_wc *wc)
+{
+	struct ibv_send_wr *bad;
+	long spins;
+
+	wr->send_flags = IBV_SEND_SIGNALED;
+	if (ibv_post_send(s->qp, wr, &bad))
+		return -1;
+	for (spins = 0; spins < 200000000L; spins++) {
+		int n = ibv_poll_cq(s->cq, 1, wc);
+		if (n < 0)
+			return -1;
+		if (n == 1)
+			return 0;
+	}
+	return -1;
+}
+
+int main(void)
+{
+	struct ibv_device **list;
+	struct side a, b;
+	int num, i;
+	uint8_t *target, *local;
+	struct ibv_mr *tmr, *lmr;
+	struct ibv_sge sge;
+	struct ibv_send_wr wr;
+	struct ibv_wc wc;
+	uint64_t *word;
+
+	list = ibv_get_device_list(&num);
+	CHECK(list && num >= 2, "ibv_get_device_list: %d devices", num);
+	if (!list || num < 2)
+		return 1;
+	open_side(list[0], &a);
+	open_side(list[1], &b);
+	CHECK(connect_qp(&a, &b) == 0 && connect_qp(&b, &a) == 0,
+	      "RC QPs connected RESET->INIT->RTR->RTS");
+
+	/* 1. application memory is the MR */
+	target = aligned_alloc(4096, 8192);
+	local = aligned_alloc(4096, 8192);
+	memset(target, 0x11, 8192);
+	for (i = 0; i < 8192; i++)
+		local[i] = (uint8_t)(i * 7 + 3);
+	tmr = ibv_reg_mr(b.pd, target, 8192,
+			 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+				 IBV_ACCESS_REMOTE_READ |
+				 IBV_ACCESS_REMOTE_ATOMIC);
+	lmr = ibv_reg_mr(a.pd, local, 8192, IBV_ACCESS_LOCAL_WRITE);
+	CHECK(tmr && lmr && tmr->addr == target && tmr->length == 8192,
+	      "ibv_reg_mr of malloc'd memory (addr and length as given)");
+
+	memset(&wr, 0, sizeof(wr));
+	sge.addr = (uintptr_t)local;
+	sge.length = 3000;
+	sge.lkey = lmr->lkey;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_RDMA_WRITE;
+	wr.wr.rdma.remote_addr = (uintptr_t)target + 100;
+	wr.wr.rdma.rkey = tmr->rkey;
+	CHECK(do_wr(&a, &wr, &wc) == 0 && wc.status == IBV_WC_SUCCESS,
+	      "RDMA WRITE of 3000 bytes completes: %s",
+	      ibv_wc_status_str(wc.status));
+	CHECK(memcmp(target + 100, local, 3000) == 0 && target[99] == 0x11 &&
+		      target[3100] == 0x11,
+	      "the WRITE landed in the application's own buffer, nothing around it");
+
+	memset(local + 4096, 0, 4096);
+	sge.addr = (uintptr_t)local + 4096;
+	sge.length = 3000;
+	wr.opcode = IBV_WR_RDMA_READ;
+	CHECK(do_wr(&a, &wr, &wc) == 0 && wc.status == IBV_WC_SUCCESS &&
+		      memcmp(local + 4096, target + 100, 3000) == 0,
+	      "RDMA READ brings the application's bytes back");
+
+	word = (uint64_t *)(target + 4096);
+	*word = 40;
+	sge.addr = (uintptr_t)local + 64;
+	sge.length = 8;
+	memset(&wr.wr, 0, sizeof(wr.wr));
+	wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+	wr.wr.atomic.remote_addr = (uintptr_t)word;
+	wr.wr.atomic.rkey = tmr->rkey;
+	wr.wr.atomic.compare_add = 2;
+	CHECK(do_wr(&a, &wr, &wc) == 0 && wc.status == IBV_WC_SUCCESS &&
+		      *(uint64_t *)(local + 64) == 40 && *word == 42,
+	      "FETCH_AND_ADD on the application's word: returned %llu, now %llu",
+	      (unsigned long long)*(uint64_t *)(local + 64),
+	      (unsigned long long)*word);
+	wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+	wr.wr.atomic.compare_add = 42;
+	wr.wr.atomic.swap = 7;
+	CHECK(do_wr(&a, &wr, &wc) == 0 && wc.status == IBV_WC_SUCCESS &&
+		      *(uint64_t *)(local + 64) == 42 && *word == 7,
+	      "CMP_AND_SWP on the application's word: now %llu",
+	      (unsigned long long)*word);
+
+	/* 2. dereg while the peer still writes to the rkey */
+	{
+		uint32_t old_rkey = tmr->rkey;
+		uint8_t before[8192];
+
+		CHECK(ibv_dereg_mr(tmr) == 0, "ibv_dereg_mr");
+		memcpy(before, target, 8192);
+		sge.addr = (uintptr_t)local;
+		sge.length = 512;
+		memset(&wr.wr, 0, sizeof(wr.wr));
+		wr.opcode = IBV_WR_RDMA_WRITE;
+		wr.wr.rdma.remote_addr = (uintptr_t)target;
+		wr.wr.rdma.rkey = old_rkey;
+		CHECK(do_wr(&a, &wr, &wc) == 0 &&
+			      wc.status == IBV_WC_REM_ACCESS_ERR,
+		      "WRITE to a deregistered rkey: %s",
+		      ibv_wc_status_str(wc.status));
+		CHECK(memcmp(before, target, 8192) == 0,
+		      "the deregistered buffer is untouched");
+	}
+
+	/* 3. errnos */
+	{
+		struct ibv_device_attr da;
+		struct ibv_port_attr pa;
+		struct ibv_qp_attr qa = {0};
+		struct ibv_qp_init_attr ia = {0};
+		struct ibv_qp *q2;
+		struct ibv_cq *c;
+		struct ibv_mr *m;
+		struct ibv_send_wr *bad = NULL;
+		union ibv_gid g;
+		int rc;
+
+		CHECK(ibv_query_device(a.ctx, &da) == 0 && da.max_srq > 0 &&
+			      da.max_mw > 0,
+		      "ibv_query_device: max_srq %d, max_mw %d", da.max_srq,
+		      da.max_mw);
+		CHECK(ibv_query_port(a.ctx, 1, &pa) == 0 &&
+			      pa.link_layer == IBV_LINK_LAYER_ETHERNET &&
+			      pa.state == IBV_PORT_ACTIVE,
+		      "ibv_query_port: Ethernet link layer, PORT_ACTIVE");
+		errno = 0;
+		c = ibv_create_cq(a.ctx, 0, NULL, NULL, 0);
+		CHECK(!c && errno == EINVAL, "ibv_create_cq(cqe 0): NULL, EINVAL");
+		errno = 0;
+		c = ibv_create_cq(a.ctx, da.max_cqe + 1, NULL, NULL, 0);
+		CHECK(!c && errno == EINVAL,
+		      "ibv_create_cq(max_cqe + 1): NULL, EINVAL");
+		errno = 0;
+		m = ibv_reg_mr(a.pd, local, 64, IBV_ACCESS_REMOTE_WRITE);
+		CHECK(!m && errno == EINVAL,
+		      "ibv_reg_mr(REMOTE_WRITE without LOCAL_WRITE): NULL, EINVAL");
+		CHECK(ibv_dealloc_pd(a.pd) == EBUSY,
+		      "ibv_dealloc_pd with an MR and a QP on it: EBUSY");
+		CHECK(ibv_destroy_cq(a.cq) == EBUSY,
+		      "ibv_destroy_cq while a QP uses it: EBUSY");
+		ia.send_cq = a.cq;
+		ia.recv_cq = a.cq;
+		ia.qp_type = IBV_QPT_RC;
+		ia.cap.max_send_wr = 4;
+		ia.cap.max_recv_wr = 4;
+		ia.cap.max_send_sge = 1;
+		ia.cap.max_recv_sge = 1;
+		q2 = ibv_create_qp(a.pd, &ia);
+		qa.qp_state = IBV_QPS_RTS;
+		CHECK(q2 && ibv_modify_qp(q2, &qa, IBV_QP_STATE) == EINVAL,
+		      "ibv_modify_qp RESET -> RTS: EINVAL");
+		rc = ibv_post_send(q2, &wr, &bad);
+		CHECK(rc != 0 && bad == &wr,
+		      "ibv_post_send on a RESET QP: %d, bad_wr set", rc);
+		memset(&qa, 0, sizeof(qa));
+		qa.qp_state = IBV_QPS_INIT;
+		qa.port_num = 1;
+		ibv_modify_qp(q2, &qa,
+			      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				      IBV_QP_ACCESS_FLAGS);
+		memset(&qa, 0, sizeof(qa));
+		qa.qp_state = IBV_QPS_RTR;
+		qa.path_mtu = IBV_MTU_1024;
+		qa.dest_qp_num = b.qp->qp_num;
+		qa.max_dest_rd_atomic = 1;
+		qa.min_rnr_timer = 12;
+		qa.ah_attr.is_global = 0;
+		qa.ah_attr.port_num = 1;
+		CHECK(ibv_modify_qp(q2, &qa,
+				    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+					    IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+					    IBV_QP_MAX_DEST_RD_ATOMIC |
+					    IBV_QP_MIN_RNR_TIMER) == EINVAL,
+		      "RC to RTR without a GRH on RoCE: EINVAL");
+		CHECK(ibv_destroy_qp(q2) == 0, "ibv_destroy_qp");
+		CHECK(ibv_query_gid(a.ctx, 1, 0, &g) == 0 && g.raw[0] == 0xfe &&
+			      g.raw[1] == 0x80,
+		      "GID 0 is the link-local GID");
+		CHECK(ibv_query_gid(a.ctx, 1, 2000, &g) == -1,
+		      "ibv_query_gid past gid_tbl_len: -1");
+		CHECK(strcmp(ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR),
+			     "remote access error") == 0,
+		      "ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR)");
+	}
+
+	ibv_dereg_mr(lmr);
+	ibv_destroy_qp(a.qp);
+	ibv_destroy_qp(b.qp);
+	CHECK(ibv_destroy_cq(a.cq) == 0 && ibv_destroy_cq(b.cq) == 0,
+	      "CQs destroyed after their QPs");
+	CHECK(ibv_dealloc_pd(a.pd) == 0 && ibv_dealloc_pd(b.pd) == 0,
+	      "PDs deallocated after their objects");
+	CHECK(ibv_close_device(a.ctx) == 0 && ibv_close_device(b.ctx) == 0,
+	      "devices closed");
+	ibv_free_device_list(list);
+	free(target);
+	free(local);
+	printf("%d failures\n", failures);
+	return failures ? 1 : 0;
+}

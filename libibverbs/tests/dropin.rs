@@ -1,0 +1,540 @@
+//! The libibverbs drop-in against real programs: its symbols and versions,
+//! its struct layouts against the C header, a C program that checks the
+//! memory model and errnos, Debian's rdma-core tools and perftest in two
+//! processes, and a Debian tool against the project's own Rust example.
+//!
+//! Tests that need something not installed (cc and libibverbs-dev,
+//! ibverbs-utils, perftest, valgrind) print `SKIPPED: ...` and return.
+//! Every process runs under a deadline and is killed by its PID after it.
+//! Each test uses its own loopback addresses (127.0.N.2/3) and TCP port.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// target/<profile>, where the drop-in (`libibverbs.so.1`) and the
+/// workspace's binaries are.
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf()
+}
+
+/// A directory holding `libibverbs.so.1`: the drop-in this `cargo test`
+/// built (target/<profile>/deps/libibverbs.so; `cargo test` does not copy
+/// it up to target/<profile>/ as `cargo build` does), linked under its
+/// soname in target/<profile>/dropin-test-lib/.
+fn lib_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let t = target_dir();
+        let built = t.join("deps").join("libibverbs.so");
+        assert!(
+            built.exists(),
+            "{} missing: cargo builds the drop-in with the tests",
+            built.display()
+        );
+        let d = t.join("dropin-test-lib");
+        std::fs::create_dir_all(&d).expect("create dropin-test-lib");
+        let link = d.join("libibverbs.so.1");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&built, &link).expect("link libibverbs.so.1");
+        d
+    })
+    .clone()
+}
+
+fn which(tool: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(tool))
+        .find(|p| p.is_file())
+}
+
+/// The tool's path, or print SKIPPED and return None.
+fn need(tool: &str, package: &str) -> Option<PathBuf> {
+    let p = which(tool);
+    if p.is_none() {
+        println!("SKIPPED: {tool} not installed (apt-get install {package})");
+    }
+    p
+}
+
+/// A command on the drop-in with the test's own devices.
+fn cmd(prog: &Path, net: u8, args: &[&str]) -> Command {
+    let mut c = Command::new(prog);
+    c.args(args)
+        .env("LD_LIBRARY_PATH", lib_dir())
+        .env("ROCE_EMU_DEVICES", format!("roce0=udp:127.0.{net}.2,roce1=udp:127.0.{net}.3"))
+        .env("ROCE_EMU_STATS", "0")
+        .env_remove("ROCE_EMU_PCAP")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Wait for `child` at most `limit`; kill it (by its PID) after that.
+fn finish(mut child: Child, limit: Duration) -> (Output, bool) {
+    let end = Instant::now() + limit;
+    let timed_out = loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break false,
+            Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(10)),
+            _ => {
+                let _ = child.kill();
+                break true;
+            }
+        }
+    };
+    let mut out = Vec::new();
+    let mut err = Vec::new();
+    if let Some(mut s) = child.stdout.take() {
+        let _ = s.read_to_end(&mut out);
+    }
+    if let Some(mut s) = child.stderr.take() {
+        let _ = s.read_to_end(&mut err);
+    }
+    let status = child.wait().expect("wait");
+    (Output { status, stdout: out, stderr: err }, timed_out)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Run `server` then (after it listens) `client`; both must exit 0.
+/// Returns the client's and the server's stdout.
+fn pair(server: Command, client: Command, what: &str) -> (String, String) {
+    let mut server = server;
+    let mut client = client;
+    let s = server.spawn().expect("spawn server");
+    std::thread::sleep(Duration::from_millis(300));
+    let c = client.spawn().expect("spawn client");
+    let (co, ct) = finish(c, Duration::from_secs(40));
+    let (so, st) = finish(s, Duration::from_secs(10));
+    let report = format!(
+        "{what}\n--- client (timed out: {ct}) {}\n{}{}\n--- server (timed out: {st}) {}\n{}{}",
+        co.status,
+        text(&co.stdout),
+        text(&co.stderr),
+        so.status,
+        text(&so.stdout),
+        text(&so.stderr)
+    );
+    assert!(!ct && !st && co.status.success() && so.status.success(), "{report}");
+    (text(&co.stdout) + &text(&co.stderr), text(&so.stdout) + &text(&so.stderr))
+}
+
+// ---------------------------------------------------------------- symbols
+
+/// `name@VERSION` / `name@@VERSION` lines of a library's dynamic symbols.
+fn dynamic_symbols(lib: &Path) -> Option<Vec<String>> {
+    let nm = which("nm")?;
+    let o = Command::new(nm)
+        .args(["-D", "--defined-only", "--with-symbol-versions"])
+        .arg(lib)
+        .output()
+        .ok()?;
+    let mut v: Vec<String> = text(&o.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2).map(str::to_string))
+        .filter(|s| s.contains('@'))
+        .collect();
+    v.sort();
+    Some(v)
+}
+
+/// What `libibverbs.map` says should be exported.
+fn map_symbols() -> Vec<String> {
+    let map = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("libibverbs.map"))
+        .expect("libibverbs.map");
+    let mut per: Vec<(String, Vec<String>)> = Vec::new();
+    let mut in_comment = false;
+    for line in map.lines() {
+        let l = line.trim();
+        if l.starts_with("/*") {
+            in_comment = !l.contains("*/");
+            continue;
+        }
+        if in_comment {
+            in_comment = !l.contains("*/");
+            continue;
+        }
+        if let Some(node) = l.strip_suffix('{').map(str::trim) {
+            per.push((node.to_string(), Vec::new()));
+        } else if let Some(name) = l.strip_suffix(';') {
+            if !name.contains(':') && !name.starts_with('}') && name != "*" {
+                per.last_mut().expect("symbol inside a node").1.push(name.to_string());
+            }
+        }
+    }
+    let in10: Vec<String> = per.iter().find(|p| p.0 == "IBVERBS_1.0").unwrap().1.clone();
+    let in11: Vec<String> = per.iter().find(|p| p.0 == "IBVERBS_1.1").unwrap().1.clone();
+    let mut out = Vec::new();
+    for (node, names) in &per {
+        out.push(node.clone()); // the version definition itself: "IBVERBS_1.0" has no '@'
+        for n in names {
+            let compat = node == "IBVERBS_1.0" && in11.contains(n);
+            let single = node == "IBVERBS_1.1" && n == "ibv_register_driver";
+            out.push(format!("{n}{}{node}", if compat || single { "@" } else { "@@" }));
+        }
+    }
+    let _ = in10;
+    out.retain(|s| s.contains('@'));
+    out.sort();
+    out
+}
+
+#[test]
+fn symbols_and_versions_are_rdma_cores() {
+    let Some(ours) = dynamic_symbols(&lib_dir().join("libibverbs.so.1")) else {
+        println!("SKIPPED: nm not installed (apt-get install binutils)");
+        return;
+    };
+    let want = map_symbols();
+    assert!(want.len() > 150, "{} symbols in the map", want.len());
+    assert_eq!(ours, want, "exported symbols differ from libibverbs.map");
+    assert!(ours.contains(&"ibv_open_device@@IBVERBS_1.1".to_string()));
+    assert!(ours.contains(&"ibv_open_device@IBVERBS_1.0".to_string()));
+    let host = Path::new("/usr/lib/x86_64-linux-gnu/libibverbs.so.1");
+    if host.exists() {
+        let theirs = dynamic_symbols(host).expect("nm on the host library");
+        assert_eq!(ours, theirs, "exported symbols differ from the host's rdma-core");
+    } else {
+        println!(
+            "SKIPPED (part): no host libibverbs.so.1 to compare with (apt-get install libibverbs1)"
+        );
+    }
+}
+
+// ---------------------------------------------------------------- C programs
+
+fn have_c_toolchain() -> bool {
+    if which("cc").is_none() || !Path::new("/usr/include/infiniband/verbs.h").exists() {
+        println!("SKIPPED: needs cc and <infiniband/verbs.h> (apt-get install gcc libibverbs-dev)");
+        return false;
+    }
+    true
+}
+
+/// Compile a C source against the drop-in (bound to OUR libibverbs.so.1).
+fn compile(src: &Path, out: &Path) {
+    let o = Command::new("cc")
+        .args(["-O1", "-Wall", "-o"])
+        .arg(out)
+        .arg(src)
+        .arg(format!("-L{}", lib_dir().display()))
+        .arg("-l:libibverbs.so.1")
+        .output()
+        .expect("run cc");
+    assert!(o.status.success(), "cc {}:\n{}", src.display(), text(&o.stderr));
+}
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("roce-dropin-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+#[test]
+fn c_program_memory_model_and_errnos() {
+    if !have_c_toolchain() {
+        return;
+    }
+    let dir = tmpdir("check");
+    let exe = dir.join("dropin_check");
+    compile(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/dropin_check.c"), &exe);
+    let child = cmd(&exe, 21, &[]).spawn().expect("spawn");
+    let (o, timed_out) = finish(child, Duration::from_secs(60));
+    let out = text(&o.stdout);
+    assert!(!timed_out && o.status.success(), "{out}{}", text(&o.stderr));
+    for must in [
+        "ok   the WRITE landed in the application's own buffer, nothing around it",
+        "ok   FETCH_AND_ADD on the application's word: returned 40, now 42",
+        "ok   CMP_AND_SWP on the application's word: now 7",
+        "ok   WRITE to a deregistered rkey: remote access error",
+        "ok   the deregistered buffer is untouched",
+        "ok   ibv_dealloc_pd with an MR and a QP on it: EBUSY",
+        "ok   RC to RTR without a GRH on RoCE: EINVAL",
+        "0 failures",
+    ] {
+        assert!(out.contains(must), "missing {must:?} in\n{out}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every struct the library fills or reads, with the fields it touches.
+macro_rules! layouts {
+    ($($ty:ident { $($f:ident),* $(,)? })*) => {
+        /// (struct, field or "" for the size, value) as Rust computes them.
+        fn rust_layout() -> Vec<(String, String, usize)> {
+            let mut v = Vec::new();
+            $(
+                v.push((stringify!($ty).to_string(), String::new(), std::mem::size_of::<abi::$ty>()));
+                $( v.push((stringify!($ty).to_string(), stringify!($f).to_string(),
+                           std::mem::offset_of!(abi::$ty, $f))); )*
+            )*
+            v
+        }
+        /// The C program printing the same numbers.
+        fn c_layout_source() -> String {
+            let mut s = String::from("#include <infiniband/verbs.h>\n#include <stdio.h>\n#include <stddef.h>\nint main(void) {\n");
+            $(
+                s += &format!("printf(\"{0} . %zu\\n\", sizeof(struct {0}));\n", c_name(stringify!($ty)));
+                $( s += &format!("printf(\"{0} {1} %zu\\n\", offsetof(struct {0}, {1}));\n",
+                                 c_name(stringify!($ty)), c_field(stringify!($f))); )*
+            )*
+            s + "return 0;\n}\n"
+        }
+    };
+}
+
+#[allow(dead_code, non_camel_case_types, non_upper_case_globals, clippy::all)]
+#[path = "../src/abi.rs"]
+mod abi;
+
+fn c_name(rust: &str) -> String {
+    rust.to_string()
+}
+
+/// bindgen renames C fields that are Rust keywords (`type` → `type_`).
+fn c_field(rust: &str) -> String {
+    rust.strip_suffix('_').unwrap_or(rust).to_string()
+}
+
+layouts! {
+    ibv_device { node_type, transport_type, name, dev_name, dev_path, ibdev_path }
+    ibv_context { device, ops, cmd_fd, async_fd, num_comp_vectors, mutex, abi_compat }
+    ibv_context_ops { alloc_mw, bind_mw, dealloc_mw, poll_cq, req_notify_cq, post_srq_recv, post_send, post_recv }
+    verbs_context { query_port, create_cq_ex, query_device_ex, create_qp_ex, get_srq_num, sz, context }
+    ibv_device_attr { fw_ver, node_guid, sys_image_guid, max_mr_size, page_size_cap, vendor_id, max_qp, max_qp_wr, device_cap_flags, max_sge, max_cqe, max_mr, max_pd, max_qp_rd_atom, max_res_rd_atom, max_qp_init_rd_atom, atomic_cap, max_mw, max_ah, max_srq, max_srq_wr, max_srq_sge, max_pkeys, local_ca_ack_delay, phys_port_cnt }
+    ibv_device_attr_ex { orig_attr, comp_mask, odp_caps, completion_timestamp_mask, hca_core_clock, device_cap_flags_ex, max_dm_size, phys_port_cnt_ex }
+    ibv_port_attr { state, max_mtu, active_mtu, gid_tbl_len, port_cap_flags, max_msg_sz, pkey_tbl_len, lid, active_width, active_speed, phys_state, link_layer, flags, port_cap_flags2 }
+    ibv_pd { context, handle }
+    ibv_mr { context, pd, addr, length, handle, lkey, rkey }
+    ibv_mw { context, pd, rkey, handle, type_ }
+    ibv_cq { context, channel, cq_context, handle, cqe, mutex, cond, comp_events_completed, async_events_completed }
+    ibv_cq_ex { context, channel, cq_context, handle, cqe, comp_mask, status, wr_id, start_poll, next_poll, end_poll, read_opcode, read_byte_len, read_imm_data, read_qp_num, read_src_qp, read_wc_flags, read_completion_ts, read_completion_wallclock_ns }
+    ibv_comp_channel { context, fd, refcnt }
+    ibv_qp { context, qp_context, pd, send_cq, recv_cq, srq, handle, qp_num, state, qp_type, mutex, cond, events_completed }
+    ibv_qp_ex { qp_base, comp_mask, wr_id, wr_flags, wr_atomic_cmp_swp, wr_rdma_write, wr_send, wr_set_ud_addr, wr_set_inline_data, wr_set_sge, wr_set_sge_list, wr_start, wr_complete, wr_abort, wr_atomic_write }
+    ibv_srq { context, srq_context, pd, handle, mutex, cond, events_completed }
+    ibv_ah { context, pd, handle }
+    ibv_qp_attr { qp_state, cur_qp_state, path_mtu, qkey, rq_psn, sq_psn, dest_qp_num, qp_access_flags, cap, ah_attr, pkey_index, en_sqd_async_notify, max_rd_atomic, max_dest_rd_atomic, min_rnr_timer, port_num, timeout, retry_cnt, rnr_retry, rate_limit }
+    ibv_qp_init_attr { qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all }
+    ibv_qp_init_attr_ex { qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all, comp_mask, pd, create_flags, send_ops_flags }
+    ibv_send_wr { wr_id, next, sg_list, num_sge, opcode, send_flags, wr, qp_type }
+    ibv_recv_wr { wr_id, next, sg_list, num_sge }
+    ibv_sge { addr, length, lkey }
+    ibv_wc { wr_id, status, opcode, vendor_err, byte_len, qp_num, src_qp, wc_flags, pkey_index, slid, sl, dlid_path_bits }
+    ibv_ah_attr { grh, dlid, sl, src_path_bits, static_rate, is_global, port_num }
+    ibv_global_route { dgid, flow_label, sgid_index, hop_limit, traffic_class }
+    ibv_async_event { element, event_type }
+    ibv_srq_init_attr { srq_context, attr }
+    ibv_srq_attr { max_wr, max_sge, srq_limit }
+    ibv_gid_entry { gid, gid_index, port_num, gid_type, ndev_ifindex }
+    ibv_cq_init_attr_ex { cqe, cq_context, channel, comp_vector, wc_flags, comp_mask, flags }
+    ibv_mw_bind { wr_id, send_flags, bind_info }
+    ibv_mw_bind_info { mr, addr, length, mw_access_flags }
+}
+
+#[test]
+fn struct_layouts_match_the_c_header() {
+    let rust = rust_layout();
+    assert!(rust.len() > 250, "{} entries", rust.len());
+    // the committed table (made from the C header with ROCE_EMU_BLESS=1):
+    // checked without a C toolchain too
+    let table_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/layout.txt");
+    if std::env::var_os("ROCE_EMU_BLESS").is_some() && have_c_toolchain() {
+        std::fs::create_dir_all(table_path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&table_path, c_layout_output()).expect("write the table");
+    }
+    let table = std::fs::read_to_string(&table_path).expect("tests/data/layout.txt");
+    let parse = |s: &str| -> Vec<(String, String, usize)> {
+        s.lines()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                let (t, f, v) = (w.next()?, w.next()?, w.next()?.parse().ok()?);
+                Some((t.to_string(), if f == "." { String::new() } else { f.to_string() }, v))
+            })
+            .collect()
+    };
+    let rust_c: Vec<(String, String, usize)> =
+        rust.iter().map(|(t, f, v)| (t.clone(), c_field(f), *v)).collect();
+    assert_eq!(parse(&table), rust_c, "abi.rs against {}", table_path.display());
+    if !have_c_toolchain() {
+        return;
+    }
+    let c = parse(&c_layout_output());
+    assert_eq!(c, rust_c, "abi.rs against <infiniband/verbs.h>");
+}
+
+/// Sizes and offsets as the C compiler lays out the header's structs.
+fn c_layout_output() -> String {
+    let dir = tmpdir("layout");
+    let src = dir.join("layout.c");
+    std::fs::write(&src, c_layout_source()).expect("write layout.c");
+    let exe = dir.join("layout");
+    let o = Command::new("cc").arg("-o").arg(&exe).arg(&src).output().expect("cc");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = Command::new(&exe).output().expect("run layout");
+    let _ = std::fs::remove_dir_all(&dir);
+    text(&o.stdout)
+}
+
+// ---------------------------------------------------------------- Debian tools
+
+fn iters_line(out: &str) -> bool {
+    out.lines().any(|l| l.contains(" iters in ") && l.contains("usec/iter"))
+}
+
+fn pingpong(tool: &str, net: u8, port: u16, extra: &[&str]) {
+    let Some(p) = need(tool, "ibverbs-utils") else { return };
+    let port = port.to_string();
+    let mut sa = vec!["-d", "roce0", "-g", "1", "-p", &port];
+    sa.extend_from_slice(extra);
+    let mut ca = vec!["-d", "roce1", "-g", "1", "-p", &port];
+    ca.extend_from_slice(extra);
+    ca.push("127.0.0.1");
+    let what = format!("{tool} {}", extra.join(" "));
+    let (c, s) = pair(cmd(&p, net, &sa), cmd(&p, net, &ca), &what);
+    assert!(iters_line(&c) && iters_line(&s), "{what}:\n{c}\n{s}");
+    assert!(c.contains(&format!("GID ::ffff:127.0.{net}.2")), "{what}: remote GID\n{c}");
+}
+
+#[test]
+fn rc_pingpong_plain_events_check_and_sizes() {
+    pingpong("ibv_rc_pingpong", 22, 18622, &["-n", "200"]);
+    pingpong("ibv_rc_pingpong", 22, 18622, &["-n", "100", "-e"]);
+    pingpong("ibv_rc_pingpong", 22, 18622, &["-n", "50", "-c", "-s", "1"]);
+    pingpong("ibv_rc_pingpong", 22, 18622, &["-n", "50", "-c", "-s", "3079"]);
+}
+
+#[test]
+fn uc_pingpong_plain_events_check_and_sizes() {
+    pingpong("ibv_uc_pingpong", 23, 18623, &["-n", "200"]);
+    pingpong("ibv_uc_pingpong", 23, 18623, &["-n", "100", "-e"]);
+    pingpong("ibv_uc_pingpong", 23, 18623, &["-n", "50", "-c", "-s", "3079"]);
+}
+
+#[test]
+fn ud_pingpong_plain_events_and_sizes() {
+    pingpong("ibv_ud_pingpong", 24, 18624, &["-n", "200"]);
+    pingpong("ibv_ud_pingpong", 24, 18624, &["-n", "100", "-e", "-s", "1"]);
+    pingpong("ibv_ud_pingpong", 24, 18624, &["-n", "100", "-s", "984"]);
+}
+
+#[test]
+fn srq_pingpong_plain_events_check_and_sizes() {
+    pingpong("ibv_srq_pingpong", 25, 18625, &["-n", "200"]);
+    pingpong("ibv_srq_pingpong", 25, 18625, &["-n", "100", "-e"]);
+    pingpong("ibv_srq_pingpong", 25, 18625, &["-n", "50", "-c", "-s", "1"]);
+    pingpong("ibv_srq_pingpong", 25, 18625, &["-n", "50", "-c", "-s", "3079"]);
+}
+
+#[test]
+fn a_program_without_a_gid_fails_at_rtr_like_on_rxe() {
+    let Some(p) = need("ibv_rc_pingpong", "ibverbs-utils") else { return };
+    let s = cmd(&p, 26, &["-d", "roce0", "-p", "18626", "-n", "5"]).spawn().expect("spawn");
+    std::thread::sleep(Duration::from_millis(300));
+    let c = cmd(&p, 26, &["-d", "roce1", "-p", "18626", "-n", "5", "127.0.0.1"])
+        .spawn()
+        .expect("spawn");
+    let (co, ct) = finish(c, Duration::from_secs(20));
+    let (so, st) = finish(s, Duration::from_secs(10));
+    let all = text(&co.stdout) + &text(&co.stderr) + &text(&so.stdout) + &text(&so.stderr);
+    assert!(!ct && !st, "hung instead of failing:\n{all}");
+    assert!(!co.status.success() && !so.status.success(), "{all}");
+    assert!(all.contains("Failed to modify QP to RTR"), "{all}");
+}
+
+fn perftest(tool: &str, net: u8, port: u16, extra: &[&str]) {
+    let Some(p) = need(tool, "perftest") else { return };
+    let port = port.to_string();
+    let mut sa = vec!["-d", "roce0", "-x", "1", "-p", &port];
+    sa.extend_from_slice(extra);
+    let mut ca = vec!["-d", "roce1", "-x", "1", "-p", &port];
+    ca.extend_from_slice(extra);
+    ca.push("127.0.0.1");
+    let (c, _) = pair(cmd(&p, net, &sa), cmd(&p, net, &ca), tool);
+    // the result table: a "#bytes" header and a numeric row under it
+    let mut lines = c.lines().skip_while(|l| !l.trim_start().starts_with("#bytes"));
+    assert!(lines.next().is_some(), "{tool}: no result header\n{c}");
+    let row = lines.next().unwrap_or_default();
+    let first: Vec<&str> = row.split_whitespace().collect();
+    assert!(
+        first.len() >= 3 && first.iter().take(3).all(|w| w.parse::<f64>().is_ok()),
+        "{tool}: no result row\n{c}"
+    );
+}
+
+#[test]
+fn perftest_bandwidth_tools() {
+    perftest("ib_write_bw", 27, 18627, &["-n", "300"]);
+    perftest("ib_read_bw", 27, 18627, &["-n", "300"]);
+    perftest("ib_send_bw", 27, 18627, &["-n", "300"]);
+    perftest("ib_atomic_bw", 27, 18627, &["-n", "300"]);
+}
+
+#[test]
+fn perftest_latency_tools() {
+    perftest("ib_write_lat", 28, 18628, &["-n", "300"]);
+    perftest("ib_send_lat", 28, 18628, &["-n", "300"]);
+    perftest("ib_read_lat", 28, 18628, &["-n", "300"]);
+}
+
+#[test]
+fn debian_pingpong_against_the_rust_example_both_ways() {
+    let Some(debian) = need("ibv_rc_pingpong", "ibverbs-utils") else { return };
+    let ours = target_dir().join("rc_pingpong");
+    if !ours.exists() {
+        println!("SKIPPED: {} not built (cargo build -p roce-examples)", ours.display());
+        return;
+    }
+    // Debian server on the drop-in, Rust client
+    let (c, s) = pair(
+        cmd(&debian, 29, &["-d", "roce0", "-g", "1", "-p", "18629", "-n", "100", "-c"]),
+        cmd(&ours, 29, &["-d", "roce1", "-g", "1", "-p", "18629", "-n", "100", "-c", "127.0.0.1"]),
+        "debian server / rust client",
+    );
+    assert!(iters_line(&c) && iters_line(&s), "{c}\n{s}");
+    // Rust server, Debian client on the drop-in
+    let (c, s) = pair(
+        cmd(&ours, 29, &["-d", "roce0", "-g", "1", "-p", "18630", "-n", "100", "-c"]),
+        cmd(
+            &debian,
+            29,
+            &["-d", "roce1", "-g", "1", "-p", "18630", "-n", "100", "-c", "127.0.0.1"],
+        ),
+        "rust server / debian client",
+    );
+    assert!(iters_line(&c) && iters_line(&s), "{c}\n{s}");
+}
+
+#[test]
+fn rc_pingpong_under_valgrind_reports_no_error() {
+    let Some(vg) = need("valgrind", "valgrind") else { return };
+    let Some(p) = need("ibv_rc_pingpong", "ibverbs-utils") else { return };
+    let vg_cmd = |args: &[&str]| {
+        let mut a = vec![
+            "--fair-sched=yes",
+            "--error-exitcode=9",
+            "--errors-for-leak-kinds=none",
+            p.to_str().expect("utf-8 path"),
+        ];
+        a.extend_from_slice(args);
+        cmd(&vg, 30, &a)
+    };
+    let (c, s) = pair(
+        vg_cmd(&["-d", "roce0", "-g", "1", "-p", "18631", "-n", "10", "-c"]),
+        vg_cmd(&["-d", "roce1", "-g", "1", "-p", "18631", "-n", "10", "-c", "127.0.0.1"]),
+        "ibv_rc_pingpong under valgrind",
+    );
+    for out in [&c, &s] {
+        assert!(out.contains("ERROR SUMMARY: 0 errors"), "{out}");
+        assert!(iters_line(out), "{out}");
+    }
+}
