@@ -227,7 +227,17 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
         }
         // SAFETY: attr points to the caller's ibv_qp_init_attr_ex.
         let a = unsafe { &mut *attr };
-        let known = abi::IBV_QP_INIT_ATTR_PD | abi::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+        let mut known = abi::IBV_QP_INIT_ATTR_PD | abi::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+        // fields that are accepted when they ask for nothing
+        if a.create_flags == 0 {
+            known |= abi::IBV_QP_INIT_ATTR_CREATE_FLAGS;
+        }
+        if a.max_tso_header == 0 {
+            known |= abi::IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
+        }
+        if a.xrcd.is_null() {
+            known |= abi::IBV_QP_INIT_ATTR_XRCD;
+        }
         if a.comp_mask & abi::IBV_QP_INIT_ATTR_PD == 0 {
             return Err(libc::EINVAL);
         }
