@@ -72,7 +72,7 @@ cmd_setup() {
   [ -x "$LAB/lab.sh" ] || die "no lab at $LAB (set INTEROP_LAB)"
   mkdir -p "$STATE"
   log "building our tools (release)"
-  (cd "$ROOT" && timeout 1800 cargo build --release -q -p roce-examples -p roce-cli) || die "cargo build failed"
+  (cd "$ROOT" && timeout 1800 cargo build --release -q -p roce-examples -p roce-cli -p roce-libibverbs) || die "cargo build failed"
   local st; st=$(timeout 30 "$LAB/lab.sh" status 2>/dev/null || true)
   if grep -q "vm a: running" <<<"$st" && grep -q "vm b: running" <<<"$st"; then
     log "lab already running (not ours to stop)"
@@ -90,7 +90,7 @@ cmd_teardown() {
     local p
     while read -r p; do
       # only our binaries (rc_pingpong & co. under ip netns exec / timeout)
-      if [ -r "/proc/$p/comm" ] && grep -qE '^(ip|timeout|rc_pingpong|uc_pingpong|ud_pingpong|srq_pingpong|roce|rdma_write|rdma_read|atomics)$' "/proc/$p/comm"; then
+      if [ -r "/proc/$p/comm" ] && grep -qE '^(ip|timeout|rc_pingpong|uc_pingpong|ud_pingpong|srq_pingpong|roce|rdma_write|rdma_read|atomics|ibv_rc_pingpong|ib_write_bw)$' "/proc/$p/comm"; then
         kill -TERM "$p" 2>/dev/null || true
       fi
     done <"$STATE/pids"
@@ -149,6 +149,11 @@ all_cases() {
     # RDMA WRITE, WRITE_WITH_IMM, READ, FETCH_AND_ADD, CMP_AND_SWAP
     for r in srv cli; do
       for s in write imm read faa cas; do echo "$t-py-$r-$s"; done
+    done
+    # unmodified Debian tools on the host through the libibverbs drop-in
+    # (LD_LIBRARY_PATH=target/release) against the same tools on rxe
+    for r in srv cli; do
+      for s in rc wbw; do echo "$t-dropin-$r-$s"; done
     done
   done
 }
@@ -350,6 +355,29 @@ check_pcaps() { # DIR -> 0 if every pcap there passes the oracle and has RoCE pa
   return $ok
 }
 
+# Debian's ibv_rc_pingpong / ib_write_bw on the host, unmodified, through
+# the drop-in, against the same tool on rxe: CASE = T-dropin-ROLE-TOOL
+run_dropin() { # CASE DIR -> 0 pass / 1 fail
+  local c=$1 d=$2 t k r s port=$PORT
+  IFS=- read -r t k r s <<<"$c"
+  PORT=$((PORT + 1))
+  local ours theirs
+  if [ "$s" = rc ]; then
+    ours=(env LD_LIBRARY_PATH="$BIN" ibv_rc_pingpong -d roce0 -g 1 -s 4096 -n "$ITERS" -c -p "$port")
+    theirs="timeout $((CASE_TIMEOUT - 10)) ibv_rc_pingpong -d rxe0 -g \$(lab-gid) -s 4096 -n $ITERS -c -p $port"
+  else
+    ours=(env LD_LIBRARY_PATH="$BIN" ib_write_bw -d roce0 -x 1 -s 4096 -n "$PT_ITERS" -p "$port")
+    theirs="timeout $((CASE_TIMEOUT - 10)) ib_write_bw -d rxe0 -x \$(lab-gid) -s 4096 -n $PT_ITERS -p $port"
+  fi
+  run_both "$t" "$r" "$d" "$port" "$theirs" - "${ours[@]}"
+  [ "$OURS_RC" = 0 ] && [ "$GUEST_RC" = 0 ] || return 1
+  if [ "$s" = rc ]; then
+    grep -q "^$ITERS iters in" "$d/ours.log" && grep -q "^$ITERS iters in" "$d/guest.log"
+  else
+    grep -qE '^ *4096 +[0-9]+ ' "$d/ours.log" && grep -qE '^ *4096 +[0-9]+ ' "$d/guest.log"
+  fi
+}
+
 RESULTS=()
 run_case() { # CASE
   local c=$1 d=$RUN/$1 t0 res=PASS oracle=ok secs
@@ -360,6 +388,7 @@ run_case() { # CASE
     *-rc-*|*-uc-*|*-ud-*|*-srq-*) run_pingpong "$c" "$d" || res=FAIL ;;
     *-pt-*) run_perftest "$c" "$d" || res=FAIL ;;
     *-py-*) run_pyverbs "$c" "$d" || res=FAIL ;;
+    *-dropin-*) run_dropin "$c" "$d" || res=FAIL ;;
     *) die "unknown case $c" ;;
   esac
   LAB_CAPTURES=$d lab capture-stop br0 >/dev/null 2>&1 || true
