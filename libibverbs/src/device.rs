@@ -26,8 +26,11 @@ pub(crate) struct DevEntry {
     pub ibv: abi::ibv_device,
     pub cfg: DeviceConfig,
     pub index: usize,
-    /// The opened device, shared by every context of this process.
-    pub opened: Mutex<Option<Device>>,
+    /// The opened device, shared by every context of this process, and
+    /// the number of open contexts: the last `ibv_close_device` drops the
+    /// device (its driver thread stops, its pcap is flushed, its socket
+    /// closes).
+    pub opened: Mutex<(Option<Device>, usize)>,
 }
 
 // SAFETY: the raw pointers inside `ibv_device` are all NULL (its `_ops` are
@@ -65,7 +68,7 @@ pub(crate) fn devices() -> Result<&'static [&'static DevEntry], i32> {
                 fill_cstr(&mut ibv.dev_path, &format!("/sys/class/infiniband_verbs/uverbs{index}"));
                 fill_cstr(&mut ibv.ibdev_path, &format!("/sys/class/infiniband/{}", cfg.name));
                 let e: &'static DevEntry =
-                    Box::leak(Box::new(DevEntry { ibv, cfg, index, opened: Mutex::new(None) }));
+                    Box::leak(Box::new(DevEntry { ibv, cfg, index, opened: Mutex::new((None, 0)) }));
                 e
             })
             .collect())
@@ -185,17 +188,19 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut abi::ibv_device) -> *mut a
         let e = entry(dev).ok_or(libc::ENODEV)?;
         let device = {
             let mut o = lock(&e.opened);
-            match &*o {
+            let d = match &o.0 {
                 Some(d) => d.clone(),
                 None => {
                     let d = e.cfg.open().map_err(|err| {
                         eprintln!("roce-emu libibverbs: cannot open {}: {err}", e.cfg.name);
                         libc::ENODEV
                     })?;
-                    *o = Some(d.clone());
+                    o.0 = Some(d.clone());
                     d
                 }
-            }
+            };
+            o.1 += 1;
+            d
         };
         let ctx = device.open();
         let async_chan = ctx.async_event_channel().map_err(|err| {
@@ -246,9 +251,22 @@ pub(crate) unsafe extern "C" fn close_device(c: *mut abi::ibv_context) -> libc::
     guard_rc(|| {
         // SAFETY: per the contract of ibv_close_device.
         let cx = unsafe { ctx(c) }.ok_or(libc::EINVAL)?;
+        let e = cx.dev;
         // SAFETY: cx is the leaked box of open_device; the program must not
         // use the context (or its objects) after closing it.
         drop(unsafe { Box::from_raw(cx as *const Ctx as *mut Ctx) });
+        let last = {
+            let mut o = lock(&e.opened);
+            o.1 = o.1.saturating_sub(1);
+            if o.1 == 0 {
+                o.0.take()
+            } else {
+                None
+            }
+        };
+        // the last context: the device goes (outside the lock; dropping it
+        // stops its driver thread and flushes its capture)
+        drop(last);
         Ok(())
     })
 }
