@@ -44,7 +44,7 @@ run() { # NAME SERVER-ARGS... -- CLIENT-EXTRA...
     pass=$((pass + 1)); printf '%-28s PASS  oracle=%s (%d packets)\n' "$name" "$verdict" "$pk"
   else
     fail=$((fail + 1)); printf '%-28s FAIL  client=%s server=%s oracle=%s\n' "$name" "$crc" "$src" "$verdict"
-    tail -3 "$d/client.log" "$d/server.log" | sed 's/^/    /'
+    tail -n 3 "$d/client.log" "$d/server.log" | sed "s/^/    /"
   fi
 }
 for s in 1 1024 3079; do

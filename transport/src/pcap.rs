@@ -17,16 +17,42 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A `Write` over a shared buffered file, so the recorder can flush it
-/// while the pcap writer owns it.
+/// while the pcap writer owns it. Writes are staged and reach the buffered
+/// file one whole record at a time ([`Shared::commit`]), so the file never
+/// ends inside a record, even when the process exits without dropping the
+/// recorder (a C program that never closes its device): it holds every
+/// record the buffer let through, each complete.
 #[derive(Clone)]
-struct Shared(Arc<Mutex<BufWriter<File>>>);
+struct Shared(Arc<Mutex<Staged>>);
+
+struct Staged {
+    out: BufWriter<File>,
+    pending: Vec<u8>,
+}
+
+impl Shared {
+    fn lock(&self) -> std::io::Result<std::sync::MutexGuard<'_, Staged>> {
+        self.0.lock().map_err(|_| std::io::Error::other("poisoned"))
+    }
+
+    /// Move the staged bytes (whole records) to the buffered file.
+    fn commit(&self) -> std::io::Result<()> {
+        let mut g = self.lock()?;
+        let s = &mut *g;
+        let r = s.out.write_all(&s.pending);
+        s.pending.clear();
+        r
+    }
+}
 
 impl Write for Shared {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().map_err(|_| std::io::Error::other("poisoned"))?.write(buf)
+        self.lock()?.pending.extend_from_slice(buf);
+        Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
-        self.0.lock().map_err(|_| std::io::Error::other("poisoned"))?.flush()
+        self.commit()?;
+        self.lock()?.out.flush()
     }
 }
 
@@ -44,8 +70,12 @@ pub fn mac_of(ip: IpAddr) -> [u8; 6] {
 impl PcapRecorder {
     /// Create (truncate) `path` and write the pcap header.
     pub fn create(path: &Path) -> Result<PcapRecorder, CaptureError> {
-        let file = Shared(Arc::new(Mutex::new(BufWriter::new(File::create(path)?))));
+        let file = Shared(Arc::new(Mutex::new(Staged {
+            out: BufWriter::new(File::create(path)?),
+            pending: Vec::new(),
+        })));
         let writer = PcapWriter::new(file.clone(), LinkType::Ethernet)?;
+        file.commit()?;
         Ok(PcapRecorder { writer, file })
     }
 
@@ -61,7 +91,7 @@ impl PcapRecorder {
         let ok =
             roce_packet::frame::ethernet_frame(mac_of(ep.src), mac_of(ep.dst), ep, meta, payload)
                 .ok()
-                .map(|f| self.writer.write_frame(ts, &f).is_ok())
+                .map(|f| self.writer.write_frame(ts, &f).is_ok() && self.file.commit().is_ok())
                 .unwrap_or(false);
         let counter = if ok { &c.pcap_frames } else { &c.pcap_errors };
         TransportCounters::add(counter, 1);
