@@ -67,8 +67,12 @@ pub(crate) fn devices() -> Result<&'static [&'static DevEntry], i32> {
                 fill_cstr(&mut ibv.dev_name, &format!("uverbs{index}"));
                 fill_cstr(&mut ibv.dev_path, &format!("/sys/class/infiniband_verbs/uverbs{index}"));
                 fill_cstr(&mut ibv.ibdev_path, &format!("/sys/class/infiniband/{}", cfg.name));
-                let e: &'static DevEntry =
-                    Box::leak(Box::new(DevEntry { ibv, cfg, index, opened: Mutex::new((None, 0)) }));
+                let e: &'static DevEntry = Box::leak(Box::new(DevEntry {
+                    ibv,
+                    cfg,
+                    index,
+                    opened: Mutex::new((None, 0)),
+                }));
                 e
             })
             .collect())

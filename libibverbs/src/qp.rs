@@ -599,14 +599,17 @@ pub(crate) unsafe extern "C" fn post_send(
     })
 }
 
+/// Receive requests with the C entry each came from.
+pub(crate) type RecvList = Vec<(RecvWr, *mut abi::ibv_recv_wr)>;
+/// A malformed C entry and its errno.
+pub(crate) type BadRecv = Option<(*mut abi::ibv_recv_wr, i32)>;
+
 /// The receive requests of a C chain; on a malformed entry, those before it
 /// and that entry's pointer with the errno.
 ///
 /// # Safety
 /// `wr` must be the program's `ibv_recv_wr` chain.
-pub(crate) unsafe fn recv_wrs(
-    wr: *mut abi::ibv_recv_wr,
-) -> (Vec<(RecvWr, *mut abi::ibv_recv_wr)>, Option<(*mut abi::ibv_recv_wr, i32)>) {
+pub(crate) unsafe fn recv_wrs(wr: *mut abi::ibv_recv_wr) -> (RecvList, BadRecv) {
     let mut out = Vec::new();
     let mut cur = wr;
     while !cur.is_null() {

@@ -44,6 +44,14 @@ fn lib_dir() -> PathBuf {
     .clone()
 }
 
+/// Say that (part of) a test was skipped, past libtest's output capture
+/// (`println!` of a passing test is swallowed; a direct write to stderr is
+/// not), so a run without the tools says so.
+fn skipped(msg: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {msg}");
+}
+
 fn which(tool: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")?
         .to_str()?
@@ -56,7 +64,7 @@ fn which(tool: &str) -> Option<PathBuf> {
 fn need(tool: &str, package: &str) -> Option<PathBuf> {
     let p = which(tool);
     if p.is_none() {
-        println!("SKIPPED: {tool} not installed (apt-get install {package})");
+        skipped(&format!("{tool} not installed (apt-get install {package})"));
     }
     p
 }
@@ -190,7 +198,7 @@ fn map_symbols() -> Vec<String> {
 #[test]
 fn symbols_and_versions_are_rdma_cores() {
     let Some(ours) = dynamic_symbols(&lib_dir().join("libibverbs.so.1")) else {
-        println!("SKIPPED: nm not installed (apt-get install binutils)");
+        skipped("nm not installed (apt-get install binutils)");
         return;
     };
     let want = map_symbols();
@@ -203,9 +211,7 @@ fn symbols_and_versions_are_rdma_cores() {
         let theirs = dynamic_symbols(host).expect("nm on the host library");
         assert_eq!(ours, theirs, "exported symbols differ from the host's rdma-core");
     } else {
-        println!(
-            "SKIPPED (part): no host libibverbs.so.1 to compare with (apt-get install libibverbs1)"
-        );
+        skipped("(part) no host libibverbs.so.1 to compare with (apt-get install libibverbs1)");
     }
 }
 
@@ -213,7 +219,7 @@ fn symbols_and_versions_are_rdma_cores() {
 
 fn have_c_toolchain() -> bool {
     if which("cc").is_none() || !Path::new("/usr/include/infiniband/verbs.h").exists() {
-        println!("SKIPPED: needs cc and <infiniband/verbs.h> (apt-get install gcc libibverbs-dev)");
+        skipped("needs cc and <infiniband/verbs.h> (apt-get install gcc libibverbs-dev)");
         return false;
     }
     true
@@ -491,7 +497,7 @@ fn debian_pingpong_against_the_rust_example_both_ways() {
     let Some(debian) = need("ibv_rc_pingpong", "ibverbs-utils") else { return };
     let ours = target_dir().join("rc_pingpong");
     if !ours.exists() {
-        println!("SKIPPED: {} not built (cargo build -p roce-examples)", ours.display());
+        skipped(&format!("{} not built (cargo build -p roce-examples)", ours.display()));
         return;
     }
     // Debian server on the drop-in, Rust client

@@ -165,7 +165,7 @@ impl RegionMem {
             Backing::External { ptr, .. } => {
                 // SAFETY: inside the registered range (checked above).
                 let p = unsafe { ptr.as_ptr().add(off) };
-                if (p as usize) % 8 == 0 {
+                if (p as usize).is_multiple_of(8) {
                     // SAFETY: p is 8-aligned and valid for reads and writes
                     // of 8 bytes for as long as this call (external()); an
                     // AtomicU64 view of it is what other atomic users see.
