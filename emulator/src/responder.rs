@@ -178,9 +178,21 @@ impl Qp {
     /// `uc_msg_dropped`: a partly received one, one whose head was lost
     /// (its later packets are discarded silently), or — a forward gap
     /// between whole messages — at least one lost entirely. A packet from
-    /// behind (a duplicate) drops only a message in progress. Returns
-    /// whether to go on with this packet.
+    /// behind (late, reordered, or a duplicate) is dropped by itself and
+    /// never starts a message. Returns whether to go on with this packet.
     fn uc_check_psn(&mut self, dev: &mut Dev, psn: Psn, starts: bool) -> bool {
+        if psn != self.epsn && psn.distance(self.epsn) < 0 {
+            // A packet from behind: on RoCE the IP network may reorder, so
+            // this is a late packet of a message already given up or
+            // already overtaken. Resynchronising on it (as rxe does on any
+            // FIRST/ONLY) would deliver an old message after newer ones —
+            // an old WRITE over memory a newer message already filled, an
+            // old SEND into a newer receive. It is dropped alone; the
+            // message in progress, if any, goes on.
+            dev.counters.out_of_seq_request += 1;
+            tracing::debug!(qpn = %self.qpn, %psn, epsn = %self.epsn, reason = "UC: late packet", "drop");
+            return false;
+        }
         if psn != self.epsn {
             dev.counters.out_of_seq_request += 1;
             let partial = self.uc_abandon(dev, "PSN gap");
