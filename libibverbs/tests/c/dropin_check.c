@@ -6,12 +6,17 @@
  *     malloc'd bytes, read back without any copy API;
  *  2. after ibv_dereg_mr the peer's WRITE to the old rkey is refused
  *     (IBV_WC_REM_ACCESS_ERR) and the bytes stay as they were;
- *  3. invalid calls answer with rdma-core's errno.
+ *  3. invalid calls answer with rdma-core's errno;
+ *  4. threads: one thread blocks in ibv_get_cq_event while another posts
+ *     and a third busy-polls another CQ; nothing deadlocks.
  *
  * Prints one line per check ("ok ..." / "FAIL ...") and exits 0 only if
  * every check held. Built and run by tests/dropin.rs. */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <infiniband/verbs.h>
+#include <pthread.h>
+#include <time.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +43,8 @@ struct side {
 	union ibv_gid gid;
 };
 
-static void open_side(struct ibv_device *dev, struct side *s)
+static void open_side_ch(struct ibv_device *dev, struct side *s,
+			 struct ibv_comp_channel **ch)
 {
 	struct ibv_qp_init_attr ia = {0};
 
@@ -48,7 +54,9 @@ static void open_side(struct ibv_device *dev, struct side *s)
 		exit(2);
 	}
 	s->pd = ibv_alloc_pd(s->ctx);
-	s->cq = ibv_create_cq(s->ctx, 64, NULL, NULL, 0);
+	if (ch)
+		*ch = ibv_create_comp_channel(s->ctx);
+	s->cq = ibv_create_cq(s->ctx, 64, NULL, ch ? *ch : NULL, 0);
 	ia.send_cq = s->cq;
 	ia.recv_cq = s->cq;
 	ia.qp_type = IBV_QPT_RC;
@@ -56,11 +64,54 @@ static void open_side(struct ibv_device *dev, struct side *s)
 	ia.cap.max_recv_wr = 16;
 	ia.cap.max_send_sge = 1;
 	ia.cap.max_recv_sge = 1;
+	ia.cap.max_inline_data = 128;
 	s->qp = ibv_create_qp(s->pd, &ia);
 	if (!s->pd || !s->cq || !s->qp || ibv_query_gid(s->ctx, 1, 1, &s->gid)) {
 		fprintf(stderr, "setup failed\n");
 		exit(2);
 	}
+}
+
+static void open_side(struct ibv_device *dev, struct side *s)
+{
+	open_side_ch(dev, s, NULL);
+}
+
+struct waiter {
+	struct ibv_comp_channel *ch;
+	struct ibv_cq *want;
+	int ok;
+};
+
+static void *wait_event(void *arg)
+{
+	struct waiter *w = arg;
+	struct ibv_cq *cq;
+	void *cq_ctx;
+
+	if (ibv_get_cq_event(w->ch, &cq, &cq_ctx) == 0 && cq == w->want) {
+		ibv_ack_cq_events(cq, 1);
+		w->ok = 1;
+	}
+	return NULL;
+}
+
+struct poller {
+	struct side *s;
+	long polls;
+	volatile int stop;
+};
+
+static void *busy_poll(void *arg)
+{
+	struct poller *p = arg;
+	struct ibv_wc wc;
+
+	while (!p->stop) {
+		ibv_poll_cq(p->s->cq, 1, &wc);
+		p->polls++;
+	}
+	return NULL;
 }
 
 static int connect_qp(struct side *s, struct side *peer)
@@ -112,7 +163,7 @@ static int do_wr(struct side *s, struct ibv_send_wr *wr, struct ibv_wc *wc)
 	struct ibv_send_wr *bad;
 	long spins;
 
-	wr->send_flags = IBV_SEND_SIGNALED;
+	wr->send_flags |= IBV_SEND_SIGNALED;
 	if (ibv_post_send(s->qp, wr, &bad))
 		return -1;
 	for (spins = 0; spins < 200000000L; spins++) {
@@ -306,6 +357,84 @@ int main(void)
 		CHECK(strcmp(ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR),
 			     "remote access error") == 0,
 		      "ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR)");
+	}
+
+	/* 4. threads */
+	{
+		struct side c, d;
+		struct ibv_comp_channel *ch;
+		struct waiter w = {0};
+		struct poller pl = {0};
+		pthread_t tw, tp;
+		struct timespec dl;
+		struct ibv_mr *rmr;
+		struct ibv_recv_wr rwr = {0}, *rbad;
+		struct ibv_sge rsge;
+		int joined, rc;
+
+		open_side_ch(list[1], &c, &ch);
+		open_side(list[0], &d);
+		CHECK(ch && connect_qp(&c, &d) == 0 && connect_qp(&d, &c) == 0,
+		      "a QP pair whose receiver CQ has a completion channel");
+		rmr = ibv_reg_mr(c.pd, target, 4096, IBV_ACCESS_LOCAL_WRITE);
+		rsge.addr = (uintptr_t)target;
+		rsge.length = 4096;
+		rsge.lkey = rmr->lkey;
+		rwr.sg_list = &rsge;
+		rwr.num_sge = 1;
+		ibv_post_recv(c.qp, &rwr, &rbad);
+		ibv_req_notify_cq(c.cq, 0);
+		w.ch = ch;
+		w.want = c.cq;
+		pl.s = &a; /* a's QP is in ERR since the dereg test: polls find nothing new */
+		pthread_create(&tw, NULL, wait_event, &w);
+		pthread_create(&tp, NULL, busy_poll, &pl);
+		{
+			struct timespec z = {0, 50 * 1000 * 1000};
+			nanosleep(&z, NULL); /* the waiter is blocked by now */
+		}
+		sge.addr = (uintptr_t)local;
+		sge.length = 100;
+		memset(&wr, 0, sizeof(wr));
+		sge.lkey = 0;
+		wr.sg_list = &sge;
+		wr.num_sge = 1;
+		wr.opcode = IBV_WR_SEND;
+		wr.send_flags = IBV_SEND_INLINE;
+		rc = do_wr(&d, &wr, &wc);
+		CHECK(rc == 0 && wc.status == IBV_WC_SUCCESS,
+		      "an inline SEND completes while the others run (%d, %s)", rc,
+		      rc == 0 ? ibv_wc_status_str(wc.status) : "no completion");
+		clock_gettime(CLOCK_REALTIME, &dl);
+		dl.tv_sec += 10;
+		joined = pthread_timedjoin_np(tw, NULL, &dl) == 0;
+		CHECK(joined && w.ok,
+		      "the thread blocked in ibv_get_cq_event woke with the CQ");
+		pl.stop = 1;
+		pthread_join(tp, NULL);
+		CHECK(pl.polls > 0, "a third thread busy-polled meanwhile (%ld polls)",
+		      pl.polls);
+		{
+			struct ibv_wc rw;
+			int n = ibv_poll_cq(c.cq, 1, &rw);
+			CHECK(n == 1 && rw.status == IBV_WC_SUCCESS &&
+				      rw.byte_len == 100 &&
+				      memcmp(target, local, 100) == 0,
+			      "the SEND landed in the receiver's buffer");
+		}
+		if (joined) {
+			ibv_dereg_mr(rmr);
+			ibv_destroy_qp(c.qp);
+			ibv_destroy_qp(d.qp);
+			ibv_destroy_cq(c.cq);
+			ibv_destroy_cq(d.cq);
+			CHECK(ibv_destroy_comp_channel(ch) == 0,
+			      "channel destroyed after its CQ");
+			ibv_dealloc_pd(c.pd);
+			ibv_dealloc_pd(d.pd);
+			ibv_close_device(c.ctx);
+			ibv_close_device(d.ctx);
+		}
 	}
 
 	ibv_dereg_mr(lmr);
