@@ -313,7 +313,18 @@ pub fn run(kind: Kind, a: &Args) -> Result<ExitCode, String> {
     };
     // pp_connect_ctx: RTR and RTS with rdma-core's attributes
     let connect = |rem: &Dest, peer_ip: IpAddr| -> Result<Option<AhAttr>, String> {
-        if rem.has_gid() && (rem.gid.segments()[0] & 0xffc0) == 0xfe80 {
+        if !rem.has_gid() {
+            // RoCE addresses peers by GID: without one there is no GRH, and
+            // rxe refuses the QP at RTR (and the AH of a UD QP) at once,
+            // rather than sending to the TCP peer's address and retrying
+            // forever.
+            let what = if kind == Kind::Ud { "create AH" } else { "modify QP to RTR" };
+            return Err(format!(
+                "Failed to {what}: the peer sent no GID (RoCE needs one): run both sides \
+                 with -g 1, as with rxe"
+            ));
+        }
+        if (rem.gid.segments()[0] & 0xffc0) == 0xfe80 {
             return Err(format!(
                 "remote GID {} is link-local (GID index 0): this emulator reaches peers by their \
                  IPv4 or global IPv6 address; run both sides with -g 1",

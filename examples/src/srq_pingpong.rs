@@ -193,19 +193,25 @@ pub fn run(a: &Args) -> Result<ExitCode, String> {
 
     let sl = u8::try_from(a.sl).unwrap_or(0);
     // pp_connect_ctx: every QP to RTR and RTS with rdma-core's RC attributes
-    let connect = |rem: &[Dest], peer_ip: IpAddr| -> Result<(), String> {
+    let connect = |rem: &[Dest], _peer_ip: IpAddr| -> Result<(), String> {
         if rem.len() != qps.len() {
             return Err(format!("{} remote addresses for {} QPs", rem.len(), qps.len()));
         }
         for (i, (qp, r)) in qps.iter().zip(rem).enumerate() {
-            if r.has_gid() && (r.gid.segments()[0] & 0xffc0) == 0xfe80 {
+            if !r.has_gid() {
+                // as rc_pingpong: RoCE needs a GID, rxe refuses RTR without
+                return Err("Failed to modify QP to RTR: the peer sent no GID (RoCE needs one): \
+                            run both sides with -g 1, as with rxe"
+                    .to_string());
+            }
+            if (r.gid.segments()[0] & 0xffc0) == 0xfe80 {
                 return Err(format!(
                     "remote GID {} is link-local (GID index 0): this emulator reaches peers by \
                      their IPv4 or global IPv6 address; run both sides with -g 1",
                     r.gid
                 ));
             }
-            let mut ah = AhAttr::new(if r.has_gid() { gid_to_addr(r.gid) } else { peer_ip });
+            let mut ah = AhAttr::new(gid_to_addr(r.gid));
             ah.sgid_index = sgid_index;
             ah.hop_limit = 1;
             ah.sl = sl;

@@ -271,6 +271,37 @@ fn link_local_gid_is_refused_with_a_hint() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Without `-g` the peers exchange zero GIDs: like rxe, the mistake fails at
+/// once (the QP cannot reach RTR without a GRH) with a message saying what
+/// to do, instead of sending to the TCP peer's address and retrying forever.
+#[test]
+fn no_gid_fails_at_once_like_rxe() {
+    let port = free_port().to_string();
+    let bin = env!("CARGO_BIN_EXE_rc_pingpong");
+    let cmd = |dev: &str, server: Option<&str>| {
+        let mut c = Command::new(bin);
+        c.env("ROCE_EMU_DEVICES", "ngs=127.0.0.12,ngc=127.0.0.13")
+            .env_remove("ROCE_EMU_PCAP")
+            .args(["-d", dev, "-p", &port, "-n", "10"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c.args(server);
+        c.spawn().expect("spawn")
+    };
+    let s = cmd("ngs", None);
+    std::thread::sleep(Duration::from_millis(200));
+    let c = cmd("ngc", Some("127.0.0.1"));
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(30);
+    let (rc, rs) = (finish(c, deadline), finish(s, deadline));
+    assert!(start.elapsed() < Duration::from_secs(10), "took {:?}", start.elapsed());
+    assert_eq!(rs.code, Some(1), "{}{}", rs.out, rs.err);
+    assert!(rs.err.contains("Failed to modify QP to RTR: the peer sent no GID"), "{}", rs.err);
+    assert!(rs.err.contains("-g 1"), "{}", rs.err);
+    assert_eq!(rc.code, Some(1), "{}{}", rc.out, rc.err);
+}
+
 #[test]
 fn refused_options_and_sizes() {
     let run = |bin: &str, args: &[&str]| {
