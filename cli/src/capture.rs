@@ -5,7 +5,7 @@ use crate::record::{udp_checksum_ok, Gso, Input, Record};
 use crate::{human, ladder, stats, svg, DecodeArgs};
 use core::fmt;
 use roce_packet::frame::{parse_frame, RoceDatagram};
-use roce_packet::pcap::{read_capture_file, CapturedFrame};
+use roce_packet::pcap::{read_capture_file_partial, CapturedFrame};
 use std::io::{self, IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -232,8 +232,14 @@ pub fn decode_file(args: &DecodeArgs, out: &mut dyn Write) -> Result<Summary, De
             args.file.display()
         )));
     }
-    let frames = read_capture_file(&args.file)
-        .map_err(|e| DecodeError::Capture(format!("{}: {e}", args.file.display())))?;
+    // A capture cut short (Ctrl-C, `head -c`) is decoded up to its last
+    // complete record, then reported (non-zero exit), as tcpdump does.
+    let (frames, cut) = read_capture_file_partial(&args.file);
+    if let Some(e) = &cut {
+        if frames.is_empty() {
+            return Err(DecodeError::Capture(format!("{}: {e}", args.file.display())));
+        }
+    }
     let v = &args.view;
     let style = Style {
         json: args.json,
@@ -252,5 +258,13 @@ pub fn decode_file(args: &DecodeArgs, out: &mut dyn Write) -> Result<Summary, De
         gap_ms: v.gap,
         name: args.file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
     };
-    decode_frames(&frames, args.port, &style, out)
+    let summary = decode_frames(&frames, args.port, &style, out)?;
+    match cut {
+        Some(e) => Err(DecodeError::Capture(format!(
+            "{}: {e}; the {} complete records before it were decoded",
+            args.file.display(),
+            frames.len()
+        ))),
+        None => Ok(summary),
+    }
 }

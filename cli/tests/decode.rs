@@ -295,6 +295,32 @@ fn truncated_pcap_exits_2() {
     assert_eq!(decode(&[], &cut).status.code(), Some(2));
 }
 
+/// A recording cut short (Ctrl-C, `head -c`): every complete record is
+/// decoded first, then the truncation is reported and the exit status is 2,
+/// as tcpdump and tshark do.
+#[test]
+fn cut_capture_decodes_what_is_there_then_exits_2() {
+    let full = std::fs::read(capture("rnr.pcap")).expect("rnr.pcap");
+    let whole = decode(&[], &capture("rnr.pcap"));
+    let all: Vec<String> = stdout(&whole).lines().map(str::to_string).collect();
+    assert!(all.len() > 27, "{} lines", all.len());
+    let cut = tmp_file("cut_after_27.pcap", &full[..3000]);
+    for args in [&[][..], &["--json"][..]] {
+        let out = decode(args, &cut);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let text = stdout(&out);
+        assert_eq!(text.lines().count(), 27, "{args:?}: {text}");
+        if args.is_empty() {
+            assert_eq!(text.lines().collect::<Vec<_>>(), all[..27].to_vec());
+        }
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with("roce decode: "), "{err}");
+        assert!(err.contains("truncated capture file: record 28"), "{err}");
+        assert!(err.contains("the 27 complete records before it were decoded"), "{err}");
+    }
+}
+
 #[test]
 fn rnr_nak_line_and_explanation() {
     let out = decode(&["--explain"], &capture("rnr.pcap"));

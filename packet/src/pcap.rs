@@ -129,18 +129,39 @@ const PCAPNG_MAGIC: [u8; 4] = [0x0a, 0x0d, 0x0d, 0x0a];
 
 /// Parse a whole pcap or pcapng file held in memory.
 pub fn read_capture(bytes: &[u8]) -> Result<Vec<CapturedFrame>, CaptureError> {
-    if bytes.len() >= 4 && PCAP_MAGICS.iter().any(|m| bytes[..4] == m[..]) {
-        read_pcap(bytes)
+    match read_capture_partial(bytes) {
+        (frames, None) => Ok(frames),
+        (_, Some(e)) => Err(e),
+    }
+}
+
+/// Parse as much of a capture as is there: the frames of every complete
+/// record before the first truncated or malformed one, and that error (a
+/// recording cut short by Ctrl-C or `head -c` still shows what it holds,
+/// as tcpdump and tshark do).
+pub fn read_capture_partial(bytes: &[u8]) -> (Vec<CapturedFrame>, Option<CaptureError>) {
+    let mut frames = Vec::new();
+    let r = if bytes.len() >= 4 && PCAP_MAGICS.iter().any(|m| bytes[..4] == m[..]) {
+        read_pcap(bytes, &mut frames)
     } else if bytes.len() >= 4 && bytes[..4] == PCAPNG_MAGIC {
-        read_pcapng(bytes)
+        read_pcapng(bytes, &mut frames)
     } else {
         Err(CaptureError::NotACapture(bytes[..bytes.len().min(4)].to_vec()))
-    }
+    };
+    (frames, r.err())
 }
 
 /// Read and parse a pcap or pcapng file.
 pub fn read_capture_file(path: &Path) -> Result<Vec<CapturedFrame>, CaptureError> {
     read_capture(&std::fs::read(path)?)
+}
+
+/// [`read_capture_partial`] of a file (an I/O error reads no frame).
+pub fn read_capture_file_partial(path: &Path) -> (Vec<CapturedFrame>, Option<CaptureError>) {
+    match std::fs::read(path) {
+        Ok(b) => read_capture_partial(&b),
+        Err(e) => (Vec::new(), Some(CaptureError::Io(e))),
+    }
 }
 
 fn map_err(e: PcapError, what: &'static str, record: usize, offset: usize) -> CaptureError {
@@ -151,7 +172,7 @@ fn map_err(e: PcapError, what: &'static str, record: usize, offset: usize) -> Ca
     }
 }
 
-fn read_pcap(bytes: &[u8]) -> Result<Vec<CapturedFrame>, CaptureError> {
+fn read_pcap(bytes: &[u8], frames: &mut Vec<CapturedFrame>) -> Result<(), CaptureError> {
     let (mut rem, parser) = PcapParser::new(bytes).map_err(|e| map_err(e, "file header", 0, 0))?;
     let header = parser.header();
     // The top 4 bits may carry FCS information (pcap "LINKTYPE_" field, upper bits).
@@ -160,7 +181,6 @@ fn read_pcap(bytes: &[u8]) -> Result<Vec<CapturedFrame>, CaptureError> {
         TsResolution::MicroSecond => 1000,
         TsResolution::NanoSecond => 1,
     };
-    let mut frames = Vec::new();
     while !rem.is_empty() {
         let number = frames.len() + 1;
         let offset = bytes.len() - rem.len();
@@ -177,7 +197,7 @@ fn read_pcap(bytes: &[u8]) -> Result<Vec<CapturedFrame>, CaptureError> {
         });
         rem = next;
     }
-    Ok(frames)
+    Ok(())
 }
 
 /// Per-interface state of a pcapng section.
@@ -233,10 +253,9 @@ fn pcapng_ts(units: u64, iface: &Iface) -> Duration {
     Duration::new(secs, nanos as u32)
 }
 
-fn read_pcapng(bytes: &[u8]) -> Result<Vec<CapturedFrame>, CaptureError> {
+fn read_pcapng(bytes: &[u8], frames: &mut Vec<CapturedFrame>) -> Result<(), CaptureError> {
     let (mut rem, mut parser) = PcapNgParser::new(bytes).map_err(|e| map_err(e, "block", 1, 0))?;
     let mut ifaces: Vec<Iface> = Vec::new();
-    let mut frames = Vec::new();
     let mut block_no = 1usize;
     while !rem.is_empty() {
         block_no += 1;
@@ -300,7 +319,7 @@ fn read_pcapng(bytes: &[u8]) -> Result<Vec<CapturedFrame>, CaptureError> {
             _ => {}
         }
     }
-    Ok(frames)
+    Ok(())
 }
 
 /// Writes a classic pcap file (little-endian, nanosecond timestamps,
