@@ -366,9 +366,16 @@ impl<S: Read + Write> Oob<S> {
         for (i, d) in mine.iter().enumerate() {
             let again = self.hand_shake(d).map_err(e)?;
             if again.qpn != rem[i].qpn {
+                // perftest sends its QPs in order in both rounds: a QP that
+                // "changes" is the next of the peer's QPs, so the two sides
+                // were started with different -q
                 return Err(format!(
-                    "peer's QP {i} changed between exchanges (0x{:06x} then 0x{:06x})",
-                    rem[i].qpn, again.qpn
+                    "peer's QP {i} changed between exchanges (0x{:06x} then 0x{:06x}): the \
+                     peer runs a different number of QPs than this side's {}; start both \
+                     sides with the same -q (perftest needs that too)",
+                    rem[i].qpn,
+                    again.qpn,
+                    mine.len()
                 ));
             }
         }

@@ -546,3 +546,60 @@ fn rc_pingpong_under_valgrind_reports_no_error() {
         assert!(iters_line(out), "{out}");
     }
 }
+
+/// `roce perf` speaks perftest's multi-QP exchange in both roles: Debian's
+/// `ib_write_bw -q 8` on the drop-in as the client of `roce perf write
+/// --server -q 8`, and as the server of `roce perf write -q 8`.
+#[test]
+fn roce_perf_against_perftest_with_8_qps_both_roles() {
+    let Some(pt) = need("ib_write_bw", "perftest") else { return };
+    let roce = target_dir().join("roce");
+    if !roce.exists() {
+        skipped(&format!("{} not built (cargo build -p roce-cli)", roce.display()));
+        return;
+    }
+    let common = ["-x", "1", "-q", "8", "-s", "4096", "-n", "100"];
+    // roce perf serves, perftest connects
+    let srv = with(&["perf", "write", "--server", "-d", "roce0", "-p", "18640"], &common);
+    let cli = with(&["-d", "roce1", "-p", "18640"], &common);
+    let (_, s) = pair(
+        cmd(&roce, 31, &srv),
+        cmd(&pt, 31, &with(&cli, &["127.0.0.1"])),
+        "roce perf --server -q 8 / ib_write_bw -q 8",
+    );
+    assert!(s.contains("checks_ok=8 checks_failed=0 error=no"), "{s}");
+    // perftest serves, roce perf connects
+    let srv = with(&["-d", "roce0", "-p", "18641"], &common);
+    let cli = with(&["perf", "write", "-d", "roce1", "-p", "18641"], &common);
+    let (c, _) = pair(
+        cmd(&pt, 31, &srv),
+        cmd(&roce, 31, &with(&cli, &["127.0.0.1"])),
+        "ib_write_bw -q 8 / roce perf -q 8",
+    );
+    assert!(c.contains("checks_failed=0 error=no"), "{c}");
+    // different -q on the two sides: a message that says so
+    let srv = with(
+        &["perf", "write", "--server", "-d", "roce0", "-p", "18642"],
+        &["-x", "1", "-n", "10"],
+    );
+    let mut s = cmd(&roce, 31, &srv);
+    let mut c = cmd(&pt, 31, &with(&cli_q(&["-d", "roce1", "-p", "18642"]), &["127.0.0.1"]));
+    let sp = s.spawn().expect("spawn");
+    std::thread::sleep(Duration::from_millis(300));
+    let cp = c.spawn().expect("spawn");
+    let (co, _) = finish(cp, Duration::from_secs(30));
+    let (so, _) = finish(sp, Duration::from_secs(10));
+    let err = text(&so.stderr) + &text(&so.stdout);
+    assert!(!so.status.success() && !co.status.success(), "{err}");
+    assert!(err.contains("start both sides with the same -q"), "{err}");
+}
+
+fn with<'a>(a: &[&'a str], b: &[&'a str]) -> Vec<&'a str> {
+    a.iter().chain(b).copied().collect()
+}
+
+fn cli_q<'a>(a: &[&'a str]) -> Vec<&'a str> {
+    let mut v = a.to_vec();
+    v.extend(["-x", "1", "-q", "2", "-n", "10"]);
+    v
+}

@@ -10,10 +10,11 @@ fn tests_publish_under_target_not_the_users_runtime_dir() {
     let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
     let target = target.canonicalize().unwrap_or(target);
     assert!(
-        d.starts_with(&target) || std::env::var_os("ROCE_EMU_RUNTIME_DIR").is_some_and(|v| {
-            // someone set their own on purpose: then it is theirs
-            !v.to_string_lossy().ends_with("target/roce-emu-runtime")
-        }),
+        d.starts_with(&target)
+            || std::env::var_os("ROCE_EMU_RUNTIME_DIR").is_some_and(|v| {
+                // someone set their own on purpose: then it is theirs
+                !v.to_string_lossy().ends_with("target/roce-emu-runtime")
+            }),
         "runtime dir {} is not under {}",
         d.display(),
         target.display()
