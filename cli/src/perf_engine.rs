@@ -100,12 +100,68 @@ struct Pair {
     psn_b: u32,
 }
 
+/// The CQs of one side: as many as it takes to give every QP room for all
+/// its completions within the device's `max_cqe` (QP `q` reports to
+/// `cqs[q / per_cq]`). Polled round-robin as one.
+pub struct CqSet {
+    cqs: Vec<Cq>,
+    per_cq: usize,
+    next: std::cell::Cell<usize>,
+}
+
+impl CqSet {
+    /// CQs for `qps` QPs that each may have `per_qp` completions queued.
+    fn new(ctx: &Context, qps: u32, per_qp: u32) -> anyhow::Result<CqSet> {
+        let max = ctx.query_device().max_cqe;
+        if per_qp > max {
+            bail!("one QP needs room for {per_qp} completions, more than max_cqe {max}: lower -t");
+        }
+        let per_cq = (max / per_qp).clamp(1, qps.max(1));
+        let mut cqs = Vec::new();
+        let mut left = qps.max(1);
+        while left > 0 {
+            let n = left.min(per_cq);
+            cqs.push(ctx.create_cq(n * per_qp).map_err(|e| anyhow!("create_cq: {e}"))?);
+            left -= n;
+        }
+        Ok(CqSet { cqs, per_cq: per_cq as usize, next: std::cell::Cell::new(0) })
+    }
+
+    /// The CQ QP `q` reports to.
+    fn for_qp(&self, q: usize) -> &Cq {
+        &self.cqs[(q / self.per_cq).min(self.cqs.len() - 1)]
+    }
+
+    /// Up to `max` completions from the CQs, starting after the one that
+    /// gave completions last time (so none is starved).
+    fn poll(&self, max: usize) -> Result<Vec<WorkCompletion>, roce_verbs_api::PollCqError> {
+        if self.cqs.len() == 1 {
+            return self.cqs[0].poll(max);
+        }
+        let mut out = Vec::new();
+        let n = self.cqs.len();
+        let start = self.next.get();
+        for i in 0..n {
+            if out.len() >= max {
+                break;
+            }
+            let k = (start + i) % n;
+            let got = self.cqs[k].poll(max - out.len())?;
+            if !got.is_empty() {
+                self.next.set((k + 1) % n);
+            }
+            out.extend(got);
+        }
+        Ok(out)
+    }
+}
+
 /// Two devices, their CQs and the QP pairs of one test.
 pub struct Setup {
     a: Dev,
     b: Dev,
-    cq_a: Cq,
-    cq_b: Cq,
+    cq_a: CqSet,
+    cq_b: CqSet,
     pairs: Vec<Pair>,
     slots: u32,
     /// SENDs completed per QP in earlier runs: the receive ring keeps
@@ -136,9 +192,9 @@ impl Setup {
             TestKind::Send => depth.clamp(1, 512),
             _ => depth.clamp(1, 64),
         };
-        let cqe = (depth + slots + 16) * cfg.qps;
-        let cq_a = a.ctx.create_cq(cqe).map_err(|e| anyhow!("create_cq: {e}"))?;
-        let cq_b = b.ctx.create_cq(cqe).map_err(|e| anyhow!("create_cq: {e}"))?;
+        let per_qp = depth + slots + 16;
+        let cq_a = CqSet::new(&a.ctx, cfg.qps, per_qp)?;
+        let cq_b = CqSet::new(&b.ctx, cfg.qps, per_qp)?;
         let pd_a = a.ctx.alloc_pd().map_err(|e| anyhow!("alloc_pd: {e}"))?;
         let pd_b = b.ctx.alloc_pd().map_err(|e| anyhow!("alloc_pd: {e}"))?;
         let access = AccessFlags::LOCAL_WRITE
@@ -158,8 +214,8 @@ impl Setup {
                     .build()
                     .map_err(|e| anyhow!("create_qp: {e}"))
             };
-            let qa = build(&pd_a, &cq_a)?;
-            let qb = build(&pd_b, &cq_b)?;
+            let qa = build(&pd_a, cq_a.for_qp(q as usize))?;
+            let qb = build(&pd_b, cq_b.for_qp(q as usize))?;
             let (psn_a, psn_b) =
                 ((seed() as u32 ^ (q * 7919)) & 0xff_ffff, (seed() as u32 >> 3) & 0xff_ffff);
             let (ea, eb) = (qa.endpoint(psn_a), qb.endpoint(psn_b));
@@ -341,7 +397,7 @@ fn check_wc(wc: &WorkCompletion) -> anyhow::Result<()> {
 /// Poll `cq` for up to `max`, waiting on `ctx`'s driver for at most `wait`.
 fn poll_wait(
     ctx: &Context,
-    cq: &Cq,
+    cq: &CqSet,
     max: usize,
     wait: Duration,
 ) -> anyhow::Result<Vec<WorkCompletion>> {
@@ -711,7 +767,7 @@ impl LatResult {
     }
 }
 
-fn wait_recv(ctx: &Context, cq: &Cq) -> anyhow::Result<WorkCompletion> {
+fn wait_recv(ctx: &Context, cq: &CqSet) -> anyhow::Result<WorkCompletion> {
     let start = Instant::now();
     loop {
         // Up to 16 at a time: send completions (a coalesced ACK completes
@@ -732,7 +788,7 @@ fn wait_recv(ctx: &Context, cq: &Cq) -> anyhow::Result<WorkCompletion> {
     }
 }
 
-fn wait_send(ctx: &Context, cq: &Cq) -> anyhow::Result<WorkCompletion> {
+fn wait_send(ctx: &Context, cq: &CqSet) -> anyhow::Result<WorkCompletion> {
     let start = Instant::now();
     loop {
         if let Some(wc) = poll_wait(ctx, cq, 1, Duration::from_millis(100))?.into_iter().next() {

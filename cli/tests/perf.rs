@@ -284,6 +284,22 @@ fn many_qps_and_text_stats() {
     assert!(text.contains("perf-a transport:\ndgrams_out: 1000\n"), "{text}");
 }
 
+/// `-q 4096 -t 1` needs more completions than one CQ holds (max_cqe 32767):
+/// the QPs are spread over several CQs, and every one of them moves data.
+#[test]
+fn more_qps_than_one_cq_can_hold() {
+    let out = roce()
+        .args(["perf", "write", "-s", "64", "-q", "4096", "-t", "1", "-n", "2", "--no-ceiling"])
+        .arg("--json")
+        .args(addrs(67))
+        .output()
+        .unwrap();
+    let v = json_of(&out);
+    assert_eq!(v["qps"], 4096);
+    assert_eq!(v["data_check"], "ok");
+    assert_eq!(v["wire"]["a"]["dgrams_out"].as_u64().unwrap(), 4096 * 2);
+}
+
 /// With `--repeat`, each run gets its own reference measured right after
 /// it: the GSO+GRO ceiling for bandwidth, the raw ping-pong for latency;
 /// the paired ratios are computed run by run from those.
