@@ -1,0 +1,534 @@
+//! Fuzz harnesses for roce-emu. Each takes arbitrary bytes, drives one
+//! part of the project with them and checks invariants after every input
+//! (a violated invariant panics, which the fuzzer reports as a crash):
+//!
+//! * [`packet`]: the wire parser, the frame parser and the pcap/pcapng
+//!   reader on arbitrary bytes — no panic, and what parses re-emits.
+//! * [`device`]: a live device (RC, UC and UD QPs in RTS, receives posted,
+//!   requests outstanding, regions with and without remote rights, a region
+//!   of another PD) fed structure-aware datagrams with a valid ICRC and
+//!   plausible QPNs, PSNs, keys and addresses, its transmit queue and timers
+//!   driven between inputs. Invariants: bytes outside what was granted never
+//!   change (the guard region, the other PD's region), no completion names a
+//!   work request that was never posted, counters only grow, and the
+//!   transmit queue stays bounded.
+//! * [`verbs`]: arbitrary sequences of verbs (create, modify, post, poll,
+//!   destroy) on a device: errors are values, never panics.
+//!
+//! `fuzz/afl` turns each into an AFL binary (`fuzz/run.sh`); the ordinary
+//! test suite replays the committed corpus (`fuzz/tests/corpus.rs`).
+
+use bytes::Bytes;
+use roce_emulator::*;
+use roce_packet::{
+    AtomicEthRepr, BthRepr, DethRepr, IpMeta, IpUdpHeader, LKey, Opcode, Psn, QKey, Qpn, RKey,
+    RethRepr, RoceRepr, UdpEndpoints,
+};
+use std::collections::HashSet;
+use std::net::{IpAddr, Ipv4Addr};
+
+/// Reads bytes from the input, zeros when it runs out.
+struct In<'a>(&'a [u8]);
+impl In<'_> {
+    fn u8(&mut self) -> u8 {
+        match self.0.split_first() {
+            Some((b, rest)) => {
+                self.0 = rest;
+                *b
+            }
+            None => 0,
+        }
+    }
+    fn u16(&mut self) -> u16 {
+        u16::from(self.u8()) | u16::from(self.u8()) << 8
+    }
+    fn u32(&mut self) -> u32 {
+        u32::from(self.u16()) | u32::from(self.u16()) << 16
+    }
+    fn u64(&mut self) -> u64 {
+        u64::from(self.u32()) | u64::from(self.u32()) << 32
+    }
+    fn take(&mut self, n: usize) -> &[u8] {
+        let n = n.min(self.0.len());
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        a
+    }
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+// ------------------------------------------------------------------ packet
+
+/// The parsers on arbitrary bytes.
+pub fn packet(data: &[u8]) {
+    if let Ok((r, payload)) = RoceRepr::parse_bytes(data) {
+        // what parsed re-emits and parses the same
+        if let Ok(b) = r.to_vec(payload) {
+            let (r2, p2) = RoceRepr::parse_bytes(&b).expect("re-emitted packet parses");
+            assert_eq!(r2.bth, r.bth);
+            assert_eq!(p2, payload);
+        }
+    }
+    let _ = roce_packet::frame::parse_frame(roce_packet::pcap::LinkType::Ethernet, data, 4791);
+    let (frames, _) = roce_packet::pcap::read_capture_partial(data);
+    for f in frames {
+        let _ = roce_packet::frame::parse_frame(f.linktype, &f.data, 4791);
+    }
+}
+
+// ------------------------------------------------------------------ device
+
+const A: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+const B: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
+const QKEY: u32 = 0x1111_1111;
+const PEER_QPNS: [u32; 3] = [0x11, 0x12, 0x13];
+
+struct Dev {
+    hca: Hca,
+    qps: Vec<(Qpn, QpType, u32)>,
+    open: MrInfo,
+    guard: MrInfo,
+    other: MrInfo,
+    keys: Vec<RKey>,
+    posted: HashSet<u64>,
+    cq: CqHandle,
+}
+
+fn setup() -> Dev {
+    let mut hca = Hca::new(HcaConfig::new("fuzz", B, 5));
+    let pd = hca.alloc_pd().expect("pd");
+    let cq = hca.create_cq(4096).expect("cq");
+    let all = AccessFlags::LOCAL_WRITE
+        | AccessFlags::REMOTE_WRITE
+        | AccessFlags::REMOTE_READ
+        | AccessFlags::REMOTE_ATOMIC;
+    let open = hca.reg_mr(pd, 65536, all).expect("mr");
+    let guard = hca.reg_mr(pd, 4096, AccessFlags::LOCAL_WRITE).expect("guard");
+    hca.mr_write(guard.handle, 0, &[0x5A; 4096]).expect("fill");
+    let pd2 = hca.alloc_pd().expect("pd2");
+    let other = hca.reg_mr(pd2, 4096, all).expect("other");
+    hca.mr_write(other.handle, 0, &[0xA5; 4096]).expect("fill");
+    let gone = hca.reg_mr(pd, 4096, all).expect("gone");
+    hca.dereg_mr(gone.handle).expect("dereg");
+    let mut qps = Vec::new();
+    for (i, t) in [QpType::Rc, QpType::Uc, QpType::Ud].into_iter().enumerate() {
+        let cap = QpCap {
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            max_send_sge: 2,
+            max_recv_sge: 2,
+            max_inline_data: 64,
+        };
+        let init = QpInitAttr {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            qp_type: t,
+            cap,
+            sq_sig_all: true,
+            srq: None,
+        };
+        let q = hca.create_qp(init).expect("qp");
+        let base = QpAttr::new().state(QpState::Init).pkey_index(0).port(1);
+        let rq_psn = 0x100 * (i as u32 + 1);
+        if t == QpType::Ud {
+            hca.modify_qp(q, &base.qkey(QKEY)).expect("init");
+            hca.modify_qp(q, &QpAttr::new().state(QpState::Rtr)).expect("rtr");
+            hca.modify_qp(q, &QpAttr::new().state(QpState::Rts).sq_psn(7)).expect("rts");
+        } else {
+            let acc = if t == QpType::Uc {
+                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE
+            } else {
+                all
+            };
+            hca.modify_qp(q, &base.access_flags(acc)).expect("init");
+            let mut rtr = QpAttr::new()
+                .state(QpState::Rtr)
+                .ah(AhAttr::new(A))
+                .mtu(PathMtu::Mtu1024)
+                .dest_qpn(PEER_QPNS[i])
+                .rq_psn(rq_psn);
+            let mut rts = QpAttr::new().state(QpState::Rts).sq_psn(0x900);
+            if t == QpType::Rc {
+                rtr = rtr.max_dest_rd_atomic(4).min_rnr_timer(1);
+                rts = rts.timeout(10).retry_cnt(3).rnr_retry(3).max_rd_atomic(4);
+            }
+            hca.modify_qp(q, &rtr).expect("rtr");
+            hca.modify_qp(q, &rts).expect("rts");
+        }
+        qps.push((q, t, rq_psn));
+    }
+    let mut d = Dev {
+        keys: vec![open.rkey, guard.rkey, other.rkey, gone.rkey],
+        hca,
+        qps,
+        open,
+        guard,
+        other,
+        posted: HashSet::new(),
+        cq,
+    };
+    // receives on every QP, and outstanding requests from B so that
+    // responses and ACKs have something to match
+    let mut id = 1;
+    for k in 0..d.qps.len() {
+        let q = d.qps[k].0;
+        for j in 0..8u64 {
+            let wr = RecvWr::new(id, d.open.addr + j * 4096, 4096, d.open.lkey);
+            if d.hca.post_recv(q, wr).is_ok() {
+                d.posted.insert(id);
+            }
+            id += 1;
+        }
+    }
+    let rc = d.qps[0].0;
+    for (j, op) in
+        [WrOpcode::Send, WrOpcode::RdmaRead, WrOpcode::AtomicFetchAndAdd].iter().enumerate()
+    {
+        let len = if op.is_atomic() { 8 } else { 2048 };
+        let wr = SendWr::new(1000 + j as u64, *op)
+            .sge(d.open.addr + 32768, len, d.open.lkey)
+            .remote(0x7000_0000, RKey::new(0x1234));
+        if d.hca.post_send(rc, wr).is_ok() {
+            d.posted.insert(1000 + j as u64);
+        }
+    }
+    d
+}
+
+const OPS: [Opcode; 22] = [
+    Opcode::RC_SEND_FIRST,
+    Opcode::RC_SEND_MIDDLE,
+    Opcode::RC_SEND_LAST,
+    Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
+    Opcode::RC_SEND_ONLY,
+    Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
+    Opcode::RC_RDMA_WRITE_FIRST,
+    Opcode::RC_RDMA_WRITE_MIDDLE,
+    Opcode::RC_RDMA_WRITE_LAST,
+    Opcode::RC_RDMA_WRITE_ONLY,
+    Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+    Opcode::RC_RDMA_READ_REQUEST,
+    Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+    Opcode::RC_RDMA_READ_RESPONSE_LAST,
+    Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+    Opcode::RC_ACKNOWLEDGE,
+    Opcode::RC_ATOMIC_ACKNOWLEDGE,
+    Opcode::RC_COMPARE_SWAP,
+    Opcode::RC_FETCH_ADD,
+    Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
+    Opcode::RC_FLUSH,
+    Opcode::RC_ATOMIC_WRITE,
+];
+
+/// One crafted datagram from the input: an opcode (RC, or the UC/UD
+/// variant for those QPs), a QP, a PSN near the expected one, keys and
+/// addresses mostly from the device's own, and a payload.
+fn crafted(d: &Dev, i: &mut In) -> Vec<u8> {
+    let sel = i.u8();
+    let qi = (sel % 4) as usize;
+    let (dest, ty, base_psn) = match d.qps.get(qi) {
+        Some(&(q, t, p)) => (q, t, p),
+        None => (Qpn::new(u32::from(i.u16())), QpType::Rc, 0),
+    };
+    let mut op = OPS[usize::from(i.u8()) % OPS.len()];
+    // the same operation in the QP's transport (UC 0x20.., UD 0x60..)
+    match ty {
+        QpType::Uc if op.0 <= 0x0B => op = Opcode(op.0 | 0x20),
+        QpType::Ud if op.0 == 0x04 || op.0 == 0x05 => op = Opcode(op.0 | 0x60),
+        _ => {}
+    }
+    if i.u8() < 16 {
+        op = Opcode(i.u8()); // now and then any opcode at all
+    }
+    let psn = base_psn.wrapping_add(u32::from(i.u8() % 8)).wrapping_sub(2) & 0xFF_FFFF;
+    let mut r = RoceRepr {
+        bth: BthRepr {
+            opcode: op,
+            dest_qp: dest,
+            psn: Psn::new(psn),
+            ack_req: i.u8() & 1 == 1,
+            solicited: i.u8() & 1 == 1,
+            ..BthRepr::default()
+        },
+        ..RoceRepr::default()
+    };
+    let key =
+        if i.u8() < 200 { d.keys[usize::from(i.u8()) % d.keys.len()] } else { RKey::new(i.u32()) };
+    let region = [&d.open, &d.guard, &d.other][usize::from(i.u8()) % 3];
+    let va = match i.u8() {
+        0..=200 => region.addr.wrapping_add(u64::from(i.u16())),
+        201..=230 => u64::MAX - u64::from(i.u16()),
+        _ => i.u64(),
+    };
+    let dma_len = match i.u8() {
+        0..=200 => u32::from(i.u16()) % 8192,
+        _ => i.u32(),
+    };
+    let payload_len = match i.u8() {
+        0..=220 => usize::from(i.u8()) % 72,
+        _ => usize::from(i.u16()) % 1100,
+    };
+    if let Some(info) = op.info() {
+        use roce_packet::ExtHeader::*;
+        for h in info.headers.iter() {
+            match h {
+                Reth => r.reth = Some(RethRepr { va, rkey: key, dma_len }),
+                AtomicEth => {
+                    r.atomic_eth =
+                        Some(AtomicEthRepr { va, rkey: key, swap_add: i.u64(), compare: i.u64() })
+                }
+                Deth => {
+                    r.deth = Some(DethRepr {
+                        qkey: QKey::new(if i.u8() < 220 { QKEY } else { i.u32() }),
+                        src_qp: Qpn::new(PEER_QPNS[2]),
+                        resv8: 0,
+                    })
+                }
+                ImmDt => r.immdt = Some(i.u32()),
+                Ieth => r.ieth = Some(key),
+                Aeth => {
+                    r.aeth = Some(roce_packet::AethRepr {
+                        syndrome: roce_packet::Syndrome::from_u8(i.u8()),
+                        msn: roce_packet::Msn::new(u32::from(i.u16())),
+                    })
+                }
+                AtomicAckEth => {
+                    r.atomic_ack_eth =
+                        Some(roce_packet::AtomicAckEthRepr { orig_rem_data: i.u64() })
+                }
+                Feth => r.feth = Some(i.u32()),
+                _ => {}
+            }
+        }
+    }
+    let payload = if op.info().is_some_and(|x| x.has_payload) {
+        let mut p = vec![0u8; payload_len];
+        let src = i.take(payload_len);
+        p[..src.len()].copy_from_slice(src);
+        p
+    } else {
+        Vec::new()
+    };
+    r.payload_len = payload.len();
+    r.bth.pad_count = ((4 - payload.len() % 4) % 4) as u8;
+    let Ok(mut b) = r.to_vec(&payload) else { return Vec::new() };
+    let ep = UdpEndpoints { src: A, dst: B, src_port: 0xC000, dst_port: 4791 };
+    if let Ok(h) = IpUdpHeader::build(&ep, &IpMeta::default(), b.len()) {
+        if i.u8() != 0xFF {
+            h.fill_icrc(&mut b); // now and then a bad ICRC
+        }
+    }
+    b
+}
+
+/// A live device fed crafted datagrams (see the crate documentation).
+pub fn device(data: &[u8]) {
+    device_run(data);
+}
+
+/// [`device`], returning the device's counters afterwards (for tests that
+/// check the harness reaches the protocol).
+pub fn device_run(data: &[u8]) -> Counters {
+    let mut d = setup();
+    let mut i = In(data);
+    let mut now = Instant::ZERO;
+    let mut last = d.hca.counters();
+    let mut steps = 0;
+    while !i.is_empty() && steps < 256 {
+        steps += 1;
+        let bytes = crafted(&d, &mut i);
+        if bytes.is_empty() {
+            continue;
+        }
+        let ep = UdpEndpoints { src: A, dst: B, src_port: 0xC000, dst_port: 4791 };
+        d.hca.handle_datagram(
+            now,
+            Datagram { endpoints: ep, meta: IpMeta::default(), payload: Bytes::from(bytes) },
+        );
+        let mut out = 0;
+        while d.hca.poll_transmit(now).is_some() {
+            out += 1;
+            assert!(out < 10_000, "one datagram made the device send {out} packets");
+        }
+        if i.u8() < 32 {
+            now += core::time::Duration::from_millis(u64::from(i.u8()) * 10);
+            d.hca.handle_timeout(now);
+            while d.hca.poll_transmit(now).is_some() {}
+        }
+        check(&mut d, &mut last);
+    }
+    d.hca.counters()
+}
+
+fn check(d: &mut Dev, last: &mut Counters) {
+    let mut g = vec![0u8; 4096];
+    d.hca.mr_read(d.guard.handle, 0, &mut g).expect("guard readable");
+    assert!(g.iter().all(|&b| b == 0x5A), "the region without remote rights changed");
+    d.hca.mr_read(d.other.handle, 0, &mut g).expect("other readable");
+    assert!(g.iter().all(|&b| b == 0xA5), "another PD's region changed");
+    if let Ok(wcs) = d.hca.poll_cq(d.cq, 256) {
+        for wc in wcs {
+            assert!(d.posted.contains(&wc.wr_id), "completion for a WR never posted: {wc:?}");
+        }
+    }
+    let c = d.hca.counters();
+    for ((n, now), (_, before)) in c.iter().zip(last.iter()) {
+        assert!(now >= before, "counter {n} went down: {before} -> {now}");
+    }
+    *last = c;
+}
+
+// ------------------------------------------------------------------ verbs
+
+/// Arbitrary verb sequences on one device: every error is a value.
+pub fn verbs(data: &[u8]) {
+    let mut hca = Hca::new(HcaConfig::new("fuzzv", B, 9));
+    let mut i = In(data);
+    let mut pds = Vec::new();
+    let mut cqs = Vec::new();
+    let mut mrs: Vec<MrInfo> = Vec::new();
+    let mut qps: Vec<Qpn> = Vec::new();
+    let mut steps = 0;
+    while !i.is_empty() && steps < 512 {
+        steps += 1;
+        let pick = |v: usize, x: u8| if v == 0 { None } else { Some(usize::from(x) % v) };
+        match i.u8() % 14 {
+            0 => {
+                if let Ok(p) = hca.alloc_pd() {
+                    pds.push(p)
+                }
+            }
+            1 => {
+                if let Ok(c) = hca.create_cq(u32::from(i.u16()) % 40000) {
+                    cqs.push(c)
+                }
+            }
+            2 => {
+                if let Some(k) = pick(pds.len(), i.u8()) {
+                    if let Ok(m) =
+                        hca.reg_mr(pds[k], usize::from(i.u16()), AccessFlags(u32::from(i.u16())))
+                    {
+                        mrs.push(m)
+                    }
+                }
+            }
+            3 => {
+                if let (Some(p), Some(c)) = (pick(pds.len(), i.u8()), pick(cqs.len(), i.u8())) {
+                    let t = [QpType::Rc, QpType::Uc, QpType::Ud][usize::from(i.u8()) % 3];
+                    let cap = QpCap {
+                        max_send_wr: u32::from(i.u16()),
+                        max_recv_wr: u32::from(i.u16()),
+                        max_send_sge: u32::from(i.u8()),
+                        max_recv_sge: u32::from(i.u8()),
+                        max_inline_data: u32::from(i.u16()),
+                    };
+                    let init = QpInitAttr {
+                        pd: pds[p],
+                        send_cq: cqs[c],
+                        recv_cq: cqs[c],
+                        qp_type: t,
+                        cap,
+                        sq_sig_all: i.u8() & 1 == 1,
+                        srq: None,
+                    };
+                    if let Ok(q) = hca.create_qp(init) {
+                        qps.push(q)
+                    }
+                }
+            }
+            4 | 5 => {
+                if let Some(k) = pick(qps.len(), i.u8()) {
+                    let st = QpState::ALL[usize::from(i.u8()) % QpState::ALL.len()];
+                    let mut a = QpAttr::new().state(st);
+                    a.mask = qp_attr::AttrMask(i.u32() | 1);
+                    a.qkey = i.u32();
+                    a.timeout = i.u8();
+                    a.retry_cnt = i.u8();
+                    a.rnr_retry = i.u8();
+                    a.max_rd_atomic = i.u8();
+                    a.max_dest_rd_atomic = i.u8();
+                    a.min_rnr_timer = i.u8();
+                    a.dest_qp_num = i.u32();
+                    a.rq_psn = i.u32();
+                    a.sq_psn = i.u32();
+                    a.path_mtu = Some(PathMtu::Mtu1024);
+                    a.ah_attr = Some(AhAttr::new(A));
+                    a.qp_access_flags = AccessFlags(u32::from(i.u16()));
+                    let _ = hca.modify_qp(qps[k], &a);
+                }
+            }
+            6 | 7 => {
+                if let Some(k) = pick(qps.len(), i.u8()) {
+                    let m = pick(mrs.len(), i.u8()).map(|x| mrs[x]);
+                    let (addr, lkey) = m.map_or((i.u64(), LKey::new(i.u32())), |m| {
+                        (m.addr + u64::from(i.u16()), m.lkey)
+                    });
+                    let ops = [
+                        WrOpcode::Send,
+                        WrOpcode::RdmaWrite,
+                        WrOpcode::RdmaRead,
+                        WrOpcode::AtomicFetchAndAdd,
+                        WrOpcode::AtomicCmpAndSwp,
+                        WrOpcode::SendWithImm,
+                    ];
+                    let wr = SendWr::new(u64::from(i.u32()), ops[usize::from(i.u8()) % ops.len()])
+                        .sge(addr, u32::from(i.u16()), lkey)
+                        .remote(i.u64(), RKey::new(i.u32()))
+                        .ud(AhAttr::new(A), i.u32(), i.u32());
+                    let _ = hca.post_send(qps[k], wr);
+                }
+            }
+            8 => {
+                if let Some(k) = pick(qps.len(), i.u8()) {
+                    let wr = RecvWr::new(
+                        u64::from(i.u32()),
+                        i.u64(),
+                        u32::from(i.u16()),
+                        LKey::new(i.u32()),
+                    );
+                    let _ = hca.post_recv(qps[k], wr);
+                }
+            }
+            9 => {
+                if let Some(k) = pick(cqs.len(), i.u8()) {
+                    let _ = hca.poll_cq(cqs[k], usize::from(i.u8()));
+                }
+            }
+            10 => {
+                if let Some(k) = pick(qps.len(), i.u8()) {
+                    let q = qps.swap_remove(k);
+                    let _ = hca.destroy_qp(q);
+                }
+            }
+            11 => {
+                if let Some(k) = pick(mrs.len(), i.u8()) {
+                    let m = mrs.swap_remove(k);
+                    let _ = hca.dereg_mr(m.handle);
+                }
+            }
+            12 => {
+                if let Some(k) = pick(cqs.len(), i.u8()) {
+                    let _ = hca.destroy_cq(cqs[k]).map(|_| cqs.swap_remove(k));
+                }
+            }
+            _ => {
+                let now = Instant::from_millis(u64::from(i.u16()));
+                while hca.poll_transmit(now).is_some() {}
+                hca.handle_timeout(now);
+            }
+        }
+    }
+}
+
+/// The harness of a target by name (`packet`, `device`, `verbs`).
+pub fn by_name(name: &str) -> Option<fn(&[u8])> {
+    match name {
+        "packet" => Some(packet),
+        "device" => Some(device),
+        "verbs" => Some(verbs),
+        _ => None,
+    }
+}
