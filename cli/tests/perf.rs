@@ -297,7 +297,9 @@ fn more_qps_than_one_cq_can_hold() {
     let v = json_of(&out);
     assert_eq!(v["qps"], 4096);
     assert_eq!(v["data_check"], "ok");
-    assert_eq!(v["wire"]["a"]["dgrams_out"].as_u64().unwrap(), 4096 * 2);
+    // every QP sent its two WRITEs (more datagrams only if a loaded host
+    // made a retransmit timer fire)
+    assert!(v["wire"]["a"]["dgrams_out"].as_u64().unwrap() >= 4096 * 2, "{v}");
 }
 
 /// With `--repeat`, each run gets its own reference measured right after

@@ -593,6 +593,17 @@ impl Qp {
                     self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
                     return;
                 }
+                // Responder resources (IBA §9.4.4, max_dest_rd_atomic): a
+                // requester may have at most that many READs outstanding,
+                // and each still owed here is outstanding there. One more is
+                // a requester breaking the rule; queueing it would let a
+                // peer grow our queue of owed responses without bound.
+                let owed = self.resp_q.iter().filter(|i| matches!(i, RespItem::Read(_))).count();
+                if owed >= usize::from(self.p.max_dest_rd_atomic.max(1)) {
+                    tracing::debug!(qpn = %self.qpn, %psn, owed, "READ beyond the responder resources");
+                    self.responder_error(dev, psn, NakCode::InvalidRequest, None);
+                    return;
+                }
                 let npkts = packets_for(len, mtu);
                 self.save_resource(RdResource::Read { first: psn, npkts });
                 self.msn = self.msn.next();
