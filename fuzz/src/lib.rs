@@ -15,6 +15,13 @@
 //! * [`verbs`]: arbitrary sequences of verbs (create, modify, post, poll,
 //!   destroy) on a device: errors are values, never panics.
 //!
+//! * [`dropin`]: the libibverbs drop-in's C entry points (modify_qp with
+//!   arbitrary attributes and masks, post_send chains with arbitrary
+//!   opcodes, flags, SGEs and keys, post_recv, poll, queries, AHs, windows,
+//!   rereg) on two connected devices: no panic inside the library, guard
+//!   pages around each region unchanged, no completion for an unposted WR,
+//!   every object destroyed cleanly.
+//!
 //! `fuzz/afl` turns each into an AFL binary (`fuzz/run.sh`); the ordinary
 //! test suite replays the committed corpus (`fuzz/tests/corpus.rs`).
 
@@ -523,12 +530,28 @@ pub fn verbs(data: &[u8]) {
     }
 }
 
-/// The harness of a target by name (`packet`, `device`, `verbs`).
+// ------------------------------------------------------------------ dropin
+
+/// The libibverbs drop-in's C entry points with arbitrary attribute structs
+/// and work requests (pointers valid, contents arbitrary); the harness and
+/// its invariants are in `roce_libibverbs` (`ibverbs::fuzz`), the crate
+/// allowed to call C entry points.
+pub fn dropin(data: &[u8]) {
+    ibverbs::fuzz::dropin(data)
+}
+
+/// [`dropin`], reporting the completions the input reached.
+pub fn dropin_run(data: &[u8]) -> ibverbs::fuzz::Reached {
+    ibverbs::fuzz::dropin_run(data)
+}
+
+/// The harness of a target by name (`packet`, `device`, `verbs`, `dropin`).
 pub fn by_name(name: &str) -> Option<fn(&[u8])> {
     match name {
         "packet" => Some(packet),
         "device" => Some(device),
         "verbs" => Some(verbs),
+        "dropin" => Some(dropin),
         _ => None,
     }
 }

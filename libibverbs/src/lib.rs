@@ -42,6 +42,8 @@ mod compat;
 mod cq;
 mod device;
 mod exports;
+#[doc(hidden)]
+pub mod fuzz;
 mod mr;
 mod qp;
 mod qp_ex;

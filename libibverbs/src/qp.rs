@@ -459,6 +459,11 @@ pub(crate) unsafe fn sges(sg: *const abi::ibv_sge, n: libc::c_int) -> Result<Vec
     if n < 0 || (n > 0 && sg.is_null()) {
         return Err(libc::EINVAL);
     }
+    if n == 0 {
+        // sg_list may be NULL (or anything) with no entries: never made a
+        // slice (a slice from NULL is undefined behaviour even when empty)
+        return Ok(Vec::new());
+    }
     // SAFETY: per the contract.
     let s = unsafe { std::slice::from_raw_parts(sg, n as usize) };
     Ok(s.iter().map(|e| Sge { addr: e.addr, length: e.length, lkey: LKey::new(e.lkey) }).collect())

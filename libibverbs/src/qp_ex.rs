@@ -303,8 +303,9 @@ unsafe extern "C" fn wr_set_inline_data_list(
         if n > 0 && bufs.is_null() {
             return Err(libc::EINVAL);
         }
-        // SAFETY: the program's array of n buffers.
-        let b = unsafe { std::slice::from_raw_parts(bufs, n) };
+        // SAFETY: the program's array of n buffers (never a slice from
+        // NULL, which is undefined behaviour even when empty).
+        let b = if n == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(bufs, n) } };
         let s: Vec<Sge> = b
             .iter()
             .map(|d| Sge { addr: d.addr as u64, length: d.length as u32, lkey: LKey::new(0) })
