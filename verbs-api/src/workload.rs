@@ -239,10 +239,10 @@ pub struct Delivery {
     /// Still awaited at the end, counted message by message; must equal
     /// `sent - received`.
     pub missing: u64,
-    /// Extra copies of received messages: UD has no sequence check, and a
-    /// UC responder accepts any FIRST/ONLY packet (it resynchronises its
-    /// PSN), so a duplicating fabric delivers some messages twice. Each
-    /// copy is checked byte for byte too.
+    /// Extra copies of received messages: UD has no sequence check, so a
+    /// duplicating fabric delivers some messages twice (a UC duplicate
+    /// comes from behind the expected PSN and is dropped). Each copy is
+    /// checked byte for byte too.
     pub duplicates: u64,
 }
 
