@@ -435,7 +435,8 @@ const ALL_ACCESS: AccessFlags = AccessFlags(
 
 struct Side {
     ctx: Context,
-    cq: Cq,
+    /// The CQs its QPs share (QP q uses `cqs[q / per_cq]`).
+    cqs: Vec<Cq>,
     /// Initiator buffers: sources of WRITE/SEND, sinks of READ and atomics.
     local: Mr,
     /// Targets of the peer's WRITE/READ.
@@ -574,10 +575,21 @@ impl Workload {
             let addr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, i as u8 + 1));
             let ctx = net.add_device(name, addr).open();
             let pd = ctx.alloc_pd().map_err(setup("alloc_pd"))?;
-            let cqe = qps * 2 * (window + recv_slots) + srq_slots + 64;
-            let cq = ctx
-                .create_cq(u32::try_from(cqe).unwrap_or(u32::MAX))
-                .map_err(setup("create_cq"))?;
+            // QPs share CQs, as many per CQ as its depth allows (each QP's
+            // send and receive entries, plus every SRQ slot, which may
+            // complete on any of them)
+            let per_qp = 2 * (window + recv_slots);
+            let room = (ctx.query_device().max_cqe as usize).saturating_sub(srq_slots + 64);
+            let per_cq = (room / per_qp).clamp(1, qps);
+            let mut cqs = Vec::new();
+            for first in (0..qps).step_by(per_cq) {
+                let n = per_cq.min(qps - first);
+                let cqe = n * per_qp + srq_slots + 64;
+                cqs.push(
+                    ctx.create_cq(u32::try_from(cqe).unwrap_or(u32::MAX))
+                        .map_err(setup("create_cq"))?,
+                );
+            }
             let local = pd.reg_mr(qps * window * stride, ALL_ACCESS).map_err(setup("reg_mr"))?;
             let target = pd.reg_mr(qps * tslots * stride, ALL_ACCESS).map_err(setup("reg_mr"))?;
             let recv =
@@ -593,8 +605,9 @@ impl Workload {
             let mut qv = Vec::new();
             let mut qp_index = HashMap::new();
             for (q, t) in transports.iter().enumerate() {
+                let cq = &cqs[q / per_cq];
                 let mut b = pd
-                    .qp_builder(&cq, &cq)
+                    .qp_builder(cq, cq)
                     .qp_type(t.qp_type())
                     .max_send_wr(window as u32 + 8)
                     .max_recv_wr(recv_slots as u32)
@@ -607,7 +620,7 @@ impl Workload {
                 qp_index.insert(qp.qpn().value(), q);
                 qv.push(qp);
             }
-            sides.push(Side { ctx, cq, local, target, recv, atomic, qps: qv, qp_index, srq });
+            sides.push(Side { ctx, cqs, local, target, recv, atomic, qps: qv, qp_index, srq });
         }
         let [a, b]: [Side; 2] = sides.try_into().map_err(|_| SetupError("two sides".into()))?;
         for (q, transport) in transports.iter().enumerate() {
@@ -1213,8 +1226,10 @@ impl Workload {
 
     fn poll(&mut self) -> usize {
         let mut n = 0;
-        for side in 0..2 {
-            let wcs = match self.sides[side].cq.poll(256) {
+        let cqs: Vec<(usize, usize)> =
+            (0..2).flat_map(|s| (0..self.sides[s].cqs.len()).map(move |c| (s, c))).collect();
+        for (side, c) in cqs {
+            let wcs = match self.sides[side].cqs[c].poll(256) {
                 Ok(v) => v,
                 Err(e) => {
                     self.report.stalled = Some(format!("device {side}: {e}"));
