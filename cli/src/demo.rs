@@ -1,7 +1,7 @@
 //! `roce demo`: two emulated HCAs on a simulated fabric run a verified mix
-//! of RDMA operations (the engine is `roce_verbs_api::workload`).
+//! of RDMA operations (the engine is `roce_workloads::demo`).
 
-use roce_verbs_api::workload::{OpKind, Progress, QpTypes, Report, Workload, WorkloadConfig};
+use roce_workloads::demo::{OpKind, Progress, QpTypes, Report, Workload, WorkloadConfig};
 use roce_verbs_api::{ConnectOptions, FaultConfig, PathMtu, WcStatus};
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -480,7 +480,7 @@ pub(crate) fn parse_args(args: &[&str]) -> Result<DemoArgs, clap::Error> {
 #[cfg(test)]
 mod demo_tests {
     use super::*;
-    use roce_verbs_api::workload::{self, WorkloadConfig};
+    use roce_workloads::demo::{self as workload, WorkloadConfig};
 
     fn parse(args: &[&str]) -> Result<DemoArgs, clap::Error> {
         parse_args(args)

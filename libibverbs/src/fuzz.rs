@@ -6,7 +6,7 @@
 //! `unsafe` and the workspace allows `unsafe` only in this crate and in
 //! `roce-region`; `roce_fuzz::dropin` calls [`dropin`], which is safe.
 //!
-//! Per input: two devices (`fz0`, `fz1` on 127.0.9.1 and 127.0.9.2, opened
+//! Per input: two devices (`fz0`, `fz1` on 127.0.99.1 and 127.0.99.2, opened
 //! once), on each a PD, a CQ and a QP of an input-chosen type and
 //! capacities, a buffer of three pages whose middle page is registered with
 //! input-chosen rights; optionally the two QPs are connected properly; then
@@ -20,7 +20,7 @@
 //! What stays valid (a program that breaks these breaks rdma-core too):
 //! object pointers are ours or NULL, an SGE list has `num_sge` entries,
 //! inline data points into the buffer, a re-registration stays inside the
-//! middle page. Every GID is forced onto 127.0.9.0/24 so no datagram leaves
+//! middle page. Every GID is forced onto 127.0.99.0/24 so no datagram leaves
 //! loopback.
 //!
 //! Checked after every input (a violation panics: a crash for the fuzzer):
@@ -95,7 +95,7 @@ fn devs() -> &'static Devs {
             PANICKED.store(true, Ordering::SeqCst);
             prev(i)
         }));
-        std::env::set_var("ROCE_EMU_DEVICES", "fz0=udp:127.0.9.1,fz1=udp:127.0.9.2");
+        std::env::set_var("ROCE_EMU_DEVICES", "fz0=udp:127.0.99.1,fz1=udp:127.0.99.2");
         if std::env::var_os("ROCE_EMU_RUNTIME_DIR").is_none() {
             std::env::set_var("ROCE_EMU_RUNTIME_DIR", std::env::temp_dir().join("roce-fuzz"));
         }
@@ -143,12 +143,12 @@ impl Side {
     }
 }
 
-/// A GID on 127.0.9.0/24 (never leaves loopback).
+/// A GID on 127.0.99.0/24 (never leaves loopback).
 fn loopback_gid(g: &mut abi::ibv_gid, host: u8) {
     let mut raw = [0u8; 16];
     raw[10] = 0xff;
     raw[11] = 0xff;
-    raw[12..].copy_from_slice(&[127, 0, 9, 1 + host % 3]);
+    raw[12..].copy_from_slice(&[127, 0, 99, 1 + host % 3]);
     g.raw = raw;
 }
 

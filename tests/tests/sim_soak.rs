@@ -2,7 +2,7 @@
 //! HCAs through the simulated fabric with 10% loss, 5% duplication, 10%
 //! reordering and 0.1% corruption. Every byte, every atomic result and
 //! every completion is verified by the workload engine
-//! (`roce_verbs_api::workload`, the same one `roce demo` runs); the
+//! (`roce_workloads::demo`, the same one `roce demo` runs); the
 //! devices' counters must agree with what the fabric did.
 //!
 //! A failing run prints its seed; replay it with
@@ -11,7 +11,7 @@
 use roce_emulator::sim::{seed_from_env, SeedGuard};
 use roce_packet::frame::parse_frame;
 use roce_packet::pcap::read_capture;
-use roce_verbs_api::workload::{self, OpKind, Report, Workload, WorkloadConfig};
+use roce_workloads::demo::{self as workload, OpKind, Report, Workload, WorkloadConfig};
 use roce_verbs_api::FaultConfig;
 
 fn soak_faults() -> FaultConfig {

@@ -23,9 +23,9 @@
 //!   (devices configured with [`DeviceConfig`], see [`udp`]). The verbs
 //!   work from synchronous code ([`Cq::poll_blocking`]) and async code
 //!   ([`Cq::poll_async`], runtime-agnostic).
-//! * [`workload`] is the deterministic traffic engine behind `roce demo`
-//!   and the soak test: mixed SEND/WRITE/READ/atomics, every byte and
-//!   every completion verified.
+//! * The deterministic traffic engine behind `roce demo` and the soaks
+//!   (mixed SEND/WRITE/READ/atomics, every byte and every completion
+//!   verified) is built on this API in its own crate, `roce-workloads`.
 //!
 #![doc = include_str!("../../docs/verbs.md")]
 
@@ -41,7 +41,6 @@ pub mod qp_types;
 pub mod sim;
 pub mod srq;
 pub mod udp;
-pub mod workload;
 
 pub use channel::{AsyncChannelEvent, AsyncEventChannel, AsyncEventFuture, CompChannel, CqEvent};
 pub use cq::{Cq, PollCq};

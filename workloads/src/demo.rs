@@ -33,7 +33,7 @@
 //! with its 8-byte work request id, so the receiver knows which one it
 //! got even after losses or, on UD, reordering).
 
-use crate::{
+use roce_verbs_api::{
     AccessFlags, AhAttr, ConnectOptions, Context, Cq, FabricStats, FaultConfig, Mr, PathMtu, Qp,
     QpType, RecvWr, SendWr, SimNet, Srq, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
@@ -467,7 +467,7 @@ const SRQ_WR: u64 = 1 << 62;
 /// Bytes a UD receive buffer starts with (the GRH area).
 const GRH: usize = 40;
 /// The Q_Key of the UD QPs.
-const QKEY: u32 = crate::DEFAULT_QKEY;
+const QKEY: u32 = roce_verbs_api::DEFAULT_QKEY;
 
 #[derive(Clone, Copy, Debug)]
 struct Pending {
@@ -779,7 +779,7 @@ impl Workload {
         (1 << 63) | ((s as u64) << 32) | r as u64
     }
 
-    fn post_recv(&mut self, s: usize, r: usize) -> Result<(), crate::PostRecvError> {
+    fn post_recv(&mut self, s: usize, r: usize) -> Result<(), roce_verbs_api::PostRecvError> {
         let st = &self.streams[s];
         let side = &self.sides[st.target];
         let off = ((st.q * self.recv_slots + r) * self.rstride) as u64;
