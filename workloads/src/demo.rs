@@ -506,7 +506,19 @@ struct Stream {
     floor: u64,
     /// Virtual time of the last arrival (or credit release).
     last_arrival: Duration,
+    /// Bookkeeping below this sequence number was dropped (see
+    /// [`HORIZON`]): messages still awaited then are counted in `expired`.
+    pruned: u64,
+    /// Messages given up as lost when their record was pruned.
+    expired: u64,
 }
+
+/// UC/UD bookkeeping is kept for the last `HORIZON` messages of a stream
+/// (a duplicate or a late message further behind than that cannot be in
+/// the fabric any more: a stream has at most `window` messages in flight
+/// and the fabric holds a reordered frame for a few events), so a long
+/// run's memory stays flat.
+const HORIZON: u64 = 1 << 16;
 
 /// UC/UD: after this long (virtual time) without an arrival, a stream
 /// that used up its window presumes its messages in flight lost.
@@ -664,6 +676,8 @@ impl Workload {
                     arrived: HashMap::new(),
                     floor: 0,
                     last_arrival: Duration::ZERO,
+                    pruned: 0,
+                    expired: 0,
                     q,
                     init,
                     target: 1 - init,
@@ -1180,6 +1194,23 @@ impl Workload {
         let st = &mut self.streams[s];
         st.floor = st.floor.max(seq + 1);
         st.last_arrival = self.net.elapsed();
+        if st.floor >= st.pruned + 2 * HORIZON {
+            let cut = st.floor - HORIZON;
+            let before = st.awaited.len();
+            st.awaited.retain(|&k, _| k >= cut);
+            st.expired += (before - st.awaited.len()) as u64;
+            st.arrived.retain(|&k, _| k >= cut);
+            st.awaited.shrink_to_fit();
+            st.arrived.shrink_to_fit();
+            st.pruned = cut;
+        }
+        if seq < st.pruned {
+            self.report.mismatches += 1;
+            self.problem(format!(
+                "{what}: message #{seq} arrived more than {HORIZON} messages late (cannot be checked)"
+            ));
+            return;
+        }
         let m = match self.streams[s].awaited.remove(&seq) {
             Some(m) => {
                 self.report.delivery.entry(transport).or_default().received += 1;
@@ -1403,7 +1434,7 @@ impl Workload {
         for st in &self.streams {
             if st.transport != Transport::Rc {
                 self.report.delivery.entry(st.transport).or_default().missing +=
-                    st.awaited.len() as u64;
+                    st.awaited.len() as u64 + st.expired;
             }
         }
         for (t, d) in &self.report.delivery {
