@@ -220,7 +220,7 @@ pub fn run(args: &DemoArgs) -> ExitCode {
         }
     };
     // a progress line on a terminal only (runs longer than half a second)
-    let mut progress = crate::progress::Progress::stderr(args.quiet || args.json);
+    let mut progress = roce_workloads::progress::Progress::stderr(args.quiet || args.json);
     let report = workload.run(|p: &Progress| progress.update(p.done, p.total, "operations"));
     progress.finish();
     let mut pcap_error = None;

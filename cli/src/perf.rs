@@ -3,7 +3,8 @@
 //! process, each with its own driver thread), next to the raw-UDP ceiling
 //! between the same two addresses. See docs/perf.md.
 
-use crate::perf_engine::{self, LatResult, Setup};
+use roce_workloads::perf::{self as perf_engine, LatResult, Setup};
+pub use roce_workloads::perf::{LatKind, PerfConfig, PollMode, TestKind};
 use roce_transport::ceiling::{self, CeilingMode};
 use serde_json::{json, Value};
 use std::io::{IsTerminal, Write};
@@ -31,53 +32,6 @@ Examples:
   roce perf read -s 65536 --repeat 5        5 runs: min/median/max of Gb/s and ratio
   roce perf lat send -s 8 -n 1000           SEND/RECV ping-pong round trips
   roce perf write -s 4096 -n 200 --json     one JSON object (docs/perf.md)";
-
-/// Which test.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TestKind {
-    /// RDMA WRITE bandwidth (ib_write_bw).
-    Write,
-    /// RDMA READ bandwidth (ib_read_bw).
-    Read,
-    /// SEND/RECV bandwidth (ib_send_bw).
-    Send,
-    /// FETCH_AND_ADD rate (ib_atomic_bw; 8-byte messages).
-    Atomic,
-    /// Round-trip latency (ib_send_lat / ib_write_lat / ib_read_lat).
-    Lat,
-}
-
-/// Which operation a latency test uses.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LatKind {
-    /// SEND/RECV ping-pong (ib_send_lat).
-    Send,
-    /// RDMA WRITE ping-pong, each side polling its memory (ib_write_lat).
-    Write,
-    /// RDMA READ, one outstanding (ib_read_lat).
-    Read,
-}
-
-/// Who moves the frames.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PollMode {
-    /// One driver thread per device; the test thread sleeps on the driver's
-    /// progress condition variable (wake-ups on both sides).
-    Event,
-    /// No driver threads: the test thread sends on post_send and
-    /// busy-polls both sockets while it waits for a completion.
-    Busy,
-}
-
-impl PollMode {
-    /// The name used in output.
-    pub fn name(self) -> &'static str {
-        match self {
-            PollMode::Event => "event",
-            PollMode::Busy => "busy",
-        }
-    }
-}
 
 /// Options of `roce perf`.
 #[derive(clap::Args, Debug, Clone)]
@@ -192,34 +146,6 @@ pub struct PerfArgs {
     pub oob_log: Option<std::path::PathBuf>,
 }
 
-/// A validated configuration.
-#[derive(Clone, Debug)]
-pub struct PerfConfig {
-    /// The test.
-    pub test: TestKind,
-    /// For lat.
-    pub lat_op: LatKind,
-    /// Message size.
-    pub size: u32,
-    /// Iterations per QP (ignored with `duration`).
-    pub iters: u64,
-    /// Time-bounded run.
-    pub duration: Option<Duration>,
-    /// QP pairs.
-    pub qps: u32,
-    /// Outstanding WRs per QP.
-    pub tx_depth: u32,
-    /// Path MTU bytes.
-    pub mtu: u32,
-    /// Device A address.
-    pub addr_a: IpAddr,
-    /// Device B address.
-    pub addr_b: IpAddr,
-    /// Driver threads or busy polling.
-    pub poll: PollMode,
-    /// Event mode: driver spin before sleeping, microseconds.
-    pub spin_us: u64,
-}
 
 fn validate(a: &PerfArgs) -> Result<PerfConfig, String> {
     let lat = a.test == TestKind::Lat;

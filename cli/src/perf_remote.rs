@@ -1,5 +1,5 @@
 //! `roce perf` across processes: one side of a perftest run, talking
-//! perftest's out-of-band TCP exchange ([`crate::perftest_oob`]), so the
+//! perftest's out-of-band TCP exchange ([`roce_workloads::perftest`]), so the
 //! other side can be `ib_write_bw`, `ib_read_bw`, `ib_send_bw`,
 //! `ib_atomic_bw`, `ib_send_lat` (perftest 4.5-0.17) on a real or soft
 //! RoCE device, or another `roce perf`.
@@ -27,7 +27,7 @@
 //! compare-and-swaps with 0 stays unchanged.
 
 use crate::perf::{LatKind, PerfArgs, TestKind};
-use crate::perftest_oob::{BwReport, Flow, Negotiated, Oob, PerftestDest, Role};
+use roce_workloads::perftest::{BwReport, Flow, Negotiated, Oob, PerftestDest, Role};
 use roce_verbs_api::udp::{gid_to_addr, DeviceConfig};
 use roce_verbs_api::{
     AccessFlags, AhAttr, Budget, Context, Cq, Device, Mr, PathMtu, Pd, Qp, QpAttr, QpState, QpType,
@@ -551,7 +551,7 @@ fn run_cfg(cfg: &Cfg, a: &PerfArgs) -> Result<bool, String> {
         neg.cache_line,
         neg.mtu_bytes()
     );
-    let e = |e: crate::perftest_oob::OobError| e.to_string();
+    let e = |e: roce_workloads::perftest::OobError| e.to_string();
     let mut out = Outcome::new(res.qps.len());
     let client = role == Role::Client;
     // a failure from here on still prints what happened and the counters

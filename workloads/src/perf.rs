@@ -1,7 +1,6 @@
-//! The engine of `roce perf`: two UDP devices, QP pairs, the bandwidth
+//! The engine of `roce perf` (the front is `cli/src/perf.rs`): two UDP devices, QP pairs, the bandwidth
 //! loop, the ping-pong loops and the raw-UDP ping-pong.
 
-use crate::perf::{LatKind, PerfConfig, PollMode, TestKind};
 use anyhow::{anyhow, bail, Context as _};
 use roce_transport::{CountersSnapshot, DriverConfig, TransportCounters, UdpConfig, UdpTransport};
 use roce_verbs_api::{
@@ -12,6 +11,85 @@ use serde_json::{json, Value};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// Which test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum TestKind {
+    /// RDMA WRITE bandwidth (ib_write_bw).
+    Write,
+    /// RDMA READ bandwidth (ib_read_bw).
+    Read,
+    /// SEND/RECV bandwidth (ib_send_bw).
+    Send,
+    /// FETCH_AND_ADD rate (ib_atomic_bw; 8-byte messages).
+    Atomic,
+    /// Round-trip latency (ib_send_lat / ib_write_lat / ib_read_lat).
+    Lat,
+}
+
+/// Which operation a latency test uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum LatKind {
+    /// SEND/RECV ping-pong (ib_send_lat).
+    Send,
+    /// RDMA WRITE ping-pong, each side polling its memory (ib_write_lat).
+    Write,
+    /// RDMA READ, one outstanding (ib_read_lat).
+    Read,
+}
+
+/// Who moves the frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum PollMode {
+    /// One driver thread per device; the test thread sleeps on the driver's
+    /// progress condition variable (wake-ups on both sides).
+    Event,
+    /// No driver threads: the test thread sends on post_send and
+    /// busy-polls both sockets while it waits for a completion.
+    Busy,
+}
+
+impl PollMode {
+    /// The name used in output.
+    pub fn name(self) -> &'static str {
+        match self {
+            PollMode::Event => "event",
+            PollMode::Busy => "busy",
+        }
+    }
+}
+
+/// A validated configuration.
+#[derive(Clone, Debug)]
+pub struct PerfConfig {
+    /// The test.
+    pub test: TestKind,
+    /// For lat.
+    pub lat_op: LatKind,
+    /// Message size.
+    pub size: u32,
+    /// Iterations per QP (ignored with `duration`).
+    pub iters: u64,
+    /// Time-bounded run.
+    pub duration: Option<Duration>,
+    /// QP pairs.
+    pub qps: u32,
+    /// Outstanding WRs per QP.
+    pub tx_depth: u32,
+    /// Path MTU bytes.
+    pub mtu: u32,
+    /// Device A address.
+    pub addr_a: IpAddr,
+    /// Device B address.
+    pub addr_b: IpAddr,
+    /// Driver threads or busy polling.
+    pub poll: PollMode,
+    /// Event mode: driver spin before sleeping, microseconds.
+    pub spin_us: u64,
+}
 
 /// `--poll busy`: positive ACKs wait up to this long so that one covers
 /// several requests (see `PolledDriver::with_ack_delay`).

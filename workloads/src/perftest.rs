@@ -7,7 +7,7 @@
 //! client writes its message and then reads the server's, the server reads
 //! then writes (perftest's `ctx_xchg_data` / `ctx_hand_shake` over a plain
 //! socket, no `-R`/`--rdma_cm`). The sequence (checked against captures of
-//! two rxe guests, `cli/tests/data/perftest_*.{client,server}.bin`):
+//! two rxe guests, `workloads/tests/data/perftest/*.{client,server}.bin`):
 //!
 //! 1. version: 16 bytes, a NUL-terminated string (`"6.06"`);
 //! 2. `cycle_buffer` then `cache_line_size`: 4 bytes each, big-endian; both
