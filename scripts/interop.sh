@@ -140,9 +140,9 @@ all_cases() {
     # SRQ: 4 RC QPs sharing one SRQ on each side
     echo "$t-srq-srv-4096"; echo "$t-srq-cli-4096"
     # perftest on rxe against `roce perf`: RDMA WRITE, READ, SEND, FETCH_AND_ADD,
-    # CMP_AND_SWAP, SEND latency; then RNR, bad R_Key, injected loss
+    # CMP_AND_SWAP, SEND latency; then RNR, bad R_Key, 8 QPs (-q 8), injected loss
     for r in srv cli; do
-      for s in write read send atomic cas lat rnr badrkey; do echo "$t-pt-$r-$s"; done
+      for s in write read send atomic cas lat rnr badrkey q8; do echo "$t-pt-$r-$s"; done
     done
     echo "$t-pt-cli-faults"; echo "$t-pt-srv-faults"
     # pyverbs on rxe against `roce perf`, every byte checked on both sides:
@@ -255,6 +255,8 @@ run_perftest() { # CASE DIR -> 0 pass / 1 fail
   local n=$PT_ITERS tool ptargs oargs
   case $s in
     write|badrkey|faults) tool=ib_write_bw; ptargs="-s 4096 -n $n"; oargs=(write -s 4096 -n "$n") ;;
+    q8) # perftest's multi-QP exchange, both roles (8 QPs, one destination each)
+      tool=ib_write_bw; ptargs="-s 4096 -n $n -q 8"; oargs=(write -s 4096 -n "$n" -q 8) ;;
     read) tool=ib_read_bw; ptargs="-s 4096 -n $n"; oargs=(read -s 4096 -n "$n") ;;
     send) tool=ib_send_bw; ptargs="-s 4096 -n $n"; oargs=(send -s 4096 -n "$n") ;;
     atomic) tool=ib_atomic_bw; ptargs="-n $n"; oargs=(atomic -n "$n") ;;
