@@ -119,6 +119,12 @@ pub struct Args {
     /// extension: inject faults on the real transport, e.g. loss=0.05,seed=7 (as ROCE_EMU_FAULTS)
     #[arg(long = "faults")]
     pub faults: Option<String>,
+    /// extension: after the last exchange keep the QP answering for this many seconds, so a
+    /// peer whose last ACK was lost gets it when it retransmits (the exchange has no final
+    /// handshake: under loss, the side that finishes first can otherwise leave the other
+    /// retrying forever)
+    #[arg(long = "linger", value_name = "SECS", default_value_t = 0.0)]
+    pub linger: f64,
     /// connect to the server at <host> (without: start a server and wait for a connection)
     pub servername: Option<String>,
 }
@@ -426,6 +432,10 @@ pub fn run(kind: Kind, a: &Args) -> Result<ExitCode, String> {
     let (mut rcnt, mut scnt) = (0u64, 0u64);
     let expect_len = (size + off) as u32;
     let mut bad_len = 0u64;
+    // -c: every received message is checked as it arrives (the peer's
+    // buffer: 0 at each page start, 0x7b elsewhere), not only the last one
+    let mut bad_data = 0u64;
+    let mut got = vec![0u8; size];
     while rcnt < iters || scnt < iters {
         let wcs = wait_cq(&ctx, &cq, 2).map_err(|e| format!("poll CQ failed {e}"))?;
         for wc in wcs {
@@ -450,6 +460,9 @@ pub fn run(kind: Kind, a: &Args) -> Result<ExitCode, String> {
                     if a.chk && wc.byte_len != expect_len {
                         bad_len += 1;
                     }
+                    if a.chk && !page_pattern_ok(&mr, off, size, &mut got)? {
+                        bad_data += 1;
+                    }
                     rcnt += 1;
                 }
                 other => return Err(format!("Completion for unknown wr_id {other}")),
@@ -472,7 +485,6 @@ pub fn run(kind: Kind, a: &Args) -> Result<ExitCode, String> {
 
     let mut ok = true;
     if a.chk {
-        let mut got = vec![0u8; size];
         mr.read(off as u64, &mut got).map_err(|e| e.to_string())?;
         for (p, page) in got.chunks(PAGE).enumerate() {
             if page.iter().enumerate().any(|(i, &b)| b != if i == 0 { 0 } else { 0x7b }) {
@@ -484,6 +496,23 @@ pub fn run(kind: Kind, a: &Args) -> Result<ExitCode, String> {
             println!("{bad_len} receive completions with a length other than {expect_len}");
             ok = false;
         }
+        if bad_data > 0 {
+            println!("{bad_data} of {rcnt} received messages with invalid data");
+            ok = false;
+        }
+    }
+    if a.linger > 0.0 {
+        // the device's driver thread keeps answering while we wait
+        std::thread::sleep(Duration::from_secs_f64(a.linger.min(3600.0)));
     }
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// Whether the `size` bytes at `off` of `mr` are the peer's `-c` pattern
+/// (0 at each page start, 0x7b elsewhere); `buf` is scratch of `size`.
+fn page_pattern_ok(mr: &roce_verbs_api::Mr, off: usize, size: usize, buf: &mut [u8]) -> Result<bool, String> {
+    mr.read(off as u64, &mut buf[..size]).map_err(|e| e.to_string())?;
+    Ok(buf[..size].chunks(PAGE).all(|page| {
+        page.iter().enumerate().all(|(i, &b)| b == if i == 0 { 0 } else { 0x7b })
+    }))
 }
