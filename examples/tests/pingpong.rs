@@ -479,3 +479,31 @@ fn srq_pingpong_refuses_too_few_receives() {
         "rx_depth 4 is too small for 8 QPs -- must have at least one receive per QP."
     );
 }
+
+/// Under loss both ways, `rc_pingpong -c --linger 1` finishes on both
+/// sides with every received message checked: the side that finishes
+/// first keeps ACKing a retransmitted last message for a second (without
+/// it the other side can retry forever; seen in `scripts/soak.sh
+/// sockets`). Seeds chosen so that losses hit: the fault counters show it.
+#[test]
+fn rc_pingpong_under_loss_with_linger_ends_on_both_sides() {
+    let bin = env!("CARGO_BIN_EXE_rc_pingpong");
+    let dir = pcap_dir("linger");
+    for seed in [3, 4] {
+        let faults = format!("loss=0.15,dup=0.05,reorder=0.05,dir=both,seed={seed}");
+        let (s, c) = pair(
+            bin,
+            "lg",
+            "127.0.0.2",
+            "127.0.0.3",
+            &["-c", "-n", "20", "-s", "2048", "--linger", "1", "--faults", &faults],
+            &dir,
+        );
+        check_outputs(&s, &c, 2048, 20, "127.0.0.2", "127.0.0.3", false);
+        for r in [&s, &c] {
+            assert!(r.err.contains("roce faults"), "{}", r.err);
+            assert!(r.err.contains("rx_dropped=") && !r.err.contains("rx_dropped=0 tx_dropped=0"), "{}", r.err);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
