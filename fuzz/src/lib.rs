@@ -235,6 +235,9 @@ const OPS: [Opcode; 22] = [
 /// addresses mostly from the device's own, and a payload.
 fn crafted(d: &Dev, i: &mut In) -> Vec<u8> {
     let sel = i.u8();
+    if sel >= 0xF0 {
+        return real(d, sel, i);
+    }
     let qi = (sel % 4) as usize;
     let (dest, ty, base_psn) = match d.qps.get(qi) {
         Some(&(q, t, p)) => (q, t, p),
@@ -326,6 +329,40 @@ fn crafted(d: &Dev, i: &mut In) -> Vec<u8> {
     if let Ok(h) = IpUdpHeader::build(&ep, &IpMeta::default(), b.len()) {
         if i.u8() != 0xFF {
             h.fill_icrc(&mut b); // now and then a bad ICRC
+        }
+    }
+    b
+}
+
+/// A real packet from the input (the seeds `seeds-device.py` makes carry
+/// the UDP payloads of the captures in `../shared/captures`: kernel rxe's
+/// own traffic), aimed at a live QP (mostly one of the packet's transport):
+/// its destination QPN rewritten, its PSN moved next to the QP's now and
+/// then, its ICRC recomputed unless bit 3 of `sel` says to keep it.
+fn real(d: &Dev, sel: u8, i: &mut In) -> Vec<u8> {
+    let n = usize::from(i.u16()) % 4200;
+    let mut b = i.take(n).to_vec();
+    if b.len() < 16 {
+        return b; // shorter than a BTH and an ICRC: the parser's business
+    }
+    // mostly the QP of the packet's own transport (its opcode's top bits)
+    let want = match b[0] >> 5 {
+        0 => Some(QpType::Rc),
+        1 => Some(QpType::Uc),
+        3 => Some(QpType::Ud),
+        _ => None,
+    };
+    let same = d.qps.iter().find(|q| Some(q.1) == want).filter(|_| sel & 2 == 0);
+    let (dest, _, base_psn) = *same.unwrap_or(&d.qps[usize::from(sel) % d.qps.len()]);
+    b[5..8].copy_from_slice(&dest.value().to_be_bytes()[1..]);
+    if sel & 4 != 0 {
+        let psn = base_psn.wrapping_add(u32::from(sel & 3)) & 0xFF_FFFF;
+        b[9..12].copy_from_slice(&psn.to_be_bytes()[1..]);
+    }
+    if sel & 8 == 0 {
+        let ep = UdpEndpoints { src: A, dst: B, src_port: 0xC000, dst_port: 4791 };
+        if let Ok(h) = IpUdpHeader::build(&ep, &IpMeta::default(), b.len()) {
+            h.fill_icrc(&mut b);
         }
     }
     b
