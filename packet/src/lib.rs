@@ -54,6 +54,7 @@ pub mod ext;
 mod field;
 pub mod frame;
 pub mod icrc;
+pub mod mad;
 pub mod opcode;
 pub mod pcap;
 pub mod roce;
