@@ -238,6 +238,10 @@ fn ud_text(r: &Record, b: &BthFields) -> String {
     }
     if b.destqp == 1 {
         s.push_str("; QP1 is the GSI: this is a management datagram (e.g. a CM MAD)");
+        if let Some(c) = &r.cm {
+            s.push_str(". ");
+            s.push_str(&crate::cm_fmt::explain(c));
+        }
     }
     s.push_str("; UD has no ACKs, a lost datagram is simply gone");
     s

@@ -116,6 +116,9 @@ pub fn line(r: &Record) -> String {
     if let Some(x) = r.ieth_rkey {
         let _ = write!(s, " IETH rkey={x:#010x}");
     }
+    if let Some(c) = &r.cm {
+        let _ = write!(s, "  {}", crate::cm_fmt::summary(c));
+    }
     if let Some(g) = r.gso {
         let _ = write!(s, "  GSO {}/{} (size {})", g.segment + 1, g.segments, g.size);
     }

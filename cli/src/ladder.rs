@@ -134,6 +134,9 @@ fn short_opcode(name: &str) -> &str {
 /// The arrow label of a packet: opcode, PSN, length and what the AETH says.
 pub fn label(r: &Record) -> String {
     let Some(b) = r.bth else { return "(no BTH)".into() };
+    if let Some(c) = &r.cm {
+        return crate::cm_fmt::label(c);
+    }
     let name = r.opcode_name.clone().unwrap_or_default();
     let kind = r.info.map(|i| i.kind);
     let mut s = match (kind, r.aeth.map(|a| a.kind())) {

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 
 mod analysis;
 mod capture;
+mod cm_fmt;
 mod counters_fmt;
 mod demo;
 mod devices;

@@ -6,6 +6,7 @@
 //! order as `oracle.py`'s `decode_ib`, so that `roce decode --json` and the
 //! oracle can be compared key by key. Nothing here panics on any input.
 
+use roce_packet::mad::CmMad;
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use roce_packet::ext::{AtomicAckEth, AtomicEth, Deth, Reth, RNR_TIMER_US};
 use roce_packet::opcode::{ExtHeader, OpInfo, OpKind};
@@ -208,6 +209,8 @@ pub struct Record {
     /// there (as the oracle reports it). `None` when decoding stopped early.
     pub payload_len: Option<i64>,
     pub gso: Option<Gso>,
+    /// A CM MAD (a UD SEND to QP1 whose payload parses as one).
+    pub cm: Option<Box<CmMad>>,
     pub errors: Vec<String>,
     pub warnings: Vec<String>,
 }
@@ -332,6 +335,7 @@ impl Record {
             atomicacketh: None,
             immdt: None,
             ieth_rkey: None,
+            cm: None,
             payload_len: None,
             gso: inp.gso,
             errors: inp.frame_errors.clone(),
@@ -440,6 +444,10 @@ impl Record {
         let rest = body.len() - p;
         let pad = usize::from(b.padcnt);
         self.payload_len = Some(rest as i64 - pad as i64);
+        if b.destqp == 1 && self.deth.is_some() && rest >= pad {
+            // QP1 is the GSI: a management datagram, maybe the CM's
+            self.cm = CmMad::parse(&body[p..body.len() - pad]).ok().map(Box::new);
+        }
         if rest & 3 != 0 {
             self.errors.push(format!("payload_plus_pad_not_multiple_of_4 ({rest})"));
         }
@@ -545,6 +553,9 @@ impl Record {
         }
         if let Some(x) = self.payload_len {
             m.insert("payload_len".into(), json!(x));
+        }
+        if let Some(c) = &self.cm {
+            m.insert("cm".into(), crate::cm_fmt::json(c));
         }
         if !self.errors.is_empty() {
             m.insert("errors".into(), json!(self.errors));
