@@ -112,13 +112,51 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// The TCP port a server command listens on: its `-p`, else perftest's
+/// and the pingpongs' defaults.
+fn server_port(c: &Command) -> u16 {
+    let args: Vec<String> = c.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+    if let Some(i) = args.iter().position(|a| a == "-p" || a == "--port") {
+        if let Some(p) = args.get(i + 1).and_then(|p| p.parse().ok()) {
+            return p;
+        }
+    }
+    18515
+}
+
+/// Whether something listens on TCP `port` (IPv4 or IPv6), from /proc/net.
+fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X} ");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines().skip(1).any(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                // local_address is column 1, st (0A = LISTEN) column 3
+                cols.len() > 3 && format!("{} ", cols[1]).ends_with(&want) && cols[3] == "0A"
+            })
+        })
+    })
+}
+
+/// Wait (bounded) until a server listens on `port`, then a little more.
+fn wait_listening(port: u16, limit: Duration) {
+    let end = Instant::now() + limit;
+    while !listening(port) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+}
+
 /// Run `server` then (after it listens) `client`; both must exit 0.
 /// Returns the client's and the server's stdout.
 fn pair(server: Command, client: Command, what: &str) -> (String, String) {
     let mut server = server;
     let mut client = client;
+    let port = server_port(&server);
     let s = server.spawn().expect("spawn server");
-    std::thread::sleep(Duration::from_millis(300));
+    // A fixed pause is not enough under valgrind on a loaded host: wait
+    // until the server listens on its TCP port (the tools connect once).
+    wait_listening(port, Duration::from_secs(30));
     let c = client.spawn().expect("spawn client");
     let (co, ct) = finish(c, Duration::from_secs(40));
     let (so, st) = finish(s, Duration::from_secs(10));
