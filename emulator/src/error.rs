@@ -117,6 +117,12 @@ pub enum CreateQpError {
     /// Too many QPs.
     #[error("too many QPs")]
     TooMany,
+    /// The GSI QP (QP1) already exists on this device.
+    #[error("the GSI QP (QP1) already exists")]
+    GsiExists,
+    /// The GSI QP is a UD QP.
+    #[error("the GSI QP (QP1) must be a UD QP")]
+    GsiNotUd,
 }
 
 /// `modify_qp` failed.

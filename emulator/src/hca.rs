@@ -718,6 +718,11 @@ impl Hca {
     /// `ibv_create_qp`: RC, UC and UD. QPNs start at 17 like rxe (QP0/QP1,
     /// the special QPs, are not created).
     pub fn create_qp(&mut self, init: QpInitAttr) -> Result<Qpn, CreateQpError> {
+        self.create_qp_at(init, None)
+    }
+
+    /// [`Hca::create_qp`] at a fixed QPN (the GSI's) or the next free one.
+    fn create_qp_at(&mut self, init: QpInitAttr, at: Option<Qpn>) -> Result<Qpn, CreateQpError> {
         let a = &self.dev.attr;
         for (what, requested, max) in [
             ("max_send_wr", init.cap.max_send_wr, a.max_qp_wr),
@@ -746,12 +751,17 @@ impl Hca {
         if self.qps.len() >= self.dev.attr.max_qp as usize {
             return Err(CreateQpError::TooMany);
         }
-        let mut n = self.next_qpn;
-        while self.qps.contains_key(&Qpn::new(n)) || n < 2 {
-            n = (n + 1) & 0xFF_FFFF;
-        }
-        self.next_qpn = (n + 1) & 0xFF_FFFF;
-        let qpn = Qpn::new(n);
+        let qpn = match at {
+            Some(q) => q,
+            None => {
+                let mut n = self.next_qpn;
+                while self.qps.contains_key(&Qpn::new(n)) || n < 2 {
+                    n = (n + 1) & 0xFF_FFFF;
+                }
+                self.next_qpn = (n + 1) & 0xFF_FFFF;
+                Qpn::new(n)
+            }
+        };
         if let Some(p) = self.dev.pds.get_mut(&init.pd) {
             p.users += 1;
         }
@@ -766,6 +776,23 @@ impl Hca {
         self.qps.insert(qpn, Qp::new(qpn, init, self.dev.port.active_mtu));
         tracing::debug!(dev = %self.dev.name, %qpn, "create_qp");
         Ok(qpn)
+    }
+
+    /// The port's GSI QP (QP1, IBA 13.5.1): a UD QP with QPN 1, where the
+    /// communication manager's MADs arrive (a UD SEND to QPN 1 with the Q_Key
+    /// 0x80010000, `roce_packet::mad::GSI_QKEY`). One per device; it is moved
+    /// through INIT/RTR/RTS like any UD QP (give it that Q_Key at INIT, or
+    /// send with a Q_Key whose high bit is set, which means "the QP's own").
+    /// Ordinary [`Hca::create_qp`] never hands out QPN 0 or 1.
+    pub fn create_gsi_qp(&mut self, init: QpInitAttr) -> Result<Qpn, CreateQpError> {
+        if init.qp_type != QpType::Ud {
+            return Err(CreateQpError::GsiNotUd);
+        }
+        let gsi = Qpn::new(1);
+        if self.qps.contains_key(&gsi) {
+            return Err(CreateQpError::GsiExists);
+        }
+        self.create_qp_at(init, Some(gsi))
     }
 
     /// `ibv_modify_qp`: checked by [`validate_modify`], then applied.

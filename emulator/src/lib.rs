@@ -29,7 +29,8 @@
 //!
 //! QP types: RC (the full reliable transport), UC (no acknowledgements;
 //! gaps drop messages) and UD (single-packet SENDs with a DETH, a 40-byte
-//! GRH area in receive buffers). QP0/QP1 (SMI/GSI) are not provided.
+//! GRH area in receive buffers). QP1, the GSI where CM MADs arrive, is a UD
+//! QP made with `Hca::create_gsi_qp`; QP0 (the SMI) has no role on RoCE.
 //!
 //! Decisions worth knowing (each is documented where it is implemented):
 //! - `retry_cnt` 7 means "retry forever", as in rxe (IBA reserves that for
