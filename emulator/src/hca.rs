@@ -208,6 +208,8 @@ pub struct Hca {
     /// The transport verifies every received ICRC before delivering (see
     /// [`Hca::set_rx_icrc_checked`]); the core then skips its own check.
     pub(crate) rx_icrc_checked: bool,
+    /// The port's communication manager on QP1 ([`crate::cm_port`]).
+    pub(crate) cm: crate::cm_port::CmPort,
 }
 
 impl Hca {
@@ -223,6 +225,7 @@ impl Hca {
         let mut attr = cfg.device_attr.clone();
         // rxe's node GUID: the EUI-64 of the port's MAC
         attr.node_guid = u64::from_be_bytes(eui64(mac_of(cfg.addr)));
+        let cm = crate::cm_port::CmPort::new(cfg.addr, attr.node_guid, cfg.seed);
         Hca {
             dev: Dev {
                 name: cfg.name,
@@ -259,6 +262,7 @@ impl Hca {
             next_qpn: 17,
             rr_cursor: 0,
             rx_icrc_checked: false,
+            cm,
         }
     }
 
@@ -1099,6 +1103,7 @@ impl SansIo for Hca {
     fn handle_datagram(&mut self, now: Instant, dgram: Datagram) {
         let span = tracing::debug_span!("hca", dev = %self.dev.name);
         let _g = span.enter();
+        self.cm_note_time(now);
         self.receive(now, &dgram);
         self.settle();
     }
@@ -1108,6 +1113,13 @@ impl SansIo for Hca {
     fn poll_transmit(&mut self, now: Instant) -> Option<Datagram> {
         let span = tracing::debug_span!("hca", dev = %self.dev.name);
         let _g = span.enter();
+        // management datagrams first (the CM's MADs from QP1)
+        if let Some(d) = self.cm_transmit(now) {
+            self.dev.counters.sent_pkts += 1;
+            self.dev.counters.sent_bytes += d.payload.len() as u64;
+            self.dev.tx_burst = true;
+            return Some(d);
+        }
         // Two passes over the map (after the cursor, then up to it) without
         // collecting the keys: with many QPs the next one usually has work.
         let cursor = Qpn::new(self.rr_cursor);
@@ -1165,6 +1177,7 @@ impl SansIo for Hca {
                 }
             }
         };
+        take(self.cm_deadline());
         for q in self.qps.values() {
             take(q.retrans_deadline);
             take(q.rnr_deadline);
@@ -1177,6 +1190,7 @@ impl SansIo for Hca {
     fn handle_timeout(&mut self, now: Instant) {
         let span = tracing::debug_span!("hca", dev = %self.dev.name);
         let _g = span.enter();
+        self.cm_timeout(now);
         for qp in self.qps.values_mut() {
             if qp.rnr_deadline.is_some_and(|d| d <= now) {
                 qp.on_rnr_timeout(&mut self.dev, now);

@@ -53,6 +53,7 @@
 //!   READ costs no memory up front; ACKs, NAKs and READ responses of a QP
 //!   leave in order, before its new requests; QPs are served round-robin.
 
+mod cm_port;
 pub mod completer;
 pub mod counters;
 pub mod error;
@@ -70,6 +71,8 @@ pub mod time;
 pub mod wr;
 
 pub use counters::Counters;
+/// The communication manager engine each device carries ([`Hca::cm`]).
+pub use roce_cm as cm;
 pub use error::*;
 pub use hca::{Hca, HcaConfig, MrInfo};
 pub use io::{Datagram, SansIo};

@@ -89,6 +89,10 @@ impl Hca {
         }
         let info = pkt.info();
         let qpn = repr.bth.dest_qp;
+        // QP1 without an application GSI QP: the port's CM takes it
+        if qpn.value() == 1 && self.cm_receive(now, &repr, pkt.payload(), d)? {
+            return Ok(());
+        }
         let qp = self.qps.get_mut(&qpn).ok_or(DropReason::UnknownQp)?;
         let want = match qp.init.qp_type {
             crate::qp_attr::QpType::Uc => Transport::Uc,

@@ -64,6 +64,8 @@ fn a_mad_travels_qp1_to_qp1_with_the_gsi_qkey() {
         (9, WcStatus::Success, 296, 1)
     );
     assert_eq!(p.b.read_mem(0x2000 + 40, 256), mad);
+    // the application's GSI QP took it: the port's CM saw nothing
+    assert_eq!(p.b.hca.cm_ref().counters().mads_received, 0);
     let sent = p.a.poll();
     assert_eq!((sent[0].wr_id, sent[0].status), (5, WcStatus::Success));
 }
