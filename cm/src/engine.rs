@@ -714,7 +714,8 @@ impl Cm {
             .conns
             .iter()
             .find(|(_, c)| {
-                c.remote_qpn == q.local_qpn
+                c.remote_qpn != 0
+                    && c.remote_qpn == q.local_qpn
                     && c.peer.gid == from.gid
                     && !matches!(c.state, ConnState::SidrReqSent | ConnState::SidrReqRcvd)
             })
