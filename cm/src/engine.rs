@@ -326,7 +326,7 @@ impl Cm {
             timeout,
             max_retries,
             retries: 0,
-            deadline: Some(now + timeout),
+            deadline: Some(now.saturating_add(timeout)),
             last: Some(Box::new(mad)),
             destroyed: false,
         });
@@ -399,7 +399,7 @@ impl Cm {
             timeout,
             max_retries: self.cfg.max_cm_retries.min(15),
             retries: 0,
-            deadline: Some(now + timeout),
+            deadline: Some(now.saturating_add(timeout)),
             last: Some(Box::new(mad)),
             destroyed: false,
         });
@@ -454,7 +454,7 @@ impl Cm {
             c.state = ConnState::RepSent;
             c.local_qpn = params.local_qpn;
             c.retries = 0;
-            c.deadline = Some(now + c.timeout);
+            c.deadline = Some(now.saturating_add(c.timeout));
             c.last = Some(Box::new(mad));
         }
         self.queue(peer, mad);
@@ -665,7 +665,7 @@ impl Cm {
                 | ConnState::SidrReqSent => {
                     if c.retries < c.max_retries {
                         c.retries += 1;
-                        c.deadline = Some(now + c.timeout);
+                        c.deadline = Some(now.saturating_add(c.timeout));
                         let (peer, last) = (c.peer, c.last.as_deref().copied());
                         self.counters.retransmits += 1;
                         if let Some(mad) = last {
@@ -925,7 +925,7 @@ impl Cm {
             | ConnState::MraRepRcvd
             | ConnState::DreqSent => {
                 c.state = ConnState::TimeWait;
-                c.deadline = Some(now + self.cfg.timewait);
+                c.deadline = Some(now.saturating_add(self.cfg.timewait));
                 let (lc, rc) = (c.local_comm_id, c.remote_comm_id);
                 self.send_drep(from, tid, lc, rc);
                 self.event(
@@ -951,7 +951,7 @@ impl Cm {
         match c.state {
             ConnState::DreqSent => {
                 c.state = ConnState::TimeWait;
-                c.deadline = Some(now + self.cfg.timewait);
+                c.deadline = Some(now.saturating_add(self.cfg.timewait));
                 self.event(
                     id,
                     CmEvent::Disconnected { conn: id, cause: DisconnectCause::DrepReceived },
@@ -999,7 +999,7 @@ impl Cm {
             }
             ConnState::Established if reason == rej_reason::STALE_CONNECTION => {
                 c.state = ConnState::TimeWait;
-                c.deadline = Some(now + self.cfg.timewait);
+                c.deadline = Some(now.saturating_add(self.cfg.timewait));
                 self.event(id, event);
             }
             _ => self.counters.dropped_invalid_state += 1,
@@ -1031,7 +1031,7 @@ impl Cm {
             }
         };
         c.state = next;
-        c.deadline = Some(now + wait);
+        c.deadline = Some(now.saturating_add(wait));
     }
 
     fn on_sidr_req(
@@ -1315,7 +1315,7 @@ impl Cm {
         );
         c.state = ConnState::DreqSent;
         c.retries = 0;
-        c.deadline = Some(now + c.timeout);
+        c.deadline = Some(now.saturating_add(c.timeout));
         c.last = Some(Box::new(mad));
         let peer = c.peer;
         self.queue(peer, mad);
@@ -1327,7 +1327,7 @@ impl Cm {
         match c.state {
             ConnState::DreqSent => {
                 c.state = ConnState::TimeWait;
-                c.deadline = Some(now + self.cfg.timewait);
+                c.deadline = Some(now.saturating_add(self.cfg.timewait));
                 self.event(
                     id,
                     CmEvent::Disconnected { conn: id, cause: DisconnectCause::DreqTimeout },

@@ -365,3 +365,14 @@ fn a_req_from_qpn_0_is_not_mistaken_for_a_stale_connection() {
     assert_eq!(req.remote_qpn, 0);
     assert_eq!(w.b.counters().stale_connections, 0);
 }
+
+#[test]
+fn a_clock_near_its_end_saturates_instead_of_overflowing() {
+    let mut w = Wire::new();
+    w.b.listen(service()).unwrap();
+    w.now = Duration::MAX - Duration::from_secs(1);
+    let (_, cb, _) = w.request(ConnectRequest::new(service(), PeerAddr::new(w.gb), 0x11, 1));
+    w.b.accept(w.now, cb, AcceptParams::new(0x22, 2)).unwrap();
+    assert_eq!(w.b.poll_timeout(), Some(Duration::MAX));
+    assert_eq!(w.a.poll_timeout(), Some(Duration::MAX));
+}
