@@ -69,6 +69,14 @@ pub trait Driver: Send + Sync + 'static {
     /// so it may use the verbs (poll a CQ, read an MR).
     fn progress(&self, cond: &mut dyn FnMut() -> bool, budget: Budget) -> bool;
 
+    /// The devices' clock now (the `now` this driver passes to the cores),
+    /// for calls that start timers between inputs (the CM's). `None` when
+    /// the driver cannot tell; callers then use the time of the device's
+    /// latest input.
+    fn now(&self) -> Option<roce_emulator::Instant> {
+        None
+    }
+
     /// Async support: wake `waker` (once) after the driver next makes
     /// progress on its own thread; returns false if this driver has no
     /// thread of its own (then the caller must call [`Driver::progress`]

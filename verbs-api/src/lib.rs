@@ -38,6 +38,7 @@ pub mod pd;
 pub mod publish;
 pub mod qp;
 pub mod qp_types;
+pub mod rdma_cm;
 pub mod sim;
 pub mod srq;
 pub mod udp;

@@ -54,6 +54,10 @@ impl Driver for SimShared {
         "sim"
     }
 
+    fn now(&self) -> Option<Instant> {
+        Some(self.fabric().now())
+    }
+
     fn progress(&self, cond: &mut dyn FnMut() -> bool, budget: Budget) -> bool {
         if cond() {
             return true;

@@ -597,6 +597,10 @@ impl<T: Transport> Driver for ThreadDriver<T> {
         self.handle.notify();
     }
 
+    fn now(&self) -> Option<roce_emulator::Instant> {
+        Some(self.handle.now())
+    }
+
     fn progress(&self, cond: &mut dyn FnMut() -> bool, budget: Budget) -> bool {
         let start = Instant::now();
         loop {
@@ -881,6 +885,10 @@ impl<T: Transport> PolledDriver<T> {
 impl<T: Transport> Driver for PolledDriver<T> {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn now(&self) -> Option<roce_emulator::Instant> {
+        Some(PolledDriver::now(self))
     }
 
     fn kick(&self) {
