@@ -77,3 +77,31 @@ fn a_client_of_a_port_nobody_listens_on_is_rejected_at_once() {
     assert!(co.contains("cma event RDMA_CM_EVENT_REJECTED, error 8"), "{co}");
     assert!(t.elapsed() < Duration::from_secs(10));
 }
+
+#[test]
+fn udaddy_finds_the_server_with_sidr_and_datagrams_go_both_ways() {
+    let bin = env!("CARGO_BIN_EXE_udaddy");
+    let run = |args: &[&str]| {
+        Command::new(bin)
+            .env("ROCE_EMU_DEVICES", "roce0=udp:127.0.63.2,roce1=udp:127.0.63.3")
+            .env("ROCE_EMU_STATS", "0")
+            .env_remove("ROCE_EMU_PCAP")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn udaddy")
+    };
+    let server = run(&["-b", "127.0.63.2", "-C", "20", "-S", "200"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let client = run(&["-s", "127.0.63.2", "-C", "20", "-S", "200"]);
+    let (cc, co) = finish(client, Duration::from_secs(60));
+    let (sc, so) = finish(server, Duration::from_secs(20));
+    assert_eq!((cc, sc), (Some(0), Some(0)), "client:\n{co}\nserver:\n{so}");
+    assert_eq!(
+        co,
+        "initiating data transfers\nreceiving data transfers\ndata transfers complete\n"
+    );
+    assert_eq!(so, "receiving data transfers\nsending replies\ndata transfers complete\n");
+}
