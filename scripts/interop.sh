@@ -150,6 +150,11 @@ all_cases() {
     for r in srv cli; do
       for s in write imm read faa cas; do echo "$t-py-$r-$s"; done
     done
+    # RDMA CM (CM MADs over QP1): our rping / udaddy against rdmacm-utils'
+    # rping / udaddy on rxe, both roles
+    for r in srv cli; do
+      for s in rping udaddy; do echo "$t-cm-$r-$s"; done
+    done
     # unmodified Debian tools on the host through the libibverbs drop-in
     # (LD_LIBRARY_PATH=target/release) against the same tools on rxe
     for r in srv cli; do
@@ -380,6 +385,60 @@ run_dropin() { # CASE DIR -> 0 pass / 1 fail
   fi
 }
 
+# Our rping/udaddy (RDMA CM over QP1) against rdmacm-utils on rxe: CASE =
+# T-cm-ROLE-TOOL. No TCP side channel: the connection is the CM's REQ/REP/RTU
+# (rping) or SIDR_REQ/SIDR_REP (udaddy), so the servers are waited for with a
+# pause, not a port check.
+run_cm() { # CASE DIR -> 0 pass / 1 fail
+  local c=$1 d=$2 t k r s cport=$PORT
+  IFS=- read -r t k r s <<<"$c"
+  PORT=$((PORT + 1))
+  local env=(env ROCE_EMU_DEVICES="$(dev_env "$t")" ROCE_EMU_PCAP="$d")
+  local ours theirs srv_ip n=10
+  OURS_RC=0 GUEST_RC=0
+  if [ "$r" = srv ]; then srv_ip=$HOST; else srv_ip=${GUEST_IP[$GUEST_SRV]}; fi
+  if [ "$s" = rping ]; then
+    if [ "$r" = srv ]; then
+      ours=("$BIN/rping" -s -a "$HOST" -p "$cport" -v)
+      theirs="timeout $((CASE_TIMEOUT - 10)) rping -c -a $HOST -p $cport -C $n -v -V"
+    else
+      ours=("$BIN/rping" -c -a "$srv_ip" -p "$cport" -C "$n" -v -V)
+      theirs="timeout $((CASE_TIMEOUT - 10)) rping -s -a $srv_ip -p $cport -v"
+    fi
+  else
+    if [ "$r" = srv ]; then
+      # (rdmacm-utils' udaddy has no port option: 7174, ours' default)
+      ours=("$BIN/udaddy" -b "$HOST" -C "$n")
+      theirs="timeout $((CASE_TIMEOUT - 10)) udaddy -s $HOST -C $n"
+    else
+      ours=("$BIN/udaddy" -s "$srv_ip" -C "$n")
+      theirs="timeout $((CASE_TIMEOUT - 10)) udaddy -b $srv_ip -C $n"
+    fi
+  fi
+  if [ "$r" = srv ]; then
+    start_bg "$d/ours.log" ip netns exec "$NS" timeout "$CASE_TIMEOUT" "${env[@]}" "${ours[@]}"
+    local pid=$LAST_PID
+    sleep 1
+    echo "+ $theirs" >"$d/guest.log"
+    lab shell -t "$CASE_TIMEOUT" "$GUEST_CLI" "$theirs" >>"$d/guest.log" 2>&1 || GUEST_RC=$?
+    wait "$pid" || OURS_RC=$?
+  else
+    echo "+ $theirs" >"$d/guest.log"
+    local job; job=$(lab bg "$GUEST_SRV" "$theirs")
+    sleep 3
+    ip netns exec "$NS" timeout "$CASE_TIMEOUT" "${env[@]}" "${ours[@]}" >"$d/ours.log" 2>&1 || OURS_RC=$?
+    lab wait "$GUEST_SRV" "$job" "$CASE_TIMEOUT" >>"$d/guest.log" 2>&1 || GUEST_RC=$?
+  fi
+  echo "ours_rc=$OURS_RC guest_rc=$GUEST_RC" >"$d/status"
+  [ "$OURS_RC" = 0 ] && [ "$GUEST_RC" = 0 ] || return 1
+  if [ "$s" = rping ]; then # the client printed every ping, checked (-V)
+    local cl=$d/guest.log; [ "$r" = cli ] && cl=$d/ours.log
+    [ "$(grep -c '^ping data: rdma-ping-' "$cl")" = "$n" ]
+  else
+    grep -q 'data transfers complete' "$d/ours.log" && grep -q 'data transfers complete' "$d/guest.log"
+  fi
+}
+
 RESULTS=()
 run_case() { # CASE
   local c=$1 d=$RUN/$1 t0 res=PASS oracle=ok secs
@@ -391,6 +450,7 @@ run_case() { # CASE
     *-pt-*) run_perftest "$c" "$d" || res=FAIL ;;
     *-py-*) run_pyverbs "$c" "$d" || res=FAIL ;;
     *-dropin-*) run_dropin "$c" "$d" || res=FAIL ;;
+    *-cm-*) run_cm "$c" "$d" || res=FAIL ;;
     *) die "unknown case $c" ;;
   esac
   LAB_CAPTURES=$d lab capture-stop br0 >/dev/null 2>&1 || true
