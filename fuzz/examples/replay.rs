@@ -4,11 +4,11 @@
 fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some((target, files)) = args.split_first() else {
-        eprintln!("usage: replay TARGET FILE...   (TARGET: packet | device | verbs)");
+        eprintln!("usage: replay TARGET FILE...   (TARGET: packet | device | verbs | dropin | cm)");
         return std::process::ExitCode::from(2);
     };
     let Some(run) = roce_fuzz::by_name(target) else {
-        eprintln!("unknown target {target:?} (packet | device | verbs)");
+        eprintln!("unknown target {target:?} (packet | device | verbs | dropin | cm)");
         return std::process::ExitCode::from(2);
     };
     for f in files {

@@ -22,6 +22,14 @@
 //!   pages around each region unchanged, no completion for an unposted WR,
 //!   every object destroyed cleanly.
 //!
+//! * [`cm`]: two connection managers (IBA chapter 12, `roce_cm`) whose MADs
+//!   the input delivers, drops, duplicates, corrupts or replaces with its
+//!   own bytes, while it makes them listen, connect, accept, reject,
+//!   disconnect, destroy and lets time pass. Invariants: no panic, every
+//!   event names a connection the engine made, counters only grow, the
+//!   transmit queue and the connection table stay within their limits, and
+//!   once the input is over and time runs on, every connection ends.
+//!
 //! `fuzz/afl` turns each into an AFL binary (`fuzz/run.sh`); the ordinary
 //! test suite replays the committed corpus (`fuzz/tests/corpus.rs`).
 
@@ -582,13 +590,232 @@ pub fn dropin_run(data: &[u8]) -> ibverbs::fuzz::Reached {
     ibverbs::fuzz::dropin_run(data)
 }
 
-/// The harness of a target by name (`packet`, `device`, `verbs`, `dropin`).
+/// The harness of a target by name (`packet`, `device`, `verbs`, `dropin`, `cm`).
 pub fn by_name(name: &str) -> Option<fn(&[u8])> {
     match name {
         "packet" => Some(packet),
         "device" => Some(device),
         "verbs" => Some(verbs),
         "dropin" => Some(dropin),
+        "cm" => Some(cm),
         _ => None,
     }
+}
+
+// ------------------------------------------------------------------ cm
+
+/// Two CM engines driven by the input (see the crate documentation).
+pub fn cm(data: &[u8]) {
+    cm_run(data);
+}
+
+/// [`cm`], returning both engines' counters.
+pub fn cm_run(data: &[u8]) -> [roce_emulator::cm::Counters; 2] {
+    use roce_emulator::cm::{
+        gid_from_ip, AcceptParams, Cm, CmConfig, CmEvent, ConnId, ConnectRequest, PeerAddr,
+        SidrReplyParams, SidrRequest,
+    };
+    use std::time::Duration;
+    let ips = [IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2))];
+    let peers = [PeerAddr::new(gid_from_ip(ips[0])), PeerAddr::new(gid_from_ip(ips[1]))];
+    let mk = |i: usize| {
+        let mut c = CmConfig::new(gid_from_ip(ips[i]), 0x1000 + i as u64, 7 + i as u64);
+        c.max_connections = 16;
+        c.max_queued_transmits = 64;
+        c.max_cm_retries = 3;
+        Cm::new(c)
+    };
+    let mut cms = [mk(0), mk(1)];
+    // connections each engine has handed out (from calls or events)
+    let mut known: [HashSet<ConnId>; 2] = [HashSet::new(), HashSet::new()];
+    let mut now = Duration::ZERO;
+    let mut wire: Vec<(usize, [u8; 256])> = Vec::new(); // (destination, MAD)
+    let mut last = [cms[0].counters().mads_received, cms[1].counters().mads_received];
+    let services = [0x0000_0000_0106_1c06u64, 0x0000_0000_0111_1c06, 0x42];
+    let mut i = In(data);
+    let mut steps = 0;
+    let drain = |cms: &mut [Cm; 2],
+                 wire: &mut Vec<(usize, [u8; 256])>,
+                 known: &mut [HashSet<ConnId>; 2]| {
+        for (k, cm) in cms.iter_mut().enumerate() {
+            let mut n = 0;
+            while let Some(t) = cm.poll_transmit() {
+                n += 1;
+                assert!(n <= 64, "transmit queue beyond its limit");
+                // answers go where the MAD came from (the other engine)
+                let dst = if t.to.gid == peers[0].gid { 0 } else { k ^ 1 };
+                if wire.len() < 256 {
+                    wire.push((dst, t.mad));
+                }
+            }
+            while let Some(e) = cm.poll_event() {
+                let c = match &e {
+                    CmEvent::ConnectRequest { conn, .. } | CmEvent::SidrRequest { conn, .. } => {
+                        known[k].insert(*conn);
+                        *conn
+                    }
+                    CmEvent::ConnectResponse { conn, .. }
+                    | CmEvent::Established { conn }
+                    | CmEvent::Rejected { conn, .. }
+                    | CmEvent::Unreachable { conn }
+                    | CmEvent::Disconnected { conn, .. }
+                    | CmEvent::TimewaitExit { conn }
+                    | CmEvent::SidrReply { conn, .. } => *conn,
+                };
+                assert!(known[k].contains(&c), "event for a connection never made: {e:?}");
+            }
+            assert!(cm.connection_count() <= 16);
+        }
+    };
+    while !i.is_empty() && steps < 400 {
+        steps += 1;
+        let op = i.u8();
+        let k = usize::from(op & 1);
+        let pick = |set: &HashSet<ConnId>, b: u8| {
+            let mut v: Vec<ConnId> = set.iter().copied().collect();
+            v.sort();
+            (!v.is_empty()).then(|| v[usize::from(b) % v.len()])
+        };
+        match op >> 1 {
+            0 => {
+                let _ = cms[k].listen(services[usize::from(i.u8()) % 3]);
+            }
+            1 => {
+                let mut r = ConnectRequest::new(
+                    services[usize::from(i.u8()) % 3],
+                    peers[k ^ 1],
+                    u32::from(i.u16()),
+                    i.u32() & 0xFF_FFFF,
+                );
+                let n = usize::from(i.u8() % 100);
+                r.private_data = i.take(n).to_vec();
+                if let Ok(c) = cms[k].connect(now, r) {
+                    known[k].insert(c);
+                }
+            }
+            2 => {
+                let r = SidrRequest {
+                    service_id: services[usize::from(i.u8()) % 3],
+                    remote: peers[k ^ 1],
+                    pkey: 0xFFFF,
+                    private_data: Vec::new(),
+                };
+                if let Ok(c) = cms[k].sidr_resolve(now, r) {
+                    known[k].insert(c);
+                }
+            }
+            // the application answers one of its connections
+            3..=9 => {
+                let b = i.u8();
+                if let Some(c) = pick(&known[k], b) {
+                    let _ = match op >> 1 {
+                        3 => cms[k]
+                            .accept(
+                                now,
+                                c,
+                                AcceptParams::new(u32::from(i.u16()), i.u32() & 0xFF_FFFF),
+                            )
+                            .is_ok(),
+                        4 => cms[k].reject(c, i.take(8)).is_ok(),
+                        5 => cms[k].complete_connect(c).is_ok(),
+                        6 => cms[k].disconnect(now, c, &[]).is_ok(),
+                        7 => cms[k].establish(c).is_ok(),
+                        8 => cms[k]
+                            .sidr_reply(
+                                c,
+                                SidrReplyParams {
+                                    status: i.u8() % 4,
+                                    qpn: u32::from(i.u16()),
+                                    qkey: i.u32(),
+                                    private_data: Vec::new(),
+                                },
+                            )
+                            .is_ok(),
+                        _ => cms[k].destroy(now, c).is_ok(),
+                    };
+                }
+            }
+            // the wire: deliver, drop, duplicate, or corrupt the next MAD
+            10..=13 => {
+                if !wire.is_empty() {
+                    let n = usize::from(i.u8()) % wire.len();
+                    let (dst, mut mad) = wire.remove(n);
+                    let from = peers[dst ^ 1];
+                    match op >> 1 {
+                        10 => cms[dst].handle_mad(now, from, &mad),
+                        11 => {}
+                        12 => {
+                            cms[dst].handle_mad(now, from, &mad);
+                            cms[dst].handle_mad(now, from, &mad);
+                        }
+                        _ => {
+                            let at = usize::from(i.u8());
+                            mad[at] ^= i.u8() | 1;
+                            let len = 256 - usize::from(i.u8() & 0x7F);
+                            cms[dst].handle_mad(now, from, &mad[..len]);
+                        }
+                    }
+                }
+            }
+            // the input's own bytes as a MAD
+            14 => {
+                let n = usize::from(i.u8());
+                let b = i.take(n).to_vec();
+                cms[k].handle_mad(now, peers[k ^ 1], &b);
+            }
+            // time passes
+            _ => {
+                now += Duration::from_millis(u64::from(i.u16()) * 8);
+                cms[0].handle_timeout(now);
+                cms[1].handle_timeout(now);
+            }
+        }
+        drain(&mut cms, &mut wire, &mut known);
+        for (k, cm) in cms.iter().enumerate() {
+            let r = cm.counters().mads_received;
+            assert!(r >= last[k], "a counter went back");
+            last[k] = r;
+        }
+    }
+    // the input is over: deliver what is in flight, then let time run out;
+    // every connection ends (retries are bounded, TimeWait expires)
+    for _ in 0..2000 {
+        while let Some((dst, mad)) = wire.pop() {
+            cms[dst].handle_mad(now, peers[dst ^ 1], &mad);
+        }
+        drain(&mut cms, &mut wire, &mut known);
+        if !wire.is_empty() {
+            continue;
+        }
+        let next = [cms[0].poll_timeout(), cms[1].poll_timeout()].into_iter().flatten().min();
+        let Some(t) = next else { break };
+        now = now.max(t);
+        cms[0].handle_timeout(now);
+        cms[1].handle_timeout(now);
+        drain(&mut cms, &mut wire, &mut known);
+    }
+    for (k, cm) in cms.iter_mut().enumerate() {
+        // connections that wait for their application (a request it never
+        // answered, a REP it never confirmed) hold no timer; the rest end
+        let open: Vec<ConnId> =
+            known[k].iter().copied().filter(|c| cm.state(*c).is_some()).collect();
+        for c in open {
+            let _ = cm.destroy(now, c);
+        }
+    }
+    for _ in 0..2000 {
+        while let Some((dst, mad)) = wire.pop() {
+            cms[dst].handle_mad(now, peers[dst ^ 1], &mad);
+        }
+        drain(&mut cms, &mut wire, &mut known);
+        let next = [cms[0].poll_timeout(), cms[1].poll_timeout()].into_iter().flatten().min();
+        let Some(t) = next else { break };
+        now = now.max(t);
+        cms[0].handle_timeout(now);
+        cms[1].handle_timeout(now);
+    }
+    for cm in &cms {
+        assert!(cm.poll_timeout().is_none(), "a timer still runs with nothing left to do");
+    }
+    [*cms[0].counters(), *cms[1].counters()]
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 fn the_committed_corpus_of_every_target_passes() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
     let mut total = 0;
-    for target in ["packet", "device", "verbs", "dropin"] {
+    for target in ["packet", "device", "verbs", "dropin", "cm"] {
         let run = roce_fuzz::by_name(target).expect("target");
         let dir = root.join(target);
         let mut n = 0;
@@ -92,4 +92,30 @@ fn the_real_traffic_seeds_reach_the_device() {
     }
     assert!(n >= 10, "{n} rxe seeds (fuzz/seeds-device.py makes them)");
     assert!(rcvd >= 200 && acks >= 50 && recvs >= 5, "rcvd {rcvd} acks {acks} recvs {recvs}");
+}
+
+/// The CM seeds reach every part of the exchange: REQ/REP/RTU, REJ,
+/// DREQ/DREP, SIDR, retransmissions, malformed input.
+#[test]
+fn the_cm_harness_reaches_the_whole_exchange() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/cm");
+    let mut c = roce_emulator::cm::Counters::default();
+    for e in std::fs::read_dir(dir).expect("corpus/cm") {
+        for x in roce_fuzz::cm_run(&std::fs::read(e.expect("entry").path()).expect("read")) {
+            c.rtu_sent += x.rtu_sent;
+            c.rej_sent += x.rej_sent;
+            c.drep_sent += x.drep_sent;
+            c.sidr_rep_sent += x.sidr_rep_sent;
+            c.retransmits += x.retransmits;
+            c.dropped_malformed += x.dropped_malformed + x.dropped_unknown_attr;
+            c.unknown_service += x.unknown_service;
+        }
+    }
+    assert!(c.rtu_sent >= 2, "{c:?}");
+    assert!(c.rej_sent >= 2, "{c:?}");
+    assert!(c.drep_sent >= 2, "{c:?}");
+    assert!(c.sidr_rep_sent >= 1, "{c:?}");
+    assert!(c.retransmits >= 1, "{c:?}");
+    assert!(c.dropped_malformed >= 1, "{c:?}");
+    assert!(c.unknown_service >= 1, "{c:?}");
 }
