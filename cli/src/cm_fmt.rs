@@ -156,7 +156,8 @@ pub fn explain(m: &CmMad) -> String {
                 None => format!("a connection request for service {}", service(q.service_id)),
             };
             format!(
-                "CM REQ (connection request, IBA 12.6.5): {who}; its QP is {:#x} (first PSN {:#x}), \
+                "CM REQ (connection request, IBA 12.6.5): {who}; its QP is {:#x} (the passive side \
+                 is to send from PSN {:#x}, which this QP expects first), \
                  it takes {} incoming and issues {} outstanding RDMA READs/atomics, path MTU {}, \
                  transport retries {} and RNR retries {}{}; the passive side answers with a REP \
                  (accept) or REJ, or an MRA if it needs more time",
@@ -171,7 +172,8 @@ pub fn explain(m: &CmMad) -> String {
             )
         }
         CmMsg::Rep(r) => format!(
-            "CM REP (connection accepted): the passive side's QP is {:#x} (first PSN {:#x}); \
+            "CM REP (connection accepted): the passive side's QP is {:#x} (the active side is \
+             to send from PSN {:#x}, which this QP expects first); \
              both sides now move their QPs to RTR, and the active side confirms with an RTU",
             r.local_qpn, r.starting_psn
         ),

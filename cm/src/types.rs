@@ -188,7 +188,11 @@ pub struct ConnectRequest {
     pub remote: PeerAddr,
     /// 24 bits, the local QP (RC or UC).
     pub local_qpn: u32,
-    /// 24 bits, the QP's send PSN (see [`crate::Cm::random_psn`]).
+    /// 24 bits (see [`crate::Cm::random_psn`]): the PSN the *passive* side
+    /// sends from, i.e. the active QP's receive PSN. That is how the
+    /// kernel's CM fills it and rping through rxe shows it
+    /// (`packet/tests/data/rping.pcap`: the passive side's first READ
+    /// carries the REQ's PSN, the active side's first SEND the REP's).
     pub starting_psn: u32,
     pub qp_type: CmQpType,
     /// RDMA READ/atomic requests we accept at once (`max_dest_rd_atomic`).
@@ -240,7 +244,8 @@ impl ConnectRequest {
 pub struct AcceptParams {
     /// 24 bits.
     pub local_qpn: u32,
-    /// 24 bits.
+    /// 24 bits: the PSN the active side sends from, i.e. the passive QP's
+    /// receive PSN (see [`ConnectRequest::starting_psn`]).
     pub starting_psn: u32,
     pub responder_resources: u8,
     pub initiator_depth: u8,
@@ -321,7 +326,8 @@ pub struct ReqInfo {
     pub remote_comm_id: u32,
     pub remote_ca_guid: u64,
     pub remote_qpn: u32,
-    /// The active side's send PSN: the passive QP's receive PSN.
+    /// The PSN the passive side sends from (the active QP's receive PSN;
+    /// see [`ConnectRequest::starting_psn`]).
     pub starting_psn: u32,
     pub qp_type: CmQpType,
     pub responder_resources: u8,
@@ -344,7 +350,7 @@ pub struct RepInfo {
     pub remote_comm_id: u32,
     pub remote_ca_guid: u64,
     pub remote_qpn: u32,
-    /// The passive side's send PSN: the active QP's receive PSN.
+    /// The PSN the active side sends from (the passive QP's receive PSN).
     pub starting_psn: u32,
     pub responder_resources: u8,
     pub initiator_depth: u8,

@@ -865,9 +865,12 @@ impl CmId {
                 if let Some(qp) = st.qp.clone() {
                     let opts =
                         qp_options(&ctx, st.peer_mtu, param, st.peer_retry, st.peer_rnr_retry);
-                    let peer = QpEndpoint { addr: remote.ip(), qpn: st.peer_qpn, psn: st.peer_psn };
+                    // As the kernel's CM (and rping through rxe shows): the
+                    // REQ's starting PSN is the one the passive side sends
+                    // from, the REP's the one it receives at.
+                    let peer = QpEndpoint { addr: remote.ip(), qpn: st.peer_qpn, psn };
                     qp.to_rtr(&peer, &opts)?;
-                    qp.to_rts(psn, &opts)?;
+                    qp.to_rts(st.peer_psn, &opts)?;
                 }
                 let qpn = st.qp.as_ref().map(|q| q.qpn().value()).or(param.qp_num).unwrap_or(0);
                 let mut a = AcceptParams::new(qpn, psn);
@@ -1119,8 +1122,10 @@ fn dispatch(ctx: &Context, ev: EngineEvent) {
                 mine.retry_count,
                 mine.rnr_retry_count,
             );
-            let peer = QpEndpoint { addr: remote, qpn: rep.remote_qpn, psn: rep.starting_psn };
-            let moved = qp.to_rtr(&peer, &opts).and_then(|()| qp.to_rts(st.psn, &opts));
+            // the active side receives at the PSN its REQ named and sends
+            // from the one the REP named (the kernel's CM; rping via rxe)
+            let peer = QpEndpoint { addr: remote, qpn: rep.remote_qpn, psn: st.psn };
+            let moved = qp.to_rtr(&peer, &opts).and_then(|()| qp.to_rts(rep.starting_psn, &opts));
             match moved {
                 Ok(()) => {
                     let r = ctx.lock().cm().complete_connect(conn);

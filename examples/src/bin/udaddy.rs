@@ -11,8 +11,10 @@
 //! The client resolves the server's port (RDMA_PS_UDP) and connects: the
 //! server's SIDR_REP names its UD QP and Q_Key, which the client's
 //! ESTABLISHED event reports. The client sends `-C` datagrams of `-S`
-//! bytes; the server receives them and answers each to the address the
-//! datagram's GRH names (`ibv_create_ah_from_wc`).
+//! bytes, each with its QP number as immediate data (as rdmacm-utils'
+//! udaddy does: SIDR tells the server nothing of the client's QP); the
+//! server receives them and answers each to the address the datagram's
+//! GRH names (`ibv_create_ah_from_wc`) and the QP its immediate data names.
 
 use clap::Parser;
 use roce_verbs_api::rdma_cm::{CmEventKind, ConnParam, EventChannel, PortSpace};
@@ -137,10 +139,14 @@ fn run(args: &Args) -> Result<(), String> {
             let mut grh = [0u8; GRH_LEN];
             mr.read(at, &mut grh).map_err(|e| e.to_string())?;
             let ah = ctx.create_ah_from_wc(wc, &grh).map_err(|e| e.to_string())?;
-            let to = QpEndpoint { addr: ah.dgid, qpn: wc.src_qp, psn: 0 };
+            // rdmacm-utils' udaddy names its QP in the immediate data
+            let qpn = wc.imm.unwrap_or(wc.src_qp);
+            let to = QpEndpoint { addr: ah.dgid, qpn, psn: 0 };
             let src = mr.addr() + at + GRH_LEN as u64;
             let wr = ud_send(
-                SendWr::new(i as u64, WrOpcode::Send).sge(src, args.size, mr.lkey()),
+                SendWr::new(i as u64, WrOpcode::SendWithImm)
+                    .sge(src, args.size, mr.lkey())
+                    .with_imm(qp.qpn().value()),
                 ah,
                 &to,
                 roce_verbs_api::rdma_cm::RDMA_UDP_QKEY,
@@ -185,8 +191,12 @@ fn run(args: &Args) -> Result<(), String> {
         let msg: Vec<u8> = (0..size).map(|k| (k + i) as u8).collect();
         let at = (out + i * size) as u64;
         mr.write(at, &msg).map_err(|e| e.to_string())?;
+        // as rdmacm-utils' udaddy: the immediate data names our QP (the
+        // server answers it there)
         let wr = ud_send(
-            SendWr::new(i as u64, WrOpcode::Send).sge(mr.addr() + at, args.size, mr.lkey()),
+            SendWr::new(i as u64, WrOpcode::SendWithImm)
+                .sge(mr.addr() + at, args.size, mr.lkey())
+                .with_imm(qp.qpn().value()),
             ud.ah,
             &to,
             ud.qkey,
