@@ -47,6 +47,8 @@ pub mod fuzz;
 mod mr;
 mod qp;
 mod qp_ex;
+#[doc(hidden)]
+pub mod rdmacm;
 mod srq;
 mod strings;
 mod util;

@@ -475,6 +475,63 @@ impl EventChannel {
 
 // ---------------------------------------------------------------- ids
 
+/// The QP of an identifier: made by [`CmId::create_qp`] (kept alive by
+/// the identifier), or attached by number with [`CmId::attach_qp`].
+#[derive(Clone)]
+enum CmQp {
+    Owned(Qp),
+    Attached { ctx: Context, qpn: roce_packet::Qpn },
+}
+
+impl CmQp {
+    fn qpn(&self) -> roce_packet::Qpn {
+        match self {
+            CmQp::Owned(q) => q.qpn(),
+            CmQp::Attached { qpn, .. } => *qpn,
+        }
+    }
+
+    fn modify(&self, attr: &QpAttr) -> Result<(), QpModifyError> {
+        match self {
+            CmQp::Owned(q) => q.modify(attr),
+            CmQp::Attached { ctx, qpn } => ctx.lock().modify_qp(*qpn, attr),
+        }
+    }
+
+    /// [`Qp::to_rtr`].
+    fn to_rtr(&self, remote: &QpEndpoint, opts: &ConnectOptions) -> Result<(), QpModifyError> {
+        match self {
+            CmQp::Owned(q) => q.to_rtr(remote, opts),
+            CmQp::Attached { .. } => self.modify(
+                &QpAttr::new()
+                    .state(QpState::Rtr)
+                    .ah(AhAttr::new(remote.addr))
+                    .mtu(opts.mtu)
+                    .dest_qpn(remote.qpn)
+                    .rq_psn(remote.psn)
+                    .max_dest_rd_atomic(opts.max_dest_rd_atomic)
+                    .min_rnr_timer(opts.min_rnr_timer),
+            ),
+        }
+    }
+
+    /// [`Qp::to_rts`].
+    fn to_rts(&self, sq_psn: u32, opts: &ConnectOptions) -> Result<(), QpModifyError> {
+        match self {
+            CmQp::Owned(q) => q.to_rts(sq_psn, opts),
+            CmQp::Attached { .. } => self.modify(
+                &QpAttr::new()
+                    .state(QpState::Rts)
+                    .sq_psn(sq_psn)
+                    .timeout(opts.timeout)
+                    .retry_cnt(opts.retry_cnt)
+                    .rnr_retry(opts.rnr_retry)
+                    .max_rd_atomic(opts.max_rd_atomic),
+            ),
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
     Idle,
@@ -498,7 +555,7 @@ struct IdState {
     role: Role,
     conn: Option<ConnId>,
     listens: Vec<(Context, ListenId)>,
-    qp: Option<Qp>,
+    qp: Option<CmQp>,
     /// The send PSN this side announced.
     psn: u32,
     /// Passive: the peer's QPN, first PSN, path MTU code, retries, from the REQ.
@@ -624,7 +681,10 @@ impl CmId {
 
     /// The QP made by [`CmId::create_qp`].
     pub fn qp(&self) -> Option<Qp> {
-        self.inner.lock().qp.clone()
+        match &self.inner.lock().qp {
+            Some(CmQp::Owned(q)) => Some(q.clone()),
+            _ => None,
+        }
     }
 
     /// `rdma_get_local_addr`.
@@ -725,8 +785,42 @@ impl CmId {
             }
             _ => qp.to_init(&ConnectOptions::default())?,
         }
-        st.qp = Some(qp.clone());
+        st.qp = Some(CmQp::Owned(qp.clone()));
         Ok(qp)
+    }
+
+    /// `rdma_create_qp` for a QP made elsewhere (the C ABI's `ibv_create_qp`
+    /// path): attach `qp`, which must be on the identifier's device and in
+    /// RESET, and move it as [`CmId::create_qp`] does (INIT; UD: RTS with
+    /// [`RDMA_UDP_QKEY`]). The identifier keeps only the QP's number (the
+    /// owner may destroy the QP at any time, as `ibv_destroy_qp` on an
+    /// rdma_cm QP does); later moves of a destroyed QP fail quietly.
+    pub fn attach_qp(&self, qp: &Qp) -> Result<(), CmError> {
+        let mut st = self.inner.lock();
+        if st.qp.is_some() {
+            return Err(CmError::QpExists);
+        }
+        if st.ctx.is_none() {
+            return Err(CmError::InvalidState("create_qp before the id is bound to a device"));
+        }
+        match self.inner.ps {
+            PortSpace::Udp => {
+                let psn = qp.pd().context().lock().cm().random_psn();
+                qp.activate_ud(RDMA_UDP_QKEY, psn)?
+            }
+            PortSpace::Tcp => qp.to_init(&ConnectOptions::default())?,
+        }
+        st.qp = Some(CmQp::Attached { ctx: qp.pd().context().clone(), qpn: qp.qpn() });
+        Ok(())
+    }
+
+    /// `rdma_destroy_qp`: forget the identifier's QP (an owned one is
+    /// returned, so the caller can destroy it).
+    pub fn detach_qp(&self) -> Option<Qp> {
+        match self.inner.lock().qp.take() {
+            Some(CmQp::Owned(q)) => Some(q),
+            _ => None,
+        }
     }
 
     /// `rdma_connect`: send the REQ (TCP) or SIDR_REQ (UDP). Events follow:

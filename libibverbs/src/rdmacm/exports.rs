@@ -1,0 +1,954 @@
+//! Every symbol rdma-core 44's `librdmacm.so.1` exports, placed in its
+//! version (RDMACM_1.0 .. RDMACM_1.3) by `libibverbs.map`. The rsocket
+//! calls (`rsocket`, `rsend`, ...) are not implemented: -1 with `ENOSYS`.
+
+use super::abi::{
+    self as cm, rdma_addrinfo, rdma_cm_event, rdma_cm_id, rdma_conn_param, rdma_event_channel,
+};
+use super::{
+    bind, complete_sync, conn_param, destroy_channel, destroy_id, dev_pd, get_event, id, listen,
+    lock, new_channel, new_id, ps_of, push_local, resolve_addr, sockaddr_in, ChanObj, EventObj,
+    IdObj,
+};
+use crate::abi as v;
+use crate::util::{diag, guard, guard_neg, guard_ptr, set_errno};
+use libc::{c_char, c_int, c_void, size_t, sockaddr, socklen_t, ssize_t};
+use roce_verbs_api::rdma_cm::{CmError, CmEventKind, PortSpace};
+use std::ptr;
+
+fn cm_err(e: CmError) -> i32 {
+    diag!("rdma_cm: {e}");
+    e.errno()
+}
+
+fn idobj<'a>(p: *mut rdma_cm_id) -> Result<&'a IdObj, i32> {
+    // SAFETY: the program passes an id of this library.
+    unsafe { id(p) }.ok_or(libc::EINVAL)
+}
+
+fn rust(o: &IdObj) -> Result<roce_verbs_api::rdma_cm::CmId, i32> {
+    o.rust().ok_or(libc::EINVAL)
+}
+
+// ---------------------------------------------------------------- channels
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
+    guard_ptr(|| Ok(new_channel()? as *mut rdma_event_channel))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_event_channel(ch: *mut rdma_event_channel) {
+    if ch.is_null() {
+        return;
+    }
+    // SAFETY: the program gives up its channel.
+    guard((), || unsafe { destroy_channel(ch as *mut ChanObj) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_cm_event(
+    ch: *mut rdma_event_channel,
+    event: *mut *mut rdma_cm_event,
+) -> c_int {
+    guard_neg(|| {
+        if ch.is_null() || event.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: a channel of this library.
+        let e = unsafe { get_event(ch as *mut ChanObj) }?;
+        // SAFETY: the caller's pointer.
+        unsafe { *event = e as *mut rdma_cm_event };
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
+    guard_neg(|| {
+        if event.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: an event of rdma_get_cm_event, acknowledged once.
+        drop(unsafe { Box::from_raw(event as *mut EventObj) });
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_event_str(event: c_int) -> *const c_char {
+    const NAMES: [&[u8]; 16] = [
+        b"RDMA_CM_EVENT_ADDR_RESOLVED\0",
+        b"RDMA_CM_EVENT_ADDR_ERROR\0",
+        b"RDMA_CM_EVENT_ROUTE_RESOLVED\0",
+        b"RDMA_CM_EVENT_ROUTE_ERROR\0",
+        b"RDMA_CM_EVENT_CONNECT_REQUEST\0",
+        b"RDMA_CM_EVENT_CONNECT_RESPONSE\0",
+        b"RDMA_CM_EVENT_CONNECT_ERROR\0",
+        b"RDMA_CM_EVENT_UNREACHABLE\0",
+        b"RDMA_CM_EVENT_REJECTED\0",
+        b"RDMA_CM_EVENT_ESTABLISHED\0",
+        b"RDMA_CM_EVENT_DISCONNECTED\0",
+        b"RDMA_CM_EVENT_DEVICE_REMOVAL\0",
+        b"RDMA_CM_EVENT_MULTICAST_JOIN\0",
+        b"RDMA_CM_EVENT_MULTICAST_ERROR\0",
+        b"RDMA_CM_EVENT_ADDR_CHANGE\0",
+        b"RDMA_CM_EVENT_TIMEWAIT_EXIT\0",
+    ];
+    match usize::try_from(event).ok().and_then(|i| NAMES.get(i)) {
+        Some(n) => n.as_ptr().cast(),
+        None => c"UNKNOWN EVENT".as_ptr(),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_migrate_id(
+    idp: *mut rdma_cm_id,
+    ch: *mut rdma_event_channel,
+) -> c_int {
+    guard_neg(|| {
+        let o = idobj(idp)?;
+        let (new, own) =
+            if ch.is_null() { (new_channel()?, true) } else { (ch as *mut ChanObj, false) };
+        let old = o.chan();
+        let was_own = lock(&o.st).own_chan;
+        {
+            let _g = super::global();
+            // SAFETY: both channels are live; the id is the program's.
+            unsafe {
+                let evs = (*old).take_events_of(o.ptr());
+                (*o.ptr()).c.channel = new as *mut rdma_event_channel;
+                for e in evs {
+                    (*new).push(e);
+                }
+            }
+        }
+        lock(&o.st).own_chan = own;
+        if was_own {
+            // SAFETY: the id's former private channel.
+            unsafe { destroy_channel(old) };
+        }
+        Ok(0)
+    })
+}
+
+// ---------------------------------------------------------------- ids
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_id(
+    ch: *mut rdma_event_channel,
+    out: *mut *mut rdma_cm_id,
+    context: *mut c_void,
+    ps: c_int,
+) -> c_int {
+    guard_neg(|| {
+        if out.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let ps = ps_of(ps as u32)?;
+        let (chan, own) =
+            if ch.is_null() { (new_channel()?, true) } else { (ch as *mut ChanObj, false) };
+        let p = new_id(chan, context, ps, own);
+        // SAFETY: the caller's pointer.
+        unsafe { *out = p as *mut rdma_cm_id };
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_id(idp: *mut rdma_cm_id) -> c_int {
+    guard_neg(|| {
+        let o = idobj(idp)?;
+        // SAFETY: the id's own fields; a stored synchronous event is ours.
+        unsafe {
+            let ev = (*o.ptr()).c.event;
+            if !ev.is_null() {
+                drop(Box::from_raw(ev as *mut EventObj));
+            }
+            destroy_id(o.ptr());
+        }
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_bind_addr(idp: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int {
+    guard_neg(|| {
+        let o = idobj(idp)?;
+        // SAFETY: the caller's sockaddr.
+        let a = unsafe { sockaddr_in(addr) }?.ok_or(libc::EINVAL)?;
+        bind(o, a)?;
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_resolve_addr(
+    idp: *mut rdma_cm_id,
+    src: *mut sockaddr,
+    dst: *mut sockaddr,
+    _timeout_ms: c_int,
+) -> c_int {
+    guard_neg(|| {
+        let o = idobj(idp)?;
+        // SAFETY: the caller's sockaddrs.
+        let (s, d) = unsafe { (sockaddr_in(src)?, sockaddr_in(dst)?) };
+        let d = d.ok_or(libc::EINVAL)?;
+        match resolve_addr(o, s, d) {
+            Ok(()) => {}
+            Err(libc::ENODEV) => push_local(o.ptr(), CmEventKind::AddrError, -libc::ENODEV),
+            Err(e) => return Err(e),
+        }
+        complete_sync(o)?;
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_resolve_route(idp: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
+    guard_neg(|| {
+        let o = idobj(idp)?;
+        rust(o)?.resolve_route().map_err(cm_err)?;
+        complete_sync(o)?;
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_listen(idp: *mut rdma_cm_id, _backlog: c_int) -> c_int {
+    guard_neg(|| {
+        let o = idobj(idp)?;
+        listen(o)?;
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_connect(idp: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
+    guard_neg(|| {
+        let o = idobj(idp)?;
+        // SAFETY: the caller's conn param.
+        let cp = unsafe { conn_param(param, !o.c.qp.is_null()) };
+        rust(o)?.connect(&cp).map_err(cm_err)?;
+        complete_sync(o)?;
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_accept(idp: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
+    guard_neg(|| {
+        let o = idobj(idp)?;
+        // SAFETY: the caller's conn param.
+        let cp = unsafe { conn_param(param, !o.c.qp.is_null()) };
+        rust(o)?.accept(&cp).map_err(cm_err)?;
+        if lock(&o.st).ps == PortSpace::Tcp {
+            complete_sync(o)?;
+        }
+        Ok(0)
+    })
+}
+
+unsafe fn reject(idp: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int {
+    guard_neg(|| {
+        let o = idobj(idp)?;
+        let pd = if data.is_null() || len == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: the caller's private data of `len` bytes.
+            unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len.into()) }.to_vec()
+        };
+        rust(o)?.reject(&pd).map_err(cm_err)?;
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_reject(idp: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe { reject(idp, data, len) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_reject_ece(
+    idp: *mut rdma_cm_id,
+    data: *const c_void,
+    len: u8,
+) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe { reject(idp, data, len) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_establish(idp: *mut rdma_cm_id) -> c_int {
+    guard_neg(|| {
+        let o = idobj(idp)?;
+        rust(o)?.establish().map_err(cm_err)?;
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_notify(idp: *mut rdma_cm_id, _event: c_int) -> c_int {
+    guard_neg(|| {
+        let o = idobj(idp)?;
+        rust(o)?;
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_disconnect(idp: *mut rdma_cm_id) -> c_int {
+    guard_neg(|| {
+        let o = idobj(idp)?;
+        match rust(o)?.disconnect() {
+            // already disconnecting (the peer's DREQ came first), as the
+            // kernel's CM answers it
+            Ok(()) | Err(CmError::InvalidState(_)) => {}
+            Err(e) => return Err(cm_err(e)),
+        }
+        complete_sync(o)?;
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_request(
+    listen_id: *mut rdma_cm_id,
+    out: *mut *mut rdma_cm_id,
+) -> c_int {
+    guard_neg(|| {
+        let o = idobj(listen_id)?;
+        if out.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the listener's live channel.
+        let e = unsafe { get_event(o.chan()) }?;
+        // SAFETY: the event just taken.
+        let ev = unsafe { &(*e).c };
+        if ev.status != 0 || ev.event != CmEventKind::ConnectRequest.code() {
+            let st = ev.status;
+            // SAFETY: ours to free.
+            drop(unsafe { Box::from_raw(e) });
+            return Err(if st != 0 { st.abs() } else { libc::EINVAL });
+        }
+        let child = ev.id;
+        let ep = lock(&o.st).ep_qp;
+        if let Some((pd, mut attr)) = ep {
+            // SAFETY: the new id of the request.
+            if unsafe { create_qp(child, pd, &mut attr) } != 0 {
+                let err = crate::util::errno();
+                // SAFETY: as above.
+                unsafe {
+                    drop(Box::from_raw(e));
+                    destroy_id(child as *mut IdObj);
+                }
+                return Err(err);
+            }
+        }
+        // SAFETY: the new id and the caller's pointer.
+        unsafe {
+            (*child).event = e as *mut rdma_cm_event;
+            *out = child;
+        }
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_src_port(idp: *mut rdma_cm_id) -> u16 {
+    // SAFETY: the program's id.
+    match unsafe { id(idp) } {
+        Some(o) => port_of(&o.c.route.addr.src_storage),
+        None => 0,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_dst_port(idp: *mut rdma_cm_id) -> u16 {
+    // SAFETY: the program's id.
+    match unsafe { id(idp) } {
+        Some(o) => port_of(&o.c.route.addr.dst_storage),
+        None => 0,
+    }
+}
+
+/// The port of a sockaddr in network order, as librdmacm returns it.
+fn port_of(s: &libc::sockaddr_storage) -> u16 {
+    let p = s as *const libc::sockaddr_storage;
+    // SAFETY: sockaddr_storage holds any of these; the family says which.
+    unsafe {
+        match i32::from(s.ss_family) {
+            libc::AF_INET => (*(p as *const libc::sockaddr_in)).sin_port,
+            libc::AF_INET6 => (*(p as *const libc::sockaddr_in6)).sin6_port,
+            _ => 0,
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_set_option(
+    idp: *mut rdma_cm_id,
+    level: c_int,
+    optname: c_int,
+    optval: *mut c_void,
+    _optlen: size_t,
+) -> c_int {
+    guard_neg(|| {
+        idobj(idp)?;
+        if optval.is_null() {
+            return Err(libc::EINVAL);
+        }
+        match (level, optname) {
+            (
+                cm::RDMA_OPTION_ID,
+                cm::RDMA_OPTION_ID_TOS
+                | cm::RDMA_OPTION_ID_REUSEADDR
+                | cm::RDMA_OPTION_ID_AFONLY
+                | cm::RDMA_OPTION_ID_ACK_TIMEOUT,
+            ) => Ok(0),
+            (cm::RDMA_OPTION_IB, cm::RDMA_OPTION_IB_PATH) => Ok(0),
+            _ => {
+                diag!("rdma_set_option: level {level} option {optname} not supported");
+                Err(libc::ENOSYS)
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_init_qp_attr(
+    idp: *mut rdma_cm_id,
+    _attr: *mut v::ibv_qp_attr,
+    _mask: *mut c_int,
+) -> c_int {
+    guard_neg(|| {
+        idobj(idp)?;
+        diag!("rdma_init_qp_attr: not supported (let rdma_create_qp's QP be moved by the CM)");
+        Err(libc::ENOSYS)
+    })
+}
+
+// ---------------------------------------------------------------- QPs, SRQs
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_qp(
+    idp: *mut rdma_cm_id,
+    pd: *mut v::ibv_pd,
+    attr: *mut v::ibv_qp_init_attr,
+) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe { create_qp(idp, pd, attr) }
+}
+
+unsafe fn create_qp(
+    idp: *mut rdma_cm_id,
+    pd: *mut v::ibv_pd,
+    attr: *mut v::ibv_qp_init_attr,
+) -> c_int {
+    guard_neg(|| {
+        let o = idobj(idp)?;
+        let verbs = o.c.verbs;
+        if verbs.is_null() || attr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let r = rust(o)?;
+        let pd = if !pd.is_null() {
+            pd
+        } else if !o.c.pd.is_null() {
+            o.c.pd
+        } else {
+            dev_pd(verbs)?
+        };
+        // SAFETY: the caller's init attributes.
+        let a = unsafe { &mut *attr };
+        // SAFETY: the id's own fields.
+        unsafe { make_cqs(o, a)? };
+        // SAFETY: this library's verb with the program's objects.
+        let q = unsafe { crate::qp::create_qp(pd, attr) };
+        if q.is_null() {
+            return Err(crate::util::errno());
+        }
+        // SAFETY: q was just made.
+        let qo = unsafe { crate::qp::qp(q) }.ok_or(libc::EINVAL)?;
+        if let Err(e) = r.attach_qp(&qo.qp) {
+            // SAFETY: our QP, not yet known to the program.
+            unsafe { crate::qp::destroy_qp(q) };
+            return Err(cm_err(e));
+        }
+        // SAFETY: the QP and the id are this library's.
+        unsafe {
+            (*q).state = crate::qp::state_to_c(qo.qp.state());
+            (*o.ptr()).c.qp = q;
+        }
+        Ok(0)
+    })
+}
+
+/// librdmacm's `ucma_create_cqs`: CQs (with completion channels) for the
+/// ones the attributes leave NULL.
+unsafe fn make_cqs(o: &IdObj, a: &mut v::ibv_qp_init_attr) -> Result<(), i32> {
+    let verbs = o.c.verbs;
+    let me = o.ptr();
+    for send in [true, false] {
+        let slot = if send { &mut a.send_cq } else { &mut a.recv_cq };
+        if !slot.is_null() {
+            continue;
+        }
+        let n = if send { a.cap.max_send_wr } else { a.cap.max_recv_wr }.max(1);
+        // SAFETY: the id's context; the results are the id's.
+        unsafe {
+            let ch = crate::cq::create_comp_channel(verbs);
+            if ch.is_null() {
+                return Err(crate::util::errno());
+            }
+            let cq = crate::cq::create_cq(verbs, n as c_int, me.cast(), ch, 0);
+            if cq.is_null() {
+                let e = crate::util::errno();
+                crate::cq::destroy_comp_channel(ch);
+                return Err(e);
+            }
+            if send {
+                (*me).c.send_cq_channel = ch;
+                (*me).c.send_cq = cq;
+            } else {
+                (*me).c.recv_cq_channel = ch;
+                (*me).c.recv_cq = cq;
+            }
+            *slot = cq;
+        }
+        lock(&o.st).own_cqs = true;
+    }
+    Ok(())
+}
+
+unsafe fn destroy_cqs(o: &IdObj) {
+    if !std::mem::take(&mut lock(&o.st).own_cqs) {
+        return;
+    }
+    let me = o.ptr();
+    // SAFETY: the CQs and channels make_cqs made for the id.
+    unsafe {
+        for (cq, ch) in [
+            (&mut (*me).c.send_cq, &mut (*me).c.send_cq_channel),
+            (&mut (*me).c.recv_cq, &mut (*me).c.recv_cq_channel),
+        ] {
+            if !cq.is_null() {
+                crate::cq::destroy_cq(*cq);
+                *cq = ptr::null_mut();
+            }
+            if !ch.is_null() {
+                crate::cq::destroy_comp_channel(*ch);
+                *ch = ptr::null_mut();
+            }
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_qp_ex(
+    idp: *mut rdma_cm_id,
+    attr: *mut v::ibv_qp_init_attr_ex,
+) -> c_int {
+    guard_neg(|| {
+        if attr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's attributes.
+        let a = unsafe { &mut *attr };
+        if a.comp_mask & !v::IBV_QP_INIT_ATTR_PD != 0 {
+            diag!("rdma_create_qp_ex: comp_mask {:#x} not supported", a.comp_mask);
+            return Err(libc::EOPNOTSUPP);
+        }
+        let mut b = v::ibv_qp_init_attr {
+            qp_context: a.qp_context,
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+            srq: a.srq,
+            cap: a.cap,
+            qp_type: a.qp_type,
+            sq_sig_all: a.sq_sig_all,
+        };
+        // SAFETY: forwarded contract.
+        if unsafe { create_qp(idp, a.pd, &mut b) } != 0 {
+            return Err(crate::util::errno());
+        }
+        a.cap = b.cap;
+        a.send_cq = b.send_cq;
+        a.recv_cq = b.recv_cq;
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_qp(idp: *mut rdma_cm_id) {
+    let _ = guard_neg(|| {
+        let o = idobj(idp)?;
+        if let Some(r) = o.rust() {
+            drop(r.detach_qp());
+        }
+        let q = o.c.qp;
+        if !q.is_null() {
+            // SAFETY: the id's QP, made by rdma_create_qp.
+            unsafe {
+                crate::qp::destroy_qp(q);
+                (*o.ptr()).c.qp = ptr::null_mut();
+            }
+        }
+        // SAFETY: the id's own CQs.
+        unsafe { destroy_cqs(o) };
+        Ok(0)
+    });
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_srq(
+    idp: *mut rdma_cm_id,
+    pd: *mut v::ibv_pd,
+    attr: *mut v::ibv_srq_init_attr,
+) -> c_int {
+    guard_neg(|| {
+        let o = idobj(idp)?;
+        let pd = if !pd.is_null() {
+            pd
+        } else if !o.c.pd.is_null() {
+            o.c.pd
+        } else {
+            dev_pd(o.c.verbs)?
+        };
+        // SAFETY: this library's verb.
+        let s = unsafe { crate::srq::create_srq(pd, attr) };
+        if s.is_null() {
+            return Err(crate::util::errno());
+        }
+        // SAFETY: the id's field.
+        unsafe { (*o.ptr()).c.srq = s };
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_srq_ex(
+    idp: *mut rdma_cm_id,
+    _attr: *mut v::ibv_srq_init_attr_ex,
+) -> c_int {
+    guard_neg(|| {
+        idobj(idp)?;
+        Err(libc::ENOSYS)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_srq(idp: *mut rdma_cm_id) {
+    let _ = guard_neg(|| {
+        let o = idobj(idp)?;
+        let s = o.c.srq;
+        if !s.is_null() {
+            // SAFETY: the id's SRQ.
+            unsafe {
+                crate::srq::destroy_srq(s);
+                (*o.ptr()).c.srq = ptr::null_mut();
+            }
+        }
+        Ok(0)
+    });
+}
+
+// ---------------------------------------------------------------- devices
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_devices(num: *mut c_int) -> *mut *mut v::ibv_context {
+    guard_ptr(|| {
+        let list = crate::device::devices()?;
+        let mut out: Vec<*mut v::ibv_context> = Vec::new();
+        for e in list {
+            if super::can_open(e) {
+                if let Ok((c, _)) = super::dev_open(e.index) {
+                    out.push(c);
+                }
+            }
+        }
+        if !num.is_null() {
+            // SAFETY: the caller's int.
+            unsafe { *num = out.len() as c_int };
+        }
+        out.push(ptr::null_mut());
+        Ok(Box::into_raw(out.into_boxed_slice()) as *mut *mut v::ibv_context)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut v::ibv_context) {
+    if list.is_null() {
+        return;
+    }
+    // SAFETY: a list of rdma_get_devices: a boxed slice ending in NULL.
+    unsafe {
+        let mut n = 0;
+        while !(*list.add(n)).is_null() {
+            n += 1;
+        }
+        drop(Box::from_raw(ptr::slice_from_raw_parts_mut(list, n + 1)));
+    }
+}
+
+// ---------------------------------------------------------------- addrinfo, endpoints
+
+fn dup_sockaddr(a: *const sockaddr, len: socklen_t) -> *mut sockaddr {
+    let n = (len as usize).min(std::mem::size_of::<libc::sockaddr_storage>());
+    // SAFETY: plain data.
+    let mut s: Box<libc::sockaddr_storage> = Box::new(unsafe { std::mem::zeroed() });
+    // SAFETY: `a` holds `len` bytes (getaddrinfo's or the caller's).
+    unsafe { ptr::copy_nonoverlapping(a.cast::<u8>(), ptr::addr_of_mut!(*s).cast::<u8>(), n) };
+    Box::into_raw(s).cast()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_getaddrinfo(
+    node: *const c_char,
+    service: *const c_char,
+    hints: *const rdma_addrinfo,
+    res: *mut *mut rdma_addrinfo,
+) -> c_int {
+    guard_neg(|| {
+        if res.is_null() || (node.is_null() && service.is_null()) {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's hints or NULL.
+        let h = unsafe { hints.as_ref() };
+        let flags = h.map_or(0, |h| h.ai_flags);
+        let passive = flags & cm::RAI_PASSIVE != 0;
+        // SAFETY: plain data.
+        let mut ah: libc::addrinfo = unsafe { std::mem::zeroed() };
+        ah.ai_family = h.map_or(0, |h| h.ai_family);
+        ah.ai_socktype = libc::SOCK_STREAM;
+        if passive {
+            ah.ai_flags |= libc::AI_PASSIVE;
+        }
+        if flags & cm::RAI_NUMERICHOST != 0 {
+            ah.ai_flags |= libc::AI_NUMERICHOST;
+        }
+        let mut ai: *mut libc::addrinfo = ptr::null_mut();
+        // SAFETY: C strings of the caller, our hints and out pointer.
+        let r = unsafe { libc::getaddrinfo(node, service, &ah, &mut ai) };
+        if r != 0 || ai.is_null() {
+            diag!("rdma_getaddrinfo: getaddrinfo failed ({r})");
+            return Err(if r == libc::EAI_SYSTEM {
+                crate::util::errno()
+            } else {
+                libc::EADDRNOTAVAIL
+            });
+        }
+        // SAFETY: getaddrinfo's first result.
+        let first = unsafe { &*ai };
+        // SAFETY: plain data.
+        let mut out: rdma_addrinfo = unsafe { std::mem::zeroed() };
+        out.ai_flags = flags;
+        out.ai_family = first.ai_family;
+        out.ai_qp_type = h.map_or(0, |h| h.ai_qp_type);
+        out.ai_port_space = h.map_or(0, |h| h.ai_port_space);
+        if out.ai_qp_type == 0 {
+            out.ai_qp_type = if out.ai_port_space == cm::RDMA_PS_UDP as c_int {
+                v::IBV_QPT_UD
+            } else {
+                v::IBV_QPT_RC
+            } as c_int;
+        }
+        if out.ai_port_space == 0 {
+            out.ai_port_space = if out.ai_qp_type == v::IBV_QPT_UD as c_int {
+                cm::RDMA_PS_UDP
+            } else {
+                cm::RDMA_PS_TCP
+            } as c_int;
+        }
+        if passive {
+            out.ai_src_addr = dup_sockaddr(first.ai_addr, first.ai_addrlen);
+            out.ai_src_len = first.ai_addrlen;
+        } else {
+            out.ai_dst_addr = dup_sockaddr(first.ai_addr, first.ai_addrlen);
+            out.ai_dst_len = first.ai_addrlen;
+            if let Some(h) = h.filter(|h| !h.ai_src_addr.is_null()) {
+                out.ai_src_addr = dup_sockaddr(h.ai_src_addr, h.ai_src_len);
+                out.ai_src_len = h.ai_src_len;
+            }
+        }
+        // SAFETY: getaddrinfo's list.
+        unsafe { libc::freeaddrinfo(ai) };
+        // SAFETY: the caller's pointer.
+        unsafe { *res = Box::into_raw(Box::new(out)) };
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
+    let mut p = res;
+    while !p.is_null() {
+        // SAFETY: a list of rdma_getaddrinfo.
+        let b = unsafe { Box::from_raw(p) };
+        for a in [b.ai_src_addr, b.ai_dst_addr] {
+            if !a.is_null() {
+                // SAFETY: made by dup_sockaddr.
+                drop(unsafe { Box::from_raw(a as *mut libc::sockaddr_storage) });
+            }
+        }
+        p = b.ai_next;
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_create_ep(
+    out: *mut *mut rdma_cm_id,
+    res: *mut rdma_addrinfo,
+    pd: *mut v::ibv_pd,
+    qp_init_attr: *mut v::ibv_qp_init_attr,
+) -> c_int {
+    guard_neg(|| {
+        if out.is_null() || res.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's addrinfo.
+        let r = unsafe { &*res };
+        let ps = if r.ai_port_space != 0 {
+            ps_of(r.ai_port_space as u32)?
+        } else if r.ai_qp_type == v::IBV_QPT_UD as c_int {
+            PortSpace::Udp
+        } else {
+            PortSpace::Tcp
+        };
+        let ch = new_channel()?;
+        let idp = new_id(ch, ptr::null_mut(), ps, true);
+        // SAFETY: just made.
+        let o = unsafe { &*idp };
+        let fail = |e: i32| {
+            // SAFETY: our id, not handed out.
+            unsafe { destroy_id(idp) };
+            e
+        };
+        // SAFETY: the addrinfo's sockaddrs.
+        let (src, dst) = unsafe { (sockaddr_in(r.ai_src_addr), sockaddr_in(r.ai_dst_addr)) };
+        let (src, dst) = (src.map_err(fail)?, dst.map_err(fail)?);
+        if r.ai_flags & cm::RAI_PASSIVE != 0 {
+            let s = src.ok_or(libc::EINVAL).map_err(fail)?;
+            bind(o, s).map_err(fail)?;
+            if !qp_init_attr.is_null() {
+                // SAFETY: the caller's attributes, copied.
+                lock(&o.st).ep_qp = Some((pd, unsafe { *qp_init_attr }));
+            }
+        } else {
+            let d = dst.ok_or(libc::EINVAL).map_err(fail)?;
+            resolve_addr(o, src, d).map_err(fail)?;
+            complete_sync(o).map_err(fail)?;
+            rust(o).map_err(fail)?.resolve_route().map_err(cm_err).map_err(fail)?;
+            complete_sync(o).map_err(fail)?;
+            if !qp_init_attr.is_null() {
+                // SAFETY: forwarded contract.
+                if unsafe { create_qp(idp as *mut rdma_cm_id, pd, qp_init_attr) } != 0 {
+                    return Err(fail(crate::util::errno()));
+                }
+            }
+        }
+        // SAFETY: the caller's pointer.
+        unsafe { *out = idp as *mut rdma_cm_id };
+        Ok(0)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_destroy_ep(idp: *mut rdma_cm_id) {
+    if idp.is_null() {
+        return;
+    }
+    // SAFETY: forwarded contract.
+    unsafe {
+        if !(*idp).qp.is_null() {
+            rdma_destroy_qp(idp);
+        }
+        if !(*idp).srq.is_null() {
+            rdma_destroy_srq(idp);
+        }
+        rdma_destroy_id(idp);
+    }
+}
+
+// ---------------------------------------------------------------- not supported
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_join_multicast(
+    _id: *mut rdma_cm_id,
+    _addr: *mut sockaddr,
+    _context: *mut c_void,
+) -> c_int {
+    set_errno(libc::ENOSYS);
+    -1
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_join_multicast_ex(
+    _id: *mut rdma_cm_id,
+    _attr: *mut c_void,
+    _context: *mut c_void,
+) -> c_int {
+    set_errno(libc::ENOSYS);
+    -1
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_leave_multicast(_id: *mut rdma_cm_id, _addr: *mut sockaddr) -> c_int {
+    set_errno(libc::ENOSYS);
+    -1
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_set_local_ece(_id: *mut rdma_cm_id, _ece: *mut c_void) -> c_int {
+    set_errno(libc::EOPNOTSUPP);
+    -1
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_remote_ece(_id: *mut rdma_cm_id, _ece: *mut c_void) -> c_int {
+    set_errno(libc::EOPNOTSUPP);
+    -1
+}
+
+/// The rsocket API: not implemented (-1, ENOSYS).
+macro_rules! rsocket_stub {
+    ($($name:ident($($a:ident: $t:ty),*) -> $r:ty;)*) => {$(
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
+            $(let _ = $a;)*
+            set_errno(libc::ENOSYS);
+            -1
+        }
+    )*};
+}
+
+rsocket_stub! {
+    rsocket(domain: c_int, ty: c_int, protocol: c_int) -> c_int;
+    rbind(s: c_int, addr: *const sockaddr, len: socklen_t) -> c_int;
+    rlisten(s: c_int, backlog: c_int) -> c_int;
+    raccept(s: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int;
+    rconnect(s: c_int, addr: *const sockaddr, len: socklen_t) -> c_int;
+    rshutdown(s: c_int, how: c_int) -> c_int;
+    rclose(s: c_int) -> c_int;
+    rrecv(s: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t;
+    rrecvfrom(s: c_int, buf: *mut c_void, len: size_t, flags: c_int, a: *mut sockaddr, l: *mut socklen_t) -> ssize_t;
+    rrecvmsg(s: c_int, msg: *mut libc::msghdr, flags: c_int) -> ssize_t;
+    rsend(s: c_int, buf: *const c_void, len: size_t, flags: c_int) -> ssize_t;
+    rsendto(s: c_int, buf: *const c_void, len: size_t, flags: c_int, a: *const sockaddr, l: socklen_t) -> ssize_t;
+    rsendmsg(s: c_int, msg: *const libc::msghdr, flags: c_int) -> ssize_t;
+    rread(s: c_int, buf: *mut c_void, count: size_t) -> ssize_t;
+    rreadv(s: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t;
+    rwrite(s: c_int, buf: *const c_void, count: size_t) -> ssize_t;
+    rwritev(s: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t;
+    rpoll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int;
+    rselect(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, t: *mut libc::timeval) -> c_int;
+    rgetpeername(s: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int;
+    rgetsockname(s: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int;
+    rsetsockopt(s: c_int, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int;
+    rgetsockopt(s: c_int, level: c_int, name: c_int, val: *mut c_void, len: *mut socklen_t) -> c_int;
+    rfcntl(s: c_int, cmd: c_int, arg: libc::c_long) -> c_int;
+    riomap(s: c_int, buf: *mut c_void, len: size_t, prot: c_int, flags: c_int, offset: libc::off_t) -> libc::off_t;
+    riounmap(s: c_int, buf: *mut c_void, len: size_t) -> c_int;
+    riowrite(s: c_int, buf: *const c_void, count: size_t, offset: libc::off_t, flags: c_int) -> ssize_t;
+}

@@ -1,0 +1,823 @@
+//! `librdmacm.so.1` for roce-emu: the RDMA connection manager's C ABI
+//! (rdma-core 44, versions RDMACM_1.0 .. RDMACM_1.3) in the same library as
+//! libibverbs, so an id's `verbs`, and the PD/CQ/QP the program hands to
+//! `rdma_create_qp`, are this library's objects. build.rs installs
+//! `librdmacm.so.1` as a link to `libibverbs.so`: the dynamic linker sees
+//! one file and maps it once, with one global state.
+//!
+//! Each exported function is a thin translation to
+//! [`roce_verbs_api::rdma_cm`]. Devices are the configured ones (as for
+//! `ibv_get_device_list`), opened lazily: an id uses a device once it is
+//! bound to its address, resolves an address through it, or listens on a
+//! wildcard address (then on every device this process has open, or every
+//! device that can be opened). Each device has one Rust
+//! [`EventChannel`] for the whole process; a background pump thread (one
+//! per process, running while an event channel exists) takes their events
+//! every millisecond and queues each on the C channel of its id, whose fd
+//! (an eventfd) then becomes readable.
+
+pub mod abi;
+mod exports;
+
+use crate::abi as v;
+use crate::device::{self, DevEntry};
+use crate::util::diag;
+use roce_verbs_api::rdma_cm::{CmEvent, CmEventKind, CmId, ConnParam, EventChannel, PortSpace};
+use roce_verbs_api::TransportKind;
+use std::collections::VecDeque;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+// ---------------------------------------------------------------- global state
+
+/// What the CM keeps per configured device (index = `DevEntry::index`).
+struct DevState {
+    /// The CM's own context on the device (an `ibv_context` of this
+    /// library, the `verbs` of every id on it), opened at first use.
+    ctx: *mut v::ibv_context,
+    /// The device's PD for `rdma_create_qp(id, NULL, ...)`.
+    pd: *mut v::ibv_pd,
+    chan: Option<EventChannel>,
+}
+
+struct Global {
+    devs: Vec<DevState>,
+    /// Every Rust identifier and the C id it belongs to (`*mut IdObj`).
+    ids: Vec<(CmId, usize)>,
+    /// Live C event channels; the pump runs while there is one.
+    chans: usize,
+    pump: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
+}
+
+// SAFETY: the raw pointers are this library's objects, only used under the
+// mutex or by the program that owns them.
+unsafe impl Send for Global {}
+
+fn global() -> MutexGuard<'static, Global> {
+    static G: OnceLock<Mutex<Global>> = OnceLock::new();
+    lock(G.get_or_init(|| {
+        let n = device::devices().map(|d| d.len()).unwrap_or(0);
+        Mutex::new(Global {
+            devs: (0..n)
+                .map(|_| DevState { ctx: ptr::null_mut(), pd: ptr::null_mut(), chan: None })
+                .collect(),
+            ids: Vec::new(),
+            chans: 0,
+            pump: None,
+        })
+    }))
+}
+
+fn entries() -> Result<&'static [&'static DevEntry], i32> {
+    device::devices()
+}
+
+/// Whether the device is open in this process (by the program or the CM).
+fn is_open(e: &DevEntry) -> bool {
+    lock(&e.opened).0.is_some()
+}
+
+/// Whether the device could be opened: a UDP device's port is free (another
+/// process may hold it). Asked without opening it, so nothing is printed.
+fn can_open(e: &DevEntry) -> bool {
+    if is_open(e) {
+        return true;
+    }
+    match e.cfg.transport {
+        TransportKind::Udp => std::net::UdpSocket::bind((e.cfg.addr, e.cfg.port)).is_ok(),
+        _ => true,
+    }
+}
+
+/// The CM's context and event channel of device `i`, opened on first use.
+fn dev_open(i: usize) -> Result<(*mut v::ibv_context, EventChannel), i32> {
+    let list = entries()?;
+    let e = *list.get(i).ok_or(libc::ENODEV)?;
+    let mut g = global();
+    let d = &mut g.devs[i];
+    if let Some(ch) = &d.chan {
+        return Ok((d.ctx, ch.clone()));
+    }
+    // SAFETY: the entry's ibv_device is a device of this library's list.
+    let c = unsafe { device::open_device(ptr::addr_of!(e.ibv) as *mut v::ibv_device) };
+    if c.is_null() {
+        return Err(libc::ENODEV);
+    }
+    let dev = lock(&e.opened).0.clone().ok_or(libc::ENODEV)?;
+    let ch = EventChannel::new(vec![dev]);
+    d.ctx = c;
+    d.chan = Some(ch.clone());
+    Ok((c, ch))
+}
+
+/// The device whose address is `ip`.
+fn dev_of_addr(ip: IpAddr) -> Option<usize> {
+    let ip = canonical(ip);
+    entries().ok()?.iter().position(|e| canonical(e.cfg.addr) == ip)
+}
+
+/// The device index of an `ibv_context` of this library.
+fn dev_of_ctx(c: *mut v::ibv_context) -> Option<usize> {
+    // SAFETY: the program passes a context of this library.
+    unsafe { device::ctx(c) }.map(|cx| cx.dev.index)
+}
+
+/// Which device reaches `dst` when the program names no source: a device
+/// already open in this process (not the destination's own: a peer process
+/// on this host holds that one), else one that can be opened, else the
+/// destination's device itself (both ends in one process).
+fn choose_dev(dst: IpAddr) -> Option<usize> {
+    let list = entries().ok()?;
+    let d = dev_of_addr(dst);
+    let others = || list.iter().filter(move |e| Some(e.index) != d);
+    if let Some(e) = others().find(|e| is_open(e)) {
+        return Some(e.index);
+    }
+    if let Some(e) = others().find(|e| can_open(e)) {
+        return Some(e.index);
+    }
+    d.or_else(|| list.first().map(|e| e.index))
+}
+
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
+        v4 => v4,
+    }
+}
+
+// ---------------------------------------------------------------- sockaddr
+
+/// A C sockaddr (AF_INET / AF_INET6) as a Rust address.
+///
+/// # Safety
+/// `sa` is NULL or points to a sockaddr of its family's size.
+pub(crate) unsafe fn sockaddr_in(sa: *const libc::sockaddr) -> Result<Option<SocketAddr>, i32> {
+    if sa.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: per the contract.
+    unsafe {
+        match i32::from((*sa).sa_family) {
+            libc::AF_INET => {
+                let s = &*(sa as *const libc::sockaddr_in);
+                let ip = Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr));
+                Ok(Some(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(s.sin_port)))))
+            }
+            libc::AF_INET6 => {
+                let s = &*(sa as *const libc::sockaddr_in6);
+                let ip = Ipv6Addr::from(s.sin6_addr.s6_addr);
+                Ok(Some(SocketAddr::V6(SocketAddrV6::new(
+                    ip,
+                    u16::from_be(s.sin6_port),
+                    s.sin6_flowinfo,
+                    s.sin6_scope_id,
+                ))))
+            }
+            libc::AF_UNSPEC => Ok(None),
+            _ => Err(libc::EAFNOSUPPORT),
+        }
+    }
+}
+
+/// Write `a` into a sockaddr_storage.
+pub(crate) fn put_sockaddr(out: &mut libc::sockaddr_storage, a: SocketAddr) {
+    // SAFETY: sockaddr_storage is plain data.
+    *out = unsafe { std::mem::zeroed() };
+    let p = out as *mut libc::sockaddr_storage;
+    match a {
+        SocketAddr::V4(s) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: s.port().to_be(),
+                sin_addr: libc::in_addr { s_addr: u32::from(*s.ip()).to_be() },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than sockaddr_in and aligned.
+            unsafe { (p as *mut libc::sockaddr_in).write(sin) };
+        }
+        SocketAddr::V6(s) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: s.port().to_be(),
+                sin6_flowinfo: s.flowinfo(),
+                sin6_addr: libc::in6_addr { s6_addr: s.ip().octets() },
+                sin6_scope_id: s.scope_id(),
+            };
+            // SAFETY: as above.
+            unsafe { (p as *mut libc::sockaddr_in6).write(sin6) };
+        }
+    }
+}
+
+fn gid_of(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+// ---------------------------------------------------------------- channels
+
+/// A C event channel. `c` first: the program's pointer is the box's.
+#[repr(C)]
+pub(crate) struct ChanObj {
+    pub c: abi::rdma_event_channel,
+    /// Events not yet taken by `rdma_get_cm_event` (`*mut EventObj`); the
+    /// eventfd's counter equals the length (EFD_SEMAPHORE).
+    q: Mutex<VecDeque<usize>>,
+}
+
+impl ChanObj {
+    fn push(&self, ev: *mut EventObj) {
+        let mut q = lock(&self.q);
+        q.push_back(ev as usize);
+        let one: u64 = 1;
+        // SAFETY: writing 8 bytes to our eventfd.
+        unsafe { libc::write(self.c.fd, ptr::addr_of!(one).cast(), 8) };
+    }
+
+    /// Take the first event (and one count of the eventfd).
+    fn pop(&self) -> Option<*mut EventObj> {
+        let mut q = lock(&self.q);
+        let e = q.pop_front()?;
+        let mut n: u64 = 0;
+        // SAFETY: reading 8 bytes from our eventfd; its counter is at least
+        // the queue length, so this does not block.
+        unsafe { libc::read(self.c.fd, ptr::addr_of_mut!(n).cast(), 8) };
+        Some(e as *mut EventObj)
+    }
+
+    /// Remove the queued events of id `id` (it is being destroyed or moved).
+    fn take_events_of(&self, id: *mut IdObj) -> Vec<*mut EventObj> {
+        let mut q = lock(&self.q);
+        let mut out = Vec::new();
+        q.retain(|&e| {
+            // SAFETY: queued events are live boxes.
+            let ev = unsafe { &*(e as *const EventObj) };
+            let mine =
+                ptr::eq(ev.c.id as *const IdObj, id) || ptr::eq(ev.c.listen_id as *const IdObj, id);
+            if mine {
+                let mut n: u64 = 0;
+                // SAFETY: as in pop.
+                unsafe { libc::read(self.c.fd, ptr::addr_of_mut!(n).cast(), 8) };
+                out.push(e as *mut EventObj);
+            }
+            !mine
+        });
+        out
+    }
+}
+
+pub(crate) fn new_channel() -> Result<*mut ChanObj, i32> {
+    entries()?;
+    let mut g = global();
+    new_channel_locked(&mut g)
+}
+
+fn new_channel_locked(g: &mut Global) -> Result<*mut ChanObj, i32> {
+    // SAFETY: plain syscall.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
+    if fd < 0 {
+        return Err(crate::util::errno());
+    }
+    if g.pump.is_none() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s2 = stop.clone();
+        let h = std::thread::Builder::new()
+            .name("roce-rdmacm-pump".into())
+            .spawn(move || pump_loop(&s2))
+            .map_err(|_| {
+                // SAFETY: our eventfd.
+                unsafe { libc::close(fd) };
+                libc::ENOMEM
+            })?;
+        g.pump = Some((stop, h));
+    }
+    g.chans += 1;
+    let b = Box::new(ChanObj { c: abi::rdma_event_channel { fd }, q: Mutex::new(VecDeque::new()) });
+    Ok(Box::into_raw(b))
+}
+
+/// # Safety
+/// `p` is a channel of this library with no ids left on it.
+pub(crate) unsafe fn destroy_channel(p: *mut ChanObj) {
+    let pump = {
+        let mut g = global();
+        let used = g.ids.iter().any(|(_, c)| {
+            // SAFETY: ids in the table are live.
+            unsafe { ptr::eq((*(*c as *const IdObj)).c.channel as *const ChanObj, p) }
+        });
+        if used {
+            diag!("rdma_destroy_event_channel: ids still use the channel; it is kept");
+            return;
+        }
+        g.chans = g.chans.saturating_sub(1);
+        if g.chans == 0 {
+            g.pump.take()
+        } else {
+            None
+        }
+    };
+    if let Some((stop, h)) = pump {
+        stop.store(true, Ordering::Relaxed);
+        if h.thread().id() != std::thread::current().id() {
+            let _ = h.join();
+        }
+    }
+    // SAFETY: per the contract.
+    let b = unsafe { Box::from_raw(p) };
+    for e in lock(&b.q).drain(..) {
+        // SAFETY: queued events are live boxes nobody else holds.
+        drop(unsafe { Box::from_raw(e as *mut EventObj) });
+    }
+    // SAFETY: our eventfd.
+    unsafe { libc::close(b.c.fd) };
+}
+
+/// `rdma_get_cm_event`: the next event, blocking unless the program made
+/// the fd non-blocking (then EAGAIN).
+///
+/// # Safety
+/// `p` is a live channel of this library.
+pub(crate) unsafe fn get_event(p: *mut ChanObj) -> Result<*mut EventObj, i32> {
+    // SAFETY: per the contract.
+    let ch = unsafe { &*p };
+    loop {
+        if let Some(e) = ch.pop() {
+            return Ok(e);
+        }
+        if device::fd_nonblocking(ch.c.fd) {
+            return Err(libc::EAGAIN);
+        }
+        let mut pfd = libc::pollfd { fd: ch.c.fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one pollfd.
+        let r = unsafe { libc::poll(&mut pfd, 1, -1) };
+        if r < 0 && crate::util::errno() != libc::EINTR {
+            return Err(crate::util::errno());
+        }
+    }
+}
+
+// ---------------------------------------------------------------- ids
+
+/// A C id. `c` first: the program's `rdma_cm_id *` is the box's pointer.
+#[repr(C)]
+pub(crate) struct IdObj {
+    pub c: abi::rdma_cm_id,
+    pub st: Mutex<IdSt>,
+}
+
+pub(crate) struct IdSt {
+    pub ps: PortSpace,
+    /// The Rust identifiers: one, or one per device when listening on a
+    /// wildcard address; none before the id is bound to a device.
+    pub rust: Vec<CmId>,
+    /// The bound address before a device is known (wildcard bind).
+    pub bound: Option<SocketAddr>,
+    /// The channel was made for this (synchronous) id.
+    pub own_chan: bool,
+    /// CQs and completion channels made by `rdma_create_qp` for the id.
+    pub own_cqs: bool,
+    /// `rdma_create_ep` on a passive id: the QP attributes for the ids of
+    /// `rdma_get_request`.
+    pub ep_qp: Option<(*mut v::ibv_pd, v::ibv_qp_init_attr)>,
+}
+
+/// # Safety
+/// `p` must be an id of this library, not destroyed.
+pub(crate) unsafe fn id<'a>(p: *mut abi::rdma_cm_id) -> Option<&'a IdObj> {
+    // SAFETY: per the contract.
+    (!p.is_null()).then(|| unsafe { &*(p as *const IdObj) })
+}
+
+pub(crate) fn ps_of(c: u32) -> Result<PortSpace, i32> {
+    match c {
+        abi::RDMA_PS_TCP => Ok(PortSpace::Tcp),
+        abi::RDMA_PS_UDP => Ok(PortSpace::Udp),
+        _ => {
+            diag!(
+                "rdma_create_id: port space {c:#x} not supported (RDMA_PS_TCP and RDMA_PS_UDP are)"
+            );
+            Err(libc::EPROTONOSUPPORT)
+        }
+    }
+}
+
+pub(crate) fn new_id(
+    chan: *mut ChanObj,
+    context: *mut libc::c_void,
+    ps: PortSpace,
+    own_chan: bool,
+) -> *mut IdObj {
+    // SAFETY: rdma_cm_id is C data (pointers, integers, sockaddrs).
+    let mut c: abi::rdma_cm_id = unsafe { std::mem::zeroed() };
+    c.channel = chan as *mut abi::rdma_event_channel;
+    c.context = context;
+    c.ps = match ps {
+        PortSpace::Tcp => abi::RDMA_PS_TCP,
+        PortSpace::Udp => abi::RDMA_PS_UDP,
+    };
+    c.qp_type = match ps {
+        PortSpace::Tcp => v::IBV_QPT_RC,
+        PortSpace::Udp => v::IBV_QPT_UD,
+    };
+    let st = IdSt { ps, rust: Vec::new(), bound: None, own_chan, own_cqs: false, ep_qp: None };
+    Box::into_raw(Box::new(IdObj { c, st: Mutex::new(st) }))
+}
+
+impl IdObj {
+    pub fn ptr(&self) -> *mut IdObj {
+        self as *const IdObj as *mut IdObj
+    }
+
+    /// The id's first Rust identifier.
+    pub fn rust(&self) -> Option<CmId> {
+        lock(&self.st).rust.first().cloned()
+    }
+
+    pub fn chan(&self) -> *mut ChanObj {
+        self.c.channel as *mut ChanObj
+    }
+
+    /// Give the id a Rust identifier on device `i` (its `verbs` becomes the
+    /// CM's context of the device).
+    pub fn attach_rust(&self, i: usize) -> Result<CmId, i32> {
+        let (ctx, ch) = dev_open(i)?;
+        let ps = lock(&self.st).ps;
+        let r = ch.create_id(ps);
+        lock(&self.st).rust.push(r.clone());
+        global().ids.push((r.clone(), self.ptr() as usize));
+        let me = self.ptr();
+        // SAFETY: the program does not use the id from another thread
+        // while it binds or resolves it (as with librdmacm).
+        unsafe {
+            (*me).c.verbs = ctx;
+            (*me).c.port_num = 1;
+        }
+        Ok(r)
+    }
+
+    /// Copy the Rust identifier's addresses into `route.addr`.
+    pub fn sync_addrs(&self, r: &CmId) {
+        let me = self.ptr();
+        // SAFETY: as in attach_rust; the fields are plain data.
+        unsafe {
+            let a = &mut (*me).c.route.addr;
+            if let Some(l) = r.local_addr() {
+                put_sockaddr(&mut a.src_storage, l);
+                a.ibaddr.sgid.raw = gid_of(l.ip());
+            }
+            if let Some(p) = r.peer_addr() {
+                put_sockaddr(&mut a.dst_storage, p);
+                a.ibaddr.dgid.raw = gid_of(p.ip());
+            }
+            a.ibaddr.pkey = 0xffffu16.to_be();
+        }
+    }
+}
+
+/// `rdma_destroy_id`: forget the id's Rust identifiers (leaving the
+/// engine's tables), drop its queued events, free it.
+///
+/// # Safety
+/// `p` is a live id of this library; the program gives it up.
+pub(crate) unsafe fn destroy_id(p: *mut IdObj) {
+    // SAFETY: per the contract.
+    let b = unsafe { Box::from_raw(p) };
+    let rust: Vec<CmId> = {
+        let mut g = global();
+        g.ids.retain(|(_, c)| *c != p as usize);
+        std::mem::take(&mut lock(&b.st).rust)
+    };
+    let ch = b.chan();
+    if !ch.is_null() {
+        // SAFETY: the id's channel outlives it.
+        for e in unsafe { &*ch }.take_events_of(p) {
+            // SAFETY: events taken from the queue are ours to free.
+            drop(unsafe { Box::from_raw(e) });
+        }
+    }
+    drop(rust);
+    let own = lock(&b.st).own_chan;
+    if own && !ch.is_null() {
+        // SAFETY: the private channel of a synchronous id.
+        unsafe { destroy_channel(ch) };
+    }
+}
+
+// ---------------------------------------------------------------- events
+
+/// An event handed to the program. `c` first.
+#[repr(C)]
+pub(crate) struct EventObj {
+    pub c: abi::rdma_cm_event,
+    pub data: Vec<u8>,
+}
+
+/// The size librdmacm reports for the private data of each event (the
+/// fixed field of the CM message, less librdmacm's IP header in a REQ).
+fn pdata_size(kind: CmEventKind, ps: PortSpace, ud: bool) -> Option<usize> {
+    Some(match (kind, ps) {
+        (CmEventKind::ConnectRequest, PortSpace::Tcp) => 92 - 36,
+        (CmEventKind::ConnectRequest, PortSpace::Udp) => 216 - 36,
+        (CmEventKind::ConnectResponse | CmEventKind::Established, PortSpace::Tcp) => 196,
+        (CmEventKind::Established, PortSpace::Udp) if ud => 136,
+        (CmEventKind::Rejected, _) => 148,
+        _ => return None,
+    })
+}
+
+fn make_event(ev: &CmEvent, id: *mut IdObj, listen: *mut IdObj, ps: PortSpace) -> *mut EventObj {
+    let ud = ev.ud.is_some();
+    let mut data = ev.param.private_data.clone();
+    match pdata_size(ev.kind, ps, ud) {
+        Some(n) if !data.is_empty() || ev.kind == CmEventKind::ConnectRequest => data.resize(n, 0),
+        _ => {}
+    }
+    let len = data.len().min(255) as u8;
+    let pd_ptr = if data.is_empty() { ptr::null() } else { data.as_ptr().cast() };
+    // SAFETY: rdma_cm_event is C data.
+    let mut c: abi::rdma_cm_event = unsafe { std::mem::zeroed() };
+    c.id = id as *mut abi::rdma_cm_id;
+    c.listen_id = listen as *mut abi::rdma_cm_id;
+    c.event = ev.kind.code();
+    c.status = ev.status;
+    if let Some(u) = &ev.ud {
+        c.param.ud = abi::rdma_ud_param {
+            private_data: pd_ptr,
+            private_data_len: len,
+            ah_attr: crate::ah::ah_to_c(&u.ah),
+            qp_num: u.qp_num,
+            qkey: u.qkey,
+        };
+    } else {
+        let p = &ev.param;
+        c.param.conn = abi::rdma_conn_param {
+            private_data: pd_ptr,
+            private_data_len: len,
+            responder_resources: p.responder_resources,
+            initiator_depth: p.initiator_depth,
+            flow_control: 1,
+            retry_count: p.retry_count,
+            rnr_retry_count: p.rnr_retry_count,
+            srq: u8::from(p.srq),
+            qp_num: p.qp_num.unwrap_or(0),
+        };
+    }
+    // moving the Vec into the box keeps its heap buffer where pd_ptr points
+    Box::into_raw(Box::new(EventObj { c, data }))
+}
+
+/// Queue an event the C layer makes itself (e.g. ADDR_ERROR).
+pub(crate) fn push_local(idp: *mut IdObj, kind: CmEventKind, status: i32) {
+    // SAFETY: idp is a live id.
+    let o = unsafe { &*idp };
+    // SAFETY: rdma_cm_event is C data.
+    let mut c: abi::rdma_cm_event = unsafe { std::mem::zeroed() };
+    c.id = idp as *mut abi::rdma_cm_id;
+    c.event = kind.code();
+    c.status = status;
+    let e = Box::into_raw(Box::new(EventObj { c, data: Vec::new() }));
+    let _g = global();
+    // SAFETY: the id's channel is live.
+    unsafe { &*o.chan() }.push(e);
+}
+
+fn find(g: &Global, r: &CmId) -> Option<*mut IdObj> {
+    g.ids.iter().find(|(x, _)| x == r).map(|(_, p)| *p as *mut IdObj)
+}
+
+/// Hand one Rust event of device `dev` to its C id's channel.
+fn route(dev: usize, ev: CmEvent) {
+    let mut g = global();
+    let ctx = g.devs[dev].ctx;
+    if ev.kind == CmEventKind::ConnectRequest {
+        let Some(l) = ev.listen_id.as_ref().and_then(|l| find(&g, l)) else {
+            return; // the listener is gone: dropping the request rejects it
+        };
+        // SAFETY: l is a live id (ids are removed from the table before
+        // they are freed, under this lock).
+        let lo = unsafe { &*l };
+        let (ps, sync) = {
+            let st = lock(&lo.st);
+            (st.ps, st.own_chan)
+        };
+        // librdmacm moves the request of a synchronous listener to a
+        // private channel of its own (rdma_get_request)
+        let chan = if sync {
+            match new_channel_locked(&mut g) {
+                Ok(c) => c,
+                Err(_) => return,
+            }
+        } else {
+            lo.chan()
+        };
+        let child = new_id(chan, lo.c.context, ps, sync);
+        // SAFETY: child was just made.
+        let co = unsafe { &*child };
+        lock(&co.st).rust.push(ev.id.clone());
+        // SAFETY: as above; nobody else knows the child yet.
+        unsafe {
+            (*child).c.verbs = ctx;
+            (*child).c.port_num = 1;
+        }
+        co.sync_addrs(&ev.id);
+        g.ids.push((ev.id.clone(), child as usize));
+        let e = make_event(&ev, child, l, ps);
+        // SAFETY: the listener's channel is live.
+        unsafe { &*lo.chan() }.push(e);
+        let _ = chan;
+        return;
+    }
+    let Some(idp) = find(&g, &ev.id) else {
+        return; // destroyed meanwhile
+    };
+    // SAFETY: live, as above.
+    let o = unsafe { &*idp };
+    o.sync_addrs(&ev.id);
+    let ps = lock(&o.st).ps;
+    let e = make_event(&ev, idp, ptr::null_mut(), ps);
+    // SAFETY: the id's channel is live.
+    unsafe { &*o.chan() }.push(e);
+}
+
+fn pump_loop(stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        let chans: Vec<(usize, EventChannel)> = global()
+            .devs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, d)| d.chan.clone().map(|c| (i, c)))
+            .collect();
+        for (i, ch) in chans {
+            while let Some(ev) = ch.try_get_event() {
+                route(i, ev);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+// ---------------------------------------------------------------- helpers for exports
+
+/// The device's PD for `rdma_create_qp` with a NULL PD.
+pub(crate) fn dev_pd(verbs: *mut v::ibv_context) -> Result<*mut v::ibv_pd, i32> {
+    let i = dev_of_ctx(verbs).ok_or(libc::EINVAL)?;
+    let mut g = global();
+    if g.devs[i].pd.is_null() {
+        // SAFETY: verbs is the CM's live context of the device.
+        let p = unsafe { crate::mr::alloc_pd(verbs) };
+        if p.is_null() {
+            return Err(libc::ENOMEM);
+        }
+        g.devs[i].pd = p;
+    }
+    Ok(g.devs[i].pd)
+}
+
+/// Bind the id to `addr` (`rdma_bind_addr`).
+pub(crate) fn bind(o: &IdObj, addr: SocketAddr) -> Result<(), i32> {
+    {
+        let st = lock(&o.st);
+        if !st.rust.is_empty() || st.bound.is_some() {
+            return Err(libc::EINVAL);
+        }
+    }
+    if addr.ip().is_unspecified() {
+        lock(&o.st).bound = Some(addr);
+        // SAFETY: plain data of the program's id.
+        unsafe { put_sockaddr(&mut (*o.ptr()).c.route.addr.src_storage, addr) };
+        return Ok(());
+    }
+    let i = dev_of_addr(addr.ip()).ok_or_else(|| {
+        diag!("rdma_bind_addr: no configured device has address {}", addr.ip());
+        libc::EADDRNOTAVAIL
+    })?;
+    let r = o.attach_rust(i)?;
+    r.bind_addr(addr).map_err(|e| e.errno())?;
+    lock(&o.st).bound = Some(addr);
+    o.sync_addrs(&r);
+    Ok(())
+}
+
+/// `rdma_resolve_addr`.
+pub(crate) fn resolve_addr(o: &IdObj, src: Option<SocketAddr>, dst: SocketAddr) -> Result<(), i32> {
+    let existing = o.rust();
+    let r = match existing {
+        Some(r) => r,
+        None => {
+            let bound = lock(&o.st).bound;
+            let src_ip = src.map(|s| s.ip()).filter(|ip| !ip.is_unspecified());
+            let i = match src_ip {
+                Some(ip) => dev_of_addr(ip).ok_or(libc::EADDRNOTAVAIL)?,
+                None => choose_dev(dst.ip()).ok_or(libc::ENODEV)?,
+            };
+            let r = o.attach_rust(i)?;
+            let port = bound.map(|b| b.port()).or(src.map(|s| s.port())).unwrap_or(0);
+            if port != 0 {
+                let ip = entries()?[i].cfg.addr;
+                r.bind_addr(SocketAddr::new(ip, port)).map_err(|e| e.errno())?;
+            }
+            r
+        }
+    };
+    r.resolve_addr(None, dst).map_err(|e| e.errno())?;
+    o.sync_addrs(&r);
+    Ok(())
+}
+
+static NEXT_PORT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+
+/// `rdma_listen`.
+pub(crate) fn listen(o: &IdObj) -> Result<(), i32> {
+    if let Some(r) = o.rust() {
+        return r.listen().map_err(|e| e.errno());
+    }
+    let mut bound = lock(&o.st).bound.ok_or(libc::EINVAL)?;
+    if bound.port() == 0 {
+        let n = NEXT_PORT.fetch_add(1, Ordering::Relaxed);
+        bound.set_port(40000 + (std::process::id() as u16 % 1000) * 16 + n % 16);
+        lock(&o.st).bound = Some(bound);
+    }
+    // a wildcard address: the devices this process has open, else every
+    // device that can be opened
+    let list = entries()?;
+    let mut devs: Vec<usize> = list.iter().filter(|e| is_open(e)).map(|e| e.index).collect();
+    if devs.is_empty() {
+        devs = list.iter().filter(|e| can_open(e)).map(|e| e.index).collect();
+    }
+    if devs.is_empty() {
+        return Err(libc::ENODEV);
+    }
+    for i in devs {
+        let r = o.attach_rust(i)?;
+        let ip = list[i].cfg.addr;
+        r.bind_addr(SocketAddr::new(ip, bound.port())).map_err(|e| e.errno())?;
+        r.listen().map_err(|e| e.errno())?;
+    }
+    Ok(())
+}
+
+/// A C `rdma_conn_param` (NULL: librdmacm's defaults) as the Rust one.
+///
+/// # Safety
+/// `p` is NULL or a caller's conn param whose private data is readable.
+pub(crate) unsafe fn conn_param(p: *const abi::rdma_conn_param, has_qp: bool) -> ConnParam {
+    let mut cp = ConnParam::default();
+    if p.is_null() {
+        return cp;
+    }
+    // SAFETY: per the contract.
+    let c = unsafe { &*p };
+    if !c.private_data.is_null() && c.private_data_len > 0 {
+        // SAFETY: per the contract.
+        cp.private_data = unsafe {
+            std::slice::from_raw_parts(c.private_data.cast::<u8>(), c.private_data_len.into())
+        }
+        .to_vec();
+    }
+    cp.responder_resources = c.responder_resources;
+    cp.initiator_depth = c.initiator_depth;
+    cp.retry_count = c.retry_count;
+    cp.rnr_retry_count = c.rnr_retry_count;
+    cp.srq = c.srq != 0;
+    if !has_qp {
+        cp.qp_num = Some(c.qp_num);
+    }
+    cp
+}
+
+/// librdmacm's `ucma_complete` for synchronous ids: wait for the id's
+/// event, keep it in `id->event`, turn a failure into an errno.
+pub(crate) fn complete_sync(o: &IdObj) -> Result<(), i32> {
+    if !lock(&o.st).own_chan {
+        return Ok(());
+    }
+    let me = o.ptr();
+    // SAFETY: the id's fields; a synchronous id is used by one thread.
+    unsafe {
+        if !(*me).c.event.is_null() {
+            drop(Box::from_raw((*me).c.event as *mut EventObj));
+            (*me).c.event = ptr::null_mut();
+        }
+        let e = get_event(o.chan())?;
+        (*me).c.event = e as *mut abi::rdma_cm_event;
+        let ev = &(*e).c;
+        if ev.status != 0 {
+            return Err(if ev.event == CmEventKind::Rejected.code() {
+                libc::ECONNREFUSED
+            } else {
+                ev.status.abs()
+            });
+        }
+    }
+    Ok(())
+}

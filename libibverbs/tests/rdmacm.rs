@@ -1,0 +1,383 @@
+//! The `librdmacm.so.1` drop-in (the same library as libibverbs, linked
+//! under both names) against real programs: its symbols and versions, its
+//! struct layouts against `<rdma/rdma_cma.h>`, Debian's `rping`,
+//! `ucmatose` and `udaddy` (rdmacm-utils) and perftest's `-R` mode in two
+//! processes, and a connect to a port nobody listens on.
+//!
+//! Tests that need something not installed print `SKIPPED: ...` and
+//! return. Every process runs under a deadline and is killed by its PID
+//! after it. Each test has its own loopback addresses (127.0.4N.2/3); both
+//! processes get the same two devices, the server uses roce0 and the
+//! client roce1 (each process opens only the device it uses).
+
+use ibverbs::rdmacm::abi as cm;
+use std::io::Read;
+use std::mem::{offset_of, size_of};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf()
+}
+
+/// A directory with `libibverbs.so.1` and `librdmacm.so.1`, both links to
+/// the drop-in this `cargo test` built (as build.rs links them for
+/// `cargo build`).
+fn lib_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let t = target_dir();
+        let built = t.join("deps").join("libibverbs.so");
+        assert!(
+            built.exists(),
+            "{} missing: cargo builds the drop-in with the tests",
+            built.display()
+        );
+        let d = t.join("rdmacm-test-lib");
+        std::fs::create_dir_all(&d).expect("create rdmacm-test-lib");
+        for name in ["libibverbs.so.1", "librdmacm.so.1"] {
+            let link = d.join(name);
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&built, &link).expect("link the drop-in");
+        }
+        d
+    })
+    .clone()
+}
+
+fn skipped(msg: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {msg}");
+}
+
+fn which(tool: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(tool))
+        .find(|p| p.is_file())
+}
+
+fn need(tool: &str, package: &str) -> Option<PathBuf> {
+    let p = which(tool);
+    if p.is_none() {
+        skipped(&format!("{tool} not installed (apt-get install {package})"));
+    }
+    p
+}
+
+/// A command on the drop-in with the test's two devices.
+fn cmd(prog: &Path, net: u8, args: &[&str]) -> Command {
+    let mut c = Command::new(prog);
+    c.args(args)
+        .env("LD_LIBRARY_PATH", lib_dir())
+        .env("ROCE_EMU_DEVICES", format!("roce0=udp:127.0.{net}.2,roce1=udp:127.0.{net}.3"))
+        .env("ROCE_EMU_STATS", "0")
+        .env_remove("ROCE_EMU_PCAP")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Wait for `child` at most `limit`; kill it (by its PID) after that.
+fn finish(mut child: Child, limit: Duration) -> (Output, bool) {
+    let end = Instant::now() + limit;
+    let timed_out = loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break false,
+            Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(10)),
+            _ => {
+                let _ = child.kill();
+                break true;
+            }
+        }
+    };
+    let mut out = Vec::new();
+    let mut err = Vec::new();
+    if let Some(mut s) = child.stdout.take() {
+        let _ = s.read_to_end(&mut out);
+    }
+    if let Some(mut s) = child.stderr.take() {
+        let _ = s.read_to_end(&mut err);
+    }
+    let status = child.wait().expect("wait");
+    (Output { status, stdout: out, stderr: err }, timed_out)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Whether a UDP socket is bound to `127.0.net.2:4791` (the server opened
+/// its device), from /proc/net/udp.
+fn device_bound(net: u8) -> bool {
+    let want = format!("{:08X}:12B7", u32::from_le_bytes([127, 0, net, 2]));
+    std::fs::read_to_string("/proc/net/udp").is_ok_and(|t| {
+        t.lines().skip(1).any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
+    })
+}
+
+/// Run `server`, wait until it opened its device (then a little more for
+/// its listen), run `client`; both must exit 0. Returns both outputs.
+fn pair(net: u8, server: Command, client: Command, what: &str) -> (String, String) {
+    let (mut server, mut client) = (server, client);
+    assert!(!device_bound(net), "{what}: 127.0.{net}.2:4791 is taken before the test");
+    let s = server.spawn().expect("spawn server");
+    let end = Instant::now() + Duration::from_secs(20);
+    while !device_bound(net) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let c = client.spawn().expect("spawn client");
+    let (co, ct) = finish(c, Duration::from_secs(40));
+    let (so, st) = finish(s, Duration::from_secs(15));
+    let report = format!(
+        "{what}\n--- client (timed out: {ct}) {}\n{}{}\n--- server (timed out: {st}) {}\n{}{}",
+        co.status,
+        text(&co.stdout),
+        text(&co.stderr),
+        so.status,
+        text(&so.stdout),
+        text(&so.stderr)
+    );
+    assert!(!ct && !st && co.status.success() && so.status.success(), "{report}");
+    (text(&co.stdout) + &text(&co.stderr), text(&so.stdout) + &text(&so.stderr))
+}
+
+// ---------------------------------------------------------------- symbols
+
+fn dynamic_symbols(lib: &Path) -> Option<Vec<String>> {
+    let nm = which("nm")?;
+    let o = Command::new(nm)
+        .args(["-D", "--defined-only", "--with-symbol-versions"])
+        .arg(lib)
+        .output()
+        .ok()?;
+    let mut v: Vec<String> = text(&o.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2).map(str::to_string))
+        .filter(|s| s.contains('@'))
+        .collect();
+    v.sort();
+    Some(v)
+}
+
+#[test]
+fn symbols_and_versions_are_librdmacms() {
+    let Some(ours) = dynamic_symbols(&lib_dir().join("librdmacm.so.1")) else {
+        skipped("nm not installed (apt-get install binutils)");
+        return;
+    };
+    let ours: Vec<String> = ours.into_iter().filter(|s| s.contains("@RDMACM_")).collect();
+    assert_eq!(ours.len(), 68, "{ours:#?}");
+    for must in
+        ["rdma_connect@@RDMACM_1.0", "rdma_establish@@RDMACM_1.2", "rdma_reject_ece@@RDMACM_1.3"]
+    {
+        assert!(ours.iter().any(|s| s == must), "{must} missing");
+    }
+    let host = Path::new("/usr/lib/x86_64-linux-gnu/librdmacm.so.1");
+    if !host.exists() {
+        skipped("(part) no host librdmacm.so.1 to compare with (apt-get install librdmacm1)");
+        return;
+    }
+    let theirs = dynamic_symbols(host).expect("nm on the host librdmacm");
+    assert_eq!(ours, theirs, "exported symbols differ from the host's librdmacm");
+}
+
+// ---------------------------------------------------------------- layouts
+
+/// (C struct, C member, Rust offset or size). Member "sizeof" is the size.
+fn layout_table() -> Vec<(&'static str, &'static str, usize)> {
+    use cm::*;
+    macro_rules! fields {
+        ($v:ident, $cs:literal, $rs:ty, $($cf:literal => $rf:ident),* $(,)?) => {
+            $v.push(($cs, "sizeof", size_of::<$rs>()));
+            $( $v.push(($cs, $cf, offset_of!($rs, $rf))); )*
+        };
+    }
+    let mut v = Vec::new();
+    fields!(v, "rdma_ib_addr", rdma_ib_addr, "sgid" => sgid, "dgid" => dgid, "pkey" => pkey);
+    fields!(v, "rdma_addr", rdma_addr,
+        "src_addr" => src_storage, "src_sin" => src_storage, "src_sin6" => src_storage,
+        "src_storage" => src_storage, "dst_addr" => dst_storage, "dst_sin" => dst_storage,
+        "dst_sin6" => dst_storage, "dst_storage" => dst_storage, "addr.ibaddr" => ibaddr);
+    fields!(v, "rdma_route", rdma_route, "addr" => addr, "path_rec" => path_rec, "num_paths" => num_paths);
+    fields!(v, "rdma_event_channel", rdma_event_channel, "fd" => fd);
+    fields!(v, "rdma_cm_id", rdma_cm_id,
+        "verbs" => verbs, "channel" => channel, "context" => context, "qp" => qp, "route" => route,
+        "ps" => ps, "port_num" => port_num, "event" => event, "send_cq_channel" => send_cq_channel,
+        "send_cq" => send_cq, "recv_cq_channel" => recv_cq_channel, "recv_cq" => recv_cq,
+        "srq" => srq, "pd" => pd, "qp_type" => qp_type);
+    fields!(v, "rdma_conn_param", rdma_conn_param,
+        "private_data" => private_data, "private_data_len" => private_data_len,
+        "responder_resources" => responder_resources, "initiator_depth" => initiator_depth,
+        "flow_control" => flow_control, "retry_count" => retry_count,
+        "rnr_retry_count" => rnr_retry_count, "srq" => srq, "qp_num" => qp_num);
+    fields!(v, "rdma_ud_param", rdma_ud_param,
+        "private_data" => private_data, "private_data_len" => private_data_len,
+        "ah_attr" => ah_attr, "qp_num" => qp_num, "qkey" => qkey);
+    fields!(v, "rdma_cm_event", rdma_cm_event,
+        "id" => id, "listen_id" => listen_id, "event" => event, "status" => status,
+        "param" => param, "param.conn" => param, "param.ud" => param);
+    fields!(v, "rdma_addrinfo", rdma_addrinfo,
+        "ai_flags" => ai_flags, "ai_family" => ai_family, "ai_qp_type" => ai_qp_type,
+        "ai_port_space" => ai_port_space, "ai_src_len" => ai_src_len, "ai_dst_len" => ai_dst_len,
+        "ai_src_addr" => ai_src_addr, "ai_dst_addr" => ai_dst_addr,
+        "ai_src_canonname" => ai_src_canonname, "ai_dst_canonname" => ai_dst_canonname,
+        "ai_route_len" => ai_route_len, "ai_route" => ai_route,
+        "ai_connect_len" => ai_connect_len, "ai_connect" => ai_connect, "ai_next" => ai_next);
+    v
+}
+
+#[test]
+fn struct_layouts_match_rdma_cma_h() {
+    let table = layout_table();
+    assert!(table.len() > 60);
+    if which("cc").is_none() || !Path::new("/usr/include/rdma/rdma_cma.h").exists() {
+        skipped("needs cc and <rdma/rdma_cma.h> (apt-get install gcc librdmacm-dev)");
+        return;
+    }
+    let mut src = String::from(
+        "#include <stdio.h>\n#include <stddef.h>\n#include <rdma/rdma_cma.h>\nint main(void) {\n",
+    );
+    for (s, f, _) in &table {
+        if *f == "sizeof" {
+            src += &format!("  printf(\"{s} {f} %zu\\n\", sizeof(struct {s}));\n");
+        } else {
+            src += &format!("  printf(\"{s} {f} %zu\\n\", offsetof(struct {s}, {f}));\n");
+        }
+    }
+    src += "  printf(\"RDMA_PS_TCP %d RDMA_PS_UDP %d\\n\", RDMA_PS_TCP, RDMA_PS_UDP);\n  return 0;\n}\n";
+    let dir = std::env::temp_dir().join(format!("roce-rdmacm-layout-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let (c, exe) = (dir.join("layout.c"), dir.join("layout"));
+    std::fs::write(&c, src).expect("write layout.c");
+    let o = Command::new("cc").arg("-o").arg(&exe).arg(&c).output().expect("run cc");
+    assert!(o.status.success(), "cc:\n{}", text(&o.stderr));
+    let o = Command::new(&exe).output().expect("run layout");
+    let got = text(&o.stdout);
+    let mut want: String =
+        table.iter().map(|(s, f, n)| format!("{s} {f} {n}\n")).collect::<Vec<_>>().concat();
+    want += &format!("RDMA_PS_TCP {} RDMA_PS_UDP {}\n", cm::RDMA_PS_TCP, cm::RDMA_PS_UDP);
+    assert_eq!(got, want);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// ---------------------------------------------------------------- tools
+
+#[test]
+fn rping_ten_pings_between_two_processes() {
+    let Some(rping) = need("rping", "rdmacm-utils") else { return };
+    let net = 40;
+    let (c, s) = pair(
+        net,
+        cmd(&rping, net, &["-s", "-a", "127.0.40.2", "-p", "7440", "-C", "10", "-v"]),
+        cmd(&rping, net, &["-c", "-a", "127.0.40.2", "-p", "7440", "-C", "10", "-v"]),
+        "rping",
+    );
+    for i in 0..10 {
+        assert!(c.contains(&format!("ping data: rdma-ping-{i}: ")), "client line {i}:\n{c}");
+        assert!(s.contains(&format!("server ping data: rdma-ping-{i}: ")), "server line {i}:\n{s}");
+    }
+}
+
+#[test]
+fn rping_validated_bigger_pings() {
+    let Some(rping) = need("rping", "rdmacm-utils") else { return };
+    let net = 45;
+    let (c, _) = pair(
+        net,
+        cmd(&rping, net, &["-s", "-a", "127.0.45.2", "-p", "7445", "-C", "20", "-S", "4000", "-V"]),
+        cmd(&rping, net, &["-c", "-a", "127.0.45.2", "-p", "7445", "-C", "20", "-S", "4000", "-V"]),
+        "rping -V -S 4000",
+    );
+    assert!(!c.contains("data mismatch"), "{c}");
+}
+
+#[test]
+fn ucmatose_connections_transfers_and_migration() {
+    let Some(tool) = need("ucmatose", "rdmacm-utils") else { return };
+    let net = 41;
+    let (c, s) = pair(
+        net,
+        cmd(&tool, net, &["-b", "127.0.41.2", "-p", "7441"]),
+        cmd(&tool, net, &["-s", "127.0.41.2", "-p", "7441"]),
+        "ucmatose",
+    );
+    assert!(c.contains("return status 0") && s.contains("return status 0"), "{c}\n{s}");
+    let (c, s) = pair(
+        net,
+        cmd(&tool, net, &["-b", "127.0.41.2", "-p", "7441", "-c", "3", "-C", "20", "-m"]),
+        cmd(&tool, net, &["-s", "127.0.41.2", "-p", "7441", "-c", "3", "-C", "20", "-m"]),
+        "ucmatose -c 3 -m",
+    );
+    assert!(c.contains("migrating to new event channel"), "{c}");
+    assert!(s.contains("disconnected") && s.contains("return status 0"), "{s}");
+}
+
+#[test]
+fn udaddy_sidr_and_datagrams() {
+    let Some(tool) = need("udaddy", "rdmacm-utils") else { return };
+    let net = 42;
+    // udaddy's port is fixed (7174); -p is its port space
+    let (c, s) = pair(
+        net,
+        cmd(&tool, net, &["-b", "127.0.42.2", "-c", "2", "-C", "5"]),
+        cmd(&tool, net, &["-s", "127.0.42.2", "-c", "2", "-C", "5"]),
+        "udaddy",
+    );
+    assert!(c.contains("data transfers complete") && c.contains("return status 0"), "{c}");
+    assert!(s.contains("return status 0"), "{s}");
+}
+
+fn perftest_r(tool: &str, net: u8, port: &str) {
+    let Some(p) = need(tool, "perftest") else { return };
+    let addr = format!("127.0.{net}.2");
+    let (c, s) = pair(
+        net,
+        cmd(&p, net, &["-R", "-x", "1", "-d", "roce0", "-p", port, "-n", "200"]),
+        cmd(&p, net, &["-R", "-x", "1", "-d", "roce1", "-p", port, "-n", "200", &addr]),
+        tool,
+    );
+    for out in [&c, &s] {
+        assert!(out.contains("Data ex. method : rdma_cm"), "{tool}:\n{out}");
+        assert!(!out.contains("Couldn't") && !out.contains("Failed"), "{tool}:\n{out}");
+    }
+    assert!(c.lines().any(|l| l.trim_start().starts_with(|ch: char| ch.is_ascii_digit())), "{c}");
+}
+
+#[test]
+fn perftest_rdma_cm_mode_write_bw_and_send_lat() {
+    perftest_r("ib_write_bw", 43, "18743");
+    perftest_r("ib_send_lat", 43, "18744");
+}
+
+#[test]
+fn rping_to_a_port_nobody_listens_on_is_rejected_quickly() {
+    let Some(rping) = need("rping", "rdmacm-utils") else { return };
+    let net = 44;
+    // a server on 7444 so the device answers; the client asks for 7449
+    let s = cmd(&rping, net, &["-s", "-a", "127.0.44.2", "-p", "7444", "-C", "1"])
+        .spawn()
+        .expect("spawn server");
+    let end = Instant::now() + Duration::from_secs(20);
+    while !device_bound(net) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    let c = cmd(&rping, net, &["-c", "-a", "127.0.44.2", "-p", "7449", "-C", "1", "-v"])
+        .spawn()
+        .expect("spawn client");
+    let (co, ct) = finish(c, Duration::from_secs(20));
+    let took = t0.elapsed();
+    let (_so, _) = finish(s, Duration::from_millis(10)); // killed by PID: it waits for a client
+    let out = text(&co.stdout) + &text(&co.stderr);
+    assert!(!ct, "rping hung:\n{out}");
+    assert!(!co.status.success(), "rping should fail:\n{out}");
+    assert!(out.contains("RDMA_CM_EVENT_REJECTED, error 8"), "{out}");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+}
