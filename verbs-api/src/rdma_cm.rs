@@ -1251,8 +1251,13 @@ fn dispatch(ctx: &Context, ev: EngineEvent) {
             let id = CmId { inner };
             let param = {
                 let mut st = id.inner.lock();
-                if st.role == Role::Connected {
-                    return; // reported when this side sent the RTU
+                // Only the passive side learns it here (the RTU, or
+                // traffic before it). The active side reported ESTABLISHED
+                // when it sent the RTU; the engine's own event for that may
+                // be pumped much later (after a disconnect, say) and must
+                // not be reported again.
+                if st.role != Role::Accepted {
+                    return;
                 }
                 st.role = Role::Connected;
                 st.param.clone()
