@@ -6,9 +6,12 @@
 # installed). Prints one line per tool and "N passed, N failed".
 #
 #   scripts/dropin-tools.sh            (after cargo build --release)
+#   CM_ONLY=1 scripts/dropin-tools.sh  (only the RDMA CM tools)
 #
 # Not part of CI (the test suite runs the same tools without the oracle:
-# libibverbs/tests/dropin.rs). Needs ibverbs-utils and perftest.
+# libibverbs/tests/dropin.rs and rdmacm.rs). Needs ibverbs-utils and
+# perftest; the RDMA CM runs (rping, ucmatose, udaddy, perftest -R) need
+# rdmacm-utils and librdmacm.so.1 next to libibverbs.so.1.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 rel="$root/target/release"
@@ -30,6 +33,10 @@ run() { # NAME SERVER-ARGS... -- CLIENT-EXTRA...
   ROCE_EMU_PCAP="$d" timeout 60 "$tool" -d roce1 -p $port "$@" 127.0.0.1 >"$d/client.log" 2>&1
   local crc=$?
   wait $spid; local src=$?
+  verdict "$name" "$d" $crc $src
+}
+verdict() { # NAME DIR CLIENT-RC SERVER-RC
+  local name=$1 d=$2 crc=$3 src=$4
   local verdict=ok pk=0
   if [ -n "$oracle" ]; then
     for f in "$d"/*.pcap; do
@@ -47,6 +54,23 @@ run() { # NAME SERVER-ARGS... -- CLIENT-EXTRA...
     tail -n 3 "$d/client.log" "$d/server.log" | sed "s/^/    /"
   fi
 }
+# RDMA CM tools (librdmacm.so.1 drop-in): the server binds roce0's address,
+# the client reaches it through roce1; the CM MADs (QP1) are in the captures.
+run_cm() { # NAME TOOL "SERVER-ARGS" "CLIENT-ARGS"
+  local name=$1 tool=$2 sargs=$3 cargs=$4
+  command -v "$tool" >/dev/null || { echo "$name: SKIPPED ($tool not installed)"; return; }
+  local d="$work/$name"; mkdir -p "$d"
+  # shellcheck disable=SC2086
+  ROCE_EMU_PCAP="$d" timeout 60 "$tool" $sargs >"$d/server.log" 2>&1 &
+  local spid=$!
+  sleep 0.5
+  # shellcheck disable=SC2086
+  ROCE_EMU_PCAP="$d" timeout 60 "$tool" $cargs >"$d/client.log" 2>&1
+  local crc=$?
+  wait $spid; local src=$?
+  verdict "$name" "$d" $crc $src
+}
+if [ -z "${CM_ONLY:-}" ]; then
 for s in 1 1024 3079; do
   run "rc_pingpong-s$s" ibv_rc_pingpong -g 1 -n 100 -c -s $s
   run "uc_pingpong-s$s" ibv_uc_pingpong -g 1 -n 100 -c -s $s
@@ -58,6 +82,17 @@ for s in 1 984; do run "ud_pingpong-s$s" ibv_ud_pingpong -g 1 -n 100 -s $s; done
 run ud_pingpong-events ibv_ud_pingpong -g 1 -n 100 -e
 for t in ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_send_lat ib_read_lat ib_atomic_lat; do
   run "$t" $t -x 1 -n 500
+done
+fi
+srv=127.0.50.2
+run_cm rping rping "-s -a $srv -p 7550 -C 10 -v" "-c -a $srv -p 7550 -C 10 -v"
+run_cm rping-validate-4000 rping "-s -a $srv -p 7551 -C 50 -S 4000 -V" "-c -a $srv -p 7551 -C 50 -S 4000 -V"
+run_cm ucmatose ucmatose "-b $srv -p 7552" "-s $srv -p 7552"
+run_cm ucmatose-c3-migrate ucmatose "-b $srv -p 7553 -c 3 -C 20 -m" "-s $srv -p 7553 -c 3 -C 20 -m"
+run_cm udaddy udaddy "-b $srv -c 2 -C 5" "-s $srv -c 2 -C 5"
+for t in ib_write_bw ib_read_bw ib_send_bw ib_write_lat ib_send_lat ib_read_lat; do
+  port=$((port + 1))
+  run_cm "$t-R" $t "-R -x 1 -d roce0 -p $port -n 500" "-R -x 1 -d roce1 -p $port -n 500 $srv"
 done
 echo "drop-in tools: $pass passed, $fail failed"
 [ $fail = 0 ]

@@ -259,6 +259,7 @@ unsafe fn reject(idp: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int {
             unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len.into()) }.to_vec()
         };
         rust(o)?.reject(&pd).map_err(cm_err)?;
+        super::note_goodbye();
         Ok(0)
     })
 }
@@ -301,10 +302,11 @@ pub unsafe extern "C" fn rdma_notify(idp: *mut rdma_cm_id, _event: c_int) -> c_i
 pub unsafe extern "C" fn rdma_disconnect(idp: *mut rdma_cm_id) -> c_int {
     guard_neg(|| {
         let o = idobj(idp)?;
+        super::note_goodbye();
         match rust(o)?.disconnect() {
-            // already disconnecting (the peer's DREQ came first), as the
-            // kernel's CM answers it
-            Ok(()) | Err(CmError::InvalidState(_)) => {}
+            // already disconnecting (the peer's DREQ came first, maybe not
+            // yet reported), as the kernel's CM answers it
+            Ok(()) | Err(CmError::InvalidState(_)) | Err(CmError::Engine(_)) => {}
             Err(e) => return Err(cm_err(e)),
         }
         complete_sync(o)?;

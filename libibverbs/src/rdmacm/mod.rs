@@ -153,6 +153,83 @@ fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
+// ---------------------------------------------------------------- goodbyes
+
+/// When an id last left a connection (destroy, disconnect, reject): the
+/// DREQ/REJ it owes the peer is queued on the device and leaves with the
+/// driver thread's next turn. The kernel sends it even after the process
+/// exits; here the process must live that long, so exit (and closing the
+/// CM's devices) waits until [`SETTLE`] has passed since then.
+static LAST_GOODBYE: Mutex<Option<std::time::Instant>> = Mutex::new(None);
+const SETTLE: Duration = Duration::from_millis(30);
+
+pub(crate) fn note_goodbye() {
+    static AT_EXIT: std::sync::Once = std::sync::Once::new();
+    *lock(&LAST_GOODBYE) = Some(std::time::Instant::now());
+    AT_EXIT.call_once(|| {
+        extern "C" fn settle_at_exit() {
+            crate::util::guard((), settle);
+        }
+        // SAFETY: registering a plain extern "C" function.
+        unsafe { libc::atexit(settle_at_exit) };
+    });
+}
+
+/// Wait until the last goodbye had [`SETTLE`] to leave.
+fn settle() {
+    let last = *lock(&LAST_GOODBYE);
+    if let Some(t) = last {
+        let left = (t + SETTLE).saturating_duration_since(std::time::Instant::now());
+        if !left.is_zero() {
+            std::thread::sleep(left);
+        }
+    }
+}
+
+/// The last channel is gone and no id is left: close the CM's contexts so
+/// the devices it opened stop (their pcaps are flushed), unless the
+/// program still has objects on them.
+fn close_cm_devices() {
+    let taken: Vec<(*mut v::ibv_context, *mut v::ibv_pd, Option<EventChannel>)> = {
+        let mut g = global();
+        if g.chans != 0 || !g.ids.is_empty() {
+            return;
+        }
+        g.devs
+            .iter_mut()
+            .filter(|d| !d.ctx.is_null())
+            .map(|d| {
+                (
+                    std::mem::replace(&mut d.ctx, ptr::null_mut()),
+                    std::mem::replace(&mut d.pd, ptr::null_mut()),
+                    d.chan.take(),
+                )
+            })
+            .collect()
+    };
+    if taken.is_empty() {
+        return;
+    }
+    settle();
+    for (c, pd, chan) in taken {
+        drop(chan);
+        // SAFETY: the CM's own PD and context; the checks below keep a
+        // context the program still uses open.
+        unsafe {
+            if !pd.is_null() && crate::mr::dealloc_pd(pd) != 0 {
+                continue;
+            }
+            let Some(cx) = device::ctx(c) else { continue };
+            let busy = !lock(&cx.qps).is_empty()
+                || !lock(&cx.cqs).is_empty()
+                || !lock(&cx.srqs).is_empty();
+            if !busy {
+                device::close_device(c);
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------- sockaddr
 
 /// A C sockaddr (AF_INET / AF_INET6) as a Rust address.
@@ -340,6 +417,7 @@ pub(crate) unsafe fn destroy_channel(p: *mut ChanObj) {
     }
     // SAFETY: our eventfd.
     unsafe { libc::close(b.c.fd) };
+    close_cm_devices();
 }
 
 /// `rdma_get_cm_event`: the next event, blocking unless the program made
@@ -505,7 +583,10 @@ pub(crate) unsafe fn destroy_id(p: *mut IdObj) {
             drop(unsafe { Box::from_raw(e) });
         }
     }
-    drop(rust);
+    if !rust.is_empty() {
+        drop(rust);
+        note_goodbye();
+    }
     let own = lock(&b.st).own_chan;
     if own && !ch.is_null() {
         // SAFETY: the private channel of a synchronous id.
@@ -597,6 +678,7 @@ fn find(g: &Global, r: &CmId) -> Option<*mut IdObj> {
 
 /// Hand one Rust event of device `dev` to its C id's channel.
 fn route(dev: usize, ev: CmEvent) {
+    diag!("rdma_cm: {} status {} on device {dev}", ev.kind, ev.status);
     let mut g = global();
     let ctx = g.devs[dev].ctx;
     if ev.kind == CmEventKind::ConnectRequest {
