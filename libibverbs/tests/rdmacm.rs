@@ -381,3 +381,67 @@ fn rping_to_a_port_nobody_listens_on_is_rejected_quickly() {
     assert!(out.contains("RDMA_CM_EVENT_REJECTED, error 8"), "{out}");
     assert!(took < Duration::from_secs(5), "took {took:?}");
 }
+
+// ---------------------------------------------------------------- C programs
+
+#[test]
+fn c_program_private_data_nonblocking_fd_reject_and_errnos() {
+    if which("cc").is_none() || !Path::new("/usr/include/rdma/rdma_cma.h").exists() {
+        skipped("needs cc and <rdma/rdma_cma.h> (apt-get install gcc librdmacm-dev)");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("roce-rdmacm-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let exe = dir.join("rdmacm_check");
+    let o = Command::new("cc")
+        .args(["-O1", "-Wall", "-o"])
+        .arg(&exe)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/rdmacm_check.c"))
+        .arg(format!("-L{}", lib_dir().display()))
+        .args(["-l:librdmacm.so.1", "-l:libibverbs.so.1"])
+        .output()
+        .expect("run cc");
+    assert!(o.status.success(), "cc:\n{}", text(&o.stderr));
+    let net = 47;
+    let (c, s) = pair(
+        net,
+        cmd(&exe, net, &["server", "127.0.47.2", "7447"]),
+        cmd(&exe, net, &["client", "127.0.47.2", "7447"]),
+        "rdmacm_check",
+    );
+    assert!(c.contains("client done") && !c.contains("FAIL"), "{c}");
+    assert!(s.contains("server done") && !s.contains("FAIL"), "{s}");
+    for must in [
+        "ok   empty non-blocking channel: EAGAIN",
+        "ok   CONNECT_REQUEST private data: the client's 10 bytes, length 56",
+        "ok   rdma_create_qp(id, NULL pd, NULL CQs)",
+        "ok   the client's SEND landed: \"ping\"",
+    ] {
+        assert!(s.contains(must), "{must}\n{s}");
+    }
+    for must in [
+        "ok   REJECTED: status 28 (consumer), the server's private data, length 148",
+        "ok   ESTABLISHED: the server's private data, length 196",
+        "ok   rdma_join_multicast: ENOSYS",
+    ] {
+        assert!(c.contains(must), "{must}\n{c}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn rdma_server_and_rdma_client_synchronous_endpoints() {
+    // rdma_create_ep, rdma_get_request, rdma_reg_msgs on id->pd, the CQs
+    // and completion channels librdmacm makes for the QP
+    let Some(srv) = need("rdma_server", "rdmacm-utils") else { return };
+    let Some(cli) = need("rdma_client", "rdmacm-utils") else { return };
+    let net = 48;
+    let (c, s) = pair(
+        net,
+        cmd(&srv, net, &["-s", "127.0.48.2", "-p", "7448"]),
+        cmd(&cli, net, &["-s", "127.0.48.2", "-p", "7448"]),
+        "rdma_server/rdma_client",
+    );
+    assert!(c.contains("rdma_client: end 0"), "{c}");
+    assert!(s.contains("rdma_server: end 0"), "{s}");
+}

@@ -464,6 +464,10 @@ unsafe fn create_qp(
         };
         // SAFETY: the caller's init attributes.
         let a = unsafe { &mut *attr };
+        if a.qp_type == 0 {
+            // left unset (rdma_create_ep users): the id's type
+            a.qp_type = o.c.qp_type;
+        }
         // SAFETY: the id's own fields.
         unsafe { make_cqs(o, a)? };
         // SAFETY: this library's verb with the program's objects.

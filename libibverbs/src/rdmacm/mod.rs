@@ -532,13 +532,20 @@ impl IdObj {
         let ps = lock(&self.st).ps;
         let r = ch.create_id(ps);
         lock(&self.st).rust.push(r.clone());
-        global().ids.push((r.clone(), self.ptr() as usize));
+        let pd = {
+            let mut g = global();
+            g.ids.push((r.clone(), self.ptr() as usize));
+            dev_pd_locked(&mut g, i)?
+        };
         let me = self.ptr();
         // SAFETY: the program does not use the id from another thread
         // while it binds or resolves it (as with librdmacm).
         unsafe {
             (*me).c.verbs = ctx;
             (*me).c.port_num = 1;
+            if (*me).c.pd.is_null() {
+                (*me).c.pd = pd;
+            }
         }
         Ok(r)
     }
@@ -706,10 +713,12 @@ fn route(dev: usize, ev: CmEvent) {
         // SAFETY: child was just made.
         let co = unsafe { &*child };
         lock(&co.st).rust.push(ev.id.clone());
+        let pd = dev_pd_locked(&mut g, dev).unwrap_or(ptr::null_mut());
         // SAFETY: as above; nobody else knows the child yet.
         unsafe {
             (*child).c.verbs = ctx;
             (*child).c.port_num = 1;
+            (*child).c.pd = pd;
         }
         co.sync_addrs(&ev.id);
         g.ids.push((ev.id.clone(), child as usize));
@@ -753,16 +762,25 @@ fn pump_loop(stop: &AtomicBool) {
 /// The device's PD for `rdma_create_qp` with a NULL PD.
 pub(crate) fn dev_pd(verbs: *mut v::ibv_context) -> Result<*mut v::ibv_pd, i32> {
     let i = dev_of_ctx(verbs).ok_or(libc::EINVAL)?;
-    let mut g = global();
-    if g.devs[i].pd.is_null() {
-        // SAFETY: verbs is the CM's live context of the device.
-        let p = unsafe { crate::mr::alloc_pd(verbs) };
+    dev_pd_locked(&mut global(), i)
+}
+
+/// The PD librdmacm gives every id of a device (`id->pd`, which
+/// `rdma_reg_msgs` and `rdma_create_qp(id, NULL, ...)` use).
+fn dev_pd_locked(g: &mut Global, i: usize) -> Result<*mut v::ibv_pd, i32> {
+    let d = &mut g.devs[i];
+    if d.pd.is_null() {
+        if d.ctx.is_null() {
+            return Err(libc::ENODEV);
+        }
+        // SAFETY: the CM's live context of the device.
+        let p = unsafe { crate::mr::alloc_pd(d.ctx) };
         if p.is_null() {
             return Err(libc::ENOMEM);
         }
-        g.devs[i].pd = p;
+        d.pd = p;
     }
-    Ok(g.devs[i].pd)
+    Ok(d.pd)
 }
 
 /// Bind the id to `addr` (`rdma_bind_addr`).

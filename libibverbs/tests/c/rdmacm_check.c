@@ -1,0 +1,240 @@
+/* The librdmacm drop-in from C, as a program sees it: rdma_getaddrinfo,
+ * a non-blocking event channel fd (EAGAIN, poll), private data in
+ * CONNECT_REQUEST (56 bytes after librdmacm's header), REJECTED (status 28,
+ * 148 bytes), ESTABLISHED (196 bytes), rdma_create_qp with a NULL PD and
+ * NULL CQs (the library makes them), a SEND over the connection,
+ * disconnect, and librdmacm's errnos for what is not supported.
+ *
+ *   rdmacm_check server ADDR PORT      rdmacm_check client ADDR PORT
+ *
+ * Prints "ok   ..." per check; exits 1 at the first failure. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <rdma/rdma_cma.h>
+
+#define CHECK(c, ...)                                                        \
+	do {                                                                 \
+		if (!(c)) {                                                  \
+			printf("FAIL %s:%d: %s (errno %d %s)\n", __FILE__,   \
+			       __LINE__, #c, errno, strerror(errno));        \
+			exit(1);                                             \
+		}                                                            \
+		printf("ok   " __VA_ARGS__);                                 \
+		printf("\n");                                                \
+		fflush(stdout);                                              \
+	} while (0)
+
+static struct rdma_cm_event *wait_event(struct rdma_event_channel *ch,
+					enum rdma_cm_event_type want)
+{
+	struct rdma_cm_event *ev;
+	for (;;) {
+		if (rdma_get_cm_event(ch, &ev) == 0)
+			break;
+		if (errno != EAGAIN) {
+			printf("FAIL rdma_get_cm_event: %s\n", strerror(errno));
+			exit(1);
+		}
+		struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+		if (poll(&p, 1, 20000) != 1) {
+			printf("FAIL no event (%s) within 20 s\n", rdma_event_str(want));
+			exit(1);
+		}
+	}
+	if (ev->event != want) {
+		printf("FAIL got %s status %d, wanted %s\n", rdma_event_str(ev->event),
+		       ev->status, rdma_event_str(want));
+		exit(1);
+	}
+	return ev;
+}
+
+static int all_zero(const unsigned char *p, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (p[i])
+			return 0;
+	return 1;
+}
+
+static void server(const char *addr, const char *port)
+{
+	struct rdma_addrinfo hints = { .ai_flags = RAI_PASSIVE, .ai_port_space = RDMA_PS_TCP }, *res;
+	CHECK(rdma_getaddrinfo(addr, port, &hints, &res) == 0 && res->ai_src_addr &&
+		      res->ai_src_addr->sa_family == AF_INET,
+	      "rdma_getaddrinfo(%s, %s, RAI_PASSIVE) gives the source address", addr, port);
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	CHECK(ch && ch->fd >= 0, "event channel with a real fd");
+	CHECK(fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK) == 0, "fd made non-blocking");
+	struct rdma_cm_event *ev;
+	errno = 0;
+	CHECK(rdma_get_cm_event(ch, &ev) == -1 && errno == EAGAIN, "empty non-blocking channel: EAGAIN");
+	struct rdma_cm_id *listen;
+	CHECK(rdma_create_id(ch, &listen, (void *)0x1234, RDMA_PS_TCP) == 0, "rdma_create_id");
+	CHECK(rdma_bind_addr(listen, res->ai_src_addr) == 0, "rdma_bind_addr");
+	CHECK(rdma_get_src_port(listen) == htons(atoi(port)), "rdma_get_src_port");
+	CHECK(rdma_listen(listen, 4) == 0, "rdma_listen");
+	rdma_freeaddrinfo(res);
+
+	/* 1: reject with private data */
+	ev = wait_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+	CHECK(ev->listen_id == listen && ev->id != listen && ev->id->context == (void *)0x1234,
+	      "CONNECT_REQUEST: listen_id, new id, the listener's context");
+	CHECK(ev->param.conn.private_data_len == 56 &&
+		      memcmp(ev->param.conn.private_data, "hello-req", 10) == 0 &&
+		      all_zero((const unsigned char *)ev->param.conn.private_data + 10, 46),
+	      "CONNECT_REQUEST private data: the client's 10 bytes, length 56");
+	CHECK(ev->id->verbs != NULL && rdma_get_peer_addr(ev->id)->sa_family == AF_INET,
+	      "the new id has verbs and the peer's address");
+	struct rdma_cm_id *id = ev->id;
+	rdma_ack_cm_event(ev);
+	CHECK(rdma_reject(id, "go-away", 8) == 0, "rdma_reject with 8 bytes");
+	rdma_destroy_id(id);
+
+	/* 2: accept, receive a SEND */
+	ev = wait_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+	id = ev->id;
+	rdma_ack_cm_event(ev);
+	struct ibv_qp_init_attr qa = { .cap = { .max_send_wr = 4, .max_recv_wr = 4,
+						 .max_send_sge = 1, .max_recv_sge = 1 },
+				       .qp_type = IBV_QPT_RC };
+	CHECK(rdma_create_qp(id, NULL, &qa) == 0 && id->qp && id->qp->qp_num > 1 && id->send_cq &&
+		      id->recv_cq && id->recv_cq_channel,
+	      "rdma_create_qp(id, NULL pd, NULL CQs): QP %u, CQs and channels made",
+	      id->qp ? id->qp->qp_num : 0);
+	static char buf[64];
+	struct ibv_mr *mr = ibv_reg_mr(id->qp->pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	CHECK(mr != NULL, "ibv_reg_mr on the QP's PD");
+	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = sizeof(buf), .lkey = mr->lkey };
+	struct ibv_recv_wr rwr = { .wr_id = 7, .sg_list = &sge, .num_sge = 1 }, *bad;
+	CHECK(ibv_post_recv(id->qp, &rwr, &bad) == 0, "receive posted before accept");
+	struct rdma_conn_param cp = { .private_data = "welcome", .private_data_len = 8,
+				      .responder_resources = 1, .initiator_depth = 1,
+				      .rnr_retry_count = 7 };
+	CHECK(rdma_accept(id, &cp) == 0, "rdma_accept with 8 bytes");
+	ev = wait_event(ch, RDMA_CM_EVENT_ESTABLISHED);
+	CHECK(ev->id == id, "ESTABLISHED on the accepted id");
+	rdma_ack_cm_event(ev);
+	struct ibv_wc wc;
+	int n = 0;
+	for (int i = 0; i < 2000000 && n == 0; i++)
+		n = ibv_poll_cq(id->recv_cq, 1, &wc);
+	CHECK(n == 1 && wc.status == IBV_WC_SUCCESS && wc.wr_id == 7 && strcmp(buf, "ping") == 0,
+	      "the client's SEND landed: \"%s\"", buf);
+	ev = wait_event(ch, RDMA_CM_EVENT_DISCONNECTED);
+	rdma_ack_cm_event(ev);
+	CHECK(1, "DISCONNECTED");
+	ibv_dereg_mr(mr);
+	rdma_destroy_qp(id);
+	CHECK(id->qp == NULL && rdma_destroy_id(id) == 0, "rdma_destroy_qp, rdma_destroy_id");
+	CHECK(rdma_destroy_id(listen) == 0, "listener destroyed");
+	rdma_destroy_event_channel(ch);
+	printf("server done\n");
+}
+
+static struct rdma_cm_id *resolved(struct rdma_event_channel *ch, struct rdma_addrinfo *res)
+{
+	struct rdma_cm_id *id;
+	CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+	CHECK(rdma_resolve_addr(id, NULL, res->ai_dst_addr, 2000) == 0, "rdma_resolve_addr");
+	rdma_ack_cm_event(wait_event(ch, RDMA_CM_EVENT_ADDR_RESOLVED));
+	CHECK(id->verbs != NULL && rdma_get_local_addr(id)->sa_family == AF_INET,
+	      "ADDR_RESOLVED: verbs %s", ibv_get_device_name(id->verbs->device));
+	CHECK(rdma_resolve_route(id, 2000) == 0, "rdma_resolve_route");
+	rdma_ack_cm_event(wait_event(ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+	return id;
+}
+
+static void client(const char *addr, const char *port)
+{
+	struct rdma_addrinfo hints = { .ai_port_space = RDMA_PS_TCP }, *res;
+	CHECK(rdma_getaddrinfo(addr, port, &hints, &res) == 0 && res->ai_dst_addr,
+	      "rdma_getaddrinfo gives the destination");
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	CHECK(ch != NULL, "event channel (blocking)");
+	struct rdma_conn_param cp = { .private_data = "hello-req", .private_data_len = 10,
+				      .responder_resources = 1, .initiator_depth = 1,
+				      .retry_count = 7, .rnr_retry_count = 7 };
+
+	/* 1: rejected */
+	struct rdma_cm_id *id = resolved(ch, res);
+	CHECK(rdma_connect(id, &cp) == 0, "rdma_connect without a QP (qp_num 0)");
+	struct rdma_cm_event *ev = wait_event(ch, RDMA_CM_EVENT_REJECTED);
+	CHECK(ev->status == 28 && ev->param.conn.private_data_len == 148 &&
+		      strcmp(ev->param.conn.private_data, "go-away") == 0,
+	      "REJECTED: status 28 (consumer), the server's private data, length 148");
+	CHECK(strcmp(rdma_event_str(ev->event), "RDMA_CM_EVENT_REJECTED") == 0, "rdma_event_str");
+	rdma_ack_cm_event(ev);
+	rdma_destroy_id(id);
+
+	/* 2: connected, one SEND */
+	id = resolved(ch, res);
+	struct ibv_pd *pd = ibv_alloc_pd(id->verbs);
+	struct ibv_cq *cq = ibv_create_cq(id->verbs, 8, NULL, NULL, 0);
+	struct ibv_qp_init_attr qa = { .send_cq = cq, .recv_cq = cq,
+				       .cap = { .max_send_wr = 4, .max_recv_wr = 4,
+						.max_send_sge = 1, .max_recv_sge = 1 },
+				       .qp_type = IBV_QPT_RC };
+	CHECK(pd && cq && rdma_create_qp(id, pd, &qa) == 0 && id->qp, "rdma_create_qp with own PD/CQ");
+	CHECK(rdma_connect(id, &cp) == 0, "rdma_connect");
+	ev = wait_event(ch, RDMA_CM_EVENT_ESTABLISHED);
+	CHECK(ev->param.conn.private_data_len == 196 &&
+		      strcmp(ev->param.conn.private_data, "welcome") == 0,
+	      "ESTABLISHED: the server's private data, length 196");
+	rdma_ack_cm_event(ev);
+	static char msg[64] = "ping";
+	struct ibv_mr *mr = ibv_reg_mr(pd, msg, sizeof(msg), 0);
+	struct ibv_sge sge = { .addr = (uintptr_t)msg, .length = 5, .lkey = mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 9, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bad;
+	CHECK(ibv_post_send(id->qp, &wr, &bad) == 0, "SEND posted");
+	struct ibv_wc wc;
+	int n = 0;
+	for (int i = 0; i < 2000000 && n == 0; i++)
+		n = ibv_poll_cq(cq, 1, &wc);
+	CHECK(n == 1 && wc.status == IBV_WC_SUCCESS && wc.wr_id == 9, "SEND completed");
+	CHECK(rdma_disconnect(id) == 0, "rdma_disconnect");
+	rdma_ack_cm_event(wait_event(ch, RDMA_CM_EVENT_DISCONNECTED));
+
+	/* what is not supported answers as librdmacm does */
+	struct sockaddr_in nowhere = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(0x0a090909) };
+	struct rdma_cm_id *other;
+	CHECK(rdma_create_id(ch, &other, NULL, RDMA_PS_TCP) == 0, "another id");
+	errno = 0;
+	CHECK(rdma_bind_addr(other, (struct sockaddr *)&nowhere) == -1 && errno == EADDRNOTAVAIL,
+	      "bind to an address no device has: EADDRNOTAVAIL");
+	errno = 0;
+	CHECK(rdma_join_multicast(other, (struct sockaddr *)&nowhere, NULL) == -1 && errno == ENOSYS,
+	      "rdma_join_multicast: ENOSYS");
+	uint8_t tos = 0;
+	CHECK(rdma_set_option(other, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, 1) == 0,
+	      "rdma_set_option(TOS) accepted");
+	rdma_destroy_id(other);
+
+	ibv_dereg_mr(mr);
+	rdma_destroy_qp(id);
+	CHECK(ibv_destroy_cq(cq) == 0 && ibv_dealloc_pd(pd) == 0, "CQ and PD freed after the QP");
+	rdma_destroy_id(id);
+	rdma_freeaddrinfo(res);
+	rdma_destroy_event_channel(ch);
+	printf("client done\n");
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc != 4) {
+		fprintf(stderr, "usage: %s server|client ADDR PORT\n", argv[0]);
+		return 2;
+	}
+	if (strcmp(argv[1], "server") == 0)
+		server(argv[2], argv[3]);
+	else
+		client(argv[2], argv[3]);
+	return 0;
+}
