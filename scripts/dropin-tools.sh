@@ -56,8 +56,8 @@ verdict() { # NAME DIR CLIENT-RC SERVER-RC
 }
 # RDMA CM tools (librdmacm.so.1 drop-in): the server binds roce0's address,
 # the client reaches it through roce1; the CM MADs (QP1) are in the captures.
-run_cm() { # NAME TOOL "SERVER-ARGS" "CLIENT-ARGS"
-  local name=$1 tool=$2 sargs=$3 cargs=$4
+run_cm() { # NAME TOOL[:CLIENT-TOOL] "SERVER-ARGS" "CLIENT-ARGS"
+  local name=$1 tool=${2%%:*} ctool=${2#*:} sargs=$3 cargs=$4
   command -v "$tool" >/dev/null || { echo "$name: SKIPPED ($tool not installed)"; return; }
   local d="$work/$name"; mkdir -p "$d"
   # shellcheck disable=SC2086
@@ -65,7 +65,7 @@ run_cm() { # NAME TOOL "SERVER-ARGS" "CLIENT-ARGS"
   local spid=$!
   sleep 0.5
   # shellcheck disable=SC2086
-  ROCE_EMU_PCAP="$d" timeout 60 "$tool" $cargs >"$d/client.log" 2>&1
+  ROCE_EMU_PCAP="$d" timeout 60 "$ctool" $cargs >"$d/client.log" 2>&1
   local crc=$?
   wait $spid; local src=$?
   verdict "$name" "$d" $crc $src
@@ -90,6 +90,7 @@ run_cm rping-validate-4000 rping "-s -a $srv -p 7551 -C 50 -S 4000 -V" "-c -a $s
 run_cm ucmatose ucmatose "-b $srv -p 7552" "-s $srv -p 7552"
 run_cm ucmatose-c3-migrate ucmatose "-b $srv -p 7553 -c 3 -C 20 -m" "-s $srv -p 7553 -c 3 -C 20 -m"
 run_cm udaddy udaddy "-b $srv -c 2 -C 5" "-s $srv -c 2 -C 5"
+run_cm rdma_server-client rdma_server:rdma_client "-s $srv -p 7554" "-s $srv -p 7554"
 for t in ib_write_bw ib_read_bw ib_send_bw ib_write_lat ib_send_lat ib_read_lat; do
   port=$((port + 1))
   run_cm "$t-R" $t "-R -x 1 -d roce0 -p $port -n 500" "-R -x 1 -d roce1 -p $port -n 500 $srv"

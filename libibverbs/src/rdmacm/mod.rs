@@ -9,8 +9,11 @@
 //! [`roce_verbs_api::rdma_cm`]. Devices are the configured ones (as for
 //! `ibv_get_device_list`), opened lazily: an id uses a device once it is
 //! bound to its address, resolves an address through it, or listens on a
-//! wildcard address (then on every device this process has open, or every
-//! device that can be opened). Each device has one Rust
+//! wildcard address (then on every device this process has open, or the
+//! first device that can be opened). Without a source address,
+//! `rdma_resolve_addr` picks a device other than the destination's (a
+//! server process on this host holds that one): one this process has
+//! open, else one that can be opened. Each device has one Rust
 //! [`EventChannel`] for the whole process; a background pump thread (one
 //! per process, running while an event channel exists) takes their events
 //! every millisecond and queues each on the C channel of its id, whose fd
@@ -847,12 +850,13 @@ pub(crate) fn listen(o: &IdObj) -> Result<(), i32> {
         bound.set_port(40000 + (std::process::id() as u16 % 1000) * 16 + n % 16);
         lock(&o.st).bound = Some(bound);
     }
-    // a wildcard address: the devices this process has open, else every
-    // device that can be opened
+    // a wildcard address: the devices this process has open, else the
+    // first device that can be opened (not all of them: a client process
+    // on this host needs one too; bind an address to choose the device)
     let list = entries()?;
     let mut devs: Vec<usize> = list.iter().filter(|e| is_open(e)).map(|e| e.index).collect();
     if devs.is_empty() {
-        devs = list.iter().filter(|e| can_open(e)).map(|e| e.index).collect();
+        devs = list.iter().find(|e| can_open(e)).map(|e| e.index).into_iter().collect();
     }
     if devs.is_empty() {
         return Err(libc::ENODEV);
