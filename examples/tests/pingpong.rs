@@ -6,7 +6,8 @@
 //!
 //! Each tool has its own address pair (RoCEv2 always uses UDP port 4791,
 //! so two tests cannot share an address): RC 127.0.0.2/.3, UC .4/.5,
-//! UD .6/.7. Sizes of one tool run one after the other.
+//! UD .6/.7, RC under loss .18/.19 (see each test for the others). Sizes
+//! of one tool run one after the other.
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -494,12 +495,12 @@ fn rc_pingpong_under_loss_with_linger_ends_on_both_sides() {
         let (s, c) = pair(
             bin,
             "lg",
-            "127.0.0.2",
-            "127.0.0.3",
+            "127.0.0.18",
+            "127.0.0.19",
             &["-c", "-n", "20", "-s", "2048", "--linger", "1", "--faults", &faults],
             &dir,
         );
-        check_outputs(&s, &c, 2048, 20, "127.0.0.2", "127.0.0.3", false);
+        check_outputs(&s, &c, 2048, 20, "127.0.0.18", "127.0.0.19", false);
         for r in [&s, &c] {
             assert!(r.err.contains("roce faults"), "{}", r.err);
             assert!(r.err.contains("rx_dropped=") && !r.err.contains("rx_dropped=0 tx_dropped=0"), "{}", r.err);
