@@ -385,7 +385,7 @@ fn rping_to_a_port_nobody_listens_on_is_rejected_quickly() {
 // ---------------------------------------------------------------- C programs
 
 #[test]
-fn c_program_private_data_nonblocking_fd_reject_and_errnos() {
+fn c_program_private_data_nonblocking_fd_reject_own_qp_and_errnos() {
     if which("cc").is_none() || !Path::new("/usr/include/rdma/rdma_cma.h").exists() {
         skipped("needs cc and <rdma/rdma_cma.h> (apt-get install gcc librdmacm-dev)");
         return;
@@ -416,6 +416,7 @@ fn c_program_private_data_nonblocking_fd_reject_and_errnos() {
         "ok   CONNECT_REQUEST private data: the client's 10 bytes, length 56",
         "ok   rdma_create_qp(id, NULL pd, NULL CQs)",
         "ok   the client's SEND landed: \"ping\"",
+        "ok   a SEND on the own QPs landed: \"pong\"",
     ] {
         assert!(s.contains(must), "{must}\n{s}");
     }
@@ -423,6 +424,7 @@ fn c_program_private_data_nonblocking_fd_reject_and_errnos() {
         "ok   REJECTED: status 28 (consumer), the server's private data, length 148",
         "ok   ESTABLISHED: the server's private data, length 196",
         "ok   rdma_join_multicast: ENOSYS",
+        "ok   CONNECT_RESPONSE, own QP to RTR and RTS",
     ] {
         assert!(c.contains(must), "{must}\n{c}");
     }

@@ -558,6 +558,8 @@ struct IdState {
     qp: Option<CmQp>,
     /// The send PSN this side announced.
     psn: u32,
+    /// Passive: `psn` was chosen (by init_qp_attr) before the accept.
+    psn_chosen: bool,
     /// Passive: the peer's QPN, first PSN, path MTU code, retries, from the REQ.
     peer_qpn: u32,
     peer_psn: u32,
@@ -589,6 +591,7 @@ impl IdInner {
                 listens: Vec::new(),
                 qp: None,
                 psn: 0,
+                psn_chosen: false,
                 peer_qpn: 0,
                 peer_psn: 0,
                 peer_mtu: 3,
@@ -823,6 +826,63 @@ impl CmId {
         }
     }
 
+    /// `rdma_init_qp_attr`: the attributes (with their mask) that move an
+    /// application's own QP to `state` (INIT, RTR or RTS) for this
+    /// connection, as librdmacm computes them: INIT with the access flags
+    /// (UD: the Q_Key), RTR towards the peer of the CONNECT_REQUEST (passive)
+    /// or CONNECT_RESPONSE (active), RTS with this side's send PSN (passive:
+    /// chosen now and announced by the accept).
+    pub fn init_qp_attr(&self, state: QpState) -> Result<QpAttr, CmError> {
+        let mut st = self.inner.lock();
+        let Some(ctx) = st.ctx.clone() else {
+            return Err(CmError::InvalidState("init_qp_attr before the id is bound to a device"));
+        };
+        let udp = self.inner.ps == PortSpace::Udp;
+        let opts = qp_options(&ctx, st.peer_mtu, &st.param, st.peer_retry, st.peer_rnr_retry);
+        match state {
+            QpState::Init if udp => {
+                Ok(QpAttr::new().state(QpState::Init).pkey_index(0).port(1).qkey(RDMA_UDP_QKEY))
+            }
+            QpState::Init => Ok(QpAttr::new()
+                .state(QpState::Init)
+                .pkey_index(0)
+                .port(1)
+                .access_flags(ConnectOptions::default().access)),
+            QpState::Rtr if udp => Ok(QpAttr::new().state(QpState::Rtr)),
+            QpState::Rtr => {
+                let remote = st.remote.ok_or(CmError::InvalidState("init_qp_attr: no peer yet"))?;
+                if st.peer_qpn == 0 {
+                    return Err(CmError::InvalidState("init_qp_attr: no peer QP yet"));
+                }
+                Ok(QpAttr::new()
+                    .state(QpState::Rtr)
+                    .ah(AhAttr::new(remote.ip()))
+                    .mtu(opts.mtu)
+                    .dest_qpn(st.peer_qpn)
+                    .rq_psn(st.peer_psn)
+                    .max_dest_rd_atomic(opts.max_dest_rd_atomic)
+                    .min_rnr_timer(opts.min_rnr_timer))
+            }
+            QpState::Rts => {
+                if st.role == Role::Requested && !st.psn_chosen {
+                    st.psn = ctx.lock().cm().random_psn();
+                    st.psn_chosen = true;
+                }
+                if udp {
+                    return Ok(QpAttr::new().state(QpState::Rts).sq_psn(st.psn));
+                }
+                Ok(QpAttr::new()
+                    .state(QpState::Rts)
+                    .sq_psn(st.psn)
+                    .timeout(opts.timeout)
+                    .retry_cnt(opts.retry_cnt)
+                    .rnr_retry(opts.rnr_retry)
+                    .max_rd_atomic(opts.max_rd_atomic))
+            }
+            _ => Err(CmError::InvalidState("init_qp_attr: INIT, RTR or RTS")),
+        }
+    }
+
     /// `rdma_connect`: send the REQ (TCP) or SIDR_REQ (UDP). Events follow:
     /// ESTABLISHED (the QP is then in RTS), REJECTED, UNREACHABLE, or
     /// CONNECT_RESPONSE for an identifier without a QP.
@@ -955,7 +1015,10 @@ impl CmId {
                         max: 196,
                     });
                 }
-                let psn = ctx.lock().cm().random_psn();
+                let psn = match st.psn_chosen {
+                    true => st.psn,
+                    false => ctx.lock().cm().random_psn(),
+                };
                 if let Some(qp) = st.qp.clone() {
                     let opts =
                         qp_options(&ctx, st.peer_mtu, param, st.peer_retry, st.peer_rnr_retry);
@@ -1082,6 +1145,11 @@ fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// Our port's active MTU code (what the REP path uses for an active id).
+fn rep_mtu(ctx: &Context) -> u8 {
+    ctx.query_port().active_mtu as u8
+}
+
 fn mtu_of(code: u8) -> PathMtu {
     match code {
         1 => PathMtu::Mtu256,
@@ -1190,6 +1258,10 @@ fn dispatch(ctx: &Context, ev: EngineEvent) {
             };
             let id = CmId { inner };
             let mut st = id.inner.lock();
+            // for init_qp_attr when the application moves its own QP
+            st.peer_qpn = rep.remote_qpn;
+            st.peer_psn = rep.starting_psn;
+            st.peer_mtu = rep_mtu(ctx);
             let param = ConnParam {
                 private_data: rep.private_data.clone(),
                 responder_resources: rep.responder_resources,

@@ -421,13 +421,42 @@ pub unsafe extern "C" fn rdma_set_option(
 #[no_mangle]
 pub unsafe extern "C" fn rdma_init_qp_attr(
     idp: *mut rdma_cm_id,
-    _attr: *mut v::ibv_qp_attr,
-    _mask: *mut c_int,
+    attr: *mut v::ibv_qp_attr,
+    mask: *mut c_int,
 ) -> c_int {
     guard_neg(|| {
-        idobj(idp)?;
-        diag!("rdma_init_qp_attr: not supported (let rdma_create_qp's QP be moved by the CM)");
-        Err(libc::ENOSYS)
+        let o = idobj(idp)?;
+        if attr.is_null() || mask.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's attributes; qp_state says which transition.
+        let c = unsafe { &mut *attr };
+        let state = crate::qp::state_from_c(c.qp_state)?;
+        let a = rust(o)?.init_qp_attr(state).map_err(cm_err)?;
+        // SAFETY: plain C data.
+        *c = unsafe { std::mem::zeroed() };
+        c.qp_state = crate::qp::state_to_c(a.qp_state.unwrap_or(state));
+        c.qp_access_flags = a.qp_access_flags.0;
+        c.pkey_index = a.pkey_index;
+        c.port_num = a.port_num;
+        c.qkey = a.qkey;
+        if let Some(ah) = &a.ah_attr {
+            c.ah_attr = crate::ah::ah_to_c(ah);
+        }
+        c.path_mtu = a.path_mtu.map_or(0, |m| m as u32);
+        c.dest_qp_num = a.dest_qp_num;
+        c.rq_psn = a.rq_psn;
+        c.sq_psn = a.sq_psn;
+        c.max_dest_rd_atomic = a.max_dest_rd_atomic;
+        c.max_rd_atomic = a.max_rd_atomic;
+        c.min_rnr_timer = a.min_rnr_timer;
+        c.timeout = a.timeout;
+        c.retry_cnt = a.retry_cnt;
+        c.rnr_retry = a.rnr_retry;
+        // the emulator's mask bits are libibverbs' IBV_QP_* bits
+        // SAFETY: the caller's int.
+        unsafe { *mask = a.mask.0 as c_int };
+        Ok(0)
     })
 }
 

@@ -3,7 +3,9 @@
  * CONNECT_REQUEST (56 bytes after librdmacm's header), REJECTED (status 28,
  * 148 bytes), ESTABLISHED (196 bytes), rdma_create_qp with a NULL PD and
  * NULL CQs (the library makes them), a SEND over the connection,
- * disconnect, and librdmacm's errnos for what is not supported.
+ * disconnect, a connection whose QPs the program moves itself
+ * (rdma_init_qp_attr, CONNECT_RESPONSE, rdma_establish), and librdmacm's
+ * errnos for what is not supported.
  *
  *   rdmacm_check server ADDR PORT      rdmacm_check client ADDR PORT
  *
@@ -60,6 +62,26 @@ static int all_zero(const unsigned char *p, int n)
 		if (p[i])
 			return 0;
 	return 1;
+}
+
+
+/* move `qp` to `state` with the attributes rdma_init_qp_attr gives */
+static int move_qp(struct rdma_cm_id *id, struct ibv_qp *qp, enum ibv_qp_state state)
+{
+	struct ibv_qp_attr a = { .qp_state = state };
+	int mask;
+	if (rdma_init_qp_attr(id, &a, &mask))
+		return -1;
+	return ibv_modify_qp(qp, &a, mask);
+}
+
+static struct ibv_qp *own_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *cq)
+{
+	struct ibv_qp_init_attr qa = { .send_cq = cq, .recv_cq = cq,
+				       .cap = { .max_send_wr = 4, .max_recv_wr = 4,
+						.max_send_sge = 1, .max_recv_sge = 1 },
+				       .qp_type = IBV_QPT_RC };
+	return ibv_create_qp(pd, &qa);
 }
 
 static void server(const char *addr, const char *port)
@@ -132,6 +154,39 @@ static void server(const char *addr, const char *port)
 	ibv_dereg_mr(mr);
 	rdma_destroy_qp(id);
 	CHECK(id->qp == NULL && rdma_destroy_id(id) == 0, "rdma_destroy_qp, rdma_destroy_id");
+
+	/* 3: the server moves its own QP with rdma_init_qp_attr */
+	ev = wait_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+	id = ev->id;
+	uint32_t peer_qpn = ev->param.conn.qp_num;
+	rdma_ack_cm_event(ev);
+	struct ibv_pd *pd = ibv_alloc_pd(id->verbs);
+	struct ibv_cq *cq = ibv_create_cq(id->verbs, 8, NULL, NULL, 0);
+	struct ibv_qp *qp = own_qp(id, pd, cq);
+	CHECK(qp && move_qp(id, qp, IBV_QPS_INIT) == 0 && move_qp(id, qp, IBV_QPS_RTR) == 0 &&
+		      move_qp(id, qp, IBV_QPS_RTS) == 0,
+	      "own QP %u to INIT, RTR, RTS with rdma_init_qp_attr", qp ? qp->qp_num : 0);
+	struct ibv_qp_attr qattr;
+	struct ibv_qp_init_attr qinit;
+	CHECK(ibv_query_qp(qp, &qattr, IBV_QP_DEST_QPN, &qinit) == 0 && qattr.dest_qp_num == peer_qpn,
+	      "its destination is the requester's QP %u", peer_qpn);
+	mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+	sge.lkey = mr->lkey;
+	CHECK(ibv_post_recv(qp, &rwr, &bad) == 0, "receive posted");
+	struct rdma_conn_param cp3 = { .responder_resources = 1, .initiator_depth = 1,
+				       .rnr_retry_count = 7, .qp_num = qp->qp_num };
+	CHECK(rdma_accept(id, &cp3) == 0, "rdma_accept announcing the own QP");
+	rdma_ack_cm_event(wait_event(ch, RDMA_CM_EVENT_ESTABLISHED));
+	for (n = 0; n == 0;)
+		n = ibv_poll_cq(cq, 1, &wc);
+	CHECK(n == 1 && wc.status == IBV_WC_SUCCESS && strcmp(buf, "pong") == 0,
+	      "a SEND on the own QPs landed: \"%s\"", buf);
+	rdma_ack_cm_event(wait_event(ch, RDMA_CM_EVENT_DISCONNECTED));
+	ibv_destroy_qp(qp);
+	ibv_dereg_mr(mr);
+	ibv_destroy_cq(cq);
+	ibv_dealloc_pd(pd);
+	rdma_destroy_id(id);
 	CHECK(rdma_destroy_id(listen) == 0, "listener destroyed");
 	rdma_destroy_event_channel(ch);
 	printf("server done\n");
@@ -219,6 +274,36 @@ static void client(const char *addr, const char *port)
 	ibv_dereg_mr(mr);
 	rdma_destroy_qp(id);
 	CHECK(ibv_destroy_cq(cq) == 0 && ibv_dealloc_pd(pd) == 0, "CQ and PD freed after the QP");
+	rdma_destroy_id(id);
+
+	/* 3: the client moves its own QP: CONNECT_RESPONSE, then rdma_establish */
+	id = resolved(ch, res);
+	pd = ibv_alloc_pd(id->verbs);
+	cq = ibv_create_cq(id->verbs, 8, NULL, NULL, 0);
+	struct ibv_qp *qp = own_qp(id, pd, cq);
+	CHECK(qp && move_qp(id, qp, IBV_QPS_INIT) == 0, "own QP %u to INIT", qp ? qp->qp_num : 0);
+	struct rdma_conn_param cp3 = { .responder_resources = 1, .initiator_depth = 1,
+				       .retry_count = 7, .rnr_retry_count = 7, .qp_num = qp->qp_num };
+	CHECK(rdma_connect(id, &cp3) == 0, "rdma_connect announcing the own QP");
+	ev = wait_event(ch, RDMA_CM_EVENT_CONNECT_RESPONSE);
+	rdma_ack_cm_event(ev);
+	CHECK(move_qp(id, qp, IBV_QPS_RTR) == 0 && move_qp(id, qp, IBV_QPS_RTS) == 0,
+	      "CONNECT_RESPONSE, own QP to RTR and RTS");
+	CHECK(rdma_establish(id) == 0, "rdma_establish");
+	rdma_ack_cm_event(wait_event(ch, RDMA_CM_EVENT_ESTABLISHED));
+	strcpy(msg, "pong");
+	mr = ibv_reg_mr(pd, msg, sizeof(msg), 0);
+	sge.lkey = mr->lkey;
+	CHECK(ibv_post_send(qp, &wr, &bad) == 0, "SEND posted on the own QP");
+	for (n = 0; n == 0;)
+		n = ibv_poll_cq(cq, 1, &wc);
+	CHECK(n == 1 && wc.status == IBV_WC_SUCCESS, "SEND completed");
+	CHECK(rdma_disconnect(id) == 0, "rdma_disconnect");
+	rdma_ack_cm_event(wait_event(ch, RDMA_CM_EVENT_DISCONNECTED));
+	ibv_destroy_qp(qp);
+	ibv_dereg_mr(mr);
+	ibv_destroy_cq(cq);
+	ibv_dealloc_pd(pd);
 	rdma_destroy_id(id);
 	rdma_freeaddrinfo(res);
 	rdma_destroy_event_channel(ch);
