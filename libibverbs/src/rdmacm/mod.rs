@@ -590,7 +590,14 @@ pub(crate) unsafe fn destroy_id(p: *mut IdObj) {
         // SAFETY: the id's channel outlives it.
         for e in unsafe { &*ch }.take_events_of(p) {
             // SAFETY: events taken from the queue are ours to free.
-            drop(unsafe { Box::from_raw(e) });
+            let ev = unsafe { Box::from_raw(e) };
+            let child = ev.c.id as *mut IdObj;
+            if ev.c.event == CmEventKind::ConnectRequest.code() && !ptr::eq(child, p) {
+                // a request of this listener the program never saw: its id
+                // goes too (the requester gets a REJ)
+                // SAFETY: the child was made for this event only.
+                unsafe { destroy_id(child) };
+            }
         }
     }
     if !rust.is_empty() {
