@@ -1,8 +1,8 @@
 //! `roce demo`: two emulated HCAs on a simulated fabric run a verified mix
 //! of RDMA operations (the engine is `roce_workloads::demo`).
 
-use roce_workloads::demo::{OpKind, Progress, QpTypes, Report, Workload, WorkloadConfig};
 use roce_verbs_api::{ConnectOptions, FaultConfig, PathMtu, WcStatus};
+use roce_workloads::demo::{OpKind, Progress, QpTypes, Report, Workload, WorkloadConfig};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;

@@ -3,9 +3,9 @@
 //! process, each with its own driver thread), next to the raw-UDP ceiling
 //! between the same two addresses. See docs/perf.md.
 
+use roce_transport::ceiling::{self, CeilingMode};
 use roce_workloads::perf::{self as perf_engine, LatResult, Setup};
 pub use roce_workloads::perf::{LatKind, PerfConfig, PollMode, TestKind};
-use roce_transport::ceiling::{self, CeilingMode};
 use serde_json::{json, Value};
 use std::io::{IsTerminal, Write};
 use std::net::{IpAddr, SocketAddr};
@@ -145,7 +145,6 @@ pub struct PerfArgs {
     #[arg(long = "oob-log", value_name = "FILE")]
     pub oob_log: Option<std::path::PathBuf>,
 }
-
 
 fn validate(a: &PerfArgs) -> Result<PerfConfig, String> {
     let lat = a.test == TestKind::Lat;

@@ -27,12 +27,12 @@
 //! compare-and-swaps with 0 stays unchanged.
 
 use crate::perf::{LatKind, PerfArgs, TestKind};
-use roce_workloads::perftest::{BwReport, Flow, Negotiated, Oob, PerftestDest, Role};
 use roce_verbs_api::udp::{gid_to_addr, DeviceConfig};
 use roce_verbs_api::{
     AccessFlags, AhAttr, Budget, Context, Cq, Device, Mr, PathMtu, Pd, Qp, QpAttr, QpState, QpType,
     RKey, RecvWr, SendWr, WcStatus, WorkCompletion, WrOpcode,
 };
+use roce_workloads::perftest::{BwReport, Flow, Negotiated, Oob, PerftestDest, Role};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};

@@ -6,9 +6,9 @@
 //! order as `oracle.py`'s `decode_ib`, so that `roce decode --json` and the
 //! oracle can be compared key by key. Nothing here panics on any input.
 
-use roce_packet::mad::CmMad;
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use roce_packet::ext::{AtomicAckEth, AtomicEth, Deth, Reth, RNR_TIMER_US};
+use roce_packet::mad::CmMad;
 use roce_packet::opcode::{ExtHeader, OpInfo, OpKind};
 use roce_packet::{bth, icrc, Bth, Opcode};
 use serde_json::{json, Map, Value};

@@ -28,7 +28,13 @@ fn decode_all(files: &[PathBuf], scratch: &Path) -> usize {
         for mode in MODES {
             let args: Vec<String> = mode
                 .iter()
-                .map(|a| if *a == "SVG" { scratch.join("out.svg").display().to_string() } else { a.to_string() })
+                .map(|a| {
+                    if *a == "SVG" {
+                        scratch.join("out.svg").display().to_string()
+                    } else {
+                        a.to_string()
+                    }
+                })
                 .collect();
             let out = Command::new(env!("CARGO_BIN_EXE_roce"))
                 .arg("decode")
@@ -63,7 +69,8 @@ fn files_in(dir: &Path) -> Vec<PathBuf> {
 #[test]
 fn every_mode_on_arbitrary_files_never_panics() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let scratch = std::env::temp_dir().join(format!("roce-decode-arbitrary-{}", std::process::id()));
+    let scratch =
+        std::env::temp_dir().join(format!("roce-decode-arbitrary-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).expect("scratch dir");
     let mut files = files_in(&root.join("fuzz/corpus/packet"));
     assert!(files.len() >= 10, "{} corpus files", files.len());

@@ -19,7 +19,11 @@ fn demo(args: &[String]) -> (i32, Value, String) {
         .expect("run roce demo");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| {
-        panic!("roce demo {}: not JSON ({e}): {text}\n{}", args.join(" "), String::from_utf8_lossy(&out.stderr))
+        panic!(
+            "roce demo {}: not JSON ({e}): {text}\n{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        )
     });
     (out.status.code().unwrap_or(-1), v, text)
 }

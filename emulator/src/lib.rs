@@ -71,8 +71,6 @@ pub mod time;
 pub mod wr;
 
 pub use counters::Counters;
-/// The communication manager engine each device carries ([`Hca::cm`]).
-pub use roce_cm as cm;
 pub use error::*;
 pub use hca::{Hca, HcaConfig, MrInfo};
 pub use io::{Datagram, SansIo};
@@ -85,6 +83,8 @@ pub use qp::QpInitAttr;
 pub use qp_attr::{AccessFlags, AhAttr, PathMtu, QpAttr, QpCap, QpState, QpType};
 pub use recv::DropReason;
 pub use responder::ACK_EVERY_PSNS;
+/// The communication manager engine each device carries ([`Hca::cm`]).
+pub use roce_cm as cm;
 pub use time::Instant;
 pub use wr::{
     RecvWr, SendFlags, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,

@@ -510,9 +510,14 @@ pub fn run(kind: Kind, a: &Args) -> Result<ExitCode, String> {
 
 /// Whether the `size` bytes at `off` of `mr` are the peer's `-c` pattern
 /// (0 at each page start, 0x7b elsewhere); `buf` is scratch of `size`.
-fn page_pattern_ok(mr: &roce_verbs_api::Mr, off: usize, size: usize, buf: &mut [u8]) -> Result<bool, String> {
+fn page_pattern_ok(
+    mr: &roce_verbs_api::Mr,
+    off: usize,
+    size: usize,
+    buf: &mut [u8],
+) -> Result<bool, String> {
     mr.read(off as u64, &mut buf[..size]).map_err(|e| e.to_string())?;
-    Ok(buf[..size].chunks(PAGE).all(|page| {
-        page.iter().enumerate().all(|(i, &b)| b == if i == 0 { 0 } else { 0x7b })
-    }))
+    Ok(buf[..size]
+        .chunks(PAGE)
+        .all(|page| page.iter().enumerate().all(|(i, &b)| b == if i == 0 { 0 } else { 0x7b })))
 }

@@ -503,7 +503,11 @@ fn rc_pingpong_under_loss_with_linger_ends_on_both_sides() {
         check_outputs(&s, &c, 2048, 20, "127.0.0.18", "127.0.0.19", false);
         for r in [&s, &c] {
             assert!(r.err.contains("roce faults"), "{}", r.err);
-            assert!(r.err.contains("rx_dropped=") && !r.err.contains("rx_dropped=0 tx_dropped=0"), "{}", r.err);
+            assert!(
+                r.err.contains("rx_dropped=") && !r.err.contains("rx_dropped=0 tx_dropped=0"),
+                "{}",
+                r.err
+            );
         }
     }
     let _ = std::fs::remove_dir_all(&dir);

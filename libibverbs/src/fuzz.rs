@@ -245,10 +245,7 @@ unsafe fn connect(s: &Side, peer: &Side, host: u8, qpt: u32) {
         let m = if qpt == abi::IBV_QPT_UD {
             abi::IBV_QP_STATE | abi::IBV_QP_PKEY_INDEX | abi::IBV_QP_PORT | abi::IBV_QP_QKEY
         } else {
-            abi::IBV_QP_STATE
-                | abi::IBV_QP_PKEY_INDEX
-                | abi::IBV_QP_PORT
-                | abi::IBV_QP_ACCESS_FLAGS
+            abi::IBV_QP_STATE | abi::IBV_QP_PKEY_INDEX | abi::IBV_QP_PORT | abi::IBV_QP_ACCESS_FLAGS
         };
         x::ibv_modify_qp(s.qp, &mut a, m as i32);
         a.qp_state = abi::IBV_QPS_RTR;
@@ -265,7 +262,11 @@ unsafe fn connect(s: &Side, peer: &Side, host: u8, qpt: u32) {
         let m = if qpt == abi::IBV_QPT_UD {
             abi::IBV_QP_STATE
         } else if qpt == abi::IBV_QPT_UC {
-            abi::IBV_QP_STATE | abi::IBV_QP_AV | abi::IBV_QP_PATH_MTU | abi::IBV_QP_DEST_QPN | abi::IBV_QP_RQ_PSN
+            abi::IBV_QP_STATE
+                | abi::IBV_QP_AV
+                | abi::IBV_QP_PATH_MTU
+                | abi::IBV_QP_DEST_QPN
+                | abi::IBV_QP_RQ_PSN
         } else {
             abi::IBV_QP_STATE
                 | abi::IBV_QP_AV
@@ -321,7 +322,11 @@ fn sges(s: &Side, i: &mut In, n: usize, inline: bool) -> Vec<abi::ibv_sge> {
                     lkey: if sel < 190 { lkey } else { i.u32() },
                 }
             } else {
-                abi::ibv_sge { addr: i.u64(), length: i.u32(), lkey: if sel & 1 == 0 { lkey } else { i.u32() } }
+                abi::ibv_sge {
+                    addr: i.u64(),
+                    length: i.u32(),
+                    lkey: if sel & 1 == 0 { lkey } else { i.u32() },
+                }
             }
         })
         .collect()
@@ -359,7 +364,10 @@ unsafe fn post_send(s: &mut Side, peer: &Side, i: &mut In, next_id: &mut u64, qp
         };
         let sel = i.u8();
         let (ra, rk) = if sel < 200 {
-            (peer_base + u64::from(i.u16()) % (PAGE as u64 + 64) - 8 * u64::from(sel & 1), peer_rkey)
+            (
+                peer_base + u64::from(i.u16()) % (PAGE as u64 + 64) - 8 * u64::from(sel & 1),
+                peer_rkey,
+            )
         } else {
             (i.u64(), i.u32())
         };
@@ -376,7 +384,9 @@ unsafe fn post_send(s: &mut Side, peer: &Side, i: &mut In, next_id: &mut u64, qp
                 i.u32()
             };
             w.wr.ud.remote_qkey = if i.u8() < 200 { 0x1111_1111 } else { i.u32() };
-        } else if w.opcode == abi::IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == abi::IBV_WR_ATOMIC_FETCH_AND_ADD {
+        } else if w.opcode == abi::IBV_WR_ATOMIC_CMP_AND_SWP
+            || w.opcode == abi::IBV_WR_ATOMIC_FETCH_AND_ADD
+        {
             w.wr.atomic.remote_addr = ra;
             w.wr.atomic.rkey = rk;
             w.wr.atomic.compare_add = i.u64();
@@ -390,7 +400,8 @@ unsafe fn post_send(s: &mut Side, peer: &Side, i: &mut In, next_id: &mut u64, qp
             if s.mws.is_empty() { null_mut() } else { s.mws[usize::from(i.u8()) % s.mws.len()] };
         w.__bindgen_anon_2.bind_mw.rkey = i.u32();
         w.__bindgen_anon_2.bind_mw.bind_info.mr = if i.u8() < 220 { s.mr } else { null_mut() };
-        w.__bindgen_anon_2.bind_mw.bind_info.addr = s.base() + u64::from(i.u16()) % (PAGE as u64 + 16);
+        w.__bindgen_anon_2.bind_mw.bind_info.addr =
+            s.base() + u64::from(i.u16()) % (PAGE as u64 + 16);
         w.__bindgen_anon_2.bind_mw.bind_info.length = u64::from(i.u16());
         w.__bindgen_anon_2.bind_mw.bind_info.mw_access_flags = access(i);
         wrs.push(w);
@@ -511,7 +522,8 @@ pub fn dropin_run(data: &[u8]) -> Reached {
         while !i.done() && steps < 64 {
             steps += 1;
             let which = i.u8();
-            let (s, peer, host) = if which & 1 == 0 { (&mut a, &b, 1u8) } else { (&mut b, &a, 0u8) };
+            let (s, peer, host) =
+                if which & 1 == 0 { (&mut a, &b, 1u8) } else { (&mut b, &a, 0u8) };
             let op = (which >> 1) % 16;
             if s.qp.is_null() && matches!(op, 0..=7 | 9 | 13) {
                 continue; // a program holds no NULL QP
@@ -536,7 +548,12 @@ pub fn dropin_run(data: &[u8]) -> Reached {
                     let mut ia: abi::ibv_qp_init_attr = std::mem::zeroed();
                     x::ibv_query_qp(s.qp, &mut at, i.u32() as i32, &mut ia);
                     let mut pa: abi::ibv_port_attr = std::mem::zeroed();
-                    x::query_port_ex(s.ctx, i.u8(), &mut pa, std::mem::size_of::<abi::ibv_port_attr>());
+                    x::query_port_ex(
+                        s.ctx,
+                        i.u8(),
+                        &mut pa,
+                        std::mem::size_of::<abi::ibv_port_attr>(),
+                    );
                     let mut g: abi::ibv_gid = std::mem::zeroed();
                     x::ibv_query_gid(s.ctx, i.u8(), i32::from(i.u8() as i8), &mut g);
                     let mut pk = 0u16;

@@ -11,8 +11,8 @@
 use roce_emulator::sim::{seed_from_env, SeedGuard};
 use roce_packet::frame::parse_frame;
 use roce_packet::pcap::read_capture;
-use roce_workloads::demo::{self as workload, OpKind, Report, Workload, WorkloadConfig};
 use roce_verbs_api::FaultConfig;
+use roce_workloads::demo::{self as workload, OpKind, Report, Workload, WorkloadConfig};
 
 fn soak_faults() -> FaultConfig {
     FaultConfig {

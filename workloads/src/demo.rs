@@ -33,15 +33,15 @@
 //! with its 8-byte work request id, so the receiver knows which one it
 //! got even after losses or, on UD, reordering).
 
-use roce_verbs_api::{
-    AccessFlags, AhAttr, ConnectOptions, Context, Cq, FabricStats, FaultConfig, Mr, PathMtu, Qp,
-    QpType, RecvWr, SendWr, SimNet, Srq, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
-};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use roce_emulator::sim::TapPoint;
 use roce_emulator::Counters;
 use roce_packet::pcap::LinkType;
+use roce_verbs_api::{
+    AccessFlags, AhAttr, ConnectOptions, Context, Cq, FabricStats, FaultConfig, Mr, PathMtu, Qp,
+    QpType, RecvWr, SendWr, SimNet, Srq, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};

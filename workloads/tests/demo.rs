@@ -1,7 +1,7 @@
 //! The workload engine on small runs: clean, and with every fault.
 
-use roce_workloads::demo::{self as workload, OpKind, Report, WorkloadConfig};
 use roce_verbs_api::{FaultConfig, PathMtu, WcStatus};
+use roce_workloads::demo::{self as workload, OpKind, Report, WorkloadConfig};
 
 fn show(r: &Report) -> String {
     format!(
@@ -168,7 +168,12 @@ fn long_unreliable_runs_prune_their_bookkeeping_and_still_account() {
         max_size: 64,
         mix: vec![OpKind::Send],
         qp_type: roce_workloads::demo::QpTypes::Ud,
-        faults: FaultConfig { drop: 0.05, duplicate: 0.05, reorder: 0.05, ..FaultConfig::default() },
+        faults: FaultConfig {
+            drop: 0.05,
+            duplicate: 0.05,
+            reorder: 0.05,
+            ..FaultConfig::default()
+        },
         ..WorkloadConfig::default()
     })
     .unwrap();
