@@ -150,10 +150,11 @@ all_cases() {
     for r in srv cli; do
       for s in write imm read faa cas; do echo "$t-py-$r-$s"; done
     done
-    # RDMA CM (CM MADs over QP1): our rping / udaddy against rdmacm-utils'
-    # rping / udaddy on rxe, both roles
+    # RDMA CM (CM MADs over QP1): our rping / udaddy, and Debian's rping /
+    # udaddy / ib_write_bw -R on the librdmacm drop-in (d*), against
+    # rdmacm-utils' rping / udaddy and perftest -R on rxe, both roles
     for r in srv cli; do
-      for s in rping udaddy; do echo "$t-cm-$r-$s"; done
+      for s in rping udaddy drping dudaddy dwbw; do echo "$t-cm-$r-$s"; done
     done
     # unmodified Debian tools on the host through the libibverbs drop-in
     # (LD_LIBRARY_PATH=target/release) against the same tools on rxe
@@ -397,21 +398,37 @@ run_cm() { # CASE DIR -> 0 pass / 1 fail
   local ours theirs srv_ip n=10
   OURS_RC=0 GUEST_RC=0
   if [ "$r" = srv ]; then srv_ip=$HOST; else srv_ip=${GUEST_IP[$GUEST_SRV]}; fi
-  if [ "$s" = rping ]; then
+  # d*: the Debian tool itself, on the drop-ins (libibverbs.so.1 and
+  # librdmacm.so.1 from target/release)
+  local tool=${s#d} dropin=()
+  [ "$tool" != "$s" ] && dropin=(env LD_LIBRARY_PATH="$BIN")
+  [ "$s" = dwbw ] && tool=wbw
+  local rp=("$BIN/rping") ud=("$BIN/udaddy")
+  if [ ${#dropin[@]} -gt 0 ]; then rp=("${dropin[@]}" rping); ud=("${dropin[@]}" udaddy); fi
+  if [ "$tool" = wbw ]; then
+    # perftest -R: the connection (and perftest's own exchange) through the CM
     if [ "$r" = srv ]; then
-      ours=("$BIN/rping" -s -a "$HOST" -p "$cport" -v)
+      ours=("${dropin[@]}" ib_write_bw -R -d roce0 -x 1 -s 4096 -n "$PT_ITERS" -p "$cport")
+      theirs="timeout $((CASE_TIMEOUT - 10)) ib_write_bw -R -d rxe0 -x \$(lab-gid) -s 4096 -n $PT_ITERS -p $cport $HOST"
+    else
+      ours=("${dropin[@]}" ib_write_bw -R -d roce0 -x 1 -s 4096 -n "$PT_ITERS" -p "$cport" "$srv_ip")
+      theirs="timeout $((CASE_TIMEOUT - 10)) ib_write_bw -R -d rxe0 -x \$(lab-gid) -s 4096 -n $PT_ITERS -p $cport"
+    fi
+  elif [ "$tool" = rping ]; then
+    if [ "$r" = srv ]; then
+      ours=("${rp[@]}" -s -a "$HOST" -p "$cport" -v)
       theirs="timeout $((CASE_TIMEOUT - 10)) rping -c -a $HOST -p $cport -C $n -v -V"
     else
-      ours=("$BIN/rping" -c -a "$srv_ip" -p "$cport" -C "$n" -v -V)
+      ours=("${rp[@]}" -c -a "$srv_ip" -p "$cport" -C "$n" -v -V)
       theirs="timeout $((CASE_TIMEOUT - 10)) rping -s -a $srv_ip -p $cport -v"
     fi
   else
     if [ "$r" = srv ]; then
       # (rdmacm-utils' udaddy has no port option: 7174, ours' default)
-      ours=("$BIN/udaddy" -b "$HOST" -C "$n")
+      ours=("${ud[@]}" -b "$HOST" -C "$n")
       theirs="timeout $((CASE_TIMEOUT - 10)) udaddy -s $HOST -C $n"
     else
-      ours=("$BIN/udaddy" -s "$srv_ip" -C "$n")
+      ours=("${ud[@]}" -s "$srv_ip" -C "$n")
       theirs="timeout $((CASE_TIMEOUT - 10)) udaddy -b $srv_ip -C $n"
     fi
   fi
@@ -425,15 +442,18 @@ run_cm() { # CASE DIR -> 0 pass / 1 fail
   else
     echo "+ $theirs" >"$d/guest.log"
     local job; job=$(lab bg "$GUEST_SRV" "$theirs")
-    sleep 3
+    # until the guest's rdma_cm id listens (rdma resource show cm_id)
+    lab shell -t 40 "$GUEST_SRV" "lab-wait-cm 30" >/dev/null 2>&1 || sleep 3
     ip netns exec "$NS" timeout "$CASE_TIMEOUT" "${env[@]}" "${ours[@]}" >"$d/ours.log" 2>&1 || OURS_RC=$?
     lab wait "$GUEST_SRV" "$job" "$CASE_TIMEOUT" >>"$d/guest.log" 2>&1 || GUEST_RC=$?
   fi
   echo "ours_rc=$OURS_RC guest_rc=$GUEST_RC" >"$d/status"
   [ "$OURS_RC" = 0 ] && [ "$GUEST_RC" = 0 ] || return 1
-  if [ "$s" = rping ]; then # the client printed every ping, checked (-V)
+  if [ "$tool" = rping ]; then # the client printed every ping, checked (-V)
     local cl=$d/guest.log; [ "$r" = cli ] && cl=$d/ours.log
     [ "$(grep -c '^ping data: rdma-ping-' "$cl")" = "$n" ]
+  elif [ "$tool" = wbw ]; then
+    grep -qE '^ *4096 +[0-9]+ ' "$d/ours.log" && grep -qE '^ *4096 +[0-9]+ ' "$d/guest.log"
   else
     grep -q 'data transfers complete' "$d/ours.log" && grep -q 'data transfers complete' "$d/guest.log"
   fi
