@@ -472,11 +472,24 @@ pub(crate) struct IdSt {
     pub ep_qp: Option<(*mut v::ibv_pd, v::ibv_qp_init_attr)>,
 }
 
+/// The ids this library made and the program has not destroyed. A program
+/// that calls into librdmacm with an id it already destroyed (perftest -R
+/// does, on its error path after a REJECTED) gets EINVAL, as the kernel's
+/// ucma answers a stale id handle, instead of a read of freed memory.
+fn live_ids() -> MutexGuard<'static, std::collections::HashSet<usize>> {
+    static LIVE: OnceLock<Mutex<std::collections::HashSet<usize>>> = OnceLock::new();
+    lock(LIVE.get_or_init(Default::default))
+}
+
 /// # Safety
-/// `p` must be an id of this library, not destroyed.
+/// `p` must be NULL or an id this library made; a destroyed one is
+/// recognised and refused (`None`).
 pub(crate) unsafe fn id<'a>(p: *mut abi::rdma_cm_id) -> Option<&'a IdObj> {
-    // SAFETY: per the contract.
-    (!p.is_null()).then(|| unsafe { &*(p as *const IdObj) })
+    if p.is_null() || !live_ids().contains(&(p as usize)) {
+        return None;
+    }
+    // SAFETY: a live id of this library (checked just above).
+    Some(unsafe { &*(p as *const IdObj) })
 }
 
 pub(crate) fn ps_of(c: u32) -> Result<PortSpace, i32> {
@@ -511,7 +524,9 @@ pub(crate) fn new_id(
         PortSpace::Udp => v::IBV_QPT_UD,
     };
     let st = IdSt { ps, rust: Vec::new(), bound: None, own_chan, own_cqs: false, ep_qp: None };
-    Box::into_raw(Box::new(IdObj { c, st: Mutex::new(st) }))
+    let p = Box::into_raw(Box::new(IdObj { c, st: Mutex::new(st) }));
+    live_ids().insert(p as usize);
+    p
 }
 
 impl IdObj {
@@ -578,7 +593,10 @@ impl IdObj {
 /// # Safety
 /// `p` is a live id of this library; the program gives it up.
 pub(crate) unsafe fn destroy_id(p: *mut IdObj) {
-    // SAFETY: per the contract.
+    if !live_ids().remove(&(p as usize)) {
+        return; // not ours, or destroyed already
+    }
+    // SAFETY: per the contract, and it was live until just now.
     let b = unsafe { Box::from_raw(p) };
     let rust: Vec<CmId> = {
         let mut g = global();

@@ -154,6 +154,13 @@ static void server(const char *addr, const char *port)
 	ibv_dereg_mr(mr);
 	rdma_destroy_qp(id);
 	CHECK(id->qp == NULL && rdma_destroy_id(id) == 0, "rdma_destroy_qp, rdma_destroy_id");
+	/* a destroyed id handed back (perftest -R does on an error path):
+	 * refused with EINVAL, as the kernel refuses a stale handle, no crash */
+	errno = 0;
+	CHECK(rdma_resolve_addr(id, NULL, res->ai_src_addr, 100) == -1 && errno == EINVAL,
+	      "rdma_resolve_addr on a destroyed id: EINVAL");
+	errno = 0;
+	CHECK(rdma_destroy_id(id) == -1 && errno == EINVAL, "rdma_destroy_id twice: EINVAL");
 
 	/* 3: the server moves its own QP with rdma_init_qp_attr */
 	ev = wait_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
