@@ -37,6 +37,16 @@ pub unsafe extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel 
     guard_ptr(|| Ok(new_channel()? as *mut rdma_event_channel))
 }
 
+/// A channel the program passes: one of ours, not destroyed (else EINVAL).
+fn live_chan(ch: *mut rdma_event_channel) -> Result<*mut ChanObj, i32> {
+    let p = ch as *mut ChanObj;
+    if crate::rdmacm::chan_live(p) {
+        Ok(p)
+    } else {
+        Err(libc::EINVAL)
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_event_channel(ch: *mut rdma_event_channel) {
     if ch.is_null() {
@@ -109,7 +119,7 @@ pub unsafe extern "C" fn rdma_migrate_id(
     guard_neg(|| {
         let o = idobj(idp)?;
         let (new, own) =
-            if ch.is_null() { (new_channel()?, true) } else { (ch as *mut ChanObj, false) };
+            if ch.is_null() { (new_channel()?, true) } else { (live_chan(ch)?, false) };
         let old = o.chan();
         let was_own = lock(&o.st).own_chan;
         {
@@ -147,7 +157,7 @@ pub unsafe extern "C" fn rdma_create_id(
         }
         let ps = ps_of(ps as u32)?;
         let (chan, own) =
-            if ch.is_null() { (new_channel()?, true) } else { (ch as *mut ChanObj, false) };
+            if ch.is_null() { (new_channel()?, true) } else { (live_chan(ch)?, false) };
         let p = new_id(chan, context, ps, own);
         // SAFETY: the caller's pointer.
         unsafe { *out = p as *mut rdma_cm_id };

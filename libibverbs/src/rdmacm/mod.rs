@@ -383,12 +383,33 @@ fn new_channel_locked(g: &mut Global) -> Result<*mut ChanObj, i32> {
     }
     g.chans += 1;
     let b = Box::new(ChanObj { c: abi::rdma_event_channel { fd }, q: Mutex::new(VecDeque::new()) });
-    Ok(Box::into_raw(b))
+    let p = Box::into_raw(b);
+    live_chans().insert(p as usize);
+    Ok(p)
+}
+
+/// The channels this library made and the program has not destroyed (a
+/// channel destroyed twice, or used after it was destroyed, is refused
+/// instead of touching freed memory: perftest -R's error path destroys
+/// its channel twice, and the second call waited forever on a freed lock).
+fn live_chans() -> MutexGuard<'static, std::collections::HashSet<usize>> {
+    static LIVE: OnceLock<Mutex<std::collections::HashSet<usize>>> = OnceLock::new();
+    lock(LIVE.get_or_init(Default::default))
+}
+
+/// Whether `p` is a channel of this library that was not destroyed.
+pub(crate) fn chan_live(p: *mut ChanObj) -> bool {
+    live_chans().contains(&(p as usize))
 }
 
 /// # Safety
-/// `p` is a channel of this library with no ids left on it.
+/// `p` is a channel of this library with no ids left on it (anything else
+/// that is not a live channel is ignored).
 pub(crate) unsafe fn destroy_channel(p: *mut ChanObj) {
+    if !chan_live(p) {
+        diag!("rdma_destroy_event_channel: not a live channel (destroyed already?)");
+        return;
+    }
     let pump = {
         let mut g = global();
         let used = g.ids.iter().any(|(_, c)| {
@@ -412,7 +433,10 @@ pub(crate) unsafe fn destroy_channel(p: *mut ChanObj) {
             let _ = h.join();
         }
     }
-    // SAFETY: per the contract.
+    if !live_chans().remove(&(p as usize)) {
+        return;
+    }
+    // SAFETY: per the contract, and it was live until just now.
     let b = unsafe { Box::from_raw(p) };
     for e in lock(&b.q).drain(..) {
         // SAFETY: queued events are live boxes nobody else holds.
@@ -429,7 +453,10 @@ pub(crate) unsafe fn destroy_channel(p: *mut ChanObj) {
 /// # Safety
 /// `p` is a live channel of this library.
 pub(crate) unsafe fn get_event(p: *mut ChanObj) -> Result<*mut EventObj, i32> {
-    // SAFETY: per the contract.
+    if !chan_live(p) {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: per the contract, and checked live.
     let ch = unsafe { &*p };
     loop {
         if let Some(e) = ch.pop() {

@@ -196,6 +196,11 @@ static void server(const char *addr, const char *port)
 	rdma_destroy_id(id);
 	CHECK(rdma_destroy_id(listen) == 0, "listener destroyed");
 	rdma_destroy_event_channel(ch);
+	/* destroyed twice, then used (perftest -R's error path): refused, no hang */
+	rdma_destroy_event_channel(ch);
+	errno = 0;
+	CHECK(rdma_get_cm_event(ch, &ev) == -1 && errno == EINVAL,
+	      "rdma_get_cm_event on a destroyed channel: EINVAL");
 	printf("server done\n");
 }
 
