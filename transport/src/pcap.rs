@@ -23,7 +23,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// recorder (a C program that never closes its device): it holds every
 /// record the buffer let through, each complete.
 #[derive(Clone)]
-struct Shared(Arc<Mutex<Staged>>);
+pub(crate) struct Shared(Arc<Mutex<Staged>>);
 
 struct Staged {
     out: BufWriter<File>,
@@ -31,12 +31,20 @@ struct Staged {
 }
 
 impl Shared {
+    /// A staged, buffered writer over a new (truncated) file.
+    pub(crate) fn create(path: &Path) -> std::io::Result<Shared> {
+        Ok(Shared(Arc::new(Mutex::new(Staged {
+            out: BufWriter::new(File::create(path)?),
+            pending: Vec::new(),
+        }))))
+    }
+
     fn lock(&self) -> std::io::Result<std::sync::MutexGuard<'_, Staged>> {
         self.0.lock().map_err(|_| std::io::Error::other("poisoned"))
     }
 
     /// Move the staged bytes (whole records) to the buffered file.
-    fn commit(&self) -> std::io::Result<()> {
+    pub(crate) fn commit(&self) -> std::io::Result<()> {
         let mut g = self.lock()?;
         let s = &mut *g;
         let r = s.out.write_all(&s.pending);
@@ -50,8 +58,12 @@ impl Write for Shared {
         self.lock()?.pending.extend_from_slice(buf);
         Ok(buf.len())
     }
+    /// Flush what was committed. Staged bytes stay staged: a flush from
+    /// another thread (a device closed or a process exiting while the
+    /// driver thread is between a record's header and its data) must not
+    /// put half a record in the file; [`PcapRecorder::record`] commits each
+    /// record once it is whole.
     fn flush(&mut self) -> std::io::Result<()> {
-        self.commit()?;
         self.lock()?.out.flush()
     }
 }
@@ -70,10 +82,7 @@ pub fn mac_of(ip: IpAddr) -> [u8; 6] {
 impl PcapRecorder {
     /// Create (truncate) `path` and write the pcap header.
     pub fn create(path: &Path) -> Result<PcapRecorder, CaptureError> {
-        let file = Shared(Arc::new(Mutex::new(Staged {
-            out: BufWriter::new(File::create(path)?),
-            pending: Vec::new(),
-        })));
+        let file = Shared::create(path)?;
         let writer = PcapWriter::new(file.clone(), LinkType::Ethernet)?;
         file.commit()?;
         Ok(PcapRecorder { writer, file })
@@ -106,5 +115,31 @@ impl PcapRecorder {
 impl Drop for PcapRecorder {
     fn drop(&mut self) {
         self.flush();
+    }
+}
+
+#[cfg(test)]
+mod staged_tests {
+    use super::Shared;
+    use std::io::Write;
+
+    /// A flush between a record's header and its data (another thread
+    /// closing the device) leaves the file at the last whole record.
+    #[test]
+    fn a_flush_never_writes_half_a_record() {
+        let dir = std::env::temp_dir().join(format!("roce-staged-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.pcap");
+        let mut f = Shared::create(&path).unwrap();
+        f.write_all(b"HEADER").unwrap();
+        f.commit().unwrap();
+        f.write_all(b"rec1-head").unwrap();
+        f.flush().unwrap(); // mid-record: nothing of it may reach the file
+        assert_eq!(std::fs::read(&path).unwrap(), b"HEADER");
+        f.write_all(b"rec1-data").unwrap();
+        f.commit().unwrap();
+        f.flush().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"HEADERrec1-headrec1-data");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -41,13 +41,12 @@ use pnet_datalink::{Channel, DataLinkReceiver, DataLinkSender, NetworkInterface}
 use roce_emulator::Datagram;
 use roce_packet::pcap::{LinkType, PcapWriter};
 use roce_packet::{IpMeta, IpUdpHeader, UdpEndpoints};
-use std::fs::File;
-use std::io::{self, BufWriter};
+use std::io;
 use std::net::UdpSocket;
 use std::os::fd::{AsFd, BorrowedFd, IntoRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Largest frame read from the socket.
@@ -230,18 +229,11 @@ raw_counters! {
     kernel_copies_discarded,
 }
 
-/// A buffered pcap file the transport can flush while the writer owns it.
-#[derive(Clone)]
-struct SharedFile(Arc<Mutex<BufWriter<File>>>);
-
-impl io::Write for SharedFile {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.lock().map_err(|_| io::Error::other("poisoned"))?.write(buf)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        self.0.lock().map_err(|_| io::Error::other("poisoned"))?.flush()
-    }
-}
+/// The pcap file: staged like the UDP recorder's, so the file only ever
+/// ends between whole records (a program that exits without closing its
+/// device left a record header without its data: the raw transport wrote
+/// through a plain `BufWriter`, which could flush between the two).
+type SharedFile = crate::pcap::Shared;
 
 fn add(c: &AtomicU64, v: u64) {
     c.fetch_add(v, Ordering::Relaxed);
@@ -325,9 +317,10 @@ impl RawTransport {
         let discard = if cfg.discard_socket { bind_discard(&cfg)? } else { None };
         let pcap = match &cfg.pcap {
             Some(p) => {
-                let file = File::create(p).map_err(roce_packet::pcap::CaptureError::from)?;
-                let file = SharedFile(Arc::new(Mutex::new(BufWriter::new(file))));
-                Some((PcapWriter::new(file.clone(), LinkType::Ethernet)?, file))
+                let file = SharedFile::create(p).map_err(roce_packet::pcap::CaptureError::from)?;
+                let w = PcapWriter::new(file.clone(), LinkType::Ethernet)?;
+                file.commit().map_err(roce_packet::pcap::CaptureError::from)?;
+                Some((w, file))
             }
             None => None,
         };
@@ -466,9 +459,9 @@ fn bind_discard(cfg: &RawConfig) -> Result<Option<UdpSocket>, RawError> {
 
 impl State {
     fn record(&mut self, frame: &[u8]) {
-        if let Some((p, _)) = self.pcap.as_mut() {
+        if let Some((p, f)) = self.pcap.as_mut() {
             let ts = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-            let c = if p.write_frame(ts, frame).is_ok() {
+            let c = if p.write_frame(ts, frame).is_ok() && f.commit().is_ok() {
                 &self.counters.pcap_frames
             } else {
                 &self.counters.pcap_errors
