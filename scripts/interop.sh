@@ -154,14 +154,14 @@ all_cases() {
     # udaddy / ib_write_bw -R on the librdmacm drop-in (d*), against
     # rdmacm-utils' rping / udaddy and perftest -R on rxe, both roles
     for r in srv cli; do
-      for s in rping udaddy drping dudaddy; do echo "$t-cm-$r-$s"; done
+      for s in rping udaddy drping dudaddy dmatose; do echo "$t-cm-$r-$s"; done
     done
-    echo "$t-cm-srv-dwbw"
+    echo "$t-cm-srv-dwbw"; echo "$t-cm-srv-dslat"
     # perftest -R as the client makes a second connection 2-4 ms after its
     # exchange; a server on a qemu TCG guest often listens again only later
     # and answers REJ 8 (perftest's own race, docs/interop.md):
     # INTEROP_CM_RACY=1 adds the case anyway
-    if [ "${INTEROP_CM_RACY:-0}" = 1 ]; then echo "$t-cm-cli-dwbw"; fi
+    if [ "${INTEROP_CM_RACY:-0}" = 1 ]; then echo "$t-cm-cli-dwbw"; echo "$t-cm-cli-dslat"; fi
     # unmodified Debian tools on the host through the libibverbs drop-in
     # (LD_LIBRARY_PATH=target/release) against the same tools on rxe
     for r in srv cli; do
@@ -409,6 +409,8 @@ run_cm() { # CASE DIR -> 0 pass / 1 fail
   local tool=${s#d} dropin=()
   [ "$tool" != "$s" ] && dropin=(env LD_LIBRARY_PATH="$BIN")
   [ "$s" = dwbw ] && tool=wbw
+  [ "$s" = dslat ] && tool=slat
+  [ "$s" = dmatose ] && tool=ucmatose
   local rp=("$BIN/rping") ud=("$BIN/udaddy")
   if [ ${#dropin[@]} -gt 0 ]; then rp=("${dropin[@]}" rping); ud=("${dropin[@]}" udaddy); fi
   if [ "$tool" = wbw ]; then
@@ -419,6 +421,22 @@ run_cm() { # CASE DIR -> 0 pass / 1 fail
     else
       ours=("${dropin[@]}" ib_write_bw -R -d roce0 -x 1 -s 4096 -n "$PT_ITERS" -p "$cport" "$srv_ip")
       theirs="timeout $((CASE_TIMEOUT - 10)) ib_write_bw -R -d rxe0 -x \$(lab-gid) -s 4096 -n $PT_ITERS -p $cport"
+    fi
+  elif [ "$tool" = slat ]; then
+    if [ "$r" = srv ]; then
+      ours=("${dropin[@]}" ib_send_lat -R -d roce0 -x 1 -s 8 -n "$PT_ITERS" -p "$cport")
+      theirs="timeout $((CASE_TIMEOUT - 10)) ib_send_lat -R -d rxe0 -x \$(lab-gid) -s 8 -n $PT_ITERS -p $cport $HOST"
+    else
+      ours=("${dropin[@]}" ib_send_lat -R -d roce0 -x 1 -s 8 -n "$PT_ITERS" -p "$cport" "$srv_ip")
+      theirs="timeout $((CASE_TIMEOUT - 10)) ib_send_lat -R -d rxe0 -x \$(lab-gid) -s 8 -n $PT_ITERS -p $cport"
+    fi
+  elif [ "$tool" = ucmatose ]; then # 2 connections, 10 messages each way
+    if [ "$r" = srv ]; then
+      ours=("${dropin[@]}" ucmatose -b "$HOST" -p "$cport" -c 2 -C "$n")
+      theirs="timeout $((CASE_TIMEOUT - 10)) ucmatose -s $HOST -p $cport -c 2 -C $n"
+    else
+      ours=("${dropin[@]}" ucmatose -s "$srv_ip" -p "$cport" -c 2 -C "$n")
+      theirs="timeout $((CASE_TIMEOUT - 10)) ucmatose -b $srv_ip -p $cport -c 2 -C $n"
     fi
   elif [ "$tool" = rping ]; then
     if [ "$r" = srv ]; then
@@ -460,6 +478,10 @@ run_cm() { # CASE DIR -> 0 pass / 1 fail
     [ "$(grep -c '^ping data: rdma-ping-' "$cl")" = "$n" ]
   elif [ "$tool" = wbw ]; then
     grep -qE '^ *4096 +[0-9]+ ' "$d/ours.log" && grep -qE '^ *4096 +[0-9]+ ' "$d/guest.log"
+  elif [ "$tool" = slat ]; then
+    grep -qE '^ *8 +[0-9]+ ' "$d/ours.log" && grep -qE '^ *8 +[0-9]+ ' "$d/guest.log"
+  elif [ "$tool" = ucmatose ]; then
+    grep -q 'test complete' "$d/ours.log" && grep -q 'test complete' "$d/guest.log"
   else
     grep -q 'data transfers complete' "$d/ours.log" && grep -q 'data transfers complete' "$d/guest.log"
   fi
