@@ -70,6 +70,31 @@ impl Default for ConnectOptions {
     }
 }
 
+impl ConnectOptions {
+    /// The INIT → RTR attributes towards `remote` ([`Qp::to_rtr`]).
+    pub fn rtr_attr(&self, remote: &QpEndpoint) -> QpAttr {
+        QpAttr::new()
+            .state(QpState::Rtr)
+            .ah(AhAttr::new(remote.addr))
+            .mtu(self.mtu)
+            .dest_qpn(remote.qpn)
+            .rq_psn(remote.psn)
+            .max_dest_rd_atomic(self.max_dest_rd_atomic)
+            .min_rnr_timer(self.min_rnr_timer)
+    }
+
+    /// The RTR → RTS attributes, sending from `sq_psn` ([`Qp::to_rts`]).
+    pub fn rts_attr(&self, sq_psn: u32) -> QpAttr {
+        QpAttr::new()
+            .state(QpState::Rts)
+            .sq_psn(sq_psn)
+            .timeout(self.timeout)
+            .retry_cnt(self.retry_cnt)
+            .rnr_retry(self.rnr_retry)
+            .max_rd_atomic(self.max_rd_atomic)
+    }
+}
+
 /// Builds a QP: `pd.qp_builder(&cq, &cq).max_send_wr(64).build()`.
 #[derive(Clone, Debug)]
 pub struct QpBuilder {
@@ -260,30 +285,13 @@ impl Qp {
 
     /// INIT → RTR towards `remote`: its address, QPN and first PSN.
     pub fn to_rtr(&self, remote: &QpEndpoint, opts: &ConnectOptions) -> Result<(), QpModifyError> {
-        self.modify(
-            &QpAttr::new()
-                .state(QpState::Rtr)
-                .ah(AhAttr::new(remote.addr))
-                .mtu(opts.mtu)
-                .dest_qpn(remote.qpn)
-                .rq_psn(remote.psn)
-                .max_dest_rd_atomic(opts.max_dest_rd_atomic)
-                .min_rnr_timer(opts.min_rnr_timer),
-        )
+        self.modify(&opts.rtr_attr(remote))
     }
 
     /// RTR → RTS, sending from `sq_psn` (what the peer was told in
     /// [`Qp::endpoint`]).
     pub fn to_rts(&self, sq_psn: u32, opts: &ConnectOptions) -> Result<(), QpModifyError> {
-        self.modify(
-            &QpAttr::new()
-                .state(QpState::Rts)
-                .sq_psn(sq_psn)
-                .timeout(opts.timeout)
-                .retry_cnt(opts.retry_cnt)
-                .rnr_retry(opts.rnr_retry)
-                .max_rd_atomic(opts.max_rd_atomic),
-        )
+        self.modify(&opts.rts_attr(sq_psn))
     }
 
     /// RESET → INIT → RTR → RTS in one call: `local` is this QP's own

@@ -500,35 +500,12 @@ impl CmQp {
 
     /// [`Qp::to_rtr`].
     fn to_rtr(&self, remote: &QpEndpoint, opts: &ConnectOptions) -> Result<(), QpModifyError> {
-        match self {
-            CmQp::Owned(q) => q.to_rtr(remote, opts),
-            CmQp::Attached { .. } => self.modify(
-                &QpAttr::new()
-                    .state(QpState::Rtr)
-                    .ah(AhAttr::new(remote.addr))
-                    .mtu(opts.mtu)
-                    .dest_qpn(remote.qpn)
-                    .rq_psn(remote.psn)
-                    .max_dest_rd_atomic(opts.max_dest_rd_atomic)
-                    .min_rnr_timer(opts.min_rnr_timer),
-            ),
-        }
+        self.modify(&opts.rtr_attr(remote))
     }
 
     /// [`Qp::to_rts`].
     fn to_rts(&self, sq_psn: u32, opts: &ConnectOptions) -> Result<(), QpModifyError> {
-        match self {
-            CmQp::Owned(q) => q.to_rts(sq_psn, opts),
-            CmQp::Attached { .. } => self.modify(
-                &QpAttr::new()
-                    .state(QpState::Rts)
-                    .sq_psn(sq_psn)
-                    .timeout(opts.timeout)
-                    .retry_cnt(opts.retry_cnt)
-                    .rnr_retry(opts.rnr_retry)
-                    .max_rd_atomic(opts.max_rd_atomic),
-            ),
-        }
+        self.modify(&opts.rts_attr(sq_psn))
     }
 }
 

@@ -259,6 +259,12 @@ pub unsafe extern "C" fn rdma_accept(idp: *mut rdma_cm_id, param: *mut rdma_conn
     })
 }
 
+/// `rdma_reject` and `rdma_reject_ece`.
+///
+/// # Safety
+/// `idp` is NULL or an id of this library (a stale one is refused by
+/// `idobj`); `data` is NULL or points to `len` readable bytes, as
+/// librdmacm requires of its caller.
 unsafe fn reject(idp: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int {
     guard_neg(|| {
         let o = idobj(idp)?;
@@ -532,6 +538,11 @@ unsafe fn create_qp(
 
 /// librdmacm's `ucma_create_cqs`: CQs (with completion channels) for the
 /// ones the attributes leave NULL.
+///
+/// # Safety
+/// `o.c.verbs` is this library's context of the id's device (set when the
+/// id was bound), so the CQs and channels are made through its own entry
+/// points.
 unsafe fn make_cqs(o: &IdObj, a: &mut v::ibv_qp_init_attr) -> Result<(), i32> {
     let verbs = o.c.verbs;
     let me = o.ptr();
@@ -567,6 +578,12 @@ unsafe fn make_cqs(o: &IdObj, a: &mut v::ibv_qp_init_attr) -> Result<(), i32> {
     Ok(())
 }
 
+/// Destroy the CQs and completion channels [`make_cqs`] made for `o`.
+///
+/// # Safety
+/// The id's `send_cq`/`recv_cq` and their channels are the live objects
+/// `make_cqs` stored (it sets `own_cqs` only then), and no QP uses them any
+/// more.
 unsafe fn destroy_cqs(o: &IdObj) {
     if !std::mem::take(&mut lock(&o.st).own_cqs) {
         return;
