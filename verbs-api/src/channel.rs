@@ -113,6 +113,23 @@ impl<T> EventQueue<T> {
         }
     }
 
+    /// Drop the queued events `gone` picks (and their bytes on the fd).
+    fn discard(&self, gone: impl Fn(&T) -> bool) -> usize {
+        let mut q = lock(&self.queue);
+        let before = q.len();
+        q.retain(|e| !gone(e));
+        let n = before - q.len();
+        let mut b = [0u8; 1];
+        for _ in 0..n {
+            let _ = nix::sys::socket::recv(
+                self.rx.as_raw_fd(),
+                &mut b,
+                nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+            );
+        }
+        n
+    }
+
     fn pop(&self) -> Option<T> {
         let e = lock(&self.queue).pop_front()?;
         let mut b = [0u8; 1];
@@ -371,6 +388,17 @@ impl Context {
 }
 
 /// Forget a CQ's route (its handle may be reused after destruction).
+/// Drop the completion events of `cq` that wait in its channel and were
+/// never taken: the CQ is being destroyed (the kernel discards them the
+/// same way when a program destroys a CQ). Their `Cq` clones would
+/// otherwise keep it from being destroyed.
+pub(crate) fn discard_events(hca: &Arc<Mutex<Hca>>, cq: CqHandle) {
+    let route = lock(routes()).get(&(dev_key(hca), cq)).cloned();
+    if let Some(ch) = route.and_then(|(ch, _)| ch.upgrade()) {
+        ch.events.discard(|c| c.inner.handle == cq);
+    }
+}
+
 pub(crate) fn unroute(hca: &Arc<Mutex<Hca>>, cq: CqHandle) {
     lock(routes()).remove(&(dev_key(hca), cq));
 }

@@ -167,16 +167,27 @@ impl Cq {
     /// `ibv_destroy_cq` now, reporting errors. Fails with
     /// [`DestroyError::Shared`] while QPs use it or clones exist.
     pub fn destroy(self) -> Result<(), DestroyError<DestroyCqError>> {
-        match Arc::try_unwrap(self.inner) {
-            Ok(mut inner) => {
-                inner.destroyed = true;
-                let r = inner.ctx.lock().destroy_cq(inner.handle);
-                r.map_err(DestroyError::Verb)
-            }
-            Err(arc) => {
-                Err(DestroyError::Shared { what: "CQ", others: Arc::strong_count(&arc) - 1 })
+        let mut arc = self.inner;
+        // Completion events never taken from the channel hold clones: they
+        // go with the CQ. A clone a dispatching thread holds for a moment
+        // (between the device's event and the channel's queue) is waited
+        // for, briefly.
+        for attempt in 0..50 {
+            crate::channel::discard_events(&arc.ctx.inner.hca, arc.handle);
+            match Arc::try_unwrap(arc) {
+                Ok(mut inner) => {
+                    inner.destroyed = true;
+                    let r = inner.ctx.lock().destroy_cq(inner.handle);
+                    return r.map_err(DestroyError::Verb);
+                }
+                Err(a) if attempt < 49 => {
+                    arc = a;
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                Err(a) => arc = a,
             }
         }
+        Err(DestroyError::Shared { what: "CQ", others: Arc::strong_count(&arc) - 1 })
     }
 }
 

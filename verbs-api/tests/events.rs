@@ -218,3 +218,26 @@ fn udp_channel_fd_blocking_and_async() {
     let w = b.cq.poll(8).unwrap();
     assert_eq!(w.iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![0, 1, 2]);
 }
+
+/// A CQ whose completion event waits in the channel, never taken, can be
+/// destroyed (the event goes with it, as the kernel discards it), and the
+/// channel's fd is no longer readable for it. Before, the queued event's
+/// handle kept the CQ shared: `ibv_srq_pingpong -e` failed now and then
+/// with "Couldn't destroy CQ".
+#[test]
+fn destroying_a_cq_discards_its_untaken_events() {
+    let (net, a, b) = sim_pair(11, 16);
+    b.cq.req_notify(false).unwrap();
+    recv(&b, 1);
+    send(&a, 1, SendFlags::SIGNALED);
+    assert!(net.run_until_idle(100_000));
+    b.ch.process();
+    assert!(readable(&b.ch, 0), "the event is queued");
+    let Node { qp, cq, ch, .. } = b;
+    let wc = cq.poll(4).unwrap();
+    assert_eq!((wc.len(), wc[0].status), (1, WcStatus::Success));
+    qp.destroy().unwrap();
+    cq.destroy().unwrap();
+    assert!(!readable(&ch, 0), "the destroyed CQ's event left the channel");
+    drop(ch);
+}
