@@ -25,16 +25,12 @@
 
 use crate::counters::{CountersSnapshot, TransportCounters};
 use crate::udp::{SendOutcome, UdpTransport};
-use nix::poll::{PollFd, PollFlags};
-use nix::sys::eventfd::{EfdFlags, EventFd};
-use nix::sys::time::TimeSpec;
+use crate::engine::{Engine, EngineConfig, EngineHandle};
 use roce_emulator::{Datagram, Instant, SansIo};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Tuning of a [`Driver`].
@@ -123,62 +119,44 @@ impl Transport for UdpTransport {
     }
 }
 
-type Hook = Arc<dyn Fn() + Send + Sync>;
-
-struct Shared {
-    stop: AtomicBool,
-    /// Work was posted (set by `notify`, cleared by the driver).
-    kicked: AtomicBool,
-    /// The driver is spinning: `notify` need not write the eventfd.
-    spinning: AtomicBool,
-    wake: EventFd,
-    start: std::time::Instant,
-    progress: Mutex<u64>,
-    /// Threads in `wait_for_progress` (changed and read under `progress`'s
-    /// lock): a round with nobody waiting skips the condvar wake-up.
-    waiters: std::sync::atomic::AtomicUsize,
-    cv: Condvar,
-    hooks: Mutex<Vec<Hook>>,
+/// The engine behind a [`DriverHandle`], with its node type erased.
+trait Erased<T: Transport>: Send + Sync {
+    fn engine_notify(&self);
+    fn engine_now(&self) -> Instant;
+    fn progress_count(&self) -> u64;
+    fn wait(&self, seen: u64, timeout: Duration) -> u64;
+    fn hook(&self, f: Box<dyn Fn() + Send + Sync>);
+    fn finished(&self) -> bool;
+    fn into_transport(self: Box<Self>) -> Option<T>;
 }
 
-impl Shared {
-    fn now(&self) -> Instant {
-        Instant::from_nanos(u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX))
+impl<N: SansIo + Send + 'static, T: Transport> Erased<T> for EngineHandle<N, T> {
+    fn engine_notify(&self) {
+        self.notify()
     }
-    fn bump(&self) {
-        let waiting = match self.progress.lock() {
-            Ok(mut p) => {
-                *p += 1;
-                self.waiters.load(Ordering::Relaxed) > 0
-            }
-            Err(_) => true,
-        };
-        if waiting {
-            self.cv.notify_all();
-        }
-        // (called in place: hooks are short and never register hooks)
-        if let Ok(hooks) = self.hooks.lock() {
-            for h in hooks.iter() {
-                h();
-            }
-        }
+    fn engine_now(&self) -> Instant {
+        self.now()
     }
-    fn wake(&self) {
-        // EAGAIN means the counter is already huge: the driver will wake anyway.
-        let _ = self.wake.write(1);
+    fn progress_count(&self) -> u64 {
+        Engine::progress_count(self)
     }
-    /// Posted work: flag it, and write the eventfd unless the driver spins
-    /// (it sees the flag; it re-checks the flag after it stops spinning, so
-    /// no notify is lost).
-    fn kick(&self) {
-        self.kicked.store(true, Ordering::SeqCst);
-        if !self.spinning.load(Ordering::SeqCst) {
-            self.wake();
-        }
+    fn wait(&self, seen: u64, timeout: Duration) -> u64 {
+        self.wait_for_progress(seen, timeout)
+    }
+    fn hook(&self, f: Box<dyn Fn() + Send + Sync>) {
+        self.on_progress(f)
+    }
+    fn finished(&self) -> bool {
+        self.thread_finished()
+    }
+    fn into_transport(self: Box<Self>) -> Option<T> {
+        (*self).into_transports()?.pop()
     }
 }
 
-/// Starts driver threads.
+/// Starts a driver thread for one node: an [`Engine`] with one port and
+/// its thread, for code that posts through the node's mutex and waits on
+/// the thread (`notify`, `wait_for_progress`).
 pub struct Driver;
 
 impl Driver {
@@ -201,55 +179,42 @@ impl Driver {
         N: SansIo + Send + 'static,
         T: Transport,
     {
-        let wake = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?;
-        let shared = Arc::new(Shared {
-            stop: AtomicBool::new(false),
-            kicked: AtomicBool::new(false),
-            spinning: AtomicBool::new(false),
-            wake,
-            start: std::time::Instant::now(),
-            progress: Mutex::new(0),
-            waiters: std::sync::atomic::AtomicUsize::new(0),
-            cv: Condvar::new(),
-            hooks: Mutex::new(Vec::new()),
-        });
         let counters = transport.counters();
         let local = transport.local_addr();
-        let sh = shared.clone();
-        let timeout = cfg.shutdown_timeout;
-        let spin = cfg.spin;
-        let thread = std::thread::Builder::new()
-            .name(cfg.name.clone())
-            .spawn(move || run(node, transport, sh, cfg))?;
-        Ok(DriverHandle {
-            shared,
-            counters,
-            local,
-            thread: Some(thread),
-            shutdown_timeout: timeout,
-            spin,
-        })
+        let ec = EngineConfig {
+            name: cfg.name.clone(),
+            thread: true,
+            thread_spin: cfg.spin,
+            max_idle: cfg.max_idle,
+            max_tx_per_round: cfg.max_tx_per_round,
+            max_rx_batches: cfg.max_rx_batches,
+            shutdown_timeout: cfg.shutdown_timeout,
+            ..EngineConfig::default()
+        };
+        let e = Engine::new(vec![(node, transport)], ec)?.start()?;
+        Ok(DriverHandle { e: Some(Box::new(e)), counters, local, spin: cfg.spin })
     }
 }
 
 /// Handle to a running driver thread; dropping it stops the thread.
 pub struct DriverHandle<T: Transport = UdpTransport> {
-    shared: Arc<Shared>,
+    e: Option<Box<dyn Erased<T>>>,
     counters: Arc<TransportCounters>,
     local: SocketAddr,
-    thread: Option<JoinHandle<T>>,
-    shutdown_timeout: Duration,
     spin: Duration,
 }
 
 impl<T: Transport> DriverHandle<T> {
+    fn e(&self) -> &dyn Erased<T> {
+        self.e.as_deref().expect("engine present until shutdown")
+    }
     /// Wake the driver: call after posting work through the node's mutex.
     pub fn notify(&self) {
-        self.shared.kick();
+        self.e().engine_notify();
     }
     /// The driver's clock (the `now` it passes to the node).
     pub fn now(&self) -> Instant {
-        self.shared.now()
+        self.e().engine_now()
     }
     /// The transport's local address.
     pub fn local_addr(&self) -> SocketAddr {
@@ -261,25 +226,13 @@ impl<T: Transport> DriverHandle<T> {
     }
     /// Number of rounds so far that handled datagrams or fired timers.
     pub fn progress(&self) -> u64 {
-        self.shared.progress.lock().map(|p| *p).unwrap_or(0)
+        self.e().progress_count()
     }
     /// Block until the progress count exceeds `seen` or `timeout` passes;
     /// returns the progress count. Typical loop: `let mut seen =
     /// h.progress(); loop { check the node; seen = h.wait_for_progress(seen, t) }`.
     pub fn wait_for_progress(&self, seen: u64, timeout: Duration) -> u64 {
-        let Ok(g) = self.shared.progress.lock() else { return seen };
-        if *g > seen {
-            return *g;
-        }
-        let w = &self.shared.waiters;
-        w.fetch_add(1, Ordering::Relaxed);
-        let r = match self.shared.cv.wait_timeout_while(g, timeout, |p| *p <= seen) {
-            Ok((g, _)) => *g,
-            Err(_) => seen,
-        };
-        // (after the lock: a round in between only wakes nobody)
-        w.fetch_sub(1, Ordering::Relaxed);
-        r
+        self.e().wait(seen, timeout)
     }
     /// How long the driver thread spins before sleeping
     /// ([`DriverConfig::spin`]).
@@ -289,159 +242,16 @@ impl<T: Transport> DriverHandle<T> {
     /// Run `f` on the driver thread after each round with progress (keep
     /// it short and non-blocking; e.g. notify a `tokio::sync::Notify`).
     pub fn on_progress(&self, f: impl Fn() + Send + Sync + 'static) {
-        if let Ok(mut h) = self.shared.hooks.lock() {
-            h.push(Arc::new(f));
-        }
+        self.e().hook(Box::new(f));
     }
     /// Whether the driver thread has ended (it only ends on shutdown or a
     /// panic in the node).
     pub fn is_finished(&self) -> bool {
-        self.thread.as_ref().is_none_or(|t| t.is_finished())
+        self.e.as_ref().is_none_or(|e| e.finished())
     }
     /// Stop the thread and return the transport (`None` if the thread
     /// panicked or did not stop within the shutdown timeout).
     pub fn shutdown(mut self) -> Option<T> {
-        self.stop()
+        self.e.take()?.into_transport()
     }
-    fn stop(&mut self) -> Option<T> {
-        let t = self.thread.take()?;
-        self.shared.stop.store(true, Ordering::SeqCst);
-        self.shared.wake();
-        let deadline = std::time::Instant::now() + self.shutdown_timeout;
-        while !t.is_finished() && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        if t.is_finished() {
-            t.join().ok()
-        } else {
-            tracing::warn!("driver thread did not stop in time; detached");
-            None
-        }
-    }
-}
-
-impl<T: Transport> Drop for DriverHandle<T> {
-    fn drop(&mut self) {
-        let _ = self.stop();
-    }
-}
-
-fn run<N: SansIo, T: Transport>(
-    node: Arc<Mutex<N>>,
-    mut t: T,
-    sh: Arc<Shared>,
-    cfg: DriverConfig,
-) -> T {
-    let batch = t.batch();
-    let counters = t.counters();
-    let mut rx: Vec<Datagram> = Vec::new();
-    let mut tx: Vec<Datagram> = Vec::new();
-    let mut blocked = false;
-    while !sh.stop.load(Ordering::SeqCst) {
-        let mut msgs = 0;
-        sh.kicked.store(false, Ordering::SeqCst);
-        for _ in 0..cfg.max_rx_batches.max(1) {
-            match t.recv(&mut rx) {
-                Ok(n) => {
-                    msgs += n;
-                    if n < batch {
-                        break;
-                    }
-                }
-                Err(_) => break,
-            }
-        }
-        let now = sh.now();
-        let mut progressed = !rx.is_empty();
-        let deadline;
-        let mut more_tx = false;
-        {
-            let mut n = match node.lock() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
-            for d in rx.drain(..) {
-                n.handle_datagram(now, d);
-            }
-            if n.poll_timeout().is_some_and(|d| d <= now) {
-                n.handle_timeout(now);
-                progressed = true;
-            }
-            if tx.is_empty() {
-                while tx.len() < cfg.max_tx_per_round.max(1) {
-                    match n.poll_transmit(now) {
-                        Some(d) => tx.push(d),
-                        None => break,
-                    }
-                }
-                more_tx = tx.len() >= cfg.max_tx_per_round.max(1);
-                if cfg.coalesce_acks {
-                    let k = crate::coalesce::coalesce_acks(&mut tx);
-                    TransportCounters::add(&counters.acks_coalesced, k as u64);
-                }
-            }
-            deadline = n.poll_timeout();
-        }
-        if !tx.is_empty() {
-            let o = t.send(&tx);
-            tx.drain(..o.consumed.min(tx.len()));
-            blocked = o.would_block;
-        }
-        if progressed {
-            sh.bump();
-        }
-        if msgs > 0 || more_tx || (!tx.is_empty() && !blocked) {
-            continue;
-        }
-        let sending = blocked && !tx.is_empty();
-        if !cfg.spin.is_zero() && !sending && spin(&mut t, &sh, &cfg, &mut rx) {
-            continue; // something arrived or was posted while spinning
-        }
-        let now = sh.now();
-        let wait = match deadline {
-            Some(d) if d <= now => continue,
-            Some(d) => d.saturating_duration_since(now).min(cfg.max_idle),
-            None => cfg.max_idle,
-        };
-        let mut sock_ev = PollFlags::POLLIN;
-        if blocked && !tx.is_empty() {
-            sock_ev |= PollFlags::POLLOUT;
-        }
-        let woke = {
-            let mut fds =
-                [PollFd::new(t.as_fd(), sock_ev), PollFd::new(sh.wake.as_fd(), PollFlags::POLLIN)];
-            let _ = nix::poll::ppoll(&mut fds, Some(TimeSpec::from_duration(wait)), None);
-            fds[1].revents().is_some_and(|r| r.contains(PollFlags::POLLIN))
-        };
-        if woke {
-            let _ = sh.wake.read();
-        }
-    }
-    t.finish();
-    t
-}
-
-/// Poll without sleeping for up to `cfg.spin`: non-blocking receives (into
-/// `rx`, handled by the next round) and the posted-work flag. Returns
-/// whether there is something to do. Leaves `spinning` cleared.
-fn spin<T: Transport>(t: &mut T, sh: &Shared, cfg: &DriverConfig, rx: &mut Vec<Datagram>) -> bool {
-    let until = std::time::Instant::now() + cfg.spin;
-    sh.spinning.store(true, Ordering::SeqCst);
-    let mut k: u32 = 0;
-    let found = loop {
-        if sh.kicked.load(Ordering::SeqCst) || sh.stop.load(Ordering::SeqCst) {
-            break true;
-        }
-        if matches!(t.recv(rx), Ok(n) if n > 0) || !rx.is_empty() {
-            break true;
-        }
-        k = k.wrapping_add(1);
-        if k.is_multiple_of(16) && std::time::Instant::now() >= until {
-            break false;
-        }
-        std::hint::spin_loop();
-    };
-    sh.spinning.store(false, Ordering::SeqCst);
-    // a notify that saw `spinning` set wrote no eventfd: its flag is seen here
-    found || sh.kicked.load(Ordering::SeqCst)
 }

@@ -19,6 +19,7 @@ pub mod coalesce;
 pub mod counters;
 pub mod crcmath;
 pub mod driver;
+pub mod engine;
 pub mod faults;
 pub mod pcap;
 pub mod raw;
@@ -27,5 +28,6 @@ pub mod udp;
 
 pub use counters::{CountersSnapshot, TransportCounters};
 pub use driver::{Driver, DriverConfig, DriverHandle, Transport};
+pub use engine::{Engine, EngineConfig, EngineHandle, RoundStats};
 pub use raw::{RawConfig, RawCounters, RawError, RawSnapshot, RawTransport};
 pub use udp::{RxIcrcPolicy, SendOutcome, TransportError, UdpConfig, UdpTransport, DEFAULT_PORT};

@@ -33,9 +33,9 @@ use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::pin::Pin;
-use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Which channel and CQ object a device CQ handle belongs to, per device.
 type Routes = HashMap<(usize, CqHandle), (Weak<ChanInner>, Weak<crate::cq::CqInner>)>;
@@ -73,12 +73,11 @@ pub(crate) fn dispatch(hca: &Arc<Mutex<Hca>>) {
 }
 
 /// An event queue with a file descriptor: one byte in a socket pair per
-/// pending event (a full socket only means "readable"), a condvar for
+/// pending event (a full socket only means "readable"), for
 /// blocking waiters and wakers for futures. Shared by completion channels
 /// and the async event channel.
 struct EventQueue<T> {
     queue: Mutex<VecDeque<T>>,
-    cv: Condvar,
     wakers: Mutex<Vec<Waker>>,
     rx: UnixStream,
     tx: UnixStream,
@@ -93,7 +92,6 @@ impl<T> EventQueue<T> {
         tx.set_nonblocking(true)?;
         Ok(EventQueue {
             queue: Mutex::new(VecDeque::new()),
-            cv: Condvar::new(),
             wakers: Mutex::new(Vec::new()),
             rx,
             tx,
@@ -107,7 +105,6 @@ impl<T> EventQueue<T> {
     fn push(&self, e: T) {
         lock(&self.queue).push_back(e);
         let _ = (&self.tx).write(&[1]);
-        self.cv.notify_all();
         for w in std::mem::take(&mut *lock(&self.wakers)) {
             w.wake();
         }
@@ -141,48 +138,25 @@ impl<T> EventQueue<T> {
         Some(e)
     }
 
-    /// Blocking get: with a driver without a thread (the sim fabric) drive
-    /// it until an event is there; otherwise wait on the condvar, calling
-    /// `process` (move events from the device) before each check.
+    /// Blocking get: let the driver make progress in this thread (a real
+    /// device's engine receives on its sockets here and sleeps on them; the
+    /// simulated fabric steps) until an event is there, calling `process`
+    /// (move events from the device) before each check.
     fn wait(
         &self,
         ctx: &Context,
-        driver: &dyn crate::driver::Driver,
         timeout: Duration,
         process: impl Fn(),
     ) -> Option<T> {
-        if !driver.register_waker(noop_waker()) {
-            let budget = Budget { events: 1_000_000, wall: timeout };
-            ctx.progress(
-                || {
-                    process();
-                    self.len() > 0
-                },
-                budget,
-            );
-            return self.pop();
-        }
-        let end = Instant::now() + timeout;
-        let mut q = lock(&self.queue);
-        loop {
-            drop(q);
-            process();
-            q = lock(&self.queue);
-            if !q.is_empty() {
-                drop(q);
-                return self.pop();
-            }
-            let now = Instant::now();
-            if now >= end {
-                return None;
-            }
-            // woken by the dispatcher; re-check at least every 10 ms
-            let wait = (end - now).min(Duration::from_millis(10));
-            q = match self.cv.wait_timeout(q, wait) {
-                Ok((g, _)) => g,
-                Err(p) => p.into_inner().0,
-            };
-        }
+        let budget = Budget { events: 1_000_000, wall: timeout };
+        ctx.progress(
+            || {
+                process();
+                self.len() > 0
+            },
+            budget,
+        );
+        self.pop()
     }
 
     /// One poll of a future waiting for an event taken by `try_get`.
@@ -234,17 +208,6 @@ impl ChanInner {
         cq.inner.events_got.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Some(cq)
     }
-}
-
-struct Noop;
-impl Wake for Noop {
-    fn wake(self: Arc<Self>) {}
-}
-
-/// One waker that does nothing (to ask a driver whether it has a thread).
-fn noop_waker() -> &'static Waker {
-    static W: OnceLock<Waker> = OnceLock::new();
-    W.get_or_init(|| Waker::from(Arc::new(Noop)))
 }
 
 /// Dispatches on every round of a threaded driver, then re-registers.
@@ -307,7 +270,7 @@ impl CompChannel {
     /// `None` early if it goes idle without an event).
     pub fn get_cq_event(&self, timeout: Duration) -> Option<Cq> {
         let ctx = &self.inner.ctx;
-        let cq = self.inner.events.wait(ctx, ctx.driver(), timeout, || self.process())?;
+        let cq = self.inner.events.wait(ctx, timeout, || self.process())?;
         cq.inner.events_got.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Some(cq)
     }
@@ -536,7 +499,7 @@ impl AsyncEventChannel {
     /// the simulated fabric this drives the fabric (and returns `None`
     /// early if it goes idle without an event).
     pub fn get_event(&self, timeout: Duration) -> Option<AsyncEvent> {
-        self.inner.events.wait(&self.ctx, &*self.inner.driver, timeout, || self.process())
+        self.inner.events.wait(&self.ctx, timeout, || self.process())
     }
 
     /// Async [`AsyncEventChannel::get_event`]: resolves with the next

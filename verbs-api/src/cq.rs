@@ -121,6 +121,20 @@ impl Cq {
         self.inner.ctx.lock().poll_cq(self.inner.handle, max)
     }
 
+    /// [`Cq::poll`], and when it finds nothing, let the driver run one
+    /// non-blocking round in this thread ([`crate::Driver::poll_once`]:
+    /// receive what waits, fire timers, send) and poll again. For programs
+    /// that spin on `ibv_poll_cq` (perftest): their spinning moves the
+    /// frames, with no thread in between.
+    pub fn poll_progress(&self, max: usize) -> Result<Vec<WorkCompletion>, PollCqError> {
+        let got = self.poll(max)?;
+        if !got.is_empty() {
+            return Ok(got);
+        }
+        self.inner.ctx.driver().poll_once();
+        self.poll(max)
+    }
+
     /// Poll until `n` completions have been collected, letting the driver
     /// make progress in between, within `budget`. Returns what was
     /// collected (fewer than `n` if the budget ran out or the fabric went

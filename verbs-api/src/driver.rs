@@ -64,6 +64,11 @@ pub trait Driver: Send + Sync + 'static {
         self.kick()
     }
 
+    /// `ibv_poll_cq` found nothing: a driver that moves frames in the
+    /// caller's thread runs one non-blocking round (receive what waits,
+    /// fire due timers, send). The default does nothing.
+    fn poll_once(&self) {}
+
     /// Make progress until `cond` returns true or `budget` is spent; returns
     /// whether `cond` held. `cond` is called without any driver lock held,
     /// so it may use the verbs (poll a CQ, read an MR).

@@ -27,13 +27,15 @@ use crate::device::Device;
 use crate::driver::{Budget, Driver};
 use roce_emulator::{Hca, HcaConfig, PathMtu};
 use roce_transport::faults::{FaultSpec, FaultyTransport};
-use roce_transport::{DriverHandle, RawConfig, RawTransport, Transport, UdpConfig, UdpTransport};
+use roce_transport::{
+    Engine, EngineConfig, EngineHandle, RawConfig, RawTransport, Transport, UdpConfig, UdpTransport,
+};
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::task::Waker;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Environment variable listing devices (`name=kind:addr[,...]`).
 pub const ENV_DEVICES: &str = "ROCE_EMU_DEVICES";
@@ -406,10 +408,11 @@ impl DeviceConfig {
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(|us| Duration::from_micros(us.min(10_000)))
             .unwrap_or(Duration::ZERO);
-        let cfg = roce_transport::DriverConfig {
+        let cfg = EngineConfig {
             name: format!("roce-{}", self.name),
             max_idle: Duration::from_millis(20),
-            spin,
+            caller_spin: spin,
+            thread_spin: spin,
             ..Default::default()
         };
         let hca = Arc::new(Mutex::new(Hca::new(self.hca_config())));
@@ -474,13 +477,13 @@ impl DeviceConfig {
         &self,
         hca: Arc<Mutex<Hca>>,
         t: T,
-        cfg: roce_transport::DriverConfig,
+        cfg: EngineConfig,
         kind: &str,
     ) -> Result<Device, OpenError> {
-        let handle = roce_transport::Driver::spawn_with(hca.clone(), t, cfg)
+        let drv = EngineDriver::new(vec![(hca.clone(), t)], cfg, kind)
             .map_err(|source| OpenError::Thread { name: self.name.clone(), source })?;
         let publisher = crate::publish::Publisher::start(hca.clone());
-        let drv = Arc::new(ThreadDriver::<T>::new(handle, kind).with_publisher(publisher));
+        let drv = Arc::new(drv.with_publisher(publisher));
         Ok(Device::new(hca, drv))
     }
 }
@@ -533,401 +536,129 @@ pub fn gid_to_addr(gid: Ipv6Addr) -> IpAddr {
     IpAddr::V6(gid)
 }
 
-/// The verbs [`Driver`] of a device whose frames a
-/// [`roce_transport::Driver`] thread moves over a transport `T` (UDP or
-/// raw).
-/// [`Driver::progress`] blocks on the thread's progress condition variable
-/// (no busy polling), and async code registers wakers
-/// ([`Driver::register_waker`]) that the thread wakes after every round
-/// that received datagrams or fired timers.
-pub struct ThreadDriver<T: Transport = UdpTransport> {
-    handle: DriverHandle<T>,
+/// The verbs [`Driver`] of real devices: a [`roce_transport::Engine`] over
+/// one or more (core, transport) pairs, UDP or raw.
+///
+/// Progress happens in the caller's thread (see `transport/README.md`,
+/// "Progress in the caller's thread"): [`Driver::kick_device`] (after
+/// `post_send`) sends the posted packets from the posting thread;
+/// [`Driver::progress`] (`poll_blocking`, the completion-channel wait, the
+/// CM's waits) receives and processes datagrams itself, spinning for
+/// [`EngineConfig::caller_spin`] and then sleeping on the sockets;
+/// [`Driver::poll_once`] (an empty `ibv_poll_cq`) runs one non-blocking
+/// round. The engine's thread (unless [`EngineConfig::thread`] is off)
+/// fires timers and moves the frames of devices nobody polls, and wakes
+/// async tasks ([`Driver::register_waker`]) after every round with progress.
+pub struct EngineDriver<T: Transport = UdpTransport> {
+    // dropped before `publisher`: the final snapshot follows the last round
+    e: EngineHandle<Hca, T>,
     wakers: Arc<Mutex<Vec<Waker>>>,
     name: String,
-    // dropped after `handle`: the final snapshot follows the driver's last round
+    threaded: bool,
     publisher: Option<crate::publish::Publisher>,
 }
 
-/// The driver of a UDP device.
-pub type UdpDriver = ThreadDriver<UdpTransport>;
+/// The driver of UDP devices.
+pub type UdpDriver = EngineDriver<UdpTransport>;
 
-impl<T: Transport> fmt::Debug for ThreadDriver<T> {
+impl<T: Transport> fmt::Debug for EngineDriver<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ThreadDriver").field("local", &self.handle.local_addr()).finish()
+        f.debug_struct("EngineDriver").field("local", &self.e.local_addrs()).finish()
     }
 }
 
-impl<T: Transport> ThreadDriver<T> {
-    /// Wrap a running driver thread; `name` is what [`Driver::name`]
-    /// reports (`"udp"`, `"raw"`).
-    pub fn new(handle: DriverHandle<T>, name: &str) -> ThreadDriver<T> {
+impl<T: Transport> EngineDriver<T> {
+    /// Start an engine for these devices (core and transport each); `name`
+    /// is what [`Driver::name`] reports (`"udp"`, `"raw"`).
+    pub fn new(
+        devices: Vec<(Arc<Mutex<Hca>>, T)>,
+        cfg: EngineConfig,
+        name: &str,
+    ) -> std::io::Result<EngineDriver<T>> {
+        let threaded = cfg.thread;
+        let e = Engine::new(devices, cfg)?.with_idle_hook(Hca::flush_acks).start()?;
         let wakers: Arc<Mutex<Vec<Waker>>> = Arc::new(Mutex::new(Vec::new()));
         let w = wakers.clone();
-        handle.on_progress(move || {
-            let list: Vec<Waker> = match w.lock() {
-                Ok(mut g) => std::mem::take(&mut *g),
-                Err(p) => std::mem::take(&mut *p.into_inner()),
+        e.on_progress(move || {
+            let list: Vec<Waker> = {
+                let mut g = w.lock().unwrap_or_else(|e| e.into_inner());
+                if g.is_empty() {
+                    return;
+                }
+                std::mem::take(&mut *g)
             };
             for wk in list {
                 wk.wake();
             }
         });
-        ThreadDriver { handle, wakers, name: name.to_string(), publisher: None }
+        Ok(EngineDriver { e, wakers, name: name.to_string(), threaded, publisher: None })
     }
 
     /// Publish the device's counters while this driver runs (see
     /// [`crate::publish`]); [`DeviceConfig::open`] does this for every device.
-    pub fn with_publisher(mut self, p: Option<crate::publish::Publisher>) -> ThreadDriver<T> {
+    pub fn with_publisher(mut self, p: Option<crate::publish::Publisher>) -> EngineDriver<T> {
         self.publisher = p;
         self
     }
 
-    /// The driver thread's handle (counters, local address).
-    pub fn handle(&self) -> &DriverHandle<T> {
-        &self.handle
+    /// Hold positive ACKs back (default: they leave with the round that
+    /// made them), so that one ACK covers several requests (IBA allows a
+    /// responder to coalesce acknowledgements): each core holds them
+    /// ([`Hca::set_ack_delay`]) and they ride with the next request once `d`
+    /// old, leave alone at `2 d` (a timer deadline), after 16 PSNs, and when
+    /// the engine goes idle. The peer's send completions are delayed by as
+    /// much; its send queue must be deep enough.
+    pub fn with_ack_delay(self, d: Duration, cores: &[Arc<Mutex<Hca>>]) -> EngineDriver<T> {
+        for c in cores {
+            c.lock().unwrap_or_else(|e| e.into_inner()).set_ack_delay(Some(d));
+        }
+        self
+    }
+
+    /// The engine (counters, local addresses, progress count).
+    pub fn engine(&self) -> &Engine<Hca, T> {
+        &self.e
     }
 }
 
-impl<T: Transport> Driver for ThreadDriver<T> {
+impl<T: Transport> Driver for EngineDriver<T> {
     fn name(&self) -> &str {
         &self.name
     }
 
     fn kick(&self) {
-        self.handle.notify();
+        self.e.flush(None);
+    }
+
+    fn kick_device(&self, hca: &Arc<Mutex<Hca>>) {
+        // Only the posting device (and those with unannounced work).
+        self.e.flush(Some(hca));
+    }
+
+    // Posting a receive sends nothing: no flush.
+    fn recv_posted(&self) {}
+
+    fn poll_once(&self) {
+        self.e.round();
     }
 
     fn now(&self) -> Option<roce_emulator::Instant> {
-        Some(self.handle.now())
+        Some(self.e.now())
     }
 
     fn progress(&self, cond: &mut dyn FnMut() -> bool, budget: Budget) -> bool {
-        let start = Instant::now();
-        loop {
-            // Read the progress count before checking, so a round that
-            // completes between the check and the wait is not missed.
-            let seen = self.handle.progress();
-            if cond() {
-                return true;
-            }
-            let left = budget.wall.saturating_sub(start.elapsed());
-            if left.is_zero() {
-                return false;
-            }
-            // Bounded slices: completions that no datagram announces (UC
-            // sends, flushes) are seen within a few milliseconds.
-            self.handle.wait_for_progress(seen, left.min(Duration::from_millis(5)));
-        }
+        self.e.progress(cond, budget.wall)
     }
 
     fn register_waker(&self, waker: &Waker) -> bool {
+        if !self.threaded {
+            return false;
+        }
         let mut g = self.wakers.lock().unwrap_or_else(|e| e.into_inner());
         if !g.iter().any(|w| w.will_wake(waker)) {
             g.push(waker.clone());
         }
         true
-    }
-}
-
-/// One device of a [`PolledDriver`]: its core and its transport.
-struct PolledNode<T: Transport> {
-    hca: Arc<Mutex<Hca>>,
-    io: Mutex<PolledIo<T>>,
-    /// The transport's address (to recognise datagrams sent to this node
-    /// by another node of the same driver).
-    local: std::net::SocketAddr,
-    /// How many datagrams another node of this driver just sent to this
-    /// one: over loopback they are already queued, so the next receive
-    /// skips the `poll` and reads no more messages than that.
-    expect: std::sync::atomic::AtomicUsize,
-    /// The core may have packets to send that no kick announced (it received
-    /// or fired timers since its last pull): [`Driver::kick_device`] for
-    /// another device pulls this one too.
-    dirty: std::sync::atomic::AtomicBool,
-}
-
-struct PolledIo<T: Transport> {
-    t: T,
-    rx: Vec<roce_emulator::Datagram>,
-    tx: Vec<roce_emulator::Datagram>,
-}
-
-/// Most datagrams taken from the core per flush.
-const POLLED_TX_BATCH: usize = 256;
-
-/// A driver **without a thread** for one or more devices (busy-poll mode):
-/// the application thread moves the frames itself. [`Driver::kick`] (after
-/// `post_send`) sends what the cores have queued, in one batch per device;
-/// [`Driver::progress`] (behind `poll`-and-wait loops) receives, feeds the
-/// cores, fires their timers and sends, spinning until the condition holds.
-///
-/// Packets a core queues while receiving (ACKs) are not sent at once when
-/// the awaited condition already holds: they leave with the next kick or
-/// progress call, in the same system call as the next request (an ACK is
-/// cumulative, so a late one is as good). An application that stops calling
-/// the verbs leaves them queued; the peer then retransmits after its
-/// timeout. Devices sharing one `PolledDriver` are all driven by every call
-/// (two devices of a benchmark in one thread).
-pub struct PolledDriver<T: Transport = UdpTransport> {
-    nodes: Vec<PolledNode<T>>,
-    start: Instant,
-    ticks: std::sync::atomic::AtomicU64,
-    ack_delay: Duration,
-    name: String,
-}
-
-/// Which of `nodes` have a datagram waiting: one zero-timeout `poll` over
-/// all sockets (cheaper than an empty `recvmmsg` per socket when spinning).
-fn readable<T: Transport>(nodes: &[PolledNode<T>]) -> Vec<bool> {
-    use nix::poll::{PollFd, PollFlags, PollTimeout};
-    let guards: Vec<_> =
-        nodes.iter().map(|n| n.io.lock().unwrap_or_else(|e| e.into_inner())).collect();
-    let mut fds: Vec<PollFd<'_>> =
-        guards.iter().map(|g| PollFd::new(g.t.as_fd(), PollFlags::POLLIN)).collect();
-    match nix::poll::poll(&mut fds, PollTimeout::ZERO) {
-        Ok(_) => fds.iter().map(|f| f.revents().is_some_and(|r| !r.is_empty())).collect(),
-        Err(_) => vec![true; nodes.len()],
-    }
-}
-
-impl<T: Transport> fmt::Debug for PolledDriver<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PolledDriver").field("devices", &self.nodes.len()).finish()
-    }
-}
-
-impl<T: Transport> PolledDriver<T> {
-    /// A driver for these devices (core and transport each); `name` is what
-    /// [`Driver::name`] reports.
-    pub fn new(devices: Vec<(Arc<Mutex<Hca>>, T)>, name: &str) -> PolledDriver<T> {
-        let nodes = devices
-            .into_iter()
-            .map(|(hca, t)| PolledNode {
-                hca,
-                local: t.local_addr(),
-                expect: std::sync::atomic::AtomicUsize::new(0),
-                dirty: std::sync::atomic::AtomicBool::new(false),
-                io: Mutex::new(PolledIo { t, rx: Vec::new(), tx: Vec::new() }),
-            })
-            .collect();
-        PolledDriver {
-            nodes,
-            start: Instant::now(),
-            ticks: std::sync::atomic::AtomicU64::new(0),
-            ack_delay: Duration::ZERO,
-            name: name.to_string(),
-        }
-    }
-
-    /// Hold positive ACKs back (default zero: they leave with the next
-    /// flush), so that one ACK covers several requests (IBA allows a
-    /// responder to coalesce acknowledgements): each core holds them
-    /// ([`Hca::set_ack_delay`]) and they ride with the next request once `d`
-    /// old, leave alone at `2 d`, after 16 PSNs, and when the driver goes
-    /// idle. The peer's send completions are delayed by as much; its send
-    /// queue must be deep enough.
-    pub fn with_ack_delay(mut self, d: Duration) -> PolledDriver<T> {
-        self.ack_delay = d;
-        for n in &self.nodes {
-            n.hca.lock().unwrap_or_else(|e| e.into_inner()).set_ack_delay(Some(d));
-        }
-        self
-    }
-
-    fn now(&self) -> roce_emulator::Instant {
-        self.core_time(Instant::now())
-    }
-
-    /// The cores' clock at wall time `t`.
-    fn core_time(&self, t: Instant) -> roce_emulator::Instant {
-        roce_emulator::Instant::from_nanos(
-            u64::try_from(t.saturating_duration_since(self.start).as_nanos()).unwrap_or(u64::MAX),
-        )
-    }
-
-    /// Receive everything waiting on every device and feed it to the cores
-    /// (and fire due timers); returns the number of datagrams handled.
-    pub fn poll_rx(&self) -> usize {
-        let mut handled = 0;
-        let ticks = self.ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // A node another node just sent to is read without asking `poll`
-        // first (the same system calls as a plain UDP ping-pong: send, then
-        // receive on the socket it went to); otherwise one `poll` for all.
-        // (On the stack for up to 8 devices: this runs once per spin.)
-        let mut wbuf = [0usize; 8];
-        let mut wvec = Vec::new();
-        let wants: &mut [usize] = if self.nodes.len() <= wbuf.len() {
-            &mut wbuf[..self.nodes.len()]
-        } else {
-            wvec.resize(self.nodes.len(), 0);
-            &mut wvec
-        };
-        for (w, n) in wants.iter_mut().zip(&self.nodes) {
-            *w = n.expect.swap(0, std::sync::atomic::Ordering::Relaxed);
-        }
-        let polled = if wants.iter().any(|w| *w > 0) { None } else { Some(readable(&self.nodes)) };
-        for (i, (n, &mut want)) in self.nodes.iter().zip(wants.iter_mut()).enumerate() {
-            let ready = match &polled {
-                Some(r) => r[i],
-                None => want > 0,
-            };
-            let mut io = n.io.lock().unwrap_or_else(|e| e.into_inner());
-            let io = &mut *io;
-            // Timers are looked at every 64th call when nothing arrives.
-            if !ready {
-                if ticks.is_multiple_of(64) {
-                    let now = self.now();
-                    let mut hca = n.hca.lock().unwrap_or_else(|e| e.into_inner());
-                    if roce_emulator::SansIo::poll_timeout(&*hca).is_some_and(|d| d <= now) {
-                        roce_emulator::SansIo::handle_timeout(&mut *hca, now);
-                        n.dirty.store(true, std::sync::atomic::Ordering::Relaxed);
-                    }
-                }
-                continue;
-            }
-            let batch = io.t.batch();
-            // Expected datagrams: one read of at most that many messages
-            // (a ping-pong's one datagram costs one plain receive).
-            // (Every 64th round reads fully anyway: datagrams from outside
-            // this driver must not pile up behind the expected ones.)
-            let want = if ticks.is_multiple_of(64) { 0 } else { want };
-            let first_full =
-                want == 0 || matches!(io.t.recv_at_most(&mut io.rx, want), Ok(k) if k >= batch);
-            if first_full {
-                for _ in 0..8 {
-                    match io.t.recv(&mut io.rx) {
-                        Ok(k) if k >= batch => continue,
-                        _ => break,
-                    }
-                }
-            }
-            let now = self.now();
-            let mut hca = n.hca.lock().unwrap_or_else(|e| e.into_inner());
-            handled += io.rx.len();
-            if !io.rx.is_empty() {
-                n.dirty.store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-            for d in io.rx.drain(..) {
-                roce_emulator::SansIo::handle_datagram(&mut *hca, now, d);
-            }
-            if roce_emulator::SansIo::poll_timeout(&*hca).is_some_and(|d| d <= now) {
-                roce_emulator::SansIo::handle_timeout(&mut *hca, now);
-                n.dirty.store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-        }
-        handled
-    }
-
-    /// Send one batch of what each core has queued (the rest at the next
-    /// call); returns the number of datagrams sent.
-    pub fn flush(&self) -> usize {
-        self.flush_with(false, None)
-    }
-
-    /// Flush every device (`only` None), or only the device whose core is
-    /// `only` and those marked dirty (their last pull left nothing behind,
-    /// and nothing arrived since: pulling them would find nothing).
-    fn flush_with(&self, force: bool, only: Option<&Arc<Mutex<Hca>>>) -> usize {
-        let mut sent = 0;
-        // The clock is read at most once per flush (reading it is a visible
-        // part of a ping-pong's user time).
-        let mut wall: Option<Instant> = None;
-        for n in &self.nodes {
-            let chosen = only.is_none_or(|h| Arc::ptr_eq(h, &n.hca));
-            let dirty = n.dirty.swap(false, std::sync::atomic::Ordering::Relaxed);
-            let mut io = n.io.lock().unwrap_or_else(|e| e.into_inner());
-            let io = &mut *io;
-            if io.tx.is_empty() && !chosen && !dirty {
-                continue;
-            }
-            if io.tx.is_empty() {
-                let now = self.core_time(*wall.get_or_insert_with(Instant::now));
-                let mut hca = n.hca.lock().unwrap_or_else(|e| e.into_inner());
-                if force {
-                    hca.flush_acks(); // idle: held ACKs leave
-                }
-                while io.tx.len() < POLLED_TX_BATCH {
-                    match roce_emulator::SansIo::poll_transmit(&mut *hca, now) {
-                        Some(d) => io.tx.push(d),
-                        None => break,
-                    }
-                }
-                if io.tx.len() >= POLLED_TX_BATCH {
-                    n.dirty.store(true, std::sync::atomic::Ordering::Relaxed); // more left
-                }
-            }
-            if io.tx.is_empty() {
-                continue;
-            }
-            let k = roce_transport::coalesce::coalesce_acks(&mut io.tx);
-            if k > 0 {
-                let c = io.t.counters();
-                roce_transport::TransportCounters::add(&c.acks_coalesced, k as u64);
-            }
-            // One batch per call: the caller receives in between, so a peer
-            // in the same thread is not flooded past its socket buffer; the
-            // rest (or what the socket refused) goes at the next call.
-            let o = io.t.send(&io.tx);
-            let k = o.consumed.min(io.tx.len());
-            for d in &io.tx[..k] {
-                let to = std::net::SocketAddr::new(d.endpoints.dst, d.endpoints.dst_port);
-                if let Some(peer) = self.nodes.iter().find(|p| p.local == to) {
-                    peer.expect.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-            }
-            io.tx.drain(..k);
-            sent += k;
-        }
-        sent
-    }
-}
-
-impl<T: Transport> Driver for PolledDriver<T> {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn now(&self) -> Option<roce_emulator::Instant> {
-        Some(PolledDriver::now(self))
-    }
-
-    fn kick(&self) {
-        self.flush();
-    }
-
-    fn kick_device(&self, hca: &Arc<Mutex<Hca>>) {
-        // Only the posting device and those with unannounced work: another
-        // idle device of this driver has nothing to pull.
-        self.flush_with(false, Some(hca));
-    }
-
-    fn recv_posted(&self) {}
-
-    fn progress(&self, cond: &mut dyn FnMut() -> bool, budget: Budget) -> bool {
-        // The clock starts after the first round (a ping-pong's answer is
-        // usually there at once; reading the clock is then wasted).
-        let mut start: Option<Instant> = None;
-        let mut idle: u32 = 0;
-        loop {
-            let got = self.poll_rx();
-            if cond() {
-                return true;
-            }
-            let start = *start.get_or_insert_with(Instant::now);
-            let sent = self.flush();
-            if got + sent > 0 {
-                idle = 0;
-                continue;
-            }
-            idle = idle.wrapping_add(1);
-            if idle == 64 && !self.ack_delay.is_zero() {
-                self.flush_with(true, None); // idle: let held ACKs go
-            }
-            if idle.is_multiple_of(256) && start.elapsed() >= budget.wall {
-                return false;
-            }
-            std::hint::spin_loop();
-        }
     }
 }
 

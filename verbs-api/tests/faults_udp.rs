@@ -5,10 +5,10 @@
 //! the recovery.
 
 use roce_transport::faults::{FaultCounters, FaultSpec, FaultyTransport};
-use roce_transport::{DriverConfig, UdpConfig, UdpTransport};
+use roce_transport::{EngineConfig, UdpConfig, UdpTransport};
 use roce_verbs_api::udp::DeviceConfig;
 use roce_verbs_api::{
-    AccessFlags, Budget, ConnectOptions, Context, Counters, Device, RecvWr, SendWr, ThreadDriver,
+    AccessFlags, Budget, ConnectOptions, Context, Counters, Device, EngineDriver, RecvWr, SendWr,
     WcStatus, WrOpcode,
 };
 use std::net::{IpAddr, SocketAddr};
@@ -23,9 +23,8 @@ fn faulty_device(name: &str, addr: IpAddr, spec: FaultSpec) -> (Device, Arc<Faul
     let t = UdpTransport::bind(UdpConfig::new(SocketAddr::new(addr, 4791))).expect("bind");
     let t = FaultyTransport::new(t, spec, name);
     let counters = t.fault_counters();
-    let dc = DriverConfig { max_idle: Duration::from_millis(5), ..Default::default() };
-    let handle = roce_transport::Driver::spawn_with(hca.clone(), t, dc).expect("driver");
-    let drv = Arc::new(ThreadDriver::new(handle, "udp"));
+    let ec = EngineConfig { max_idle: Duration::from_millis(5), ..Default::default() };
+    let drv = Arc::new(EngineDriver::new(vec![(hca.clone(), t)], ec, "udp").expect("engine"));
     (Device::new(hca, drv), counters)
 }
 

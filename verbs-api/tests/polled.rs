@@ -1,4 +1,4 @@
-//! The busy-poll driver (`PolledDriver`) with two UDP devices on loopback:
+//! The engine driver in busy-poll mode (`EngineDriver` without a thread) with two UDP devices on loopback:
 //! a kick moves only the posting device's packets (and those of a device
 //! that received since its last pull), data arrives intact, and held ACKs
 //! leave when the driver idles.
@@ -6,7 +6,8 @@
 use roce_emulator::{Hca, HcaConfig, PathMtu};
 use roce_transport::{UdpConfig, UdpTransport};
 use roce_verbs_api::{
-    AccessFlags, Budget, ConnectOptions, Device, PolledDriver, SendWr, WcOpcode, WcStatus, WrOpcode,
+    AccessFlags, Budget, ConnectOptions, Device, EngineConfig, EngineDriver, SendWr, WcOpcode,
+    WcStatus, WrOpcode,
 };
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,9 +26,11 @@ fn kick_moves_the_posting_device_only_and_held_acks_leave_when_idle() {
     let tb = UdpTransport::bind(UdpConfig::on("127.0.9.3".parse().unwrap())).unwrap();
     let (ca, cb) = (ta.counters(), tb.counters());
     let (ha, hb) = (core("pa", &ta), core("pb", &tb));
+    let ec = EngineConfig { caller_spin: Duration::MAX, thread: false, ..Default::default() };
     let drv = Arc::new(
-        PolledDriver::new(vec![(ha.clone(), ta), (hb.clone(), tb)], "poll-test")
-            .with_ack_delay(Duration::from_secs(3600)),
+        EngineDriver::new(vec![(ha.clone(), ta), (hb.clone(), tb)], ec, "poll-test")
+            .unwrap()
+            .with_ack_delay(Duration::from_secs(3600), &[ha.clone(), hb.clone()]),
     );
     let (a, b) = (Device::new(ha, drv.clone()).open(), Device::new(hb, drv).open());
     let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());

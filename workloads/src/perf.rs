@@ -2,10 +2,10 @@
 //! loop, the ping-pong loops and the raw-UDP ping-pong.
 
 use anyhow::{anyhow, bail, Context as _};
-use roce_transport::{CountersSnapshot, DriverConfig, TransportCounters, UdpConfig, UdpTransport};
+use roce_transport::{CountersSnapshot, EngineConfig, TransportCounters, UdpConfig, UdpTransport};
 use roce_verbs_api::{
-    AccessFlags, Budget, ConnectOptions, Context, Cq, Device, Hca, HcaConfig, Mr, PathMtu, Pd,
-    PolledDriver, Qp, RecvWr, SendWr, ThreadDriver, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, Budget, CompChannel, ConnectOptions, Context, Cq, Device, EngineDriver, Hca, HcaConfig, Mr,
+    PathMtu, Pd, Qp, RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 use serde_json::{json, Value};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -91,9 +91,9 @@ pub struct PerfConfig {
     pub spin_us: u64,
 }
 
-/// `--poll busy`: positive ACKs wait up to this long so that one covers
-/// several requests (see `PolledDriver::with_ack_delay`).
-const BUSY_ACK_DELAY: Duration = Duration::from_micros(200);
+/// Positive ACKs wait up to this long so that one covers several requests
+/// (see `EngineDriver::with_ack_delay`), in both polling modes.
+const ACK_DELAY: Duration = Duration::from_micros(200);
 
 /// No completion for this long: the run failed.
 const STALL: Duration = Duration::from_secs(10);
@@ -133,19 +133,21 @@ fn open_dev(name: &str, addr: IpAddr, mtu: PathMtu, spin_us: u64) -> anyhow::Res
     let t = bind(name, addr)?;
     let counters = t.counters();
     let hca = new_core(name, &t, mtu);
-    let dc = DriverConfig {
+    let ec = EngineConfig {
         name: format!("roce-{name}"),
         max_idle: Duration::from_millis(20),
-        spin: Duration::from_micros(spin_us),
+        caller_spin: Duration::from_micros(spin_us),
+        thread_spin: Duration::from_micros(spin_us),
         ..Default::default()
     };
-    let h = roce_transport::Driver::spawn_with(hca.clone(), t, dc)
-        .with_context(|| format!("device {name}: driver thread"))?;
-    let dev = Device::new(hca, Arc::new(ThreadDriver::new(h, "udp")));
+    let drv = EngineDriver::new(vec![(hca.clone(), t)], ec, "udp")
+        .with_context(|| format!("device {name}: engine"))?
+        .with_ack_delay(ACK_DELAY, std::slice::from_ref(&hca));
+    let dev = Device::new(hca, Arc::new(drv));
     Ok(Dev { ctx: dev.open(), counters, name: name.to_string() })
 }
 
-/// Both devices on one [`PolledDriver`]: no threads, the test thread moves
+/// Both devices on one [`EngineDriver`] without a thread, the test thread moves
 /// every frame.
 fn open_polled(
     (na, aa): (&str, IpAddr),
@@ -155,10 +157,17 @@ fn open_polled(
     let (ta, tb) = (bind(na, aa)?, bind(nb, ab)?);
     let (ca, cb) = (ta.counters(), tb.counters());
     let (ha, hb) = (new_core(na, &ta, mtu), new_core(nb, &tb, mtu));
-    let drv: Arc<PolledDriver> = Arc::new(
-        PolledDriver::new(vec![(ha.clone(), ta), (hb.clone(), tb)], "udp-poll")
-            .with_ack_delay(BUSY_ACK_DELAY),
-    );
+    // busy polling: the test thread never sleeps and moves every frame
+    let ec = EngineConfig {
+        name: "roce-perf".into(),
+        caller_spin: Duration::MAX,
+        thread: false,
+        ..Default::default()
+    };
+    let drv = EngineDriver::new(vec![(ha.clone(), ta), (hb.clone(), tb)], ec, "udp-poll")
+        .context("engine")?
+        .with_ack_delay(ACK_DELAY, &[ha.clone(), hb.clone()]);
+    let drv = Arc::new(drv);
     let a = Device::new(ha, drv.clone());
     let b = Device::new(hb, drv);
     Ok((
@@ -185,11 +194,19 @@ pub struct CqSet {
     cqs: Vec<Cq>,
     per_cq: usize,
     next: std::cell::Cell<usize>,
+    /// Event mode: the completion channel every CQ reports to (waits
+    /// block in it, as `ib_*_lat -e` / `ib_*_bw -e` do).
+    chan: Option<CompChannel>,
 }
 
 impl CqSet {
-    /// CQs for `qps` QPs that each may have `per_qp` completions queued.
-    fn new(ctx: &Context, qps: u32, per_qp: u32) -> anyhow::Result<CqSet> {
+    /// CQs for `qps` QPs that each may have `per_qp` completions queued;
+    /// with `events`, on one completion channel.
+    fn new(ctx: &Context, qps: u32, per_qp: u32, events: bool) -> anyhow::Result<CqSet> {
+        let chan = match events {
+            true => Some(ctx.create_comp_channel().context("create_comp_channel")?),
+            false => None,
+        };
         let max = ctx.query_device().max_cqe;
         if per_qp > max {
             bail!("one QP needs room for {per_qp} completions, more than max_cqe {max}: lower -t");
@@ -199,10 +216,14 @@ impl CqSet {
         let mut left = qps.max(1);
         while left > 0 {
             let n = left.min(per_cq);
-            cqs.push(ctx.create_cq(n * per_qp).map_err(|e| anyhow!("create_cq: {e}"))?);
+            let cq = match &chan {
+                Some(ch) => ctx.create_cq_with_channel(n * per_qp, ch),
+                None => ctx.create_cq(n * per_qp),
+            };
+            cqs.push(cq.map_err(|e| anyhow!("create_cq: {e}"))?);
             left -= n;
         }
-        Ok(CqSet { cqs, per_cq: per_cq as usize, next: std::cell::Cell::new(0) })
+        Ok(CqSet { cqs, per_cq: per_cq as usize, next: std::cell::Cell::new(0), chan })
     }
 
     /// The CQ QP `q` reports to.
@@ -271,8 +292,9 @@ impl Setup {
             _ => depth.clamp(1, 64),
         };
         let per_qp = depth + slots + 16;
-        let cq_a = CqSet::new(&a.ctx, cfg.qps, per_qp)?;
-        let cq_b = CqSet::new(&b.ctx, cfg.qps, per_qp)?;
+        let events = cfg.poll == PollMode::Event;
+        let cq_a = CqSet::new(&a.ctx, cfg.qps, per_qp, events)?;
+        let cq_b = CqSet::new(&b.ctx, cfg.qps, per_qp, events)?;
         let pd_a = a.ctx.alloc_pd().map_err(|e| anyhow!("alloc_pd: {e}"))?;
         let pd_b = b.ctx.alloc_pd().map_err(|e| anyhow!("alloc_pd: {e}"))?;
         let access = AccessFlags::LOCAL_WRITE
@@ -472,13 +494,39 @@ fn check_wc(wc: &WorkCompletion) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Poll `cq` for up to `max`, waiting on `ctx`'s driver for at most `wait`.
+/// Poll `cq` for up to `max`, waiting at most `wait`: in event mode blocked
+/// in the completion channel (poll, arm, poll again, `get_cq_event`,
+/// acknowledge: perftest's `-e` loop), in busy mode letting `ctx`'s driver
+/// spin.
 fn poll_wait(
     ctx: &Context,
     cq: &CqSet,
     max: usize,
     wait: Duration,
 ) -> anyhow::Result<Vec<WorkCompletion>> {
+    if let Some(ch) = &cq.chan {
+        let end = Instant::now() + wait;
+        loop {
+            let v = cq.poll(max).map_err(|e| anyhow!("poll_cq: {e}"))?;
+            if !v.is_empty() {
+                return Ok(v);
+            }
+            for c in &cq.cqs {
+                c.req_notify(false).map_err(|e| anyhow!("req_notify_cq: {e}"))?;
+            }
+            let v = cq.poll(max).map_err(|e| anyhow!("poll_cq: {e}"))?;
+            if !v.is_empty() {
+                return Ok(v);
+            }
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(v);
+            }
+            if let Some(c) = ch.get_cq_event(left) {
+                c.ack_events(1);
+            }
+        }
+    }
     let mut out = Vec::new();
     let mut err = None;
     ctx.progress(
