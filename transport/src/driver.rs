@@ -24,8 +24,8 @@
 //! wake a waker) and await that. No async runtime is needed by this crate.
 
 use crate::counters::{CountersSnapshot, TransportCounters};
-use crate::udp::{SendOutcome, UdpTransport};
 use crate::engine::{Engine, EngineConfig, EngineHandle};
+use crate::udp::{SendOutcome, UdpTransport};
 use roce_emulator::{Datagram, Instant, SansIo};
 use std::io;
 use std::net::SocketAddr;

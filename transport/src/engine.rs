@@ -313,7 +313,6 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
         }
     }
 
-
     fn mark_caller(&self) {
         let now = self.now().as_nanos();
         self.st.last_caller.store(now, Ordering::Relaxed);
@@ -507,7 +506,8 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
         let g = lock(&self.st.progress);
         self.st.waiters.fetch_add(1, Ordering::SeqCst);
         let rounds = &self.st.rounds;
-        let _ = self.st.cv.wait_timeout_while(g, timeout, |_| rounds.load(Ordering::SeqCst) <= seen);
+        let _ =
+            self.st.cv.wait_timeout_while(g, timeout, |_| rounds.load(Ordering::SeqCst) <= seen);
         self.st.waiters.fetch_sub(1, Ordering::SeqCst);
         rounds.load(Ordering::SeqCst)
     }

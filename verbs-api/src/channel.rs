@@ -142,12 +142,7 @@ impl<T> EventQueue<T> {
     /// device's engine receives on its sockets here and sleeps on them; the
     /// simulated fabric steps) until an event is there, calling `process`
     /// (move events from the device) before each check.
-    fn wait(
-        &self,
-        ctx: &Context,
-        timeout: Duration,
-        process: impl Fn(),
-    ) -> Option<T> {
+    fn wait(&self, ctx: &Context, timeout: Duration, process: impl Fn()) -> Option<T> {
         let budget = Budget { events: 1_000_000, wall: timeout };
         ctx.progress(
             || {

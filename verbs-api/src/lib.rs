@@ -53,10 +53,10 @@ pub use qp::{ConnectOptions, Qp, QpBuilder, QpEndpoint};
 pub use qp_types::{
     create_ah, init_ah_from_wc, ud_send, AhFromWcError, Grh, DEFAULT_QKEY, GRH_LEN,
 };
+pub use roce_transport::EngineConfig;
 pub use sim::SimNet;
 pub use srq::Srq;
 pub use udp::{DeviceConfig, EngineDriver, TransportKind, UdpDriver};
-pub use roce_transport::EngineConfig;
 
 pub use roce_emulator::qp_attr::ModifyQpError;
 pub use roce_emulator::sim::{FabricStats, FaultConfig, LinkConfig};

@@ -4,8 +4,8 @@
 use anyhow::{anyhow, bail, Context as _};
 use roce_transport::{CountersSnapshot, EngineConfig, TransportCounters, UdpConfig, UdpTransport};
 use roce_verbs_api::{
-    AccessFlags, Budget, CompChannel, ConnectOptions, Context, Cq, Device, EngineDriver, Hca, HcaConfig, Mr,
-    PathMtu, Pd, Qp, RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, Budget, CompChannel, ConnectOptions, Context, Cq, Device, EngineDriver, Hca,
+    HcaConfig, Mr, PathMtu, Pd, Qp, RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 use serde_json::{json, Value};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
