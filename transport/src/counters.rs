@@ -79,9 +79,6 @@ counters! {
     pcap_frames,
     /// Frames that could not be written to the pcap file.
     pcap_errors,
-    /// Positive ACKs not sent because a newer ACK of the same QP followed
-    /// in the same transmit batch (see `coalesce::coalesce_acks`).
-    acks_coalesced,
     /// Received datagrams handed out as slices of the receive buffer, not
     /// copied (messages of at least 2 KiB: GRO batches, large datagrams).
     rx_zero_copy,

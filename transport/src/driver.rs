@@ -46,10 +46,6 @@ pub struct DriverConfig {
     pub name: String,
     /// How long dropping the handle waits for the thread to end.
     pub shutdown_timeout: Duration,
-    /// Send only the newest of several positive ACKs to one QP in a
-    /// transmit batch ([`crate::coalesce::coalesce_acks`]; counted in
-    /// `acks_coalesced`). The core still emits every ACK as rxe does.
-    pub coalesce_acks: bool,
     /// Before sleeping, keep polling the socket (non-blocking receives) and
     /// the posted-work flag for this long (like the kernel's `SO_BUSY_POLL`).
     /// While the thread spins, a peer's datagram or a notify does not need
@@ -66,7 +62,6 @@ impl Default for DriverConfig {
             max_tx_per_round: 256,
             name: "roce-udp-driver".into(),
             shutdown_timeout: Duration::from_secs(2),
-            coalesce_acks: true,
             spin: Duration::ZERO,
         }
     }
@@ -116,6 +111,32 @@ impl Transport for UdpTransport {
     }
     fn finish(&mut self) {
         self.flush_pcap();
+    }
+}
+
+/// A boxed transport is a transport: a device assembled with any of them
+/// (UDP, raw, behind the fault injector) runs on the same engine.
+impl Transport for Box<dyn Transport> {
+    fn send(&mut self, dgrams: &[Datagram]) -> SendOutcome {
+        (**self).send(dgrams)
+    }
+    fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<usize> {
+        (**self).recv(out)
+    }
+    fn recv_at_most(&mut self, out: &mut Vec<Datagram>, max: usize) -> io::Result<usize> {
+        (**self).recv_at_most(out, max)
+    }
+    fn batch(&self) -> usize {
+        (**self).batch()
+    }
+    fn local_addr(&self) -> SocketAddr {
+        (**self).local_addr()
+    }
+    fn counters(&self) -> Arc<TransportCounters> {
+        (**self).counters()
+    }
+    fn finish(&mut self) {
+        (**self).finish()
     }
 }
 

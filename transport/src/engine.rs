@@ -261,6 +261,11 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
         self.ports.iter().map(|p| p.local).collect()
     }
 
+    /// The transport counters of the port whose node is `node`.
+    pub fn counters_of(&self, node: &Arc<Mutex<N>>) -> Option<Arc<TransportCounters>> {
+        self.ports.iter().find(|p| Arc::ptr_eq(&p.node, node)).map(|p| p.counters.clone())
+    }
+
     /// Port `i`'s transport counters.
     pub fn counters(&self, i: usize) -> Option<Arc<TransportCounters>> {
         self.ports.get(i).map(|p| p.counters.clone())
@@ -396,8 +401,24 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
         let timers = timers || full;
         let mut polled: Option<Vec<bool>> = None;
         let mut now_cache: Option<Instant> = None;
+        // Expected datagrams (sent here by another port of this engine):
+        // when some port expects one, that port is read without asking
+        // `poll`, and the others wait for a later round (every 64th reads
+        // them all). (On the stack for up to 8 ports: this runs per spin.)
+        let mut wbuf = [0usize; 8];
+        let mut wvec = Vec::new();
+        let wants: &mut [usize] = if self.ports.len() <= wbuf.len() {
+            &mut wbuf[..self.ports.len()]
+        } else {
+            wvec.resize(self.ports.len(), 0);
+            &mut wvec
+        };
+        for (w, p) in wants.iter_mut().zip(&self.ports) {
+            *w = p.expect.swap(0, Ordering::Relaxed);
+        }
+        let expected = wants.iter().any(|w| *w > 0);
         for (i, p) in self.ports.iter().enumerate() {
-            let want = p.expect.swap(0, Ordering::Relaxed);
+            let want = wants[i];
             let Some(mut io) = try_lock(&p.io) else {
                 p.expect.fetch_add(want, Ordering::Relaxed);
                 continue; // someone else is moving this port's frames
@@ -405,6 +426,8 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
             let io = &mut *io;
             let readable = if want > 0 {
                 true
+            } else if expected && !full {
+                false
             } else if let Some(r) = ready {
                 r.get(i).copied().unwrap_or(true)
             } else {

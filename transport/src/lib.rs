@@ -5,9 +5,11 @@
 //!   documented receive-side ICRC policy ([`rxcheck`]).
 //! * [`RawTransport`]: whole Ethernet frames through an `AF_PACKET` socket
 //!   (`CAP_NET_RAW`), every header ours, exact receive-side ICRC checks.
-//! * [`Driver`]: a dedicated thread that moves datagrams between a
-//!   [`roce_emulator::SansIo`] node (behind a mutex) and a transport, and
-//!   fires its timers.
+//! * [`Engine`]: the one real-time driver. It moves datagrams between
+//!   [`roce_emulator::SansIo`] nodes (behind mutexes) and transports and
+//!   fires their timers, from the thread that posts or waits when it can
+//!   and from its own thread otherwise. [`Driver`] is a one-port engine
+//!   with its thread.
 //! * [`ceiling`]: raw UDP throughput between two local addresses (the
 //!   "ceiling" a RoCE-over-UDP device can reach on this host).
 //!
@@ -15,7 +17,6 @@
 //! `transport/README.md`.
 
 pub mod ceiling;
-pub mod coalesce;
 pub mod counters;
 pub mod crcmath;
 pub mod driver;

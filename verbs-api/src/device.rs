@@ -156,6 +156,12 @@ impl Context {
         self.lock().counters()
     }
 
+    /// The live counters of the device's transport (`None` on the
+    /// simulated fabric).
+    pub fn transport_counters(&self) -> Option<std::sync::Arc<roce_transport::TransportCounters>> {
+        self.inner.driver.transport_counters(&self.inner.hca)
+    }
+
     /// `ibv_get_async_event`, non-blocking. The first event of a newly
     /// opened context is [`AsyncEvent::PortActive`] (the port is up).
     /// With an [`crate::AsyncEventChannel`] the event comes from its queue.

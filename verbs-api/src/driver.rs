@@ -82,6 +82,16 @@ pub trait Driver: Send + Sync + 'static {
         None
     }
 
+    /// The live counters of the transport under the device whose core is
+    /// `hca` (`None` for the simulated fabric).
+    fn transport_counters(
+        &self,
+        hca: &std::sync::Arc<std::sync::Mutex<roce_emulator::Hca>>,
+    ) -> Option<std::sync::Arc<roce_transport::TransportCounters>> {
+        let _ = hca;
+        None
+    }
+
     /// Async support: wake `waker` (once) after the driver next makes
     /// progress on its own thread; returns false if this driver has no
     /// thread of its own (then the caller must call [`Driver::progress`]

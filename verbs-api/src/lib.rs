@@ -56,7 +56,7 @@ pub use qp_types::{
 pub use roce_transport::EngineConfig;
 pub use sim::SimNet;
 pub use srq::Srq;
-pub use udp::{DeviceConfig, EngineDriver, TransportKind, UdpDriver};
+pub use udp::{DeviceConfig, EngineDriver, GroupOptions, TransportKind, UdpDriver};
 
 pub use roce_emulator::qp_attr::ModifyQpError;
 pub use roce_emulator::sim::{FabricStats, FaultConfig, LinkConfig};

@@ -397,53 +397,92 @@ impl DeviceConfig {
         c
     }
 
-    /// Open the device: bind its socket, start its driver thread. Dropping
-    /// the last handle of the device (and of everything created on it)
-    /// stops the thread and flushes the pcap.
-    pub fn open(&self) -> Result<Device, OpenError> {
-        // ROCE_EMU_SPIN_US: the driver polls this long before it sleeps
-        // (see `DriverConfig::spin`); off by default
+    /// The engine settings [`DeviceConfig::open`] uses: a thread, and
+    /// `ROCE_EMU_SPIN_US` microseconds of polling before a waiting caller or
+    /// the thread sleeps (0 by default; at most 10,000).
+    pub fn engine_config(&self) -> EngineConfig {
         let spin = std::env::var("ROCE_EMU_SPIN_US")
             .ok()
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(|us| Duration::from_micros(us.min(10_000)))
             .unwrap_or(Duration::ZERO);
-        let cfg = EngineConfig {
+        EngineConfig {
             name: format!("roce-{}", self.name),
             max_idle: Duration::from_millis(20),
             caller_spin: spin,
             thread_spin: spin,
             ..Default::default()
+        }
+    }
+
+    /// Open the device: bind its socket, start its engine (see
+    /// [`EngineDriver`]). Dropping the last handle of the device (and of
+    /// everything created on it) stops the engine and flushes the pcap.
+    pub fn open(&self) -> Result<Device, OpenError> {
+        let opts = GroupOptions { engine: self.engine_config(), ..GroupOptions::default() };
+        let mut v = DeviceConfig::open_group(std::slice::from_ref(self), opts)?;
+        v.pop().ok_or_else(|| OpenError::Unsupported {
+            name: self.name.clone(),
+            kind: self.transport.clone(),
+            why: "no device made",
+        })
+    }
+
+    /// Open several devices on **one** engine (one thread, or none with
+    /// `opts.engine.thread` off): a benchmark's two devices that one thread
+    /// drives (`roce perf --poll busy`). Every device is assembled the same
+    /// way as [`DeviceConfig::open`]'s.
+    pub fn open_group(cfgs: &[DeviceConfig], opts: GroupOptions) -> Result<Vec<Device>, OpenError> {
+        let mut parts = Vec::with_capacity(cfgs.len());
+        for c in cfgs {
+            parts.push(c.assemble()?);
+        }
+        let kind = match cfgs.first().map(|c| &c.transport) {
+            Some(TransportKind::Raw { .. }) => "raw",
+            _ => "udp",
         };
-        let hca = Arc::new(Mutex::new(Hca::new(self.hca_config())));
+        let name = cfgs.first().map(|c| c.name.clone()).unwrap_or_default();
+        let cores: Vec<Arc<Mutex<Hca>>> = parts.iter().map(|(h, _)| h.clone()).collect();
+        let drv = EngineDriver::new(parts, opts.engine, kind)
+            .map_err(|source| OpenError::Thread { name, source })?;
+        let drv = match opts.ack_delay {
+            Some(d) => drv.with_ack_delay(d, &cores),
+            None => drv,
+        };
+        let publishers = match opts.publish {
+            true => {
+                cores.iter().filter_map(|h| crate::publish::Publisher::start(h.clone())).collect()
+            }
+            false => Vec::new(),
+        };
+        let drv = Arc::new(drv.with_publishers(publishers));
+        Ok(cores.into_iter().map(|h| Device::new(h, drv.clone())).collect())
+    }
+
+    /// Make the device's core and bind its transport, each configured for
+    /// the other: the one place a real device is put together.
+    fn assemble(&self) -> Result<(Arc<Mutex<Hca>>, Box<dyn Transport>), OpenError> {
+        let mut core = Hca::new(self.hca_config());
         // seeded fault injection on the real wire (ROCE_EMU_FAULTS)
         let faults = FaultSpec::from_env()
             .map_err(|why| OpenError::Faults { name: self.name.clone(), why })?
             .filter(FaultSpec::is_active);
-        match &self.transport {
+        let t: Box<dyn Transport> = match &self.transport {
             TransportKind::Udp => {
                 let mut uc = UdpConfig::new(SocketAddr::new(self.addr, self.port));
                 uc.pcap = self.effective_pcap();
                 let t = UdpTransport::bind(uc)
                     .map_err(|source| OpenError::Transport { name: self.name.clone(), source })?;
-                // The transport verifies every ICRC it delivers, so the core need
-                // not; not with injected faults, which may corrupt after that check.
+                // The transport verifies every ICRC it delivers, so the core
+                // need not (not with injected faults, which may corrupt after
+                // that check).
                 if faults.is_none() && t.config().rx_icrc != roce_transport::RxIcrcPolicy::Off {
-                    hca.lock().unwrap_or_else(|e| e.into_inner()).set_rx_icrc_checked(true);
+                    core.set_rx_icrc_checked(true);
                 }
-                {
-                    // The socket sends from its own port: ICRCs computed for
-                    // it need no adjustment. The driver coalesces ACKs, so the
-                    // core need not build the superseded ones.
-                    let mut core = hca.lock().unwrap_or_else(|e| e.into_inner());
-                    core.set_tx_src_port(Some(t.local_addr().port()));
-                    core.set_ack_coalescing(true);
-                }
-                if let Some(f) = faults {
-                    let t = FaultyTransport::new(t, f, self.name.clone());
-                    return self.start(hca, t, cfg, "udp");
-                }
-                self.start(hca, t, cfg, "udp")
+                // The socket sends from its own port: ICRCs computed for it
+                // need no adjustment.
+                core.set_tx_src_port(Some(t.local_addr().port()));
+                Box::new(t)
             }
             TransportKind::Raw { ifname } => {
                 let mut rc = RawConfig::new(ifname.clone(), self.addr);
@@ -454,37 +493,46 @@ impl DeviceConfig {
                 // Exact receive-side ICRC checks on the real IP header (unless
                 // injected faults may corrupt frames after that check).
                 if faults.is_none() {
-                    hca.lock().unwrap_or_else(|e| e.into_inner()).set_rx_icrc_checked(true);
+                    core.set_rx_icrc_checked(true);
                 }
-                if let Some(f) = faults {
-                    let t = FaultyTransport::new(t, f, self.name.clone());
-                    return self.start(hca, t, cfg, "raw");
-                }
-                self.start(hca, t, cfg, "raw")
+                Box::new(t)
             }
-            k @ TransportKind::Sim => Err(OpenError::Unsupported {
-                name: self.name.clone(),
-                kind: k.clone(),
-                why: "simulated devices live on a SimNet: use SimNet::add_device",
-            }),
-        }
+            k @ TransportKind::Sim => {
+                return Err(OpenError::Unsupported {
+                    name: self.name.clone(),
+                    kind: k.clone(),
+                    why: "simulated devices live on a SimNet: use SimNet::add_device",
+                })
+            }
+        };
+        // A positive ACK still queued when a newer one for the same QP is
+        // due is replaced by it: the one ACK policy of real devices (off in
+        // the simulator, whose replays keep rxe's one ACK per request).
+        core.set_ack_coalescing(true);
+        let t = match faults {
+            Some(f) => {
+                Box::new(FaultyTransport::new(t, f, self.name.clone())) as Box<dyn Transport>
+            }
+            None => t,
+        };
+        Ok((Arc::new(Mutex::new(core)), t))
     }
 }
 
-impl DeviceConfig {
-    /// Start the driver thread of an opened transport and make the device.
-    fn start<T: roce_transport::Transport>(
-        &self,
-        hca: Arc<Mutex<Hca>>,
-        t: T,
-        cfg: EngineConfig,
-        kind: &str,
-    ) -> Result<Device, OpenError> {
-        let drv = EngineDriver::new(vec![(hca.clone(), t)], cfg, kind)
-            .map_err(|source| OpenError::Thread { name: self.name.clone(), source })?;
-        let publisher = crate::publish::Publisher::start(hca.clone());
-        let drv = Arc::new(drv.with_publisher(publisher));
-        Ok(Device::new(hca, drv))
+/// How [`DeviceConfig::open_group`] runs its devices.
+#[derive(Clone, Debug)]
+pub struct GroupOptions {
+    /// The engine (thread or not, spinning).
+    pub engine: EngineConfig,
+    /// Hold positive ACKs this long ([`EngineDriver::with_ack_delay`]).
+    pub ack_delay: Option<Duration>,
+    /// Publish each device's counters for `roce stats` ([`crate::publish`]).
+    pub publish: bool,
+}
+
+impl Default for GroupOptions {
+    fn default() -> Self {
+        GroupOptions { engine: EngineConfig::default(), ack_delay: None, publish: true }
     }
 }
 
@@ -550,12 +598,12 @@ pub fn gid_to_addr(gid: Ipv6Addr) -> IpAddr {
 /// fires timers and moves the frames of devices nobody polls, and wakes
 /// async tasks ([`Driver::register_waker`]) after every round with progress.
 pub struct EngineDriver<T: Transport = UdpTransport> {
-    // dropped before `publisher`: the final snapshot follows the last round
+    // dropped before `publishers`: the final snapshot follows the last round
     e: EngineHandle<Hca, T>,
     wakers: Arc<Mutex<Vec<Waker>>>,
     name: String,
     threaded: bool,
-    publisher: Option<crate::publish::Publisher>,
+    publishers: Vec<crate::publish::Publisher>,
 }
 
 /// The driver of UDP devices.
@@ -591,13 +639,13 @@ impl<T: Transport> EngineDriver<T> {
                 wk.wake();
             }
         });
-        Ok(EngineDriver { e, wakers, name: name.to_string(), threaded, publisher: None })
+        Ok(EngineDriver { e, wakers, name: name.to_string(), threaded, publishers: Vec::new() })
     }
 
-    /// Publish the device's counters while this driver runs (see
+    /// Publish the devices' counters while this driver runs (see
     /// [`crate::publish`]); [`DeviceConfig::open`] does this for every device.
-    pub fn with_publisher(mut self, p: Option<crate::publish::Publisher>) -> EngineDriver<T> {
-        self.publisher = p;
+    pub fn with_publishers(mut self, p: Vec<crate::publish::Publisher>) -> EngineDriver<T> {
+        self.publishers = p;
         self
     }
 
@@ -640,6 +688,13 @@ impl<T: Transport> Driver for EngineDriver<T> {
 
     fn poll_once(&self) {
         self.e.round();
+    }
+
+    fn transport_counters(
+        &self,
+        hca: &Arc<Mutex<Hca>>,
+    ) -> Option<Arc<roce_transport::TransportCounters>> {
+        self.e.counters_of(hca)
     }
 
     fn now(&self) -> Option<roce_emulator::Instant> {

@@ -2,14 +2,15 @@
 //! loop, the ping-pong loops and the raw-UDP ping-pong.
 
 use anyhow::{anyhow, bail, Context as _};
-use roce_transport::{CountersSnapshot, EngineConfig, TransportCounters, UdpConfig, UdpTransport};
+use roce_transport::{CountersSnapshot, EngineConfig, TransportCounters};
 use roce_verbs_api::{
-    AccessFlags, Budget, CompChannel, ConnectOptions, Context, Cq, Device, EngineDriver, Hca,
-    HcaConfig, Mr, PathMtu, Pd, Qp, RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, Budget, CompChannel, ConnectOptions, Context, Cq, Device, DeviceConfig,
+    GroupOptions, Mr, PathMtu, Pd, Qp, RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion,
+    WrOpcode,
 };
 use serde_json::{json, Value};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Which test.
@@ -111,69 +112,54 @@ fn seed() -> u64 {
         .unwrap_or(1)
 }
 
-fn new_core(name: &str, t: &UdpTransport, mtu: PathMtu) -> Arc<Mutex<Hca>> {
-    let addr = t.local_addr().ip();
-    let mut hc = HcaConfig::new(name, addr, seed());
-    hc.active_mtu = mtu;
-    let mut core = Hca::new(hc);
-    // The transport verifies every received ICRC (default policy SolveId),
-    // sends from its socket's port (the core computes ICRCs for it), and
-    // coalesces ACKs anyway: the core need not build superseded ones.
-    core.set_rx_icrc_checked(true);
-    core.set_tx_src_port(Some(t.local_addr().port()));
-    core.set_ack_coalescing(true);
-    Arc::new(Mutex::new(core))
+fn dev_config(name: &str, addr: IpAddr, mtu: PathMtu) -> DeviceConfig {
+    let mut c = DeviceConfig::udp(name, addr);
+    c.mtu = mtu;
+    c
 }
 
-fn bind(name: &str, addr: IpAddr) -> anyhow::Result<UdpTransport> {
-    UdpTransport::bind(UdpConfig::on(addr)).with_context(|| format!("device {name}"))
+fn dev_of(d: Device, name: &str) -> anyhow::Result<Dev> {
+    let ctx = d.open();
+    let counters = ctx.transport_counters().ok_or_else(|| anyhow!("{name}: no transport"))?;
+    Ok(Dev { ctx, counters, name: name.to_string() })
 }
 
+/// One device on its own engine (event mode): a waiting caller spins for
+/// `spin_us`, then sleeps on the socket; the engine's thread serves the
+/// device while nobody waits on it (a WRITE target).
 fn open_dev(name: &str, addr: IpAddr, mtu: PathMtu, spin_us: u64) -> anyhow::Result<Dev> {
-    let t = bind(name, addr)?;
-    let counters = t.counters();
-    let hca = new_core(name, &t, mtu);
-    let ec = EngineConfig {
+    let engine = EngineConfig {
         name: format!("roce-{name}"),
         max_idle: Duration::from_millis(20),
         caller_spin: Duration::from_micros(spin_us),
         thread_spin: Duration::from_micros(spin_us),
         ..Default::default()
     };
-    let drv = EngineDriver::new(vec![(hca.clone(), t)], ec, "udp")
-        .with_context(|| format!("device {name}: engine"))?
-        .with_ack_delay(ACK_DELAY, std::slice::from_ref(&hca));
-    let dev = Device::new(hca, Arc::new(drv));
-    Ok(Dev { ctx: dev.open(), counters, name: name.to_string() })
+    let opts = GroupOptions { engine, ack_delay: Some(ACK_DELAY), publish: false };
+    let d = DeviceConfig::open_group(&[dev_config(name, addr, mtu)], opts)
+        .with_context(|| format!("device {name}"))?;
+    dev_of(d.into_iter().next().ok_or_else(|| anyhow!("no device"))?, name)
 }
 
-/// Both devices on one [`EngineDriver`] without a thread, the test thread moves
-/// every frame.
+/// Both devices on one engine without a thread (busy mode): the test
+/// thread never sleeps and moves every frame.
 fn open_polled(
     (na, aa): (&str, IpAddr),
     (nb, ab): (&str, IpAddr),
     mtu: PathMtu,
 ) -> anyhow::Result<(Dev, Dev)> {
-    let (ta, tb) = (bind(na, aa)?, bind(nb, ab)?);
-    let (ca, cb) = (ta.counters(), tb.counters());
-    let (ha, hb) = (new_core(na, &ta, mtu), new_core(nb, &tb, mtu));
-    // busy polling: the test thread never sleeps and moves every frame
-    let ec = EngineConfig {
+    let engine = EngineConfig {
         name: "roce-perf".into(),
         caller_spin: Duration::MAX,
         thread: false,
         ..Default::default()
     };
-    let drv = EngineDriver::new(vec![(ha.clone(), ta), (hb.clone(), tb)], ec, "udp-poll")
-        .context("engine")?
-        .with_ack_delay(ACK_DELAY, &[ha.clone(), hb.clone()]);
-    let drv = Arc::new(drv);
-    let a = Device::new(ha, drv.clone());
-    let b = Device::new(hb, drv);
-    Ok((
-        Dev { ctx: a.open(), counters: ca, name: na.to_string() },
-        Dev { ctx: b.open(), counters: cb, name: nb.to_string() },
-    ))
+    let opts = GroupOptions { engine, ack_delay: Some(ACK_DELAY), publish: false };
+    let mut d = DeviceConfig::open_group(&[dev_config(na, aa, mtu), dev_config(nb, ab, mtu)], opts)
+        .context("devices")?
+        .into_iter();
+    let (Some(a), Some(b)) = (d.next(), d.next()) else { bail!("no devices") };
+    Ok((dev_of(a, na)?, dev_of(b, nb)?))
 }
 
 struct Pair {
