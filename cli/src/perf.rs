@@ -1,6 +1,6 @@
 //! `roce perf`: perftest-like bandwidth and latency tests between two
 //! emulated HCAs (two UDP devices on two loopback addresses in one
-//! process, each with its own driver thread), next to the raw-UDP ceiling
+//! process, each with its own engine), next to the raw-UDP ceiling
 //! between the same two addresses. See docs/perf.md.
 
 use roce_transport::ceiling::{self, CeilingMode};
@@ -16,7 +16,7 @@ use std::time::Duration;
 pub const PERF_LONG: &str = "\
 Measure bandwidth (write, read, send, atomic) or round-trip latency (lat) between two emulated \
 RoCEv2 HCAs in this process: device A on --addr-a sends, device B on --addr-b answers; each has \
-its own UDP socket (port 4791) and driver thread. In the same run the raw-UDP ceiling between \
+its own UDP socket (port 4791) and engine (the test thread moves the frames itself when it posts and while it waits; an engine thread serves a device nobody waits on). In the same run the raw-UDP ceiling between \
 the same two addresses is measured (plain sendto, sendmmsg, GSO+GRO) and the ratio \
 ours / best ceiling is printed. Bandwidth runs verify the moved data at the end (exit 1 if \
 the check fails).
@@ -86,15 +86,17 @@ pub struct PerfArgs {
     /// it (GSO+GRO ceiling, or the raw ping-pong for lat).
     #[arg(long, value_name = "K", default_value_t = 1)]
     pub repeat: u32,
-    /// Who moves the frames: driver threads with wake-ups (event) or the
-    /// test thread busy-polling the sockets itself (busy). The raw-UDP
-    /// ping-pong of `lat` uses the same mode.
+    /// How the test thread waits: blocked in a completion channel after
+    /// `--spin-us` of polling (event, perftest's `-e`), or busy-polling
+    /// both sockets (busy). The raw-UDP ping-pong of `lat` uses the same
+    /// mode.
     #[arg(long, value_enum, default_value = "event")]
     pub poll: PollMode,
-    /// Event mode: each driver thread keeps polling its socket this many
-    /// microseconds before it sleeps (as the kernel's SO_BUSY_POLL), so a
-    /// busy stream wakes nobody; 0 = sleep at once. Also ROCE_EMU_SPIN_US
-    /// for the devices of other programs.
+    /// Event mode: a thread waiting for a completion (and each device's
+    /// engine thread) keeps polling the socket this many microseconds
+    /// before it sleeps (as the kernel's SO_BUSY_POLL), so a busy stream
+    /// wakes nobody; 0 = sleep at once. Also ROCE_EMU_SPIN_US for the
+    /// devices of other programs.
     #[arg(long, value_name = "US", default_value_t = 20)]
     pub spin_us: u64,
     /// Print both devices' counters (rxe names) after the run.
@@ -362,11 +364,11 @@ fn header(cfg: &PerfConfig, setup: &Setup) -> String {
     s += &format!(" Mtu             : {}[B]\n", cfg.mtu);
     s += match cfg.poll {
         PollMode::Event if cfg.spin_us > 0 => format!(
-            " Link type       : Ethernet (UDP sockets, one driver thread per device, {} us spin)\n",
+            " Link type       : Ethernet (UDP sockets, completion channel, {} us spin)\n",
             cfg.spin_us
         ),
         PollMode::Event => {
-            " Link type       : Ethernet (UDP sockets, one driver thread per device)\n".to_string()
+            " Link type       : Ethernet (UDP sockets, completion channel)\n".to_string()
         }
         PollMode::Busy => {
             " Link type       : Ethernet (UDP sockets, busy-polled by the test thread)\n"

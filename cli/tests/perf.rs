@@ -132,9 +132,9 @@ fn event_mode_spin_is_reported_and_matched_by_the_reference() {
         let t = String::from_utf8_lossy(&text.stdout);
         assert!(text.status.success(), "{t}");
         let want = if spin == "0" {
-            "one driver thread per device)".to_string()
+            "(UDP sockets, completion channel)".to_string()
         } else {
-            format!("one driver thread per device, {spin} us spin)")
+            format!("(UDP sockets, completion channel, {spin} us spin)")
         };
         assert!(t.contains(&want), "{t}");
     }

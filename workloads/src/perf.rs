@@ -45,11 +45,13 @@ pub enum LatKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum PollMode {
-    /// One driver thread per device; the test thread sleeps on the driver's
-    /// progress condition variable (wake-ups on both sides).
+    /// One engine per device: the test thread sends on post_send and, to
+    /// wait, polls for `--spin-us` and then blocks in a completion channel
+    /// (sleeping on the socket, woken by the datagram); each device's
+    /// engine thread serves it while nobody waits on it.
     Event,
-    /// No driver threads: the test thread sends on post_send and
-    /// busy-polls both sockets while it waits for a completion.
+    /// One engine without a thread for both devices: the test thread sends
+    /// on post_send and busy-polls both sockets while it waits.
     Busy,
 }
 
