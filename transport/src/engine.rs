@@ -102,6 +102,9 @@ impl RoundStats {
 
 type Hook = Arc<dyn Fn() + Send + Sync>;
 
+/// The shortest sleep of the engine thread while callers own the sockets.
+const MIN_THREAD_SLEEP: Duration = Duration::from_micros(50);
+
 struct Io<T> {
     t: T,
     rx: Vec<Datagram>,
@@ -430,6 +433,8 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
                 false
             } else if let Some(r) = ready {
                 r.get(i).copied().unwrap_or(true)
+            } else if self.ports.len() == 1 {
+                true // one socket: a receive that finds nothing costs what a `poll` does
             } else {
                 let r = polled.get_or_insert_with(|| self.readable());
                 r.get(i).copied().unwrap_or(true)
@@ -678,13 +683,16 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
             if fired {
                 self.after_progress();
             }
+            // Sleep until the next deadline, but at least a little: a
+            // deadline this round could not serve (a caller held the
+            // transport) is the callers' to serve, not a reason to spin.
             let mut wait = self.cfg.handoff.min(self.cfg.max_idle);
             if let Some(d) = self.deadline() {
-                wait = wait.min(d.saturating_duration_since(self.now()));
+                wait = wait.min(d.saturating_duration_since(self.now()).max(MIN_THREAD_SLEEP));
             }
-            if !wait.is_zero() {
-                let mut fds = [PollFd::new(self.st.thread.as_fd(), PollFlags::POLLIN)];
-                let _ = nix::poll::ppoll(&mut fds, Some(TimeSpec::from_duration(wait)), None);
+            let mut fds = [PollFd::new(self.st.thread.as_fd(), PollFlags::POLLIN)];
+            let _ = nix::poll::ppoll(&mut fds, Some(TimeSpec::from_duration(wait)), None);
+            if fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
                 let _ = self.st.thread.read();
             }
             return;

@@ -72,12 +72,26 @@ pub(crate) fn dispatch(hca: &Arc<Mutex<Hca>>) {
     }
 }
 
+struct Queue<T> {
+    events: VecDeque<(T, bool)>,
+    /// Threads in [`EventQueue::wait`].
+    waiting: usize,
+}
+
 /// An event queue with a file descriptor: one byte in a socket pair per
 /// pending event (a full socket only means "readable"), for
 /// blocking waiters and wakers for futures. Shared by completion channels
 /// and the async event channel.
+///
+/// An event pushed while a thread waits in [`EventQueue::wait`] (which
+/// takes it at once) writes no byte: the two system calls of signalling
+/// and taking back are saved on the common path of `ibv_get_cq_event`.
+/// Events still queued when the last waiter leaves are signalled then, so
+/// the descriptor is readable whenever events are pending and nobody is
+/// taking them.
 struct EventQueue<T> {
-    queue: Mutex<VecDeque<T>>,
+    /// Each event with whether its byte was written.
+    queue: Mutex<Queue<T>>,
     wakers: Mutex<Vec<Waker>>,
     rx: UnixStream,
     tx: UnixStream,
@@ -91,7 +105,7 @@ impl<T> EventQueue<T> {
         // libibverbs' channel fd); our own reads never block (MSG_DONTWAIT).
         tx.set_nonblocking(true)?;
         Ok(EventQueue {
-            queue: Mutex::new(VecDeque::new()),
+            queue: Mutex::new(Queue { events: VecDeque::new(), waiting: 0 }),
             wakers: Mutex::new(Vec::new()),
             rx,
             tx,
@@ -99,42 +113,53 @@ impl<T> EventQueue<T> {
     }
 
     fn len(&self) -> usize {
-        lock(&self.queue).len()
+        lock(&self.queue).events.len()
     }
 
     fn push(&self, e: T) {
-        lock(&self.queue).push_back(e);
-        let _ = (&self.tx).write(&[1]);
+        {
+            let mut q = lock(&self.queue);
+            let signal = q.waiting == 0;
+            q.events.push_back((e, signal));
+            if signal {
+                let _ = (&self.tx).write(&[1]);
+            }
+        }
         for w in std::mem::take(&mut *lock(&self.wakers)) {
             w.wake();
         }
     }
 
-    /// Drop the queued events `gone` picks (and their bytes on the fd).
-    fn discard(&self, gone: impl Fn(&T) -> bool) -> usize {
-        let mut q = lock(&self.queue);
-        let before = q.len();
-        q.retain(|e| !gone(e));
-        let n = before - q.len();
-        let mut b = [0u8; 1];
-        for _ in 0..n {
-            let _ = nix::sys::socket::recv(
-                self.rx.as_raw_fd(),
-                &mut b,
-                nix::sys::socket::MsgFlags::MSG_DONTWAIT,
-            );
-        }
-        n
-    }
-
-    fn pop(&self) -> Option<T> {
-        let e = lock(&self.queue).pop_front()?;
+    fn take_byte(&self) {
         let mut b = [0u8; 1];
         let _ = nix::sys::socket::recv(
             self.rx.as_raw_fd(),
             &mut b,
             nix::sys::socket::MsgFlags::MSG_DONTWAIT,
         );
+    }
+
+    /// Drop the queued events `gone` picks (and their bytes on the fd).
+    fn discard(&self, gone: impl Fn(&T) -> bool) -> usize {
+        let mut q = lock(&self.queue);
+        let before = q.events.len();
+        let mut bytes = 0;
+        q.events.retain(|(e, signalled)| {
+            let drop = gone(e);
+            bytes += usize::from(drop && *signalled);
+            !drop
+        });
+        for _ in 0..bytes {
+            self.take_byte();
+        }
+        before - q.events.len()
+    }
+
+    fn pop(&self) -> Option<T> {
+        let (e, signalled) = lock(&self.queue).events.pop_front()?;
+        if signalled {
+            self.take_byte();
+        }
         Some(e)
     }
 
@@ -144,6 +169,7 @@ impl<T> EventQueue<T> {
     /// (move events from the device) before each check.
     fn wait(&self, ctx: &Context, timeout: Duration, process: impl Fn()) -> Option<T> {
         let budget = Budget { events: 1_000_000, wall: timeout };
+        lock(&self.queue).waiting += 1;
         ctx.progress(
             || {
                 process();
@@ -151,7 +177,17 @@ impl<T> EventQueue<T> {
             },
             budget,
         );
-        self.pop()
+        let e = self.pop();
+        // the last waiter leaving signals what it did not take
+        let mut q = lock(&self.queue);
+        q.waiting -= 1;
+        if q.waiting == 0 {
+            for (_, signalled) in q.events.iter_mut().filter(|(_, s)| !*s) {
+                let _ = (&self.tx).write(&[1]);
+                *signalled = true;
+            }
+        }
+        e
     }
 
     /// One poll of a future waiting for an event taken by `try_get`.
