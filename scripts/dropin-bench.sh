@@ -19,7 +19,7 @@
 # A benchmark, not a test: these machines are shared and noisy.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-rel="$root/target/release"
+rel="${CARGO_TARGET_DIR:-$root/target}/release"
 rounds="${1:-10}"
 [ -e "$rel/libibverbs.so.1" ] && [ -x "$rel/roce" ] || { echo "run cargo build --release first" >&2; exit 2; }
 for t in cc ib_write_bw ib_send_lat; do command -v $t >/dev/null || { echo "SKIPPED: $t missing" >&2; exit 0; }; done

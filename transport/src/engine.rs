@@ -58,6 +58,15 @@ pub struct EngineConfig {
     /// After a caller's last round, the thread leaves the sockets alone this
     /// long (the caller is expected back: a datagram then wakes only it).
     pub handoff: Duration,
+    /// Doorbell batching: a flush (a post) that comes within this long of
+    /// the port's previous post does not send itself; it flags the
+    /// port and wakes the engine thread (once per batch), which sends
+    /// everything posted meanwhile in one batch, unless a caller's round
+    /// does first. Programs that post one work request per call at a high
+    /// rate (perftest) then get GSO batches instead of a system call per
+    /// message; an isolated post still leaves at once. Zero: always send
+    /// inline. Needs the thread.
+    pub post_batch: Duration,
     /// Most datagrams taken from a node per round.
     pub max_tx_per_round: usize,
     /// Most receive batches per port per round.
@@ -74,7 +83,8 @@ impl Default for EngineConfig {
             thread: true,
             thread_spin: Duration::ZERO,
             max_idle: Duration::from_millis(20),
-            handoff: Duration::from_millis(2),
+            handoff: Duration::from_micros(50),
+            post_batch: Duration::ZERO,
             max_tx_per_round: 256,
             max_rx_batches: 8,
             shutdown_timeout: Duration::from_secs(2),
@@ -129,6 +139,8 @@ struct Port<N, T> {
     /// The node may have packets to send that no flush announced (it
     /// received or fired timers since its last pull).
     dirty: AtomicBool,
+    /// Engine time (ns) of the last flush of a post.
+    last_post: AtomicU64,
 }
 
 struct State {
@@ -193,6 +205,7 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
                 batch: t.batch().max(1),
                 expect: AtomicUsize::new(0),
                 dirty: AtomicBool::new(false),
+                last_post: AtomicU64::new(0),
                 io: Mutex::new(Io { t, rx: Vec::new(), tx: Vec::new(), blocked: false }),
             });
         }
@@ -330,6 +343,23 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
     /// and what nodes marked dirty have; from the calling thread. Returns
     /// the datagrams sent.
     pub fn flush(&self, only: Option<&Arc<Mutex<N>>>) -> usize {
+        if let (Some(node), false) = (only, self.cfg.post_batch.is_zero()) {
+            if let Some(p) = self.ports.iter().find(|p| Arc::ptr_eq(&p.node, node)) {
+                let now = self.now().as_nanos();
+                let last = p.last_post.swap(now, Ordering::Relaxed);
+                if self.cfg.thread
+                    && now.saturating_sub(last) < self.cfg.post_batch.as_nanos() as u64
+                {
+                    // Within a burst: leave the packets to the thread (or
+                    // to the caller's next round), waking it once.
+                    p.dirty.store(true, Ordering::SeqCst);
+                    if !self.st.kicked.swap(true, Ordering::SeqCst) {
+                        let _ = self.st.thread.write(1);
+                    }
+                    return 0;
+                }
+            }
+        }
         self.flush_with(false, only)
     }
 
@@ -673,13 +703,16 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
                     n.handle_timeout(now);
                     fired = true;
                 }
-                if io.tx.is_empty() && (fired || self.st.kicked.load(Ordering::Relaxed)) {
+                let dirty = p.dirty.swap(false, Ordering::Relaxed);
+                if io.tx.is_empty() && (fired || dirty || self.st.kicked.load(Ordering::Relaxed)) {
                     self.pull(p, &mut n, now, &mut io.tx);
                 }
                 drop(n);
                 self.send(p, io);
             }
-            self.st.kicked.store(false, Ordering::SeqCst);
+            if self.st.kicked.swap(false, Ordering::SeqCst) {
+                return; // posts came while this round ran: look again at once
+            }
             if fired {
                 self.after_progress();
             }

@@ -411,6 +411,7 @@ impl DeviceConfig {
             max_idle: Duration::from_millis(20),
             caller_spin: spin,
             thread_spin: spin,
+            post_batch: post_batch(),
             ..Default::default()
         }
     }
@@ -517,6 +518,16 @@ impl DeviceConfig {
         };
         Ok((Arc::new(Mutex::new(core)), t))
     }
+}
+
+/// `ROCE_EMU_POST_BATCH_US` (default 5; 0 = every post sends at once):
+/// see [`EngineConfig::post_batch`].
+fn post_batch() -> Duration {
+    let us = std::env::var("ROCE_EMU_POST_BATCH_US")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(5);
+    Duration::from_micros(us.min(10_000))
 }
 
 /// How [`DeviceConfig::open_group`] runs its devices.
