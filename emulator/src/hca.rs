@@ -16,6 +16,7 @@ use crate::time::Instant;
 use crate::wr::{RecvWr, SendFlags, SendWr, WcStatus, WorkCompletion, WrOpcode};
 use crate::{Datagram, SansIo};
 use bytes::Bytes;
+use core::ops::Bound;
 use core::time::Duration;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -24,7 +25,7 @@ use roce_packet::{
     ROCE_V2_PORT,
 };
 use rustc_hash::FxHashMap as HashMap;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv6Addr};
 
 /// Configuration of one emulated device.
@@ -202,7 +203,7 @@ impl Dev {
 /// A software RoCEv2 HCA (one port), sans IO.
 pub struct Hca {
     pub(crate) dev: Dev,
-    pub(crate) qps: BTreeMap<Qpn, Qp>,
+    pub(crate) qps: crate::qp_table::QpTable,
     next_qpn: u32,
     rr_cursor: u32,
     /// The transport verifies every received ICRC before delivering (see
@@ -258,7 +259,7 @@ impl Hca {
                 acks_forced: false,
                 tx_burst: false,
             },
-            qps: BTreeMap::new(),
+            qps: Default::default(),
             next_qpn: 17,
             rr_cursor: 0,
             rx_icrc_checked: false,
@@ -306,6 +307,7 @@ impl Hca {
     /// deadline. The requester's send completions come up to twice `delay` later.
     pub fn set_ack_delay(&mut self, delay: Option<Duration>) {
         self.dev.ack_delay = delay.filter(|d| !d.is_zero());
+        self.qps.set_ack_delay(self.dev.ack_delay);
         if self.dev.ack_delay.is_some() {
             self.dev.coalesce_acks = true;
         }
@@ -777,7 +779,7 @@ impl Hca {
         if let Some(s) = init.srq.and_then(|h| self.dev.srqs.get_mut(&h)) {
             s.users += 1;
         }
-        self.qps.insert(qpn, Qp::new(qpn, init, self.dev.port.active_mtu));
+        self.qps.insert(Qp::new(qpn, init, self.dev.port.active_mtu));
         tracing::debug!(dev = %self.dev.name, %qpn, "create_qp");
         Ok(qpn)
     }
@@ -808,7 +810,8 @@ impl Hca {
             pkey_table_len: self.dev.port.pkey_tbl_len,
             phys_port_cnt: self.dev.attr.phys_port_cnt,
         };
-        let qp = self.qps.get_mut(&qpn).ok_or(QpModifyError::UnknownQp(qpn))?;
+        let mut entry = self.qps.get_mut(&qpn).ok_or(QpModifyError::UnknownQp(qpn))?;
+        let qp = &mut *entry;
         let to = validate_modify(qp.init.qp_type, qp.state, attr, &limits)?;
         let m = attr.mask;
         let p = &mut qp.p;
@@ -882,6 +885,7 @@ impl Hca {
             QpState::Err => qp.enter_error(&mut self.dev),
             s => qp.state = s,
         }
+        drop(entry); // re-files the QP (qp_table)
         self.settle();
         Ok(())
     }
@@ -944,7 +948,8 @@ impl Hca {
     /// and completes at once with WR_FLUSH_ERR.
     pub fn post_send(&mut self, qpn: Qpn, wr: SendWr) -> Result<(), PostSendError> {
         let max_msg = self.dev.attr.max_msg_sz;
-        let qp = self.qps.get_mut(&qpn).ok_or(PostSendError::UnknownQp(qpn))?;
+        let mut entry = self.qps.get_mut(&qpn).ok_or(PostSendError::UnknownQp(qpn))?;
+        let qp = &mut *entry;
         // SQD queues new WRs without starting them (IBA §10.3.1)
         if !matches!(qp.state, QpState::Rts | QpState::Sqd | QpState::Err) {
             return Err(PostSendError::InvalidState(qp.state));
@@ -1036,13 +1041,15 @@ impl Hca {
         } else {
             qp.sq.push_back(w);
         }
+        drop(entry); // re-files the QP (qp_table)
         self.settle();
         Ok(())
     }
 
     /// `ibv_post_recv`. On a QP in ERR the WR completes at once with WR_FLUSH_ERR.
     pub fn post_recv(&mut self, qpn: Qpn, wr: RecvWr) -> Result<(), PostRecvError> {
-        let qp = self.qps.get_mut(&qpn).ok_or(PostRecvError::UnknownQp(qpn))?;
+        let mut entry = self.qps.get_mut(&qpn).ok_or(PostRecvError::UnknownQp(qpn))?;
+        let qp = &mut *entry;
         if !matches!(qp.state, QpState::Init | QpState::Rtr | QpState::Rts | QpState::Err) {
             return Err(PostRecvError::InvalidState(qp.state));
         }
@@ -1062,6 +1069,7 @@ impl Hca {
         } else {
             qp.rq.push_back(wr);
         }
+        drop(entry); // re-files the QP (qp_table)
         self.settle();
         Ok(())
     }
@@ -1090,11 +1098,12 @@ impl Hca {
             self.dev.events.push_back(AsyncEvent::SqDrained(q));
         }
         while let Some(cq) = self.dev.errored_cqs.pop() {
-            for qp in self.qps.values_mut() {
+            let dev = &mut self.dev;
+            self.qps.for_each_mut(|qp| {
                 if (qp.init.send_cq == cq || qp.init.recv_cq == cq) && qp.state != QpState::Err {
-                    qp.enter_error(&mut self.dev);
+                    qp.enter_error(dev);
                 }
-            }
+            });
         }
     }
 }
@@ -1120,28 +1129,25 @@ impl SansIo for Hca {
             self.dev.tx_burst = true;
             return Some(d);
         }
-        // Two passes over the map (after the cursor, then up to it) without
-        // collecting the keys: with many QPs the next one usually has work.
+        // Round-robin over the QPs that may transmit (`qp_table`), in QPN
+        // order after the cursor, then up to it: the order of a scan of
+        // every QP, without visiting the idle ones.
         let cursor = Qpn::new(self.rr_cursor);
         let dev = &mut self.dev;
         let mut out = None;
         let mut served = None;
-        for (k, qp) in self.qps.range_mut(Qpn::new(self.rr_cursor.wrapping_add(1))..) {
-            if *k <= cursor {
-                continue; // the cursor wrapped (QPN 2^24 - 1)
-            }
-            if let Some(d) = qp.next_response(dev, now).or_else(|| qp.next_packet(dev, now)) {
-                served = Some(*k);
-                out = Some(d);
-                break;
-            }
-        }
-        if out.is_none() {
-            for (k, qp) in self.qps.range_mut(..=cursor) {
+        let passes = [
+            (Bound::Excluded(cursor), Bound::Unbounded),
+            (Bound::Unbounded, Bound::Included(cursor)),
+        ];
+        'passes: for (mut lo, hi) in passes {
+            while let Some(k) = self.qps.first_ready(lo, hi) {
+                lo = Bound::Excluded(k);
+                let Some(mut qp) = self.qps.get_mut(&k) else { break };
                 if let Some(d) = qp.next_response(dev, now).or_else(|| qp.next_packet(dev, now)) {
-                    served = Some(*k);
+                    served = Some(k);
                     out = Some(d);
-                    break;
+                    break 'passes;
                 }
             }
         }
@@ -1165,33 +1171,21 @@ impl SansIo for Hca {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        let delay = self.dev.ack_delay;
-        // A plain loop rather than flat_map over [Option<Instant>; 3]: the
-        // optimised iterator reads an uninitialised niche that valgrind
-        // reports (harmlessly) in every drop-in run.
-        let mut min: Option<Instant> = None;
-        let mut take = |t: Option<Instant>| {
-            if let Some(t) = t {
-                if min.is_none_or(|m| t < m) {
-                    min = Some(t);
-                }
-            }
-        };
-        take(self.cm_deadline());
-        for q in self.qps.values() {
-            take(q.retrans_deadline);
-            take(q.rnr_deadline);
-            // a held ACK leaves alone at twice the delay
-            take(delay.and_then(|d| q.ack_held_since.map(|t| t + 2 * d)));
+        // (a QP's deadlines include a held ACK's: it leaves alone at twice the delay)
+        match (self.cm_deadline(), self.qps.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, None) => a,
+            (None, b) => b,
         }
-        min
     }
 
     fn handle_timeout(&mut self, now: Instant) {
         let span = tracing::debug_span!("hca", dev = %self.dev.name);
         let _g = span.enter();
         self.cm_timeout(now);
-        for qp in self.qps.values_mut() {
+        // only the QPs with a deadline at or before `now`, in QPN order
+        for qpn in self.qps.due(now) {
+            let Some(mut qp) = self.qps.get_mut(&qpn) else { continue };
             if qp.rnr_deadline.is_some_and(|d| d <= now) {
                 qp.on_rnr_timeout(&mut self.dev, now);
             }

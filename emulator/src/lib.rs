@@ -63,6 +63,7 @@ pub mod mw;
 pub mod objects;
 pub mod qp;
 pub mod qp_attr;
+mod qp_table;
 pub mod recv;
 pub mod requester;
 pub mod responder;

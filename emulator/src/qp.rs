@@ -270,6 +270,33 @@ impl Qp {
         }
     }
 
+    /// Whether `next_response` or `next_packet` may produce a packet now.
+    /// When false, both return nothing at once and change nothing (an empty
+    /// response queue; a send queue that is not running or has no WQE at
+    /// or after `req_idx`), so `poll_transmit` may skip the QP
+    /// ([`crate::qp_table`]).
+    pub fn may_transmit(&self) -> bool {
+        !self.resp_q.is_empty()
+            || (matches!(self.state, QpState::Rts | QpState::Sqd)
+                && self.rnr_deadline.is_none()
+                && self.req_idx < self.sq.len())
+    }
+
+    /// The earliest of this QP's deadlines: the retransmit and RNR timers,
+    /// and a held ACK's (it leaves alone at twice the ACK delay).
+    pub fn next_deadline(&self, ack_delay: Option<core::time::Duration>) -> Option<Instant> {
+        // Plain comparisons rather than flatten/min over [Option<Instant>; 3]:
+        // the optimised iterator reads an uninitialised niche that valgrind
+        // reports (harmlessly) in every drop-in run.
+        let held = ack_delay.and_then(|d| self.ack_held_since.map(|t| t + 2 * d));
+        let earlier = |a: Option<Instant>, b: Option<Instant>| match (a, b) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, None) => x,
+            (None, y) => y,
+        };
+        earlier(earlier(self.retrans_deadline, self.rnr_deadline), held)
+    }
+
     /// A receive WQE is available (own queue or SRQ).
     pub fn recv_available(&self, dev: &Dev) -> bool {
         match self.init.srq {

@@ -93,7 +93,8 @@ impl Hca {
         if qpn.value() == 1 && self.cm_receive(now, &repr, pkt.payload(), d)? {
             return Ok(());
         }
-        let qp = self.qps.get_mut(&qpn).ok_or(DropReason::UnknownQp)?;
+        let mut entry = self.qps.get_mut(&qpn).ok_or(DropReason::UnknownQp)?;
+        let qp = &mut *entry;
         let want = match qp.init.qp_type {
             crate::qp_attr::QpType::Uc => Transport::Uc,
             crate::qp_attr::QpType::Ud => Transport::Ud,
