@@ -47,7 +47,7 @@ use crate::hca::Dev;
 pub const RETRY_FOREVER: u8 = 7;
 use crate::qp::{Qp, WqeState};
 use crate::time::Instant;
-use crate::wr::{WcStatus, WrOpcode};
+use crate::wr::{CompletedBy, WcStatus};
 use roce_packet::{NakCode, OpKind, Psn, RoceRepr, Syndrome};
 
 enum Implicit {
@@ -266,8 +266,8 @@ impl Qp {
         }
         let mtu = self.mtu();
         let Some(w) = self.sq.front() else { return };
-        let is_flush = matches!(w.wr.opcode, WrOpcode::Flush { .. }); // crate::mw
-        if (w.wr.opcode != WrOpcode::RdmaRead && !is_flush) || !w.contains(psn) {
+        // READ, or FLUSH's zero-length READ RESPONSE ONLY (crate::mw)
+        if w.wr.opcode.info().completed_by != CompletedBy::ReadResponse || !w.contains(psn) {
             tracing::debug!(qpn = %self.qpn, %psn, "read response does not match the oldest WQE");
             self.fail_front(dev, WcStatus::BadRespErr);
             return;
@@ -326,7 +326,10 @@ impl Qp {
             return;
         }
         let Some(w) = self.sq.front() else { return };
-        if !w.wr.opcode.is_atomic() || w.first_psn != psn || w.state != WqeState::Sent {
+        if w.wr.opcode.info().completed_by != CompletedBy::AtomicAck
+            || w.first_psn != psn
+            || w.state != WqeState::Sent
+        {
             self.fail_front(dev, WcStatus::BadRespErr);
             return;
         }

@@ -951,7 +951,7 @@ impl Hca {
         let mut entry = self.qps.get_mut(&qpn).ok_or(PostSendError::UnknownQp(qpn))?;
         let qp = &mut *entry;
         // SQD queues new WRs without starting them (IBA §10.3.1)
-        if !matches!(qp.state, QpState::Rts | QpState::Sqd | QpState::Err) {
+        if !qp.state.allows().post_send {
             return Err(PostSendError::InvalidState(qp.state));
         }
         let cap = qp.init.cap;
@@ -979,13 +979,14 @@ impl Hca {
         if length > u64::from(max_msg) {
             return Err(PostSendError::MessageTooLarge { len: length, max: max_msg });
         }
+        // which QP types may post it: the work-request opcode table
+        if !wr.opcode.info().qp_types.contains(qp.init.qp_type) {
+            return Err(PostSendError::UnsupportedOpcode {
+                opcode: wr.opcode,
+                qp_type: qp.init.qp_type,
+            });
+        }
         if qp.init.qp_type == QpType::Ud {
-            if !matches!(wr.opcode, crate::wr::WrOpcode::Send | crate::wr::WrOpcode::SendWithImm) {
-                return Err(PostSendError::UnsupportedOpcode {
-                    opcode: wr.opcode,
-                    qp_type: qp.init.qp_type,
-                });
-            }
             if wr.ud.is_none() {
                 return Err(PostSendError::MissingUdDest);
             }
@@ -994,12 +995,6 @@ impl Hca {
                 return Err(PostSendError::UdMessageTooLarge { len: length, mtu });
             }
         }
-        if qp.init.qp_type == QpType::Uc && wr.opcode.is_read_or_atomic() {
-            return Err(PostSendError::UnsupportedOpcode {
-                opcode: wr.opcode,
-                qp_type: qp.init.qp_type,
-            });
-        }
         if wr.opcode.is_atomic() && (wr.sg_list.len() != 1 || length != 8) {
             return Err(PostSendError::BadAtomicSge);
         }
@@ -1007,19 +1002,6 @@ impl Hca {
         if wr.opcode == crate::wr::WrOpcode::AtomicWrite && length != 8 {
             tracing::debug!(%qpn, length, "ATOMIC_WRITE rejected: not 8 bytes");
             return Err(PostSendError::BadAtomicSge);
-        }
-        if qp.init.qp_type != QpType::Rc
-            && matches!(
-                wr.opcode,
-                crate::wr::WrOpcode::AtomicWrite
-                    | crate::wr::WrOpcode::SendWithInv { .. }
-                    | crate::wr::WrOpcode::Flush { .. }
-            )
-        {
-            return Err(PostSendError::UnsupportedOpcode {
-                opcode: wr.opcode,
-                qp_type: qp.init.qp_type,
-            });
         }
         if wr.opcode.is_read_or_atomic() && qp.p.max_rd_atomic == 0 && qp.state == QpState::Rts {
             return Err(PostSendError::NoRdAtomic);
@@ -1050,7 +1032,7 @@ impl Hca {
     pub fn post_recv(&mut self, qpn: Qpn, wr: RecvWr) -> Result<(), PostRecvError> {
         let mut entry = self.qps.get_mut(&qpn).ok_or(PostRecvError::UnknownQp(qpn))?;
         let qp = &mut *entry;
-        if !matches!(qp.state, QpState::Init | QpState::Rtr | QpState::Rts | QpState::Err) {
+        if !qp.state.allows().post_recv {
             return Err(PostRecvError::InvalidState(qp.state));
         }
         if qp.init.srq.is_some() {

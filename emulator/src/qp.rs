@@ -277,7 +277,7 @@ impl Qp {
     /// ([`crate::qp_table`]).
     pub fn may_transmit(&self) -> bool {
         !self.resp_q.is_empty()
-            || (matches!(self.state, QpState::Rts | QpState::Sqd)
+            || (self.state.allows().send_queue
                 && self.rnr_deadline.is_none()
                 && self.req_idx < self.sq.len())
     }

@@ -534,6 +534,44 @@ pub static TRANSITIONS: [Transition; 22] = [
     bare(S::Err, S::Err),
 ];
 
+/// What a QP does in each state besides being modified (IBA §10.3.1, as
+/// this emulator implements it): which work requests the verbs accept and
+/// which packets the QP's roles take or send. The one place these facts
+/// are written; `post_send`, `post_recv`, the receive demultiplexer and
+/// the requester read them from [`QpState::allows`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateAllows {
+    /// `post_send` accepts work requests (SQD queues them without starting
+    /// them; ERR completes them at once with WR_FLUSH_ERR).
+    pub post_send: bool,
+    /// `post_recv` accepts work requests (ERR flushes them at once).
+    pub post_recv: bool,
+    /// The responder takes request packets.
+    pub requests: bool,
+    /// The send queue runs: the requester sends (in SQD only WQEs already
+    /// started) and the completer takes response packets.
+    pub send_queue: bool,
+}
+
+impl QpState {
+    /// This state's row of the [`StateAllows`] table.
+    pub const fn allows(self) -> StateAllows {
+        const Y: bool = true;
+        const N: bool = false;
+        let (post_send, post_recv, requests, send_queue) = match self {
+            //                post_send post_recv requests send_queue
+            QpState::Reset => (N, N, N, N),
+            QpState::Init => (N, Y, N, N),
+            QpState::Rtr => (N, Y, Y, N),
+            QpState::Rts => (Y, Y, Y, Y),
+            QpState::Sqd => (Y, N, Y, Y),
+            QpState::Sqe => (N, N, N, N),
+            QpState::Err => (Y, Y, N, N),
+        };
+        StateAllows { post_send, post_recv, requests, send_queue }
+    }
+}
+
 /// Required and optional attributes for `from -> to` on a `qp_type` QP, or
 /// `None` if the transition is illegal. `STATE` and `CUR_STATE` are never
 /// included (they are implied by the request itself).

@@ -9,7 +9,6 @@
 
 use crate::hca::Hca;
 use crate::io::Datagram;
-use crate::qp_attr::QpState;
 use crate::time::Instant;
 use roce_packet::{IpUdpHeader, RocePacket, RoceRepr, Transport};
 
@@ -109,7 +108,7 @@ impl Hca {
         }
         let payload = pkt.payload();
         if info.is_request() {
-            if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+            if !qp.state.allows().requests {
                 return Err(DropReason::BadState);
             }
             self.dev.counters.rcvd_pkts += 1;
@@ -125,7 +124,7 @@ impl Hca {
                 self.dev.mem.mw.access_qp = None;
             }
         } else if info.is_response() {
-            if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
+            if !qp.state.allows().send_queue {
                 return Err(DropReason::BadState);
             }
             self.dev.counters.rcvd_pkts += 1;

@@ -34,36 +34,6 @@ pub const MAX_UNACKED_PSNS: i32 = 128;
 /// A packet without AckReq is followed by one with it within this many.
 pub const MAX_PKTS_PER_ACK: u32 = 64;
 
-fn opcode_for(op: WrOpcode, pos: Position) -> Opcode {
-    use Position::*;
-    match (op, pos) {
-        (WrOpcode::Send | WrOpcode::SendWithImm, First) => Opcode::RC_SEND_FIRST,
-        (WrOpcode::Send | WrOpcode::SendWithImm, Middle) => Opcode::RC_SEND_MIDDLE,
-        (WrOpcode::Send, Last) => Opcode::RC_SEND_LAST,
-        (WrOpcode::Send, Only) => Opcode::RC_SEND_ONLY,
-        (WrOpcode::SendWithImm, Last) => Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
-        (WrOpcode::SendWithImm, Only) => Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
-        (WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm, First) => Opcode::RC_RDMA_WRITE_FIRST,
-        (WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm, Middle) => Opcode::RC_RDMA_WRITE_MIDDLE,
-        (WrOpcode::RdmaWrite, Last) => Opcode::RC_RDMA_WRITE_LAST,
-        (WrOpcode::RdmaWrite, Only) => Opcode::RC_RDMA_WRITE_ONLY,
-        (WrOpcode::RdmaWriteWithImm, Last) => Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
-        (WrOpcode::RdmaWriteWithImm, Only) => Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
-        (WrOpcode::RdmaRead, _) => Opcode::RC_RDMA_READ_REQUEST,
-        (WrOpcode::AtomicCmpAndSwp, _) => Opcode::RC_COMPARE_SWAP,
-        (WrOpcode::AtomicFetchAndAdd, _) => Opcode::RC_FETCH_ADD,
-        // ---- memory windows / IBA 1.5 (crate::mw) ----
-        (WrOpcode::SendWithInv { .. }, First) => Opcode::RC_SEND_FIRST,
-        (WrOpcode::SendWithInv { .. }, Middle) => Opcode::RC_SEND_MIDDLE,
-        (WrOpcode::SendWithInv { .. }, Last) => Opcode::RC_SEND_LAST_WITH_INVALIDATE,
-        (WrOpcode::SendWithInv { .. }, Only) => Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
-        (WrOpcode::AtomicWrite, _) => Opcode::RC_ATOMIC_WRITE,
-        (WrOpcode::Flush { .. }, _) => Opcode::RC_FLUSH,
-        // local operations never reach the wire (see `local_op`)
-        (WrOpcode::LocalInv { .. } | WrOpcode::BindMw { .. }, _) => Opcode::RC_ACKNOWLEDGE,
-    }
-}
-
 /// Packets a message of `len` bytes takes at `mtu` (at least one).
 pub(crate) fn packets_for(len: u64, mtu: u64) -> u32 {
     u32::try_from(len.div_ceil(mtu).max(1)).unwrap_or(u32::MAX)
@@ -94,7 +64,7 @@ impl Qp {
     /// The next request packet, if the QP may send one now.
     pub(crate) fn next_packet(&mut self, dev: &mut Dev, now: Instant) -> Option<Datagram> {
         let sqd = self.state == QpState::Sqd;
-        if !(self.state == QpState::Rts || sqd) || self.rnr_deadline.is_some() {
+        if !self.state.allows().send_queue || self.rnr_deadline.is_some() {
             return None;
         }
         // LOCAL_INV / BIND_MW run once every earlier WQE completed (crate::mw)
@@ -191,7 +161,7 @@ impl Qp {
         let remaining = w.length - w.sent_bytes.min(w.length);
         let (repr, payload, consumed, done) = match op {
             WrOpcode::RdmaRead => {
-                let mut r = Dev::repr(self, opcode_for(op, Position::Only), psn, true, 0);
+                let mut r = Dev::repr(self, op.packet_opcode(Position::Only)?, psn, true, 0);
                 r.reth = Some(RethRepr {
                     va: w.wr.remote_addr.wrapping_add(w.sent_bytes),
                     rkey: w.wr.rkey,
@@ -201,7 +171,7 @@ impl Qp {
                 (r, Built::Empty, w.npkts.saturating_sub(k).max(1), true)
             }
             WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
-                let mut r = Dev::repr(self, opcode_for(op, Position::Only), psn, true, 0);
+                let mut r = Dev::repr(self, op.packet_opcode(Position::Only)?, psn, true, 0);
                 let (swap_add, compare) = if op == WrOpcode::AtomicCmpAndSwp {
                     (w.wr.swap, w.wr.compare_add)
                 } else {
@@ -217,7 +187,7 @@ impl Qp {
             }
             // IBA 1.5 FLUSH: FETH + RETH, no payload, one PSN (crate::mw)
             WrOpcode::Flush { len, placement, level } => {
-                let mut r = Dev::repr(self, opcode_for(op, Position::Only), psn, true, 0);
+                let mut r = Dev::repr(self, op.packet_opcode(Position::Only)?, psn, true, 0);
                 r.feth = Some(u32::from(placement & 0x0F) | (u32::from(level & 0x03) << 4));
                 r.reth = Some(RethRepr { va: w.wr.remote_addr, rkey: w.wr.rkey, dma_len: len });
                 (r, Built::Empty, 1, true)
@@ -233,7 +203,7 @@ impl Qp {
                     (false, true) => Position::Last,
                 };
                 let ack_req = !self.unacked() && (last || self.noack_pkts + 1 >= MAX_PKTS_PER_ACK);
-                let mut opcode = opcode_for(op, pos);
+                let mut opcode = op.packet_opcode(pos)?;
                 if self.is_uc() {
                     // same low five bits, UC transport prefix (IBA Table 38)
                     opcode = Opcode(opcode.0 | 0x20);
