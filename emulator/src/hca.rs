@@ -668,10 +668,10 @@ impl Hca {
     }
 
     /// `ibv_modify_srq` with IBV_SRQ_LIMIT: arm the limit event (0 disarms).
-    pub fn modify_srq(&mut self, srq: SrqHandle, srq_limit: u32) -> Result<(), CreateSrqError> {
-        let s = self.dev.srqs.get_mut(&srq).ok_or(CreateSrqError::UnknownSrq(srq))?;
+    pub fn modify_srq(&mut self, srq: SrqHandle, srq_limit: u32) -> Result<(), ModifySrqError> {
+        let s = self.dev.srqs.get_mut(&srq).ok_or(ModifySrqError::UnknownSrq(srq))?;
         if srq_limit != 0 && srq_limit >= s.attr.max_wr {
-            return Err(CreateSrqError::BadLimit { limit: srq_limit, max_wr: s.attr.max_wr });
+            return Err(ModifySrqError::BadLimit { limit: srq_limit, max_wr: s.attr.max_wr });
         }
         s.attr.srq_limit = srq_limit;
         Ok(())
@@ -802,7 +802,7 @@ impl Hca {
     }
 
     /// `ibv_modify_qp`: checked by [`validate_modify`], then applied.
-    pub fn modify_qp(&mut self, qpn: Qpn, attr: &QpAttr) -> Result<(), QpModifyError> {
+    pub fn modify_qp(&mut self, qpn: Qpn, attr: &QpAttr) -> Result<(), ModifyQpError> {
         let limits = ModifyLimits {
             max_qp_rd_atom: self.dev.attr.max_qp_rd_atom,
             max_qp_init_rd_atom: self.dev.attr.max_qp_init_rd_atom,
@@ -810,7 +810,7 @@ impl Hca {
             pkey_table_len: self.dev.port.pkey_tbl_len,
             phys_port_cnt: self.dev.attr.phys_port_cnt,
         };
-        let mut entry = self.qps.get_mut(&qpn).ok_or(QpModifyError::UnknownQp(qpn))?;
+        let mut entry = self.qps.get_mut(&qpn).ok_or(ModifyQpError::UnknownQp(qpn))?;
         let qp = &mut *entry;
         let to = validate_modify(qp.init.qp_type, qp.state, attr, &limits)?;
         let m = attr.mask;

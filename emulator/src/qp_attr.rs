@@ -323,9 +323,11 @@ impl QpAttr {
     setter!(dest_qpn, dest_qp_num, u32, DEST_QPN);
 }
 
-/// Why `modify_qp` refused.
+/// Why [`validate_modify`] refused a `modify_qp` request: the transition,
+/// the attribute mask or a value (the verb's error, [`crate::ModifyQpError`],
+/// carries it as `Rejected`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ModifyQpError {
+pub enum QpAttrError {
     /// The state pair is not a legal transition for this QP type.
     #[error("invalid QP state transition {from} -> {to}")]
     InvalidTransition { from: QpState, to: QpState },
@@ -635,7 +637,7 @@ pub fn validate_modify(
     cur: QpState,
     attr: &QpAttr,
     limits: &ModifyLimits,
-) -> Result<QpState, ModifyQpError> {
+) -> Result<QpState, QpAttrError> {
     let mask = attr.mask;
     let to = if mask.contains(AttrMask::STATE) {
         attr.qp_state
@@ -648,28 +650,23 @@ pub fn validate_modify(
             invalid("cur_qp_state", "CUR_STATE is in the mask but no state given")
         })?;
         if given != cur {
-            return Err(ModifyQpError::CurStateMismatch { given, actual: cur });
+            return Err(QpAttrError::CurStateMismatch { given, actual: cur });
         }
     }
     let (required, optional) = required_and_optional(qp_type, cur, to)
-        .ok_or(ModifyQpError::InvalidTransition { from: cur, to })?;
+        .ok_or(QpAttrError::InvalidTransition { from: cur, to })?;
     let missing = required.difference(mask);
     let allowed = required | optional | AttrMask::STATE | AttrMask::CUR_STATE;
     let not_allowed = mask.difference(allowed);
     if !missing.is_empty() || !not_allowed.is_empty() {
-        return Err(ModifyQpError::InvalidAttrMask {
-            from: cur,
-            to,
-            missing,
-            invalid: not_allowed,
-        });
+        return Err(QpAttrError::InvalidAttrMask { from: cur, to, missing, invalid: not_allowed });
     }
     check_values(attr, limits)?;
     Ok(to)
 }
 
-fn invalid(attr: &'static str, reason: impl Into<String>) -> ModifyQpError {
-    ModifyQpError::InvalidValue { attr, reason: reason.into() }
+fn invalid(attr: &'static str, reason: impl Into<String>) -> QpAttrError {
+    QpAttrError::InvalidValue { attr, reason: reason.into() }
 }
 
 /// Largest PSN / QPN (24 bits).
@@ -685,7 +682,7 @@ const KNOWN_ACCESS: u32 = {
     all
 };
 
-fn check_values(attr: &QpAttr, limits: &ModifyLimits) -> Result<(), ModifyQpError> {
+fn check_values(attr: &QpAttr, limits: &ModifyLimits) -> Result<(), QpAttrError> {
     let has = |bit: AttrMask| attr.mask.contains(bit);
     let at_most = |name: &'static str, v: u32, max: u32, what: &str| {
         if v > max {
@@ -777,7 +774,7 @@ fn check_values(attr: &QpAttr, limits: &ModifyLimits) -> Result<(), ModifyQpErro
     Ok(())
 }
 
-fn check_port(name: &'static str, port: u8, limits: &ModifyLimits) -> Result<(), ModifyQpError> {
+fn check_port(name: &'static str, port: u8, limits: &ModifyLimits) -> Result<(), QpAttrError> {
     if port == 0 || port > limits.phys_port_cnt {
         Err(invalid(name, format!("{port} is not a port (1..={})", limits.phys_port_cnt)))
     } else {
