@@ -118,10 +118,7 @@ impl Hca {
             if info.transport == Transport::Ud {
                 qp.on_ud_request(&mut self.dev, &repr, payload, d);
             } else {
-                // type 2 windows answer only on the QP they are bound to (crate::mw)
-                self.dev.mem.mw.access_qp = Some(qpn);
                 qp.on_request(&mut self.dev, now, &repr, payload);
-                self.dev.mem.mw.access_qp = None;
             }
         } else if info.is_response() {
             if !qp.state.allows().send_queue {

@@ -109,6 +109,7 @@ impl Qp {
                 .mem
                 .check_remote(
                     self.init.pd,
+                    Some(self.qpn),
                     reth.rkey,
                     reth.va,
                     u64::from(reth.dma_len),
@@ -312,8 +313,10 @@ impl Qp {
                         continue;
                     };
                     if chunk > 0 {
+                        // (checked on arrival, type 2 window QP included)
                         let loc = dev.mem.check_remote(
                             self.init.pd,
+                            None,
                             j.rkey,
                             j.va,
                             chunk,
@@ -516,6 +519,7 @@ impl Qp {
                             .mem
                             .check_remote(
                                 self.init.pd,
+                                Some(self.qpn),
                                 reth.rkey,
                                 reth.va,
                                 total,
@@ -547,6 +551,7 @@ impl Qp {
                     let (va0, rk) = (*va, *rkey);
                     match dev.mem.check_remote(
                         self.init.pd,
+                        Some(self.qpn),
                         rk,
                         va0,
                         len,
@@ -618,8 +623,14 @@ impl Qp {
                     self.responder_error(dev, psn, NakCode::InvalidRequest, None);
                     return;
                 }
-                let loc =
-                    dev.mem.check_remote(self.init.pd, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC);
+                let loc = dev.mem.check_remote(
+                    self.init.pd,
+                    Some(self.qpn),
+                    a.rkey,
+                    a.va,
+                    8,
+                    AccessFlags::REMOTE_ATOMIC,
+                );
                 // Memory holds the 64-bit value little-endian (host order on
                 // the platforms we target); the wire carries big-endian.
                 let cas = info.kind == OpKind::CompareSwap;
@@ -656,7 +667,14 @@ impl Qp {
                 // whole-region selectivity: only the rkey (and va inside it) matter
                 let len = if level == 1 { 0 } else { u64::from(reth.dma_len) };
                 let need = flush_access(feth);
-                if let Err(e) = dev.mem.check_remote(self.init.pd, reth.rkey, reth.va, len, need) {
+                if let Err(e) = dev.mem.check_remote(
+                    self.init.pd,
+                    Some(self.qpn),
+                    reth.rkey,
+                    reth.va,
+                    len,
+                    need,
+                ) {
                     tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, ?e, "remote access error (FLUSH)");
                     dev.counters.flush_err += 1;
                     self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
@@ -681,6 +699,7 @@ impl Qp {
                 }
                 let loc = dev.mem.check_remote(
                     self.init.pd,
+                    Some(self.qpn),
                     reth.rkey,
                     reth.va,
                     8,
