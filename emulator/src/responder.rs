@@ -40,8 +40,8 @@ use crate::requester::packets_for;
 use crate::time::Instant;
 use crate::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use roce_packet::{
-    AethRepr, AtomicAckEthRepr, NakCode, OpKind, Opcode, Position, Psn, RKey, RnrTimer, RoceRepr,
-    Syndrome,
+    AethRepr, AtomicAckEthRepr, NakCode, OpInfo, OpKind, Opcode, Position, Psn, RKey, RnrTimer,
+    RoceRepr, Syndrome,
 };
 
 /// AETH credit value meaning "no end-to-end credit information" (rxe's
@@ -53,6 +53,33 @@ const CREDIT_UNLIMITED: u8 = 0x1F;
 /// never left waiting for the delay; a ping-pong still gets one ACK per
 /// several round trips).
 pub const ACK_EVERY_PSNS: u32 = 16;
+
+/// What a step of the request chain decided instead of going on: the
+/// responder's answer to a packet it does not execute (IBA §9.7.5, §9.9.3).
+enum Outcome {
+    /// Dropped silently (a UC packet outside its message, one out of
+    /// sequence after the NAK, a request without its headers).
+    Drop,
+    /// An earlier PSN: answered from saved state (C9-108 .. C9-128).
+    Duplicate,
+    /// A PSN ahead of the expected one: NAK PSN SEQUENCE ERROR, once (C9-113).
+    SequenceNak,
+    /// No receive WQE on RC: RNR NAK (§9.7.5.1.6).
+    RnrNak,
+    /// No receive WQE on UC: the message is dropped (§9.7.7.2).
+    UcDropMessage(&'static str),
+    /// A class B/C/D error: NAK with this code and move to ERR (UC: drop
+    /// the message); the receive WQE in progress completes with the status.
+    Error(NakCode, Option<WcStatus>),
+}
+
+/// What an executed request leaves to do.
+enum Executed {
+    /// Step 8: expect the next PSN and acknowledge (SEND, WRITE, ATOMIC_WRITE).
+    Acknowledge,
+    /// Answered by its own response, PSNs already consumed (READ, atomics, FLUSH).
+    Answered,
+}
 
 impl Qp {
     /// Queue a response packet behind earlier ones of this QP.
@@ -356,7 +383,9 @@ impl Qp {
         }
     }
 
-    /// Handle one request packet addressed to this QP.
+    /// Handle one request packet addressed to this QP: the check chain of
+    /// IBA §9.7.5, one named step each, then the answer. A step that stops
+    /// the packet returns the [`Outcome`] the responder gives instead.
     pub(crate) fn on_request(
         &mut self,
         dev: &mut Dev,
@@ -365,41 +394,113 @@ impl Qp {
         payload: &[u8],
     ) {
         let Ok(info) = r.info() else { return };
+        match self.check_and_execute(dev, r, info, payload) {
+            Ok(Executed::Acknowledge) => self.acknowledge(dev, r),
+            Ok(Executed::Answered) => {}
+            Err(outcome) => self.answer(dev, r, outcome),
+        }
+    }
+
+    /// The chain, top to bottom (numbers as in the module documentation).
+    fn check_and_execute(
+        &mut self,
+        dev: &mut Dev,
+        r: &RoceRepr,
+        info: &OpInfo,
+        payload: &[u8],
+    ) -> Result<Executed, Outcome> {
+        self.check_psn(dev, r.bth.psn, info)?; // 1. §9.7.5.1.1
+        self.check_opcode_sequence(r, info)?; // 2. C9-40
+        self.check_opcode_allowed(r, info)?; // 3. QP type, access flags, resources
+        self.check_recv_wqe(dev, r.bth.psn, info)?; // 4. §9.7.5.1.6
+        self.check_packet_length(r.bth.psn, info, payload.len() as u64)?; // 5. C9-22
+        match info.kind {
+            // 6. R_Key/PD/access/bounds and 7. execution, per opcode
+            // (a SEND also checks its message against the receive WQE, 5.)
+            OpKind::Send => self.execute_send(dev, r, info, payload),
+            OpKind::Write => self.execute_write(dev, r, info, payload),
+            OpKind::ReadRequest => self.execute_read(dev, r),
+            OpKind::CompareSwap | OpKind::FetchAdd => self.execute_atomic(dev, r, info),
+            OpKind::Flush => self.execute_flush(dev, r),
+            OpKind::AtomicWrite => self.execute_atomic_write(dev, r, payload),
+            _ => Err(Outcome::Drop),
+        }
+    }
+
+    /// What the responder does with a packet the chain stopped.
+    fn answer(&mut self, dev: &mut Dev, r: &RoceRepr, outcome: Outcome) {
         let psn = r.bth.psn;
-        // 1. PSN
-        if self.is_uc() && !self.uc_check_psn(dev, psn, info.position.starts()) {
+        match outcome {
+            Outcome::Drop => {}
+            Outcome::Duplicate => self.on_duplicate(dev, r),
+            Outcome::SequenceNak => {
+                self.nak_sent = true;
+                self.send_nak(dev, self.epsn, NakCode::PsnSequenceError);
+            }
+            Outcome::RnrNak => self.send_rnr(dev, psn),
+            Outcome::UcDropMessage(why) => self.uc_drop_message(dev, why),
+            Outcome::Error(code, recv_status) => self.responder_error(dev, psn, code, recv_status),
+        }
+    }
+
+    /// Step 8: A SEND/WRITE/ATOMIC_WRITE packet executed: the next PSN is
+    /// expected, and an RC responder acknowledges when AckReq is set.
+    fn acknowledge(&mut self, dev: &mut Dev, r: &RoceRepr) {
+        let psn = r.bth.psn;
+        self.epsn = psn.next();
+        if self.is_uc() {
             return;
+        }
+        if r.bth.ack_req {
+            self.send_ack(dev, psn);
+        } else {
+            dev.counters.ack_deferred += 1;
+        }
+    }
+
+    /// Step 1: PSN (§9.7.5.1.1): the expected PSN goes on; a duplicate is
+    /// answered from saved state; a PSN ahead is NAKed once (C9-113). UC
+    /// has its own rule (`uc_check_psn`) before the same comparison.
+    fn check_psn(&mut self, dev: &mut Dev, psn: Psn, info: &OpInfo) -> Result<(), Outcome> {
+        if self.is_uc() && !self.uc_check_psn(dev, psn, info.position.starts()) {
+            return Err(Outcome::Drop);
         }
         let d = psn.distance(self.epsn);
         if d > 0 {
             dev.counters.out_of_seq_request += 1;
             if !self.nak_sent {
-                self.nak_sent = true;
-                self.send_nak(dev, self.epsn, NakCode::PsnSequenceError);
-            } else {
-                tracing::debug!(qpn = %self.qpn, %psn, epsn = %self.epsn,
-                    reason = "out of sequence after NAK", "drop");
+                return Err(Outcome::SequenceNak);
             }
-            return;
+            tracing::debug!(qpn = %self.qpn, %psn, epsn = %self.epsn,
+                reason = "out of sequence after NAK", "drop");
+            return Err(Outcome::Drop);
         }
         if d < 0 {
             dev.counters.duplicate_request += 1;
-            self.on_duplicate(dev, r);
-            return;
+            return Err(Outcome::Duplicate);
         }
         self.nak_sent = false;
-        // 2. opcode sequence
+        Ok(())
+    }
+
+    /// Step 2: Opcode sequence (C9-40): MIDDLE/LAST only inside a message of the
+    /// same kind, FIRST/ONLY only between messages.
+    fn check_opcode_sequence(&self, r: &RoceRepr, info: &OpInfo) -> Result<(), Outcome> {
         let seq_ok = match &self.in_msg {
             Some(InMsg::Send { .. }) => info.kind == OpKind::Send && !info.position.starts(),
             Some(InMsg::Write { .. }) => info.kind == OpKind::Write && !info.position.starts(),
             None => info.position.starts(),
         };
         if !seq_ok {
-            tracing::debug!(qpn = %self.qpn, %psn, opcode = %r.bth.opcode, "opcode out of sequence");
-            self.responder_error(dev, psn, NakCode::InvalidRequest, Some(WcStatus::RemInvReqErr));
-            return;
+            tracing::debug!(qpn = %self.qpn, psn = %r.bth.psn, opcode = %r.bth.opcode, "opcode out of sequence");
+            return Err(Outcome::Error(NakCode::InvalidRequest, Some(WcStatus::RemInvReqErr)));
         }
-        // 3. opcode valid for this QP
+        Ok(())
+    }
+
+    /// Step 3: The opcode is valid for this QP: its access flags allow it and,
+    /// for READ/atomic/FLUSH, it has responder resources.
+    fn check_opcode_allowed(&self, r: &RoceRepr, info: &OpInfo) -> Result<(), Outcome> {
         let acc = self.p.access;
         let valid = match info.kind {
             OpKind::Send => !info.has_inv() || !self.is_uc(),
@@ -419,11 +520,16 @@ impl Qp {
             _ => false,
         };
         if !valid {
-            tracing::debug!(qpn = %self.qpn, %psn, opcode = %r.bth.opcode, "opcode not allowed");
-            self.responder_error(dev, psn, NakCode::InvalidRequest, None);
-            return;
+            tracing::debug!(qpn = %self.qpn, psn = %r.bth.psn, opcode = %r.bth.opcode, "opcode not allowed");
+            return Err(Outcome::Error(NakCode::InvalidRequest, None));
         }
-        // 4. resources: a receive WQE
+        Ok(())
+    }
+
+    /// Step 4: Resources (§9.7.5.1.6): a packet that consumes a receive WQE
+    /// (a SEND's first, a WRITE with immediate) needs one: else RNR NAK
+    /// (RC) or the message is dropped (UC, §9.7.7.2).
+    fn check_recv_wqe(&self, dev: &Dev, psn: Psn, info: &OpInfo) -> Result<(), Outcome> {
         let needs_recv = match info.kind {
             OpKind::Send => info.position.starts(),
             OpKind::Write => info.has_imm(),
@@ -431,17 +537,18 @@ impl Qp {
         };
         if needs_recv && !self.recv_available(dev) {
             if self.is_uc() {
-                // UC: no RNR NAK; the message is silently dropped (§9.7.7.2)
                 tracing::debug!(qpn = %self.qpn, %psn, reason = "UC: no receive WQE", "drop");
-                self.uc_drop_message(dev, "no receive WQE");
-                return;
+                return Err(Outcome::UcDropMessage("no receive WQE"));
             }
-            self.send_rnr(dev, psn);
-            return;
+            return Err(Outcome::RnrNak);
         }
-        // 5. packet length (C9-22)
+        Ok(())
+    }
+
+    /// Step 5: Packet length (C9-22): FIRST and MIDDLE carry exactly the path
+    /// MTU, LAST 1..=MTU bytes, ONLY at most the MTU.
+    fn check_packet_length(&self, psn: Psn, info: &OpInfo, len: u64) -> Result<(), Outcome> {
         let mtu = self.mtu();
-        let len = payload.len() as u64;
         let len_ok = match info.position {
             Position::First | Position::Middle => len == mtu,
             Position::Last => len >= 1 && len <= mtu,
@@ -449,285 +556,290 @@ impl Qp {
         };
         if !len_ok {
             tracing::debug!(qpn = %self.qpn, %psn, len, "bad packet length");
-            self.responder_error(dev, psn, NakCode::InvalidRequest, Some(WcStatus::RemInvReqErr));
-            return;
+            return Err(Outcome::Error(NakCode::InvalidRequest, Some(WcStatus::RemInvReqErr)));
         }
-        match info.kind {
-            OpKind::Send => {
-                if info.position.starts() {
-                    if let Some(recv) = self.take_recv(dev) {
-                        self.in_msg = Some(InMsg::Send { recv, offset: 0 });
-                    }
-                }
-                let Some(InMsg::Send { recv, offset }) = self.in_msg.as_mut() else { return };
-                if *offset + len > recv.length() {
-                    tracing::debug!(qpn = %self.qpn, %psn, "message longer than receive WQE");
-                    self.responder_error(
-                        dev,
-                        psn,
-                        NakCode::InvalidRequest,
-                        Some(WcStatus::LocLenErr),
-                    );
-                    return;
-                }
-                let sges = recv.sg_list.clone();
-                let at = *offset;
-                if dev.mem.scatter(self.init.pd, &sges, at, payload).is_err() {
-                    self.responder_error(
-                        dev,
-                        psn,
-                        NakCode::RemoteOperationalError,
-                        Some(WcStatus::LocProtErr),
-                    );
-                    return;
-                }
-                *offset += len;
-                if info.position.ends() {
-                    if let Some(InMsg::Send { recv, offset }) = self.in_msg.take() {
-                        let mut wc = self.recv_wc(&recv, WcStatus::Success, offset, r.immdt, false);
-                        // SEND_WITH_INVALIDATE: invalidate the IETH rkey (crate::mw)
-                        if let Some(rkey) = r.ieth {
-                            let inv = dev.mem.invalidate(self.init.pd, rkey);
-                            dev.count_invalidate(inv.is_ok());
-                            if let Err(e) = inv {
-                                tracing::debug!(qpn = %self.qpn, %psn, %rkey, %e, "IETH invalidate failed");
-                                self.in_msg = Some(InMsg::Send { recv, offset });
-                                self.responder_error(
-                                    dev,
-                                    psn,
-                                    NakCode::InvalidRequest,
-                                    Some(WcStatus::RemInvReqErr),
-                                );
-                                return;
-                            }
-                            tracing::debug!(qpn = %self.qpn, %psn, %rkey, "rkey invalidated (IETH)");
-                            wc.wc_flags |= WcFlags::WITH_INV;
-                            wc.imm = Some(rkey.value());
-                        }
-                        dev.counters.rdma_recvs += 1;
-                        dev.complete_se(self.init.recv_cq, wc, r.bth.solicited);
-                    }
-                    self.msn = self.msn.next();
-                }
+        Ok(())
+    }
+
+    /// SEND: the message fits the receive WQE (§9.9.3.1.3, LOC_LEN_ERR),
+    /// scatter, complete the receive at the last packet (SEND_WITH_INVALIDATE
+    /// invalidates the IETH rkey first).
+    fn execute_send(
+        &mut self,
+        dev: &mut Dev,
+        r: &RoceRepr,
+        info: &OpInfo,
+        payload: &[u8],
+    ) -> Result<Executed, Outcome> {
+        let psn = r.bth.psn;
+        let len = payload.len() as u64;
+        if info.position.starts() {
+            if let Some(recv) = self.take_recv(dev) {
+                self.in_msg = Some(InMsg::Send { recv, offset: 0 });
             }
-            OpKind::Write => {
-                if info.position.starts() {
-                    let Some(reth) = r.reth else { return };
-                    let total = u64::from(reth.dma_len);
-                    if total > 0
-                        && dev
-                            .mem
-                            .check_remote(
-                                self.init.pd,
-                                Some(self.qpn),
-                                reth.rkey,
-                                reth.va,
-                                total,
-                                AccessFlags::REMOTE_WRITE,
-                            )
-                            .is_err()
-                    {
-                        tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, va = reth.va,
-                            len = total, "remote access error (WRITE)");
-                        self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
-                        return;
+        }
+        let Some(InMsg::Send { recv, offset }) = self.in_msg.as_mut() else {
+            return Err(Outcome::Drop);
+        };
+        if *offset + len > recv.length() {
+            tracing::debug!(qpn = %self.qpn, %psn, "message longer than receive WQE");
+            return Err(Outcome::Error(NakCode::InvalidRequest, Some(WcStatus::LocLenErr)));
+        }
+        let sges = recv.sg_list.clone();
+        let at = *offset;
+        if dev.mem.scatter(self.init.pd, &sges, at, payload).is_err() {
+            return Err(Outcome::Error(
+                NakCode::RemoteOperationalError,
+                Some(WcStatus::LocProtErr),
+            ));
+        }
+        *offset += len;
+        if info.position.ends() {
+            if let Some(InMsg::Send { recv, offset }) = self.in_msg.take() {
+                let mut wc = self.recv_wc(&recv, WcStatus::Success, offset, r.immdt, false);
+                // SEND_WITH_INVALIDATE: invalidate the IETH rkey (crate::mw)
+                if let Some(rkey) = r.ieth {
+                    let inv = dev.mem.invalidate(self.init.pd, rkey);
+                    dev.count_invalidate(inv.is_ok());
+                    if let Err(e) = inv {
+                        tracing::debug!(qpn = %self.qpn, %psn, %rkey, %e, "IETH invalidate failed");
+                        self.in_msg = Some(InMsg::Send { recv, offset });
+                        return Err(Outcome::Error(
+                            NakCode::InvalidRequest,
+                            Some(WcStatus::RemInvReqErr),
+                        ));
                     }
-                    self.in_msg = Some(InMsg::Write {
-                        va: reth.va,
-                        rkey: reth.rkey,
-                        remaining: total,
-                        total,
-                    });
+                    tracing::debug!(qpn = %self.qpn, %psn, %rkey, "rkey invalidated (IETH)");
+                    wc.wc_flags |= WcFlags::WITH_INV;
+                    wc.imm = Some(rkey.value());
                 }
-                let Some(InMsg::Write { va, rkey, remaining, .. }) = self.in_msg.as_mut() else {
-                    return;
-                };
-                if len > *remaining || (info.position.ends() && len != *remaining) {
-                    tracing::debug!(qpn = %self.qpn, %psn, "WRITE length differs from RETH DMA length");
-                    self.responder_error(dev, psn, NakCode::InvalidRequest, None);
-                    return;
-                }
-                if len > 0 {
-                    let (va0, rk) = (*va, *rkey);
-                    match dev.mem.check_remote(
+                dev.counters.rdma_recvs += 1;
+                dev.complete_se(self.init.recv_cq, wc, r.bth.solicited);
+            }
+            self.msn = self.msn.next();
+        }
+        Ok(Executed::Acknowledge)
+    }
+
+    /// RDMA WRITE: the RETH's R_Key/PD/access/bounds at the first packet
+    /// (§10.6.6), each packet within the RETH's DMA length, then placed;
+    /// WRITE with immediate completes a receive WQE at the last packet.
+    fn execute_write(
+        &mut self,
+        dev: &mut Dev,
+        r: &RoceRepr,
+        info: &OpInfo,
+        payload: &[u8],
+    ) -> Result<Executed, Outcome> {
+        let psn = r.bth.psn;
+        let len = payload.len() as u64;
+        if info.position.starts() {
+            let Some(reth) = r.reth else { return Err(Outcome::Drop) };
+            let total = u64::from(reth.dma_len);
+            if total > 0
+                && dev
+                    .mem
+                    .check_remote(
                         self.init.pd,
                         Some(self.qpn),
-                        rk,
-                        va0,
-                        len,
+                        reth.rkey,
+                        reth.va,
+                        total,
                         AccessFlags::REMOTE_WRITE,
-                    ) {
-                        Ok((h, off)) => {
-                            if let Some(m) = dev.mem.region_mut(h) {
-                                let _ = m.write(off, payload);
-                            }
-                        }
-                        Err(_) => {
-                            self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
-                            return;
-                        }
-                    }
-                }
-                let Some(InMsg::Write { va, remaining, total, .. }) = self.in_msg.as_mut() else {
-                    return;
-                };
-                *va = va.wrapping_add(len);
-                *remaining -= len;
-                let total = *total;
-                if info.position.ends() {
-                    self.in_msg = None;
-                    if info.has_imm() {
-                        if let Some(recv) = self.take_recv(dev) {
-                            let wc = self.recv_wc(&recv, WcStatus::Success, total, r.immdt, true);
-                            dev.counters.rdma_recvs += 1;
-                            dev.complete_se(self.init.recv_cq, wc, r.bth.solicited);
-                        }
-                    }
-                    self.msn = self.msn.next();
-                }
+                    )
+                    .is_err()
+            {
+                tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, va = reth.va,
+                    len = total, "remote access error (WRITE)");
+                return Err(Outcome::Error(NakCode::RemoteAccessError, None));
             }
-            OpKind::ReadRequest => {
-                let Some(reth) = r.reth else { return };
-                let len = u64::from(reth.dma_len);
-                if len > u64::from(dev.attr.max_msg_sz) {
-                    self.responder_error(dev, psn, NakCode::InvalidRequest, None);
-                    return;
-                }
-                if !self.read_allowed(dev, &reth) {
-                    tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, "remote access error (READ)");
-                    self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
-                    return;
-                }
-                // Responder resources (IBA §9.4.4, max_dest_rd_atomic): a
-                // requester may have at most that many READs outstanding,
-                // and each still owed here is outstanding there. One more is
-                // a requester breaking the rule; queueing it would let a
-                // peer grow our queue of owed responses without bound.
-                let owed = self.resp_q.iter().filter(|i| matches!(i, RespItem::Read(_))).count();
-                if owed >= usize::from(self.p.max_dest_rd_atomic.max(1)) {
-                    tracing::debug!(qpn = %self.qpn, %psn, owed, "READ beyond the responder resources");
-                    self.responder_error(dev, psn, NakCode::InvalidRequest, None);
-                    return;
-                }
-                let npkts = packets_for(len, mtu);
-                self.save_resource(RdResource::Read { first: psn, npkts });
-                self.msn = self.msn.next();
-                self.send_read_responses(psn, reth.va, reth.rkey, len);
-                self.epsn = psn.add(npkts);
-                return;
-            }
-            OpKind::CompareSwap | OpKind::FetchAdd => {
-                let Some(a) = r.atomic_eth else { return };
-                if a.va % 8 != 0 {
-                    tracing::debug!(qpn = %self.qpn, %psn, va = a.va, "misaligned atomic");
-                    self.responder_error(dev, psn, NakCode::InvalidRequest, None);
-                    return;
-                }
-                let loc = dev.mem.check_remote(
-                    self.init.pd,
-                    Some(self.qpn),
-                    a.rkey,
-                    a.va,
-                    8,
-                    AccessFlags::REMOTE_ATOMIC,
-                );
-                // Memory holds the 64-bit value little-endian (host order on
-                // the platforms we target); the wire carries big-endian.
-                let cas = info.kind == OpKind::CompareSwap;
-                let done = loc.ok().and_then(|(h, off)| {
-                    let m = dev.mem.region_mut(h)?;
-                    if cas {
-                        m.compare_swap(off, a.compare, a.swap_add)
-                    } else {
-                        m.fetch_add(off, a.swap_add)
-                    }
-                });
-                let Some(orig) = done else {
-                    tracing::debug!(qpn = %self.qpn, %psn, rkey = %a.rkey, "remote access error (atomic)");
-                    self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
-                    return;
-                };
-                self.save_resource(RdResource::Atomic { psn, orig });
-                self.msn = self.msn.next();
-                self.send_atomic_ack(dev, psn, orig);
-                self.epsn = psn.next();
-                return;
-            }
-            // ---- IBA 1.5 FLUSH (crate::mw): answered by a zero-length READ RESPONSE ONLY ----
-            OpKind::Flush => {
-                let (Some(reth), Some(feth)) = (r.reth, r.feth) else { return };
-                let placement = feth & 0x0F;
-                let level = (feth >> 4) & 0x03;
-                if placement == 0 || placement > 3 || level > 1 {
-                    tracing::debug!(qpn = %self.qpn, %psn, placement, level, "FLUSH: bad FETH");
-                    dev.counters.flush_err += 1;
-                    self.responder_error(dev, psn, NakCode::InvalidRequest, None);
-                    return;
-                }
-                // whole-region selectivity: only the rkey (and va inside it) matter
-                let len = if level == 1 { 0 } else { u64::from(reth.dma_len) };
-                let need = flush_access(feth);
-                if let Err(e) = dev.mem.check_remote(
-                    self.init.pd,
-                    Some(self.qpn),
-                    reth.rkey,
-                    reth.va,
-                    len,
-                    need,
-                ) {
-                    tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, ?e, "remote access error (FLUSH)");
-                    dev.counters.flush_err += 1;
-                    self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
-                    return;
-                }
-                tracing::debug!(qpn = %self.qpn, %psn, placement, level, "FLUSH done (memory is ours)");
-                dev.counters.flush_ops += 1;
-                self.save_resource(RdResource::Read { first: psn, npkts: 1 });
-                self.msn = self.msn.next();
-                self.send_read_responses(psn, reth.va, reth.rkey, 0);
-                self.epsn = psn.next();
-                return;
-            }
-            // ---- IBA 1.5 ATOMIC_WRITE (crate::mw) ----
-            OpKind::AtomicWrite => {
-                let Some(reth) = r.reth else { return };
-                if payload.len() != 8 || reth.dma_len != 8 || reth.va % 8 != 0 {
-                    tracing::debug!(qpn = %self.qpn, %psn, len = payload.len(), va = reth.va,
-                        "ATOMIC_WRITE: not 8 aligned bytes");
-                    self.responder_error(dev, psn, NakCode::InvalidRequest, None);
-                    return;
-                }
-                let loc = dev.mem.check_remote(
-                    self.init.pd,
-                    Some(self.qpn),
-                    reth.rkey,
-                    reth.va,
-                    8,
-                    AccessFlags::REMOTE_WRITE,
-                );
-                let mut word = [0u8; 8];
-                word.copy_from_slice(payload);
-                // one 8-byte store
-                let done =
-                    loc.ok().and_then(|(h, off)| dev.mem.region_mut(h)?.atomic_write(off, word));
-                if done.is_none() {
-                    tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, "remote access error (ATOMIC_WRITE)");
-                    self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
-                    return;
-                }
-                self.msn = self.msn.next();
-            }
-            _ => return,
+            self.in_msg =
+                Some(InMsg::Write { va: reth.va, rkey: reth.rkey, remaining: total, total });
         }
+        let Some(InMsg::Write { va, rkey, remaining, .. }) = self.in_msg.as_mut() else {
+            return Err(Outcome::Drop);
+        };
+        if len > *remaining || (info.position.ends() && len != *remaining) {
+            tracing::debug!(qpn = %self.qpn, %psn, "WRITE length differs from RETH DMA length");
+            return Err(Outcome::Error(NakCode::InvalidRequest, None));
+        }
+        if len > 0 {
+            let (va0, rk) = (*va, *rkey);
+            match dev.mem.check_remote(
+                self.init.pd,
+                Some(self.qpn),
+                rk,
+                va0,
+                len,
+                AccessFlags::REMOTE_WRITE,
+            ) {
+                Ok((h, off)) => {
+                    if let Some(m) = dev.mem.region_mut(h) {
+                        let _ = m.write(off, payload);
+                    }
+                }
+                Err(_) => return Err(Outcome::Error(NakCode::RemoteAccessError, None)),
+            }
+        }
+        let Some(InMsg::Write { va, remaining, total, .. }) = self.in_msg.as_mut() else {
+            return Err(Outcome::Drop);
+        };
+        *va = va.wrapping_add(len);
+        *remaining -= len;
+        let total = *total;
+        if info.position.ends() {
+            self.in_msg = None;
+            if info.has_imm() {
+                if let Some(recv) = self.take_recv(dev) {
+                    let wc = self.recv_wc(&recv, WcStatus::Success, total, r.immdt, true);
+                    dev.counters.rdma_recvs += 1;
+                    dev.complete_se(self.init.recv_cq, wc, r.bth.solicited);
+                }
+            }
+            self.msn = self.msn.next();
+        }
+        Ok(Executed::Acknowledge)
+    }
+
+    /// RDMA READ: length, R_Key (§10.6.6) and responder resources (§9.4.4),
+    /// then the responses are queued; the READ consumes one PSN per response.
+    fn execute_read(&mut self, dev: &mut Dev, r: &RoceRepr) -> Result<Executed, Outcome> {
+        let psn = r.bth.psn;
+        let Some(reth) = r.reth else { return Err(Outcome::Drop) };
+        let len = u64::from(reth.dma_len);
+        if len > u64::from(dev.attr.max_msg_sz) {
+            return Err(Outcome::Error(NakCode::InvalidRequest, None));
+        }
+        if !self.read_allowed(dev, &reth) {
+            tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, "remote access error (READ)");
+            return Err(Outcome::Error(NakCode::RemoteAccessError, None));
+        }
+        // Responder resources (IBA §9.4.4, max_dest_rd_atomic): a
+        // requester may have at most that many READs outstanding,
+        // and each still owed here is outstanding there. One more is
+        // a requester breaking the rule; queueing it would let a
+        // peer grow our queue of owed responses without bound.
+        let owed = self.resp_q.iter().filter(|i| matches!(i, RespItem::Read(_))).count();
+        if owed >= usize::from(self.p.max_dest_rd_atomic.max(1)) {
+            tracing::debug!(qpn = %self.qpn, %psn, owed, "READ beyond the responder resources");
+            return Err(Outcome::Error(NakCode::InvalidRequest, None));
+        }
+        let npkts = packets_for(len, self.mtu());
+        self.save_resource(RdResource::Read { first: psn, npkts });
+        self.msn = self.msn.next();
+        self.send_read_responses(psn, reth.va, reth.rkey, len);
+        self.epsn = psn.add(npkts);
+        Ok(Executed::Answered)
+    }
+
+    /// CMP_AND_SWP / FETCH_AND_ADD: 8-byte aligned (else INVALID REQUEST),
+    /// R_Key, executed once and answered with an AtomicAckETH (C9-128).
+    fn execute_atomic(
+        &mut self,
+        dev: &mut Dev,
+        r: &RoceRepr,
+        info: &OpInfo,
+    ) -> Result<Executed, Outcome> {
+        let psn = r.bth.psn;
+        let Some(a) = r.atomic_eth else { return Err(Outcome::Drop) };
+        if a.va % 8 != 0 {
+            tracing::debug!(qpn = %self.qpn, %psn, va = a.va, "misaligned atomic");
+            return Err(Outcome::Error(NakCode::InvalidRequest, None));
+        }
+        let loc = dev.mem.check_remote(
+            self.init.pd,
+            Some(self.qpn),
+            a.rkey,
+            a.va,
+            8,
+            AccessFlags::REMOTE_ATOMIC,
+        );
+        // Memory holds the 64-bit value little-endian (host order on
+        // the platforms we target); the wire carries big-endian.
+        let cas = info.kind == OpKind::CompareSwap;
+        let done = loc.ok().and_then(|(h, off)| {
+            let m = dev.mem.region_mut(h)?;
+            if cas {
+                m.compare_swap(off, a.compare, a.swap_add)
+            } else {
+                m.fetch_add(off, a.swap_add)
+            }
+        });
+        let Some(orig) = done else {
+            tracing::debug!(qpn = %self.qpn, %psn, rkey = %a.rkey, "remote access error (atomic)");
+            return Err(Outcome::Error(NakCode::RemoteAccessError, None));
+        };
+        self.save_resource(RdResource::Atomic { psn, orig });
+        self.msn = self.msn.next();
+        self.send_atomic_ack(dev, psn, orig);
         self.epsn = psn.next();
-        if self.is_uc() {
-            return;
+        Ok(Executed::Answered)
+    }
+
+    /// IBA 1.5 FLUSH (crate::mw): a valid FETH, R_Key for its placement
+    /// type, answered by a zero-length READ RESPONSE ONLY.
+    fn execute_flush(&mut self, dev: &mut Dev, r: &RoceRepr) -> Result<Executed, Outcome> {
+        let psn = r.bth.psn;
+        let (Some(reth), Some(feth)) = (r.reth, r.feth) else { return Err(Outcome::Drop) };
+        let placement = feth & 0x0F;
+        let level = (feth >> 4) & 0x03;
+        if placement == 0 || placement > 3 || level > 1 {
+            tracing::debug!(qpn = %self.qpn, %psn, placement, level, "FLUSH: bad FETH");
+            dev.counters.flush_err += 1;
+            return Err(Outcome::Error(NakCode::InvalidRequest, None));
         }
-        if r.bth.ack_req {
-            self.send_ack(dev, psn);
-        } else {
-            dev.counters.ack_deferred += 1;
+        // whole-region selectivity: only the rkey (and va inside it) matter
+        let len = if level == 1 { 0 } else { u64::from(reth.dma_len) };
+        let need = flush_access(feth);
+        if let Err(e) =
+            dev.mem.check_remote(self.init.pd, Some(self.qpn), reth.rkey, reth.va, len, need)
+        {
+            tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, ?e, "remote access error (FLUSH)");
+            dev.counters.flush_err += 1;
+            return Err(Outcome::Error(NakCode::RemoteAccessError, None));
         }
+        tracing::debug!(qpn = %self.qpn, %psn, placement, level, "FLUSH done (memory is ours)");
+        dev.counters.flush_ops += 1;
+        self.save_resource(RdResource::Read { first: psn, npkts: 1 });
+        self.msn = self.msn.next();
+        self.send_read_responses(psn, reth.va, reth.rkey, 0);
+        self.epsn = psn.next();
+        Ok(Executed::Answered)
+    }
+
+    /// IBA 1.5 ATOMIC_WRITE (crate::mw): 8 aligned bytes, R_Key with a
+    /// write right, one 8-byte store; acknowledged like a WRITE.
+    fn execute_atomic_write(
+        &mut self,
+        dev: &mut Dev,
+        r: &RoceRepr,
+        payload: &[u8],
+    ) -> Result<Executed, Outcome> {
+        let psn = r.bth.psn;
+        let Some(reth) = r.reth else { return Err(Outcome::Drop) };
+        if payload.len() != 8 || reth.dma_len != 8 || reth.va % 8 != 0 {
+            tracing::debug!(qpn = %self.qpn, %psn, len = payload.len(), va = reth.va,
+                "ATOMIC_WRITE: not 8 aligned bytes");
+            return Err(Outcome::Error(NakCode::InvalidRequest, None));
+        }
+        let loc = dev.mem.check_remote(
+            self.init.pd,
+            Some(self.qpn),
+            reth.rkey,
+            reth.va,
+            8,
+            AccessFlags::REMOTE_WRITE,
+        );
+        let mut word = [0u8; 8];
+        word.copy_from_slice(payload);
+        // one 8-byte store
+        let done = loc.ok().and_then(|(h, off)| dev.mem.region_mut(h)?.atomic_write(off, word));
+        if done.is_none() {
+            tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, "remote access error (ATOMIC_WRITE)");
+            return Err(Outcome::Error(NakCode::RemoteAccessError, None));
+        }
+        self.msn = self.msn.next();
+        Ok(Executed::Acknowledge)
     }
 
     fn send_atomic_ack(&mut self, dev: &mut Dev, psn: Psn, orig: u64) {
