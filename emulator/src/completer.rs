@@ -40,7 +40,7 @@
 //!   late MIDDLE/LAST packets of an earlier issue for the same PSNs carry
 //!   the same bytes and are accepted too.
 
-use crate::hca::Dev;
+use crate::dev::Dev;
 
 /// `retry_cnt` value that means "retry forever" (rxe's reading; IBA
 /// gives this meaning only to `rnr_retry` 7).

@@ -1,4 +1,6 @@
-//! The device: object tables, the verbs, and the `SansIo` driver interface.
+//! The device: configuration, the verbs and their object tables. The
+//! device context the roles borrow is `dev.rs`; the `SansIo` driver
+//! side (transmit round-robin, timers) is `schedule.rs`.
 //!
 //! `Hca` is single-threaded and owns everything (MR buffers included); the
 //! three RC roles of each QP run inside its calls, so per-QP processing is
@@ -6,24 +8,18 @@
 //! behind one lock.
 
 use crate::counters::Counters;
+use crate::dev::Dev;
 use crate::error::*;
 use crate::objects::*;
 use crate::qp::{Qp, QpInitAttr, SendWqe, WqeState};
 use crate::qp_attr::{
     validate_modify, AccessFlags, AttrMask, ModifyLimits, PathMtu, QpAttr, QpState, QpType,
 };
-use crate::time::Instant;
 use crate::wr::{RecvWr, SendFlags, SendWr, WcStatus, WorkCompletion, WrOpcode};
-use crate::{Datagram, SansIo};
-use bytes::Bytes;
-use core::ops::Bound;
 use core::time::Duration;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use roce_packet::{
-    BthRepr, IpMeta, IpUdpHeader, LKey, Opcode, PKey, Psn, Qpn, RKey, RoceRepr, UdpEndpoints,
-    ROCE_V2_PORT,
-};
+use roce_packet::{LKey, Psn, Qpn, RKey};
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv6Addr};
@@ -73,139 +69,13 @@ pub struct MrInfo {
     pub access: AccessFlags,
 }
 
-/// Everything but the QP table (so a QP and the rest borrow disjointly).
-pub(crate) struct Dev {
-    pub name: String,
-    pub addr: IpAddr,
-    pub attr: DeviceAttr,
-    pub port: PortAttr,
-    pub rng: SmallRng,
-    pub pds: HashMap<PdHandle, Pd>,
-    pub mem: MemTable,
-    pub cqs: HashMap<CqHandle, Cq>,
-    pub srqs: HashMap<SrqHandle, Srq>,
-    /// CQs whose armed notification fired (`ibv_get_cq_event`).
-    pub comp_events: VecDeque<CqHandle>,
-    pub counters: Counters,
-    pub events: VecDeque<AsyncEvent>,
-    pub errored_cqs: Vec<CqHandle>,
-    /// QPs moved RTS→SQD with `en_sqd_async_notify`, not yet drained.
-    pub sqd_draining: std::collections::BTreeSet<Qpn>,
-    next_id: u32,
-    next_key: u32,
-    next_iova: u64,
-    /// See [`Hca::set_tx_src_port`].
-    pub(crate) tx_src_port: Option<u16>,
-    /// See [`Hca::set_ack_coalescing`].
-    pub(crate) coalesce_acks: bool,
-    /// See [`Hca::set_ack_delay`].
-    pub(crate) ack_delay: Option<Duration>,
-    /// Held ACKs leave at the next transmits, whatever their age
-    /// ([`Hca::flush_acks`]); cleared when nothing is left to send.
-    pub(crate) acks_forced: bool,
-    /// `poll_transmit` returned a packet since it last returned none (a due
-    /// held ACK rides along with such a burst).
-    pub(crate) tx_burst: bool,
-}
-
-impl Dev {
-    /// Queue a completion; on overflow the CQ enters error (IBA §11.4.2.1)
-    /// and its QPs are moved to ERR by [`Hca::settle`].
-    pub fn complete(&mut self, cq: CqHandle, wc: WorkCompletion) {
-        self.complete_se(cq, wc, false);
-    }
-
-    /// [`Dev::complete`] for a receive whose last packet had the Solicited
-    /// Event bit `se`: a CQ armed solicited-only notifies only on such
-    /// completions and on errors (IBA §11.4.2.2).
-    pub fn complete_se(&mut self, cq: CqHandle, wc: WorkCompletion, se: bool) {
-        let Some(c) = self.cqs.get_mut(&cq) else { return };
-        let was = c.errored;
-        let notify = match c.armed {
-            Some(false) => true,
-            Some(true) => wc.status != WcStatus::Success || se,
-            None => false,
-        };
-        let pushed = c.push(wc);
-        if pushed && notify {
-            c.armed = None;
-            self.comp_events.push_back(cq);
-        }
-        if !pushed && !was {
-            tracing::warn!(cq = cq.0, "CQ overflow");
-            self.counters.cq_overflow += 1;
-            self.events.push_back(AsyncEvent::CqErr(cq));
-            self.errored_cqs.push(cq);
-        }
-    }
-
-    /// A BTH for a packet of this QP (pad computed from the payload length).
-    pub fn repr(qp: &Qp, opcode: Opcode, psn: Psn, ack_req: bool, payload_len: usize) -> RoceRepr {
-        RoceRepr {
-            bth: BthRepr {
-                opcode,
-                pad_count: roce_packet::pad_for(payload_len),
-                pkey: PKey::DEFAULT,
-                dest_qp: qp.p.dest_qpn,
-                ack_req,
-                psn,
-                ..BthRepr::default()
-            },
-            payload_len,
-            ..RoceRepr::default()
-        }
-    }
-
-    /// Build the datagram for a packet of `qp` (ICRC filled).
-    pub fn datagram(&self, qp: &Qp, repr: &RoceRepr, payload: &[u8]) -> Option<Datagram> {
-        self.datagram_to(qp, qp.p.ah?.dgid, repr, payload)
-    }
-
-    /// Build a datagram of `qp` to the GID `dgid` (ICRC filled).
-    pub fn datagram_to(
-        &self,
-        qp: &Qp,
-        dgid: IpAddr,
-        repr: &RoceRepr,
-        payload: &[u8],
-    ) -> Option<Datagram> {
-        self.finish_to(qp, dgid, repr.to_vec(payload).ok()?)
-    }
-
-    /// Complete a packet of `qp` to `dgid` built in place (headers and
-    /// payload from [`RoceRepr::start_vec`] / [`RoceRepr::finish_vec`]):
-    /// fill the ICRC and wrap it as a datagram.
-    pub fn finish_to(&self, qp: &Qp, dgid: IpAddr, mut buf: Vec<u8>) -> Option<Datagram> {
-        let dst = match dgid {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
-            v4 => v4,
-        };
-        let src_port = self.tx_src_port.unwrap_or(qp.src_port);
-        let endpoints = UdpEndpoints { src: self.addr, dst, src_port, dst_port: ROCE_V2_PORT };
-        let meta = IpMeta::default();
-        IpUdpHeader::build(&endpoints, &meta, buf.len()).ok()?.fill_icrc(&mut buf);
-        Some(Datagram { endpoints, meta, payload: Bytes::from(buf) })
-    }
-
-    fn id(&mut self) -> u32 {
-        self.next_id += 1;
-        self.next_id
-    }
-
-    /// A fresh handle number and a fresh rkey for a memory window.
-    pub(crate) fn next_mw_ids(&mut self) -> (u32, u32) {
-        let k: u8 = self.rng.gen();
-        self.next_key += 1;
-        ((self.id()), (self.next_key << 8) | u32::from(k))
-    }
-}
-
 /// A software RoCEv2 HCA (one port), sans IO.
 pub struct Hca {
     pub(crate) dev: Dev,
     pub(crate) qps: crate::qp_table::QpTable,
     next_qpn: u32,
-    rr_cursor: u32,
+    /// QPN of the QP `poll_transmit` served last (round-robin).
+    pub(crate) rr_cursor: u32,
     /// The transport verifies every received ICRC before delivering (see
     /// [`Hca::set_rx_icrc_checked`]); the core then skips its own check.
     pub(crate) rx_icrc_checked: bool,
@@ -303,7 +173,7 @@ impl Hca {
     /// when it acknowledges [`ACK_EVERY_PSNS`](crate::ACK_EVERY_PSNS) more PSNs than the last ACK
     /// of its QP (a streaming requester never waits), as soon as anything
     /// else of its QP's responder is queued behind it (NAK, READ response),
-    /// and after [`Hca::flush_acks`]. [`SansIo::poll_timeout`] includes its
+    /// and after [`Hca::flush_acks`]. [`SansIo::poll_timeout`](crate::SansIo::poll_timeout) includes its
     /// deadline. The requester's send completions come up to twice `delay` later.
     pub fn set_ack_delay(&mut self, delay: Option<Duration>) {
         self.dev.ack_delay = delay.filter(|d| !d.is_zero());
@@ -1054,128 +924,6 @@ impl Hca {
         drop(entry); // re-files the QP (qp_table)
         self.settle();
         Ok(())
-    }
-
-    /// Move every QP of an overflowed CQ to ERR; raise SQ_DRAINED for
-    /// QPs in SQD whose started WQEs have all completed.
-    pub(crate) fn settle(&mut self) {
-        if self.dev.sqd_draining.is_empty() && self.dev.errored_cqs.is_empty() {
-            return; // the usual case, once per packet
-        }
-        let qps = &self.qps;
-        let drained: Vec<Qpn> = self
-            .dev
-            .sqd_draining
-            .iter()
-            .copied()
-            .filter(|q| {
-                qps.get(q).is_some_and(|qp| {
-                    qp.state == QpState::Sqd
-                        && !qp.sq.iter().any(|w| w.state != WqeState::Posted || w.npkts > 0)
-                })
-            })
-            .collect();
-        for q in drained {
-            self.dev.sqd_draining.remove(&q);
-            self.dev.events.push_back(AsyncEvent::SqDrained(q));
-        }
-        while let Some(cq) = self.dev.errored_cqs.pop() {
-            let dev = &mut self.dev;
-            self.qps.for_each_mut(|qp| {
-                if (qp.init.send_cq == cq || qp.init.recv_cq == cq) && qp.state != QpState::Err {
-                    qp.enter_error(dev);
-                }
-            });
-        }
-    }
-}
-
-impl SansIo for Hca {
-    fn handle_datagram(&mut self, now: Instant, dgram: Datagram) {
-        let span = tracing::debug_span!("hca", dev = %self.dev.name);
-        let _g = span.enter();
-        self.cm_note_time(now);
-        self.receive(now, &dgram);
-        self.settle();
-    }
-
-    /// Round-robin over QPs (starting after the last one served); each QP
-    /// sends its queued responses before new requests.
-    fn poll_transmit(&mut self, now: Instant) -> Option<Datagram> {
-        let span = tracing::debug_span!("hca", dev = %self.dev.name);
-        let _g = span.enter();
-        // management datagrams first (the CM's MADs from QP1)
-        if let Some(d) = self.cm_transmit(now) {
-            self.dev.counters.sent_pkts += 1;
-            self.dev.counters.sent_bytes += d.payload.len() as u64;
-            self.dev.tx_burst = true;
-            return Some(d);
-        }
-        // Round-robin over the QPs that may transmit (`qp_table`), in QPN
-        // order after the cursor, then up to it: the order of a scan of
-        // every QP, without visiting the idle ones.
-        let cursor = Qpn::new(self.rr_cursor);
-        let dev = &mut self.dev;
-        let mut out = None;
-        let mut served = None;
-        let passes = [
-            (Bound::Excluded(cursor), Bound::Unbounded),
-            (Bound::Unbounded, Bound::Included(cursor)),
-        ];
-        'passes: for (mut lo, hi) in passes {
-            while let Some(k) = self.qps.first_ready(lo, hi) {
-                lo = Bound::Excluded(k);
-                let Some(mut qp) = self.qps.get_mut(&k) else { break };
-                if let Some(d) = qp.next_response(dev, now).or_else(|| qp.next_packet(dev, now)) {
-                    served = Some(k);
-                    out = Some(d);
-                    break 'passes;
-                }
-            }
-        }
-        if let Some(k) = served {
-            self.rr_cursor = k.value();
-        }
-        // a WQE that failed locally may have overflowed a CQ
-        self.settle();
-        match &out {
-            Some(d) => {
-                self.dev.counters.sent_pkts += 1;
-                self.dev.counters.sent_bytes += d.payload.len() as u64;
-                self.dev.tx_burst = true;
-            }
-            None => {
-                self.dev.acks_forced = false;
-                self.dev.tx_burst = false;
-            }
-        }
-        out
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        // (a QP's deadlines include a held ACK's: it leaves alone at twice the delay)
-        match (self.cm_deadline(), self.qps.next_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, None) => a,
-            (None, b) => b,
-        }
-    }
-
-    fn handle_timeout(&mut self, now: Instant) {
-        let span = tracing::debug_span!("hca", dev = %self.dev.name);
-        let _g = span.enter();
-        self.cm_timeout(now);
-        // only the QPs with a deadline at or before `now`, in QPN order
-        for qpn in self.qps.due(now) {
-            let Some(mut qp) = self.qps.get_mut(&qpn) else { continue };
-            if qp.rnr_deadline.is_some_and(|d| d <= now) {
-                qp.on_rnr_timeout(&mut self.dev, now);
-            }
-            if qp.retrans_deadline.is_some_and(|d| d <= now) {
-                qp.on_retrans_timeout(&mut self.dev, now);
-            }
-        }
-        self.settle();
     }
 }
 

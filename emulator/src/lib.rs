@@ -56,6 +56,7 @@
 mod cm_port;
 pub mod completer;
 pub mod counters;
+mod dev;
 pub mod error;
 pub mod hca;
 pub mod io;
@@ -67,6 +68,7 @@ mod qp_table;
 pub mod recv;
 pub mod requester;
 pub mod responder;
+mod schedule;
 pub mod sim;
 pub mod time;
 pub mod wr;

@@ -451,7 +451,7 @@ impl Hca {
     }
 }
 
-impl crate::hca::Dev {
+impl crate::dev::Dev {
     /// Count an executed bind (`mw_bind` / `mw_bind_err`).
     pub(crate) fn count_bind(&mut self, ok: bool) {
         if ok {

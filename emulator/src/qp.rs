@@ -8,7 +8,7 @@
 //! `WR_FLUSH_ERR` (flushed completions are generated even for unsignaled
 //! send WRs).
 
-use crate::hca::Dev;
+use crate::dev::Dev;
 use crate::objects::{CqHandle, PdHandle};
 use crate::qp_attr::{AccessFlags, AhAttr, PathMtu, QpCap, QpState, QpType};
 use crate::time::Instant;
@@ -171,6 +171,12 @@ pub(crate) struct Qp {
     pub ack_held_since: Option<Instant>,
     /// PSN of the last positive ACK this responder sent.
     pub last_ack_psn: Option<Psn>,
+}
+
+/// Packets a message of `len` bytes takes at `mtu` (at least one): the
+/// requester's segmentation and the PSNs a READ consumes at the responder.
+pub(crate) fn packets_for(len: u64, mtu: u64) -> u32 {
+    u32::try_from(len.div_ceil(mtu).max(1)).unwrap_or(u32::MAX)
 }
 
 /// UDP source port for a QP: 0xC000 plus a 14-bit hash of the QPN (as rxe).

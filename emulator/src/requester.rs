@@ -21,9 +21,9 @@
 //! - UD (§9.8): one SEND_ONLY packet per WR with a DETH (Q_Key, source
 //!   QPN) to the WR's own address handle and QPN.
 
-use crate::hca::Dev;
+use crate::dev::Dev;
 use crate::io::Datagram;
-use crate::qp::{Qp, WqeState};
+use crate::qp::{packets_for, Qp, WqeState};
 use crate::qp_attr::QpState;
 use crate::time::Instant;
 use crate::wr::{SendFlags, WcStatus, WrOpcode};
@@ -33,11 +33,6 @@ use roce_packet::{AtomicEthRepr, DethRepr, Opcode, Position, Psn, QKey, Qpn, Ret
 pub const MAX_UNACKED_PSNS: i32 = 128;
 /// A packet without AckReq is followed by one with it within this many.
 pub const MAX_PKTS_PER_ACK: u32 = 64;
-
-/// Packets a message of `len` bytes takes at `mtu` (at least one).
-pub(crate) fn packets_for(len: u64, mtu: u64) -> u32 {
-    u32::try_from(len.div_ceil(mtu).max(1)).unwrap_or(u32::MAX)
-}
 
 impl Qp {
     /// Resend from `psn` (go-back-N): the WQE holding `psn` restarts at the

@@ -32,11 +32,10 @@
 //! progress (its receive WQE is reused) and the responder resynchronises on
 //! the next FIRST/ONLY packet; the QP never enters ERR because of a packet.
 
-use crate::hca::Dev;
+use crate::dev::Dev;
 use crate::io::Datagram;
-use crate::qp::{InMsg, Qp, RdResource, ReadJob, RespItem};
+use crate::qp::{packets_for, InMsg, Qp, RdResource, ReadJob, RespItem};
 use crate::qp_attr::AccessFlags;
-use crate::requester::packets_for;
 use crate::time::Instant;
 use crate::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use roce_packet::{
