@@ -34,6 +34,7 @@
 
 use crate::dev::Dev;
 use crate::io::Datagram;
+use crate::objects::{MemError, MrHandle};
 use crate::qp::{packets_for, InMsg, Qp, RdResource, ReadJob, RespItem};
 use crate::qp_attr::AccessFlags;
 use crate::time::Instant;
@@ -126,16 +127,28 @@ impl Qp {
         self.send_aeth(dev, psn, Syndrome::Nak(code));
     }
 
+    /// Step 6: the R_Key, PD, access rights and bounds of `[va, va+len)`
+    /// for a request that arrived on this QP (§10.6.6; a type 2 window
+    /// answers only on the QP it is bound to, crate::mw).
+    fn check_rkey(
+        &self,
+        dev: &Dev,
+        rkey: RKey,
+        va: u64,
+        len: u64,
+        need: AccessFlags,
+    ) -> Result<(MrHandle, usize), MemError> {
+        dev.mem.check_remote(self.init.pd, Some(self.qpn), rkey, va, len, need)
+    }
+
     /// A READ of `reth` passes the rkey/PD/access/bounds check (IBA
     /// §10.6.6); zero-length READs need no access. Used for new READs and
     /// for re-executed duplicates alike.
     fn read_allowed(&self, dev: &Dev, reth: &roce_packet::RethRepr) -> bool {
         reth.dma_len == 0
-            || dev
-                .mem
-                .check_remote(
-                    self.init.pd,
-                    Some(self.qpn),
+            || self
+                .check_rkey(
+                    dev,
                     reth.rkey,
                     reth.va,
                     u64::from(reth.dma_len),
@@ -636,16 +649,8 @@ impl Qp {
             let Some(reth) = r.reth else { return Err(Outcome::Drop) };
             let total = u64::from(reth.dma_len);
             if total > 0
-                && dev
-                    .mem
-                    .check_remote(
-                        self.init.pd,
-                        Some(self.qpn),
-                        reth.rkey,
-                        reth.va,
-                        total,
-                        AccessFlags::REMOTE_WRITE,
-                    )
+                && self
+                    .check_rkey(dev, reth.rkey, reth.va, total, AccessFlags::REMOTE_WRITE)
                     .is_err()
             {
                 tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, va = reth.va,
@@ -664,14 +669,7 @@ impl Qp {
         }
         if len > 0 {
             let (va0, rk) = (*va, *rkey);
-            match dev.mem.check_remote(
-                self.init.pd,
-                Some(self.qpn),
-                rk,
-                va0,
-                len,
-                AccessFlags::REMOTE_WRITE,
-            ) {
+            match self.check_rkey(dev, rk, va0, len, AccessFlags::REMOTE_WRITE) {
                 Ok((h, off)) => {
                     if let Some(m) = dev.mem.region_mut(h) {
                         let _ = m.write(off, payload);
@@ -745,14 +743,7 @@ impl Qp {
             tracing::debug!(qpn = %self.qpn, %psn, va = a.va, "misaligned atomic");
             return Err(Outcome::Error(NakCode::InvalidRequest, None));
         }
-        let loc = dev.mem.check_remote(
-            self.init.pd,
-            Some(self.qpn),
-            a.rkey,
-            a.va,
-            8,
-            AccessFlags::REMOTE_ATOMIC,
-        );
+        let loc = self.check_rkey(dev, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC);
         // Memory holds the 64-bit value little-endian (host order on
         // the platforms we target); the wire carries big-endian.
         let cas = info.kind == OpKind::CompareSwap;
@@ -790,9 +781,7 @@ impl Qp {
         // whole-region selectivity: only the rkey (and va inside it) matter
         let len = if level == 1 { 0 } else { u64::from(reth.dma_len) };
         let need = flush_access(feth);
-        if let Err(e) =
-            dev.mem.check_remote(self.init.pd, Some(self.qpn), reth.rkey, reth.va, len, need)
-        {
+        if let Err(e) = self.check_rkey(dev, reth.rkey, reth.va, len, need) {
             tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, ?e, "remote access error (FLUSH)");
             dev.counters.flush_err += 1;
             return Err(Outcome::Error(NakCode::RemoteAccessError, None));
@@ -821,14 +810,7 @@ impl Qp {
                 "ATOMIC_WRITE: not 8 aligned bytes");
             return Err(Outcome::Error(NakCode::InvalidRequest, None));
         }
-        let loc = dev.mem.check_remote(
-            self.init.pd,
-            Some(self.qpn),
-            reth.rkey,
-            reth.va,
-            8,
-            AccessFlags::REMOTE_WRITE,
-        );
+        let loc = self.check_rkey(dev, reth.rkey, reth.va, 8, AccessFlags::REMOTE_WRITE);
         let mut word = [0u8; 8];
         word.copy_from_slice(payload);
         // one 8-byte store
