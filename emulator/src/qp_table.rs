@@ -18,7 +18,8 @@ use crate::time::Instant;
 use core::ops::{Bound, Deref, DerefMut};
 use core::time::Duration;
 use roce_packet::Qpn;
-use std::collections::{BTreeMap, BTreeSet};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeSet;
 
 struct Slot {
     qp: Qp,
@@ -31,7 +32,9 @@ struct Slot {
 /// The QPs of a device, by QPN, with their transmit and timer indexes.
 #[derive(Default)]
 pub(crate) struct QpTable {
-    map: BTreeMap<Qpn, Slot>,
+    /// By QPN (a hash map: the QPN order lives in the indexes, and in
+    /// [`QpTable::for_each_mut`]).
+    map: HashMap<Qpn, Slot>,
     ready: BTreeSet<Qpn>,
     timers: BTreeSet<(Instant, Qpn)>,
     /// The device's ACK delay (a held ACK's deadline depends on it).
@@ -138,9 +141,13 @@ impl QpTable {
 
     /// `f` on every QP in QPN order (each re-filed after).
     pub fn for_each_mut(&mut self, mut f: impl FnMut(&mut Qp)) {
-        for slot in self.map.values_mut() {
-            f(&mut slot.qp);
-            refile(slot, &mut self.ready, &mut self.timers, self.ack_delay);
+        let mut keys: Vec<Qpn> = self.map.keys().copied().collect();
+        keys.sort_unstable();
+        for k in keys {
+            if let Some(slot) = self.map.get_mut(&k) {
+                f(&mut slot.qp);
+                refile(slot, &mut self.ready, &mut self.timers, self.ack_delay);
+            }
         }
     }
 
@@ -212,8 +219,9 @@ mod tests {
 
     /// The indexes agree with a scan of every QP after each change.
     fn check(t: &QpTable) {
-        let ready: Vec<Qpn> =
+        let mut ready: Vec<Qpn> =
             t.map.values().filter(|s| s.qp.may_transmit()).map(|s| s.qp.qpn).collect();
+        ready.sort_unstable();
         assert_eq!(t.ready.iter().copied().collect::<Vec<_>>(), ready);
         let mut timers: Vec<(Instant, Qpn)> = t
             .map

@@ -6,7 +6,21 @@ use roce_packet::Qpn;
 
 /// An RC QP moved RESET → INIT → RTR → RTS, connected to `dest_qpn` at
 /// 10.0.0.2, a peer that never answers: nothing is ever sent.
+#[allow(dead_code)] // (each example uses one of the two)
 pub fn idle_rc_qp(hca: &mut Hca, pd: PdHandle, cq: CqHandle, cap: QpCap, dest_qpn: u32) -> Qpn {
+    rc_qp_to(hca, pd, cq, cap, "10.0.0.2".parse().unwrap(), dest_qpn)
+}
+
+/// An RC QP moved RESET → INIT → RTR → RTS, connected to QP `dest_qpn` of
+/// the device at `peer` (remote writes allowed).
+pub fn rc_qp_to(
+    hca: &mut Hca,
+    pd: PdHandle,
+    cq: CqHandle,
+    cap: QpCap,
+    peer: std::net::IpAddr,
+    dest_qpn: u32,
+) -> Qpn {
     let qpn = hca
         .create_qp(QpInitAttr {
             pd,
@@ -26,7 +40,7 @@ pub fn idle_rc_qp(hca: &mut Hca, pd: PdHandle, cq: CqHandle, cap: QpCap, dest_qp
     hca.modify_qp(qpn, &init).unwrap();
     let rtr = QpAttr::new()
         .state(QpState::Rtr)
-        .ah(AhAttr::new("10.0.0.2".parse().unwrap()))
+        .ah(AhAttr::new(peer))
         .mtu(PathMtu::Mtu1024)
         .dest_qpn(dest_qpn)
         .rq_psn(0)
