@@ -710,15 +710,15 @@ impl Hca {
         }
         if m.contains(AttrMask::RETRY_CNT) {
             p.retry_cnt = attr.retry_cnt.min(7);
-            qp.retry_left = p.retry_cnt;
+            qp.comp.retry_left = p.retry_cnt;
         }
         if m.contains(AttrMask::RNR_RETRY) {
             p.rnr_retry = attr.rnr_retry.min(7);
-            qp.rnr_left = p.rnr_retry;
+            qp.comp.rnr_left = p.rnr_retry;
         }
         if m.contains(AttrMask::RQ_PSN) {
             p.rq_psn = Psn::new(attr.rq_psn);
-            qp.epsn = p.rq_psn;
+            qp.resp.epsn = p.rq_psn;
         }
         if m.contains(AttrMask::MAX_QP_RD_ATOMIC) {
             p.max_rd_atomic = attr.max_rd_atomic;
@@ -728,8 +728,8 @@ impl Hca {
         }
         if m.contains(AttrMask::SQ_PSN) {
             p.sq_psn = Psn::new(attr.sq_psn);
-            qp.req_psn = p.sq_psn;
-            qp.comp_psn = p.sq_psn;
+            qp.req.psn = p.sq_psn;
+            qp.comp.psn = p.sq_psn;
         }
         if m.contains(AttrMask::MAX_DEST_RD_ATOMIC) {
             p.max_dest_rd_atomic = attr.max_dest_rd_atomic;
@@ -776,10 +776,10 @@ impl Hca {
             .timeout(p.timeout)
             .retry_cnt(p.retry_cnt)
             .rnr_retry(p.rnr_retry)
-            .rq_psn(qp.epsn.value())
+            .rq_psn(qp.resp.epsn.value())
             .max_rd_atomic(p.max_rd_atomic)
             .min_rnr_timer(p.min_rnr_timer)
-            .sq_psn(qp.req_psn.value())
+            .sq_psn(qp.req.psn.value())
             .max_dest_rd_atomic(p.max_dest_rd_atomic)
             .cap(qp.init.cap)
             .dest_qpn(p.dest_qpn.value());

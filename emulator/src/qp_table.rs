@@ -252,11 +252,11 @@ mod tests {
         assert_eq!(t.first_ready(Bound::Excluded(Qpn::new(18)), Bound::Unbounded), None);
 
         // timers, earliest first; due in QPN order
-        t.get_mut(&Qpn::new(20)).unwrap().retrans_deadline = Some(Instant::from_micros(5));
-        t.get_mut(&Qpn::new(17)).unwrap().rnr_deadline = Some(Instant::from_micros(7));
+        t.get_mut(&Qpn::new(20)).unwrap().comp.retrans_deadline = Some(Instant::from_micros(5));
+        t.get_mut(&Qpn::new(17)).unwrap().comp.rnr_deadline = Some(Instant::from_micros(7));
         let mut q = t.get_mut(&Qpn::new(18)).unwrap();
-        q.rnr_deadline = Some(Instant::from_micros(9)); // an RNR wait stops the requester
-        q.ack_held_since = Some(Instant::from_micros(1));
+        q.comp.rnr_deadline = Some(Instant::from_micros(9)); // an RNR wait stops the requester
+        q.resp.ack_held_since = Some(Instant::from_micros(1));
         drop(q);
         check(&t);
         assert_eq!(t.first_ready(Bound::Unbounded, Bound::Unbounded), None);
@@ -270,7 +270,7 @@ mod tests {
 
         // a queued response makes a QP ready whatever its send queue
         t.for_each_mut(|q| {
-            q.resp_q.push_back(crate::qp::RespItem::Aeth {
+            q.resp.queue.push_back(crate::qp::RespItem::Aeth {
                 psn: roce_packet::Psn::new(0),
                 syndrome: roce_packet::Syndrome::Ack { credit: 0 },
                 msn: roce_packet::Msn::new(0),

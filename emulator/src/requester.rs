@@ -51,31 +51,31 @@ impl Qp {
         w.state = WqeState::Sending;
         w.sent_bytes = if w.wr.opcode.is_atomic() { 0 } else { (k * mtu).min(w.length) };
         tracing::debug!(qpn = %self.qpn, %psn, wqe = i, "requester rewind (go-back-N)");
-        self.req_idx = i;
-        self.req_psn = psn;
-        self.noack_pkts = 0;
+        self.req.idx = i;
+        self.req.psn = psn;
+        self.req.noack_pkts = 0;
     }
 
     /// The next request packet, if the QP may send one now.
     pub(crate) fn next_packet(&mut self, dev: &mut Dev, now: Instant) -> Option<Datagram> {
         let sqd = self.state == QpState::Sqd;
-        if !self.state.allows().send_queue || self.rnr_deadline.is_some() {
+        if !self.state.allows().send_queue || self.comp.rnr_deadline.is_some() {
             return None;
         }
         // LOCAL_INV / BIND_MW run once every earlier WQE completed (crate::mw)
-        while self.sq.get(self.req_idx).is_some_and(|w| w.wr.opcode.is_local()) {
-            if self.req_idx != 0 {
+        while self.sq.get(self.req.idx).is_some_and(|w| w.wr.opcode.is_local()) {
+            if self.req.idx != 0 {
                 return None;
             }
             self.local_op(dev);
         }
-        let idx = self.req_idx;
+        let idx = self.req.idx;
         let w = self.sq.get(idx)?;
         // SQD finishes (and retransmits) WQEs already started, starts none
         if sqd && w.state == WqeState::Posted && w.npkts == 0 {
             return None;
         }
-        if !self.unacked() && self.req_psn.distance(self.comp_psn) >= MAX_UNACKED_PSNS {
+        if !self.unacked() && self.req.psn.distance(self.comp.psn) >= MAX_UNACKED_PSNS {
             return None;
         }
         if w.state == WqeState::Posted {
@@ -107,7 +107,7 @@ impl Qp {
                 }
             }
             let mtu = self.mtu();
-            let psn = self.req_psn;
+            let psn = self.req.psn;
             let w = &mut self.sq[idx];
             w.first_psn = psn;
             w.npkts = if w.wr.opcode.is_atomic() { 1 } else { packets_for(w.length, mtu) };
@@ -149,7 +149,7 @@ impl Qp {
 
     fn build_packet(&mut self, dev: &mut Dev, now: Instant, idx: usize) -> Option<Datagram> {
         let mtu = self.mtu();
-        let psn = self.req_psn;
+        let psn = self.req.psn;
         let pd = self.init.pd;
         let w = &self.sq[idx];
         let op = w.wr.opcode;
@@ -197,7 +197,8 @@ impl Qp {
                     (false, false) => Position::Middle,
                     (false, true) => Position::Last,
                 };
-                let ack_req = !self.unacked() && (last || self.noack_pkts + 1 >= MAX_PKTS_PER_ACK);
+                let ack_req =
+                    !self.unacked() && (last || self.req.noack_pkts + 1 >= MAX_PKTS_PER_ACK);
                 let mut opcode = op.packet_opcode(pos)?;
                 if self.is_uc() {
                     // same low five bits, UC transport prefix (IBA Table 38)
@@ -264,11 +265,11 @@ impl Qp {
         }
         tracing::trace!(qpn = %self.qpn, opcode = %repr.bth.opcode, %psn, ack_req = repr.bth.ack_req, "request");
         if repr.bth.ack_req {
-            self.noack_pkts = 0;
+            self.req.noack_pkts = 0;
         } else {
-            self.noack_pkts += 1;
+            self.req.noack_pkts += 1;
         }
-        self.req_psn = psn.add(consumed);
+        self.req.psn = psn.add(consumed);
         let w = &mut self.sq[idx];
         w.sent_bytes += sent;
         if op == WrOpcode::RdmaRead {
@@ -276,7 +277,7 @@ impl Qp {
         }
         if done {
             w.state = WqeState::Sent;
-            self.req_idx += 1;
+            self.req.idx += 1;
         }
         if self.unacked() {
             // UC/UD: a WQE is complete once its last packet is handed over
@@ -284,8 +285,8 @@ impl Qp {
             if done {
                 self.complete_front(dev);
             }
-            self.comp_psn = self.req_psn;
-        } else if self.retrans_deadline.is_none() {
+            self.comp.psn = self.req.psn;
+        } else if self.comp.retrans_deadline.is_none() {
             self.arm_retrans(now);
         }
         dgram

@@ -85,7 +85,7 @@ impl Qp {
     /// Queue a response packet behind earlier ones of this QP.
     fn queue(&mut self, dev: &mut Dev, r: &RoceRepr, payload: &[u8]) {
         match dev.datagram(self, r, payload) {
-            Some(d) => self.resp_q.push_back(RespItem::Packet(d)),
+            Some(d) => self.resp.queue.push_back(RespItem::Packet(d)),
             None => {
                 dev.counters.send_err += 1;
                 tracing::warn!(qpn = %self.qpn, "cannot build response (no address vector)");
@@ -99,10 +99,10 @@ impl Qp {
     /// same or a later PSN: the newer one covers everything the older one
     /// did (IBA §9.7.5.1.3, coalesced acknowledgements).
     fn send_aeth(&mut self, dev: &mut Dev, psn: Psn, syndrome: Syndrome) {
-        let msn = self.msn;
+        let msn = self.resp.msn;
         if dev.coalesce_acks && matches!(syndrome, Syndrome::Ack { .. }) {
             if let Some(RespItem::Aeth { psn: p, syndrome: s @ Syndrome::Ack { .. }, msn: m }) =
-                self.resp_q.back_mut()
+                self.resp.queue.back_mut()
             {
                 if !psn.is_before(*p) {
                     *p = psn;
@@ -113,7 +113,7 @@ impl Qp {
                 }
             }
         }
-        self.resp_q.push_back(RespItem::Aeth { psn, syndrome, msn });
+        self.resp.queue.push_back(RespItem::Aeth { psn, syndrome, msn });
     }
 
     fn send_ack(&mut self, dev: &mut Dev, psn: Psn) {
@@ -171,7 +171,7 @@ impl Qp {
         if let Some(st) = recv_status {
             let uc_keeps = self.is_uc() && st != WcStatus::LocLenErr;
             if !uc_keeps {
-                if let Some(InMsg::Send { recv, offset }) = self.in_msg.take() {
+                if let Some(InMsg::Send { recv, offset }) = self.resp.in_msg.take() {
                     let wc = self.recv_wc(&recv, st, offset, None, false);
                     dev.complete(self.init.recv_cq, wc);
                 }
@@ -190,7 +190,7 @@ impl Qp {
     /// back to the head of the receive queue for the next message. Returns
     /// whether a message was in progress (counting is the caller's).
     fn uc_abandon(&mut self, dev: &mut Dev, why: &str) -> bool {
-        match self.in_msg.take() {
+        match self.resp.in_msg.take() {
             Some(InMsg::Send { recv, .. }) => {
                 self.return_recv(dev, recv);
                 tracing::debug!(qpn = %self.qpn, reason = why, "UC message abandoned");
@@ -209,7 +209,7 @@ impl Qp {
     fn uc_drop_message(&mut self, dev: &mut Dev, why: &str) {
         self.uc_abandon(dev, why);
         dev.counters.uc_msg_dropped += 1;
-        self.uc_discard = true;
+        self.resp.uc_discard = true;
     }
 
     /// UC PSN check (IBA §9.7.7.2): no NAK; after a gap the message in
@@ -221,7 +221,7 @@ impl Qp {
     /// behind (late, reordered, or a duplicate) is dropped by itself and
     /// never starts a message. Returns whether to go on with this packet.
     fn uc_check_psn(&mut self, dev: &mut Dev, psn: Psn, starts: bool) -> bool {
-        if psn != self.epsn && psn.distance(self.epsn) < 0 {
+        if psn != self.resp.epsn && psn.distance(self.resp.epsn) < 0 {
             // A packet from behind: on RoCE the IP network may reorder, so
             // this is a late packet of a message already given up or
             // already overtaken. Resynchronising on it (as rxe does on any
@@ -230,24 +230,24 @@ impl Qp {
             // old SEND into a newer receive. It is dropped alone; the
             // message in progress, if any, goes on.
             dev.counters.out_of_seq_request += 1;
-            tracing::debug!(qpn = %self.qpn, %psn, epsn = %self.epsn, reason = "UC: late packet", "drop");
+            tracing::debug!(qpn = %self.qpn, %psn, epsn = %self.resp.epsn, reason = "UC: late packet", "drop");
             return false;
         }
-        if psn != self.epsn {
+        if psn != self.resp.epsn {
             dev.counters.out_of_seq_request += 1;
             let partial = self.uc_abandon(dev, "PSN gap");
-            let ahead = psn.distance(self.epsn) > 0;
-            if partial || (ahead && !self.uc_discard) {
+            let ahead = psn.distance(self.resp.epsn) > 0;
+            if partial || (ahead && !self.resp.uc_discard) {
                 dev.counters.uc_msg_dropped += 1;
             }
-            self.uc_discard = true;
+            self.resp.uc_discard = true;
         }
-        if self.uc_discard {
+        if self.resp.uc_discard {
             if !starts {
                 return false;
             }
-            self.uc_discard = false;
-            self.epsn = psn;
+            self.resp.uc_discard = false;
+            self.resp.epsn = psn;
         }
         true
     }
@@ -257,40 +257,40 @@ impl Qp {
         let t = RnrTimer::new(self.p.min_rnr_timer);
         tracing::debug!(qpn = %self.qpn, %psn, code = "RNR_NAK", timer_us = t.micros(), "RNR NAK sent");
         self.send_aeth(dev, psn, Syndrome::RnrNak(t));
-        self.nak_sent = true;
+        self.resp.nak_sent = true;
     }
 
     fn save_resource(&mut self, r: RdResource) {
         let max = usize::from(self.p.max_dest_rd_atomic.max(1));
-        while self.resources.len() >= max {
-            self.resources.pop_front();
+        while self.resp.resources.len() >= max {
+            self.resp.resources.pop_front();
         }
-        self.resources.push_back(r);
+        self.resp.resources.push_back(r);
     }
 
     /// Schedule READ responses for `[va, va+len)` starting at PSN `psn0`.
     fn send_read_responses(&mut self, psn0: Psn, va: u64, rkey: RKey, len: u64) {
-        self.resp_q.push_back(RespItem::Read(ReadJob {
+        self.resp.queue.push_back(RespItem::Read(ReadJob {
             next_psn: psn0,
             va,
             rkey,
             remaining: len,
             first: true,
-            msn: self.msn,
+            msn: self.resp.msn,
         }));
     }
 
-    /// Whether the positive ACK `psn` alone at the front of `resp_q` stays
+    /// Whether the positive ACK `psn` alone at the front of `resp.queue` stays
     /// held at `now` (see [`crate::Hca::set_ack_delay`]).
     fn ack_held(&mut self, dev: &Dev, now: Instant, psn: Psn) -> bool {
         let Some(delay) = dev.ack_delay else { return false };
-        if dev.acks_forced || self.resp_q.len() > 1 {
+        if dev.acks_forced || self.resp.queue.len() > 1 {
             return false;
         }
-        if self.last_ack_psn.is_none_or(|l| psn.distance(l) >= ACK_EVERY_PSNS as i32) {
+        if self.resp.last_ack_psn.is_none_or(|l| psn.distance(l) >= ACK_EVERY_PSNS as i32) {
             return false;
         }
-        let since = *self.ack_held_since.get_or_insert(now);
+        let since = *self.resp.ack_held_since.get_or_insert(now);
         let age = now.saturating_duration_since(since);
         // due: rides with other packets of this transmit burst; alone at 2x
         !(age >= 2 * delay || (age >= delay && dev.tx_burst))
@@ -301,21 +301,21 @@ impl Qp {
         loop {
             let mtu = self.mtu();
             if let Some(&RespItem::Aeth { psn, syndrome: Syndrome::Ack { .. }, .. }) =
-                self.resp_q.front()
+                self.resp.queue.front()
             {
                 if self.ack_held(dev, now, psn) {
                     return None;
                 }
-                self.ack_held_since = None;
-                self.last_ack_psn = Some(psn);
+                self.resp.ack_held_since = None;
+                self.resp.last_ack_psn = Some(psn);
             }
-            match self.resp_q.front()? {
-                RespItem::Packet(_) => match self.resp_q.pop_front() {
+            match self.resp.queue.front()? {
+                RespItem::Packet(_) => match self.resp.queue.pop_front() {
                     Some(RespItem::Packet(d)) => return Some(d),
                     _ => return None,
                 },
                 &RespItem::Aeth { psn, syndrome, msn } => {
-                    self.resp_q.pop_front();
+                    self.resp.queue.pop_front();
                     let mut r = Dev::repr(self, Opcode::RC_ACKNOWLEDGE, psn, false, 0);
                     r.aeth = Some(AethRepr { syndrome, msn });
                     match dev.datagram(self, &r, &[]) {
@@ -348,7 +348,7 @@ impl Qp {
                     // the region (re-checked per packet: it may be gone now).
                     let Ok(mut buf) = r.start_vec() else {
                         dev.counters.send_err += 1;
-                        self.resp_q.pop_front();
+                        self.resp.queue.pop_front();
                         continue;
                     };
                     if chunk > 0 {
@@ -368,19 +368,19 @@ impl Qp {
                             None => {
                                 tracing::debug!(qpn = %self.qpn, "READ source vanished; response abandoned");
                                 dev.counters.send_err += 1;
-                                self.resp_q.pop_front();
+                                self.resp.queue.pop_front();
                                 continue;
                             }
                         }
                     }
-                    if let Some(RespItem::Read(job)) = self.resp_q.front_mut() {
+                    if let Some(RespItem::Read(job)) = self.resp.queue.front_mut() {
                         job.first = false;
                         job.va = job.va.wrapping_add(chunk);
                         job.remaining -= chunk;
                         job.next_psn = job.next_psn.next();
                     }
                     if last {
-                        self.resp_q.pop_front();
+                        self.resp.queue.pop_front();
                     }
                     let built = r.finish_vec(&mut buf).ok();
                     match built.and_then(|()| dev.finish_to(self, self.p.ah?.dgid, buf)) {
@@ -446,8 +446,8 @@ impl Qp {
             Outcome::Drop => {}
             Outcome::Duplicate => self.on_duplicate(dev, r),
             Outcome::SequenceNak => {
-                self.nak_sent = true;
-                self.send_nak(dev, self.epsn, NakCode::PsnSequenceError);
+                self.resp.nak_sent = true;
+                self.send_nak(dev, self.resp.epsn, NakCode::PsnSequenceError);
             }
             Outcome::RnrNak => self.send_rnr(dev, psn),
             Outcome::UcDropMessage(why) => self.uc_drop_message(dev, why),
@@ -459,7 +459,7 @@ impl Qp {
     /// expected, and an RC responder acknowledges when AckReq is set.
     fn acknowledge(&mut self, dev: &mut Dev, r: &RoceRepr) {
         let psn = r.bth.psn;
-        self.epsn = psn.next();
+        self.resp.epsn = psn.next();
         if self.is_uc() {
             return;
         }
@@ -477,13 +477,13 @@ impl Qp {
         if self.is_uc() && !self.uc_check_psn(dev, psn, info.position.starts()) {
             return Err(Outcome::Drop);
         }
-        let d = psn.distance(self.epsn);
+        let d = psn.distance(self.resp.epsn);
         if d > 0 {
             dev.counters.out_of_seq_request += 1;
-            if !self.nak_sent {
+            if !self.resp.nak_sent {
                 return Err(Outcome::SequenceNak);
             }
-            tracing::debug!(qpn = %self.qpn, %psn, epsn = %self.epsn,
+            tracing::debug!(qpn = %self.qpn, %psn, epsn = %self.resp.epsn,
                 reason = "out of sequence after NAK", "drop");
             return Err(Outcome::Drop);
         }
@@ -491,14 +491,14 @@ impl Qp {
             dev.counters.duplicate_request += 1;
             return Err(Outcome::Duplicate);
         }
-        self.nak_sent = false;
+        self.resp.nak_sent = false;
         Ok(())
     }
 
     /// Step 2: Opcode sequence (C9-40): MIDDLE/LAST only inside a message of the
     /// same kind, FIRST/ONLY only between messages.
     fn check_opcode_sequence(&self, r: &RoceRepr, info: &OpInfo) -> Result<(), Outcome> {
-        let seq_ok = match &self.in_msg {
+        let seq_ok = match &self.resp.in_msg {
             Some(InMsg::Send { .. }) => info.kind == OpKind::Send && !info.position.starts(),
             Some(InMsg::Write { .. }) => info.kind == OpKind::Write && !info.position.starts(),
             None => info.position.starts(),
@@ -587,10 +587,10 @@ impl Qp {
         let len = payload.len() as u64;
         if info.position.starts() {
             if let Some(recv) = self.take_recv(dev) {
-                self.in_msg = Some(InMsg::Send { recv, offset: 0 });
+                self.resp.in_msg = Some(InMsg::Send { recv, offset: 0 });
             }
         }
-        let Some(InMsg::Send { recv, offset }) = self.in_msg.as_mut() else {
+        let Some(InMsg::Send { recv, offset }) = self.resp.in_msg.as_mut() else {
             return Err(Outcome::Drop);
         };
         if *offset + len > recv.length() {
@@ -607,7 +607,7 @@ impl Qp {
         }
         *offset += len;
         if info.position.ends() {
-            if let Some(InMsg::Send { recv, offset }) = self.in_msg.take() {
+            if let Some(InMsg::Send { recv, offset }) = self.resp.in_msg.take() {
                 let mut wc = self.recv_wc(&recv, WcStatus::Success, offset, r.immdt, false);
                 // SEND_WITH_INVALIDATE: invalidate the IETH rkey (crate::mw)
                 if let Some(rkey) = r.ieth {
@@ -615,7 +615,7 @@ impl Qp {
                     dev.count_invalidate(inv.is_ok());
                     if let Err(e) = inv {
                         tracing::debug!(qpn = %self.qpn, %psn, %rkey, %e, "IETH invalidate failed");
-                        self.in_msg = Some(InMsg::Send { recv, offset });
+                        self.resp.in_msg = Some(InMsg::Send { recv, offset });
                         return Err(Outcome::Error(
                             NakCode::InvalidRequest,
                             Some(WcStatus::RemInvReqErr),
@@ -628,7 +628,7 @@ impl Qp {
                 dev.counters.rdma_recvs += 1;
                 dev.complete_se(self.init.recv_cq, wc, r.bth.solicited);
             }
-            self.msn = self.msn.next();
+            self.resp.msn = self.resp.msn.next();
         }
         Ok(Executed::Acknowledge)
     }
@@ -657,10 +657,10 @@ impl Qp {
                     len = total, "remote access error (WRITE)");
                 return Err(Outcome::Error(NakCode::RemoteAccessError, None));
             }
-            self.in_msg =
+            self.resp.in_msg =
                 Some(InMsg::Write { va: reth.va, rkey: reth.rkey, remaining: total, total });
         }
-        let Some(InMsg::Write { va, rkey, remaining, .. }) = self.in_msg.as_mut() else {
+        let Some(InMsg::Write { va, rkey, remaining, .. }) = self.resp.in_msg.as_mut() else {
             return Err(Outcome::Drop);
         };
         if len > *remaining || (info.position.ends() && len != *remaining) {
@@ -678,14 +678,14 @@ impl Qp {
                 Err(_) => return Err(Outcome::Error(NakCode::RemoteAccessError, None)),
             }
         }
-        let Some(InMsg::Write { va, remaining, total, .. }) = self.in_msg.as_mut() else {
+        let Some(InMsg::Write { va, remaining, total, .. }) = self.resp.in_msg.as_mut() else {
             return Err(Outcome::Drop);
         };
         *va = va.wrapping_add(len);
         *remaining -= len;
         let total = *total;
         if info.position.ends() {
-            self.in_msg = None;
+            self.resp.in_msg = None;
             if info.has_imm() {
                 if let Some(recv) = self.take_recv(dev) {
                     let wc = self.recv_wc(&recv, WcStatus::Success, total, r.immdt, true);
@@ -693,7 +693,7 @@ impl Qp {
                     dev.complete_se(self.init.recv_cq, wc, r.bth.solicited);
                 }
             }
-            self.msn = self.msn.next();
+            self.resp.msn = self.resp.msn.next();
         }
         Ok(Executed::Acknowledge)
     }
@@ -716,16 +716,16 @@ impl Qp {
         // and each still owed here is outstanding there. One more is
         // a requester breaking the rule; queueing it would let a
         // peer grow our queue of owed responses without bound.
-        let owed = self.resp_q.iter().filter(|i| matches!(i, RespItem::Read(_))).count();
+        let owed = self.resp.queue.iter().filter(|i| matches!(i, RespItem::Read(_))).count();
         if owed >= usize::from(self.p.max_dest_rd_atomic.max(1)) {
             tracing::debug!(qpn = %self.qpn, %psn, owed, "READ beyond the responder resources");
             return Err(Outcome::Error(NakCode::InvalidRequest, None));
         }
         let npkts = packets_for(len, self.mtu());
         self.save_resource(RdResource::Read { first: psn, npkts });
-        self.msn = self.msn.next();
+        self.resp.msn = self.resp.msn.next();
         self.send_read_responses(psn, reth.va, reth.rkey, len);
-        self.epsn = psn.add(npkts);
+        self.resp.epsn = psn.add(npkts);
         Ok(Executed::Answered)
     }
 
@@ -760,9 +760,9 @@ impl Qp {
             return Err(Outcome::Error(NakCode::RemoteAccessError, None));
         };
         self.save_resource(RdResource::Atomic { psn, orig });
-        self.msn = self.msn.next();
+        self.resp.msn = self.resp.msn.next();
         self.send_atomic_ack(dev, psn, orig);
-        self.epsn = psn.next();
+        self.resp.epsn = psn.next();
         Ok(Executed::Answered)
     }
 
@@ -789,9 +789,9 @@ impl Qp {
         tracing::debug!(qpn = %self.qpn, %psn, placement, level, "FLUSH done (memory is ours)");
         dev.counters.flush_ops += 1;
         self.save_resource(RdResource::Read { first: psn, npkts: 1 });
-        self.msn = self.msn.next();
+        self.resp.msn = self.resp.msn.next();
         self.send_read_responses(psn, reth.va, reth.rkey, 0);
-        self.epsn = psn.next();
+        self.resp.epsn = psn.next();
         Ok(Executed::Answered)
     }
 
@@ -819,14 +819,16 @@ impl Qp {
             tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, "remote access error (ATOMIC_WRITE)");
             return Err(Outcome::Error(NakCode::RemoteAccessError, None));
         }
-        self.msn = self.msn.next();
+        self.resp.msn = self.resp.msn.next();
         Ok(Executed::Acknowledge)
     }
 
     fn send_atomic_ack(&mut self, dev: &mut Dev, psn: Psn, orig: u64) {
         let mut r = Dev::repr(self, Opcode::RC_ATOMIC_ACKNOWLEDGE, psn, false, 0);
-        r.aeth =
-            Some(AethRepr { syndrome: Syndrome::Ack { credit: CREDIT_UNLIMITED }, msn: self.msn });
+        r.aeth = Some(AethRepr {
+            syndrome: Syndrome::Ack { credit: CREDIT_UNLIMITED },
+            msn: self.resp.msn,
+        });
         r.atomic_ack_eth = Some(AtomicAckEthRepr { orig_rem_data: orig });
         self.queue(dev, &r, &[]);
     }
@@ -835,7 +837,7 @@ impl Qp {
     fn on_duplicate(&mut self, dev: &mut Dev, r: &RoceRepr) {
         let Ok(info) = r.info() else { return };
         let psn = r.bth.psn;
-        tracing::debug!(qpn = %self.qpn, %psn, epsn = %self.epsn, opcode = %r.bth.opcode, "duplicate request");
+        tracing::debug!(qpn = %self.qpn, %psn, epsn = %self.resp.epsn, opcode = %r.bth.opcode, "duplicate request");
         match info.kind {
             // Re-acknowledge (C9-105) every duplicate SEND/WRITE packet,
             // AckReq or not, with the newest PSN (epsn - 1), as rxe does
@@ -846,16 +848,16 @@ impl Qp {
             // the requester is re-issuing would be taken as an implied NAK
             // for it, and the re-issued responses would then be stale.
             OpKind::Send | OpKind::Write => {
-                let rd_atomic_after = self.resources.iter().any(|x| match *x {
+                let rd_atomic_after = self.resp.resources.iter().any(|x| match *x {
                     RdResource::Read { first, .. } => first.is_after(psn),
                     RdResource::Atomic { psn: p, .. } => p.is_after(psn),
                 });
-                let ack_psn = if rd_atomic_after { psn } else { self.epsn.sub(1) };
+                let ack_psn = if rd_atomic_after { psn } else { self.resp.epsn.sub(1) };
                 self.send_ack(dev, ack_psn);
             }
             OpKind::ReadRequest => {
                 let Some(reth) = r.reth else { return };
-                let found = self.resources.iter().find_map(|x| match *x {
+                let found = self.resp.resources.iter().find_map(|x| match *x {
                     RdResource::Read { first, npkts } if psn.in_range(first, npkts) => {
                         Some((first, npkts))
                     }
@@ -878,7 +880,7 @@ impl Qp {
                 self.send_read_responses(psn, reth.va, reth.rkey, len);
             }
             OpKind::CompareSwap | OpKind::FetchAdd => {
-                let found = self.resources.iter().find_map(|x| match *x {
+                let found = self.resp.resources.iter().find_map(|x| match *x {
                     RdResource::Atomic { psn: p, orig } if p == psn => Some(orig),
                     _ => None,
                 });
@@ -892,10 +894,10 @@ impl Qp {
             OpKind::AtomicWrite => self.send_ack(dev, psn),
             OpKind::Flush => {
                 let Some(reth) = r.reth else { return };
-                let known = self
-                    .resources
-                    .iter()
-                    .any(|x| matches!(*x, RdResource::Read { first, npkts: 1 } if first == psn));
+                let known =
+                    self.resp.resources.iter().any(
+                        |x| matches!(*x, RdResource::Read { first, npkts: 1 } if first == psn),
+                    );
                 if known {
                     self.send_read_responses(psn, reth.va, reth.rkey, 0);
                 } else {

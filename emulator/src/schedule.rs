@@ -125,10 +125,10 @@ impl SansIo for Hca {
         // only the QPs with a deadline at or before `now`, in QPN order
         for qpn in self.qps.due(now) {
             let Some(mut qp) = self.qps.get_mut(&qpn) else { continue };
-            if qp.rnr_deadline.is_some_and(|d| d <= now) {
+            if qp.comp.rnr_deadline.is_some_and(|d| d <= now) {
                 qp.on_rnr_timeout(&mut self.dev, now);
             }
-            if qp.retrans_deadline.is_some_and(|d| d <= now) {
+            if qp.comp.retrans_deadline.is_some_and(|d| d <= now) {
                 qp.on_retrans_timeout(&mut self.dev, now);
             }
         }
