@@ -337,10 +337,46 @@ pub enum QpAttrError {
     InvalidAttrMask { from: QpState, to: QpState, missing: AttrMask, invalid: AttrMask },
     /// An attribute whose mask bit is set has an out-of-range value.
     #[error("invalid value for {attr}: {reason}")]
-    InvalidValue { attr: &'static str, reason: String },
+    InvalidValue { attr: &'static str, reason: ValueProblem },
     /// `CUR_STATE` was given and is not the QP's actual state.
     #[error("cur_qp_state {given} does not match the QP's state {actual}")]
     CurStateMismatch { given: QpState, actual: QpState },
+}
+
+/// What is wrong with an attribute value ([`QpAttrError::InvalidValue`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ValueProblem {
+    /// Its mask bit (`mask`) is set but no `what` was given.
+    NotGiven { mask: &'static str, what: &'static str },
+    /// `value` is above `limit` (`max`).
+    Exceeds { value: u32, limit: &'static str, max: u32 },
+    /// `value` is not below `limit` (`bound`).
+    NotBelow { value: u32, limit: &'static str, bound: u32 },
+    /// Access-flag bits this crate does not know.
+    UnknownBits(u32),
+    /// An unspecified address (`::` or `0.0.0.0`).
+    Unspecified(IpAddr),
+    /// A port number outside `1..=max`.
+    NotAPort { port: u8, max: u8 },
+}
+
+impl fmt::Display for ValueProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ValueProblem::NotGiven { mask, what } => {
+                write!(f, "{mask} is in the mask but no {what} given")
+            }
+            ValueProblem::Exceeds { value, limit, max } => {
+                write!(f, "{value} exceeds {limit} {max}")
+            }
+            ValueProblem::NotBelow { value, limit, bound } => {
+                write!(f, "{value} is not below {limit} {bound}")
+            }
+            ValueProblem::UnknownBits(bits) => write!(f, "unknown bits {bits:#x}"),
+            ValueProblem::Unspecified(addr) => write!(f, "{addr} is unspecified"),
+            ValueProblem::NotAPort { port, max } => write!(f, "{port} is not a port (1..={max})"),
+        }
+    }
 }
 
 /// "missing [A, B]", "not allowed [C]" or both, joined by "; ".
@@ -640,15 +676,14 @@ pub fn validate_modify(
 ) -> Result<QpState, QpAttrError> {
     let mask = attr.mask;
     let to = if mask.contains(AttrMask::STATE) {
-        attr.qp_state
-            .ok_or_else(|| invalid("qp_state", "STATE is in the mask but no state given"))?
+        attr.qp_state.ok_or_else(|| invalid("qp_state", not_given("STATE", "state")))?
     } else {
         cur
     };
     if mask.contains(AttrMask::CUR_STATE) {
-        let given = attr.cur_qp_state.ok_or_else(|| {
-            invalid("cur_qp_state", "CUR_STATE is in the mask but no state given")
-        })?;
+        let given = attr
+            .cur_qp_state
+            .ok_or_else(|| invalid("cur_qp_state", not_given("CUR_STATE", "state")))?;
         if given != cur {
             return Err(QpAttrError::CurStateMismatch { given, actual: cur });
         }
@@ -665,8 +700,12 @@ pub fn validate_modify(
     Ok(to)
 }
 
-fn invalid(attr: &'static str, reason: impl Into<String>) -> QpAttrError {
-    QpAttrError::InvalidValue { attr, reason: reason.into() }
+fn invalid(attr: &'static str, reason: ValueProblem) -> QpAttrError {
+    QpAttrError::InvalidValue { attr, reason }
+}
+
+fn not_given(mask: &'static str, what: &'static str) -> ValueProblem {
+    ValueProblem::NotGiven { mask, what }
 }
 
 /// Largest PSN / QPN (24 bits).
@@ -684,9 +723,9 @@ const KNOWN_ACCESS: u32 = {
 
 fn check_values(attr: &QpAttr, limits: &ModifyLimits) -> Result<(), QpAttrError> {
     let has = |bit: AttrMask| attr.mask.contains(bit);
-    let at_most = |name: &'static str, v: u32, max: u32, what: &str| {
+    let at_most = |name: &'static str, v: u32, max: u32, what: &'static str| {
         if v > max {
-            Err(invalid(name, format!("{v} exceeds {what} {max}")))
+            Err(invalid(name, ValueProblem::Exceeds { value: v, limit: what, max }))
         } else {
             Ok(())
         }
@@ -694,43 +733,41 @@ fn check_values(attr: &QpAttr, limits: &ModifyLimits) -> Result<(), QpAttrError>
     if has(AttrMask::ACCESS_FLAGS) && attr.qp_access_flags.0 & !KNOWN_ACCESS != 0 {
         return Err(invalid(
             "qp_access_flags",
-            format!("unknown bits {:#x}", attr.qp_access_flags.0 & !KNOWN_ACCESS),
+            ValueProblem::UnknownBits(attr.qp_access_flags.0 & !KNOWN_ACCESS),
         ));
     }
     if has(AttrMask::PKEY_INDEX) && attr.pkey_index >= limits.pkey_table_len {
         return Err(invalid(
             "pkey_index",
-            format!(
-                "{} is not below the P_Key table length {}",
-                attr.pkey_index, limits.pkey_table_len
-            ),
+            ValueProblem::NotBelow {
+                value: attr.pkey_index.into(),
+                limit: "the P_Key table length",
+                bound: limits.pkey_table_len.into(),
+            },
         ));
     }
     if has(AttrMask::PORT) {
         check_port("port_num", attr.port_num, limits)?;
     }
     if has(AttrMask::AV) {
-        let ah =
-            attr.ah_attr.ok_or_else(|| invalid("ah_attr", "AV is in the mask but no AV given"))?;
+        let ah = attr.ah_attr.ok_or_else(|| invalid("ah_attr", not_given("AV", "AV")))?;
         if ah.dgid.is_unspecified() {
-            return Err(invalid("ah_attr.dgid", format!("{} is unspecified", ah.dgid)));
+            return Err(invalid("ah_attr.dgid", ValueProblem::Unspecified(ah.dgid)));
         }
         at_most("ah_attr.flow_label", ah.flow_label, 0xF_FFFF, "the 20-bit maximum")?;
         at_most("ah_attr.sl", ah.sl.into(), 15, "the maximum")?;
         check_port("ah_attr.port_num", ah.port_num, limits)?;
     }
     if has(AttrMask::PATH_MTU) {
-        let mtu = attr
-            .path_mtu
-            .ok_or_else(|| invalid("path_mtu", "PATH_MTU is in the mask but no MTU given"))?;
+        let mtu = attr.path_mtu.ok_or_else(|| invalid("path_mtu", not_given("PATH_MTU", "MTU")))?;
         if mtu > limits.active_mtu {
             return Err(invalid(
                 "path_mtu",
-                format!(
-                    "{} exceeds the port's active MTU {}",
-                    mtu.bytes(),
-                    limits.active_mtu.bytes()
-                ),
+                ValueProblem::Exceeds {
+                    value: mtu.bytes() as u32,
+                    limit: "the port's active MTU",
+                    max: limits.active_mtu.bytes() as u32,
+                },
             ));
         }
     }
@@ -776,7 +813,7 @@ fn check_values(attr: &QpAttr, limits: &ModifyLimits) -> Result<(), QpAttrError>
 
 fn check_port(name: &'static str, port: u8, limits: &ModifyLimits) -> Result<(), QpAttrError> {
     if port == 0 || port > limits.phys_port_cnt {
-        Err(invalid(name, format!("{port} is not a port (1..={})", limits.phys_port_cnt)))
+        Err(invalid(name, ValueProblem::NotAPort { port, max: limits.phys_port_cnt }))
     } else {
         Ok(())
     }

@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use roce_emulator::qp_attr::{
     describe_table, required_and_optional, validate_modify, AccessFlags, AhAttr, AttrMask,
-    ModifyLimits, PathMtu, QpAttr, QpAttrError, QpState, QpType, TRANSITIONS,
+    ModifyLimits, PathMtu, QpAttr, QpAttrError, QpState, QpType, ValueProblem, TRANSITIONS,
 };
 
 use QpState::{Init, Reset, Rtr, Rts, Sqd, Sqe};
@@ -424,12 +424,17 @@ fn cur_state_is_a_check() {
 fn mask_bits_without_values_are_refused() {
     let mut a = QpAttr::new();
     a.mask = AttrMask::STATE;
+    let err = validate_modify(QpType::Rc, Reset, &a, &LIMITS);
     assert_eq!(
-        validate_modify(QpType::Rc, Reset, &a, &LIMITS),
+        err,
         Err(QpAttrError::InvalidValue {
             attr: "qp_state",
-            reason: "STATE is in the mask but no state given".into()
+            reason: ValueProblem::NotGiven { mask: "STATE", what: "state" }
         })
+    );
+    assert_eq!(
+        err.unwrap_err().to_string(),
+        "invalid value for qp_state: STATE is in the mask but no state given"
     );
     let mut a = rc_rtr();
     a.ah_attr = None;

@@ -57,7 +57,7 @@ pub use sim::SimNet;
 pub use srq::Srq;
 pub use udp::{DeviceConfig, PolledDriver, ThreadDriver, TransportKind, UdpDriver};
 
-pub use roce_emulator::qp_attr::QpAttrError;
+pub use roce_emulator::qp_attr::{QpAttrError, ValueProblem};
 pub use roce_emulator::sim::{FabricStats, FaultConfig, LinkConfig};
 pub use roce_emulator::{
     AccessFlags, AhAttr, AllocPdError, AsyncEvent, Counters, CreateCqError, CreateQpError,
