@@ -295,7 +295,7 @@ impl Lab {
         if let Some(d) = spec.a_dest {
             a_remote.addr = d;
         }
-        let e = |e: roce_verbs_api::QpModifyError| e.to_string();
+        let e = |e: roce_verbs_api::ModifyQpError| e.to_string();
         match spec.qp_type {
             QpType::Rc => {
                 a.qp.connect(&a.ep, &a_remote, &spec.a).map_err(e)?;

@@ -10,8 +10,10 @@
 //! Run: `cargo run --release -p roce-emulator --example idle_qp_memory`
 //! (Linux only: reads /proc/self/statm.)
 
-use roce_emulator::qp_attr::{AccessFlags, AhAttr, PathMtu, QpAttr, QpCap, QpState, QpType};
-use roce_emulator::{Hca, HcaConfig, QpInitAttr};
+mod common;
+
+use roce_emulator::qp_attr::QpCap;
+use roce_emulator::{Hca, HcaConfig};
 
 fn rss_bytes() -> u64 {
     let s = std::fs::read_to_string("/proc/self/statm").expect("needs Linux /proc/self/statm");
@@ -33,40 +35,7 @@ fn measure(n: u32, depth: u32) -> f64 {
     let before = rss_bytes();
     let mut qps = Vec::with_capacity(n as usize);
     for i in 0..n {
-        let qpn = hca
-            .create_qp(QpInitAttr {
-                pd,
-                send_cq: cq,
-                recv_cq: cq,
-                qp_type: QpType::Rc,
-                cap,
-                sq_sig_all: false,
-                srq: None,
-            })
-            .unwrap();
-        let init = QpAttr::new()
-            .state(QpState::Init)
-            .pkey_index(0)
-            .port(1)
-            .access_flags(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
-        hca.modify_qp(qpn, &init).unwrap();
-        let rtr = QpAttr::new()
-            .state(QpState::Rtr)
-            .ah(AhAttr::new("10.0.0.2".parse().unwrap()))
-            .mtu(PathMtu::Mtu1024)
-            .dest_qpn(0x100 + i)
-            .rq_psn(0)
-            .max_dest_rd_atomic(1)
-            .min_rnr_timer(12);
-        hca.modify_qp(qpn, &rtr).unwrap();
-        let rts = QpAttr::new()
-            .state(QpState::Rts)
-            .timeout(14)
-            .retry_cnt(7)
-            .rnr_retry(7)
-            .sq_psn(0)
-            .max_rd_atomic(1);
-        hca.modify_qp(qpn, &rts).unwrap();
+        let qpn = common::idle_rc_qp(&mut hca, pd, cq, cap, 0x100 + i);
         qps.push(qpn);
     }
     let after = rss_bytes();

@@ -11,8 +11,10 @@
 //! (arguments: number of QPs, default 10000; rounds per repeat, default 2000;
 //! repeats, default 9).
 
-use roce_emulator::qp_attr::{AccessFlags, AhAttr, PathMtu, QpAttr, QpCap, QpState, QpType};
-use roce_emulator::{Hca, HcaConfig, Instant, QpInitAttr, SansIo};
+mod common;
+
+use roce_emulator::qp_attr::QpCap;
+use roce_emulator::{Hca, HcaConfig, Instant, SansIo};
 use std::time::Instant as WallClock;
 
 fn device(n: u32) -> Hca {
@@ -27,40 +29,7 @@ fn device(n: u32) -> Hca {
         max_inline_data: 0,
     };
     for i in 0..n {
-        let qpn = hca
-            .create_qp(QpInitAttr {
-                pd,
-                send_cq: cq,
-                recv_cq: cq,
-                qp_type: QpType::Rc,
-                cap,
-                sq_sig_all: false,
-                srq: None,
-            })
-            .unwrap();
-        let init = QpAttr::new()
-            .state(QpState::Init)
-            .pkey_index(0)
-            .port(1)
-            .access_flags(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
-        hca.modify_qp(qpn, &init).unwrap();
-        let rtr = QpAttr::new()
-            .state(QpState::Rtr)
-            .ah(AhAttr::new("10.0.0.2".parse().unwrap()))
-            .mtu(PathMtu::Mtu1024)
-            .dest_qpn(0x100 + i)
-            .rq_psn(0)
-            .max_dest_rd_atomic(1)
-            .min_rnr_timer(12);
-        hca.modify_qp(qpn, &rtr).unwrap();
-        let rts = QpAttr::new()
-            .state(QpState::Rts)
-            .timeout(14)
-            .retry_cnt(7)
-            .rnr_retry(7)
-            .sq_psn(0)
-            .max_rd_atomic(1);
-        hca.modify_qp(qpn, &rts).unwrap();
+        common::idle_rc_qp(&mut hca, pd, cq, cap, 0x100 + i);
     }
     hca
 }
@@ -74,9 +43,10 @@ fn main() {
     let mut now = Instant::from_millis(1);
     let mut per_round: Vec<f64> = Vec::with_capacity(repeats);
     for _ in 0..repeats {
+        #[allow(clippy::disallowed_methods)] // a benchmark driver reads the wall clock
         let start = WallClock::now();
         for _ in 0..rounds {
-            now = now + core::time::Duration::from_micros(1);
+            now += core::time::Duration::from_micros(1);
             let deadline = std::hint::black_box(hca.poll_timeout());
             assert!(deadline.is_none(), "an idle device has no timer");
             hca.handle_timeout(now);

@@ -40,14 +40,14 @@
 //!   late MIDDLE/LAST packets of an earlier issue for the same PSNs carry
 //!   the same bytes and are accepted too.
 
-use crate::hca::Dev;
+use crate::dev::Dev;
 
 /// `retry_cnt` value that means "retry forever" (rxe's reading; IBA
 /// gives this meaning only to `rnr_retry` 7).
 pub const RETRY_FOREVER: u8 = 7;
 use crate::qp::{Qp, WqeState};
 use crate::time::Instant;
-use crate::wr::{WcStatus, WrOpcode};
+use crate::wr::{CompletedBy, WcStatus};
 use roce_packet::{NakCode, OpKind, Psn, RoceRepr, Syndrome};
 
 enum Implicit {
@@ -72,7 +72,7 @@ impl Qp {
             if w.wr.opcode.is_read_or_atomic() {
                 return Implicit::ImpliedNak;
             }
-            self.comp_psn = last.next();
+            self.comp.psn = last.next();
             self.progress();
             self.complete_front(dev);
         }
@@ -82,16 +82,16 @@ impl Qp {
     /// Forward progress: retry counters back to their attribute values, and
     /// any retry under way is over (a new loss may start a new one).
     fn progress(&mut self) {
-        self.gap_retry = None;
-        self.retry_left = self.p.retry_cnt;
-        self.rnr_left = self.p.rnr_retry;
+        self.comp.gap_retry = None;
+        self.comp.retry_left = self.p.retry_cnt;
+        self.comp.rnr_left = self.p.rnr_retry;
     }
 
     /// Everything before `psn` is acknowledged: move the oldest
     /// unacknowledged PSN up to it (never back); moving counts as progress.
     fn advance_to(&mut self, psn: Psn) {
-        if psn.is_after(self.comp_psn) {
-            self.comp_psn = psn;
+        if psn.is_after(self.comp.psn) {
+            self.comp.psn = psn;
             self.progress();
         }
     }
@@ -102,7 +102,7 @@ impl Qp {
     /// is one of those still in flight from before the rewind and is
     /// dropped without charging a retry.
     fn response_retry(&mut self, dev: &mut Dev, psn: Psn, why: &'static str) {
-        if let Some(started) = self.gap_retry {
+        if let Some(started) = self.comp.gap_retry {
             dev.counters.stale_response += 1;
             tracing::debug!(qpn = %self.qpn, %psn, %started, trigger = why,
                 reason = "retry already under way", "drop");
@@ -115,43 +115,43 @@ impl Qp {
         if self.sq.iter().any(|w| w.state != WqeState::Posted) {
             self.arm_retrans(now);
         } else {
-            self.retrans_deadline = None;
+            self.comp.retrans_deadline = None;
         }
     }
 
     /// Go back N from `psn`, charging one retry; RETRY_EXC_ERR when none left.
     fn retry_from(&mut self, dev: &mut Dev, psn: Psn, why: &'static str) {
-        if self.retry_left == 0 && self.p.retry_cnt != RETRY_FOREVER {
+        if self.comp.retry_left == 0 && self.p.retry_cnt != RETRY_FOREVER {
             tracing::info!(qpn = %self.qpn, reason = why, "retry count exceeded");
             dev.counters.retry_exceeded_err += 1;
             self.fail_front(dev, WcStatus::RetryExcErr);
             return;
         }
-        self.retry_left = self.retry_left.saturating_sub(1);
+        self.comp.retry_left = self.comp.retry_left.saturating_sub(1);
         dev.counters.completer_retry_err += 1;
-        tracing::debug!(qpn = %self.qpn, %psn, reason = why, retries_left = self.retry_left, "retry");
-        self.gap_retry = Some(psn);
+        tracing::debug!(qpn = %self.qpn, %psn, reason = why, retries_left = self.comp.retry_left, "retry");
+        self.comp.gap_retry = Some(psn);
         self.rewind_to(psn);
-        self.retrans_deadline = None;
+        self.comp.retrans_deadline = None;
     }
 
     /// Retransmit timer fired.
     pub(crate) fn on_retrans_timeout(&mut self, dev: &mut Dev, _now: Instant) {
-        self.retrans_deadline = None;
+        self.comp.retrans_deadline = None;
         let outstanding = self.sq.iter().any(|w| w.state != WqeState::Posted);
         if !outstanding {
             return;
         }
         dev.counters.retransmit_timeouts += 1;
-        tracing::debug!(qpn = %self.qpn, kind = "retransmit", comp_psn = %self.comp_psn, "retransmit timer fired");
-        let psn = self.comp_psn;
+        tracing::debug!(qpn = %self.qpn, kind = "retransmit", comp_psn = %self.comp.psn, "retransmit timer fired");
+        let psn = self.comp.psn;
         self.retry_from(dev, psn, "timeout");
     }
 
     /// RNR wait over: resend from the NAKed PSN (already rewound).
     pub(crate) fn on_rnr_timeout(&mut self, _dev: &mut Dev, _now: Instant) {
-        tracing::debug!(qpn = %self.qpn, kind = "rnr", psn = %self.req_psn, "RNR timer fired");
-        self.rnr_deadline = None;
+        tracing::debug!(qpn = %self.qpn, kind = "rnr", psn = %self.req.psn, "RNR timer fired");
+        self.comp.rnr_deadline = None;
     }
 
     /// Handle one response packet (ACK, NAK, read response, atomic ACK).
@@ -165,9 +165,9 @@ impl Qp {
         let psn = r.bth.psn;
         let Ok(info) = r.info() else { return };
         // Stale (before the oldest unacknowledged PSN) or ghost (never sent).
-        if psn.is_before(self.comp_psn) || psn.is_at_or_after(self.req_psn) {
+        if psn.is_before(self.comp.psn) || psn.is_at_or_after(self.req.psn) {
             dev.counters.stale_response += 1;
-            tracing::debug!(qpn = %self.qpn, %psn, comp_psn = %self.comp_psn, req_psn = %self.req_psn,
+            tracing::debug!(qpn = %self.qpn, %psn, comp_psn = %self.comp.psn, req_psn = %self.req.psn,
                 reason = "stale or ghost response", "drop");
             return;
         }
@@ -178,9 +178,9 @@ impl Qp {
         let syndrome = r.aeth.map(|a| a.syndrome);
         match (info.kind, syndrome) {
             (OpKind::Ack, Some(Syndrome::Ack { .. })) => {
-                let before = self.comp_psn;
+                let before = self.comp.psn;
                 if let Implicit::ImpliedNak = self.complete_covered(dev, psn, true) {
-                    let p = self.comp_psn;
+                    let p = self.comp.psn;
                     self.response_retry(dev, p, "implied NAK (ACK past READ/atomic)");
                     return;
                 }
@@ -192,32 +192,32 @@ impl Qp {
                 }
                 // the timer restarts on progress only (C9-140): an ACK that
                 // acknowledges nothing new must not postpone a timeout
-                if self.comp_psn != before {
+                if self.comp.psn != before {
                     self.restart_timer(now);
                 }
             }
             (OpKind::Ack, Some(Syndrome::RnrNak(t))) => {
                 dev.counters.rcvd_rnr_err += 1;
                 if let Implicit::ImpliedNak = self.complete_covered(dev, psn, false) {
-                    let p = self.comp_psn;
+                    let p = self.comp.psn;
                     self.response_retry(dev, p, "implied NAK (RNR NAK past READ/atomic)");
                     return;
                 }
                 self.advance_to(psn);
-                if self.rnr_left == 0 {
+                if self.comp.rnr_left == 0 {
                     tracing::info!(qpn = %self.qpn, %psn, "RNR retry count exceeded");
                     dev.counters.retry_rnr_exceeded_err += 1;
                     self.fail_front(dev, crate::wr::WcStatus::RnrRetryExcErr);
                     return;
                 }
                 if self.p.rnr_retry != 7 {
-                    self.rnr_left -= 1;
+                    self.comp.rnr_left -= 1;
                 }
                 let wait = core::time::Duration::from_micros(u64::from(t.micros()));
                 tracing::debug!(qpn = %self.qpn, %psn, wait_us = t.micros(), "RNR NAK: waiting");
                 self.rewind_to(psn);
-                self.rnr_deadline = Some(now + wait);
-                self.retrans_deadline = None;
+                self.comp.rnr_deadline = Some(now + wait);
+                self.comp.retrans_deadline = None;
             }
             (OpKind::Ack, Some(Syndrome::Nak(code))) => {
                 tracing::debug!(qpn = %self.qpn, %psn, code = code.name(), "NAK received");
@@ -227,7 +227,7 @@ impl Qp {
                 if let Implicit::ImpliedNak = self.complete_covered(dev, psn, false) {
                     // the NAK acknowledges a READ/atomic whose response was
                     // lost: resend from it (its response is still owed)
-                    let p = self.comp_psn;
+                    let p = self.comp.psn;
                     self.response_retry(dev, p, "implied NAK (NAK past READ/atomic)");
                     return;
                 }
@@ -260,22 +260,22 @@ impl Qp {
     fn on_read_response(&mut self, dev: &mut Dev, now: Instant, r: &RoceRepr, payload: &[u8]) {
         let psn = r.bth.psn;
         if let Implicit::ImpliedNak = self.complete_covered(dev, psn, false) {
-            let p = self.comp_psn;
+            let p = self.comp.psn;
             self.response_retry(dev, p, "implied NAK (response past READ/atomic)");
             return;
         }
         let mtu = self.mtu();
         let Some(w) = self.sq.front() else { return };
-        let is_flush = matches!(w.wr.opcode, WrOpcode::Flush { .. }); // crate::mw
-        if (w.wr.opcode != WrOpcode::RdmaRead && !is_flush) || !w.contains(psn) {
+        // READ, or FLUSH's zero-length READ RESPONSE ONLY (crate::mw)
+        if w.wr.opcode.info().completed_by != CompletedBy::ReadResponse || !w.contains(psn) {
             tracing::debug!(qpn = %self.qpn, %psn, "read response does not match the oldest WQE");
             self.fail_front(dev, WcStatus::BadRespErr);
             return;
         }
-        if psn != self.comp_psn {
+        if psn != self.comp.psn {
             // a read response went missing: implied NAK from the first one
             // missing, once per gap (later gap packets are dropped)
-            let p = self.comp_psn;
+            let p = self.comp.psn;
             self.response_retry(dev, p, "implied NAK (read response gap)");
             return;
         }
@@ -310,7 +310,7 @@ impl Qp {
             self.fail_front(dev, WcStatus::LocProtErr);
             return;
         }
-        self.comp_psn = psn.next();
+        self.comp.psn = psn.next();
         self.progress();
         if pos.ends() {
             self.complete_front(dev);
@@ -321,12 +321,15 @@ impl Qp {
     fn on_atomic_ack(&mut self, dev: &mut Dev, now: Instant, r: &RoceRepr) {
         let psn = r.bth.psn;
         if let Implicit::ImpliedNak = self.complete_covered(dev, psn, false) {
-            let p = self.comp_psn;
+            let p = self.comp.psn;
             self.response_retry(dev, p, "implied NAK (atomic ACK past READ/atomic)");
             return;
         }
         let Some(w) = self.sq.front() else { return };
-        if !w.wr.opcode.is_atomic() || w.first_psn != psn || w.state != WqeState::Sent {
+        if w.wr.opcode.info().completed_by != CompletedBy::AtomicAck
+            || w.first_psn != psn
+            || w.state != WqeState::Sent
+        {
             self.fail_front(dev, WcStatus::BadRespErr);
             return;
         }
@@ -336,7 +339,7 @@ impl Qp {
             self.fail_front(dev, WcStatus::LocProtErr);
             return;
         }
-        self.comp_psn = psn.next();
+        self.comp.psn = psn.next();
         self.progress();
         self.complete_front(dev);
         self.restart_timer(now);

@@ -2,7 +2,7 @@
 //! drops, NAKs and failed completions are values, never `Err`).
 
 use crate::objects::{CqHandle, MrHandle, PdHandle, SrqHandle};
-use crate::qp_attr::{ModifyQpError, QpState, QpType};
+use crate::qp_attr::{QpAttrError, QpState, QpType};
 use roce_packet::Qpn;
 
 /// `alloc_pd` failed.
@@ -127,13 +127,13 @@ pub enum CreateQpError {
 
 /// `modify_qp` failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum QpModifyError {
+pub enum ModifyQpError {
     /// Unknown QP.
     #[error("unknown QP {0}")]
     UnknownQp(Qpn),
     /// The transition table or a value check refused the request.
     #[error(transparent)]
-    Rejected(#[from] ModifyQpError),
+    Rejected(#[from] QpAttrError),
 }
 
 /// `query_qp`/`destroy_qp` failed.
@@ -211,12 +211,20 @@ pub enum CreateSrqError {
     /// Unknown protection domain.
     #[error("unknown protection domain {0:?}")]
     UnknownPd(PdHandle),
-    /// Unknown SRQ.
-    #[error("unknown shared receive queue {0:?}")]
-    UnknownSrq(SrqHandle),
     /// A capacity beyond the device limit.
     #[error("{what} = {requested} exceeds the device limit {max}")]
     CapTooLarge { what: &'static str, requested: u32, max: u32 },
+    /// The limit must be below max_wr.
+    #[error("srq_limit {limit} not below max_wr {max_wr}")]
+    BadLimit { limit: u32, max_wr: u32 },
+}
+
+/// `modify_srq` failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ModifySrqError {
+    /// Unknown SRQ.
+    #[error("unknown shared receive queue {0:?}")]
+    UnknownSrq(SrqHandle),
     /// The limit must be below max_wr.
     #[error("srq_limit {limit} not below max_wr {max_wr}")]
     BadLimit { limit: u32, max_wr: u32 },

@@ -1,4 +1,6 @@
-//! The device: object tables, the verbs, and the `SansIo` driver interface.
+//! The device: configuration, the verbs and their object tables. The
+//! device context the roles borrow is `dev.rs`; the `SansIo` driver
+//! side (transmit round-robin, timers) is `schedule.rs`.
 //!
 //! `Hca` is single-threaded and owns everything (MR buffers included); the
 //! three RC roles of each QP run inside its calls, so per-QP processing is
@@ -6,25 +8,20 @@
 //! behind one lock.
 
 use crate::counters::Counters;
+use crate::dev::Dev;
 use crate::error::*;
 use crate::objects::*;
 use crate::qp::{Qp, QpInitAttr, SendWqe, WqeState};
 use crate::qp_attr::{
     validate_modify, AccessFlags, AttrMask, ModifyLimits, PathMtu, QpAttr, QpState, QpType,
 };
-use crate::time::Instant;
 use crate::wr::{RecvWr, SendFlags, SendWr, WcStatus, WorkCompletion, WrOpcode};
-use crate::{Datagram, SansIo};
-use bytes::Bytes;
 use core::time::Duration;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use roce_packet::{
-    BthRepr, IpMeta, IpUdpHeader, LKey, Opcode, PKey, Psn, Qpn, RKey, RoceRepr, UdpEndpoints,
-    ROCE_V2_PORT,
-};
+use roce_packet::{LKey, Psn, Qpn, RKey};
 use rustc_hash::FxHashMap as HashMap;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv6Addr};
 
 /// Configuration of one emulated device.
@@ -72,139 +69,13 @@ pub struct MrInfo {
     pub access: AccessFlags,
 }
 
-/// Everything but the QP table (so a QP and the rest borrow disjointly).
-pub(crate) struct Dev {
-    pub name: String,
-    pub addr: IpAddr,
-    pub attr: DeviceAttr,
-    pub port: PortAttr,
-    pub rng: SmallRng,
-    pub pds: HashMap<PdHandle, Pd>,
-    pub mem: MemTable,
-    pub cqs: HashMap<CqHandle, Cq>,
-    pub srqs: HashMap<SrqHandle, Srq>,
-    /// CQs whose armed notification fired (`ibv_get_cq_event`).
-    pub comp_events: VecDeque<CqHandle>,
-    pub counters: Counters,
-    pub events: VecDeque<AsyncEvent>,
-    pub errored_cqs: Vec<CqHandle>,
-    /// QPs moved RTS→SQD with `en_sqd_async_notify`, not yet drained.
-    pub sqd_draining: std::collections::BTreeSet<Qpn>,
-    next_id: u32,
-    next_key: u32,
-    next_iova: u64,
-    /// See [`Hca::set_tx_src_port`].
-    pub(crate) tx_src_port: Option<u16>,
-    /// See [`Hca::set_ack_coalescing`].
-    pub(crate) coalesce_acks: bool,
-    /// See [`Hca::set_ack_delay`].
-    pub(crate) ack_delay: Option<Duration>,
-    /// Held ACKs leave at the next transmits, whatever their age
-    /// ([`Hca::flush_acks`]); cleared when nothing is left to send.
-    pub(crate) acks_forced: bool,
-    /// `poll_transmit` returned a packet since it last returned none (a due
-    /// held ACK rides along with such a burst).
-    pub(crate) tx_burst: bool,
-}
-
-impl Dev {
-    /// Queue a completion; on overflow the CQ enters error (IBA §11.4.2.1)
-    /// and its QPs are moved to ERR by [`Hca::settle`].
-    pub fn complete(&mut self, cq: CqHandle, wc: WorkCompletion) {
-        self.complete_se(cq, wc, false);
-    }
-
-    /// [`Dev::complete`] for a receive whose last packet had the Solicited
-    /// Event bit `se`: a CQ armed solicited-only notifies only on such
-    /// completions and on errors (IBA §11.4.2.2).
-    pub fn complete_se(&mut self, cq: CqHandle, wc: WorkCompletion, se: bool) {
-        let Some(c) = self.cqs.get_mut(&cq) else { return };
-        let was = c.errored;
-        let notify = match c.armed {
-            Some(false) => true,
-            Some(true) => wc.status != WcStatus::Success || se,
-            None => false,
-        };
-        let pushed = c.push(wc);
-        if pushed && notify {
-            c.armed = None;
-            self.comp_events.push_back(cq);
-        }
-        if !pushed && !was {
-            tracing::warn!(cq = cq.0, "CQ overflow");
-            self.counters.cq_overflow += 1;
-            self.events.push_back(AsyncEvent::CqErr(cq));
-            self.errored_cqs.push(cq);
-        }
-    }
-
-    /// A BTH for a packet of this QP (pad computed from the payload length).
-    pub fn repr(qp: &Qp, opcode: Opcode, psn: Psn, ack_req: bool, payload_len: usize) -> RoceRepr {
-        RoceRepr {
-            bth: BthRepr {
-                opcode,
-                pad_count: roce_packet::pad_for(payload_len),
-                pkey: PKey::DEFAULT,
-                dest_qp: qp.p.dest_qpn,
-                ack_req,
-                psn,
-                ..BthRepr::default()
-            },
-            payload_len,
-            ..RoceRepr::default()
-        }
-    }
-
-    /// Build the datagram for a packet of `qp` (ICRC filled).
-    pub fn datagram(&self, qp: &Qp, repr: &RoceRepr, payload: &[u8]) -> Option<Datagram> {
-        self.datagram_to(qp, qp.p.ah?.dgid, repr, payload)
-    }
-
-    /// Build a datagram of `qp` to the GID `dgid` (ICRC filled).
-    pub fn datagram_to(
-        &self,
-        qp: &Qp,
-        dgid: IpAddr,
-        repr: &RoceRepr,
-        payload: &[u8],
-    ) -> Option<Datagram> {
-        self.finish_to(qp, dgid, repr.to_vec(payload).ok()?)
-    }
-
-    /// Complete a packet of `qp` to `dgid` built in place (headers and
-    /// payload from [`RoceRepr::start_vec`] / [`RoceRepr::finish_vec`]):
-    /// fill the ICRC and wrap it as a datagram.
-    pub fn finish_to(&self, qp: &Qp, dgid: IpAddr, mut buf: Vec<u8>) -> Option<Datagram> {
-        let dst = match dgid {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
-            v4 => v4,
-        };
-        let src_port = self.tx_src_port.unwrap_or(qp.src_port);
-        let endpoints = UdpEndpoints { src: self.addr, dst, src_port, dst_port: ROCE_V2_PORT };
-        let meta = IpMeta::default();
-        IpUdpHeader::build(&endpoints, &meta, buf.len()).ok()?.fill_icrc(&mut buf);
-        Some(Datagram { endpoints, meta, payload: Bytes::from(buf) })
-    }
-
-    fn id(&mut self) -> u32 {
-        self.next_id += 1;
-        self.next_id
-    }
-
-    /// A fresh handle number and a fresh rkey for a memory window.
-    pub(crate) fn next_mw_ids(&mut self) -> (u32, u32) {
-        let k: u8 = self.rng.gen();
-        self.next_key += 1;
-        ((self.id()), (self.next_key << 8) | u32::from(k))
-    }
-}
-
 /// A software RoCEv2 HCA (one port), sans IO.
 pub struct Hca {
     pub(crate) dev: Dev,
-    pub(crate) qps: BTreeMap<Qpn, Qp>,
+    pub(crate) qps: crate::qp_table::QpTable,
     next_qpn: u32,
-    rr_cursor: u32,
+    /// QPN of the QP `poll_transmit` served last (round-robin).
+    pub(crate) rr_cursor: u32,
     /// The transport verifies every received ICRC before delivering (see
     /// [`Hca::set_rx_icrc_checked`]); the core then skips its own check.
     pub(crate) rx_icrc_checked: bool,
@@ -258,7 +129,7 @@ impl Hca {
                 acks_forced: false,
                 tx_burst: false,
             },
-            qps: BTreeMap::new(),
+            qps: Default::default(),
             next_qpn: 17,
             rr_cursor: 0,
             rx_icrc_checked: false,
@@ -302,10 +173,11 @@ impl Hca {
     /// when it acknowledges [`ACK_EVERY_PSNS`](crate::ACK_EVERY_PSNS) more PSNs than the last ACK
     /// of its QP (a streaming requester never waits), as soon as anything
     /// else of its QP's responder is queued behind it (NAK, READ response),
-    /// and after [`Hca::flush_acks`]. [`SansIo::poll_timeout`] includes its
+    /// and after [`Hca::flush_acks`]. [`SansIo::poll_timeout`](crate::SansIo::poll_timeout) includes its
     /// deadline. The requester's send completions come up to twice `delay` later.
     pub fn set_ack_delay(&mut self, delay: Option<Duration>) {
         self.dev.ack_delay = delay.filter(|d| !d.is_zero());
+        self.qps.set_ack_delay(self.dev.ack_delay);
         if self.dev.ack_delay.is_some() {
             self.dev.coalesce_acks = true;
         }
@@ -666,10 +538,10 @@ impl Hca {
     }
 
     /// `ibv_modify_srq` with IBV_SRQ_LIMIT: arm the limit event (0 disarms).
-    pub fn modify_srq(&mut self, srq: SrqHandle, srq_limit: u32) -> Result<(), CreateSrqError> {
-        let s = self.dev.srqs.get_mut(&srq).ok_or(CreateSrqError::UnknownSrq(srq))?;
+    pub fn modify_srq(&mut self, srq: SrqHandle, srq_limit: u32) -> Result<(), ModifySrqError> {
+        let s = self.dev.srqs.get_mut(&srq).ok_or(ModifySrqError::UnknownSrq(srq))?;
         if srq_limit != 0 && srq_limit >= s.attr.max_wr {
-            return Err(CreateSrqError::BadLimit { limit: srq_limit, max_wr: s.attr.max_wr });
+            return Err(ModifySrqError::BadLimit { limit: srq_limit, max_wr: s.attr.max_wr });
         }
         s.attr.srq_limit = srq_limit;
         Ok(())
@@ -777,7 +649,7 @@ impl Hca {
         if let Some(s) = init.srq.and_then(|h| self.dev.srqs.get_mut(&h)) {
             s.users += 1;
         }
-        self.qps.insert(qpn, Qp::new(qpn, init, self.dev.port.active_mtu));
+        self.qps.insert(Qp::new(qpn, init, self.dev.port.active_mtu));
         tracing::debug!(dev = %self.dev.name, %qpn, "create_qp");
         Ok(qpn)
     }
@@ -800,7 +672,7 @@ impl Hca {
     }
 
     /// `ibv_modify_qp`: checked by [`validate_modify`], then applied.
-    pub fn modify_qp(&mut self, qpn: Qpn, attr: &QpAttr) -> Result<(), QpModifyError> {
+    pub fn modify_qp(&mut self, qpn: Qpn, attr: &QpAttr) -> Result<(), ModifyQpError> {
         let limits = ModifyLimits {
             max_qp_rd_atom: self.dev.attr.max_qp_rd_atom,
             max_qp_init_rd_atom: self.dev.attr.max_qp_init_rd_atom,
@@ -808,7 +680,8 @@ impl Hca {
             pkey_table_len: self.dev.port.pkey_tbl_len,
             phys_port_cnt: self.dev.attr.phys_port_cnt,
         };
-        let qp = self.qps.get_mut(&qpn).ok_or(QpModifyError::UnknownQp(qpn))?;
+        let mut entry = self.qps.get_mut(&qpn).ok_or(ModifyQpError::UnknownQp(qpn))?;
+        let qp = &mut *entry;
         let to = validate_modify(qp.init.qp_type, qp.state, attr, &limits)?;
         let m = attr.mask;
         let p = &mut qp.p;
@@ -837,15 +710,15 @@ impl Hca {
         }
         if m.contains(AttrMask::RETRY_CNT) {
             p.retry_cnt = attr.retry_cnt.min(7);
-            qp.retry_left = p.retry_cnt;
+            qp.comp.retry_left = p.retry_cnt;
         }
         if m.contains(AttrMask::RNR_RETRY) {
             p.rnr_retry = attr.rnr_retry.min(7);
-            qp.rnr_left = p.rnr_retry;
+            qp.comp.rnr_left = p.rnr_retry;
         }
         if m.contains(AttrMask::RQ_PSN) {
             p.rq_psn = Psn::new(attr.rq_psn);
-            qp.epsn = p.rq_psn;
+            qp.resp.epsn = p.rq_psn;
         }
         if m.contains(AttrMask::MAX_QP_RD_ATOMIC) {
             p.max_rd_atomic = attr.max_rd_atomic;
@@ -855,8 +728,8 @@ impl Hca {
         }
         if m.contains(AttrMask::SQ_PSN) {
             p.sq_psn = Psn::new(attr.sq_psn);
-            qp.req_psn = p.sq_psn;
-            qp.comp_psn = p.sq_psn;
+            qp.req.psn = p.sq_psn;
+            qp.comp.psn = p.sq_psn;
         }
         if m.contains(AttrMask::MAX_DEST_RD_ATOMIC) {
             p.max_dest_rd_atomic = attr.max_dest_rd_atomic;
@@ -882,6 +755,7 @@ impl Hca {
             QpState::Err => qp.enter_error(&mut self.dev),
             s => qp.state = s,
         }
+        drop(entry); // re-files the QP (qp_table)
         self.settle();
         Ok(())
     }
@@ -902,10 +776,10 @@ impl Hca {
             .timeout(p.timeout)
             .retry_cnt(p.retry_cnt)
             .rnr_retry(p.rnr_retry)
-            .rq_psn(qp.epsn.value())
+            .rq_psn(qp.resp.epsn.value())
             .max_rd_atomic(p.max_rd_atomic)
             .min_rnr_timer(p.min_rnr_timer)
-            .sq_psn(qp.req_psn.value())
+            .sq_psn(qp.req.psn.value())
             .max_dest_rd_atomic(p.max_dest_rd_atomic)
             .cap(qp.init.cap)
             .dest_qpn(p.dest_qpn.value());
@@ -944,9 +818,10 @@ impl Hca {
     /// and completes at once with WR_FLUSH_ERR.
     pub fn post_send(&mut self, qpn: Qpn, wr: SendWr) -> Result<(), PostSendError> {
         let max_msg = self.dev.attr.max_msg_sz;
-        let qp = self.qps.get_mut(&qpn).ok_or(PostSendError::UnknownQp(qpn))?;
+        let mut entry = self.qps.get_mut(&qpn).ok_or(PostSendError::UnknownQp(qpn))?;
+        let qp = &mut *entry;
         // SQD queues new WRs without starting them (IBA §10.3.1)
-        if !matches!(qp.state, QpState::Rts | QpState::Sqd | QpState::Err) {
+        if !qp.state.allows().post_send {
             return Err(PostSendError::InvalidState(qp.state));
         }
         let cap = qp.init.cap;
@@ -974,13 +849,14 @@ impl Hca {
         if length > u64::from(max_msg) {
             return Err(PostSendError::MessageTooLarge { len: length, max: max_msg });
         }
+        // which QP types may post it: the work-request opcode table
+        if !wr.opcode.info().qp_types.contains(qp.init.qp_type) {
+            return Err(PostSendError::UnsupportedOpcode {
+                opcode: wr.opcode,
+                qp_type: qp.init.qp_type,
+            });
+        }
         if qp.init.qp_type == QpType::Ud {
-            if !matches!(wr.opcode, crate::wr::WrOpcode::Send | crate::wr::WrOpcode::SendWithImm) {
-                return Err(PostSendError::UnsupportedOpcode {
-                    opcode: wr.opcode,
-                    qp_type: qp.init.qp_type,
-                });
-            }
             if wr.ud.is_none() {
                 return Err(PostSendError::MissingUdDest);
             }
@@ -989,12 +865,6 @@ impl Hca {
                 return Err(PostSendError::UdMessageTooLarge { len: length, mtu });
             }
         }
-        if qp.init.qp_type == QpType::Uc && wr.opcode.is_read_or_atomic() {
-            return Err(PostSendError::UnsupportedOpcode {
-                opcode: wr.opcode,
-                qp_type: qp.init.qp_type,
-            });
-        }
         if wr.opcode.is_atomic() && (wr.sg_list.len() != 1 || length != 8) {
             return Err(PostSendError::BadAtomicSge);
         }
@@ -1002,19 +872,6 @@ impl Hca {
         if wr.opcode == crate::wr::WrOpcode::AtomicWrite && length != 8 {
             tracing::debug!(%qpn, length, "ATOMIC_WRITE rejected: not 8 bytes");
             return Err(PostSendError::BadAtomicSge);
-        }
-        if qp.init.qp_type != QpType::Rc
-            && matches!(
-                wr.opcode,
-                crate::wr::WrOpcode::AtomicWrite
-                    | crate::wr::WrOpcode::SendWithInv { .. }
-                    | crate::wr::WrOpcode::Flush { .. }
-            )
-        {
-            return Err(PostSendError::UnsupportedOpcode {
-                opcode: wr.opcode,
-                qp_type: qp.init.qp_type,
-            });
         }
         if wr.opcode.is_read_or_atomic() && qp.p.max_rd_atomic == 0 && qp.state == QpState::Rts {
             return Err(PostSendError::NoRdAtomic);
@@ -1036,14 +893,16 @@ impl Hca {
         } else {
             qp.sq.push_back(w);
         }
+        drop(entry); // re-files the QP (qp_table)
         self.settle();
         Ok(())
     }
 
     /// `ibv_post_recv`. On a QP in ERR the WR completes at once with WR_FLUSH_ERR.
     pub fn post_recv(&mut self, qpn: Qpn, wr: RecvWr) -> Result<(), PostRecvError> {
-        let qp = self.qps.get_mut(&qpn).ok_or(PostRecvError::UnknownQp(qpn))?;
-        if !matches!(qp.state, QpState::Init | QpState::Rtr | QpState::Rts | QpState::Err) {
+        let mut entry = self.qps.get_mut(&qpn).ok_or(PostRecvError::UnknownQp(qpn))?;
+        let qp = &mut *entry;
+        if !qp.state.allows().post_recv {
             return Err(PostRecvError::InvalidState(qp.state));
         }
         if qp.init.srq.is_some() {
@@ -1062,144 +921,9 @@ impl Hca {
         } else {
             qp.rq.push_back(wr);
         }
+        drop(entry); // re-files the QP (qp_table)
         self.settle();
         Ok(())
-    }
-
-    /// Move every QP of an overflowed CQ to ERR; raise SQ_DRAINED for
-    /// QPs in SQD whose started WQEs have all completed.
-    pub(crate) fn settle(&mut self) {
-        if self.dev.sqd_draining.is_empty() && self.dev.errored_cqs.is_empty() {
-            return; // the usual case, once per packet
-        }
-        let qps = &self.qps;
-        let drained: Vec<Qpn> = self
-            .dev
-            .sqd_draining
-            .iter()
-            .copied()
-            .filter(|q| {
-                qps.get(q).is_some_and(|qp| {
-                    qp.state == QpState::Sqd
-                        && !qp.sq.iter().any(|w| w.state != WqeState::Posted || w.npkts > 0)
-                })
-            })
-            .collect();
-        for q in drained {
-            self.dev.sqd_draining.remove(&q);
-            self.dev.events.push_back(AsyncEvent::SqDrained(q));
-        }
-        while let Some(cq) = self.dev.errored_cqs.pop() {
-            for qp in self.qps.values_mut() {
-                if (qp.init.send_cq == cq || qp.init.recv_cq == cq) && qp.state != QpState::Err {
-                    qp.enter_error(&mut self.dev);
-                }
-            }
-        }
-    }
-}
-
-impl SansIo for Hca {
-    fn handle_datagram(&mut self, now: Instant, dgram: Datagram) {
-        let span = tracing::debug_span!("hca", dev = %self.dev.name);
-        let _g = span.enter();
-        self.cm_note_time(now);
-        self.receive(now, &dgram);
-        self.settle();
-    }
-
-    /// Round-robin over QPs (starting after the last one served); each QP
-    /// sends its queued responses before new requests.
-    fn poll_transmit(&mut self, now: Instant) -> Option<Datagram> {
-        let span = tracing::debug_span!("hca", dev = %self.dev.name);
-        let _g = span.enter();
-        // management datagrams first (the CM's MADs from QP1)
-        if let Some(d) = self.cm_transmit(now) {
-            self.dev.counters.sent_pkts += 1;
-            self.dev.counters.sent_bytes += d.payload.len() as u64;
-            self.dev.tx_burst = true;
-            return Some(d);
-        }
-        // Two passes over the map (after the cursor, then up to it) without
-        // collecting the keys: with many QPs the next one usually has work.
-        let cursor = Qpn::new(self.rr_cursor);
-        let dev = &mut self.dev;
-        let mut out = None;
-        let mut served = None;
-        for (k, qp) in self.qps.range_mut(Qpn::new(self.rr_cursor.wrapping_add(1))..) {
-            if *k <= cursor {
-                continue; // the cursor wrapped (QPN 2^24 - 1)
-            }
-            if let Some(d) = qp.next_response(dev, now).or_else(|| qp.next_packet(dev, now)) {
-                served = Some(*k);
-                out = Some(d);
-                break;
-            }
-        }
-        if out.is_none() {
-            for (k, qp) in self.qps.range_mut(..=cursor) {
-                if let Some(d) = qp.next_response(dev, now).or_else(|| qp.next_packet(dev, now)) {
-                    served = Some(*k);
-                    out = Some(d);
-                    break;
-                }
-            }
-        }
-        if let Some(k) = served {
-            self.rr_cursor = k.value();
-        }
-        // a WQE that failed locally may have overflowed a CQ
-        self.settle();
-        match &out {
-            Some(d) => {
-                self.dev.counters.sent_pkts += 1;
-                self.dev.counters.sent_bytes += d.payload.len() as u64;
-                self.dev.tx_burst = true;
-            }
-            None => {
-                self.dev.acks_forced = false;
-                self.dev.tx_burst = false;
-            }
-        }
-        out
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        let delay = self.dev.ack_delay;
-        // A plain loop rather than flat_map over [Option<Instant>; 3]: the
-        // optimised iterator reads an uninitialised niche that valgrind
-        // reports (harmlessly) in every drop-in run.
-        let mut min: Option<Instant> = None;
-        let mut take = |t: Option<Instant>| {
-            if let Some(t) = t {
-                if min.is_none_or(|m| t < m) {
-                    min = Some(t);
-                }
-            }
-        };
-        take(self.cm_deadline());
-        for q in self.qps.values() {
-            take(q.retrans_deadline);
-            take(q.rnr_deadline);
-            // a held ACK leaves alone at twice the delay
-            take(delay.and_then(|d| q.ack_held_since.map(|t| t + 2 * d)));
-        }
-        min
-    }
-
-    fn handle_timeout(&mut self, now: Instant) {
-        let span = tracing::debug_span!("hca", dev = %self.dev.name);
-        let _g = span.enter();
-        self.cm_timeout(now);
-        for qp in self.qps.values_mut() {
-            if qp.rnr_deadline.is_some_and(|d| d <= now) {
-                qp.on_rnr_timeout(&mut self.dev, now);
-            }
-            if qp.retrans_deadline.is_some_and(|d| d <= now) {
-                qp.on_retrans_timeout(&mut self.dev, now);
-            }
-        }
-        self.settle();
     }
 }
 

@@ -174,19 +174,17 @@ pub(crate) struct Mw {
 pub(crate) struct MwTable {
     pub mws: rustc_hash::FxHashMap<MwHandle, Mw>,
     pub by_rkey: rustc_hash::FxHashMap<RKey, MwHandle>,
-    /// The QP whose incoming request is being executed (set by the receive
-    /// path around the responder): a type 2 window's rkey is only valid on
-    /// the QP it is bound to. `None` skips that check (READ responses
-    /// re-check a request already checked on arrival).
-    pub access_qp: Option<Qpn>,
 }
 
 impl MemTable {
-    /// Check a window rkey for `[va, va+len)` with `need`; `None` when
-    /// `rkey` names no window (then it may name a region).
+    /// Check a window rkey for `[va, va+len)` with `need`, for a request
+    /// that arrived on `on_qp` (a type 2 window answers only on the QP it
+    /// is bound to; `None` skips that check: see `check_remote`); `None`
+    /// when `rkey` names no window (then it may name a region).
     pub(crate) fn check_mw(
         &self,
         pd: PdHandle,
+        on_qp: Option<Qpn>,
         rkey: RKey,
         va: u64,
         len: u64,
@@ -199,7 +197,7 @@ impl MemTable {
             if mw.pd != pd {
                 return Err(MemError::WrongPd);
             }
-            if let (Some(bound), Some(on)) = (b.qp, self.mw.access_qp) {
+            if let (Some(bound), Some(on)) = (b.qp, on_qp) {
                 if bound != on {
                     return Err(MemError::WrongQp);
                 }
@@ -453,7 +451,7 @@ impl Hca {
     }
 }
 
-impl crate::hca::Dev {
+impl crate::dev::Dev {
     /// Count an executed bind (`mw_bind` / `mw_bind_err`).
     pub(crate) fn count_bind(&mut self, ok: bool) {
         if ok {

@@ -365,16 +365,20 @@ impl MemTable {
         self.check(self.by_lkey.get(&sge.lkey), pd, sge.addr, u64::from(sge.length), need)
     }
 
-    /// Check a remote key for `[va, va+len)` with `need` access.
+    /// Check a remote key for `[va, va+len)` with `need` access, for a
+    /// request that arrived on `on_qp` (a type 2 window's rkey is valid
+    /// only on the QP it is bound to, crate::mw); `None` for a re-check of
+    /// a request already checked on arrival (READ responses).
     pub fn check_remote(
         &self,
         pd: PdHandle,
+        on_qp: Option<Qpn>,
         rkey: RKey,
         va: u64,
         len: u64,
         need: AccessFlags,
     ) -> Result<(MrHandle, usize), MemError> {
-        if let Some(r) = self.check_mw(pd, rkey, va, len, need) {
+        if let Some(r) = self.check_mw(pd, on_qp, rkey, va, len, need) {
             return r; // a memory window's rkey
         }
         self.check(self.by_rkey.get(&rkey), pd, va, len, need)

@@ -8,7 +8,7 @@
 //! `WR_FLUSH_ERR` (flushed completions are generated even for unsignaled
 //! send WRs).
 
-use crate::hca::Dev;
+use crate::dev::Dev;
 use crate::objects::{CqHandle, PdHandle};
 use crate::qp_attr::{AccessFlags, AhAttr, PathMtu, QpCap, QpState, QpType};
 use crate::time::Instant;
@@ -132,6 +132,57 @@ pub(crate) struct QpParams {
     pub en_sqd_async_notify: bool,
 }
 
+/// The requester's state (rxe's `qp->req`): where it is in the send queue.
+#[derive(Default)]
+pub(crate) struct ReqState {
+    /// Index in `sq` of the WQE the requester works on next.
+    pub idx: usize,
+    /// Next PSN to send.
+    pub psn: Psn,
+    /// Packets sent since the last one with AckReq.
+    pub noack_pkts: u32,
+}
+
+/// The completer's state (rxe's `qp->comp`): acknowledgements, retries
+/// and the two timers.
+#[derive(Default)]
+pub(crate) struct CompState {
+    /// Oldest unacknowledged PSN.
+    pub psn: Psn,
+    pub retry_left: u8,
+    pub rnr_left: u8,
+    pub retrans_deadline: Option<Instant>,
+    /// An RNR NAK's wait: the requester sends nothing until it fires.
+    pub rnr_deadline: Option<Instant>,
+    /// PSN the completer started its go-back-N from (rxe's `started_retry`);
+    /// until progress, responses start no other retry (see completer.rs).
+    pub gap_retry: Option<Psn>,
+}
+
+/// The responder's state (rxe's `qp->resp`).
+#[derive(Default)]
+pub(crate) struct RespState {
+    /// Expected PSN.
+    pub epsn: Psn,
+    /// Messages completed (the AETH's MSN).
+    pub msn: Msn,
+    /// A PSN SEQUENCE ERROR NAK was sent; later out-of-sequence packets are
+    /// dropped until the expected PSN arrives (C9-113).
+    pub nak_sent: bool,
+    pub in_msg: Option<InMsg>,
+    /// UC: discarding the rest of a dropped message (see responder.rs).
+    pub uc_discard: bool,
+    /// READs and atomics executed, kept for duplicates.
+    pub resources: VecDeque<RdResource>,
+    /// ACKs, NAKs and READ responses waiting for `poll_transmit`.
+    pub queue: VecDeque<RespItem>,
+    /// With an ACK delay ([`Hca::set_ack_delay`](crate::Hca::set_ack_delay)):
+    /// since when the positive ACK alone at the front of `queue` is held.
+    pub ack_held_since: Option<Instant>,
+    /// PSN of the last positive ACK this responder sent.
+    pub last_ack_psn: Option<Psn>,
+}
+
 pub(crate) struct Qp {
     pub qpn: Qpn,
     pub init: QpInitAttr,
@@ -140,37 +191,15 @@ pub(crate) struct Qp {
     pub src_port: u16,
     pub sq: VecDeque<SendWqe>,
     pub rq: VecDeque<RecvWr>,
-    // requester
-    /// Index in `sq` of the WQE the requester works on next.
-    pub req_idx: usize,
-    /// Next PSN to send.
-    pub req_psn: Psn,
-    pub noack_pkts: u32,
-    // completer
-    /// Oldest unacknowledged PSN.
-    pub comp_psn: Psn,
-    pub retry_left: u8,
-    pub rnr_left: u8,
-    pub retrans_deadline: Option<Instant>,
-    pub rnr_deadline: Option<Instant>,
-    /// PSN the completer started its go-back-N from (rxe's `started_retry`);
-    /// until progress, responses start no other retry (see completer.rs).
-    pub gap_retry: Option<Psn>,
-    // responder
-    pub epsn: Psn,
-    pub msn: Msn,
-    pub nak_sent: bool,
-    pub in_msg: Option<InMsg>,
-    /// UC: discarding the rest of a dropped message (see responder.rs).
-    pub uc_discard: bool,
-    pub resources: VecDeque<RdResource>,
-    /// ACKs, NAKs and READ responses waiting for `poll_transmit`.
-    pub resp_q: VecDeque<RespItem>,
-    /// With an ACK delay ([`Hca::set_ack_delay`](crate::Hca::set_ack_delay)):
-    /// since when the positive ACK alone at the front of `resp_q` is held.
-    pub ack_held_since: Option<Instant>,
-    /// PSN of the last positive ACK this responder sent.
-    pub last_ack_psn: Option<Psn>,
+    pub req: ReqState,
+    pub comp: CompState,
+    pub resp: RespState,
+}
+
+/// Packets a message of `len` bytes takes at `mtu` (at least one): the
+/// requester's segmentation and the PSNs a READ consumes at the responder.
+pub(crate) fn packets_for(len: u64, mtu: u64) -> u32 {
+    u32::try_from(len.div_ceil(mtu).max(1)).unwrap_or(u32::MAX)
 }
 
 /// UDP source port for a QP: 0xC000 plus a 14-bit hash of the QPN (as rxe).
@@ -207,24 +236,9 @@ impl Qp {
             src_port: src_port_for(qpn),
             sq: VecDeque::new(),
             rq: VecDeque::new(),
-            req_idx: 0,
-            req_psn: Psn::new(0),
-            noack_pkts: 0,
-            comp_psn: Psn::new(0),
-            retry_left: 0,
-            rnr_left: 0,
-            retrans_deadline: None,
-            rnr_deadline: None,
-            gap_retry: None,
-            epsn: Psn::new(0),
-            msn: Msn::new(0),
-            nak_sent: false,
-            in_msg: None,
-            uc_discard: false,
-            resources: VecDeque::new(),
-            resp_q: VecDeque::new(),
-            ack_held_since: None,
-            last_ack_psn: None,
+            req: ReqState::default(),
+            comp: CompState::default(),
+            resp: RespState::default(),
         }
     }
 
@@ -263,11 +277,38 @@ impl Qp {
     }
 
     pub fn arm_retrans(&mut self, now: Instant) {
-        self.retrans_deadline = self.retrans_period().map(|d| now + d);
+        self.comp.retrans_deadline = self.retrans_period().map(|d| now + d);
         if let Some(d) = self.retrans_period() {
             tracing::trace!(qpn = %self.qpn, kind = "retransmit", after_us = d.as_micros() as u64,
                 "timer set");
         }
+    }
+
+    /// Whether `next_response` or `next_packet` may produce a packet now.
+    /// When false, both return nothing at once and change nothing (an empty
+    /// response queue; a send queue that is not running or has no WQE at
+    /// or after `req.idx`), so `poll_transmit` may skip the QP
+    /// ([`crate::qp_table`]).
+    pub fn may_transmit(&self) -> bool {
+        !self.resp.queue.is_empty()
+            || (self.state.allows().send_queue
+                && self.comp.rnr_deadline.is_none()
+                && self.req.idx < self.sq.len())
+    }
+
+    /// The earliest of this QP's deadlines: the retransmit and RNR timers,
+    /// and a held ACK's (it leaves alone at twice the ACK delay).
+    pub fn next_deadline(&self, ack_delay: Option<core::time::Duration>) -> Option<Instant> {
+        // Plain comparisons rather than flatten/min over [Option<Instant>; 3]:
+        // the optimised iterator reads an uninitialised niche that valgrind
+        // reports (harmlessly) in every drop-in run.
+        let held = ack_delay.and_then(|d| self.resp.ack_held_since.map(|t| t + 2 * d));
+        let earlier = |a: Option<Instant>, b: Option<Instant>| match (a, b) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, None) => x,
+            (None, y) => y,
+        };
+        earlier(earlier(self.comp.retrans_deadline, self.comp.rnr_deadline), held)
     }
 
     /// A receive WQE is available (own queue or SRQ).
@@ -341,7 +382,7 @@ impl Qp {
     /// Complete the oldest send WQE successfully (CQE only if signaled).
     pub fn complete_front(&mut self, dev: &mut Dev) {
         if let Some(w) = self.sq.pop_front() {
-            self.req_idx = self.req_idx.saturating_sub(1);
+            self.req.idx = self.req.idx.saturating_sub(1);
             if matches!(w.wr.opcode, crate::wr::WrOpcode::Send | crate::wr::WrOpcode::SendWithImm) {
                 dev.counters.rdma_sends += 1;
             }
@@ -356,7 +397,7 @@ impl Qp {
     pub fn fail_front(&mut self, dev: &mut Dev, status: WcStatus) {
         tracing::debug!(qpn = %self.qpn, ?status, "send WQE failed");
         if let Some(w) = self.sq.pop_front() {
-            self.req_idx = self.req_idx.saturating_sub(1);
+            self.req.idx = self.req.idx.saturating_sub(1);
             let wc = self.send_wc(&w, status);
             dev.complete(self.init.send_cq, wc);
         }
@@ -371,8 +412,8 @@ impl Qp {
             self.state = QpState::Err;
             dev.events.push_back(crate::objects::AsyncEvent::QpFatal(self.qpn));
         }
-        self.retrans_deadline = None;
-        self.rnr_deadline = None;
+        self.comp.retrans_deadline = None;
+        self.comp.rnr_deadline = None;
         self.flush(dev);
         // a QP on an SRQ takes no more SRQ WQEs (IBA §10.2.9.5, o10-2.2.2)
         if entering && self.init.srq.is_some() {
@@ -386,8 +427,8 @@ impl Qp {
             let wc = self.send_wc(&w, WcStatus::WrFlushErr);
             dev.complete(self.init.send_cq, wc);
         }
-        self.req_idx = 0;
-        if let Some(InMsg::Send { recv, .. }) = self.in_msg.take() {
+        self.req.idx = 0;
+        if let Some(InMsg::Send { recv, .. }) = self.resp.in_msg.take() {
             let wc = self.recv_wc(&recv, WcStatus::WrFlushErr, 0, None, false);
             dev.complete(self.init.recv_cq, wc);
         }

@@ -323,9 +323,11 @@ impl QpAttr {
     setter!(dest_qpn, dest_qp_num, u32, DEST_QPN);
 }
 
-/// Why `modify_qp` refused.
+/// Why [`validate_modify`] refused a `modify_qp` request: the transition,
+/// the attribute mask or a value (the verb's error, [`crate::ModifyQpError`],
+/// carries it as `Rejected`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ModifyQpError {
+pub enum QpAttrError {
     /// The state pair is not a legal transition for this QP type.
     #[error("invalid QP state transition {from} -> {to}")]
     InvalidTransition { from: QpState, to: QpState },
@@ -335,10 +337,46 @@ pub enum ModifyQpError {
     InvalidAttrMask { from: QpState, to: QpState, missing: AttrMask, invalid: AttrMask },
     /// An attribute whose mask bit is set has an out-of-range value.
     #[error("invalid value for {attr}: {reason}")]
-    InvalidValue { attr: &'static str, reason: String },
+    InvalidValue { attr: &'static str, reason: ValueProblem },
     /// `CUR_STATE` was given and is not the QP's actual state.
     #[error("cur_qp_state {given} does not match the QP's state {actual}")]
     CurStateMismatch { given: QpState, actual: QpState },
+}
+
+/// What is wrong with an attribute value ([`QpAttrError::InvalidValue`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ValueProblem {
+    /// Its mask bit (`mask`) is set but no `what` was given.
+    NotGiven { mask: &'static str, what: &'static str },
+    /// `value` is above `limit` (`max`).
+    Exceeds { value: u32, limit: &'static str, max: u32 },
+    /// `value` is not below `limit` (`bound`).
+    NotBelow { value: u32, limit: &'static str, bound: u32 },
+    /// Access-flag bits this crate does not know.
+    UnknownBits(u32),
+    /// An unspecified address (`::` or `0.0.0.0`).
+    Unspecified(IpAddr),
+    /// A port number outside `1..=max`.
+    NotAPort { port: u8, max: u8 },
+}
+
+impl fmt::Display for ValueProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ValueProblem::NotGiven { mask, what } => {
+                write!(f, "{mask} is in the mask but no {what} given")
+            }
+            ValueProblem::Exceeds { value, limit, max } => {
+                write!(f, "{value} exceeds {limit} {max}")
+            }
+            ValueProblem::NotBelow { value, limit, bound } => {
+                write!(f, "{value} is not below {limit} {bound}")
+            }
+            ValueProblem::UnknownBits(bits) => write!(f, "unknown bits {bits:#x}"),
+            ValueProblem::Unspecified(addr) => write!(f, "{addr} is unspecified"),
+            ValueProblem::NotAPort { port, max } => write!(f, "{port} is not a port (1..={max})"),
+        }
+    }
 }
 
 /// "missing [A, B]", "not allowed [C]" or both, joined by "; ".
@@ -534,6 +572,44 @@ pub static TRANSITIONS: [Transition; 22] = [
     bare(S::Err, S::Err),
 ];
 
+/// What a QP does in each state besides being modified (IBA §10.3.1, as
+/// this emulator implements it): which work requests the verbs accept and
+/// which packets the QP's roles take or send. The one place these facts
+/// are written; `post_send`, `post_recv`, the receive demultiplexer and
+/// the requester read them from [`QpState::allows`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateAllows {
+    /// `post_send` accepts work requests (SQD queues them without starting
+    /// them; ERR completes them at once with WR_FLUSH_ERR).
+    pub post_send: bool,
+    /// `post_recv` accepts work requests (ERR flushes them at once).
+    pub post_recv: bool,
+    /// The responder takes request packets.
+    pub requests: bool,
+    /// The send queue runs: the requester sends (in SQD only WQEs already
+    /// started) and the completer takes response packets.
+    pub send_queue: bool,
+}
+
+impl QpState {
+    /// This state's row of the [`StateAllows`] table.
+    pub const fn allows(self) -> StateAllows {
+        const Y: bool = true;
+        const N: bool = false;
+        let (post_send, post_recv, requests, send_queue) = match self {
+            //                post_send post_recv requests send_queue
+            QpState::Reset => (N, N, N, N),
+            QpState::Init => (N, Y, N, N),
+            QpState::Rtr => (N, Y, Y, N),
+            QpState::Rts => (Y, Y, Y, Y),
+            QpState::Sqd => (Y, N, Y, Y),
+            QpState::Sqe => (N, N, N, N),
+            QpState::Err => (Y, Y, N, N),
+        };
+        StateAllows { post_send, post_recv, requests, send_queue }
+    }
+}
+
 /// Required and optional attributes for `from -> to` on a `qp_type` QP, or
 /// `None` if the transition is illegal. `STATE` and `CUR_STATE` are never
 /// included (they are implied by the request itself).
@@ -597,41 +673,39 @@ pub fn validate_modify(
     cur: QpState,
     attr: &QpAttr,
     limits: &ModifyLimits,
-) -> Result<QpState, ModifyQpError> {
+) -> Result<QpState, QpAttrError> {
     let mask = attr.mask;
     let to = if mask.contains(AttrMask::STATE) {
-        attr.qp_state
-            .ok_or_else(|| invalid("qp_state", "STATE is in the mask but no state given"))?
+        attr.qp_state.ok_or_else(|| invalid("qp_state", not_given("STATE", "state")))?
     } else {
         cur
     };
     if mask.contains(AttrMask::CUR_STATE) {
-        let given = attr.cur_qp_state.ok_or_else(|| {
-            invalid("cur_qp_state", "CUR_STATE is in the mask but no state given")
-        })?;
+        let given = attr
+            .cur_qp_state
+            .ok_or_else(|| invalid("cur_qp_state", not_given("CUR_STATE", "state")))?;
         if given != cur {
-            return Err(ModifyQpError::CurStateMismatch { given, actual: cur });
+            return Err(QpAttrError::CurStateMismatch { given, actual: cur });
         }
     }
     let (required, optional) = required_and_optional(qp_type, cur, to)
-        .ok_or(ModifyQpError::InvalidTransition { from: cur, to })?;
+        .ok_or(QpAttrError::InvalidTransition { from: cur, to })?;
     let missing = required.difference(mask);
     let allowed = required | optional | AttrMask::STATE | AttrMask::CUR_STATE;
     let not_allowed = mask.difference(allowed);
     if !missing.is_empty() || !not_allowed.is_empty() {
-        return Err(ModifyQpError::InvalidAttrMask {
-            from: cur,
-            to,
-            missing,
-            invalid: not_allowed,
-        });
+        return Err(QpAttrError::InvalidAttrMask { from: cur, to, missing, invalid: not_allowed });
     }
     check_values(attr, limits)?;
     Ok(to)
 }
 
-fn invalid(attr: &'static str, reason: impl Into<String>) -> ModifyQpError {
-    ModifyQpError::InvalidValue { attr, reason: reason.into() }
+fn invalid(attr: &'static str, reason: ValueProblem) -> QpAttrError {
+    QpAttrError::InvalidValue { attr, reason }
+}
+
+fn not_given(mask: &'static str, what: &'static str) -> ValueProblem {
+    ValueProblem::NotGiven { mask, what }
 }
 
 /// Largest PSN / QPN (24 bits).
@@ -647,11 +721,11 @@ const KNOWN_ACCESS: u32 = {
     all
 };
 
-fn check_values(attr: &QpAttr, limits: &ModifyLimits) -> Result<(), ModifyQpError> {
+fn check_values(attr: &QpAttr, limits: &ModifyLimits) -> Result<(), QpAttrError> {
     let has = |bit: AttrMask| attr.mask.contains(bit);
-    let at_most = |name: &'static str, v: u32, max: u32, what: &str| {
+    let at_most = |name: &'static str, v: u32, max: u32, what: &'static str| {
         if v > max {
-            Err(invalid(name, format!("{v} exceeds {what} {max}")))
+            Err(invalid(name, ValueProblem::Exceeds { value: v, limit: what, max }))
         } else {
             Ok(())
         }
@@ -659,43 +733,41 @@ fn check_values(attr: &QpAttr, limits: &ModifyLimits) -> Result<(), ModifyQpErro
     if has(AttrMask::ACCESS_FLAGS) && attr.qp_access_flags.0 & !KNOWN_ACCESS != 0 {
         return Err(invalid(
             "qp_access_flags",
-            format!("unknown bits {:#x}", attr.qp_access_flags.0 & !KNOWN_ACCESS),
+            ValueProblem::UnknownBits(attr.qp_access_flags.0 & !KNOWN_ACCESS),
         ));
     }
     if has(AttrMask::PKEY_INDEX) && attr.pkey_index >= limits.pkey_table_len {
         return Err(invalid(
             "pkey_index",
-            format!(
-                "{} is not below the P_Key table length {}",
-                attr.pkey_index, limits.pkey_table_len
-            ),
+            ValueProblem::NotBelow {
+                value: attr.pkey_index.into(),
+                limit: "the P_Key table length",
+                bound: limits.pkey_table_len.into(),
+            },
         ));
     }
     if has(AttrMask::PORT) {
         check_port("port_num", attr.port_num, limits)?;
     }
     if has(AttrMask::AV) {
-        let ah =
-            attr.ah_attr.ok_or_else(|| invalid("ah_attr", "AV is in the mask but no AV given"))?;
+        let ah = attr.ah_attr.ok_or_else(|| invalid("ah_attr", not_given("AV", "AV")))?;
         if ah.dgid.is_unspecified() {
-            return Err(invalid("ah_attr.dgid", format!("{} is unspecified", ah.dgid)));
+            return Err(invalid("ah_attr.dgid", ValueProblem::Unspecified(ah.dgid)));
         }
         at_most("ah_attr.flow_label", ah.flow_label, 0xF_FFFF, "the 20-bit maximum")?;
         at_most("ah_attr.sl", ah.sl.into(), 15, "the maximum")?;
         check_port("ah_attr.port_num", ah.port_num, limits)?;
     }
     if has(AttrMask::PATH_MTU) {
-        let mtu = attr
-            .path_mtu
-            .ok_or_else(|| invalid("path_mtu", "PATH_MTU is in the mask but no MTU given"))?;
+        let mtu = attr.path_mtu.ok_or_else(|| invalid("path_mtu", not_given("PATH_MTU", "MTU")))?;
         if mtu > limits.active_mtu {
             return Err(invalid(
                 "path_mtu",
-                format!(
-                    "{} exceeds the port's active MTU {}",
-                    mtu.bytes(),
-                    limits.active_mtu.bytes()
-                ),
+                ValueProblem::Exceeds {
+                    value: mtu.bytes() as u32,
+                    limit: "the port's active MTU",
+                    max: limits.active_mtu.bytes() as u32,
+                },
             ));
         }
     }
@@ -739,9 +811,9 @@ fn check_values(attr: &QpAttr, limits: &ModifyLimits) -> Result<(), ModifyQpErro
     Ok(())
 }
 
-fn check_port(name: &'static str, port: u8, limits: &ModifyLimits) -> Result<(), ModifyQpError> {
+fn check_port(name: &'static str, port: u8, limits: &ModifyLimits) -> Result<(), QpAttrError> {
     if port == 0 || port > limits.phys_port_cnt {
-        Err(invalid(name, format!("{port} is not a port (1..={})", limits.phys_port_cnt)))
+        Err(invalid(name, ValueProblem::NotAPort { port, max: limits.phys_port_cnt }))
     } else {
         Ok(())
     }

@@ -9,7 +9,6 @@
 
 use crate::hca::Hca;
 use crate::io::Datagram;
-use crate::qp_attr::QpState;
 use crate::time::Instant;
 use roce_packet::{IpUdpHeader, RocePacket, RoceRepr, Transport};
 
@@ -93,7 +92,8 @@ impl Hca {
         if qpn.value() == 1 && self.cm_receive(now, &repr, pkt.payload(), d)? {
             return Ok(());
         }
-        let qp = self.qps.get_mut(&qpn).ok_or(DropReason::UnknownQp)?;
+        let mut entry = self.qps.get_mut(&qpn).ok_or(DropReason::UnknownQp)?;
+        let qp = &mut *entry;
         let want = match qp.init.qp_type {
             crate::qp_attr::QpType::Uc => Transport::Uc,
             crate::qp_attr::QpType::Ud => Transport::Ud,
@@ -108,7 +108,7 @@ impl Hca {
         }
         let payload = pkt.payload();
         if info.is_request() {
-            if !matches!(qp.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+            if !qp.state.allows().requests {
                 return Err(DropReason::BadState);
             }
             self.dev.counters.rcvd_pkts += 1;
@@ -118,13 +118,10 @@ impl Hca {
             if info.transport == Transport::Ud {
                 qp.on_ud_request(&mut self.dev, &repr, payload, d);
             } else {
-                // type 2 windows answer only on the QP they are bound to (crate::mw)
-                self.dev.mem.mw.access_qp = Some(qpn);
                 qp.on_request(&mut self.dev, now, &repr, payload);
-                self.dev.mem.mw.access_qp = None;
             }
         } else if info.is_response() {
-            if !matches!(qp.state, QpState::Rts | QpState::Sqd) {
+            if !qp.state.allows().send_queue {
                 return Err(DropReason::BadState);
             }
             self.dev.counters.rcvd_pkts += 1;

@@ -21,9 +21,9 @@
 //! - UD (§9.8): one SEND_ONLY packet per WR with a DETH (Q_Key, source
 //!   QPN) to the WR's own address handle and QPN.
 
-use crate::hca::Dev;
+use crate::dev::Dev;
 use crate::io::Datagram;
-use crate::qp::{Qp, WqeState};
+use crate::qp::{packets_for, Qp, WqeState};
 use crate::qp_attr::QpState;
 use crate::time::Instant;
 use crate::wr::{SendFlags, WcStatus, WrOpcode};
@@ -33,41 +33,6 @@ use roce_packet::{AtomicEthRepr, DethRepr, Opcode, Position, Psn, QKey, Qpn, Ret
 pub const MAX_UNACKED_PSNS: i32 = 128;
 /// A packet without AckReq is followed by one with it within this many.
 pub const MAX_PKTS_PER_ACK: u32 = 64;
-
-fn opcode_for(op: WrOpcode, pos: Position) -> Opcode {
-    use Position::*;
-    match (op, pos) {
-        (WrOpcode::Send | WrOpcode::SendWithImm, First) => Opcode::RC_SEND_FIRST,
-        (WrOpcode::Send | WrOpcode::SendWithImm, Middle) => Opcode::RC_SEND_MIDDLE,
-        (WrOpcode::Send, Last) => Opcode::RC_SEND_LAST,
-        (WrOpcode::Send, Only) => Opcode::RC_SEND_ONLY,
-        (WrOpcode::SendWithImm, Last) => Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
-        (WrOpcode::SendWithImm, Only) => Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
-        (WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm, First) => Opcode::RC_RDMA_WRITE_FIRST,
-        (WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm, Middle) => Opcode::RC_RDMA_WRITE_MIDDLE,
-        (WrOpcode::RdmaWrite, Last) => Opcode::RC_RDMA_WRITE_LAST,
-        (WrOpcode::RdmaWrite, Only) => Opcode::RC_RDMA_WRITE_ONLY,
-        (WrOpcode::RdmaWriteWithImm, Last) => Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
-        (WrOpcode::RdmaWriteWithImm, Only) => Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
-        (WrOpcode::RdmaRead, _) => Opcode::RC_RDMA_READ_REQUEST,
-        (WrOpcode::AtomicCmpAndSwp, _) => Opcode::RC_COMPARE_SWAP,
-        (WrOpcode::AtomicFetchAndAdd, _) => Opcode::RC_FETCH_ADD,
-        // ---- memory windows / IBA 1.5 (crate::mw) ----
-        (WrOpcode::SendWithInv { .. }, First) => Opcode::RC_SEND_FIRST,
-        (WrOpcode::SendWithInv { .. }, Middle) => Opcode::RC_SEND_MIDDLE,
-        (WrOpcode::SendWithInv { .. }, Last) => Opcode::RC_SEND_LAST_WITH_INVALIDATE,
-        (WrOpcode::SendWithInv { .. }, Only) => Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
-        (WrOpcode::AtomicWrite, _) => Opcode::RC_ATOMIC_WRITE,
-        (WrOpcode::Flush { .. }, _) => Opcode::RC_FLUSH,
-        // local operations never reach the wire (see `local_op`)
-        (WrOpcode::LocalInv { .. } | WrOpcode::BindMw { .. }, _) => Opcode::RC_ACKNOWLEDGE,
-    }
-}
-
-/// Packets a message of `len` bytes takes at `mtu` (at least one).
-pub(crate) fn packets_for(len: u64, mtu: u64) -> u32 {
-    u32::try_from(len.div_ceil(mtu).max(1)).unwrap_or(u32::MAX)
-}
 
 impl Qp {
     /// Resend from `psn` (go-back-N): the WQE holding `psn` restarts at the
@@ -86,31 +51,31 @@ impl Qp {
         w.state = WqeState::Sending;
         w.sent_bytes = if w.wr.opcode.is_atomic() { 0 } else { (k * mtu).min(w.length) };
         tracing::debug!(qpn = %self.qpn, %psn, wqe = i, "requester rewind (go-back-N)");
-        self.req_idx = i;
-        self.req_psn = psn;
-        self.noack_pkts = 0;
+        self.req.idx = i;
+        self.req.psn = psn;
+        self.req.noack_pkts = 0;
     }
 
     /// The next request packet, if the QP may send one now.
     pub(crate) fn next_packet(&mut self, dev: &mut Dev, now: Instant) -> Option<Datagram> {
         let sqd = self.state == QpState::Sqd;
-        if !(self.state == QpState::Rts || sqd) || self.rnr_deadline.is_some() {
+        if !self.state.allows().send_queue || self.comp.rnr_deadline.is_some() {
             return None;
         }
         // LOCAL_INV / BIND_MW run once every earlier WQE completed (crate::mw)
-        while self.sq.get(self.req_idx).is_some_and(|w| w.wr.opcode.is_local()) {
-            if self.req_idx != 0 {
+        while self.sq.get(self.req.idx).is_some_and(|w| w.wr.opcode.is_local()) {
+            if self.req.idx != 0 {
                 return None;
             }
             self.local_op(dev);
         }
-        let idx = self.req_idx;
+        let idx = self.req.idx;
         let w = self.sq.get(idx)?;
         // SQD finishes (and retransmits) WQEs already started, starts none
         if sqd && w.state == WqeState::Posted && w.npkts == 0 {
             return None;
         }
-        if !self.unacked() && self.req_psn.distance(self.comp_psn) >= MAX_UNACKED_PSNS {
+        if !self.unacked() && self.req.psn.distance(self.comp.psn) >= MAX_UNACKED_PSNS {
             return None;
         }
         if w.state == WqeState::Posted {
@@ -142,7 +107,7 @@ impl Qp {
                 }
             }
             let mtu = self.mtu();
-            let psn = self.req_psn;
+            let psn = self.req.psn;
             let w = &mut self.sq[idx];
             w.first_psn = psn;
             w.npkts = if w.wr.opcode.is_atomic() { 1 } else { packets_for(w.length, mtu) };
@@ -184,14 +149,14 @@ impl Qp {
 
     fn build_packet(&mut self, dev: &mut Dev, now: Instant, idx: usize) -> Option<Datagram> {
         let mtu = self.mtu();
-        let psn = self.req_psn;
+        let psn = self.req.psn;
         let pd = self.init.pd;
         let w = &self.sq[idx];
         let op = w.wr.opcode;
         let remaining = w.length - w.sent_bytes.min(w.length);
         let (repr, payload, consumed, done) = match op {
             WrOpcode::RdmaRead => {
-                let mut r = Dev::repr(self, opcode_for(op, Position::Only), psn, true, 0);
+                let mut r = Dev::repr(self, op.packet_opcode(Position::Only)?, psn, true, 0);
                 r.reth = Some(RethRepr {
                     va: w.wr.remote_addr.wrapping_add(w.sent_bytes),
                     rkey: w.wr.rkey,
@@ -201,7 +166,7 @@ impl Qp {
                 (r, Built::Empty, w.npkts.saturating_sub(k).max(1), true)
             }
             WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
-                let mut r = Dev::repr(self, opcode_for(op, Position::Only), psn, true, 0);
+                let mut r = Dev::repr(self, op.packet_opcode(Position::Only)?, psn, true, 0);
                 let (swap_add, compare) = if op == WrOpcode::AtomicCmpAndSwp {
                     (w.wr.swap, w.wr.compare_add)
                 } else {
@@ -217,7 +182,7 @@ impl Qp {
             }
             // IBA 1.5 FLUSH: FETH + RETH, no payload, one PSN (crate::mw)
             WrOpcode::Flush { len, placement, level } => {
-                let mut r = Dev::repr(self, opcode_for(op, Position::Only), psn, true, 0);
+                let mut r = Dev::repr(self, op.packet_opcode(Position::Only)?, psn, true, 0);
                 r.feth = Some(u32::from(placement & 0x0F) | (u32::from(level & 0x03) << 4));
                 r.reth = Some(RethRepr { va: w.wr.remote_addr, rkey: w.wr.rkey, dma_len: len });
                 (r, Built::Empty, 1, true)
@@ -232,8 +197,9 @@ impl Qp {
                     (false, false) => Position::Middle,
                     (false, true) => Position::Last,
                 };
-                let ack_req = !self.unacked() && (last || self.noack_pkts + 1 >= MAX_PKTS_PER_ACK);
-                let mut opcode = opcode_for(op, pos);
+                let ack_req =
+                    !self.unacked() && (last || self.req.noack_pkts + 1 >= MAX_PKTS_PER_ACK);
+                let mut opcode = op.packet_opcode(pos)?;
                 if self.is_uc() {
                     // same low five bits, UC transport prefix (IBA Table 38)
                     opcode = Opcode(opcode.0 | 0x20);
@@ -299,11 +265,11 @@ impl Qp {
         }
         tracing::trace!(qpn = %self.qpn, opcode = %repr.bth.opcode, %psn, ack_req = repr.bth.ack_req, "request");
         if repr.bth.ack_req {
-            self.noack_pkts = 0;
+            self.req.noack_pkts = 0;
         } else {
-            self.noack_pkts += 1;
+            self.req.noack_pkts += 1;
         }
-        self.req_psn = psn.add(consumed);
+        self.req.psn = psn.add(consumed);
         let w = &mut self.sq[idx];
         w.sent_bytes += sent;
         if op == WrOpcode::RdmaRead {
@@ -311,7 +277,7 @@ impl Qp {
         }
         if done {
             w.state = WqeState::Sent;
-            self.req_idx += 1;
+            self.req.idx += 1;
         }
         if self.unacked() {
             // UC/UD: a WQE is complete once its last packet is handed over
@@ -319,8 +285,8 @@ impl Qp {
             if done {
                 self.complete_front(dev);
             }
-            self.comp_psn = self.req_psn;
-        } else if self.retrans_deadline.is_none() {
+            self.comp.psn = self.req.psn;
+        } else if self.comp.retrans_deadline.is_none() {
             self.arm_retrans(now);
         }
         dgram

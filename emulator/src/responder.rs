@@ -32,16 +32,16 @@
 //! progress (its receive WQE is reused) and the responder resynchronises on
 //! the next FIRST/ONLY packet; the QP never enters ERR because of a packet.
 
-use crate::hca::Dev;
+use crate::dev::Dev;
 use crate::io::Datagram;
-use crate::qp::{InMsg, Qp, RdResource, ReadJob, RespItem};
+use crate::objects::{MemError, MrHandle};
+use crate::qp::{packets_for, InMsg, Qp, RdResource, ReadJob, RespItem};
 use crate::qp_attr::AccessFlags;
-use crate::requester::packets_for;
 use crate::time::Instant;
 use crate::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use roce_packet::{
-    AethRepr, AtomicAckEthRepr, NakCode, OpKind, Opcode, Position, Psn, RKey, RnrTimer, RoceRepr,
-    Syndrome,
+    AethRepr, AtomicAckEthRepr, NakCode, OpInfo, OpKind, Opcode, Position, Psn, RKey, RnrTimer,
+    RoceRepr, Syndrome,
 };
 
 /// AETH credit value meaning "no end-to-end credit information" (rxe's
@@ -54,11 +54,38 @@ const CREDIT_UNLIMITED: u8 = 0x1F;
 /// several round trips).
 pub const ACK_EVERY_PSNS: u32 = 16;
 
+/// What a step of the request chain decided instead of going on: the
+/// responder's answer to a packet it does not execute (IBA §9.7.5, §9.9.3).
+enum Outcome {
+    /// Dropped silently (a UC packet outside its message, one out of
+    /// sequence after the NAK, a request without its headers).
+    Drop,
+    /// An earlier PSN: answered from saved state (C9-108 .. C9-128).
+    Duplicate,
+    /// A PSN ahead of the expected one: NAK PSN SEQUENCE ERROR, once (C9-113).
+    SequenceNak,
+    /// No receive WQE on RC: RNR NAK (§9.7.5.1.6).
+    RnrNak,
+    /// No receive WQE on UC: the message is dropped (§9.7.7.2).
+    UcDropMessage(&'static str),
+    /// A class B/C/D error: NAK with this code and move to ERR (UC: drop
+    /// the message); the receive WQE in progress completes with the status.
+    Error(NakCode, Option<WcStatus>),
+}
+
+/// What an executed request leaves to do.
+enum Executed {
+    /// Step 8: expect the next PSN and acknowledge (SEND, WRITE, ATOMIC_WRITE).
+    Acknowledge,
+    /// Answered by its own response, PSNs already consumed (READ, atomics, FLUSH).
+    Answered,
+}
+
 impl Qp {
     /// Queue a response packet behind earlier ones of this QP.
     fn queue(&mut self, dev: &mut Dev, r: &RoceRepr, payload: &[u8]) {
         match dev.datagram(self, r, payload) {
-            Some(d) => self.resp_q.push_back(RespItem::Packet(d)),
+            Some(d) => self.resp.queue.push_back(RespItem::Packet(d)),
             None => {
                 dev.counters.send_err += 1;
                 tracing::warn!(qpn = %self.qpn, "cannot build response (no address vector)");
@@ -72,10 +99,10 @@ impl Qp {
     /// same or a later PSN: the newer one covers everything the older one
     /// did (IBA §9.7.5.1.3, coalesced acknowledgements).
     fn send_aeth(&mut self, dev: &mut Dev, psn: Psn, syndrome: Syndrome) {
-        let msn = self.msn;
+        let msn = self.resp.msn;
         if dev.coalesce_acks && matches!(syndrome, Syndrome::Ack { .. }) {
             if let Some(RespItem::Aeth { psn: p, syndrome: s @ Syndrome::Ack { .. }, msn: m }) =
-                self.resp_q.back_mut()
+                self.resp.queue.back_mut()
             {
                 if !psn.is_before(*p) {
                     *p = psn;
@@ -86,7 +113,7 @@ impl Qp {
                 }
             }
         }
-        self.resp_q.push_back(RespItem::Aeth { psn, syndrome, msn });
+        self.resp.queue.push_back(RespItem::Aeth { psn, syndrome, msn });
     }
 
     fn send_ack(&mut self, dev: &mut Dev, psn: Psn) {
@@ -100,15 +127,28 @@ impl Qp {
         self.send_aeth(dev, psn, Syndrome::Nak(code));
     }
 
+    /// Step 6: the R_Key, PD, access rights and bounds of `[va, va+len)`
+    /// for a request that arrived on this QP (§10.6.6; a type 2 window
+    /// answers only on the QP it is bound to, crate::mw).
+    fn check_rkey(
+        &self,
+        dev: &Dev,
+        rkey: RKey,
+        va: u64,
+        len: u64,
+        need: AccessFlags,
+    ) -> Result<(MrHandle, usize), MemError> {
+        dev.mem.check_remote(self.init.pd, Some(self.qpn), rkey, va, len, need)
+    }
+
     /// A READ of `reth` passes the rkey/PD/access/bounds check (IBA
     /// §10.6.6); zero-length READs need no access. Used for new READs and
     /// for re-executed duplicates alike.
     fn read_allowed(&self, dev: &Dev, reth: &roce_packet::RethRepr) -> bool {
         reth.dma_len == 0
-            || dev
-                .mem
-                .check_remote(
-                    self.init.pd,
+            || self
+                .check_rkey(
+                    dev,
                     reth.rkey,
                     reth.va,
                     u64::from(reth.dma_len),
@@ -131,7 +171,7 @@ impl Qp {
         if let Some(st) = recv_status {
             let uc_keeps = self.is_uc() && st != WcStatus::LocLenErr;
             if !uc_keeps {
-                if let Some(InMsg::Send { recv, offset }) = self.in_msg.take() {
+                if let Some(InMsg::Send { recv, offset }) = self.resp.in_msg.take() {
                     let wc = self.recv_wc(&recv, st, offset, None, false);
                     dev.complete(self.init.recv_cq, wc);
                 }
@@ -150,7 +190,7 @@ impl Qp {
     /// back to the head of the receive queue for the next message. Returns
     /// whether a message was in progress (counting is the caller's).
     fn uc_abandon(&mut self, dev: &mut Dev, why: &str) -> bool {
-        match self.in_msg.take() {
+        match self.resp.in_msg.take() {
             Some(InMsg::Send { recv, .. }) => {
                 self.return_recv(dev, recv);
                 tracing::debug!(qpn = %self.qpn, reason = why, "UC message abandoned");
@@ -169,7 +209,7 @@ impl Qp {
     fn uc_drop_message(&mut self, dev: &mut Dev, why: &str) {
         self.uc_abandon(dev, why);
         dev.counters.uc_msg_dropped += 1;
-        self.uc_discard = true;
+        self.resp.uc_discard = true;
     }
 
     /// UC PSN check (IBA §9.7.7.2): no NAK; after a gap the message in
@@ -181,7 +221,7 @@ impl Qp {
     /// behind (late, reordered, or a duplicate) is dropped by itself and
     /// never starts a message. Returns whether to go on with this packet.
     fn uc_check_psn(&mut self, dev: &mut Dev, psn: Psn, starts: bool) -> bool {
-        if psn != self.epsn && psn.distance(self.epsn) < 0 {
+        if psn != self.resp.epsn && psn.distance(self.resp.epsn) < 0 {
             // A packet from behind: on RoCE the IP network may reorder, so
             // this is a late packet of a message already given up or
             // already overtaken. Resynchronising on it (as rxe does on any
@@ -190,24 +230,24 @@ impl Qp {
             // old SEND into a newer receive. It is dropped alone; the
             // message in progress, if any, goes on.
             dev.counters.out_of_seq_request += 1;
-            tracing::debug!(qpn = %self.qpn, %psn, epsn = %self.epsn, reason = "UC: late packet", "drop");
+            tracing::debug!(qpn = %self.qpn, %psn, epsn = %self.resp.epsn, reason = "UC: late packet", "drop");
             return false;
         }
-        if psn != self.epsn {
+        if psn != self.resp.epsn {
             dev.counters.out_of_seq_request += 1;
             let partial = self.uc_abandon(dev, "PSN gap");
-            let ahead = psn.distance(self.epsn) > 0;
-            if partial || (ahead && !self.uc_discard) {
+            let ahead = psn.distance(self.resp.epsn) > 0;
+            if partial || (ahead && !self.resp.uc_discard) {
                 dev.counters.uc_msg_dropped += 1;
             }
-            self.uc_discard = true;
+            self.resp.uc_discard = true;
         }
-        if self.uc_discard {
+        if self.resp.uc_discard {
             if !starts {
                 return false;
             }
-            self.uc_discard = false;
-            self.epsn = psn;
+            self.resp.uc_discard = false;
+            self.resp.epsn = psn;
         }
         true
     }
@@ -217,40 +257,40 @@ impl Qp {
         let t = RnrTimer::new(self.p.min_rnr_timer);
         tracing::debug!(qpn = %self.qpn, %psn, code = "RNR_NAK", timer_us = t.micros(), "RNR NAK sent");
         self.send_aeth(dev, psn, Syndrome::RnrNak(t));
-        self.nak_sent = true;
+        self.resp.nak_sent = true;
     }
 
     fn save_resource(&mut self, r: RdResource) {
         let max = usize::from(self.p.max_dest_rd_atomic.max(1));
-        while self.resources.len() >= max {
-            self.resources.pop_front();
+        while self.resp.resources.len() >= max {
+            self.resp.resources.pop_front();
         }
-        self.resources.push_back(r);
+        self.resp.resources.push_back(r);
     }
 
     /// Schedule READ responses for `[va, va+len)` starting at PSN `psn0`.
     fn send_read_responses(&mut self, psn0: Psn, va: u64, rkey: RKey, len: u64) {
-        self.resp_q.push_back(RespItem::Read(ReadJob {
+        self.resp.queue.push_back(RespItem::Read(ReadJob {
             next_psn: psn0,
             va,
             rkey,
             remaining: len,
             first: true,
-            msn: self.msn,
+            msn: self.resp.msn,
         }));
     }
 
-    /// Whether the positive ACK `psn` alone at the front of `resp_q` stays
+    /// Whether the positive ACK `psn` alone at the front of `resp.queue` stays
     /// held at `now` (see [`crate::Hca::set_ack_delay`]).
     fn ack_held(&mut self, dev: &Dev, now: Instant, psn: Psn) -> bool {
         let Some(delay) = dev.ack_delay else { return false };
-        if dev.acks_forced || self.resp_q.len() > 1 {
+        if dev.acks_forced || self.resp.queue.len() > 1 {
             return false;
         }
-        if self.last_ack_psn.is_none_or(|l| psn.distance(l) >= ACK_EVERY_PSNS as i32) {
+        if self.resp.last_ack_psn.is_none_or(|l| psn.distance(l) >= ACK_EVERY_PSNS as i32) {
             return false;
         }
-        let since = *self.ack_held_since.get_or_insert(now);
+        let since = *self.resp.ack_held_since.get_or_insert(now);
         let age = now.saturating_duration_since(since);
         // due: rides with other packets of this transmit burst; alone at 2x
         !(age >= 2 * delay || (age >= delay && dev.tx_burst))
@@ -261,21 +301,21 @@ impl Qp {
         loop {
             let mtu = self.mtu();
             if let Some(&RespItem::Aeth { psn, syndrome: Syndrome::Ack { .. }, .. }) =
-                self.resp_q.front()
+                self.resp.queue.front()
             {
                 if self.ack_held(dev, now, psn) {
                     return None;
                 }
-                self.ack_held_since = None;
-                self.last_ack_psn = Some(psn);
+                self.resp.ack_held_since = None;
+                self.resp.last_ack_psn = Some(psn);
             }
-            match self.resp_q.front()? {
-                RespItem::Packet(_) => match self.resp_q.pop_front() {
+            match self.resp.queue.front()? {
+                RespItem::Packet(_) => match self.resp.queue.pop_front() {
                     Some(RespItem::Packet(d)) => return Some(d),
                     _ => return None,
                 },
                 &RespItem::Aeth { psn, syndrome, msn } => {
-                    self.resp_q.pop_front();
+                    self.resp.queue.pop_front();
                     let mut r = Dev::repr(self, Opcode::RC_ACKNOWLEDGE, psn, false, 0);
                     r.aeth = Some(AethRepr { syndrome, msn });
                     match dev.datagram(self, &r, &[]) {
@@ -308,12 +348,14 @@ impl Qp {
                     // the region (re-checked per packet: it may be gone now).
                     let Ok(mut buf) = r.start_vec() else {
                         dev.counters.send_err += 1;
-                        self.resp_q.pop_front();
+                        self.resp.queue.pop_front();
                         continue;
                     };
                     if chunk > 0 {
+                        // (checked on arrival, type 2 window QP included)
                         let loc = dev.mem.check_remote(
                             self.init.pd,
+                            None,
                             j.rkey,
                             j.va,
                             chunk,
@@ -326,19 +368,19 @@ impl Qp {
                             None => {
                                 tracing::debug!(qpn = %self.qpn, "READ source vanished; response abandoned");
                                 dev.counters.send_err += 1;
-                                self.resp_q.pop_front();
+                                self.resp.queue.pop_front();
                                 continue;
                             }
                         }
                     }
-                    if let Some(RespItem::Read(job)) = self.resp_q.front_mut() {
+                    if let Some(RespItem::Read(job)) = self.resp.queue.front_mut() {
                         job.first = false;
                         job.va = job.va.wrapping_add(chunk);
                         job.remaining -= chunk;
                         job.next_psn = job.next_psn.next();
                     }
                     if last {
-                        self.resp_q.pop_front();
+                        self.resp.queue.pop_front();
                     }
                     let built = r.finish_vec(&mut buf).ok();
                     match built.and_then(|()| dev.finish_to(self, self.p.ah?.dgid, buf)) {
@@ -353,7 +395,9 @@ impl Qp {
         }
     }
 
-    /// Handle one request packet addressed to this QP.
+    /// Handle one request packet addressed to this QP: the check chain of
+    /// IBA §9.7.5, one named step each, then the answer. A step that stops
+    /// the packet returns the [`Outcome`] the responder gives instead.
     pub(crate) fn on_request(
         &mut self,
         dev: &mut Dev,
@@ -362,41 +406,113 @@ impl Qp {
         payload: &[u8],
     ) {
         let Ok(info) = r.info() else { return };
+        match self.check_and_execute(dev, r, info, payload) {
+            Ok(Executed::Acknowledge) => self.acknowledge(dev, r),
+            Ok(Executed::Answered) => {}
+            Err(outcome) => self.answer(dev, r, outcome),
+        }
+    }
+
+    /// The chain, top to bottom (numbers as in the module documentation).
+    fn check_and_execute(
+        &mut self,
+        dev: &mut Dev,
+        r: &RoceRepr,
+        info: &OpInfo,
+        payload: &[u8],
+    ) -> Result<Executed, Outcome> {
+        self.check_psn(dev, r.bth.psn, info)?; // 1. §9.7.5.1.1
+        self.check_opcode_sequence(r, info)?; // 2. C9-40
+        self.check_opcode_allowed(r, info)?; // 3. QP type, access flags, resources
+        self.check_recv_wqe(dev, r.bth.psn, info)?; // 4. §9.7.5.1.6
+        self.check_packet_length(r.bth.psn, info, payload.len() as u64)?; // 5. C9-22
+        match info.kind {
+            // 6. R_Key/PD/access/bounds and 7. execution, per opcode
+            // (a SEND also checks its message against the receive WQE, 5.)
+            OpKind::Send => self.execute_send(dev, r, info, payload),
+            OpKind::Write => self.execute_write(dev, r, info, payload),
+            OpKind::ReadRequest => self.execute_read(dev, r),
+            OpKind::CompareSwap | OpKind::FetchAdd => self.execute_atomic(dev, r, info),
+            OpKind::Flush => self.execute_flush(dev, r),
+            OpKind::AtomicWrite => self.execute_atomic_write(dev, r, payload),
+            _ => Err(Outcome::Drop),
+        }
+    }
+
+    /// What the responder does with a packet the chain stopped.
+    fn answer(&mut self, dev: &mut Dev, r: &RoceRepr, outcome: Outcome) {
         let psn = r.bth.psn;
-        // 1. PSN
-        if self.is_uc() && !self.uc_check_psn(dev, psn, info.position.starts()) {
+        match outcome {
+            Outcome::Drop => {}
+            Outcome::Duplicate => self.on_duplicate(dev, r),
+            Outcome::SequenceNak => {
+                self.resp.nak_sent = true;
+                self.send_nak(dev, self.resp.epsn, NakCode::PsnSequenceError);
+            }
+            Outcome::RnrNak => self.send_rnr(dev, psn),
+            Outcome::UcDropMessage(why) => self.uc_drop_message(dev, why),
+            Outcome::Error(code, recv_status) => self.responder_error(dev, psn, code, recv_status),
+        }
+    }
+
+    /// Step 8: A SEND/WRITE/ATOMIC_WRITE packet executed: the next PSN is
+    /// expected, and an RC responder acknowledges when AckReq is set.
+    fn acknowledge(&mut self, dev: &mut Dev, r: &RoceRepr) {
+        let psn = r.bth.psn;
+        self.resp.epsn = psn.next();
+        if self.is_uc() {
             return;
         }
-        let d = psn.distance(self.epsn);
+        if r.bth.ack_req {
+            self.send_ack(dev, psn);
+        } else {
+            dev.counters.ack_deferred += 1;
+        }
+    }
+
+    /// Step 1: PSN (§9.7.5.1.1): the expected PSN goes on; a duplicate is
+    /// answered from saved state; a PSN ahead is NAKed once (C9-113). UC
+    /// has its own rule (`uc_check_psn`) before the same comparison.
+    fn check_psn(&mut self, dev: &mut Dev, psn: Psn, info: &OpInfo) -> Result<(), Outcome> {
+        if self.is_uc() && !self.uc_check_psn(dev, psn, info.position.starts()) {
+            return Err(Outcome::Drop);
+        }
+        let d = psn.distance(self.resp.epsn);
         if d > 0 {
             dev.counters.out_of_seq_request += 1;
-            if !self.nak_sent {
-                self.nak_sent = true;
-                self.send_nak(dev, self.epsn, NakCode::PsnSequenceError);
-            } else {
-                tracing::debug!(qpn = %self.qpn, %psn, epsn = %self.epsn,
-                    reason = "out of sequence after NAK", "drop");
+            if !self.resp.nak_sent {
+                return Err(Outcome::SequenceNak);
             }
-            return;
+            tracing::debug!(qpn = %self.qpn, %psn, epsn = %self.resp.epsn,
+                reason = "out of sequence after NAK", "drop");
+            return Err(Outcome::Drop);
         }
         if d < 0 {
             dev.counters.duplicate_request += 1;
-            self.on_duplicate(dev, r);
-            return;
+            return Err(Outcome::Duplicate);
         }
-        self.nak_sent = false;
-        // 2. opcode sequence
-        let seq_ok = match &self.in_msg {
+        self.resp.nak_sent = false;
+        Ok(())
+    }
+
+    /// Step 2: Opcode sequence (C9-40): MIDDLE/LAST only inside a message of the
+    /// same kind, FIRST/ONLY only between messages.
+    fn check_opcode_sequence(&self, r: &RoceRepr, info: &OpInfo) -> Result<(), Outcome> {
+        let seq_ok = match &self.resp.in_msg {
             Some(InMsg::Send { .. }) => info.kind == OpKind::Send && !info.position.starts(),
             Some(InMsg::Write { .. }) => info.kind == OpKind::Write && !info.position.starts(),
             None => info.position.starts(),
         };
         if !seq_ok {
-            tracing::debug!(qpn = %self.qpn, %psn, opcode = %r.bth.opcode, "opcode out of sequence");
-            self.responder_error(dev, psn, NakCode::InvalidRequest, Some(WcStatus::RemInvReqErr));
-            return;
+            tracing::debug!(qpn = %self.qpn, psn = %r.bth.psn, opcode = %r.bth.opcode, "opcode out of sequence");
+            return Err(Outcome::Error(NakCode::InvalidRequest, Some(WcStatus::RemInvReqErr)));
         }
-        // 3. opcode valid for this QP
+        Ok(())
+    }
+
+    /// Step 3: The opcode is valid for this QP: its access flags allow it and,
+    /// for READ/atomic/FLUSH, it has responder resources.
+    fn check_opcode_allowed(&self, r: &RoceRepr, info: &OpInfo) -> Result<(), Outcome> {
         let acc = self.p.access;
         let valid = match info.kind {
             OpKind::Send => !info.has_inv() || !self.is_uc(),
@@ -416,11 +532,16 @@ impl Qp {
             _ => false,
         };
         if !valid {
-            tracing::debug!(qpn = %self.qpn, %psn, opcode = %r.bth.opcode, "opcode not allowed");
-            self.responder_error(dev, psn, NakCode::InvalidRequest, None);
-            return;
+            tracing::debug!(qpn = %self.qpn, psn = %r.bth.psn, opcode = %r.bth.opcode, "opcode not allowed");
+            return Err(Outcome::Error(NakCode::InvalidRequest, None));
         }
-        // 4. resources: a receive WQE
+        Ok(())
+    }
+
+    /// Step 4: Resources (§9.7.5.1.6): a packet that consumes a receive WQE
+    /// (a SEND's first, a WRITE with immediate) needs one: else RNR NAK
+    /// (RC) or the message is dropped (UC, §9.7.7.2).
+    fn check_recv_wqe(&self, dev: &Dev, psn: Psn, info: &OpInfo) -> Result<(), Outcome> {
         let needs_recv = match info.kind {
             OpKind::Send => info.position.starts(),
             OpKind::Write => info.has_imm(),
@@ -428,17 +549,18 @@ impl Qp {
         };
         if needs_recv && !self.recv_available(dev) {
             if self.is_uc() {
-                // UC: no RNR NAK; the message is silently dropped (§9.7.7.2)
                 tracing::debug!(qpn = %self.qpn, %psn, reason = "UC: no receive WQE", "drop");
-                self.uc_drop_message(dev, "no receive WQE");
-                return;
+                return Err(Outcome::UcDropMessage("no receive WQE"));
             }
-            self.send_rnr(dev, psn);
-            return;
+            return Err(Outcome::RnrNak);
         }
-        // 5. packet length (C9-22)
+        Ok(())
+    }
+
+    /// Step 5: Packet length (C9-22): FIRST and MIDDLE carry exactly the path
+    /// MTU, LAST 1..=MTU bytes, ONLY at most the MTU.
+    fn check_packet_length(&self, psn: Psn, info: &OpInfo, len: u64) -> Result<(), Outcome> {
         let mtu = self.mtu();
-        let len = payload.len() as u64;
         let len_ok = match info.position {
             Position::First | Position::Middle => len == mtu,
             Position::Last => len >= 1 && len <= mtu,
@@ -446,275 +568,267 @@ impl Qp {
         };
         if !len_ok {
             tracing::debug!(qpn = %self.qpn, %psn, len, "bad packet length");
-            self.responder_error(dev, psn, NakCode::InvalidRequest, Some(WcStatus::RemInvReqErr));
-            return;
+            return Err(Outcome::Error(NakCode::InvalidRequest, Some(WcStatus::RemInvReqErr)));
         }
-        match info.kind {
-            OpKind::Send => {
-                if info.position.starts() {
-                    if let Some(recv) = self.take_recv(dev) {
-                        self.in_msg = Some(InMsg::Send { recv, offset: 0 });
-                    }
-                }
-                let Some(InMsg::Send { recv, offset }) = self.in_msg.as_mut() else { return };
-                if *offset + len > recv.length() {
-                    tracing::debug!(qpn = %self.qpn, %psn, "message longer than receive WQE");
-                    self.responder_error(
-                        dev,
-                        psn,
-                        NakCode::InvalidRequest,
-                        Some(WcStatus::LocLenErr),
-                    );
-                    return;
-                }
-                let sges = recv.sg_list.clone();
-                let at = *offset;
-                if dev.mem.scatter(self.init.pd, &sges, at, payload).is_err() {
-                    self.responder_error(
-                        dev,
-                        psn,
-                        NakCode::RemoteOperationalError,
-                        Some(WcStatus::LocProtErr),
-                    );
-                    return;
-                }
-                *offset += len;
-                if info.position.ends() {
-                    if let Some(InMsg::Send { recv, offset }) = self.in_msg.take() {
-                        let mut wc = self.recv_wc(&recv, WcStatus::Success, offset, r.immdt, false);
-                        // SEND_WITH_INVALIDATE: invalidate the IETH rkey (crate::mw)
-                        if let Some(rkey) = r.ieth {
-                            let inv = dev.mem.invalidate(self.init.pd, rkey);
-                            dev.count_invalidate(inv.is_ok());
-                            if let Err(e) = inv {
-                                tracing::debug!(qpn = %self.qpn, %psn, %rkey, %e, "IETH invalidate failed");
-                                self.in_msg = Some(InMsg::Send { recv, offset });
-                                self.responder_error(
-                                    dev,
-                                    psn,
-                                    NakCode::InvalidRequest,
-                                    Some(WcStatus::RemInvReqErr),
-                                );
-                                return;
-                            }
-                            tracing::debug!(qpn = %self.qpn, %psn, %rkey, "rkey invalidated (IETH)");
-                            wc.wc_flags |= WcFlags::WITH_INV;
-                            wc.imm = Some(rkey.value());
-                        }
-                        dev.counters.rdma_recvs += 1;
-                        dev.complete_se(self.init.recv_cq, wc, r.bth.solicited);
-                    }
-                    self.msn = self.msn.next();
-                }
+        Ok(())
+    }
+
+    /// SEND: the message fits the receive WQE (§9.9.3.1.3, LOC_LEN_ERR),
+    /// scatter, complete the receive at the last packet (SEND_WITH_INVALIDATE
+    /// invalidates the IETH rkey first).
+    fn execute_send(
+        &mut self,
+        dev: &mut Dev,
+        r: &RoceRepr,
+        info: &OpInfo,
+        payload: &[u8],
+    ) -> Result<Executed, Outcome> {
+        let psn = r.bth.psn;
+        let len = payload.len() as u64;
+        if info.position.starts() {
+            if let Some(recv) = self.take_recv(dev) {
+                self.resp.in_msg = Some(InMsg::Send { recv, offset: 0 });
             }
-            OpKind::Write => {
-                if info.position.starts() {
-                    let Some(reth) = r.reth else { return };
-                    let total = u64::from(reth.dma_len);
-                    if total > 0
-                        && dev
-                            .mem
-                            .check_remote(
-                                self.init.pd,
-                                reth.rkey,
-                                reth.va,
-                                total,
-                                AccessFlags::REMOTE_WRITE,
-                            )
-                            .is_err()
-                    {
-                        tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, va = reth.va,
-                            len = total, "remote access error (WRITE)");
-                        self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
-                        return;
-                    }
-                    self.in_msg = Some(InMsg::Write {
-                        va: reth.va,
-                        rkey: reth.rkey,
-                        remaining: total,
-                        total,
-                    });
-                }
-                let Some(InMsg::Write { va, rkey, remaining, .. }) = self.in_msg.as_mut() else {
-                    return;
-                };
-                if len > *remaining || (info.position.ends() && len != *remaining) {
-                    tracing::debug!(qpn = %self.qpn, %psn, "WRITE length differs from RETH DMA length");
-                    self.responder_error(dev, psn, NakCode::InvalidRequest, None);
-                    return;
-                }
-                if len > 0 {
-                    let (va0, rk) = (*va, *rkey);
-                    match dev.mem.check_remote(
-                        self.init.pd,
-                        rk,
-                        va0,
-                        len,
-                        AccessFlags::REMOTE_WRITE,
-                    ) {
-                        Ok((h, off)) => {
-                            if let Some(m) = dev.mem.region_mut(h) {
-                                let _ = m.write(off, payload);
-                            }
-                        }
-                        Err(_) => {
-                            self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
-                            return;
-                        }
-                    }
-                }
-                let Some(InMsg::Write { va, remaining, total, .. }) = self.in_msg.as_mut() else {
-                    return;
-                };
-                *va = va.wrapping_add(len);
-                *remaining -= len;
-                let total = *total;
-                if info.position.ends() {
-                    self.in_msg = None;
-                    if info.has_imm() {
-                        if let Some(recv) = self.take_recv(dev) {
-                            let wc = self.recv_wc(&recv, WcStatus::Success, total, r.immdt, true);
-                            dev.counters.rdma_recvs += 1;
-                            dev.complete_se(self.init.recv_cq, wc, r.bth.solicited);
-                        }
-                    }
-                    self.msn = self.msn.next();
-                }
-            }
-            OpKind::ReadRequest => {
-                let Some(reth) = r.reth else { return };
-                let len = u64::from(reth.dma_len);
-                if len > u64::from(dev.attr.max_msg_sz) {
-                    self.responder_error(dev, psn, NakCode::InvalidRequest, None);
-                    return;
-                }
-                if !self.read_allowed(dev, &reth) {
-                    tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, "remote access error (READ)");
-                    self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
-                    return;
-                }
-                // Responder resources (IBA §9.4.4, max_dest_rd_atomic): a
-                // requester may have at most that many READs outstanding,
-                // and each still owed here is outstanding there. One more is
-                // a requester breaking the rule; queueing it would let a
-                // peer grow our queue of owed responses without bound.
-                let owed = self.resp_q.iter().filter(|i| matches!(i, RespItem::Read(_))).count();
-                if owed >= usize::from(self.p.max_dest_rd_atomic.max(1)) {
-                    tracing::debug!(qpn = %self.qpn, %psn, owed, "READ beyond the responder resources");
-                    self.responder_error(dev, psn, NakCode::InvalidRequest, None);
-                    return;
-                }
-                let npkts = packets_for(len, mtu);
-                self.save_resource(RdResource::Read { first: psn, npkts });
-                self.msn = self.msn.next();
-                self.send_read_responses(psn, reth.va, reth.rkey, len);
-                self.epsn = psn.add(npkts);
-                return;
-            }
-            OpKind::CompareSwap | OpKind::FetchAdd => {
-                let Some(a) = r.atomic_eth else { return };
-                if a.va % 8 != 0 {
-                    tracing::debug!(qpn = %self.qpn, %psn, va = a.va, "misaligned atomic");
-                    self.responder_error(dev, psn, NakCode::InvalidRequest, None);
-                    return;
-                }
-                let loc =
-                    dev.mem.check_remote(self.init.pd, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC);
-                // Memory holds the 64-bit value little-endian (host order on
-                // the platforms we target); the wire carries big-endian.
-                let cas = info.kind == OpKind::CompareSwap;
-                let done = loc.ok().and_then(|(h, off)| {
-                    let m = dev.mem.region_mut(h)?;
-                    if cas {
-                        m.compare_swap(off, a.compare, a.swap_add)
-                    } else {
-                        m.fetch_add(off, a.swap_add)
-                    }
-                });
-                let Some(orig) = done else {
-                    tracing::debug!(qpn = %self.qpn, %psn, rkey = %a.rkey, "remote access error (atomic)");
-                    self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
-                    return;
-                };
-                self.save_resource(RdResource::Atomic { psn, orig });
-                self.msn = self.msn.next();
-                self.send_atomic_ack(dev, psn, orig);
-                self.epsn = psn.next();
-                return;
-            }
-            // ---- IBA 1.5 FLUSH (crate::mw): answered by a zero-length READ RESPONSE ONLY ----
-            OpKind::Flush => {
-                let (Some(reth), Some(feth)) = (r.reth, r.feth) else { return };
-                let placement = feth & 0x0F;
-                let level = (feth >> 4) & 0x03;
-                if placement == 0 || placement > 3 || level > 1 {
-                    tracing::debug!(qpn = %self.qpn, %psn, placement, level, "FLUSH: bad FETH");
-                    dev.counters.flush_err += 1;
-                    self.responder_error(dev, psn, NakCode::InvalidRequest, None);
-                    return;
-                }
-                // whole-region selectivity: only the rkey (and va inside it) matter
-                let len = if level == 1 { 0 } else { u64::from(reth.dma_len) };
-                let need = flush_access(feth);
-                if let Err(e) = dev.mem.check_remote(self.init.pd, reth.rkey, reth.va, len, need) {
-                    tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, ?e, "remote access error (FLUSH)");
-                    dev.counters.flush_err += 1;
-                    self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
-                    return;
-                }
-                tracing::debug!(qpn = %self.qpn, %psn, placement, level, "FLUSH done (memory is ours)");
-                dev.counters.flush_ops += 1;
-                self.save_resource(RdResource::Read { first: psn, npkts: 1 });
-                self.msn = self.msn.next();
-                self.send_read_responses(psn, reth.va, reth.rkey, 0);
-                self.epsn = psn.next();
-                return;
-            }
-            // ---- IBA 1.5 ATOMIC_WRITE (crate::mw) ----
-            OpKind::AtomicWrite => {
-                let Some(reth) = r.reth else { return };
-                if payload.len() != 8 || reth.dma_len != 8 || reth.va % 8 != 0 {
-                    tracing::debug!(qpn = %self.qpn, %psn, len = payload.len(), va = reth.va,
-                        "ATOMIC_WRITE: not 8 aligned bytes");
-                    self.responder_error(dev, psn, NakCode::InvalidRequest, None);
-                    return;
-                }
-                let loc = dev.mem.check_remote(
-                    self.init.pd,
-                    reth.rkey,
-                    reth.va,
-                    8,
-                    AccessFlags::REMOTE_WRITE,
-                );
-                let mut word = [0u8; 8];
-                word.copy_from_slice(payload);
-                // one 8-byte store
-                let done =
-                    loc.ok().and_then(|(h, off)| dev.mem.region_mut(h)?.atomic_write(off, word));
-                if done.is_none() {
-                    tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, "remote access error (ATOMIC_WRITE)");
-                    self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
-                    return;
-                }
-                self.msn = self.msn.next();
-            }
-            _ => return,
         }
-        self.epsn = psn.next();
-        if self.is_uc() {
-            return;
+        let Some(InMsg::Send { recv, offset }) = self.resp.in_msg.as_mut() else {
+            return Err(Outcome::Drop);
+        };
+        if *offset + len > recv.length() {
+            tracing::debug!(qpn = %self.qpn, %psn, "message longer than receive WQE");
+            return Err(Outcome::Error(NakCode::InvalidRequest, Some(WcStatus::LocLenErr)));
         }
-        if r.bth.ack_req {
-            self.send_ack(dev, psn);
-        } else {
-            dev.counters.ack_deferred += 1;
+        let sges = recv.sg_list.clone();
+        let at = *offset;
+        if dev.mem.scatter(self.init.pd, &sges, at, payload).is_err() {
+            return Err(Outcome::Error(
+                NakCode::RemoteOperationalError,
+                Some(WcStatus::LocProtErr),
+            ));
         }
+        *offset += len;
+        if info.position.ends() {
+            if let Some(InMsg::Send { recv, offset }) = self.resp.in_msg.take() {
+                let mut wc = self.recv_wc(&recv, WcStatus::Success, offset, r.immdt, false);
+                // SEND_WITH_INVALIDATE: invalidate the IETH rkey (crate::mw)
+                if let Some(rkey) = r.ieth {
+                    let inv = dev.mem.invalidate(self.init.pd, rkey);
+                    dev.count_invalidate(inv.is_ok());
+                    if let Err(e) = inv {
+                        tracing::debug!(qpn = %self.qpn, %psn, %rkey, %e, "IETH invalidate failed");
+                        self.resp.in_msg = Some(InMsg::Send { recv, offset });
+                        return Err(Outcome::Error(
+                            NakCode::InvalidRequest,
+                            Some(WcStatus::RemInvReqErr),
+                        ));
+                    }
+                    tracing::debug!(qpn = %self.qpn, %psn, %rkey, "rkey invalidated (IETH)");
+                    wc.wc_flags |= WcFlags::WITH_INV;
+                    wc.imm = Some(rkey.value());
+                }
+                dev.counters.rdma_recvs += 1;
+                dev.complete_se(self.init.recv_cq, wc, r.bth.solicited);
+            }
+            self.resp.msn = self.resp.msn.next();
+        }
+        Ok(Executed::Acknowledge)
+    }
+
+    /// RDMA WRITE: the RETH's R_Key/PD/access/bounds at the first packet
+    /// (§10.6.6), each packet within the RETH's DMA length, then placed;
+    /// WRITE with immediate completes a receive WQE at the last packet.
+    fn execute_write(
+        &mut self,
+        dev: &mut Dev,
+        r: &RoceRepr,
+        info: &OpInfo,
+        payload: &[u8],
+    ) -> Result<Executed, Outcome> {
+        let psn = r.bth.psn;
+        let len = payload.len() as u64;
+        if info.position.starts() {
+            let Some(reth) = r.reth else { return Err(Outcome::Drop) };
+            let total = u64::from(reth.dma_len);
+            if total > 0
+                && self
+                    .check_rkey(dev, reth.rkey, reth.va, total, AccessFlags::REMOTE_WRITE)
+                    .is_err()
+            {
+                tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, va = reth.va,
+                    len = total, "remote access error (WRITE)");
+                return Err(Outcome::Error(NakCode::RemoteAccessError, None));
+            }
+            self.resp.in_msg =
+                Some(InMsg::Write { va: reth.va, rkey: reth.rkey, remaining: total, total });
+        }
+        let Some(InMsg::Write { va, rkey, remaining, .. }) = self.resp.in_msg.as_mut() else {
+            return Err(Outcome::Drop);
+        };
+        if len > *remaining || (info.position.ends() && len != *remaining) {
+            tracing::debug!(qpn = %self.qpn, %psn, "WRITE length differs from RETH DMA length");
+            return Err(Outcome::Error(NakCode::InvalidRequest, None));
+        }
+        if len > 0 {
+            let (va0, rk) = (*va, *rkey);
+            match self.check_rkey(dev, rk, va0, len, AccessFlags::REMOTE_WRITE) {
+                Ok((h, off)) => {
+                    if let Some(m) = dev.mem.region_mut(h) {
+                        let _ = m.write(off, payload);
+                    }
+                }
+                Err(_) => return Err(Outcome::Error(NakCode::RemoteAccessError, None)),
+            }
+        }
+        let Some(InMsg::Write { va, remaining, total, .. }) = self.resp.in_msg.as_mut() else {
+            return Err(Outcome::Drop);
+        };
+        *va = va.wrapping_add(len);
+        *remaining -= len;
+        let total = *total;
+        if info.position.ends() {
+            self.resp.in_msg = None;
+            if info.has_imm() {
+                if let Some(recv) = self.take_recv(dev) {
+                    let wc = self.recv_wc(&recv, WcStatus::Success, total, r.immdt, true);
+                    dev.counters.rdma_recvs += 1;
+                    dev.complete_se(self.init.recv_cq, wc, r.bth.solicited);
+                }
+            }
+            self.resp.msn = self.resp.msn.next();
+        }
+        Ok(Executed::Acknowledge)
+    }
+
+    /// RDMA READ: length, R_Key (§10.6.6) and responder resources (§9.4.4),
+    /// then the responses are queued; the READ consumes one PSN per response.
+    fn execute_read(&mut self, dev: &mut Dev, r: &RoceRepr) -> Result<Executed, Outcome> {
+        let psn = r.bth.psn;
+        let Some(reth) = r.reth else { return Err(Outcome::Drop) };
+        let len = u64::from(reth.dma_len);
+        if len > u64::from(dev.attr.max_msg_sz) {
+            return Err(Outcome::Error(NakCode::InvalidRequest, None));
+        }
+        if !self.read_allowed(dev, &reth) {
+            tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, "remote access error (READ)");
+            return Err(Outcome::Error(NakCode::RemoteAccessError, None));
+        }
+        // Responder resources (IBA §9.4.4, max_dest_rd_atomic): a
+        // requester may have at most that many READs outstanding,
+        // and each still owed here is outstanding there. One more is
+        // a requester breaking the rule; queueing it would let a
+        // peer grow our queue of owed responses without bound.
+        let owed = self.resp.queue.iter().filter(|i| matches!(i, RespItem::Read(_))).count();
+        if owed >= usize::from(self.p.max_dest_rd_atomic.max(1)) {
+            tracing::debug!(qpn = %self.qpn, %psn, owed, "READ beyond the responder resources");
+            return Err(Outcome::Error(NakCode::InvalidRequest, None));
+        }
+        let npkts = packets_for(len, self.mtu());
+        self.save_resource(RdResource::Read { first: psn, npkts });
+        self.resp.msn = self.resp.msn.next();
+        self.send_read_responses(psn, reth.va, reth.rkey, len);
+        self.resp.epsn = psn.add(npkts);
+        Ok(Executed::Answered)
+    }
+
+    /// CMP_AND_SWP / FETCH_AND_ADD: 8-byte aligned (else INVALID REQUEST),
+    /// R_Key, executed once and answered with an AtomicAckETH (C9-128).
+    fn execute_atomic(
+        &mut self,
+        dev: &mut Dev,
+        r: &RoceRepr,
+        info: &OpInfo,
+    ) -> Result<Executed, Outcome> {
+        let psn = r.bth.psn;
+        let Some(a) = r.atomic_eth else { return Err(Outcome::Drop) };
+        if a.va % 8 != 0 {
+            tracing::debug!(qpn = %self.qpn, %psn, va = a.va, "misaligned atomic");
+            return Err(Outcome::Error(NakCode::InvalidRequest, None));
+        }
+        let loc = self.check_rkey(dev, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC);
+        // Memory holds the 64-bit value little-endian (host order on
+        // the platforms we target); the wire carries big-endian.
+        let cas = info.kind == OpKind::CompareSwap;
+        let done = loc.ok().and_then(|(h, off)| {
+            let m = dev.mem.region_mut(h)?;
+            if cas {
+                m.compare_swap(off, a.compare, a.swap_add)
+            } else {
+                m.fetch_add(off, a.swap_add)
+            }
+        });
+        let Some(orig) = done else {
+            tracing::debug!(qpn = %self.qpn, %psn, rkey = %a.rkey, "remote access error (atomic)");
+            return Err(Outcome::Error(NakCode::RemoteAccessError, None));
+        };
+        self.save_resource(RdResource::Atomic { psn, orig });
+        self.resp.msn = self.resp.msn.next();
+        self.send_atomic_ack(dev, psn, orig);
+        self.resp.epsn = psn.next();
+        Ok(Executed::Answered)
+    }
+
+    /// IBA 1.5 FLUSH (crate::mw): a valid FETH, R_Key for its placement
+    /// type, answered by a zero-length READ RESPONSE ONLY.
+    fn execute_flush(&mut self, dev: &mut Dev, r: &RoceRepr) -> Result<Executed, Outcome> {
+        let psn = r.bth.psn;
+        let (Some(reth), Some(feth)) = (r.reth, r.feth) else { return Err(Outcome::Drop) };
+        let placement = feth & 0x0F;
+        let level = (feth >> 4) & 0x03;
+        if placement == 0 || placement > 3 || level > 1 {
+            tracing::debug!(qpn = %self.qpn, %psn, placement, level, "FLUSH: bad FETH");
+            dev.counters.flush_err += 1;
+            return Err(Outcome::Error(NakCode::InvalidRequest, None));
+        }
+        // whole-region selectivity: only the rkey (and va inside it) matter
+        let len = if level == 1 { 0 } else { u64::from(reth.dma_len) };
+        let need = flush_access(feth);
+        if let Err(e) = self.check_rkey(dev, reth.rkey, reth.va, len, need) {
+            tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, ?e, "remote access error (FLUSH)");
+            dev.counters.flush_err += 1;
+            return Err(Outcome::Error(NakCode::RemoteAccessError, None));
+        }
+        tracing::debug!(qpn = %self.qpn, %psn, placement, level, "FLUSH done (memory is ours)");
+        dev.counters.flush_ops += 1;
+        self.save_resource(RdResource::Read { first: psn, npkts: 1 });
+        self.resp.msn = self.resp.msn.next();
+        self.send_read_responses(psn, reth.va, reth.rkey, 0);
+        self.resp.epsn = psn.next();
+        Ok(Executed::Answered)
+    }
+
+    /// IBA 1.5 ATOMIC_WRITE (crate::mw): 8 aligned bytes, R_Key with a
+    /// write right, one 8-byte store; acknowledged like a WRITE.
+    fn execute_atomic_write(
+        &mut self,
+        dev: &mut Dev,
+        r: &RoceRepr,
+        payload: &[u8],
+    ) -> Result<Executed, Outcome> {
+        let psn = r.bth.psn;
+        let Some(reth) = r.reth else { return Err(Outcome::Drop) };
+        if payload.len() != 8 || reth.dma_len != 8 || reth.va % 8 != 0 {
+            tracing::debug!(qpn = %self.qpn, %psn, len = payload.len(), va = reth.va,
+                "ATOMIC_WRITE: not 8 aligned bytes");
+            return Err(Outcome::Error(NakCode::InvalidRequest, None));
+        }
+        let loc = self.check_rkey(dev, reth.rkey, reth.va, 8, AccessFlags::REMOTE_WRITE);
+        let mut word = [0u8; 8];
+        word.copy_from_slice(payload);
+        // one 8-byte store
+        let done = loc.ok().and_then(|(h, off)| dev.mem.region_mut(h)?.atomic_write(off, word));
+        if done.is_none() {
+            tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, "remote access error (ATOMIC_WRITE)");
+            return Err(Outcome::Error(NakCode::RemoteAccessError, None));
+        }
+        self.resp.msn = self.resp.msn.next();
+        Ok(Executed::Acknowledge)
     }
 
     fn send_atomic_ack(&mut self, dev: &mut Dev, psn: Psn, orig: u64) {
         let mut r = Dev::repr(self, Opcode::RC_ATOMIC_ACKNOWLEDGE, psn, false, 0);
-        r.aeth =
-            Some(AethRepr { syndrome: Syndrome::Ack { credit: CREDIT_UNLIMITED }, msn: self.msn });
+        r.aeth = Some(AethRepr {
+            syndrome: Syndrome::Ack { credit: CREDIT_UNLIMITED },
+            msn: self.resp.msn,
+        });
         r.atomic_ack_eth = Some(AtomicAckEthRepr { orig_rem_data: orig });
         self.queue(dev, &r, &[]);
     }
@@ -723,7 +837,7 @@ impl Qp {
     fn on_duplicate(&mut self, dev: &mut Dev, r: &RoceRepr) {
         let Ok(info) = r.info() else { return };
         let psn = r.bth.psn;
-        tracing::debug!(qpn = %self.qpn, %psn, epsn = %self.epsn, opcode = %r.bth.opcode, "duplicate request");
+        tracing::debug!(qpn = %self.qpn, %psn, epsn = %self.resp.epsn, opcode = %r.bth.opcode, "duplicate request");
         match info.kind {
             // Re-acknowledge (C9-105) every duplicate SEND/WRITE packet,
             // AckReq or not, with the newest PSN (epsn - 1), as rxe does
@@ -734,16 +848,16 @@ impl Qp {
             // the requester is re-issuing would be taken as an implied NAK
             // for it, and the re-issued responses would then be stale.
             OpKind::Send | OpKind::Write => {
-                let rd_atomic_after = self.resources.iter().any(|x| match *x {
+                let rd_atomic_after = self.resp.resources.iter().any(|x| match *x {
                     RdResource::Read { first, .. } => first.is_after(psn),
                     RdResource::Atomic { psn: p, .. } => p.is_after(psn),
                 });
-                let ack_psn = if rd_atomic_after { psn } else { self.epsn.sub(1) };
+                let ack_psn = if rd_atomic_after { psn } else { self.resp.epsn.sub(1) };
                 self.send_ack(dev, ack_psn);
             }
             OpKind::ReadRequest => {
                 let Some(reth) = r.reth else { return };
-                let found = self.resources.iter().find_map(|x| match *x {
+                let found = self.resp.resources.iter().find_map(|x| match *x {
                     RdResource::Read { first, npkts } if psn.in_range(first, npkts) => {
                         Some((first, npkts))
                     }
@@ -766,7 +880,7 @@ impl Qp {
                 self.send_read_responses(psn, reth.va, reth.rkey, len);
             }
             OpKind::CompareSwap | OpKind::FetchAdd => {
-                let found = self.resources.iter().find_map(|x| match *x {
+                let found = self.resp.resources.iter().find_map(|x| match *x {
                     RdResource::Atomic { psn: p, orig } if p == psn => Some(orig),
                     _ => None,
                 });
@@ -780,10 +894,10 @@ impl Qp {
             OpKind::AtomicWrite => self.send_ack(dev, psn),
             OpKind::Flush => {
                 let Some(reth) = r.reth else { return };
-                let known = self
-                    .resources
-                    .iter()
-                    .any(|x| matches!(*x, RdResource::Read { first, npkts: 1 } if first == psn));
+                let known =
+                    self.resp.resources.iter().any(
+                        |x| matches!(*x, RdResource::Read { first, npkts: 1 } if first == psn),
+                    );
                 if known {
                     self.send_read_responses(psn, reth.va, reth.rkey, 0);
                 } else {

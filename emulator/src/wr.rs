@@ -5,9 +5,9 @@
 //! [`WcStatus`]'s `Display` matches `ibv_wc_status_str`, so traces read like
 //! the C tools' output.
 
-use crate::qp_attr::{flags, AhAttr};
+use crate::qp_attr::{flags, AhAttr, QpType};
 use core::fmt;
-use roce_packet::{LKey, RKey};
+use roce_packet::{LKey, Opcode, Position, RKey};
 
 /// One scatter/gather element: `length` bytes at virtual address `addr` of
 /// the memory region whose local key is `lkey`.
@@ -77,39 +77,243 @@ pub enum WrOpcode {
     },
 }
 
+/// Which response completes a work request at the requester.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompletedBy {
+    /// An ACK covering its last PSN (SEND, WRITE, ATOMIC_WRITE).
+    Ack,
+    /// Its RDMA READ RESPONSE packets (READ; FLUSH's zero-length ONLY).
+    ReadResponse,
+    /// An ATOMIC ACKNOWLEDGE with the original value.
+    AtomicAck,
+    /// Nothing on the wire: it runs on the send queue (LOCAL_INV, BIND_MW).
+    Local,
+}
+
+/// Which QP types may post an operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpTypes {
+    /// Reliable Connected.
+    pub rc: bool,
+    /// Unreliable Connected.
+    pub uc: bool,
+    /// Unreliable Datagram.
+    pub ud: bool,
+}
+
+const ALL_TYPES: QpTypes = QpTypes { rc: true, uc: true, ud: true };
+const CONNECTED: QpTypes = QpTypes { rc: true, uc: true, ud: false };
+const RC_ONLY: QpTypes = QpTypes { rc: true, uc: false, ud: false };
+
+impl QpTypes {
+    /// Whether a QP of type `t` may post the operation.
+    pub const fn contains(self, t: QpType) -> bool {
+        match t {
+            QpType::Rc => self.rc,
+            QpType::Uc => self.uc,
+            QpType::Ud => self.ud,
+        }
+    }
+}
+
+/// One row of the work-request opcode table ([`WrOpcode::info`]): what
+/// `post_send`, the requester and the completer need to know about an
+/// operation, written once (as `roce_packet`'s opcode table does for
+/// packets).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WrInfo {
+    /// QP types that may post it (IBA Table 147; rxe's `rxe_wr_opcode_info`).
+    pub qp_types: QpTypes,
+    /// RC packet opcodes by position in the message: FIRST, MIDDLE, LAST,
+    /// ONLY (one opcode for the single-packet requests); UC and UD use the
+    /// same low five bits. `None`: never on the wire.
+    pub packets: Option<[Opcode; 4]>,
+    /// READ, atomic or FLUSH: takes a responder resource and an initiator
+    /// depth slot, and is answered with data rather than a plain ACK.
+    pub read_or_atomic: bool,
+    /// An atomic with an 8-byte operand and one PSN (CMP_AND_SWP, FETCH_AND_ADD).
+    pub atomic: bool,
+    /// The completion opcode.
+    pub wc: WcOpcode,
+    /// What completes it.
+    pub completed_by: CompletedBy,
+}
+
+const fn segmented(
+    first: Opcode,
+    middle: Opcode,
+    last: Opcode,
+    only: Opcode,
+) -> Option<[Opcode; 4]> {
+    Some([first, middle, last, only])
+}
+
+const fn single(op: Opcode) -> Option<[Opcode; 4]> {
+    Some([op, op, op, op])
+}
+
 impl WrOpcode {
+    /// This operation's row of the work-request opcode table.
+    pub const fn info(self) -> WrInfo {
+        use CompletedBy as By;
+        use Opcode as O;
+        match self {
+            WrOpcode::Send => WrInfo {
+                qp_types: ALL_TYPES,
+                packets: segmented(
+                    O::RC_SEND_FIRST,
+                    O::RC_SEND_MIDDLE,
+                    O::RC_SEND_LAST,
+                    O::RC_SEND_ONLY,
+                ),
+                read_or_atomic: false,
+                atomic: false,
+                wc: WcOpcode::Send,
+                completed_by: By::Ack,
+            },
+            WrOpcode::SendWithImm => WrInfo {
+                qp_types: ALL_TYPES,
+                packets: segmented(
+                    O::RC_SEND_FIRST,
+                    O::RC_SEND_MIDDLE,
+                    O::RC_SEND_LAST_WITH_IMMEDIATE,
+                    O::RC_SEND_ONLY_WITH_IMMEDIATE,
+                ),
+                read_or_atomic: false,
+                atomic: false,
+                wc: WcOpcode::Send,
+                completed_by: By::Ack,
+            },
+            WrOpcode::RdmaWrite => WrInfo {
+                qp_types: CONNECTED,
+                packets: segmented(
+                    O::RC_RDMA_WRITE_FIRST,
+                    O::RC_RDMA_WRITE_MIDDLE,
+                    O::RC_RDMA_WRITE_LAST,
+                    O::RC_RDMA_WRITE_ONLY,
+                ),
+                read_or_atomic: false,
+                atomic: false,
+                wc: WcOpcode::RdmaWrite,
+                completed_by: By::Ack,
+            },
+            WrOpcode::RdmaWriteWithImm => WrInfo {
+                qp_types: CONNECTED,
+                packets: segmented(
+                    O::RC_RDMA_WRITE_FIRST,
+                    O::RC_RDMA_WRITE_MIDDLE,
+                    O::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+                    O::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+                ),
+                read_or_atomic: false,
+                atomic: false,
+                wc: WcOpcode::RdmaWrite,
+                completed_by: By::Ack,
+            },
+            WrOpcode::RdmaRead => WrInfo {
+                qp_types: RC_ONLY,
+                packets: single(O::RC_RDMA_READ_REQUEST),
+                read_or_atomic: true,
+                atomic: false,
+                wc: WcOpcode::RdmaRead,
+                completed_by: By::ReadResponse,
+            },
+            WrOpcode::AtomicCmpAndSwp => WrInfo {
+                qp_types: RC_ONLY,
+                packets: single(O::RC_COMPARE_SWAP),
+                read_or_atomic: true,
+                atomic: true,
+                wc: WcOpcode::CompSwap,
+                completed_by: By::AtomicAck,
+            },
+            WrOpcode::AtomicFetchAndAdd => WrInfo {
+                qp_types: RC_ONLY,
+                packets: single(O::RC_FETCH_ADD),
+                read_or_atomic: true,
+                atomic: true,
+                wc: WcOpcode::FetchAdd,
+                completed_by: By::AtomicAck,
+            },
+            // ---- memory windows / IBA 1.5 (crate::mw) ----
+            WrOpcode::SendWithInv { .. } => WrInfo {
+                qp_types: RC_ONLY,
+                packets: segmented(
+                    O::RC_SEND_FIRST,
+                    O::RC_SEND_MIDDLE,
+                    O::RC_SEND_LAST_WITH_INVALIDATE,
+                    O::RC_SEND_ONLY_WITH_INVALIDATE,
+                ),
+                read_or_atomic: false,
+                atomic: false,
+                wc: WcOpcode::Send,
+                completed_by: By::Ack,
+            },
+            WrOpcode::AtomicWrite => WrInfo {
+                qp_types: RC_ONLY,
+                packets: single(O::RC_ATOMIC_WRITE),
+                read_or_atomic: false,
+                atomic: false,
+                wc: WcOpcode::AtomicWrite,
+                completed_by: By::Ack,
+            },
+            WrOpcode::Flush { .. } => WrInfo {
+                qp_types: RC_ONLY,
+                packets: single(O::RC_FLUSH),
+                read_or_atomic: true,
+                atomic: false,
+                wc: WcOpcode::Flush,
+                completed_by: By::ReadResponse,
+            },
+            WrOpcode::LocalInv { .. } => WrInfo {
+                qp_types: CONNECTED,
+                packets: None,
+                read_or_atomic: false,
+                atomic: false,
+                wc: WcOpcode::LocalInv,
+                completed_by: By::Local,
+            },
+            WrOpcode::BindMw { .. } => WrInfo {
+                qp_types: CONNECTED,
+                packets: None,
+                read_or_atomic: false,
+                atomic: false,
+                wc: WcOpcode::BindMw,
+                completed_by: By::Local,
+            },
+        }
+    }
+
     /// READ or an atomic: needs a responder resource and an init depth slot.
     pub const fn is_read_or_atomic(self) -> bool {
-        matches!(
-            self,
-            WrOpcode::RdmaRead
-                | WrOpcode::AtomicCmpAndSwp
-                | WrOpcode::AtomicFetchAndAdd
-                | WrOpcode::Flush { .. }
-        )
+        self.info().read_or_atomic
     }
     /// A local operation (LOCAL_INV, BIND_MW): no packet (crate::mw).
     pub const fn is_local(self) -> bool {
-        matches!(self, WrOpcode::LocalInv { .. } | WrOpcode::BindMw { .. })
+        self.info().packets.is_none()
     }
     /// An atomic operation (8 bytes, one PSN).
     pub const fn is_atomic(self) -> bool {
-        matches!(self, WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd)
+        self.info().atomic
     }
     /// The completion opcode reported for this work request.
     pub const fn wc_opcode(self) -> WcOpcode {
-        match self {
-            WrOpcode::Send | WrOpcode::SendWithImm => WcOpcode::Send,
-            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
-            WrOpcode::RdmaRead => WcOpcode::RdmaRead,
-            WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
-            WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
-            WrOpcode::SendWithInv { .. } => WcOpcode::Send,
-            WrOpcode::AtomicWrite => WcOpcode::AtomicWrite,
-            WrOpcode::Flush { .. } => WcOpcode::Flush,
-            WrOpcode::LocalInv { .. } => WcOpcode::LocalInv,
-            WrOpcode::BindMw { .. } => WcOpcode::BindMw,
-        }
+        self.info().wc
+    }
+    /// Consumes a receive WQE at the responder (SENDs, WRITE with
+    /// immediate): what its last packet's opcode says in the packet table.
+    pub fn needs_recv_wqe(self) -> bool {
+        self.packet_opcode(Position::Only).and_then(|o| o.info()).is_some_and(|i| i.uses_recv_wqe())
+    }
+    /// The RC packet opcode at `pos` of the message (None for a local
+    /// operation, which never reaches the wire).
+    pub const fn packet_opcode(self, pos: Position) -> Option<Opcode> {
+        let Some(ops) = self.info().packets else { return None };
+        Some(match pos {
+            Position::First => ops[0],
+            Position::Middle => ops[1],
+            Position::Last => ops[2],
+            Position::Only => ops[3],
+        })
     }
 }
 
@@ -391,4 +595,79 @@ pub struct WorkCompletion {
     pub src_qp: u32,
     /// WITH_IMM when `imm` is set.
     pub wc_flags: WcFlags,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use roce_packet::{OpKind, Transport};
+
+    const ALL: [WrOpcode; 12] = [
+        WrOpcode::Send,
+        WrOpcode::SendWithImm,
+        WrOpcode::RdmaWrite,
+        WrOpcode::RdmaWriteWithImm,
+        WrOpcode::RdmaRead,
+        WrOpcode::AtomicCmpAndSwp,
+        WrOpcode::AtomicFetchAndAdd,
+        WrOpcode::SendWithInv { invalidate_rkey: RKey::new(0) },
+        WrOpcode::AtomicWrite,
+        WrOpcode::LocalInv { rkey: RKey::new(0) },
+        WrOpcode::BindMw {
+            mw: crate::mw::MwHandle(0),
+            rkey: RKey::new(0),
+            bind: crate::mw::MwBind {
+                mr: crate::objects::MrHandle(0),
+                addr: 0,
+                length: 0,
+                access: crate::qp_attr::AccessFlags::EMPTY,
+            },
+        },
+        WrOpcode::Flush { len: 0, placement: 1, level: 0 },
+    ];
+
+    /// The work-request table agrees with the packet opcode table.
+    #[test]
+    fn work_request_table_agrees_with_the_packet_table() {
+        for op in ALL {
+            let info = op.info();
+            let Some(ops) = info.packets else {
+                assert_eq!(info.completed_by, CompletedBy::Local, "{op:?}");
+                continue;
+            };
+            let kinds: Vec<_> = ops.iter().map(|o| o.info().unwrap()).collect();
+            for k in &kinds {
+                assert_eq!(k.transport, Transport::Rc, "{op:?}");
+                assert!(k.is_request(), "{op:?}");
+            }
+            let single = ops.iter().all(|&o| o == ops[0]);
+            if !single {
+                let pos: Vec<_> = kinds.iter().map(|k| k.position).collect();
+                assert_eq!(
+                    pos,
+                    [Position::First, Position::Middle, Position::Last, Position::Only],
+                    "{op:?}"
+                );
+            }
+            let kind = kinds[3].kind;
+            let by = match kind {
+                OpKind::ReadRequest | OpKind::Flush => CompletedBy::ReadResponse,
+                OpKind::CompareSwap | OpKind::FetchAdd => CompletedBy::AtomicAck,
+                _ => CompletedBy::Ack,
+            };
+            assert_eq!(info.completed_by, by, "{op:?}");
+            assert_eq!(info.read_or_atomic, by != CompletedBy::Ack, "{op:?}");
+            assert_eq!(info.atomic, by == CompletedBy::AtomicAck, "{op:?}");
+            // UC and UD post only what their transports have opcodes for
+            // (UD: single-packet messages)
+            let uc = ops.iter().all(|o| Opcode(o.0 | 0x20).info().is_some());
+            assert!(!info.qp_types.uc || uc, "{op:?} on UC");
+            let ud = Opcode(ops[3].0 | 0x60).info().is_some();
+            assert_eq!(info.qp_types.ud, ud, "{op:?} on UD");
+        }
+        assert!(WrOpcode::Send.needs_recv_wqe());
+        assert!(WrOpcode::RdmaWriteWithImm.needs_recv_wqe());
+        assert!(!WrOpcode::RdmaWrite.needs_recv_wqe());
+        assert!(!WrOpcode::RdmaRead.needs_recv_wqe());
+    }
 }

@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use roce_emulator::qp_attr::{
     describe_table, required_and_optional, validate_modify, AccessFlags, AhAttr, AttrMask,
-    ModifyLimits, ModifyQpError, PathMtu, QpAttr, QpState, QpType, TRANSITIONS,
+    ModifyLimits, PathMtu, QpAttr, QpAttrError, QpState, QpType, ValueProblem, TRANSITIONS,
 };
 
 use QpState::{Init, Reset, Rtr, Rts, Sqd, Sqe};
@@ -178,7 +178,7 @@ fn ud_path() {
     // UD INIT takes QKEY, not ACCESS_FLAGS.
     assert_eq!(
         validate_modify(QpType::Ud, Reset, &rc_init(), &LIMITS),
-        Err(ModifyQpError::InvalidAttrMask {
+        Err(QpAttrError::InvalidAttrMask {
             from: Reset,
             to: Init,
             missing: AttrMask::QKEY,
@@ -200,7 +200,7 @@ fn uc_path() {
     // RC-only responder attributes are refused on UC.
     assert_eq!(
         validate_modify(QpType::Uc, Init, &rc_rtr(), &LIMITS),
-        Err(ModifyQpError::InvalidAttrMask {
+        Err(QpAttrError::InvalidAttrMask {
             from: Init,
             to: Rtr,
             missing: AttrMask::EMPTY,
@@ -226,7 +226,7 @@ fn each_required_attribute_removed_is_named() {
             let err = validate_modify(ty, from, &a, &LIMITS).unwrap_err();
             assert_eq!(
                 err,
-                ModifyQpError::InvalidAttrMask { from, to, missing: bit, invalid: AttrMask::EMPTY },
+                QpAttrError::InvalidAttrMask { from, to, missing: bit, invalid: AttrMask::EMPTY },
                 "{ty} {from}->{to} without {bit}"
             );
             assert_eq!(
@@ -252,7 +252,7 @@ fn each_forbidden_attribute_added_is_named() {
             a.cur_qp_state = Some(from);
             assert_eq!(
                 validate_modify(ty, from, &a, &LIMITS),
-                Err(ModifyQpError::InvalidAttrMask {
+                Err(QpAttrError::InvalidAttrMask {
                     from,
                     to,
                     missing: AttrMask::EMPTY,
@@ -308,7 +308,7 @@ fn illegal_transitions() {
             let a = QpAttr::new().state(to);
             assert_eq!(
                 validate_modify(ty, from, &a, &LIMITS),
-                Err(ModifyQpError::InvalidTransition { from, to }),
+                Err(QpAttrError::InvalidTransition { from, to }),
                 "{ty} {from}->{to}"
             );
         }
@@ -316,7 +316,7 @@ fn illegal_transitions() {
         for from in QpState::ALL {
             assert_eq!(
                 validate_modify(ty, from, &QpAttr::new().state(Sqe), &LIMITS),
-                Err(ModifyQpError::InvalidTransition { from, to: Sqe })
+                Err(QpAttrError::InvalidTransition { from, to: Sqe })
             );
         }
     }
@@ -324,7 +324,7 @@ fn illegal_transitions() {
     let a = QpAttr::new().state(Rts);
     assert_eq!(
         validate_modify(QpType::Rc, Sqe, &a, &LIMITS),
-        Err(ModifyQpError::InvalidTransition { from: Sqe, to: Rts })
+        Err(QpAttrError::InvalidTransition { from: Sqe, to: Rts })
     );
     assert_eq!(validate_modify(QpType::Uc, Sqe, &a, &LIMITS), Ok(Rts));
     assert_eq!(validate_modify(QpType::Ud, Sqe, &a.qkey(3), &LIMITS), Ok(Rts));
@@ -350,7 +350,7 @@ fn reset_and_err_from_every_state() {
             // These transitions take no attributes at all.
             assert_eq!(
                 validate_modify(ty, from, &QpAttr::new().state(Reset).port(1), &LIMITS),
-                Err(ModifyQpError::InvalidAttrMask {
+                Err(QpAttrError::InvalidAttrMask {
                     from,
                     to: Reset,
                     missing: AttrMask::EMPTY,
@@ -359,12 +359,12 @@ fn reset_and_err_from_every_state() {
             );
             let to_err = validate_modify(ty, from, &QpAttr::new().state(ERR), &LIMITS);
             if from == Reset {
-                assert_eq!(to_err, Err(ModifyQpError::InvalidTransition { from, to: ERR }));
+                assert_eq!(to_err, Err(QpAttrError::InvalidTransition { from, to: ERR }));
             } else {
                 assert_eq!(to_err, Ok(ERR), "{ty} {from}->ERR");
                 assert_eq!(
                     validate_modify(ty, from, &QpAttr::new().state(ERR).sq_psn(0), &LIMITS),
-                    Err(ModifyQpError::InvalidAttrMask {
+                    Err(QpAttrError::InvalidAttrMask {
                         from,
                         to: ERR,
                         missing: AttrMask::EMPTY,
@@ -394,14 +394,14 @@ fn modify_without_state_uses_the_self_transition() {
     // No RTR -> RTR: an RTR QP cannot be modified without a state change.
     assert_eq!(
         validate_modify(QpType::Rc, Rtr, &QpAttr::new().min_rnr_timer(5), &LIMITS),
-        Err(ModifyQpError::InvalidTransition { from: Rtr, to: Rtr })
+        Err(QpAttrError::InvalidTransition { from: Rtr, to: Rtr })
     );
     // RESET -> RESET and ERR -> ERR accept nothing (an empty mask is fine).
     assert_eq!(validate_modify(QpType::Rc, Reset, &QpAttr::new(), &LIMITS), Ok(Reset));
     assert_eq!(validate_modify(QpType::Ud, ERR, &QpAttr::new(), &LIMITS), Ok(ERR));
     assert_eq!(
         validate_modify(QpType::Rc, ERR, &QpAttr::new().qkey(1), &LIMITS),
-        Err(ModifyQpError::InvalidAttrMask {
+        Err(QpAttrError::InvalidAttrMask {
             from: ERR,
             to: ERR,
             missing: AttrMask::EMPTY,
@@ -416,7 +416,7 @@ fn cur_state_is_a_check() {
     assert_eq!(validate_modify(QpType::Rc, Init, &ok, &LIMITS), Ok(Rtr));
     let wrong = rc_rts().cur_state(Rts);
     let err = validate_modify(QpType::Rc, Rtr, &wrong, &LIMITS).unwrap_err();
-    assert_eq!(err, ModifyQpError::CurStateMismatch { given: Rts, actual: Rtr });
+    assert_eq!(err, QpAttrError::CurStateMismatch { given: Rts, actual: Rtr });
     assert_eq!(err.to_string(), "cur_qp_state RTS does not match the QP's state RTR");
 }
 
@@ -424,24 +424,29 @@ fn cur_state_is_a_check() {
 fn mask_bits_without_values_are_refused() {
     let mut a = QpAttr::new();
     a.mask = AttrMask::STATE;
+    let err = validate_modify(QpType::Rc, Reset, &a, &LIMITS);
     assert_eq!(
-        validate_modify(QpType::Rc, Reset, &a, &LIMITS),
-        Err(ModifyQpError::InvalidValue {
+        err,
+        Err(QpAttrError::InvalidValue {
             attr: "qp_state",
-            reason: "STATE is in the mask but no state given".into()
+            reason: ValueProblem::NotGiven { mask: "STATE", what: "state" }
         })
+    );
+    assert_eq!(
+        err.unwrap_err().to_string(),
+        "invalid value for qp_state: STATE is in the mask but no state given"
     );
     let mut a = rc_rtr();
     a.ah_attr = None;
     assert!(matches!(
         validate_modify(QpType::Rc, Init, &a, &LIMITS),
-        Err(ModifyQpError::InvalidValue { attr: "ah_attr", .. })
+        Err(QpAttrError::InvalidValue { attr: "ah_attr", .. })
     ));
     let mut a = rc_rtr();
     a.path_mtu = None;
     assert!(matches!(
         validate_modify(QpType::Rc, Init, &a, &LIMITS),
-        Err(ModifyQpError::InvalidValue { attr: "path_mtu", .. })
+        Err(QpAttrError::InvalidValue { attr: "path_mtu", .. })
     ));
     // A state value without the STATE bit is ignored: same-state modify.
     let mut a = QpAttr::new();
@@ -453,7 +458,7 @@ fn mask_bits_without_values_are_refused() {
 /// step with the boundary value) must pass.
 fn assert_bad_value(ty: QpType, from: QpState, bad: QpAttr, fixed: QpAttr, name: &str) {
     match validate_modify(ty, from, &bad, &LIMITS) {
-        Err(ModifyQpError::InvalidValue { attr, .. }) => assert_eq!(attr, name),
+        Err(QpAttrError::InvalidValue { attr, .. }) => assert_eq!(attr, name),
         other => panic!("{name}: expected InvalidValue, got {other:?}"),
     }
     let to = fixed.qp_state.unwrap_or(from);
@@ -549,7 +554,7 @@ fn value_checks() {
     a.mask = a.mask.difference(AttrMask::TIMEOUT);
     assert_eq!(
         validate_modify(Rc, Rtr, &a, &LIMITS),
-        Err(ModifyQpError::InvalidAttrMask {
+        Err(QpAttrError::InvalidAttrMask {
             from: Rtr,
             to: Rts,
             missing: AttrMask::TIMEOUT,
@@ -590,7 +595,7 @@ fn all_pairs_agree_with_the_table() {
                 match required_and_optional(ty, from, to) {
                     None => {
                         let r = validate_modify(ty, from, &with_state(AttrMask::EMPTY), &LIMITS);
-                        assert_eq!(r, Err(ModifyQpError::InvalidTransition { from, to }));
+                        assert_eq!(r, Err(QpAttrError::InvalidTransition { from, to }));
                     }
                     Some((req, opt)) => {
                         legal[i] += 1;
@@ -606,7 +611,7 @@ fn all_pairs_agree_with_the_table() {
                         let r = validate_modify(ty, from, &with_state(req | outside), &LIMITS);
                         assert_eq!(
                             r,
-                            Err(ModifyQpError::InvalidAttrMask {
+                            Err(QpAttrError::InvalidAttrMask {
                                 from,
                                 to,
                                 missing: AttrMask::EMPTY,
@@ -617,7 +622,7 @@ fn all_pairs_agree_with_the_table() {
                             let r = validate_modify(ty, from, &with_state(opt), &LIMITS);
                             assert_eq!(
                                 r,
-                                Err(ModifyQpError::InvalidAttrMask {
+                                Err(QpAttrError::InvalidAttrMask {
                                     from,
                                     to,
                                     missing: req,

@@ -1,5 +1,5 @@
 //! Errors of this crate's own making. Each verb otherwise returns the
-//! emulator's typed error named after it (`RegMrError`, `QpModifyError`,
+//! emulator's typed error named after it (`RegMrError`, `ModifyQpError`,
 //! `PostSendError`...), re-exported at the crate root.
 
 use std::fmt;

@@ -12,7 +12,7 @@
 //!   [`Mr::write`]): the remote side writes while the owner reads, and
 //!   both go through the device lock — no raw pointers, no `unsafe`.
 //! * Each verb returns the emulator's error named after it
-//!   ([`RegMrError`], [`QpModifyError`], [`PostSendError`]...); packet
+//!   ([`RegMrError`], [`ModifyQpError`], [`PostSendError`]...); packet
 //!   drops, NAKs and failed completions are values ([`WcStatus`],
 //!   [`Counters`]), never `Err`.
 //! * [`QpAttr`]'s setters set their mask bits; [`Qp::to_init`],
@@ -58,15 +58,15 @@ pub use sim::SimNet;
 pub use srq::Srq;
 pub use udp::{DeviceConfig, EngineDriver, GroupOptions, TransportKind, UdpDriver};
 
-pub use roce_emulator::qp_attr::ModifyQpError;
+pub use roce_emulator::qp_attr::{QpAttrError, ValueProblem};
 pub use roce_emulator::sim::{FabricStats, FaultConfig, LinkConfig};
 pub use roce_emulator::{
     AccessFlags, AhAttr, AllocPdError, AsyncEvent, Counters, CreateCqError, CreateQpError,
     CreateSrqError, DeallocPdError, DeregMrError, DestroyCqError, DestroySrqError, DeviceAttr, Hca,
-    HcaConfig, Instant, MrAccessError, MrInfo, MwBind, MwBindWr, MwError, MwHandle, MwType,
-    NotifyCqError, PathMtu, PollCqError, PortAttr, PortState, PostRecvError, PostSendError,
-    PostSrqRecvError, QpAttr, QpCap, QpInitAttr, QpLookupError, QpModifyError, QpState, QpType,
-    RecvWr, RegMrError, RegionMem, ResizeCqError, SendFlags, SendWr, Sge, SrqAttr, SrqHandle,
-    UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    HcaConfig, Instant, ModifyQpError, ModifySrqError, MrAccessError, MrInfo, MwBind, MwBindWr,
+    MwError, MwHandle, MwType, NotifyCqError, PathMtu, PollCqError, PortAttr, PortState,
+    PostRecvError, PostSendError, PostSrqRecvError, QpAttr, QpCap, QpInitAttr, QpLookupError,
+    QpState, QpType, RecvWr, RegMrError, RegionMem, ResizeCqError, SendFlags, SendWr, Sge, SrqAttr,
+    SrqHandle, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 pub use roce_packet::{LKey, Qpn, RKey};

@@ -5,8 +5,8 @@ use crate::error::DestroyError;
 use crate::pd::Pd;
 use crate::srq::Srq;
 use roce_emulator::{
-    AccessFlags, AhAttr, CreateQpError, PathMtu, PostRecvError, PostSendError, QpAttr, QpCap,
-    QpInitAttr, QpLookupError, QpModifyError, QpState, QpType, RecvWr, SendWr,
+    AccessFlags, AhAttr, CreateQpError, ModifyQpError, PathMtu, PostRecvError, PostSendError,
+    QpAttr, QpCap, QpInitAttr, QpLookupError, QpState, QpType, RecvWr, SendWr,
 };
 use roce_packet::Qpn;
 use std::fmt;
@@ -261,7 +261,7 @@ impl Qp {
     /// `ibv_modify_qp`. The attribute's setters put their bits in its mask;
     /// the transition table (IBA §11.2.5) explains every rejection, e.g.
     /// `invalid attribute mask for INIT -> RTR: missing [DEST_QPN]`.
-    pub fn modify(&self, attr: &QpAttr) -> Result<(), QpModifyError> {
+    pub fn modify(&self, attr: &QpAttr) -> Result<(), ModifyQpError> {
         self.inner.pd.context().lock().modify_qp(self.inner.qpn, attr)
     }
 
@@ -277,20 +277,20 @@ impl Qp {
     }
 
     /// RESET → INIT with P_Key index 0, port 1 and `opts.access`.
-    pub fn to_init(&self, opts: &ConnectOptions) -> Result<(), QpModifyError> {
+    pub fn to_init(&self, opts: &ConnectOptions) -> Result<(), ModifyQpError> {
         self.modify(
             &QpAttr::new().state(QpState::Init).pkey_index(0).port(1).access_flags(opts.access),
         )
     }
 
     /// INIT → RTR towards `remote`: its address, QPN and first PSN.
-    pub fn to_rtr(&self, remote: &QpEndpoint, opts: &ConnectOptions) -> Result<(), QpModifyError> {
+    pub fn to_rtr(&self, remote: &QpEndpoint, opts: &ConnectOptions) -> Result<(), ModifyQpError> {
         self.modify(&opts.rtr_attr(remote))
     }
 
     /// RTR → RTS, sending from `sq_psn` (what the peer was told in
     /// [`Qp::endpoint`]).
-    pub fn to_rts(&self, sq_psn: u32, opts: &ConnectOptions) -> Result<(), QpModifyError> {
+    pub fn to_rts(&self, sq_psn: u32, opts: &ConnectOptions) -> Result<(), ModifyQpError> {
         self.modify(&opts.rts_attr(sq_psn))
     }
 
@@ -301,7 +301,7 @@ impl Qp {
         local: &QpEndpoint,
         remote: &QpEndpoint,
         opts: &ConnectOptions,
-    ) -> Result<(), QpModifyError> {
+    ) -> Result<(), ModifyQpError> {
         self.to_init(opts)?;
         self.to_rtr(remote, opts)?;
         self.to_rts(local.psn, opts)

@@ -5,7 +5,7 @@
 use crate::device::Context;
 use crate::qp::{ConnectOptions, Qp, QpEndpoint};
 use roce_emulator::{
-    AccessFlags, AhAttr, QpAttr, QpModifyError, QpState, SendWr, WcFlags, WcStatus, WorkCompletion,
+    AccessFlags, AhAttr, ModifyQpError, QpAttr, QpState, SendWr, WcFlags, WcStatus, WorkCompletion,
 };
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -22,7 +22,7 @@ impl Qp {
         local: &QpEndpoint,
         remote: &QpEndpoint,
         opts: &ConnectOptions,
-    ) -> Result<(), QpModifyError> {
+    ) -> Result<(), ModifyQpError> {
         let access =
             AccessFlags(opts.access.0 & (AccessFlags::LOCAL_WRITE.0 | AccessFlags::REMOTE_WRITE.0));
         self.modify(
@@ -41,7 +41,7 @@ impl Qp {
 
     /// UD: RESET → INIT (with `qkey`) → RTR → RTS sending from `sq_psn`.
     /// A UD QP has no peer: each send names one ([`ud_send`]).
-    pub fn activate_ud(&self, qkey: u32, sq_psn: u32) -> Result<(), QpModifyError> {
+    pub fn activate_ud(&self, qkey: u32, sq_psn: u32) -> Result<(), ModifyQpError> {
         self.modify(&QpAttr::new().state(QpState::Init).pkey_index(0).port(1).qkey(qkey))?;
         self.modify(&QpAttr::new().state(QpState::Rtr))?;
         self.modify(&QpAttr::new().state(QpState::Rts).sq_psn(sq_psn))

@@ -57,7 +57,7 @@ use roce_emulator::cm::{
     gid_from_ip, AcceptParams, CmEvent as EngineEvent, CmQpType, ConnId, ConnectRequest,
     DisconnectCause, ListenId, PeerAddr, SidrReplyParams, SidrRequest,
 };
-use roce_emulator::{AhAttr, CreateQpError, Hca, PathMtu, QpAttr, QpModifyError, QpState, QpType};
+use roce_emulator::{AhAttr, CreateQpError, Hca, ModifyQpError, PathMtu, QpAttr, QpState, QpType};
 use roce_packet::mad::{ip_service_id, port_space, IpCmHeader, IP_CM_HEADER_LEN};
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -243,7 +243,7 @@ pub enum CmError {
     CreateQp(#[from] CreateQpError),
     /// Moving the QP failed.
     #[error("modify_qp: {0}")]
-    ModifyQp(#[from] QpModifyError),
+    ModifyQp(#[from] ModifyQpError),
     /// The engine refused the call (EINVAL).
     #[error("connection manager: {0}")]
     Engine(String),
@@ -491,7 +491,7 @@ impl CmQp {
         }
     }
 
-    fn modify(&self, attr: &QpAttr) -> Result<(), QpModifyError> {
+    fn modify(&self, attr: &QpAttr) -> Result<(), ModifyQpError> {
         match self {
             CmQp::Owned(q) => q.modify(attr),
             CmQp::Attached { ctx, qpn } => ctx.lock().modify_qp(*qpn, attr),
@@ -499,12 +499,12 @@ impl CmQp {
     }
 
     /// [`Qp::to_rtr`].
-    fn to_rtr(&self, remote: &QpEndpoint, opts: &ConnectOptions) -> Result<(), QpModifyError> {
+    fn to_rtr(&self, remote: &QpEndpoint, opts: &ConnectOptions) -> Result<(), ModifyQpError> {
         self.modify(&opts.rtr_attr(remote))
     }
 
     /// [`Qp::to_rts`].
-    fn to_rts(&self, sq_psn: u32, opts: &ConnectOptions) -> Result<(), QpModifyError> {
+    fn to_rts(&self, sq_psn: u32, opts: &ConnectOptions) -> Result<(), ModifyQpError> {
         self.modify(&opts.rts_attr(sq_psn))
     }
 }

@@ -4,7 +4,7 @@ use crate::device::Context;
 use crate::error::DestroyError;
 use crate::pd::Pd;
 use roce_emulator::{
-    CreateSrqError, DestroySrqError, PostSrqRecvError, RecvWr, SrqAttr, SrqHandle,
+    CreateSrqError, DestroySrqError, ModifySrqError, PostSrqRecvError, RecvWr, SrqAttr, SrqHandle,
 };
 use std::fmt;
 use std::sync::Arc;
@@ -79,7 +79,7 @@ impl Srq {
 
     /// `ibv_modify_srq(IBV_SRQ_LIMIT)`: raise an `SrqLimitReached` async
     /// event when fewer than `limit` WRs remain (0 disarms).
-    pub fn set_limit(&self, limit: u32) -> Result<(), CreateSrqError> {
+    pub fn set_limit(&self, limit: u32) -> Result<(), ModifySrqError> {
         self.inner.pd.context().lock().modify_srq(self.inner.handle, limit)
     }
 
