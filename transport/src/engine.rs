@@ -165,6 +165,7 @@ struct State {
     cv: Condvar,
     /// Copy-on-write: a round clones the `Arc`, not the list.
     hooks: Mutex<Arc<Vec<Hook>>>,
+    has_hooks: AtomicBool,
     ticks: AtomicU64,
 }
 
@@ -225,6 +226,7 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
                 waiters: AtomicUsize::new(0),
                 cv: Condvar::new(),
                 hooks: Mutex::new(Arc::new(Vec::new())),
+                has_hooks: AtomicBool::new(false),
                 ticks: AtomicU64::new(0),
             },
             start: std::time::Instant::now(),
@@ -300,6 +302,7 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
         let mut v: Vec<Hook> = g.as_ref().clone();
         v.push(Arc::new(f));
         *g = Arc::new(v);
+        self.st.has_hooks.store(true, Ordering::Relaxed);
     }
 
     /// Flag posted work for the thread and wake it (for code that posts
@@ -335,6 +338,9 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
     }
 
     fn mark_caller(&self) {
+        if !self.cfg.thread {
+            return; // no thread to hand the sockets back to
+        }
         let now = self.now().as_nanos();
         self.st.last_caller.store(now, Ordering::Relaxed);
     }
@@ -547,9 +553,11 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
         if self.st.blocked.load(Ordering::SeqCst) > 0 {
             let _ = self.st.callers.write(1);
         }
-        let hooks = lock(&self.st.hooks).clone();
-        for h in hooks.iter() {
-            h();
+        if self.st.has_hooks.load(Ordering::Relaxed) {
+            let hooks = lock(&self.st.hooks).clone();
+            for h in hooks.iter() {
+                h();
+            }
         }
     }
 

@@ -638,18 +638,21 @@ impl<T: Transport> EngineDriver<T> {
         let e = Engine::new(devices, cfg)?.with_idle_hook(Hca::flush_acks).start()?;
         let wakers: Arc<Mutex<Vec<Waker>>> = Arc::new(Mutex::new(Vec::new()));
         let w = wakers.clone();
-        e.on_progress(move || {
-            let list: Vec<Waker> = {
-                let mut g = w.lock().unwrap_or_else(|e| e.into_inner());
-                if g.is_empty() {
-                    return;
+        // (without a thread nobody registers wakers: no hook, no cost per round)
+        if threaded {
+            e.on_progress(move || {
+                let list: Vec<Waker> = {
+                    let mut g = w.lock().unwrap_or_else(|e| e.into_inner());
+                    if g.is_empty() {
+                        return;
+                    }
+                    std::mem::take(&mut *g)
+                };
+                for wk in list {
+                    wk.wake();
                 }
-                std::mem::take(&mut *g)
-            };
-            for wk in list {
-                wk.wake();
-            }
-        });
+            });
+        }
         Ok(EngineDriver { e, wakers, name: name.to_string(), threaded, publishers: Vec::new() })
     }
 
