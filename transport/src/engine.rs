@@ -351,11 +351,11 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
     pub fn flush(&self, only: Option<&Arc<Mutex<N>>>) -> usize {
         if let (Some(node), false) = (only, self.cfg.post_batch.is_zero()) {
             if let Some(p) = self.ports.iter().find(|p| Arc::ptr_eq(&p.node, node)) {
-                let now = self.now().as_nanos();
+                // (at least 1: 0 means "no post yet")
+                let now = self.now().as_nanos().max(1);
                 let last = p.last_post.swap(now, Ordering::Relaxed);
-                if self.cfg.thread
-                    && now.saturating_sub(last) < self.cfg.post_batch.as_nanos() as u64
-                {
+                let window = self.cfg.post_batch.as_nanos() as u64;
+                if self.cfg.thread && last != 0 && now.saturating_sub(last) < window {
                     // Within a burst: leave the packets to the thread (or
                     // to the caller's next round), waking it once.
                     p.dirty.store(true, Ordering::SeqCst);

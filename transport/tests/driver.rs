@@ -2,57 +2,9 @@
 
 mod common;
 use common::*;
-use roce_emulator::{Datagram, Instant, SansIo};
-use roce_packet::UdpEndpoints;
 use roce_transport::{Driver, DriverConfig, DriverHandle};
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// A node that sends what is queued, records what it receives (optionally
-/// echoing it back) and fires timers.
-#[derive(Default)]
-struct Fake {
-    outbox: VecDeque<Datagram>,
-    inbox: Vec<(Instant, Datagram)>,
-    timers: Vec<Instant>,
-    fired: Vec<(Instant, Instant)>,
-    echo: bool,
-}
-
-impl SansIo for Fake {
-    fn handle_datagram(&mut self, now: Instant, d: Datagram) {
-        if self.echo {
-            let ep = UdpEndpoints {
-                src: d.endpoints.dst,
-                dst: d.endpoints.src,
-                src_port: 0xC000,
-                dst_port: d.endpoints.src_port,
-            };
-            // Same RoCE bytes with the ICRC for the header this node
-            // declares (as the core does); the transport adjusts it for the
-            // wire (its own source port, identification).
-            let meta = roce_packet::IpMeta::default();
-            let mut payload = d.payload.to_vec();
-            roce_packet::frame::fill_icrc(&ep, &meta, &mut payload).expect("icrc");
-            self.outbox.push_back(Datagram { endpoints: ep, meta, payload: payload.into() });
-        }
-        self.inbox.push((now, d));
-    }
-    fn poll_transmit(&mut self, _now: Instant) -> Option<Datagram> {
-        self.outbox.pop_front()
-    }
-    fn poll_timeout(&self) -> Option<Instant> {
-        self.timers.iter().min().copied()
-    }
-    fn handle_timeout(&mut self, now: Instant) {
-        let (due, rest): (Vec<_>, Vec<_>) = self.timers.iter().partition(|&&t| t <= now);
-        self.timers = rest;
-        for t in due {
-            self.fired.push((t, now));
-        }
-    }
-}
 
 fn wait_until(h: &DriverHandle, limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let end = std::time::Instant::now() + limit;

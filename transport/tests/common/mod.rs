@@ -2,9 +2,10 @@
 #![allow(dead_code)]
 
 use bytes::Bytes;
-use roce_emulator::Datagram;
+use roce_emulator::{Datagram, Instant as CoreInstant, SansIo};
 use roce_packet::{pad_for, IpMeta, IpUdpHeader, Psn, Qpn, RoceRepr, UdpEndpoints};
 use roce_transport::{UdpConfig, UdpTransport};
+use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -66,4 +67,49 @@ pub fn recv_n(t: &mut UdpTransport, n: usize, limit: Duration) -> Vec<Datagram> 
 /// The IB part (BTH .. pad) of a payload, i.e. without the ICRC.
 pub fn body(p: &[u8]) -> &[u8] {
     &p[..p.len() - 4]
+}
+
+/// A node that sends what is queued, records what it receives (optionally
+/// echoing it back) and fires timers.
+#[derive(Default)]
+pub struct Fake {
+    pub outbox: VecDeque<Datagram>,
+    pub inbox: Vec<(CoreInstant, Datagram)>,
+    pub timers: Vec<CoreInstant>,
+    pub fired: Vec<(CoreInstant, CoreInstant)>,
+    pub echo: bool,
+}
+
+impl SansIo for Fake {
+    fn handle_datagram(&mut self, now: CoreInstant, d: Datagram) {
+        if self.echo {
+            let ep = UdpEndpoints {
+                src: d.endpoints.dst,
+                dst: d.endpoints.src,
+                src_port: 0xC000,
+                dst_port: d.endpoints.src_port,
+            };
+            // Same RoCE bytes with the ICRC for the header this node
+            // declares (as the core does); the transport adjusts it for the
+            // wire (its own source port, identification).
+            let meta = roce_packet::IpMeta::default();
+            let mut payload = d.payload.to_vec();
+            roce_packet::frame::fill_icrc(&ep, &meta, &mut payload).expect("icrc");
+            self.outbox.push_back(Datagram { endpoints: ep, meta, payload: payload.into() });
+        }
+        self.inbox.push((now, d));
+    }
+    fn poll_transmit(&mut self, _now: CoreInstant) -> Option<Datagram> {
+        self.outbox.pop_front()
+    }
+    fn poll_timeout(&self) -> Option<CoreInstant> {
+        self.timers.iter().min().copied()
+    }
+    fn handle_timeout(&mut self, now: CoreInstant) {
+        let (due, rest): (Vec<_>, Vec<_>) = self.timers.iter().partition(|&&t| t <= now);
+        self.timers = rest;
+        for t in due {
+            self.fired.push((t, now));
+        }
+    }
 }
