@@ -1,11 +1,13 @@
-//! [`Driver`]: a dedicated thread between a sans-IO node and a transport.
-//!
-//! Each round: receive every waiting message (`recvmmsg`, GRO split, ICRC
-//! check) → `handle_datagram(now)` for each; fire `handle_timeout(now)` if
-//! the node's deadline has passed; drain `poll_transmit(now)` and send
-//! (batched, GSO for equal-sized runs). When a round did nothing, the
+//! [`Driver`]: a thread between a sans-IO node and a transport, for code
+//! that posts through the node's mutex and waits on the thread. It is a
+//! one-port [`crate::Engine`] with its thread (the engine's rounds: receive
+//! every waiting message (`recvmmsg`, GRO split, ICRC check) →
+//! `handle_datagram(now)` for each; fire `handle_timeout(now)` if the
+//! node's deadline has passed; drain `poll_transmit(now)` and send
+//! (batched, GSO for equal-sized runs); when a round did nothing, the
 //! thread sleeps in `ppoll` on the socket and an eventfd, for at most the
-//! time until the node's next deadline (and at most `max_idle`).
+//! time until the node's next deadline (and at most `max_idle`)). The
+//! [`Transport`] trait every transport implements lives here too.
 //!
 //! The node lives behind a `Mutex` shared with the application, which
 //! posts work through it from any thread (sync or async code alike) and

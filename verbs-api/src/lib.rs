@@ -19,7 +19,7 @@
 //!   [`Qp::to_rtr`], [`Qp::to_rts`] and [`Qp::connect`] use rdma-core's
 //!   defaults ([`ConnectOptions`]).
 //! * What moves the frames is a [`Driver`]: the simulated fabric,
-//!   [`SimNet`], or a real UDP socket with a driver thread, [`UdpDriver`]
+//!   [`SimNet`], or a real UDP socket with its engine, [`UdpDriver`]
 //!   (devices configured with [`DeviceConfig`], see [`udp`]). The verbs
 //!   work from synchronous code ([`Cq::poll_blocking`]) and async code
 //!   ([`Cq::poll_async`], runtime-agnostic).
