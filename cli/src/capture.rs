@@ -5,7 +5,7 @@ use crate::record::{udp_checksum_ok, Gso, Input, Record};
 use crate::{human, ladder, stats, svg, DecodeArgs};
 use core::fmt;
 use roce_packet::frame::{parse_frame, RoceDatagram};
-use roce_packet::pcap::{read_capture_file_partial, CapturedFrame};
+use roce_pcap::{read_capture_file_partial, CapturedFrame};
 use std::io::{self, IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::Duration;

@@ -540,7 +540,7 @@ mod demo_tests {
         let p = path.to_str().unwrap().to_string();
         let args = parse(&["--ops", "100", "--quiet", "--pcap", &p, "--seed", "5"]).unwrap();
         assert_eq!(run(&args), ExitCode::SUCCESS);
-        let frames = roce_packet::pcap::read_capture_file(&path).unwrap();
+        let frames = roce_pcap::read_capture_file(&path).unwrap();
         let _ = std::fs::remove_file(&path);
         assert!(frames.len() > 100);
         for f in &frames {

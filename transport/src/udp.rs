@@ -134,7 +134,7 @@ pub enum TransportError {
     },
     /// The pcap file could not be created.
     #[error("cannot create pcap file: {0}")]
-    Pcap(#[from] roce_packet::pcap::CaptureError),
+    Pcap(#[from] roce_pcap::CaptureError),
 }
 
 /// Result of [`UdpTransport::send`].
