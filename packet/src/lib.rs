@@ -55,6 +55,7 @@ pub mod ext;
 mod field;
 pub mod frame;
 pub mod icrc;
+pub mod icrc_math;
 pub mod mad;
 pub mod opcode;
 pub mod roce;
