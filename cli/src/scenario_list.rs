@@ -571,8 +571,8 @@ fn mw(lab: &mut Lab) -> Result<(), String> {
         ..PairSpec::default()
     };
     let (a, b) = lab.pair(&spec)?;
-    let (mwh, rkey0) =
-        b.ctx.with_hca(|h| h.alloc_mw(b.pd.handle(), MwType::Type2)).map_err(|e| e.to_string())?;
+    let mw = b.pd.alloc_mw(MwType::Type2).map_err(|e| e.to_string())?;
+    let (mwh, rkey0) = (mw.handle(), mw.rkey());
     lab.say(&b.who(), format!("alloc_mw   type 2 -> rkey {rkey0} (not usable until bound)"));
     let new_rkey = RKey::new((rkey0.value() & !0xff) | (rkey0.value().wrapping_add(1) & 0xff));
     let bind = MwBind {
@@ -605,7 +605,7 @@ fn mw(lab: &mut Lab) -> Result<(), String> {
         statuses_of(&w2, &a) == vec![(2, WcStatus::RemAccessErr)],
         "REM_ACCESS_ERR after invalidation",
     );
-    let _ = b.ctx.with_hca(|h| h.dealloc_mw(mwh));
+    let _ = mw.destroy();
     Ok(())
 }
 
@@ -710,8 +710,8 @@ fn wc_errors(lab: &mut Lab) -> Result<(), String> {
 
     case(lab, "MW_BIND_ERR: binding a window to a region registered without MW_BIND");
     let (a, _b) = lab.pair(&PairSpec::default())?;
-    let (mwh, rk) =
-        a.ctx.with_hca(|h| h.alloc_mw(a.pd.handle(), MwType::Type2)).map_err(|e| e.to_string())?;
+    let mw = a.pd.alloc_mw(MwType::Type2).map_err(|e| e.to_string())?;
+    let (mwh, rk) = (mw.handle(), mw.rkey());
     let bind = MwBind {
         mr: a.mr.info().handle,
         addr: a.mr.addr(),
@@ -722,7 +722,7 @@ fn wc_errors(lab: &mut Lab) -> Result<(), String> {
     post(lab, &a, SendWr::new(1, WrOpcode::BindMw { mw: mwh, rkey: nk, bind }));
     let w = lab.run(STEP_EVENTS);
     lab.expect(statuses(&w) == vec![(1, WcStatus::MwBindErr)], "MW_BIND_ERR");
-    let _ = a.ctx.with_hca(|h| h.dealloc_mw(mwh));
+    let _ = mw.destroy();
 
     case(lab, "RNR_RETRY_EXC_ERR: no receive posted and rnr_retry=0 (see --scenario rnr-exceeded)");
     let mut spec = PairSpec::default();
