@@ -1,9 +1,9 @@
-//! The lessons of `roce demo --scenario NAME` (framework: `scenario.rs`).
+//! The lessons of `roce demo --scenario NAME` (the lab they run in: `lab.rs`; the runner: `scenario.rs`).
 //! Every scenario is deterministic for a seed: fixed QPNs, PSNs, sizes and
 //! targeted faults (a filter on the simulated fabric), so docs/course can
 //! show their real output and a test re-runs them.
 
-use crate::scenario::{End, Lab, PairSpec, Scenario, STEP_EVENTS};
+use super::lab::{End, Lab, PairSpec, Scenario, STEP_EVENTS};
 use roce_emulator::sim::{Filter, Match};
 use roce_emulator::{MwBind, MwType};
 use roce_packet::Opcode;
@@ -14,6 +14,14 @@ use roce_verbs_api::{
 use std::net::IpAddr;
 
 /// Every scenario, in course order.
+/// clap value parser of `--scenario`: the known names, each with its
+/// one-line description (listed by `roce demo --help`).
+pub fn value_parser() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(
+        SCENARIOS.iter().map(|s| clap::builder::PossibleValue::new(s.name).help(s.about)),
+    )
+}
+
 pub const SCENARIOS: &[Scenario] = &[
     Scenario { name: "qp-states", about: "the objects, and one QP walked RESET->INIT->RTR->RTS->SQD->RTS->ERR with two refused transitions", run: qp_states },
     Scenario { name: "send", about: "SEND/RECV: a 100-byte SEND and a 2500-byte SEND with immediate data into posted receives", run: send },
