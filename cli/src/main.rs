@@ -9,24 +9,12 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-mod analysis;
-mod capture;
-mod cm_fmt;
 mod counters_fmt;
+mod decode;
 mod demo;
 mod devices;
-mod explain;
-mod human;
-mod ladder;
-mod ladder_args;
 mod logging;
 mod perf;
-mod record;
-mod stats;
-mod stats_cmd;
-mod svg;
-#[cfg(test)]
-mod tests;
 
 const ABOUT: &str = "Tools for RoCEv2, the InfiniBand transport (RDMA: SEND, WRITE, READ, \
 atomics between queue pairs) carried in UDP datagrams to port 4791 over ordinary IP networks.";
@@ -89,8 +77,8 @@ enum Command {
     /// Print device and port attributes like ibv_devinfo (-v: all of them, and the GID table).
     Devinfo(devices::DevinfoArgs),
     /// Print the counters of running devices with rxe's hw_counters names.
-    #[command(long_about = stats_cmd::STATS_LONG, after_help = stats_cmd::STATS_AFTER)]
-    Stats(stats_cmd::StatsArgs),
+    #[command(long_about = devices::stats::STATS_LONG, after_help = devices::stats::STATS_AFTER)]
+    Stats(devices::stats::StatsArgs),
     /// perftest-like bandwidth (write/read/send/atomic) and latency (lat) between two emulated HCAs.
     #[command(long_about = perf::PERF_LONG, after_help = perf::PERF_AFTER)]
     Perf(perf::PerfArgs),
@@ -117,7 +105,7 @@ pub struct DecodeArgs {
     #[arg(long, value_name = "N", default_value_t = roce_packet::ROCE_V2_PORT)]
     pub port: u16,
     #[command(flatten)]
-    pub view: ladder_args::ViewArgs,
+    pub view: decode::ladder_args::ViewArgs,
 }
 
 fn main() -> ExitCode {
@@ -138,7 +126,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(&args),
         Command::Devices => devices::run_devices(),
         Command::Devinfo(args) => devices::run_devinfo(&args),
-        Command::Stats(args) => stats_cmd::run(&args),
+        Command::Stats(args) => devices::stats::run(&args),
         Command::Perf(args) => perf::run(&args),
     }
 }
@@ -147,7 +135,7 @@ fn main() -> ExitCode {
 fn run_decode(args: &DecodeArgs) -> ExitCode {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    match capture::decode_file(args, &mut out) {
+    match decode::capture::decode_file(args, &mut out) {
         Ok(summary) => {
             if let Err(e) = out.flush() {
                 if e.kind() != std::io::ErrorKind::BrokenPipe {
@@ -165,7 +153,9 @@ fn run_decode(args: &DecodeArgs) -> ExitCode {
                 ExitCode::from(1)
             }
         }
-        Err(capture::DecodeError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+        Err(decode::capture::DecodeError::Output(e))
+            if e.kind() == std::io::ErrorKind::BrokenPipe =>
+        {
             ExitCode::SUCCESS
         }
         Err(e) => {
