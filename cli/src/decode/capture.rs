@@ -2,8 +2,8 @@
 
 use crate::decode::analysis::{Analysis, Filter, Item};
 use crate::decode::record::{udp_checksum_ok, Gso, Input, Record};
+use crate::decode::DecodeArgs;
 use crate::decode::{human, ladder, stats, svg};
-use crate::DecodeArgs;
 use core::fmt;
 use roce_packet::frame::{parse_frame, RoceDatagram};
 use roce_pcap::{read_capture_file_partial, CapturedFrame};
