@@ -462,7 +462,7 @@ impl DeviceConfig {
 
     /// Make the device's core and bind its transport, each configured for
     /// the other: the one place a real device is put together.
-    fn assemble(&self) -> Result<(Arc<Mutex<Hca>>, Box<dyn Transport>), OpenError> {
+    fn assemble(&self) -> Result<Assembled, OpenError> {
         let mut core = Hca::new(self.hca_config());
         // seeded fault injection on the real wire (ROCE_EMU_FAULTS)
         let faults = FaultSpec::from_env()
@@ -529,6 +529,9 @@ fn post_batch() -> Duration {
         .unwrap_or(5);
     Duration::from_micros(us.min(10_000))
 }
+
+/// A device's core and its transport, configured for each other.
+type Assembled = (Arc<Mutex<Hca>>, Box<dyn Transport>);
 
 /// How [`DeviceConfig::open_group`] runs its devices.
 #[derive(Clone, Debug)]
