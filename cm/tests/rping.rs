@@ -8,8 +8,8 @@ mod common;
 use roce_cm::*;
 use roce_packet::frame::parse_frame;
 use roce_packet::mad::{ip_service_id, port_space, CmMad, CmMsg, IpCmHeader, GSI_QKEY, MAD_LEN};
-use roce_packet::pcap::read_capture;
 use roce_packet::{Opcode, RoceRepr};
+use roce_pcap::read_capture;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 

@@ -10,12 +10,13 @@ use roce_emulator::sim::{
     Match, NodeId, SeedGuard, TapPoint, SEED_ENV,
 };
 use roce_emulator::{Datagram, Instant, SansIo};
+use roce_packet::frame::LinkType;
 use roce_packet::frame::{ethernet_frame, parse_frame};
-use roce_packet::pcap::{read_capture, LinkType};
 use roce_packet::{
     AethRepr, BthRepr, IpMeta, IpUdpHeader, Msn, Opcode, Psn, Qpn, RoceRepr, Syndrome,
     UdpEndpoints, ROCE_V2_PORT,
 };
+use roce_pcap::read_capture;
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 

@@ -13,8 +13,8 @@
 //! `SKIPPED: ...` and passes without checking anything.
 
 use roce_packet::frame::parse_frame;
-use roce_packet::pcap::read_capture_file;
 use roce_packet::ROCE_V2_PORT;
+use roce_pcap::read_capture_file;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -86,8 +86,8 @@ pub fn packet(data: &[u8]) {
             assert_eq!(p2, payload);
         }
     }
-    let _ = roce_packet::frame::parse_frame(roce_packet::pcap::LinkType::Ethernet, data, 4791);
-    let (frames, _) = roce_packet::pcap::read_capture_partial(data);
+    let _ = roce_packet::frame::parse_frame(roce_packet::frame::LinkType::Ethernet, data, 4791);
+    let (frames, _) = roce_pcap::read_capture_partial(data);
     for f in frames {
         let _ = roce_packet::frame::parse_frame(f.linktype, &f.data, 4791);
     }

@@ -16,13 +16,60 @@
 
 use crate::error::{Error, Result};
 use crate::icrc;
-use crate::pcap::LinkType;
 use crate::roce::RocePacket;
 use core::net::IpAddr;
 use etherparse::{
     Ethernet2HeaderSlice, IpNumber, Ipv4HeaderSlice, Ipv6HeaderSlice, SingleVlanHeaderSlice,
     UdpHeader, UdpHeaderSlice,
 };
+
+/// A capture's link-layer header type (tcpdump.org `LINKTYPE_*` values).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LinkType {
+    /// `LINKTYPE_ETHERNET` (1): Ethernet II, possibly with 802.1Q/802.1ad tags.
+    Ethernet,
+    /// Raw IPv4 or IPv6 (101; also read from 12 and 14, and 228 = IPv4,
+    /// 229 = IPv6). Written back as 101.
+    RawIp,
+    /// `LINKTYPE_LINUX_SLL` (113): Linux "cooked" capture, 16-byte header.
+    LinuxSll,
+    /// `LINKTYPE_LINUX_SLL2` (276): Linux cooked capture v2, 20-byte header.
+    LinuxSll2,
+    /// `LINKTYPE_NULL` (0): BSD loopback, 4-byte address family in host order.
+    Null,
+    /// `LINKTYPE_LOOP` (108): OpenBSD loopback, address family big-endian.
+    Loop,
+    /// Any other link type (frames are returned but never parsed as RoCE).
+    Other(u32),
+}
+
+impl LinkType {
+    /// Map a `LINKTYPE_*` number to a [`LinkType`].
+    pub fn from_u32(v: u32) -> Self {
+        match v {
+            1 => LinkType::Ethernet,
+            101 | 12 | 14 | 228 | 229 => LinkType::RawIp,
+            113 => LinkType::LinuxSll,
+            276 => LinkType::LinuxSll2,
+            0 => LinkType::Null,
+            108 => LinkType::Loop,
+            other => LinkType::Other(other),
+        }
+    }
+
+    /// The `LINKTYPE_*` number written to a file (raw IP is 101).
+    pub fn to_u32(self) -> u32 {
+        match self {
+            LinkType::Ethernet => 1,
+            LinkType::RawIp => 101,
+            LinkType::LinuxSll => 113,
+            LinkType::LinuxSll2 => 276,
+            LinkType::Null => 0,
+            LinkType::Loop => 108,
+            LinkType::Other(v) => v,
+        }
+    }
+}
 
 /// The four addressing values of a RoCEv2 datagram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

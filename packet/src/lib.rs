@@ -1,6 +1,7 @@
 //! RoCEv2 wire formats: the InfiniBand transport headers carried in UDP
-//! (port 4791), the invariant CRC, and the Ethernet/IP/UDP framing and
-//! capture files around them.
+//! (port 4791), the invariant CRC, and the Ethernet/IP/UDP framing around
+//! them. Capture files (pcap/pcapng) are read and written by `roce-pcap`,
+//! a crate above this one.
 //!
 //! No I/O, no `unsafe`, no async. Every header is a zero-copy view over a
 //! byte buffer (`new_checked` verifies the length; after it accessors never
@@ -54,9 +55,9 @@ pub mod ext;
 mod field;
 pub mod frame;
 pub mod icrc;
+pub mod icrc_math;
 pub mod mad;
 pub mod opcode;
-pub mod pcap;
 pub mod roce;
 pub mod types;
 

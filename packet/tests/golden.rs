@@ -22,11 +22,11 @@ use roce_packet::frame::{
     ethernet_frame, parse_frame, split_gso, GsoInfo, IpMeta, IpUdpHeader, RoceDatagram,
     UdpEndpoints,
 };
-use roce_packet::pcap::{
-    read_capture, read_capture_file, CaptureError, CapturedFrame, LinkType, PcapWriter,
-};
 use roce_packet::{
     icrc, BthRepr, Error, Opcode, PKey, Psn, Qpn, RocePacket, RoceRepr, ROCE_V2_PORT,
+};
+use roce_pcap::{
+    read_capture, read_capture_file, CaptureError, CapturedFrame, LinkType, PcapWriter,
 };
 
 /// Every capture in tests/data and the number of RoCE packets the oracle

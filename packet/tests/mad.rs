@@ -10,8 +10,8 @@ use roce_packet::mad::{
     attr, attr_name, ip_service_id, parse_ip_service_id, port_space, rej_reason_name, CmMad, CmMsg,
     CmPath, CmRep, CmReq, IpCmHeader, MadHeader, CM_CLASS, GSI_QKEY, MAD_LEN,
 };
-use roce_packet::pcap::read_capture;
 use roce_packet::{Opcode, RoceRepr};
+use roce_pcap::read_capture;
 use std::net::{IpAddr, Ipv4Addr};
 
 /// The MADs of a capture: UD SEND_ONLY packets to QP1, in order.

@@ -10,7 +10,7 @@
 
 use roce_emulator::sim::{seed_from_env, SeedGuard};
 use roce_packet::frame::parse_frame;
-use roce_packet::pcap::read_capture;
+use roce_pcap::read_capture;
 use roce_verbs_api::FaultConfig;
 use roce_workloads::demo::{self as workload, OpKind, Report, Workload, WorkloadConfig};
 

@@ -18,7 +18,6 @@
 
 pub mod ceiling;
 pub mod counters;
-pub mod crcmath;
 pub mod driver;
 pub mod engine;
 pub mod faults;

@@ -8,8 +8,8 @@
 
 use crate::counters::TransportCounters;
 use core::net::IpAddr;
-use roce_packet::pcap::{CaptureError, LinkType, PcapWriter};
 use roce_packet::{IpMeta, UdpEndpoints};
+use roce_pcap::{CaptureError, LinkType, PcapWriter};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;

@@ -28,56 +28,12 @@
 //! covered field, so its check is always exact.
 
 use core::net::IpAddr;
+use roce_packet::icrc_math::{mul_mod_p, raw_crc, x_pow_8n};
 use roce_packet::{icrc, IpMeta, IpUdpHeader, UdpEndpoints};
-
-/// The reflected CRC-32 polynomial (IEEE 802.3, as zlib).
-const POLY: u32 = 0xEDB8_8320;
 
 /// Byte offset of the IPv4 identification in the ICRC input (after the
 /// eight 0xFF bytes that stand for the LRH).
 const ID_OFFSET: usize = 8 + 4;
-
-/// `a * b mod P`, polynomials in the reflected representation (bit 31 is
-/// the coefficient of x^0).
-fn mul_mod_p(a: u32, mut b: u32) -> u32 {
-    let mut p = 0u32;
-    let mut m = 1u32 << 31;
-    while m != 0 {
-        if a & m != 0 {
-            p ^= b;
-        }
-        b = if b & 1 != 0 { (b >> 1) ^ POLY } else { b >> 1 };
-        m >>= 1;
-    }
-    p
-}
-
-/// `x^(8n) mod P`: the effect of `n` zero bytes on the CRC register.
-fn x_pow_8n(n: usize) -> u32 {
-    let mut result = 1u32 << 31; // x^0
-    let mut base = 1u32 << (31 - 8); // x^8
-    let mut n = n;
-    while n != 0 {
-        if n & 1 != 0 {
-            result = mul_mod_p(result, base);
-        }
-        base = mul_mod_p(base, base);
-        n >>= 1;
-    }
-    result
-}
-
-/// CRC register (zero initial value, no final inversion) after `bytes`.
-fn raw_crc(bytes: &[u8]) -> u32 {
-    let mut c = 0u32;
-    for &b in bytes {
-        c ^= u32::from(b);
-        for _ in 0..8 {
-            c = if c & 1 != 0 { (c >> 1) ^ POLY } else { c >> 1 };
-        }
-    }
-    c
-}
 
 /// Solve `sum(id_bit_i * cols[i]) = target` over GF(2).
 fn solve(cols: &[u32; 16], target: u32) -> Option<u16> {

@@ -21,7 +21,6 @@
 //! if the kernel refuses them.
 
 use crate::counters::{CountersSnapshot, TransportCounters};
-use crate::crcmath::IcrcMath;
 use crate::pcap::PcapRecorder;
 use crate::rxcheck::{self, RxIcrc};
 use bytes::Bytes;
@@ -32,6 +31,7 @@ use nix::sys::socket::{
     SockaddrStorage,
 };
 use roce_emulator::Datagram;
+use roce_packet::icrc_math::IcrcMath;
 use roce_packet::{IpMeta, UdpEndpoints};
 use rustc_hash::FxHashMap as HashMap;
 use rustix::net::{MMsgHdr, SendAncillaryBuffer, SendFlags, SocketAddrAny};
@@ -134,7 +134,7 @@ pub enum TransportError {
     },
     /// The pcap file could not be created.
     #[error("cannot create pcap file: {0}")]
-    Pcap(#[from] roce_packet::pcap::CaptureError),
+    Pcap(#[from] roce_pcap::CaptureError),
 }
 
 /// Result of [`UdpTransport::send`].

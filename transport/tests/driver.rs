@@ -152,7 +152,7 @@ fn pcap_records_sent_and_received_frames() {
     let t = ha.shutdown().expect("stopped");
     assert_eq!(t.snapshot().pcap_frames, 20);
     drop(t);
-    let frames = roce_packet::pcap::read_capture_file(&path).unwrap();
+    let frames = roce_pcap::read_capture_file(&path).unwrap();
     let _ = std::fs::remove_file(&path);
     assert_eq!(frames.len(), 20);
     let mut out = 0;

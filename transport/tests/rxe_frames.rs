@@ -2,7 +2,7 @@
 //! IPv4 identifications), copied from shared/captures into tests/data.
 
 use roce_packet::frame::parse_frame;
-use roce_packet::pcap::read_capture_file;
+use roce_pcap::read_capture_file;
 use roce_transport::rxcheck::{check, solve_ipv4_id, RxIcrc};
 use std::path::Path;
 

@@ -9,7 +9,8 @@ use nix::sys::socket::{
     self as s, AddressFamily, LinkAddr, MsgFlags, SockFlag, SockProtocol, SockType,
 };
 use roce_packet::frame::parse_frame;
-use roce_packet::pcap::{LinkType, PcapWriter};
+use roce_packet::frame::LinkType;
+use roce_pcap::PcapWriter;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 

@@ -201,9 +201,12 @@ impl Context {
         self.driver().progress(&mut cond, budget)
     }
 
-    /// Run `f` on the underlying HCA, under its lock. For diagnostics and
-    /// tests; do not call verbs of this crate from inside `f` (the lock is
-    /// not reentrant).
+    /// Run `f` on the underlying HCA, under its lock. For this crate's
+    /// tests' diagnostics only (hidden from the docs): applications and the
+    /// CLI use the verbs of this crate, and whatever they need of the core
+    /// becomes one of them. Do not call verbs of this crate from inside `f`
+    /// (the lock is not reentrant).
+    #[doc(hidden)]
     pub fn with_hca<R>(&self, f: impl FnOnce(&mut Hca) -> R) -> R {
         f(&mut self.lock())
     }

@@ -37,7 +37,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use roce_emulator::sim::TapPoint;
 use roce_emulator::Counters;
-use roce_packet::pcap::LinkType;
+use roce_packet::frame::LinkType;
 use roce_verbs_api::{
     AccessFlags, AhAttr, ConnectOptions, Context, Cq, FabricStats, FaultConfig, Mr, PathMtu, Qp,
     QpType, RecvWr, SendWr, SimNet, Srq, WcOpcode, WcStatus, WorkCompletion, WrOpcode,

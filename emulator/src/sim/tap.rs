@@ -20,7 +20,7 @@ use crate::time::Instant;
 use core::net::IpAddr;
 use core::time::Duration;
 use roce_packet::frame::ethernet_frame;
-use roce_packet::pcap::{CaptureError, LinkType, PcapWriter};
+use roce_pcap::{CaptureError, LinkType, PcapWriter};
 use std::any::Any;
 use std::io::Write;
 use tracing::warn;

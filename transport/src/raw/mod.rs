@@ -39,8 +39,8 @@ use neigh::{Arp, NeighCache, BROADCAST, ETH_ARP, ETH_IPV4, ETH_IPV6};
 use nix::sys::socket::{self as nsock, sockopt, AddressFamily, SockFlag, SockProtocol, SockType};
 use pnet_datalink::{Channel, DataLinkReceiver, DataLinkSender, NetworkInterface};
 use roce_emulator::Datagram;
-use roce_packet::pcap::{LinkType, PcapWriter};
 use roce_packet::{IpMeta, IpUdpHeader, UdpEndpoints};
+use roce_pcap::{LinkType, PcapWriter};
 use std::io;
 use std::net::UdpSocket;
 use std::os::fd::{AsFd, BorrowedFd, IntoRawFd, OwnedFd};
@@ -144,7 +144,7 @@ pub enum RawError {
     },
     /// The pcap file could not be created.
     #[error("cannot create pcap file: {0}")]
-    Pcap(#[from] roce_packet::pcap::CaptureError),
+    Pcap(#[from] roce_pcap::CaptureError),
 }
 
 impl RawError {
@@ -317,9 +317,9 @@ impl RawTransport {
         let discard = if cfg.discard_socket { bind_discard(&cfg)? } else { None };
         let pcap = match &cfg.pcap {
             Some(p) => {
-                let file = SharedFile::create(p).map_err(roce_packet::pcap::CaptureError::from)?;
+                let file = SharedFile::create(p).map_err(roce_pcap::CaptureError::from)?;
                 let w = PcapWriter::new(file.clone(), LinkType::Ethernet)?;
-                file.commit().map_err(roce_packet::pcap::CaptureError::from)?;
+                file.commit().map_err(roce_pcap::CaptureError::from)?;
                 Some((w, file))
             }
             None => None,

@@ -8,6 +8,8 @@
 //! absent (no SRQ, memory windows, multicast, ODP, timestamps). Querying
 //! does not open the device: no socket is bound.
 
+pub mod stats;
+
 use roce_verbs_api::udp::{gid_table, node_guid, DeviceConfig};
 use roce_verbs_api::{DeviceAttr, Hca, PathMtu, PortAttr, PortState};
 use std::fmt::Write as _;
@@ -366,7 +368,7 @@ mod tests {
             assert!(lines.contains(want), "missing line {want:?} in\n{out}");
         }
         // every key we print is a key rxe's output has, with the same tabs
-        let log = include_str!("../tests/data/devinfo_rxe0.txt");
+        let log = include_str!("../../tests/data/devinfo_rxe0.txt");
         let rxe_keys: Vec<String> = log.lines().map(key).collect();
         for l in &lines {
             if l.starts_with("\t\t\t\t\t") || l.is_empty() || l.contains("GID[") {

@@ -1,11 +1,12 @@
 //! Reading a capture file and printing its RoCEv2 packets.
 
-use crate::analysis::{Analysis, Filter, Item};
-use crate::record::{udp_checksum_ok, Gso, Input, Record};
-use crate::{human, ladder, stats, svg, DecodeArgs};
+use crate::decode::analysis::{Analysis, Filter, Item};
+use crate::decode::record::{udp_checksum_ok, Gso, Input, Record};
+use crate::decode::DecodeArgs;
+use crate::decode::{human, ladder, stats, svg};
 use core::fmt;
 use roce_packet::frame::{parse_frame, RoceDatagram};
-use roce_packet::pcap::{read_capture_file_partial, CapturedFrame};
+use roce_pcap::{read_capture_file_partial, CapturedFrame};
 use std::io::{self, IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,9 +1,9 @@
-//! The lessons of `roce demo --scenario NAME` (framework: `scenario.rs`).
+//! The lessons of `roce demo --scenario NAME` (the lab they run in: `lab.rs`; the runner: `scenario.rs`).
 //! Every scenario is deterministic for a seed: fixed QPNs, PSNs, sizes and
 //! targeted faults (a filter on the simulated fabric), so docs/course can
 //! show their real output and a test re-runs them.
 
-use crate::scenario::{End, Lab, PairSpec, Scenario, STEP_EVENTS};
+use super::lab::{End, Lab, PairSpec, Scenario, STEP_EVENTS};
 use roce_emulator::sim::{Filter, Match};
 use roce_emulator::{MwBind, MwType};
 use roce_packet::Opcode;
@@ -14,6 +14,14 @@ use roce_verbs_api::{
 use std::net::IpAddr;
 
 /// Every scenario, in course order.
+/// clap value parser of `--scenario`: the known names, each with its
+/// one-line description (listed by `roce demo --help`).
+pub fn value_parser() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(
+        SCENARIOS.iter().map(|s| clap::builder::PossibleValue::new(s.name).help(s.about)),
+    )
+}
+
 pub const SCENARIOS: &[Scenario] = &[
     Scenario { name: "qp-states", about: "the objects, and one QP walked RESET->INIT->RTR->RTS->SQD->RTS->ERR with two refused transitions", run: qp_states },
     Scenario { name: "send", about: "SEND/RECV: a 100-byte SEND and a 2500-byte SEND with immediate data into posted receives", run: send },
@@ -571,8 +579,8 @@ fn mw(lab: &mut Lab) -> Result<(), String> {
         ..PairSpec::default()
     };
     let (a, b) = lab.pair(&spec)?;
-    let (mwh, rkey0) =
-        b.ctx.with_hca(|h| h.alloc_mw(b.pd.handle(), MwType::Type2)).map_err(|e| e.to_string())?;
+    let mw = b.pd.alloc_mw(MwType::Type2).map_err(|e| e.to_string())?;
+    let (mwh, rkey0) = (mw.handle(), mw.rkey());
     lab.say(&b.who(), format!("alloc_mw   type 2 -> rkey {rkey0} (not usable until bound)"));
     let new_rkey = RKey::new((rkey0.value() & !0xff) | (rkey0.value().wrapping_add(1) & 0xff));
     let bind = MwBind {
@@ -605,7 +613,7 @@ fn mw(lab: &mut Lab) -> Result<(), String> {
         statuses_of(&w2, &a) == vec![(2, WcStatus::RemAccessErr)],
         "REM_ACCESS_ERR after invalidation",
     );
-    let _ = b.ctx.with_hca(|h| h.dealloc_mw(mwh));
+    let _ = mw.destroy();
     Ok(())
 }
 
@@ -710,8 +718,8 @@ fn wc_errors(lab: &mut Lab) -> Result<(), String> {
 
     case(lab, "MW_BIND_ERR: binding a window to a region registered without MW_BIND");
     let (a, _b) = lab.pair(&PairSpec::default())?;
-    let (mwh, rk) =
-        a.ctx.with_hca(|h| h.alloc_mw(a.pd.handle(), MwType::Type2)).map_err(|e| e.to_string())?;
+    let mw = a.pd.alloc_mw(MwType::Type2).map_err(|e| e.to_string())?;
+    let (mwh, rk) = (mw.handle(), mw.rkey());
     let bind = MwBind {
         mr: a.mr.info().handle,
         addr: a.mr.addr(),
@@ -722,7 +730,7 @@ fn wc_errors(lab: &mut Lab) -> Result<(), String> {
     post(lab, &a, SendWr::new(1, WrOpcode::BindMw { mw: mwh, rkey: nk, bind }));
     let w = lab.run(STEP_EVENTS);
     lab.expect(statuses(&w) == vec![(1, WcStatus::MwBindErr)], "MW_BIND_ERR");
-    let _ = a.ctx.with_hca(|h| h.dealloc_mw(mwh));
+    let _ = mw.destroy();
 
     case(lab, "RNR_RETRY_EXC_ERR: no receive posted and rnr_retry=0 (see --scenario rnr-exceeded)");
     let mut spec = PairSpec::default();

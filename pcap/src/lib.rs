@@ -1,11 +1,13 @@
 //! Reading and writing capture files (pcap and pcapng), built on the
-//! `pcap-file` crate.
+//! `pcap-file` crate. This is the file I/O around the codec: `roce-packet`
+//! itself reads and writes no files (it only knows a capture's
+//! [`LinkType`], which `parse_frame` needs), and does not depend on this crate.
 //!
 //! [`read_capture`] accepts classic pcap (either byte order, microsecond or
 //! nanosecond timestamps) and pcapng (several sections and interfaces,
 //! Enhanced, Simple and obsolete Packet Blocks, `if_tsresol` and
 //! `if_tsoffset`). It returns every frame with its link type; what is inside
-//! a frame is [`crate::frame::parse_frame`]'s business.
+//! a frame is [`roce_packet::frame::parse_frame`]'s business.
 //!
 //! [`PcapWriter`] writes classic little-endian pcap with nanosecond
 //! timestamps (magic `a1b23c4d`), which Wireshark, tcpdump and scapy read.
@@ -20,53 +22,7 @@ use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionOption
 use pcap_file::pcapng::{Block, PcapNgParser, RawBlock};
 use pcap_file::{DataLink, Endianness, PcapError, TsResolution};
 
-/// A capture's link-layer header type (tcpdump.org `LINKTYPE_*` values).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum LinkType {
-    /// `LINKTYPE_ETHERNET` (1): Ethernet II, possibly with 802.1Q/802.1ad tags.
-    Ethernet,
-    /// Raw IPv4 or IPv6 (101; also read from 12 and 14, and 228 = IPv4,
-    /// 229 = IPv6). Written back as 101.
-    RawIp,
-    /// `LINKTYPE_LINUX_SLL` (113): Linux "cooked" capture, 16-byte header.
-    LinuxSll,
-    /// `LINKTYPE_LINUX_SLL2` (276): Linux cooked capture v2, 20-byte header.
-    LinuxSll2,
-    /// `LINKTYPE_NULL` (0): BSD loopback, 4-byte address family in host order.
-    Null,
-    /// `LINKTYPE_LOOP` (108): OpenBSD loopback, address family big-endian.
-    Loop,
-    /// Any other link type (frames are returned but never parsed as RoCE).
-    Other(u32),
-}
-
-impl LinkType {
-    /// Map a `LINKTYPE_*` number to a [`LinkType`].
-    pub fn from_u32(v: u32) -> Self {
-        match v {
-            1 => LinkType::Ethernet,
-            101 | 12 | 14 | 228 | 229 => LinkType::RawIp,
-            113 => LinkType::LinuxSll,
-            276 => LinkType::LinuxSll2,
-            0 => LinkType::Null,
-            108 => LinkType::Loop,
-            other => LinkType::Other(other),
-        }
-    }
-
-    /// The `LINKTYPE_*` number written to a file (raw IP is 101).
-    pub fn to_u32(self) -> u32 {
-        match self {
-            LinkType::Ethernet => 1,
-            LinkType::RawIp => 101,
-            LinkType::LinuxSll => 113,
-            LinkType::LinuxSll2 => 276,
-            LinkType::Null => 0,
-            LinkType::Loop => 108,
-            LinkType::Other(v) => v,
-        }
-    }
-}
+pub use roce_packet::frame::LinkType;
 
 /// One frame of a capture file.
 #[derive(Clone, Debug, PartialEq, Eq)]

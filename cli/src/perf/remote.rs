@@ -26,7 +26,7 @@
 //! number of operations, and that memory perftest only reads or
 //! compare-and-swaps with 0 stays unchanged.
 
-use crate::perf::{LatKind, PerfArgs, TestKind};
+use super::args::{LatKind, PerfArgs, TestKind};
 use roce_verbs_api::udp::{gid_to_addr, DeviceConfig};
 use roce_verbs_api::{
     AccessFlags, AhAttr, Budget, Context, Cq, Device, Mr, PathMtu, Pd, Qp, QpAttr, QpState, QpType,
@@ -1380,7 +1380,7 @@ mod tests {
             assert_eq!(pattern(&d(psn, qpn), off), want, "psn {psn:#x} qpn {qpn:#x} off {off}");
         }
         // and the script carries the same table
-        let py = include_str!("../../scripts/interop/pyverbs_peer.py");
+        let py = include_str!("../../../scripts/interop/pyverbs_peer.py");
         for (psn, qpn, off, want) in vectors {
             let row = format!("({psn:#X}, {qpn:#X}, {off}, {want:#04x})").replace("0X", "0x");
             let alt = format!("({psn}, {qpn}, {off}, {want:#04x})");

@@ -1,4 +1,6 @@
-//! CRC-32 arithmetic for the ICRC without re-reading payloads.
+//! CRC-32 arithmetic for the ICRC without re-reading payloads (what the UDP
+//! transport uses to fix up and check ICRCs a plain socket cannot see whole;
+//! pure arithmetic, no I/O; was `roce_transport::crcmath`).
 //!
 //! The ICRC is CRC-32 (IEEE, reflected, initial value and final XOR all
 //! ones) over a pseudo header (eight 0xFF bytes, the IP and UDP headers with
@@ -16,8 +18,8 @@
 //!   0, then the identification that makes the packet valid solves a 16×32
 //!   GF(2) system whose columns depend only on the packet length (cached).
 
+use crate::{IpMeta, UdpEndpoints};
 use core::net::IpAddr;
-use roce_packet::{IpMeta, UdpEndpoints};
 
 /// The reflected CRC-32 polynomial.
 const POLY: u32 = 0xEDB8_8320;
@@ -382,8 +384,8 @@ impl IcrcMath {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::IpUdpHeader;
     use core::net::{Ipv4Addr, Ipv6Addr};
-    use roce_packet::IpUdpHeader;
 
     fn ep4() -> UdpEndpoints {
         UdpEndpoints {
@@ -406,7 +408,7 @@ mod tests {
     fn packet(ep: &UdpEndpoints, meta: &IpMeta, len: usize) -> Vec<u8> {
         let mut p: Vec<u8> = (0..len).map(|i| (i * 13 + 5) as u8).collect();
         p[0] = 0x0A; // RDMA WRITE FIRST
-        roce_packet::frame::fill_icrc(ep, meta, &mut p).unwrap();
+        crate::frame::fill_icrc(ep, meta, &mut p).unwrap();
         p
     }
 

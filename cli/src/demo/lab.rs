@@ -6,17 +6,14 @@
 //!
 //! Each scenario checks its own outcome (the statuses it is meant to
 //! produce, the bytes it moved): exit status 0 when it behaved as described,
-//! 1 otherwise. The scenarios themselves are in `scenario_list.rs`.
+//! 1 otherwise. The scenarios themselves are in `scenarios.rs`, the runner in
+//! `scenario.rs`; this file is the lab they run in.
 
-use crate::demo::DemoArgs;
 use roce_verbs_api::{
-    AccessFlags, ConnectOptions, Context, Cq, FaultConfig, HcaConfig, LinkConfig, Mr, PathMtu, Pd,
-    Qp, QpEndpoint, QpType, SimNet, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, ConnectOptions, Context, Cq, HcaConfig, LinkConfig, Mr, PathMtu, Pd, Qp,
+    QpEndpoint, QpType, SimNet, WcOpcode, WcStatus, WorkCompletion,
 };
 use std::fmt::Write as _;
-use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::process::ExitCode;
 use std::time::Duration;
 
 /// One named lesson.
@@ -27,16 +24,6 @@ pub struct Scenario {
     pub about: &'static str,
     /// The lesson; `Err` for a setup failure (exit 2).
     pub run: fn(&mut Lab) -> Result<(), String>,
-}
-
-/// clap value parser of `--scenario`: the known names, each with its
-/// one-line description (listed by `roce demo --help`).
-pub fn value_parser() -> clap::builder::PossibleValuesParser {
-    clap::builder::PossibleValuesParser::new(
-        crate::scenario_list::SCENARIOS
-            .iter()
-            .map(|s| clap::builder::PossibleValue::new(s.name).help(s.about)),
-    )
 }
 
 /// The ibverbs name of a completion status (`IBV_WC_` dropped).
@@ -156,8 +143,8 @@ pub struct Lab {
     pub a: Context,
     /// roce1 (10.0.0.2).
     pub b: Context,
-    out: String,
-    unexpected: Vec<String>,
+    pub(super) out: String,
+    pub(super) unexpected: Vec<String>,
     watched: Vec<(String, Cq)>,
     pairs: u32,
 }
@@ -166,7 +153,7 @@ pub struct Lab {
 pub const LATENCY: Duration = Duration::from_micros(10);
 
 impl Lab {
-    fn new(seed: u64, active_mtu: PathMtu, link_mtu: usize) -> Lab {
+    pub(super) fn new(seed: u64, active_mtu: PathMtu, link_mtu: usize) -> Lab {
         let net = SimNet::new(seed);
         net.set_default_link(LinkConfig { latency: LATENCY, rate: None, mtu: link_mtu });
         // each device its own key seed (as SimNet::add_device does), so the two
@@ -335,7 +322,7 @@ impl Lab {
     }
 
     /// The fabric's and both devices' non-zero counters, as a summary.
-    fn summary(&mut self) {
+    pub(super) fn summary(&mut self) {
         let f = self.net.stats();
         let mut s =
             format!("fabric       {} frames sent, {} delivered", f.transmitted, f.delivered);
@@ -401,131 +388,5 @@ fn wc_line(wc: &WorkCompletion) -> String {
     s
 }
 
-/// Run `roce demo --scenario NAME` (name already validated).
-pub fn run(name: &str, args: &DemoArgs) -> ExitCode {
-    let Some(sc) = crate::scenario_list::SCENARIOS.iter().find(|s| s.name == name) else {
-        eprintln!("roce demo: unknown scenario {name:?}");
-        return ExitCode::from(2);
-    };
-    let (active_mtu, link_mtu) = crate::scenario_list::fabric_of(name);
-    let mut lab = Lab::new(args.seed, active_mtu, link_mtu);
-    lab.net.set_faults(FaultConfig {
-        drop: args.loss,
-        duplicate: args.dup,
-        reorder: args.reorder,
-        corrupt: args.corrupt,
-        ..FaultConfig::default()
-    });
-    let tap = match &args.pcap {
-        None => None,
-        Some(path) => {
-            let file = match File::create(path) {
-                Ok(f) => BufWriter::new(f),
-                Err(e) => {
-                    eprintln!("roce demo: cannot create {}: {e}", path.display());
-                    return ExitCode::from(2);
-                }
-            };
-            match lab.net.with_fabric(|f| f.record_pcap(file)) {
-                Ok(id) => Some(id),
-                Err(e) => {
-                    eprintln!("roce demo: cannot write {}: {e}", path.display());
-                    return ExitCode::from(2);
-                }
-            }
-        }
-    };
-    let faults = [
-        ("loss", args.loss),
-        ("dup", args.dup),
-        ("reorder", args.reorder),
-        ("corrupt", args.corrupt),
-    ]
-    .iter()
-    .filter(|(_, p)| *p > 0.0)
-    .map(|(n, p)| format!(" --{n} {p}"))
-    .collect::<String>();
-    lab.note(format!("scenario {}: {} (seed {}{faults})", sc.name, sc.about, args.seed));
-    lab.note("     time  who            what");
-    let res = (sc.run)(&mut lab);
-    // leftovers (e.g. completions of a last step the scenario did not wait for)
-    lab.run(100_000);
-    if let Err(e) = res {
-        eprintln!("roce demo --scenario {name}: {e}");
-        return ExitCode::from(2);
-    }
-    lab.summary();
-    if let (Some(id), Some(path)) = (tap, &args.pcap) {
-        let res = lab
-            .net
-            .with_fabric(|f| f.finish_pcap::<BufWriter<File>>(id))
-            .map_err(|e| e.to_string())
-            .and_then(|mut w| w.flush().map_err(|e| e.to_string()));
-        if let Err(e) = res {
-            eprintln!("roce demo: writing {}: {e}", path.display());
-            return ExitCode::from(1);
-        }
-        let frames = lab.net.stats().delivered;
-        lab.note(format!(
-            "pcap         {}: {frames} frames (see them: roce decode {} --ladder)",
-            path.display(),
-            path.display()
-        ));
-    }
-    let ok = lab.unexpected.is_empty();
-    lab.note(if ok { "PASS" } else { "FAIL" });
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    let mut res = Ok(());
-    if !args.quiet || !ok {
-        res = out.write_all(lab.out.as_bytes());
-    }
-    if res.is_ok() && args.stats {
-        for ctx in [lab.a.clone(), lab.b.clone()] {
-            res = writeln!(out).and_then(|()| {
-                crate::counters_fmt::print_counters(ctx.name(), &ctx.counters(), &mut out)
-            });
-            if res.is_err() {
-                break;
-            }
-        }
-    }
-    if let Err(e) = res {
-        if e.kind() != std::io::ErrorKind::BrokenPipe {
-            eprintln!("roce demo: writing output: {e}");
-        }
-    }
-    if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    }
-}
-
 /// Events a single scenario step may take at most (every scenario is small).
 pub const STEP_EVENTS: usize = 20_000;
-
-#[cfg(test)]
-mod scenario_tests {
-    use super::*;
-    use crate::demo::parse_args as parse;
-
-    #[test]
-    fn every_scenario_behaves_as_described() {
-        for sc in crate::scenario_list::SCENARIOS {
-            let args = parse(&["--scenario", sc.name, "--quiet"]).expect("parse");
-            assert_eq!(run(sc.name, &args), ExitCode::SUCCESS, "scenario {}", sc.name);
-        }
-    }
-
-    #[test]
-    fn scenario_flags() {
-        assert!(parse(&["--scenario", "teleport"]).is_err());
-        assert!(parse(&["--scenario", "rnr", "--ops", "5"]).is_err());
-        assert!(parse(&["--scenario", "rnr", "--json"]).is_err());
-        let a = parse(&["--scenario", "rnr", "--loss", "0.1", "--seed", "3"]).expect("parse");
-        assert_eq!((a.scenario.as_deref(), a.loss, a.seed), (Some("rnr"), 0.1, 3));
-        assert_eq!(status_name(WcStatus::RnrRetryExcErr), "RNR_RETRY_EXC_ERR");
-        assert_eq!(wc_opcode_name(WcOpcode::RecvRdmaWithImm), "RECV_RDMA_WITH_IMM");
-    }
-}

@@ -1,0 +1,140 @@
+//! The options of `roce perf` and their help.
+
+pub use roce_workloads::perf::{LatKind, PollMode, TestKind};
+use std::net::IpAddr;
+
+/// Long help of `roce perf`.
+pub const PERF_LONG: &str = "\
+Measure bandwidth (write, read, send, atomic) or round-trip latency (lat) between two emulated \
+RoCEv2 HCAs in this process: device A on --addr-a sends, device B on --addr-b answers; each has \
+its own UDP socket (port 4791) and engine (the test thread moves the frames itself when it posts and while it waits; an engine thread serves a device nobody waits on). In the same run the raw-UDP ceiling between \
+the same two addresses is measured (plain sendto, sendmmsg, GSO+GRO) and the ratio \
+ours / best ceiling is printed. Bandwidth runs verify the moved data at the end (exit 1 if \
+the check fails).
+
+Exit status: 0 on success, 1 if the test failed (a completion error, a stall, a data check \
+mismatch, a socket that cannot be bound), 2 on bad arguments.";
+
+/// Examples of `roce perf`.
+pub const PERF_AFTER: &str = "\
+Examples:
+  roce perf write -s 65536 -n 2000          RDMA WRITE bandwidth, 64 KiB messages
+  roce perf send -s 4096 -D 2 -q 2          SEND bandwidth for 2 s over 2 QPs
+  roce perf read -s 65536 --repeat 5        5 runs: min/median/max of Gb/s and ratio
+  roce perf lat send -s 8 -n 1000           SEND/RECV ping-pong round trips
+  roce perf write -s 4096 -n 200 --json     one JSON object (docs/perf.md)";
+
+/// Options of `roce perf`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct PerfArgs {
+    /// The test: write | read | send | atomic (bandwidth) or lat (latency).
+    #[arg(value_enum)]
+    pub test: TestKind,
+    /// For `lat`: the operation (default send); set from `operands`.
+    #[arg(skip)]
+    pub lat_op: Option<LatKind>,
+    /// `send|write|read` after `lat`, and/or the server's address (cross-process client).
+    #[arg(value_name = "OP|SERVER", num_args = 0..=2)]
+    pub operands: Vec<String>,
+    /// Cross-process client: the server's address (set from `operands`).
+    #[arg(skip)]
+    pub server: Option<String>,
+    /// Message size in bytes (default 65536 for bandwidth, 8 for lat; atomic is always 8).
+    #[arg(short = 's', long = "size", value_name = "SIZE")]
+    pub size: Option<u32>,
+    /// Iterations (messages per QP; default 5000 for bandwidth, 1000 for lat).
+    #[arg(short = 'n', long = "iters", value_name = "ITERS", conflicts_with = "duration")]
+    pub iters: Option<u64>,
+    /// Run for this many seconds instead of a number of iterations (bandwidth tests).
+    #[arg(short = 'D', long = "duration", value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Number of QP pairs (bandwidth tests).
+    #[arg(short = 'q', long = "qps", value_name = "QPS", default_value_t = 1)]
+    pub qps: u32,
+    /// Outstanding work requests per QP (bandwidth tests).
+    #[arg(short = 't', long = "tx-depth", value_name = "N", default_value_t = 128)]
+    pub tx_depth: u32,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096 (both ports and the QPs).
+    #[arg(short = 'm', long = "mtu", value_name = "M", default_value_t = 1024)]
+    pub mtu: u32,
+    /// Address of device A (the requester).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.2")]
+    pub addr_a: IpAddr,
+    /// Address of device B (the responder).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.3")]
+    pub addr_b: IpAddr,
+    /// Print one JSON object instead of the perftest-style report.
+    #[arg(long)]
+    pub json: bool,
+    /// Skip the raw-UDP ceiling measurement (no ratio).
+    #[arg(long)]
+    pub no_ceiling: bool,
+    /// Seconds per ceiling mode (three modes).
+    #[arg(long, value_name = "SECS", default_value_t = 0.5)]
+    pub ceiling_secs: f64,
+    /// Run the test K times (same devices) and report min/median/max; with
+    /// K > 1 each run is also paired with a reference measured right after
+    /// it (GSO+GRO ceiling, or the raw ping-pong for lat).
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    pub repeat: u32,
+    /// How the test thread waits: blocked in a completion channel after
+    /// `--spin-us` of polling (event, perftest's `-e`), or busy-polling
+    /// both sockets (busy). The raw-UDP ping-pong of `lat` uses the same
+    /// mode.
+    #[arg(long, value_enum, default_value = "event")]
+    pub poll: PollMode,
+    /// Event mode: a thread waiting for a completion (and each device's
+    /// engine thread) keeps polling the socket this many microseconds
+    /// before it sleeps (as the kernel's SO_BUSY_POLL), so a busy stream
+    /// wakes nobody; 0 = sleep at once. Also ROCE_EMU_SPIN_US for the
+    /// devices of other programs.
+    #[arg(long, value_name = "US", default_value_t = 20)]
+    pub spin_us: u64,
+    /// Print both devices' counters (rxe names) after the run.
+    #[arg(long)]
+    pub stats: bool,
+    /// Bandwidth in Gb/s (perftest's `--report_gbits`; also `--report`). The
+    /// in-process mode always reports Gb/s; across processes the default is
+    /// perftest's MB/s.
+    #[arg(long = "report_gbits", visible_alias = "report")]
+    pub report_gbits: bool,
+    /// Cross-process server: wait for a perftest (or `roce perf`) client on TCP `-p`.
+    #[arg(long = "server")]
+    pub listen: bool,
+    /// Cross-process: TCP port of perftest's exchange (default 18515).
+    #[arg(short = 'p', long = "port", value_name = "PORT")]
+    pub port: Option<u16>,
+    /// Cross-process: the configured device to use (ROCE_EMU_DEVICES, devices.conf).
+    #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
+    pub ib_dev: Option<String>,
+    /// Cross-process: a UDP device at this local address (no configuration needed).
+    #[arg(long = "local", value_name = "ADDR")]
+    pub local: Option<IpAddr>,
+    /// Cross-process: source GID index (default 1, the RoCEv2 IPv4/IPv6 GID).
+    #[arg(short = 'x', long = "gid-index", value_name = "N")]
+    pub gid_index: Option<u32>,
+    /// Cross-process: receives posted per QP for send/lat (default 512).
+    #[arg(short = 'r', long = "rx-depth", value_name = "N")]
+    pub rx_depth: Option<u32>,
+    /// Cross-process atomic test: FETCH_AND_ADD (default) or CMP_AND_SWAP.
+    #[arg(short = 'A', long = "atomic_type", value_name = "TYPE")]
+    pub atomic_type: Option<String>,
+    /// Cross-process: use a wrong R_Key on purpose (client: in our requests; server: the one
+    /// we advertise), to see REM_ACCESS_ERR.
+    #[arg(long = "bad-rkey")]
+    pub bad_rkey: bool,
+    /// Inject faults on the real transport, e.g. `loss=0.05,seed=7` (as ROCE_EMU_FAULTS).
+    #[arg(long = "faults", value_name = "SPEC")]
+    pub faults: Option<String>,
+    /// Cross-process write test: RDMA WRITE with immediate (the server posts one receive per
+    /// WRITE and checks every immediate; `roce perf` on both sides: perftest 4.5 has no such test).
+    #[arg(long = "imm")]
+    pub imm: bool,
+    /// Cross-process send server: wait this many milliseconds before re-posting each receive
+    /// (a slow receiver: with `-r 1` every SEND meets an empty receive queue, RNR NAKs).
+    #[arg(long = "recv-delay", value_name = "MS")]
+    pub recv_delay: Option<u64>,
+    /// Cross-process: write the out-of-band messages (direction, length, hex) to this file.
+    #[arg(long = "oob-log", value_name = "FILE")]
+    pub oob_log: Option<std::path::PathBuf>,
+}
