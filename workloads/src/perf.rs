@@ -1,4 +1,4 @@
-//! The engine of `roce perf` (the front is `cli/src/perf.rs`): two UDP devices, QP pairs, the bandwidth
+//! The engine of `roce perf` (the front is `cli/src/perf/mod.rs`): two UDP devices, QP pairs, the bandwidth
 //! loop, the ping-pong loops and the raw-UDP ping-pong.
 
 use anyhow::{anyhow, bail, Context as _};
