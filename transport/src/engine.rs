@@ -662,6 +662,13 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
     /// most `wait`; returns which sockets are readable (None on error or
     /// timeout with nothing ready).
     fn sleep(&self, wait: Duration) -> Option<Vec<bool>> {
+        self.sleep_on(&self.st.callers, wait)
+    }
+
+    /// Sleep in `ppoll` on every socket (and for writability where a send
+    /// was refused) and on `wake` for at most `wait`; a readable `wake` is
+    /// consumed. Returns which sockets are ready (None on error or timeout).
+    fn sleep_on(&self, wake: &EventFd, wait: Duration) -> Option<Vec<bool>> {
         let mut fds: Vec<PollFd<'_>> = self
             .ports
             .iter()
@@ -673,11 +680,11 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
                 PollFd::new(p.fd.as_fd(), ev)
             })
             .collect();
-        fds.push(PollFd::new(self.st.callers.as_fd(), PollFlags::POLLIN));
+        fds.push(PollFd::new(wake.as_fd(), PollFlags::POLLIN));
         let n = nix::poll::ppoll(&mut fds, Some(TimeSpec::from_duration(wait)), None).ok()?;
         let last = fds.len() - 1;
         if fds[last].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
-            let _ = self.st.callers.read();
+            let _ = wake.read();
         }
         if n == 0 {
             return None;
@@ -767,23 +774,8 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
             }
             wait = wait.min(d.saturating_duration_since(now));
         }
-        let mut fds: Vec<PollFd<'_>> = self
-            .ports
-            .iter()
-            .map(|p| {
-                let mut ev = PollFlags::POLLIN;
-                if try_lock(&p.io).is_some_and(|io| io.blocked) {
-                    ev |= PollFlags::POLLOUT;
-                }
-                PollFd::new(p.fd.as_fd(), ev)
-            })
-            .collect();
-        fds.push(PollFd::new(self.st.thread.as_fd(), PollFlags::POLLIN));
-        let _ = nix::poll::ppoll(&mut fds, Some(TimeSpec::from_duration(wait)), None);
-        let last = fds.len() - 1;
-        if fds[last].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
-            let _ = self.st.thread.read();
-        }
+        // (the next round reads whatever woke it)
+        let _ = self.sleep_on(&self.st.thread, wait);
     }
 
     /// Poll without sleeping for up to `thread_spin`; returns whether
