@@ -241,3 +241,49 @@ fn destroying_a_cq_discards_its_untaken_events() {
     assert!(!readable(&ch, 0), "the destroyed CQ's event left the channel");
     drop(ch);
 }
+
+/// Two events become pending while a thread waits in `get_cq_event`: that
+/// thread takes one, and the other must still make the descriptor readable
+/// (events pushed during a wait write no byte; the waiter signals what it
+/// leaves behind), then stop doing so once it is taken.
+#[test]
+fn events_left_by_a_waiter_keep_the_fd_readable() {
+    let net = SimNet::new(11);
+    let a_ctx = net.add_device("roce0", "10.0.0.1".parse().unwrap()).open();
+    let b_ctx = net.add_device("roce1", "10.0.0.2".parse().unwrap()).open();
+    let (pa, pb) = (a_ctx.alloc_pd().unwrap(), b_ctx.alloc_pd().unwrap());
+    let cqa = a_ctx.create_cq(64).unwrap();
+    let ch = b_ctx.create_comp_channel().unwrap();
+    let cq1 = b_ctx.create_cq_with_channel(16, &ch).unwrap();
+    let cq2 = b_ctx.create_cq_with_channel(16, &ch).unwrap();
+    let ma = pa.reg_mr(4096, ALL).unwrap();
+    let mb = pb.reg_mr(4096, ALL).unwrap();
+    let opts = ConnectOptions::default();
+    let mut pairs = Vec::new();
+    for (k, cq) in [&cq1, &cq2].into_iter().enumerate() {
+        let qa = pa.qp_builder(&cqa, &cqa).build().unwrap();
+        let qb = pb.qp_builder(cq, cq).build().unwrap();
+        let (ea, eb) = (qa.endpoint(0x100 + k as u32), qb.endpoint(0x200 + k as u32));
+        qa.connect(&ea, &eb, &opts).unwrap();
+        qb.connect(&eb, &ea, &opts).unwrap();
+        qb.post_recv(RecvWr::new(k as u64, mb.addr() + 64 * k as u64, 64, mb.lkey())).unwrap();
+        pairs.push((qa, qb));
+    }
+    cq1.req_notify(false).unwrap();
+    cq2.req_notify(false).unwrap();
+    for (k, (qa, _)) in pairs.iter().enumerate() {
+        qa.post_send(SendWr::new(k as u64, WrOpcode::Send).sge(ma.addr(), 8, ma.lkey())).unwrap();
+    }
+    assert!(net.run_until_idle(100_000));
+    assert!(!readable(&ch, 0), "nothing moved to the channel yet");
+    // the wait moves both events to the channel and takes the first
+    let first = ch.get_cq_event(Duration::from_secs(1)).expect("an event");
+    assert!(readable(&ch, 0), "the second event is pending: the fd must say so");
+    assert_eq!(ch.pending(), 1);
+    let second = ch.try_get_cq_event().expect("the second event");
+    assert_ne!(first.handle(), second.handle(), "one event per CQ");
+    assert!(!readable(&ch, 0), "no event left, no byte left");
+    first.ack_events(1);
+    second.ack_events(1);
+    assert_eq!(cq1.poll(4).unwrap().len() + cq2.poll(4).unwrap().len(), 2);
+}
