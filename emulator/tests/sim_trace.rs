@@ -79,6 +79,8 @@ fn faults_are_traced_with_opcode_and_psn() {
     let (a, b) = (IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)));
     let rec = Recorder::default();
     tracing::subscriber::with_default(rec.clone(), || {
+        // (callsites cached as "never" by other test threads: recompute)
+        tracing::callsite::rebuild_interest_cache();
         let mut f = Fabric::new(1);
         let from = f.add_node(a, Sink);
         f.add_node(b, Sink);

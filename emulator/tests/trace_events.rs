@@ -68,7 +68,13 @@ impl Subscriber for Capture {
 fn capture(f: impl FnOnce()) -> Vec<Ev> {
     let cap = Capture::default();
     let evs = cap.0.clone();
-    tracing::subscriber::with_default(cap, f);
+    tracing::subscriber::with_default(cap, || {
+        // Callsites another test thread registered while no subscriber was
+        // interested may have cached "never"; recompute with this one alive
+        // (without it, an event was missed about 1 run in 4).
+        tracing::callsite::rebuild_interest_cache();
+        f()
+    });
     let v = evs.lock().unwrap().clone();
     v
 }

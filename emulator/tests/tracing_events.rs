@@ -43,6 +43,8 @@ fn drops_naks_retries_and_state_changes_are_traced() {
     let cap = Capture::default();
     let lines = cap.0.clone();
     tracing::subscriber::with_default(cap, || {
+        // (callsites cached as "never" by other test threads: recompute)
+        tracing::callsite::rebuild_interest_cache();
         let mut p = Pair::with(Opts { retry_cnt: 0, timeout: 5, ..Opts::default() });
         p.b.post_recv(1, 0, 8192);
         p.a.send(1, 0, 4 * 1024);
