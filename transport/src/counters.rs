@@ -85,6 +85,12 @@ counters! {
     /// Receive buffers taken back for reuse once all their slices were
     /// dropped (instead of allocating new ones).
     rx_buffers_reused,
+    /// Received small datagrams copied into the shared receive arena (one
+    /// allocation holds many; see [`crate::UdpTransport::recv`]).
+    rx_arena_copies,
+    /// Receive arenas allocated (the arena's memory is reused in place
+    /// whenever every datagram copied into it was dropped).
+    rx_arenas,
 }
 
 impl TransportCounters {

@@ -23,7 +23,7 @@
 use crate::counters::{CountersSnapshot, TransportCounters};
 use crate::pcap::PcapRecorder;
 use crate::rxcheck::{self, RxIcrc};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use core::net::{IpAddr, SocketAddr};
 use nix::errno::Errno;
 use nix::sys::socket::{
@@ -191,6 +191,9 @@ pub struct UdpTransport {
     lent: VecDeque<Bytes>,
     /// Buffers taken back, ready to be receive buffers again.
     spare: Vec<Vec<u8>>,
+    /// Small datagrams are copied here, one after another, and handed out
+    /// as slices of it: a malloc per arena instead of per datagram.
+    arena: RxArena,
     crc: IcrcMath,
     last_id: HashMap<IpAddr, u16>,
     pcap: Option<PcapRecorder>,
@@ -267,6 +270,7 @@ impl UdpTransport {
             cmsg1: nix::cmsg_space!(i32),
             lent: VecDeque::new(),
             spare: Vec::new(),
+            arena: RxArena::default(),
             crc: IcrcMath::new(),
             last_id: HashMap::default(),
             pcap,
@@ -827,7 +831,10 @@ impl UdpTransport {
                 TransportCounters::add(&c.rx_zero_copy, 1);
                 b.slice(r)
             }
-            None => Bytes::copy_from_slice(payload),
+            None => {
+                let b = &self.rx_bufs[buf][r];
+                self.arena.copy(b, c)
+            }
         };
         if let Some(p) = &mut self.pcap {
             p.record(ep, &meta, &payload, c);
@@ -835,6 +842,38 @@ impl UdpTransport {
         out.push(Datagram { endpoints: *ep, meta, payload });
     }
 }
+
+/// Where small received datagrams are copied, one after another.
+#[derive(Default)]
+struct RxArena {
+    buf: BytesMut,
+    /// Address of the start of the current allocation (compared, never
+    /// dereferenced): `reserve` returns there when it takes the allocation
+    /// back.
+    base: usize,
+}
+
+impl RxArena {
+    /// Copy `p` in and split it off. When there is no room, `reserve` takes
+    /// the whole allocation back if every earlier datagram is gone (no
+    /// allocation), or else allocates anew.
+    fn copy(&mut self, p: &[u8], c: &TransportCounters) -> Bytes {
+        TransportCounters::add(&c.rx_arena_copies, 1);
+        if self.buf.capacity() < p.len() {
+            self.buf.reserve(ARENA_BYTES.max(p.len()));
+            let at = self.buf.as_ptr() as usize;
+            if at != self.base {
+                self.base = at;
+                TransportCounters::add(&c.rx_arenas, 1);
+            }
+        }
+        self.buf.extend_from_slice(p);
+        self.buf.split().freeze()
+    }
+}
+
+/// Size of a receive arena (about 100 small datagrams).
+const ARENA_BYTES: usize = 16 * 1024;
 
 /// Messages at least this long are received without a copy (see
 /// [`UdpTransport::recv`]).
