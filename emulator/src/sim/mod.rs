@@ -56,9 +56,13 @@
 //! same for other seeded things.
 
 mod fault;
+pub mod packet;
 mod tap;
 
-pub use fault::{Action, FaultConfig, Filter, FilterFn, FilterId, Match, Occurrence, PacketInfo};
+pub use fault::{
+    Action, Fate, FaultConfig, FaultDice, FaultRates, Filter, FilterFn, FilterId, Match,
+    Occurrence, PacketInfo,
+};
 pub use tap::{mac_for, TapId, TapPoint};
 
 use crate::io::{Datagram, SansIo};
@@ -68,7 +72,7 @@ use core::cmp::Ordering;
 use core::net::IpAddr;
 use core::time::Duration;
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 use roce_packet::{RocePacket, RoceRepr};
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -307,7 +311,7 @@ impl NextEvent {
 pub struct Fabric {
     now: Instant,
     seed: u64,
-    rng: SmallRng,
+    dice: FaultDice,
     nodes: Vec<Node>,
     routes: HashMap<IpAddr, NodeId>,
     default_link: LinkConfig,
@@ -345,7 +349,7 @@ impl Fabric {
         Fabric {
             now: Instant::ZERO,
             seed,
-            rng: SmallRng::seed_from_u64(seed),
+            dice: FaultDice::new(seed),
             nodes: Vec::new(),
             routes: HashMap::new(),
             default_link: LinkConfig::default(),
@@ -701,7 +705,7 @@ impl Fabric {
         let mut flips = Vec::new();
         let mut delay = Duration::ZERO;
         for (i, f) in self.filters.iter_mut().enumerate() {
-            let a = f.decide(&dgram, &info, &mut self.rng);
+            let a = f.decide(&dgram, &info, self.dice.rng());
             if a != Action::Pass {
                 debug!(seq, filter = i, action = ?a, %opcode, %psn, "sim filter fired");
             }
@@ -720,32 +724,30 @@ impl Fabric {
             return;
         }
 
-        // Random faults, in a fixed order.
-        if fault::chance(&mut self.rng, faults.drop) {
+        // Random faults: the one decision function, in its fixed order.
+        let fate = self.dice.decide(&faults.rates(), dgram.payload.len(), corrupt);
+        if fate.drop {
             self.stats.dropped_loss += 1;
             debug!(seq, %opcode, %psn, p = faults.drop, "sim drop: random loss");
             return;
         }
-        corrupt |= fault::chance(&mut self.rng, faults.corrupt);
         let mut dgram = dgram;
-        if corrupt || !flips.is_empty() {
+        if fate.corrupt_bit.is_some() || !flips.is_empty() {
             let mut p = dgram.payload.to_vec();
             let mut changed = false;
             for b in flips {
                 changed |= fault::flip_bit(&mut p, b);
             }
-            if corrupt {
-                if let Some(bit) = fault::flip_random_bit(&mut self.rng, &mut p) {
-                    debug!(seq, %opcode, %psn, bit, "sim corrupt: flipped bit");
-                    changed = true;
-                }
+            if fate.corrupt(&mut p) {
+                debug!(seq, %opcode, %psn, bit = fate.corrupt_bit, "sim corrupt: flipped bit");
+                changed = true;
             }
             if changed {
                 self.stats.corrupted += 1;
                 dgram.payload = Bytes::from(p);
             }
         }
-        duplicate |= fault::chance(&mut self.rng, faults.duplicate);
+        let duplicate = duplicate || fate.duplicate;
         // Explicit holds (filter delay, reorder fault) let later datagrams
         // overtake; jitter alone keeps the link's FIFO order.
         let mut hold = Duration::ZERO;
@@ -753,7 +755,7 @@ impl Fabric {
             self.stats.delayed += 1;
             hold += delay;
         }
-        if fault::chance(&mut self.rng, faults.reorder) {
+        if fate.reorder {
             self.stats.reorder_held += 1;
             hold += faults.reorder_delay;
             debug!(
@@ -765,13 +767,13 @@ impl Fabric {
             );
         }
         let base = done + cfg.latency;
-        let j = jitter(&mut self.rng, faults.jitter);
+        let j = jitter(self.dice.rng(), faults.jitter);
         let arrival = self.arrival(from, to, base + j, hold);
         if duplicate {
             self.stats.duplicated += 1;
             // The copy gets its own jitter and a filter's delay, not the
             // reorder hold.
-            let j = jitter(&mut self.rng, faults.jitter);
+            let j = jitter(self.dice.rng(), faults.jitter);
             let copy_at = self.arrival(from, to, base + j, delay);
             debug!(seq, %opcode, %psn, copy_at_ns = copy_at.as_nanos(), "sim duplicate");
             let copy = dgram.clone();
