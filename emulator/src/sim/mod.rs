@@ -58,12 +58,14 @@
 mod fault;
 pub mod packet;
 mod tap;
+mod wire;
 
 pub use fault::{
     Action, Fate, FaultConfig, FaultDice, FaultRates, Filter, FilterFn, FilterId, Match,
     Occurrence, PacketInfo,
 };
 pub use tap::{mac_for, TapId, TapPoint};
+pub use wire::{Pace, Traced, Verdict};
 
 use crate::io::{Datagram, SansIo};
 use crate::time::Instant;
@@ -238,13 +240,46 @@ impl<T: SansIo + ?Sized> SansIo for Arc<Mutex<T>> {
     }
 }
 
+/// A boxed node (the default node type of a [`Fabric`]).
+impl<T: SansIo + ?Sized> SansIo for Box<T> {
+    fn handle_datagram(&mut self, now: Instant, dgram: Datagram) {
+        (**self).handle_datagram(now, dgram)
+    }
+    fn poll_transmit(&mut self, now: Instant) -> Option<Datagram> {
+        (**self).poll_transmit(now)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        (**self).poll_timeout()
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        (**self).handle_timeout(now)
+    }
+}
+
+/// A node lent to a fabric for one run (`Fabric<&mut Hca>`): the fabric
+/// drives it, its owner keeps it.
+impl<T: SansIo + ?Sized> SansIo for &mut T {
+    fn handle_datagram(&mut self, now: Instant, dgram: Datagram) {
+        (**self).handle_datagram(now, dgram)
+    }
+    fn poll_transmit(&mut self, now: Instant) -> Option<Datagram> {
+        (**self).poll_transmit(now)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        (**self).poll_timeout()
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        (**self).handle_timeout(now)
+    }
+}
+
 fn lock<T: ?Sized>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-struct Node {
+struct Node<N> {
     addrs: Vec<IpAddr>,
-    io: Box<dyn SansIo + Send>,
+    io: N,
     stats: NodeStats,
 }
 
@@ -307,12 +342,19 @@ impl NextEvent {
     }
 }
 
+/// The node type of a fabric that owns its nodes.
+pub type BoxedNode = Box<dyn SansIo + Send>;
+
 /// The simulated fabric. See the [module documentation](self).
-pub struct Fabric {
+///
+/// `N` is the node type: by default boxed nodes the fabric owns; a
+/// `Fabric<&mut Hca>` drives HCAs lent to it for one run (what the
+/// emulator's two-node test harness does).
+pub struct Fabric<N = BoxedNode> {
     now: Instant,
     seed: u64,
     dice: FaultDice,
-    nodes: Vec<Node>,
+    nodes: Vec<Node<N>>,
     routes: HashMap<IpAddr, NodeId>,
     default_link: LinkConfig,
     default_faults: FaultConfig,
@@ -327,10 +369,13 @@ pub struct Fabric {
     taps: Vec<Option<tap::Tap>>,
     max_transmits_per_poll: usize,
     max_events_per_run: usize,
+    /// The wire trace (see [`Fabric::record_trace`]).
+    trace: Vec<Traced>,
+    tracing: bool,
     _guard: SeedGuard,
 }
 
-impl std::fmt::Debug for Fabric {
+impl<N> std::fmt::Debug for Fabric<N> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Fabric")
             .field("now", &self.now)
@@ -346,6 +391,40 @@ impl Fabric {
     /// An empty fabric at time zero with this seed, default links and no
     /// faults.
     pub fn new(seed: u64) -> Fabric {
+        Fabric::of(seed)
+    }
+
+    /// Like [`Fabric::new`], but `ROCE_SIM_SEED` overrides `default`.
+    pub fn from_env_seed(default: u64) -> Fabric {
+        Fabric::new(seed_from_env(default))
+    }
+
+    /// Add a node reachable at `addr`. If another node already owns
+    /// `addr`, the new node takes the route over.
+    pub fn add_node(&mut self, addr: IpAddr, node: impl SansIo + Send + 'static) -> NodeId {
+        self.add_boxed_node(addr, Box::new(node))
+    }
+
+    /// [`Fabric::add_node`] for an already boxed node.
+    pub fn add_boxed_node(&mut self, addr: IpAddr, node: Box<dyn SansIo + Send>) -> NodeId {
+        self.add_io(addr, node)
+    }
+
+    /// A node, to inspect it.
+    pub fn node(&self, id: NodeId) -> Option<&(dyn SansIo + Send)> {
+        self.nodes.get(id.0).map(|n| &*n.io)
+    }
+
+    /// A node, to drive it directly (e.g. post work between steps).
+    pub fn node_mut(&mut self, id: NodeId) -> Option<&mut (dyn SansIo + Send + 'static)> {
+        self.nodes.get_mut(id.0).map(|n| &mut *n.io)
+    }
+}
+
+impl<N: SansIo> Fabric<N> {
+    /// An empty fabric of `N` nodes at time zero with this seed, default
+    /// links and no faults ([`Fabric::new`] for boxed nodes).
+    pub fn of(seed: u64) -> Fabric<N> {
         Fabric {
             now: Instant::ZERO,
             seed,
@@ -363,13 +442,10 @@ impl Fabric {
             taps: Vec::new(),
             max_transmits_per_poll: 65_536,
             max_events_per_run: 1_000_000,
+            trace: Vec::new(),
+            tracing: false,
             _guard: SeedGuard::new(seed),
         }
-    }
-
-    /// Like [`Fabric::new`], but `ROCE_SIM_SEED` overrides `default`.
-    pub fn from_env_seed(default: u64) -> Fabric {
-        Fabric::new(seed_from_env(default))
     }
 
     /// The seed this fabric's randomness comes from.
@@ -392,14 +468,14 @@ impl Fabric {
         self.nodes.get(id.0).map(|n| &n.stats)
     }
 
-    /// Add a node reachable at `addr`. If another node already owns
-    /// `addr`, the new node takes the route over.
-    pub fn add_node(&mut self, addr: IpAddr, node: impl SansIo + Send + 'static) -> NodeId {
-        self.add_boxed_node(addr, Box::new(node))
+    /// Move the virtual clock forward to `t` (never back).
+    pub fn advance_to(&mut self, t: Instant) {
+        self.now = self.now.max(t);
     }
 
-    /// [`Fabric::add_node`] for an already boxed node.
-    pub fn add_boxed_node(&mut self, addr: IpAddr, node: Box<dyn SansIo + Send>) -> NodeId {
+    /// Add a node of the fabric's node type reachable at `addr` (see
+    /// [`Fabric::add_node`]).
+    pub fn add_io(&mut self, addr: IpAddr, node: N) -> NodeId {
         let id = NodeId(self.nodes.len());
         self.nodes.push(Node { addrs: Vec::new(), io: node, stats: NodeStats::default() });
         self.add_address(id, addr);
@@ -432,14 +508,14 @@ impl Fabric {
         self.routes.get(&addr).copied()
     }
 
-    /// A node, to inspect it.
-    pub fn node(&self, id: NodeId) -> Option<&(dyn SansIo + Send)> {
-        self.nodes.get(id.0).map(|n| &*n.io)
+    /// A node as its own type.
+    pub fn io(&self, id: NodeId) -> Option<&N> {
+        self.nodes.get(id.0).map(|n| &n.io)
     }
 
-    /// A node, to drive it directly (e.g. post work between steps).
-    pub fn node_mut(&mut self, id: NodeId) -> Option<&mut (dyn SansIo + Send + 'static)> {
-        self.nodes.get_mut(id.0).map(|n| &mut *n.io)
+    /// A node as its own type, to drive it directly.
+    pub fn io_mut(&mut self, id: NodeId) -> Option<&mut N> {
+        self.nodes.get_mut(id.0).map(|n| &mut n.io)
     }
 
     /// Set the link properties used where no per-link ones are set.
@@ -588,7 +664,7 @@ impl Fabric {
     /// each), at most `max_events` steps. Returns whether `cond` held.
     pub fn run_until(
         &mut self,
-        mut cond: impl FnMut(&mut Fabric) -> bool,
+        mut cond: impl FnMut(&mut Fabric<N>) -> bool,
         max_events: usize,
     ) -> bool {
         if cond(self) {
@@ -676,7 +752,9 @@ impl Fabric {
         let info = PacketInfo { seq, now, from, to, endpoints: dgram.endpoints, ip_len: len, roce };
         let opcode = Shown(info.opcode());
         let psn = Shown(info.psn());
+        let traced = self.trace_transmit(&info);
         if len > cfg.mtu {
+            self.mark(traced, Verdict::Drop);
             self.stats.dropped_mtu += 1;
             debug!(seq, %opcode, %psn, len, mtu = cfg.mtu, "sim drop: larger than link MTU");
             return;
@@ -719,6 +797,7 @@ impl Fabric {
             }
         }
         if drop {
+            self.mark(traced, Verdict::Drop);
             self.stats.dropped_filter += 1;
             debug!(seq, %opcode, %psn, "sim drop: filter");
             return;
@@ -727,6 +806,7 @@ impl Fabric {
         // Random faults: the one decision function, in its fixed order.
         let fate = self.dice.decide(&faults.rates(), dgram.payload.len(), corrupt);
         if fate.drop {
+            self.mark(traced, Verdict::Drop);
             self.stats.dropped_loss += 1;
             debug!(seq, %opcode, %psn, p = faults.drop, "sim drop: random loss");
             return;
@@ -770,6 +850,7 @@ impl Fabric {
         let j = jitter(self.dice.rng(), faults.jitter);
         let arrival = self.arrival(from, to, base + j, hold);
         if duplicate {
+            self.mark(traced, Verdict::Duplicate);
             self.stats.duplicated += 1;
             // The copy gets its own jitter and a filter's delay, not the
             // reorder hold.
