@@ -5,10 +5,7 @@
 mod common;
 use common::*;
 use roce_emulator::*;
-use roce_packet::{
-    AethRepr, BthRepr, IpMeta, IpUdpHeader, Msn, NakCode, Opcode, Psn, RoceRepr, Syndrome,
-    UdpEndpoints,
-};
+use roce_packet::{AethRepr, BthRepr, Msn, NakCode, Opcode, Psn, RoceRepr, Syndrome};
 
 fn read_wr(p: &Pair, wr_id: u64, off: u64, len: u32) -> SendWr {
     SendWr::new(wr_id, WrOpcode::RdmaRead)
@@ -197,11 +194,8 @@ fn response(p: &Pair, op: Opcode, psn: u32, len: usize) -> RoceRepr {
 
 /// Deliver a hand-made packet from B to A at `p.now`.
 fn inject(p: &mut Pair, r: &RoceRepr, payload: &[u8]) {
-    let ep =
-        UdpEndpoints { src: p.b.hca.addr(), dst: p.a.hca.addr(), src_port: 0xC123, dst_port: 4791 };
-    let mut b = r.to_vec(payload).unwrap();
-    IpUdpHeader::build(&ep, &IpMeta::default(), b.len()).unwrap().fill_icrc(&mut b);
-    let d = Datagram { endpoints: ep, meta: IpMeta::default(), payload: b.into() };
+    let d =
+        PacketBuilder::new(p.b.hca.addr(), p.a.hca.addr()).src_port(0xC123).datagram(r, payload);
     p.a.hca.handle_datagram(p.now, d);
 }
 

@@ -2,9 +2,9 @@
 //! kind, targeted filters, link timing, MTU, timers, bounded runs and the
 //! pcap tap.
 
-use bytes::Bytes;
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use core::time::Duration;
+use roce_emulator::sim::packet::PacketBuilder;
 use roce_emulator::sim::{
     ip_len, mac_for, seed_from_env, wire_len, Action, Fabric, FaultConfig, Filter, LinkConfig,
     Match, NodeId, SeedGuard, TapPoint, SEED_ENV,
@@ -13,8 +13,7 @@ use roce_emulator::{Datagram, Instant, SansIo};
 use roce_packet::frame::LinkType;
 use roce_packet::frame::{ethernet_frame, parse_frame};
 use roce_packet::{
-    AethRepr, BthRepr, IpMeta, IpUdpHeader, Msn, Opcode, Psn, Qpn, RoceRepr, Syndrome,
-    UdpEndpoints, ROCE_V2_PORT,
+    AethRepr, BthRepr, Msn, Opcode, Psn, Qpn, RoceRepr, Syndrome, UdpEndpoints, ROCE_V2_PORT,
 };
 use roce_pcap::read_capture;
 use std::collections::{BTreeSet, VecDeque};
@@ -57,11 +56,7 @@ fn roce(src: IpAddr, dst: IpAddr, op: Opcode, psn: u32, payload: &[u8]) -> Datag
             dma_len: payload.len() as u32,
         });
     }
-    let mut buf = repr.to_vec(payload).expect("emit");
-    let ep = endpoints(src, dst);
-    let meta = IpMeta::default();
-    IpUdpHeader::build(&ep, &meta, buf.len()).expect("header").fill_icrc(&mut buf);
-    Datagram { endpoints: ep, meta, payload: Bytes::from(buf) }
+    PacketBuilder::endpoints(endpoints(src, dst)).datagram(&repr, payload)
 }
 
 /// A SEND ONLY carrying a 4-byte big-endian counter, PSN = counter.
@@ -77,9 +72,7 @@ fn psn_of(d: &Datagram) -> u32 {
 }
 
 fn icrc_ok(d: &Datagram) -> bool {
-    IpUdpHeader::build(&d.endpoints, &d.meta, d.payload.len())
-        .map(|h| h.verify_icrc(&d.payload))
-        .unwrap_or(false)
+    PacketBuilder::of(d).icrc_ok(&d.payload)
 }
 
 /// Sends scheduled datagrams: each is handed over when its time comes,

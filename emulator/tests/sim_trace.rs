@@ -5,11 +5,11 @@
 //! threads without a subscriber raced with this one's scoped subscriber
 //! (an intermittent failure seen in the full suite).
 
-use bytes::Bytes;
 use core::net::{IpAddr, Ipv4Addr};
+use roce_emulator::sim::packet::PacketBuilder;
 use roce_emulator::sim::{Fabric, Filter, Match};
 use roce_emulator::{Datagram, Instant, SansIo};
-use roce_packet::{BthRepr, IpMeta, IpUdpHeader, Opcode, Psn, Qpn, RoceRepr, UdpEndpoints};
+use roce_packet::{BthRepr, Opcode, Psn, Qpn, RoceRepr};
 use std::sync::{Arc, Mutex};
 
 fn send_only(src: IpAddr, dst: IpAddr, psn: u32) -> Datagram {
@@ -24,11 +24,7 @@ fn send_only(src: IpAddr, dst: IpAddr, psn: u32) -> Datagram {
         payload_len: payload.len(),
         ..RoceRepr::default()
     };
-    let mut b = repr.to_vec(&payload).unwrap();
-    let endpoints = UdpEndpoints { src, dst, src_port: 0xC011, dst_port: 4791 };
-    let meta = IpMeta::default();
-    IpUdpHeader::build(&endpoints, &meta, b.len()).unwrap().fill_icrc(&mut b);
-    Datagram { endpoints, meta, payload: Bytes::from(b) }
+    PacketBuilder::new(src, dst).src_port(0xC011).datagram(&repr, &payload)
 }
 
 /// Swallows everything.

@@ -48,6 +48,12 @@ impl PacketBuilder {
         PacketBuilder { endpoints, meta: IpMeta::default() }
     }
 
+    /// With the endpoints and IP fields of `d` (to re-seal or check a
+    /// datagram someone else built).
+    pub fn of(d: &Datagram) -> PacketBuilder {
+        PacketBuilder { endpoints: d.endpoints, meta: d.meta }
+    }
+
     /// With another UDP source port.
     pub fn src_port(mut self, port: u16) -> PacketBuilder {
         self.endpoints.src_port = port;

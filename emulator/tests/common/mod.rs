@@ -264,6 +264,15 @@ pub fn run_paced(p: &mut Pair, max_time: Instant, filter: impl FnMut(&Seen) -> A
     p.run_paced(max_time, filter)
 }
 
+/// Datagrams from A to B at the default addresses (10.0.0.1 -> 10.0.0.2),
+/// UDP source port 0xC000, ICRC filled in.
+pub fn a_to_b() -> PacketBuilder {
+    PacketBuilder::new(
+        IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+        IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+    )
+}
+
 /// A deterministic test pattern.
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
