@@ -7,8 +7,8 @@
 
 use core::net::{IpAddr, Ipv4Addr};
 use roce_emulator::sim::packet::PacketBuilder;
-use roce_emulator::sim::{Fabric, Filter, Match};
-use roce_emulator::{Datagram, Instant, SansIo};
+use roce_emulator::sim::{Fabric, Filter, Match, NullNode};
+use roce_emulator::Datagram;
 use roce_packet::{BthRepr, Opcode, Psn, Qpn, RoceRepr};
 use std::sync::{Arc, Mutex};
 
@@ -25,19 +25,6 @@ fn send_only(src: IpAddr, dst: IpAddr, psn: u32) -> Datagram {
         ..RoceRepr::default()
     };
     PacketBuilder::new(src, dst).src_port(0xC011).datagram(&repr, &payload)
-}
-
-/// Swallows everything.
-struct Sink;
-impl SansIo for Sink {
-    fn handle_datagram(&mut self, _now: Instant, _d: Datagram) {}
-    fn poll_transmit(&mut self, _now: Instant) -> Option<Datagram> {
-        None
-    }
-    fn poll_timeout(&self) -> Option<Instant> {
-        None
-    }
-    fn handle_timeout(&mut self, _now: Instant) {}
 }
 
 /// Collects tracing events as "field=value ..." lines.
@@ -78,8 +65,8 @@ fn faults_are_traced_with_opcode_and_psn() {
         // (callsites cached as "never" by other test threads: recompute)
         tracing::callsite::rebuild_interest_cache();
         let mut f = Fabric::new(1);
-        let from = f.add_node(a, Sink);
-        f.add_node(b, Sink);
+        let from = f.add_node(a, NullNode);
+        f.add_node(b, NullNode);
         f.add_filter(Filter::matching(Match::Psn(Psn::new(2))).drop());
         f.add_filter(Filter::matching(Match::Psn(Psn::new(3))).corrupt());
         for psn in 0..5 {

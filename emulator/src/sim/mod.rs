@@ -221,6 +221,22 @@ pub fn ip_len(d: &Datagram) -> usize {
     ip + 8 + d.payload.len()
 }
 
+/// A node that swallows every datagram, never transmits and arms no
+/// timer: a peer for tests that only look at the wire.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NullNode;
+
+impl SansIo for NullNode {
+    fn handle_datagram(&mut self, _now: Instant, _dgram: Datagram) {}
+    fn poll_transmit(&mut self, _now: Instant) -> Option<Datagram> {
+        None
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+    fn handle_timeout(&mut self, _now: Instant) {}
+}
+
 /// A node shared between the fabric and someone else (e.g. a verbs API
 /// posting work to the same device): the fabric locks it for each call. A
 /// poisoned lock is used anyway (the node's state is whatever the panicking

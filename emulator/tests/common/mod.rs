@@ -273,6 +273,47 @@ pub fn a_to_b() -> PacketBuilder {
     )
 }
 
+/// Bring the RC QP `q` on `h` from RESET to RTS towards QP `dest` at
+/// `peer`: every access right, MTU 1024, minimum RNR timer 1, timeout 14,
+/// retry and RNR retry 7, `rd_atomic` READs/atomics in flight each way.
+pub fn rc_up(
+    h: &mut Hca,
+    q: Qpn,
+    peer: impl Into<IpAddr>,
+    dest: Qpn,
+    (sq_psn, rq_psn): (u32, u32),
+    rd_atomic: u8,
+) {
+    h.modify_qp(
+        q,
+        &QpAttr::new().state(QpState::Init).pkey_index(0).port(1).access_flags(ALL_ACCESS),
+    )
+    .unwrap();
+    h.modify_qp(
+        q,
+        &QpAttr::new()
+            .state(QpState::Rtr)
+            .ah(AhAttr::new(peer.into()))
+            .mtu(PathMtu::Mtu1024)
+            .dest_qpn(dest.value())
+            .rq_psn(rq_psn)
+            .max_dest_rd_atomic(rd_atomic)
+            .min_rnr_timer(1),
+    )
+    .unwrap();
+    h.modify_qp(
+        q,
+        &QpAttr::new()
+            .state(QpState::Rts)
+            .sq_psn(sq_psn)
+            .timeout(14)
+            .retry_cnt(7)
+            .rnr_retry(7)
+            .max_rd_atomic(rd_atomic),
+    )
+    .unwrap();
+}
+
 /// A deterministic test pattern.
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
@@ -284,6 +325,34 @@ pub fn poll_all(h: &mut Hca, cq: CqHandle) -> Vec<WorkCompletion> {
 
 /// Side helpers.
 impl Side {
+    /// Another RC QP on this side's PD and CQ: `wrs` send and receive WRs,
+    /// one SGE each, `inline` bytes of inline data.
+    pub fn rc_qp(
+        &mut self,
+        wrs: u32,
+        inline: u32,
+        sq_sig_all: bool,
+        srq: Option<SrqHandle>,
+    ) -> Qpn {
+        let cap = QpCap {
+            max_send_wr: wrs,
+            max_recv_wr: wrs,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: inline,
+        };
+        self.hca
+            .create_qp(QpInitAttr {
+                pd: self.pd,
+                send_cq: self.cq,
+                recv_cq: self.cq,
+                qp_type: QpType::Rc,
+                cap,
+                sq_sig_all,
+                srq,
+            })
+            .unwrap()
+    }
     pub fn write_mem(&mut self, off: u64, data: &[u8]) {
         self.hca.mr_write(self.mr.handle, off, data).unwrap()
     }
