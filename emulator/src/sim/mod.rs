@@ -30,6 +30,25 @@
 //! The run loops ([`Fabric::run_until_idle`], [`Fabric::run_until`],
 //! [`Fabric::run_for`]) are all bounded by an event count.
 //!
+//! # Lockstep runs, the trace, test packets
+//!
+//! The fabric is the one simulated wire of every test layer. Besides the
+//! event-driven runs above, [`Fabric::run_lockstep`] moves datagrams with
+//! no latency in rounds ([`Pace`]) and offers each RoCE datagram to a hook
+//! that observes it and answers a [`Verdict`] (deliver, drop, duplicate,
+//! replace its bytes, hold it behind the next one); the emulator's
+//! two-node test harness is exactly that, with two `Hca`s lent to a
+//! `Fabric<&mut Hca>` for each run (the node type `N` is a parameter;
+//! owned boxed nodes are the default). Lockstep runs always record the
+//! wire trace ([`Traced`]: headers, direction, fate), the event-driven ones
+//! after [`Fabric::record_trace`]; [`Fabric::count`] counts an opcode per
+//! direction and [`Fabric::dump`] prints the trace. [`packet::PacketBuilder`]
+//! builds hand-made datagrams with a valid ICRC for tests and hooks.
+//!
+//! The random faults of a datagram are decided by one function,
+//! [`FaultDice::decide`], which the real transports' `ROCE_EMU_FAULTS`
+//! injector (`roce_transport::faults`) calls as well.
+//!
 //! # Example
 //!
 //! ```

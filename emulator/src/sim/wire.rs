@@ -151,7 +151,7 @@ impl<N: SansIo> Fabric<N> {
         }
     }
 
-    /// Run in lockstep (see the [module documentation](self)): rounds of
+    /// Run in lockstep (see the [sim module documentation](crate::sim)): rounds of
     /// transmissions and deliveries as `pace` says, every RoCE datagram
     /// through `hook`, and when nothing moves, the clock jumps to the
     /// earliest timer and every node's timers are handled — until no timer
