@@ -235,19 +235,19 @@ impl<N: SansIo> Fabric<N> {
         held: &mut Vec<Option<(NodeId, Datagram)>>,
     ) -> bool {
         held.resize_with(self.nodes.len(), || None);
-        for src in 0..self.nodes.len() {
+        for (src, slot) in held.iter_mut().enumerate() {
             let from = NodeId(src);
             while let Some(d) = self.nodes[src].io.poll_transmit(self.now) {
                 let Some((to, v, d)) = self.enter_wire(from, d, hook) else { continue };
                 if v == Verdict::Hold {
                     // an earlier hold of this sender goes first
-                    if let Some((t, h)) = held[src].replace((to, d)) {
+                    if let Some((t, h)) = slot.replace((to, d)) {
                         fifos.entry((from, t)).or_default().push_back(h);
                     }
                     continue;
                 }
                 fifos.entry((from, to)).or_default().extend(apply(v, d));
-                if let Some((t, h)) = held[src].take() {
+                if let Some((t, h)) = slot.take() {
                     fifos.entry((from, t)).or_default().push_back(h);
                 }
             }
