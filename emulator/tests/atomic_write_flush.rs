@@ -154,7 +154,7 @@ fn src_port(qpn: roce_packet::Qpn) -> u16 {
 
 #[test]
 fn atomic_write_of_wrong_size_on_the_wire_is_nakked() {
-    use roce_packet::{IpMeta, IpUdpHeader, UdpEndpoints};
+    use roce_packet::UdpEndpoints;
     for n in [7usize, 9] {
         let mut p = Pair::new();
         p.b.write_mem(0, &[0x55; 16]);
@@ -174,9 +174,7 @@ fn atomic_write_of_wrong_size_on_the_wire_is_nakked() {
                 let mut r = s.repr;
                 r.payload_len = n;
                 r.bth.pad_count = ((4 - n % 4) % 4) as u8;
-                let mut b = r.to_vec(&vec![0xAA; n]).unwrap();
-                IpUdpHeader::build(&ep, &IpMeta::default(), b.len()).unwrap().fill_icrc(&mut b);
-                Action::Replace(b)
+                Action::Replace(PacketBuilder::endpoints(ep).bytes(&r, &vec![0xAA; n]))
             } else {
                 Action::Deliver
             }

@@ -2,13 +2,9 @@
 //! overflow, malformed input, verb misuse.
 
 mod common;
-use bytes::Bytes;
 use common::*;
 use roce_emulator::*;
-use roce_packet::{
-    BthRepr, IpMeta, IpUdpHeader, LKey, NakCode, Opcode, Psn, Qpn, RKey, RoceRepr, Syndrome,
-    UdpEndpoints,
-};
+use roce_packet::{BthRepr, LKey, NakCode, Opcode, Psn, Qpn, RKey, RoceRepr, Syndrome};
 use std::net::{IpAddr, Ipv4Addr};
 
 fn nak_codes(p: &Pair) -> Vec<NakCode> {
@@ -169,29 +165,11 @@ fn cq_overflow_raises_async_event_and_errors_qps() {
 }
 
 fn raw_to_b(p: &mut Pair, payload: Vec<u8>) {
-    let d = Datagram {
-        endpoints: UdpEndpoints {
-            src: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
-            dst: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
-            src_port: 0xC000,
-            dst_port: 4791,
-        },
-        meta: IpMeta::default(),
-        payload: Bytes::from(payload),
-    };
-    p.b.hca.handle_datagram(Instant::ZERO, d);
+    p.b.hca.handle_datagram(Instant::ZERO, a_to_b().raw(payload));
 }
 
 fn framed(repr: &RoceRepr, payload: &[u8]) -> Vec<u8> {
-    let mut b = repr.to_vec(payload).unwrap();
-    let ep = UdpEndpoints {
-        src: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
-        dst: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
-        src_port: 0xC000,
-        dst_port: 4791,
-    };
-    IpUdpHeader::build(&ep, &IpMeta::default(), b.len()).unwrap().fill_icrc(&mut b);
-    b
+    a_to_b().bytes(repr, payload)
 }
 
 fn send_only(dest: Qpn, psn: u32) -> RoceRepr {
@@ -221,13 +199,7 @@ fn malformed_and_foreign_datagrams_are_dropped_and_counted() {
     let mut r = send_only(qb, 0x100);
     let mut b = framed(&r, b"abcd");
     b[0] = 0x1E;
-    let ep = UdpEndpoints {
-        src: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
-        dst: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
-        src_port: 0xC000,
-        dst_port: 4791,
-    };
-    IpUdpHeader::build(&ep, &IpMeta::default(), b.len()).unwrap().fill_icrc(&mut b);
+    a_to_b().seal(&mut b);
     raw_to_b(&mut p, b);
     // unknown QP
     raw_to_b(&mut p, framed(&send_only(Qpn::new(999), 0x200), b"abcd"));
@@ -288,13 +260,7 @@ fn arbitrary_bytes_never_panic() {
             b[1] &= 0xF0 | 0x03 << 4; // tver 0
             b[2] = 0xFF;
             b[3] = 0xFF;
-            let ep = UdpEndpoints {
-                src: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
-                dst: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
-                src_port: 0xC000,
-                dst_port: 4791,
-            };
-            IpUdpHeader::build(&ep, &IpMeta::default(), b.len()).unwrap().fill_icrc(&mut b);
+            a_to_b().seal(&mut b);
         }
         raw_to_b(&mut p, b);
         while p.b.hca.poll_transmit(Instant::ZERO).is_some() {}

@@ -153,56 +153,14 @@ fn sqd_without_notify_raises_nothing() {
 fn srq_limit_fires_once_per_arming() {
     let mut p = Pair::new();
     let srq = p.b.hca.create_srq(p.b.pd, SrqAttr { max_wr: 8, max_sge: 1, srq_limit: 0 }).unwrap();
-    let cap = QpCap {
-        max_send_wr: 8,
-        max_recv_wr: 8,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    let qb =
-        p.b.hca
-            .create_qp(QpInitAttr {
-                pd: p.b.pd,
-                send_cq: p.b.cq,
-                recv_cq: p.b.cq,
-                qp_type: QpType::Rc,
-                cap,
-                sq_sig_all: false,
-                srq: Some(srq),
-            })
-            .unwrap();
+    let qb = p.b.rc_qp(8, 0, false, Some(srq));
     // rewire a's QP to the SRQ-backed QP
     let qa = p.a.qpn;
     p.a.hca.modify_qp(qa, &QpAttr::new().state(QpState::Reset)).unwrap();
-    let init = QpAttr::new().state(QpState::Init).pkey_index(0).port(1).access_flags(ALL_ACCESS);
     for (h, q, peer, dest) in
         [(&mut p.a.hca, qa, [10, 0, 0, 2], qb), (&mut p.b.hca, qb, [10, 0, 0, 1], qa)]
     {
-        h.modify_qp(q, &init).unwrap();
-        h.modify_qp(
-            q,
-            &QpAttr::new()
-                .state(QpState::Rtr)
-                .ah(AhAttr::new(std::net::IpAddr::from(peer)))
-                .mtu(PathMtu::Mtu1024)
-                .dest_qpn(dest.value())
-                .rq_psn(0)
-                .max_dest_rd_atomic(1)
-                .min_rnr_timer(1),
-        )
-        .unwrap();
-        h.modify_qp(
-            q,
-            &QpAttr::new()
-                .state(QpState::Rts)
-                .sq_psn(0)
-                .timeout(14)
-                .retry_cnt(7)
-                .rnr_retry(7)
-                .max_rd_atomic(1),
-        )
-        .unwrap();
+        rc_up(h, q, peer, dest, (0, 0), 1);
     }
     for i in 0..6u64 {
         p.b.hca.post_srq_recv(srq, RecvWr::new(i, p.b.addr(64 * i), 64, p.b.mr.lkey)).unwrap();

@@ -4,12 +4,11 @@
 //! panic, and the devices must keep working afterwards.
 
 mod common;
-use bytes::Bytes;
 use common::*;
 use roce_emulator::*;
 use roce_packet::{
-    opcode::TABLE, AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, ExtHeader, IpMeta,
-    IpUdpHeader, Msn, Opcode, Psn, RKey, RethRepr, RoceRepr, Syndrome, Transport, UdpEndpoints,
+    opcode::TABLE, AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, ExtHeader, Msn, Opcode, Psn,
+    RKey, RethRepr, RoceRepr, Syndrome, Transport,
 };
 use std::net::IpAddr;
 
@@ -25,10 +24,7 @@ impl Rng {
 }
 
 fn frame(src: IpAddr, dst: IpAddr, r: &RoceRepr, payload: &[u8]) -> Datagram {
-    let ep = UdpEndpoints { src, dst, src_port: 0xC001, dst_port: 4791 };
-    let mut b = r.to_vec(payload).unwrap();
-    IpUdpHeader::build(&ep, &IpMeta::default(), b.len()).unwrap().fill_icrc(&mut b);
-    Datagram { endpoints: ep, meta: IpMeta::default(), payload: Bytes::from(b) }
+    PacketBuilder::new(src, dst).src_port(0xC001).datagram(r, payload)
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! with.
 
 use bytes::Bytes;
+use roce_emulator::sim::packet::PacketBuilder;
 use roce_emulator::*;
 use roce_packet::{IpMeta, IpUdpHeader, Qpn, RKey, RoceRepr, Syndrome, UdpEndpoints};
 use std::net::{IpAddr, Ipv4Addr};
@@ -295,7 +296,7 @@ fn write_bw_server_side_with_rkey_translation() {
             assert!(IpUdpHeader::build(&d.endpoints, &d.meta, d.payload.len())
                 .unwrap()
                 .verify_icrc(&d.payload));
-            IpUdpHeader::build(&d.endpoints, &d.meta, b.len()).unwrap().fill_icrc(&mut b);
+            PacketBuilder::of(&d).seal(&mut b);
             d.payload = Bytes::from(b);
         }
         u.hca.handle_datagram(Instant::ZERO, d);
@@ -737,9 +738,7 @@ fn write_lat_server_side_acks_and_duplicate() {
                 RoceRepr::parse_bytes(&d.payload).map(|(a, b)| (a, b.to_vec())).unwrap();
             reth.va = u.mr.addr + (reth.va - their_va);
             reth.rkey = u.mr.rkey;
-            let mut b = r2.to_vec(&payload).unwrap();
-            IpUdpHeader::build(&d.endpoints, &d.meta, b.len()).unwrap().fill_icrc(&mut b);
-            d.payload = Bytes::from(b);
+            d.payload = Bytes::from(PacketBuilder::of(&d).bytes(&r2, &payload));
         }
         u.hca.handle_datagram(Instant::ZERO, d);
         drain(&mut u, &mut ours);
@@ -783,9 +782,7 @@ fn translate(d: &Datagram, their_va: u64, u: &Us) -> Datagram {
         a.va = u.mr.addr + (a.va - their_va);
         a.rkey = u.mr.rkey;
     }
-    let mut b = r.to_vec(&payload).unwrap();
-    IpUdpHeader::build(&d.endpoints, &d.meta, b.len()).unwrap().fill_icrc(&mut b);
-    Datagram { endpoints: d.endpoints, meta: d.meta, payload: Bytes::from(b) }
+    PacketBuilder::of(d).datagram(&r, &payload)
 }
 
 /// Our requests (from `roce perf` at .1) that rxe (.2) answered: our HCA,

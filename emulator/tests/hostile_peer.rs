@@ -6,13 +6,12 @@
 //! after.
 
 mod common;
-use bytes::Bytes;
 use common::*;
 use roce_emulator::*;
 use roce_packet::opcode::OpKind;
 use roce_packet::{
-    AtomicEthRepr, BthRepr, DethRepr, ExtHeader, IpMeta, IpUdpHeader, NakCode, Opcode, Psn, QKey,
-    Qpn, RKey, RethRepr, RoceRepr, Syndrome, UdpEndpoints,
+    AtomicEthRepr, DethRepr, ExtHeader, NakCode, Opcode, Psn, QKey, Qpn, RKey, RethRepr, RoceRepr,
+    Syndrome,
 };
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -46,27 +45,12 @@ fn target(o: Opts) -> Target {
 
 impl Target {
     fn req(&self, opcode: Opcode) -> RoceRepr {
-        RoceRepr {
-            bth: BthRepr {
-                opcode,
-                dest_qp: self.p.b.qpn,
-                psn: Psn::new(self.psn),
-                ack_req: true,
-                ..BthRepr::default()
-            },
-            ..RoceRepr::default()
-        }
+        request(opcode, self.p.b.qpn, self.psn)
     }
 
     /// Send `r` with `payload` to B; returns what B sent back.
     fn inject(&mut self, r: &RoceRepr, payload: &[u8]) -> Vec<RoceRepr> {
-        let mut r = *r;
-        r.payload_len = payload.len();
-        r.bth.pad_count = ((4 - payload.len() % 4) % 4) as u8;
-        let mut b = r.to_vec(payload).unwrap();
-        let ep = UdpEndpoints { src: A, dst: B, src_port: 0xC000, dst_port: 4791 };
-        IpUdpHeader::build(&ep, &IpMeta::default(), b.len()).unwrap().fill_icrc(&mut b);
-        let d = Datagram { endpoints: ep, meta: IpMeta::default(), payload: Bytes::from(b) };
+        let d = PacketBuilder::new(A, B).sized(r, payload);
         self.p.b.hca.handle_datagram(Instant::ZERO, d);
         let mut out = Vec::new();
         while let Some(d) = self.p.b.hca.poll_transmit(Instant::ZERO) {

@@ -6,13 +6,9 @@
 //! runs beside it).
 
 mod common;
-use bytes::Bytes;
 use common::*;
 use roce_emulator::*;
-use roce_packet::{
-    BthRepr, DethRepr, IpMeta, IpUdpHeader, Opcode, Psn, QKey, Qpn, RethRepr, RoceRepr,
-    UdpEndpoints,
-};
+use roce_packet::{BthRepr, DethRepr, Opcode, Psn, QKey, Qpn, RethRepr, RoceRepr};
 use std::net::{IpAddr, Ipv4Addr};
 
 const A: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
@@ -27,10 +23,7 @@ fn rss_kib() -> u64 {
 fn datagram(r: &RoceRepr, payload: &[u8]) -> Datagram {
     let mut r = *r;
     r.payload_len = payload.len();
-    let mut b = r.to_vec(payload).unwrap();
-    let ep = UdpEndpoints { src: A, dst: B, src_port: 0xC000, dst_port: 4791 };
-    IpUdpHeader::build(&ep, &IpMeta::default(), b.len()).unwrap().fill_icrc(&mut b);
-    Datagram { endpoints: ep, meta: IpMeta::default(), payload: Bytes::from(b) }
+    PacketBuilder::new(A, B).datagram(&r, payload)
 }
 
 /// Grows by at most `limit_kib` while `f` runs `rounds` times (after a

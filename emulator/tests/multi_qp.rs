@@ -4,55 +4,13 @@ mod common;
 use common::*;
 use roce_emulator::*;
 use roce_packet::Qpn;
-use std::net::{IpAddr, Ipv4Addr};
 
 fn extra_qp(s: &mut Side) -> Qpn {
-    s.hca
-        .create_qp(QpInitAttr {
-            pd: s.pd,
-            send_cq: s.cq,
-            recv_cq: s.cq,
-            qp_type: QpType::Rc,
-            cap: QpCap {
-                max_send_wr: 64,
-                max_recv_wr: 64,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: true,
-            srq: None,
-        })
-        .unwrap()
+    s.rc_qp(64, 0, true, None)
 }
 
 fn up(h: &mut Hca, q: Qpn, peer: [u8; 4], dest: Qpn, sq: u32, rq: u32) {
-    let acc = ALL_ACCESS;
-    h.modify_qp(q, &QpAttr::new().state(QpState::Init).pkey_index(0).port(1).access_flags(acc))
-        .unwrap();
-    h.modify_qp(
-        q,
-        &QpAttr::new()
-            .state(QpState::Rtr)
-            .ah(AhAttr::new(IpAddr::V4(Ipv4Addr::from(peer))))
-            .mtu(PathMtu::Mtu1024)
-            .dest_qpn(dest.value())
-            .rq_psn(rq)
-            .max_dest_rd_atomic(4)
-            .min_rnr_timer(1),
-    )
-    .unwrap();
-    h.modify_qp(
-        q,
-        &QpAttr::new()
-            .state(QpState::Rts)
-            .sq_psn(sq)
-            .timeout(14)
-            .retry_cnt(7)
-            .rnr_retry(7)
-            .max_rd_atomic(4),
-    )
-    .unwrap();
+    rc_up(h, q, peer, dest, (sq, rq), 4)
 }
 
 #[test]

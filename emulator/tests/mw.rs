@@ -262,50 +262,10 @@ fn bind_mw_waits_for_earlier_work_requests_and_honours_signalling() {
 
 /// A second RC connection between the same two HCAs; returns (qpn on A, qpn on B).
 fn second_connection(p: &mut Pair) -> (roce_packet::Qpn, roce_packet::Qpn) {
-    let mk = |s: &mut Side| {
-        let cap = QpCap {
-            max_send_wr: 64,
-            max_recv_wr: 64,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 64,
-        };
-        s.hca
-            .create_qp(QpInitAttr {
-                pd: s.pd,
-                send_cq: s.cq,
-                recv_cq: s.cq,
-                qp_type: QpType::Rc,
-                cap,
-                sq_sig_all: false,
-                srq: None,
-            })
-            .unwrap()
-    };
-    let (qa, qb) = (mk(&mut p.a), mk(&mut p.b));
+    let (qa, qb) = (p.a.rc_qp(64, 64, false, None), p.b.rc_qp(64, 64, false, None));
     let (ip_a, ip_b) = (p.a.hca.addr(), p.b.hca.addr());
-    for (s, me, peer, peer_ip) in [(&mut p.a, qa, qb, ip_b), (&mut p.b, qb, qa, ip_a)] {
-        let init =
-            QpAttr::new().state(QpState::Init).pkey_index(0).port(1).access_flags(ALL_ACCESS);
-        s.hca.modify_qp(me, &init).unwrap();
-        let rtr = QpAttr::new()
-            .state(QpState::Rtr)
-            .ah(AhAttr::new(peer_ip))
-            .mtu(PathMtu::Mtu1024)
-            .dest_qpn(peer.value())
-            .rq_psn(0x500)
-            .max_dest_rd_atomic(4)
-            .min_rnr_timer(1);
-        s.hca.modify_qp(me, &rtr).unwrap();
-        let rts = QpAttr::new()
-            .state(QpState::Rts)
-            .sq_psn(0x500)
-            .timeout(14)
-            .retry_cnt(7)
-            .rnr_retry(7)
-            .max_rd_atomic(4);
-        s.hca.modify_qp(me, &rts).unwrap();
-    }
+    rc_up(&mut p.a.hca, qa, ip_b, qb, (0x500, 0x500), 4);
+    rc_up(&mut p.b.hca, qb, ip_a, qa, (0x500, 0x500), 4);
     (qa, qb)
 }
 

@@ -5,82 +5,7 @@
 mod common;
 use common::*;
 use roce_emulator::*;
-use roce_packet::{
-    AethRepr, BthRepr, IpMeta, IpUdpHeader, Msn, NakCode, Opcode, Psn, RoceRepr, Syndrome,
-    UdpEndpoints,
-};
-
-/// Like `Pair::run_with`, but the wire holds packets in flight: every step
-/// each side first transmits all it wants (into its direction's FIFO,
-/// through `filter`), then only the oldest packet of each direction is
-/// delivered. Responses thus reach the requester one by one, interleaved
-/// with its retransmissions, as on a real link. `Action::Hold` puts a
-/// packet on the wire behind the next one of its direction (reordering).
-fn run_paced(p: &mut Pair, max_time: Instant, mut filter: impl FnMut(&Seen) -> Action) {
-    use std::collections::VecDeque;
-    let mut wires: [VecDeque<Datagram>; 2] = [VecDeque::new(), VecDeque::new()];
-    let mut held: [Option<Datagram>; 2] = [None, None];
-    for _ in 0..200_000 {
-        for (i, dir) in [Dir::AtoB, Dir::BtoA].into_iter().enumerate() {
-            let src = if dir == Dir::AtoB { &mut p.a.hca } else { &mut p.b.hca };
-            while let Some(d) = src.poll_transmit(p.now) {
-                let (repr, _) = RoceRepr::parse_bytes(&d.payload).expect("valid packet");
-                let mut seen = Seen {
-                    at: p.now,
-                    dir,
-                    opcode: repr.bth.opcode,
-                    psn: repr.bth.psn,
-                    ack_req: repr.bth.ack_req,
-                    repr,
-                    action: Action::Deliver,
-                };
-                seen.action = filter(&seen);
-                match &seen.action {
-                    Action::Deliver => wires[i].push_back(d),
-                    Action::Duplicate => {
-                        wires[i].push_back(d.clone());
-                        wires[i].push_back(d);
-                    }
-                    Action::Hold => {
-                        p.trace.push(seen);
-                        held[i] = Some(d);
-                        continue;
-                    }
-                    _ => {}
-                }
-                p.trace.push(seen);
-                wires[i].extend(held[i].take());
-            }
-        }
-        if wires.iter().all(|w| w.is_empty()) {
-            // nothing followed a held packet: it goes now
-            for (w, h) in wires.iter_mut().zip(held.iter_mut()) {
-                w.extend(h.take());
-            }
-        }
-        let mut moved = false;
-        for (i, dst) in [&mut p.b.hca, &mut p.a.hca].into_iter().enumerate() {
-            if let Some(d) = wires[i].pop_front() {
-                dst.handle_datagram(p.now, d);
-                moved = true;
-            }
-        }
-        if moved {
-            continue;
-        }
-        let next = [p.a.hca.poll_timeout(), p.b.hca.poll_timeout()].into_iter().flatten().min();
-        match next {
-            Some(t) if t <= max_time => {
-                p.now = p.now.max(t);
-                let now = p.now;
-                p.a.hca.handle_timeout(now);
-                p.b.hca.handle_timeout(now);
-            }
-            _ => return,
-        }
-    }
-    panic!("simulation did not settle within the step bound");
-}
+use roce_packet::{AethRepr, BthRepr, Msn, NakCode, Opcode, Psn, RoceRepr, Syndrome};
 
 fn read_wr(p: &Pair, wr_id: u64, off: u64, len: u32) -> SendWr {
     SendWr::new(wr_id, WrOpcode::RdmaRead)
@@ -269,11 +194,8 @@ fn response(p: &Pair, op: Opcode, psn: u32, len: usize) -> RoceRepr {
 
 /// Deliver a hand-made packet from B to A at `p.now`.
 fn inject(p: &mut Pair, r: &RoceRepr, payload: &[u8]) {
-    let ep =
-        UdpEndpoints { src: p.b.hca.addr(), dst: p.a.hca.addr(), src_port: 0xC123, dst_port: 4791 };
-    let mut b = r.to_vec(payload).unwrap();
-    IpUdpHeader::build(&ep, &IpMeta::default(), b.len()).unwrap().fill_icrc(&mut b);
-    let d = Datagram { endpoints: ep, meta: IpMeta::default(), payload: b.into() };
+    let d =
+        PacketBuilder::new(p.b.hca.addr(), p.a.hca.addr()).src_port(0xC123).datagram(r, payload);
     p.a.hca.handle_datagram(p.now, d);
 }
 

@@ -2,19 +2,18 @@
 //! kind, targeted filters, link timing, MTU, timers, bounded runs and the
 //! pcap tap.
 
-use bytes::Bytes;
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use core::time::Duration;
+use roce_emulator::sim::packet::PacketBuilder;
 use roce_emulator::sim::{
     ip_len, mac_for, seed_from_env, wire_len, Action, Fabric, FaultConfig, Filter, LinkConfig,
-    Match, NodeId, SeedGuard, TapPoint, SEED_ENV,
+    Match, NodeId, NullNode, SeedGuard, TapPoint, SEED_ENV,
 };
 use roce_emulator::{Datagram, Instant, SansIo};
 use roce_packet::frame::LinkType;
 use roce_packet::frame::{ethernet_frame, parse_frame};
 use roce_packet::{
-    AethRepr, BthRepr, IpMeta, IpUdpHeader, Msn, Opcode, Psn, Qpn, RoceRepr, Syndrome,
-    UdpEndpoints, ROCE_V2_PORT,
+    AethRepr, BthRepr, Msn, Opcode, Psn, Qpn, RoceRepr, Syndrome, UdpEndpoints, ROCE_V2_PORT,
 };
 use roce_pcap::read_capture;
 use std::collections::{BTreeSet, VecDeque};
@@ -57,11 +56,7 @@ fn roce(src: IpAddr, dst: IpAddr, op: Opcode, psn: u32, payload: &[u8]) -> Datag
             dma_len: payload.len() as u32,
         });
     }
-    let mut buf = repr.to_vec(payload).expect("emit");
-    let ep = endpoints(src, dst);
-    let meta = IpMeta::default();
-    IpUdpHeader::build(&ep, &meta, buf.len()).expect("header").fill_icrc(&mut buf);
-    Datagram { endpoints: ep, meta, payload: Bytes::from(buf) }
+    PacketBuilder::endpoints(endpoints(src, dst)).datagram(&repr, payload)
 }
 
 /// A SEND ONLY carrying a 4-byte big-endian counter, PSN = counter.
@@ -77,9 +72,7 @@ fn psn_of(d: &Datagram) -> u32 {
 }
 
 fn icrc_ok(d: &Datagram) -> bool {
-    IpUdpHeader::build(&d.endpoints, &d.meta, d.payload.len())
-        .map(|h| h.verify_icrc(&d.payload))
-        .unwrap_or(false)
+    PacketBuilder::of(d).icrc_ok(&d.payload)
 }
 
 /// Sends scheduled datagrams: each is handed over when its time comes,
@@ -687,20 +680,6 @@ fn timers_fire_at_their_virtual_times() {
     assert!(!f.step());
 }
 
-/// Bounces every datagram back to its sender, forever.
-struct Echo;
-
-impl SansIo for Echo {
-    fn handle_datagram(&mut self, _now: Instant, _d: Datagram) {}
-    fn poll_transmit(&mut self, _now: Instant) -> Option<Datagram> {
-        None
-    }
-    fn poll_timeout(&self) -> Option<Instant> {
-        None
-    }
-    fn handle_timeout(&mut self, _now: Instant) {}
-}
-
 #[derive(Default)]
 struct Bouncer {
     out: VecDeque<Datagram>,
@@ -743,7 +722,7 @@ impl SansIo for Chatterbox {
 fn run_until_idle_is_bounded() {
     // Nothing to do: idle at once, clock unchanged.
     let mut f = Fabric::new(0);
-    f.add_node(v4(1), Echo);
+    f.add_node(v4(1), NullNode);
     assert!(f.run_until_idle(10));
     assert!(!f.step());
     assert_eq!(f.now(), Instant::ZERO);
@@ -926,3 +905,48 @@ fn jitter_delays_but_never_reorders_a_link() {
 }
 
 // The tracing test lives in sim_trace.rs (its own binary; see there why).
+
+/// The wire trace of an event-driven run: every RoCE datagram with what
+/// happened to it, counted per direction; a lockstep run of the same
+/// datagrams through a hook traces the same way.
+#[test]
+fn the_wire_trace_records_each_datagram_and_its_fate() {
+    use roce_emulator::sim::{Pace, Verdict};
+    let mut f = Fabric::new(3);
+    let a = f.add_node(v4(1), NullNode);
+    let b = f.add_node(v4(2), NullNode);
+    f.record_trace(true);
+    f.add_filter(Filter::matching(Match::Psn(Psn::new(1))).drop());
+    f.add_filter(Filter::matching(Match::Psn(Psn::new(2))).duplicate());
+    for n in 0..4 {
+        f.inject(a, counted(v4(1), v4(2), n));
+    }
+    assert!(f.run_until_idle(100));
+    let actions: Vec<Verdict> = f.trace().iter().map(|t| t.action.clone()).collect();
+    assert_eq!(
+        actions,
+        vec![Verdict::Deliver, Verdict::Drop, Verdict::Duplicate, Verdict::Deliver],
+        "{}",
+        f.dump()
+    );
+    assert_eq!(f.count(a, b, Opcode::RC_SEND_ONLY), 4);
+    assert_eq!(f.count(b, a, Opcode::RC_SEND_ONLY), 0);
+    assert_eq!(f.stats().delivered, 4);
+
+    // Lockstep: a node that sends four datagrams; the hook drops PSN 1.
+    let mut g = Fabric::new(3);
+    let sender = g.add_node(v4(1), Sender::counting(v4(1), v4(2), 4, Duration::ZERO));
+    let sink = shared(Sink::default());
+    g.add_node(v4(2), sink.clone());
+    assert!(g.run_lockstep(Pace::Burst, Instant::ZERO, 100, |t| {
+        if t.psn == Psn::new(1) {
+            Verdict::Drop
+        } else {
+            Verdict::Deliver
+        }
+    }));
+    assert_eq!(g.trace().len(), 4);
+    assert_eq!(g.count(sender, NodeId(1), Opcode::RC_SEND_ONLY), 4);
+    assert_eq!(g.stats().dropped_filter, 1);
+    assert_eq!(trace(&sink).len(), 3);
+}

@@ -5,11 +5,11 @@
 //! threads without a subscriber raced with this one's scoped subscriber
 //! (an intermittent failure seen in the full suite).
 
-use bytes::Bytes;
 use core::net::{IpAddr, Ipv4Addr};
-use roce_emulator::sim::{Fabric, Filter, Match};
-use roce_emulator::{Datagram, Instant, SansIo};
-use roce_packet::{BthRepr, IpMeta, IpUdpHeader, Opcode, Psn, Qpn, RoceRepr, UdpEndpoints};
+use roce_emulator::sim::packet::PacketBuilder;
+use roce_emulator::sim::{Fabric, Filter, Match, NullNode};
+use roce_emulator::Datagram;
+use roce_packet::{BthRepr, Opcode, Psn, Qpn, RoceRepr};
 use std::sync::{Arc, Mutex};
 
 fn send_only(src: IpAddr, dst: IpAddr, psn: u32) -> Datagram {
@@ -24,24 +24,7 @@ fn send_only(src: IpAddr, dst: IpAddr, psn: u32) -> Datagram {
         payload_len: payload.len(),
         ..RoceRepr::default()
     };
-    let mut b = repr.to_vec(&payload).unwrap();
-    let endpoints = UdpEndpoints { src, dst, src_port: 0xC011, dst_port: 4791 };
-    let meta = IpMeta::default();
-    IpUdpHeader::build(&endpoints, &meta, b.len()).unwrap().fill_icrc(&mut b);
-    Datagram { endpoints, meta, payload: Bytes::from(b) }
-}
-
-/// Swallows everything.
-struct Sink;
-impl SansIo for Sink {
-    fn handle_datagram(&mut self, _now: Instant, _d: Datagram) {}
-    fn poll_transmit(&mut self, _now: Instant) -> Option<Datagram> {
-        None
-    }
-    fn poll_timeout(&self) -> Option<Instant> {
-        None
-    }
-    fn handle_timeout(&mut self, _now: Instant) {}
+    PacketBuilder::new(src, dst).src_port(0xC011).datagram(&repr, &payload)
 }
 
 /// Collects tracing events as "field=value ..." lines.
@@ -82,8 +65,8 @@ fn faults_are_traced_with_opcode_and_psn() {
         // (callsites cached as "never" by other test threads: recompute)
         tracing::callsite::rebuild_interest_cache();
         let mut f = Fabric::new(1);
-        let from = f.add_node(a, Sink);
-        f.add_node(b, Sink);
+        let from = f.add_node(a, NullNode);
+        f.add_node(b, NullNode);
         f.add_filter(Filter::matching(Match::Psn(Psn::new(2))).drop());
         f.add_filter(Filter::matching(Match::Psn(Psn::new(3))).corrupt());
         for psn in 0..5 {

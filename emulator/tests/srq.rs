@@ -4,58 +4,13 @@ mod common;
 use common::*;
 use roce_emulator::*;
 use roce_packet::Qpn;
-use std::net::{IpAddr, Ipv4Addr};
 
 fn qp_on(s: &mut Side, srq: Option<SrqHandle>) -> Qpn {
-    let cap = QpCap {
-        max_send_wr: 16,
-        max_recv_wr: 16,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    s.hca
-        .create_qp(QpInitAttr {
-            pd: s.pd,
-            send_cq: s.cq,
-            recv_cq: s.cq,
-            qp_type: QpType::Rc,
-            cap,
-            sq_sig_all: true,
-            srq,
-        })
-        .unwrap()
+    s.rc_qp(16, 0, true, srq)
 }
 
 fn up(h: &mut Hca, q: Qpn, peer: [u8; 4], dest: Qpn) {
-    h.modify_qp(
-        q,
-        &QpAttr::new().state(QpState::Init).pkey_index(0).port(1).access_flags(ALL_ACCESS),
-    )
-    .unwrap();
-    h.modify_qp(
-        q,
-        &QpAttr::new()
-            .state(QpState::Rtr)
-            .ah(AhAttr::new(IpAddr::V4(Ipv4Addr::from(peer))))
-            .mtu(PathMtu::Mtu1024)
-            .dest_qpn(dest.value())
-            .rq_psn(0)
-            .max_dest_rd_atomic(1)
-            .min_rnr_timer(1),
-    )
-    .unwrap();
-    h.modify_qp(
-        q,
-        &QpAttr::new()
-            .state(QpState::Rts)
-            .sq_psn(0)
-            .timeout(14)
-            .retry_cnt(7)
-            .rnr_retry(7)
-            .max_rd_atomic(1),
-    )
-    .unwrap();
+    rc_up(h, q, peer, dest, (0, 0), 1)
 }
 
 #[test]

@@ -2,12 +2,11 @@
 //! the exact responses out (smoltcp-style socket tests).
 
 mod common;
-use bytes::Bytes;
 use common::*;
 use roce_emulator::*;
 use roce_packet::{
-    AethRepr, AtomicAckEthRepr, BthRepr, IpMeta, IpUdpHeader, Msn, NakCode, Opcode, Psn, Qpn,
-    RethRepr, RoceRepr, Syndrome, UdpEndpoints,
+    AethRepr, AtomicAckEthRepr, BthRepr, Msn, NakCode, Opcode, Psn, Qpn, RethRepr, RoceRepr,
+    Syndrome, UdpEndpoints,
 };
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -19,9 +18,7 @@ fn ep(from_a: bool) -> UdpEndpoints {
 }
 
 fn dgram(from_a: bool, r: &RoceRepr, payload: &[u8]) -> Datagram {
-    let mut b = r.to_vec(payload).unwrap();
-    IpUdpHeader::build(&ep(from_a), &IpMeta::default(), b.len()).unwrap().fill_icrc(&mut b);
-    Datagram { endpoints: ep(from_a), meta: IpMeta::default(), payload: Bytes::from(b) }
+    PacketBuilder::endpoints(ep(from_a)).datagram(r, payload)
 }
 
 fn req(dest: Qpn, op: Opcode, psn: u32, ack_req: bool, len: usize) -> RoceRepr {

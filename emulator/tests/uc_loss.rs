@@ -5,7 +5,7 @@
 mod common;
 use common::*;
 use roce_emulator::*;
-use roce_packet::{IpMeta, IpUdpHeader, Opcode, Psn, UdpEndpoints};
+use roce_packet::{Opcode, Psn, UdpEndpoints};
 
 /// Three 4-packet SENDs (PSNs 0x100.., 0x104.., 0x108..) into three
 /// receives; `filter` sees every packet.
@@ -124,9 +124,7 @@ fn a_refused_packet_inside_a_message_counts_once() {
         if s.psn == Psn::new(0x105) {
             let mut r = s.repr;
             r.bth.opcode = Opcode::UC_SEND_FIRST;
-            let mut b = r.to_vec(&vec![0xEE; 1024]).unwrap();
-            IpUdpHeader::build(&ep, &IpMeta::default(), b.len()).unwrap().fill_icrc(&mut b);
-            Action::Replace(b)
+            Action::Replace(PacketBuilder::endpoints(ep).bytes(&r, &vec![0xEE; 1024]))
         } else {
             Action::Deliver
         }

@@ -26,12 +26,20 @@
 //! * `seed=N` — the generator's seed (default 1): the same seed on the
 //!   same sequence of datagrams gives the same faults.
 //!
+//! Each datagram's fate is decided by the simulated fabric's decision
+//! function, [`FaultDice::decide`] (`roce_emulator::sim`), from the same
+//! seeded generator and in the same order (loss, corruption, duplication,
+//! reordering): this module keeps only the mechanics (holding datagrams
+//! behind the next batch, sending the copy). As on the fabric, a reordered
+//! datagram may also be corrupted or duplicated.
+//!
 //! Counters ([`FaultCounters`]) say what was done; the transport prints
 //! them to stderr when its driver stops.
 
 use crate::counters::TransportCounters;
 use crate::driver::Transport;
 use crate::udp::SendOutcome;
+use roce_emulator::sim::{FaultDice, FaultRates};
 use roce_emulator::Datagram;
 use std::io;
 use std::net::SocketAddr;
@@ -134,6 +142,20 @@ impl FaultSpec {
         }
     }
 
+    /// The probabilities [`FaultDice::decide`] takes for one direction:
+    /// loss, duplication and reordering only where [`FaultSpec::dir`] says,
+    /// corruption on receive only.
+    pub fn rates(&self, rx: bool) -> FaultRates {
+        let on = if rx { self.dir.rx() } else { self.dir.tx() };
+        let p = |v: f64| if on { v } else { 0.0 };
+        FaultRates {
+            drop: p(self.loss),
+            corrupt: if rx { self.corrupt } else { 0.0 },
+            duplicate: p(self.dup),
+            reorder: p(self.reorder),
+        }
+    }
+
     /// Whether anything can happen at all.
     pub fn is_active(&self) -> bool {
         self.loss > 0.0 || self.dup > 0.0 || self.reorder > 0.0 || self.corrupt > 0.0
@@ -179,29 +201,11 @@ fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
-/// splitmix64: small, seeded, good enough to pick faults.
-#[derive(Clone, Debug)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// True with probability `p`; draws nothing when `p` is 0.
-    fn chance(&mut self, p: f64) -> bool {
-        p > 0.0 && ((self.next() >> 11) as f64 / (1u64 << 53) as f64) < p
-    }
-}
-
 /// A transport that injects [`FaultSpec`]'s faults around another one.
 pub struct FaultyTransport<T: Transport> {
     inner: T,
     spec: FaultSpec,
-    rng: Rng,
+    dice: FaultDice,
     held_rx: Vec<Datagram>,
     held_tx: Vec<Datagram>,
     pending_tx: Vec<Datagram>,
@@ -212,11 +216,11 @@ pub struct FaultyTransport<T: Transport> {
 impl<T: Transport> FaultyTransport<T> {
     /// Wrap `inner`; `name` labels the summary printed at the end.
     pub fn new(inner: T, spec: FaultSpec, name: impl Into<String>) -> FaultyTransport<T> {
-        let rng = Rng(spec.seed);
+        let dice = FaultDice::new(spec.seed);
         FaultyTransport {
             inner,
             spec,
-            rng,
+            dice,
             held_rx: Vec::new(),
             held_tx: Vec::new(),
             pending_tx: Vec::new(),
@@ -245,22 +249,6 @@ impl<T: Transport> FaultyTransport<T> {
         self.pending_tx.drain(..o.consumed.min(self.pending_tx.len()));
         self.pending_tx.is_empty()
     }
-
-    fn corrupt(&mut self, d: &mut Datagram) {
-        let len = d.payload.len();
-        if len < 13 {
-            return;
-        }
-        // any byte but BTH byte 4 (not covered by the ICRC)
-        let mut at = (self.rng.next() % (len as u64 - 1)) as usize;
-        if at >= 4 {
-            at += 1;
-        }
-        let bit = (self.rng.next() % 8) as u8;
-        let mut v = d.payload.to_vec();
-        v[at] ^= 1 << bit;
-        d.payload = v.into();
-    }
 }
 
 impl<T: Transport> AsFd for FaultyTransport<T> {
@@ -282,22 +270,23 @@ impl<T: Transport> Transport for FaultyTransport<T> {
             return SendOutcome { consumed: 0, would_block: true };
         }
         let held = std::mem::take(&mut self.held_tx);
+        let rates = self.spec.rates(false);
         for d in dgrams {
             bump(&self.counters.tx_seen);
-            if self.rng.chance(self.spec.loss) {
+            let fate = self.dice.decide(&rates, d.payload.len(), false);
+            if fate.drop {
                 bump(&self.counters.tx_dropped);
                 continue;
             }
-            if self.rng.chance(self.spec.reorder) {
-                bump(&self.counters.reordered);
-                self.held_tx.push(d.clone());
-                continue;
-            }
-            self.pending_tx.push(d.clone());
-            if self.rng.chance(self.spec.dup) {
+            let n = if fate.duplicate { 2 } else { 1 };
+            if fate.duplicate {
                 bump(&self.counters.duplicated);
-                self.pending_tx.push(d.clone());
             }
+            if fate.reorder {
+                bump(&self.counters.reordered);
+            }
+            let to = if fate.reorder { &mut self.held_tx } else { &mut self.pending_tx };
+            to.extend(std::iter::repeat_n(d, n).cloned());
         }
         // what an earlier batch held back goes out after this batch
         self.pending_tx.extend(held);
@@ -311,29 +300,30 @@ impl<T: Transport> Transport for FaultyTransport<T> {
         let r = self.inner.recv(out);
         let got: Vec<Datagram> = out.drain(start..).collect();
         let held = std::mem::take(&mut self.held_rx);
+        let rates = self.spec.rates(true);
         for mut d in got {
             bump(&self.counters.rx_seen);
-            if self.spec.dir.rx() {
-                if self.rng.chance(self.spec.loss) {
-                    bump(&self.counters.rx_dropped);
-                    continue;
-                }
-                if self.rng.chance(self.spec.reorder) {
-                    bump(&self.counters.reordered);
-                    self.held_rx.push(d);
-                    continue;
+            let fate = self.dice.decide(&rates, d.payload.len(), false);
+            if fate.drop {
+                bump(&self.counters.rx_dropped);
+                continue;
+            }
+            if fate.corrupt_bit.is_some() {
+                let mut v = d.payload.to_vec();
+                if fate.corrupt(&mut v) {
+                    bump(&self.counters.corrupted);
+                    d.payload = v.into();
                 }
             }
-            if self.rng.chance(self.spec.corrupt) {
-                bump(&self.counters.corrupted);
-                self.corrupt(&mut d);
-            }
-            let twice = self.spec.dir.rx() && self.rng.chance(self.spec.dup);
-            if twice {
+            let n = if fate.duplicate { 2 } else { 1 };
+            if fate.duplicate {
                 bump(&self.counters.duplicated);
-                out.push(d.clone());
             }
-            out.push(d);
+            if fate.reorder {
+                bump(&self.counters.reordered);
+            }
+            let to = if fate.reorder { &mut self.held_rx } else { &mut *out };
+            to.extend(std::iter::repeat_n(d, n));
         }
         // held datagrams arrive after this batch (or alone, one call later)
         out.extend(held);
@@ -390,16 +380,16 @@ mod tests {
 
     #[test]
     fn chance_is_seeded_and_close_to_p() {
-        let mut a = Rng(7);
-        let mut b = Rng(7);
+        let mut a = FaultDice::new(7);
+        let mut b = FaultDice::new(7);
         let va: Vec<bool> = (0..1000).map(|_| a.chance(0.1)).collect();
         let vb: Vec<bool> = (0..1000).map(|_| b.chance(0.1)).collect();
         assert_eq!(va, vb);
         let n = va.iter().filter(|x| **x).count();
         assert!((60..=140).contains(&n), "{n}");
-        let mut c = Rng(7);
+        let mut c = FaultDice::new(7);
         assert!(!(0..1000).any(|_| c.chance(0.0)));
         // p = 0 draws nothing
-        assert_eq!(c.next(), Rng(7).next());
+        assert_eq!(c.chance(0.5), FaultDice::new(7).chance(0.5));
     }
 }

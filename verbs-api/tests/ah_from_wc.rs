@@ -3,12 +3,12 @@
 //! simulated fabric, IPv4 over UDP loopback), and malformed input is an
 //! error value.
 
+mod common;
+use common::{one_wc, ACCESS};
 use roce_verbs_api::udp::DeviceConfig;
 use roce_verbs_api::*;
 use std::net::{IpAddr, Ipv6Addr};
 use std::time::Duration;
-
-const ACCESS: AccessFlags = AccessFlags(AccessFlags::LOCAL_WRITE.0 | AccessFlags::REMOTE_WRITE.0);
 
 struct Node {
     ctx: Context,
@@ -26,12 +26,8 @@ fn node(ctx: Context, sq_psn: u32) -> Node {
     Node { ctx, cq, mr, qp }
 }
 
-fn one_wc(n: &Node) -> WorkCompletion {
-    let budget = Budget { events: 100_000, wall: Duration::from_secs(10) };
-    let wc = n.cq.poll_blocking(1, budget).unwrap();
-    assert_eq!(wc.len(), 1, "{wc:?}");
-    wc[0]
-}
+/// How long to wait for a completion.
+const WALL: Duration = Duration::from_secs(10);
 
 /// The client sends "ping" to the server; the server answers "pong: ping"
 /// through the AH it builds from the completion; returns the server's AH
@@ -45,7 +41,7 @@ fn ping_pong(client: &Node, server: &Node) -> (AhAttr, Grh) {
     let wr = SendWr::new(10, WrOpcode::Send).sge(client.mr.addr(), 4, client.mr.lkey());
     client.qp.post_send(ud_send(wr, ah, &server.qp.endpoint(0), DEFAULT_QKEY)).unwrap();
 
-    let wc = one_wc(server);
+    let wc = one_wc(&server.cq, WALL);
     assert_eq!((wc.wr_id, wc.status, wc.byte_len), (1, WcStatus::Success, 44));
     assert_eq!(wc.src_qp, client.qp.qpn().value());
     let mut area = [0u8; 44];
@@ -62,11 +58,11 @@ fn ping_pong(client: &Node, server: &Node) -> (AhAttr, Grh) {
         DEFAULT_QKEY,
     );
     server.qp.post_send(wr).unwrap();
-    let sent = one_wc(server);
+    let sent = one_wc(&server.cq, WALL);
     assert_eq!((sent.wr_id, sent.status, sent.opcode), (11, WcStatus::Success, WcOpcode::Send));
-    let sent = one_wc(client);
+    let sent = one_wc(&client.cq, WALL);
     assert_eq!((sent.wr_id, sent.status), (10, WcStatus::Success));
-    let got = one_wc(client);
+    let got = one_wc(&client.cq, WALL);
     assert_eq!((got.wr_id, got.status, got.byte_len), (2, WcStatus::Success, 50));
     assert_eq!(got.src_qp, server.qp.qpn().value());
     let mut reply = [0u8; 50];

@@ -2,47 +2,11 @@
 //! (`AsyncEventChannel`, like `ibv_context.async_fd`): poll(2), blocking
 //! and async/await, on the simulated fabric and over UDP loopback.
 
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+mod common;
+use common::{connect, node, readable, Node};
 use roce_verbs_api::udp::DeviceConfig;
 use roce_verbs_api::*;
-use std::os::fd::AsFd;
 use std::time::Duration;
-
-const ALL: AccessFlags = AccessFlags(
-    AccessFlags::LOCAL_WRITE.0
-        | AccessFlags::REMOTE_WRITE.0
-        | AccessFlags::REMOTE_READ.0
-        | AccessFlags::REMOTE_ATOMIC.0,
-);
-
-fn readable(ch: &AsyncEventChannel, ms: u16) -> bool {
-    let mut fds = [PollFd::new(ch.as_fd(), PollFlags::POLLIN)];
-    let n = poll(&mut fds, PollTimeout::from(ms)).unwrap();
-    n == 1 && fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLIN))
-}
-
-struct Node {
-    ctx: Context,
-    pd: Pd,
-    cq: Cq,
-    mr: Mr,
-    qp: Qp,
-}
-
-fn node(ctx: Context) -> Node {
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
-    let mr = pd.reg_mr(1 << 16, ALL).unwrap();
-    let qp = pd.qp_builder(&cq, &cq).max_send_wr(32).max_recv_wr(32).build().unwrap();
-    Node { ctx, pd, cq, mr, qp }
-}
-
-fn connect(a: &Node, b: &Node) {
-    let opts = ConnectOptions::default();
-    let (ea, eb) = (a.qp.endpoint(0x100), b.qp.endpoint(0x200));
-    a.qp.connect(&ea, &eb, &opts).unwrap();
-    b.qp.connect(&eb, &ea, &opts).unwrap();
-}
 
 /// A WRITE with a bad rkey: B's responder NAKs it and its QP goes to ERR
 /// (QP_FATAL on B), then A's QP fails with REM_ACCESS_ERR (QP_FATAL on A).

@@ -7,12 +7,8 @@ use roce_emulator::sim::{Filter, Match};
 use roce_packet::Opcode;
 use roce_verbs_api::*;
 
-const ALL: AccessFlags = AccessFlags(
-    AccessFlags::LOCAL_WRITE.0
-        | AccessFlags::REMOTE_WRITE.0
-        | AccessFlags::REMOTE_READ.0
-        | AccessFlags::REMOTE_ATOMIC.0,
-);
+mod common;
+use common::{connect_qps, rc_qp, two_contexts, ALL};
 
 struct Rig {
     net: SimNet,
@@ -26,16 +22,10 @@ struct Rig {
 
 fn rig() -> Rig {
     let net = SimNet::new(1);
-    let a = net.add_device("roce0", "10.0.0.1".parse().unwrap()).open();
-    let b = net.add_device("roce1", "10.0.0.2".parse().unwrap()).open();
-    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let (ca, cb) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
-    let qa = pa.qp_builder(&ca, &ca).build().unwrap();
-    let qb = pb.qp_builder(&cb, &cb).build().unwrap();
+    let (a, b) = two_contexts(&net, ["roce0", "roce1"]);
+    let ((pa, ca, qa), (pb, cb, qb)) = (rc_qp(&a, 64), rc_qp(&b, 64));
     let o = ConnectOptions { timeout: 10, ..ConnectOptions::default() };
-    let (ea, eb) = (qa.endpoint(100), qb.endpoint(500));
-    qa.connect(&ea, &eb, &o).unwrap();
-    qb.connect(&eb, &ea, &o).unwrap();
+    connect_qps(&qa, &qb, 100, 500, &o);
     let mr = pa.reg_mr(1 << 16, ALL).unwrap();
     let peer = pb.reg_mr(1 << 16, ALL).unwrap();
     Rig { net, a, cq: ca, qp: qa, mr, peer, _keep: (qb, cb) }

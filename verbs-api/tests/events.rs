@@ -1,17 +1,10 @@
 //! Completion channels (blocking, async, fd), async events, resize, SQD.
 
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+mod common;
+use common::{connect_qps, readable, two_contexts, ALL};
 use roce_verbs_api::udp::DeviceConfig;
 use roce_verbs_api::*;
-use std::os::fd::AsFd;
 use std::time::Duration;
-
-const ALL: AccessFlags = AccessFlags(
-    AccessFlags::LOCAL_WRITE.0
-        | AccessFlags::REMOTE_WRITE.0
-        | AccessFlags::REMOTE_READ.0
-        | AccessFlags::REMOTE_ATOMIC.0,
-);
 
 struct Node {
     ctx: Context,
@@ -31,16 +24,13 @@ fn node(ctx: Context, cqe: u32) -> Node {
 }
 
 fn connect(a: &Node, b: &Node) {
-    let opts = ConnectOptions::default();
-    let (ea, eb) = (a.qp.endpoint(0x100), b.qp.endpoint(0x200));
-    a.qp.connect(&ea, &eb, &opts).unwrap();
-    b.qp.connect(&eb, &ea, &opts).unwrap();
+    connect_qps(&a.qp, &b.qp, 0x100, 0x200, &ConnectOptions::default());
 }
 
 fn sim_pair(seed: u64, cqe: u32) -> (SimNet, Node, Node) {
     let net = SimNet::new(seed);
-    let a = node(net.add_device("roce0", "10.0.0.1".parse().unwrap()).open(), cqe);
-    let b = node(net.add_device("roce1", "10.0.0.2".parse().unwrap()).open(), cqe);
+    let (a, b) = two_contexts(&net, ["roce0", "roce1"]);
+    let (a, b) = (node(a, cqe), node(b, cqe));
     connect(&a, &b);
     (net, a, b)
 }
@@ -53,12 +43,6 @@ fn send(a: &Node, wr_id: u64, flags: SendFlags) {
 
 fn recv(b: &Node, wr_id: u64) {
     b.qp.post_recv(RecvWr::new(wr_id, b.mr.addr() + 64 * wr_id, 64, b.mr.lkey())).unwrap();
-}
-
-fn readable(ch: &CompChannel, ms: u16) -> bool {
-    let mut fds = [PollFd::new(ch.as_fd(), PollFlags::POLLIN)];
-    let n = poll(&mut fds, PollTimeout::from(ms)).unwrap();
-    n == 1 && fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLIN))
 }
 
 #[test]

@@ -4,6 +4,8 @@
 //! corruption, every byte arrives, and the counters show the faults and
 //! the recovery.
 
+mod common;
+use common::{connect_qps, rc_qp};
 use roce_transport::faults::{FaultCounters, FaultSpec, FaultyTransport};
 use roce_transport::{EngineConfig, UdpConfig, UdpTransport};
 use roce_verbs_api::udp::DeviceConfig;
@@ -50,15 +52,10 @@ fn transfer(n: u8, sa: FaultSpec, sb: FaultSpec, msgs: u64, len: u32) -> Run {
     let (da, fa) = faulty_device("fa", addr(n, 2), sa);
     let (db, fb) = faulty_device("fb", addr(n, 3), sb);
     let (a, b) = (da.open(), db.open());
-    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let (ca, cb) = (a.create_cq(256).unwrap(), b.create_cq(256).unwrap());
-    let qa = pa.qp_builder(&ca, &ca).build().unwrap();
-    let qb = pb.qp_builder(&cb, &cb).build().unwrap();
+    let ((pa, ca, qa), (pb, cb, qb)) = (rc_qp(&a, 256), rc_qp(&b, 256));
     // a short retransmit timer (4.096 us * 2^10 = 4 ms) keeps the test fast
     let opts = ConnectOptions { timeout: 10, ..ConnectOptions::default() };
-    let (ea, eb) = (qa.endpoint(0x10), qb.endpoint(0xfffff0));
-    qa.connect(&ea, &eb, &opts).unwrap();
-    qb.connect(&eb, &ea, &opts).unwrap();
+    connect_qps(&qa, &qb, 0x10, 0xfffff0, &opts);
     let acc = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     let total = (msgs * u64::from(len)) as usize;
     let src = pa.reg_mr(total, acc).unwrap();

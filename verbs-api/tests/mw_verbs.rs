@@ -2,15 +2,11 @@
 //! with `Qp::bind_mw`, type 2 with a posted BIND_MW, the QP a type 2
 //! window is bound to, MW_BIND_ERR, invalidation and the counters.
 
+mod common;
+use common::{connect_qps, one_wc, ALL};
 use roce_verbs_api::*;
 use std::time::Duration;
 
-const ALL: AccessFlags = AccessFlags(
-    AccessFlags::LOCAL_WRITE.0
-        | AccessFlags::REMOTE_WRITE.0
-        | AccessFlags::REMOTE_READ.0
-        | AccessFlags::REMOTE_ATOMIC.0,
-);
 const RW: AccessFlags = AccessFlags(AccessFlags::REMOTE_READ.0 | AccessFlags::REMOTE_WRITE.0);
 
 struct Node {
@@ -30,18 +26,12 @@ fn node(ctx: Context) -> Node {
 fn rc_pair(a: &Node, b: &Node, psn: u32) -> (Qp, Qp) {
     let qa = a.pd.qp_builder(&a.cq, &a.cq).build().unwrap();
     let qb = b.pd.qp_builder(&b.cq, &b.cq).build().unwrap();
-    let opts = ConnectOptions::default();
-    let (ea, eb) = (qa.endpoint(psn), qb.endpoint(psn + 0x1000));
-    qa.connect(&ea, &eb, &opts).unwrap();
-    qb.connect(&eb, &ea, &opts).unwrap();
+    connect_qps(&qa, &qb, psn, psn + 0x1000, &ConnectOptions::default());
     (qa, qb)
 }
 
-fn one_wc(cq: &Cq) -> WorkCompletion {
-    let w = cq.poll_blocking(1, Budget { events: 100_000, wall: Duration::from_secs(5) }).unwrap();
-    assert_eq!(w.len(), 1, "{w:?}");
-    w[0]
-}
+/// How long to wait for a completion.
+const WALL: Duration = Duration::from_secs(5);
 
 /// A writes `data` through `rkey` at `va` on `qp`; returns the status.
 fn write(a: &Node, qp: &Qp, id: u64, va: u64, rkey: RKey, data: &[u8]) -> WcStatus {
@@ -50,7 +40,7 @@ fn write(a: &Node, qp: &Qp, id: u64, va: u64, rkey: RKey, data: &[u8]) -> WcStat
         .sge(a.mr.addr(), data.len() as u32, a.mr.lkey())
         .remote(va, rkey);
     qp.post_send(wr).unwrap();
-    let wc = one_wc(&a.cq);
+    let wc = one_wc(&a.cq, WALL);
     assert_eq!(wc.wr_id, id);
     wc.status
 }
@@ -68,7 +58,7 @@ fn type1_and_type2_windows_through_the_verbs() {
     let before = mw1.rkey();
     let k1 = qb.bind_mw(&mw1, 1, SendFlags::SIGNALED, b.mr.mw_bind(4096, 512, RW)).unwrap();
     assert_eq!(k1, RKey::new((before.value() & !0xFF) | (before.value().wrapping_add(1) & 0xFF)));
-    let wc = one_wc(&b.cq);
+    let wc = one_wc(&b.cq, WALL);
     assert_eq!((wc.wr_id, wc.status, wc.opcode), (1, WcStatus::Success, WcOpcode::BindMw));
     assert_eq!(mw1.rkey(), k1);
     // usable on either connection of the PD
@@ -86,7 +76,7 @@ fn type1_and_type2_windows_through_the_verbs() {
     let k2 = mw2.inc_rkey();
     let bind = b.mr.mw_bind(8192, 256, RW);
     qb.post_send(SendWr::new(2, WrOpcode::BindMw { mw: mw2.handle(), rkey: k2, bind })).unwrap();
-    let wc = one_wc(&b.cq);
+    let wc = one_wc(&b.cq, WALL);
     assert_eq!((wc.wr_id, wc.status, wc.opcode), (2, WcStatus::Success, WcOpcode::BindMw));
     assert_eq!(mw2.rkey(), k2);
     assert_eq!(write(&a, &qa, 12, b.mr.remote_addr(8192), k2, b"type-2"), WcStatus::Success);
@@ -99,7 +89,7 @@ fn type1_and_type2_windows_through_the_verbs() {
 
     // LOCAL_INV frees it; the rkey stops working
     qb.post_send(SendWr::new(3, WrOpcode::LocalInv { rkey: k2 })).unwrap();
-    let wc = one_wc(&b.cq);
+    let wc = one_wc(&b.cq, WALL);
     assert_eq!((wc.wr_id, wc.status, wc.opcode), (3, WcStatus::Success, WcOpcode::LocalInv));
     assert_eq!(write(&a, &qa, 14, b.mr.remote_addr(8192), k2, b"late"), WcStatus::RemAccessErr);
 
@@ -129,7 +119,7 @@ fn bind_errors_through_the_verbs() {
     let mr_other = other.reg_mr(4096, ALL | AccessFlags::MW_BIND).unwrap();
     let before = mw1.rkey();
     qb.bind_mw(&mw1, 2, SendFlags::EMPTY, mr_other.mw_bind(0, 64, RW)).unwrap();
-    let wc = one_wc(&b.cq);
+    let wc = one_wc(&b.cq, WALL);
     assert_eq!((wc.wr_id, wc.status, wc.opcode), (2, WcStatus::MwBindErr, WcOpcode::BindMw));
     assert_eq!(mw1.rkey(), before);
     assert_eq!(qb.state(), QpState::Err);

@@ -3,6 +3,8 @@
 //! that received since its last pull), data arrives intact, and held ACKs
 //! leave when the driver idles.
 
+mod common;
+use common::{connect_qps, rc_qp};
 use roce_emulator::{Hca, HcaConfig, PathMtu};
 use roce_transport::{UdpConfig, UdpTransport};
 use roce_verbs_api::{
@@ -33,14 +35,8 @@ fn kick_moves_the_posting_device_only_and_held_acks_leave_when_idle() {
             .with_ack_delay(Duration::from_secs(3600), &[ha.clone(), hb.clone()]),
     );
     let (a, b) = (Device::new(ha, drv.clone()).open(), Device::new(hb, drv).open());
-    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let (qca, qcb) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
-    let qa = pa.qp_builder(&qca, &qca).build().unwrap();
-    let qb = pb.qp_builder(&qcb, &qcb).build().unwrap();
-    let opts = ConnectOptions::default();
-    let (ea, eb) = (qa.endpoint(0x100), qb.endpoint(0x200));
-    qa.connect(&ea, &eb, &opts).unwrap();
-    qb.connect(&eb, &ea, &opts).unwrap();
+    let ((pa, qca, qa), (pb, qcb, qb)) = (rc_qp(&a, 64), rc_qp(&b, 64));
+    connect_qps(&qa, &qb, 0x100, 0x200, &ConnectOptions::default());
     let acc = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     let (ma, mb) = (pa.reg_mr(4096, acc).unwrap(), pb.reg_mr(4096, acc).unwrap());
     ma.write(0, b"from a").unwrap();

@@ -2,6 +2,8 @@
 //! the variable, so it lives alone in its own test binary (its own process):
 //! no other test can observe the variable while it is set.
 
+mod common;
+use common::{connect_qps, rc_qp, two_contexts};
 use roce_verbs_api::{AccessFlags, ConnectOptions, RecvWr, SendWr, WrOpcode};
 
 #[test]
@@ -11,15 +13,9 @@ fn sim_net_records_with_env_pcap() {
     std::env::set_var("ROCE_EMU_PCAP", &dir);
     let net = roce_verbs_api::SimNet::new(5);
     std::env::remove_var("ROCE_EMU_PCAP");
-    let a = net.add_device("s0", "10.0.0.1".parse().unwrap()).open();
-    let b = net.add_device("s1", "10.0.0.2".parse().unwrap()).open();
-    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let (ca, cb) = (a.create_cq(8).unwrap(), b.create_cq(8).unwrap());
-    let qa = pa.qp_builder(&ca, &ca).build().unwrap();
-    let qb = pb.qp_builder(&cb, &cb).build().unwrap();
-    let (ea, eb) = (qa.endpoint(1), qb.endpoint(2));
-    qa.connect(&ea, &eb, &ConnectOptions::default()).unwrap();
-    qb.connect(&eb, &ea, &ConnectOptions::default()).unwrap();
+    let (a, b) = two_contexts(&net, ["s0", "s1"]);
+    let ((pa, ca, qa), (pb, cb, qb)) = (rc_qp(&a, 8), rc_qp(&b, 8));
+    connect_qps(&qa, &qb, 1, 2, &ConnectOptions::default());
     let m = pb.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
     qb.post_recv(RecvWr::new(9, m.addr(), 64, m.lkey())).unwrap();
     qa.post_send(SendWr::new(1, WrOpcode::Send).inline(b"hi")).unwrap();

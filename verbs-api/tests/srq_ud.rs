@@ -1,9 +1,11 @@
 //! The SRQ handle and the UC/UD helpers of the verbs API on the simulated
 //! fabric.
 
+mod common;
+use common::{two_contexts, ACCESS};
 use roce_verbs_api::{
-    create_ah, ud_send, AccessFlags, ConnectOptions, DestroyError, QpType, RecvWr, SendWr, SimNet,
-    WcOpcode, WcStatus, WrOpcode, DEFAULT_QKEY,
+    create_ah, ud_send, ConnectOptions, DestroyError, QpType, RecvWr, SendWr, SimNet, WcOpcode,
+    WcStatus, WrOpcode, DEFAULT_QKEY,
 };
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -11,13 +13,10 @@ fn ip(last: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 0, 0, last))
 }
 
-const ACCESS: AccessFlags = AccessFlags(AccessFlags::LOCAL_WRITE.0 | AccessFlags::REMOTE_WRITE.0);
-
 #[test]
 fn rc_and_ud_qps_share_one_srq() {
     let net = SimNet::new(5);
-    let a = net.add_device("roce0", ip(1)).open();
-    let b = net.add_device("roce1", ip(2)).open();
+    let (a, b) = two_contexts(&net, ["roce0", "roce1"]);
     let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (ca, cb) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
     let (ma, mb) = (pa.reg_mr(4096, ACCESS).unwrap(), pb.reg_mr(8192, ACCESS).unwrap());
@@ -75,8 +74,7 @@ fn rc_and_ud_qps_share_one_srq() {
 #[test]
 fn uc_pair_connects_and_writes_with_immediate() {
     let net = SimNet::new(6);
-    let a = net.add_device("roce0", ip(1)).open();
-    let b = net.add_device("roce1", ip(2)).open();
+    let (a, b) = two_contexts(&net, ["roce0", "roce1"]);
     let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (ca, cb) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
     let (ma, mb) = (pa.reg_mr(4096, ACCESS).unwrap(), pb.reg_mr(4096, ACCESS).unwrap());

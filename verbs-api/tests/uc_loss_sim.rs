@@ -6,7 +6,8 @@ use roce_emulator::sim::{Filter, Match};
 use roce_packet::{Opcode, Psn};
 use roce_verbs_api::*;
 
-const ACCESS: AccessFlags = AccessFlags(AccessFlags::LOCAL_WRITE.0 | AccessFlags::REMOTE_WRITE.0);
+mod common;
+use common::ACCESS;
 
 #[test]
 fn one_dropped_packet_loses_exactly_its_uc_message() {

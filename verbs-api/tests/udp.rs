@@ -2,6 +2,8 @@
 //! and RDMA WRITE through the verbs, waited for synchronously and from a
 //! tokio current-thread runtime.
 
+mod common;
+use common::{connect_qps, rc_qp, two_contexts};
 use roce_verbs_api::udp::{gid_to_addr, DeviceConfig};
 use roce_verbs_api::{
     AccessFlags, Budget, ConnectOptions, RecvWr, SendWr, WcOpcode, WcStatus, WrOpcode,
@@ -84,16 +86,9 @@ fn udp_send_and_write_sync_and_async() {
 #[test]
 fn async_poll_on_sim_driver() {
     let net = roce_verbs_api::SimNet::new(3);
-    let a = net.add_device("s0", "10.0.0.1".parse().unwrap()).open();
-    let b = net.add_device("s1", "10.0.0.2".parse().unwrap()).open();
-    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let (ca, cb) = (a.create_cq(8).unwrap(), b.create_cq(8).unwrap());
-    let qa = pa.qp_builder(&ca, &ca).build().unwrap();
-    let qb = pb.qp_builder(&cb, &cb).build().unwrap();
-    let opts = ConnectOptions::default();
-    let (ea, eb) = (qa.endpoint(1), qb.endpoint(2));
-    qa.connect(&ea, &eb, &opts).unwrap();
-    qb.connect(&eb, &ea, &opts).unwrap();
+    let (a, b) = two_contexts(&net, ["s0", "s1"]);
+    let ((_pa, _ca, qa), (pb, cb, qb)) = (rc_qp(&a, 8), rc_qp(&b, 8));
+    connect_qps(&qa, &qb, 1, 2, &ConnectOptions::default());
     let m = pb.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
     qb.post_recv(RecvWr::new(9, m.addr(), 64, m.lkey())).unwrap();
     qa.post_send(SendWr::new(1, WrOpcode::Send).inline(b"hi")).unwrap();

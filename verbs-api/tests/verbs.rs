@@ -1,42 +1,21 @@
 //! The safe verbs API end to end on the simulated fabric.
 
+mod common;
+use common::{connect_qps, Node};
 use roce_verbs_api::*;
 use std::net::IpAddr;
 
-const ALL: AccessFlags = AccessFlags(
-    AccessFlags::LOCAL_WRITE.0
-        | AccessFlags::REMOTE_WRITE.0
-        | AccessFlags::REMOTE_READ.0
-        | AccessFlags::REMOTE_ATOMIC.0,
-);
-
 /// Everything one side of a connection needs, in one struct (the point of
 /// the `Arc`-to-parent design: no lifetimes tie these together).
-struct Node {
-    ctx: Context,
-    pd: Pd,
-    cq: Cq,
-    mr: Mr,
-    qp: Qp,
-}
-
 fn node(net: &SimNet, name: &str, addr: &str) -> Node {
-    let ctx = net.add_device(name, addr.parse::<IpAddr>().unwrap()).open();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(64).unwrap();
-    let mr = pd.reg_mr(1 << 16, ALL).unwrap();
-    let qp = pd.qp_builder(&cq, &cq).max_send_wr(32).max_recv_wr(32).build().unwrap();
-    Node { ctx, pd, cq, mr, qp }
+    common::node(net.add_device(name, addr.parse::<IpAddr>().unwrap()).open())
 }
 
 fn pair(seed: u64) -> (SimNet, Node, Node) {
     let net = SimNet::new(seed);
     let a = node(&net, "roce0", "10.0.0.1");
     let b = node(&net, "roce1", "10.0.0.2");
-    let opts = ConnectOptions::default();
-    let (ea, eb) = (a.qp.endpoint(0x1000), b.qp.endpoint(0xFF_FFF0));
-    a.qp.connect(&ea, &eb, &opts).unwrap();
-    b.qp.connect(&eb, &ea, &opts).unwrap();
+    connect_qps(&a.qp, &b.qp, 0x1000, 0xFF_FFF0, &ConnectOptions::default());
     (net, a, b)
 }
 

@@ -12,10 +12,16 @@
 //!   transmission of each packet") and an [`Action`] (drop, duplicate,
 //!   corrupt, delay). For anything else, [`Filter::custom`] takes a closure.
 //!
-//! All randomness comes from the fabric's one seeded `SmallRng`, drawn in a
-//! fixed order, so a seed replays the same faults on the same datagrams. A
-//! probability of zero draws nothing: turning a fault off does not shift the
-//! random sequence of the others.
+//! All randomness comes from the fabric's one seeded [`FaultDice`] (a
+//! `SmallRng`), drawn in a fixed order, so a seed replays the same faults on
+//! the same datagrams. A probability of zero draws nothing: turning a fault
+//! off does not shift the random sequence of the others.
+//!
+//! The random faults of one datagram are decided by one function,
+//! [`FaultDice::decide`], which the real transports' `ROCE_EMU_FAULTS`
+//! injector (`roce_transport::faults`) calls too: the fabric and the
+//! injector differ only in their mechanics (the fabric schedules arrivals on
+//! a virtual clock, the injector holds datagrams behind the next batch).
 
 use crate::io::Datagram;
 use crate::sim::NodeId;
@@ -24,7 +30,7 @@ use core::fmt;
 use core::net::IpAddr;
 use core::time::Duration;
 use rand::rngs::SmallRng;
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 use roce_packet::{OpKind, Opcode, Psn, Qpn, RoceRepr, UdpEndpoints};
 use std::collections::HashSet;
 
@@ -425,6 +431,101 @@ impl Filter {
     }
 }
 
+/// The probabilities of the random faults, as the one decision function
+/// ([`FaultDice::decide`]) takes them: the simulated fabric's
+/// [`FaultConfig`] and the real transports' `ROCE_EMU_FAULTS` injector
+/// (`roce_transport::faults`) both reduce to this.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct FaultRates {
+    /// Probability that a datagram is lost.
+    pub drop: f64,
+    /// Probability that one random bit of the payload is flipped.
+    pub corrupt: f64,
+    /// Probability that a datagram is delivered twice.
+    pub duplicate: f64,
+    /// Probability that a datagram is held back (reordered).
+    pub reorder: f64,
+}
+
+impl FaultConfig {
+    /// The probabilities, for [`FaultDice::decide`].
+    pub fn rates(&self) -> FaultRates {
+        FaultRates {
+            drop: self.drop,
+            corrupt: self.corrupt,
+            duplicate: self.duplicate,
+            reorder: self.reorder,
+        }
+    }
+}
+
+/// The random fate of one datagram, as [`FaultDice::decide`] drew it.
+/// What to do with it (hold it for how long, how to deliver the copy) is
+/// left to the caller's mechanics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Fate {
+    /// Lose it (nothing else was drawn).
+    pub drop: bool,
+    /// Flip this bit of the payload (bit 0 is the MSB of byte 0; never in
+    /// BTH byte 4). `None` if not corrupted, or nothing can be flipped.
+    pub corrupt_bit: Option<usize>,
+    /// Deliver it twice.
+    pub duplicate: bool,
+    /// Hold it back so that later datagrams overtake it.
+    pub reorder: bool,
+}
+
+impl Fate {
+    /// Flip [`Fate::corrupt_bit`] in `payload`; false if there is none (or
+    /// it is out of range).
+    pub fn corrupt(&self, payload: &mut [u8]) -> bool {
+        self.corrupt_bit.is_some_and(|b| flip_bit(payload, b))
+    }
+}
+
+/// The one seeded source of fault decisions, shared by the simulated fabric
+/// and the real transports' fault injector: a `SmallRng` seeded with a
+/// `u64`, drawn in a fixed order, so a seed replays the same faults on the
+/// same sequence of datagrams (on the same platform and `rand` version).
+#[derive(Clone, Debug)]
+pub struct FaultDice {
+    rng: SmallRng,
+}
+
+impl FaultDice {
+    /// Dice seeded with `seed`.
+    pub fn new(seed: u64) -> FaultDice {
+        FaultDice { rng: SmallRng::seed_from_u64(seed) }
+    }
+
+    /// The generator, for other seeded choices (jitter, `Match::Random`).
+    pub fn rng(&mut self) -> &mut SmallRng {
+        &mut self.rng
+    }
+
+    /// `true` with probability `p` (clamped; NaN and `p <= 0` draw nothing).
+    pub fn chance(&mut self, p: f64) -> bool {
+        chance(&mut self.rng, p)
+    }
+
+    /// Decide the random fate of a datagram of `payload_len` bytes, in the
+    /// fixed order: loss (if lost, nothing more is drawn), corruption
+    /// (`force_corrupt` makes it certain but still draws the chance, so a
+    /// targeted corruption does not shift the sequence; the bit is drawn
+    /// when corrupting), duplication, reordering. A probability of zero
+    /// draws nothing, so turning a fault off does not shift the others.
+    pub fn decide(&mut self, rates: &FaultRates, payload_len: usize, force_corrupt: bool) -> Fate {
+        if self.chance(rates.drop) {
+            return Fate { drop: true, ..Fate::default() };
+        }
+        let corrupt = self.chance(rates.corrupt) | force_corrupt;
+        let corrupt_bit = if corrupt { random_bit(&mut self.rng, payload_len) } else { None };
+        let duplicate = self.chance(rates.duplicate);
+        let reorder = self.chance(rates.reorder);
+        Fate { drop: false, corrupt_bit, duplicate, reorder }
+    }
+}
+
 /// `true` with probability `p` (clamped; NaN and `p <= 0` draw nothing).
 pub(crate) fn chance(rng: &mut SmallRng, p: f64) -> bool {
     if p.is_nan() || p <= 0.0 {
@@ -436,12 +537,13 @@ pub(crate) fn chance(rng: &mut SmallRng, p: f64) -> bool {
     }
 }
 
-/// Flip one random bit of `payload`, skipping BTH byte 4 when the payload
-/// is long enough to have a BTH. Returns the bit index flipped.
-pub(crate) fn flip_random_bit(rng: &mut SmallRng, payload: &mut [u8]) -> Option<usize> {
-    const SKIP: usize = 4; // BTH byte 4: FECN, BECN, resv6 (not covered by the ICRC)
-    let skip = payload.len() > SKIP;
-    let bits = payload.len() * 8 - if skip { 8 } else { 0 };
+/// A random bit of a `len`-byte payload, skipping BTH byte 4 when the
+/// payload is long enough to have a BTH (FECN, BECN, resv6: not covered by
+/// the ICRC, so every flip is one the receiver's ICRC check must catch).
+fn random_bit(rng: &mut SmallRng, len: usize) -> Option<usize> {
+    const SKIP: usize = 4;
+    let skip = len > SKIP;
+    let bits = len * 8 - if skip { 8 } else { 0 };
     if bits == 0 {
         return None;
     }
@@ -449,7 +551,7 @@ pub(crate) fn flip_random_bit(rng: &mut SmallRng, payload: &mut [u8]) -> Option<
     if skip && bit >= SKIP * 8 {
         bit += 8;
     }
-    flip_bit(payload, bit).then_some(bit)
+    Some(bit)
 }
 
 /// Flip bit `bit` (0 = MSB of byte 0). False if out of range.

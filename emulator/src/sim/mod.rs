@@ -30,6 +30,25 @@
 //! The run loops ([`Fabric::run_until_idle`], [`Fabric::run_until`],
 //! [`Fabric::run_for`]) are all bounded by an event count.
 //!
+//! # Lockstep runs, the trace, test packets
+//!
+//! The fabric is the one simulated wire of every test layer. Besides the
+//! event-driven runs above, [`Fabric::run_lockstep`] moves datagrams with
+//! no latency in rounds ([`Pace`]) and offers each RoCE datagram to a hook
+//! that observes it and answers a [`Verdict`] (deliver, drop, duplicate,
+//! replace its bytes, hold it behind the next one); the emulator's
+//! two-node test harness is exactly that, with two `Hca`s lent to a
+//! `Fabric<&mut Hca>` for each run (the node type `N` is a parameter;
+//! owned boxed nodes are the default). Lockstep runs always record the
+//! wire trace ([`Traced`]: headers, direction, fate), the event-driven ones
+//! after [`Fabric::record_trace`]; [`Fabric::count`] counts an opcode per
+//! direction and [`Fabric::dump`] prints the trace. [`packet::PacketBuilder`]
+//! builds hand-made datagrams with a valid ICRC for tests and hooks.
+//!
+//! The random faults of a datagram are decided by one function,
+//! [`FaultDice::decide`], which the real transports' `ROCE_EMU_FAULTS`
+//! injector (`roce_transport::faults`) calls as well.
+//!
 //! # Example
 //!
 //! ```
@@ -56,10 +75,16 @@
 //! same for other seeded things.
 
 mod fault;
+pub mod packet;
 mod tap;
+mod wire;
 
-pub use fault::{Action, FaultConfig, Filter, FilterFn, FilterId, Match, Occurrence, PacketInfo};
+pub use fault::{
+    Action, Fate, FaultConfig, FaultDice, FaultRates, Filter, FilterFn, FilterId, Match,
+    Occurrence, PacketInfo,
+};
 pub use tap::{mac_for, TapId, TapPoint};
+pub use wire::{Pace, Traced, Verdict};
 
 use crate::io::{Datagram, SansIo};
 use crate::time::Instant;
@@ -68,7 +93,7 @@ use core::cmp::Ordering;
 use core::net::IpAddr;
 use core::time::Duration;
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 use roce_packet::{RocePacket, RoceRepr};
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -215,6 +240,22 @@ pub fn ip_len(d: &Datagram) -> usize {
     ip + 8 + d.payload.len()
 }
 
+/// A node that swallows every datagram, never transmits and arms no
+/// timer: a peer for tests that only look at the wire.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NullNode;
+
+impl SansIo for NullNode {
+    fn handle_datagram(&mut self, _now: Instant, _dgram: Datagram) {}
+    fn poll_transmit(&mut self, _now: Instant) -> Option<Datagram> {
+        None
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+    fn handle_timeout(&mut self, _now: Instant) {}
+}
+
 /// A node shared between the fabric and someone else (e.g. a verbs API
 /// posting work to the same device): the fabric locks it for each call. A
 /// poisoned lock is used anyway (the node's state is whatever the panicking
@@ -234,13 +275,46 @@ impl<T: SansIo + ?Sized> SansIo for Arc<Mutex<T>> {
     }
 }
 
+/// A boxed node (the default node type of a [`Fabric`]).
+impl<T: SansIo + ?Sized> SansIo for Box<T> {
+    fn handle_datagram(&mut self, now: Instant, dgram: Datagram) {
+        (**self).handle_datagram(now, dgram)
+    }
+    fn poll_transmit(&mut self, now: Instant) -> Option<Datagram> {
+        (**self).poll_transmit(now)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        (**self).poll_timeout()
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        (**self).handle_timeout(now)
+    }
+}
+
+/// A node lent to a fabric for one run (`Fabric<&mut Hca>`): the fabric
+/// drives it, its owner keeps it.
+impl<T: SansIo + ?Sized> SansIo for &mut T {
+    fn handle_datagram(&mut self, now: Instant, dgram: Datagram) {
+        (**self).handle_datagram(now, dgram)
+    }
+    fn poll_transmit(&mut self, now: Instant) -> Option<Datagram> {
+        (**self).poll_transmit(now)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        (**self).poll_timeout()
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        (**self).handle_timeout(now)
+    }
+}
+
 fn lock<T: ?Sized>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-struct Node {
+struct Node<N> {
     addrs: Vec<IpAddr>,
-    io: Box<dyn SansIo + Send>,
+    io: N,
     stats: NodeStats,
 }
 
@@ -303,12 +377,19 @@ impl NextEvent {
     }
 }
 
+/// The node type of a fabric that owns its nodes.
+pub type BoxedNode = Box<dyn SansIo + Send>;
+
 /// The simulated fabric. See the [module documentation](self).
-pub struct Fabric {
+///
+/// `N` is the node type: by default boxed nodes the fabric owns; a
+/// `Fabric<&mut Hca>` drives HCAs lent to it for one run (what the
+/// emulator's two-node test harness does).
+pub struct Fabric<N = BoxedNode> {
     now: Instant,
     seed: u64,
-    rng: SmallRng,
-    nodes: Vec<Node>,
+    dice: FaultDice,
+    nodes: Vec<Node<N>>,
     routes: HashMap<IpAddr, NodeId>,
     default_link: LinkConfig,
     default_faults: FaultConfig,
@@ -323,10 +404,13 @@ pub struct Fabric {
     taps: Vec<Option<tap::Tap>>,
     max_transmits_per_poll: usize,
     max_events_per_run: usize,
+    /// The wire trace (see [`Fabric::record_trace`]).
+    trace: Vec<Traced>,
+    tracing: bool,
     _guard: SeedGuard,
 }
 
-impl std::fmt::Debug for Fabric {
+impl<N> std::fmt::Debug for Fabric<N> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Fabric")
             .field("now", &self.now)
@@ -342,10 +426,44 @@ impl Fabric {
     /// An empty fabric at time zero with this seed, default links and no
     /// faults.
     pub fn new(seed: u64) -> Fabric {
+        Fabric::of(seed)
+    }
+
+    /// Like [`Fabric::new`], but `ROCE_SIM_SEED` overrides `default`.
+    pub fn from_env_seed(default: u64) -> Fabric {
+        Fabric::new(seed_from_env(default))
+    }
+
+    /// Add a node reachable at `addr`. If another node already owns
+    /// `addr`, the new node takes the route over.
+    pub fn add_node(&mut self, addr: IpAddr, node: impl SansIo + Send + 'static) -> NodeId {
+        self.add_boxed_node(addr, Box::new(node))
+    }
+
+    /// [`Fabric::add_node`] for an already boxed node.
+    pub fn add_boxed_node(&mut self, addr: IpAddr, node: Box<dyn SansIo + Send>) -> NodeId {
+        self.add_io(addr, node)
+    }
+
+    /// A node, to inspect it.
+    pub fn node(&self, id: NodeId) -> Option<&(dyn SansIo + Send)> {
+        self.nodes.get(id.0).map(|n| &*n.io)
+    }
+
+    /// A node, to drive it directly (e.g. post work between steps).
+    pub fn node_mut(&mut self, id: NodeId) -> Option<&mut (dyn SansIo + Send + 'static)> {
+        self.nodes.get_mut(id.0).map(|n| &mut *n.io)
+    }
+}
+
+impl<N: SansIo> Fabric<N> {
+    /// An empty fabric of `N` nodes at time zero with this seed, default
+    /// links and no faults ([`Fabric::new`] for boxed nodes).
+    pub fn of(seed: u64) -> Fabric<N> {
         Fabric {
             now: Instant::ZERO,
             seed,
-            rng: SmallRng::seed_from_u64(seed),
+            dice: FaultDice::new(seed),
             nodes: Vec::new(),
             routes: HashMap::new(),
             default_link: LinkConfig::default(),
@@ -359,13 +477,10 @@ impl Fabric {
             taps: Vec::new(),
             max_transmits_per_poll: 65_536,
             max_events_per_run: 1_000_000,
+            trace: Vec::new(),
+            tracing: false,
             _guard: SeedGuard::new(seed),
         }
-    }
-
-    /// Like [`Fabric::new`], but `ROCE_SIM_SEED` overrides `default`.
-    pub fn from_env_seed(default: u64) -> Fabric {
-        Fabric::new(seed_from_env(default))
     }
 
     /// The seed this fabric's randomness comes from.
@@ -388,14 +503,14 @@ impl Fabric {
         self.nodes.get(id.0).map(|n| &n.stats)
     }
 
-    /// Add a node reachable at `addr`. If another node already owns
-    /// `addr`, the new node takes the route over.
-    pub fn add_node(&mut self, addr: IpAddr, node: impl SansIo + Send + 'static) -> NodeId {
-        self.add_boxed_node(addr, Box::new(node))
+    /// Move the virtual clock forward to `t` (never back).
+    pub fn advance_to(&mut self, t: Instant) {
+        self.now = self.now.max(t);
     }
 
-    /// [`Fabric::add_node`] for an already boxed node.
-    pub fn add_boxed_node(&mut self, addr: IpAddr, node: Box<dyn SansIo + Send>) -> NodeId {
+    /// Add a node of the fabric's node type reachable at `addr` (see
+    /// [`Fabric::add_node`]).
+    pub fn add_io(&mut self, addr: IpAddr, node: N) -> NodeId {
         let id = NodeId(self.nodes.len());
         self.nodes.push(Node { addrs: Vec::new(), io: node, stats: NodeStats::default() });
         self.add_address(id, addr);
@@ -428,14 +543,14 @@ impl Fabric {
         self.routes.get(&addr).copied()
     }
 
-    /// A node, to inspect it.
-    pub fn node(&self, id: NodeId) -> Option<&(dyn SansIo + Send)> {
-        self.nodes.get(id.0).map(|n| &*n.io)
+    /// A node as its own type.
+    pub fn io(&self, id: NodeId) -> Option<&N> {
+        self.nodes.get(id.0).map(|n| &n.io)
     }
 
-    /// A node, to drive it directly (e.g. post work between steps).
-    pub fn node_mut(&mut self, id: NodeId) -> Option<&mut (dyn SansIo + Send + 'static)> {
-        self.nodes.get_mut(id.0).map(|n| &mut *n.io)
+    /// A node as its own type, to drive it directly.
+    pub fn io_mut(&mut self, id: NodeId) -> Option<&mut N> {
+        self.nodes.get_mut(id.0).map(|n| &mut n.io)
     }
 
     /// Set the link properties used where no per-link ones are set.
@@ -584,7 +699,7 @@ impl Fabric {
     /// each), at most `max_events` steps. Returns whether `cond` held.
     pub fn run_until(
         &mut self,
-        mut cond: impl FnMut(&mut Fabric) -> bool,
+        mut cond: impl FnMut(&mut Fabric<N>) -> bool,
         max_events: usize,
     ) -> bool {
         if cond(self) {
@@ -672,7 +787,9 @@ impl Fabric {
         let info = PacketInfo { seq, now, from, to, endpoints: dgram.endpoints, ip_len: len, roce };
         let opcode = Shown(info.opcode());
         let psn = Shown(info.psn());
+        let traced = self.trace_transmit(&info);
         if len > cfg.mtu {
+            self.mark(traced, Verdict::Drop);
             self.stats.dropped_mtu += 1;
             debug!(seq, %opcode, %psn, len, mtu = cfg.mtu, "sim drop: larger than link MTU");
             return;
@@ -701,7 +818,7 @@ impl Fabric {
         let mut flips = Vec::new();
         let mut delay = Duration::ZERO;
         for (i, f) in self.filters.iter_mut().enumerate() {
-            let a = f.decide(&dgram, &info, &mut self.rng);
+            let a = f.decide(&dgram, &info, self.dice.rng());
             if a != Action::Pass {
                 debug!(seq, filter = i, action = ?a, %opcode, %psn, "sim filter fired");
             }
@@ -715,37 +832,37 @@ impl Fabric {
             }
         }
         if drop {
+            self.mark(traced, Verdict::Drop);
             self.stats.dropped_filter += 1;
             debug!(seq, %opcode, %psn, "sim drop: filter");
             return;
         }
 
-        // Random faults, in a fixed order.
-        if fault::chance(&mut self.rng, faults.drop) {
+        // Random faults: the one decision function, in its fixed order.
+        let fate = self.dice.decide(&faults.rates(), dgram.payload.len(), corrupt);
+        if fate.drop {
+            self.mark(traced, Verdict::Drop);
             self.stats.dropped_loss += 1;
             debug!(seq, %opcode, %psn, p = faults.drop, "sim drop: random loss");
             return;
         }
-        corrupt |= fault::chance(&mut self.rng, faults.corrupt);
         let mut dgram = dgram;
-        if corrupt || !flips.is_empty() {
+        if fate.corrupt_bit.is_some() || !flips.is_empty() {
             let mut p = dgram.payload.to_vec();
             let mut changed = false;
             for b in flips {
                 changed |= fault::flip_bit(&mut p, b);
             }
-            if corrupt {
-                if let Some(bit) = fault::flip_random_bit(&mut self.rng, &mut p) {
-                    debug!(seq, %opcode, %psn, bit, "sim corrupt: flipped bit");
-                    changed = true;
-                }
+            if fate.corrupt(&mut p) {
+                debug!(seq, %opcode, %psn, bit = fate.corrupt_bit, "sim corrupt: flipped bit");
+                changed = true;
             }
             if changed {
                 self.stats.corrupted += 1;
                 dgram.payload = Bytes::from(p);
             }
         }
-        duplicate |= fault::chance(&mut self.rng, faults.duplicate);
+        let duplicate = duplicate || fate.duplicate;
         // Explicit holds (filter delay, reorder fault) let later datagrams
         // overtake; jitter alone keeps the link's FIFO order.
         let mut hold = Duration::ZERO;
@@ -753,7 +870,7 @@ impl Fabric {
             self.stats.delayed += 1;
             hold += delay;
         }
-        if fault::chance(&mut self.rng, faults.reorder) {
+        if fate.reorder {
             self.stats.reorder_held += 1;
             hold += faults.reorder_delay;
             debug!(
@@ -765,13 +882,14 @@ impl Fabric {
             );
         }
         let base = done + cfg.latency;
-        let j = jitter(&mut self.rng, faults.jitter);
+        let j = jitter(self.dice.rng(), faults.jitter);
         let arrival = self.arrival(from, to, base + j, hold);
         if duplicate {
+            self.mark(traced, Verdict::Duplicate);
             self.stats.duplicated += 1;
             // The copy gets its own jitter and a filter's delay, not the
             // reorder hold.
-            let j = jitter(&mut self.rng, faults.jitter);
+            let j = jitter(self.dice.rng(), faults.jitter);
             let copy_at = self.arrival(from, to, base + j, delay);
             debug!(seq, %opcode, %psn, copy_at_ns = copy_at.as_nanos(), "sim duplicate");
             let copy = dgram.clone();

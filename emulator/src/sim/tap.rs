@@ -15,7 +15,7 @@
 //! MAC addresses are derived from IP addresses ([`mac_for`]).
 
 use super::{Fabric, FabricStats};
-use crate::io::Datagram;
+use crate::io::{Datagram, SansIo};
 use crate::time::Instant;
 use core::net::IpAddr;
 use core::time::Duration;
@@ -111,7 +111,7 @@ impl Tap {
     }
 }
 
-impl Fabric {
+impl<N: SansIo> Fabric<N> {
     /// Record every delivered datagram into a pcap file written to `w`
     /// (the file header is written now), as Ethernet frames with real IP
     /// and UDP headers, timestamped with the virtual clock.

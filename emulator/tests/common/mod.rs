@@ -1,12 +1,20 @@
-//! Two HCAs wired back to back by a tiny deterministic loop: every datagram
-//! one side transmits is offered to a filter (deliver, drop, duplicate,
-//! corrupt), the virtual clock jumps to the next timer when both sides are
-//! idle, and every loop is bounded.
+//! Two HCAs wired back to back on the sim fabric (`roce_emulator::sim`),
+//! lent to it for each run: a lockstep run (no latency) in which every
+//! datagram one side transmits is offered to a filter (deliver, drop,
+//! duplicate, replace, hold), the virtual clock jumps to the next timer
+//! when both sides are idle, and every loop is bounded. This file only
+//! builds the two sides; the wire, the trace and the runs are the fabric's.
 #![allow(dead_code)]
 
+use roce_emulator::sim::{Fabric, Pace, Traced};
 use roce_emulator::*;
-use roce_packet::{Opcode, Psn, Qpn, RoceRepr};
+use roce_packet::{Opcode, Qpn};
 use std::net::{IpAddr, Ipv4Addr};
+
+#[allow(unused_imports)]
+pub use roce_emulator::sim::packet::{request, sized, PacketBuilder};
+/// What the filter does with a packet (the fabric's lockstep verdict).
+pub use roce_emulator::sim::Verdict as Action;
 
 /// Direction of a packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,28 +23,19 @@ pub enum Dir {
     BtoA,
 }
 
-/// What the filter does with a packet.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
-    Deliver,
-    Drop,
-    Duplicate,
-    /// Deliver these bytes instead.
-    Replace(Vec<u8>),
-    /// Deliver after the next packet of the same direction (reorder).
-    Hold,
-}
-
-/// One packet seen on the wire.
+/// One packet seen on the wire: the fabric's trace entry and its
+/// direction.
 #[derive(Clone, Debug)]
 pub struct Seen {
-    pub at: Instant,
     pub dir: Dir,
-    pub opcode: Opcode,
-    pub psn: Psn,
-    pub ack_req: bool,
-    pub repr: RoceRepr,
-    pub action: Action,
+    pub rec: Traced,
+}
+
+impl std::ops::Deref for Seen {
+    type Target = Traced;
+    fn deref(&self) -> &Traced {
+        &self.rec
+    }
 }
 
 /// One side's objects.
@@ -208,70 +207,41 @@ impl Pair {
 
     /// Deliver everything until both sides are idle and no timer is pending
     /// (or `max_time` is reached), passing every packet through `filter`.
-    pub fn run_with(&mut self, max_time: Instant, mut filter: impl FnMut(usize, &Seen) -> Action) {
-        for _ in 0..200_000 {
-            let mut moved = false;
-            for dir in [Dir::AtoB, Dir::BtoA] {
-                let (src, dst) = match dir {
-                    Dir::AtoB => (&mut self.a.hca, &mut self.b.hca),
-                    Dir::BtoA => (&mut self.b.hca, &mut self.a.hca),
-                };
-                let mut held: Option<roce_emulator::Datagram> = None;
-                while let Some(d) = src.poll_transmit(self.now) {
-                    moved = true;
-                    let (repr, _) =
-                        RoceRepr::parse_bytes(&d.payload).expect("we emit valid packets");
-                    let mut seen = Seen {
-                        at: self.now,
-                        dir,
-                        opcode: repr.bth.opcode,
-                        psn: repr.bth.psn,
-                        ack_req: repr.bth.ack_req,
-                        repr,
-                        action: Action::Deliver,
-                    };
-                    let act = filter(self.trace.len(), &seen);
-                    seen.action = act.clone();
-                    self.trace.push(seen);
-                    let release = held.take();
-                    match act {
-                        Action::Hold => held = Some(d),
-                        Action::Deliver => dst.handle_datagram(self.now, d),
-                        Action::Drop => {}
-                        Action::Duplicate => {
-                            dst.handle_datagram(self.now, d.clone());
-                            dst.handle_datagram(self.now, d);
-                        }
-                        Action::Replace(bytes) => {
-                            let mut d2 = d.clone();
-                            d2.payload = bytes.into();
-                            dst.handle_datagram(self.now, d2)
-                        }
-                    }
-                    if let Some(h) = release {
-                        dst.handle_datagram(self.now, h);
-                    }
-                }
-                if let Some(h) = held.take() {
-                    dst.handle_datagram(self.now, h);
-                }
-            }
-            if moved {
-                continue;
-            }
-            let next =
-                [self.a.hca.poll_timeout(), self.b.hca.poll_timeout()].into_iter().flatten().min();
-            match next {
-                Some(t) if t <= max_time => {
-                    self.now = self.now.max(t);
-                    let now = self.now;
-                    self.a.hca.handle_timeout(now);
-                    self.b.hca.handle_timeout(now);
-                }
-                _ => return,
-            }
-        }
-        panic!("simulation did not settle within the step bound");
+    pub fn run_with(&mut self, max_time: Instant, filter: impl FnMut(usize, &Seen) -> Action) {
+        self.lockstep(Pace::Burst, max_time, filter)
+    }
+
+    /// Like [`Pair::run_with`], but the wire holds packets in flight: every
+    /// step each side first transmits all it wants (into its direction's
+    /// FIFO, through `filter`), then only the oldest packet of each
+    /// direction is delivered (the fabric's `Pace::OnePerLink`).
+    pub fn run_paced(&mut self, max_time: Instant, mut filter: impl FnMut(&Seen) -> Action) {
+        self.lockstep(Pace::OnePerLink, max_time, |_, s| filter(s))
+    }
+
+    /// Lend both HCAs to a fabric for one lockstep run; its trace is
+    /// appended to `self.trace`.
+    fn lockstep(
+        &mut self,
+        pace: Pace,
+        max_time: Instant,
+        mut filter: impl FnMut(usize, &Seen) -> Action,
+    ) {
+        let base = self.trace.len();
+        let (ia, ib) = (self.a.hca.addr(), self.b.hca.addr());
+        let mut fabric = Fabric::<&mut Hca>::of(0);
+        fabric.advance_to(self.now);
+        let a = fabric.add_io(ia, &mut self.a.hca);
+        fabric.add_io(ib, &mut self.b.hca);
+        let seen =
+            |rec: Traced| Seen { dir: if rec.from == a { Dir::AtoB } else { Dir::BtoA }, rec };
+        let settled = fabric
+            .run_lockstep(pace, max_time, 200_000, |t| filter(base + t.index, &seen(t.clone())));
+        self.now = fabric.now();
+        let trace = fabric.take_trace();
+        drop(fabric);
+        self.trace.extend(trace.into_iter().map(seen));
+        assert!(settled, "simulation did not settle within the step bound");
     }
 
     /// Deliver everything, no faults, up to 10 virtual seconds.
@@ -285,22 +255,63 @@ impl Pair {
 
     /// Opcode names of the trace, for failure messages.
     pub fn dump(&self) -> String {
-        self.trace
-            .iter()
-            .map(|s| {
-                format!(
-                    "{:>10}ns {:?} {} psn={} ack_req={} aeth={:?} {:?}\n",
-                    s.at.as_nanos(),
-                    s.dir,
-                    s.opcode,
-                    s.psn,
-                    s.ack_req,
-                    s.repr.aeth.map(|a| a.syndrome),
-                    s.action
-                )
-            })
-            .collect()
+        self.trace.iter().map(|s| s.line(s.dir)).collect()
     }
+}
+
+/// [`Pair::run_paced`] as a function.
+pub fn run_paced(p: &mut Pair, max_time: Instant, filter: impl FnMut(&Seen) -> Action) {
+    p.run_paced(max_time, filter)
+}
+
+/// Datagrams from A to B at the default addresses (10.0.0.1 -> 10.0.0.2),
+/// UDP source port 0xC000, ICRC filled in.
+pub fn a_to_b() -> PacketBuilder {
+    PacketBuilder::new(
+        IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+        IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+    )
+}
+
+/// Bring the RC QP `q` on `h` from RESET to RTS towards QP `dest` at
+/// `peer`: every access right, MTU 1024, minimum RNR timer 1, timeout 14,
+/// retry and RNR retry 7, `rd_atomic` READs/atomics in flight each way.
+pub fn rc_up(
+    h: &mut Hca,
+    q: Qpn,
+    peer: impl Into<IpAddr>,
+    dest: Qpn,
+    (sq_psn, rq_psn): (u32, u32),
+    rd_atomic: u8,
+) {
+    h.modify_qp(
+        q,
+        &QpAttr::new().state(QpState::Init).pkey_index(0).port(1).access_flags(ALL_ACCESS),
+    )
+    .unwrap();
+    h.modify_qp(
+        q,
+        &QpAttr::new()
+            .state(QpState::Rtr)
+            .ah(AhAttr::new(peer.into()))
+            .mtu(PathMtu::Mtu1024)
+            .dest_qpn(dest.value())
+            .rq_psn(rq_psn)
+            .max_dest_rd_atomic(rd_atomic)
+            .min_rnr_timer(1),
+    )
+    .unwrap();
+    h.modify_qp(
+        q,
+        &QpAttr::new()
+            .state(QpState::Rts)
+            .sq_psn(sq_psn)
+            .timeout(14)
+            .retry_cnt(7)
+            .rnr_retry(7)
+            .max_rd_atomic(rd_atomic),
+    )
+    .unwrap();
 }
 
 /// A deterministic test pattern.
@@ -314,6 +325,34 @@ pub fn poll_all(h: &mut Hca, cq: CqHandle) -> Vec<WorkCompletion> {
 
 /// Side helpers.
 impl Side {
+    /// Another RC QP on this side's PD and CQ: `wrs` send and receive WRs,
+    /// one SGE each, `inline` bytes of inline data.
+    pub fn rc_qp(
+        &mut self,
+        wrs: u32,
+        inline: u32,
+        sq_sig_all: bool,
+        srq: Option<SrqHandle>,
+    ) -> Qpn {
+        let cap = QpCap {
+            max_send_wr: wrs,
+            max_recv_wr: wrs,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: inline,
+        };
+        self.hca
+            .create_qp(QpInitAttr {
+                pd: self.pd,
+                send_cq: self.cq,
+                recv_cq: self.cq,
+                qp_type: QpType::Rc,
+                cap,
+                sq_sig_all,
+                srq,
+            })
+            .unwrap()
+    }
     pub fn write_mem(&mut self, off: u64, data: &[u8]) {
         self.hca.mr_write(self.mr.handle, off, data).unwrap()
     }
