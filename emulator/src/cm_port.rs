@@ -158,9 +158,9 @@ impl Hca {
         };
         let mut buf = repr.to_vec(&t.mad).ok()?;
         let endpoints = UdpEndpoints {
-            src: self.dev.addr,
+            src: self.dev.tx.addr,
             dst: ip_of_gid(&t.to.gid),
-            src_port: self.dev.tx_src_port.unwrap_or_else(qp1_src_port),
+            src_port: self.dev.tx.src_port.unwrap_or_else(qp1_src_port),
             dst_port: ROCE_V2_PORT,
         };
         let meta = IpMeta::default();

@@ -15,6 +15,8 @@ use crate::qp::{Qp, QpInitAttr, SendWqe, WqeState};
 use crate::qp_attr::{
     validate_modify, AccessFlags, AttrMask, ModifyLimits, PathMtu, QpAttr, QpState, QpType,
 };
+use crate::queues::{Cq, CqSink, Srq};
+use crate::tx::Tx;
 use crate::wr::{RecvWr, SendFlags, SendWr, WcStatus, WorkCompletion, WrOpcode};
 use core::time::Duration;
 use rand::rngs::SmallRng;
@@ -100,7 +102,6 @@ impl Hca {
         Hca {
             dev: Dev {
                 name: cfg.name,
-                addr: cfg.addr,
                 port: PortAttr {
                     state: PortState::Active,
                     max_mtu: PathMtu::Mtu4096,
@@ -113,21 +114,14 @@ impl Hca {
                 rng: SmallRng::seed_from_u64(cfg.seed),
                 pds: HashMap::default(),
                 mem: MemTable::default(),
-                cqs: HashMap::default(),
                 srqs: HashMap::default(),
-                comp_events: VecDeque::new(),
+                sink: CqSink::default(),
                 counters: Counters::default(),
-                events: VecDeque::new(),
-                errored_cqs: Vec::new(),
+                tx: Tx::new(cfg.addr),
                 sqd_draining: Default::default(),
                 next_id: 0,
                 next_key: 0,
                 next_iova: 0x7f00_0000_0000,
-                tx_src_port: None,
-                coalesce_acks: false,
-                ack_delay: None,
-                acks_forced: false,
-                tx_burst: false,
             },
             qps: Default::default(),
             next_qpn: 17,
@@ -152,7 +146,7 @@ impl Hca {
     /// transport need not adjust it. `None` (default): each QP's own
     /// RoCEv2 source port, as rxe sends (the raw transport keeps it).
     pub fn set_tx_src_port(&mut self, port: Option<u16>) {
-        self.dev.tx_src_port = port;
+        self.dev.tx.src_port = port;
     }
 
     /// Coalesce acknowledgements in the core: a positive ACK that is still
@@ -163,7 +157,7 @@ impl Hca {
     /// by default and the UDP devices turn it on (their driver coalesces
     /// ACKs anyway, after the core has built them).
     pub fn set_ack_coalescing(&mut self, on: bool) {
-        self.dev.coalesce_acks = on;
+        self.dev.tx.coalesce_acks = on;
     }
 
     /// Hold a positive ACK back (`None`, the default: never), so that one
@@ -176,17 +170,17 @@ impl Hca {
     /// and after [`Hca::flush_acks`]. [`SansIo::poll_timeout`](crate::SansIo::poll_timeout) includes its
     /// deadline. The requester's send completions come up to twice `delay` later.
     pub fn set_ack_delay(&mut self, delay: Option<Duration>) {
-        self.dev.ack_delay = delay.filter(|d| !d.is_zero());
-        self.qps.set_ack_delay(self.dev.ack_delay);
-        if self.dev.ack_delay.is_some() {
-            self.dev.coalesce_acks = true;
+        self.dev.tx.ack_delay = delay.filter(|d| !d.is_zero());
+        self.qps.set_ack_delay(self.dev.tx.ack_delay);
+        if self.dev.tx.ack_delay.is_some() {
+            self.dev.tx.coalesce_acks = true;
         }
     }
 
     /// Let every held ACK leave with the next transmits (a driver going idle
     /// calls this); ends when `poll_transmit` has nothing more to send.
     pub fn flush_acks(&mut self) {
-        self.dev.acks_forced = true;
+        self.dev.tx.acks_forced = true;
     }
 
     /// The device name.
@@ -195,7 +189,7 @@ impl Hca {
     }
     /// The port's IP address.
     pub fn addr(&self) -> IpAddr {
-        self.dev.addr
+        self.dev.tx.addr
     }
     /// `ibv_query_device`.
     pub fn query_device(&self) -> DeviceAttr {
@@ -209,15 +203,15 @@ impl Hca {
     /// index 0 the link-local GID from the port's MAC, index 1 the
     /// address's RoCEv2 GID (IPv4-mapped for IPv4); other indices are empty.
     pub fn query_gid(&self, index: u32) -> Option<Ipv6Addr> {
-        gid_table(self.dev.addr).get(index as usize).copied()
+        gid_table(self.dev.tx.addr).get(index as usize).copied()
     }
     /// Counter snapshot.
     pub fn counters(&self) -> Counters {
-        self.dev.counters
+        self.dev.counters()
     }
     /// Take the oldest asynchronous event (`ibv_get_async_event`).
     pub fn poll_async_event(&mut self) -> Option<AsyncEvent> {
-        self.dev.events.pop_front()
+        self.dev.sink.events.pop_front()
     }
 
     // ---- protection domains ----
@@ -442,7 +436,7 @@ impl Hca {
             return Err(CreateCqError::InvalidDepth { cqe, max });
         }
         let h = CqHandle(self.dev.id());
-        self.dev.cqs.insert(
+        self.dev.sink.cqs.insert(
             h,
             Cq {
                 depth: cqe as usize,
@@ -462,7 +456,7 @@ impl Hca {
         cq: CqHandle,
         max: usize,
     ) -> Result<Vec<WorkCompletion>, PollCqError> {
-        let c = self.dev.cqs.get_mut(&cq).ok_or(PollCqError::UnknownCq(cq))?;
+        let c = self.dev.sink.cqs.get_mut(&cq).ok_or(PollCqError::UnknownCq(cq))?;
         if c.errored && c.entries.is_empty() {
             return Err(PollCqError::Overrun(cq));
         }
@@ -478,7 +472,7 @@ impl Hca {
         cq: CqHandle,
         solicited_only: bool,
     ) -> Result<(), NotifyCqError> {
-        let c = self.dev.cqs.get_mut(&cq).ok_or(NotifyCqError::UnknownCq(cq))?;
+        let c = self.dev.sink.cqs.get_mut(&cq).ok_or(NotifyCqError::UnknownCq(cq))?;
         c.armed = Some(solicited_only);
         Ok(())
     }
@@ -487,7 +481,7 @@ impl Hca {
     /// refused if fewer than the completions it holds now.
     pub fn resize_cq(&mut self, cq: CqHandle, cqe: u32) -> Result<(), ResizeCqError> {
         let max = self.dev.attr.max_cqe;
-        let c = self.dev.cqs.get_mut(&cq).ok_or(ResizeCqError::UnknownCq(cq))?;
+        let c = self.dev.sink.cqs.get_mut(&cq).ok_or(ResizeCqError::UnknownCq(cq))?;
         if cqe == 0 || cqe > max {
             return Err(ResizeCqError::InvalidDepth { cqe, max });
         }
@@ -500,12 +494,12 @@ impl Hca {
 
     /// The depth of a CQ (`ibv_cq.cqe`).
     pub fn cq_depth(&self, cq: CqHandle) -> Option<u32> {
-        self.dev.cqs.get(&cq).map(|c| c.depth as u32)
+        self.dev.sink.cqs.get(&cq).map(|c| c.depth as u32)
     }
 
     /// `ibv_get_cq_event` without blocking: the oldest notified CQ.
     pub fn poll_comp_event(&mut self) -> Option<CqHandle> {
-        self.dev.comp_events.pop_front()
+        self.dev.sink.comp_events.pop_front()
     }
 
     // ---- shared receive queues ----
@@ -581,11 +575,11 @@ impl Hca {
 
     /// `ibv_destroy_cq`: fails while a QP uses it.
     pub fn destroy_cq(&mut self, cq: CqHandle) -> Result<(), DestroyCqError> {
-        let c = self.dev.cqs.get(&cq).ok_or(DestroyCqError::UnknownCq(cq))?;
+        let c = self.dev.sink.cqs.get(&cq).ok_or(DestroyCqError::UnknownCq(cq))?;
         if c.users > 0 {
             return Err(DestroyCqError::InUse { cq, users: c.users });
         }
-        self.dev.cqs.remove(&cq);
+        self.dev.sink.cqs.remove(&cq);
         Ok(())
     }
 
@@ -615,7 +609,7 @@ impl Hca {
             return Err(CreateQpError::UnknownPd(init.pd));
         }
         for cq in [init.send_cq, init.recv_cq] {
-            if !self.dev.cqs.contains_key(&cq) {
+            if !self.dev.sink.cqs.contains_key(&cq) {
                 return Err(CreateQpError::UnknownCq(cq));
             }
         }
@@ -642,7 +636,7 @@ impl Hca {
             p.users += 1;
         }
         for cq in [init.send_cq, init.recv_cq] {
-            if let Some(c) = self.dev.cqs.get_mut(&cq) {
+            if let Some(c) = self.dev.sink.cqs.get_mut(&cq) {
                 c.users += 1;
             }
         }
@@ -752,7 +746,7 @@ impl Hca {
         }
         match to {
             QpState::Reset => qp.reset(),
-            QpState::Err => qp.enter_error(&mut self.dev),
+            QpState::Err => qp.enter_error(&mut self.dev.sink),
             s => qp.state = s,
         }
         drop(entry); // re-files the QP (qp_table)
@@ -796,7 +790,7 @@ impl Hca {
             p.users = p.users.saturating_sub(1);
         }
         for cq in [qp.init.send_cq, qp.init.recv_cq] {
-            if let Some(c) = self.dev.cqs.get_mut(&cq) {
+            if let Some(c) = self.dev.sink.cqs.get_mut(&cq) {
                 c.users = c.users.saturating_sub(1);
             }
         }
@@ -889,7 +883,7 @@ impl Hca {
         };
         if qp.state == QpState::Err {
             let wc = qp.send_wc(&w, WcStatus::WrFlushErr);
-            self.dev.complete(qp.init.send_cq, wc);
+            self.dev.sink.complete(qp.init.send_cq, wc);
         } else {
             qp.sq.push_back(w);
         }
@@ -917,7 +911,7 @@ impl Hca {
         }
         if qp.state == QpState::Err {
             let wc = qp.recv_wc(&wr, WcStatus::WrFlushErr, 0, None, false);
-            self.dev.complete(qp.init.recv_cq, wc);
+            self.dev.sink.complete(qp.init.recv_cq, wc);
         } else {
             qp.rq.push_back(wr);
         }

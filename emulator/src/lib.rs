@@ -65,12 +65,14 @@ pub mod objects;
 pub mod qp;
 pub mod qp_attr;
 mod qp_table;
+mod queues;
 pub mod recv;
 pub mod requester;
 pub mod responder;
 mod schedule;
 pub mod sim;
 pub mod time;
+mod tx;
 pub mod wr;
 
 pub use counters::Counters;

@@ -446,28 +446,7 @@ impl Hca {
     pub fn local_invalidate(&mut self, qpn: Qpn, rkey: RKey) -> Result<(), MwError> {
         let pd = self.qp_pd(qpn)?;
         let r = self.dev.mem.invalidate(pd, rkey);
-        self.dev.count_invalidate(r.is_ok());
+        self.dev.counters.count_invalidate(r.is_ok());
         r
-    }
-}
-
-impl crate::dev::Dev {
-    /// Count an executed bind (`mw_bind` / `mw_bind_err`).
-    pub(crate) fn count_bind(&mut self, ok: bool) {
-        if ok {
-            self.counters.mw_bind += 1;
-        } else {
-            self.counters.mw_bind_err += 1;
-        }
-    }
-
-    /// Count an invalidation: LOCAL_INV, IETH or `local_invalidate`
-    /// (`mw_invalidate` / `mw_invalidate_err`).
-    pub(crate) fn count_invalidate(&mut self, ok: bool) {
-        if ok {
-            self.counters.mw_invalidate += 1;
-        } else {
-            self.counters.mw_invalidate_err += 1;
-        }
     }
 }

@@ -8,10 +8,9 @@
 //! atomics, under the single-threaded `Hca`, so it needs no `unsafe`.
 
 use crate::qp_attr::{AccessFlags, PathMtu};
-use crate::wr::{Sge, WorkCompletion};
+use crate::wr::Sge;
 use roce_packet::{LKey, Qpn, RKey};
 pub use roce_region::RegionMem;
-use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv6Addr};
 
 /// A protection domain handle (`ibv_pd`).
@@ -252,13 +251,6 @@ pub struct SrqAttr {
     pub srq_limit: u32,
 }
 
-pub(crate) struct Srq {
-    pub pd: PdHandle,
-    pub attr: SrqAttr,
-    pub wrs: VecDeque<crate::wr::RecvWr>,
-    pub users: u32,
-}
-
 pub(crate) struct Pd {
     pub users: u32,
 }
@@ -281,30 +273,6 @@ impl Mr {
             return None;
         }
         usize::try_from(va - self.iova).ok()
-    }
-}
-
-pub(crate) struct Cq {
-    pub depth: usize,
-    pub entries: VecDeque<WorkCompletion>,
-    pub errored: bool,
-    pub users: u32,
-    /// `req_notify_cq` armed: None, or Some(solicited_only).
-    pub armed: Option<bool>,
-}
-
-impl Cq {
-    /// Push a completion; `false` on overflow (the CQ enters error).
-    pub fn push(&mut self, wc: WorkCompletion) -> bool {
-        if self.errored {
-            return false;
-        }
-        if self.entries.len() >= self.depth {
-            self.errored = true;
-            return false;
-        }
-        self.entries.push_back(wc);
-        true
     }
 }
 

@@ -116,9 +116,9 @@ impl Hca {
             let span = tracing::debug_span!("qp", qpn = %qpn, role = "responder");
             let _g = span.enter();
             if info.transport == Transport::Ud {
-                qp.on_ud_request(&mut self.dev, &repr, payload, d);
+                qp.on_ud_request(&mut self.dev.resp(), &repr, payload, d);
             } else {
-                qp.on_request(&mut self.dev, now, &repr, payload);
+                qp.on_request(&mut self.dev.resp(), now, &repr, payload);
             }
         } else if info.is_response() {
             if !qp.state.allows().send_queue {
@@ -128,7 +128,7 @@ impl Hca {
             self.dev.counters.rcvd_bytes += b.len() as u64;
             let span = tracing::debug_span!("qp", qpn = %qpn, role = "completer");
             let _g = span.enter();
-            qp.on_response(&mut self.dev, now, &repr, payload);
+            qp.on_response(&mut self.dev.comp(), now, &repr, payload);
         } else {
             return Err(DropReason::BadOpcode);
         }
