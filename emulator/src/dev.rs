@@ -4,7 +4,8 @@
 //! [`Dev::resp`]): each role gets only the parts it uses.
 
 use crate::counters::Counters;
-use crate::objects::{DeviceAttr, MemTable, Pd, PdHandle, PortAttr};
+use crate::mem::MemTable;
+use crate::objects::{DeviceAttr, Pd, PdHandle, PortAttr};
 use crate::queues::{CqSink, SrqTable};
 use crate::tx::Tx;
 use rand::rngs::SmallRng;

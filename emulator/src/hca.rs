@@ -10,6 +10,8 @@
 use crate::counters::Counters;
 use crate::dev::Dev;
 use crate::error::*;
+use crate::mem::MemTable;
+use crate::mw::{Mw, MwBindWr, MwError};
 use crate::objects::*;
 use crate::qp::{Qp, QpInitAttr, SendWqe, WqeState};
 use crate::qp_attr::{
@@ -918,6 +920,136 @@ impl Hca {
         drop(entry); // re-files the QP (qp_table)
         self.settle();
         Ok(())
+    }
+}
+
+// ---- the port's communication manager (crate::cm_port) ----
+
+impl Hca {
+    /// This port's communication manager (IBA chapter 12): listen, connect,
+    /// accept, reject, disconnect, SIDR, and its events
+    /// ([`roce_cm::Cm::poll_event`]). Its MADs travel over QP1 when the
+    /// device is driven. Times the engine wants are the device's
+    /// ([`Hca::cm_now`]).
+    pub fn cm(&mut self) -> &mut roce_cm::Cm {
+        &mut self.cm.cm
+    }
+
+    /// The engine, read-only (state, counters).
+    pub fn cm_ref(&self) -> &roce_cm::Cm {
+        &self.cm.cm
+    }
+
+    /// The device's latest time (of its latest input) in the engine's
+    /// units, for the calls that take a `now` ([`roce_cm::Cm::connect`],
+    /// [`roce_cm::Cm::disconnect`], ...).
+    pub fn cm_now(&self) -> Duration {
+        self.cm.now()
+    }
+
+    /// Whether QP1's traffic goes to the engine (no application GSI QP).
+    pub(crate) fn cm_owns_qp1(&self) -> bool {
+        !self.qps.contains_key(&Qpn::new(1))
+    }
+}
+
+// ---- memory windows (crate::mw) ----
+
+impl Hca {
+    /// `ibv_alloc_mw`: an unbound window in `pd` with a fresh rkey.
+    pub fn alloc_mw(&mut self, pd: PdHandle, ty: MwType) -> Result<(MwHandle, RKey), MwError> {
+        let d = &mut self.dev;
+        if d.mem.mw.mws.len() >= d.attr.max_mw as usize {
+            return Err(MwError::TooMany { max: d.attr.max_mw });
+        }
+        let p = d.pds.get_mut(&pd).ok_or(MwError::UnknownPd(pd))?;
+        p.users += 1;
+        let (id, key) = d.next_mw_ids();
+        let h = MwHandle(id);
+        let rkey = RKey::new(key);
+        let mw = Mw { pd, ty, rkey, bound: None, posted_rkey: rkey, verb_binds: Vec::new() };
+        d.mem.mw.mws.insert(h, mw);
+        d.mem.mw.by_rkey.insert(rkey, h);
+        tracing::debug!(dev = %d.name, mw = id, ?ty, %rkey, "alloc_mw");
+        Ok((h, rkey))
+    }
+
+    /// `ibv_dealloc_mw`.
+    pub fn dealloc_mw(&mut self, mw: MwHandle) -> Result<(), MwError> {
+        let d = &mut self.dev;
+        let m = d.mem.mw.mws.remove(&mw).ok_or(MwError::UnknownMw(mw))?;
+        d.mem.mw.by_rkey.remove(&m.rkey);
+        if let Some(p) = d.pds.get_mut(&m.pd) {
+            p.users = p.users.saturating_sub(1);
+        }
+        tracing::debug!(dev = %d.name, mw = mw.0, "dealloc_mw");
+        Ok(())
+    }
+
+    /// The window's current rkey (changes when a bind executes).
+    pub fn mw_rkey(&self, mw: MwHandle) -> Option<RKey> {
+        self.dev.mem.mw.mws.get(&mw).map(|m| m.rkey)
+    }
+
+    fn qp_pd(&self, qpn: Qpn) -> Result<PdHandle, MwError> {
+        Ok(self.qps.get(&qpn).ok_or(MwError::UnknownQp(qpn))?.init.pd)
+    }
+
+    /// `ibv_bind_mw` for a type 1 window: posts a BIND_MW work request on
+    /// `qpn`'s send queue and returns the rkey the window will have (the
+    /// next key byte, libibverbs' `ibv_inc_rkey`). The bind executes after
+    /// every earlier work request of the QP and completes with opcode
+    /// BIND_MW (signalled per `wr.send_flags`), or with MW_BIND_ERR if a
+    /// check fails then (the rkey then stays what it was). A zero length
+    /// unbinds.
+    ///
+    /// Refused at once: a type 2 window ([`MwError::WrongType`]), a region
+    /// in another PD than the window (as rxe's provider does), and whatever
+    /// `post_send` refuses ([`MwError::Post`]).
+    pub fn bind_mw(&mut self, qpn: Qpn, mw: MwHandle, wr: MwBindWr) -> Result<RKey, MwError> {
+        let mem = &self.dev.mem;
+        let m = mem.mw.mws.get(&mw).ok_or(MwError::UnknownMw(mw))?;
+        if m.ty != MwType::Type1 {
+            return Err(MwError::WrongType(m.ty));
+        }
+        let mr = mem.mrs.get(&wr.bind.mr).ok_or(MwError::UnknownMr(wr.bind.mr))?;
+        if mr.pd != m.pd {
+            return Err(MwError::PdMismatch);
+        }
+        self.qp_pd(qpn)?;
+        let rkey = crate::mw::inc_rkey(m.posted_rkey);
+        let ticket = (qpn, wr.wr_id, rkey);
+        let op = WrOpcode::BindMw { mw, rkey, bind: wr.bind };
+        let mut swr = SendWr::new(wr.wr_id, op);
+        swr.flags = wr.send_flags;
+        if let Some(m) = self.dev.mem.mw.mws.get_mut(&mw) {
+            m.verb_binds.push(ticket);
+        }
+        if let Err(e) = self.post_send(qpn, swr) {
+            if let Some(m) = self.dev.mem.mw.mws.get_mut(&mw) {
+                m.verb_binds.retain(|t| *t != ticket);
+            }
+            return Err(e.into());
+        }
+        let flushed = self.qps.get(&qpn).is_some_and(|q| q.state == QpState::Err);
+        if let Some(m) = self.dev.mem.mw.mws.get_mut(&mw) {
+            m.posted_rkey = rkey;
+            if flushed {
+                // completed at once with WR_FLUSH_ERR: it will never execute
+                m.verb_binds.retain(|t| *t != ticket);
+            }
+        }
+        tracing::debug!(dev = %self.dev.name, %qpn, mw = mw.0, %rkey, "bind_mw posted");
+        Ok(rkey)
+    }
+
+    /// Invalidate `rkey` for `qpn`'s PD directly, outside the send queue
+    /// (what a [`crate::WrOpcode::LocalInv`] work request does in order).
+    pub fn local_invalidate(&mut self, qpn: Qpn, rkey: RKey) -> Result<(), MwError> {
+        let pd = self.qp_pd(qpn)?;
+        let r = self.dev.mem.invalidate(pd, rkey);
+        self.dev.counters.count_invalidate(r.is_ok());
+        r
     }
 }
 

@@ -60,6 +60,7 @@ mod dev;
 pub mod error;
 pub mod hca;
 pub mod io;
+mod mem;
 pub mod mw;
 pub mod objects;
 pub mod qp;

@@ -23,6 +23,7 @@
 
 use crate::dev::ReqCtx;
 use crate::io::Datagram;
+use crate::mw::BindOn;
 use crate::qp::{packets_for, Qp, WqeState};
 use crate::qp_attr::QpState;
 use crate::time::Instant;
@@ -129,7 +130,8 @@ impl Qp {
                 r.map_err(|e| (e, WcStatus::LocQpOpErr))
             }
             WrOpcode::BindMw { mw, rkey, bind } => {
-                let r = cx.mem.bind_wr(pd, self.qpn, w.wr.wr_id, mw, rkey, bind);
+                let on = BindOn { qpn: self.qpn, pd, wr_id: w.wr.wr_id };
+                let r = cx.mem.bind_wr(on, mw, rkey, bind);
                 cx.ctrs.count_bind(r.is_ok());
                 r.map(|_| ()).map_err(|e| (e, WcStatus::MwBindErr))
             }

@@ -51,7 +51,7 @@ impl SansIo for Hca {
     fn handle_datagram(&mut self, now: Instant, dgram: Datagram) {
         let span = tracing::debug_span!("hca", dev = %self.dev.name);
         let _g = span.enter();
-        self.cm_note_time(now);
+        self.cm.note_time(now);
         self.receive(now, &dgram);
         self.settle();
     }
@@ -62,7 +62,8 @@ impl SansIo for Hca {
         let span = tracing::debug_span!("hca", dev = %self.dev.name);
         let _g = span.enter();
         // management datagrams first (the CM's MADs from QP1)
-        if let Some(d) = self.cm_transmit(now) {
+        let cm = if self.cm_owns_qp1() { self.cm.transmit(&self.dev.tx, now) } else { None };
+        if let Some(d) = cm {
             self.dev.counters.sent_pkts += 1;
             self.dev.counters.sent_bytes += d.payload.len() as u64;
             self.dev.tx.burst = true;
@@ -116,7 +117,7 @@ impl SansIo for Hca {
 
     fn poll_timeout(&self) -> Option<Instant> {
         // (a QP's deadlines include a held ACK's: it leaves alone at twice the delay)
-        match (self.cm_deadline(), self.qps.next_deadline()) {
+        match (self.cm.deadline(), self.qps.next_deadline()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, None) => a,
             (None, b) => b,
@@ -126,7 +127,7 @@ impl SansIo for Hca {
     fn handle_timeout(&mut self, now: Instant) {
         let span = tracing::debug_span!("hca", dev = %self.dev.name);
         let _g = span.enter();
-        self.cm_timeout(now);
+        self.cm.timeout(now);
         // only the QPs with a deadline at or before `now`, in QPN order
         for qpn in self.qps.due(now) {
             let Some(mut qp) = self.qps.get_mut(&qpn) else { continue };
