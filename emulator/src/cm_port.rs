@@ -106,9 +106,17 @@ impl CmPort {
     /// The next CM MAD as a datagram from QP1 (sent with `tx`'s address
     /// and source port), if the engine has one; the caller checked that
     /// the engine owns QP1.
+    /// (Inlined: on an idle device this runs once per `poll_transmit` and
+    /// finds nothing; building the datagram stays out of line.)
+    #[inline]
     pub(crate) fn transmit(&mut self, tx: &Tx, now: Instant) -> Option<Datagram> {
         self.note_time(now);
         let t = self.cm.poll_transmit()?;
+        self.datagram(tx, t)
+    }
+
+    /// QP1's datagram carrying the engine's MAD `t`.
+    fn datagram(&mut self, tx: &Tx, t: roce_cm::Transmit) -> Option<Datagram> {
         let psn = self.psn;
         self.psn = (psn + 1) & 0xFF_FFFF;
         let repr = RoceRepr {

@@ -151,6 +151,7 @@ impl MwTable {
     /// the window's PD, QP, rights and range; the region it lies in is
     /// the caller's to check. `None` when `rkey` names no window (then it
     /// may name a region).
+    #[inline]
     pub(crate) fn check(
         &self,
         pd: PdHandle,

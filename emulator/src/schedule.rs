@@ -85,11 +85,10 @@ impl SansIo for Hca {
                 lo = Bound::Excluded(k);
                 let Some(mut qp) = self.qps.get_mut(&k) else { break };
                 // the responder's queue (ACKs, NAKs, READ responses) first
-                let mut d = qp.next_response(&mut dev.resp(), now);
-                if d.is_none() {
-                    d = qp.next_packet(&mut dev.req(), now);
-                }
-                if let Some(d) = d {
+                if let Some(d) = qp
+                    .next_response(&mut dev.resp(), now)
+                    .or_else(|| qp.next_packet(&mut dev.req(), now))
+                {
                     served = Some(k);
                     out = Some(d);
                     break 'passes;
