@@ -45,7 +45,7 @@ use crate::dev::CompCtx;
 /// `retry_cnt` value that means "retry forever" (rxe's reading; IBA
 /// gives this meaning only to `rnr_retry` 7).
 pub const RETRY_FOREVER: u8 = 7;
-use crate::qp::{Qp, WqeState};
+use crate::qp::{CompState, Qp, QpParams, WqeState};
 use crate::time::Instant;
 use crate::wr::{CompletedBy, WcStatus};
 use roce_packet::{NakCode, OpKind, Psn, RoceRepr, Syndrome};
@@ -55,6 +55,27 @@ enum Implicit {
     Done,
     /// A READ/atomic was covered without its response: retry from it.
     ImpliedNak,
+}
+
+/// The completer's own state: these take nothing of the QP but its `comp`
+/// part and the retry attributes.
+impl CompState {
+    /// Forward progress: retry counters back to their attribute values, and
+    /// any retry under way is over (a new loss may start a new one).
+    fn progress(&mut self, p: &QpParams) {
+        self.gap_retry = None;
+        self.retry_left = p.retry_cnt;
+        self.rnr_left = p.rnr_retry;
+    }
+
+    /// Everything before `psn` is acknowledged: move the oldest
+    /// unacknowledged PSN up to it (never back); moving counts as progress.
+    fn advance_to(&mut self, p: &QpParams, psn: Psn) {
+        if psn.is_after(self.psn) {
+            self.psn = psn;
+            self.progress(p);
+        }
+    }
 }
 
 impl Qp {
@@ -73,27 +94,10 @@ impl Qp {
                 return Implicit::ImpliedNak;
             }
             self.comp.psn = last.next();
-            self.progress();
+            self.comp.progress(&self.p);
             self.complete_front(cx.sink, cx.ctrs);
         }
         Implicit::Done
-    }
-
-    /// Forward progress: retry counters back to their attribute values, and
-    /// any retry under way is over (a new loss may start a new one).
-    fn progress(&mut self) {
-        self.comp.gap_retry = None;
-        self.comp.retry_left = self.p.retry_cnt;
-        self.comp.rnr_left = self.p.rnr_retry;
-    }
-
-    /// Everything before `psn` is acknowledged: move the oldest
-    /// unacknowledged PSN up to it (never back); moving counts as progress.
-    fn advance_to(&mut self, psn: Psn) {
-        if psn.is_after(self.comp.psn) {
-            self.comp.psn = psn;
-            self.progress();
-        }
     }
 
     /// A response shows that the request at `psn` (the oldest
@@ -188,7 +192,7 @@ impl Qp {
                     w.wr.opcode.is_read_or_atomic() && w.state != WqeState::Posted
                 });
                 if !in_rd {
-                    self.advance_to(psn.next());
+                    self.comp.advance_to(&self.p, psn.next());
                 }
                 // the timer restarts on progress only (C9-140): an ACK that
                 // acknowledges nothing new must not postpone a timeout
@@ -203,7 +207,7 @@ impl Qp {
                     self.response_retry(cx, p, "implied NAK (RNR NAK past READ/atomic)");
                     return;
                 }
-                self.advance_to(psn);
+                self.comp.advance_to(&self.p, psn);
                 if self.comp.rnr_left == 0 {
                     tracing::info!(qpn = %self.qpn, %psn, "RNR retry count exceeded");
                     cx.ctrs.retry_rnr_exceeded_err += 1;
@@ -237,7 +241,7 @@ impl Qp {
                         // PSN a retry already rewound to (a duplicate, or
                         // one sent before the resent packets arrived)
                         // starts no second go-back-N and charges nothing
-                        self.advance_to(psn);
+                        self.comp.advance_to(&self.p, psn);
                         self.response_retry(cx, psn, "PSN sequence error NAK");
                         return;
                     }
@@ -317,7 +321,7 @@ impl Qp {
             return;
         }
         self.comp.psn = psn.next();
-        self.progress();
+        self.comp.progress(&self.p);
         if pos.ends() {
             self.complete_front(cx.sink, cx.ctrs);
         }
@@ -346,7 +350,7 @@ impl Qp {
             return;
         }
         self.comp.psn = psn.next();
-        self.progress();
+        self.comp.progress(&self.p);
         self.complete_front(cx.sink, cx.ctrs);
         self.restart_timer(now);
     }

@@ -32,12 +32,14 @@
 //! progress (its receive WQE is reused) and the responder resynchronises on
 //! the next FIRST/ONLY packet; the QP never enters ERR because of a packet.
 
+use crate::counters::Counters;
 use crate::dev::RespCtx;
 use crate::io::Datagram;
 use crate::objects::{MemError, MrHandle};
-use crate::qp::{packets_for, InMsg, Qp, RdResource, ReadJob, RespItem};
+use crate::qp::{packets_for, InMsg, Qp, RdResource, ReadJob, RespItem, RespState};
 use crate::qp_attr::AccessFlags;
 use crate::time::Instant;
+use crate::tx::Tx;
 use crate::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use roce_packet::{
     AethRepr, AtomicAckEthRepr, NakCode, OpInfo, OpKind, Opcode, Position, Psn, RKey, RnrTimer,
@@ -81,6 +83,72 @@ enum Executed {
     Answered,
 }
 
+/// The responder's own state: the queue of ACKs, NAKs and READ responses,
+/// the saved READ/atomic resources. These take nothing of the QP but its
+/// `resp` part (and what they are given).
+impl RespState {
+    /// Queue an ACK/NAK (built when it leaves, with the QP's current
+    /// address). With ACK coalescing on, a positive ACK replaces a positive
+    /// ACK still waiting at the back of the queue when it acknowledges the
+    /// same or a later PSN: the newer one covers everything the older one
+    /// did (IBA §9.7.5.1.3, coalesced acknowledgements).
+    fn send_aeth(&mut self, tx: &Tx, ctrs: &mut Counters, psn: Psn, syndrome: Syndrome) {
+        let msn = self.msn;
+        if tx.coalesce_acks && matches!(syndrome, Syndrome::Ack { .. }) {
+            if let Some(RespItem::Aeth { psn: p, syndrome: s @ Syndrome::Ack { .. }, msn: m }) =
+                self.queue.back_mut()
+            {
+                if !psn.is_before(*p) {
+                    *p = psn;
+                    *s = syndrome;
+                    *m = msn;
+                    ctrs.acks_merged += 1;
+                    return;
+                }
+            }
+        }
+        self.queue.push_back(RespItem::Aeth { psn, syndrome, msn });
+    }
+
+    /// Keep an executed READ/atomic for duplicates, at most
+    /// `max_dest_rd_atomic` of them (the oldest goes).
+    fn save_resource(&mut self, max_dest_rd_atomic: u8, r: RdResource) {
+        let max = usize::from(max_dest_rd_atomic.max(1));
+        while self.resources.len() >= max {
+            self.resources.pop_front();
+        }
+        self.resources.push_back(r);
+    }
+
+    /// Schedule READ responses for `[va, va+len)` starting at PSN `psn0`.
+    fn send_read_responses(&mut self, psn0: Psn, va: u64, rkey: RKey, len: u64) {
+        self.queue.push_back(RespItem::Read(ReadJob {
+            next_psn: psn0,
+            va,
+            rkey,
+            remaining: len,
+            first: true,
+            msn: self.msn,
+        }));
+    }
+
+    /// Whether the positive ACK `psn` alone at the front of `queue` stays
+    /// held at `now` (see [`crate::Hca::set_ack_delay`]).
+    fn ack_held(&mut self, tx: &Tx, now: Instant, psn: Psn) -> bool {
+        let Some(delay) = tx.ack_delay else { return false };
+        if tx.acks_forced || self.queue.len() > 1 {
+            return false;
+        }
+        if self.last_ack_psn.is_none_or(|l| psn.distance(l) >= ACK_EVERY_PSNS as i32) {
+            return false;
+        }
+        let since = *self.ack_held_since.get_or_insert(now);
+        let age = now.saturating_duration_since(since);
+        // due: rides with other packets of this transmit burst; alone at 2x
+        !(age >= 2 * delay || (age >= delay && tx.burst))
+    }
+}
+
 impl Qp {
     /// Queue a response packet behind earlier ones of this QP.
     fn queue(&mut self, cx: &mut RespCtx<'_>, r: &RoceRepr, payload: &[u8]) {
@@ -93,38 +161,15 @@ impl Qp {
         }
     }
 
-    /// Queue an ACK/NAK (built when it leaves, with the QP's current
-    /// address). With ACK coalescing on, a positive ACK replaces a positive
-    /// ACK still waiting at the back of the queue when it acknowledges the
-    /// same or a later PSN: the newer one covers everything the older one
-    /// did (IBA §9.7.5.1.3, coalesced acknowledgements).
-    fn send_aeth(&mut self, cx: &mut RespCtx<'_>, psn: Psn, syndrome: Syndrome) {
-        let msn = self.resp.msn;
-        if cx.tx.coalesce_acks && matches!(syndrome, Syndrome::Ack { .. }) {
-            if let Some(RespItem::Aeth { psn: p, syndrome: s @ Syndrome::Ack { .. }, msn: m }) =
-                self.resp.queue.back_mut()
-            {
-                if !psn.is_before(*p) {
-                    *p = psn;
-                    *s = syndrome;
-                    *m = msn;
-                    cx.ctrs.acks_merged += 1;
-                    return;
-                }
-            }
-        }
-        self.resp.queue.push_back(RespItem::Aeth { psn, syndrome, msn });
-    }
-
     fn send_ack(&mut self, cx: &mut RespCtx<'_>, psn: Psn) {
         cx.ctrs.acks_sent += 1;
-        self.send_aeth(cx, psn, Syndrome::Ack { credit: CREDIT_UNLIMITED });
+        self.resp.send_aeth(cx.tx, cx.ctrs, psn, Syndrome::Ack { credit: CREDIT_UNLIMITED });
     }
 
     fn send_nak(&mut self, cx: &mut RespCtx<'_>, psn: Psn, code: NakCode) {
         cx.ctrs.naks_sent += 1;
         tracing::debug!(qpn = %self.qpn, %psn, code = code.name(), "NAK sent");
-        self.send_aeth(cx, psn, Syndrome::Nak(code));
+        self.resp.send_aeth(cx.tx, cx.ctrs, psn, Syndrome::Nak(code));
     }
 
     /// Step 6: the R_Key, PD, access rights and bounds of `[va, va+len)`
@@ -256,44 +301,8 @@ impl Qp {
         cx.ctrs.send_rnr_err += 1;
         let t = RnrTimer::new(self.p.min_rnr_timer);
         tracing::debug!(qpn = %self.qpn, %psn, code = "RNR_NAK", timer_us = t.micros(), "RNR NAK sent");
-        self.send_aeth(cx, psn, Syndrome::RnrNak(t));
+        self.resp.send_aeth(cx.tx, cx.ctrs, psn, Syndrome::RnrNak(t));
         self.resp.nak_sent = true;
-    }
-
-    fn save_resource(&mut self, r: RdResource) {
-        let max = usize::from(self.p.max_dest_rd_atomic.max(1));
-        while self.resp.resources.len() >= max {
-            self.resp.resources.pop_front();
-        }
-        self.resp.resources.push_back(r);
-    }
-
-    /// Schedule READ responses for `[va, va+len)` starting at PSN `psn0`.
-    fn send_read_responses(&mut self, psn0: Psn, va: u64, rkey: RKey, len: u64) {
-        self.resp.queue.push_back(RespItem::Read(ReadJob {
-            next_psn: psn0,
-            va,
-            rkey,
-            remaining: len,
-            first: true,
-            msn: self.resp.msn,
-        }));
-    }
-
-    /// Whether the positive ACK `psn` alone at the front of `resp.queue` stays
-    /// held at `now` (see [`crate::Hca::set_ack_delay`]).
-    fn ack_held(&mut self, cx: &RespCtx<'_>, now: Instant, psn: Psn) -> bool {
-        let Some(delay) = cx.tx.ack_delay else { return false };
-        if cx.tx.acks_forced || self.resp.queue.len() > 1 {
-            return false;
-        }
-        if self.resp.last_ack_psn.is_none_or(|l| psn.distance(l) >= ACK_EVERY_PSNS as i32) {
-            return false;
-        }
-        let since = *self.resp.ack_held_since.get_or_insert(now);
-        let age = now.saturating_duration_since(since);
-        // due: rides with other packets of this transmit burst; alone at 2x
-        !(age >= 2 * delay || (age >= delay && cx.tx.burst))
     }
 
     /// The next queued response packet (ACK/NAK or one READ response).
@@ -303,7 +312,7 @@ impl Qp {
             if let Some(&RespItem::Aeth { psn, syndrome: Syndrome::Ack { .. }, .. }) =
                 self.resp.queue.front()
             {
-                if self.ack_held(cx, now, psn) {
+                if self.resp.ack_held(cx.tx, now, psn) {
                     return None;
                 }
                 self.resp.ack_held_since = None;
@@ -723,9 +732,9 @@ impl Qp {
             return Err(Outcome::Error(NakCode::InvalidRequest, None));
         }
         let npkts = packets_for(len, self.mtu());
-        self.save_resource(RdResource::Read { first: psn, npkts });
+        self.resp.save_resource(self.p.max_dest_rd_atomic, RdResource::Read { first: psn, npkts });
         self.resp.msn = self.resp.msn.next();
-        self.send_read_responses(psn, reth.va, reth.rkey, len);
+        self.resp.send_read_responses(psn, reth.va, reth.rkey, len);
         self.resp.epsn = psn.add(npkts);
         Ok(Executed::Answered)
     }
@@ -760,7 +769,7 @@ impl Qp {
             tracing::debug!(qpn = %self.qpn, %psn, rkey = %a.rkey, "remote access error (atomic)");
             return Err(Outcome::Error(NakCode::RemoteAccessError, None));
         };
-        self.save_resource(RdResource::Atomic { psn, orig });
+        self.resp.save_resource(self.p.max_dest_rd_atomic, RdResource::Atomic { psn, orig });
         self.resp.msn = self.resp.msn.next();
         self.send_atomic_ack(cx, psn, orig);
         self.resp.epsn = psn.next();
@@ -789,9 +798,10 @@ impl Qp {
         }
         tracing::debug!(qpn = %self.qpn, %psn, placement, level, "FLUSH done (memory is ours)");
         cx.ctrs.flush_ops += 1;
-        self.save_resource(RdResource::Read { first: psn, npkts: 1 });
+        self.resp
+            .save_resource(self.p.max_dest_rd_atomic, RdResource::Read { first: psn, npkts: 1 });
         self.resp.msn = self.resp.msn.next();
-        self.send_read_responses(psn, reth.va, reth.rkey, 0);
+        self.resp.send_read_responses(psn, reth.va, reth.rkey, 0);
         self.resp.epsn = psn.next();
         Ok(Executed::Answered)
     }
@@ -878,7 +888,7 @@ impl Qp {
                     self.responder_error(cx, psn, NakCode::RemoteAccessError, None);
                     return;
                 }
-                self.send_read_responses(psn, reth.va, reth.rkey, len);
+                self.resp.send_read_responses(psn, reth.va, reth.rkey, len);
             }
             OpKind::CompareSwap | OpKind::FetchAdd => {
                 let found = self.resp.resources.iter().find_map(|x| match *x {
@@ -900,7 +910,7 @@ impl Qp {
                         |x| matches!(*x, RdResource::Read { first, npkts: 1 } if first == psn),
                     );
                 if known {
-                    self.send_read_responses(psn, reth.va, reth.rkey, 0);
+                    self.resp.send_read_responses(psn, reth.va, reth.rkey, 0);
                 } else {
                     tracing::debug!(qpn = %self.qpn, %psn, reason = "duplicate FLUSH without resource", "drop");
                 }
