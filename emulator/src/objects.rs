@@ -1,6 +1,9 @@
-//! Device objects other than QPs: protection domains, memory regions,
-//! completion queues, device/port attributes and asynchronous events
-//! (IBA §10.2 memory management, §10.6 protection domains, §11.4.2 CQs).
+//! Device objects other than QPs, at the bottom of the core's layers:
+//! their handles (PD, MR, MW, CQ, SRQ), device/port attributes,
+//! asynchronous events, and the records of protection domains and memory
+//! regions (IBA §10.2 memory management, §10.6 protection domains). The
+//! tables that use them: `mem.rs` (regions, windows), `queues.rs` (CQs,
+//! SRQs).
 //!
 //! A memory region's bytes are a [`RegionMem`]: an owned zeroed buffer
 //! (the safe API, the simulator) or the application's own pages (the C
