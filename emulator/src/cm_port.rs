@@ -14,9 +14,10 @@
 //! takes QP1's traffic instead (raw MADs in its receive queue); the engine
 //! then neither receives nor sends.
 
-use crate::hca::Hca;
+use crate::counters::Counters;
 use crate::io::Datagram;
 use crate::time::Instant;
+use crate::tx::Tx;
 use bytes::Bytes;
 use core::time::Duration;
 use roce_cm::{gid_from_ip, Cm, CmConfig, PeerAddr};
@@ -62,86 +63,62 @@ fn ip_of_gid(gid: &[u8; 16]) -> IpAddr {
     v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6))
 }
 
-impl Hca {
-    /// This port's communication manager (IBA chapter 12): listen, connect,
-    /// accept, reject, disconnect, SIDR, and its events
-    /// ([`roce_cm::Cm::poll_event`]). Its MADs travel over QP1 when the
-    /// device is driven. Times the engine wants are the device's
-    /// ([`Hca::cm_now`]).
-    pub fn cm(&mut self) -> &mut Cm {
-        &mut self.cm.cm
+impl CmPort {
+    /// The device's latest time in the engine's units.
+    pub(crate) fn now(&self) -> Duration {
+        as_duration(self.last_now)
     }
 
-    /// The engine, read-only (state, counters).
-    pub fn cm_ref(&self) -> &Cm {
-        &self.cm.cm
-    }
-
-    /// The device's latest time (of its latest input) in the engine's
-    /// units, for the calls that take a `now` ([`roce_cm::Cm::connect`],
-    /// [`roce_cm::Cm::disconnect`], ...).
-    pub fn cm_now(&self) -> Duration {
-        as_duration(self.cm.last_now)
-    }
-
-    /// Whether QP1's traffic goes to the engine (no application GSI QP).
-    fn cm_owns_qp1(&self) -> bool {
-        !self.qps.contains_key(&Qpn::new(1))
-    }
-
-    pub(crate) fn cm_note_time(&mut self, now: Instant) {
-        if now > self.cm.last_now {
-            self.cm.last_now = now;
+    pub(crate) fn note_time(&mut self, now: Instant) {
+        if now > self.last_now {
+            self.last_now = now;
         }
     }
 
-    /// A datagram for QPN 1 when the engine owns QP1: a CM MAD in a UD
-    /// SEND_ONLY with the GSI Q_Key, or dropped (counted in `ud_dropped`,
-    /// or `bad_opcode` for a non-UD opcode). Returns false when QP1 belongs
-    /// to an application GSI QP (the caller delivers it there).
-    pub(crate) fn cm_receive(
+    /// A datagram for QPN 1 when the engine owns QP1, already checked to
+    /// be a UD SEND_ONLY with a valid P_Key (`crate::recv`): a CM MAD with
+    /// the GSI Q_Key goes to the engine; otherwise it is dropped (counted
+    /// in `ud_dropped`).
+    pub(crate) fn receive(
         &mut self,
+        c: &mut Counters,
         now: Instant,
         repr: &RoceRepr,
         payload: &[u8],
         d: &Datagram,
-    ) -> Result<bool, crate::recv::DropReason> {
-        if !self.cm_owns_qp1() {
-            return Ok(false);
-        }
-        if repr.bth.opcode != Opcode::UD_SEND_ONLY {
-            return Err(crate::recv::DropReason::BadOpcode);
-        }
-        if repr.bth.pkey.value() & 0x7FFF != 0x7FFF {
-            return Err(crate::recv::DropReason::BadPkey);
-        }
-        let c = &mut self.dev.counters;
+    ) {
         c.rcvd_pkts += 1;
         c.rcvd_bytes += d.payload.len() as u64;
         let Some(deth) = repr.deth else {
             c.ud_dropped += 1;
-            return Ok(true);
+            return;
         };
         if deth.qkey.value() != GSI_QKEY {
             c.ud_dropped += 1;
             tracing::debug!(qkey = %deth.qkey, reason = "Q_Key is not the GSI's", "drop");
-            return Ok(true);
+            return;
         }
         let from = PeerAddr { gid: gid_from_ip(d.endpoints.src), qpn: deth.src_qp.value() };
-        self.cm_note_time(now);
-        self.cm.cm.handle_mad(as_duration(now), from, payload);
-        Ok(true)
+        self.note_time(now);
+        self.cm.handle_mad(as_duration(now), from, payload);
     }
 
-    /// The next CM MAD as a datagram from QP1, if the engine has one.
-    pub(crate) fn cm_transmit(&mut self, now: Instant) -> Option<Datagram> {
-        if !self.cm_owns_qp1() {
-            return None;
-        }
-        self.cm_note_time(now);
-        let t = self.cm.cm.poll_transmit()?;
-        let psn = self.cm.psn;
-        self.cm.psn = (psn + 1) & 0xFF_FFFF;
+    /// The next CM MAD as a datagram from QP1 (sent with `tx`'s address
+    /// and source port), if the engine has one; the caller checked that
+    /// the engine owns QP1.
+    /// (Inlined: on an idle device this runs once per `poll_transmit` and
+    /// finds nothing; building the datagram stays out of line.)
+    #[inline]
+    pub(crate) fn transmit(&mut self, tx: &Tx, now: Instant) -> Option<Datagram> {
+        self.note_time(now);
+        let t = self.cm.poll_transmit()?;
+        self.datagram(tx, t)
+    }
+
+    /// QP1's datagram carrying the engine's MAD `t`.
+    fn datagram(&mut self, tx: &Tx, t: roce_cm::Transmit) -> Option<Datagram> {
+        let psn = self.psn;
+        self.psn = (psn + 1) & 0xFF_FFFF;
         let repr = RoceRepr {
             bth: BthRepr {
                 opcode: Opcode::UD_SEND_ONLY,
@@ -158,9 +135,9 @@ impl Hca {
         };
         let mut buf = repr.to_vec(&t.mad).ok()?;
         let endpoints = UdpEndpoints {
-            src: self.dev.addr,
+            src: tx.addr,
             dst: ip_of_gid(&t.to.gid),
-            src_port: self.dev.tx_src_port.unwrap_or_else(qp1_src_port),
+            src_port: tx.src_port.unwrap_or_else(qp1_src_port),
             dst_port: ROCE_V2_PORT,
         };
         let meta = IpMeta::default();
@@ -169,16 +146,16 @@ impl Hca {
     }
 
     /// The engine's next deadline as a device time.
-    pub(crate) fn cm_deadline(&self) -> Option<Instant> {
-        let d = self.cm.cm.poll_timeout()?;
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        let d = self.cm.poll_timeout()?;
         Some(Instant::from_nanos(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)))
     }
 
     /// Fire the engine's timers that are due.
-    pub(crate) fn cm_timeout(&mut self, now: Instant) {
-        self.cm_note_time(now);
-        if self.cm_deadline().is_some_and(|d| d <= now) {
-            self.cm.cm.handle_timeout(as_duration(now));
+    pub(crate) fn timeout(&mut self, now: Instant) {
+        self.note_time(now);
+        if self.deadline().is_some_and(|d| d <= now) {
+            self.cm.handle_timeout(as_duration(now));
         }
     }
 }

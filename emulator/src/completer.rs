@@ -40,12 +40,12 @@
 //!   late MIDDLE/LAST packets of an earlier issue for the same PSNs carry
 //!   the same bytes and are accepted too.
 
-use crate::dev::Dev;
+use crate::dev::CompCtx;
 
 /// `retry_cnt` value that means "retry forever" (rxe's reading; IBA
 /// gives this meaning only to `rnr_retry` 7).
 pub const RETRY_FOREVER: u8 = 7;
-use crate::qp::{Qp, WqeState};
+use crate::qp::{CompState, Qp, QpParams, WqeState};
 use crate::time::Instant;
 use crate::wr::{CompletedBy, WcStatus};
 use roce_packet::{NakCode, OpKind, Psn, RoceRepr, Syndrome};
@@ -57,9 +57,30 @@ enum Implicit {
     ImpliedNak,
 }
 
+/// The completer's own state: these take nothing of the QP but its `comp`
+/// part and the retry attributes.
+impl CompState {
+    /// Forward progress: retry counters back to their attribute values, and
+    /// any retry under way is over (a new loss may start a new one).
+    fn progress(&mut self, p: &QpParams) {
+        self.gap_retry = None;
+        self.retry_left = p.retry_cnt;
+        self.rnr_left = p.rnr_retry;
+    }
+
+    /// Everything before `psn` is acknowledged: move the oldest
+    /// unacknowledged PSN up to it (never back); moving counts as progress.
+    fn advance_to(&mut self, p: &QpParams, psn: Psn) {
+        if psn.is_after(self.psn) {
+            self.psn = psn;
+            self.progress(p);
+        }
+    }
+}
+
 impl Qp {
     /// Complete SEND/WRITE WQEs acknowledged by `psn` (inclusive or not).
-    fn complete_covered(&mut self, dev: &mut Dev, psn: Psn, inclusive: bool) -> Implicit {
+    fn complete_covered(&mut self, cx: &mut CompCtx<'_>, psn: Psn, inclusive: bool) -> Implicit {
         while let Some(w) = self.sq.front() {
             if w.state != WqeState::Sent {
                 break;
@@ -73,27 +94,10 @@ impl Qp {
                 return Implicit::ImpliedNak;
             }
             self.comp.psn = last.next();
-            self.progress();
-            self.complete_front(dev);
+            self.comp.progress(&self.p);
+            self.complete_front(cx.sink, cx.ctrs);
         }
         Implicit::Done
-    }
-
-    /// Forward progress: retry counters back to their attribute values, and
-    /// any retry under way is over (a new loss may start a new one).
-    fn progress(&mut self) {
-        self.comp.gap_retry = None;
-        self.comp.retry_left = self.p.retry_cnt;
-        self.comp.rnr_left = self.p.rnr_retry;
-    }
-
-    /// Everything before `psn` is acknowledged: move the oldest
-    /// unacknowledged PSN up to it (never back); moving counts as progress.
-    fn advance_to(&mut self, psn: Psn) {
-        if psn.is_after(self.comp.psn) {
-            self.comp.psn = psn;
-            self.progress();
-        }
     }
 
     /// A response shows that the request at `psn` (the oldest
@@ -101,14 +105,14 @@ impl Qp {
     /// it, unless a retry is already under way, in which case the response
     /// is one of those still in flight from before the rewind and is
     /// dropped without charging a retry.
-    fn response_retry(&mut self, dev: &mut Dev, psn: Psn, why: &'static str) {
+    fn response_retry(&mut self, cx: &mut CompCtx<'_>, psn: Psn, why: &'static str) {
         if let Some(started) = self.comp.gap_retry {
-            dev.counters.stale_response += 1;
+            cx.ctrs.stale_response += 1;
             tracing::debug!(qpn = %self.qpn, %psn, %started, trigger = why,
                 reason = "retry already under way", "drop");
             return;
         }
-        self.retry_from(dev, psn, why);
+        self.retry_from(cx, psn, why);
     }
 
     fn restart_timer(&mut self, now: Instant) {
@@ -120,15 +124,15 @@ impl Qp {
     }
 
     /// Go back N from `psn`, charging one retry; RETRY_EXC_ERR when none left.
-    fn retry_from(&mut self, dev: &mut Dev, psn: Psn, why: &'static str) {
+    fn retry_from(&mut self, cx: &mut CompCtx<'_>, psn: Psn, why: &'static str) {
         if self.comp.retry_left == 0 && self.p.retry_cnt != RETRY_FOREVER {
             tracing::info!(qpn = %self.qpn, reason = why, "retry count exceeded");
-            dev.counters.retry_exceeded_err += 1;
-            self.fail_front(dev, WcStatus::RetryExcErr);
+            cx.ctrs.retry_exceeded_err += 1;
+            self.fail_front(cx.sink, WcStatus::RetryExcErr);
             return;
         }
         self.comp.retry_left = self.comp.retry_left.saturating_sub(1);
-        dev.counters.completer_retry_err += 1;
+        cx.ctrs.completer_retry_err += 1;
         tracing::debug!(qpn = %self.qpn, %psn, reason = why, retries_left = self.comp.retry_left, "retry");
         self.comp.gap_retry = Some(psn);
         self.rewind_to(psn);
@@ -136,20 +140,20 @@ impl Qp {
     }
 
     /// Retransmit timer fired.
-    pub(crate) fn on_retrans_timeout(&mut self, dev: &mut Dev, _now: Instant) {
+    pub(crate) fn on_retrans_timeout(&mut self, cx: &mut CompCtx<'_>, _now: Instant) {
         self.comp.retrans_deadline = None;
         let outstanding = self.sq.iter().any(|w| w.state != WqeState::Posted);
         if !outstanding {
             return;
         }
-        dev.counters.retransmit_timeouts += 1;
+        cx.ctrs.retransmit_timeouts += 1;
         tracing::debug!(qpn = %self.qpn, kind = "retransmit", comp_psn = %self.comp.psn, "retransmit timer fired");
         let psn = self.comp.psn;
-        self.retry_from(dev, psn, "timeout");
+        self.retry_from(cx, psn, "timeout");
     }
 
     /// RNR wait over: resend from the NAKed PSN (already rewound).
-    pub(crate) fn on_rnr_timeout(&mut self, _dev: &mut Dev, _now: Instant) {
+    pub(crate) fn on_rnr_timeout(&mut self, _now: Instant) {
         tracing::debug!(qpn = %self.qpn, kind = "rnr", psn = %self.req.psn, "RNR timer fired");
         self.comp.rnr_deadline = None;
     }
@@ -157,7 +161,7 @@ impl Qp {
     /// Handle one response packet (ACK, NAK, read response, atomic ACK).
     pub(crate) fn on_response(
         &mut self,
-        dev: &mut Dev,
+        cx: &mut CompCtx<'_>,
         now: Instant,
         r: &RoceRepr,
         payload: &[u8],
@@ -166,29 +170,29 @@ impl Qp {
         let Ok(info) = r.info() else { return };
         // Stale (before the oldest unacknowledged PSN) or ghost (never sent).
         if psn.is_before(self.comp.psn) || psn.is_at_or_after(self.req.psn) {
-            dev.counters.stale_response += 1;
+            cx.ctrs.stale_response += 1;
             tracing::debug!(qpn = %self.qpn, %psn, comp_psn = %self.comp.psn, req_psn = %self.req.psn,
                 reason = "stale or ghost response", "drop");
             return;
         }
         if self.sq.iter().all(|w| w.state == WqeState::Posted) {
-            dev.counters.stale_response += 1;
+            cx.ctrs.stale_response += 1;
             return;
         }
         let syndrome = r.aeth.map(|a| a.syndrome);
         match (info.kind, syndrome) {
             (OpKind::Ack, Some(Syndrome::Ack { .. })) => {
                 let before = self.comp.psn;
-                if let Implicit::ImpliedNak = self.complete_covered(dev, psn, true) {
+                if let Implicit::ImpliedNak = self.complete_covered(cx, psn, true) {
                     let p = self.comp.psn;
-                    self.response_retry(dev, p, "implied NAK (ACK past READ/atomic)");
+                    self.response_retry(cx, p, "implied NAK (ACK past READ/atomic)");
                     return;
                 }
                 let in_rd = self.sq.front().is_some_and(|w| {
                     w.wr.opcode.is_read_or_atomic() && w.state != WqeState::Posted
                 });
                 if !in_rd {
-                    self.advance_to(psn.next());
+                    self.comp.advance_to(&self.p, psn.next());
                 }
                 // the timer restarts on progress only (C9-140): an ACK that
                 // acknowledges nothing new must not postpone a timeout
@@ -197,17 +201,17 @@ impl Qp {
                 }
             }
             (OpKind::Ack, Some(Syndrome::RnrNak(t))) => {
-                dev.counters.rcvd_rnr_err += 1;
-                if let Implicit::ImpliedNak = self.complete_covered(dev, psn, false) {
+                cx.ctrs.rcvd_rnr_err += 1;
+                if let Implicit::ImpliedNak = self.complete_covered(cx, psn, false) {
                     let p = self.comp.psn;
-                    self.response_retry(dev, p, "implied NAK (RNR NAK past READ/atomic)");
+                    self.response_retry(cx, p, "implied NAK (RNR NAK past READ/atomic)");
                     return;
                 }
-                self.advance_to(psn);
+                self.comp.advance_to(&self.p, psn);
                 if self.comp.rnr_left == 0 {
                     tracing::info!(qpn = %self.qpn, %psn, "RNR retry count exceeded");
-                    dev.counters.retry_rnr_exceeded_err += 1;
-                    self.fail_front(dev, crate::wr::WcStatus::RnrRetryExcErr);
+                    cx.ctrs.retry_rnr_exceeded_err += 1;
+                    self.fail_front(cx.sink, crate::wr::WcStatus::RnrRetryExcErr);
                     return;
                 }
                 if self.p.rnr_retry != 7 {
@@ -222,13 +226,13 @@ impl Qp {
             (OpKind::Ack, Some(Syndrome::Nak(code))) => {
                 tracing::debug!(qpn = %self.qpn, %psn, code = code.name(), "NAK received");
                 if code == NakCode::PsnSequenceError {
-                    dev.counters.rcvd_seq_err += 1;
+                    cx.ctrs.rcvd_seq_err += 1;
                 }
-                if let Implicit::ImpliedNak = self.complete_covered(dev, psn, false) {
+                if let Implicit::ImpliedNak = self.complete_covered(cx, psn, false) {
                     // the NAK acknowledges a READ/atomic whose response was
                     // lost: resend from it (its response is still owed)
                     let p = self.comp.psn;
-                    self.response_retry(dev, p, "implied NAK (NAK past READ/atomic)");
+                    self.response_retry(cx, p, "implied NAK (NAK past READ/atomic)");
                     return;
                 }
                 let status = match code {
@@ -237,8 +241,8 @@ impl Qp {
                         // PSN a retry already rewound to (a duplicate, or
                         // one sent before the resent packets arrived)
                         // starts no second go-back-N and charges nothing
-                        self.advance_to(psn);
-                        self.response_retry(dev, psn, "PSN sequence error NAK");
+                        self.comp.advance_to(&self.p, psn);
+                        self.response_retry(cx, psn, "PSN sequence error NAK");
                         return;
                     }
                     NakCode::InvalidRequest => WcStatus::RemInvReqErr,
@@ -246,22 +250,28 @@ impl Qp {
                     NakCode::RemoteOperationalError => WcStatus::RemOpErr,
                     NakCode::InvalidRdRequest | NakCode::Reserved(_) => WcStatus::RemInvReqErr,
                 };
-                self.fail_front(dev, status);
+                self.fail_front(cx.sink, status);
             }
-            (OpKind::ReadResponse, _) => self.on_read_response(dev, now, r, payload),
-            (OpKind::AtomicAck, Some(Syndrome::Ack { .. })) => self.on_atomic_ack(dev, now, r),
+            (OpKind::ReadResponse, _) => self.on_read_response(cx, now, r, payload),
+            (OpKind::AtomicAck, Some(Syndrome::Ack { .. })) => self.on_atomic_ack(cx, now, r),
             _ => {
-                dev.counters.stale_response += 1;
+                cx.ctrs.stale_response += 1;
                 tracing::debug!(qpn = %self.qpn, %psn, reason = "reserved AETH syndrome", "drop");
             }
         }
     }
 
-    fn on_read_response(&mut self, dev: &mut Dev, now: Instant, r: &RoceRepr, payload: &[u8]) {
+    fn on_read_response(
+        &mut self,
+        cx: &mut CompCtx<'_>,
+        now: Instant,
+        r: &RoceRepr,
+        payload: &[u8],
+    ) {
         let psn = r.bth.psn;
-        if let Implicit::ImpliedNak = self.complete_covered(dev, psn, false) {
+        if let Implicit::ImpliedNak = self.complete_covered(cx, psn, false) {
             let p = self.comp.psn;
-            self.response_retry(dev, p, "implied NAK (response past READ/atomic)");
+            self.response_retry(cx, p, "implied NAK (response past READ/atomic)");
             return;
         }
         let mtu = self.mtu();
@@ -269,14 +279,14 @@ impl Qp {
         // READ, or FLUSH's zero-length READ RESPONSE ONLY (crate::mw)
         if w.wr.opcode.info().completed_by != CompletedBy::ReadResponse || !w.contains(psn) {
             tracing::debug!(qpn = %self.qpn, %psn, "read response does not match the oldest WQE");
-            self.fail_front(dev, WcStatus::BadRespErr);
+            self.fail_front(cx.sink, WcStatus::BadRespErr);
             return;
         }
         if psn != self.comp.psn {
             // a read response went missing: implied NAK from the first one
             // missing, once per gap (later gap packets are dropped)
             let p = self.comp.psn;
-            self.response_retry(dev, p, "implied NAK (read response gap)");
+            self.response_retry(cx, p, "implied NAK (read response gap)");
             return;
         }
         let k = u64::from(psn.value().wrapping_sub(w.first_psn.value()) & 0xFF_FFFF);
@@ -302,27 +312,27 @@ impl Qp {
         {
             tracing::debug!(qpn = %self.qpn, %psn, read_start = %w.read_start, got = ?pos,
                 len = payload.len(), "read response of unexpected position/length");
-            self.fail_front(dev, WcStatus::BadRespErr);
+            self.fail_front(cx.sink, WcStatus::BadRespErr);
             return;
         }
         let sges = w.wr.sg_list.clone();
-        if dev.mem.scatter(self.init.pd, &sges, off, payload).is_err() {
-            self.fail_front(dev, WcStatus::LocProtErr);
+        if cx.mem.scatter(self.init.pd, &sges, off, payload).is_err() {
+            self.fail_front(cx.sink, WcStatus::LocProtErr);
             return;
         }
         self.comp.psn = psn.next();
-        self.progress();
+        self.comp.progress(&self.p);
         if pos.ends() {
-            self.complete_front(dev);
+            self.complete_front(cx.sink, cx.ctrs);
         }
         self.restart_timer(now);
     }
 
-    fn on_atomic_ack(&mut self, dev: &mut Dev, now: Instant, r: &RoceRepr) {
+    fn on_atomic_ack(&mut self, cx: &mut CompCtx<'_>, now: Instant, r: &RoceRepr) {
         let psn = r.bth.psn;
-        if let Implicit::ImpliedNak = self.complete_covered(dev, psn, false) {
+        if let Implicit::ImpliedNak = self.complete_covered(cx, psn, false) {
             let p = self.comp.psn;
-            self.response_retry(dev, p, "implied NAK (atomic ACK past READ/atomic)");
+            self.response_retry(cx, p, "implied NAK (atomic ACK past READ/atomic)");
             return;
         }
         let Some(w) = self.sq.front() else { return };
@@ -330,18 +340,18 @@ impl Qp {
             || w.first_psn != psn
             || w.state != WqeState::Sent
         {
-            self.fail_front(dev, WcStatus::BadRespErr);
+            self.fail_front(cx.sink, WcStatus::BadRespErr);
             return;
         }
         let orig = r.atomic_ack_eth.map(|a| a.orig_rem_data).unwrap_or(0);
         let sges = w.wr.sg_list.clone();
-        if dev.mem.scatter(self.init.pd, &sges, 0, &orig.to_le_bytes()).is_err() {
-            self.fail_front(dev, WcStatus::LocProtErr);
+        if cx.mem.scatter(self.init.pd, &sges, 0, &orig.to_le_bytes()).is_err() {
+            self.fail_front(cx.sink, WcStatus::LocProtErr);
             return;
         }
         self.comp.psn = psn.next();
-        self.progress();
-        self.complete_front(dev);
+        self.comp.progress(&self.p);
+        self.complete_front(cx.sink, cx.ctrs);
         self.restart_timer(now);
     }
 }

@@ -119,3 +119,24 @@ impl fmt::Display for Counters {
         Ok(())
     }
 }
+
+impl Counters {
+    /// Count an executed memory window bind (`mw_bind` / `mw_bind_err`).
+    pub(crate) fn count_bind(&mut self, ok: bool) {
+        if ok {
+            self.mw_bind += 1;
+        } else {
+            self.mw_bind_err += 1;
+        }
+    }
+
+    /// Count an invalidation: LOCAL_INV, IETH or `local_invalidate`
+    /// (`mw_invalidate` / `mw_invalidate_err`).
+    pub(crate) fn count_invalidate(&mut self, ok: bool) {
+        if ok {
+            self.mw_invalidate += 1;
+        } else {
+            self.mw_invalidate_err += 1;
+        }
+    }
+}

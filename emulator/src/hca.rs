@@ -10,11 +10,15 @@
 use crate::counters::Counters;
 use crate::dev::Dev;
 use crate::error::*;
+use crate::mem::MemTable;
+use crate::mw::{Mw, MwBindWr, MwError};
 use crate::objects::*;
 use crate::qp::{Qp, QpInitAttr, SendWqe, WqeState};
 use crate::qp_attr::{
     validate_modify, AccessFlags, AttrMask, ModifyLimits, PathMtu, QpAttr, QpState, QpType,
 };
+use crate::queues::{Cq, CqSink, Srq};
+use crate::tx::Tx;
 use crate::wr::{RecvWr, SendFlags, SendWr, WcStatus, WorkCompletion, WrOpcode};
 use core::time::Duration;
 use rand::rngs::SmallRng;
@@ -100,7 +104,6 @@ impl Hca {
         Hca {
             dev: Dev {
                 name: cfg.name,
-                addr: cfg.addr,
                 port: PortAttr {
                     state: PortState::Active,
                     max_mtu: PathMtu::Mtu4096,
@@ -113,21 +116,14 @@ impl Hca {
                 rng: SmallRng::seed_from_u64(cfg.seed),
                 pds: HashMap::default(),
                 mem: MemTable::default(),
-                cqs: HashMap::default(),
                 srqs: HashMap::default(),
-                comp_events: VecDeque::new(),
+                sink: CqSink::default(),
                 counters: Counters::default(),
-                events: VecDeque::new(),
-                errored_cqs: Vec::new(),
+                tx: Tx::new(cfg.addr),
                 sqd_draining: Default::default(),
                 next_id: 0,
                 next_key: 0,
                 next_iova: 0x7f00_0000_0000,
-                tx_src_port: None,
-                coalesce_acks: false,
-                ack_delay: None,
-                acks_forced: false,
-                tx_burst: false,
             },
             qps: Default::default(),
             next_qpn: 17,
@@ -152,7 +148,7 @@ impl Hca {
     /// transport need not adjust it. `None` (default): each QP's own
     /// RoCEv2 source port, as rxe sends (the raw transport keeps it).
     pub fn set_tx_src_port(&mut self, port: Option<u16>) {
-        self.dev.tx_src_port = port;
+        self.dev.tx.src_port = port;
     }
 
     /// Coalesce acknowledgements in the core: a positive ACK that is still
@@ -163,7 +159,7 @@ impl Hca {
     /// by default and the UDP devices turn it on (their driver coalesces
     /// ACKs anyway, after the core has built them).
     pub fn set_ack_coalescing(&mut self, on: bool) {
-        self.dev.coalesce_acks = on;
+        self.dev.tx.coalesce_acks = on;
     }
 
     /// Hold a positive ACK back (`None`, the default: never), so that one
@@ -176,17 +172,17 @@ impl Hca {
     /// and after [`Hca::flush_acks`]. [`SansIo::poll_timeout`](crate::SansIo::poll_timeout) includes its
     /// deadline. The requester's send completions come up to twice `delay` later.
     pub fn set_ack_delay(&mut self, delay: Option<Duration>) {
-        self.dev.ack_delay = delay.filter(|d| !d.is_zero());
-        self.qps.set_ack_delay(self.dev.ack_delay);
-        if self.dev.ack_delay.is_some() {
-            self.dev.coalesce_acks = true;
+        self.dev.tx.ack_delay = delay.filter(|d| !d.is_zero());
+        self.qps.set_ack_delay(self.dev.tx.ack_delay);
+        if self.dev.tx.ack_delay.is_some() {
+            self.dev.tx.coalesce_acks = true;
         }
     }
 
     /// Let every held ACK leave with the next transmits (a driver going idle
     /// calls this); ends when `poll_transmit` has nothing more to send.
     pub fn flush_acks(&mut self) {
-        self.dev.acks_forced = true;
+        self.dev.tx.acks_forced = true;
     }
 
     /// The device name.
@@ -195,7 +191,7 @@ impl Hca {
     }
     /// The port's IP address.
     pub fn addr(&self) -> IpAddr {
-        self.dev.addr
+        self.dev.tx.addr
     }
     /// `ibv_query_device`.
     pub fn query_device(&self) -> DeviceAttr {
@@ -209,15 +205,15 @@ impl Hca {
     /// index 0 the link-local GID from the port's MAC, index 1 the
     /// address's RoCEv2 GID (IPv4-mapped for IPv4); other indices are empty.
     pub fn query_gid(&self, index: u32) -> Option<Ipv6Addr> {
-        gid_table(self.dev.addr).get(index as usize).copied()
+        gid_table(self.dev.tx.addr).get(index as usize).copied()
     }
     /// Counter snapshot.
     pub fn counters(&self) -> Counters {
-        self.dev.counters
+        self.dev.counters()
     }
     /// Take the oldest asynchronous event (`ibv_get_async_event`).
     pub fn poll_async_event(&mut self) -> Option<AsyncEvent> {
-        self.dev.events.pop_front()
+        self.dev.sink.events.pop_front()
     }
 
     // ---- protection domains ----
@@ -442,7 +438,7 @@ impl Hca {
             return Err(CreateCqError::InvalidDepth { cqe, max });
         }
         let h = CqHandle(self.dev.id());
-        self.dev.cqs.insert(
+        self.dev.sink.cqs.insert(
             h,
             Cq {
                 depth: cqe as usize,
@@ -462,7 +458,7 @@ impl Hca {
         cq: CqHandle,
         max: usize,
     ) -> Result<Vec<WorkCompletion>, PollCqError> {
-        let c = self.dev.cqs.get_mut(&cq).ok_or(PollCqError::UnknownCq(cq))?;
+        let c = self.dev.sink.cqs.get_mut(&cq).ok_or(PollCqError::UnknownCq(cq))?;
         if c.errored && c.entries.is_empty() {
             return Err(PollCqError::Overrun(cq));
         }
@@ -478,7 +474,7 @@ impl Hca {
         cq: CqHandle,
         solicited_only: bool,
     ) -> Result<(), NotifyCqError> {
-        let c = self.dev.cqs.get_mut(&cq).ok_or(NotifyCqError::UnknownCq(cq))?;
+        let c = self.dev.sink.cqs.get_mut(&cq).ok_or(NotifyCqError::UnknownCq(cq))?;
         c.armed = Some(solicited_only);
         Ok(())
     }
@@ -487,7 +483,7 @@ impl Hca {
     /// refused if fewer than the completions it holds now.
     pub fn resize_cq(&mut self, cq: CqHandle, cqe: u32) -> Result<(), ResizeCqError> {
         let max = self.dev.attr.max_cqe;
-        let c = self.dev.cqs.get_mut(&cq).ok_or(ResizeCqError::UnknownCq(cq))?;
+        let c = self.dev.sink.cqs.get_mut(&cq).ok_or(ResizeCqError::UnknownCq(cq))?;
         if cqe == 0 || cqe > max {
             return Err(ResizeCqError::InvalidDepth { cqe, max });
         }
@@ -500,12 +496,12 @@ impl Hca {
 
     /// The depth of a CQ (`ibv_cq.cqe`).
     pub fn cq_depth(&self, cq: CqHandle) -> Option<u32> {
-        self.dev.cqs.get(&cq).map(|c| c.depth as u32)
+        self.dev.sink.cqs.get(&cq).map(|c| c.depth as u32)
     }
 
     /// `ibv_get_cq_event` without blocking: the oldest notified CQ.
     pub fn poll_comp_event(&mut self) -> Option<CqHandle> {
-        self.dev.comp_events.pop_front()
+        self.dev.sink.comp_events.pop_front()
     }
 
     // ---- shared receive queues ----
@@ -581,11 +577,11 @@ impl Hca {
 
     /// `ibv_destroy_cq`: fails while a QP uses it.
     pub fn destroy_cq(&mut self, cq: CqHandle) -> Result<(), DestroyCqError> {
-        let c = self.dev.cqs.get(&cq).ok_or(DestroyCqError::UnknownCq(cq))?;
+        let c = self.dev.sink.cqs.get(&cq).ok_or(DestroyCqError::UnknownCq(cq))?;
         if c.users > 0 {
             return Err(DestroyCqError::InUse { cq, users: c.users });
         }
-        self.dev.cqs.remove(&cq);
+        self.dev.sink.cqs.remove(&cq);
         Ok(())
     }
 
@@ -615,7 +611,7 @@ impl Hca {
             return Err(CreateQpError::UnknownPd(init.pd));
         }
         for cq in [init.send_cq, init.recv_cq] {
-            if !self.dev.cqs.contains_key(&cq) {
+            if !self.dev.sink.cqs.contains_key(&cq) {
                 return Err(CreateQpError::UnknownCq(cq));
             }
         }
@@ -642,7 +638,7 @@ impl Hca {
             p.users += 1;
         }
         for cq in [init.send_cq, init.recv_cq] {
-            if let Some(c) = self.dev.cqs.get_mut(&cq) {
+            if let Some(c) = self.dev.sink.cqs.get_mut(&cq) {
                 c.users += 1;
             }
         }
@@ -752,7 +748,7 @@ impl Hca {
         }
         match to {
             QpState::Reset => qp.reset(),
-            QpState::Err => qp.enter_error(&mut self.dev),
+            QpState::Err => qp.enter_error(&mut self.dev.sink),
             s => qp.state = s,
         }
         drop(entry); // re-files the QP (qp_table)
@@ -796,7 +792,7 @@ impl Hca {
             p.users = p.users.saturating_sub(1);
         }
         for cq in [qp.init.send_cq, qp.init.recv_cq] {
-            if let Some(c) = self.dev.cqs.get_mut(&cq) {
+            if let Some(c) = self.dev.sink.cqs.get_mut(&cq) {
                 c.users = c.users.saturating_sub(1);
             }
         }
@@ -889,7 +885,7 @@ impl Hca {
         };
         if qp.state == QpState::Err {
             let wc = qp.send_wc(&w, WcStatus::WrFlushErr);
-            self.dev.complete(qp.init.send_cq, wc);
+            self.dev.sink.complete(qp.init.send_cq, wc);
         } else {
             qp.sq.push_back(w);
         }
@@ -917,13 +913,143 @@ impl Hca {
         }
         if qp.state == QpState::Err {
             let wc = qp.recv_wc(&wr, WcStatus::WrFlushErr, 0, None, false);
-            self.dev.complete(qp.init.recv_cq, wc);
+            self.dev.sink.complete(qp.init.recv_cq, wc);
         } else {
             qp.rq.push_back(wr);
         }
         drop(entry); // re-files the QP (qp_table)
         self.settle();
         Ok(())
+    }
+}
+
+// ---- the port's communication manager (crate::cm_port) ----
+
+impl Hca {
+    /// This port's communication manager (IBA chapter 12): listen, connect,
+    /// accept, reject, disconnect, SIDR, and its events
+    /// ([`roce_cm::Cm::poll_event`]). Its MADs travel over QP1 when the
+    /// device is driven. Times the engine wants are the device's
+    /// ([`Hca::cm_now`]).
+    pub fn cm(&mut self) -> &mut roce_cm::Cm {
+        &mut self.cm.cm
+    }
+
+    /// The engine, read-only (state, counters).
+    pub fn cm_ref(&self) -> &roce_cm::Cm {
+        &self.cm.cm
+    }
+
+    /// The device's latest time (of its latest input) in the engine's
+    /// units, for the calls that take a `now` ([`roce_cm::Cm::connect`],
+    /// [`roce_cm::Cm::disconnect`], ...).
+    pub fn cm_now(&self) -> Duration {
+        self.cm.now()
+    }
+
+    /// Whether QP1's traffic goes to the engine (no application GSI QP).
+    pub(crate) fn cm_owns_qp1(&self) -> bool {
+        !self.qps.contains_key(&Qpn::new(1))
+    }
+}
+
+// ---- memory windows (crate::mw) ----
+
+impl Hca {
+    /// `ibv_alloc_mw`: an unbound window in `pd` with a fresh rkey.
+    pub fn alloc_mw(&mut self, pd: PdHandle, ty: MwType) -> Result<(MwHandle, RKey), MwError> {
+        let d = &mut self.dev;
+        if d.mem.mw.mws.len() >= d.attr.max_mw as usize {
+            return Err(MwError::TooMany { max: d.attr.max_mw });
+        }
+        let p = d.pds.get_mut(&pd).ok_or(MwError::UnknownPd(pd))?;
+        p.users += 1;
+        let (id, key) = d.next_mw_ids();
+        let h = MwHandle(id);
+        let rkey = RKey::new(key);
+        let mw = Mw { pd, ty, rkey, bound: None, posted_rkey: rkey, verb_binds: Vec::new() };
+        d.mem.mw.mws.insert(h, mw);
+        d.mem.mw.by_rkey.insert(rkey, h);
+        tracing::debug!(dev = %d.name, mw = id, ?ty, %rkey, "alloc_mw");
+        Ok((h, rkey))
+    }
+
+    /// `ibv_dealloc_mw`.
+    pub fn dealloc_mw(&mut self, mw: MwHandle) -> Result<(), MwError> {
+        let d = &mut self.dev;
+        let m = d.mem.mw.mws.remove(&mw).ok_or(MwError::UnknownMw(mw))?;
+        d.mem.mw.by_rkey.remove(&m.rkey);
+        if let Some(p) = d.pds.get_mut(&m.pd) {
+            p.users = p.users.saturating_sub(1);
+        }
+        tracing::debug!(dev = %d.name, mw = mw.0, "dealloc_mw");
+        Ok(())
+    }
+
+    /// The window's current rkey (changes when a bind executes).
+    pub fn mw_rkey(&self, mw: MwHandle) -> Option<RKey> {
+        self.dev.mem.mw.mws.get(&mw).map(|m| m.rkey)
+    }
+
+    fn qp_pd(&self, qpn: Qpn) -> Result<PdHandle, MwError> {
+        Ok(self.qps.get(&qpn).ok_or(MwError::UnknownQp(qpn))?.init.pd)
+    }
+
+    /// `ibv_bind_mw` for a type 1 window: posts a BIND_MW work request on
+    /// `qpn`'s send queue and returns the rkey the window will have (the
+    /// next key byte, libibverbs' `ibv_inc_rkey`). The bind executes after
+    /// every earlier work request of the QP and completes with opcode
+    /// BIND_MW (signalled per `wr.send_flags`), or with MW_BIND_ERR if a
+    /// check fails then (the rkey then stays what it was). A zero length
+    /// unbinds.
+    ///
+    /// Refused at once: a type 2 window ([`MwError::WrongType`]), a region
+    /// in another PD than the window (as rxe's provider does), and whatever
+    /// `post_send` refuses ([`MwError::Post`]).
+    pub fn bind_mw(&mut self, qpn: Qpn, mw: MwHandle, wr: MwBindWr) -> Result<RKey, MwError> {
+        let mem = &self.dev.mem;
+        let m = mem.mw.mws.get(&mw).ok_or(MwError::UnknownMw(mw))?;
+        if m.ty != MwType::Type1 {
+            return Err(MwError::WrongType(m.ty));
+        }
+        let mr = mem.mrs.get(&wr.bind.mr).ok_or(MwError::UnknownMr(wr.bind.mr))?;
+        if mr.pd != m.pd {
+            return Err(MwError::PdMismatch);
+        }
+        self.qp_pd(qpn)?;
+        let rkey = crate::mw::inc_rkey(m.posted_rkey);
+        let ticket = (qpn, wr.wr_id, rkey);
+        let op = WrOpcode::BindMw { mw, rkey, bind: wr.bind };
+        let mut swr = SendWr::new(wr.wr_id, op);
+        swr.flags = wr.send_flags;
+        if let Some(m) = self.dev.mem.mw.mws.get_mut(&mw) {
+            m.verb_binds.push(ticket);
+        }
+        if let Err(e) = self.post_send(qpn, swr) {
+            if let Some(m) = self.dev.mem.mw.mws.get_mut(&mw) {
+                m.verb_binds.retain(|t| *t != ticket);
+            }
+            return Err(e.into());
+        }
+        let flushed = self.qps.get(&qpn).is_some_and(|q| q.state == QpState::Err);
+        if let Some(m) = self.dev.mem.mw.mws.get_mut(&mw) {
+            m.posted_rkey = rkey;
+            if flushed {
+                // completed at once with WR_FLUSH_ERR: it will never execute
+                m.verb_binds.retain(|t| *t != ticket);
+            }
+        }
+        tracing::debug!(dev = %self.dev.name, %qpn, mw = mw.0, %rkey, "bind_mw posted");
+        Ok(rkey)
+    }
+
+    /// Invalidate `rkey` for `qpn`'s PD directly, outside the send queue
+    /// (what a [`crate::WrOpcode::LocalInv`] work request does in order).
+    pub fn local_invalidate(&mut self, qpn: Qpn, rkey: RKey) -> Result<(), MwError> {
+        let pd = self.qp_pd(qpn)?;
+        let r = self.dev.mem.invalidate(pd, rkey);
+        self.dev.counters.count_invalidate(r.is_ok());
+        r
     }
 }
 

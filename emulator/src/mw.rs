@@ -3,7 +3,7 @@
 //! (signalled per their send flags), in order after every earlier work
 //! request:
 //!
-//! - type 1 windows with [`Hca::bind_mw`] (`ibv_bind_mw`): the verb
+//! - type 1 windows with [`Hca::bind_mw`](crate::Hca::bind_mw) (`ibv_bind_mw`): the verb
 //!   returns the window's next rkey at once (key byte + 1, as libibverbs'
 //!   `ibv_inc_rkey`) and posts the bind;
 //! - type 2 windows with a posted [`crate::WrOpcode::BindMw`] work request
@@ -17,57 +17,25 @@
 //! region, rights other than remote read/write/atomic (write and atomic
 //! need the region's LOCAL_WRITE), a type 2 window not free, a zero-length
 //! type 2 bind, a new rkey with another index, and a type 1 window in a
-//! posted BIND_MW (type 1 binds only through [`Hca::bind_mw`]).
+//! posted BIND_MW (type 1 binds only through [`Hca::bind_mw`](crate::Hca::bind_mw)).
 //!
 //! A remote access through a window's rkey is checked against the
 //! window's range, rights and QP, then against the region's
 //! (`MemTable::check_remote`). LOCAL_INV ([`crate::WrOpcode::LocalInv`],
-//! or directly [`Hca::local_invalidate`]) and SEND_WITH_INVALIDATE's IETH
+//! or directly [`Hca::local_invalidate`](crate::Hca::local_invalidate)) and SEND_WITH_INVALIDATE's IETH
 //! return a type 2 window to the free state.
 //!
 //! Counters: `mw_bind`, `mw_bind_err`, `mw_invalidate`, `mw_invalidate_err`.
 
 use crate::error::PostSendError;
-use crate::hca::Hca;
-use crate::objects::{MemError, MemTable, MrHandle, PdHandle};
+use crate::objects::{MemError, MrHandle, Mrs, PdHandle};
 use crate::qp_attr::AccessFlags;
-use crate::wr::{SendFlags, SendWr, WrOpcode};
+use crate::wr::SendFlags;
 use roce_packet::{Qpn, RKey};
 
-/// A memory window handle (`ibv_mw`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct MwHandle(pub(crate) u32);
+pub use crate::objects::{MwBind, MwHandle, MwType};
 
-impl MwHandle {
-    /// The handle's number (for traces).
-    pub fn id(self) -> u32 {
-        self.0
-    }
-}
-
-/// `enum ibv_mw_type`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MwType {
-    /// IBV_MW_TYPE_1: bound with `ibv_bind_mw`, checked against the PD.
-    Type1,
-    /// IBV_MW_TYPE_2: bound by a work request to one QP, invalidatable.
-    Type2,
-}
-
-/// `struct ibv_mw_bind_info`: what a window exposes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct MwBind {
-    /// The region the window lies in (needs MW_BIND access).
-    pub mr: MrHandle,
-    /// First virtual address of the window.
-    pub addr: u64,
-    /// Bytes (0 unbinds a type 1 window; not allowed for type 2).
-    pub length: u64,
-    /// Remote rights: REMOTE_READ, REMOTE_WRITE, REMOTE_ATOMIC.
-    pub access: AccessFlags,
-}
-
-/// `struct ibv_mw_bind`: the arguments of [`Hca::bind_mw`].
+/// `struct ibv_mw_bind`: the arguments of [`Hca::bind_mw`](crate::Hca::bind_mw).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MwBindWr {
     /// Returned in the BIND_MW completion.
@@ -176,12 +144,15 @@ pub(crate) struct MwTable {
     pub by_rkey: rustc_hash::FxHashMap<RKey, MwHandle>,
 }
 
-impl MemTable {
+impl MwTable {
     /// Check a window rkey for `[va, va+len)` with `need`, for a request
     /// that arrived on `on_qp` (a type 2 window answers only on the QP it
-    /// is bound to; `None` skips that check: see `check_remote`); `None`
-    /// when `rkey` names no window (then it may name a region).
-    pub(crate) fn check_mw(
+    /// is bound to; `None` skips that check: see `MemTable::check_remote`):
+    /// the window's PD, QP, rights and range; the region it lies in is
+    /// the caller's to check. `None` when `rkey` names no window (then it
+    /// may name a region).
+    #[inline]
+    pub(crate) fn check(
         &self,
         pd: PdHandle,
         on_qp: Option<Qpn>,
@@ -189,10 +160,10 @@ impl MemTable {
         va: u64,
         len: u64,
         need: AccessFlags,
-    ) -> Option<Result<(MrHandle, usize), MemError>> {
-        let h = self.mw.by_rkey.get(&rkey)?;
-        let r = (|| {
-            let mw = self.mw.mws.get(h).ok_or(MemError::BadKey)?;
+    ) -> Option<Result<MrHandle, MemError>> {
+        let h = self.by_rkey.get(&rkey)?;
+        Some((|| {
+            let mw = self.mws.get(h).ok_or(MemError::BadKey)?;
             let b = mw.bound.ok_or(MemError::BadKey)?;
             if mw.pd != pd {
                 return Err(MemError::WrongPd);
@@ -209,33 +180,39 @@ impl MemTable {
             if va < b.addr || end > b.addr.saturating_add(b.length) {
                 return Err(MemError::Bounds);
             }
-            let mr = self.mrs.get(&b.mr).ok_or(MemError::BadKey)?;
-            if mr.pd != pd {
-                return Err(MemError::WrongPd);
-            }
-            let off = mr.range(va, len).ok_or(MemError::Bounds)?;
-            Ok((b.mr, off))
-        })();
-        if let Err(e) = r {
-            tracing::debug!(%rkey, va, len, ?e, "memory window check failed");
-        }
-        Some(r)
+            Ok(b.mr)
+        })())
     }
 }
 
 /// The next key byte after `k` (libibverbs' `ibv_inc_rkey`).
-fn inc_rkey(k: RKey) -> RKey {
+pub(crate) fn inc_rkey(k: RKey) -> RKey {
     let v = k.value();
     RKey::new((v & !0xFF) | (v.wrapping_add(1) & 0xFF))
 }
 
-impl MemTable {
+/// The QP a BIND_MW work request executes on, and the request's `wr_id`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BindOn {
+    pub qpn: Qpn,
+    /// The QP's protection domain.
+    pub pd: PdHandle,
+    pub wr_id: u64,
+}
+
+impl MwTable {
     /// Bind checks for a QP in `qp_pd`: one PD for window, region and QP,
     /// MW_BIND on the region, remote rights only (write/atomic need the
     /// region's LOCAL_WRITE), window inside the region.
-    fn check_bind(&self, qp_pd: PdHandle, mw: MwHandle, b: &MwBind) -> Result<(), MwError> {
-        let m = self.mw.mws.get(&mw).ok_or(MwError::UnknownMw(mw))?;
-        let mr = self.mrs.get(&b.mr).ok_or(MwError::UnknownMr(b.mr))?;
+    fn check_bind(
+        &self,
+        mrs: &Mrs,
+        qp_pd: PdHandle,
+        mw: MwHandle,
+        b: &MwBind,
+    ) -> Result<(), MwError> {
+        let m = self.mws.get(&mw).ok_or(MwError::UnknownMw(mw))?;
+        let mr = mrs.get(&b.mr).ok_or(MwError::UnknownMr(b.mr))?;
         if m.pd != qp_pd || mr.pd != qp_pd {
             return Err(MwError::PdMismatch);
         }
@@ -262,18 +239,19 @@ impl MemTable {
         Ok(())
     }
 
-    /// Execute a BIND_MW work request `wr_id` of `qpn` (in `qp_pd`): the
-    /// send queue calls this when the request reaches its head.
+    /// Execute a BIND_MW work request (`on`: its QP and `wr_id`) of window
+    /// `mw` to `new_rkey` over a region of `mrs`: the send queue calls this
+    /// when the request reaches its head.
     pub(crate) fn bind_wr(
         &mut self,
-        qp_pd: PdHandle,
-        qpn: Qpn,
-        wr_id: u64,
+        mrs: &Mrs,
+        on: BindOn,
         mw: MwHandle,
         new_rkey: RKey,
         b: MwBind,
     ) -> Result<RKey, MwError> {
-        let m = self.mw.mws.get_mut(&mw).ok_or(MwError::UnknownMw(mw))?;
+        let BindOn { qpn, pd: qp_pd, wr_id } = on;
+        let m = self.mws.get_mut(&mw).ok_or(MwError::UnknownMw(mw))?;
         let (ty, old) = (m.ty, m.rkey);
         let r = match ty {
             MwType::Type1 => {
@@ -294,7 +272,7 @@ impl MemTable {
             if new_rkey.value() & !0xFF != old.value() & !0xFF {
                 return Err(MwError::BadRkeyIndex { old, new: new_rkey });
             }
-            self.check_bind(qp_pd, mw, &b)
+            self.check_bind(mrs, qp_pd, mw, &b)
         });
         if let Err(e) = r {
             tracing::debug!(%qpn, mw = mw.0, ?ty, %e, "bind_mw rejected");
@@ -305,10 +283,9 @@ impl MemTable {
     }
 
     fn install(&mut self, mw: MwHandle, old: RKey, new: RKey, b: MwBind, qp: Option<Qpn>) -> RKey {
-        let t = &mut self.mw;
-        t.by_rkey.remove(&old);
-        t.by_rkey.insert(new, mw);
-        if let Some(m) = t.mws.get_mut(&mw) {
+        self.by_rkey.remove(&old);
+        self.by_rkey.insert(new, mw);
+        if let Some(m) = self.mws.get_mut(&mw) {
             m.rkey = new;
             m.bound = (b.length > 0).then_some(Binding {
                 mr: b.mr,
@@ -322,152 +299,20 @@ impl MemTable {
         new
     }
 
-    /// Invalidate `rkey` in `pd` (LOCAL_INV, or IETH at a responder): a
-    /// type 2 window returns to the free state; a region loses its remote
-    /// key. Type 1 windows cannot be invalidated.
-    pub(crate) fn invalidate(&mut self, pd: PdHandle, rkey: RKey) -> Result<(), MwError> {
-        let r = if let Some(&h) = self.mw.by_rkey.get(&rkey) {
-            match self.mw.mws.get_mut(&h) {
-                Some(m) if m.pd != pd => Err(MwError::PdMismatch),
-                Some(m) if m.ty == MwType::Type1 => Err(MwError::WrongType(MwType::Type1)),
-                Some(m) => {
-                    m.bound = None;
-                    Ok(())
-                }
-                None => Err(MwError::UnknownRkey(rkey)),
+    /// Invalidate the window with `rkey` in `pd` (LOCAL_INV, or IETH at a
+    /// responder): a type 2 window returns to the free state; type 1
+    /// windows cannot be invalidated. `None` when `rkey` names no window
+    /// (then it may name a region: `MemTable::invalidate`).
+    pub(crate) fn invalidate(&mut self, pd: PdHandle, rkey: RKey) -> Option<Result<(), MwError>> {
+        let &h = self.by_rkey.get(&rkey)?;
+        Some(match self.mws.get_mut(&h) {
+            Some(m) if m.pd != pd => Err(MwError::PdMismatch),
+            Some(m) if m.ty == MwType::Type1 => Err(MwError::WrongType(MwType::Type1)),
+            Some(m) => {
+                m.bound = None;
+                Ok(())
             }
-        } else if let Some(&h) = self.by_rkey.get(&rkey) {
-            match self.mrs.get(&h) {
-                Some(mr) if mr.pd != pd => Err(MwError::PdMismatch),
-                Some(_) => {
-                    self.by_rkey.remove(&rkey);
-                    Ok(())
-                }
-                None => Err(MwError::UnknownRkey(rkey)),
-            }
-        } else {
-            Err(MwError::UnknownRkey(rkey))
-        };
-        tracing::debug!(%rkey, ok = r.is_ok(), "invalidate");
-        r
-    }
-}
-
-impl Hca {
-    /// `ibv_alloc_mw`: an unbound window in `pd` with a fresh rkey.
-    pub fn alloc_mw(&mut self, pd: PdHandle, ty: MwType) -> Result<(MwHandle, RKey), MwError> {
-        let d = &mut self.dev;
-        if d.mem.mw.mws.len() >= d.attr.max_mw as usize {
-            return Err(MwError::TooMany { max: d.attr.max_mw });
-        }
-        let p = d.pds.get_mut(&pd).ok_or(MwError::UnknownPd(pd))?;
-        p.users += 1;
-        let (id, key) = d.next_mw_ids();
-        let h = MwHandle(id);
-        let rkey = RKey::new(key);
-        let mw = Mw { pd, ty, rkey, bound: None, posted_rkey: rkey, verb_binds: Vec::new() };
-        d.mem.mw.mws.insert(h, mw);
-        d.mem.mw.by_rkey.insert(rkey, h);
-        tracing::debug!(dev = %d.name, mw = id, ?ty, %rkey, "alloc_mw");
-        Ok((h, rkey))
-    }
-
-    /// `ibv_dealloc_mw`.
-    pub fn dealloc_mw(&mut self, mw: MwHandle) -> Result<(), MwError> {
-        let d = &mut self.dev;
-        let m = d.mem.mw.mws.remove(&mw).ok_or(MwError::UnknownMw(mw))?;
-        d.mem.mw.by_rkey.remove(&m.rkey);
-        if let Some(p) = d.pds.get_mut(&m.pd) {
-            p.users = p.users.saturating_sub(1);
-        }
-        tracing::debug!(dev = %d.name, mw = mw.0, "dealloc_mw");
-        Ok(())
-    }
-
-    /// The window's current rkey (changes when a bind executes).
-    pub fn mw_rkey(&self, mw: MwHandle) -> Option<RKey> {
-        self.dev.mem.mw.mws.get(&mw).map(|m| m.rkey)
-    }
-
-    fn qp_pd(&self, qpn: Qpn) -> Result<PdHandle, MwError> {
-        Ok(self.qps.get(&qpn).ok_or(MwError::UnknownQp(qpn))?.init.pd)
-    }
-
-    /// `ibv_bind_mw` for a type 1 window: posts a BIND_MW work request on
-    /// `qpn`'s send queue and returns the rkey the window will have (the
-    /// next key byte, libibverbs' `ibv_inc_rkey`). The bind executes after
-    /// every earlier work request of the QP and completes with opcode
-    /// BIND_MW (signalled per `wr.send_flags`), or with MW_BIND_ERR if a
-    /// check fails then (the rkey then stays what it was). A zero length
-    /// unbinds.
-    ///
-    /// Refused at once: a type 2 window ([`MwError::WrongType`]), a region
-    /// in another PD than the window (as rxe's provider does), and whatever
-    /// `post_send` refuses ([`MwError::Post`]).
-    pub fn bind_mw(&mut self, qpn: Qpn, mw: MwHandle, wr: MwBindWr) -> Result<RKey, MwError> {
-        let mem = &self.dev.mem;
-        let m = mem.mw.mws.get(&mw).ok_or(MwError::UnknownMw(mw))?;
-        if m.ty != MwType::Type1 {
-            return Err(MwError::WrongType(m.ty));
-        }
-        let mr = mem.mrs.get(&wr.bind.mr).ok_or(MwError::UnknownMr(wr.bind.mr))?;
-        if mr.pd != m.pd {
-            return Err(MwError::PdMismatch);
-        }
-        self.qp_pd(qpn)?;
-        let rkey = inc_rkey(m.posted_rkey);
-        let ticket = (qpn, wr.wr_id, rkey);
-        let op = WrOpcode::BindMw { mw, rkey, bind: wr.bind };
-        let mut swr = SendWr::new(wr.wr_id, op);
-        swr.flags = wr.send_flags;
-        if let Some(m) = self.dev.mem.mw.mws.get_mut(&mw) {
-            m.verb_binds.push(ticket);
-        }
-        if let Err(e) = self.post_send(qpn, swr) {
-            if let Some(m) = self.dev.mem.mw.mws.get_mut(&mw) {
-                m.verb_binds.retain(|t| *t != ticket);
-            }
-            return Err(e.into());
-        }
-        let flushed = self.qps.get(&qpn).is_some_and(|q| q.state == crate::QpState::Err);
-        if let Some(m) = self.dev.mem.mw.mws.get_mut(&mw) {
-            m.posted_rkey = rkey;
-            if flushed {
-                // completed at once with WR_FLUSH_ERR: it will never execute
-                m.verb_binds.retain(|t| *t != ticket);
-            }
-        }
-        tracing::debug!(dev = %self.dev.name, %qpn, mw = mw.0, %rkey, "bind_mw posted");
-        Ok(rkey)
-    }
-
-    /// Invalidate `rkey` for `qpn`'s PD directly, outside the send queue
-    /// (what a [`crate::WrOpcode::LocalInv`] work request does in order).
-    pub fn local_invalidate(&mut self, qpn: Qpn, rkey: RKey) -> Result<(), MwError> {
-        let pd = self.qp_pd(qpn)?;
-        let r = self.dev.mem.invalidate(pd, rkey);
-        self.dev.count_invalidate(r.is_ok());
-        r
-    }
-}
-
-impl crate::dev::Dev {
-    /// Count an executed bind (`mw_bind` / `mw_bind_err`).
-    pub(crate) fn count_bind(&mut self, ok: bool) {
-        if ok {
-            self.counters.mw_bind += 1;
-        } else {
-            self.counters.mw_bind_err += 1;
-        }
-    }
-
-    /// Count an invalidation: LOCAL_INV, IETH or `local_invalidate`
-    /// (`mw_invalidate` / `mw_invalidate_err`).
-    pub(crate) fn count_invalidate(&mut self, ok: bool) {
-        if ok {
-            self.counters.mw_invalidate += 1;
-        } else {
-            self.counters.mw_invalidate_err += 1;
-        }
+            None => Err(MwError::UnknownRkey(rkey)),
+        })
     }
 }

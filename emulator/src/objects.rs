@@ -1,6 +1,9 @@
-//! Device objects other than QPs: protection domains, memory regions,
-//! completion queues, device/port attributes and asynchronous events
-//! (IBA §10.2 memory management, §10.6 protection domains, §11.4.2 CQs).
+//! Device objects other than QPs, at the bottom of the core's layers:
+//! their handles (PD, MR, MW, CQ, SRQ), device/port attributes,
+//! asynchronous events, and the records of protection domains and memory
+//! regions (IBA §10.2 memory management, §10.6 protection domains). The
+//! tables that use them: `mem.rs` (regions, windows), `queues.rs` (CQs,
+//! SRQs).
 //!
 //! A memory region's bytes are a [`RegionMem`]: an owned zeroed buffer
 //! (the safe API, the simulator) or the application's own pages (the C
@@ -8,10 +11,8 @@
 //! atomics, under the single-threaded `Hca`, so it needs no `unsafe`.
 
 use crate::qp_attr::{AccessFlags, PathMtu};
-use crate::wr::{Sge, WorkCompletion};
 use roce_packet::{LKey, Qpn, RKey};
 pub use roce_region::RegionMem;
-use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv6Addr};
 
 /// A protection domain handle (`ibv_pd`).
@@ -52,6 +53,41 @@ impl CqHandle {
     pub fn id(self) -> u32 {
         self.0
     }
+}
+
+// ---- memory windows (crate::mw) ----
+
+/// A memory window handle (`ibv_mw`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MwHandle(pub(crate) u32);
+
+impl MwHandle {
+    /// The handle's number (for traces).
+    pub fn id(self) -> u32 {
+        self.0
+    }
+}
+
+/// `enum ibv_mw_type`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MwType {
+    /// IBV_MW_TYPE_1: bound with `ibv_bind_mw`, checked against the PD.
+    Type1,
+    /// IBV_MW_TYPE_2: bound by a work request to one QP, invalidatable.
+    Type2,
+}
+
+/// `struct ibv_mw_bind_info`: what a window exposes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MwBind {
+    /// The region the window lies in (needs MW_BIND access).
+    pub mr: MrHandle,
+    /// First virtual address of the window.
+    pub addr: u64,
+    /// Bytes (0 unbinds a type 1 window; not allowed for type 2).
+    pub length: u64,
+    /// Remote rights: REMOTE_READ, REMOTE_WRITE, REMOTE_ATOMIC.
+    pub access: AccessFlags,
 }
 
 /// Device attributes (`struct ibv_device_attr`, the fields that matter here).
@@ -252,13 +288,6 @@ pub struct SrqAttr {
     pub srq_limit: u32,
 }
 
-pub(crate) struct Srq {
-    pub pd: PdHandle,
-    pub attr: SrqAttr,
-    pub wrs: VecDeque<crate::wr::RecvWr>,
-    pub users: u32,
-}
-
 pub(crate) struct Pd {
     pub users: u32,
 }
@@ -284,30 +313,6 @@ impl Mr {
     }
 }
 
-pub(crate) struct Cq {
-    pub depth: usize,
-    pub entries: VecDeque<WorkCompletion>,
-    pub errored: bool,
-    pub users: u32,
-    /// `req_notify_cq` armed: None, or Some(solicited_only).
-    pub armed: Option<bool>,
-}
-
-impl Cq {
-    /// Push a completion; `false` on overflow (the CQ enters error).
-    pub fn push(&mut self, wc: WorkCompletion) -> bool {
-        if self.errored {
-            return false;
-        }
-        if self.entries.len() >= self.depth {
-            self.errored = true;
-            return false;
-        }
-        self.entries.push_back(wc);
-        true
-    }
-}
-
 /// Why a memory access was refused (local: LOC_PROT_ERR; remote: NAK
 /// remote access error).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -324,146 +329,5 @@ pub(crate) enum MemError {
     WrongQp,
 }
 
-/// The memory tables, with key lookups and checked copies.
-#[derive(Default)]
-pub(crate) struct MemTable {
-    pub mrs: rustc_hash::FxHashMap<MrHandle, Mr>,
-    pub by_lkey: rustc_hash::FxHashMap<LKey, MrHandle>,
-    pub by_rkey: rustc_hash::FxHashMap<RKey, MrHandle>,
-    /// Memory windows (see `crate::mw`).
-    pub mw: crate::mw::MwTable,
-}
-
-impl MemTable {
-    fn check(
-        &self,
-        h: Option<&MrHandle>,
-        pd: PdHandle,
-        va: u64,
-        len: u64,
-        need: AccessFlags,
-    ) -> Result<(MrHandle, usize), MemError> {
-        let h = *h.ok_or(MemError::BadKey)?;
-        let mr = self.mrs.get(&h).ok_or(MemError::BadKey)?;
-        if mr.pd != pd {
-            return Err(MemError::WrongPd);
-        }
-        if !mr.access.contains(need) {
-            return Err(MemError::Access);
-        }
-        let off = mr.range(va, len).ok_or(MemError::Bounds)?;
-        Ok((h, off))
-    }
-
-    /// Check a local key for `[va, va+len)` with `need` access.
-    pub fn check_local(
-        &self,
-        pd: PdHandle,
-        sge: &Sge,
-        need: AccessFlags,
-    ) -> Result<(MrHandle, usize), MemError> {
-        self.check(self.by_lkey.get(&sge.lkey), pd, sge.addr, u64::from(sge.length), need)
-    }
-
-    /// Check a remote key for `[va, va+len)` with `need` access, for a
-    /// request that arrived on `on_qp` (a type 2 window's rkey is valid
-    /// only on the QP it is bound to, crate::mw); `None` for a re-check of
-    /// a request already checked on arrival (READ responses).
-    pub fn check_remote(
-        &self,
-        pd: PdHandle,
-        on_qp: Option<Qpn>,
-        rkey: RKey,
-        va: u64,
-        len: u64,
-        need: AccessFlags,
-    ) -> Result<(MrHandle, usize), MemError> {
-        if let Some(r) = self.check_mw(pd, on_qp, rkey, va, len, need) {
-            return r; // a memory window's rkey
-        }
-        self.check(self.by_rkey.get(&rkey), pd, va, len, need)
-    }
-
-    /// Validate every SGE of a list (for reading, or with LOCAL_WRITE for writing).
-    pub fn check_sges(&self, pd: PdHandle, sges: &[Sge], write: bool) -> Result<(), MemError> {
-        let need = if write { AccessFlags::LOCAL_WRITE } else { AccessFlags::EMPTY };
-        for s in sges {
-            self.check_local(pd, s, need)?;
-        }
-        Ok(())
-    }
-
-    /// Copy `len` bytes starting `offset` bytes into the SGE list into `out`.
-    pub fn gather(
-        &self,
-        pd: PdHandle,
-        sges: &[Sge],
-        mut offset: u64,
-        mut len: usize,
-        out: &mut Vec<u8>,
-    ) -> Result<(), MemError> {
-        for s in sges {
-            if len == 0 {
-                break;
-            }
-            let sl = u64::from(s.length);
-            if offset >= sl {
-                offset -= sl;
-                continue;
-            }
-            let (h, base) = self.check_local(pd, s, AccessFlags::EMPTY)?;
-            let take = ((sl - offset) as usize).min(len);
-            let start = base + offset as usize;
-            let mr = self.mrs.get(&h).ok_or(MemError::BadKey)?;
-            mr.mem.read_into_vec(start, take, out).ok_or(MemError::Bounds)?;
-            len -= take;
-            offset = 0;
-        }
-        if len != 0 {
-            return Err(MemError::Bounds);
-        }
-        Ok(())
-    }
-
-    /// Copy `data` into the SGE list starting `offset` bytes in (needs LOCAL_WRITE).
-    pub fn scatter(
-        &mut self,
-        pd: PdHandle,
-        sges: &[Sge],
-        mut offset: u64,
-        mut data: &[u8],
-    ) -> Result<(), MemError> {
-        for s in sges {
-            if data.is_empty() {
-                break;
-            }
-            let sl = u64::from(s.length);
-            if offset >= sl {
-                offset -= sl;
-                continue;
-            }
-            let (h, base) = self.check_local(pd, s, AccessFlags::LOCAL_WRITE)?;
-            let take = ((sl - offset) as usize).min(data.len());
-            let start = base + offset as usize;
-            let mr = self.mrs.get_mut(&h).ok_or(MemError::BadKey)?;
-            mr.mem.write(start, &data[..take]).ok_or(MemError::Bounds)?;
-            data = &data[take..];
-            offset = 0;
-        }
-        if !data.is_empty() {
-            return Err(MemError::Bounds);
-        }
-        Ok(())
-    }
-
-    /// The region memory behind a handle returned by a check (for the
-    /// responder's copies and atomics at that offset).
-    pub fn region_mut(&mut self, h: MrHandle) -> Option<&mut RegionMem> {
-        self.mrs.get_mut(&h).map(|m| &mut m.mem)
-    }
-
-    /// Append `len` bytes at `off` of region `h` to `out`.
-    pub fn read_into(&self, h: MrHandle, off: usize, len: usize, out: &mut Vec<u8>) -> Option<()> {
-        self.mrs.get(&h)?.mem.read_into_vec(off, len, out)
-    }
-}
+/// The memory regions, by handle.
+pub(crate) type Mrs = rustc_hash::FxHashMap<MrHandle, Mr>;

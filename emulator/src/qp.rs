@@ -8,12 +8,13 @@
 //! `WR_FLUSH_ERR` (flushed completions are generated even for unsignaled
 //! send WRs).
 
-use crate::dev::Dev;
-use crate::objects::{CqHandle, PdHandle};
+use crate::counters::Counters;
+use crate::objects::{AsyncEvent, CqHandle, PdHandle};
 use crate::qp_attr::{AccessFlags, AhAttr, PathMtu, QpCap, QpState, QpType};
+use crate::queues::{CqSink, SrqTable};
 use crate::time::Instant;
 use crate::wr::{RecvWr, SendWr, WcFlags, WcOpcode, WcStatus, WorkCompletion};
-use roce_packet::{Msn, Psn, Qpn, RKey};
+use roce_packet::{BthRepr, Msn, Opcode, PKey, Psn, Qpn, RKey, RoceRepr};
 use std::collections::VecDeque;
 
 /// `struct ibv_qp_init_attr`.
@@ -267,6 +268,23 @@ impl Qp {
         *self = Qp::new(qpn, init, mtu);
     }
 
+    /// A BTH for a packet of this QP (pad computed from the payload length).
+    pub fn repr(&self, opcode: Opcode, psn: Psn, ack_req: bool, payload_len: usize) -> RoceRepr {
+        RoceRepr {
+            bth: BthRepr {
+                opcode,
+                pad_count: roce_packet::pad_for(payload_len),
+                pkey: PKey::DEFAULT,
+                dest_qp: self.p.dest_qpn,
+                ack_req,
+                psn,
+                ..BthRepr::default()
+            },
+            payload_len,
+            ..RoceRepr::default()
+        }
+    }
+
     /// The retransmit timeout: 4.096 µs × 2^timeout (IBA §9.7.6.1.3); None for 0.
     pub fn retrans_period(&self) -> Option<core::time::Duration> {
         if self.p.timeout == 0 {
@@ -312,29 +330,29 @@ impl Qp {
     }
 
     /// A receive WQE is available (own queue or SRQ).
-    pub fn recv_available(&self, dev: &Dev) -> bool {
+    pub fn recv_available(&self, srqs: &SrqTable) -> bool {
         match self.init.srq {
-            Some(h) => dev.srqs.get(&h).is_some_and(|s| !s.wrs.is_empty()),
+            Some(h) => srqs.get(&h).is_some_and(|s| !s.wrs.is_empty()),
             None => !self.rq.is_empty(),
         }
     }
 
     /// Take the next receive WQE (own queue or SRQ; an armed SRQ limit
     /// fires when the SRQ drops below it, IBA §10.2.9.3).
-    pub fn take_recv(&mut self, dev: &mut Dev) -> Option<RecvWr> {
+    pub fn take_recv(&mut self, srqs: &mut SrqTable, sink: &mut CqSink) -> Option<RecvWr> {
         let Some(h) = self.init.srq else { return self.rq.pop_front() };
-        let s = dev.srqs.get_mut(&h)?;
+        let s = srqs.get_mut(&h)?;
         let r = s.wrs.pop_front()?;
         if s.attr.srq_limit != 0 && (s.wrs.len() as u32) < s.attr.srq_limit {
             s.attr.srq_limit = 0;
-            dev.events.push_back(crate::objects::AsyncEvent::SrqLimitReached(h));
+            sink.events.push_back(AsyncEvent::SrqLimitReached(h));
         }
         Some(r)
     }
 
     /// Put back a receive WQE that was taken but not used (UC drops).
-    pub fn return_recv(&mut self, dev: &mut Dev, r: RecvWr) {
-        match self.init.srq.and_then(|h| dev.srqs.get_mut(&h)) {
+    pub fn return_recv(&mut self, srqs: &mut SrqTable, r: RecvWr) {
+        match self.init.srq.and_then(|h| srqs.get_mut(&h)) {
             Some(s) => s.wrs.push_front(r),
             None => self.rq.push_front(r),
         }
@@ -380,61 +398,61 @@ impl Qp {
     }
 
     /// Complete the oldest send WQE successfully (CQE only if signaled).
-    pub fn complete_front(&mut self, dev: &mut Dev) {
+    pub fn complete_front(&mut self, sink: &mut CqSink, ctrs: &mut Counters) {
         if let Some(w) = self.sq.pop_front() {
             self.req.idx = self.req.idx.saturating_sub(1);
             if matches!(w.wr.opcode, crate::wr::WrOpcode::Send | crate::wr::WrOpcode::SendWithImm) {
-                dev.counters.rdma_sends += 1;
+                ctrs.rdma_sends += 1;
             }
             if w.signaled {
                 let wc = self.send_wc(&w, WcStatus::Success);
-                dev.complete(self.init.send_cq, wc);
+                sink.complete(self.init.send_cq, wc);
             }
         }
     }
 
     /// Fail the oldest send WQE with `status` and move the QP to ERR.
-    pub fn fail_front(&mut self, dev: &mut Dev, status: WcStatus) {
+    pub fn fail_front(&mut self, sink: &mut CqSink, status: WcStatus) {
         tracing::debug!(qpn = %self.qpn, ?status, "send WQE failed");
         if let Some(w) = self.sq.pop_front() {
             self.req.idx = self.req.idx.saturating_sub(1);
             let wc = self.send_wc(&w, status);
-            dev.complete(self.init.send_cq, wc);
+            sink.complete(self.init.send_cq, wc);
         }
-        self.enter_error(dev);
+        self.enter_error(sink);
     }
 
     /// Enter ERR and flush both queues (IBA §10.3.1, C10-31).
-    pub fn enter_error(&mut self, dev: &mut Dev) {
+    pub fn enter_error(&mut self, sink: &mut CqSink) {
         let entering = self.state != QpState::Err;
         if entering {
             tracing::info!(qpn = %self.qpn, from = %self.state, to = %QpState::Err, "QP state change");
             self.state = QpState::Err;
-            dev.events.push_back(crate::objects::AsyncEvent::QpFatal(self.qpn));
+            sink.events.push_back(AsyncEvent::QpFatal(self.qpn));
         }
         self.comp.retrans_deadline = None;
         self.comp.rnr_deadline = None;
-        self.flush(dev);
+        self.flush(sink);
         // a QP on an SRQ takes no more SRQ WQEs (IBA §10.2.9.5, o10-2.2.2)
         if entering && self.init.srq.is_some() {
-            dev.events.push_back(crate::objects::AsyncEvent::QpLastWqeReached(self.qpn));
+            sink.events.push_back(AsyncEvent::QpLastWqeReached(self.qpn));
         }
     }
 
     /// Complete every queued WQE with WR_FLUSH_ERR.
-    pub fn flush(&mut self, dev: &mut Dev) {
+    pub fn flush(&mut self, sink: &mut CqSink) {
         while let Some(w) = self.sq.pop_front() {
             let wc = self.send_wc(&w, WcStatus::WrFlushErr);
-            dev.complete(self.init.send_cq, wc);
+            sink.complete(self.init.send_cq, wc);
         }
         self.req.idx = 0;
         if let Some(InMsg::Send { recv, .. }) = self.resp.in_msg.take() {
             let wc = self.recv_wc(&recv, WcStatus::WrFlushErr, 0, None, false);
-            dev.complete(self.init.recv_cq, wc);
+            sink.complete(self.init.recv_cq, wc);
         }
         while let Some(r) = self.rq.pop_front() {
             let wc = self.recv_wc(&r, WcStatus::WrFlushErr, 0, None, false);
-            dev.complete(self.init.recv_cq, wc);
+            sink.complete(self.init.recv_cq, wc);
         }
     }
 }

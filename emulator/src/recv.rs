@@ -10,7 +10,7 @@
 use crate::hca::Hca;
 use crate::io::Datagram;
 use crate::time::Instant;
-use roce_packet::{IpUdpHeader, RocePacket, RoceRepr, Transport};
+use roce_packet::{IpUdpHeader, Opcode, RocePacket, RoceRepr, Transport};
 
 /// Why a received datagram was dropped before reaching a QP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,7 +89,14 @@ impl Hca {
         let info = pkt.info();
         let qpn = repr.bth.dest_qp;
         // QP1 without an application GSI QP: the port's CM takes it
-        if qpn.value() == 1 && self.cm_receive(now, &repr, pkt.payload(), d)? {
+        if qpn.value() == 1 && self.cm_owns_qp1() {
+            if repr.bth.opcode != Opcode::UD_SEND_ONLY {
+                return Err(DropReason::BadOpcode);
+            }
+            if repr.bth.pkey.value() & 0x7FFF != 0x7FFF {
+                return Err(DropReason::BadPkey);
+            }
+            self.cm.receive(&mut self.dev.counters, now, &repr, pkt.payload(), d);
             return Ok(());
         }
         let mut entry = self.qps.get_mut(&qpn).ok_or(DropReason::UnknownQp)?;
@@ -116,9 +123,9 @@ impl Hca {
             let span = tracing::debug_span!("qp", qpn = %qpn, role = "responder");
             let _g = span.enter();
             if info.transport == Transport::Ud {
-                qp.on_ud_request(&mut self.dev, &repr, payload, d);
+                qp.on_ud_request(&mut self.dev.resp(), &repr, payload, d);
             } else {
-                qp.on_request(&mut self.dev, now, &repr, payload);
+                qp.on_request(&mut self.dev.resp(), now, &repr, payload);
             }
         } else if info.is_response() {
             if !qp.state.allows().send_queue {
@@ -128,7 +135,7 @@ impl Hca {
             self.dev.counters.rcvd_bytes += b.len() as u64;
             let span = tracing::debug_span!("qp", qpn = %qpn, role = "completer");
             let _g = span.enter();
-            qp.on_response(&mut self.dev, now, &repr, payload);
+            qp.on_response(&mut self.dev.comp(), now, &repr, payload);
         } else {
             return Err(DropReason::BadOpcode);
         }

@@ -21,8 +21,9 @@
 //! - UD (§9.8): one SEND_ONLY packet per WR with a DETH (Q_Key, source
 //!   QPN) to the WR's own address handle and QPN.
 
-use crate::dev::Dev;
+use crate::dev::ReqCtx;
 use crate::io::Datagram;
+use crate::mw::BindOn;
 use crate::qp::{packets_for, Qp, WqeState};
 use crate::qp_attr::QpState;
 use crate::time::Instant;
@@ -57,7 +58,7 @@ impl Qp {
     }
 
     /// The next request packet, if the QP may send one now.
-    pub(crate) fn next_packet(&mut self, dev: &mut Dev, now: Instant) -> Option<Datagram> {
+    pub(crate) fn next_packet(&mut self, cx: &mut ReqCtx<'_>, now: Instant) -> Option<Datagram> {
         let sqd = self.state == QpState::Sqd;
         if !self.state.allows().send_queue || self.comp.rnr_deadline.is_some() {
             return None;
@@ -67,7 +68,7 @@ impl Qp {
             if self.req.idx != 0 {
                 return None;
             }
-            self.local_op(dev);
+            self.local_op(cx);
         }
         let idx = self.req.idx;
         let w = self.sq.get(idx)?;
@@ -97,12 +98,12 @@ impl Qp {
             let write = w.wr.opcode.is_read_or_atomic();
             let inline = w.wr.flags.contains(SendFlags::INLINE);
             if !inline {
-                if let Err(e) = dev.mem.check_sges(self.init.pd, &w.wr.sg_list, write) {
+                if let Err(e) = cx.mem.check_sges(self.init.pd, &w.wr.sg_list, write) {
                     if idx != 0 {
                         return None; // fail in order, once earlier WQEs complete
                     }
                     tracing::debug!(qpn = %self.qpn, ?e, "local SGE check failed");
-                    self.fail_front(dev, WcStatus::LocProtErr);
+                    self.fail_front(cx.sink, WcStatus::LocProtErr);
                     return None;
                 }
             }
@@ -114,23 +115,24 @@ impl Qp {
             w.sent_bytes = 0;
             w.state = WqeState::Sending;
         }
-        self.build_packet(dev, now, idx)
+        self.build_packet(cx, now, idx)
     }
 
     /// Execute the LOCAL_INV / BIND_MW at the front of the send queue and
     /// complete it (crate::mw).
-    fn local_op(&mut self, dev: &mut Dev) {
+    fn local_op(&mut self, cx: &mut ReqCtx<'_>) {
         let Some(w) = self.sq.front() else { return };
         let pd = self.init.pd;
         let r = match w.wr.opcode {
             WrOpcode::LocalInv { rkey } => {
-                let r = dev.mem.invalidate(pd, rkey);
-                dev.count_invalidate(r.is_ok());
+                let r = cx.mem.invalidate(pd, rkey);
+                cx.ctrs.count_invalidate(r.is_ok());
                 r.map_err(|e| (e, WcStatus::LocQpOpErr))
             }
             WrOpcode::BindMw { mw, rkey, bind } => {
-                let r = dev.mem.bind_wr(pd, self.qpn, w.wr.wr_id, mw, rkey, bind);
-                dev.count_bind(r.is_ok());
+                let on = BindOn { qpn: self.qpn, pd, wr_id: w.wr.wr_id };
+                let r = cx.mem.bind_wr(on, mw, rkey, bind);
+                cx.ctrs.count_bind(r.is_ok());
                 r.map(|_| ()).map_err(|e| (e, WcStatus::MwBindErr))
             }
             _ => return,
@@ -138,16 +140,16 @@ impl Qp {
         match r {
             Ok(()) => {
                 tracing::debug!(qpn = %self.qpn, op = ?w.wr.opcode, "local operation done");
-                self.complete_front(dev);
+                self.complete_front(cx.sink, cx.ctrs);
             }
             Err((e, st)) => {
                 tracing::debug!(qpn = %self.qpn, %e, ?st, "local operation failed");
-                self.fail_front(dev, st);
+                self.fail_front(cx.sink, st);
             }
         }
     }
 
-    fn build_packet(&mut self, dev: &mut Dev, now: Instant, idx: usize) -> Option<Datagram> {
+    fn build_packet(&mut self, cx: &mut ReqCtx<'_>, now: Instant, idx: usize) -> Option<Datagram> {
         let mtu = self.mtu();
         let psn = self.req.psn;
         let pd = self.init.pd;
@@ -156,7 +158,7 @@ impl Qp {
         let remaining = w.length - w.sent_bytes.min(w.length);
         let (repr, payload, consumed, done) = match op {
             WrOpcode::RdmaRead => {
-                let mut r = Dev::repr(self, op.packet_opcode(Position::Only)?, psn, true, 0);
+                let mut r = self.repr(op.packet_opcode(Position::Only)?, psn, true, 0);
                 r.reth = Some(RethRepr {
                     va: w.wr.remote_addr.wrapping_add(w.sent_bytes),
                     rkey: w.wr.rkey,
@@ -166,7 +168,7 @@ impl Qp {
                 (r, Built::Empty, w.npkts.saturating_sub(k).max(1), true)
             }
             WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
-                let mut r = Dev::repr(self, op.packet_opcode(Position::Only)?, psn, true, 0);
+                let mut r = self.repr(op.packet_opcode(Position::Only)?, psn, true, 0);
                 let (swap_add, compare) = if op == WrOpcode::AtomicCmpAndSwp {
                     (w.wr.swap, w.wr.compare_add)
                 } else {
@@ -182,7 +184,7 @@ impl Qp {
             }
             // IBA 1.5 FLUSH: FETH + RETH, no payload, one PSN (crate::mw)
             WrOpcode::Flush { len, placement, level } => {
-                let mut r = Dev::repr(self, op.packet_opcode(Position::Only)?, psn, true, 0);
+                let mut r = self.repr(op.packet_opcode(Position::Only)?, psn, true, 0);
                 r.feth = Some(u32::from(placement & 0x0F) | (u32::from(level & 0x03) << 4));
                 r.reth = Some(RethRepr { va: w.wr.remote_addr, rkey: w.wr.rkey, dma_len: len });
                 (r, Built::Empty, 1, true)
@@ -206,7 +208,7 @@ impl Qp {
                 } else if self.is_ud() {
                     opcode = Opcode(opcode.0 | 0x60);
                 }
-                let mut r = Dev::repr(self, opcode, psn, ack_req, n as usize);
+                let mut r = self.repr(opcode, psn, ack_req, n as usize);
                 if let (true, Some(ud)) = (self.is_ud(), w.wr.ud) {
                     // C10-15: a Q_Key with the high bit set means the QP's own
                     let qkey = if ud.remote_qkey & 0x8000_0000 != 0 {
@@ -239,12 +241,12 @@ impl Qp {
                     let s = w.sent_bytes as usize;
                     buf.extend_from_slice(w.wr.inline_data.get(s..s + n as usize)?);
                 } else if let Err(e) =
-                    dev.mem.gather(pd, &w.wr.sg_list, w.sent_bytes, n as usize, &mut buf)
+                    cx.mem.gather(pd, &w.wr.sg_list, w.sent_bytes, n as usize, &mut buf)
                 {
                     // the MR was deregistered under us
                     tracing::debug!(qpn = %self.qpn, ?e, "gather failed");
                     if idx == 0 {
-                        self.fail_front(dev, WcStatus::LocProtErr);
+                        self.fail_front(cx.sink, WcStatus::LocProtErr);
                     }
                     return None;
                 }
@@ -257,11 +259,11 @@ impl Qp {
             _ => self.p.ah.map(|a| a.dgid),
         };
         let (dgram, sent) = match payload {
-            Built::Packet(buf, n) => (dgid.and_then(|g| dev.finish_to(self, g, buf)), n),
-            Built::Empty => (dgid.and_then(|g| dev.datagram_to(self, g, &repr, &[])), 0),
+            Built::Packet(buf, n) => (dgid.and_then(|g| cx.tx.finish_to(self, g, buf)), n),
+            Built::Empty => (dgid.and_then(|g| cx.tx.datagram_to(self, g, &repr, &[])), 0),
         };
         if dgram.is_none() {
-            dev.counters.send_err += 1;
+            cx.ctrs.send_err += 1;
         }
         tracing::trace!(qpn = %self.qpn, opcode = %repr.bth.opcode, %psn, ack_req = repr.bth.ack_req, "request");
         if repr.bth.ack_req {
@@ -283,7 +285,7 @@ impl Qp {
             // UC/UD: a WQE is complete once its last packet is handed over
             // (IBA §9.7.7, §9.8, no acknowledgements); earlier WQEs already are.
             if done {
-                self.complete_front(dev);
+                self.complete_front(cx.sink, cx.ctrs);
             }
             self.comp.psn = self.req.psn;
         } else if self.comp.retrans_deadline.is_none() {

@@ -32,12 +32,14 @@
 //! progress (its receive WQE is reused) and the responder resynchronises on
 //! the next FIRST/ONLY packet; the QP never enters ERR because of a packet.
 
-use crate::dev::Dev;
+use crate::counters::Counters;
+use crate::dev::RespCtx;
 use crate::io::Datagram;
 use crate::objects::{MemError, MrHandle};
-use crate::qp::{packets_for, InMsg, Qp, RdResource, ReadJob, RespItem};
+use crate::qp::{packets_for, InMsg, Qp, RdResource, ReadJob, RespItem, RespState};
 use crate::qp_attr::AccessFlags;
 use crate::time::Instant;
+use crate::tx::Tx;
 use crate::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use roce_packet::{
     AethRepr, AtomicAckEthRepr, NakCode, OpInfo, OpKind, Opcode, Position, Psn, RKey, RnrTimer,
@@ -81,50 +83,93 @@ enum Executed {
     Answered,
 }
 
-impl Qp {
-    /// Queue a response packet behind earlier ones of this QP.
-    fn queue(&mut self, dev: &mut Dev, r: &RoceRepr, payload: &[u8]) {
-        match dev.datagram(self, r, payload) {
-            Some(d) => self.resp.queue.push_back(RespItem::Packet(d)),
-            None => {
-                dev.counters.send_err += 1;
-                tracing::warn!(qpn = %self.qpn, "cannot build response (no address vector)");
-            }
-        }
-    }
-
+/// The responder's own state: the queue of ACKs, NAKs and READ responses,
+/// the saved READ/atomic resources. These take nothing of the QP but its
+/// `resp` part (and what they are given).
+impl RespState {
     /// Queue an ACK/NAK (built when it leaves, with the QP's current
     /// address). With ACK coalescing on, a positive ACK replaces a positive
     /// ACK still waiting at the back of the queue when it acknowledges the
     /// same or a later PSN: the newer one covers everything the older one
     /// did (IBA §9.7.5.1.3, coalesced acknowledgements).
-    fn send_aeth(&mut self, dev: &mut Dev, psn: Psn, syndrome: Syndrome) {
-        let msn = self.resp.msn;
-        if dev.coalesce_acks && matches!(syndrome, Syndrome::Ack { .. }) {
+    fn send_aeth(&mut self, tx: &Tx, ctrs: &mut Counters, psn: Psn, syndrome: Syndrome) {
+        let msn = self.msn;
+        if tx.coalesce_acks && matches!(syndrome, Syndrome::Ack { .. }) {
             if let Some(RespItem::Aeth { psn: p, syndrome: s @ Syndrome::Ack { .. }, msn: m }) =
-                self.resp.queue.back_mut()
+                self.queue.back_mut()
             {
                 if !psn.is_before(*p) {
                     *p = psn;
                     *s = syndrome;
                     *m = msn;
-                    dev.counters.acks_merged += 1;
+                    ctrs.acks_merged += 1;
                     return;
                 }
             }
         }
-        self.resp.queue.push_back(RespItem::Aeth { psn, syndrome, msn });
+        self.queue.push_back(RespItem::Aeth { psn, syndrome, msn });
     }
 
-    fn send_ack(&mut self, dev: &mut Dev, psn: Psn) {
-        dev.counters.acks_sent += 1;
-        self.send_aeth(dev, psn, Syndrome::Ack { credit: CREDIT_UNLIMITED });
+    /// Keep an executed READ/atomic for duplicates, at most
+    /// `max_dest_rd_atomic` of them (the oldest goes).
+    fn save_resource(&mut self, max_dest_rd_atomic: u8, r: RdResource) {
+        let max = usize::from(max_dest_rd_atomic.max(1));
+        while self.resources.len() >= max {
+            self.resources.pop_front();
+        }
+        self.resources.push_back(r);
     }
 
-    fn send_nak(&mut self, dev: &mut Dev, psn: Psn, code: NakCode) {
-        dev.counters.naks_sent += 1;
+    /// Schedule READ responses for `[va, va+len)` starting at PSN `psn0`.
+    fn send_read_responses(&mut self, psn0: Psn, va: u64, rkey: RKey, len: u64) {
+        self.queue.push_back(RespItem::Read(ReadJob {
+            next_psn: psn0,
+            va,
+            rkey,
+            remaining: len,
+            first: true,
+            msn: self.msn,
+        }));
+    }
+
+    /// Whether the positive ACK `psn` alone at the front of `queue` stays
+    /// held at `now` (see [`crate::Hca::set_ack_delay`]).
+    fn ack_held(&mut self, tx: &Tx, now: Instant, psn: Psn) -> bool {
+        let Some(delay) = tx.ack_delay else { return false };
+        if tx.acks_forced || self.queue.len() > 1 {
+            return false;
+        }
+        if self.last_ack_psn.is_none_or(|l| psn.distance(l) >= ACK_EVERY_PSNS as i32) {
+            return false;
+        }
+        let since = *self.ack_held_since.get_or_insert(now);
+        let age = now.saturating_duration_since(since);
+        // due: rides with other packets of this transmit burst; alone at 2x
+        !(age >= 2 * delay || (age >= delay && tx.burst))
+    }
+}
+
+impl Qp {
+    /// Queue a response packet behind earlier ones of this QP.
+    fn queue(&mut self, cx: &mut RespCtx<'_>, r: &RoceRepr, payload: &[u8]) {
+        match cx.tx.datagram(self, r, payload) {
+            Some(d) => self.resp.queue.push_back(RespItem::Packet(d)),
+            None => {
+                cx.ctrs.send_err += 1;
+                tracing::warn!(qpn = %self.qpn, "cannot build response (no address vector)");
+            }
+        }
+    }
+
+    fn send_ack(&mut self, cx: &mut RespCtx<'_>, psn: Psn) {
+        cx.ctrs.acks_sent += 1;
+        self.resp.send_aeth(cx.tx, cx.ctrs, psn, Syndrome::Ack { credit: CREDIT_UNLIMITED });
+    }
+
+    fn send_nak(&mut self, cx: &mut RespCtx<'_>, psn: Psn, code: NakCode) {
+        cx.ctrs.naks_sent += 1;
         tracing::debug!(qpn = %self.qpn, %psn, code = code.name(), "NAK sent");
-        self.send_aeth(dev, psn, Syndrome::Nak(code));
+        self.resp.send_aeth(cx.tx, cx.ctrs, psn, Syndrome::Nak(code));
     }
 
     /// Step 6: the R_Key, PD, access rights and bounds of `[va, va+len)`
@@ -132,23 +177,23 @@ impl Qp {
     /// answers only on the QP it is bound to, crate::mw).
     fn check_rkey(
         &self,
-        dev: &Dev,
+        cx: &RespCtx<'_>,
         rkey: RKey,
         va: u64,
         len: u64,
         need: AccessFlags,
     ) -> Result<(MrHandle, usize), MemError> {
-        dev.mem.check_remote(self.init.pd, Some(self.qpn), rkey, va, len, need)
+        cx.mem.check_remote(self.init.pd, Some(self.qpn), rkey, va, len, need)
     }
 
     /// A READ of `reth` passes the rkey/PD/access/bounds check (IBA
     /// §10.6.6); zero-length READs need no access. Used for new READs and
     /// for re-executed duplicates alike.
-    fn read_allowed(&self, dev: &Dev, reth: &roce_packet::RethRepr) -> bool {
+    fn read_allowed(&self, cx: &RespCtx<'_>, reth: &roce_packet::RethRepr) -> bool {
         reth.dma_len == 0
             || self
                 .check_rkey(
-                    dev,
+                    cx,
                     reth.rkey,
                     reth.va,
                     u64::from(reth.dma_len),
@@ -163,7 +208,7 @@ impl Qp {
     /// (a length error still completes its receive WQE with LOC_LEN_ERR).
     fn responder_error(
         &mut self,
-        dev: &mut Dev,
+        cx: &mut RespCtx<'_>,
         psn: Psn,
         code: NakCode,
         recv_status: Option<WcStatus>,
@@ -173,26 +218,26 @@ impl Qp {
             if !uc_keeps {
                 if let Some(InMsg::Send { recv, offset }) = self.resp.in_msg.take() {
                     let wc = self.recv_wc(&recv, st, offset, None, false);
-                    dev.complete(self.init.recv_cq, wc);
+                    cx.sink.complete(self.init.recv_cq, wc);
                 }
             }
         }
         if self.is_uc() {
             tracing::debug!(qpn = %self.qpn, %psn, code = code.name(), "UC message dropped");
-            self.uc_drop_message(dev, code.name());
+            self.uc_drop_message(cx, code.name());
             return;
         }
-        self.send_nak(dev, psn, code);
-        self.enter_error(dev);
+        self.send_nak(cx, psn, code);
+        self.enter_error(cx.sink);
     }
 
     /// UC: forget the message in progress; an unfinished receive WQE goes
     /// back to the head of the receive queue for the next message. Returns
     /// whether a message was in progress (counting is the caller's).
-    fn uc_abandon(&mut self, dev: &mut Dev, why: &str) -> bool {
+    fn uc_abandon(&mut self, cx: &mut RespCtx<'_>, why: &str) -> bool {
         match self.resp.in_msg.take() {
             Some(InMsg::Send { recv, .. }) => {
-                self.return_recv(dev, recv);
+                self.return_recv(cx.srqs, recv);
                 tracing::debug!(qpn = %self.qpn, reason = why, "UC message abandoned");
                 true
             }
@@ -206,9 +251,9 @@ impl Qp {
 
     /// UC: the message of the packet being processed is dropped: count it
     /// once and discard its remaining packets up to the next FIRST/ONLY.
-    fn uc_drop_message(&mut self, dev: &mut Dev, why: &str) {
-        self.uc_abandon(dev, why);
-        dev.counters.uc_msg_dropped += 1;
+    fn uc_drop_message(&mut self, cx: &mut RespCtx<'_>, why: &str) {
+        self.uc_abandon(cx, why);
+        cx.ctrs.uc_msg_dropped += 1;
         self.resp.uc_discard = true;
     }
 
@@ -220,7 +265,7 @@ impl Qp {
     /// between whole messages — at least one lost entirely. A packet from
     /// behind (late, reordered, or a duplicate) is dropped by itself and
     /// never starts a message. Returns whether to go on with this packet.
-    fn uc_check_psn(&mut self, dev: &mut Dev, psn: Psn, starts: bool) -> bool {
+    fn uc_check_psn(&mut self, cx: &mut RespCtx<'_>, psn: Psn, starts: bool) -> bool {
         if psn != self.resp.epsn && psn.distance(self.resp.epsn) < 0 {
             // A packet from behind: on RoCE the IP network may reorder, so
             // this is a late packet of a message already given up or
@@ -229,16 +274,16 @@ impl Qp {
             // an old WRITE over memory a newer message already filled, an
             // old SEND into a newer receive. It is dropped alone; the
             // message in progress, if any, goes on.
-            dev.counters.out_of_seq_request += 1;
+            cx.ctrs.out_of_seq_request += 1;
             tracing::debug!(qpn = %self.qpn, %psn, epsn = %self.resp.epsn, reason = "UC: late packet", "drop");
             return false;
         }
         if psn != self.resp.epsn {
-            dev.counters.out_of_seq_request += 1;
-            let partial = self.uc_abandon(dev, "PSN gap");
+            cx.ctrs.out_of_seq_request += 1;
+            let partial = self.uc_abandon(cx, "PSN gap");
             let ahead = psn.distance(self.resp.epsn) > 0;
             if partial || (ahead && !self.resp.uc_discard) {
-                dev.counters.uc_msg_dropped += 1;
+                cx.ctrs.uc_msg_dropped += 1;
             }
             self.resp.uc_discard = true;
         }
@@ -252,58 +297,22 @@ impl Qp {
         true
     }
 
-    fn send_rnr(&mut self, dev: &mut Dev, psn: Psn) {
-        dev.counters.send_rnr_err += 1;
+    fn send_rnr(&mut self, cx: &mut RespCtx<'_>, psn: Psn) {
+        cx.ctrs.send_rnr_err += 1;
         let t = RnrTimer::new(self.p.min_rnr_timer);
         tracing::debug!(qpn = %self.qpn, %psn, code = "RNR_NAK", timer_us = t.micros(), "RNR NAK sent");
-        self.send_aeth(dev, psn, Syndrome::RnrNak(t));
+        self.resp.send_aeth(cx.tx, cx.ctrs, psn, Syndrome::RnrNak(t));
         self.resp.nak_sent = true;
     }
 
-    fn save_resource(&mut self, r: RdResource) {
-        let max = usize::from(self.p.max_dest_rd_atomic.max(1));
-        while self.resp.resources.len() >= max {
-            self.resp.resources.pop_front();
-        }
-        self.resp.resources.push_back(r);
-    }
-
-    /// Schedule READ responses for `[va, va+len)` starting at PSN `psn0`.
-    fn send_read_responses(&mut self, psn0: Psn, va: u64, rkey: RKey, len: u64) {
-        self.resp.queue.push_back(RespItem::Read(ReadJob {
-            next_psn: psn0,
-            va,
-            rkey,
-            remaining: len,
-            first: true,
-            msn: self.resp.msn,
-        }));
-    }
-
-    /// Whether the positive ACK `psn` alone at the front of `resp.queue` stays
-    /// held at `now` (see [`crate::Hca::set_ack_delay`]).
-    fn ack_held(&mut self, dev: &Dev, now: Instant, psn: Psn) -> bool {
-        let Some(delay) = dev.ack_delay else { return false };
-        if dev.acks_forced || self.resp.queue.len() > 1 {
-            return false;
-        }
-        if self.resp.last_ack_psn.is_none_or(|l| psn.distance(l) >= ACK_EVERY_PSNS as i32) {
-            return false;
-        }
-        let since = *self.resp.ack_held_since.get_or_insert(now);
-        let age = now.saturating_duration_since(since);
-        // due: rides with other packets of this transmit burst; alone at 2x
-        !(age >= 2 * delay || (age >= delay && dev.tx_burst))
-    }
-
     /// The next queued response packet (ACK/NAK or one READ response).
-    pub(crate) fn next_response(&mut self, dev: &mut Dev, now: Instant) -> Option<Datagram> {
+    pub(crate) fn next_response(&mut self, cx: &mut RespCtx<'_>, now: Instant) -> Option<Datagram> {
         loop {
             let mtu = self.mtu();
             if let Some(&RespItem::Aeth { psn, syndrome: Syndrome::Ack { .. }, .. }) =
                 self.resp.queue.front()
             {
-                if self.ack_held(dev, now, psn) {
+                if self.resp.ack_held(cx.tx, now, psn) {
                     return None;
                 }
                 self.resp.ack_held_since = None;
@@ -316,12 +325,12 @@ impl Qp {
                 },
                 &RespItem::Aeth { psn, syndrome, msn } => {
                     self.resp.queue.pop_front();
-                    let mut r = Dev::repr(self, Opcode::RC_ACKNOWLEDGE, psn, false, 0);
+                    let mut r = self.repr(Opcode::RC_ACKNOWLEDGE, psn, false, 0);
                     r.aeth = Some(AethRepr { syndrome, msn });
-                    match dev.datagram(self, &r, &[]) {
+                    match cx.tx.datagram(self, &r, &[]) {
                         Some(d) => return Some(d),
                         None => {
-                            dev.counters.send_err += 1;
+                            cx.ctrs.send_err += 1;
                             tracing::warn!(qpn = %self.qpn, "cannot build ACK (no address vector)");
                             continue;
                         }
@@ -337,7 +346,7 @@ impl Qp {
                         (false, false) => (Position::Middle, Opcode::RC_RDMA_READ_RESPONSE_MIDDLE),
                         (false, true) => (Position::Last, Opcode::RC_RDMA_READ_RESPONSE_LAST),
                     };
-                    let mut r = Dev::repr(self, op, j.next_psn, false, chunk as usize);
+                    let mut r = self.repr(op, j.next_psn, false, chunk as usize);
                     if pos != Position::Middle {
                         r.aeth = Some(AethRepr {
                             syndrome: Syndrome::Ack { credit: CREDIT_UNLIMITED },
@@ -347,13 +356,13 @@ impl Qp {
                     // Built in place: headers, then the bytes straight from
                     // the region (re-checked per packet: it may be gone now).
                     let Ok(mut buf) = r.start_vec() else {
-                        dev.counters.send_err += 1;
+                        cx.ctrs.send_err += 1;
                         self.resp.queue.pop_front();
                         continue;
                     };
                     if chunk > 0 {
                         // (checked on arrival, type 2 window QP included)
-                        let loc = dev.mem.check_remote(
+                        let loc = cx.mem.check_remote(
                             self.init.pd,
                             None,
                             j.rkey,
@@ -361,13 +370,14 @@ impl Qp {
                             chunk,
                             AccessFlags::REMOTE_READ,
                         );
-                        match loc.ok().and_then(|(h, off)| {
-                            dev.mem.read_into(h, off, chunk as usize, &mut buf)
-                        }) {
+                        match loc
+                            .ok()
+                            .and_then(|(h, off)| cx.mem.read_into(h, off, chunk as usize, &mut buf))
+                        {
                             Some(()) => {}
                             None => {
                                 tracing::debug!(qpn = %self.qpn, "READ source vanished; response abandoned");
-                                dev.counters.send_err += 1;
+                                cx.ctrs.send_err += 1;
                                 self.resp.queue.pop_front();
                                 continue;
                             }
@@ -383,10 +393,10 @@ impl Qp {
                         self.resp.queue.pop_front();
                     }
                     let built = r.finish_vec(&mut buf).ok();
-                    match built.and_then(|()| dev.finish_to(self, self.p.ah?.dgid, buf)) {
+                    match built.and_then(|()| cx.tx.finish_to(self, self.p.ah?.dgid, buf)) {
                         Some(d) => return Some(d),
                         None => {
-                            dev.counters.send_err += 1;
+                            cx.ctrs.send_err += 1;
                             continue;
                         }
                     }
@@ -400,86 +410,86 @@ impl Qp {
     /// the packet returns the [`Outcome`] the responder gives instead.
     pub(crate) fn on_request(
         &mut self,
-        dev: &mut Dev,
+        cx: &mut RespCtx<'_>,
         _now: Instant,
         r: &RoceRepr,
         payload: &[u8],
     ) {
         let Ok(info) = r.info() else { return };
-        match self.check_and_execute(dev, r, info, payload) {
-            Ok(Executed::Acknowledge) => self.acknowledge(dev, r),
+        match self.check_and_execute(cx, r, info, payload) {
+            Ok(Executed::Acknowledge) => self.acknowledge(cx, r),
             Ok(Executed::Answered) => {}
-            Err(outcome) => self.answer(dev, r, outcome),
+            Err(outcome) => self.answer(cx, r, outcome),
         }
     }
 
     /// The chain, top to bottom (numbers as in the module documentation).
     fn check_and_execute(
         &mut self,
-        dev: &mut Dev,
+        cx: &mut RespCtx<'_>,
         r: &RoceRepr,
         info: &OpInfo,
         payload: &[u8],
     ) -> Result<Executed, Outcome> {
-        self.check_psn(dev, r.bth.psn, info)?; // 1. §9.7.5.1.1
+        self.check_psn(cx, r.bth.psn, info)?; // 1. §9.7.5.1.1
         self.check_opcode_sequence(r, info)?; // 2. C9-40
         self.check_opcode_allowed(r, info)?; // 3. QP type, access flags, resources
-        self.check_recv_wqe(dev, r.bth.psn, info)?; // 4. §9.7.5.1.6
+        self.check_recv_wqe(cx, r.bth.psn, info)?; // 4. §9.7.5.1.6
         self.check_packet_length(r.bth.psn, info, payload.len() as u64)?; // 5. C9-22
         match info.kind {
             // 6. R_Key/PD/access/bounds and 7. execution, per opcode
             // (a SEND also checks its message against the receive WQE, 5.)
-            OpKind::Send => self.execute_send(dev, r, info, payload),
-            OpKind::Write => self.execute_write(dev, r, info, payload),
-            OpKind::ReadRequest => self.execute_read(dev, r),
-            OpKind::CompareSwap | OpKind::FetchAdd => self.execute_atomic(dev, r, info),
-            OpKind::Flush => self.execute_flush(dev, r),
-            OpKind::AtomicWrite => self.execute_atomic_write(dev, r, payload),
+            OpKind::Send => self.execute_send(cx, r, info, payload),
+            OpKind::Write => self.execute_write(cx, r, info, payload),
+            OpKind::ReadRequest => self.execute_read(cx, r),
+            OpKind::CompareSwap | OpKind::FetchAdd => self.execute_atomic(cx, r, info),
+            OpKind::Flush => self.execute_flush(cx, r),
+            OpKind::AtomicWrite => self.execute_atomic_write(cx, r, payload),
             _ => Err(Outcome::Drop),
         }
     }
 
     /// What the responder does with a packet the chain stopped.
-    fn answer(&mut self, dev: &mut Dev, r: &RoceRepr, outcome: Outcome) {
+    fn answer(&mut self, cx: &mut RespCtx<'_>, r: &RoceRepr, outcome: Outcome) {
         let psn = r.bth.psn;
         match outcome {
             Outcome::Drop => {}
-            Outcome::Duplicate => self.on_duplicate(dev, r),
+            Outcome::Duplicate => self.on_duplicate(cx, r),
             Outcome::SequenceNak => {
                 self.resp.nak_sent = true;
-                self.send_nak(dev, self.resp.epsn, NakCode::PsnSequenceError);
+                self.send_nak(cx, self.resp.epsn, NakCode::PsnSequenceError);
             }
-            Outcome::RnrNak => self.send_rnr(dev, psn),
-            Outcome::UcDropMessage(why) => self.uc_drop_message(dev, why),
-            Outcome::Error(code, recv_status) => self.responder_error(dev, psn, code, recv_status),
+            Outcome::RnrNak => self.send_rnr(cx, psn),
+            Outcome::UcDropMessage(why) => self.uc_drop_message(cx, why),
+            Outcome::Error(code, recv_status) => self.responder_error(cx, psn, code, recv_status),
         }
     }
 
     /// Step 8: A SEND/WRITE/ATOMIC_WRITE packet executed: the next PSN is
     /// expected, and an RC responder acknowledges when AckReq is set.
-    fn acknowledge(&mut self, dev: &mut Dev, r: &RoceRepr) {
+    fn acknowledge(&mut self, cx: &mut RespCtx<'_>, r: &RoceRepr) {
         let psn = r.bth.psn;
         self.resp.epsn = psn.next();
         if self.is_uc() {
             return;
         }
         if r.bth.ack_req {
-            self.send_ack(dev, psn);
+            self.send_ack(cx, psn);
         } else {
-            dev.counters.ack_deferred += 1;
+            cx.ctrs.ack_deferred += 1;
         }
     }
 
     /// Step 1: PSN (§9.7.5.1.1): the expected PSN goes on; a duplicate is
     /// answered from saved state; a PSN ahead is NAKed once (C9-113). UC
     /// has its own rule (`uc_check_psn`) before the same comparison.
-    fn check_psn(&mut self, dev: &mut Dev, psn: Psn, info: &OpInfo) -> Result<(), Outcome> {
-        if self.is_uc() && !self.uc_check_psn(dev, psn, info.position.starts()) {
+    fn check_psn(&mut self, cx: &mut RespCtx<'_>, psn: Psn, info: &OpInfo) -> Result<(), Outcome> {
+        if self.is_uc() && !self.uc_check_psn(cx, psn, info.position.starts()) {
             return Err(Outcome::Drop);
         }
         let d = psn.distance(self.resp.epsn);
         if d > 0 {
-            dev.counters.out_of_seq_request += 1;
+            cx.ctrs.out_of_seq_request += 1;
             if !self.resp.nak_sent {
                 return Err(Outcome::SequenceNak);
             }
@@ -488,7 +498,7 @@ impl Qp {
             return Err(Outcome::Drop);
         }
         if d < 0 {
-            dev.counters.duplicate_request += 1;
+            cx.ctrs.duplicate_request += 1;
             return Err(Outcome::Duplicate);
         }
         self.resp.nak_sent = false;
@@ -541,13 +551,13 @@ impl Qp {
     /// Step 4: Resources (§9.7.5.1.6): a packet that consumes a receive WQE
     /// (a SEND's first, a WRITE with immediate) needs one: else RNR NAK
     /// (RC) or the message is dropped (UC, §9.7.7.2).
-    fn check_recv_wqe(&self, dev: &Dev, psn: Psn, info: &OpInfo) -> Result<(), Outcome> {
+    fn check_recv_wqe(&self, cx: &RespCtx<'_>, psn: Psn, info: &OpInfo) -> Result<(), Outcome> {
         let needs_recv = match info.kind {
             OpKind::Send => info.position.starts(),
             OpKind::Write => info.has_imm(),
             _ => false,
         };
-        if needs_recv && !self.recv_available(dev) {
+        if needs_recv && !self.recv_available(cx.srqs) {
             if self.is_uc() {
                 tracing::debug!(qpn = %self.qpn, %psn, reason = "UC: no receive WQE", "drop");
                 return Err(Outcome::UcDropMessage("no receive WQE"));
@@ -578,7 +588,7 @@ impl Qp {
     /// invalidates the IETH rkey first).
     fn execute_send(
         &mut self,
-        dev: &mut Dev,
+        cx: &mut RespCtx<'_>,
         r: &RoceRepr,
         info: &OpInfo,
         payload: &[u8],
@@ -586,7 +596,7 @@ impl Qp {
         let psn = r.bth.psn;
         let len = payload.len() as u64;
         if info.position.starts() {
-            if let Some(recv) = self.take_recv(dev) {
+            if let Some(recv) = self.take_recv(cx.srqs, cx.sink) {
                 self.resp.in_msg = Some(InMsg::Send { recv, offset: 0 });
             }
         }
@@ -599,7 +609,7 @@ impl Qp {
         }
         let sges = recv.sg_list.clone();
         let at = *offset;
-        if dev.mem.scatter(self.init.pd, &sges, at, payload).is_err() {
+        if cx.mem.scatter(self.init.pd, &sges, at, payload).is_err() {
             return Err(Outcome::Error(
                 NakCode::RemoteOperationalError,
                 Some(WcStatus::LocProtErr),
@@ -611,8 +621,8 @@ impl Qp {
                 let mut wc = self.recv_wc(&recv, WcStatus::Success, offset, r.immdt, false);
                 // SEND_WITH_INVALIDATE: invalidate the IETH rkey (crate::mw)
                 if let Some(rkey) = r.ieth {
-                    let inv = dev.mem.invalidate(self.init.pd, rkey);
-                    dev.count_invalidate(inv.is_ok());
+                    let inv = cx.mem.invalidate(self.init.pd, rkey);
+                    cx.ctrs.count_invalidate(inv.is_ok());
                     if let Err(e) = inv {
                         tracing::debug!(qpn = %self.qpn, %psn, %rkey, %e, "IETH invalidate failed");
                         self.resp.in_msg = Some(InMsg::Send { recv, offset });
@@ -625,8 +635,8 @@ impl Qp {
                     wc.wc_flags |= WcFlags::WITH_INV;
                     wc.imm = Some(rkey.value());
                 }
-                dev.counters.rdma_recvs += 1;
-                dev.complete_se(self.init.recv_cq, wc, r.bth.solicited);
+                cx.ctrs.rdma_recvs += 1;
+                cx.sink.complete_se(self.init.recv_cq, wc, r.bth.solicited);
             }
             self.resp.msn = self.resp.msn.next();
         }
@@ -638,7 +648,7 @@ impl Qp {
     /// WRITE with immediate completes a receive WQE at the last packet.
     fn execute_write(
         &mut self,
-        dev: &mut Dev,
+        cx: &mut RespCtx<'_>,
         r: &RoceRepr,
         info: &OpInfo,
         payload: &[u8],
@@ -650,7 +660,7 @@ impl Qp {
             let total = u64::from(reth.dma_len);
             if total > 0
                 && self
-                    .check_rkey(dev, reth.rkey, reth.va, total, AccessFlags::REMOTE_WRITE)
+                    .check_rkey(cx, reth.rkey, reth.va, total, AccessFlags::REMOTE_WRITE)
                     .is_err()
             {
                 tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, va = reth.va,
@@ -669,9 +679,9 @@ impl Qp {
         }
         if len > 0 {
             let (va0, rk) = (*va, *rkey);
-            match self.check_rkey(dev, rk, va0, len, AccessFlags::REMOTE_WRITE) {
+            match self.check_rkey(cx, rk, va0, len, AccessFlags::REMOTE_WRITE) {
                 Ok((h, off)) => {
-                    if let Some(m) = dev.mem.region_mut(h) {
+                    if let Some(m) = cx.mem.region_mut(h) {
                         let _ = m.write(off, payload);
                     }
                 }
@@ -687,10 +697,10 @@ impl Qp {
         if info.position.ends() {
             self.resp.in_msg = None;
             if info.has_imm() {
-                if let Some(recv) = self.take_recv(dev) {
+                if let Some(recv) = self.take_recv(cx.srqs, cx.sink) {
                     let wc = self.recv_wc(&recv, WcStatus::Success, total, r.immdt, true);
-                    dev.counters.rdma_recvs += 1;
-                    dev.complete_se(self.init.recv_cq, wc, r.bth.solicited);
+                    cx.ctrs.rdma_recvs += 1;
+                    cx.sink.complete_se(self.init.recv_cq, wc, r.bth.solicited);
                 }
             }
             self.resp.msn = self.resp.msn.next();
@@ -700,14 +710,14 @@ impl Qp {
 
     /// RDMA READ: length, R_Key (§10.6.6) and responder resources (§9.4.4),
     /// then the responses are queued; the READ consumes one PSN per response.
-    fn execute_read(&mut self, dev: &mut Dev, r: &RoceRepr) -> Result<Executed, Outcome> {
+    fn execute_read(&mut self, cx: &mut RespCtx<'_>, r: &RoceRepr) -> Result<Executed, Outcome> {
         let psn = r.bth.psn;
         let Some(reth) = r.reth else { return Err(Outcome::Drop) };
         let len = u64::from(reth.dma_len);
-        if len > u64::from(dev.attr.max_msg_sz) {
+        if len > u64::from(cx.max_msg_sz) {
             return Err(Outcome::Error(NakCode::InvalidRequest, None));
         }
-        if !self.read_allowed(dev, &reth) {
+        if !self.read_allowed(cx, &reth) {
             tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, "remote access error (READ)");
             return Err(Outcome::Error(NakCode::RemoteAccessError, None));
         }
@@ -722,9 +732,9 @@ impl Qp {
             return Err(Outcome::Error(NakCode::InvalidRequest, None));
         }
         let npkts = packets_for(len, self.mtu());
-        self.save_resource(RdResource::Read { first: psn, npkts });
+        self.resp.save_resource(self.p.max_dest_rd_atomic, RdResource::Read { first: psn, npkts });
         self.resp.msn = self.resp.msn.next();
-        self.send_read_responses(psn, reth.va, reth.rkey, len);
+        self.resp.send_read_responses(psn, reth.va, reth.rkey, len);
         self.resp.epsn = psn.add(npkts);
         Ok(Executed::Answered)
     }
@@ -733,7 +743,7 @@ impl Qp {
     /// R_Key, executed once and answered with an AtomicAckETH (C9-128).
     fn execute_atomic(
         &mut self,
-        dev: &mut Dev,
+        cx: &mut RespCtx<'_>,
         r: &RoceRepr,
         info: &OpInfo,
     ) -> Result<Executed, Outcome> {
@@ -743,12 +753,12 @@ impl Qp {
             tracing::debug!(qpn = %self.qpn, %psn, va = a.va, "misaligned atomic");
             return Err(Outcome::Error(NakCode::InvalidRequest, None));
         }
-        let loc = self.check_rkey(dev, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC);
+        let loc = self.check_rkey(cx, a.rkey, a.va, 8, AccessFlags::REMOTE_ATOMIC);
         // Memory holds the 64-bit value little-endian (host order on
         // the platforms we target); the wire carries big-endian.
         let cas = info.kind == OpKind::CompareSwap;
         let done = loc.ok().and_then(|(h, off)| {
-            let m = dev.mem.region_mut(h)?;
+            let m = cx.mem.region_mut(h)?;
             if cas {
                 m.compare_swap(off, a.compare, a.swap_add)
             } else {
@@ -759,38 +769,39 @@ impl Qp {
             tracing::debug!(qpn = %self.qpn, %psn, rkey = %a.rkey, "remote access error (atomic)");
             return Err(Outcome::Error(NakCode::RemoteAccessError, None));
         };
-        self.save_resource(RdResource::Atomic { psn, orig });
+        self.resp.save_resource(self.p.max_dest_rd_atomic, RdResource::Atomic { psn, orig });
         self.resp.msn = self.resp.msn.next();
-        self.send_atomic_ack(dev, psn, orig);
+        self.send_atomic_ack(cx, psn, orig);
         self.resp.epsn = psn.next();
         Ok(Executed::Answered)
     }
 
     /// IBA 1.5 FLUSH (crate::mw): a valid FETH, R_Key for its placement
     /// type, answered by a zero-length READ RESPONSE ONLY.
-    fn execute_flush(&mut self, dev: &mut Dev, r: &RoceRepr) -> Result<Executed, Outcome> {
+    fn execute_flush(&mut self, cx: &mut RespCtx<'_>, r: &RoceRepr) -> Result<Executed, Outcome> {
         let psn = r.bth.psn;
         let (Some(reth), Some(feth)) = (r.reth, r.feth) else { return Err(Outcome::Drop) };
         let placement = feth & 0x0F;
         let level = (feth >> 4) & 0x03;
         if placement == 0 || placement > 3 || level > 1 {
             tracing::debug!(qpn = %self.qpn, %psn, placement, level, "FLUSH: bad FETH");
-            dev.counters.flush_err += 1;
+            cx.ctrs.flush_err += 1;
             return Err(Outcome::Error(NakCode::InvalidRequest, None));
         }
         // whole-region selectivity: only the rkey (and va inside it) matter
         let len = if level == 1 { 0 } else { u64::from(reth.dma_len) };
         let need = flush_access(feth);
-        if let Err(e) = self.check_rkey(dev, reth.rkey, reth.va, len, need) {
+        if let Err(e) = self.check_rkey(cx, reth.rkey, reth.va, len, need) {
             tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, ?e, "remote access error (FLUSH)");
-            dev.counters.flush_err += 1;
+            cx.ctrs.flush_err += 1;
             return Err(Outcome::Error(NakCode::RemoteAccessError, None));
         }
         tracing::debug!(qpn = %self.qpn, %psn, placement, level, "FLUSH done (memory is ours)");
-        dev.counters.flush_ops += 1;
-        self.save_resource(RdResource::Read { first: psn, npkts: 1 });
+        cx.ctrs.flush_ops += 1;
+        self.resp
+            .save_resource(self.p.max_dest_rd_atomic, RdResource::Read { first: psn, npkts: 1 });
         self.resp.msn = self.resp.msn.next();
-        self.send_read_responses(psn, reth.va, reth.rkey, 0);
+        self.resp.send_read_responses(psn, reth.va, reth.rkey, 0);
         self.resp.epsn = psn.next();
         Ok(Executed::Answered)
     }
@@ -799,7 +810,7 @@ impl Qp {
     /// write right, one 8-byte store; acknowledged like a WRITE.
     fn execute_atomic_write(
         &mut self,
-        dev: &mut Dev,
+        cx: &mut RespCtx<'_>,
         r: &RoceRepr,
         payload: &[u8],
     ) -> Result<Executed, Outcome> {
@@ -810,11 +821,11 @@ impl Qp {
                 "ATOMIC_WRITE: not 8 aligned bytes");
             return Err(Outcome::Error(NakCode::InvalidRequest, None));
         }
-        let loc = self.check_rkey(dev, reth.rkey, reth.va, 8, AccessFlags::REMOTE_WRITE);
+        let loc = self.check_rkey(cx, reth.rkey, reth.va, 8, AccessFlags::REMOTE_WRITE);
         let mut word = [0u8; 8];
         word.copy_from_slice(payload);
         // one 8-byte store
-        let done = loc.ok().and_then(|(h, off)| dev.mem.region_mut(h)?.atomic_write(off, word));
+        let done = loc.ok().and_then(|(h, off)| cx.mem.region_mut(h)?.atomic_write(off, word));
         if done.is_none() {
             tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, "remote access error (ATOMIC_WRITE)");
             return Err(Outcome::Error(NakCode::RemoteAccessError, None));
@@ -823,18 +834,18 @@ impl Qp {
         Ok(Executed::Acknowledge)
     }
 
-    fn send_atomic_ack(&mut self, dev: &mut Dev, psn: Psn, orig: u64) {
-        let mut r = Dev::repr(self, Opcode::RC_ATOMIC_ACKNOWLEDGE, psn, false, 0);
+    fn send_atomic_ack(&mut self, cx: &mut RespCtx<'_>, psn: Psn, orig: u64) {
+        let mut r = self.repr(Opcode::RC_ATOMIC_ACKNOWLEDGE, psn, false, 0);
         r.aeth = Some(AethRepr {
             syndrome: Syndrome::Ack { credit: CREDIT_UNLIMITED },
             msn: self.resp.msn,
         });
         r.atomic_ack_eth = Some(AtomicAckEthRepr { orig_rem_data: orig });
-        self.queue(dev, &r, &[]);
+        self.queue(cx, &r, &[]);
     }
 
     /// A request with a PSN before the expected one (C9-108..C9-111, C9-128).
-    fn on_duplicate(&mut self, dev: &mut Dev, r: &RoceRepr) {
+    fn on_duplicate(&mut self, cx: &mut RespCtx<'_>, r: &RoceRepr) {
         let Ok(info) = r.info() else { return };
         let psn = r.bth.psn;
         tracing::debug!(qpn = %self.qpn, %psn, epsn = %self.resp.epsn, opcode = %r.bth.opcode, "duplicate request");
@@ -853,7 +864,7 @@ impl Qp {
                     RdResource::Atomic { psn: p, .. } => p.is_after(psn),
                 });
                 let ack_psn = if rd_atomic_after { psn } else { self.resp.epsn.sub(1) };
-                self.send_ack(dev, ack_psn);
+                self.send_ack(cx, ack_psn);
             }
             OpKind::ReadRequest => {
                 let Some(reth) = r.reth else { return };
@@ -873,11 +884,11 @@ impl Qp {
                     tracing::debug!(qpn = %self.qpn, %psn, reason = "duplicate READ overruns the original", "drop");
                     return;
                 }
-                if !self.read_allowed(dev, &reth) {
-                    self.responder_error(dev, psn, NakCode::RemoteAccessError, None);
+                if !self.read_allowed(cx, &reth) {
+                    self.responder_error(cx, psn, NakCode::RemoteAccessError, None);
                     return;
                 }
-                self.send_read_responses(psn, reth.va, reth.rkey, len);
+                self.resp.send_read_responses(psn, reth.va, reth.rkey, len);
             }
             OpKind::CompareSwap | OpKind::FetchAdd => {
                 let found = self.resp.resources.iter().find_map(|x| match *x {
@@ -885,13 +896,13 @@ impl Qp {
                     _ => None,
                 });
                 match found {
-                    Some(orig) => self.send_atomic_ack(dev, psn, orig),
+                    Some(orig) => self.send_atomic_ack(cx, psn, orig),
                     None => tracing::debug!(qpn = %self.qpn, %psn,
                         reason = "duplicate atomic without resource", "drop"),
                 }
             }
             // ---- IBA 1.5 (crate::mw): re-ACK an ATOMIC_WRITE, re-answer a FLUSH ----
-            OpKind::AtomicWrite => self.send_ack(dev, psn),
+            OpKind::AtomicWrite => self.send_ack(cx, psn),
             OpKind::Flush => {
                 let Some(reth) = r.reth else { return };
                 let known =
@@ -899,7 +910,7 @@ impl Qp {
                         |x| matches!(*x, RdResource::Read { first, npkts: 1 } if first == psn),
                     );
                 if known {
-                    self.send_read_responses(psn, reth.va, reth.rkey, 0);
+                    self.resp.send_read_responses(psn, reth.va, reth.rkey, 0);
                 } else {
                     tracing::debug!(qpn = %self.qpn, %psn, reason = "duplicate FLUSH without resource", "drop");
                 }
@@ -914,19 +925,19 @@ impl Qp {
     /// No PSN checks and no acknowledgements; problems drop the datagram.
     pub(crate) fn on_ud_request(
         &mut self,
-        dev: &mut Dev,
+        cx: &mut RespCtx<'_>,
         r: &RoceRepr,
         payload: &[u8],
         d: &Datagram,
     ) {
         let Some(deth) = r.deth else { return };
         if deth.qkey.value() != self.p.qkey {
-            dev.counters.ud_dropped += 1;
+            cx.ctrs.ud_dropped += 1;
             tracing::debug!(qpn = %self.qpn, qkey = %deth.qkey, reason = "Q_Key mismatch", "drop");
             return;
         }
-        let Some(recv) = self.take_recv(dev) else {
-            dev.counters.ud_dropped += 1;
+        let Some(recv) = self.take_recv(cx.srqs, cx.sink) else {
+            cx.ctrs.ud_dropped += 1;
             tracing::debug!(qpn = %self.qpn, reason = "UD: no receive WQE", "drop");
             return;
         };
@@ -953,18 +964,18 @@ impl Qp {
         };
         if total > recv.length() {
             wc.status = WcStatus::LocLenErr;
-        } else if dev.mem.scatter(self.init.pd, &recv.sg_list, 0, &grh).is_err()
-            || dev.mem.scatter(self.init.pd, &recv.sg_list, GRH_LEN as u64, payload).is_err()
+        } else if cx.mem.scatter(self.init.pd, &recv.sg_list, 0, &grh).is_err()
+            || cx.mem.scatter(self.init.pd, &recv.sg_list, GRH_LEN as u64, payload).is_err()
         {
             wc.status = WcStatus::LocProtErr;
         }
         if wc.status == WcStatus::Success {
-            dev.counters.rdma_recvs += 1;
+            cx.ctrs.rdma_recvs += 1;
         } else {
             wc.byte_len = 0;
             wc.imm = None;
         }
-        dev.complete_se(self.init.recv_cq, wc, r.bth.solicited);
+        cx.sink.complete_se(self.init.recv_cq, wc, r.bth.solicited);
     }
 }
 

@@ -16,7 +16,7 @@ impl Hca {
     /// Move every QP of an overflowed CQ to ERR; raise SQ_DRAINED for
     /// QPs in SQD whose started WQEs have all completed.
     pub(crate) fn settle(&mut self) {
-        if self.dev.sqd_draining.is_empty() && self.dev.errored_cqs.is_empty() {
+        if self.dev.sqd_draining.is_empty() && self.dev.sink.errored_cqs.is_empty() {
             return; // the usual case, once per packet
         }
         let qps = &self.qps;
@@ -34,13 +34,13 @@ impl Hca {
             .collect();
         for q in drained {
             self.dev.sqd_draining.remove(&q);
-            self.dev.events.push_back(AsyncEvent::SqDrained(q));
+            self.dev.sink.events.push_back(AsyncEvent::SqDrained(q));
         }
-        while let Some(cq) = self.dev.errored_cqs.pop() {
-            let dev = &mut self.dev;
+        while let Some(cq) = self.dev.sink.errored_cqs.pop() {
+            let sink = &mut self.dev.sink;
             self.qps.for_each_mut(|qp| {
                 if (qp.init.send_cq == cq || qp.init.recv_cq == cq) && qp.state != QpState::Err {
-                    qp.enter_error(dev);
+                    qp.enter_error(sink);
                 }
             });
         }
@@ -51,7 +51,7 @@ impl SansIo for Hca {
     fn handle_datagram(&mut self, now: Instant, dgram: Datagram) {
         let span = tracing::debug_span!("hca", dev = %self.dev.name);
         let _g = span.enter();
-        self.cm_note_time(now);
+        self.cm.note_time(now);
         self.receive(now, &dgram);
         self.settle();
     }
@@ -62,10 +62,11 @@ impl SansIo for Hca {
         let span = tracing::debug_span!("hca", dev = %self.dev.name);
         let _g = span.enter();
         // management datagrams first (the CM's MADs from QP1)
-        if let Some(d) = self.cm_transmit(now) {
+        let cm = if self.cm_owns_qp1() { self.cm.transmit(&self.dev.tx, now) } else { None };
+        if let Some(d) = cm {
             self.dev.counters.sent_pkts += 1;
             self.dev.counters.sent_bytes += d.payload.len() as u64;
-            self.dev.tx_burst = true;
+            self.dev.tx.burst = true;
             return Some(d);
         }
         // Round-robin over the QPs that may transmit (`qp_table`), in QPN
@@ -83,7 +84,11 @@ impl SansIo for Hca {
             while let Some(k) = self.qps.first_ready(lo, hi) {
                 lo = Bound::Excluded(k);
                 let Some(mut qp) = self.qps.get_mut(&k) else { break };
-                if let Some(d) = qp.next_response(dev, now).or_else(|| qp.next_packet(dev, now)) {
+                // the responder's queue (ACKs, NAKs, READ responses) first
+                if let Some(d) = qp
+                    .next_response(&mut dev.resp(), now)
+                    .or_else(|| qp.next_packet(&mut dev.req(), now))
+                {
                     served = Some(k);
                     out = Some(d);
                     break 'passes;
@@ -99,11 +104,11 @@ impl SansIo for Hca {
             Some(d) => {
                 self.dev.counters.sent_pkts += 1;
                 self.dev.counters.sent_bytes += d.payload.len() as u64;
-                self.dev.tx_burst = true;
+                self.dev.tx.burst = true;
             }
             None => {
-                self.dev.acks_forced = false;
-                self.dev.tx_burst = false;
+                self.dev.tx.acks_forced = false;
+                self.dev.tx.burst = false;
             }
         }
         out
@@ -111,7 +116,7 @@ impl SansIo for Hca {
 
     fn poll_timeout(&self) -> Option<Instant> {
         // (a QP's deadlines include a held ACK's: it leaves alone at twice the delay)
-        match (self.cm_deadline(), self.qps.next_deadline()) {
+        match (self.cm.deadline(), self.qps.next_deadline()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, None) => a,
             (None, b) => b,
@@ -121,15 +126,15 @@ impl SansIo for Hca {
     fn handle_timeout(&mut self, now: Instant) {
         let span = tracing::debug_span!("hca", dev = %self.dev.name);
         let _g = span.enter();
-        self.cm_timeout(now);
+        self.cm.timeout(now);
         // only the QPs with a deadline at or before `now`, in QPN order
         for qpn in self.qps.due(now) {
             let Some(mut qp) = self.qps.get_mut(&qpn) else { continue };
             if qp.comp.rnr_deadline.is_some_and(|d| d <= now) {
-                qp.on_rnr_timeout(&mut self.dev, now);
+                qp.on_rnr_timeout(now);
             }
             if qp.comp.retrans_deadline.is_some_and(|d| d <= now) {
-                qp.on_retrans_timeout(&mut self.dev, now);
+                qp.on_retrans_timeout(&mut self.dev.comp(), now);
             }
         }
         self.settle();

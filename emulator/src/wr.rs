@@ -58,11 +58,11 @@ pub enum WrOpcode {
     /// queue; failures complete with MW_BIND_ERR.
     BindMw {
         /// The window.
-        mw: crate::mw::MwHandle,
+        mw: crate::objects::MwHandle,
         /// Its new rkey: same index, the key byte chosen by the user.
         rkey: RKey,
         /// Region, range and rights.
-        bind: crate::mw::MwBind,
+        bind: crate::objects::MwBind,
     },
     /// IBV_WR_FLUSH (IBA 1.5): make `len` bytes at `remote_addr`/`rkey`
     /// globally visible and/or persistent. Completes on a zero-length
@@ -614,9 +614,9 @@ mod tests {
         WrOpcode::AtomicWrite,
         WrOpcode::LocalInv { rkey: RKey::new(0) },
         WrOpcode::BindMw {
-            mw: crate::mw::MwHandle(0),
+            mw: crate::objects::MwHandle(0),
             rkey: RKey::new(0),
-            bind: crate::mw::MwBind {
+            bind: crate::objects::MwBind {
                 mr: crate::objects::MrHandle(0),
                 addr: 0,
                 length: 0,

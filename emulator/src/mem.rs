@@ -1,0 +1,199 @@
+//! The memory module: regions and windows with key lookups and checked
+//! copies (IBA §10.6 memory management; windows in [`crate::mw`]).
+
+use crate::mw::{BindOn, MwError, MwTable};
+use crate::objects::{MemError, MrHandle, Mrs, MwBind, MwHandle, PdHandle, RegionMem};
+use crate::qp_attr::AccessFlags;
+use crate::wr::Sge;
+use roce_packet::{LKey, Qpn, RKey};
+
+/// The memory tables, with key lookups and checked copies.
+#[derive(Default)]
+pub(crate) struct MemTable {
+    pub mrs: Mrs,
+    pub by_lkey: rustc_hash::FxHashMap<LKey, MrHandle>,
+    pub by_rkey: rustc_hash::FxHashMap<RKey, MrHandle>,
+    /// Memory windows (see `crate::mw`).
+    pub mw: MwTable,
+}
+
+impl MemTable {
+    fn check(
+        &self,
+        h: Option<&MrHandle>,
+        pd: PdHandle,
+        va: u64,
+        len: u64,
+        need: AccessFlags,
+    ) -> Result<(MrHandle, usize), MemError> {
+        let h = *h.ok_or(MemError::BadKey)?;
+        let mr = self.mrs.get(&h).ok_or(MemError::BadKey)?;
+        if mr.pd != pd {
+            return Err(MemError::WrongPd);
+        }
+        if !mr.access.contains(need) {
+            return Err(MemError::Access);
+        }
+        let off = mr.range(va, len).ok_or(MemError::Bounds)?;
+        Ok((h, off))
+    }
+
+    /// Check a local key for `[va, va+len)` with `need` access.
+    pub fn check_local(
+        &self,
+        pd: PdHandle,
+        sge: &Sge,
+        need: AccessFlags,
+    ) -> Result<(MrHandle, usize), MemError> {
+        self.check(self.by_lkey.get(&sge.lkey), pd, sge.addr, u64::from(sge.length), need)
+    }
+
+    /// Check a remote key for `[va, va+len)` with `need` access, for a
+    /// request that arrived on `on_qp` (a type 2 window's rkey is valid
+    /// only on the QP it is bound to, crate::mw); `None` for a re-check of
+    /// a request already checked on arrival (READ responses).
+    pub fn check_remote(
+        &self,
+        pd: PdHandle,
+        on_qp: Option<Qpn>,
+        rkey: RKey,
+        va: u64,
+        len: u64,
+        need: AccessFlags,
+    ) -> Result<(MrHandle, usize), MemError> {
+        if let Some(r) = self.mw.check(pd, on_qp, rkey, va, len, need) {
+            // a memory window's rkey: then the region it lies in
+            let r = r.and_then(|h| {
+                let mr = self.mrs.get(&h).ok_or(MemError::BadKey)?;
+                if mr.pd != pd {
+                    return Err(MemError::WrongPd);
+                }
+                let off = mr.range(va, len).ok_or(MemError::Bounds)?;
+                Ok((h, off))
+            });
+            if let Err(e) = r {
+                tracing::debug!(%rkey, va, len, ?e, "memory window check failed");
+            }
+            return r;
+        }
+        self.check(self.by_rkey.get(&rkey), pd, va, len, need)
+    }
+
+    /// Validate every SGE of a list (for reading, or with LOCAL_WRITE for writing).
+    pub fn check_sges(&self, pd: PdHandle, sges: &[Sge], write: bool) -> Result<(), MemError> {
+        let need = if write { AccessFlags::LOCAL_WRITE } else { AccessFlags::EMPTY };
+        for s in sges {
+            self.check_local(pd, s, need)?;
+        }
+        Ok(())
+    }
+
+    /// Copy `len` bytes starting `offset` bytes into the SGE list into `out`.
+    pub fn gather(
+        &self,
+        pd: PdHandle,
+        sges: &[Sge],
+        mut offset: u64,
+        mut len: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), MemError> {
+        for s in sges {
+            if len == 0 {
+                break;
+            }
+            let sl = u64::from(s.length);
+            if offset >= sl {
+                offset -= sl;
+                continue;
+            }
+            let (h, base) = self.check_local(pd, s, AccessFlags::EMPTY)?;
+            let take = ((sl - offset) as usize).min(len);
+            let start = base + offset as usize;
+            let mr = self.mrs.get(&h).ok_or(MemError::BadKey)?;
+            mr.mem.read_into_vec(start, take, out).ok_or(MemError::Bounds)?;
+            len -= take;
+            offset = 0;
+        }
+        if len != 0 {
+            return Err(MemError::Bounds);
+        }
+        Ok(())
+    }
+
+    /// Copy `data` into the SGE list starting `offset` bytes in (needs LOCAL_WRITE).
+    pub fn scatter(
+        &mut self,
+        pd: PdHandle,
+        sges: &[Sge],
+        mut offset: u64,
+        mut data: &[u8],
+    ) -> Result<(), MemError> {
+        for s in sges {
+            if data.is_empty() {
+                break;
+            }
+            let sl = u64::from(s.length);
+            if offset >= sl {
+                offset -= sl;
+                continue;
+            }
+            let (h, base) = self.check_local(pd, s, AccessFlags::LOCAL_WRITE)?;
+            let take = ((sl - offset) as usize).min(data.len());
+            let start = base + offset as usize;
+            let mr = self.mrs.get_mut(&h).ok_or(MemError::BadKey)?;
+            mr.mem.write(start, &data[..take]).ok_or(MemError::Bounds)?;
+            data = &data[take..];
+            offset = 0;
+        }
+        if !data.is_empty() {
+            return Err(MemError::Bounds);
+        }
+        Ok(())
+    }
+
+    /// The region memory behind a handle returned by a check (for the
+    /// responder's copies and atomics at that offset).
+    pub fn region_mut(&mut self, h: MrHandle) -> Option<&mut RegionMem> {
+        self.mrs.get_mut(&h).map(|m| &mut m.mem)
+    }
+
+    /// Append `len` bytes at `off` of region `h` to `out`.
+    pub fn read_into(&self, h: MrHandle, off: usize, len: usize, out: &mut Vec<u8>) -> Option<()> {
+        self.mrs.get(&h)?.mem.read_into_vec(off, len, out)
+    }
+}
+
+impl MemTable {
+    /// Execute a BIND_MW work request (see [`MwTable::bind_wr`]).
+    pub(crate) fn bind_wr(
+        &mut self,
+        on: BindOn,
+        mw: MwHandle,
+        new_rkey: RKey,
+        b: MwBind,
+    ) -> Result<RKey, MwError> {
+        self.mw.bind_wr(&self.mrs, on, mw, new_rkey, b)
+    }
+
+    /// Invalidate `rkey` in `pd` (LOCAL_INV, or IETH at a responder): a
+    /// type 2 window returns to the free state; a region loses its remote
+    /// key. Type 1 windows cannot be invalidated.
+    pub(crate) fn invalidate(&mut self, pd: PdHandle, rkey: RKey) -> Result<(), MwError> {
+        let r = if let Some(r) = self.mw.invalidate(pd, rkey) {
+            r
+        } else if let Some(&h) = self.by_rkey.get(&rkey) {
+            match self.mrs.get(&h) {
+                Some(mr) if mr.pd != pd => Err(MwError::PdMismatch),
+                Some(_) => {
+                    self.by_rkey.remove(&rkey);
+                    Ok(())
+                }
+                None => Err(MwError::UnknownRkey(rkey)),
+            }
+        } else {
+            Err(MwError::UnknownRkey(rkey))
+        };
+        tracing::debug!(%rkey, ok = r.is_ok(), "invalidate");
+        r
+    }
+}

@@ -1,0 +1,71 @@
+//! The datagram builder the roles send with, and the device's transmit
+//! settings (source address and port, ACK coalescing and delay).
+
+use crate::io::Datagram;
+use crate::qp::Qp;
+use bytes::Bytes;
+use core::time::Duration;
+use roce_packet::{IpMeta, IpUdpHeader, RoceRepr, UdpEndpoints, ROCE_V2_PORT};
+use std::net::IpAddr;
+
+/// Transmit settings and the state of the current transmit burst.
+pub(crate) struct Tx {
+    /// The device's address (source of every datagram).
+    pub addr: IpAddr,
+    /// See [`Hca::set_tx_src_port`](crate::Hca::set_tx_src_port).
+    pub src_port: Option<u16>,
+    /// See [`Hca::set_ack_coalescing`](crate::Hca::set_ack_coalescing).
+    pub coalesce_acks: bool,
+    /// See [`Hca::set_ack_delay`](crate::Hca::set_ack_delay).
+    pub ack_delay: Option<Duration>,
+    /// Held ACKs leave at the next transmits, whatever their age
+    /// ([`Hca::flush_acks`](crate::Hca::flush_acks)); cleared when nothing is left to send.
+    pub acks_forced: bool,
+    /// `poll_transmit` returned a packet since it last returned none (a due
+    /// held ACK rides along with such a burst).
+    pub burst: bool,
+}
+
+impl Tx {
+    pub fn new(addr: IpAddr) -> Tx {
+        Tx {
+            addr,
+            src_port: None,
+            coalesce_acks: false,
+            ack_delay: None,
+            acks_forced: false,
+            burst: false,
+        }
+    }
+
+    /// Build the datagram for a packet of `qp` (ICRC filled).
+    pub fn datagram(&self, qp: &Qp, repr: &RoceRepr, payload: &[u8]) -> Option<Datagram> {
+        self.datagram_to(qp, qp.p.ah?.dgid, repr, payload)
+    }
+
+    /// Build a datagram of `qp` to the GID `dgid` (ICRC filled).
+    pub fn datagram_to(
+        &self,
+        qp: &Qp,
+        dgid: IpAddr,
+        repr: &RoceRepr,
+        payload: &[u8],
+    ) -> Option<Datagram> {
+        self.finish_to(qp, dgid, repr.to_vec(payload).ok()?)
+    }
+
+    /// Complete a packet of `qp` to `dgid` built in place (headers and
+    /// payload from [`RoceRepr::start_vec`] / [`RoceRepr::finish_vec`]):
+    /// fill the ICRC and wrap it as a datagram.
+    pub fn finish_to(&self, qp: &Qp, dgid: IpAddr, mut buf: Vec<u8>) -> Option<Datagram> {
+        let dst = match dgid {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
+            v4 => v4,
+        };
+        let src_port = self.src_port.unwrap_or(qp.src_port);
+        let endpoints = UdpEndpoints { src: self.addr, dst, src_port, dst_port: ROCE_V2_PORT };
+        let meta = IpMeta::default();
+        IpUdpHeader::build(&endpoints, &meta, buf.len()).ok()?.fill_icrc(&mut buf);
+        Some(Datagram { endpoints, meta, payload: Bytes::from(buf) })
+    }
+}
