@@ -395,7 +395,9 @@ fn small_datagrams_share_a_reused_receive_arena() {
     let mut kept = Vec::new();
     for round in 0..10 {
         let sent: Vec<_> = (0..batch)
-            .map(|i| send_only(&ep, 0x11, (round * batch + i) as u32, &pattern(round * batch + i, 100)))
+            .map(|i| {
+                send_only(&ep, 0x11, (round * batch + i) as u32, &pattern(round * batch + i, 100))
+            })
             .collect();
         assert_eq!(a.send(&sent).consumed, batch);
         let got = recv_n(&mut b, batch, T);
