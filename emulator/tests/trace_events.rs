@@ -3,81 +3,11 @@
 //! every event and the tests look for the expected ones.
 
 mod common;
+use common::trace::{capture, Ev};
 use common::*;
 use roce_emulator::*;
 use roce_packet::Opcode;
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
-use tracing::field::{Field, Visit};
-use tracing::span::{Attributes, Id, Record};
-use tracing::{Event, Level, Metadata, Subscriber};
-
-/// One captured event: target, level, message and fields (as text).
-#[derive(Clone, Debug)]
-struct Ev {
-    target: String,
-    level: Level,
-    message: String,
-    fields: BTreeMap<String, String>,
-}
-
-impl Ev {
-    fn f(&self, k: &str) -> Option<&str> {
-        self.fields.get(k).map(String::as_str)
-    }
-}
-
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<Ev>>>);
-
-struct Fields(BTreeMap<String, String>);
-impl Visit for Fields {
-    fn record_str(&mut self, f: &Field, v: &str) {
-        self.0.insert(f.name().to_string(), v.to_string());
-    }
-    fn record_debug(&mut self, f: &Field, v: &dyn std::fmt::Debug) {
-        self.0.insert(f.name().to_string(), format!("{v:?}"));
-    }
-}
-
-impl Subscriber for Capture {
-    fn enabled(&self, _: &Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &Attributes<'_>) -> Id {
-        Id::from_u64(1)
-    }
-    fn record(&self, _: &Id, _: &Record<'_>) {}
-    fn record_follows_from(&self, _: &Id, _: &Id) {}
-    fn event(&self, e: &Event<'_>) {
-        let mut v = Fields(BTreeMap::new());
-        e.record(&mut v);
-        let message = v.0.remove("message").unwrap_or_default();
-        self.0.lock().unwrap().push(Ev {
-            target: e.metadata().target().to_string(),
-            level: *e.metadata().level(),
-            message,
-            fields: v.0,
-        });
-    }
-    fn enter(&self, _: &Id) {}
-    fn exit(&self, _: &Id) {}
-}
-
-/// Run `f` under a capturing subscriber; return the events.
-fn capture(f: impl FnOnce()) -> Vec<Ev> {
-    let cap = Capture::default();
-    let evs = cap.0.clone();
-    tracing::subscriber::with_default(cap, || {
-        // Callsites another test thread registered while no subscriber was
-        // interested may have cached "never"; recompute with this one alive
-        // (without it, an event was missed about 1 run in 4).
-        tracing::callsite::rebuild_interest_cache();
-        f()
-    });
-    let v = evs.lock().unwrap().clone();
-    v
-}
+use tracing::Level;
 
 fn find<'a>(evs: &'a [Ev], message: &str) -> Vec<&'a Ev> {
     evs.iter().filter(|e| e.message == message).collect()

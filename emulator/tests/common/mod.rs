@@ -6,6 +6,8 @@
 //! builds the two sides; the wire, the trace and the runs are the fabric's.
 #![allow(dead_code)]
 
+pub mod trace;
+
 use roce_emulator::sim::{Fabric, Pace, Traced};
 use roce_emulator::*;
 use roce_packet::{Opcode, Qpn};
