@@ -36,3 +36,36 @@ pub trait SansIo {
     /// are harmless.
     fn handle_timeout(&mut self, now: Instant);
 }
+
+/// A boxed node (the default node type of a [`crate::sim::Fabric`]).
+impl<T: SansIo + ?Sized> SansIo for Box<T> {
+    fn handle_datagram(&mut self, now: Instant, dgram: Datagram) {
+        (**self).handle_datagram(now, dgram)
+    }
+    fn poll_transmit(&mut self, now: Instant) -> Option<Datagram> {
+        (**self).poll_transmit(now)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        (**self).poll_timeout()
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        (**self).handle_timeout(now)
+    }
+}
+
+/// A node lent to a driver for one run (`sim::Fabric<&mut Hca>`): the
+/// driver moves its frames, its owner keeps it.
+impl<T: SansIo + ?Sized> SansIo for &mut T {
+    fn handle_datagram(&mut self, now: Instant, dgram: Datagram) {
+        (**self).handle_datagram(now, dgram)
+    }
+    fn poll_transmit(&mut self, now: Instant) -> Option<Datagram> {
+        (**self).poll_transmit(now)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        (**self).poll_timeout()
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        (**self).handle_timeout(now)
+    }
+}

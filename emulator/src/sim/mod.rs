@@ -275,39 +275,6 @@ impl<T: SansIo + ?Sized> SansIo for Arc<Mutex<T>> {
     }
 }
 
-/// A boxed node (the default node type of a [`Fabric`]).
-impl<T: SansIo + ?Sized> SansIo for Box<T> {
-    fn handle_datagram(&mut self, now: Instant, dgram: Datagram) {
-        (**self).handle_datagram(now, dgram)
-    }
-    fn poll_transmit(&mut self, now: Instant) -> Option<Datagram> {
-        (**self).poll_transmit(now)
-    }
-    fn poll_timeout(&self) -> Option<Instant> {
-        (**self).poll_timeout()
-    }
-    fn handle_timeout(&mut self, now: Instant) {
-        (**self).handle_timeout(now)
-    }
-}
-
-/// A node lent to a fabric for one run (`Fabric<&mut Hca>`): the fabric
-/// drives it, its owner keeps it.
-impl<T: SansIo + ?Sized> SansIo for &mut T {
-    fn handle_datagram(&mut self, now: Instant, dgram: Datagram) {
-        (**self).handle_datagram(now, dgram)
-    }
-    fn poll_transmit(&mut self, now: Instant) -> Option<Datagram> {
-        (**self).poll_transmit(now)
-    }
-    fn poll_timeout(&self) -> Option<Instant> {
-        (**self).poll_timeout()
-    }
-    fn handle_timeout(&mut self, now: Instant) {
-        (**self).handle_timeout(now)
-    }
-}
-
 fn lock<T: ?Sized>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
