@@ -121,34 +121,11 @@ impl RegionMem {
     }
 
     /// Append `len` bytes at `off` to `out` (packet payloads).
-    ///
-    /// The bytes are copied straight into `out`'s spare capacity: no
-    /// zeroing pass first (that `memset` was a quarter of the instructions
-    /// of a 64 KiB RDMA WRITE, and it touched every fresh page twice).
     pub fn read_into_vec(&self, off: usize, len: usize, out: &mut Vec<u8>) -> Option<()> {
         span(off, len, self.len())?;
-        match &self.backing {
-            Backing::Owned(b) => out.extend_from_slice(&b[off..off + len]),
-            Backing::External { ptr, .. } => {
-                out.reserve(len);
-                let start = out.len();
-                // SAFETY: off+len is inside the registered range (checked
-                // above), which the registrant keeps valid (external()).
-                // `reserve` made room for `len` more bytes after `start` in
-                // `out`, our own allocation, disjoint from foreign memory;
-                // the copy initialises exactly those bytes before `set_len`
-                // exposes them.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        ptr.as_ptr().add(off),
-                        out.as_mut_ptr().add(start),
-                        len,
-                    );
-                    out.set_len(start + len);
-                }
-            }
-        }
-        Some(())
+        let start = out.len();
+        out.resize(start + len, 0);
+        self.read(off, &mut out[start..])
     }
 
     /// Copy `data` in at `off`. `None` if out of bounds.
