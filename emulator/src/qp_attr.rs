@@ -602,8 +602,10 @@ impl QpState {
             QpState::Init => (N, Y, N, N),
             QpState::Rtr => (N, Y, Y, N),
             QpState::Rts => (Y, Y, Y, Y),
-            QpState::Sqd => (Y, N, Y, Y),
-            QpState::Sqe => (N, N, N, N),
+            // receives may be posted in every state but RESET (IBA C10-97.2.1;
+            // rxe: any state from INIT on)
+            QpState::Sqd => (Y, Y, Y, Y),
+            QpState::Sqe => (N, Y, N, N),
             QpState::Err => (Y, Y, N, N),
         };
         StateAllows { post_send, post_recv, requests, send_queue }

@@ -111,6 +111,35 @@ fn sqd_drains_started_wqes_then_raises_sq_drained() {
     assert_eq!(p.a.hca.poll_async_event(), None);
 }
 
+/// A QP in SQD still takes receive WRs (IBA C10-97.2.1: any state but
+/// RESET; rxe: any state from INIT on) and its responder still serves the
+/// peer's SENDs with them.
+#[test]
+fn sqd_accepts_posted_receives_and_serves_incoming_sends() {
+    let mut p = Pair::new();
+    let sqd = QpAttr::new().state(QpState::Sqd);
+    p.b.hca.modify_qp(p.b.qpn, &sqd).unwrap();
+    assert_eq!(p.b.hca.qp_state(p.b.qpn), Some(QpState::Sqd));
+    let data = pattern(48, 7);
+    p.a.write_mem(0, &data);
+    p.b.post_recv(9, 256, 64); // (unwraps: an error here fails the test)
+    p.a.send(1, 0, 48);
+    p.run();
+    let w = p.b.poll();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert_eq!((w[0].wr_id, w[0].status, w[0].byte_len), (9, WcStatus::Success, 48));
+    assert_eq!(p.b.read_mem(256, 48), data);
+    assert_eq!(p.a.poll()[0].status, WcStatus::Success);
+    // RESET still refuses
+    p.b.hca.modify_qp(p.b.qpn, &QpAttr::new().state(QpState::Reset)).unwrap();
+    let lkey = p.b.mr.lkey;
+    let a = p.b.addr(0);
+    assert_eq!(
+        p.b.hca.post_recv(p.b.qpn, RecvWr::new(1, a, 8, lkey)),
+        Err(PostRecvError::InvalidState(QpState::Reset))
+    );
+}
+
 #[test]
 fn sqd_retransmits_a_lost_started_wqe_before_draining() {
     let mut p = Pair::new();
