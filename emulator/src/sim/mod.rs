@@ -183,12 +183,15 @@ pub struct NodeStats {
 #[derive(Debug)]
 pub struct SeedGuard {
     seed: u64,
+    /// Off for runs that draw nothing from the seed (lockstep runs): their
+    /// replay line would only mislead.
+    armed: bool,
 }
 
 impl SeedGuard {
     /// Guard `seed`.
     pub fn new(seed: u64) -> SeedGuard {
-        SeedGuard { seed }
+        SeedGuard { seed, armed: true }
     }
     /// The guarded seed.
     pub fn seed(&self) -> u64 {
@@ -198,7 +201,7 @@ impl SeedGuard {
 
 impl Drop for SeedGuard {
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        if self.armed && std::thread::panicking() {
             eprintln!("replay with {SEED_ENV}={}", self.seed);
         }
     }

@@ -169,6 +169,8 @@ impl<N: SansIo> Fabric<N> {
         max_rounds: usize,
         mut hook: impl FnMut(&Traced) -> Verdict,
     ) -> bool {
+        // (a lockstep run draws nothing from the seed: no replay line)
+        self._guard.armed = false;
         let mut fifos: BTreeMap<(NodeId, NodeId), VecDeque<Datagram>> = BTreeMap::new();
         let mut held: Vec<Option<(NodeId, Datagram)>> = Vec::new();
         for _ in 0..max_rounds {
