@@ -28,67 +28,19 @@
 //! covered field, so its check is always exact.
 
 use core::net::IpAddr;
-use roce_packet::icrc_math::{mul_mod_p, raw_crc, x_pow_8n};
-use roce_packet::{icrc, IpMeta, IpUdpHeader, UdpEndpoints};
-
-/// Byte offset of the IPv4 identification in the ICRC input (after the
-/// eight 0xFF bytes that stand for the LRH).
-const ID_OFFSET: usize = 8 + 4;
-
-/// Solve `sum(id_bit_i * cols[i]) = target` over GF(2).
-fn solve(cols: &[u32; 16], target: u32) -> Option<u16> {
-    // basis[b] = (vector whose highest set bit is b, combination of columns)
-    let mut basis = [(0u32, 0u16); 32];
-    for (i, &c) in cols.iter().enumerate() {
-        let (mut v, mut m) = (c, 1u16 << i);
-        while v != 0 {
-            let hb = 31 - v.leading_zeros() as usize;
-            if basis[hb].0 == 0 {
-                basis[hb] = (v, m);
-                break;
-            }
-            v ^= basis[hb].0;
-            m ^= basis[hb].1;
-        }
-    }
-    let (mut t, mut sol) = (target, 0u16);
-    while t != 0 {
-        let hb = 31 - t.leading_zeros() as usize;
-        if basis[hb].0 == 0 {
-            return None;
-        }
-        t ^= basis[hb].0;
-        sol ^= basis[hb].1;
-    }
-    Some(sol)
-}
+use roce_packet::icrc_math::IcrcMath;
+use roce_packet::{IpMeta, UdpEndpoints};
 
 /// The IPv4 identification (with DF set, no IP options) for which the ICRC
 /// of `udp_payload` received on `ep` is valid, if one exists. `None` for
 /// IPv6 endpoints, mixed families or payloads too short to hold a BTH and
-/// an ICRC.
+/// an ICRC. (The solver is `roce_packet`'s [`IcrcMath::solve_id`], which
+/// the UDP transport keeps with its caches; this one-off call builds none.)
 pub fn solve_ipv4_id(ep: &UdpEndpoints, udp_payload: &[u8]) -> Option<u16> {
     if !matches!((ep.src, ep.dst), (IpAddr::V4(_), IpAddr::V4(_))) {
         return None;
     }
-    if udp_payload.len() < roce_packet::bth::LEN + icrc::LEN {
-        return None;
-    }
-    let meta = IpMeta { ipv4_id: 0, dont_fragment: true, ..IpMeta::default() };
-    let hdr = IpUdpHeader::build(ep, &meta, udp_payload.len()).ok()?;
-    let n = udp_payload.len() - icrc::LEN;
-    let c0 = u32::from_le_bytes(icrc::compute(hdr.ip(), hdr.udp(), &udp_payload[..n]));
-    let rx = u32::from_le_bytes(udp_payload[n..].try_into().ok()?);
-    // Bytes of ICRC input after the identification field.
-    let total = 8 + hdr.ip().len() + hdr.udp().len() + n;
-    let tail = total - ID_OFFSET - 2;
-    let shift = x_pow_8n(tail);
-    let mut cols = [0u32; 16];
-    for (i, col) in cols.iter_mut().enumerate() {
-        let bit = (1u16 << i).to_be_bytes();
-        *col = mul_mod_p(shift, raw_crc(&bit));
-    }
-    solve(&cols, c0 ^ rx)
+    IcrcMath::new().solve_id(ep, udp_payload, &[]).map(|(id, _)| id)
 }
 
 /// Outcome of a receive-side ICRC check.
@@ -127,11 +79,13 @@ impl RxIcrc {
 /// [`RxIcrc::Bad`].
 pub fn check(ep: &UdpEndpoints, udp_payload: &[u8], expected_ids: &[u16], solve: bool) -> RxIcrc {
     match (ep.src, ep.dst) {
-        (IpAddr::V4(_), IpAddr::V4(_)) => match solve_ipv4_id(ep, udp_payload) {
-            Some(id) if expected_ids.contains(&id) => RxIcrc::Exact { ipv4_id: id },
-            Some(id) if solve => RxIcrc::SolvedId { ipv4_id: id },
-            _ => RxIcrc::Bad,
-        },
+        (IpAddr::V4(_), IpAddr::V4(_)) => {
+            match IcrcMath::new().solve_id(ep, udp_payload, expected_ids) {
+                Some((id, true)) => RxIcrc::Exact { ipv4_id: id },
+                Some((id, false)) if solve => RxIcrc::SolvedId { ipv4_id: id },
+                _ => RxIcrc::Bad,
+            }
+        }
         (IpAddr::V6(_), IpAddr::V6(_)) => {
             if roce_packet::frame::verify_icrc(ep, &IpMeta::default(), udp_payload) {
                 RxIcrc::Exact { ipv4_id: 0 }
@@ -147,6 +101,7 @@ pub fn check(ep: &UdpEndpoints, udp_payload: &[u8], expected_ids: &[u16], solve:
 mod tests {
     use super::*;
     use core::net::Ipv4Addr;
+    use roce_packet::icrc_math::{mul_mod_p, raw_crc, x_pow_8n};
 
     fn ep() -> UdpEndpoints {
         UdpEndpoints {
