@@ -250,7 +250,7 @@ mod tests {
     }
 
     /// Appends land after what the vector held, byte for byte, whether or
-    /// not it already had room (no zeroing pass: the copy initialises them).
+    /// not it already had room.
     #[test]
     fn read_into_vec_appends_exact_bytes_into_spare_capacity() {
         let pat: Vec<u8> = (0..5000u32).map(|i| (i * 7 + 3) as u8).collect();
