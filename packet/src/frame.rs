@@ -175,6 +175,11 @@ impl IpUdpHeader {
     pub fn fill_icrc(&self, udp_payload: &mut [u8]) {
         icrc::fill(self.ip(), self.udp(), udp_payload)
     }
+    /// An ICRC computed in pieces over these headers, starting with
+    /// `ib_start` (the BTH and what follows it).
+    pub fn icrc_hasher(&self, ib_start: &[u8]) -> icrc::IcrcHasher {
+        icrc::IcrcHasher::new(self.ip(), self.udp(), ib_start)
+    }
     /// Check the ICRC in the last four bytes of `udp_payload`.
     pub fn verify_icrc(&self, udp_payload: &[u8]) -> bool {
         icrc::verify(self.ip(), self.udp(), udp_payload)
