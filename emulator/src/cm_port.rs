@@ -142,7 +142,7 @@ impl CmPort {
         };
         let meta = IpMeta::default();
         IpUdpHeader::build(&endpoints, &meta, buf.len()).ok()?.fill_icrc(&mut buf);
-        Some(Datagram { endpoints, meta, payload: Bytes::from(buf) })
+        Some(Datagram { endpoints, meta, payload: Bytes::from(buf), body: None })
     }
 
     /// The engine's next deadline as a device time.

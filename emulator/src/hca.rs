@@ -151,6 +151,18 @@ impl Hca {
         self.dev.tx.src_port = port;
     }
 
+    /// Let datagrams carry large payloads in region memory
+    /// ([`crate::RegionBody`]): a request or READ response payload of at
+    /// least 1 KiB that lies in one SGE (one region) is not copied into the
+    /// packet; the transport sends it from the region, so the kernel makes
+    /// the only copy. Only for a transport that gathers bodies into its
+    /// sends (the UDP transport, [`Datagram::flatten`] elsewhere). Off by
+    /// default: every datagram's payload is whole (the simulator, pcaps,
+    /// fault injection, tests that read `payload`).
+    pub fn set_tx_region_bodies(&mut self, on: bool) {
+        self.dev.tx.region_bodies = on;
+    }
+
     /// Coalesce acknowledgements in the core: a positive ACK that is still
     /// queued when a newer one for the same QP is due is replaced by the
     /// newer one (counted in `acks_merged`), and ACKs are built only when
@@ -307,7 +319,7 @@ impl Hca {
         let rkey = RKey::new((d.next_key << 8) | u32::from(k2));
         d.next_id += 1;
         let h = MrHandle(d.next_id);
-        d.mem.mrs.insert(h, Mr { pd, access, iova, lkey, rkey, mem });
+        d.mem.mrs.insert(h, Mr { pd, access, iova, lkey, rkey, mem: MrMem::new(mem) });
         d.mem.by_lkey.insert(lkey, h);
         d.mem.by_rkey.insert(rkey, h);
         tracing::debug!(dev = %d.name, mr = h.0, iova, len, %lkey, %rkey, "reg_mr");
@@ -354,7 +366,7 @@ impl Hca {
         m.pd = new_pd;
         m.access = new_access;
         if let Some((mem, iova)) = mem {
-            m.mem = mem;
+            m.mem = MrMem::new(mem);
             m.iova = iova;
         }
         tracing::debug!(dev = %d.name, mr = mr.0, "rereg_mr");

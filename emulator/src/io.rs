@@ -5,6 +5,8 @@
 use crate::time::Instant;
 use bytes::Bytes;
 use roce_packet::{IpMeta, UdpEndpoints};
+use roce_region::RegionMem;
+use std::sync::Arc;
 
 /// One RoCEv2 UDP datagram: addressing, the IP header fields the ICRC
 /// covers, and the UDP payload (BTH through ICRC).
@@ -16,11 +18,65 @@ use roce_packet::{IpMeta, UdpEndpoints};
 /// recomputes the ICRC, or adjusts it from the header difference without
 /// re-reading the payload (the UDP transport does). For reception, `meta` is
 /// what the transport knows of the received header.
+///
+/// A datagram to send may carry its payload in region memory (`body`, only
+/// from a core told [`crate::Hca::set_tx_region_bodies`]): then the UDP
+/// payload is `payload[..body.at]`, the region's bytes, then
+/// `payload[body.at..]` (pad and ICRC). The ICRC covers all of it.
+/// [`Datagram::flatten`] gives the contiguous form.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Datagram {
     pub endpoints: UdpEndpoints,
     pub meta: IpMeta,
     pub payload: Bytes,
+    pub body: Option<RegionBody>,
+}
+
+/// Payload bytes a datagram sends straight from a registered region (see
+/// [`Datagram`]): the transport gathers them into its `sendmsg`, so the
+/// kernel makes the only copy, as a NIC's DMA read does.
+#[derive(Clone, Debug)]
+pub struct RegionBody {
+    pub mem: Arc<RegionMem>,
+    /// Offset in the region.
+    pub off: usize,
+    /// Bytes.
+    pub len: usize,
+    /// Where in `payload` they go (after the headers).
+    pub at: usize,
+}
+
+impl PartialEq for RegionBody {
+    fn eq(&self, o: &RegionBody) -> bool {
+        Arc::ptr_eq(&self.mem, &o.mem) && (self.off, self.len, self.at) == (o.off, o.len, o.at)
+    }
+}
+
+impl Eq for RegionBody {}
+
+impl Datagram {
+    /// A datagram whose UDP payload is `payload` (no region body).
+    pub fn new(endpoints: UdpEndpoints, meta: IpMeta, payload: Bytes) -> Datagram {
+        Datagram { endpoints, meta, payload, body: None }
+    }
+
+    /// Length of the UDP payload on the wire (BTH through ICRC).
+    pub fn wire_len(&self) -> usize {
+        self.payload.len() + self.body.as_ref().map_or(0, |b| b.len)
+    }
+
+    /// The same datagram with its whole UDP payload in `payload` (a copy of
+    /// the region bytes; free without a body). `None` if the region was
+    /// deregistered in the meantime (the datagram cannot be sent).
+    pub fn flatten(self) -> Option<Datagram> {
+        let Some(b) = &self.body else { return Some(self) };
+        let at = b.at.min(self.payload.len());
+        let mut v = Vec::with_capacity(self.wire_len());
+        v.extend_from_slice(&self.payload[..at]);
+        b.mem.read_into_vec(b.off, b.len, &mut v)?;
+        v.extend_from_slice(&self.payload[at..]);
+        Some(Datagram::new(self.endpoints, self.meta, Bytes::from(v)))
+    }
 }
 
 /// Something that consumes and produces datagrams and owns timers.

@@ -79,7 +79,7 @@ pub mod wr;
 pub use counters::Counters;
 pub use error::*;
 pub use hca::{Hca, HcaConfig, MrInfo};
-pub use io::{Datagram, SansIo};
+pub use io::{Datagram, RegionBody, SansIo};
 pub use mw::{MwBind, MwBindWr, MwError, MwHandle, MwType};
 pub use objects::{
     AsyncEvent, CqHandle, DeviceAttr, MrHandle, PdHandle, PortAttr, PortState, RegionMem,

@@ -6,6 +6,7 @@ use crate::objects::{MemError, MrHandle, Mrs, MwBind, MwHandle, PdHandle, Region
 use crate::qp_attr::AccessFlags;
 use crate::wr::Sge;
 use roce_packet::{LKey, Qpn, RKey};
+use std::sync::Arc;
 
 /// The memory tables, with key lookups and checked copies.
 #[derive(Default)]
@@ -120,6 +121,33 @@ impl MemTable {
         Ok(())
     }
 
+    /// Where `len` bytes starting `offset` bytes into the SGE list are, if
+    /// they lie in one SGE: that region's memory (shared, for a datagram
+    /// that sends from it) and the offset in it. `Ok(None)` if they span
+    /// SGEs (then [`Self::gather`] copies them). The checks of `gather`.
+    pub fn span(
+        &self,
+        pd: PdHandle,
+        sges: &[Sge],
+        mut offset: u64,
+        len: usize,
+    ) -> Result<Option<(Arc<RegionMem>, usize)>, MemError> {
+        for s in sges {
+            let sl = u64::from(s.length);
+            if offset >= sl {
+                offset -= sl;
+                continue;
+            }
+            if sl - offset < len as u64 {
+                return Ok(None);
+            }
+            let (h, base) = self.check_local(pd, s, AccessFlags::EMPTY)?;
+            let mr = self.mrs.get(&h).ok_or(MemError::BadKey)?;
+            return Ok(Some((mr.mem.share(), base + offset as usize)));
+        }
+        Err(MemError::Bounds)
+    }
+
     /// Copy `data` into the SGE list starting `offset` bytes in (needs LOCAL_WRITE).
     pub fn scatter(
         &mut self,
@@ -153,8 +181,13 @@ impl MemTable {
 
     /// The region memory behind a handle returned by a check (for the
     /// responder's copies and atomics at that offset).
-    pub fn region_mut(&mut self, h: MrHandle) -> Option<&mut RegionMem> {
-        self.mrs.get_mut(&h).map(|m| &mut m.mem)
+    pub fn region(&self, h: MrHandle) -> Option<&RegionMem> {
+        self.mrs.get(&h).map(|m| &*m.mem)
+    }
+
+    /// Region `h`'s memory, shared (for a datagram that sends from it).
+    pub fn share(&self, h: MrHandle) -> Option<Arc<RegionMem>> {
+        self.mrs.get(&h).map(|m| m.mem.share())
     }
 
     /// Append `len` bytes at `off` of region `h` to `out`.

@@ -8,12 +8,47 @@
 //! A memory region's bytes are a [`RegionMem`]: an owned zeroed buffer
 //! (the safe API, the simulator) or the application's own pages (the C
 //! ABI). The core reaches them only through that type's copies and
-//! atomics, under the single-threaded `Hca`, so it needs no `unsafe`.
+//! atomics, so it needs no `unsafe`. The region table shares each one
+//! ([`MrMem`]) with the datagrams that carry its bytes to the socket
+//! ([`crate::io::RegionBody`]); removing a region from the table revokes
+//! it, so nothing touches its bytes after `ibv_dereg_mr` returns.
 
 use crate::qp_attr::{AccessFlags, PathMtu};
 use roce_packet::{LKey, Qpn, RKey};
 pub use roce_region::RegionMem;
 use std::net::{IpAddr, Ipv6Addr};
+use std::sync::Arc;
+
+/// A region's memory as the region table holds it: shared with datagrams
+/// that send from it, and revoked when the table lets go (deregistration,
+/// re-registration with new memory, the device's end).
+pub(crate) struct MrMem(Arc<RegionMem>);
+
+impl MrMem {
+    pub fn new(mem: RegionMem) -> MrMem {
+        MrMem(Arc::new(mem))
+    }
+
+    /// Another handle on the memory, for a datagram that sends from it.
+    pub fn share(&self) -> Arc<RegionMem> {
+        Arc::clone(&self.0)
+    }
+}
+
+impl core::ops::Deref for MrMem {
+    type Target = RegionMem;
+    fn deref(&self) -> &RegionMem {
+        &self.0
+    }
+}
+
+impl Drop for MrMem {
+    fn drop(&mut self) {
+        // Waits for a send from it under way; queued datagrams that still
+        // point into it are dropped by the transport (their bytes are gone).
+        self.0.revoke();
+    }
+}
 
 /// A protection domain handle (`ibv_pd`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -298,7 +333,7 @@ pub(crate) struct Mr {
     pub iova: u64,
     pub lkey: LKey,
     pub rkey: RKey,
-    pub mem: RegionMem,
+    pub mem: MrMem,
 }
 
 impl Mr {

@@ -27,6 +27,7 @@ use crate::mw::BindOn;
 use crate::qp::{packets_for, Qp, WqeState};
 use crate::qp_attr::QpState;
 use crate::time::Instant;
+use crate::tx::BODY_MIN;
 use crate::wr::{SendFlags, WcStatus, WrOpcode};
 use roce_packet::{AtomicEthRepr, DethRepr, Opcode, Position, Psn, QKey, Qpn, RethRepr};
 
@@ -234,24 +235,47 @@ impl Qp {
                     r.ieth = Some(invalidate_rkey); // IETH (crate::mw)
                 }
                 r.bth.solicited = last && w.wr.flags.contains(SendFlags::SOLICITED);
-                // The packet is built in place: headers, then the payload
+                // A large payload in one SGE is sent from the region itself
+                // when the transport takes that (RegionBody); otherwise the
+                // packet is built in place: headers, then the payload
                 // straight from the inline data or the registered memory.
-                let Ok(mut buf) = r.start_vec() else { return None };
-                if w.wr.flags.contains(SendFlags::INLINE) {
-                    let s = w.sent_bytes as usize;
-                    buf.extend_from_slice(w.wr.inline_data.get(s..s + n as usize)?);
-                } else if let Err(e) =
-                    cx.mem.gather(pd, &w.wr.sg_list, w.sent_bytes, n as usize, &mut buf)
-                {
-                    // the MR was deregistered under us
-                    tracing::debug!(qpn = %self.qpn, ?e, "gather failed");
-                    if idx == 0 {
-                        self.fail_front(cx.sink, WcStatus::LocProtErr);
+                let inline = w.wr.flags.contains(SendFlags::INLINE);
+                let direct = cx.tx.region_bodies && !inline && n as usize >= BODY_MIN;
+                let span = match direct {
+                    true => cx.mem.span(pd, &w.wr.sg_list, w.sent_bytes, n as usize),
+                    false => Ok(None),
+                };
+                let built = match span {
+                    Ok(Some((mem, off))) => Ok(Built::Body(mem, off, n)),
+                    Ok(None) => {
+                        let Ok(mut buf) = r.start_vec() else { return None };
+                        if inline {
+                            let s = w.sent_bytes as usize;
+                            buf.extend_from_slice(w.wr.inline_data.get(s..s + n as usize)?);
+                            Ok(Built::Packet(buf, n))
+                        } else {
+                            cx.mem
+                                .gather(pd, &w.wr.sg_list, w.sent_bytes, n as usize, &mut buf)
+                                .map(|()| Built::Packet(buf, n))
+                        }
                     }
-                    return None;
+                    Err(e) => Err(e),
+                };
+                match built {
+                    Ok(Built::Packet(mut buf, n)) => {
+                        r.finish_vec(&mut buf).ok()?;
+                        (r, Built::Packet(buf, n), 1, last)
+                    }
+                    Ok(b) => (r, b, 1, last),
+                    Err(e) => {
+                        // the MR was deregistered under us
+                        tracing::debug!(qpn = %self.qpn, ?e, "gather failed");
+                        if idx == 0 {
+                            self.fail_front(cx.sink, WcStatus::LocProtErr);
+                        }
+                        return None;
+                    }
                 }
-                r.finish_vec(&mut buf).ok()?;
-                (r, Built::Packet(buf, n), 1, last)
             }
         };
         let dgid = match (self.is_ud(), w.wr.ud) {
@@ -260,6 +284,9 @@ impl Qp {
         };
         let (dgram, sent) = match payload {
             Built::Packet(buf, n) => (dgid.and_then(|g| cx.tx.finish_to(self, g, buf)), n),
+            Built::Body(mem, off, n) => {
+                (dgid.and_then(|g| cx.tx.finish_body(self, g, &repr, mem, off)), n)
+            }
             Built::Empty => (dgid.and_then(|g| cx.tx.datagram_to(self, g, &repr, &[])), 0),
         };
         if dgram.is_none() {
@@ -296,8 +323,10 @@ impl Qp {
 }
 
 /// A request packet as `next_packet` builds it: no payload (headers only,
-/// emitted at the end), or built in place with `n` payload bytes.
+/// emitted at the end), built in place with `n` payload bytes, or with `n`
+/// payload bytes sent from a region at an offset.
 enum Built {
     Empty,
     Packet(Vec<u8>, u64),
+    Body(std::sync::Arc<roce_region::RegionMem>, usize, u64),
 }

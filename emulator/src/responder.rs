@@ -39,7 +39,7 @@ use crate::objects::{MemError, MrHandle};
 use crate::qp::{packets_for, InMsg, Qp, RdResource, ReadJob, RespItem, RespState};
 use crate::qp_attr::AccessFlags;
 use crate::time::Instant;
-use crate::tx::Tx;
+use crate::tx::{Tx, BODY_MIN};
 use crate::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use roce_packet::{
     AethRepr, AtomicAckEthRepr, NakCode, OpInfo, OpKind, Opcode, Position, Psn, RKey, RnrTimer,
@@ -354,12 +354,15 @@ impl Qp {
                         });
                     }
                     // Built in place: headers, then the bytes straight from
-                    // the region (re-checked per packet: it may be gone now).
+                    // the region (re-checked per packet: it may be gone now);
+                    // or, for a large chunk when the transport takes it, sent
+                    // from the region itself (RegionBody).
                     let Ok(mut buf) = r.start_vec() else {
                         cx.ctrs.send_err += 1;
                         self.resp.queue.pop_front();
                         continue;
                     };
+                    let mut direct = None;
                     if chunk > 0 {
                         // (checked on arrival, type 2 window QP included)
                         let loc = cx.mem.check_remote(
@@ -370,17 +373,19 @@ impl Qp {
                             chunk,
                             AccessFlags::REMOTE_READ,
                         );
-                        match loc
-                            .ok()
-                            .and_then(|(h, off)| cx.mem.read_into(h, off, chunk as usize, &mut buf))
-                        {
-                            Some(()) => {}
-                            None => {
-                                tracing::debug!(qpn = %self.qpn, "READ source vanished; response abandoned");
-                                cx.ctrs.send_err += 1;
-                                self.resp.queue.pop_front();
-                                continue;
+                        let got = loc.ok().and_then(|(h, off)| {
+                            if cx.tx.region_bodies && chunk as usize >= BODY_MIN {
+                                direct = Some((cx.mem.share(h)?, off));
+                                Some(())
+                            } else {
+                                cx.mem.read_into(h, off, chunk as usize, &mut buf)
                             }
+                        });
+                        if got.is_none() {
+                            tracing::debug!(qpn = %self.qpn, "READ source vanished; response abandoned");
+                            cx.ctrs.send_err += 1;
+                            self.resp.queue.pop_front();
+                            continue;
                         }
                     }
                     if let Some(RespItem::Read(job)) = self.resp.queue.front_mut() {
@@ -392,8 +397,16 @@ impl Qp {
                     if last {
                         self.resp.queue.pop_front();
                     }
-                    let built = r.finish_vec(&mut buf).ok();
-                    match built.and_then(|()| cx.tx.finish_to(self, self.p.ah?.dgid, buf)) {
+                    let built = match direct {
+                        Some((mem, off)) => {
+                            self.p.ah.and_then(|ah| cx.tx.finish_body(self, ah.dgid, &r, mem, off))
+                        }
+                        None => r
+                            .finish_vec(&mut buf)
+                            .ok()
+                            .and_then(|()| cx.tx.finish_to(self, self.p.ah?.dgid, buf)),
+                    };
+                    match built {
                         Some(d) => return Some(d),
                         None => {
                             cx.ctrs.send_err += 1;
@@ -681,7 +694,7 @@ impl Qp {
             let (va0, rk) = (*va, *rkey);
             match self.check_rkey(cx, rk, va0, len, AccessFlags::REMOTE_WRITE) {
                 Ok((h, off)) => {
-                    if let Some(m) = cx.mem.region_mut(h) {
+                    if let Some(m) = cx.mem.region(h) {
                         let _ = m.write(off, payload);
                     }
                 }
@@ -758,7 +771,7 @@ impl Qp {
         // the platforms we target); the wire carries big-endian.
         let cas = info.kind == OpKind::CompareSwap;
         let done = loc.ok().and_then(|(h, off)| {
-            let m = cx.mem.region_mut(h)?;
+            let m = cx.mem.region(h)?;
             if cas {
                 m.compare_swap(off, a.compare, a.swap_add)
             } else {
@@ -825,7 +838,7 @@ impl Qp {
         let mut word = [0u8; 8];
         word.copy_from_slice(payload);
         // one 8-byte store
-        let done = loc.ok().and_then(|(h, off)| cx.mem.region_mut(h)?.atomic_write(off, word));
+        let done = loc.ok().and_then(|(h, off)| cx.mem.region(h)?.atomic_write(off, word));
         if done.is_none() {
             tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, "remote access error (ATOMIC_WRITE)");
             return Err(Outcome::Error(NakCode::RemoteAccessError, None));

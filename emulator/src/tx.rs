@@ -1,12 +1,19 @@
 //! The datagram builder the roles send with, and the device's transmit
 //! settings (source address and port, ACK coalescing and delay).
 
-use crate::io::Datagram;
+use crate::io::{Datagram, RegionBody};
 use crate::qp::Qp;
 use bytes::Bytes;
 use core::time::Duration;
 use roce_packet::{IpMeta, IpUdpHeader, RoceRepr, UdpEndpoints, ROCE_V2_PORT};
+use roce_region::RegionMem;
 use std::net::IpAddr;
+use std::sync::Arc;
+
+/// Payloads from this many bytes up leave as a [`RegionBody`] when the
+/// transport takes them ([`Tx::region_bodies`]); smaller ones are copied
+/// (an iovec and a shared handle cost more than the copy).
+pub(crate) const BODY_MIN: usize = 1024;
 
 /// Transmit settings and the state of the current transmit burst.
 pub(crate) struct Tx {
@@ -24,6 +31,8 @@ pub(crate) struct Tx {
     /// `poll_transmit` returned a packet since it last returned none (a due
     /// held ACK rides along with such a burst).
     pub burst: bool,
+    /// See [`Hca::set_tx_region_bodies`](crate::Hca::set_tx_region_bodies).
+    pub region_bodies: bool,
 }
 
 impl Tx {
@@ -35,6 +44,7 @@ impl Tx {
             ack_delay: None,
             acks_forced: false,
             burst: false,
+            region_bodies: false,
         }
     }
 
@@ -58,14 +68,48 @@ impl Tx {
     /// payload from [`RoceRepr::start_vec`] / [`RoceRepr::finish_vec`]):
     /// fill the ICRC and wrap it as a datagram.
     pub fn finish_to(&self, qp: &Qp, dgid: IpAddr, mut buf: Vec<u8>) -> Option<Datagram> {
+        let endpoints = self.endpoints(qp, dgid);
+        let meta = IpMeta::default();
+        IpUdpHeader::build(&endpoints, &meta, buf.len()).ok()?.fill_icrc(&mut buf);
+        Some(Datagram { endpoints, meta, payload: Bytes::from(buf), body: None })
+    }
+
+    fn endpoints(&self, qp: &Qp, dgid: IpAddr) -> UdpEndpoints {
         let dst = match dgid {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
             v4 => v4,
         };
         let src_port = self.src_port.unwrap_or(qp.src_port);
-        let endpoints = UdpEndpoints { src: self.addr, dst, src_port, dst_port: ROCE_V2_PORT };
+        UdpEndpoints { src: self.addr, dst, src_port, dst_port: ROCE_V2_PORT }
+    }
+
+    /// A packet of `qp` to `dgid` whose `repr.payload_len` payload bytes are
+    /// `len` bytes at `off` of `mem`, sent from there ([`RegionBody`]): the
+    /// headers, pad and ICRC are built here, the ICRC over the region's
+    /// bytes read a chunk at a time. `None` if the region is gone.
+    pub fn finish_body(
+        &self,
+        qp: &Qp,
+        dgid: IpAddr,
+        repr: &RoceRepr,
+        mem: Arc<RegionMem>,
+        off: usize,
+    ) -> Option<Datagram> {
+        let len = repr.payload_len;
+        let mut h = [0u8; 64];
+        let n = repr.emit_headers(&mut h).ok()?;
+        let pad = usize::from(repr.bth.pad_count);
+        let mut buf = Vec::with_capacity(n + pad + 4);
+        buf.extend_from_slice(&h[..n]);
+        buf.resize(n + pad + 4, 0);
+        let endpoints = self.endpoints(qp, dgid);
         let meta = IpMeta::default();
-        IpUdpHeader::build(&endpoints, &meta, buf.len()).ok()?.fill_icrc(&mut buf);
-        Some(Datagram { endpoints, meta, payload: Bytes::from(buf) })
+        let hdr = IpUdpHeader::build(&endpoints, &meta, n + len + pad + 4).ok()?;
+        let mut icrc = hdr.icrc_hasher(&buf[..n]);
+        mem.read_chunks(off, len, |c| icrc.update(c))?;
+        icrc.update(&buf[n..n + pad]);
+        buf[n + pad..].copy_from_slice(&icrc.finish());
+        let body = RegionBody { mem, off, len, at: n };
+        Some(Datagram { endpoints, meta, payload: Bytes::from(buf), body: Some(body) })
     }
 }

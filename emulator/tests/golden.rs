@@ -62,7 +62,12 @@ fn load(name: &str) -> Option<Vec<Frame>> {
             flow_label: 0,
         };
         out.push(Frame {
-            dgram: Datagram { endpoints, meta, payload: Bytes::copy_from_slice(&udp[8..]) },
+            dgram: Datagram {
+                endpoints,
+                meta,
+                payload: Bytes::copy_from_slice(&udp[8..]),
+                body: None,
+            },
         });
     }
     Some(out)

@@ -398,7 +398,12 @@ pub fn device_run(data: &[u8]) -> Counters {
         let ep = UdpEndpoints { src: A, dst: B, src_port: 0xC000, dst_port: 4791 };
         d.hca.handle_datagram(
             now,
-            Datagram { endpoints: ep, meta: IpMeta::default(), payload: Bytes::from(bytes) },
+            Datagram {
+                endpoints: ep,
+                meta: IpMeta::default(),
+                payload: Bytes::from(bytes),
+                body: None,
+            },
         );
         let mut out = 0;
         while d.hca.poll_transmit(now).is_some() {

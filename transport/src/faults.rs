@@ -273,7 +273,7 @@ impl<T: Transport> Transport for FaultyTransport<T> {
         let rates = self.spec.rates(false);
         for d in dgrams {
             bump(&self.counters.tx_seen);
-            let fate = self.dice.decide(&rates, d.payload.len(), false);
+            let fate = self.dice.decide(&rates, d.wire_len(), false);
             if fate.drop {
                 bump(&self.counters.tx_dropped);
                 continue;

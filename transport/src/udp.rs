@@ -27,8 +27,7 @@ use bytes::{Bytes, BytesMut};
 use core::net::{IpAddr, SocketAddr};
 use nix::errno::Errno;
 use nix::sys::socket::{
-    self as nsock, sockopt, ControlMessage, ControlMessageOwned, MsgFlags, MultiHeaders,
-    SockaddrStorage,
+    self as nsock, sockopt, ControlMessageOwned, MsgFlags, MultiHeaders, SockaddrStorage,
 };
 use roce_emulator::Datagram;
 use roce_packet::icrc_math::IcrcMath;
@@ -329,11 +328,8 @@ impl UdpTransport {
         }
         let ep = self.endpoints_out(d);
         let meta = IpMeta { ipv4_id: id, dont_fragment: true, ..d.meta };
-        let len = d.payload.len();
-        if len < 4 {
-            return None;
-        }
-        let icrc = u32::from_le_bytes(d.payload[len - 4..].try_into().ok()?);
+        let icrc = u32::from_le_bytes(icrc_of(d)?);
+        let len = d.wire_len();
         let fixed = self.crc.fix_fields((&d.endpoints, &d.meta), (&ep, &meta), len, icrc)?;
         TransportCounters::add(&self.counters.icrc_recomputed, 1);
         Some(Some(fixed.to_le_bytes()))
@@ -348,7 +344,7 @@ impl UdpTransport {
     /// each segment is fixed on its own ([`Self::wire_icrc`]).
     fn gso_icrcs(&mut self, d: &[Datagram]) -> Option<Vec<Option<[u8; 4]>>> {
         let ep = self.endpoints_out(&d[0]);
-        let len = d[0].payload.len();
+        let len = d[0].wire_len();
         let uniform = ep.src.is_ipv4()
             && len >= 4
             && d.len() <= usize::from(u16::MAX)
@@ -356,7 +352,8 @@ impl UdpTransport {
                 x.endpoints == ep
                     && x.meta.ipv4_id == 0
                     && x.meta.dont_fragment
-                    && x.payload.len() == len
+                    && x.wire_len() == len
+                    && x.payload.len() >= 4
             });
         if !uniform {
             return d.iter().enumerate().map(|(k, x)| self.wire_icrc(x, k as u16)).collect();
@@ -371,7 +368,7 @@ impl UdpTransport {
         let mut out = Vec::with_capacity(d.len());
         out.push(None);
         for (k, x) in d.iter().enumerate().skip(1) {
-            let icrc = u32::from_le_bytes(x.payload[len - 4..].try_into().ok()?);
+            let icrc = u32::from_le_bytes(icrc_of(x)?);
             let delta = (0..nbits).filter(|b| k >> b & 1 == 1).fold(0, |a, b| a ^ bit[b]);
             out.push(Some((icrc ^ delta).to_le_bytes()));
         }
@@ -396,7 +393,10 @@ impl UdpTransport {
                 dst_port: d.endpoints.dst_port,
             };
             let meta = IpMeta { ipv4_id: id, dont_fragment: true, ..d.meta };
-            let mut bytes = d.payload.to_vec();
+            // (a region's bytes as they are now: the application may have
+            // changed them since the send, as it may under a NIC)
+            let Some(flat) = d.clone().flatten() else { return };
+            let mut bytes = flat.payload.to_vec();
             if let Some(c) = icrc {
                 let n = bytes.len() - 4;
                 bytes[n..].copy_from_slice(&c);
@@ -407,8 +407,8 @@ impl UdpTransport {
 
     fn usable(&self, d: &Datagram) -> bool {
         d.endpoints.dst.is_ipv4() == self.local.is_ipv4()
-            && !d.payload.is_empty()
-            && d.payload.len() <= MAX_UDP_PAYLOAD
+            && d.payload.len() >= 4
+            && d.wire_len() <= MAX_UDP_PAYLOAD
     }
 
     /// Send datagrams in order (batched; GSO for runs of equal-sized
@@ -428,8 +428,19 @@ impl UdpTransport {
                 }
                 continue;
             }
+            if dgrams[i].body.is_some() {
+                // a payload in region memory: one gathered sendmsg
+                match self.send_gathered(&dgrams[i..i + 1], None) {
+                    Err(true) => return SendOutcome { consumed: i, would_block: true },
+                    Ok(()) | Err(false) => i += 1,
+                }
+                continue;
+            }
             let mut j = i;
-            while j < dgrams.len() && j - i < batch && (j == i || self.gso_run(&dgrams[j..]) < 2) {
+            while j < dgrams.len()
+                && j - i < batch
+                && (j == i || (dgrams[j].body.is_none() && self.gso_run(&dgrams[j..]) < 2))
+            {
                 j += 1;
             }
             let done = self.send_singles(&dgrams[i..j]);
@@ -448,14 +459,14 @@ impl UdpTransport {
             return 1;
         }
         let first = &d[0];
-        let size = first.payload.len();
+        let size = first.wire_len();
         let max = self.cfg.max_gso_segments.clamp(1, 64).min(MAX_UDP_PAYLOAD / size.max(1));
         let mut n = 1;
         while n < d.len() && n < max {
             let x = &d[n];
             if x.endpoints.dst != first.endpoints.dst
                 || x.endpoints.dst_port != first.endpoints.dst_port
-                || x.payload.len() != size
+                || x.wire_len() != size
             {
                 break;
             }
@@ -467,24 +478,36 @@ impl UdpTransport {
     /// One `sendmsg` with `UDP_SEGMENT`. `Err(true)`: would block;
     /// `Err(false)`: GSO refused and now off.
     fn send_gso(&mut self, d: &[Datagram]) -> Result<(), bool> {
-        let seg = d[0].payload.len();
-        let Some(icrcs) = self.gso_icrcs(d) else {
+        let seg = d[0].wire_len();
+        self.send_gathered(d, Some(seg as u16))
+    }
+
+    /// One `sendmsg` of `d` (with `segment`, a GSO send of equal-sized
+    /// datagrams; without, one datagram), gathering each datagram's
+    /// headers, region bytes ([`roce_emulator::RegionBody`]: sent from the
+    /// region, no copy in user space) and ICRC. `Err(true)`: would block;
+    /// `Err(false)`: GSO refused and now off (resend as singles). Datagrams
+    /// that cannot be sent (a region deregistered since) are counted as
+    /// send errors and consumed.
+    fn send_gathered(&mut self, d: &[Datagram], segment: Option<u16>) -> Result<(), bool> {
+        let icrcs = match segment {
+            Some(_) => self.gso_icrcs(d),
+            None => d.iter().map(|x| self.wire_icrc(x, 0)).collect(),
+        };
+        let Some(icrcs) = icrcs else {
             TransportCounters::add(&self.counters.send_errors, d.len() as u64);
             return Ok(());
         };
-        // No copy: each segment is its payload (minus the ICRC if replaced)
-        // and the new ICRC; the kernel cuts segments at `seg` bytes.
-        let iov = iovecs(d, &icrcs);
-        let total: usize = d.iter().map(|x| x.payload.len()).sum();
-        let dst =
-            SockaddrStorage::from(SocketAddr::new(d[0].endpoints.dst, d[0].endpoints.dst_port));
-        let seg16 = seg as u16;
-        let cmsg = [ControlMessage::UdpGsoSegments(&seg16)];
+        // Each datagram is its headers, its region bytes, its pad and its
+        // ICRC (the core's or the replacement); the kernel cuts segments at
+        // `segment` bytes.
+        let parts = gather_parts(d, &icrcs);
+        let total: usize = d.iter().map(Datagram::wire_len).sum();
+        let dst = SocketAddr::new(d[0].endpoints.dst, d[0].endpoints.dst_port);
         loop {
-            let r =
-                nsock::sendmsg(self.sock.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), Some(&dst));
+            let r = roce_region::send_parts(self.sock.as_fd(), dst, &parts, segment);
             TransportCounters::add(&self.counters.send_syscalls, 1);
-            match r {
+            let e = match r {
                 Ok(_) => {
                     if self.pcap.is_some() {
                         for (k, x) in d.iter().enumerate() {
@@ -492,22 +515,29 @@ impl UdpTransport {
                         }
                     }
                     let c = &self.counters;
-                    TransportCounters::add(&c.gso_sends, 1);
-                    TransportCounters::add(&c.gso_segments, d.len() as u64);
+                    if d.len() > 1 {
+                        TransportCounters::add(&c.gso_sends, 1);
+                        TransportCounters::add(&c.gso_segments, d.len() as u64);
+                    }
                     TransportCounters::add(&c.dgrams_out, d.len() as u64);
                     TransportCounters::add(&c.bytes_out, total as u64);
                     return Ok(());
                 }
-                Err(Errno::EINTR) => continue,
-                Err(Errno::EAGAIN) => return Err(true),
-                Err(e @ (Errno::EIO | Errno::EINVAL | Errno::ENOPROTOOPT | Errno::EOPNOTSUPP)) => {
+                Err(e) => e,
+            };
+            match Errno::from_raw(e.raw_os_error().unwrap_or(0)) {
+                Errno::EINTR => continue,
+                Errno::EAGAIN => return Err(true),
+                Errno::EIO | Errno::EINVAL | Errno::ENOPROTOOPT | Errno::EOPNOTSUPP
+                    if segment.is_some() =>
+                {
                     tracing::warn!(error = %e, "UDP GSO send refused; switching GSO off");
                     TransportCounters::add(&self.counters.gso_fallbacks, 1);
                     self.gso = false;
                     return Err(false);
                 }
-                Err(e) => {
-                    tracing::debug!(error = %e, "GSO send failed");
+                _ => {
+                    tracing::debug!(error = %e, "send failed");
                     TransportCounters::add(&self.counters.send_errors, d.len() as u64);
                     return Ok(());
                 }
@@ -839,7 +869,7 @@ impl UdpTransport {
         if let Some(p) = &mut self.pcap {
             p.record(ep, &meta, &payload, c);
         }
-        out.push(Datagram { endpoints: *ep, meta, payload });
+        out.push(Datagram { endpoints: *ep, meta, payload, body: None });
     }
 }
 
@@ -881,20 +911,38 @@ const ZERO_COPY_MIN: usize = 2048;
 /// Most receive buffers remembered for taking back.
 const MAX_LENT: usize = 256;
 
-/// The iovecs of a GSO send: each datagram's payload, with its last four
-/// bytes replaced by the new ICRC where there is one.
-fn iovecs<'a>(d: &'a [Datagram], icrcs: &'a [Option<[u8; 4]>]) -> Vec<IoSlice<'a>> {
-    let mut iov = Vec::with_capacity(2 * d.len());
+/// The last four bytes of a datagram's `payload`: its ICRC (a datagram
+/// with a region body keeps them there too, after the pad).
+fn icrc_of(d: &Datagram) -> Option<[u8; 4]> {
+    let n = d.payload.len();
+    d.payload.get(n.checked_sub(4)?..)?.try_into().ok()
+}
+
+/// The parts of a gathered send: each datagram's headers, its region bytes
+/// if it has any, then the rest of its payload with the last four bytes
+/// replaced by the new ICRC where there is one.
+fn gather_parts<'a>(
+    d: &'a [Datagram],
+    icrcs: &'a [Option<[u8; 4]>],
+) -> Vec<roce_region::TxPart<'a>> {
+    use roce_region::TxPart;
+    let mut parts = Vec::with_capacity(4 * d.len());
     for (x, c) in d.iter().zip(icrcs) {
-        match c {
-            None => iov.push(IoSlice::new(&x.payload)),
-            Some(c) => {
-                iov.push(IoSlice::new(&x.payload[..x.payload.len() - 4]));
-                iov.push(IoSlice::new(c));
-            }
+        let p = &x.payload[..];
+        let end = if c.is_some() { p.len() - 4 } else { p.len() };
+        let at = x.body.as_ref().map_or(end, |b| b.at.min(end));
+        parts.push(TxPart::Bytes(&p[..at]));
+        if let Some(b) = &x.body {
+            parts.push(TxPart::Region { mem: &b.mem, off: b.off, len: b.len });
+        }
+        if at < end {
+            parts.push(TxPart::Bytes(&p[at..end]));
+        }
+        if let Some(c) = c {
+            parts.push(TxPart::Bytes(c));
         }
     }
-    iov
+    parts
 }
 
 impl AsFd for UdpTransport {

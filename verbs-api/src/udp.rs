@@ -483,6 +483,9 @@ impl DeviceConfig {
                 // The socket sends from its own port: ICRCs computed for it
                 // need no adjustment.
                 core.set_tx_src_port(Some(t.local_addr().port()));
+                // The socket gathers payloads from region memory into its
+                // sends: large payloads are not copied into packets.
+                core.set_tx_region_bodies(true);
                 Box::new(t)
             }
             TransportKind::Raw { ifname } => {

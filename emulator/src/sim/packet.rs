@@ -98,7 +98,12 @@ impl PacketBuilder {
 
     /// A datagram carrying these bytes as they are.
     pub fn raw(&self, udp_payload: impl Into<Bytes>) -> Datagram {
-        Datagram { endpoints: self.endpoints, meta: self.meta, payload: udp_payload.into() }
+        Datagram {
+            endpoints: self.endpoints,
+            meta: self.meta,
+            payload: udp_payload.into(),
+            body: None,
+        }
     }
 
     /// A datagram of [`PacketBuilder::bytes`].

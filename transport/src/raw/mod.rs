@@ -501,6 +501,21 @@ impl State {
 
     /// Build and send (or queue) one datagram. False: socket full, retry.
     fn send_one(&mut self, d: &Datagram, now: Instant) -> bool {
+        // (a payload in region memory is copied into the frame)
+        let flat;
+        let d = match d.body {
+            None => d,
+            Some(_) => match d.clone().flatten() {
+                Some(f) => {
+                    flat = f;
+                    &flat
+                }
+                None => {
+                    TransportCounters::add(&self.counters.send_errors, 1);
+                    return true;
+                }
+            },
+        };
         let Some(frame) = self.build(d) else {
             TransportCounters::add(&self.counters.send_errors, 1);
             return true;
@@ -784,6 +799,7 @@ impl State {
             endpoints: d.endpoints,
             meta: d.meta,
             payload: Bytes::from(d.udp_payload),
+            body: None,
         });
     }
 }

@@ -19,7 +19,7 @@ pub fn send_only(ep: &UdpEndpoints, qpn: u32, psn: u32, data: &[u8]) -> Datagram
     let mut buf = repr.to_vec(data).expect("emit");
     let meta = IpMeta::default();
     IpUdpHeader::build(ep, &meta, buf.len()).expect("hdr").fill_icrc(&mut buf);
-    Datagram { endpoints: *ep, meta, payload: Bytes::from(buf) }
+    Datagram { endpoints: *ep, meta, payload: Bytes::from(buf), body: None }
 }
 
 /// Pattern bytes for message `i`.
@@ -95,7 +95,12 @@ impl SansIo for Fake {
             let meta = roce_packet::IpMeta::default();
             let mut payload = d.payload.to_vec();
             roce_packet::frame::fill_icrc(&ep, &meta, &mut payload).expect("icrc");
-            self.outbox.push_back(Datagram { endpoints: ep, meta, payload: payload.into() });
+            self.outbox.push_back(Datagram {
+                endpoints: ep,
+                meta,
+                payload: payload.into(),
+                body: None,
+            });
         }
         self.inbox.push((now, d));
     }
