@@ -38,6 +38,11 @@ counters! {
     dgrams_out,
     /// UDP payload bytes of `dgrams_out`.
     bytes_out,
+    /// Of `dgrams_out`, those whose payload the kernel read straight from
+    /// region memory (a `RegionBody`: no copy in user space).
+    region_bodies_out,
+    /// Payload bytes of `region_bodies_out` taken from region memory.
+    region_bytes_out,
     /// Datagrams received (after GRO splitting), before the ICRC check.
     dgrams_in,
     /// UDP payload bytes of `dgrams_in`.

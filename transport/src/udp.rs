@@ -521,6 +521,10 @@ impl UdpTransport {
                     }
                     TransportCounters::add(&c.dgrams_out, d.len() as u64);
                     TransportCounters::add(&c.bytes_out, total as u64);
+                    let from_region = d.iter().filter_map(|x| x.body.as_ref());
+                    let (n, bytes) = from_region.fold((0, 0), |(n, b), x| (n + 1, b + x.len));
+                    TransportCounters::add(&c.region_bodies_out, n);
+                    TransportCounters::add(&c.region_bytes_out, bytes as u64);
                     return Ok(());
                 }
                 Err(e) => e,

@@ -435,3 +435,79 @@ fn small_datagrams_share_a_reused_receive_arena() {
     // fills, every datagram in it is gone and `reserve` takes it back
     assert!(after.rx_arenas <= held.rx_arenas + 1, "{held:?} then {after:?}");
 }
+
+/// Datagrams whose payload is in region memory (the core's `RegionBody`)
+/// leave byte for byte as their flat form would: a GSO run, a lone one
+/// and a flat one in between, with the ICRC fixed for the wire (source
+/// port, segment identification). A datagram whose region was revoked
+/// (deregistered) since it was built is a counted send error and sends
+/// nothing; the datagrams around it still go.
+#[test]
+fn region_bodies_leave_as_their_flat_form() {
+    use roce_emulator::RegionMem;
+    use std::sync::Arc;
+    for (gso, gro, a_ip, b_ip) in
+        [(true, true, "127.1.13.2", "127.1.13.3"), (false, false, "127.1.14.2", "127.1.14.3")]
+    {
+        let mut a = bind(a_ip, |c| c.gso = gso);
+        let mut b = bind(b_ip, |c| c.gro = gro);
+        let mut ep = core_ep(&a, &b);
+        if gso {
+            // as a device sends: ICRCs for the socket's port, so only the
+            // GSO identifications change them
+            ep.src_port = a.local_addr().port();
+        }
+        let mem = Arc::new(RegionMem::owned(64 * 1024));
+        mem.write(0, &pattern(3, 64 * 1024)).unwrap();
+        let gone = Arc::new(RegionMem::owned(4096));
+        // 10 equal bodies (one GSO run), a flat one, a lone odd-sized body
+        // (pad 2), then one from a revoked region, then a flat one
+        let mut sent: Vec<_> = (0..10)
+            .map(|i| send_only_body(&ep, 0x13, i, &mem, 1000 + 4096 * i as usize, 4096))
+            .collect();
+        sent.push(send_only(&ep, 0x13, 10, &pattern(10, 300)));
+        sent.push(send_only_body(&ep, 0x13, 11, &mem, 7, 1502));
+        sent.push(send_only_body(&ep, 0x13, 12, &gone, 0, 2048));
+        sent.push(send_only(&ep, 0x13, 13, &pattern(13, 64)));
+        gone.revoke();
+        let o = a.send(&sent);
+        assert_eq!((o.consumed, o.would_block), (sent.len(), false));
+        let expect: Vec<roce_emulator::Datagram> = sent
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != 12)
+            .map(|(_, d)| d.clone().flatten().expect("region live"))
+            .collect();
+        assert!(sent[12].clone().flatten().is_none(), "a revoked region has no bytes");
+        let got = recv_n(&mut b, expect.len(), T);
+        assert_eq!(got.len(), expect.len(), "{:?} {:?}", a.snapshot(), b.snapshot());
+        for (k, (s, g)) in expect.iter().zip(&got).enumerate() {
+            assert_eq!(body(&s.payload), body(&g.payload), "datagram {k}");
+            assert_eq!(&g.payload[..32], &s.payload[..32], "datagram {k}: headers");
+            assert!(verify_icrc(&g.endpoints, &g.meta, &g.payload), "datagram {k}");
+        }
+        // the region's bytes themselves, past the 12-byte BTH
+        assert_eq!(&got[0].payload[12..12 + 4096], &pattern(3, 64 * 1024)[1000..1000 + 4096]);
+        assert_eq!(&got[11].payload[12..12 + 1502], &pattern(3, 64 * 1024)[7..7 + 1502]);
+        let (ca, cb) = (a.snapshot(), b.snapshot());
+        assert_eq!(ca.dgrams_out, 13, "{ca:?}");
+        assert_eq!(ca.region_bodies_out, 11, "{ca:?}");
+        assert_eq!(ca.region_bytes_out, 10 * 4096 + 1502, "{ca:?}");
+        assert_eq!(ca.send_errors, 1, "{ca:?}");
+        assert_eq!(
+            ca.bytes_out,
+            expect.iter().map(|d| d.payload.len() as u64).sum::<u64>(),
+            "{ca:?}"
+        );
+        if gso {
+            assert_eq!(ca.gso_sends, 1, "{ca:?}");
+            assert_eq!(ca.gso_segments, 10, "{ca:?}");
+            assert_eq!(ca.icrc_recomputed, 9, "segments 1..=9: {ca:?}");
+        } else {
+            assert_eq!(ca.gso_sends, 0, "{ca:?}");
+            assert!(ca.icrc_recomputed >= 12, "each for the port: {ca:?}");
+        }
+        assert_eq!(cb.icrc_ok_exact, 13, "{cb:?}");
+        assert_eq!(cb.icrc_bad, 0, "{cb:?}");
+    }
+}

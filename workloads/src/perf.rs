@@ -463,6 +463,8 @@ fn diff(a: CountersSnapshot, b: CountersSnapshot) -> CountersSnapshot {
     d!(
         dgrams_out,
         bytes_out,
+        region_bodies_out,
+        region_bytes_out,
         dgrams_in,
         bytes_in,
         send_syscalls,

@@ -280,6 +280,8 @@ impl<N: SansIo> Fabric<N> {
         d: Datagram,
         hook: &mut impl FnMut(&Traced) -> Verdict,
     ) -> Option<(NodeId, Verdict, Datagram)> {
+        // a payload in region memory goes on the simulated wire whole
+        let d = d.flatten()?;
         self.next_tx += 1;
         self.stats.transmitted += 1;
         self.nodes[from.0].stats.transmitted += 1;

@@ -22,6 +22,37 @@ pub fn send_only(ep: &UdpEndpoints, qpn: u32, psn: u32, data: &[u8]) -> Datagram
     Datagram { endpoints: *ep, meta, payload: Bytes::from(buf), body: None }
 }
 
+/// [`send_only`] with its `len` data bytes in region memory at `off` (a
+/// [`roce_emulator::RegionBody`], as the core builds it for a socket that
+/// gathers): headers, pad and ICRC in `payload`, the ICRC computed over the
+/// region's bytes.
+pub fn send_only_body(
+    ep: &UdpEndpoints,
+    qpn: u32,
+    psn: u32,
+    mem: &std::sync::Arc<roce_emulator::RegionMem>,
+    off: usize,
+    len: usize,
+) -> Datagram {
+    let mut repr = RoceRepr { payload_len: len, ..RoceRepr::default() };
+    repr.bth.dest_qp = Qpn::new(qpn);
+    repr.bth.psn = Psn::new(psn);
+    repr.bth.pad_count = pad_for(len);
+    let mut h = [0u8; 64];
+    let n = repr.emit_headers(&mut h).expect("emit");
+    let pad = usize::from(repr.bth.pad_count);
+    let mut buf = h[..n].to_vec();
+    buf.resize(n + pad + 4, 0);
+    let meta = IpMeta::default();
+    let hdr = IpUdpHeader::build(ep, &meta, n + len + pad + 4).expect("hdr");
+    let mut c = hdr.icrc_hasher(&buf[..n]);
+    mem.read_chunks(off, len, |b| c.update(b)).expect("in bounds");
+    c.update(&buf[n..n + pad]);
+    buf[n + pad..].copy_from_slice(&c.finish());
+    let body = roce_emulator::RegionBody { mem: mem.clone(), off, len, at: n };
+    Datagram { endpoints: *ep, meta, payload: Bytes::from(buf), body: Some(body) }
+}
+
 /// Pattern bytes for message `i`.
 pub fn pattern(i: usize, len: usize) -> Vec<u8> {
     (0..len).map(|j| (i * 31 + j * 7) as u8).collect()
