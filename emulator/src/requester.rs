@@ -315,7 +315,11 @@ impl Qp {
                 self.complete_front(cx.sink, cx.ctrs);
             }
             self.comp.psn = self.req.psn;
-        } else if self.comp.retrans_deadline.is_none() {
+        } else {
+            // The transport timer runs from the last packet sent, as rxe's
+            // (re-armed on every request packet): a QP whose packets leave
+            // slowly, interleaved with many other QPs' packets, is not
+            // timed out while its window is still on its way.
             self.arm_retrans(now);
         }
         dgram
