@@ -257,3 +257,17 @@ fn usage_errors_exit_2() {
         assert_eq!(o.status.code(), Some(2), "{args:?}\n{}", text(&o));
     }
 }
+
+/// `-m` sets the port MTU of a device the run creates (`--local`), on both
+/// sides, as in the one-process run: a 4000-byte WRITE is one packet at
+/// MTU 4096 (it was refused: "4096 exceeds the port's active MTU 1024").
+#[test]
+fn mtu_option_sets_the_local_ports_mtu() {
+    let args = ["write", "-s", "4000", "-n", "50", "-m", "4096"];
+    let (s, c) = pair(13, &args, &[], &[]);
+    assert_both_ok(&s, &c, "50", (1, 1));
+    let ct = String::from_utf8_lossy(&c.stdout);
+    assert!(ct.contains(" Mtu             : 4096[B]"), "{ct}");
+    assert_eq!(counter(&c, "sent_pkts"), 50, "one packet per WRITE");
+    assert_eq!(counter(&s, "rcvd_pkts"), 50);
+}

@@ -207,7 +207,15 @@ pub fn run(a: &PerfArgs) -> ExitCode {
 
 fn open_device(a: &PerfArgs) -> Result<Device, String> {
     let cfg = match (&a.ib_dev, a.local) {
-        (n, Some(addr)) => DeviceConfig::udp(n.as_deref().unwrap_or("roce0"), addr),
+        (n, Some(addr)) => {
+            // a device of our own: -m sets its port's MTU too, as in the
+            // one-process run (a configured device keeps its own)
+            let mut c = DeviceConfig::udp(n.as_deref().unwrap_or("roce0"), addr);
+            if let Some(m) = PathMtu::from_bytes(a.mtu as usize) {
+                c.mtu = m;
+            }
+            c
+        }
         (Some(n), None) => DeviceConfig::find(n)
             .map_err(|e| e.to_string())?
             .ok_or_else(|| format!("IB device {n} not found"))?,
