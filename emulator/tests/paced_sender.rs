@@ -22,7 +22,7 @@ fn a_slowly_sent_window_is_not_timed_out() {
     let mut now = p.now;
     let mut sent = 0;
     for _ in 0..200 {
-        now = now + Duration::from_millis(1);
+        now += Duration::from_millis(1);
         for h in [&mut p.a.hca, &mut p.b.hca] {
             if h.poll_timeout().is_some_and(|t| t <= now) {
                 h.handle_timeout(now);
@@ -49,7 +49,7 @@ fn a_slowly_sent_window_is_not_timed_out() {
         .remote(p.b.addr(0), p.b.mr.rkey);
     p.a.hca.post_send(p.a.qpn, wr).unwrap();
     while p.a.hca.poll_transmit(now).is_some() {} // both packets lost
-    now = now + Duration::from_millis(5);
+    now += Duration::from_millis(5);
     p.a.hca.handle_timeout(now);
     assert_eq!(p.a.counters().retransmit_timeouts, 1);
     assert!(p.a.hca.poll_transmit(now).is_some(), "retransmitted");
