@@ -357,7 +357,10 @@ impl Qp {
                     // the region (re-checked per packet: it may be gone now);
                     // or, for a large chunk when the transport takes it, sent
                     // from the region itself (RegionBody).
-                    let Ok(mut buf) = r.start_vec() else {
+                    let direct_ok = cx.tx.region_bodies && chunk as usize >= BODY_MIN;
+                    // (a packet sent from the region builds its own small buffer)
+                    let started = if direct_ok { Ok(Vec::new()) } else { r.start_vec() };
+                    let Ok(mut buf) = started else {
                         cx.ctrs.send_err += 1;
                         self.resp.queue.pop_front();
                         continue;
@@ -374,7 +377,7 @@ impl Qp {
                             AccessFlags::REMOTE_READ,
                         );
                         let got = loc.ok().and_then(|(h, off)| {
-                            if cx.tx.region_bodies && chunk as usize >= BODY_MIN {
+                            if direct_ok {
                                 direct = Some((cx.mem.share(h)?, off));
                                 Some(())
                             } else {
