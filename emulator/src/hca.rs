@@ -156,7 +156,7 @@ impl Hca {
     /// least 1 KiB that lies in one SGE (one region) is not copied into the
     /// packet; the transport sends it from the region, so the kernel makes
     /// the only copy. Only for a transport that gathers bodies into its
-    /// sends (the UDP transport, [`Datagram::flatten`] elsewhere). Off by
+    /// sends (the UDP transport, [`crate::Datagram::flatten`] elsewhere). Off by
     /// default: every datagram's payload is whole (the simulator, pcaps,
     /// fault injection, tests that read `payload`).
     pub fn set_tx_region_bodies(&mut self, on: bool) {

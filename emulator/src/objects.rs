@@ -9,7 +9,7 @@
 //! (the safe API, the simulator) or the application's own pages (the C
 //! ABI). The core reaches them only through that type's copies and
 //! atomics, so it needs no `unsafe`. The region table shares each one
-//! ([`MrMem`]) with the datagrams that carry its bytes to the socket
+//! (`MrMem`) with the datagrams that carry its bytes to the socket
 //! ([`crate::io::RegionBody`]); removing a region from the table revokes
 //! it, so nothing touches its bytes after `ibv_dereg_mr` returns.
 
