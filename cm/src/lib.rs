@@ -2,7 +2,7 @@
 //! it — the protocol `rdma_cm` speaks over QP1 — as a sans-IO engine.
 //!
 //! One [`Cm`] per port. No sockets and no clock inside: received MADs come
-//! in through [`Cm::handle_mad`] with the current time as a [`Duration`] on
+//! in through [`Cm::handle_mad`] with the current time as a [`Duration`](core::time::Duration) on
 //! the caller's clock, expired timers through [`Cm::handle_timeout`];
 //! MADs to send ([`Cm::poll_transmit`]), events for the application
 //! ([`Cm::poll_event`]) and the next deadline ([`Cm::poll_timeout`]) are

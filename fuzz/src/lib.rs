@@ -22,7 +22,7 @@
 //!   pages around each region unchanged, no completion for an unposted WR,
 //!   every object destroyed cleanly.
 //!
-//! * [`cm`]: two connection managers (IBA chapter 12, `roce_cm`) whose MADs
+//! * [`cm()`]: two connection managers (IBA chapter 12, `roce_cm`) whose MADs
 //!   the input delivers, drops, duplicates, corrupts or replaces with its
 //!   own bytes, while it makes them listen, connect, accept, reject,
 //!   disconnect, destroy and lets time pass. Invariants: no panic, every
@@ -614,7 +614,7 @@ pub fn cm(data: &[u8]) {
     cm_run(data);
 }
 
-/// [`cm`], returning both engines' counters.
+/// [`cm()`], returning both engines' counters.
 pub fn cm_run(data: &[u8]) -> [roce_emulator::cm::Counters; 2] {
     use roce_emulator::cm::{
         gid_from_ip, AcceptParams, Cm, CmConfig, CmEvent, ConnId, ConnectRequest, PeerAddr,

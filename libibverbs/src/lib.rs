@@ -30,7 +30,7 @@
 //!   documented type); NULL is checked and answered with `EINVAL`;
 //! - objects are `Box`ed `#[repr(C)]` structs whose first field is the C
 //!   struct the program sees, so the program's pointer is the box's pointer;
-//! - a Rust panic never crosses the ABI: [`guard`] turns it into an error
+//! - a Rust panic never crosses the ABI: `util::guard` turns it into an error
 //!   return.
 
 #![allow(unsafe_code)]

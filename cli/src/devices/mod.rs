@@ -16,6 +16,9 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 
 /// Options of `roce devinfo`.
+// (the field docs are `--help` text, worded as ibv_devinfo's: `<dev>` is
+// not an HTML tag)
+#[allow(rustdoc::invalid_html_tags)]
 #[derive(clap::Args, Debug, Clone)]
 pub struct DevinfoArgs {
     /// use IB device <dev> (default all devices)
