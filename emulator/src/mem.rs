@@ -94,28 +94,18 @@ impl MemTable {
         &self,
         pd: PdHandle,
         sges: &[Sge],
-        mut offset: u64,
-        mut len: usize,
+        offset: u64,
+        len: usize,
         out: &mut Vec<u8>,
     ) -> Result<(), MemError> {
-        for s in sges {
-            if len == 0 {
-                break;
-            }
-            let sl = u64::from(s.length);
-            if offset >= sl {
-                offset -= sl;
-                continue;
-            }
+        let mut done = 0;
+        for (s, off, take) in pieces(sges, offset, len) {
             let (h, base) = self.check_local(pd, s, AccessFlags::EMPTY)?;
-            let take = ((sl - offset) as usize).min(len);
-            let start = base + offset as usize;
             let mr = self.mrs.get(&h).ok_or(MemError::BadKey)?;
-            mr.mem.read_into_vec(start, take, out).ok_or(MemError::Bounds)?;
-            len -= take;
-            offset = 0;
+            mr.mem.read_into_vec(base + off, take, out).ok_or(MemError::Bounds)?;
+            done += take;
         }
-        if len != 0 {
+        if done != len {
             return Err(MemError::Bounds);
         }
         Ok(())
@@ -129,23 +119,18 @@ impl MemTable {
         &self,
         pd: PdHandle,
         sges: &[Sge],
-        mut offset: u64,
+        offset: u64,
         len: usize,
     ) -> Result<Option<(Arc<RegionMem>, usize)>, MemError> {
-        for s in sges {
-            let sl = u64::from(s.length);
-            if offset >= sl {
-                offset -= sl;
-                continue;
-            }
-            if sl - offset < len as u64 {
-                return Ok(None);
-            }
-            let (h, base) = self.check_local(pd, s, AccessFlags::EMPTY)?;
-            let mr = self.mrs.get(&h).ok_or(MemError::BadKey)?;
-            return Ok(Some((mr.mem.share(), base + offset as usize)));
+        let Some((s, off, take)) = pieces(sges, offset, len).next() else {
+            return Err(MemError::Bounds);
+        };
+        if take < len {
+            return Ok(None);
         }
-        Err(MemError::Bounds)
+        let (h, base) = self.check_local(pd, s, AccessFlags::EMPTY)?;
+        let mr = self.mrs.get(&h).ok_or(MemError::BadKey)?;
+        Ok(Some((mr.mem.share(), base + off)))
     }
 
     /// Copy `data` into the SGE list starting `offset` bytes in (needs LOCAL_WRITE).
@@ -153,27 +138,17 @@ impl MemTable {
         &mut self,
         pd: PdHandle,
         sges: &[Sge],
-        mut offset: u64,
-        mut data: &[u8],
+        offset: u64,
+        data: &[u8],
     ) -> Result<(), MemError> {
-        for s in sges {
-            if data.is_empty() {
-                break;
-            }
-            let sl = u64::from(s.length);
-            if offset >= sl {
-                offset -= sl;
-                continue;
-            }
+        let mut done = 0;
+        for (s, off, take) in pieces(sges, offset, data.len()) {
             let (h, base) = self.check_local(pd, s, AccessFlags::LOCAL_WRITE)?;
-            let take = ((sl - offset) as usize).min(data.len());
-            let start = base + offset as usize;
-            let mr = self.mrs.get_mut(&h).ok_or(MemError::BadKey)?;
-            mr.mem.write(start, &data[..take]).ok_or(MemError::Bounds)?;
-            data = &data[take..];
-            offset = 0;
+            let mr = self.mrs.get(&h).ok_or(MemError::BadKey)?;
+            mr.mem.write(base + off, &data[done..done + take]).ok_or(MemError::Bounds)?;
+            done += take;
         }
-        if !data.is_empty() {
+        if done != data.len() {
             return Err(MemError::Bounds);
         }
         Ok(())
@@ -229,4 +204,30 @@ impl MemTable {
         tracing::debug!(%rkey, ok = r.is_ok(), "invalidate");
         r
     }
+}
+
+/// The pieces of `len` bytes starting `offset` bytes into an SGE list, in
+/// order: each SGE they touch, the offset in it and the bytes taken from
+/// it. Bytes past the end of the list are in no piece (the callers' bounds
+/// error).
+fn pieces(
+    sges: &[Sge],
+    mut offset: u64,
+    mut len: usize,
+) -> impl Iterator<Item = (&Sge, usize, usize)> {
+    sges.iter().filter_map(move |s| {
+        let sl = u64::from(s.length);
+        if len == 0 {
+            return None;
+        }
+        if offset >= sl {
+            offset -= sl;
+            return None;
+        }
+        let take = ((sl - offset) as usize).min(len);
+        let off = offset as usize;
+        len -= take;
+        offset = 0;
+        Some((s, off, take))
+    })
 }
