@@ -41,6 +41,12 @@ pub struct HcaConfig {
     pub active_mtu: PathMtu,
     /// Device limits (rxe-like defaults, see [`DeviceAttr`]).
     pub device_attr: DeviceAttr,
+    /// The QPNs `create_qp` hands out (default `2..2^24`): a member of a
+    /// device shared by several processes gets its slot's range.
+    pub qpns: std::ops::Range<u32>,
+    /// The first QPN tried (default 17, as rxe); the next ones follow it,
+    /// wrapping inside `qpns`.
+    pub first_qpn: u32,
 }
 
 impl HcaConfig {
@@ -52,6 +58,8 @@ impl HcaConfig {
             seed,
             active_mtu: PathMtu::Mtu1024,
             device_attr: DeviceAttr::default(),
+            qpns: 2..1 << 24,
+            first_qpn: 17,
         }
     }
 }
@@ -78,6 +86,8 @@ pub struct Hca {
     pub(crate) dev: Dev,
     pub(crate) qps: crate::qp_table::QpTable,
     next_qpn: u32,
+    /// The QPNs this device may hand out ([`HcaConfig::qpns`]).
+    qpns: std::ops::Range<u32>,
     /// QPN of the QP `poll_transmit` served last (round-robin).
     pub(crate) rr_cursor: u32,
     /// The transport verifies every received ICRC before delivering (see
@@ -101,6 +111,11 @@ impl Hca {
         // rxe's node GUID: the EUI-64 of the port's MAC
         attr.node_guid = u64::from_be_bytes(eui64(mac_of(cfg.addr)));
         let cm = crate::cm_port::CmPort::new(cfg.addr, attr.node_guid, cfg.seed);
+        let qpns = cfg.qpns.start.max(2)..cfg.qpns.end.min(1 << 24);
+        let first_qpn = match qpns.contains(&cfg.first_qpn) {
+            true => cfg.first_qpn,
+            false => qpns.start,
+        };
         Hca {
             dev: Dev {
                 name: cfg.name,
@@ -126,7 +141,8 @@ impl Hca {
                 next_iova: 0x7f00_0000_0000,
             },
             qps: Default::default(),
-            next_qpn: 17,
+            next_qpn: first_qpn,
+            qpns,
             rr_cursor: 0,
             rx_icrc_checked: false,
             cm,
@@ -638,11 +654,21 @@ impl Hca {
         let qpn = match at {
             Some(q) => q,
             None => {
-                let mut n = self.next_qpn;
-                while self.qps.contains_key(&Qpn::new(n)) || n < 2 {
-                    n = (n + 1) & 0xFF_FFFF;
+                let r = self.qpns.clone();
+                if r.is_empty() {
+                    return Err(CreateQpError::TooMany);
                 }
-                self.next_qpn = (n + 1) & 0xFF_FFFF;
+                let wrap = |n: u32| if n + 1 >= r.end { r.start } else { n + 1 };
+                let mut n = self.next_qpn;
+                let mut tries = r.len();
+                while self.qps.contains_key(&Qpn::new(n)) {
+                    tries = tries.saturating_sub(1);
+                    if tries == 0 {
+                        return Err(CreateQpError::TooMany);
+                    }
+                    n = wrap(n);
+                }
+                self.next_qpn = wrap(n);
                 Qpn::new(n)
             }
         };

@@ -93,6 +93,13 @@ counters! {
     /// Received small datagrams copied into the shared receive arena (one
     /// allocation holds many; see [`crate::UdpTransport::recv`]).
     rx_arena_copies,
+    /// Datagrams for a QPN of another member of a shared device (the
+    /// kernel's steering was stale or the QPN's owner is gone): dropped,
+    /// never given to this member's core.
+    steer_foreign,
+    /// Steering probes answered (a shared device's members are re-mapped
+    /// to their sockets after one joins, leaves or dies).
+    steer_probes,
     /// Receive arenas allocated (the arena's memory is reused in place
     /// whenever every datagram copied into it was dropped).
     rx_arenas,

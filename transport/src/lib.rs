@@ -24,6 +24,7 @@ pub mod faults;
 pub mod pcap;
 pub mod raw;
 pub mod rxcheck;
+pub mod steer;
 pub mod udp;
 
 pub use counters::{CountersSnapshot, TransportCounters};

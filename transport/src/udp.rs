@@ -23,6 +23,7 @@
 use crate::counters::{CountersSnapshot, TransportCounters};
 use crate::pcap::PcapRecorder;
 use crate::rxcheck::{self, RxIcrc};
+use crate::steer::{SteerTap, Verdict};
 use bytes::{Bytes, BytesMut};
 use core::net::{IpAddr, SocketAddr};
 use nix::errno::Errno;
@@ -86,6 +87,9 @@ pub struct UdpConfig {
     pub rx_icrc: RxIcrcPolicy,
     /// Record every frame sent and received to this pcap file.
     pub pcap: Option<PathBuf>,
+    /// Bind with `SO_REUSEPORT`: join the group of sockets of the other
+    /// processes sharing this device (see [`crate::steer`]).
+    pub reuseport: bool,
 }
 
 impl UdpConfig {
@@ -101,6 +105,7 @@ impl UdpConfig {
             socket_buffer: Some(4 << 20),
             rx_icrc: RxIcrcPolicy::default(),
             pcap: None,
+            reuseport: false,
         }
     }
     /// `new` on `ip` and port 4791.
@@ -196,6 +201,8 @@ pub struct UdpTransport {
     crc: IcrcMath,
     last_id: HashMap<IpAddr, u16>,
     pcap: Option<PcapRecorder>,
+    /// The member's slot when the device is shared ([`crate::steer`]).
+    steer: Option<SteerTap>,
 }
 
 fn to_std(a: &SockaddrStorage) -> Option<SocketAddr> {
@@ -203,6 +210,18 @@ fn to_std(a: &SockaddrStorage) -> Option<SocketAddr> {
         return Some(SocketAddr::new(IpAddr::V4(v4.ip()), v4.port()));
     }
     a.as_sockaddr_in6().map(|v6| SocketAddr::new(IpAddr::V6(v6.ip()), v6.port()))
+}
+
+/// A UDP socket bound to `addr` with `SO_REUSEPORT` set first.
+fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
+    let family = match addr {
+        SocketAddr::V4(_) => nsock::AddressFamily::Inet,
+        SocketAddr::V6(_) => nsock::AddressFamily::Inet6,
+    };
+    let fd = nsock::socket(family, nsock::SockType::Datagram, nsock::SockFlag::SOCK_CLOEXEC, None)?;
+    nsock::setsockopt(&fd, sockopt::ReusePort, &true)?;
+    nsock::bind(fd.as_raw_fd(), &SockaddrStorage::from(addr))?;
+    Ok(UdpSocket::from(fd))
 }
 
 /// Set `IP_PMTUDISC_DO` (IPv4) or `IPV6_PMTUDISC_DO` (IPv6) on `fd`.
@@ -238,8 +257,11 @@ impl UdpTransport {
         if cfg.local.ip().is_unspecified() {
             return Err(TransportError::Unspecified(cfg.local));
         }
-        let sock = UdpSocket::bind(cfg.local)
-            .map_err(|source| TransportError::Bind { addr: cfg.local, source })?;
+        let sock = match cfg.reuseport {
+            false => UdpSocket::bind(cfg.local),
+            true => bind_reuseport(cfg.local),
+        }
+        .map_err(|source| TransportError::Bind { addr: cfg.local, source })?;
         let local =
             sock.local_addr().map_err(|source| TransportError::Bind { addr: cfg.local, source })?;
         set_pmtudisc_do(sock.as_fd(), local.is_ipv6())
@@ -273,8 +295,22 @@ impl UdpTransport {
             crc: IcrcMath::new(),
             last_id: HashMap::default(),
             pcap,
+            steer: None,
             cfg,
         })
+    }
+
+    /// Steer as the member `tap.slot` of a shared device: foreign
+    /// datagrams are dropped and counted (`steer_foreign`), probes
+    /// answered (`steer_probes`); see [`crate::steer`].
+    pub fn set_steer(&mut self, tap: SteerTap) {
+        self.steer = Some(tap);
+    }
+
+    /// A second handle on the socket (the same socket, not a new one: it
+    /// stays in its `SO_REUSEPORT` group until every handle is closed).
+    pub fn try_clone_socket(&self) -> io::Result<UdpSocket> {
+        self.sock.try_clone()
     }
 
     /// The bound address (with the real port if port 0 was asked for).
@@ -812,6 +848,25 @@ impl UdpTransport {
         };
         TransportCounters::add(&c.dgrams_in, 1);
         TransportCounters::add(&c.bytes_in, payload.len() as u64);
+        if let Some(tap) = &self.steer {
+            match tap.classify(payload) {
+                Verdict::Mine => {}
+                Verdict::Foreign(slot) => {
+                    TransportCounters::add(&c.steer_foreign, 1);
+                    tap.shared.note_foreign(slot);
+                    return;
+                }
+                Verdict::Probe(p) => {
+                    TransportCounters::add(&c.steer_probes, 1);
+                    let a = crate::steer::answer(&p, tap.slot, tap.pid);
+                    let to = SocketAddr::new(ep.src, ep.src_port);
+                    if self.sock.send_to(&a, to).is_err() {
+                        TransportCounters::add(&c.send_errors, 1);
+                    }
+                    return;
+                }
+            }
+        }
         let id = match self.cfg.rx_icrc {
             RxIcrcPolicy::Off => {
                 TransportCounters::add(&c.icrc_unchecked, 1);

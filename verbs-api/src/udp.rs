@@ -150,6 +150,34 @@ pub enum OpenError {
         /// Why.
         why: &'static str,
     },
+    /// The device's address is held by processes of another user (a
+    /// device is shared only between the processes of one user).
+    #[error("device {name}: {addr} is in use by uid {uid}; a device is shared only between processes of one user (pick another address for this user's devices: ROCE_EMU_DEVICES)")]
+    HeldByOtherUser {
+        /// The device.
+        name: String,
+        /// Its address.
+        addr: SocketAddr,
+        /// The uid of the holder.
+        uid: u32,
+    },
+    /// The device could not be joined (all slots in use, registry
+    /// unusable).
+    #[error("device {name}: {source}")]
+    Join {
+        /// The device.
+        name: String,
+        /// Why.
+        source: roce_host::JoinError,
+    },
+    /// The steering of the shared device could not be set up.
+    #[error("device {name}: cannot steer the shared device: {source}")]
+    Steer {
+        /// The device.
+        name: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// `ROCE_EMU_FAULTS` does not parse.
     #[error("device {name}: {why}")]
     Faults {
@@ -420,7 +448,11 @@ impl DeviceConfig {
     /// [`EngineDriver`]). Dropping the last handle of the device (and of
     /// everything created on it) stops the engine and flushes the pcap.
     pub fn open(&self) -> Result<Device, OpenError> {
-        let opts = GroupOptions { engine: self.engine_config(), ..GroupOptions::default() };
+        let opts = GroupOptions {
+            engine: self.engine_config(),
+            share: sharing_enabled(),
+            ..GroupOptions::default()
+        };
         let mut v = DeviceConfig::open_group(std::slice::from_ref(self), opts)?;
         v.pop().ok_or_else(|| OpenError::Unsupported {
             name: self.name.clone(),
@@ -435,8 +467,13 @@ impl DeviceConfig {
     /// way as [`DeviceConfig::open`]'s.
     pub fn open_group(cfgs: &[DeviceConfig], opts: GroupOptions) -> Result<Vec<Device>, OpenError> {
         let mut parts = Vec::with_capacity(cfgs.len());
+        let mut joins = Vec::new();
         for c in cfgs {
-            parts.push(c.assemble()?);
+            let (core, t, join) = c.assemble(opts.share)?;
+            if let Some(j) = join {
+                joins.push((c.name.clone(), j));
+            }
+            parts.push((core, t));
         }
         let kind = match cfgs.first().map(|c| &c.transport) {
             Some(TransportKind::Raw { .. }) => "raw",
@@ -456,24 +493,53 @@ impl DeviceConfig {
             }
             false => Vec::new(),
         };
-        let drv = Arc::new(drv.with_publishers(publishers));
+        // The engine runs and answers probes: map each shared device's
+        // group with this member in it.
+        let mut stewards = Vec::new();
+        for (name, (join, sock)) in joins {
+            let st = join.finish(sock).map_err(|source| OpenError::Steer { name, source })?;
+            stewards.push(st);
+        }
+        let drv = Arc::new(drv.with_publishers(publishers).with_stewards(stewards));
         Ok(cores.into_iter().map(|h| Device::new(h, drv.clone())).collect())
     }
 
     /// Make the device's core and bind its transport, each configured for
     /// the other: the one place a real device is put together.
-    fn assemble(&self) -> Result<Assembled, OpenError> {
-        let mut core = Hca::new(self.hca_config());
+    fn assemble(&self, share: bool) -> Result<Assembled, OpenError> {
+        let mut hcfg = self.hca_config();
+        let share = share && self.transport == TransportKind::Udp;
+        let join = match share {
+            true => {
+                let j = roce_host::Joining::start(SocketAddr::new(self.addr, self.port))
+                    .map_err(|source| OpenError::Join { name: self.name.clone(), source })?;
+                hcfg.qpns = j.qpns();
+                hcfg.first_qpn = j.first_qpn();
+                Some(j)
+            }
+            false => None,
+        };
+        let mut member = None;
+        let mut core = Hca::new(hcfg);
         // seeded fault injection on the real wire (ROCE_EMU_FAULTS)
         let faults = FaultSpec::from_env()
             .map_err(|why| OpenError::Faults { name: self.name.clone(), why })?
             .filter(FaultSpec::is_active);
         let t: Box<dyn Transport> = match &self.transport {
             TransportKind::Udp => {
-                let mut uc = UdpConfig::new(SocketAddr::new(self.addr, self.port));
+                let local = SocketAddr::new(self.addr, self.port);
+                let mut uc = UdpConfig::new(local);
                 uc.pcap = self.effective_pcap();
-                let t = UdpTransport::bind(uc)
-                    .map_err(|source| OpenError::Transport { name: self.name.clone(), source })?;
+                uc.reuseport = join.is_some();
+                let mut t =
+                    UdpTransport::bind(uc).map_err(|source| self.bind_error(local, source))?;
+                if let Some(j) = join {
+                    t.set_steer(j.tap());
+                    let sock = t
+                        .try_clone_socket()
+                        .map_err(|source| OpenError::Steer { name: self.name.clone(), source })?;
+                    member = Some((j, sock));
+                }
                 // The transport verifies every ICRC it delivers, so the core
                 // need not (not with injected faults, which may corrupt after
                 // that check).
@@ -519,7 +585,22 @@ impl DeviceConfig {
             }
             None => t,
         };
-        Ok((Arc::new(Mutex::new(core)), t))
+        Ok((Arc::new(Mutex::new(core)), t, member))
+    }
+
+    /// The error of a failed bind: when another user's processes hold the
+    /// address, say so (sockets of one `SO_REUSEPORT` group must all
+    /// belong to one user).
+    fn bind_error(&self, local: SocketAddr, source: roce_transport::TransportError) -> OpenError {
+        let in_use = matches!(&source, roce_transport::TransportError::Bind { source: e, .. }
+            if e.kind() == std::io::ErrorKind::AddrInUse);
+        let me = nix::unistd::getuid().as_raw();
+        match roce_host::registry::udp_owner(local) {
+            Some(uid) if in_use && uid != me => {
+                OpenError::HeldByOtherUser { name: self.name.clone(), addr: local, uid }
+            }
+            _ => OpenError::Transport { name: self.name.clone(), source },
+        }
     }
 }
 
@@ -533,8 +614,10 @@ fn post_batch() -> Duration {
     Duration::from_micros(us.min(10_000))
 }
 
-/// A device's core and its transport, configured for each other.
-type Assembled = (Arc<Mutex<Hca>>, Box<dyn Transport>);
+/// A device's core and its transport, configured for each other, and for
+/// a shared device the joining member with a handle on its socket.
+type Assembled =
+    (Arc<Mutex<Hca>>, Box<dyn Transport>, Option<(roce_host::Joining, std::net::UdpSocket)>);
 
 /// How [`DeviceConfig::open_group`] runs its devices.
 #[derive(Clone, Debug)]
@@ -545,12 +628,31 @@ pub struct GroupOptions {
     pub ack_delay: Option<Duration>,
     /// Publish each device's counters for `roce stats` ([`crate::publish`]).
     pub publish: bool,
+    /// Join each UDP device's group of processes (see `roce_host`): other
+    /// processes may open the same device at once. Off, the device binds
+    /// its address alone, as one process's device.
+    pub share: bool,
 }
 
 impl Default for GroupOptions {
     fn default() -> Self {
-        GroupOptions { engine: EngineConfig::default(), ack_delay: None, publish: true }
+        GroupOptions {
+            engine: EngineConfig::default(),
+            ack_delay: None,
+            publish: true,
+            share: false,
+        }
     }
+}
+
+/// Environment variable: `0` makes [`DeviceConfig::open`] bind a device's
+/// address alone (one process per device, as before devices were shared).
+pub const ENV_SHARED: &str = "ROCE_EMU_SHARED";
+
+/// Whether [`DeviceConfig::open`] shares devices (`ROCE_EMU_SHARED`, on by
+/// default).
+pub fn sharing_enabled() -> bool {
+    !matches!(std::env::var(ENV_SHARED).as_deref().map(str::trim), Ok("0" | "no" | "off" | "false"))
 }
 
 impl Device {
@@ -621,6 +723,9 @@ pub struct EngineDriver<T: Transport = UdpTransport> {
     name: String,
     threaded: bool,
     publishers: Vec<crate::publish::Publisher>,
+    // dropped after `e`: a member leaves its device's group once its
+    // engine has stopped
+    stewards: Vec<roce_host::Steward>,
 }
 
 /// The driver of UDP devices.
@@ -659,7 +764,14 @@ impl<T: Transport> EngineDriver<T> {
                 }
             });
         }
-        Ok(EngineDriver { e, wakers, name: name.to_string(), threaded, publishers: Vec::new() })
+        Ok(EngineDriver {
+            e,
+            wakers,
+            name: name.to_string(),
+            threaded,
+            publishers: Vec::new(),
+            stewards: Vec::new(),
+        })
     }
 
     /// Publish the devices' counters while this driver runs (see
@@ -667,6 +779,18 @@ impl<T: Transport> EngineDriver<T> {
     pub fn with_publishers(mut self, p: Vec<crate::publish::Publisher>) -> EngineDriver<T> {
         self.publishers = p;
         self
+    }
+
+    /// Keep the stewards of shared devices ([`roce_host::Steward`]) until
+    /// the engine has stopped.
+    pub fn with_stewards(mut self, s: Vec<roce_host::Steward>) -> EngineDriver<T> {
+        self.stewards = s;
+        self
+    }
+
+    /// The stewards of this driver's shared devices.
+    pub fn stewards(&self) -> &[roce_host::Steward] {
+        &self.stewards
     }
 
     /// Hold positive ACKs back (default: they leave with the round that

@@ -139,7 +139,7 @@ fn open_dev(name: &str, addr: IpAddr, mtu: PathMtu, spin_us: u64) -> anyhow::Res
         thread_spin: Duration::from_micros(spin_us),
         ..Default::default()
     };
-    let opts = GroupOptions { engine, ack_delay: Some(ACK_DELAY), publish: false };
+    let opts = GroupOptions { engine, ack_delay: Some(ACK_DELAY), publish: false, share: false };
     let d = DeviceConfig::open_group(&[dev_config(name, addr, mtu)], opts)
         .with_context(|| format!("device {name}"))?;
     dev_of(d.into_iter().next().ok_or_else(|| anyhow!("no device"))?, name)
@@ -158,7 +158,7 @@ fn open_polled(
         thread: false,
         ..Default::default()
     };
-    let opts = GroupOptions { engine, ack_delay: Some(ACK_DELAY), publish: false };
+    let opts = GroupOptions { engine, ack_delay: Some(ACK_DELAY), publish: false, share: false };
     let mut d = DeviceConfig::open_group(&[dev_config(na, aa, mtu), dev_config(nb, ab, mtu)], opts)
         .context("devices")?
         .into_iter();

@@ -1,0 +1,438 @@
+//! Steering: the classic BPF program of a shared device's `SO_REUSEPORT`
+//! group, the probe round that learns which socket index holds which slot,
+//! and the [`Steward`] thread that re-maps the group when it changes.
+//!
+//! The program, for a map `{slot s_j at index i_j}`:
+//!
+//! ```text
+//!     ldb [0]                 ; the BTH opcode
+//!     jeq #0xFF, probe        ; a steering probe (see roce_transport::steer)
+//!     ldb [5]                 ; the top byte of the destination QPN: the slot
+//!     jeq #s_0 ? ret #i_0
+//!     ...
+//!     ret #0xFFFFFFFF         ; no such member: the kernel picks by hash
+//! probe:
+//!     ldb [1]
+//!     ret a                   ; the socket index the probe asks for
+//! ```
+//!
+//! The kernel runs it with the UDP payload at offset 0 and takes the
+//! result as an index into the group's sockets; an index past the end
+//! makes it fall back to its hash. The index of a socket is the order it
+//! joined in, and when one closes the last one takes its place: the map is
+//! learned, not computed. The prober sends one probe for each index to the
+//! device's address from a socket of its own; each member's transport
+//! answers with its slot (`roce_transport::steer`). An index past the end
+//! lands, by hash, on some member that then answers for a second index: a
+//! member's real index is the smallest it answers for, since every real
+//! index is below every index past the end.
+
+use crate::registry::{self, GroupLock, JoinError, Member, Slot, SteerMap};
+use nix::libc;
+use nix::sys::socket::{setsockopt, sockopt};
+use roce_transport::steer::{self as tsteer, SteerShared, SteerTap, Wake};
+use std::collections::BTreeMap;
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const BPF_LD_B_ABS: u16 = 0x30; // BPF_LD | BPF_B | BPF_ABS
+const BPF_JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
+const BPF_RET_A: u16 = 0x16; // BPF_RET | BPF_A
+
+fn ins(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
+    libc::sock_filter { code, jt, jf, k }
+}
+
+/// The steering program for `map` (`(slot, index)` pairs).
+pub fn program(map: &[(u8, u8)]) -> Vec<libc::sock_filter> {
+    let mut p = vec![ins(BPF_LD_B_ABS, 0, 0, 0)];
+    // jt skips the data part: ldb [5], 2 per member, ret #-1
+    let skip = 1 + 2 * map.len() + 1;
+    // (at most 2 * 255 + 2 instructions: MAX_MEMBERS keeps it below 255)
+    p.push(ins(
+        BPF_JEQ_K,
+        u8::try_from(skip).unwrap_or(u8::MAX),
+        0,
+        u32::from(tsteer::PROBE_OPCODE),
+    ));
+    p.push(ins(BPF_LD_B_ABS, 0, 0, 5));
+    for &(slot, index) in map {
+        p.push(ins(BPF_JEQ_K, 0, 1, u32::from(slot)));
+        p.push(ins(BPF_RET_K, 0, 0, u32::from(index)));
+    }
+    p.push(ins(BPF_RET_K, 0, 0, u32::MAX));
+    p.push(ins(BPF_LD_B_ABS, 0, 0, 1));
+    p.push(ins(BPF_RET_A, 0, 0, 0));
+    p
+}
+
+/// Run `prog` on `payload` as the kernel would (for tests): the socket
+/// index, or `None` for a load past the end (the kernel then returns 0).
+pub fn run(prog: &[libc::sock_filter], payload: &[u8]) -> Option<u32> {
+    let (mut a, mut pc) = (0u32, 0usize);
+    for _ in 0..prog.len() {
+        let i = prog.get(pc)?;
+        match i.code {
+            BPF_LD_B_ABS => a = u32::from(*payload.get(i.k as usize)?),
+            BPF_JEQ_K => {
+                pc += usize::from(if a == i.k { i.jt } else { i.jf });
+            }
+            BPF_RET_K => return Some(i.k),
+            BPF_RET_A => return Some(a),
+            _ => return None,
+        }
+        pc += 1;
+    }
+    None
+}
+
+/// Attach `prog` to the `SO_REUSEPORT` group of `sock`.
+pub fn attach(sock: &UdpSocket, prog: &[libc::sock_filter]) -> io::Result<()> {
+    let len =
+        u16::try_from(prog.len()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // The kernel copies the program during the call; `prog` outlives it.
+    let fprog = libc::sock_fprog { len, filter: prog.as_ptr().cast_mut() };
+    setsockopt(sock, sockopt::AttachReusePortCbpf, &fprog)?;
+    Ok(())
+}
+
+/// Learn which socket index of the group at `addr` holds which of the
+/// `live` members: probes from a socket of our own, answers for up to
+/// `timeout`. Returns `(slot, index, pid)` for every member that
+/// answered.
+pub fn probe_round(addr: SocketAddr, live: &[Member], timeout: Duration) -> io::Result<SteerMap> {
+    let prober = UdpSocket::bind(SocketAddr::new(addr.ip(), 0))?;
+    let nonce: u64 = rand::random();
+    let n = (live.len() + 4).min(255);
+    let deadline = Instant::now() + timeout;
+    // slot -> (smallest index answered, pid)
+    let mut got: BTreeMap<u8, (u8, u32)> = BTreeMap::new();
+    let mut buf = [0u8; 64];
+    let mut next_send = Instant::now();
+    loop {
+        let now = Instant::now();
+        if now >= next_send {
+            for k in 0..n {
+                let k = k as u8;
+                let _ = prober.send_to(&tsteer::probe(k, nonce), addr);
+            }
+            next_send = now + Duration::from_millis(40);
+        }
+        let left = deadline.saturating_duration_since(now);
+        if left.is_zero() || live.iter().all(|m| got.contains_key(&m.slot)) {
+            break;
+        }
+        prober.set_read_timeout(Some(left.min(next_send - now).max(Duration::from_millis(1))))?;
+        match prober.recv_from(&mut buf) {
+            Ok((len, from)) if from == addr => {
+                if let Some((k, nn, slot, pid)) = tsteer::parse_answer(&buf[..len]) {
+                    if nn == nonce {
+                        let e = got.entry(slot).or_insert((k, pid));
+                        if k < e.0 {
+                            *e = (k, pid);
+                        }
+                    }
+                }
+            }
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    // one slot per index: a second claim of an index is a stale answer
+    let mut taken = [false; 256];
+    let mut entries = Vec::new();
+    for (slot, (k, pid)) in got {
+        if !std::mem::replace(&mut taken[usize::from(k)], true) {
+            entries.push((slot, k, pid));
+        }
+    }
+    entries.sort_by_key(|e| e.1);
+    Ok(SteerMap { entries })
+}
+
+/// How long a probe round waits for members that do not answer.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(300);
+/// Re-mapping runs at most this often per member.
+const MIN_REMAP_GAP: Duration = Duration::from_millis(20);
+
+struct Inner {
+    dir: PathBuf,
+    addr: SocketAddr,
+    /// The member's socket (a second handle on the transport's).
+    sock: Option<UdpSocket>,
+    slot: Option<Slot>,
+    /// Re-maps done by this member.
+    remaps: u64,
+}
+
+impl Inner {
+    /// Probe, attach, write the map (the group lock held by the caller).
+    fn remap(&mut self) -> io::Result<SteerMap> {
+        let live = registry::live_members(&self.dir);
+        let map = probe_round(self.addr, &live, PROBE_TIMEOUT)?;
+        let pairs: Vec<(u8, u8)> = map.entries.iter().map(|e| (e.0, e.1)).collect();
+        if let Some(s) = &self.sock {
+            attach(s, &program(&pairs))?;
+        }
+        map.write(&self.dir)?;
+        self.remaps += 1;
+        tracing::debug!(addr = %self.addr, ?map, "steering re-mapped");
+        if map.entries.len() != live.len() {
+            tracing::info!(
+                addr = %self.addr,
+                live = live.len(),
+                mapped = map.entries.len(),
+                "steering: some members did not answer the probe"
+            );
+        }
+        Ok(map)
+    }
+}
+
+/// A joining member: holds the group lock and its slot until
+/// [`Joining::finish`].
+pub struct Joining {
+    group: GroupLock,
+    dir: PathBuf,
+    addr: SocketAddr,
+    slot: Slot,
+    shared: Arc<SteerShared>,
+}
+
+impl Joining {
+    /// Join the device bound at `addr`: wait for its group lock, take the
+    /// lowest free slot.
+    pub fn start(addr: SocketAddr) -> Result<Joining, JoinError> {
+        let dir = registry::device_dir(addr);
+        let group = GroupLock::take(&dir)?;
+        let slot = registry::take_slot(&dir, addr)?;
+        Ok(Joining { group, dir, addr, slot, shared: Arc::new(SteerShared::default()) })
+    }
+
+    /// The slot taken.
+    pub fn slot(&self) -> u8 {
+        self.slot.slot
+    }
+
+    /// How many processes have held this slot (this one included).
+    pub fn generation(&self) -> u32 {
+        self.slot.generation
+    }
+
+    /// The QPNs of this member: its slot's 2^16.
+    pub fn qpns(&self) -> std::ops::Range<u32> {
+        let base = u32::from(self.slot.slot) << tsteer::SLOT_SHIFT;
+        base..base + (1 << tsteer::SLOT_SHIFT)
+    }
+
+    /// The first QPN to try: moves on with each holder of the slot, so a
+    /// late packet for a previous holder's QP rarely meets a new QP of
+    /// the same number.
+    pub fn first_qpn(&self) -> u32 {
+        let off = 17u32.wrapping_add(self.slot.generation.wrapping_mul(0x1000)) & 0xFFFF;
+        self.qpns().start | off.max(2)
+    }
+
+    /// What the member's transport needs ([`roce_transport::UdpTransport::set_steer`]).
+    pub fn tap(&self) -> SteerTap {
+        SteerTap { slot: self.slot.slot, shared: self.shared.clone(), pid: std::process::id() }
+    }
+
+    /// The member's socket is bound and its transport answers probes (its
+    /// engine runs): map the group, attach the program, start the steward,
+    /// let the next change of the group go ahead.
+    pub fn finish(self, sock: UdpSocket) -> io::Result<Steward> {
+        let mut inner = Inner {
+            dir: self.dir,
+            addr: self.addr,
+            sock: Some(sock),
+            slot: Some(self.slot),
+            remaps: 0,
+        };
+        let map = inner.remap()?;
+        let me = inner.slot.as_ref().map(|s| s.slot);
+        if !map.entries.iter().any(|e| Some(e.0) == me) {
+            return Err(io::Error::other("this member did not answer its own probe"));
+        }
+        drop(self.group);
+        let inner = Arc::new(Mutex::new(inner));
+        let (i2, s2) = (inner.clone(), self.shared.clone());
+        let thread = std::thread::Builder::new()
+            .name("roce-steward".into())
+            .spawn(move || steward_loop(i2, s2))?;
+        Ok(Steward { inner, shared: self.shared, thread: Some(thread) })
+    }
+}
+
+fn lock(m: &Mutex<Inner>) -> std::sync::MutexGuard<'_, Inner> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn steward_loop(inner: Arc<Mutex<Inner>>, shared: Arc<SteerShared>) {
+    let mut last = Instant::now() - MIN_REMAP_GAP;
+    loop {
+        let slots = match shared.wait(Duration::from_secs(3600)) {
+            Wake::Stop => return,
+            Wake::Idle => continue,
+            Wake::Foreign(s) => s,
+        };
+        let gap = last.elapsed();
+        if gap < MIN_REMAP_GAP {
+            std::thread::sleep(MIN_REMAP_GAP - gap);
+        }
+        let dir = lock(&inner).dir.clone();
+        let group = match GroupLock::take(&dir) {
+            Ok(g) => g,
+            Err(e) => {
+                tracing::warn!(error = %e, "steering: cannot take the group lock");
+                continue;
+            }
+        };
+        // A datagram for a live member reached us: the program is stale.
+        // One for a slot nobody holds is a late packet for a member that
+        // is gone: dropped (counted by the transport), nothing to re-map.
+        let live = registry::live_members(&dir);
+        if slots.iter().any(|s| live.iter().any(|m| m.slot == *s)) {
+            if let Err(e) = lock(&inner).remap() {
+                tracing::warn!(error = %e, "steering: re-map failed");
+            }
+        }
+        drop(group);
+        last = Instant::now();
+    }
+}
+
+/// A member's steward: re-maps the group when datagrams for another live
+/// member reach this one, and leaves the group cleanly when dropped
+/// (after the member's engine, which holds the other handle on the
+/// socket, has stopped).
+pub struct Steward {
+    inner: Arc<Mutex<Inner>>,
+    shared: Arc<SteerShared>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Steward {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let g = lock(&self.inner);
+        f.debug_struct("Steward").field("addr", &g.addr).field("slot", &g.slot).finish()
+    }
+}
+
+impl Steward {
+    /// This member's slot.
+    pub fn slot(&self) -> Option<u8> {
+        lock(&self.inner).slot.as_ref().map(|s| s.slot)
+    }
+    /// Re-maps this member has done (its join's included).
+    pub fn remaps(&self) -> u64 {
+        lock(&self.inner).remaps
+    }
+    /// Re-map now (with the group lock), as after a foreign datagram.
+    pub fn remap_now(&self) -> io::Result<SteerMap> {
+        let dir = lock(&self.inner).dir.clone();
+        let _g = GroupLock::take(&dir).map_err(io::Error::other)?;
+        lock(&self.inner).remap()
+    }
+}
+
+impl Drop for Steward {
+    fn drop(&mut self) {
+        self.shared.stop();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let mut g = lock(&self.inner);
+        let Ok(group) = GroupLock::take(&g.dir) else { return };
+        // Leave: steer as the group will be once our socket is gone (the
+        // last socket takes our index), then close it and free the slot.
+        if let (Some(sock), Some(slot)) = (&g.sock, &g.slot) {
+            let map = SteerMap::read(&g.dir).without(slot.slot);
+            let pairs: Vec<(u8, u8)> = map.entries.iter().map(|e| (e.0, e.1)).collect();
+            if attach(sock, &program(&pairs)).is_ok() {
+                let _ = map.write(&g.dir);
+            }
+        }
+        g.sock = None;
+        g.slot = None;
+        drop(group);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bth(qpn: u32) -> Vec<u8> {
+        let mut b = vec![0u8; 28];
+        b[0] = 0x04;
+        b[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
+        b
+    }
+
+    #[test]
+    fn program_steers_by_slot_and_answers_probes() {
+        let p = program(&[(0, 2), (5, 0), (63, 1)]);
+        assert_eq!(run(&p, &bth(0x05_0011)), Some(0));
+        assert_eq!(run(&p, &bth(0x00_0001)), Some(2), "QP1 is slot 0's");
+        assert_eq!(run(&p, &bth(0x3F_FFFF)), Some(1));
+        assert_eq!(run(&p, &bth(0x07_0011)), Some(u32::MAX), "no member: the kernel's hash");
+        assert_eq!(run(&p, &tsteer::probe(9, 1)), Some(9));
+        assert_eq!(run(&p, &[0x04, 0, 0]), None, "a runt: the kernel returns 0");
+        let empty = program(&[]);
+        assert_eq!(run(&empty, &bth(0x05_0011)), Some(u32::MAX));
+        assert_eq!(run(&empty, &tsteer::probe(3, 1)), Some(3));
+        let full: Vec<(u8, u8)> = (0..registry::MAX_MEMBERS).map(|s| (s, 63 - s)).collect();
+        let p = program(&full);
+        for s in 0..registry::MAX_MEMBERS {
+            assert_eq!(run(&p, &bth(u32::from(s) << 16 | 0x20)), Some(u32::from(63 - s)));
+        }
+        assert_eq!(run(&p, &tsteer::probe(200, 1)), Some(200));
+    }
+
+    /// Three sockets in one group on a loopback address of their own; the
+    /// kernel runs our program: each QPN's datagrams reach its slot's
+    /// socket, before and after the middle socket closes.
+    #[test]
+    fn the_kernel_steers_by_the_program() {
+        let addr: SocketAddr = "127.0.70.1:4791".parse().unwrap();
+        let bind = || {
+            let mut c = roce_transport::UdpConfig::new(addr);
+            c.reuseport = true;
+            roce_transport::UdpTransport::bind(c).unwrap().try_clone_socket().unwrap()
+        };
+        let socks: Vec<UdpSocket> = (0..3).map(|_| bind()).collect();
+        // index i holds slot 10 + i
+        attach(&socks[0], &program(&[(10, 0), (11, 1), (12, 2)])).unwrap();
+        let tx = UdpSocket::bind("127.0.70.2:0").unwrap();
+        for s in &socks {
+            s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        }
+        let mut buf = [0u8; 64];
+        for round in 0..5u32 {
+            for slot in [10u32, 11, 12] {
+                tx.send_to(&bth(slot << 16 | round), addr).unwrap();
+                let (n, _) = socks[(slot - 10) as usize].recv_from(&mut buf).unwrap();
+                assert_eq!(buf[..n], bth(slot << 16 | round)[..], "slot {slot}");
+            }
+        }
+        // a probe for index 2 reaches socket 2
+        tx.send_to(&tsteer::probe(2, 7), addr).unwrap();
+        let (n, _) = socks[2].recv_from(&mut buf).unwrap();
+        assert_eq!(n, tsteer::PROBE_LEN);
+        // socket 1 closes: socket 2 takes index 1
+        let mut socks = socks;
+        let last = socks.pop().unwrap();
+        socks.pop();
+        attach(&socks[0], &program(&[(10, 0), (12, 1)])).unwrap();
+        tx.send_to(&bth(12 << 16 | 99), addr).unwrap();
+        let (n, _) = last.recv_from(&mut buf).unwrap();
+        assert_eq!(buf[..n], bth(12 << 16 | 99)[..]);
+    }
+}

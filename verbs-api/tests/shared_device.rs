@@ -1,0 +1,149 @@
+//! One device, several members: the device 127.0.71.1:4791 opened three
+//! times in one process is three members of one `SO_REUSEPORT` group, as
+//! three processes would be (slots are file locks, one per open file).
+//! The kernel steers each datagram to the member whose slot its QPN
+//! carries; members talk to each other over the one address.
+
+mod common;
+use common::{connect, node, one_wc, Node};
+use roce_verbs_api::udp::DeviceConfig;
+use roce_verbs_api::{RecvWr, SendWr, WcOpcode, WcStatus, WrOpcode};
+use std::net::IpAddr;
+use std::time::Duration;
+
+const WALL: Duration = Duration::from_secs(10);
+
+fn open(addr: IpAddr, name: &str) -> roce_verbs_api::Context {
+    let mut c = DeviceConfig::udp(name, addr);
+    c.port = 4791;
+    let opts = roce_verbs_api::udp::GroupOptions {
+        engine: c.engine_config(),
+        share: true,
+        ..Default::default()
+    };
+    let mut v = DeviceConfig::open_group(std::slice::from_ref(&c), opts).expect("join");
+    v.pop().unwrap().open()
+}
+
+fn slot(n: &Node) -> u32 {
+    n.qp.qpn().value() >> 16
+}
+
+/// SEND `len` patterned bytes from `a` to `b`, then WRITE them back from
+/// `b` to `a` at offset 32 KiB: every byte and status checked.
+fn exchange(a: &Node, b: &Node, len: usize, seed: u8) {
+    let data: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();
+    a.mr.write(0, &data).unwrap();
+    b.qp.post_recv(RecvWr::new(7, b.mr.addr(), len as u32, b.mr.lkey())).unwrap();
+    a.qp.post_send(SendWr::new(8, WrOpcode::Send).sge(a.mr.addr(), len as u32, a.mr.lkey()))
+        .unwrap();
+    let wb = one_wc(&b.cq, WALL);
+    assert_eq!(
+        (wb.wr_id, wb.status, wb.opcode, wb.byte_len),
+        (7, WcStatus::Success, WcOpcode::Recv, len as u32)
+    );
+    let wa = one_wc(&a.cq, WALL);
+    assert_eq!((wa.wr_id, wa.status), (8, WcStatus::Success));
+    let mut got = vec![0u8; len];
+    b.mr.read(0, &mut got).unwrap();
+    assert_eq!(got, data, "SEND bytes");
+    let wr = SendWr::new(9, WrOpcode::RdmaWrite)
+        .sge(b.mr.addr(), len as u32, b.mr.lkey())
+        .remote(a.mr.remote_addr(32 << 10), a.mr.rkey());
+    b.qp.post_send(wr).unwrap();
+    let w = one_wc(&b.cq, WALL);
+    assert_eq!((w.wr_id, w.status), (9, WcStatus::Success));
+    a.mr.read(32 << 10, &mut got).unwrap();
+    assert_eq!(got, data, "WRITE bytes");
+}
+
+fn foreign(ctx: &roce_verbs_api::Context) -> u64 {
+    ctx.transport_counters().expect("UDP").snapshot().steer_foreign
+}
+
+#[test]
+fn members_of_one_device_talk_through_kernel_steering() {
+    let addr: IpAddr = "127.0.71.1".parse().unwrap();
+    let m0 = node(open(addr, "s0"));
+    let m1 = node(open(addr, "s1"));
+    let m2 = node(open(addr, "s2"));
+    let mut slots = vec![slot(&m0), slot(&m1), slot(&m2)];
+    slots.sort();
+    slots.dedup();
+    assert_eq!(slots.len(), 3, "three members, three slots: {slots:?}");
+    for n in [&m0, &m1, &m2] {
+        assert_eq!(n.ctx.query_gid(1).unwrap().to_string(), "::ffff:127.0.71.1", "one GID");
+    }
+    connect(&m1, &m2);
+    exchange(&m1, &m2, 5000, 1);
+    exchange(&m2, &m1, 64, 2);
+    let m1a = node(m1.ctx.clone());
+    connect(&m0, &m1a);
+    exchange(&m0, &m1a, 3000, 3);
+    // the program was right for every datagram
+    for n in [&m0, &m1, &m2] {
+        assert_eq!(foreign(&n.ctx), 0);
+    }
+    let probes: u64 = [&m0, &m1, &m2]
+        .iter()
+        .map(|n| n.ctx.transport_counters().unwrap().snapshot().steer_probes)
+        .sum();
+    assert!(probes >= 3, "each join probes every member: {probes}");
+
+    // The first member leaves: the last socket takes its index, and the
+    // leaver steered for that before closing: no datagram goes astray.
+    let gone = slot(&m0);
+    drop(m0);
+    exchange(&m1, &m2, 4096, 4);
+    exchange(&m2, &m1, 1, 5);
+    assert_eq!(foreign(&m1.ctx) + foreign(&m2.ctx), 0);
+
+    // A new member takes the free slot and talks to both.
+    let m3 = node(open(addr, "s3"));
+    assert_eq!(slot(&m3), gone, "the freed slot is taken again");
+    let m1b = node(m1.ctx.clone());
+    connect(&m3, &m1b);
+    exchange(&m3, &m1b, 2000, 6);
+    exchange(&m1, &m2, 100, 7);
+    assert_eq!(foreign(&m1.ctx) + foreign(&m2.ctx) + foreign(&m3.ctx), 0);
+}
+
+/// A datagram for a live member that reaches another (as after a member
+/// crashed and the kernel renumbered the group) is dropped and counted,
+/// and makes the receiver re-map the group; traffic then flows again.
+#[test]
+fn misdelivered_datagrams_are_dropped_and_repair_the_map() {
+    let addr: IpAddr = "127.0.71.2".parse().unwrap();
+    let dev = std::net::SocketAddr::new(addr, 4791);
+    let a = node(open(addr, "ma"));
+    let b = node(open(addr, "mb"));
+    connect(&a, &b);
+    exchange(&a, &b, 100, 1);
+    let (sa, sb) = (slot(&a) as u8, slot(&b) as u8);
+    let map = roce_host::registry::SteerMap::read(&roce_host::registry::device_dir(dev));
+    let ia = map.entries.iter().find(|e| e.0 == sa).expect("a is mapped").1;
+    // A stale program: b's slot steered to a's socket. Any socket of the
+    // group may attach one: a bare socket joins to do it.
+    let mut cfg = roce_transport::UdpConfig::new(dev);
+    cfg.reuseport = true;
+    let bare = roce_transport::UdpTransport::bind(cfg).unwrap().try_clone_socket().unwrap();
+    roce_host::steer::attach(&bare, &roce_host::steer::program(&[(sa, ia), (sb, ia)])).unwrap();
+    let before = foreign(&a.ctx);
+    let mut bth = [0u8; 28];
+    bth[0] = 0x04; // RC SEND ONLY
+    bth[5..8].copy_from_slice(&b.qp.qpn().value().to_be_bytes()[1..]);
+    let tx = std::net::UdpSocket::bind("127.0.71.9:0").unwrap();
+    tx.send_to(&bth, dev).unwrap();
+    let t0 = std::time::Instant::now();
+    while foreign(&a.ctx) == before && t0.elapsed() < WALL {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(foreign(&a.ctx), before + 1, "dropped and counted by a");
+    // a's steward re-maps (the bare socket does not answer its probe and
+    // is left out); b's traffic flows again, a and b both receive
+    exchange(&a, &b, 3000, 9);
+    exchange(&b, &a, 3000, 10);
+    let map2 = roce_host::registry::SteerMap::read(&roce_host::registry::device_dir(dev));
+    assert_eq!(map2.entries.len(), 2, "{map2:?}");
+    drop(bare);
+}
