@@ -1163,7 +1163,10 @@ impl Cm {
     /// A comm ID (or SIDR request ID) no live connection uses, never 0.
     fn new_comm_id(&mut self) -> u32 {
         loop {
-            let id = (self.next_random() >> 32) as u32;
+            let mut id = (self.next_random() >> 32) as u32;
+            if let Some(tag) = self.cfg.comm_id_tag {
+                id = (id & 0x00FF_FFFF) | u32::from(tag) << 24;
+            }
             if id != 0 && !self.by_comm_id.contains_key(&id) {
                 return id;
             }

@@ -105,6 +105,11 @@ pub struct CmConfig {
     pub max_queued_transmits: usize,
     /// Seed of the generator of comm IDs, TIDs and starting PSNs.
     pub seed: u64,
+    /// When set, the top byte of every local communication ID (and SIDR
+    /// request ID) this engine makes: on a device shared by several
+    /// processes, the member's slot, by which the kernel steers the
+    /// peer's later CM messages to this process.
+    pub comm_id_tag: Option<u8>,
 }
 
 impl CmConfig {
@@ -123,6 +128,7 @@ impl CmConfig {
             max_connections: 4096,
             max_queued_transmits: 4096,
             seed,
+            comm_id_tag: None,
         }
     }
 

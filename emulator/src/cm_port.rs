@@ -46,9 +46,10 @@ fn qp1_src_port() -> u16 {
 }
 
 impl CmPort {
-    pub(crate) fn new(addr: IpAddr, node_guid: u64, seed: u64) -> CmPort {
+    pub(crate) fn new(addr: IpAddr, node_guid: u64, seed: u64, tag: Option<u8>) -> CmPort {
         // a seed of its own: comm IDs and PSNs differ between devices
-        let cfg = CmConfig::new(gid_from_ip(addr), node_guid, seed ^ 0xC0FF_EE00_0000_0001);
+        let mut cfg = CmConfig::new(gid_from_ip(addr), node_guid, seed ^ 0xC0FF_EE00_0000_0001);
+        cfg.comm_id_tag = tag;
         CmPort { cm: Cm::new(cfg), psn: 0, last_now: Instant::ZERO }
     }
 }

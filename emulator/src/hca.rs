@@ -47,6 +47,9 @@ pub struct HcaConfig {
     /// The first QPN tried (default 17, as rxe); the next ones follow it,
     /// wrapping inside `qpns`.
     pub first_qpn: u32,
+    /// The top byte of the CM's local communication IDs
+    /// ([`roce_cm::CmConfig::comm_id_tag`]): a shared device's member slot.
+    pub comm_id_tag: Option<u8>,
 }
 
 impl HcaConfig {
@@ -60,6 +63,7 @@ impl HcaConfig {
             device_attr: DeviceAttr::default(),
             qpns: 2..1 << 24,
             first_qpn: 17,
+            comm_id_tag: None,
         }
     }
 }
@@ -110,7 +114,7 @@ impl Hca {
         let mut attr = cfg.device_attr.clone();
         // rxe's node GUID: the EUI-64 of the port's MAC
         attr.node_guid = u64::from_be_bytes(eui64(mac_of(cfg.addr)));
-        let cm = crate::cm_port::CmPort::new(cfg.addr, attr.node_guid, cfg.seed);
+        let cm = crate::cm_port::CmPort::new(cfg.addr, attr.node_guid, cfg.seed, cfg.comm_id_tag);
         let qpns = cfg.qpns.start.max(2)..cfg.qpns.end.min(1 << 24);
         let first_qpn = match qpns.contains(&cfg.first_qpn) {
             true => cfg.first_qpn,

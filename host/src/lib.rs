@@ -26,4 +26,4 @@ pub mod registry;
 pub mod steer;
 
 pub use registry::{JoinError, MAX_MEMBERS};
-pub use steer::{Joining, Steward};
+pub use steer::{Joining, ListenGuard, Steward};

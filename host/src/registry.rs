@@ -257,6 +257,70 @@ impl SteerMap {
     }
 }
 
+/// A CM listener's hold on a service ID device-wide: the file
+/// `listen-<service id>` locked by the listening member (its slot
+/// inside).
+pub struct ListenLock {
+    path: PathBuf,
+    _lock: Flock<File>,
+}
+
+impl ListenLock {
+    /// Stop listening: remove the file, then let the lock go (call with
+    /// the group lock held, as [`listen`]).
+    pub fn release(self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn listen_path(dir: &Path, service_id: u64) -> PathBuf {
+    dir.join(format!("listen-{service_id:016x}"))
+}
+
+/// Hold `service_id` for the member in `slot` (call with the group lock
+/// held): `Ok(None)` if another process of the device listens on it
+/// (EADDRINUSE, as the kernel's CM says for a port of one device).
+pub fn listen(dir: &Path, service_id: u64, slot: u8) -> Result<Option<ListenLock>, JoinError> {
+    let path = listen_path(dir, service_id);
+    let f = open_rw(&path)?;
+    let mut lock = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+        Ok(l) => l,
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => return Ok(None),
+        Err((_, e)) => return Err(JoinError::Io { path, source: e.into() }),
+    };
+    let line = format!("slot {slot} pid {}\n", std::process::id());
+    lock.set_len(0)
+        .and_then(|_| lock.rewind())
+        .and_then(|_| lock.write_all(line.as_bytes()))
+        .map_err(io_err(&path))?;
+    Ok(Some(ListenLock { path, _lock: lock }))
+}
+
+/// The live listeners of `dir`: `(service ID, slot)` of every held
+/// `listen-*` file (a crashed listener's file is left behind unlocked, and
+/// skipped).
+pub fn listeners(dir: &Path) -> Vec<(u64, u8)> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else { return out };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(hex) = name.to_str().and_then(|n| n.strip_prefix("listen-")) else { continue };
+        let Ok(sid) = u64::from_str_radix(hex, 16) else { continue };
+        let Ok(f) = OpenOptions::new().read(true).open(e.path()) else { continue };
+        if let Err((mut f, nix::errno::Errno::EWOULDBLOCK)) =
+            Flock::lock(f, FlockArg::LockSharedNonblock)
+        {
+            let mut text = String::new();
+            let _ = f.read_to_string(&mut text);
+            if let Some(slot) = parse_field(&text, "slot").and_then(|s| u8::try_from(s).ok()) {
+                out.push((sid, slot));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 /// The uid owning a UDP socket bound to `addr`, from `/proc/net/udp{,6}`
 /// (to name the holder when another user's processes hold the device).
 pub fn udp_owner(addr: SocketAddr) -> Option<u32> {
@@ -347,6 +411,16 @@ mod tests {
         assert!(e.to_string().contains("all 64 member slots of 127.0.0.1:4791 are in use"));
         drop(held);
         assert!(live_members(&dir).is_empty());
+        let g = GroupLock::take(&dir).unwrap();
+        let l = listen(&dir, 0x0106_0000_0000_4e20, 5).unwrap().expect("free");
+        assert!(listen(&dir, 0x0106_0000_0000_4e20, 6).unwrap().is_none(), "held: EADDRINUSE");
+        let l2 = listen(&dir, 0x0106_0000_0000_4e21, 6).unwrap().expect("free");
+        assert_eq!(listeners(&dir), vec![(0x0106_0000_0000_4e20, 5), (0x0106_0000_0000_4e21, 6)]);
+        l.release();
+        drop(l2); // (a crashed listener: its file stays, unlocked)
+        assert_eq!(listeners(&dir), vec![]);
+        assert!(listen(&dir, 0x0106_0000_0000_4e21, 7).unwrap().is_some(), "taken over");
+        drop(g);
         let m = SteerMap { entries: vec![(1, 0, 5), (0, 1, 6)] };
         m.write(&dir).unwrap();
         assert_eq!(SteerMap::read(&dir), m);

@@ -38,7 +38,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+const BPF_LD_H_ABS: u16 = 0x28; // BPF_LD | BPF_H | BPF_ABS
 const BPF_LD_B_ABS: u16 = 0x30; // BPF_LD | BPF_B | BPF_ABS
+const BPF_LD_IMM: u16 = 0x00; // BPF_LD | BPF_IMM
+const BPF_AND_K: u16 = 0x54; // BPF_ALU | BPF_AND | BPF_K
+const BPF_JA: u16 = 0x05; // BPF_JMP | BPF_JA
 const BPF_JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
 const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
 const BPF_RET_A: u16 = 0x16; // BPF_RET | BPF_A
@@ -47,37 +52,130 @@ fn ins(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
     libc::sock_filter { code, jt, jf, k }
 }
 
-/// The steering program for `map` (`(slot, index)` pairs).
-pub fn program(map: &[(u8, u8)]) -> Vec<libc::sock_filter> {
-    let mut p = vec![ins(BPF_LD_B_ABS, 0, 0, 0)];
-    // jt skips the data part: ldb [5], 2 per member, ret #-1
-    let skip = 1 + 2 * map.len() + 1;
-    // (at most 2 * 255 + 2 instructions: MAX_MEMBERS keeps it below 255)
-    p.push(ins(
-        BPF_JEQ_K,
-        u8::try_from(skip).unwrap_or(u8::MAX),
-        0,
-        u32::from(tsteer::PROBE_OPCODE),
-    ));
-    p.push(ins(BPF_LD_B_ABS, 0, 0, 5));
-    for &(slot, index) in map {
-        p.push(ins(BPF_JEQ_K, 0, 1, u32::from(slot)));
-        p.push(ins(BPF_RET_K, 0, 0, u32::from(index)));
+/// A tiny assembler: instructions, labels and jumps to labels.
+enum Item {
+    Ins(libc::sock_filter),
+    /// `ja label`
+    Ja(Label),
+    /// `jeq #k, label` (else fall through): `jeq #k, 0, 1; ja label`.
+    JeqTo(u32, Label),
+    Label(Label),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Label {
+    Probe,
+    Qp1,
+    Cm,
+    ServiceId,
+    SidrRep,
+    Chain,
+}
+
+fn assemble(items: &[Item]) -> Vec<libc::sock_filter> {
+    let len = |i: &Item| match i {
+        Item::Ins(_) | Item::Ja(_) => 1,
+        Item::JeqTo(..) => 2,
+        Item::Label(_) => 0,
+    };
+    let at = |l: Label| {
+        let mut pc = 0u32;
+        for i in items {
+            if matches!(i, Item::Label(x) if *x == l) {
+                return pc;
+            }
+            pc += len(i);
+        }
+        pc
+    };
+    let mut out = Vec::new();
+    for i in items {
+        let pc = out.len() as u32;
+        match i {
+            Item::Ins(x) => out.push(*x),
+            Item::Ja(l) => out.push(ins(BPF_JA, 0, 0, at(*l) - pc - 1)),
+            Item::JeqTo(k, l) => {
+                out.push(ins(BPF_JEQ_K, 0, 1, *k));
+                out.push(ins(BPF_JA, 0, 0, at(*l) - pc - 2));
+            }
+            Item::Label(_) => {}
+        }
     }
-    p.push(ins(BPF_RET_K, 0, 0, u32::MAX));
-    p.push(ins(BPF_LD_B_ABS, 0, 0, 1));
-    p.push(ins(BPF_RET_A, 0, 0, 0));
-    p
+    out
+}
+
+/// The steering program for `map` (`(slot, index)` pairs) and the CM
+/// listeners `listeners` (`(service ID, slot)`): a datagram goes to the
+/// index of the slot its destination QPN carries; one for QP1 carrying a
+/// CM REQ or SIDR_REQ to its service ID's listener, any other CM message
+/// to the slot in the top byte of the receiver's comm ID (see
+/// [`roce_transport::steer::cm_target_slot`]), another MAD to slot 0.
+pub fn program(map: &[(u8, u8)], listeners: &[(u64, u8)]) -> Vec<libc::sock_filter> {
+    use tsteer::{CM_ATTR_REQ, CM_ATTR_SIDR_REP, CM_ATTR_SIDR_REQ, CM_CLASS, CM_DATA_AT};
+    use Item::{Ins, Ja, JeqTo, Label as L};
+    let b = |off: usize| Ins(ins(BPF_LD_B_ABS, 0, 0, off as u32));
+    let mut p = vec![
+        b(0),
+        JeqTo(u32::from(tsteer::PROBE_OPCODE), Label::Probe),
+        Ins(ins(BPF_LD_W_ABS, 0, 0, 4)),
+        Ins(ins(BPF_AND_K, 0, 0, 0x00FF_FFFF)),
+        JeqTo(1, Label::Qp1),
+        b(5),
+        Ja(Label::Chain),
+        L(Label::Qp1),
+        b(tsteer::MAD_CLASS_AT),
+        JeqTo(u32::from(CM_CLASS), Label::Cm),
+        Ins(ins(BPF_LD_IMM, 0, 0, 0)),
+        Ja(Label::Chain),
+        L(Label::Cm),
+        Ins(ins(BPF_LD_H_ABS, 0, 0, tsteer::MAD_ATTR_AT as u32)),
+        JeqTo(u32::from(CM_ATTR_REQ), Label::ServiceId),
+        JeqTo(u32::from(CM_ATTR_SIDR_REQ), Label::ServiceId),
+        JeqTo(u32::from(CM_ATTR_SIDR_REP), Label::SidrRep),
+        b(CM_DATA_AT + 4),
+        Ja(Label::Chain),
+        L(Label::SidrRep),
+        b(CM_DATA_AT),
+        Ja(Label::Chain),
+        L(Label::ServiceId),
+    ];
+    let sid_at = tsteer::CM_SERVICE_ID_AT as u32;
+    for &(sid, slot) in listeners {
+        p.push(Ins(ins(BPF_LD_W_ABS, 0, 0, sid_at)));
+        p.push(Ins(ins(BPF_JEQ_K, 0, 4, (sid >> 32) as u32)));
+        p.push(Ins(ins(BPF_LD_W_ABS, 0, 0, sid_at + 4)));
+        p.push(Ins(ins(BPF_JEQ_K, 0, 2, sid as u32)));
+        p.push(Ins(ins(BPF_LD_IMM, 0, 0, u32::from(slot))));
+        p.push(Ja(Label::Chain));
+    }
+    // no listener: the kernel's hash picks a member, whose CM rejects
+    p.push(Ins(ins(BPF_RET_K, 0, 0, u32::MAX)));
+    p.push(L(Label::Chain));
+    for &(slot, index) in map {
+        p.push(Ins(ins(BPF_JEQ_K, 0, 1, u32::from(slot))));
+        p.push(Ins(ins(BPF_RET_K, 0, 0, u32::from(index))));
+    }
+    p.push(Ins(ins(BPF_RET_K, 0, 0, u32::MAX)));
+    p.push(L(Label::Probe));
+    p.push(b(1));
+    p.push(Ins(ins(BPF_RET_A, 0, 0, 0)));
+    assemble(&p)
 }
 
 /// Run `prog` on `payload` as the kernel would (for tests): the socket
 /// index, or `None` for a load past the end (the kernel then returns 0).
 pub fn run(prog: &[libc::sock_filter], payload: &[u8]) -> Option<u32> {
     let (mut a, mut pc) = (0u32, 0usize);
+    let at = |k: u32, n: usize| payload.get(k as usize..k as usize + n);
     for _ in 0..prog.len() {
         let i = prog.get(pc)?;
         match i.code {
-            BPF_LD_B_ABS => a = u32::from(*payload.get(i.k as usize)?),
+            BPF_LD_W_ABS => a = u32::from_be_bytes(at(i.k, 4)?.try_into().ok()?),
+            BPF_LD_H_ABS => a = u32::from(u16::from_be_bytes(at(i.k, 2)?.try_into().ok()?)),
+            BPF_LD_B_ABS => a = u32::from(at(i.k, 1)?[0]),
+            BPF_LD_IMM => a = i.k,
+            BPF_AND_K => a &= i.k,
+            BPF_JA => pc += i.k as usize,
             BPF_JEQ_K => {
                 pc += usize::from(if a == i.k { i.jt } else { i.jf });
             }
@@ -100,15 +198,33 @@ pub fn attach(sock: &UdpSocket, prog: &[libc::sock_filter]) -> io::Result<()> {
     Ok(())
 }
 
+/// How long a probe round waits: for every live member's answer, but
+/// for the others at most `grace` once `me` (the prober's own member,
+/// whose engine may be slow to start: under valgrind, on a loaded host)
+/// has answered, and never more than `cap`.
+#[derive(Clone, Copy, Debug)]
+pub struct ProbeWait {
+    /// The prober's own slot, if it is a member.
+    pub me: Option<u8>,
+    /// How long to wait for the other members.
+    pub grace: Duration,
+    /// How long to wait at most.
+    pub cap: Duration,
+}
+
 /// Learn which socket index of the group at `addr` holds which of the
-/// `live` members: probes from a socket of our own, answers for up to
-/// `timeout`. Returns `(slot, index, pid)` for every member that
-/// answered.
-pub fn probe_round(addr: SocketAddr, live: &[Member], timeout: Duration) -> io::Result<SteerMap> {
+/// `live` members: probes from a socket of our own (sent again every
+/// 40 ms), answers as long as `wait` says. Returns `(slot, index, pid)`
+/// for every member that answered.
+pub fn probe_round(addr: SocketAddr, live: &[Member], wait: ProbeWait) -> io::Result<SteerMap> {
     let prober = UdpSocket::bind(SocketAddr::new(addr.ip(), 0))?;
     let nonce: u64 = rand::random();
     let n = (live.len() + 4).min(255);
-    let deadline = Instant::now() + timeout;
+    let start = Instant::now();
+    let mut deadline = start + wait.cap;
+    if wait.me.is_none() {
+        deadline = start + wait.grace.min(wait.cap);
+    }
     // slot -> (smallest index answered, pid)
     let mut got: BTreeMap<u8, (u8, u32)> = BTreeMap::new();
     let mut buf = [0u8; 64];
@@ -135,6 +251,9 @@ pub fn probe_round(addr: SocketAddr, live: &[Member], timeout: Duration) -> io::
                         if k < e.0 {
                             *e = (k, pid);
                         }
+                        if Some(slot) == wait.me {
+                            deadline = deadline.min(Instant::now().max(start + wait.grace));
+                        }
                     }
                 }
             }
@@ -156,8 +275,11 @@ pub fn probe_round(addr: SocketAddr, live: &[Member], timeout: Duration) -> io::
     Ok(SteerMap { entries })
 }
 
-/// How long a probe round waits for members that do not answer.
-const PROBE_TIMEOUT: Duration = Duration::from_millis(300);
+/// How long a probe round waits for other members that do not answer
+/// (a stopped process holds its slot and answers nothing).
+const PROBE_GRACE: Duration = Duration::from_millis(300);
+/// How long a probe round waits for this member's own answer.
+const PROBE_CAP: Duration = Duration::from_secs(20);
 /// Re-mapping runs at most this often per member.
 const MIN_REMAP_GAP: Duration = Duration::from_millis(20);
 
@@ -175,10 +297,13 @@ impl Inner {
     /// Probe, attach, write the map (the group lock held by the caller).
     fn remap(&mut self) -> io::Result<SteerMap> {
         let live = registry::live_members(&self.dir);
-        let map = probe_round(self.addr, &live, PROBE_TIMEOUT)?;
+        let me = self.slot.as_ref().map(|s| s.slot);
+        let wait = ProbeWait { me, grace: PROBE_GRACE, cap: PROBE_CAP };
+        let map = probe_round(self.addr, &live, wait)?;
         let pairs: Vec<(u8, u8)> = map.entries.iter().map(|e| (e.0, e.1)).collect();
+        let listeners = registry::listeners(&self.dir);
         if let Some(s) = &self.sock {
-            attach(s, &program(&pairs))?;
+            attach(s, &program(&pairs, &listeners))?;
         }
         map.write(&self.dir)?;
         self.remaps += 1;
@@ -258,7 +383,12 @@ impl Joining {
         let map = inner.remap()?;
         let me = inner.slot.as_ref().map(|s| s.slot);
         if !map.entries.iter().any(|e| Some(e.0) == me) {
-            return Err(io::Error::other("this member did not answer its own probe"));
+            return Err(io::Error::other(format!(
+                "this member (slot {}) did not answer its own probe within {} s (map {:?})",
+                me.unwrap_or(0),
+                PROBE_CAP.as_secs(),
+                map.entries
+            )));
         }
         drop(self.group);
         let inner = Arc::new(Mutex::new(inner));
@@ -342,6 +472,54 @@ impl Steward {
     }
 }
 
+/// Listening on a service ID for the whole device, held by this member
+/// (see [`Steward::listen`]).
+pub struct ListenGuard {
+    inner: Arc<Mutex<Inner>>,
+    lock: Option<registry::ListenLock>,
+}
+
+impl std::fmt::Debug for ListenGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ListenGuard")
+    }
+}
+
+impl Drop for ListenGuard {
+    fn drop(&mut self) {
+        let dir = lock(&self.inner).dir.clone();
+        let Ok(_g) = GroupLock::take(&dir) else { return };
+        if let Some(l) = self.lock.take() {
+            l.release();
+        }
+        if let Err(e) = lock(&self.inner).remap() {
+            tracing::warn!(error = %e, "steering: re-map after unlisten failed");
+        }
+    }
+}
+
+impl Steward {
+    /// Listen on `service_id` for the whole device: connection requests
+    /// to it reach this member. `Err(AddrInUse)` if another process of
+    /// the device listens on it, as the kernel's CM answers for a port
+    /// of one device.
+    pub fn listen(&self, service_id: u64) -> io::Result<ListenGuard> {
+        let dir = lock(&self.inner).dir.clone();
+        let _g = GroupLock::take(&dir).map_err(io::Error::other)?;
+        let slot = lock(&self.inner)
+            .slot
+            .as_ref()
+            .map(|s| s.slot)
+            .ok_or_else(|| io::Error::other("member has left"))?;
+        let held = registry::listen(&dir, service_id, slot).map_err(io::Error::other)?;
+        let Some(l) = held else {
+            return Err(io::Error::from(io::ErrorKind::AddrInUse));
+        };
+        lock(&self.inner).remap()?;
+        Ok(ListenGuard { inner: self.inner.clone(), lock: Some(l) })
+    }
+}
+
 impl Drop for Steward {
     fn drop(&mut self) {
         self.shared.stop();
@@ -355,7 +533,9 @@ impl Drop for Steward {
         if let (Some(sock), Some(slot)) = (&g.sock, &g.slot) {
             let map = SteerMap::read(&g.dir).without(slot.slot);
             let pairs: Vec<(u8, u8)> = map.entries.iter().map(|e| (e.0, e.1)).collect();
-            if attach(sock, &program(&pairs)).is_ok() {
+            let mut listeners = registry::listeners(&g.dir);
+            listeners.retain(|l| l.1 != slot.slot);
+            if attach(sock, &program(&pairs, &listeners)).is_ok() {
                 let _ = map.write(&g.dir);
             }
         }
@@ -378,22 +558,61 @@ mod tests {
 
     #[test]
     fn program_steers_by_slot_and_answers_probes() {
-        let p = program(&[(0, 2), (5, 0), (63, 1)]);
+        let p = program(&[(0, 2), (5, 0), (63, 1)], &[]);
         assert_eq!(run(&p, &bth(0x05_0011)), Some(0));
-        assert_eq!(run(&p, &bth(0x00_0001)), Some(2), "QP1 is slot 0's");
+        assert_eq!(run(&p, &bth(0x00_0001)), Some(2), "QP1, not a MAD of the CM: slot 0's");
         assert_eq!(run(&p, &bth(0x3F_FFFF)), Some(1));
         assert_eq!(run(&p, &bth(0x07_0011)), Some(u32::MAX), "no member: the kernel's hash");
         assert_eq!(run(&p, &tsteer::probe(9, 1)), Some(9));
         assert_eq!(run(&p, &[0x04, 0, 0]), None, "a runt: the kernel returns 0");
-        let empty = program(&[]);
+        let empty = program(&[], &[]);
         assert_eq!(run(&empty, &bth(0x05_0011)), Some(u32::MAX));
         assert_eq!(run(&empty, &tsteer::probe(3, 1)), Some(3));
         let full: Vec<(u8, u8)> = (0..registry::MAX_MEMBERS).map(|s| (s, 63 - s)).collect();
-        let p = program(&full);
+        let p = program(&full, &[]);
         for s in 0..registry::MAX_MEMBERS {
             assert_eq!(run(&p, &bth(u32::from(s) << 16 | 0x20)), Some(u32::from(63 - s)));
         }
         assert_eq!(run(&p, &tsteer::probe(200, 1)), Some(200));
+    }
+
+    /// A CM MAD in a QP1 datagram: attribute `attr`, comm IDs, service ID.
+    fn cm(attr: u16, local: u32, remote: u32, sid: u64) -> Vec<u8> {
+        let mut b = bth(1);
+        b.resize(20 + 256, 0);
+        b[tsteer::MAD_CLASS_AT] = tsteer::CM_CLASS;
+        b[tsteer::MAD_ATTR_AT..][..2].copy_from_slice(&attr.to_be_bytes());
+        b[tsteer::CM_DATA_AT..][..4].copy_from_slice(&local.to_be_bytes());
+        b[tsteer::CM_DATA_AT + 4..][..4].copy_from_slice(&remote.to_be_bytes());
+        b[tsteer::CM_SERVICE_ID_AT..][..8].copy_from_slice(&sid.to_be_bytes());
+        b
+    }
+
+    #[test]
+    fn program_steers_cm_messages_by_service_id_and_comm_id() {
+        let map = [(0, 0), (1, 1), (2, 2), (3, 3)];
+        let sid = 0x0000_0000_0106_4e20u64;
+        let p = program(&map, &[(sid, 2), (sid + 1, 3)]);
+        assert_eq!(run(&p, &cm(0x0010, 0x0100_0001, 0, sid)), Some(2), "REQ to its listener");
+        assert_eq!(run(&p, &cm(0x0010, 0x0100_0001, 0, sid + 1)), Some(3));
+        assert_eq!(run(&p, &cm(0x0017, 0x0100_0001, 0, sid + 1)), Some(3), "SIDR_REQ");
+        assert_eq!(run(&p, &cm(0x0010, 0x0100_0001, 0, sid + 2)), Some(u32::MAX), "no listener");
+        assert_eq!(run(&p, &cm(0x0010, 0x0100_0001, 0, sid | 1 << 40)), Some(u32::MAX));
+        for attr in [0x0011, 0x0012, 0x0013, 0x0014, 0x0015, 0x0016, 0x0019, 0x001A] {
+            // the receiver's comm ID is the remote one, slot 1
+            assert_eq!(run(&p, &cm(attr, 0x0300_0005, 0x0100_0009, 0)), Some(1), "{attr:#x}");
+            let mut b = cm(attr, 0x0300_0005, 0x0100_0009, 0);
+            assert_eq!(tsteer::cm_target_slot(&b), Some(1), "the tap agrees: {attr:#x}");
+            b[tsteer::CM_DATA_AT + 4] = 3;
+            assert_eq!(run(&p, &b), Some(3));
+        }
+        assert_eq!(run(&p, &cm(0x0018, 0x0200_0005, 0x0100_0009, 0)), Some(2), "SIDR_REP");
+        let mut other = cm(0x0013, 0, 0x0300_0000, 0);
+        other[tsteer::MAD_CLASS_AT] = 0x04;
+        assert_eq!(run(&p, &other), Some(0), "another class: slot 0");
+        let mut not_qp1 = cm(0x0013, 0, 0x0300_0000, 0);
+        not_qp1[5..8].copy_from_slice(&[2, 0, 1]);
+        assert_eq!(run(&p, &not_qp1), Some(2), "QPN 0x020001 is not QP1");
     }
 
     /// Three sockets in one group on a loopback address of their own; the
@@ -409,7 +628,7 @@ mod tests {
         };
         let socks: Vec<UdpSocket> = (0..3).map(|_| bind()).collect();
         // index i holds slot 10 + i
-        attach(&socks[0], &program(&[(10, 0), (11, 1), (12, 2)])).unwrap();
+        attach(&socks[0], &program(&[(10, 0), (11, 1), (12, 2)], &[])).unwrap();
         let tx = UdpSocket::bind("127.0.70.2:0").unwrap();
         for s in &socks {
             s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
@@ -430,7 +649,7 @@ mod tests {
         let mut socks = socks;
         let last = socks.pop().unwrap();
         socks.pop();
-        attach(&socks[0], &program(&[(10, 0), (12, 1)])).unwrap();
+        attach(&socks[0], &program(&[(10, 0), (12, 1)], &[])).unwrap();
         tx.send_to(&bth(12 << 16 | 99), addr).unwrap();
         let (n, _) = last.recv_from(&mut buf).unwrap();
         assert_eq!(buf[..n], bth(12 << 16 | 99)[..]);

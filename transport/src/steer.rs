@@ -177,14 +177,57 @@ impl SteerTap {
             return Verdict::Mine;
         }
         let qpn = u32::from_be_bytes([0, payload[5], payload[6], payload[7]]);
-        let slot = payload[5];
-        if qpn == 1 || slot == self.slot {
+        let slot = match qpn {
+            1 => match cm_target_slot(payload) {
+                Some(s) => s,
+                None => return Verdict::Mine,
+            },
+            _ => payload[5],
+        };
+        if slot == self.slot {
             Verdict::Mine
         } else {
             Verdict::Foreign(slot)
         }
     }
 }
+
+/// Offset of the MAD's management class in a QP1 datagram (BTH 12 and
+/// DETH 8 bytes before the MAD).
+pub const MAD_CLASS_AT: usize = 21;
+/// Offset of the MAD's attribute ID (2 bytes).
+pub const MAD_ATTR_AT: usize = 36;
+/// Offset of the CM message (the MAD's data).
+pub const CM_DATA_AT: usize = 44;
+/// The CM's management class.
+pub const CM_CLASS: u8 = 0x07;
+/// CM attribute IDs that name a service ID (steered to its listener).
+pub const CM_ATTR_REQ: u16 = 0x0010;
+/// SIDR_REQ (steered by service ID too).
+pub const CM_ATTR_SIDR_REQ: u16 = 0x0017;
+/// SIDR_REP: steered by its request ID (the requester's).
+pub const CM_ATTR_SIDR_REP: u16 = 0x0018;
+
+/// The slot a CM message in a QP1 datagram belongs to: the top byte of
+/// the receiver's communication ID (the message's remote comm ID, bytes
+/// 4..8 of every CM message after the REQ; a SIDR_REP's request ID,
+/// bytes 0..4). `None` for a REQ or SIDR_REQ (steered by service ID to
+/// the listener), a MAD of another class and anything too short.
+pub fn cm_target_slot(payload: &[u8]) -> Option<u8> {
+    if *payload.get(MAD_CLASS_AT)? != CM_CLASS {
+        return None;
+    }
+    let attr = u16::from_be_bytes([*payload.get(MAD_ATTR_AT)?, *payload.get(MAD_ATTR_AT + 1)?]);
+    match attr {
+        CM_ATTR_REQ | CM_ATTR_SIDR_REQ => None,
+        CM_ATTR_SIDR_REP => payload.get(CM_DATA_AT).copied(),
+        0x0011..=0x0016 | 0x0019 | 0x001A => payload.get(CM_DATA_AT + 4).copied(),
+        _ => None,
+    }
+}
+
+/// Offset of the service ID of a REQ or SIDR_REQ (8 bytes).
+pub const CM_SERVICE_ID_AT: usize = CM_DATA_AT + 8;
 
 #[cfg(test)]
 mod tests {
@@ -205,7 +248,26 @@ mod tests {
         assert_eq!(t.classify(&bth(0x03_0011)), Verdict::Mine);
         assert_eq!(t.classify(&bth(0x04_0011)), Verdict::Foreign(4));
         assert_eq!(t.classify(&bth(0x00_0011)), Verdict::Foreign(0));
-        assert_eq!(t.classify(&bth(1)), Verdict::Mine, "QP1 goes to whoever the program picked");
+        assert_eq!(
+            t.classify(&bth(1)),
+            Verdict::Mine,
+            "QP1, not a CM MAD: whoever the program picked"
+        );
+        let mut rep = vec![0u8; 20 + 256];
+        rep[5..8].copy_from_slice(&[0, 0, 1]);
+        rep[MAD_CLASS_AT] = CM_CLASS;
+        rep[MAD_ATTR_AT..MAD_ATTR_AT + 2].copy_from_slice(&0x0013u16.to_be_bytes());
+        rep[CM_DATA_AT..CM_DATA_AT + 4].copy_from_slice(&0x0712_3456u32.to_be_bytes());
+        rep[CM_DATA_AT + 4..CM_DATA_AT + 8].copy_from_slice(&0x0398_7654u32.to_be_bytes());
+        assert_eq!(t.classify(&rep), Verdict::Mine, "a REP to our comm ID (slot 3)");
+        rep[CM_DATA_AT + 4] = 9;
+        assert_eq!(t.classify(&rep), Verdict::Foreign(9), "a REP to slot 9's comm ID");
+        rep[MAD_ATTR_AT + 1] = 0x10;
+        assert_eq!(t.classify(&rep), Verdict::Mine, "a REQ: steered by service ID");
+        rep[MAD_ATTR_AT + 1] = 0x18;
+        assert_eq!(t.classify(&rep), Verdict::Foreign(7), "a SIDR_REP: by its request ID");
+        rep[MAD_CLASS_AT] = 0x04;
+        assert_eq!(t.classify(&rep), Verdict::Mine, "not the CM's class");
         assert_eq!(t.classify(&[0u8; 5]), Verdict::Mine, "the core counts runts");
         let p = probe(9, 0x1122_3344_5566_7788);
         assert_eq!(t.classify(&p), Verdict::Probe(p));

@@ -99,4 +99,22 @@ pub trait Driver: Send + Sync + 'static {
     fn register_waker(&self, _waker: &std::task::Waker) -> bool {
         false
     }
+
+    /// `rdma_listen` on `service_id` for the whole host: on a device
+    /// shared with other processes, connection requests to it must reach
+    /// this process, and another process may not listen on it too.
+    /// `Ok(Some(hold))` listens until `hold` is dropped;
+    /// `Err(AddrInUse)` when another process of the device listens on it.
+    /// The default (a device of this process alone) holds nothing.
+    fn host_listen(
+        &self,
+        hca: &std::sync::Arc<std::sync::Mutex<roce_emulator::Hca>>,
+        service_id: u64,
+    ) -> std::io::Result<Option<HostHold>> {
+        let _ = (hca, service_id);
+        Ok(None)
+    }
 }
+
+/// Something held for the host while it lives (see [`Driver::host_listen`]).
+pub type HostHold = Box<dyn std::any::Any + Send + Sync>;

@@ -532,6 +532,9 @@ struct IdState {
     role: Role,
     conn: Option<ConnId>,
     listens: Vec<(Context, ListenId)>,
+    /// What the host holds for the listens of a shared device (dropped
+    /// with the identifier: the port is free for other processes again).
+    host_listens: Vec<crate::driver::HostHold>,
     qp: Option<CmQp>,
     /// The send PSN this side announced.
     psn: u32,
@@ -566,6 +569,7 @@ impl IdInner {
                 role: Role::Idle,
                 conn: None,
                 listens: Vec::new(),
+                host_listens: Vec::new(),
                 qp: None,
                 psn: 0,
                 psn_chosen: false,
@@ -953,11 +957,23 @@ impl CmId {
             }
         };
         let mut made = Vec::new();
+        let mut holds = Vec::new();
         for ctx in ctxs {
             let r = ctx.lock().cm().listen(sid);
-            match r {
-                Ok(l) => made.push((ctx, l)),
-                Err(_) => {
+            // a device shared with other processes: the port for the host
+            let host = match &r {
+                Ok(_) => ctx.driver().host_listen(&ctx.inner.hca, sid),
+                Err(_) => Ok(None),
+            };
+            match (r, host) {
+                (Ok(l), Ok(hold)) => {
+                    made.push((ctx, l));
+                    holds.extend(hold);
+                }
+                (r, _) => {
+                    if let Ok(l) = r {
+                        let _ = ctx.lock().cm().unlisten(l);
+                    }
                     for (c, l) in made {
                         let _ = c.lock().cm().unlisten(l);
                     }
@@ -965,6 +981,7 @@ impl CmId {
                 }
             }
         }
+        st.host_listens = holds;
         for (ctx, l) in &made {
             route_listen(ctx, *l, &self.inner);
         }

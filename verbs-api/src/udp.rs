@@ -468,10 +468,10 @@ impl DeviceConfig {
     pub fn open_group(cfgs: &[DeviceConfig], opts: GroupOptions) -> Result<Vec<Device>, OpenError> {
         let mut parts = Vec::with_capacity(cfgs.len());
         let mut joins = Vec::new();
-        for c in cfgs {
+        for (i, c) in cfgs.iter().enumerate() {
             let (core, t, join) = c.assemble(opts.share)?;
             if let Some(j) = join {
-                joins.push((c.name.clone(), j));
+                joins.push((i, c.name.clone(), j));
             }
             parts.push((core, t));
         }
@@ -496,9 +496,9 @@ impl DeviceConfig {
         // The engine runs and answers probes: map each shared device's
         // group with this member in it.
         let mut stewards = Vec::new();
-        for (name, (join, sock)) in joins {
+        for (i, name, (join, sock)) in joins {
             let st = join.finish(sock).map_err(|source| OpenError::Steer { name, source })?;
-            stewards.push(st);
+            stewards.push((cores[i].clone(), st));
         }
         let drv = Arc::new(drv.with_publishers(publishers).with_stewards(stewards));
         Ok(cores.into_iter().map(|h| Device::new(h, drv.clone())).collect())
@@ -515,6 +515,7 @@ impl DeviceConfig {
                     .map_err(|source| OpenError::Join { name: self.name.clone(), source })?;
                 hcfg.qpns = j.qpns();
                 hcfg.first_qpn = j.first_qpn();
+                hcfg.comm_id_tag = Some(j.slot());
                 Some(j)
             }
             false => None,
@@ -725,7 +726,7 @@ pub struct EngineDriver<T: Transport = UdpTransport> {
     publishers: Vec<crate::publish::Publisher>,
     // dropped after `e`: a member leaves its device's group once its
     // engine has stopped
-    stewards: Vec<roce_host::Steward>,
+    stewards: Vec<(Arc<Mutex<Hca>>, roce_host::Steward)>,
 }
 
 /// The driver of UDP devices.
@@ -783,14 +784,17 @@ impl<T: Transport> EngineDriver<T> {
 
     /// Keep the stewards of shared devices ([`roce_host::Steward`]) until
     /// the engine has stopped.
-    pub fn with_stewards(mut self, s: Vec<roce_host::Steward>) -> EngineDriver<T> {
+    pub fn with_stewards(
+        mut self,
+        s: Vec<(Arc<Mutex<Hca>>, roce_host::Steward)>,
+    ) -> EngineDriver<T> {
         self.stewards = s;
         self
     }
 
-    /// The stewards of this driver's shared devices.
-    pub fn stewards(&self) -> &[roce_host::Steward] {
-        &self.stewards
+    /// The steward of the shared device whose core is `hca`.
+    pub fn steward_of(&self, hca: &Arc<Mutex<Hca>>) -> Option<&roce_host::Steward> {
+        self.stewards.iter().find(|(h, _)| Arc::ptr_eq(h, hca)).map(|(_, s)| s)
     }
 
     /// Hold positive ACKs back (default: they leave with the round that
@@ -847,6 +851,17 @@ impl<T: Transport> Driver for EngineDriver<T> {
 
     fn progress(&self, cond: &mut dyn FnMut() -> bool, budget: Budget) -> bool {
         self.e.progress(cond, budget.wall)
+    }
+
+    fn host_listen(
+        &self,
+        hca: &Arc<Mutex<Hca>>,
+        service_id: u64,
+    ) -> std::io::Result<Option<crate::driver::HostHold>> {
+        match self.steward_of(hca) {
+            Some(st) => Ok(Some(Box::new(st.listen(service_id)?))),
+            None => Ok(None),
+        }
     }
 
     fn register_waker(&self, waker: &Waker) -> bool {

@@ -127,7 +127,8 @@ fn misdelivered_datagrams_are_dropped_and_repair_the_map() {
     let mut cfg = roce_transport::UdpConfig::new(dev);
     cfg.reuseport = true;
     let bare = roce_transport::UdpTransport::bind(cfg).unwrap().try_clone_socket().unwrap();
-    roce_host::steer::attach(&bare, &roce_host::steer::program(&[(sa, ia), (sb, ia)])).unwrap();
+    roce_host::steer::attach(&bare, &roce_host::steer::program(&[(sa, ia), (sb, ia)], &[]))
+        .unwrap();
     let before = foreign(&a.ctx);
     let mut bth = [0u8; 28];
     bth[0] = 0x04; // RC SEND ONLY
@@ -146,4 +147,85 @@ fn misdelivered_datagrams_are_dropped_and_repair_the_map() {
     let map2 = roce_host::registry::SteerMap::read(&roce_host::registry::device_dir(dev));
     assert_eq!(map2.entries.len(), 2, "{map2:?}");
     drop(bare);
+}
+
+fn member(addr: IpAddr, name: &str) -> roce_verbs_api::Device {
+    let c = DeviceConfig::udp(name, addr);
+    let opts = roce_verbs_api::udp::GroupOptions {
+        engine: c.engine_config(),
+        share: true,
+        ..Default::default()
+    };
+    DeviceConfig::open_group(std::slice::from_ref(&c), opts).expect("join").pop().unwrap()
+}
+
+/// The CM on one shared device: the listener and the connecting process
+/// are members of one device (one IP); the REQ reaches the listener's
+/// process by its service ID, the REP, RTU and DREQ reach their owners by
+/// the slot in their comm IDs. A second listener on the port in another
+/// member gets EADDRINUSE until the first one goes.
+#[test]
+fn rdma_cm_server_and_client_on_one_device() {
+    use roce_verbs_api::rdma_cm::{CmError, CmEventKind, ConnParam, EventChannel, PortSpace};
+    let addr: IpAddr = "127.0.71.3".parse().unwrap();
+    let at: std::net::SocketAddr = "127.0.71.3:7174".parse().unwrap();
+    let server = EventChannel::new(vec![member(addr, "cs")]);
+    let client = EventChannel::new(vec![member(addr, "cc")]);
+    let third = EventChannel::new(vec![member(addr, "ct")]);
+    let expect = |ch: &EventChannel, kind: CmEventKind| {
+        let e = ch.get_event(WALL).unwrap_or_else(|e| panic!("waiting for {kind}: {e}"));
+        assert_eq!(e.kind, kind, "status {}", e.status);
+        e
+    };
+    let listener = server.create_id(PortSpace::Tcp);
+    listener.bind_addr(at).unwrap();
+    listener.listen().unwrap();
+    let other = third.create_id(PortSpace::Tcp);
+    other.bind_addr(at).unwrap();
+    assert_eq!(other.listen(), Err(CmError::AddressInUse(7174)), "another process listens");
+
+    let id = client.create_id(PortSpace::Tcp);
+    id.resolve_addr(None, at).unwrap();
+    expect(&client, CmEventKind::AddrResolved);
+    id.resolve_route().unwrap();
+    expect(&client, CmEventKind::RouteResolved);
+    let with_qp = |id: &roce_verbs_api::rdma_cm::CmId| {
+        let ctx = id.context().expect("bound");
+        let (pd, cq) = (ctx.alloc_pd().unwrap(), ctx.create_cq(64).unwrap());
+        id.create_qp(pd.qp_builder(&cq, &cq)).unwrap();
+    };
+    with_qp(&id);
+    id.connect(&ConnParam { private_data: b"hello".to_vec(), ..ConnParam::default() }).unwrap();
+    let req = expect(&server, CmEventKind::ConnectRequest);
+    assert_eq!(&req.param.private_data[..5], b"hello");
+    let child = req.id.clone();
+    with_qp(&child);
+    child.accept(&ConnParam::default()).unwrap();
+    expect(&client, CmEventKind::Established);
+    expect(&server, CmEventKind::Established);
+    let (qa, qb) = (id.qp().unwrap(), child.qp().unwrap());
+    assert_ne!(qa.qpn().value() >> 16, qb.qpn().value() >> 16, "two members, two slots");
+    let (pa, pb) = (qa.pd().clone(), qb.pd().clone());
+    let src = pa.reg_mr(4096, roce_verbs_api::AccessFlags::LOCAL_WRITE).unwrap();
+    let dst = pb.reg_mr(4096, roce_verbs_api::AccessFlags::LOCAL_WRITE).unwrap();
+    let data: Vec<u8> = (0..3000u32).map(|i| (i * 13 + 1) as u8).collect();
+    src.write(0, &data).unwrap();
+    qb.post_recv(RecvWr::new(7, dst.addr(), 4096, dst.lkey())).unwrap();
+    qa.post_send(SendWr::new(8, WrOpcode::Send).sge(src.addr(), 3000, src.lkey())).unwrap();
+    let wc = qb.recv_cq().poll_blocking(1, roce_verbs_api::Budget::default()).unwrap();
+    assert_eq!((wc[0].wr_id, wc[0].status, wc[0].byte_len), (7, WcStatus::Success, 3000));
+    let mut got = vec![0u8; 3000];
+    dst.read(0, &mut got).unwrap();
+    assert_eq!(got, data);
+    id.disconnect().unwrap();
+    expect(&server, CmEventKind::Disconnected);
+    expect(&client, CmEventKind::Disconnected);
+
+    // the listener goes (with the event that named it): the port is free
+    // for the third member
+    drop(req);
+    drop(listener);
+    let other = third.create_id(PortSpace::Tcp);
+    other.bind_addr(at).unwrap();
+    other.listen().expect("the port is free again");
 }
