@@ -77,6 +77,13 @@ fn stats_reads_counters_published_by_a_udp_device() {
     }
     assert_eq!(value(&out, "rdma_sends"), Some(3));
     assert_eq!(value(&out, "link_downed"), Some(0), "zeros are printed");
+    // a shared device: the sum, then each member process
+    assert!(
+        out.contains("# the sum over 1 member process (and those that ended before):"),
+        "{out}"
+    );
+    let me = format!("#   pid {} (running): sent_pkts {}, ", std::process::id(), want_a.sent_pkts);
+    assert!(out.contains(&me), "{out}");
     assert!(!out.contains('\x1b'));
     // the sysfs-like files
     let hw = dir.join("st1").join("hw_counters");
@@ -97,6 +104,10 @@ fn stats_reads_counters_published_by_a_udp_device() {
     assert_eq!(lines[1]["state"], "running");
     assert_eq!(lines[1]["counters"]["rdma_recvs"], 3);
     assert_eq!(lines[1]["pid"], std::process::id());
+    let members = lines[1]["members"].as_array().expect("members");
+    assert_eq!(members.len(), 1);
+    assert_eq!(members[0]["pid"], std::process::id());
+    assert_eq!(members[0]["counters"]["rdma_recvs"], 3);
 
     // --watch is bounded by --count
     let o = roce(&dir, &["stats", "st1", "--watch", "0.05", "--count", "2"]);

@@ -20,6 +20,13 @@ macro_rules! counters {
             pub fn get(&self, name: &str) -> Option<u64> {
                 self.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
             }
+            /// A counter by its name, to change (adding up snapshots).
+            pub fn get_mut(&mut self, name: &str) -> Option<&mut u64> {
+                match name {
+                    $(stringify!($name) => Some(&mut self.$name),)*
+                    _ => None,
+                }
+            }
         }
     };
 }

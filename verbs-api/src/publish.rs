@@ -113,12 +113,16 @@ fn json_escape(s: &str) -> String {
 
 /// Render a snapshot as the `counters.json` text.
 pub fn to_json(name: &str, addr: &str, running: bool, c: &Counters) -> String {
+    to_json_pid(name, addr, running, c, std::process::id())
+}
+
+fn to_json_pid(name: &str, addr: &str, running: bool, c: &Counters, pid: u32) -> String {
     let body: Vec<String> = c.iter().map(|(n, v)| format!("\"{n}\":{v}")).collect();
     format!(
         "{{\"name\":\"{}\",\"addr\":\"{}\",\"pid\":{},\"updated_ms\":{},\"running\":{},\"counters\":{{{}}}}}\n",
         json_escape(name),
         json_escape(addr),
-        std::process::id(),
+        pid,
         now_ms(),
         running,
         body.join(",")
@@ -197,10 +201,93 @@ pub fn parse_json(text: &str) -> Result<Snapshot, String> {
     })
 }
 
-/// Read the snapshot of device `name` from [`device_dir`].
+/// Read the snapshot of device `name` from [`device_dir`] (for a device
+/// shared by several processes: the sum over its members).
 pub fn read(name: &str) -> std::io::Result<Snapshot> {
-    let path = device_dir(name).join("counters.json");
-    let text = std::fs::read_to_string(&path)?;
+    read_file(&device_dir(name).join("counters.json"))
+}
+
+/// The members of a shared device: [`device_dir`]`/members/<pid>/`, one
+/// snapshot per process that opened it since it was last unused, by pid.
+pub fn read_members(name: &str) -> Vec<Snapshot> {
+    read_members_in(&device_dir(name))
+}
+
+fn read_members_in(dir: &Path) -> Vec<Snapshot> {
+    let Ok(rd) = std::fs::read_dir(dir.join("members")) else { return Vec::new() };
+    let mut v: Vec<Snapshot> =
+        rd.flatten().filter_map(|e| read_file(&e.path().join("counters.json")).ok()).collect();
+    v.sort_by_key(|s| s.pid);
+    v
+}
+
+/// Fold the snapshots of members whose process is gone into
+/// `members/retired` (pid 0, closed), so the device's sum stays
+/// cumulative, as a device's counters are, while the member directories
+/// do not pile up. One process at a time (`members/.lock`).
+fn retire_dead_members(total_dir: &Path, name: &str, addr: &str) {
+    use nix::fcntl::{Flock, FlockArg};
+    let members = total_dir.join("members");
+    if std::fs::create_dir_all(&members).is_err() {
+        return;
+    }
+    let Ok(f) = std::fs::File::create(members.join(".lock")) else { return };
+    let Ok(_lock) = Flock::lock(f, FlockArg::LockExclusive) else { return };
+    let retired_dir = members.join("retired");
+    let mut retired = read_file(&retired_dir.join("counters.json"))
+        .map(|s| sum(std::slice::from_ref(&s)))
+        .unwrap_or_default();
+    let mut gone = Vec::new();
+    for m in read_members_in(total_dir) {
+        if m.pid != 0 && !alive(m.pid) {
+            retired = sum(&[snapshot_of(&retired), m.clone()]);
+            gone.push(m.pid);
+        }
+    }
+    if gone.is_empty() {
+        return;
+    }
+    let json = to_json_pid(name, addr, false, &retired, 0);
+    if std::fs::create_dir_all(&retired_dir).is_ok()
+        && write_atomic(&retired_dir.join("counters.json"), json.as_bytes()).is_ok()
+    {
+        for pid in gone {
+            let _ = std::fs::remove_dir_all(members.join(pid.to_string()));
+        }
+    }
+}
+
+fn snapshot_of(c: &Counters) -> Snapshot {
+    Snapshot {
+        name: String::new(),
+        addr: String::new(),
+        pid: 0,
+        updated_ms: 0,
+        running: false,
+        counters: c.iter().map(|(n, v)| (n.to_string(), v)).collect(),
+    }
+}
+
+/// Whether process `pid` exists.
+pub fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// The counters of `members` added up, by name.
+pub fn sum(members: &[Snapshot]) -> Counters {
+    let mut total = Counters::default();
+    for m in members {
+        for (n, v) in &m.counters {
+            if let Some(t) = total.get_mut(n) {
+                *t = t.saturating_add(*v);
+            }
+        }
+    }
+    total
+}
+
+fn read_file(path: &Path) -> std::io::Result<Snapshot> {
+    let text = std::fs::read_to_string(path)?;
     parse_json(&text).map_err(|e| {
         std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {e}", path.display()))
     })
@@ -222,7 +309,13 @@ impl std::fmt::Debug for Publisher {
 impl Publisher {
     /// Start publishing `hca`'s counters into [`device_dir`]`(name)` now and
     /// every [`interval`] (when they changed); `None` when publishing is off or the thread cannot start.
-    pub fn start(hca: Arc<Mutex<Hca>>) -> Option<Publisher> {
+    ///
+    /// A member of a shared device (`shared`) writes its own counters to
+    /// [`device_dir`]`(name)/members/<pid>/` and the sum over the members
+    /// (running ones and those that closed since the device was last
+    /// unused) to [`device_dir`]`(name)`; the first member of a device
+    /// nobody uses clears the old members' files.
+    pub fn start(hca: Arc<Mutex<Hca>>, shared: bool) -> Option<Publisher> {
         if !enabled() {
             return None;
         }
@@ -230,7 +323,15 @@ impl Publisher {
             let h = crate::device::lock(&hca);
             (h.name().to_string(), h.addr().to_string())
         };
-        let dir = device_dir(&name);
+        let total_dir = device_dir(&name);
+        let dir = match shared {
+            true => {
+                retire_dead_members(&total_dir, &name, &addr);
+                total_dir.join("members").join(std::process::id().to_string())
+            }
+            false => total_dir.clone(),
+        };
+        let mut prev_total: Option<Counters> = None;
         let period = interval();
         let (tx, rx) = mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
@@ -242,7 +343,22 @@ impl Publisher {
                 loop {
                     let c = crate::device::lock(&hca).counters();
                     if stop || prev != Some(c) {
-                        match write_snapshot(&dir, &name, &addr, !stop, &c, prev.as_ref()) {
+                        let mut r = write_snapshot(&dir, &name, &addr, !stop, &c, prev.as_ref());
+                        if shared && r.is_ok() {
+                            let members = read_members_in(&total_dir);
+                            let running = members.iter().any(|m| m.running && alive(m.pid));
+                            let t = sum(&members);
+                            r = write_snapshot(
+                                &total_dir,
+                                &name,
+                                &addr,
+                                running,
+                                &t,
+                                prev_total.as_ref(),
+                            );
+                            prev_total = Some(t);
+                        }
+                        match r {
                             Ok(()) => prev = Some(c),
                             Err(e) if !warned => {
                                 warned = true;
@@ -300,6 +416,17 @@ mod tests {
         assert!(!s.running);
         let _ = std::fs::remove_dir_all(&dir);
         assert!(parse_json("{}").is_err());
+        // a shared device: members' snapshots add up
+        let m = |pid: u32, sent: u64| Snapshot {
+            name: "r".into(),
+            addr: "a".into(),
+            pid,
+            updated_ms: 0,
+            running: true,
+            counters: vec![("sent_pkts".into(), sent), ("rcvd_pkts".into(), 1), ("nope".into(), 5)],
+        };
+        let t = sum(&[m(1, 10), m(2, 32)]);
+        assert_eq!((t.sent_pkts, t.rcvd_pkts, t.icrc_err), (42, 2, 0));
         assert!(parse_json("{\"counters\":{\"a\":x}}").is_err());
     }
 }

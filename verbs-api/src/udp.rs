@@ -489,7 +489,11 @@ impl DeviceConfig {
         };
         let publishers = match opts.publish {
             true => {
-                cores.iter().filter_map(|h| crate::publish::Publisher::start(h.clone())).collect()
+                let shared = !joins.is_empty();
+                cores
+                    .iter()
+                    .filter_map(|h| crate::publish::Publisher::start(h.clone(), shared))
+                    .collect()
             }
             false => Vec::new(),
         };

@@ -14,10 +14,13 @@ Print the counters of emulated devices with the Linux rxe driver's names, one `n
 line like `grep . /sys/class/infiniband/rxe0/ports/1/hw_counters/*`: rxe's 15 counters first, \
 then the emulator's own after a `# not in rxe` line.
 
-A device lives inside the process that opened it (an example, `roce perf`, your program). While \
-it is open, that process writes its counters every 200 ms (ROCE_EMU_STATS_INTERVAL_MS) to \
-$XDG_RUNTIME_DIR/roce-emu/NAME/ (ROCE_EMU_RUNTIME_DIR overrides the base): hw_counters/<counter>, \
-one file per counter as in sysfs, and counters.json; this command reads them. The last values \
+A device's HCA core lives inside each process that opened it (an example, `roce perf`, your \
+program); a device is shared by every process of the user that opens it. While it is open, each \
+process writes its counters every 200 ms (ROCE_EMU_STATS_INTERVAL_MS) to \
+$XDG_RUNTIME_DIR/roce-emu/NAME/members/PID/ and their sum to $XDG_RUNTIME_DIR/roce-emu/NAME/ \
+(ROCE_EMU_RUNTIME_DIR overrides the base): hw_counters/<counter>, one file per counter as in \
+sysfs, and counters.json; this command reads them and prints the sum, then one line per member \
+process with its non-zero counters. The last values \
 stay after the process ends (marked `closed`). ROCE_EMU_STATS=0 turns publishing off.
 
 Without DEVICE: every configured device (ROCE_EMU_DEVICES, devices.conf) and every device that \
@@ -41,7 +44,7 @@ pub struct StatsArgs {
     /// Devices to show (default: every configured or published device).
     pub devices: Vec<String>,
     /// One JSON object per device and round:
-    /// {"device","addr","pid","running","updated_ms","counters":{...}}.
+    /// {"device","addr","pid","running","updated_ms","counters":{...},"members":[...]}.
     #[arg(long)]
     pub json: bool,
     /// Print again every SECS seconds (until --count rounds or Ctrl-C).
@@ -78,8 +81,38 @@ fn device_names(args: &StatsArgs) -> Result<Vec<String>, String> {
     Ok(names)
 }
 
-fn alive(pid: u32) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
+use publish::alive;
+
+/// A device's state: from its members when several processes share it.
+fn device_state(s: &Snapshot, members: &[Snapshot]) -> &'static str {
+    if members.is_empty() {
+        return state(s);
+    }
+    match members.iter().filter(|m| m.pid != 0).map(state).find(|st| *st == "running") {
+        Some(r) => r,
+        None => "closed",
+    }
+}
+
+/// One line per member of a shared device: pid, state and its non-zero
+/// counters.
+fn member_lines(members: &[Snapshot], out: &mut impl Write) -> std::io::Result<()> {
+    if members.is_empty() {
+        return Ok(());
+    }
+    let n = members.iter().filter(|m| m.pid != 0).count();
+    let what = if n == 1 { "process" } else { "processes" };
+    writeln!(out, "# the sum over {n} member {what} (and those that ended before):")?;
+    for m in members {
+        if m.pid == 0 {
+            continue;
+        }
+        let nz: Vec<String> =
+            m.counters.iter().filter(|(_, v)| *v != 0).map(|(n, v)| format!("{n} {v}")).collect();
+        let nz = if nz.is_empty() { "all zero".to_string() } else { nz.join(", ") };
+        writeln!(out, "#   pid {} ({}): {nz}", m.pid, state(m))?;
+    }
+    Ok(())
 }
 
 fn state(s: &Snapshot) -> &'static str {
@@ -154,12 +187,19 @@ pub fn run(args: &StatsArgs) -> ExitCode {
                     continue;
                 }
             };
+            let members = publish::read_members(name);
             let res = if args.json {
-                writeln!(out, "{}", json_line(&snap))
+                let mut j = json_line(&snap);
+                j["state"] = device_state(&snap, &members).into();
+                j["running"] = (device_state(&snap, &members) == "running").into();
+                j["members"] = members.iter().map(json_line).collect();
+                writeln!(out, "{j}")
             } else {
-                let title = format!("{} ({}, {})", snap.name, snap.addr, state(&snap));
+                let st = device_state(&snap, &members);
+                let title = format!("{} ({}, {st})", snap.name, snap.addr);
                 let old = prev[i].as_ref().map(|p| p.counters.as_slice());
                 counters_fmt::print_pairs(&title, &snap.counters, old, &mut out)
+                    .and_then(|()| member_lines(&members, &mut out))
             };
             if let Err(e) = res.and_then(|()| out.flush()) {
                 if e.kind() == std::io::ErrorKind::BrokenPipe {
