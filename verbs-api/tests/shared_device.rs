@@ -229,3 +229,54 @@ fn rdma_cm_server_and_client_on_one_device() {
     other.bind_addr(at).unwrap();
     other.listen().expect("the port is free again");
 }
+
+/// A hostile member: a process of the same user crafting requests (valid
+/// ICRC, the right QPN and PSN) to another member's QP gets what a remote
+/// peer would: a WRITE with a wrong rkey is NAKed (to the QP's peer) and
+/// no byte moves. A request to a QPN of a slot nobody holds reaches no QP.
+#[test]
+fn a_hostile_member_gets_what_a_remote_peer_gets() {
+    use roce_emulator::sim::packet::{request, PacketBuilder};
+    use roce_packet::{Opcode, Qpn, RKey, RethRepr};
+    let addr: IpAddr = "127.0.71.4".parse().unwrap();
+    let dev = std::net::SocketAddr::new(addr, 4791);
+    let a = node(open(addr, "ha"));
+    let b = node(open(addr, "hb"));
+    connect(&a, &b);
+    exchange(&a, &b, 100, 1); // a sent PSN 0x100: b expects 0x101
+    let mut before = vec![0u8; 1 << 16];
+    b.mr.read(0, &mut before).unwrap();
+
+    let evil = std::net::UdpSocket::bind(std::net::SocketAddr::new(addr, 0)).unwrap();
+    evil.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let port = evil.local_addr().unwrap().port();
+    let pb = PacketBuilder::new(addr, addr).src_port(port);
+    let mut r = request(Opcode::RC_RDMA_WRITE_ONLY, Qpn::new(b.qp.qpn().value()), 0x101);
+    let bad = RKey::new(b.mr.rkey().value() ^ 0x5a5a_0000);
+    r.reth = Some(RethRepr { va: b.mr.addr(), rkey: bad, dma_len: 64 });
+    let naks = b.ctx.counters().naks_sent;
+    evil.send_to(&pb.sized_bytes(&r, &[0xEE; 64]), dev).unwrap();
+    // b's responder NAKs it (to its connected peer, a, as any RC responder)
+    let t0 = std::time::Instant::now();
+    while b.ctx.counters().naks_sent == naks && t0.elapsed() < WALL {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(b.ctx.counters().naks_sent, naks + 1, "b NAKed the crafted WRITE");
+    let mut buf = [0u8; 2048];
+    let mut after = vec![0u8; 1 << 16];
+    b.mr.read(0, &mut after).unwrap();
+    assert!(after == before, "no byte of b's region moved");
+
+    // a QPN of a slot nobody holds: no QP gets it, nothing answers
+    let (sa, sb) = (slot(&a), slot(&b));
+    let free = (0..64u32).find(|s| *s != sa && *s != sb).unwrap();
+    let mut r = request(Opcode::RC_RDMA_WRITE_ONLY, Qpn::new(free << 16 | 0x11), 0);
+    r.reth = Some(RethRepr { va: b.mr.addr(), rkey: b.mr.rkey(), dma_len: 64 });
+    let seen = foreign(&a.ctx) + foreign(&b.ctx);
+    evil.send_to(&pb.sized_bytes(&r, &[0xEE; 64]), dev).unwrap();
+    evil.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    assert!(evil.recv_from(&mut buf).is_err(), "no answer for a QPN nobody owns");
+    assert_eq!(foreign(&a.ctx) + foreign(&b.ctx), seen + 1, "dropped and counted");
+    b.mr.read(0, &mut after).unwrap();
+    assert!(after == before, "no byte of b's region moved");
+}
