@@ -21,6 +21,9 @@ use std::net::SocketAddr;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+/// How long a process waits for another to finish changing the group.
+pub const GROUP_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// How many processes can share one device (slots `0..MAX_MEMBERS`; a
 /// slot is the top byte of its member's QPNs).
 pub const MAX_MEMBERS: u8 = 64;
@@ -47,6 +50,14 @@ pub enum JoinError {
         path: PathBuf,
         /// The OS error.
         source: io::Error,
+    },
+    /// Another process has been changing the group for too long.
+    #[error("{path} stayed locked for {waited:?}: another process of this device is stuck while joining or leaving (stopped in a debugger?)")]
+    Busy {
+        /// The group lock file.
+        path: PathBuf,
+        /// How long we waited.
+        waited: std::time::Duration,
     },
     /// The registry directory belongs to another user.
     #[error("registry {path} belongs to uid {owner}, not to this user: set ROCE_EMU_RUN_DIR to a directory of your own")]
@@ -115,14 +126,30 @@ pub struct GroupLock {
 }
 
 impl GroupLock {
-    /// Wait for the group lock of `dir`.
+    /// Wait for the group lock of `dir`, at most [`GROUP_LOCK_WAIT`] (a
+    /// change of the group takes milliseconds; a holder stopped in the
+    /// middle of one, e.g. in a debugger, must not hang every other
+    /// process for ever).
     pub fn take(dir: &Path) -> Result<GroupLock, JoinError> {
         make_private_dir(dir)?;
         let path = dir.join("group");
-        let f = open_rw(&path)?;
-        let lock = Flock::lock(f, FlockArg::LockExclusive)
-            .map_err(|(_, e)| JoinError::Io { path, source: e.into() })?;
-        Ok(GroupLock { _lock: lock })
+        let mut f = open_rw(&path)?;
+        let end = std::time::Instant::now() + GROUP_LOCK_WAIT;
+        let mut nap = std::time::Duration::from_micros(200);
+        loop {
+            match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+                Ok(lock) => return Ok(GroupLock { _lock: lock }),
+                Err((back, nix::errno::Errno::EWOULDBLOCK)) if std::time::Instant::now() < end => {
+                    f = back;
+                    std::thread::sleep(nap);
+                    nap = (nap * 2).min(std::time::Duration::from_millis(10));
+                }
+                Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                    return Err(JoinError::Busy { path, waited: GROUP_LOCK_WAIT })
+                }
+                Err((_, e)) => return Err(JoinError::Io { path, source: e.into() }),
+            }
+        }
     }
 }
 

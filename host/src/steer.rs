@@ -531,8 +531,15 @@ impl Drop for Steward {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        // (the group lock first, then the state: the order of every path)
+        let dir = lock(&self.inner).dir.clone();
+        let group = GroupLock::take(&dir);
         let mut g = lock(&self.inner);
-        let Ok(group) = GroupLock::take(&g.dir) else { return };
+        let Ok(group) = group else {
+            g.sock = None;
+            g.slot = None;
+            return;
+        };
         // Leave: steer as the group will be once our socket is gone (the
         // last socket takes our index), then close it and free the slot.
         if let (Some(sock), Some(slot)) = (&g.sock, &g.slot) {
