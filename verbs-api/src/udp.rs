@@ -161,6 +161,17 @@ pub enum OpenError {
         /// The uid of the holder.
         uid: u32,
     },
+    /// The device's address is bound by a process of this user that does
+    /// not share it (`ROCE_EMU_SHARED=0`, an older roce-emu, another
+    /// program on port 4791), or this process does not share and a group
+    /// holds it.
+    #[error("device {name}: {addr} is in use by a process that does not share it, or this one does not (ROCE_EMU_SHARED=0, an older roce-emu, another program on that port): every process that opens the device must share it")]
+    HeldAlone {
+        /// The device.
+        name: String,
+        /// Its address.
+        addr: SocketAddr,
+    },
     /// The device could not be joined (all slots in use, registry
     /// unusable).
     #[error("device {name}: {source}")]
@@ -604,6 +615,7 @@ impl DeviceConfig {
             Some(uid) if in_use && uid != me => {
                 OpenError::HeldByOtherUser { name: self.name.clone(), addr: local, uid }
             }
+            Some(_) if in_use => OpenError::HeldAlone { name: self.name.clone(), addr: local },
             _ => OpenError::Transport { name: self.name.clone(), source },
         }
     }

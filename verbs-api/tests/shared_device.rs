@@ -280,3 +280,31 @@ fn a_hostile_member_gets_what_a_remote_peer_gets() {
     b.mr.read(0, &mut after).unwrap();
     assert!(after == before, "no byte of b's region moved");
 }
+
+/// A process that binds a device alone (ROCE_EMU_SHARED=0) and one that
+/// shares it cannot both have it; the error says why, both ways.
+#[test]
+fn sharing_and_binding_alone_exclude_each_other_with_a_clear_error() {
+    let addr: IpAddr = "127.0.71.5".parse().unwrap();
+    let c = DeviceConfig::udp("alone", addr);
+    let alone = |share: bool| {
+        let opts = roce_verbs_api::udp::GroupOptions {
+            engine: c.engine_config(),
+            share,
+            ..Default::default()
+        };
+        DeviceConfig::open_group(std::slice::from_ref(&c), opts).map(|mut v| v.pop().unwrap())
+    };
+    let a = alone(false).expect("bound alone");
+    let e = alone(true).expect_err("cannot join a device bound alone");
+    assert!(matches!(e, roce_verbs_api::udp::OpenError::HeldAlone { .. }), "{e}");
+    assert!(
+        e.to_string().contains("127.0.71.5:4791 is in use by a process that does not share it"),
+        "{e}"
+    );
+    drop(a);
+    let shared = alone(true).expect("joined");
+    let e = alone(false).expect_err("cannot bind alone a shared device");
+    assert!(matches!(e, roce_verbs_api::udp::OpenError::HeldAlone { .. }), "{e}");
+    drop(shared);
+}
