@@ -415,7 +415,9 @@ impl DeviceConfig {
     }
 
     /// The pcap file this device records to: its own `pcap`, else
-    /// `$ROCE_EMU_PCAP/<name>-<addr>.pcap`, else none.
+    /// `$ROCE_EMU_PCAP/<name>-<addr>.pcap`, else none. (A process in slot
+    /// `s > 0` of a shared device records to that name with `.s<s>.pcap`
+    /// for its extension: `roce0-127.0.0.2.s1.pcap`.)
     pub fn effective_pcap(&self) -> Option<PathBuf> {
         if let Some(p) = &self.pcap {
             return Some(p.clone());
@@ -547,6 +549,13 @@ impl DeviceConfig {
                 let mut uc = UdpConfig::new(local);
                 uc.pcap = self.effective_pcap();
                 uc.reuseport = join.is_some();
+                // the members of a shared device record to files of their own
+                // (slot 0 keeps the unshared name)
+                if let (Some(j), Some(p)) = (&join, &uc.pcap) {
+                    if j.slot() > 0 {
+                        uc.pcap = Some(p.with_extension(format!("s{}.pcap", j.slot())));
+                    }
+                }
                 let mut t =
                     UdpTransport::bind(uc).map_err(|source| self.bind_error(local, source))?;
                 if let Some(j) = join {
