@@ -959,21 +959,21 @@ impl CmId {
         let mut made = Vec::new();
         let mut holds = Vec::new();
         for ctx in ctxs {
-            let r = ctx.lock().cm().listen(sid);
-            // a device shared with other processes: the port for the host
-            let host = match &r {
-                Ok(_) => ctx.driver().host_listen(&ctx.inner.hca, sid),
-                Err(_) => Ok(None),
+            // A device shared with other processes: hold the port for the
+            // host first (the kernel then steers requests for it here), and
+            // only then listen, so that no request finds a listener this
+            // identifier does not route yet.
+            let host = ctx.driver().host_listen(&ctx.inner.hca, sid);
+            let r = match &host {
+                Ok(_) => ctx.lock().cm().listen(sid).map_err(|_| ()),
+                Err(_) => Err(()),
             };
             match (r, host) {
                 (Ok(l), Ok(hold)) => {
                     made.push((ctx, l));
                     holds.extend(hold);
                 }
-                (r, _) => {
-                    if let Ok(l) = r {
-                        let _ = ctx.lock().cm().unlisten(l);
-                    }
+                _ => {
                     for (c, l) in made {
                         let _ = c.lock().cm().unlisten(l);
                     }
