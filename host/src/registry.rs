@@ -163,6 +163,21 @@ pub struct Slot {
     _lock: Flock<File>,
 }
 
+impl Slot {
+    /// Say in the slot's file that its member is leaving: its engine is
+    /// about to stop and it answers no more probes, so probe rounds do not
+    /// wait for it (the slot stays held until the member's socket is
+    /// closed).
+    pub fn mark_leaving(&mut self) {
+        let line = format!("pid {} gen {} leaving 1\n", std::process::id(), self.generation);
+        let _ = self
+            ._lock
+            .set_len(0)
+            .and_then(|_| self._lock.rewind())
+            .and_then(|_| self._lock.write_all(line.as_bytes()));
+    }
+}
+
 impl std::fmt::Debug for Slot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Slot").field("slot", &self.slot).field("gen", &self.generation).finish()
@@ -210,6 +225,8 @@ pub struct Member {
     pub slot: u8,
     /// Its process id (as it wrote it when it joined).
     pub pid: u32,
+    /// It is leaving ([`Slot::mark_leaving`]): it answers no probe.
+    pub leaving: bool,
 }
 
 /// The live members of `dir`: the slots whose lock is held (by any
@@ -225,7 +242,11 @@ pub fn live_members(dir: &Path) -> Vec<Member> {
             Err((mut f, nix::errno::Errno::EWOULDBLOCK)) => {
                 let mut text = String::new();
                 let _ = f.read_to_string(&mut text);
-                out.push(Member { slot: s, pid: parse_field(&text, "pid").unwrap_or(0) });
+                out.push(Member {
+                    slot: s,
+                    pid: parse_field(&text, "pid").unwrap_or(0),
+                    leaving: parse_field(&text, "leaving").is_some(),
+                });
             }
             Err(_) => {}
         }
@@ -265,6 +286,11 @@ impl SteerMap {
         let tmp = dir.join("map.tmp");
         std::fs::write(&tmp, text)?;
         std::fs::rename(tmp, dir.join("map"))
+    }
+
+    /// Whether `dir`'s map was written after `t`.
+    pub fn written_since(dir: &Path, t: std::time::SystemTime) -> bool {
+        std::fs::metadata(dir.join("map")).and_then(|m| m.modified()).is_ok_and(|m| m > t)
     }
 
     /// The map after the socket holding `slot` leaves the group: the
@@ -419,7 +445,12 @@ mod tests {
         assert_eq!(a.generation, 1);
         let live: Vec<u8> = live_members(&dir).iter().map(|m| m.slot).collect();
         assert_eq!(live, vec![0, 1, 2]);
-        assert!(live_members(&dir).iter().all(|m| m.pid == std::process::id()));
+        assert!(live_members(&dir).iter().all(|m| m.pid == std::process::id() && !m.leaving));
+        let mut b = b;
+        b.mark_leaving();
+        let leaving: Vec<u8> =
+            live_members(&dir).iter().filter(|m| m.leaving).map(|m| m.slot).collect();
+        assert_eq!(leaving, vec![1], "held, and marked leaving");
         drop(b);
         let live: Vec<u8> = live_members(&dir).iter().map(|m| m.slot).collect();
         assert_eq!(live, vec![0, 2]);

@@ -244,7 +244,8 @@ pub fn probe_round(addr: SocketAddr, live: &[Member], wait: ProbeWait) -> io::Re
             next_send = now + Duration::from_millis(40);
         }
         let left = deadline.saturating_duration_since(now);
-        if left.is_zero() || live.iter().all(|m| got.contains_key(&m.slot)) {
+        // (a member that is leaving answers nothing: not waited for)
+        if left.is_zero() || live.iter().all(|m| m.leaving || got.contains_key(&m.slot)) {
             break;
         }
         prober.set_read_timeout(Some(left.min(next_send - now).max(Duration::from_millis(1))))?;
@@ -304,7 +305,25 @@ impl Inner {
         let live = registry::live_members(&self.dir);
         let me = self.slot.as_ref().map(|s| s.slot);
         let wait = ProbeWait { me, grace: PROBE_GRACE, cap: PROBE_CAP };
-        let map = probe_round(self.addr, &live, wait)?;
+        let mut map = probe_round(self.addr, &live, wait)?;
+        // A live member too busy to answer in time (a loaded host) keeps
+        // the index the last map gave it, unless another member answered
+        // for that index: sockets move only when one closes, so it is most
+        // likely still right, and if not, its datagrams going astray start
+        // another re-map. (Dropping it would send all its traffic astray
+        // and make every member re-map in turn.)
+        let prev = SteerMap::read(&self.dir);
+        for m in live.iter().filter(|m| !m.leaving) {
+            if map.entries.iter().any(|e| e.0 == m.slot) {
+                continue;
+            }
+            if let Some(&(slot, index, pid)) = prev.entries.iter().find(|e| e.0 == m.slot) {
+                if !map.entries.iter().any(|e| e.1 == index) {
+                    map.entries.push((slot, index, pid));
+                }
+            }
+        }
+        map.entries.sort_by_key(|e| e.1);
         let pairs: Vec<(u8, u8)> = map.entries.iter().map(|e| (e.0, e.1)).collect();
         let listeners = registry::listeners(&self.dir);
         if let Some(s) = &self.sock {
@@ -417,6 +436,7 @@ fn steward_loop(inner: Arc<Mutex<Inner>>, shared: Arc<SteerShared>) {
             Wake::Idle => continue,
             Wake::Foreign(s) => s,
         };
+        let woke = std::time::SystemTime::now();
         let gap = last.elapsed();
         if gap < MIN_REMAP_GAP {
             std::thread::sleep(MIN_REMAP_GAP - gap);
@@ -429,6 +449,16 @@ fn steward_loop(inner: Arc<Mutex<Inner>>, shared: Arc<SteerShared>) {
                 continue;
             }
         };
+        if shared.stopping() {
+            return;
+        }
+        // Another member re-mapped since the stray datagram arrived: its
+        // map already took what we saw into account.
+        if SteerMap::written_since(&dir, woke) {
+            drop(group);
+            last = Instant::now();
+            continue;
+        }
         // A datagram for a live member reached us: the program is stale.
         // One for a slot nobody holds is a late packet for a member that
         // is gone: dropped (counted by the transport), nothing to re-map.
@@ -522,6 +552,23 @@ impl Steward {
         };
         lock(&self.inner).remap()?;
         Ok(ListenGuard { inner: self.inner.clone(), lock: Some(l) })
+    }
+}
+
+impl Steward {
+    /// The first half of leaving, to call while the member's engine still
+    /// runs: stop the steward thread (a re-map under way ends quickly: this
+    /// member's own engine still answers its probe) and mark the slot
+    /// leaving, so that nobody's probe round waits for a member whose engine
+    /// is about to stop. [`Drop`] does the rest once the engine is gone.
+    pub fn prepare_leave(&mut self) {
+        self.shared.stop();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Some(s) = lock(&self.inner).slot.as_mut() {
+            s.mark_leaving();
+        }
     }
 }
 

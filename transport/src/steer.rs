@@ -122,6 +122,11 @@ impl SteerShared {
         }
     }
 
+    /// Whether [`SteerShared::stop`] was called.
+    pub fn stopping(&self) -> bool {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).stop
+    }
+
     /// Ask the steward to end.
     pub fn stop(&self) {
         let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());

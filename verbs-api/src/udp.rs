@@ -757,6 +757,17 @@ pub struct EngineDriver<T: Transport = UdpTransport> {
 /// The driver of UDP devices.
 pub type UdpDriver = EngineDriver<UdpTransport>;
 
+impl<T: Transport> Drop for EngineDriver<T> {
+    /// A member of a shared device stops its steward and says it is leaving
+    /// while the engine still runs; the fields then drop in order: the
+    /// engine stops, the stewards leave their groups.
+    fn drop(&mut self) {
+        for (_, st) in &mut self.stewards {
+            st.prepare_leave();
+        }
+    }
+}
+
 impl<T: Transport> fmt::Debug for EngineDriver<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EngineDriver").field("local", &self.e.local_addrs()).finish()

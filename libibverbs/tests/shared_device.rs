@@ -1,0 +1,690 @@
+//! One UDP device shared by many processes, through the drop-in: Debian's
+//! rdma-core tools and perftest with BOTH ends on `roce0` (two members of
+//! one SO_REUSEPORT group, steered by the QPN's top byte, the member's
+//! slot), `ibv_devinfo` joining and leaving while traffic flows, 16 pairs
+//! (32 members) at once, and members killed with SIGKILL while the others
+//! keep going and new ones take the dead members' slots.
+//!
+//! Tests that need something not installed (ibverbs-utils, perftest)
+//! print `SKIPPED: ...` and return. Every process runs under a deadline
+//! and is killed by its PID after it (a process that missed its deadline
+//! is described in the failure: threads, group lock holder, stacks). The
+//! tests use their own loopback addresses (127.0.80.2 .. 127.0.88.2) and
+//! TCP ports 18680..18699 (the tests that use 18684..18699 take turns).
+//!
+//! `sixteen_short_pairs_end_together` guards against a hang found with
+//! these tests: a member that ended could hold the device's group lock for
+//! 20 s (its steward re-mapped after its engine had stopped and waited for
+//! its own probe answer), stalling members that joined or left meanwhile.
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::Ordering;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// target/<profile>, where the drop-in (`libibverbs.so.1`) is.
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf()
+}
+
+/// A directory holding `libibverbs.so.1`: the drop-in this `cargo test`
+/// built (target/<profile>/deps/libibverbs.so), linked under its soname in
+/// target/<profile>/shared-test-lib/ (not dropin.rs's directory: the two
+/// test executables may run at once).
+fn lib_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let t = target_dir();
+        let built = t.join("deps").join("libibverbs.so");
+        assert!(
+            built.exists(),
+            "{} missing: cargo builds the drop-in with the tests",
+            built.display()
+        );
+        let d = t.join("shared-test-lib");
+        std::fs::create_dir_all(&d).expect("create shared-test-lib");
+        let link = d.join("libibverbs.so.1");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&built, &link).expect("link libibverbs.so.1");
+        d
+    })
+    .clone()
+}
+
+/// Say that (part of) a test was skipped, past libtest's output capture.
+fn skipped(msg: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {msg}");
+}
+
+fn which(tool: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(tool))
+        .find(|p| p.is_file())
+}
+
+/// The tool's path, or print SKIPPED and return None.
+fn need(tool: &str, package: &str) -> Option<PathBuf> {
+    let p = which(tool);
+    if p.is_none() {
+        skipped(&format!("{tool} not installed (apt-get install {package})"));
+    }
+    p
+}
+
+/// A command on the drop-in with the test's own devices
+/// (roce0 = 127.0.`net`.2, roce1 = 127.0.`net`.3).
+fn cmd(prog: &Path, net: u8, args: &[&str]) -> Command {
+    let mut c = Command::new(prog);
+    c.args(args)
+        .env("LD_LIBRARY_PATH", lib_dir())
+        .env("ROCE_EMU_DEVICES", format!("roce0=udp:127.0.{net}.2,roce1=udp:127.0.{net}.3"))
+        .env("ROCE_EMU_STATS", "0")
+        .env_remove("ROCE_EMU_PCAP")
+        .env_remove("ROCE_EMU_SHARED")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // stdout line-buffered (coreutils' stdbuf, by hand): a tool killed
+    // after its deadline still shows what it printed before it hung
+    if Path::new(STDBUF).exists() {
+        c.env("LD_PRELOAD", STDBUF).env("_STDBUF_O", "L");
+    }
+    c
+}
+
+const STDBUF: &str = "/usr/libexec/coreutils/libstdbuf.so";
+
+/// What a process that missed its deadline is doing, for the failure
+/// message: its threads' states, which process holds the group lock of
+/// this test's devices (the device's membership is file locks), and, for
+/// the first few hung processes when gdb is installed, the stacks of the
+/// process and of the group lock's holder.
+fn hang_evidence(pid: u32) -> String {
+    let mut s = format!("\n[test] pid {pid} missed its deadline; its threads (state, wchan):\n");
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            let p = t.path();
+            let read = |f: &str| std::fs::read_to_string(p.join(f)).unwrap_or_default();
+            let stat = read("stat");
+            let state = stat.rsplit(')').next().and_then(|r| r.split_whitespace().next());
+            s += &format!(
+                "  {} {} {} {}\n",
+                t.file_name().to_string_lossy(),
+                read("comm").trim(),
+                state.unwrap_or("?"),
+                read("wchan")
+            );
+        }
+    }
+    let files = registry_files();
+    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    let mut holders = Vec::new();
+    for l in locks.lines() {
+        // "1: FLOCK  ADVISORY  WRITE 16152 fe:00:10011871 0 EOF"
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let inode = w.get(5).and_then(|d| d.rsplit(':').next()?.parse::<u64>().ok());
+        let Some(path) = inode.and_then(|i| files.iter().find(|f| f.0 == i)) else { continue };
+        if path.1.file_name().is_some_and(|n| n == "group") {
+            let holder: u32 = w[4].parse().unwrap_or(0);
+            let cmdline = std::fs::read(format!("/proc/{holder}/cmdline")).unwrap_or_default();
+            let cmdline = text(&cmdline).replace('\0', " ");
+            s += &format!("[test] {} held by pid {holder}: {cmdline}\n", path.1.display());
+            holders.push(holder);
+        }
+    }
+    for p in std::iter::once(pid).chain(holders.into_iter().filter(|h| *h != pid)) {
+        s += &stacks(p);
+    }
+    s
+}
+
+/// gdb's `thread apply all bt` of `pid`, for at most 4 processes per test
+/// run (each takes seconds).
+fn stacks(pid: u32) -> String {
+    static BUDGET: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(4);
+    let Some(gdb) = which("gdb") else { return String::new() };
+    let dec = |b: usize| b.checked_sub(1);
+    if BUDGET.fetch_update(Ordering::SeqCst, Ordering::SeqCst, dec).is_err() {
+        return String::new();
+    }
+    // to a file: a pipe could fill up before gdb ends
+    let file = std::env::temp_dir().join(format!("roce-shared-gdb-{pid}.txt"));
+    let args = ["-p", &pid.to_string(), "-batch", "-ex", "thread apply all bt 12"];
+    let mut s = format!("[test] gdb -p {pid}: thread apply all bt 12\n");
+    if let Ok(child) = std::fs::File::create(&file).and_then(|f| {
+        Command::new(gdb).args(args).stdin(Stdio::null()).stdout(f).stderr(Stdio::null()).spawn()
+    }) {
+        let _ = wait_output(Proc(Some(child)), Instant::now() + Duration::from_secs(30), false);
+        s += &std::fs::read_to_string(&file).unwrap_or_default();
+    }
+    let _ = std::fs::remove_file(&file);
+    s
+}
+
+/// (inode, path) of the membership files (group, slot-NN) of this test's
+/// devices (127.0.8x.*) in the registry's default places.
+fn registry_files() -> Vec<(u64, PathBuf)> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(0);
+    let mut roots = vec![PathBuf::from(format!("/tmp/roce-emu-{uid}"))];
+    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").filter(|x| !x.is_empty()) {
+        roots.push(Path::new(&x).join("roce-emu"));
+    }
+    let mut v = Vec::new();
+    for dev in roots.iter().filter_map(|r| std::fs::read_dir(r).ok()).flatten().flatten() {
+        if !dev.file_name().to_string_lossy().starts_with("udp-127.0.8") {
+            continue;
+        }
+        for f in std::fs::read_dir(dev.path()).into_iter().flatten().flatten() {
+            if let Ok(m) = f.metadata() {
+                v.push((m.ino(), f.path()));
+            }
+        }
+    }
+    v
+}
+
+/// A started process. If the test fails before [`finish`] took it, it is
+/// killed (by its PID) and reaped: no tool outlives a failed test.
+struct Proc(Option<Child>);
+
+impl Proc {
+    fn spawn(c: &mut Command) -> Proc {
+        Proc(Some(c.spawn().unwrap_or_else(|e| panic!("spawn {:?}: {e}", c.get_program()))))
+    }
+
+    fn running(&mut self) -> bool {
+        self.0.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// SIGKILL now (`Child::kill`), and reap it.
+    fn kill(mut self) -> ExitStatus {
+        let mut c = self.0.take().expect("a child");
+        c.kill().expect("SIGKILL");
+        c.wait().expect("wait")
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Wait for `child` at most `limit`; kill it (by its PID) after that.
+fn finish(child: Proc, limit: Duration) -> (Output, bool) {
+    finish_by(child, Instant::now() + limit)
+}
+
+/// Wait for `child` until `end`; kill it (by its PID) after that.
+///
+/// Its pipes are read only after it exits: the tools here print a few
+/// lines, far below a pipe's capacity.
+fn finish_by(child: Proc, end: Instant) -> (Output, bool) {
+    wait_output(child, end, true)
+}
+
+/// [`finish_by`], with the evidence of a hang in its stderr if `evidence`.
+fn wait_output(mut child: Proc, end: Instant, evidence: bool) -> (Output, bool) {
+    let mut child = child.0.take().expect("a child");
+    let timed_out = loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break false,
+            Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(10)),
+            _ => break true,
+        }
+    };
+    let mut err = Vec::new();
+    if timed_out && evidence {
+        err.extend_from_slice(hang_evidence(child.id()).as_bytes());
+    }
+    if timed_out {
+        let _ = child.kill();
+    }
+    let mut out = Vec::new();
+    if let Some(mut s) = child.stdout.take() {
+        let _ = s.read_to_end(&mut out);
+    }
+    if let Some(mut s) = child.stderr.take() {
+        let mut e = Vec::new();
+        let _ = s.read_to_end(&mut e);
+        err.splice(0..0, e);
+    }
+    let status = child.wait().expect("wait");
+    (Output { status, stdout: out, stderr: err }, timed_out)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Whether something listens on TCP `port` (IPv4 or IPv6), from /proc/net.
+fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X} ");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines().skip(1).any(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                // local_address is column 1, st (0A = LISTEN) column 3
+                cols.len() > 3 && format!("{} ", cols[1]).ends_with(&want) && cols[3] == "0A"
+            })
+        })
+    })
+}
+
+/// Wait (bounded) until servers listen on all `ports`, then a little more.
+fn wait_listening(ports: &[u16], limit: Duration) {
+    let end = Instant::now() + limit;
+    while !ports.iter().all(|p| listening(*p)) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+}
+
+/// A process's stdout and stderr, and how it ended, for a failure message.
+fn report(who: &str, o: &Output, timed_out: bool) -> String {
+    format!(
+        "--- {who} (timed out: {timed_out}) {}\n{}{}",
+        o.status,
+        text(&o.stdout),
+        text(&o.stderr)
+    )
+}
+
+/// Run `server` on TCP `port` then (after it listens) `client`; both must
+/// exit 0. Returns the client's and the server's output.
+fn pair(mut server: Command, mut client: Command, port: u16, what: &str) -> (String, String) {
+    let s = Proc::spawn(&mut server);
+    wait_listening(&[port], Duration::from_secs(30));
+    let c = Proc::spawn(&mut client);
+    let (co, ct) = finish(c, Duration::from_secs(40));
+    let (so, st) = finish(s, Duration::from_secs(10));
+    let all = format!("{what}\n{}\n{}", report("client", &co, ct), report("server", &so, st));
+    assert!(!ct && !st && co.status.success() && so.status.success(), "{all}");
+    (text(&co.stdout) + &text(&co.stderr), text(&so.stdout) + &text(&so.stderr))
+}
+
+// ---------------------------------------------------------------- checks
+
+/// The pingpongs' result line.
+fn iters_line(out: &str) -> bool {
+    out.lines().any(|l| l.contains(" iters in ") && l.contains("usec/iter"))
+}
+
+/// What the pingpongs print (server side, with -c) when a received buffer
+/// is wrong: they still exit 0.
+fn data_error(out: &str) -> bool {
+    out.contains("invalid data")
+}
+
+/// The QPNs of the "local address" (or "remote address") lines: the
+/// pingpongs' `QPN 0x011011,` and perftest's `QPN 0x14011 `.
+fn qpns(out: &str, which: &str) -> Vec<u32> {
+    out.lines()
+        .filter(|l| l.trim_start().starts_with(which))
+        .filter_map(|l| {
+            let hex = l.split("QPN 0x").nth(1)?;
+            let end = hex.find(|c: char| !c.is_ascii_hexdigit()).unwrap_or(hex.len());
+            u32::from_str_radix(&hex[..end], 16).ok()
+        })
+        .collect()
+}
+
+/// A member's slot: the top byte of its (24-bit) QPNs.
+fn slot(qpn: u32) -> u32 {
+    qpn >> 16
+}
+
+/// The one slot of all the local QPNs in `out` (a process is one member).
+fn member_slot(out: &str, what: &str) -> u32 {
+    let local = qpns(out, "local address:");
+    assert!(!local.is_empty(), "{what}: no local QPN\n{out}");
+    let slots: BTreeSet<u32> = local.iter().map(|q| slot(*q)).collect();
+    assert_eq!(slots.len(), 1, "{what}: one process, QPNs of several slots {local:x?}\n{out}");
+    slots.into_iter().next().expect("one slot")
+}
+
+/// Both sides of a pair on one device: the same GID everywhere, one slot
+/// per side and not the same one, and each side's remote QPNs are the
+/// other side's local QPNs.
+fn check_two_members(c: &str, s: &str, gid_line: &str, what: &str) {
+    for (who, out) in [("client", c), ("server", s)] {
+        let addr: Vec<&str> = out
+            .lines()
+            .filter(|l| l.contains("local address:") || l.contains("remote address:"))
+            .collect();
+        assert!(addr.len() >= 2, "{what}: {who}: no address lines\n{out}");
+        // the pingpongs print the GID on the address line, perftest on a
+        // "GID:" line after it
+        let gids: Vec<&str> = out
+            .lines()
+            .filter(|l| l.trim_start().starts_with("GID:") || addr.contains(l))
+            .filter(|l| l.contains("GID"))
+            .collect();
+        assert!(gids.len() >= 2, "{what}: {who}: no local and remote GID\n{out}");
+        for l in gids {
+            assert!(l.trim_end().ends_with(gid_line), "{what}: {who}: not {gid_line:?}: {l}");
+        }
+    }
+    let (cs, ss) = (member_slot(c, &format!("{what} client")), member_slot(s, what));
+    assert_ne!(cs, ss, "{what}: both ends in slot {cs}: not two members\n{c}\n{s}");
+    assert_eq!(qpns(c, "remote address:"), qpns(s, "local address:"), "{what}\n{c}\n{s}");
+    assert_eq!(qpns(s, "remote address:"), qpns(c, "local address:"), "{what}\n{c}\n{s}");
+}
+
+// ---------------------------------------------------------------- pingpongs
+
+const PINGPONG_NET: u8 = 80;
+const PINGPONG_PORT: u16 = 18680;
+
+fn pingpong_one_device(tool: &str, extra: &[&str]) {
+    let Some(p) = need(tool, "ibverbs-utils") else { return };
+    let net = PINGPONG_NET;
+    let port = PINGPONG_PORT.to_string();
+    let mut sa = vec!["-d", "roce0", "-g", "1", "-p", &port];
+    sa.extend_from_slice(extra);
+    let mut ca = sa.clone();
+    ca.push("127.0.0.1");
+    let what = format!("{tool} {} (both ends on roce0)", extra.join(" "));
+    let (c, s) = pair(cmd(&p, net, &sa), cmd(&p, net, &ca), PINGPONG_PORT, &what);
+    assert!(iters_line(&c) && iters_line(&s), "{what}:\n{c}\n{s}");
+    assert!(!data_error(&c) && !data_error(&s), "{what}: data error\n{c}\n{s}");
+    check_two_members(&c, &s, &format!("GID ::ffff:127.0.{net}.2"), &what);
+}
+
+/// rc, uc, ud and srq pingpong with both ends on roce0, every byte checked
+/// (-c), polling and sleeping on events. One test: one TCP port.
+#[test]
+fn pingpongs_with_both_ends_on_one_device() {
+    for tool in ["ibv_rc_pingpong", "ibv_uc_pingpong", "ibv_srq_pingpong"] {
+        pingpong_one_device(tool, &["-n", "300", "-c"]);
+        pingpong_one_device(tool, &["-n", "200", "-e", "-c", "-s", "3079"]);
+    }
+    pingpong_one_device("ibv_ud_pingpong", &["-n", "300", "-c"]);
+    pingpong_one_device("ibv_ud_pingpong", &["-n", "200", "-e", "-c", "-s", "984"]);
+}
+
+// ---------------------------------------------------------------- perftest
+
+fn perftest_one_device(tool: &str, n: &str) {
+    let Some(p) = need(tool, "perftest") else { return };
+    let net = 81;
+    let port = 18681;
+    let ps = port.to_string();
+    let sa = ["-d", "roce0", "-x", "1", "-p", &ps, "-n", n];
+    let mut ca = sa.to_vec();
+    ca.push("127.0.0.1");
+    let what = format!("{tool} -n {n} (both ends on roce0)");
+    let (c, s) = pair(cmd(&p, net, &sa), cmd(&p, net, &ca), port, &what);
+    // the result table: a "#bytes" header and a numeric row under it
+    let mut lines = c.lines().skip_while(|l| !l.trim_start().starts_with("#bytes"));
+    assert!(lines.next().is_some(), "{what}: no result header\n{c}");
+    let row = lines.next().unwrap_or_default();
+    let first: Vec<&str> = row.split_whitespace().collect();
+    assert!(
+        first.len() >= 3 && first.iter().take(3).all(|w| w.parse::<f64>().is_ok()),
+        "{what}: no result row\n{c}"
+    );
+    // perftest prints a GID on the line after each address line
+    let gid = format!("GID: 00:00:00:00:00:00:00:00:00:00:255:255:127:00:{net:02}:02");
+    check_two_members(&c, &s, &gid, &what);
+}
+
+#[test]
+fn perftest_with_both_ends_on_one_device() {
+    perftest_one_device("ib_write_bw", "300");
+    perftest_one_device("ib_read_lat", "200");
+    perftest_one_device("ib_send_bw", "300");
+}
+
+// ---------------------------------------------------------------- devinfo
+
+/// `ibv_devinfo -d roce0` joins and leaves the device three times while an
+/// rc pingpong pair runs on it (sleeping on CQ events: a polling pair is
+/// slow on a loaded host): devinfo sees the device, and the pair (every
+/// byte checked) does not notice.
+#[test]
+fn devinfo_while_a_pair_runs_on_the_device() {
+    let Some(pp) = need("ibv_rc_pingpong", "ibverbs-utils") else { return };
+    let Some(di) = need("ibv_devinfo", "ibverbs-utils") else { return };
+    let (net, port) = (82, 18682);
+    let ps = port.to_string();
+    let sa = ["-d", "roce0", "-g", "1", "-p", &ps, "-n", "20000", "-e", "-c"];
+    let mut ca = sa.to_vec();
+    ca.push("127.0.0.1");
+    let server = Proc::spawn(&mut cmd(&pp, net, &sa));
+    wait_listening(&[port], Duration::from_secs(30));
+    let mut client = Proc::spawn(&mut cmd(&pp, net, &ca));
+    std::thread::sleep(Duration::from_millis(300));
+    let mut infos = Vec::new();
+    for _ in 0..3 {
+        let d = Proc::spawn(&mut cmd(&di, net, &["-d", "roce0"]));
+        infos.push(finish(d, Duration::from_secs(20)));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let overlapped = client.running();
+    let (co, ct) = finish(client, Duration::from_secs(60));
+    let (so, st) = finish(server, Duration::from_secs(10));
+    let (c, s) = (text(&co.stdout), text(&so.stdout));
+    let all = format!("{}\n{}", report("client", &co, ct), report("server", &so, st));
+    for (o, t) in &infos {
+        let out = text(&o.stdout);
+        let d = report("ibv_devinfo -d roce0", o, *t);
+        assert!(!t && o.status.success(), "{d}\n{all}");
+        assert!(out.starts_with("hca_id:\troce0\n"), "{d}");
+        assert!(out.contains("PORT_ACTIVE"), "{d}");
+    }
+    assert!(!ct && !st && co.status.success() && so.status.success(), "{all}");
+    assert!(iters_line(&c) && iters_line(&s), "{all}");
+    assert!(!data_error(&c) && !data_error(&s), "data error\n{all}");
+    check_two_members(&c, &s, &format!("GID ::ffff:127.0.{net}.2"), "rc pingpong");
+    assert!(overlapped, "the pair ended before the last ibv_devinfo: raise -n\n{all}");
+}
+
+// ---------------------------------------------------------------- many
+
+/// The many-process tests share TCP ports 18684..18699: one at a time.
+static MANY_PORTS: Mutex<()> = Mutex::new(());
+
+fn many_ports() -> std::sync::MutexGuard<'static, ()> {
+    MANY_PORTS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A running rc pingpong pair.
+struct Pair {
+    port: u16,
+    server: Proc,
+    client: Proc,
+}
+
+/// The ended pair: client's and server's output, each with whether it
+/// timed out.
+struct Ended {
+    port: u16,
+    client: (Output, bool),
+    server: (Output, bool),
+}
+
+impl Ended {
+    fn report(&self) -> String {
+        format!(
+            "pair on port {}\n{}\n{}",
+            self.port,
+            report("client", &self.client.0, self.client.1),
+            report("server", &self.server.0, self.server.1)
+        )
+    }
+
+    /// Both exited 0 with their result line and no data error; returns
+    /// the client's and the server's slot.
+    fn check(&self) -> (u32, u32) {
+        let r = self.report();
+        let (co, ct) = &self.client;
+        let (so, st) = &self.server;
+        assert!(!ct && !st && co.status.success() && so.status.success(), "{r}");
+        let (c, s) = (text(&co.stdout), text(&so.stdout));
+        assert!(iters_line(&c) && iters_line(&s), "no result line\n{r}");
+        assert!(!data_error(&c) && !data_error(&s), "data error\n{r}");
+        assert_eq!(qpns(&c, "remote address:"), qpns(&s, "local address:"), "{r}");
+        (member_slot(&c, &r), member_slot(&s, &r))
+    }
+}
+
+/// Start rc pingpong pairs (`-c`, every byte checked) on TCP `ports`, all
+/// ends on roce0 of `net`: the servers first, the clients once every
+/// server listens. Pair `i` sleeps on CQ events when `events(i)`, else
+/// polls.
+fn start_pairs(
+    pp: &Path,
+    net: u8,
+    ports: &[u16],
+    iters: &str,
+    events: impl Fn(usize) -> bool,
+) -> Vec<Pair> {
+    let args = |i: usize, port: &str| {
+        let mut a = vec!["-d", "roce0", "-g", "1", "-p", port, "-n", iters, "-s", "1024", "-c"];
+        if events(i) {
+            a.push("-e");
+        }
+        a.iter().map(|s| s.to_string()).collect::<Vec<String>>()
+    };
+    let servers: Vec<Proc> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| Proc::spawn(cmd(pp, net, &[]).args(args(i, &p.to_string()))))
+        .collect();
+    wait_listening(ports, Duration::from_secs(30));
+    servers
+        .into_iter()
+        .zip(ports)
+        .enumerate()
+        .map(|(i, (server, port))| {
+            let client =
+                Proc::spawn(cmd(pp, net, &[]).args(args(i, &port.to_string())).arg("127.0.0.1"));
+            Pair { port: *port, server, client }
+        })
+        .collect()
+}
+
+/// Wait for every pair until `end` (each process killed by its PID after).
+fn end_pairs(pairs: Vec<Pair>, end: Instant) -> Vec<Ended> {
+    pairs
+        .into_iter()
+        .map(|p| Ended {
+            port: p.port,
+            client: finish_by(p.client, end),
+            server: finish_by(p.server, end + Duration::from_secs(5)),
+        })
+        .collect()
+}
+
+/// 16 rc pingpong pairs (32 processes, 32 members) at once on one device,
+/// 2 of them polling and 14 sleeping on CQ events (busy-polling
+/// processes starve the others on a small host): all of them finish, every
+/// byte checked, each process in its own slot.
+#[test]
+fn sixteen_pairs_on_one_device() {
+    let Some(pp) = need("ibv_rc_pingpong", "ibverbs-utils") else { return };
+    let _turn = many_ports();
+    let ports: Vec<u16> = (18684..18700).collect();
+    let pairs = start_pairs(&pp, 86, &ports, "2000", |i| i % 8 != 0);
+    let ended = end_pairs(pairs, Instant::now() + Duration::from_secs(60));
+    let mut slots = BTreeSet::new();
+    for e in &ended {
+        let (c, s) = e.check();
+        assert!(slots.insert(c) && slots.insert(s), "slot taken twice\n{}", e.report());
+    }
+    assert_eq!(slots.len(), 32);
+    assert!(slots.iter().all(|s| *s < 32), "32 members, slots {slots:?}");
+}
+
+/// The hang that a member's steward could cause when it ended (see the
+/// module docs), made likely: 16 short pairs (-n 200) that end nearly together, 6 rounds;
+/// every process must end within 15 s (they need about 5). A hung process
+/// is shown with its threads, the holder of the device's group lock and
+/// (gdb installed) their stacks.
+#[test]
+fn sixteen_short_pairs_end_together() {
+    let Some(pp) = need("ibv_rc_pingpong", "ibverbs-utils") else { return };
+    let _turn = many_ports();
+    let ports: Vec<u16> = (18684..18700).collect();
+    for round in 1..=6 {
+        let pairs = start_pairs(&pp, 88, &ports, "200", |i| i % 8 != 0);
+        let ended = end_pairs(pairs, Instant::now() + Duration::from_secs(15));
+        if let Some(e) = ended.iter().find(|e| e.client.1 || e.server.1) {
+            panic!("round {round}: a process did not end in 15 s\n{}", e.report());
+        }
+        for e in &ended {
+            e.check();
+        }
+    }
+}
+
+/// 8 pairs on one device (pairs 0 and 4 polling, the others sleeping on
+/// CQ events); SIGKILL to both ends of pairs 0 and 1 (4 members die
+/// without leaving): the other 6 pairs finish, every byte checked.
+/// While those 6 still run, 2 new pairs join and finish: the 4 new members
+/// hold exactly the 4 dead members' slots (the lowest free ones).
+#[test]
+fn members_killed_with_sigkill_leave_the_others_running_and_their_slots_free() {
+    let Some(pp) = need("ibv_rc_pingpong", "ibverbs-utils") else { return };
+    let _turn = many_ports();
+    let net = 87;
+    let ports: Vec<u16> = (18684..18692).collect();
+    let mut pairs = start_pairs(&pp, net, &ports, "10000", |i| i % 4 != 0);
+    std::thread::sleep(Duration::from_secs(1));
+    for p in &mut pairs {
+        assert!(
+            p.server.running() && p.client.running(),
+            "pair on port {} ended before the kill: raise -n",
+            p.port
+        );
+    }
+    let survivors = pairs.split_off(2);
+    for p in pairs {
+        for c in [p.server, p.client] {
+            let st = c.kill();
+            assert_eq!(st.signal(), Some(9), "port {}: {st}", p.port);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let newcomers = start_pairs(&pp, net, &[18692, 18693], "300", |_| true);
+    let new_ended = end_pairs(newcomers, Instant::now() + Duration::from_secs(30));
+    let mut survivors = survivors;
+    let held_throughout = survivors.iter_mut().all(|p| p.server.running() && p.client.running());
+    let ended = end_pairs(survivors, Instant::now() + Duration::from_secs(50));
+    let mut old = BTreeSet::new();
+    for e in &ended {
+        let (c, s) = e.check();
+        assert!(old.insert(c) && old.insert(s), "slot taken twice\n{}", e.report());
+    }
+    let mut new = BTreeSet::new();
+    for e in &new_ended {
+        let (c, s) = e.check();
+        assert!(new.insert(c) && new.insert(s), "slot taken twice\n{}", e.report());
+    }
+    let all_reports = || -> String {
+        ended.iter().chain(&new_ended).map(Ended::report).collect::<Vec<_>>().join("\n")
+    };
+    // 16 members took slots 0..16; 12 of them lived on
+    assert_eq!(old.len(), 12);
+    assert!(old.iter().all(|s| *s < 16), "slots {old:?}\n{}", all_reports());
+    assert!(
+        held_throughout,
+        "a survivor ended before the newcomers did: raise its -n\n{}",
+        all_reports()
+    );
+    let dead: BTreeSet<u32> = (0..16).filter(|s| !old.contains(s)).collect();
+    assert_eq!(new, dead, "the newcomers' slots are the dead members' ones\n{}", all_reports());
+}
