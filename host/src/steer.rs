@@ -360,6 +360,11 @@ impl Joining {
     pub fn start(addr: SocketAddr) -> Result<Joining, JoinError> {
         let dir = registry::device_dir(addr);
         let group = GroupLock::take(&dir)?;
+        if registry::live_members(&dir).is_empty() {
+            // the first member of a new group: a map left by an earlier
+            // group describes sockets that are gone
+            let _ = std::fs::remove_file(dir.join("map"));
+        }
         let slot = registry::take_slot(&dir, addr)?;
         Ok(Joining { group, dir, addr, slot, shared: Arc::new(SteerShared::default()) })
     }
