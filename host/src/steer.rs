@@ -224,7 +224,9 @@ pub struct ProbeWait {
 pub fn probe_round(addr: SocketAddr, live: &[Member], wait: ProbeWait) -> io::Result<SteerMap> {
     let prober = UdpSocket::bind(SocketAddr::new(addr.ip(), 0))?;
     let nonce: u64 = rand::random();
-    let n = (live.len() + 4).min(255);
+    // every index the group may have: the live members, and a margin for
+    // sockets still closing (answers past the end are ignored, see above)
+    let n = (live.len() + 8).clamp(16, 255);
     let start = Instant::now();
     let mut deadline = start + wait.cap;
     if wait.me.is_none() {
