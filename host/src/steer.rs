@@ -302,6 +302,20 @@ struct Inner {
 }
 
 impl Inner {
+    /// Attach the program for the last map and today's listeners, without
+    /// a probe round (the group lock held by the caller): a listen or an
+    /// unlisten changes no socket index, and must be quick (a program may
+    /// listen again right after a connection and expect the next request).
+    fn reattach(&mut self) -> io::Result<()> {
+        let map = SteerMap::read(&self.dir);
+        let pairs: Vec<(u8, u8)> = map.entries.iter().map(|e| (e.0, e.1)).collect();
+        let listeners = registry::listeners(&self.dir);
+        if let Some(s) = &self.sock {
+            attach(s, &program(&pairs, &listeners))?;
+        }
+        Ok(())
+    }
+
     /// Probe, attach, write the map (the group lock held by the caller).
     fn remap(&mut self) -> io::Result<SteerMap> {
         let live = registry::live_members(&self.dir);
@@ -534,8 +548,8 @@ impl Drop for ListenGuard {
         if let Some(l) = self.lock.take() {
             l.release();
         }
-        if let Err(e) = lock(&self.inner).remap() {
-            tracing::warn!(error = %e, "steering: re-map after unlisten failed");
+        if let Err(e) = lock(&self.inner).reattach() {
+            tracing::warn!(error = %e, "steering: re-attach after unlisten failed");
         }
     }
 }
@@ -557,7 +571,7 @@ impl Steward {
         let Some(l) = held else {
             return Err(io::Error::from(io::ErrorKind::AddrInUse));
         };
-        lock(&self.inner).remap()?;
+        lock(&self.inner).reattach()?;
         Ok(ListenGuard { inner: self.inner.clone(), lock: Some(l) })
     }
 }
