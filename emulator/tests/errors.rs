@@ -401,3 +401,51 @@ fn query_qp_reports_connection_attributes() {
     assert_eq!(a.path_mtu, Some(PathMtu::Mtu1024));
     assert_eq!((a.timeout, a.retry_cnt, a.rnr_retry), (14, 7, 7));
 }
+
+/// A device given a QPN space (a member of a shared device: its slot's
+/// range) hands out QPNs only inside it, from `first_qpn`, wrapping, and
+/// says TooMany when every one is taken.
+#[test]
+fn create_qp_stays_in_the_devices_qpn_space() {
+    let mut cfg = HcaConfig::new("slot3", IpAddr::V4(Ipv4Addr::new(10, 0, 0, 9)), 1);
+    cfg.qpns = 0x03_0000..0x03_0004;
+    cfg.first_qpn = 0x03_0002;
+    let mut h = Hca::new(cfg);
+    let pd = h.alloc_pd().unwrap();
+    let cq = h.create_cq(16).unwrap();
+    let cap = QpCap {
+        max_send_wr: 1,
+        max_recv_wr: 1,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let init = QpInitAttr {
+        pd,
+        send_cq: cq,
+        recv_cq: cq,
+        qp_type: QpType::Rc,
+        cap,
+        sq_sig_all: true,
+        srq: None,
+    };
+    let got: Vec<u32> = (0..4).map(|_| h.create_qp(init).unwrap().value()).collect();
+    assert_eq!(got, vec![0x03_0002, 0x03_0003, 0x03_0000, 0x03_0001], "from first_qpn, wrapping");
+    assert_eq!(h.create_qp(init), Err(CreateQpError::TooMany), "the space is full");
+    h.destroy_qp(Qpn::new(0x03_0003)).unwrap();
+    assert_eq!(h.create_qp(init).unwrap().value(), 0x03_0003, "a freed QPN is found again");
+    // an empty space, and slot 0's range, which never hands out QPN 0 or 1
+    let mut empty = HcaConfig::new("e", IpAddr::V4(Ipv4Addr::new(10, 0, 0, 9)), 1);
+    empty.qpns = 5..5;
+    let mut h = Hca::new(empty);
+    let (pd, cq) = (h.alloc_pd().unwrap(), h.create_cq(4).unwrap());
+    let e = QpInitAttr { pd, send_cq: cq, recv_cq: cq, ..init };
+    assert_eq!(h.create_qp(e), Err(CreateQpError::TooMany));
+    let mut s0 = HcaConfig::new("s0", IpAddr::V4(Ipv4Addr::new(10, 0, 0, 9)), 1);
+    s0.qpns = 0..0x1_0000;
+    s0.first_qpn = 0;
+    let mut h = Hca::new(s0);
+    let (pd, cq) = (h.alloc_pd().unwrap(), h.create_cq(4).unwrap());
+    let e = QpInitAttr { pd, send_cq: cq, recv_cq: cq, ..init };
+    assert_eq!(h.create_qp(e).unwrap().value(), 2, "QPs 0 and 1 are the SMI's and GSI's");
+}

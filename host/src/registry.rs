@@ -131,10 +131,15 @@ impl GroupLock {
     /// middle of one, e.g. in a debugger, must not hang every other
     /// process for ever).
     pub fn take(dir: &Path) -> Result<GroupLock, JoinError> {
+        GroupLock::take_within(dir, GROUP_LOCK_WAIT)
+    }
+
+    /// [`GroupLock::take`], waiting at most `wait`.
+    pub fn take_within(dir: &Path, wait: std::time::Duration) -> Result<GroupLock, JoinError> {
         make_private_dir(dir)?;
         let path = dir.join("group");
         let mut f = open_rw(&path)?;
-        let end = std::time::Instant::now() + GROUP_LOCK_WAIT;
+        let end = std::time::Instant::now() + wait;
         let mut nap = std::time::Duration::from_micros(200);
         loop {
             match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
@@ -145,7 +150,7 @@ impl GroupLock {
                     nap = (nap * 2).min(std::time::Duration::from_millis(10));
                 }
                 Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
-                    return Err(JoinError::Busy { path, waited: GROUP_LOCK_WAIT })
+                    return Err(JoinError::Busy { path, waited: wait })
                 }
                 Err((_, e)) => return Err(JoinError::Io { path, source: e.into() }),
             }
@@ -405,6 +410,38 @@ pub fn udp_owner(addr: SocketAddr) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_group_lock_held_too_long_is_a_clear_error() {
+        let dir = std::env::temp_dir().join(format!("roce-host-busy-{}", std::process::id()));
+        let held = GroupLock::take(&dir).unwrap();
+        let t0 = std::time::Instant::now();
+        let e = GroupLock::take_within(&dir, std::time::Duration::from_millis(50)).err();
+        assert!(t0.elapsed() >= std::time::Duration::from_millis(50));
+        let e = e.expect("held elsewhere");
+        assert!(matches!(e, JoinError::Busy { .. }), "{e}");
+        assert!(e.to_string().contains("stayed locked for 50ms"), "{e}");
+        drop(held);
+        assert!(GroupLock::take_within(&dir, std::time::Duration::ZERO).is_ok(), "free again");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A registry directory of another user is refused (as root, the test
+    /// makes one; otherwise it cannot and checks nothing else).
+    #[test]
+    fn a_registry_of_another_user_is_refused() {
+        let dir = std::env::temp_dir().join(format!("roce-host-owner-{}", std::process::id()));
+        make_private_dir(&dir).unwrap();
+        if nix::unistd::getuid().is_root() {
+            nix::unistd::chown(&dir, Some(nix::unistd::Uid::from_raw(4242)), None).unwrap();
+            let e = GroupLock::take(&dir).err().expect("not ours");
+            assert!(matches!(e, JoinError::NotOwner { owner: 4242, .. }), "{e}");
+            assert!(e.to_string().contains("belongs to uid 4242"), "{e}");
+        } else {
+            assert!(GroupLock::take(&dir).is_ok());
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn map_without_moves_the_last_socket_into_the_hole() {

@@ -8,65 +8,17 @@
 //! Every process runs under a deadline and is killed by its PID after it.
 //! Each test uses its own loopback addresses (127.0.N.2/3) and TCP port.
 
+mod common;
+use common::{need, skipped, target_dir, text, which};
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// target/<profile>, where the drop-in (`libibverbs.so.1`) and the
-/// workspace's binaries are.
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf()
-}
-
-/// A directory holding `libibverbs.so.1`: the drop-in this `cargo test`
-/// built (target/<profile>/deps/libibverbs.so; `cargo test` does not copy
-/// it up to target/<profile>/ as `cargo build` does), linked under its
-/// soname in target/<profile>/dropin-test-lib/.
-fn lib_dir() -> PathBuf {
-    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| {
-        let t = target_dir();
-        let built = t.join("deps").join("libibverbs.so");
-        assert!(
-            built.exists(),
-            "{} missing: cargo builds the drop-in with the tests",
-            built.display()
-        );
-        let d = t.join("dropin-test-lib");
-        std::fs::create_dir_all(&d).expect("create dropin-test-lib");
-        let link = d.join("libibverbs.so.1");
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(&built, &link).expect("link libibverbs.so.1");
-        d
-    })
-    .clone()
-}
-
-/// Say that (part of) a test was skipped, past libtest's output capture
-/// (`println!` of a passing test is swallowed; a direct write to stderr is
-/// not), so a run without the tools says so.
-fn skipped(msg: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {msg}");
-}
-
-fn which(tool: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| Path::new(d).join(tool))
-        .find(|p| p.is_file())
-}
-
-/// The tool's path, or print SKIPPED and return None.
-fn need(tool: &str, package: &str) -> Option<PathBuf> {
-    let p = which(tool);
-    if p.is_none() {
-        skipped(&format!("{tool} not installed (apt-get install {package})"));
-    }
-    p
+/// This executable's directory of drop-in links (see [`common::drop_in_dir`]).
+fn lib_dir() -> std::path::PathBuf {
+    common::drop_in_dir("dropin-test-lib", &["libibverbs.so.1"])
 }
 
 /// A command on the drop-in with the test's own devices.
@@ -106,10 +58,6 @@ fn finish(mut child: Child, limit: Duration) -> (Output, bool) {
     }
     let status = child.wait().expect("wait");
     (Output { status, stdout: out, stderr: err }, timed_out)
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// The TCP port a server command listens on: its `-p`, else perftest's

@@ -10,62 +10,19 @@
 //! processes get the same two devices, the server uses roce0 and the
 //! client roce1 (each process opens only the device it uses).
 
+mod common;
+use common::{need, skipped, text, which};
+
 use ibverbs::rdmacm::abi as cm;
 use std::io::Read;
 use std::mem::{offset_of, size_of};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf()
-}
-
-/// A directory with `libibverbs.so.1` and `librdmacm.so.1`, both links to
-/// the drop-in this `cargo test` built (as build.rs links them for
-/// `cargo build`).
-fn lib_dir() -> PathBuf {
-    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| {
-        let t = target_dir();
-        let built = t.join("deps").join("libibverbs.so");
-        assert!(
-            built.exists(),
-            "{} missing: cargo builds the drop-in with the tests",
-            built.display()
-        );
-        let d = t.join("rdmacm-test-lib");
-        std::fs::create_dir_all(&d).expect("create rdmacm-test-lib");
-        for name in ["libibverbs.so.1", "librdmacm.so.1"] {
-            let link = d.join(name);
-            let _ = std::fs::remove_file(&link);
-            std::os::unix::fs::symlink(&built, &link).expect("link the drop-in");
-        }
-        d
-    })
-    .clone()
-}
-
-fn skipped(msg: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {msg}");
-}
-
-fn which(tool: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| Path::new(d).join(tool))
-        .find(|p| p.is_file())
-}
-
-fn need(tool: &str, package: &str) -> Option<PathBuf> {
-    let p = which(tool);
-    if p.is_none() {
-        skipped(&format!("{tool} not installed (apt-get install {package})"));
-    }
-    p
+/// This executable's directory of drop-in links (see [`common::drop_in_dir`]).
+fn lib_dir() -> std::path::PathBuf {
+    common::drop_in_dir("rdmacm-test-lib", &["libibverbs.so.1", "librdmacm.so.1"])
 }
 
 /// A command on the drop-in with the test's two devices.
@@ -105,10 +62,6 @@ fn finish(mut child: Child, limit: Duration) -> (Output, bool) {
     }
     let status = child.wait().expect("wait");
     (Output { status, stdout: out, stderr: err }, timed_out)
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// Whether a UDP socket is bound to `127.0.net.2:4791` (the server opened

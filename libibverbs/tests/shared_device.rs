@@ -17,6 +17,9 @@
 //! 20 s (its steward re-mapped after its engine had stopped and waited for
 //! its own probe answer), stalling members that joined or left meanwhile.
 
+mod common;
+use common::{need, text, which};
+
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::os::unix::process::ExitStatusExt;
@@ -26,57 +29,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// target/<profile>, where the drop-in (`libibverbs.so.1`) is.
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf()
-}
-
-/// A directory holding `libibverbs.so.1`: the drop-in this `cargo test`
-/// built (target/<profile>/deps/libibverbs.so), linked under its soname in
-/// target/<profile>/shared-test-lib/ (not dropin.rs's directory: the two
-/// test executables may run at once).
-fn lib_dir() -> PathBuf {
-    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| {
-        let t = target_dir();
-        let built = t.join("deps").join("libibverbs.so");
-        assert!(
-            built.exists(),
-            "{} missing: cargo builds the drop-in with the tests",
-            built.display()
-        );
-        let d = t.join("shared-test-lib");
-        std::fs::create_dir_all(&d).expect("create shared-test-lib");
-        let link = d.join("libibverbs.so.1");
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(&built, &link).expect("link libibverbs.so.1");
-        d
-    })
-    .clone()
-}
-
-/// Say that (part of) a test was skipped, past libtest's output capture.
-fn skipped(msg: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {msg}");
-}
-
-fn which(tool: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| Path::new(d).join(tool))
-        .find(|p| p.is_file())
-}
-
-/// The tool's path, or print SKIPPED and return None.
-fn need(tool: &str, package: &str) -> Option<PathBuf> {
-    let p = which(tool);
-    if p.is_none() {
-        skipped(&format!("{tool} not installed (apt-get install {package})"));
-    }
-    p
+/// This executable's directory of drop-in links (see [`common::drop_in_dir`]).
+fn lib_dir() -> std::path::PathBuf {
+    common::drop_in_dir("shared-test-lib", &["libibverbs.so.1"])
 }
 
 /// A command on the drop-in with the test's own devices
@@ -263,10 +218,6 @@ fn wait_output(mut child: Proc, end: Instant, evidence: bool) -> (Output, bool) 
     }
     let status = child.wait().expect("wait");
     (Output { status, stdout: out, stderr: err }, timed_out)
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// Whether something listens on TCP `port` (IPv4 or IPv6), from /proc/net.

@@ -13,16 +13,29 @@ use std::time::Duration;
 
 const WALL: Duration = Duration::from_secs(10);
 
-fn open(addr: IpAddr, name: &str) -> roce_verbs_api::Context {
-    let mut c = DeviceConfig::udp(name, addr);
-    c.port = 4791;
+/// Device `name` at `addr`:4791 opened as `DeviceConfig::open` does, shared
+/// or bound alone.
+fn open_dev(
+    addr: IpAddr,
+    name: &str,
+    share: bool,
+) -> Result<roce_verbs_api::Device, roce_verbs_api::udp::OpenError> {
+    let c = DeviceConfig::udp(name, addr);
     let opts = roce_verbs_api::udp::GroupOptions {
         engine: c.engine_config(),
-        share: true,
+        share,
         ..Default::default()
     };
-    let mut v = DeviceConfig::open_group(std::slice::from_ref(&c), opts).expect("join");
-    v.pop().unwrap().open()
+    DeviceConfig::open_group(std::slice::from_ref(&c), opts).map(|mut v| v.pop().unwrap())
+}
+
+/// A member of the shared device at `addr`.
+fn member(addr: IpAddr, name: &str) -> roce_verbs_api::Device {
+    open_dev(addr, name, true).expect("join")
+}
+
+fn open(addr: IpAddr, name: &str) -> roce_verbs_api::Context {
+    member(addr, name).open()
 }
 
 fn slot(n: &Node) -> u32 {
@@ -147,16 +160,6 @@ fn misdelivered_datagrams_are_dropped_and_repair_the_map() {
     let map2 = roce_host::registry::SteerMap::read(&roce_host::registry::device_dir(dev));
     assert_eq!(map2.entries.len(), 2, "{map2:?}");
     drop(bare);
-}
-
-fn member(addr: IpAddr, name: &str) -> roce_verbs_api::Device {
-    let c = DeviceConfig::udp(name, addr);
-    let opts = roce_verbs_api::udp::GroupOptions {
-        engine: c.engine_config(),
-        share: true,
-        ..Default::default()
-    };
-    DeviceConfig::open_group(std::slice::from_ref(&c), opts).expect("join").pop().unwrap()
 }
 
 /// The CM on one shared device: the listener and the connecting process
@@ -286,15 +289,7 @@ fn a_hostile_member_gets_what_a_remote_peer_gets() {
 #[test]
 fn sharing_and_binding_alone_exclude_each_other_with_a_clear_error() {
     let addr: IpAddr = "127.0.71.5".parse().unwrap();
-    let c = DeviceConfig::udp("alone", addr);
-    let alone = |share: bool| {
-        let opts = roce_verbs_api::udp::GroupOptions {
-            engine: c.engine_config(),
-            share,
-            ..Default::default()
-        };
-        DeviceConfig::open_group(std::slice::from_ref(&c), opts).map(|mut v| v.pop().unwrap())
-    };
+    let alone = |share: bool| open_dev(addr, "alone", share);
     let a = alone(false).expect("bound alone");
     let e = alone(true).expect_err("cannot join a device bound alone");
     assert!(matches!(e, roce_verbs_api::udp::OpenError::HeldAlone { .. }), "{e}");

@@ -1,0 +1,70 @@
+//! What the drop-in's test executables share: where the drop-in is, the
+//! tools they run, SKIPPED messages.
+#![allow(dead_code)] // (each test executable uses its own part)
+
+use std::path::{Path, PathBuf};
+
+/// target/<profile>, where the drop-in (`libibverbs.so.1`) and the
+/// workspace's binaries are.
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf()
+}
+
+/// A directory `target/<profile>/<subdir>` holding links named `names`
+/// (`libibverbs.so.1`, `librdmacm.so.1`) to the drop-in this `cargo test`
+/// built (target/<profile>/deps/libibverbs.so; `cargo test` does not copy
+/// it up as `cargo build` does). Each test executable uses a directory of
+/// its own: they may run at once, and each replaces its links once.
+pub fn drop_in_dir(subdir: &str, names: &[&str]) -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let t = target_dir();
+        let built = t.join("deps").join("libibverbs.so");
+        assert!(
+            built.exists(),
+            "{} missing: cargo builds the drop-in with the tests",
+            built.display()
+        );
+        let d = t.join(subdir);
+        std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("create {subdir}: {e}"));
+        for name in names {
+            let link = d.join(name);
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&built, &link).expect("link the drop-in");
+        }
+        d
+    })
+    .clone()
+}
+
+/// Say that (part of) a test was skipped, past libtest's output capture
+/// (`println!` of a passing test is swallowed; a direct write to stderr is
+/// not), so a run without the tools says so.
+pub fn skipped(msg: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {msg}");
+}
+
+/// `tool`'s path on `PATH`.
+pub fn which(tool: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(tool))
+        .find(|p| p.is_file())
+}
+
+/// The tool's path, or print SKIPPED and return None.
+pub fn need(tool: &str, package: &str) -> Option<PathBuf> {
+    let p = which(tool);
+    if p.is_none() {
+        skipped(&format!("{tool} not installed (apt-get install {package})"));
+    }
+    p
+}
+
+/// Bytes a tool printed, as text.
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
