@@ -312,9 +312,9 @@ impl Publisher {
     ///
     /// A member of a shared device (`shared`) writes its own counters to
     /// [`device_dir`]`(name)/members/<pid>/` and the sum over the members
-    /// (running ones and those that closed since the device was last
-    /// unused) to [`device_dir`]`(name)`; the first member of a device
-    /// nobody uses clears the old members' files.
+    /// to [`device_dir`]`(name)`; a new member first folds the files of
+    /// members whose process is gone into `members/retired`, so the sum
+    /// stays cumulative.
     pub fn start(hca: Arc<Mutex<Hca>>, shared: bool) -> Option<Publisher> {
         if !enabled() {
             return None;
