@@ -74,6 +74,11 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> JoinError + '_ {
 }
 
 /// The registry's root directory for this user.
+///
+/// Not `ROCE_EMU_RUNTIME_DIR` (where counters are published, which
+/// `cargo test` points into each checkout's `target/`): every process that
+/// binds an address must find the same registry, whichever checkout or
+/// program it comes from, or two of them would take the same slot.
 pub fn run_dir() -> PathBuf {
     if let Some(d) = std::env::var_os(ENV_RUN_DIR).filter(|d| !d.is_empty()) {
         return PathBuf::from(d);
