@@ -2,7 +2,10 @@
 //! runtime directory, and file locks.
 //!
 //! ```text
-//! $XDG_RUNTIME_DIR/roce-emu/udp-127.0.0.2-4791/   (else /tmp/roce-emu-<uid>/...)
+//! $XDG_RUNTIME_DIR/roce-emu/udp-127.0.0.2-4791-n4026531840/   (else /tmp/roce-emu-<uid>/...)
+//!                (raw devices: raw-IFNAME-ADDR-PORT-nNETNS; the suffix is the
+//!                network namespace's inode: one address in two namespaces
+//!                is two devices)
 //!     group      held (flock, exclusive) while a member joins, leaves or
 //!                re-maps the group: one change at a time
 //!     slot-07    held (flock, exclusive) by member 7 for as long as it lives;
@@ -92,10 +95,29 @@ pub fn run_dir() -> PathBuf {
     PathBuf::from(format!("/tmp/roce-emu-{}", nix::unistd::getuid()))
 }
 
-/// The directory of the device bound at `addr`.
+/// The directory of the UDP device bound at `addr` in this process's
+/// network namespace.
 pub fn device_dir(addr: SocketAddr) -> PathBuf {
     let ip = addr.ip().to_string().replace(':', "_");
-    run_dir().join(format!("udp-{ip}-{}", addr.port()))
+    run_dir().join(format!("udp-{ip}-{}{}", addr.port(), netns_tag()))
+}
+
+/// The directory of the raw device on interface `ifname` with address
+/// `addr` in this process's network namespace.
+pub fn raw_device_dir(ifname: &str, addr: SocketAddr) -> PathBuf {
+    let ip = addr.ip().to_string().replace(':', "_");
+    let ifname: String =
+        ifname.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    run_dir().join(format!("raw-{ifname}-{ip}-{}{}", addr.port(), netns_tag()))
+}
+
+/// `-n<inode>` of this process's network namespace (empty if unknown): an
+/// address in two namespaces is two devices, with two registries.
+fn netns_tag() -> String {
+    match std::fs::metadata("/proc/self/ns/net") {
+        Ok(m) => format!("-n{}", m.ino()),
+        Err(_) => String::new(),
+    }
 }
 
 /// Make `dir` (and its parents) private to this user; refuse a directory

@@ -33,7 +33,7 @@ use nix::sys::socket::{setsockopt, sockopt};
 use roce_transport::steer::{self as tsteer, SteerShared, SteerTap, Wake};
 use std::collections::BTreeMap;
 use std::io;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -41,7 +41,12 @@ use std::time::{Duration, Instant};
 const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
 const BPF_LD_H_ABS: u16 = 0x28; // BPF_LD | BPF_H | BPF_ABS
 const BPF_LD_B_ABS: u16 = 0x30; // BPF_LD | BPF_B | BPF_ABS
+const BPF_LD_W_IND: u16 = 0x40; // BPF_LD | BPF_W | BPF_IND
+const BPF_LD_H_IND: u16 = 0x48; // BPF_LD | BPF_H | BPF_IND
+const BPF_LD_B_IND: u16 = 0x50; // BPF_LD | BPF_B | BPF_IND
 const BPF_LD_IMM: u16 = 0x00; // BPF_LD | BPF_IMM
+const BPF_LDX_IMM: u16 = 0x01; // BPF_LDX | BPF_W | BPF_IMM
+const BPF_LDX_MSH: u16 = 0xb1; // BPF_LDX | BPF_B | BPF_MSH: x = 4 * (pkt[k] & 0xf)
 const BPF_AND_K: u16 = 0x54; // BPF_ALU | BPF_AND | BPF_K
 const BPF_JA: u16 = 0x05; // BPF_JMP | BPF_JA
 const BPF_JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
@@ -59,6 +64,8 @@ enum Item {
     Ja(Label),
     /// `jeq #k, label` (else fall through): `jeq #k, 0, 1; ja label`.
     JeqTo(u32, Label),
+    /// `jne #k, label` (else fall through): `jeq #k, 1, 0; ja label`.
+    JneTo(u32, Label),
     Label(Label),
 }
 
@@ -69,13 +76,19 @@ enum Label {
     Cm,
     ServiceId,
     SidrRep,
+    NoListener,
     Chain,
+    Accept,
+    Drop,
+    V4,
+    V6,
+    Payload,
 }
 
 fn assemble(items: &[Item]) -> Vec<libc::sock_filter> {
     let len = |i: &Item| match i {
         Item::Ins(_) | Item::Ja(_) => 1,
-        Item::JeqTo(..) => 2,
+        Item::JeqTo(..) | Item::JneTo(..) => 2,
         Item::Label(_) => 0,
     };
     let at = |l: Label| {
@@ -98,26 +111,52 @@ fn assemble(items: &[Item]) -> Vec<libc::sock_filter> {
                 out.push(ins(BPF_JEQ_K, 0, 1, *k));
                 out.push(ins(BPF_JA, 0, 0, at(*l) - pc - 2));
             }
+            Item::JneTo(k, l) => {
+                out.push(ins(BPF_JEQ_K, 1, 0, *k));
+                out.push(ins(BPF_JA, 0, 0, at(*l) - pc - 2));
+            }
             Item::Label(_) => {}
         }
     }
     out
 }
 
-/// The steering program for `map` (`(slot, index)` pairs) and the CM
-/// listeners `listeners` (`(service ID, slot)`): a datagram goes to the
-/// index of the slot its destination QPN carries; one for QP1 carrying a
-/// CM REQ or SIDR_REQ to its service ID's listener, any other CM message
-/// to the slot in the top byte of the receiver's comm ID (see
-/// [`roce_transport::steer::cm_target_slot`]), another MAD to slot 0.
-pub fn program(map: &[(u8, u8)], listeners: &[(u64, u8)]) -> Vec<libc::sock_filter> {
+/// Where the classifier finds the UDP payload: at offset 0 (a reuseport
+/// program) or at `x + k` (a packet socket's filter, `x` the IP header's
+/// length).
+#[derive(Clone, Copy)]
+enum Base {
+    Zero,
+    X(u32),
+}
+
+impl Base {
+    /// A load of `size` bytes (1, 2, 4) at payload offset `off`.
+    fn ld(self, size: u8, off: usize) -> Item {
+        let off = off as u32;
+        let (abs, ind) = match size {
+            1 => (BPF_LD_B_ABS, BPF_LD_B_IND),
+            2 => (BPF_LD_H_ABS, BPF_LD_H_IND),
+            _ => (BPF_LD_W_ABS, BPF_LD_W_IND),
+        };
+        match self {
+            Base::Zero => Item::Ins(ins(abs, 0, 0, off)),
+            Base::X(k) => Item::Ins(ins(ind, 0, 0, k + off)),
+        }
+    }
+}
+
+/// The classifier both programs share: leaves the target slot in A and
+/// jumps to `Chain`; jumps to `Probe` for a steering probe and to
+/// `NoListener` for a REQ/SIDR_REQ to a service nobody listens on.
+fn classify(base: Base, listeners: &[(u64, u8)]) -> Vec<Item> {
     use tsteer::{CM_ATTR_REQ, CM_ATTR_SIDR_REP, CM_ATTR_SIDR_REQ, CM_CLASS, CM_DATA_AT};
     use Item::{Ins, Ja, JeqTo, Label as L};
-    let b = |off: usize| Ins(ins(BPF_LD_B_ABS, 0, 0, off as u32));
+    let b = |off: usize| base.ld(1, off);
     let mut p = vec![
         b(0),
         JeqTo(u32::from(tsteer::PROBE_OPCODE), Label::Probe),
-        Ins(ins(BPF_LD_W_ABS, 0, 0, 4)),
+        base.ld(4, 4),
         Ins(ins(BPF_AND_K, 0, 0, 0x00FF_FFFF)),
         JeqTo(1, Label::Qp1),
         b(5),
@@ -128,7 +167,7 @@ pub fn program(map: &[(u8, u8)], listeners: &[(u64, u8)]) -> Vec<libc::sock_filt
         Ins(ins(BPF_LD_IMM, 0, 0, 0)),
         Ja(Label::Chain),
         L(Label::Cm),
-        Ins(ins(BPF_LD_H_ABS, 0, 0, tsteer::MAD_ATTR_AT as u32)),
+        base.ld(2, tsteer::MAD_ATTR_AT),
         JeqTo(u32::from(CM_ATTR_REQ), Label::ServiceId),
         JeqTo(u32::from(CM_ATTR_SIDR_REQ), Label::ServiceId),
         JeqTo(u32::from(CM_ATTR_SIDR_REP), Label::SidrRep),
@@ -139,16 +178,30 @@ pub fn program(map: &[(u8, u8)], listeners: &[(u64, u8)]) -> Vec<libc::sock_filt
         Ja(Label::Chain),
         L(Label::ServiceId),
     ];
-    let sid_at = tsteer::CM_SERVICE_ID_AT as u32;
+    let sid_at = tsteer::CM_SERVICE_ID_AT;
     for &(sid, slot) in listeners {
-        p.push(Ins(ins(BPF_LD_W_ABS, 0, 0, sid_at)));
+        p.push(base.ld(4, sid_at));
         p.push(Ins(ins(BPF_JEQ_K, 0, 4, (sid >> 32) as u32)));
-        p.push(Ins(ins(BPF_LD_W_ABS, 0, 0, sid_at + 4)));
+        p.push(base.ld(4, sid_at + 4));
         p.push(Ins(ins(BPF_JEQ_K, 0, 2, sid as u32)));
         p.push(Ins(ins(BPF_LD_IMM, 0, 0, u32::from(slot))));
         p.push(Ja(Label::Chain));
     }
+    p.push(Ja(Label::NoListener));
+    p
+}
+
+/// The steering program for `map` (`(slot, index)` pairs) and the CM
+/// listeners `listeners` (`(service ID, slot)`): a datagram goes to the
+/// index of the slot its destination QPN carries; one for QP1 carrying a
+/// CM REQ or SIDR_REQ to its service ID's listener, any other CM message
+/// to the slot in the top byte of the receiver's comm ID (see
+/// [`roce_transport::steer::cm_target_slot`]), another MAD to slot 0.
+pub fn program(map: &[(u8, u8)], listeners: &[(u64, u8)]) -> Vec<libc::sock_filter> {
+    use Item::{Ins, Label as L};
+    let mut p = classify(Base::Zero, listeners);
     // no listener: the kernel's hash picks a member, whose CM rejects
+    p.push(L(Label::NoListener));
     p.push(Ins(ins(BPF_RET_K, 0, 0, u32::MAX)));
     p.push(L(Label::Chain));
     for &(slot, index) in map {
@@ -157,23 +210,107 @@ pub fn program(map: &[(u8, u8)], listeners: &[(u64, u8)]) -> Vec<libc::sock_filt
     }
     p.push(Ins(ins(BPF_RET_K, 0, 0, u32::MAX)));
     p.push(L(Label::Probe));
-    p.push(b(1));
+    p.push(Base::Zero.ld(1, 1));
     p.push(Ins(ins(BPF_RET_A, 0, 0, 0)));
     assemble(&p)
 }
 
-/// Run `prog` on `payload` as the kernel would (for tests): the socket
-/// index, or `None` for a load past the end (the kernel then returns 0).
-pub fn run(prog: &[libc::sock_filter], payload: &[u8]) -> Option<u32> {
-    let (mut a, mut pc) = (0u32, 0usize);
-    let at = |k: u32, n: usize| payload.get(k as usize..k as usize + n);
+/// What a raw member's packet-socket filter returns for a frame it takes
+/// (the bytes to keep: all of them).
+pub const RAW_ACCEPT: u32 = u32::MAX;
+
+/// The filter of the packet socket of the raw member in `slot` of the
+/// device at `local:port` (Ethernet frames from offset 0): it takes every
+/// ARP frame and every ICMPv6 one (neighbour discovery: each member
+/// resolves its own peers; only one answers, see the raw transport), and of
+/// the UDP datagrams to `local:port` those for this member as the
+/// reuseport program would steer them (its slot's QPNs, CM messages to its
+/// comm IDs, REQs to the service IDs in `listening`, other MADs when it is
+/// slot 0). Everything else, IP fragments and IPv6 extension headers
+/// included, is dropped in the kernel.
+pub fn raw_filter(slot: u8, local: IpAddr, port: u16, listening: &[u64]) -> Vec<libc::sock_filter> {
+    use Item::{Ins, Ja, JeqTo, JneTo, Label as L};
+    let mut p = vec![
+        Ins(ins(BPF_LD_H_ABS, 0, 0, 12)),
+        JeqTo(0x0806, Label::Accept),
+        JeqTo(0x0800, Label::V4),
+        JeqTo(0x86DD, Label::V6),
+        Ja(Label::Drop),
+        L(Label::V4),
+    ];
+    match local {
+        IpAddr::V4(a) => p.extend([
+            Ins(ins(BPF_LD_B_ABS, 0, 0, 23)),
+            JneTo(17, Label::Drop),
+            Ins(ins(BPF_LD_H_ABS, 0, 0, 20)),
+            Ins(ins(BPF_AND_K, 0, 0, 0x1FFF)),
+            JneTo(0, Label::Drop),
+            Ins(ins(BPF_LD_W_ABS, 0, 0, 30)),
+            JneTo(u32::from(a), Label::Drop),
+            Ins(ins(BPF_LDX_MSH, 0, 0, 14)),
+            Ins(ins(BPF_LD_H_IND, 0, 0, 14 + 2)),
+            JneTo(u32::from(port), Label::Drop),
+            Ja(Label::Payload),
+        ]),
+        IpAddr::V6(_) => p.push(Ja(Label::Drop)),
+    }
+    p.push(L(Label::V6));
+    p.extend([Ins(ins(BPF_LD_B_ABS, 0, 0, 20)), JeqTo(58, Label::Accept)]);
+    match local {
+        IpAddr::V6(a) => {
+            p.push(JneTo(17, Label::Drop));
+            for (i, w) in a.octets().chunks(4).enumerate() {
+                let w = u32::from_be_bytes([w[0], w[1], w[2], w[3]]);
+                p.push(Ins(ins(BPF_LD_W_ABS, 0, 0, 38 + 4 * i as u32)));
+                p.push(JneTo(w, Label::Drop));
+            }
+            p.extend([
+                Ins(ins(BPF_LD_H_ABS, 0, 0, 14 + 40 + 2)),
+                JneTo(u32::from(port), Label::Drop),
+                Ins(ins(BPF_LDX_IMM, 0, 0, 40)),
+            ]);
+        }
+        IpAddr::V4(_) => p.push(Ja(Label::Drop)),
+    }
+    p.push(L(Label::Payload));
+    let mine: Vec<(u64, u8)> = listening.iter().map(|&sid| (sid, slot)).collect();
+    // the UDP payload: after Ethernet (14), the IP header (x), UDP (8)
+    p.extend(classify(Base::X(14 + 8), &mine));
+    p.extend([
+        L(Label::Chain),
+        JeqTo(u32::from(slot), Label::Accept),
+        // a probe (UDP devices only), a REQ to nobody's service (dropped:
+        // the peer's CM times out), another member's datagram
+        L(Label::Probe),
+        L(Label::NoListener),
+        L(Label::Drop),
+        Ins(ins(BPF_RET_K, 0, 0, 0)),
+        L(Label::Accept),
+        Ins(ins(BPF_RET_K, 0, 0, RAW_ACCEPT)),
+    ]);
+    assemble(&p)
+}
+
+/// Run `prog` on `pkt` as the kernel would (for tests): the program's
+/// result (a socket index, or bytes to keep), or `None` for a load past
+/// the end (the kernel then returns 0).
+pub fn run(prog: &[libc::sock_filter], pkt: &[u8]) -> Option<u32> {
+    let (mut a, mut x, mut pc) = (0u32, 0u32, 0usize);
+    let at = |k: u32, n: usize| pkt.get(k as usize..(k as usize).checked_add(n)?);
     for _ in 0..prog.len() {
         let i = prog.get(pc)?;
         match i.code {
             BPF_LD_W_ABS => a = u32::from_be_bytes(at(i.k, 4)?.try_into().ok()?),
             BPF_LD_H_ABS => a = u32::from(u16::from_be_bytes(at(i.k, 2)?.try_into().ok()?)),
             BPF_LD_B_ABS => a = u32::from(at(i.k, 1)?[0]),
+            BPF_LD_W_IND => a = u32::from_be_bytes(at(x.checked_add(i.k)?, 4)?.try_into().ok()?),
+            BPF_LD_H_IND => {
+                a = u32::from(u16::from_be_bytes(at(x.checked_add(i.k)?, 2)?.try_into().ok()?))
+            }
+            BPF_LD_B_IND => a = u32::from(at(x.checked_add(i.k)?, 1)?[0]),
             BPF_LD_IMM => a = i.k,
+            BPF_LDX_IMM => x = i.k,
+            BPF_LDX_MSH => x = 4 * u32::from(at(i.k, 1)?[0] & 0xF),
             BPF_AND_K => a &= i.k,
             BPF_JA => pc += i.k as usize,
             BPF_JEQ_K => {
@@ -296,6 +433,9 @@ struct Inner {
     addr: SocketAddr,
     /// The member's socket (a second handle on the transport's).
     sock: Option<UdpSocket>,
+    /// A raw member's packet socket (a second handle on the transport's),
+    /// which carries the member's own filter ([`raw_filter`]).
+    raw: Option<socket2::Socket>,
     slot: Option<Slot>,
     /// Re-maps done by this member.
     remaps: u64,
@@ -307,9 +447,14 @@ impl Inner {
     /// unlisten changes no socket index, and must be quick (a program may
     /// listen again right after a connection and expect the next request).
     fn reattach(&mut self) -> io::Result<()> {
+        let listeners = registry::listeners(&self.dir);
+        if let (Some(raw), Some(slot)) = (&self.raw, &self.slot) {
+            let mine: Vec<u64> =
+                listeners.iter().filter(|l| l.1 == slot.slot).map(|l| l.0).collect();
+            raw.attach_filter(&raw_filter(slot.slot, self.addr.ip(), self.addr.port(), &mine))?;
+        }
         let map = SteerMap::read(&self.dir);
         let pairs: Vec<(u8, u8)> = map.entries.iter().map(|e| (e.0, e.1)).collect();
-        let listeners = registry::listeners(&self.dir);
         if let Some(s) = &self.sock {
             attach(s, &program(&pairs, &listeners))?;
         }
@@ -317,7 +462,12 @@ impl Inner {
     }
 
     /// Probe, attach, write the map (the group lock held by the caller).
+    /// A raw member has no group to map: its filter is its own.
     fn remap(&mut self) -> io::Result<SteerMap> {
+        if self.raw.is_some() {
+            self.reattach()?;
+            return Ok(SteerMap::default());
+        }
         let live = registry::live_members(&self.dir);
         let me = self.slot.as_ref().map(|s| s.slot);
         let wait = ProbeWait { me, grace: PROBE_GRACE, cap: PROBE_CAP };
@@ -374,7 +524,15 @@ impl Joining {
     /// Join the device bound at `addr`: wait for its group lock, take the
     /// lowest free slot.
     pub fn start(addr: SocketAddr) -> Result<Joining, JoinError> {
-        let dir = registry::device_dir(addr);
+        Joining::start_in(registry::device_dir(addr), addr)
+    }
+
+    /// Join the raw device on interface `ifname` with address `addr`.
+    pub fn start_raw(ifname: &str, addr: SocketAddr) -> Result<Joining, JoinError> {
+        Joining::start_in(registry::raw_device_dir(ifname, addr), addr)
+    }
+
+    fn start_in(dir: PathBuf, addr: SocketAddr) -> Result<Joining, JoinError> {
         let group = GroupLock::take(&dir)?;
         if registry::live_members(&dir).is_empty() {
             // the first member of a new group: a map left by an earlier
@@ -422,6 +580,7 @@ impl Joining {
             dir: self.dir,
             addr: self.addr,
             sock: Some(sock),
+            raw: None,
             slot: Some(self.slot),
             remaps: 0,
         };
@@ -442,6 +601,41 @@ impl Joining {
             .name("roce-steward".into())
             .spawn(move || steward_loop(i2, s2))?;
         Ok(Steward { inner, shared: self.shared, thread: Some(thread) })
+    }
+}
+
+impl Joining {
+    /// Whether this member answers ARP requests and neighbour
+    /// solicitations for the device's address now: the live member with
+    /// the lowest slot does (asked on each request, which are rare), so
+    /// exactly one member answers, and another takes over when it ends.
+    pub fn answer_gate(&self) -> Arc<dyn Fn() -> bool + Send + Sync> {
+        let (dir, me) = (self.dir.clone(), self.slot.slot);
+        Arc::new(move || {
+            let live = registry::live_members(&dir);
+            let first = live.iter().filter(|m| !m.leaving).map(|m| m.slot).min();
+            // (none live but us leaving: still us)
+            first.is_none_or(|s| s == me)
+        })
+    }
+
+    /// A raw member's packet socket is open (`sock`, a second handle on the
+    /// transport's): attach the member's filter, which takes only this
+    /// member's frames (see [`raw_filter`]), and let the next change of the
+    /// group go ahead. A raw group needs no map and no steward thread: each
+    /// member's filter depends on its own slot and listeners only.
+    pub fn finish_raw(self, sock: std::os::fd::OwnedFd) -> io::Result<Steward> {
+        let mut inner = Inner {
+            dir: self.dir,
+            addr: self.addr,
+            sock: None,
+            raw: Some(socket2::Socket::from(sock)),
+            slot: Some(self.slot),
+            remaps: 0,
+        };
+        inner.reattach()?;
+        drop(self.group);
+        Ok(Steward { inner: Arc::new(Mutex::new(inner)), shared: self.shared, thread: None })
     }
 }
 
@@ -605,6 +799,7 @@ impl Drop for Steward {
         let mut g = lock(&self.inner);
         let Ok(group) = group else {
             g.sock = None;
+            g.raw = None;
             g.slot = None;
             return;
         };
@@ -620,6 +815,7 @@ impl Drop for Steward {
             }
         }
         g.sock = None;
+        g.raw = None;
         g.slot = None;
         drop(group);
     }
@@ -733,5 +929,115 @@ mod tests {
         tx.send_to(&bth(12 << 16 | 99), addr).unwrap();
         let (n, _) = last.recv_from(&mut buf).unwrap();
         assert_eq!(buf[..n], bth(12 << 16 | 99)[..]);
+    }
+
+    /// An Ethernet frame carrying `payload` in UDP to `dst:port` over IPv4
+    /// (with `opts` 4-byte words of IP options) or IPv6.
+    fn frame(dst: IpAddr, port: u16, opts: u8, payload: &[u8]) -> Vec<u8> {
+        let mut f = vec![0u8; 12];
+        match dst {
+            IpAddr::V4(a) => {
+                f.extend([0x08, 0x00, 0x45 + opts, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0]);
+                f.extend([10, 0, 0, 9]);
+                f.extend(a.octets());
+                f.extend(std::iter::repeat_n(1, 4 * usize::from(opts)));
+            }
+            IpAddr::V6(a) => {
+                f.extend([0x86, 0xDD, 0x60, 0, 0, 0, 0, 0, 17, 64]);
+                f.extend([0xfd; 16]);
+                f.extend(a.octets());
+            }
+        }
+        f.extend(49152u16.to_be_bytes());
+        f.extend(port.to_be_bytes());
+        f.extend([0, 0, 0, 0]);
+        f.extend(payload);
+        f
+    }
+
+    #[test]
+    fn raw_filter_takes_this_members_frames_only() {
+        let me: IpAddr = "10.9.0.1".parse().unwrap();
+        let sid = 0x0106_4e20u64;
+        let p = raw_filter(3, me, 4791, &[sid]);
+        let ok = Some(RAW_ACCEPT);
+        for opts in [0, 1, 10] {
+            assert_eq!(run(&p, &frame(me, 4791, opts, &bth(0x03_0011))), ok, "options {opts}");
+            assert_eq!(run(&p, &frame(me, 4791, opts, &bth(0x04_0011))), Some(0));
+        }
+        assert_eq!(run(&p, &frame(me, 4792, 0, &bth(0x03_0011))), Some(0), "another port");
+        let other: IpAddr = "10.9.0.2".parse().unwrap();
+        assert_eq!(run(&p, &frame(other, 4791, 0, &bth(0x03_0011))), Some(0), "not our address");
+        let mut frag = frame(me, 4791, 0, &bth(0x03_0011));
+        frag[20] = 0x20; // more fragments, offset 8
+        frag[21] = 1;
+        assert_eq!(run(&p, &frag), Some(0), "a fragment");
+        let mut tcp = frame(me, 4791, 0, &bth(0x03_0011));
+        tcp[23] = 6;
+        assert_eq!(run(&p, &tcp), Some(0), "not UDP");
+        // the CM: a REQ to our service, messages to our comm IDs
+        assert_eq!(run(&p, &frame(me, 4791, 0, &cm(0x0010, 0x0100_0001, 0, sid))), ok);
+        assert_eq!(run(&p, &frame(me, 4791, 0, &cm(0x0010, 0x0100_0001, 0, sid + 1))), Some(0));
+        assert_eq!(run(&p, &frame(me, 4791, 0, &cm(0x0013, 9, 0x0300_0002, 0))), ok);
+        assert_eq!(run(&p, &frame(me, 4791, 0, &cm(0x0013, 9, 0x0400_0002, 0))), Some(0));
+        assert_eq!(run(&p, &frame(me, 4791, 0, &tsteer::probe(3, 1))), Some(0), "no probes");
+        // another MAD: slot 0's
+        let mut mad = cm(0x0013, 0, 0, 0);
+        mad[tsteer::MAD_CLASS_AT] = 0x04;
+        assert_eq!(run(&p, &frame(me, 4791, 0, &mad)), Some(0));
+        assert_eq!(run(&raw_filter(0, me, 4791, &[]), &frame(me, 4791, 0, &mad)), ok);
+        // neighbour discovery reaches every member
+        let mut arp = vec![0u8; 42];
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert_eq!(run(&p, &arp), ok);
+        let mut v6 = frame("fd00::1".parse().unwrap(), 0, 0, &[0; 24]);
+        v6[20] = 58;
+        assert_eq!(run(&p, &v6), ok, "ICMPv6");
+        assert_eq!(run(&p, &frame("fd00::1".parse().unwrap(), 4791, 0, &bth(0x03_0011))), Some(0));
+        assert_eq!(run(&p, &[0u8; 10]), None, "a runt: the kernel drops it");
+        // an IPv6 device
+        let me6: IpAddr = "fd00::1".parse().unwrap();
+        let p6 = raw_filter(5, me6, 4791, &[]);
+        assert_eq!(run(&p6, &frame(me6, 4791, 0, &bth(0x05_0011))), ok);
+        assert_eq!(run(&p6, &frame(me6, 4791, 0, &bth(0x03_0011))), Some(0));
+        assert_eq!(run(&p6, &frame("fd00::2".parse().unwrap(), 4791, 0, &bth(0x05_0011))), Some(0));
+        assert_eq!(run(&p6, &frame(me6, 4000, 0, &bth(0x05_0011))), Some(0));
+        assert_eq!(
+            run(&p6, &frame(me, 4791, 0, &bth(0x05_0011))),
+            Some(0),
+            "IPv4 to an IPv6 device"
+        );
+    }
+
+    /// The members of a raw device: each one's filter is attached at join;
+    /// of the live members the one in the lowest slot answers neighbour
+    /// requests, and the next one takes over when it leaves.
+    #[test]
+    fn exactly_one_raw_member_answers_neighbours() {
+        let root = std::env::temp_dir().join(format!("roce-host-gate-{}", std::process::id()));
+        let dir = root.join("raw");
+        let addr: SocketAddr = "10.0.0.1:4791".parse().unwrap();
+        // (any socket takes a filter: a UDP one stands in for the packet socket)
+        let sock = || std::os::fd::OwnedFd::from(UdpSocket::bind("127.0.0.1:0").unwrap());
+        let j0 = Joining::start_in(dir.clone(), addr).unwrap();
+        let g0 = j0.answer_gate();
+        let s0 = j0.finish_raw(sock()).unwrap();
+        let j1 = Joining::start_in(dir.clone(), addr).unwrap();
+        let g1 = j1.answer_gate();
+        let s1 = j1.finish_raw(sock()).unwrap();
+        assert_eq!((s0.slot(), s1.slot()), (Some(0), Some(1)));
+        assert!(g0() && !g1(), "slot 0 answers, slot 1 does not");
+        let l = s1.listen(0x0106_4e20).unwrap();
+        assert_eq!(registry::listeners(&dir), vec![(0x0106_4e20, 1)]);
+        assert_eq!(
+            s0.listen(0x0106_4e20).unwrap_err().kind(),
+            io::ErrorKind::AddrInUse,
+            "a service ID has one listener per device"
+        );
+        drop(l);
+        drop(s0);
+        assert!(g1(), "slot 1 answers once slot 0 has left");
+        drop(s1);
+        let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -1,4 +1,5 @@
-//! One UDP device shared by many processes, through the drop-in: Debian's
+//! One device (UDP, and raw in a namespace of the test's own when root)
+//! shared by many processes, through the drop-in: Debian's
 //! rdma-core tools and perftest with BOTH ends on `roce0` (two members of
 //! one SO_REUSEPORT group, steered by the QPN's top byte, the member's
 //! slot), `ibv_devinfo` joining and leaving while traffic flows, 16 pairs
@@ -56,6 +57,104 @@ fn cmd(prog: &Path, net: u8, args: &[&str]) -> Command {
 }
 
 const STDBUF: &str = "/usr/libexec/coreutils/libstdbuf.so";
+
+/// Where a test's processes run and which device roce0 is.
+enum Site {
+    /// roce0 = udp:127.0.`net`.2 (see [`cmd`]).
+    Udp(u8),
+    /// roce0 = raw:vsa:10.`net`.0.1 in a network namespace of the test's
+    /// own ([`RawNs`]).
+    Raw(RawNs),
+}
+
+/// A network namespace made by a test, with a veth pair (`vsa`, `vsb`)
+/// inside it and 10.`net`.0.1/24 on `vsa`; a process sleeping in it shows
+/// its TCP listeners (`/proc/PID/net/tcp`). Deleted on drop.
+struct RawNs {
+    name: String,
+    net: u8,
+    sleeper: Proc,
+}
+
+impl RawNs {
+    /// `None` (after printing SKIPPED) where namespaces cannot be made
+    /// (not root, no `ip`).
+    fn new(net: u8) -> Option<RawNs> {
+        let name = format!("roceshr-{}-{net}", std::process::id());
+        let ip = |args: &[&str]| -> Result<(), String> {
+            let o = Command::new("ip").args(args).stdin(Stdio::null()).output();
+            match o {
+                Ok(o) if o.status.success() => Ok(()),
+                Ok(o) => Err(format!("ip {args:?}: {}", text(&o.stderr).trim())),
+                Err(e) => Err(format!("ip: {e}")),
+            }
+        };
+        if let Err(e) = ip(&["netns", "add", &name]) {
+            eprintln!("SKIPPED: cannot create a network namespace (needs root and iproute2): {e}");
+            return None;
+        }
+        let addr = format!("10.{net}.0.1/24");
+        let setup = [
+            vec!["-n", &name, "link", "add", "vsa", "type", "veth", "peer", "name", "vsb"],
+            vec!["-n", &name, "addr", "add", &addr, "dev", "vsa"],
+            vec!["-n", &name, "link", "set", "vsa", "up"],
+            vec!["-n", &name, "link", "set", "vsb", "up"],
+            vec!["-n", &name, "link", "set", "lo", "up"],
+        ];
+        for a in &setup {
+            if let Err(e) = ip(a) {
+                let _ = ip(&["netns", "del", &name]);
+                eprintln!("SKIPPED: cannot set up namespace {name} (veth?): {e}");
+                return None;
+            }
+        }
+        let sleeper = Proc::spawn(
+            Command::new("ip").args(["netns", "exec", &name, "sleep", "300"]).stdin(Stdio::null()),
+        );
+        Some(RawNs { name, net, sleeper })
+    }
+}
+
+impl Drop for RawNs {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.sleeper.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).output();
+    }
+}
+
+impl Site {
+    /// A command on the drop-in at this site (see [`cmd`]).
+    fn cmd<S: AsRef<std::ffi::OsStr>>(&self, prog: &Path, args: &[S]) -> Command {
+        match self {
+            Site::Udp(net) => {
+                let mut c = cmd(prog, *net, &[]);
+                c.args(args);
+                c
+            }
+            Site::Raw(ns) => {
+                let mut c = cmd(Path::new("ip"), ns.net, &["netns", "exec", &ns.name]);
+                c.arg(prog)
+                    .args(args)
+                    .env("ROCE_EMU_DEVICES", format!("roce0=raw:vsa:10.{}.0.1", ns.net));
+                c
+            }
+        }
+    }
+
+    /// Whether something listens on TCP `port` here.
+    fn listening(&self, port: u16) -> bool {
+        match self {
+            Site::Udp(_) => listening("/proc/net", port),
+            Site::Raw(ns) => {
+                let pid = ns.sleeper.0.as_ref().map(|c| c.id()).unwrap_or(0);
+                listening(&format!("/proc/{pid}/net"), port)
+            }
+        }
+    }
+}
 
 /// What a process that missed its deadline is doing, for the failure
 /// message: its threads' states, which process holds the group lock of
@@ -220,11 +319,12 @@ fn wait_output(mut child: Proc, end: Instant, evidence: bool) -> (Output, bool) 
     (Output { status, stdout: out, stderr: err }, timed_out)
 }
 
-/// Whether something listens on TCP `port` (IPv4 or IPv6), from /proc/net.
-fn listening(port: u16) -> bool {
+/// Whether something listens on TCP `port` (IPv4 or IPv6), from `net`
+/// (`/proc/net`, or `/proc/PID/net` for another namespace).
+fn listening(net: &str, port: u16) -> bool {
     let want = format!(":{port:04X} ");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).is_ok_and(|t| {
+    ["tcp", "tcp6"].iter().any(|f| {
+        std::fs::read_to_string(format!("{net}/{f}")).is_ok_and(|t| {
             t.lines().skip(1).any(|l| {
                 let cols: Vec<&str> = l.split_whitespace().collect();
                 // local_address is column 1, st (0A = LISTEN) column 3
@@ -234,10 +334,11 @@ fn listening(port: u16) -> bool {
     })
 }
 
-/// Wait (bounded) until servers listen on all `ports`, then a little more.
-fn wait_listening(ports: &[u16], limit: Duration) {
+/// Wait (bounded) until servers listen on all `ports` at `site`, then a
+/// little more.
+fn wait_listening(site: &Site, ports: &[u16], limit: Duration) {
     let end = Instant::now() + limit;
-    while !ports.iter().all(|p| listening(*p)) && Instant::now() < end {
+    while !ports.iter().all(|p| site.listening(*p)) && Instant::now() < end {
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(50));
@@ -257,7 +358,7 @@ fn report(who: &str, o: &Output, timed_out: bool) -> String {
 /// exit 0. Returns the client's and the server's output.
 fn pair(mut server: Command, mut client: Command, port: u16, what: &str) -> (String, String) {
     let s = Proc::spawn(&mut server);
-    wait_listening(&[port], Duration::from_secs(30));
+    wait_listening(&Site::Udp(0), &[port], Duration::from_secs(30));
     let c = Proc::spawn(&mut client);
     let (co, ct) = finish(c, Duration::from_secs(40));
     let (so, st) = finish(s, Duration::from_secs(10));
@@ -415,7 +516,7 @@ fn devinfo_while_a_pair_runs_on_the_device() {
     let mut ca = sa.to_vec();
     ca.push("127.0.0.1");
     let server = Proc::spawn(&mut cmd(&pp, net, &sa));
-    wait_listening(&[port], Duration::from_secs(30));
+    wait_listening(&Site::Udp(0), &[port], Duration::from_secs(30));
     let mut client = Proc::spawn(&mut cmd(&pp, net, &ca));
     std::thread::sleep(Duration::from_millis(300));
     let mut infos = Vec::new();
@@ -498,7 +599,7 @@ impl Ended {
 /// polls.
 fn start_pairs(
     pp: &Path,
-    net: u8,
+    site: &Site,
     ports: &[u16],
     iters: &str,
     events: impl Fn(usize) -> bool,
@@ -513,16 +614,17 @@ fn start_pairs(
     let servers: Vec<Proc> = ports
         .iter()
         .enumerate()
-        .map(|(i, p)| Proc::spawn(cmd(pp, net, &[]).args(args(i, &p.to_string()))))
+        .map(|(i, p)| Proc::spawn(&mut site.cmd(pp, &args(i, &p.to_string()))))
         .collect();
-    wait_listening(ports, Duration::from_secs(30));
+    wait_listening(site, ports, Duration::from_secs(30));
     servers
         .into_iter()
         .zip(ports)
         .enumerate()
         .map(|(i, (server, port))| {
-            let client =
-                Proc::spawn(cmd(pp, net, &[]).args(args(i, &port.to_string())).arg("127.0.0.1"));
+            let mut a = args(i, &port.to_string());
+            a.push("127.0.0.1".to_string());
+            let client = Proc::spawn(&mut site.cmd(pp, &a));
             Pair { port: *port, server, client }
         })
         .collect()
@@ -548,8 +650,25 @@ fn end_pairs(pairs: Vec<Pair>, end: Instant) -> Vec<Ended> {
 fn sixteen_pairs_on_one_device() {
     let Some(pp) = need("ibv_rc_pingpong", "ibverbs-utils") else { return };
     let _turn = many_ports();
+    sixteen_pairs(&pp, &Site::Udp(86));
+}
+
+/// The same on a raw device (AF_PACKET on a veth in a namespace of the
+/// test's own; needs root): 32 members of one raw device, each taking
+/// only its own frames by its socket filter, the two ends of each pair
+/// reaching each other through the copy of each outgoing frame the
+/// kernel gives the other packet sockets.
+#[test]
+fn sixteen_pairs_on_one_raw_device() {
+    let Some(pp) = need("ibv_rc_pingpong", "ibverbs-utils") else { return };
+    let _turn = many_ports(); // (not for the ports: 32 processes at a time)
+    let Some(ns) = RawNs::new(89) else { return };
+    sixteen_pairs(&pp, &Site::Raw(ns));
+}
+
+fn sixteen_pairs(pp: &Path, site: &Site) {
     let ports: Vec<u16> = (18684..18700).collect();
-    let pairs = start_pairs(&pp, 86, &ports, "2000", |i| i % 8 != 0);
+    let pairs = start_pairs(pp, site, &ports, "2000", |i| i % 8 != 0);
     let ended = end_pairs(pairs, Instant::now() + Duration::from_secs(60));
     let mut slots = BTreeSet::new();
     for e in &ended {
@@ -576,7 +695,7 @@ fn sixteen_short_pairs_end_together() {
     let _turn = many_ports();
     let ports: Vec<u16> = (18684..18700).collect();
     for round in 1..=6 {
-        let pairs = start_pairs(&pp, 88, &ports, "200", |i| i % 8 != 0);
+        let pairs = start_pairs(&pp, &Site::Udp(88), &ports, "200", |i| i % 8 != 0);
         let ended = end_pairs(pairs, Instant::now() + Duration::from_secs(15));
         if let Some(e) = ended.iter().find(|e| e.client.1 || e.server.1) {
             panic!("round {round}: a process did not end in 15 s\n{}", e.report());
@@ -596,9 +715,21 @@ fn sixteen_short_pairs_end_together() {
 fn members_killed_with_sigkill_leave_the_others_running_and_their_slots_free() {
     let Some(pp) = need("ibv_rc_pingpong", "ibverbs-utils") else { return };
     let _turn = many_ports();
-    let net = 87;
+    members_killed(&pp, &Site::Udp(87));
+}
+
+/// The same on a raw device (in a namespace of the test's own; root).
+#[test]
+fn raw_members_killed_with_sigkill_leave_the_others_running_and_their_slots_free() {
+    let Some(pp) = need("ibv_rc_pingpong", "ibverbs-utils") else { return };
+    let _turn = many_ports();
+    let Some(ns) = RawNs::new(90) else { return };
+    members_killed(&pp, &Site::Raw(ns));
+}
+
+fn members_killed(pp: &Path, site: &Site) {
     let ports: Vec<u16> = (18684..18692).collect();
-    let mut pairs = start_pairs(&pp, net, &ports, "10000", |i| i % 4 != 0);
+    let mut pairs = start_pairs(pp, site, &ports, "10000", |i| i % 4 != 0);
     std::thread::sleep(Duration::from_secs(1));
     for p in &mut pairs {
         assert!(
@@ -615,7 +746,7 @@ fn members_killed_with_sigkill_leave_the_others_running_and_their_slots_free() {
         }
     }
     std::thread::sleep(Duration::from_millis(200));
-    let newcomers = start_pairs(&pp, net, &[18692, 18693], "300", |_| true);
+    let newcomers = start_pairs(pp, site, &[18692, 18693], "300", |_| true);
     let new_ended = end_pairs(newcomers, Instant::now() + Duration::from_secs(30));
     let mut survivors = survivors;
     let held_throughout = survivors.iter_mut().all(|p| p.server.running() && p.client.running());

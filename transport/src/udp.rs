@@ -213,7 +213,7 @@ fn to_std(a: &SockaddrStorage) -> Option<SocketAddr> {
 }
 
 /// A UDP socket bound to `addr` with `SO_REUSEPORT` set first.
-fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
+pub(crate) fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
     let family = match addr {
         SocketAddr::V4(_) => nsock::AddressFamily::Inet,
         SocketAddr::V6(_) => nsock::AddressFamily::Inet6,

@@ -514,7 +514,11 @@ impl DeviceConfig {
         // group with this member in it.
         let mut stewards = Vec::new();
         for (i, name, (join, sock)) in joins {
-            let st = join.finish(sock).map_err(|source| OpenError::Steer { name, source })?;
+            let st = match sock {
+                MemberSocket::Udp(s) => join.finish(s),
+                MemberSocket::Raw(s) => join.finish_raw(s),
+            }
+            .map_err(|source| OpenError::Steer { name, source })?;
             stewards.push((cores[i].clone(), st));
         }
         let drv = Arc::new(drv.with_publishers(publishers).with_stewards(stewards));
@@ -525,11 +529,15 @@ impl DeviceConfig {
     /// the other: the one place a real device is put together.
     fn assemble(&self, share: bool) -> Result<Assembled, OpenError> {
         let mut hcfg = self.hca_config();
-        let share = share && self.transport == TransportKind::Udp;
+        let share = share && self.transport != TransportKind::Sim;
         let join = match share {
             true => {
-                let j = roce_host::Joining::start(SocketAddr::new(self.addr, self.port))
-                    .map_err(|source| OpenError::Join { name: self.name.clone(), source })?;
+                let at = SocketAddr::new(self.addr, self.port);
+                let j = match &self.transport {
+                    TransportKind::Raw { ifname } => roce_host::Joining::start_raw(ifname, at),
+                    _ => roce_host::Joining::start(at),
+                }
+                .map_err(|source| OpenError::Join { name: self.name.clone(), source })?;
                 hcfg.qpns = j.qpns();
                 hcfg.first_qpn = j.first_qpn();
                 hcfg.comm_id_tag = Some(j.slot());
@@ -563,7 +571,7 @@ impl DeviceConfig {
                     let sock = t
                         .try_clone_socket()
                         .map_err(|source| OpenError::Steer { name: self.name.clone(), source })?;
-                    member = Some((j, sock));
+                    member = Some((j, MemberSocket::Udp(sock)));
                 }
                 // The transport verifies every ICRC it delivers, so the core
                 // need not (not with injected faults, which may corrupt after
@@ -583,8 +591,21 @@ impl DeviceConfig {
                 let mut rc = RawConfig::new(ifname.clone(), self.addr);
                 rc.port = self.port;
                 rc.pcap = self.effective_pcap();
-                let t = RawTransport::open(rc)
+                rc.shared = join.is_some();
+                if let (Some(j), Some(p)) = (&join, &rc.pcap) {
+                    if j.slot() > 0 {
+                        rc.pcap = Some(p.with_extension(format!("s{}.pcap", j.slot())));
+                    }
+                }
+                let mut t = RawTransport::open(rc)
                     .map_err(|source| OpenError::Raw { name: self.name.clone(), source })?;
+                if let Some(j) = join {
+                    t.set_steer(j.tap(), j.answer_gate());
+                    let sock = t
+                        .try_clone_socket()
+                        .map_err(|source| OpenError::Steer { name: self.name.clone(), source })?;
+                    member = Some((j, MemberSocket::Raw(sock)));
+                }
                 // Exact receive-side ICRC checks on the real IP header (unless
                 // injected faults may corrupt frames after that check).
                 if faults.is_none() {
@@ -642,8 +663,15 @@ fn post_batch() -> Duration {
 
 /// A device's core and its transport, configured for each other, and for
 /// a shared device the joining member with a handle on its socket.
-type Assembled =
-    (Arc<Mutex<Hca>>, Box<dyn Transport>, Option<(roce_host::Joining, std::net::UdpSocket)>);
+type Assembled = (Arc<Mutex<Hca>>, Box<dyn Transport>, Option<(roce_host::Joining, MemberSocket)>);
+
+/// A second handle on a shared device member's socket, for its steering.
+enum MemberSocket {
+    /// The UDP socket in the device's `SO_REUSEPORT` group.
+    Udp(std::net::UdpSocket),
+    /// The raw transport's packet socket.
+    Raw(std::os::fd::OwnedFd),
+}
 
 /// How [`DeviceConfig::open_group`] runs its devices.
 #[derive(Clone, Debug)]

@@ -32,6 +32,7 @@
 pub mod neigh;
 
 use crate::counters::{CountersSnapshot, TransportCounters};
+use crate::steer::{SteerTap, Verdict};
 use crate::udp::SendOutcome;
 use bytes::Bytes;
 use core::net::{IpAddr, Ipv6Addr, SocketAddr};
@@ -88,6 +89,9 @@ pub struct RawConfig {
     pub static_neighbours: Vec<(IpAddr, [u8; 6])>,
     /// Record every RoCE frame sent and received (as on the wire) here.
     pub pcap: Option<PathBuf>,
+    /// Bind the discard socket with `SO_REUSEPORT`: the device is shared by
+    /// several processes (`roce-host`), each with a discard socket.
+    pub shared: bool,
 }
 
 impl RawConfig {
@@ -109,6 +113,7 @@ impl RawConfig {
             batch: 64,
             static_neighbours: Vec::new(),
             pcap: None,
+            shared: false,
         }
     }
 }
@@ -254,7 +259,15 @@ struct State {
     pcap: Option<(PcapWriter<SharedFile>, SharedFile)>,
     discard: Option<UdpSocket>,
     flush: Vec<Vec<u8>>,
+    /// The member's slot when the device is shared ([`crate::steer`]).
+    steer: Option<SteerTap>,
+    /// When shared: whether this member is the one that answers ARP/NS now.
+    answer_gate: Option<AnswerGate>,
 }
+
+/// Asked on each ARP request / neighbour solicitation for our address when
+/// the device is shared: whether this member is the one that answers.
+pub type AnswerGate = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// RoCEv2 over an `AF_PACKET` socket. See the module documentation.
 pub struct RawTransport {
@@ -346,6 +359,8 @@ impl RawTransport {
                 pcap,
                 discard,
                 flush: Vec::new(),
+                steer: None,
+                answer_gate: None,
                 cfg,
             },
         })
@@ -368,6 +383,22 @@ impl RawTransport {
     pub fn answers_neighbour_requests(&self) -> bool {
         self.st.answer
     }
+    /// Share the device with other processes: `tap` is this member's slot.
+    /// A RoCE datagram for another slot that gets past the member's socket
+    /// filter (attached by `roce-host` on [`RawTransport::try_clone_socket`];
+    /// before it is attached, the socket sees every frame) is dropped and
+    /// counted (`steer_foreign`); ARP/NS for our address are answered only
+    /// when `gate` says this member is the one that answers.
+    pub fn set_steer(&mut self, tap: SteerTap, gate: AnswerGate) {
+        self.st.steer = Some(tap);
+        self.st.answer_gate = Some(gate);
+    }
+
+    /// A second handle on the packet socket (for its filter).
+    pub fn try_clone_socket(&self) -> io::Result<OwnedFd> {
+        self.poll_fd.try_clone()
+    }
+
     /// Whether the discard socket is bound (see the module documentation).
     pub fn discard_socket_bound(&self) -> bool {
         self.st.discard.is_some()
@@ -443,7 +474,12 @@ fn is_would_block(e: &io::Error) -> bool {
 /// (no local delivery, no ICMP), a port in use too (someone else's socket
 /// keeps the kernel from sending ICMP).
 fn bind_discard(cfg: &RawConfig) -> Result<Option<UdpSocket>, RawError> {
-    match UdpSocket::bind(SocketAddr::new(cfg.local, cfg.port)) {
+    let local = SocketAddr::new(cfg.local, cfg.port);
+    let bound = match cfg.shared {
+        true => crate::udp::bind_reuseport(local),
+        false => UdpSocket::bind(local),
+    };
+    match bound {
         Ok(s) => {
             s.set_nonblocking(true)
                 .map_err(|source| RawError::Io { what: "discard socket O_NONBLOCK", source })?;
@@ -584,6 +620,10 @@ impl State {
 
     /// Cache, then the kernel's table.
     fn resolve(&mut self, ip: &IpAddr, now: Instant) -> Option<[u8; 6]> {
+        // another member of this shared device: our own MAC (see handle_frame)
+        if *ip == self.cfg.local && self.steer.is_some() {
+            return Some(self.mac);
+        }
         if let Some(m) = self.neigh.get(ip, now) {
             return Some(m);
         }
@@ -686,16 +726,31 @@ impl State {
             return;
         }
         let src_mac: [u8; 6] = f[6..12].try_into().unwrap_or([0; 6]);
-        if src_mac == self.mac {
+        let ethertype = u16::from_be_bytes([f[12], f[13]]);
+        // Our own frames, seen as they leave, are dropped; except, on a
+        // shared device, another member's datagrams to this device's
+        // address (to a QP of ours, or the socket filter would not have
+        // passed them): members of one device reach each other through the
+        // copy of each outgoing frame the kernel gives every packet socket
+        // but the sender's.
+        let from_member = self.steer.is_some() && matches!(ethertype, ETH_IPV4 | ETH_IPV6);
+        if src_mac == self.mac && !from_member {
             add(&self.raw.own_frames, 1);
             return;
         }
-        match u16::from_be_bytes([f[12], f[13]]) {
+        match ethertype {
             ETH_ARP => self.handle_arp(&f[14..], now),
             ETH_IPV6 if neigh::parse_ndp(&f[14..]).is_some() => self.handle_ndp(&f[14..], now),
             ETH_IPV4 | ETH_IPV6 => self.handle_ip(f, src_mac, now, out),
             _ => add(&self.raw.not_ours, 1),
         }
+    }
+
+    /// Whether to answer an ARP request / neighbour solicitation for our
+    /// address now: the configuration says so and, when the device is
+    /// shared, this member is the one that answers (exactly one does).
+    fn answers_now(&self) -> bool {
+        self.answer && self.answer_gate.as_ref().is_none_or(|g| g())
     }
 
     fn handle_arp(&mut self, p: &[u8], now: Instant) {
@@ -714,7 +769,7 @@ impl State {
             }
             1 => {
                 self.learn(IpAddr::V4(a.spa), a.sha, now);
-                if self.answer {
+                if self.answers_now() {
                     let r = Arp { op: 2, sha: self.mac, spa: me, tha: a.sha, tpa: a.spa };
                     if self.write(&r.frame(a.sha)).is_ok() {
                         add(&self.raw.arp_replies, 1);
@@ -746,7 +801,7 @@ impl State {
                     self.learn(IpAddr::V6(n.src), m, now);
                 }
             }
-            if self.answer && !n.src.is_unspecified() {
+            if self.answers_now() && !n.src.is_unspecified() {
                 if let Some(m) = n.lladdr {
                     // Solicited + override.
                     let f = neigh::ndp_frame(136, self.mac, m, &me, &n.src, &me, 0x60);
@@ -788,6 +843,21 @@ impl State {
         }
         TransportCounters::add(&self.counters.dgrams_in, 1);
         TransportCounters::add(&self.counters.bytes_in, d.udp_payload.len() as u64);
+        if let Some(tap) = &self.steer {
+            match tap.classify(&d.udp_payload) {
+                Verdict::Mine => {}
+                Verdict::Foreign(slot) => {
+                    TransportCounters::add(&self.counters.steer_foreign, 1);
+                    tap.shared.note_foreign(slot);
+                    return;
+                }
+                // probes steer UDP groups; nobody probes a raw device
+                Verdict::Probe(_) => {
+                    add(&self.raw.malformed, 1);
+                    return;
+                }
+            }
+        }
         if !d.icrc_ok() {
             TransportCounters::add(&self.counters.icrc_bad, 1);
             return;
