@@ -13,6 +13,7 @@ mod demo;
 mod devices;
 mod logging;
 mod perf;
+mod run;
 
 const ABOUT: &str = "Tools for RoCEv2, the InfiniBand transport (RDMA: SEND, WRITE, READ, \
 atomics between queue pairs) carried in UDP datagrams to port 4791 over ordinary IP networks.";
@@ -48,6 +49,9 @@ enum Command {
     /// perftest-like bandwidth (write/read/send/atomic) and latency (lat) between two emulated HCAs.
     #[command(long_about = perf::PERF_LONG, after_help = perf::PERF_AFTER)]
     Perf(perf::PerfArgs),
+    /// Run a program (and all it starts) on the roce-emu devices, found as kernel devices are.
+    #[command(long_about = run::RUN_LONG, after_help = run::RUN_AFTER)]
+    Run(run::RunArgs),
 }
 
 fn main() -> ExitCode {
@@ -70,5 +74,6 @@ fn main() -> ExitCode {
         Command::Devinfo(args) => devices::run_devinfo(&args),
         Command::Stats(args) => devices::stats::run(&args),
         Command::Perf(args) => perf::run(&args),
+        Command::Run(args) => run::run(&args),
     }
 }

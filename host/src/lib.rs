@@ -29,6 +29,7 @@
 
 pub mod registry;
 pub mod steer;
+pub mod sysfs;
 
 pub use registry::{JoinError, MAX_MEMBERS};
 pub use steer::{Joining, ListenGuard, Steward};

@@ -1,0 +1,155 @@
+//! `roce run -- CMD [ARGS...]`: run a program, and every program it starts,
+//! on the host's roce-emu devices, found as kernel devices are found.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+pub const RUN_LONG: &str = "Run CMD, and every process it starts (mpirun's ranks, UCX's and \
+libfabric's modules), on the roce-emu devices: the drop-in libibverbs.so.1 and librdmacm.so.1 \
+come first on LD_LIBRARY_PATH, and libroce_preload.so shows the devices where software that \
+looks for them outside libibverbs looks (UCX, Open MPI's openib BTL, libfabric, pyverbs): \
+/sys/class/infiniband/<dev>/..., /sys/class/infiniband_verbs/uverbsN/... and \
+/dev/infiniband/uverbsN, from a tree written for the configured devices (ROCE_EMU_DEVICES or \
+devices.conf, as the drop-in reads them). Nothing else of the file system changes, nothing needs \
+root. The exit status is CMD's.";
+
+pub const RUN_AFTER: &str = "Examples:\n  \
+roce run -- ucx_info -d                          UCX lists rc_verbs and ud_verbs on roce0, roce1\n  \
+roce run -- ibv_devinfo -d roce0                 rdma-core's tools, as with LD_LIBRARY_PATH\n  \
+roce run -- mpirun -np 2 --mca pml ucx ./a.out    every rank sees the devices\n  \
+roce run --print-env                             the variables roce run sets, for a shell\n\n\
+Environment set for CMD: LD_LIBRARY_PATH (the drop-in's directory first), LD_PRELOAD \
+(libroce_preload.so added), ROCE_EMU_SYSFS (the tree). The drop-in is looked for beside the \
+`roce` binary (target/release after `cargo build --release`), or in ROCE_EMU_LIB_DIR.";
+
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// Print the environment roce run would set (as `export` lines) and exit.
+    #[arg(long)]
+    print_env: bool,
+    /// The directory holding libibverbs.so.1, librdmacm.so.1 and
+    /// libroce_preload.so (default: ROCE_EMU_LIB_DIR, else beside `roce`).
+    #[arg(long, value_name = "DIR")]
+    lib_dir: Option<PathBuf>,
+    /// The program and its arguments.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    cmd: Vec<OsString>,
+}
+
+fn lib_dir(args: &RunArgs) -> Result<PathBuf, String> {
+    let dir = match (&args.lib_dir, std::env::var_os("ROCE_EMU_LIB_DIR")) {
+        (Some(d), _) => d.clone(),
+        (None, Some(d)) if !d.is_empty() => PathBuf::from(d),
+        _ => std::env::current_exe()
+            .ok()
+            .and_then(|e| e.parent().map(Path::to_path_buf))
+            .ok_or("cannot find the roce binary's directory: pass --lib-dir")?,
+    };
+    for f in ["libibverbs.so.1", "librdmacm.so.1", "libroce_preload.so"] {
+        if !dir.join(f).exists() {
+            return Err(format!(
+                "{} has no {f}: build the drop-in first (cargo build --release), or pass --lib-dir",
+                dir.display()
+            ));
+        }
+    }
+    Ok(dir)
+}
+
+/// The tree of the configured devices, written into a new directory of the
+/// user's runtime directory.
+fn write_tree() -> Result<PathBuf, String> {
+    use roce_verbs_api::udp::{gid_table, node_guid, DeviceConfig, TransportKind};
+    let cfgs = DeviceConfig::load_all().map_err(|e| format!("device configuration: {e}"))?;
+    let devs: Vec<roce_host::sysfs::SysfsDevice> = cfgs
+        .iter()
+        .enumerate()
+        .map(|(index, c)| roce_host::sysfs::SysfsDevice {
+            name: c.name.clone(),
+            index,
+            gids: gid_table(c.addr).to_vec(),
+            node_guid: node_guid(c.addr),
+            fw_ver: roce_emulator::objects::DeviceAttr::default().fw_ver,
+            netdev: match &c.transport {
+                TransportKind::Raw { ifname } => Some(ifname.clone()),
+                _ => roce_host::sysfs::netdev_of(c.addr),
+            },
+            active_mtu: c.mtu.bytes() as u32,
+        })
+        .collect();
+    let root = roce_host::registry::run_dir().join(format!("sysfs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    roce_host::sysfs::write_tree(&root, &devs)
+        .map_err(|e| format!("writing {}: {e}", root.display()))?;
+    Ok(root)
+}
+
+/// `VAR=new:old` (new first), or `new` alone.
+fn prepend(var: &str, new: &Path, sep: &str) -> OsString {
+    let mut v = OsString::from(new.as_os_str());
+    if let Some(old) = std::env::var_os(var).filter(|o| !o.is_empty()) {
+        v.push(sep);
+        v.push(old);
+    }
+    v
+}
+
+pub fn run(args: &RunArgs) -> ExitCode {
+    let dir = match lib_dir(args) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("roce run: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let tree = match write_tree() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("roce run: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let env = [
+        ("LD_LIBRARY_PATH", prepend("LD_LIBRARY_PATH", &dir, ":")),
+        ("LD_PRELOAD", prepend("LD_PRELOAD", &dir.join("libroce_preload.so"), " ")),
+        (roce_preload_env(), tree.clone().into_os_string()),
+    ];
+    if args.print_env {
+        for (k, v) in &env {
+            println!("export {k}='{}'", v.to_string_lossy());
+        }
+        return ExitCode::SUCCESS;
+    }
+    let Some((prog, rest)) = args.cmd.split_first() else {
+        let _ = std::fs::remove_dir_all(&tree);
+        eprintln!("roce run: no command given (roce run -- CMD [ARGS...]; see roce run --help)");
+        return ExitCode::from(2);
+    };
+    let mut c = std::process::Command::new(prog);
+    c.args(rest);
+    for (k, v) in &env {
+        c.env(k, v);
+    }
+    let status = c.status();
+    let _ = std::fs::remove_dir_all(&tree);
+    match status {
+        Ok(s) => match s.code() {
+            Some(code) => ExitCode::from(code.clamp(0, 255) as u8),
+            None => {
+                use std::os::unix::process::ExitStatusExt;
+                // killed by a signal: as a shell reports it
+                ExitCode::from(128u8.saturating_add(s.signal().unwrap_or(0) as u8))
+            }
+        },
+        Err(e) => {
+            eprintln!("roce run: cannot run {}: {e}", prog.to_string_lossy());
+            ExitCode::from(127)
+        }
+    }
+}
+
+/// The variable naming the tree (`roce_preload::ENV_SYSFS`).
+fn roce_preload_env() -> &'static str {
+    "ROCE_EMU_SYSFS"
+}
