@@ -12,6 +12,7 @@
 //! sys/class/infiniband/NAME/ports/1/{state,phys_state,link_layer,rate,lid,sm_lid,active_mtu}
 //! sys/class/infiniband/NAME/ports/1/gids/N, pkeys/0
 //! sys/class/infiniband/NAME/ports/1/gid_attrs/{types,ndevs}/N   (populated GIDs only)
+//! sys/class/infiniband/NAME/device/net/NETDEV/                   (an empty directory)
 //! sys/class/infiniband_verbs/abi_version
 //! sys/class/infiniband_verbs/uverbsI/{ibdev,abi_version,dev}
 //! dev/infiniband/uverbsI, dev/infiniband/rdma_cm   -> /dev/null
@@ -99,6 +100,11 @@ pub fn write_tree(root: &Path, devs: &[SysfsDevice]) -> io::Result<()> {
         put(&port.join("sm_lid"), "0x0")?;
         put(&port.join("active_mtu"), &d.active_mtu.to_string())?;
         put(&port.join("pkeys/0"), "0xffff")?;
+        if let Some(n) = &d.netdev {
+            // where pyverbs' tests find the device's netdev (then its address
+            // from `ip addr show`)
+            std::fs::create_dir_all(dev.join("device/net").join(n))?;
+        }
         for (i, g) in d.gids.iter().enumerate() {
             put(&port.join(format!("gids/{i}")), &gid_text(g))?;
             put(&port.join(format!("gid_attrs/types/{i}")), "RoCE v2")?;
@@ -179,6 +185,7 @@ mod tests {
         assert_eq!(read(&format!("{dev}/ports/1/gid_attrs/types/1")), "RoCE v2\n");
         assert_eq!(read(&format!("{dev}/ports/1/gid_attrs/ndevs/1")), "lo\n", "127/8 is lo's");
         assert_eq!(read("sys/class/infiniband_verbs/uverbs0/ibdev"), "roce0\n");
+        assert!(root.join(dev).join("device/net/lo").is_dir());
         use std::os::unix::fs::FileTypeExt;
         let md = std::fs::metadata(root.join("dev/infiniband/uverbs0")).unwrap();
         assert!(md.file_type().is_char_device(), "stat() sees a character device");

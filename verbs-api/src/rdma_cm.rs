@@ -548,6 +548,9 @@ struct IdState {
     peer_rnr_retry: u8,
     /// What the application passed to connect/accept.
     param: ConnParam,
+    /// `rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT)`: the QP's local ACK
+    /// timeout at RTS, instead of the default.
+    ack_timeout: Option<u8>,
 }
 
 struct IdInner {
@@ -579,6 +582,7 @@ impl IdInner {
                 peer_retry: 7,
                 peer_rnr_retry: 7,
                 param: ConnParam::default(),
+                ack_timeout: None,
             }),
         }
     }
@@ -807,6 +811,17 @@ impl CmId {
         }
     }
 
+    /// `rdma_set_option(RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT)`: the
+    /// local ACK timeout (4.096 µs × 2^`t`, 5 bits) the identifier's QP gets
+    /// at RTS, by the CM or from `rdma_init_qp_attr`.
+    pub fn set_ack_timeout(&self, t: u8) -> Result<(), CmError> {
+        if t > 31 {
+            return Err(CmError::InvalidState("ACK timeout above 31"));
+        }
+        self.inner.lock().ack_timeout = Some(t);
+        Ok(())
+    }
+
     /// `rdma_init_qp_attr`: the attributes (with their mask) that move an
     /// application's own QP to `state` (INIT, RTR or RTS) for this
     /// connection, as librdmacm computes them: INIT with the access flags
@@ -819,7 +834,8 @@ impl CmId {
             return Err(CmError::InvalidState("init_qp_attr before the id is bound to a device"));
         };
         let udp = self.inner.ps == PortSpace::Udp;
-        let opts = qp_options(&ctx, st.peer_mtu, &st.param, st.peer_retry, st.peer_rnr_retry);
+        let mut opts = qp_options(&ctx, st.peer_mtu, &st.param, st.peer_retry, st.peer_rnr_retry);
+        opts.timeout = st.ack_timeout.unwrap_or(opts.timeout);
         match state {
             QpState::Init if udp => {
                 Ok(QpAttr::new().state(QpState::Init).pkey_index(0).port(1).qkey(RDMA_UDP_QKEY))
@@ -1014,8 +1030,9 @@ impl CmId {
                     false => ctx.lock().cm().random_psn(),
                 };
                 if let Some(qp) = st.qp.clone() {
-                    let opts =
+                    let mut opts =
                         qp_options(&ctx, st.peer_mtu, param, st.peer_retry, st.peer_rnr_retry);
+                    opts.timeout = st.ack_timeout.unwrap_or(opts.timeout);
                     // As the kernel's CM (and rping through rxe shows): the
                     // REQ's starting PSN is the one the passive side sends
                     // from, the REP's the one it receives at.
@@ -1089,7 +1106,8 @@ impl CmId {
     }
 
     /// `rdma_establish` for an identifier without a QP: after
-    /// CONNECT_RESPONSE, send the RTU (ESTABLISHED follows).
+    /// CONNECT_RESPONSE, send the RTU (the passive side gets ESTABLISHED;
+    /// this one no event).
     pub fn establish(&self) -> Result<(), CmError> {
         let mut st = self.inner.lock();
         let (Some(ctx), Some(conn)) = (st.ctx.clone(), st.conn) else {
@@ -1102,7 +1120,9 @@ impl CmId {
         st.role = Role::Connected;
         drop(st);
         ctx.kick();
-        self.emit(self.event(CmEventKind::Established, 0));
+        // (no ESTABLISHED here: librdmacm sends the RTU and the passive
+        // side gets ESTABLISHED; the active side's next event is its
+        // DISCONNECTED, as pyverbs' external-QP test expects)
         Ok(())
     }
 
@@ -1275,13 +1295,14 @@ fn dispatch(ctx: &Context, ev: EngineEvent) {
             // librdmacm moves the QP and sends the RTU itself
             let remote = st.remote.map(|r| r.ip()).unwrap_or_else(|| ctx.addr());
             let mine = st.param.clone();
-            let opts = qp_options(
+            let mut opts = qp_options(
                 ctx,
                 ctx.query_port().active_mtu as u8,
                 &mine,
                 mine.retry_count,
                 mine.rnr_retry_count,
             );
+            opts.timeout = st.ack_timeout.unwrap_or(opts.timeout);
             // the active side receives at the PSN its REQ named and sends
             // from the one the REP named (the kernel's CM; rping via rxe)
             let peer = QpEndpoint { addr: remote, qpn: rep.remote_qpn, psn: st.psn };

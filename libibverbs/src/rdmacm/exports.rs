@@ -410,20 +410,26 @@ pub unsafe extern "C" fn rdma_set_option(
     level: c_int,
     optname: c_int,
     optval: *mut c_void,
-    _optlen: size_t,
+    optlen: size_t,
 ) -> c_int {
     guard_neg(|| {
-        idobj(idp)?;
+        let o = idobj(idp)?;
         if optval.is_null() {
             return Err(libc::EINVAL);
         }
         match (level, optname) {
+            (cm::RDMA_OPTION_ID, cm::RDMA_OPTION_ID_ACK_TIMEOUT) => {
+                if optlen != size_of::<u8>() {
+                    return Err(libc::EINVAL);
+                }
+                // SAFETY: the caller's option value, one byte (checked above).
+                let t = unsafe { *(optval as *const u8) };
+                rust(o)?.set_ack_timeout(t).map_err(|_| libc::EINVAL)?;
+                Ok(0)
+            }
             (
                 cm::RDMA_OPTION_ID,
-                cm::RDMA_OPTION_ID_TOS
-                | cm::RDMA_OPTION_ID_REUSEADDR
-                | cm::RDMA_OPTION_ID_AFONLY
-                | cm::RDMA_OPTION_ID_ACK_TIMEOUT,
+                cm::RDMA_OPTION_ID_TOS | cm::RDMA_OPTION_ID_REUSEADDR | cm::RDMA_OPTION_ID_AFONLY,
             ) => Ok(0),
             (cm::RDMA_OPTION_IB, cm::RDMA_OPTION_IB_PATH) => Ok(0),
             _ => {
