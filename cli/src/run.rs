@@ -76,6 +76,10 @@ fn write_tree() -> Result<PathBuf, String> {
                 _ => roce_host::sysfs::netdev_of(c.addr),
             },
             active_mtu: c.mtu.bytes() as u32,
+            alias_prefix: match &c.transport {
+                TransportKind::Raw { .. } => None,
+                _ => roce_host::sysfs::owner_of(c.addr).and_then(|o| o.1),
+            },
         })
         .collect();
     let root = roce_host::registry::run_dir().join(format!("sysfs-{}", std::process::id()));

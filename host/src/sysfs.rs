@@ -43,6 +43,11 @@ pub struct SysfsDevice {
     pub netdev: Option<String>,
     /// The port's active MTU in bytes (256..4096).
     pub active_mtu: u32,
+    /// When the address is not assigned to `netdev` but inside one of its
+    /// subnets (127.0.0.2 on `lo`): that subnet's prefix length. The tree's
+    /// `ifaddrs` then lists the address as `NETDEV:NAME` for the shim's
+    /// `getifaddrs()` (see `preload/`).
+    pub alias_prefix: Option<u8>,
 }
 
 fn guid(g: u64) -> String {
@@ -84,6 +89,7 @@ pub fn write_tree(root: &Path, devs: &[SysfsDevice]) -> io::Result<()> {
     std::fs::create_dir_all(root.join("dev/infiniband"))?;
     put(&verbs.join("abi_version"), "6")?;
     link_null(&root.join("dev/infiniband/rdma_cm"))?;
+    let mut ifaddrs = String::new();
     for d in devs {
         let dev = ib.join(&d.name);
         put(&dev.join("node_guid"), &guid(d.node_guid))?;
@@ -117,13 +123,29 @@ pub fn write_tree(root: &Path, devs: &[SysfsDevice]) -> io::Result<()> {
         put(&uv.join("abi_version"), "1")?;
         put(&uv.join("dev"), &format!("231:{}", 192 + d.index))?;
         link_null(&root.join(format!("dev/infiniband/uverbs{}", d.index)))?;
+        if let (Some(n), Some(p), Some(ip)) = (&d.netdev, d.alias_prefix, d.gids.get(1)) {
+            // (an interface name is at most 15 bytes)
+            let mut label = format!("{n}:{}", d.name);
+            while label.len() > 15 {
+                label.pop();
+            }
+            let ip = ip.to_ipv4_mapped().map_or(IpAddr::V6(*ip), IpAddr::V4);
+            ifaddrs.push_str(&format!("{label} {ip} {p}\n"));
+        }
     }
+    std::fs::write(root.join("ifaddrs"), ifaddrs)?;
     Ok(())
 }
 
 /// The network interface that owns `addr`: the one it is assigned to,
 /// else the one with a subnet that contains it (127.0.0.2 is `lo`'s).
 pub fn netdev_of(addr: IpAddr) -> Option<String> {
+    owner_of(addr).map(|o| o.0)
+}
+
+/// [`netdev_of`], and for an address that is only inside a subnet of the
+/// interface, that subnet's prefix length (`None` when assigned).
+pub fn owner_of(addr: IpAddr) -> Option<(String, Option<u8>)> {
     let ifs: Vec<_> = nix::ifaddrs::getifaddrs().ok()?.collect();
     let ip_of = |s: &Option<nix::sys::socket::SockaddrStorage>| -> Option<IpAddr> {
         let s = s.as_ref()?;
@@ -133,8 +155,12 @@ pub fn netdev_of(addr: IpAddr) -> Option<String> {
         s.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip()))
     };
     if let Some(i) = ifs.iter().find(|i| ip_of(&i.address) == Some(addr)) {
-        return Some(i.interface_name.clone());
+        return Some((i.interface_name.clone(), None));
     }
+    let prefix = |m: IpAddr| match m {
+        IpAddr::V4(m) => u32::from(m).count_ones() as u8,
+        IpAddr::V6(m) => u128::from(m).count_ones() as u8,
+    };
     let within = |a: IpAddr, net: IpAddr, mask: IpAddr| match (a, net, mask) {
         (IpAddr::V4(a), IpAddr::V4(n), IpAddr::V4(m)) => {
             u32::from(a) & u32::from(m) == u32::from(n) & u32::from(m)
@@ -144,12 +170,12 @@ pub fn netdev_of(addr: IpAddr) -> Option<String> {
         }
         _ => false,
     };
-    ifs.iter()
-        .find(|i| match (ip_of(&i.address), ip_of(&i.netmask)) {
-            (Some(n), Some(m)) => within(addr, n, m),
-            _ => false,
-        })
-        .map(|i| i.interface_name.clone())
+    ifs.iter().find_map(|i| match (ip_of(&i.address), ip_of(&i.netmask)) {
+        (Some(n), Some(m)) if within(addr, n, m) => {
+            Some((i.interface_name.clone(), Some(prefix(m))))
+        }
+        _ => None,
+    })
 }
 
 #[cfg(test)]
@@ -170,6 +196,7 @@ mod tests {
             fw_ver: "0.1.0".into(),
             netdev: netdev_of("127.0.0.2".parse().unwrap()),
             active_mtu: 1024,
+            alias_prefix: owner_of("127.0.0.2".parse().unwrap()).and_then(|o| o.1),
         };
         write_tree(&root, &[d]).unwrap();
         let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap();
@@ -186,6 +213,7 @@ mod tests {
         assert_eq!(read(&format!("{dev}/ports/1/gid_attrs/ndevs/1")), "lo\n", "127/8 is lo's");
         assert_eq!(read("sys/class/infiniband_verbs/uverbs0/ibdev"), "roce0\n");
         assert!(root.join(dev).join("device/net/lo").is_dir());
+        assert_eq!(read("ifaddrs"), "lo:roce0 127.0.0.2 8\n", "127.0.0.2 is inside lo's /8");
         use std::os::unix::fs::FileTypeExt;
         let md = std::fs::metadata(root.join("dev/infiniband/uverbs0")).unwrap();
         assert!(md.file_type().is_char_device(), "stat() sees a character device");

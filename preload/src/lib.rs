@@ -207,6 +207,184 @@ path_second!(__xstat64(ver: c_int, path: *const c_char, buf: *mut c_void) -> c_i
 path_second!(__lxstat(ver: c_int, path: *const c_char, buf: *mut c_void) -> c_int, -1);
 path_second!(__lxstat64(ver: c_int, path: *const c_char, buf: *mut c_void) -> c_int, -1);
 
+// ---------------------------------------------------------------- getifaddrs
+
+/// The devices' addresses that the shim adds to `getifaddrs()`, read once
+/// from `$ROCE_EMU_SYSFS/ifaddrs` (lines `LABEL ADDR PREFIX`, written by
+/// `roce run`): a UDP device on 127.0.0.2 has that address on `lo`, which
+/// `lo`'s 127.0.0.1/8 covers but `getifaddrs()` does not list; the kernel
+/// lists a labelled address (`ip addr add 127.0.0.2/8 dev lo label
+/// lo:roce0`) as an entry named by its label, and so does the shim.
+/// Software that finds RDMA devices through interface addresses
+/// (libfabric's verbs provider, which skips the interface named `lo`)
+/// then finds ours as it finds a kernel device on its netdev.
+fn extra_ifaddrs() -> &'static [(String, std::net::IpAddr, u8)] {
+    static EXTRA: OnceLock<Vec<(String, std::net::IpAddr, u8)>> = OnceLock::new();
+    EXTRA.get_or_init(|| {
+        use std::os::unix::ffi::OsStrExt;
+        let Some(root) = root() else { return Vec::new() };
+        let path = std::path::Path::new(std::ffi::OsStr::from_bytes(root)).join("ifaddrs");
+        std::fs::read_to_string(path).map(|t| parse_ifaddrs(&t)).unwrap_or_default()
+    })
+}
+
+/// Parse `LABEL ADDR PREFIX` lines (others are skipped).
+pub fn parse_ifaddrs(text: &str) -> Vec<(String, std::net::IpAddr, u8)> {
+    text.lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let label = w.next()?;
+            let addr = w.next()?.parse().ok()?;
+            let prefix = w.next()?.parse().ok()?;
+            (label.len() < libc::IFNAMSIZ).then(|| (label.to_string(), addr, prefix))
+        })
+        .collect()
+}
+
+/// One added entry: the `ifaddrs` node and the storage it points into, in
+/// one `calloc` block (never freed: glibc's `freeifaddrs` frees only the
+/// block of the list's head, which stays glibc's; a few bytes per call).
+#[repr(C)]
+struct Extra {
+    node: libc::ifaddrs,
+    name: [c_char; libc::IFNAMSIZ],
+    addr: libc::sockaddr_storage,
+    mask: libc::sockaddr_storage,
+}
+
+fn fill_sockaddr(st: &mut libc::sockaddr_storage, ip: std::net::IpAddr) {
+    match ip {
+        std::net::IpAddr::V4(v4) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for any
+            // sockaddr; the cast is to its IPv4 form.
+            let sin =
+                unsafe { &mut *(st as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_addr.s_addr = u32::from_ne_bytes(v4.octets());
+        }
+        std::net::IpAddr::V6(v6) => {
+            // SAFETY: as above, its IPv6 form.
+            let sin6 =
+                unsafe { &mut *(st as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_addr.s6_addr = v6.octets();
+        }
+    }
+}
+
+fn mask_of(ip: std::net::IpAddr, prefix: u8) -> std::net::IpAddr {
+    match ip {
+        std::net::IpAddr::V4(_) => {
+            let p = u32::from(prefix.min(32));
+            let m = if p == 0 { 0 } else { u32::MAX << (32 - p) };
+            std::net::IpAddr::V4(m.into())
+        }
+        std::net::IpAddr::V6(_) => {
+            let p = u32::from(prefix.min(128));
+            let m = if p == 0 { 0 } else { u128::MAX << (128 - p) };
+            std::net::IpAddr::V6(m.into())
+        }
+    }
+}
+
+/// The address of an `ifaddrs` entry, if IPv4/IPv6.
+///
+/// # Safety
+/// `sa` is NULL or points to a sockaddr of its family's size.
+unsafe fn ip_of(sa: *const libc::sockaddr) -> Option<std::net::IpAddr> {
+    if sa.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's sockaddr; read by its family.
+    unsafe {
+        match i32::from((*sa).sa_family) {
+            libc::AF_INET => {
+                let a = (*sa.cast::<libc::sockaddr_in>()).sin_addr.s_addr;
+                Some(std::net::IpAddr::V4(a.to_ne_bytes().into()))
+            }
+            libc::AF_INET6 => Some(std::net::IpAddr::V6(
+                (*sa.cast::<libc::sockaddr_in6>()).sin6_addr.s6_addr.into(),
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// Interposed: the real `getifaddrs`, then an entry for each device
+/// address the list lacks (see [`extra_ifaddrs`]), with the flags of the
+/// interface its label names (`lo` of `lo:roce0`) except `IFF_LOOPBACK`.
+///
+/// # Safety
+/// The C library's contract for `getifaddrs`.
+#[no_mangle]
+pub unsafe extern "C" fn getifaddrs(out: *mut *mut libc::ifaddrs) -> c_int {
+    static REAL: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+    let f = real(&REAL, c"getifaddrs");
+    if f.is_null() {
+        // SAFETY: errno is this thread's.
+        unsafe { *libc::__errno_location() = libc::ENOSYS };
+        return -1;
+    }
+    // SAFETY: the C library's getifaddrs, found under its name.
+    let f: unsafe extern "C" fn(*mut *mut libc::ifaddrs) -> c_int =
+        unsafe { std::mem::transmute::<*mut c_void, _>(f) };
+    // SAFETY: the caller's out pointer.
+    let rc = unsafe { f(out) };
+    let extra = extra_ifaddrs();
+    if rc != 0 || out.is_null() || extra.is_empty() {
+        return rc;
+    }
+    // SAFETY: a list glibc just built: valid nodes up to a NULL next; each
+    // added node is a zeroed calloc block filled here before it is linked.
+    unsafe {
+        let mut tail = *out;
+        if tail.is_null() {
+            return rc;
+        }
+        let mut have = Vec::new();
+        let mut flags_of = Vec::new();
+        let mut n = tail;
+        while !n.is_null() {
+            if let Some(ip) = ip_of((*n).ifa_addr) {
+                have.push(ip);
+            }
+            if !(*n).ifa_name.is_null() {
+                flags_of.push((CStr::from_ptr((*n).ifa_name).to_bytes().to_vec(), (*n).ifa_flags));
+            }
+            tail = n;
+            n = (*n).ifa_next;
+        }
+        for (label, ip, prefix) in extra {
+            if have.contains(ip) {
+                continue;
+            }
+            let base = label.split(':').next().unwrap_or(label).as_bytes();
+            let Some(flags) = flags_of.iter().find(|(nm, _)| nm == base).map(|x| x.1) else {
+                continue;
+            };
+            let e = libc::calloc(1, std::mem::size_of::<Extra>()).cast::<Extra>();
+            if e.is_null() {
+                break;
+            }
+            for (i, b) in label.bytes().enumerate() {
+                (*e).name[i] = b as c_char;
+            }
+            fill_sockaddr(&mut (*e).addr, *ip);
+            fill_sockaddr(&mut (*e).mask, mask_of(*ip, *prefix));
+            (*e).node.ifa_name = (*e).name.as_mut_ptr();
+            // (not IFF_LOOPBACK: software that looks for RDMA devices by
+            // interface skips loopback interfaces, where no kernel RDMA
+            // device can live; ours does)
+            (*e).node.ifa_flags = flags & !(libc::IFF_LOOPBACK as libc::c_uint);
+            (*e).node.ifa_addr = (&raw mut (*e).addr).cast();
+            (*e).node.ifa_netmask = (&raw mut (*e).mask).cast();
+            (*tail).ifa_next = &raw mut (*e).node;
+            tail = &raw mut (*e).node;
+        }
+    }
+    rc
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,6 +404,21 @@ mod tests {
         );
         assert_eq!(rw("/dev/infiniband/uverbs1").as_deref(), Some("/run/x/dev/infiniband/uverbs1"));
         assert_eq!(rw("/dev/infiniband/").as_deref(), Some("/run/x/dev/infiniband/"));
+        assert_eq!(
+            parse_ifaddrs("lo:roce0 127.0.0.2 8\nbad\nlo:roce1 ::1 128\nx 1.2.3.4 zz\n"),
+            vec![
+                ("lo:roce0".to_string(), "127.0.0.2".parse().unwrap(), 8),
+                ("lo:roce1".to_string(), "::1".parse().unwrap(), 128)
+            ]
+        );
+        assert_eq!(
+            mask_of("10.0.0.1".parse().unwrap(), 8),
+            "255.0.0.0".parse::<std::net::IpAddr>().unwrap()
+        );
+        assert_eq!(
+            mask_of("fd00::1".parse().unwrap(), 64),
+            "ffff:ffff:ffff:ffff::".parse::<std::net::IpAddr>().unwrap()
+        );
         for no in [
             "/sys/class/infinibandx",
             "/sys/class/net/lo",

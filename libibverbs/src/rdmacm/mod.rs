@@ -126,6 +126,18 @@ fn dev_of_addr(ip: IpAddr) -> Option<usize> {
     entries().ok()?.iter().position(|e| canonical(e.cfg.addr) == ip)
 }
 
+/// A loopback address (127.0.0.0/8, ::1) that no device has stands for the
+/// first device, as the kernel's CM binds and resolves loopback addresses
+/// to its first device: `localhost` works as with any kernel RDMA device
+/// (libfabric's verbs provider binds it when given no address). Other
+/// addresses are themselves.
+fn loopback_to_first(ip: IpAddr) -> IpAddr {
+    if dev_of_addr(ip).is_some() || !canonical(ip).is_loopback() {
+        return ip;
+    }
+    entries().ok().and_then(|l| l.first().map(|e| e.cfg.addr)).unwrap_or(ip)
+}
+
 /// The device index of an `ibv_context` of this library.
 fn dev_of_ctx(c: *mut v::ibv_context) -> Option<usize> {
     // SAFETY: the program passes a context of this library.
@@ -852,6 +864,7 @@ pub(crate) fn bind(o: &IdObj, addr: SocketAddr) -> Result<(), i32> {
         unsafe { put_sockaddr(&mut (*o.ptr()).c.route.addr.src_storage, addr) };
         return Ok(());
     }
+    let addr = SocketAddr::new(loopback_to_first(addr.ip()), addr.port());
     let i = dev_of_addr(addr.ip()).ok_or_else(|| {
         diag!("rdma_bind_addr: no configured device has address {}", addr.ip());
         libc::EADDRNOTAVAIL
@@ -865,6 +878,8 @@ pub(crate) fn bind(o: &IdObj, addr: SocketAddr) -> Result<(), i32> {
 
 /// `rdma_resolve_addr`.
 pub(crate) fn resolve_addr(o: &IdObj, src: Option<SocketAddr>, dst: SocketAddr) -> Result<(), i32> {
+    let dst = SocketAddr::new(loopback_to_first(dst.ip()), dst.port());
+    let src = src.map(|s| SocketAddr::new(loopback_to_first(s.ip()), s.port()));
     let existing = o.rust();
     let r = match existing {
         Some(r) => r,
