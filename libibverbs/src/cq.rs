@@ -3,7 +3,7 @@
 
 use crate::abi;
 use crate::device::{ctx, fd_nonblocking, Ctx};
-use crate::util::{diag, guard, guard_neg, guard_ptr, guard_rc};
+use crate::util::{diag, fail, guard, guard_neg, guard_ptr, guard_rc};
 use roce_verbs_api::{CompChannel, Cq, WcFlags, WcStatus, WorkCompletion};
 use std::collections::VecDeque;
 use std::os::fd::AsRawFd;
@@ -370,11 +370,15 @@ pub(crate) unsafe extern "C" fn poll_cq(
 ) -> libc::c_int {
     guard(-1, || {
         // SAFETY: contract of ibv_poll_cq.
-        let Some(o) = (unsafe { cq(c) }) else { return -1 };
+        let Some(o) = (unsafe { cq(c) }) else {
+            fail(libc::EINVAL);
+            return -1;
+        };
         if n <= 0 {
             return 0;
         }
         if out.is_null() {
+            fail(libc::EINVAL);
             return -1;
         }
         // An empty CQ lets the device's engine run one round in this
@@ -391,6 +395,7 @@ pub(crate) unsafe extern "C" fn poll_cq(
             }
             Err(e) => {
                 diag!("poll_cq: {e}");
+                fail(libc::EINVAL);
                 -1
             }
         }
@@ -434,7 +439,12 @@ unsafe extern "C" fn start_poll(
         // SAFETY: the program polls a CQ from one thread at a time
         // (libibverbs' rule for the extended poll); status and wr_id are
         // the fields it reads after this returns.
-        set_current(unsafe { &mut *c }, &mut ex, o)
+        match set_current(unsafe { &mut *c }, &mut ex, o) {
+            // an empty CQ is no failure: errno stays
+            0 => 0,
+            libc::ENOENT => libc::ENOENT,
+            e => fail(e),
+        }
     })
 }
 

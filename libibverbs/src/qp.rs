@@ -564,7 +564,7 @@ pub(crate) unsafe extern "C" fn post_send(
     wr: *mut abi::ibv_send_wr,
     bad: *mut *mut abi::ibv_send_wr,
 ) -> libc::c_int {
-    crate::util::guard(libc::EIO, || {
+    crate::util::guard_errno(|| {
         // SAFETY: contract of ibv_post_send.
         let Some(o) = (unsafe { qp(q) }) else { return libc::EINVAL };
         let mut list = Vec::new();
@@ -635,7 +635,7 @@ pub(crate) unsafe extern "C" fn post_recv(
     wr: *mut abi::ibv_recv_wr,
     bad: *mut *mut abi::ibv_recv_wr,
 ) -> libc::c_int {
-    crate::util::guard(libc::EIO, || {
+    crate::util::guard_errno(|| {
         // SAFETY: contract of ibv_post_recv.
         let Some(o) = (unsafe { qp(q) }) else { return libc::EINVAL };
         // SAFETY: as above.
