@@ -31,7 +31,13 @@ pub(crate) fn gid_addr(raw: [u8; 16]) -> IpAddr {
     roce_verbs_api::udp::gid_to_addr(Ipv6Addr::from(raw))
 }
 
+/// The bits of `ibv_global_route.flow_label` a RoCE device uses.
+pub(crate) const FLOW_LABEL_MASK: u32 = 0xF_FFFF;
+
 /// A C address vector as the emulator's. Needs a GRH with a usable GID.
+/// Every address vector a program hands to this library comes through
+/// here (`ibv_create_ah`, `ibv_modify_qp` with `IBV_QP_AV`,
+/// `ibv_resolve_eth_l2_from_gid`).
 pub(crate) fn ah_from_c(a: &abi::ibv_ah_attr) -> Result<AhAttr, i32> {
     if a.is_global == 0 {
         diag!("address vector without GRH: RoCE needs is_global = 1 and a destination GID");
@@ -48,7 +54,9 @@ pub(crate) fn ah_from_c(a: &abi::ibv_ah_attr) -> Result<AhAttr, i32> {
     x.sgid_index = a.grh.sgid_index;
     x.hop_limit = a.grh.hop_limit;
     x.traffic_class = a.grh.traffic_class;
-    x.flow_label = a.grh.flow_label;
+    // The flow label is 20 bits. Kernel drivers keep the low 20 bits of
+    // what the program passes (UCX passes ~0 on purpose), so does this.
+    x.flow_label = a.grh.flow_label & FLOW_LABEL_MASK;
     x.sl = a.sl;
     x.port_num = if a.port_num == 0 { 1 } else { a.port_num };
     Ok(x)

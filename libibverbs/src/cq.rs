@@ -3,7 +3,7 @@
 
 use crate::abi;
 use crate::device::{ctx, fd_nonblocking, Ctx};
-use crate::util::{diag, guard, guard_neg, guard_ptr, guard_rc};
+use crate::util::{diag, fail, guard, guard_neg, guard_ptr, guard_rc};
 use roce_verbs_api::{CompChannel, Cq, WcFlags, WcStatus, WorkCompletion};
 use std::collections::VecDeque;
 use std::os::fd::AsRawFd;
@@ -27,6 +27,9 @@ pub(crate) struct CqObj {
     /// Extended polling: the completions taken and the current one.
     pub ex: Mutex<ExPoll>,
     pub wc_flags: u64,
+    /// `wc.sl` of a UD receive: the network header type of the datagram
+    /// ([`roce_l3_type`] of the device's address family).
+    pub l3: u8,
     /// QPs that report to this CQ: `ibv_destroy_cq` answers EBUSY while
     /// any is left.
     pub users: std::sync::atomic::AtomicUsize,
@@ -200,6 +203,7 @@ fn new_cq(
         chan: channel as *mut ChanObj,
         ex: Mutex::new(ExPoll::default()),
         wc_flags,
+        l3: roce_l3_type(cx.dev.cfg.addr),
         users: std::sync::atomic::AtomicUsize::new(0),
     }));
     lock(&cx.cqs).insert(handle, p as usize);
@@ -339,8 +343,34 @@ fn wc_flags(wc: &WorkCompletion) -> u32 {
     f
 }
 
+/// The packet type a RoCE NIC reports in `wc.sl` of a UD receive
+/// completion (mlx5's CQE, which UCX reads: 0 GRH (RoCE v1), 1 IPv6,
+/// 2 IPv4). rxe leaves `sl` 0; roce-emu reports the type as mlx5 does, so
+/// that UCX finds the destination address in the 40-byte GRH area (an IPv4
+/// header in its last 20 bytes, an IPv6 header in all 40). A device has
+/// one address, so every datagram it receives has that address family.
+pub(crate) fn roce_l3_type(addr: std::net::IpAddr) -> u8 {
+    match addr {
+        std::net::IpAddr::V4(_) => 2,
+        std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some() => 2,
+        std::net::IpAddr::V6(_) => 1,
+    }
+}
+
+/// `wc.sl` of a completion: the packet type for receives that carry a GRH
+/// (UD), 0 otherwise (RoCE has no service level in the packet).
+fn wc_sl(wc: &WorkCompletion, l3: u8) -> u8 {
+    if wc.status == WcStatus::Success && wc.wc_flags.contains(WcFlags::GRH) {
+        l3
+    } else {
+        0
+    }
+}
+
 /// A completion as `struct ibv_wc` (immediate data in network order).
-pub(crate) fn to_wc(wc: &WorkCompletion) -> abi::ibv_wc {
+/// `l3` is the CQ's [`CqObj::l3`]. `slid` and `dlid_path_bits` are 0 (RoCE
+/// has no LIDs), `pkey_index` 0 (the only P_Key), as rxe and mlx5 report.
+pub(crate) fn to_wc(wc: &WorkCompletion, l3: u8) -> abi::ibv_wc {
     // SAFETY: plain C data.
     let mut w: abi::ibv_wc = unsafe { std::mem::zeroed() };
     w.wr_id = wc.wr_id;
@@ -358,7 +388,7 @@ pub(crate) fn to_wc(wc: &WorkCompletion) -> abi::ibv_wc {
     w.wc_flags = wc_flags(wc);
     w.pkey_index = 0;
     w.slid = 0;
-    w.sl = 0;
+    w.sl = wc_sl(wc, l3);
     w.dlid_path_bits = 0;
     w
 }
@@ -370,11 +400,15 @@ pub(crate) unsafe extern "C" fn poll_cq(
 ) -> libc::c_int {
     guard(-1, || {
         // SAFETY: contract of ibv_poll_cq.
-        let Some(o) = (unsafe { cq(c) }) else { return -1 };
+        let Some(o) = (unsafe { cq(c) }) else {
+            fail(libc::EINVAL);
+            return -1;
+        };
         if n <= 0 {
             return 0;
         }
         if out.is_null() {
+            fail(libc::EINVAL);
             return -1;
         }
         // An empty CQ lets the device's engine run one round in this
@@ -385,12 +419,13 @@ pub(crate) unsafe extern "C" fn poll_cq(
                 for (i, wc) in wcs.iter().enumerate() {
                     // SAFETY: the caller's array has n entries and
                     // wcs.len() <= n.
-                    unsafe { out.add(i).write(to_wc(wc)) };
+                    unsafe { out.add(i).write(to_wc(wc, o.l3)) };
                 }
                 wcs.len() as libc::c_int
             }
             Err(e) => {
                 diag!("poll_cq: {e}");
+                fail(libc::EINVAL);
                 -1
             }
         }
@@ -434,7 +469,12 @@ unsafe extern "C" fn start_poll(
         // SAFETY: the program polls a CQ from one thread at a time
         // (libibverbs' rule for the extended poll); status and wr_id are
         // the fields it reads after this returns.
-        set_current(unsafe { &mut *c }, &mut ex, o)
+        match set_current(unsafe { &mut *c }, &mut ex, o) {
+            // an empty CQ is no failure: errno stays
+            0 => 0,
+            libc::ENOENT => libc::ENOENT,
+            e => fail(e),
+        }
     })
 }
 
@@ -484,8 +524,10 @@ unsafe extern "C" fn read_wc_flags(c: *mut abi::ibv_cq_ex) -> libc::c_uint {
 unsafe extern "C" fn read_slid(_c: *mut abi::ibv_cq_ex) -> u32 {
     0
 }
-unsafe extern "C" fn read_sl(_c: *mut abi::ibv_cq_ex) -> u8 {
-    0
+unsafe extern "C" fn read_sl(c: *mut abi::ibv_cq_ex) -> u8 {
+    // SAFETY: as start_poll.
+    let l3 = guard(0, || unsafe { cq_ex(c) }.l3);
+    with_cur(c, |w| wc_sl(w, l3))
 }
 unsafe extern "C" fn read_dlid_path_bits(_c: *mut abi::ibv_cq_ex) -> u8 {
     0

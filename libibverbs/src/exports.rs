@@ -9,7 +9,7 @@
 
 use crate::abi;
 use crate::device::{self, check_port, ctx, gids};
-use crate::util::{diag, guard, guard_neg, guard_rc, set_errno};
+use crate::util::{diag, fail, guard, guard_neg, guard_rc, set_errno};
 use crate::{ah, cq, mr, qp, srq, strings};
 use libc::{c_char, c_int, c_uint, c_void};
 use std::mem::size_of;
@@ -215,7 +215,7 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
     flags: u32,
     entry_size: usize,
 ) -> isize {
-    guard(-(libc::EIO as isize), || {
+    let n = guard(-(libc::EIO as isize), || {
         // SAFETY: contract of ibv_query_gid_table.
         let Some(cx) = (unsafe { ctx(c) }) else { return -(libc::EINVAL as isize) };
         if flags != 0
@@ -241,7 +241,12 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
             }
         }
         n as isize
-    })
+    });
+    if n < 0 {
+        // a negative errno, which is also left in errno
+        fail(-n as i32);
+    }
+    n
 }
 
 #[no_mangle]
@@ -511,11 +516,11 @@ pub unsafe extern "C" fn ibv_query_qp_data_in_order(
 }
 #[no_mangle]
 pub unsafe extern "C" fn ibv_set_ece(_q: *mut abi::ibv_qp, _e: *mut abi::ibv_ece) -> c_int {
-    libc::EOPNOTSUPP
+    fail(libc::EOPNOTSUPP)
 }
 #[no_mangle]
 pub unsafe extern "C" fn ibv_query_ece(_q: *mut abi::ibv_qp, _e: *mut abi::ibv_ece) -> c_int {
-    libc::EOPNOTSUPP
+    fail(libc::EOPNOTSUPP)
 }
 
 // ---------------------------------------------------------------- AH
@@ -560,7 +565,7 @@ pub unsafe extern "C" fn ibv_attach_mcast(
     _lid: u16,
 ) -> c_int {
     diag!("ibv_attach_mcast: multicast is not supported");
-    libc::EOPNOTSUPP
+    fail(libc::EOPNOTSUPP)
 }
 #[export_name = "roce_ibv_detach_mcast_1_1"]
 pub unsafe extern "C" fn ibv_detach_mcast(
@@ -568,7 +573,7 @@ pub unsafe extern "C" fn ibv_detach_mcast(
     _gid: *const abi::ibv_gid,
     _lid: u16,
 ) -> c_int {
-    libc::EOPNOTSUPP
+    fail(libc::EOPNOTSUPP)
 }
 
 // ---------------------------------------------------------------- strings, rates

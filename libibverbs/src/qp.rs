@@ -104,6 +104,21 @@ fn create_err(e: CreateQpError) -> i32 {
     libc::EINVAL
 }
 
+/// The send queue's SGE and inline limits as rxe sizes them: a send WQE
+/// holds `max(max_send_sge * 16, max_inline_data)` bytes, and both limits
+/// are what fits in it (so a QP asking for no inline data still takes 16
+/// inline bytes per SGE, and one asking for 128 inline bytes takes 8 SGEs).
+/// Requests above the device's limits are passed on unchanged for the
+/// device to refuse (EINVAL, as rxe does).
+pub(crate) fn send_wqe_caps(sge: u32, inline: u32, max_sge: u32, max_inline: u32) -> (u32, u32) {
+    const SGE_BYTES: u32 = 16; // sizeof(struct ibv_sge)
+    if sge > max_sge || inline > max_inline {
+        return (sge, inline);
+    }
+    let wqe = sge.saturating_mul(SGE_BYTES).max(inline);
+    ((wqe / SGE_BYTES).min(max_sge).max(sge), wqe.min(max_inline).max(inline))
+}
+
 struct Init {
     qp_context: *mut libc::c_void,
     send_cq: *mut abi::ibv_cq,
@@ -129,12 +144,15 @@ fn new_qp(
     let so = unsafe { srq(init.srq) };
     let t = type_from_c(init.qp_type)?;
     let c = init.cap;
+    let dev = cx.ctx.query_device();
+    let (max_send_sge, max_inline_data) =
+        send_wqe_caps(c.max_send_sge.max(1), c.max_inline_data, dev.max_sge, dev.max_inline_data);
     let cap = QpCap {
         max_send_wr: c.max_send_wr.max(1),
         max_recv_wr: if so.is_some() { 0 } else { c.max_recv_wr.max(1) },
-        max_send_sge: c.max_send_sge.max(1),
+        max_send_sge,
         max_recv_sge: if so.is_some() { 0 } else { c.max_recv_sge.max(1) },
-        max_inline_data: c.max_inline_data,
+        max_inline_data,
     };
     let mut b = po.pd.qp_builder(&scq.cq, &rcq.cq).qp_type(t).cap(cap).sq_sig_all(init.sq_sig_all);
     if let Some(s) = so {
@@ -564,7 +582,7 @@ pub(crate) unsafe extern "C" fn post_send(
     wr: *mut abi::ibv_send_wr,
     bad: *mut *mut abi::ibv_send_wr,
 ) -> libc::c_int {
-    crate::util::guard(libc::EIO, || {
+    crate::util::guard_errno(|| {
         // SAFETY: contract of ibv_post_send.
         let Some(o) = (unsafe { qp(q) }) else { return libc::EINVAL };
         let mut list = Vec::new();
@@ -635,7 +653,7 @@ pub(crate) unsafe extern "C" fn post_recv(
     wr: *mut abi::ibv_recv_wr,
     bad: *mut *mut abi::ibv_recv_wr,
 ) -> libc::c_int {
-    crate::util::guard(libc::EIO, || {
+    crate::util::guard_errno(|| {
         // SAFETY: contract of ibv_post_recv.
         let Some(o) = (unsafe { qp(q) }) else { return libc::EINVAL };
         // SAFETY: as above.

@@ -121,6 +121,9 @@ unsafe extern "C" fn wr_complete(q: *mut abi::ibv_qp_ex) -> libc::c_int {
             }
         };
     });
+    if rc != 0 {
+        crate::util::fail(rc);
+    }
     rc
 }
 

@@ -4,7 +4,7 @@ use crate::abi;
 use crate::device::ctx;
 use crate::mr::{pd, PdObj};
 use crate::qp::recv_wrs;
-use crate::util::{diag, guard, guard_ptr, guard_rc};
+use crate::util::{diag, guard_ptr, guard_rc};
 use roce_verbs_api::{PostSrqRecvError, Srq};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -149,7 +149,7 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
     wr: *mut abi::ibv_recv_wr,
     bad: *mut *mut abi::ibv_recv_wr,
 ) -> libc::c_int {
-    guard(libc::EIO, || {
+    crate::util::guard_errno(|| {
         // SAFETY: contract of ibv_post_srq_recv.
         let Some(o) = (unsafe { srq(s) }) else { return libc::EINVAL };
         // SAFETY: the program's chain.

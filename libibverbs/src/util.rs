@@ -27,11 +27,32 @@ pub(crate) fn guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
     }
 }
 
-/// [`guard`] for entry points returning an errno (0 on success).
+/// The failure of an entry point that returns an error number: `errno` is
+/// set to it as well, and it is returned. rdma-core's verbs fail with the
+/// errno of the kernel command behind them (so `errno` holds the same
+/// number), and programs read either: `perror` after a failed
+/// `ibv_modify_qp`, `ret = errno` after `rdma_create_qp`... Every entry
+/// point of this library that returns an error number goes through here.
+pub(crate) fn fail(e: i32) -> i32 {
+    set_errno(e);
+    e
+}
+
+/// [`guard`] for entry points returning an errno (0 on success; the error
+/// number is also left in `errno`, see [`fail`]).
 pub(crate) fn guard_rc(f: impl FnOnce() -> Result<(), i32>) -> i32 {
     guard(libc::EIO, || match f() {
         Ok(()) => 0,
-        Err(e) => e,
+        Err(e) => fail(e),
+    })
+}
+
+/// [`guard`] for entry points that return an error number computed in
+/// place (0 on success): a nonzero result is also left in `errno`.
+pub(crate) fn guard_errno(f: impl FnOnce() -> i32) -> i32 {
+    guard(libc::EIO, || match f() {
+        0 => 0,
+        e => fail(e),
     })
 }
 

@@ -762,15 +762,14 @@ pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut v::ibv_context) {
 
 // ---------------------------------------------------------------- addrinfo, endpoints
 
-fn dup_sockaddr(a: *const sockaddr, len: socklen_t) -> *mut sockaddr {
-    let n = (len as usize).min(std::mem::size_of::<libc::sockaddr_storage>());
-    // SAFETY: plain data.
-    let mut s: Box<libc::sockaddr_storage> = Box::new(unsafe { std::mem::zeroed() });
-    // SAFETY: `a` holds `len` bytes (getaddrinfo's or the caller's).
-    unsafe { ptr::copy_nonoverlapping(a.cast::<u8>(), ptr::addr_of_mut!(*s).cast::<u8>(), n) };
-    Box::into_raw(s).cast()
-}
-
+/// `rdma_getaddrinfo`, as librdmacm's `addrinfo.c`: with a node or a
+/// service, the first answer of `getaddrinfo` (asked with the socket type
+/// and protocol the hints' QP type and port space stand for) as the
+/// source (`RAI_PASSIVE`) or destination address; with neither, the
+/// hints' own addresses (`ai_dst_addr`, and `ai_src_addr` in both cases
+/// when the answer has no source), flags, family, QP type and port space,
+/// which is how libfabric's verbs provider asks. NULL node, service and
+/// hints: EINVAL.
 #[no_mangle]
 pub unsafe extern "C" fn rdma_getaddrinfo(
     node: *const c_char,
@@ -779,73 +778,146 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
     res: *mut *mut rdma_addrinfo,
 ) -> c_int {
     guard_neg(|| {
-        if res.is_null() || (node.is_null() && service.is_null()) {
-            return Err(libc::EINVAL);
-        }
         // SAFETY: the caller's hints or NULL.
         let h = unsafe { hints.as_ref() };
-        let flags = h.map_or(0, |h| h.ai_flags);
-        let passive = flags & cm::RAI_PASSIVE != 0;
-        // SAFETY: plain data.
-        let mut ah: libc::addrinfo = unsafe { std::mem::zeroed() };
-        ah.ai_family = h.map_or(0, |h| h.ai_family);
-        ah.ai_socktype = libc::SOCK_STREAM;
-        if passive {
-            ah.ai_flags |= libc::AI_PASSIVE;
+        if res.is_null() || (node.is_null() && service.is_null() && h.is_none()) {
+            return Err(libc::EINVAL);
         }
-        if flags & cm::RAI_NUMERICHOST != 0 {
-            ah.ai_flags |= libc::AI_NUMERICHOST;
-        }
-        let mut ai: *mut libc::addrinfo = ptr::null_mut();
-        // SAFETY: C strings of the caller, our hints and out pointer.
-        let r = unsafe { libc::getaddrinfo(node, service, &ah, &mut ai) };
-        if r != 0 || ai.is_null() {
-            diag!("rdma_getaddrinfo: getaddrinfo failed ({r})");
-            return Err(if r == libc::EAI_SYSTEM {
-                crate::util::errno()
-            } else {
-                libc::EADDRNOTAVAIL
-            });
-        }
-        // SAFETY: getaddrinfo's first result.
-        let first = unsafe { &*ai };
+        // SAFETY: plain data (librdmacm's "nohints": all zero).
+        let zero: rdma_addrinfo = unsafe { std::mem::zeroed() };
+        let h = h.unwrap_or(&zero);
         // SAFETY: plain data.
         let mut out: rdma_addrinfo = unsafe { std::mem::zeroed() };
-        out.ai_flags = flags;
-        out.ai_family = first.ai_family;
-        out.ai_qp_type = h.map_or(0, |h| h.ai_qp_type);
-        out.ai_port_space = h.map_or(0, |h| h.ai_port_space);
-        if out.ai_qp_type == 0 {
-            out.ai_qp_type = if out.ai_port_space == cm::RDMA_PS_UDP as c_int {
-                v::IBV_QPT_UD
+        let mut fill = || -> Result<(), i32> {
+            if !node.is_null() || !service.is_null() {
+                // SAFETY: the caller's C strings (NULL or NUL-terminated).
+                unsafe { from_getaddrinfo(node, service, h, &mut out) }?;
             } else {
-                v::IBV_QPT_RC
-            } as c_int;
-        }
-        if out.ai_port_space == 0 {
-            out.ai_port_space = if out.ai_qp_type == v::IBV_QPT_UD as c_int {
-                cm::RDMA_PS_UDP
-            } else {
-                cm::RDMA_PS_TCP
-            } as c_int;
-        }
-        if passive {
-            out.ai_src_addr = dup_sockaddr(first.ai_addr, first.ai_addrlen);
-            out.ai_src_len = first.ai_addrlen;
-        } else {
-            out.ai_dst_addr = dup_sockaddr(first.ai_addr, first.ai_addrlen);
-            out.ai_dst_len = first.ai_addrlen;
-            if let Some(h) = h.filter(|h| !h.ai_src_addr.is_null()) {
-                out.ai_src_addr = dup_sockaddr(h.ai_src_addr, h.ai_src_len);
+                out.ai_flags = h.ai_flags;
+                out.ai_family = h.ai_family;
+                out.ai_qp_type = h.ai_qp_type;
+                out.ai_port_space = h.ai_port_space;
+                if h.ai_dst_len > 0 {
+                    // SAFETY: the hints' address of ai_dst_len bytes.
+                    out.ai_dst_addr = unsafe { dup_sockaddr(h.ai_dst_addr, h.ai_dst_len) }?;
+                    out.ai_dst_len = h.ai_dst_len;
+                }
+            }
+            if out.ai_src_len == 0 && h.ai_src_len > 0 {
+                // SAFETY: the hints' address of ai_src_len bytes.
+                out.ai_src_addr = unsafe { dup_sockaddr(h.ai_src_addr, h.ai_src_len) }?;
                 out.ai_src_len = h.ai_src_len;
             }
+            Ok(())
+        };
+        if let Err(e) = fill() {
+            free_sockaddrs(&out);
+            return Err(e);
         }
-        // SAFETY: getaddrinfo's list.
-        unsafe { libc::freeaddrinfo(ai) };
         // SAFETY: the caller's pointer.
         unsafe { *res = Box::into_raw(Box::new(out)) };
         Ok(0)
     })
+}
+
+/// A copy of a sockaddr of `len` bytes (at most a `sockaddr_storage`),
+/// freed by [`free_sockaddrs`]. NULL with a length: EINVAL.
+///
+/// # Safety
+/// `a` is NULL or holds `len` readable bytes.
+unsafe fn dup_sockaddr(a: *const sockaddr, len: socklen_t) -> Result<*mut sockaddr, i32> {
+    if a.is_null() {
+        return Err(libc::EINVAL);
+    }
+    let n = (len as usize).min(std::mem::size_of::<libc::sockaddr_storage>());
+    // SAFETY: plain data.
+    let mut s: Box<libc::sockaddr_storage> = Box::new(unsafe { std::mem::zeroed() });
+    // SAFETY: `a` holds `len` >= n bytes (the caller's or getaddrinfo's).
+    unsafe { ptr::copy_nonoverlapping(a.cast::<u8>(), ptr::addr_of_mut!(*s).cast::<u8>(), n) };
+    Ok(Box::into_raw(s).cast())
+}
+
+/// Free the addresses [`dup_sockaddr`] made for `r`.
+fn free_sockaddrs(r: &rdma_addrinfo) {
+    for a in [r.ai_src_addr, r.ai_dst_addr] {
+        if !a.is_null() {
+            // SAFETY: made by dup_sockaddr.
+            drop(unsafe { Box::from_raw(a as *mut libc::sockaddr_storage) });
+        }
+    }
+}
+
+/// librdmacm's `ucma_getaddrinfo`: ask `getaddrinfo` and fill `out` from
+/// its first answer.
+///
+/// # Safety
+/// `node` and `service` are NULL or NUL-terminated strings.
+unsafe fn from_getaddrinfo(
+    node: *const c_char,
+    service: *const c_char,
+    h: &rdma_addrinfo,
+    out: &mut rdma_addrinfo,
+) -> Result<(), i32> {
+    // SAFETY: plain data.
+    let mut ah: libc::addrinfo = unsafe { std::mem::zeroed() };
+    if h.ai_flags & cm::RAI_PASSIVE != 0 {
+        ah.ai_flags |= libc::AI_PASSIVE;
+    }
+    if h.ai_flags & cm::RAI_NUMERICHOST != 0 {
+        ah.ai_flags |= libc::AI_NUMERICHOST;
+    }
+    ah.ai_family = h.ai_family;
+    ah.ai_socktype = match h.ai_qp_type as u32 {
+        v::IBV_QPT_RC | v::IBV_QPT_UC | v::IBV_QPT_XRC_SEND | v::IBV_QPT_XRC_RECV => {
+            libc::SOCK_STREAM
+        }
+        v::IBV_QPT_UD => libc::SOCK_DGRAM,
+        _ => 0,
+    };
+    ah.ai_protocol = match h.ai_port_space as u32 {
+        cm::RDMA_PS_TCP => libc::IPPROTO_TCP,
+        cm::RDMA_PS_UDP => libc::IPPROTO_UDP,
+        _ => 0,
+    };
+    let mut ai: *mut libc::addrinfo = ptr::null_mut();
+    // SAFETY: C strings of the caller, our hints and out pointer.
+    let r = unsafe { libc::getaddrinfo(node, service, &ah, &mut ai) };
+    if r != 0 || ai.is_null() {
+        diag!("rdma_getaddrinfo: getaddrinfo failed ({r})");
+        return Err(if r == libc::EAI_SYSTEM { crate::util::errno() } else { libc::EADDRNOTAVAIL });
+    }
+    // SAFETY: getaddrinfo's first result.
+    let first = unsafe { &*ai };
+    out.ai_qp_type = if h.ai_qp_type != 0 {
+        h.ai_qp_type
+    } else if first.ai_socktype == libc::SOCK_DGRAM {
+        v::IBV_QPT_UD as c_int
+    } else {
+        v::IBV_QPT_RC as c_int
+    };
+    out.ai_port_space = if h.ai_port_space != 0 {
+        h.ai_port_space
+    } else if first.ai_protocol == libc::IPPROTO_UDP || out.ai_qp_type == v::IBV_QPT_UD as c_int {
+        cm::RDMA_PS_UDP as c_int
+    } else {
+        cm::RDMA_PS_TCP as c_int
+    };
+    out.ai_family = first.ai_family;
+    // SAFETY: getaddrinfo's address of ai_addrlen bytes.
+    let a = unsafe { dup_sockaddr(first.ai_addr, first.ai_addrlen) };
+    if let Ok(a) = a {
+        if h.ai_flags & cm::RAI_PASSIVE != 0 {
+            out.ai_flags = cm::RAI_PASSIVE;
+            out.ai_src_addr = a;
+            out.ai_src_len = first.ai_addrlen;
+        } else {
+            out.ai_dst_addr = a;
+            out.ai_dst_len = first.ai_addrlen;
+        }
+    }
+    // SAFETY: getaddrinfo's list.
+    unsafe { libc::freeaddrinfo(ai) };
+    a.map(|_| ())
 }
 
 #[no_mangle]
@@ -854,12 +926,7 @@ pub unsafe extern "C" fn rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
     while !p.is_null() {
         // SAFETY: a list of rdma_getaddrinfo.
         let b = unsafe { Box::from_raw(p) };
-        for a in [b.ai_src_addr, b.ai_dst_addr] {
-            if !a.is_null() {
-                // SAFETY: made by dup_sockaddr.
-                drop(unsafe { Box::from_raw(a as *mut libc::sockaddr_storage) });
-            }
-        }
+        free_sockaddrs(&b);
         p = b.ai_next;
     }
 }

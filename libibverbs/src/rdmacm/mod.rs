@@ -850,13 +850,79 @@ fn dev_pd_locked(g: &mut Global, i: usize) -> Result<*mut v::ibv_pd, i32> {
     Ok(d.pd)
 }
 
-/// Bind the id to `addr` (`rdma_bind_addr`).
+// ---------------------------------------------------------------- ports
+
+/// The kernel's range of ephemeral ports (`net.ipv4.ip_local_port_range`,
+/// which the kernel's CM allocates from as well), read once.
+fn local_port_range() -> (u16, u16) {
+    static R: OnceLock<(u16, u16)> = OnceLock::new();
+    *R.get_or_init(|| {
+        let read = || -> Option<(u16, u16)> {
+            let t = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+            let mut it = t.split_whitespace().map(|x| x.parse::<u16>().ok());
+            let (lo, hi) = (it.next()??, it.next()??);
+            (lo > 0 && lo <= hi).then_some((lo, hi))
+        };
+        read().unwrap_or((32768, 60999))
+    })
+}
+
+/// The ports of port space `ps` that this process's ids hold: bound
+/// (to a device's address or the wildcard), listening, or resolved.
+fn ports_in_use(ps: PortSpace) -> std::collections::HashSet<u16> {
+    let live = live_ids();
+    let mut used = std::collections::HashSet::new();
+    for &p in live.iter() {
+        // SAFETY: an id is removed from the live set (under its lock, held
+        // here) before it is freed, so every member is a live IdObj. Lock
+        // order: live set, then an id's state, then its Rust identifier;
+        // nothing takes them the other way round.
+        let o = unsafe { &*(p as *const IdObj) };
+        let st = lock(&o.st);
+        if st.ps != ps {
+            continue;
+        }
+        used.extend(st.bound.map(|b| b.port()));
+        used.extend(st.rust.iter().filter_map(|r| r.local_addr()).map(|a| a.port()));
+    }
+    used.remove(&0);
+    used
+}
+
+/// An ephemeral port for an id of port space `ps`, as the kernel's CM
+/// picks one when a program binds port 0 (or resolves or listens without
+/// binding): from the local port range, starting at a random place, and
+/// none that another id of this process holds in that port space.
+/// EADDRNOTAVAIL when every port of the range is held (the kernel's answer).
+pub(crate) fn ephemeral_port(ps: PortSpace) -> Result<u16, i32> {
+    use std::hash::{BuildHasher, Hasher};
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let (lo, hi) = local_port_range();
+    let n = u32::from(hi - lo) + 1;
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(SEQ.fetch_add(1, Ordering::Relaxed));
+    h.write_u32(std::process::id());
+    let start = (h.finish() % u64::from(n)) as u32;
+    let used = ports_in_use(ps);
+    (0..n)
+        .map(|k| lo + ((start + k) % n) as u16)
+        .find(|p| !used.contains(p))
+        .ok_or(libc::EADDRNOTAVAIL)
+}
+
+/// Bind the id to `addr` (`rdma_bind_addr`); port 0 takes an
+/// [`ephemeral_port`], which `rdma_get_src_port` reports from then on.
 pub(crate) fn bind(o: &IdObj, addr: SocketAddr) -> Result<(), i32> {
-    {
+    let ps = {
         let st = lock(&o.st);
         if !st.rust.is_empty() || st.bound.is_some() {
             return Err(libc::EINVAL);
         }
+        st.ps
+    };
+    let mut addr = addr;
+    if addr.port() == 0 {
+        addr.set_port(ephemeral_port(ps)?);
     }
     if addr.ip().is_unspecified() {
         lock(&o.st).bound = Some(addr);
@@ -884,18 +950,23 @@ pub(crate) fn resolve_addr(o: &IdObj, src: Option<SocketAddr>, dst: SocketAddr) 
     let r = match existing {
         Some(r) => r,
         None => {
-            let bound = lock(&o.st).bound;
+            let (bound, ps) = {
+                let st = lock(&o.st);
+                (st.bound, st.ps)
+            };
             let src_ip = src.map(|s| s.ip()).filter(|ip| !ip.is_unspecified());
             let i = match src_ip {
                 Some(ip) => dev_of_addr(ip).ok_or(libc::EADDRNOTAVAIL)?,
                 None => choose_dev(dst.ip()).ok_or(libc::ENODEV)?,
             };
+            let port = match bound.map(|b| b.port()).or(src.map(|s| s.port())) {
+                Some(p) if p != 0 => p,
+                // the kernel binds an unbound id to an ephemeral port here
+                _ => ephemeral_port(ps)?,
+            };
             let r = o.attach_rust(i)?;
-            let port = bound.map(|b| b.port()).or(src.map(|s| s.port())).unwrap_or(0);
-            if port != 0 {
-                let ip = entries()?[i].cfg.addr;
-                r.bind_addr(SocketAddr::new(ip, port)).map_err(|e| e.errno())?;
-            }
+            let ip = entries()?[i].cfg.addr;
+            r.bind_addr(SocketAddr::new(ip, port)).map_err(|e| e.errno())?;
             r
         }
     };
@@ -904,19 +975,17 @@ pub(crate) fn resolve_addr(o: &IdObj, src: Option<SocketAddr>, dst: SocketAddr) 
     Ok(())
 }
 
-static NEXT_PORT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
-
-/// `rdma_listen`.
+/// `rdma_listen`. An id nobody bound listens on the wildcard address and
+/// an ephemeral port, as the kernel's CM binds it.
 pub(crate) fn listen(o: &IdObj) -> Result<(), i32> {
     if let Some(r) = o.rust() {
         return r.listen().map_err(|e| e.errno());
     }
-    let mut bound = lock(&o.st).bound.ok_or(libc::EINVAL)?;
-    if bound.port() == 0 {
-        let n = NEXT_PORT.fetch_add(1, Ordering::Relaxed);
-        bound.set_port(40000 + (std::process::id() as u16 % 1000) * 16 + n % 16);
-        lock(&o.st).bound = Some(bound);
+    let unbound = lock(&o.st).bound.is_none();
+    if unbound {
+        bind(o, SocketAddr::from(([0, 0, 0, 0], 0)))?;
     }
+    let bound = lock(&o.st).bound.ok_or(libc::EINVAL)?;
     // a wildcard address: the devices this process has open, else the
     // first device that can be opened (not all of them: a client process
     // on this host needs one too; bind an address to choose the device)

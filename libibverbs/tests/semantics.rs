@@ -1,0 +1,407 @@
+//! Verbs and RDMA CM semantics that middleware (UCX, libfabric, qperf) and
+//! rdma-core's own tools rely on, as rdma-core 44 on kernel rxe (or a RoCE
+//! NIC) gives them, checked through the drop-in:
+//!
+//! - `ah_attr.grh.flow_label = 0xFFFFFFFF` is taken (the low 20 bits kept);
+//! - every failing verb that returns an error number leaves it in `errno`;
+//! - UD receive completions as a RoCE v2 NIC reports them (`sl` = the
+//!   network header type, `IBV_WC_GRH`, `src_qp`, the GRH area's IP header);
+//! - `max_inline_data` rounded up as rxe sizes a send WQE;
+//! - `rdma_bind_addr` to port 0 assigns an ephemeral port;
+//!   `rdma_getaddrinfo(NULL, NULL, &hints)` answers from the hints;
+//! - rdma-core's `rdma_xserver`/`rdma_xclient` and `cmtime`.
+//!
+//! The C programs `tests/c/semantics_check.c` and `tests/c/cm_ports_check.c`
+//! print one `ok`/`FAIL` line per check. Tests that need something not
+//! installed (cc and the rdma-core headers, rdmacm-utils) print
+//! `SKIPPED: ...` and return. Every process runs under a deadline and is
+//! killed by its PID after it. Each test has its own loopback addresses
+//! (127.0.91.x to 127.0.95.x) and ports (18800 to 18850).
+
+mod common;
+use common::{need, skipped, text, which};
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// This executable's directory of drop-in links (see [`common::drop_in_dir`]).
+fn lib_dir() -> PathBuf {
+    common::drop_in_dir("semantics-test-lib", &["libibverbs.so.1", "librdmacm.so.1"])
+}
+
+/// `ROCE_EMU_DEVICES` for the test's two devices on 127.0.`net`.2 and .3.
+fn devices(net: u8) -> String {
+    format!("roce0=udp:127.0.{net}.2,roce1=udp:127.0.{net}.3")
+}
+
+/// A command on the drop-in with the devices `devs`.
+fn cmd(prog: &Path, devs: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(prog);
+    c.args(args)
+        .env("LD_LIBRARY_PATH", lib_dir())
+        .env("ROCE_EMU_DEVICES", devs)
+        .env("ROCE_EMU_STATS", "0")
+        .env_remove("ROCE_EMU_PCAP")
+        .env_remove("ROCE_EMU_VERBOSE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Wait for `child` at most `limit`; kill it (by its PID) after that.
+/// Returns its output and whether it had to be killed.
+fn finish(mut child: Child, limit: Duration) -> (Output, bool) {
+    let end = Instant::now() + limit;
+    let timed_out = loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break false,
+            Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(10)),
+            _ => {
+                let _ = child.kill();
+                break true;
+            }
+        }
+    };
+    let mut out = Vec::new();
+    let mut err = Vec::new();
+    if let Some(mut s) = child.stdout.take() {
+        let _ = s.read_to_end(&mut out);
+    }
+    if let Some(mut s) = child.stderr.take() {
+        let _ = s.read_to_end(&mut err);
+    }
+    let status = child.wait().expect("wait");
+    (Output { status, stdout: out, stderr: err }, timed_out)
+}
+
+/// Whether a UDP socket is bound to `ip:4791` (a device is open), from
+/// /proc/net/udp.
+fn device_bound(ip: [u8; 4]) -> bool {
+    let want = format!("{:08X}:12B7", u32::from_le_bytes(ip));
+    std::fs::read_to_string("/proc/net/udp").is_ok_and(|t| {
+        t.lines().skip(1).any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
+    })
+}
+
+/// Compile `tests/c/<src>` against the drop-in with `libs`, or print
+/// SKIPPED (no cc or no headers) and return None.
+fn compile(src: &str, header: &str, libs: &[&str]) -> Option<PathBuf> {
+    if which("cc").is_none() || !Path::new(header).exists() {
+        skipped(&format!(
+            "needs cc and {header} (apt-get install gcc libibverbs-dev librdmacm-dev)"
+        ));
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!("roce-semantics-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let exe = dir.join(src.trim_end_matches(".c"));
+    let o = Command::new("cc")
+        .args(["-O1", "-Wall", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(src))
+        .arg(format!("-L{}", lib_dir().display()))
+        .args(libs)
+        .output()
+        .expect("run cc");
+    assert!(o.status.success(), "cc {src}:\n{}", text(&o.stderr));
+    Some(exe)
+}
+
+/// semantics_check, compiled once for the tests of this executable (they
+/// run at once: one compile, not several writing the same file).
+fn semantics_check() -> Option<PathBuf> {
+    static EXE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    EXE.get_or_init(|| {
+        compile("semantics_check.c", "/usr/include/infiniband/verbs.h", &["-l:libibverbs.so.1"])
+    })
+    .clone()
+}
+
+/// Run one part of semantics_check; it must exit 0 with every `must`
+/// line and no FAIL. Returns its output.
+fn run_part(part: &str, devs: &str, must: &[&str]) -> Option<String> {
+    let exe = semantics_check()?;
+    let child = cmd(&exe, devs, &[part]).spawn().expect("spawn semantics_check");
+    let (o, timed_out) = finish(child, Duration::from_secs(60));
+    let out = text(&o.stdout);
+    if o.status.code() == Some(77) {
+        skipped(&format!("semantics_check {part}: {}", out.trim()));
+        return None;
+    }
+    assert!(!timed_out && o.status.success(), "{part}:\n{out}{}", text(&o.stderr));
+    assert!(!out.contains("FAIL"), "{part}:\n{out}");
+    for m in must {
+        assert!(out.contains(m), "{part}: missing {m:?} in\n{out}");
+    }
+    assert!(out.contains("0 failures"), "{part}:\n{out}");
+    Some(out)
+}
+
+// ---------------------------------------------------------------- verbs
+
+#[test]
+fn flow_label_all_ones_is_taken_and_its_low_20_bits_kept() {
+    run_part(
+        "flow",
+        &devices(91),
+        &[
+            "ok   ibv_modify_qp to RTR with flow_label 0xFFFFFFFF: 0",
+            "ok   ibv_query_qp: flow_label 0xfffff (the low 20 bits)",
+            "ok   ibv_query_qp: flow_label 0x45678",
+            "ok   the peer received \"flow label ~0 works\"",
+            "ok   ibv_create_ah with flow_label 0xFFFFFFFF",
+        ],
+    );
+}
+
+#[test]
+fn every_failing_verb_sets_errno() {
+    run_part(
+        "errno",
+        &devices(92),
+        &[
+            "ok   ibv_modify_qp RESET->RTR: returns 22, errno 22 (EINVAL)",
+            "ok   ibv_modify_qp RTR without GRH: returns 22, errno 22 (EINVAL)",
+            "ok   ibv_post_send in INIT: returns 22, errno 22 (EINVAL), bad_wr set",
+            "ok   ibv_post_send with 600 inline bytes: returns 22, errno 22 (EINVAL)",
+            "ok   ibv_post_recv with 4 SGEs (max 1): returns 22, errno 22 (EINVAL)",
+            "ok   ibv_post_recv on a full queue: returns 12, errno 12 (ENOMEM)",
+            "ok   ibv_query_port port 2: returns 22, errno 22 (EINVAL)",
+            "ok   ibv_query_gid_ex of an empty entry: returns 61, errno 61 (ENODATA)",
+            "ok   ibv_query_gid_table into 1 entry: returns -22, errno 22 (EINVAL)",
+            "ok   ibv_destroy_cq with a QP on it: returns 16, errno 16 (EBUSY)",
+            "ok   ibv_dealloc_pd with a QP on it: returns 16, errno 16 (EBUSY)",
+            "ok   ibv_resize_cq to 0: returns 22, errno 22 (EINVAL)",
+            "ok   ibv_destroy_comp_channel with a CQ on it: returns 16, errno 16 (EBUSY)",
+            "ok   ibv_post_srq_recv with 4 SGEs: returns 22, errno 22 (EINVAL)",
+            "ok   ibv_modify_srq IBV_SRQ_MAX_WR: returns 95, errno 95 (EOPNOTSUPP)",
+            "ok   ibv_destroy_srq with a QP on it: returns 16, errno 16 (EBUSY)",
+            "ok   ibv_attach_mcast: returns 95, errno 95 (EOPNOTSUPP)",
+            "ok   ibv_wr_complete in RESET: returns 22, errno 22 (EINVAL)",
+            "ok   ibv_create_cq with 0 entries: NULL, errno 22 (EINVAL)",
+            "ok   ibv_create_qp with max_inline_data 100000: NULL, errno 22 (EINVAL)",
+            "ok   ibv_reg_mr of unmapped memory: NULL, errno 14 (EFAULT)",
+            "ok   ibv_create_ah without GRH: NULL, errno 22 (EINVAL)",
+            "ok   ibv_destroy_qp: 0, errno untouched",
+        ],
+    );
+}
+
+/// The lines of a UD exchange's checks common to IPv4 and IPv6.
+const UD_COMMON: [&str; 7] = [
+    "ok   receive completion: success",
+    "ok   byte_len 72 (40 GRH + 32)",
+    "ok   wc_flags 0x1 has IBV_WC_GRH",
+    "ok   slid 0, dlid_path_bits 0, pkey_index 0 (RoCE: 0)",
+    "ok   the 32 payload bytes follow the 40-byte GRH area",
+    "ok   ibv_init_ah_from_wc: back to the sender's GID (0)",
+    "is the sender's QPN",
+];
+
+#[test]
+fn ud_receive_completion_over_ipv4_is_a_roce_v2_nics() {
+    let mut must = UD_COMMON.to_vec();
+    must.extend([
+        "ok   sl 2: the network header type (mlx5's IPv4 packet type 2)",
+        "ok   GRH area bytes 0..20 are zero (rxe)",
+        "ok   byte 20: 0x45, an IPv4 header (version 4, IHL 5)",
+        "ok   IPv4 total length 84 (IP 20 + UDP 8 + BTH 12 + DETH 8 + 32 + ICRC 4)",
+        "ok   TTL 64, protocol 17 (UDP)",
+        "ok   IPv4 header checksum is valid",
+        "ok   source 127.0.93.2 and destination 127.0.93.3 are the devices'",
+        "ok   ibv_start_poll: the receive (0)",
+        "ok   ibv_wc_read_*: sl 2, src_qp",
+    ]);
+    run_part("ud", &devices(93), &must);
+}
+
+#[test]
+fn ud_receive_completion_over_ipv6_is_a_roce_v2_nics() {
+    // one device on ::1 (the only IPv6 loopback address), two QPs on it
+    let taken = std::fs::read_to_string("/proc/net/udp6").is_ok_and(|t| {
+        t.lines()
+            .skip(1)
+            .any(|l| l.split_whitespace().nth(1) == Some("00000000000000000000000001000000:12B7"))
+    });
+    if taken {
+        skipped("[::1]:4791 is in use (another device on ::1)");
+        return;
+    }
+    let mut must = UD_COMMON.to_vec();
+    must.extend([
+        "ok   GID index 1 is ::1, the device's IPv6 address",
+        "ok   sl 1: the network header type (mlx5's IPv6 packet type 1)",
+        "ok   byte 0: 0x60, an IPv6 header",
+        "ok   IPv6 payload length 64 (UDP 8 + BTH 12 + DETH 8 + 32 + ICRC 4)",
+        "ok   next header 17 (UDP), hop limit 64",
+        "ok   source and destination GIDs are the devices'",
+    ]);
+    run_part("ud6", "roce0=udp:[::1]:4791", &must);
+}
+
+#[test]
+fn max_inline_data_is_rounded_up_as_rxe_does() {
+    run_part(
+        "inline",
+        &devices(94),
+        &[
+            "ok   max_send_sge 1, max_inline_data 0: created with 1, 16; queried 1, 16",
+            "ok   max_send_sge 1, max_inline_data 100: created with 6, 100; queried 6, 100",
+            "ok   max_send_sge 4, max_inline_data 0: created with 4, 64; queried 4, 64",
+            "ok   max_send_sge 2, max_inline_data 512: created with 32, 512; queried 32, 512",
+            "ok   16-byte inline SEND on a QP made with max_inline_data 0: 0, success",
+            "ok   the peer received \"sixteen bytes!!!\"",
+            "ok   17 inline bytes on it: returns 22, errno 22 (EINVAL)",
+        ],
+    );
+}
+
+// ---------------------------------------------------------------- RDMA CM
+
+#[test]
+fn rdma_bind_addr_port_zero_and_getaddrinfo_from_hints() {
+    let Some(exe) = compile(
+        "cm_ports_check.c",
+        "/usr/include/rdma/rdma_cma.h",
+        &["-l:librdmacm.so.1", "-l:libibverbs.so.1"],
+    ) else {
+        return;
+    };
+    let child = cmd(&exe, &devices(95), &["127.0.95.2", "127.0.95.3"]).spawn().expect("spawn");
+    let (o, timed_out) = finish(child, Duration::from_secs(90));
+    let out = text(&o.stdout);
+    assert!(!timed_out && o.status.success(), "{out}{}", text(&o.stderr));
+    assert!(!out.contains("FAIL"), "{out}");
+    for m in [
+        "ok   rdma_bind_addr(127.0.95.2:0): rdma_get_src_port ",
+        "ok   rdma_listen: still port ",
+        "ok   50 ids bound to 127.0.95.2:0 and 10 to 0.0.0.0:0: 60 distinct ports in the range",
+        "ok   an RDMA_PS_UDP id bound to port 0: port ",
+        "ok   rdma_listen without a bind: listening on port ",
+        "ok   the client's rdma_resolve_addr without a port: source port ",
+        "ok   a client connected to the published port ",
+        "ok   rdma_getaddrinfo(NULL, NULL, NULL): -1, errno 22 (EINVAL)",
+        "ok   rdma_getaddrinfo(NULL, NULL, &hints): 0",
+        "ok   ai_dst_addr: a copy of the hints' destination",
+        "ok   ai_src_addr: a copy of the hints' source",
+        "ok   family 2, qp_type 2, port_space 0x106, flags 0 from the hints",
+        "ok   rdma_create_ep on the answer: 0",
+        "ok   rdma_connect of the endpoint: 0",
+        "ok   the listener accepted 2 requests, 2 ESTABLISHED",
+        "ok   rdma_getaddrinfo(NULL, NULL, passive hints): the source, no destination",
+        "0 failures",
+    ] {
+        assert!(out.contains(m), "missing {m:?} in\n{out}");
+    }
+}
+
+// ---------------------------------------------------------------- rdma-core's tools
+
+/// Start `server`, wait until its device is open (then a little more for
+/// its listen), then run `client` to its end.
+fn server_then_client(
+    server: Command,
+    client: Command,
+    dev: [u8; 4],
+    server_limit: Duration,
+) -> ((Output, bool), (Output, bool)) {
+    let (mut server, mut client) = (server, client);
+    assert!(!device_bound(dev), "{dev:?}:4791 is taken before the test");
+    let s = server.spawn().expect("spawn server");
+    let end = Instant::now() + Duration::from_secs(20);
+    while !device_bound(dev) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let c = client.spawn().expect("spawn client");
+    let co = finish(c, Duration::from_secs(60));
+    let so = finish(s, server_limit);
+    (co, so)
+}
+
+fn report(what: &str, (c, ct): &(Output, bool), (s, st): &(Output, bool)) -> String {
+    format!(
+        "{what}\n--- client (killed: {ct}) {}\n{}{}\n--- server (killed: {st}) {}\n{}{}",
+        c.status,
+        text(&c.stdout),
+        text(&c.stderr),
+        s.status,
+        text(&s.stdout),
+        text(&s.stderr)
+    )
+}
+
+/// rdma-core's XRC examples in their RC mode: `rdma_xclient` posts a
+/// 16-byte inline SEND on a QP it made with `max_inline_data` 0 (it failed
+/// with `post_send: Invalid argument` before the rounding), `rdma_xserver`
+/// binds the wildcard address through `rdma_getaddrinfo(NULL, port)`. Both
+/// ends on roce0: the only device configured.
+#[test]
+fn rdma_xserver_and_rdma_xclient_both_on_roce0() {
+    let Some(srv) = need("rdma_xserver", "rdmacm-utils") else { return };
+    let Some(cli) = need("rdma_xclient", "rdmacm-utils") else { return };
+    let devs = "roce0=udp:127.0.91.12";
+    let r = server_then_client(
+        cmd(&srv, devs, &["-p", "18811"]),
+        cmd(&cli, devs, &["-s", "127.0.91.12", "-p", "18811"]),
+        [127, 0, 91, 12],
+        Duration::from_secs(15),
+    );
+    let rep = report("rdma_xserver/rdma_xclient", &r.0, &r.1);
+    let ((c, ct), (s, st)) = (&r.0, &r.1);
+    assert!(!ct && !st && c.status.success() && s.status.success(), "{rep}");
+    assert!(text(&c.stdout).contains("rdma_xclient: end 0"), "{rep}");
+    assert!(text(&s.stdout).contains("rdma_xserver: end 0"), "{rep}");
+}
+
+/// rdma-core 44's `cmtime`: the client (`-s ADDR -c N`) creates N ids,
+/// resolves, creates QPs, connects and disconnects them all, prints the
+/// time of each step and exits 0. The server (`-b ADDR`) accepts them and
+/// never exits: cmtime 44's server loops on `rdma_get_cm_event` until it
+/// fails (on kernel rxe too; later rdma-core versions added an exit), so
+/// the test checks it is still running and then ends it by its PID.
+#[test]
+fn cmtime_connects_and_disconnects_every_id() {
+    let Some(tool) = need("cmtime", "rdmacm-utils") else { return };
+    let devs = "roce0=udp:127.0.92.12,roce1=udp:127.0.92.13";
+    for (n, port) in [("10", "18812"), ("100", "18813")] {
+        let mut server = cmd(&tool, devs, &["-b", "127.0.92.12", "-p", port]);
+        server.env("ROCE_EMU_VERBOSE", "1");
+        let mut client = cmd(&tool, devs, &["-s", "127.0.92.12", "-p", port, "-c", n]);
+        client.env("ROCE_EMU_VERBOSE", "1");
+        // the server is ended 1 s after the client (it would run forever)
+        let r = server_then_client(server, client, [127, 0, 92, 12], Duration::from_secs(1));
+        let rep = report(&format!("cmtime -c {n}"), &r.0, &r.1);
+        let ((c, ct), (s, st)) = (&r.0, &r.1);
+        assert!(!ct && c.status.success(), "{rep}");
+        assert!(*st, "the server should still be running: {rep}");
+        let out = text(&c.stdout);
+        for step in [
+            "create id",
+            "resolve addr",
+            "resolve route",
+            "create qp",
+            "connect",
+            "disconnect",
+            "destroy",
+        ] {
+            assert!(
+                out.lines().any(|l| l.starts_with(&format!("{step:<13}:"))),
+                "no {step:?} line: {rep}"
+            );
+        }
+        assert!(!out.contains("error") && !out.contains("failure"), "{rep}");
+        let n: usize = n.parse().expect("n");
+        let cerr = text(&c.stderr);
+        let serr = text(&s.stderr);
+        let count = |t: &str, ev: &str| t.matches(&format!("rdma_cm: {ev} status 0")).count();
+        assert_eq!(count(&cerr, "RDMA_CM_EVENT_ESTABLISHED"), n, "{rep}");
+        assert_eq!(count(&cerr, "RDMA_CM_EVENT_DISCONNECTED"), n, "{rep}");
+        assert_eq!(count(&serr, "RDMA_CM_EVENT_CONNECT_REQUEST"), n, "{rep}");
+        assert_eq!(count(&serr, "RDMA_CM_EVENT_ESTABLISHED"), n, "{rep}");
+        assert_eq!(count(&serr, "RDMA_CM_EVENT_DISCONNECTED"), n, "{rep}");
+    }
+}
