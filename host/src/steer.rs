@@ -569,7 +569,15 @@ impl Joining {
 
     /// What the member's transport needs ([`roce_transport::UdpTransport::set_steer`]).
     pub fn tap(&self) -> SteerTap {
-        SteerTap { slot: self.slot.slot, shared: self.shared.clone(), pid: std::process::id() }
+        let (dir, me) = (self.dir.clone(), self.slot.slot);
+        let listener_of =
+            move |sid: u64| registry::listeners(&dir).into_iter().find(|l| l.0 == sid).map(|l| l.1);
+        SteerTap {
+            slot: me,
+            shared: self.shared.clone(),
+            pid: std::process::id(),
+            listener_of: Some(tsteer::ListenerOf(Arc::new(listener_of))),
+        }
     }
 
     /// The member's socket is bound and its transport answers probes (its
@@ -755,16 +763,21 @@ impl Steward {
     /// of one device.
     pub fn listen(&self, service_id: u64) -> io::Result<ListenGuard> {
         let dir = lock(&self.inner).dir.clone();
-        let _g = GroupLock::take(&dir).map_err(io::Error::other)?;
         let slot = lock(&self.inner)
             .slot
             .as_ref()
             .map(|s| s.slot)
             .ok_or_else(|| io::Error::other("member has left"))?;
+        // Register before taking the group lock: a change of the group under
+        // way (a process joining) reads the listeners after its probe round,
+        // so its program already steers this service's requests here; a
+        // program that publishes its port before rdma_listen (qperf) and a
+        // peer that joins the device meanwhile then do not race.
         let held = registry::listen(&dir, service_id, slot).map_err(io::Error::other)?;
         let Some(l) = held else {
             return Err(io::Error::from(io::ErrorKind::AddrInUse));
         };
+        let _g = GroupLock::take(&dir).map_err(io::Error::other)?;
         lock(&self.inner).reattach()?;
         Ok(ListenGuard { inner: self.inner.clone(), lock: Some(l) })
     }

@@ -156,6 +156,17 @@ impl SteerShared {
     }
 }
 
+/// Which member (slot) listens on a CM service ID on this device, if any
+/// (the host's registry; asked only for connection requests, which are rare).
+#[derive(Clone)]
+pub struct ListenerOf(pub std::sync::Arc<dyn Fn(u64) -> Option<u8> + Send + Sync>);
+
+impl std::fmt::Debug for ListenerOf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ListenerOf")
+    }
+}
+
 /// The transport's view of its member: its slot and the shared state.
 #[derive(Clone, Debug)]
 pub struct SteerTap {
@@ -165,6 +176,12 @@ pub struct SteerTap {
     pub shared: std::sync::Arc<SteerShared>,
     /// This process's id (in probe answers).
     pub pid: u32,
+    /// Who listens on a service ID: a REQ or SIDR_REQ that reached this
+    /// member while another one listens on its service ID came by a stale
+    /// program (a member ended without leaving, the kernel renumbered the
+    /// group): it is foreign, not this member's CM's to reject. `None`:
+    /// every request is this member's.
+    pub listener_of: Option<ListenerOf>,
 }
 
 impl SteerTap {
@@ -185,7 +202,13 @@ impl SteerTap {
         let slot = match qpn {
             1 => match cm_target_slot(payload) {
                 Some(s) => s,
-                None => return Verdict::Mine,
+                None => match (self.listener_of.as_ref(), cm_service_id(payload)) {
+                    (Some(l), Some(sid)) => match (l.0)(sid) {
+                        Some(s) => s,
+                        None => return Verdict::Mine,
+                    },
+                    _ => return Verdict::Mine,
+                },
             },
             _ => payload[5],
         };
@@ -234,6 +257,20 @@ pub fn cm_target_slot(payload: &[u8]) -> Option<u8> {
 /// Offset of the service ID of a REQ or SIDR_REQ (8 bytes).
 pub const CM_SERVICE_ID_AT: usize = CM_DATA_AT + 8;
 
+/// The service ID of a CM REQ or SIDR_REQ in a QP1 datagram, `None` for
+/// anything else.
+pub fn cm_service_id(payload: &[u8]) -> Option<u64> {
+    if *payload.get(MAD_CLASS_AT)? != CM_CLASS {
+        return None;
+    }
+    let attr = u16::from_be_bytes([*payload.get(MAD_ATTR_AT)?, *payload.get(MAD_ATTR_AT + 1)?]);
+    if !matches!(attr, CM_ATTR_REQ | CM_ATTR_SIDR_REQ) {
+        return None;
+    }
+    let b = payload.get(CM_SERVICE_ID_AT..CM_SERVICE_ID_AT + 8)?;
+    Some(u64::from_be_bytes(b.try_into().ok()?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,7 +286,12 @@ mod tests {
 
     #[test]
     fn classify_by_slot_probe_and_qp1() {
-        let t = SteerTap { slot: 3, shared: Arc::new(SteerShared::default()), pid: 7 };
+        let t = SteerTap {
+            slot: 3,
+            shared: Arc::new(SteerShared::default()),
+            pid: 7,
+            listener_of: Some(ListenerOf(Arc::new(|sid| (sid == 0x0106_1234).then_some(5)))),
+        };
         assert_eq!(t.classify(&bth(0x03_0011)), Verdict::Mine);
         assert_eq!(t.classify(&bth(0x04_0011)), Verdict::Foreign(4));
         assert_eq!(t.classify(&bth(0x00_0011)), Verdict::Foreign(0));
@@ -268,7 +310,15 @@ mod tests {
         rep[CM_DATA_AT + 4] = 9;
         assert_eq!(t.classify(&rep), Verdict::Foreign(9), "a REP to slot 9's comm ID");
         rep[MAD_ATTR_AT + 1] = 0x10;
-        assert_eq!(t.classify(&rep), Verdict::Mine, "a REQ: steered by service ID");
+        assert_eq!(t.classify(&rep), Verdict::Mine, "a REQ to nobody's service: ours to reject");
+        rep[CM_SERVICE_ID_AT..CM_SERVICE_ID_AT + 8].copy_from_slice(&0x0106_1234u64.to_be_bytes());
+        assert_eq!(cm_service_id(&rep), Some(0x0106_1234));
+        assert_eq!(t.classify(&rep), Verdict::Foreign(5), "a REQ to slot 5's service: astray");
+        rep[MAD_ATTR_AT + 1] = 0x17;
+        assert_eq!(t.classify(&rep), Verdict::Foreign(5), "a SIDR_REQ too");
+        let quiet = SteerTap { listener_of: None, ..t.clone() };
+        assert_eq!(quiet.classify(&rep), Verdict::Mine, "without a registry: every request");
+        rep[MAD_ATTR_AT + 1] = 0x10;
         rep[MAD_ATTR_AT + 1] = 0x18;
         assert_eq!(t.classify(&rep), Verdict::Foreign(7), "a SIDR_REP: by its request ID");
         rep[MAD_CLASS_AT] = 0x04;

@@ -90,7 +90,7 @@ fn is_open(e: &DevEntry) -> bool {
 /// Whether the device could be opened: a UDP device's port is free (another
 /// process may hold it). Asked without opening it, so nothing is printed.
 fn can_open(e: &DevEntry) -> bool {
-    if is_open(e) {
+    if is_open(e) || roce_verbs_api::udp::sharing_enabled() {
         return true;
     }
     match e.cfg.transport {
@@ -144,13 +144,19 @@ fn dev_of_ctx(c: *mut v::ibv_context) -> Option<usize> {
     unsafe { device::ctx(c) }.map(|cx| cx.dev.index)
 }
 
-/// Which device reaches `dst` when the program names no source: a device
-/// already open in this process (not the destination's own: a peer process
-/// on this host holds that one), else one that can be opened, else the
-/// destination's device itself (both ends in one process).
+/// Which device reaches `dst` when the program names no source. A
+/// destination on one of this host's devices is reached from that device
+/// itself, as the kernel's CM resolves a local address to the device that
+/// owns it (devices are shared by the host's processes). Without sharing
+/// (`ROCE_EMU_SHARED=0`): a device already open in this process (not the
+/// destination's own: a peer process on this host holds that one), else
+/// one that can be opened, else the destination's device itself.
 fn choose_dev(dst: IpAddr) -> Option<usize> {
     let list = entries().ok()?;
     let d = dev_of_addr(dst);
+    if d.is_some() && roce_verbs_api::udp::sharing_enabled() {
+        return d;
+    }
     let others = || list.iter().filter(move |e| Some(e.index) != d);
     if let Some(e) = others().find(|e| is_open(e)) {
         return Some(e.index);
@@ -925,6 +931,21 @@ pub(crate) fn bind(o: &IdObj, addr: SocketAddr) -> Result<(), i32> {
         addr.set_port(ephemeral_port(ps)?);
     }
     if addr.ip().is_unspecified() {
+        // A wildcard listen covers every device, as the kernel's does; open
+        // them now (joining a shared device takes a probe round) so that
+        // rdma_listen only registers the listener: programs such as qperf
+        // publish the port after rdma_bind_addr and listen just after, and
+        // a request that beats the listen is rejected (as by the kernel's CM,
+        // whose devices are always open).
+        if roce_verbs_api::udp::sharing_enabled() {
+            for i in 0..entries()?.len() {
+                if let Err(e) = dev_open(i) {
+                    diag!(
+                        "rdma_bind_addr: cannot open device {i} for a wildcard address: errno {e}"
+                    );
+                }
+            }
+        }
         lock(&o.st).bound = Some(addr);
         // SAFETY: plain data of the program's id.
         unsafe { put_sockaddr(&mut (*o.ptr()).c.route.addr.src_storage, addr) };
@@ -979,6 +1000,7 @@ pub(crate) fn resolve_addr(o: &IdObj, src: Option<SocketAddr>, dst: SocketAddr) 
 /// an ephemeral port, as the kernel's CM binds it.
 pub(crate) fn listen(o: &IdObj) -> Result<(), i32> {
     if let Some(r) = o.rust() {
+        diag!("rdma_listen: on the id's device ({:?})", r.local_addr());
         return r.listen().map_err(|e| e.errno());
     }
     let unbound = lock(&o.st).bound.is_none();
@@ -986,11 +1008,15 @@ pub(crate) fn listen(o: &IdObj) -> Result<(), i32> {
         bind(o, SocketAddr::from(([0, 0, 0, 0], 0)))?;
     }
     let bound = lock(&o.st).bound.ok_or(libc::EINVAL)?;
-    // a wildcard address: the devices this process has open, else the
+    // a wildcard address: every device (shared devices, as the kernel's
+    // CM); without sharing, the devices this process has open, else the
     // first device that can be opened (not all of them: a client process
     // on this host needs one too; bind an address to choose the device)
     let list = entries()?;
-    let mut devs: Vec<usize> = list.iter().filter(|e| is_open(e)).map(|e| e.index).collect();
+    let mut devs: Vec<usize> = match roce_verbs_api::udp::sharing_enabled() {
+        true => list.iter().filter(|e| dev_open(e.index).is_ok()).map(|e| e.index).collect(),
+        false => list.iter().filter(|e| is_open(e)).map(|e| e.index).collect(),
+    };
     if devs.is_empty() {
         devs = list.iter().find(|e| can_open(e)).map(|e| e.index).into_iter().collect();
     }
@@ -1002,6 +1028,7 @@ pub(crate) fn listen(o: &IdObj) -> Result<(), i32> {
         let ip = list[i].cfg.addr;
         r.bind_addr(SocketAddr::new(ip, bound.port())).map_err(|e| e.errno())?;
         r.listen().map_err(|e| e.errno())?;
+        diag!("rdma_listen: {ip}:{} (device {i})", bound.port());
     }
     Ok(())
 }
