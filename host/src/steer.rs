@@ -605,9 +605,9 @@ impl Joining {
         drop(self.group);
         let inner = Arc::new(Mutex::new(inner));
         let (i2, s2) = (inner.clone(), self.shared.clone());
-        let thread = std::thread::Builder::new()
-            .name("roce-steward".into())
-            .spawn(move || steward_loop(i2, s2))?;
+        let thread = roce_transport::signals::spawn_quiet("roce-steward".into(), move || {
+            steward_loop(i2, s2)
+        })?;
         Ok(Steward { inner, shared: self.shared, thread: Some(thread) })
     }
 }

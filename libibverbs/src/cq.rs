@@ -8,7 +8,7 @@ use roce_verbs_api::{CompChannel, Cq, WcFlags, WcStatus, WorkCompletion};
 use std::collections::VecDeque;
 use std::os::fd::AsRawFd;
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A completion channel; `c` first.
 #[repr(C)]
@@ -111,13 +111,20 @@ pub(crate) unsafe extern "C" fn get_cq_event(
             let got = match o.ch.try_get_cq_event() {
                 Some(c) => c,
                 None if nonblock => return Err(libc::EAGAIN),
-                // Block in poll(2) on the channel's descriptor (readable
-                // while events are pending), as rdma-core blocks in read(2)
-                // on it: a signal interrupts the wait with EINTR (qperf and
-                // other timed loops rely on that to stop).
+                // Wait driving the device's engine; a signal that interrupts
+                // the wait ends it with EINTR, as rdma-core's read(2) of the
+                // channel's descriptor does (qperf and other timed loops stop
+                // that way; the library's threads block signals, so they
+                // reach the program's).
                 None => {
-                    wait_readable(o.c.fd)?;
-                    continue;
+                    let _ = roce_verbs_api::signals::take_interrupted();
+                    match o.ch.get_cq_event(Duration::from_secs(3600)) {
+                        Some(c) => c,
+                        None if roce_verbs_api::signals::take_interrupted() => {
+                            return Err(libc::EINTR)
+                        }
+                        None => continue,
+                    }
                 }
             };
             let Some(&p) = lock(&cx.cqs).get(&got.handle().id()) else {
@@ -133,19 +140,6 @@ pub(crate) unsafe extern "C" fn get_cq_event(
             return Ok(0);
         }
     })
-}
-
-/// Wait until `fd` is readable; `Err(EINTR)` if a signal interrupts the
-/// wait (the caller's handler ran), as a blocking read(2) would return.
-pub(crate) fn wait_readable(fd: libc::c_int) -> Result<(), i32> {
-    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-    // SAFETY: one pollfd on the stack, valid for the call.
-    let n = unsafe { libc::poll(&mut p, 1, 3_600_000) };
-    if n < 0 {
-        let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINTR);
-        return Err(e);
-    }
-    Ok(())
 }
 
 pub(crate) unsafe extern "C" fn ack_cq_events(c: *mut abi::ibv_cq, n: libc::c_uint) {

@@ -250,9 +250,7 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
         let me = Arc::new(self);
         if me.cfg.thread {
             let e = me.clone();
-            let h = std::thread::Builder::new()
-                .name(me.cfg.name.clone())
-                .spawn(move || thread_main(e))?;
+            let h = crate::signals::spawn_quiet(me.cfg.name.clone(), move || thread_main(e))?;
             *lock(&me.thread) = Some(h);
         }
         Ok(EngineHandle { e: Some(me) })
@@ -646,6 +644,11 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
             let ready = self.sleep(wait);
             self.st.blocked.fetch_sub(1, Ordering::SeqCst);
             self.mark_caller();
+            // a signal interrupted the caller's wait: return to it (it
+            // reports EINTR, as a blocking read(2) of rdma-core would)
+            if crate::signals::interrupted() {
+                return cond();
+            }
             // a timeout may be a timer deadline: check timers then
             let s = match ready {
                 Some(r) => self.round_with(Some(&r), false),
@@ -681,7 +684,14 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
             })
             .collect();
         fds.push(PollFd::new(wake.as_fd(), PollFlags::POLLIN));
-        let n = nix::poll::ppoll(&mut fds, Some(TimeSpec::from_duration(wait)), None).ok()?;
+        let n = match nix::poll::ppoll(&mut fds, Some(TimeSpec::from_duration(wait)), None) {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR) => {
+                crate::signals::note_interrupted();
+                return None;
+            }
+            Err(_) => return None,
+        };
         let last = fds.len() - 1;
         if fds[last].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
             let _ = wake.read();

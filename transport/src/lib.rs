@@ -24,6 +24,7 @@ pub mod faults;
 pub mod pcap;
 pub mod raw;
 pub mod rxcheck;
+pub mod signals;
 pub mod steer;
 pub mod udp;
 

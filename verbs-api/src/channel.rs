@@ -252,6 +252,11 @@ impl Wake for Dispatcher {
         dispatch(&ch.ctx.inner.hca);
         let w = Waker::from(self.clone());
         ch.ctx.driver().register_waker(&w);
+        // An event made between the dispatch and the registration found no
+        // waker to call: take it now (else it waits for the next round of
+        // the engine, which may never come on an idle device, and a reader
+        // blocked on the channel's descriptor waits with it).
+        dispatch(&ch.ctx.inner.hca);
     }
 }
 

@@ -53,6 +53,8 @@ pub use qp::{ConnectOptions, Qp, QpBuilder, QpEndpoint};
 pub use qp_types::{
     create_ah, init_ah_from_wc, ud_send, AhFromWcError, Grh, DEFAULT_QKEY, GRH_LEN,
 };
+/// Signals and the threads of devices (see [`roce_transport::signals`]).
+pub use roce_transport::signals;
 pub use roce_transport::EngineConfig;
 pub use sim::SimNet;
 pub use srq::Srq;

@@ -334,9 +334,8 @@ impl Publisher {
         let mut prev_total: Option<Counters> = None;
         let period = interval();
         let (tx, rx) = mpsc::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name(format!("roce-stats-{name}"))
-            .spawn(move || {
+        let thread =
+            roce_transport::signals::spawn_quiet(format!("roce-stats-{name}"), move || {
                 let mut prev: Option<Counters> = None;
                 let mut warned = false;
                 let mut stop = false;

@@ -389,14 +389,13 @@ fn new_channel_locked(g: &mut Global) -> Result<*mut ChanObj, i32> {
     if g.pump.is_none() {
         let stop = Arc::new(AtomicBool::new(false));
         let s2 = stop.clone();
-        let h = std::thread::Builder::new()
-            .name("roce-rdmacm-pump".into())
-            .spawn(move || pump_loop(&s2))
-            .map_err(|_| {
-                // SAFETY: our eventfd.
-                unsafe { libc::close(fd) };
-                libc::ENOMEM
-            })?;
+        let h =
+            roce_verbs_api::signals::spawn_quiet("roce-rdmacm-pump".into(), move || pump_loop(&s2))
+                .map_err(|_| {
+                    // SAFETY: our eventfd.
+                    unsafe { libc::close(fd) };
+                    libc::ENOMEM
+                })?;
         g.pump = Some((stop, h));
     }
     g.chans += 1;
