@@ -160,11 +160,9 @@ fn new_cq(
     channel: *mut abi::ibv_comp_channel,
     wc_flags: u64,
 ) -> Result<*mut CqObj, i32> {
-    if cqe <= 0 {
-        return Err(libc::EINVAL);
-    }
     let max = cx.ctx.query_device().max_cqe;
-    if cqe as u32 > max {
+    if cqe <= 0 || cqe as u32 > max {
+        diag!("create_cq: cqe = {cqe} is outside 1..={max}");
         return Err(libc::EINVAL);
     }
     let cq = if channel.is_null() {

@@ -972,35 +972,45 @@ impl CmId {
                 (0..self.inner.chan.devices.len()).map(|i| self.inner.chan.context(i)).collect()
             }
         };
-        let mut made = Vec::new();
+        let mut made: Vec<(Context, ListenId)> = Vec::new();
         let mut holds = Vec::new();
+        let undo = |made: Vec<(Context, ListenId)>| {
+            for (c, l) in made {
+                unroute(&c, None, Some(l));
+                let _ = c.lock().cm().unlisten(l);
+            }
+        };
         for ctx in ctxs {
-            // A device shared with other processes: hold the port for the
-            // host first (the kernel then steers requests for it here), and
-            // only then listen, so that no request finds a listener this
-            // identifier does not route yet.
-            let host = ctx.driver().host_listen(&ctx.inner.hca, sid);
-            let r = match &host {
-                Ok(_) => ctx.lock().cm().listen(sid).map_err(|_| ()),
-                Err(_) => Err(()),
-            };
-            match (r, host) {
-                (Ok(l), Ok(hold)) => {
-                    made.push((ctx, l));
-                    holds.extend(hold);
-                }
-                _ => {
-                    for (c, l) in made {
-                        let _ = c.lock().cm().unlisten(l);
+            // Listen and route the listener in one step (under the device's
+            // lock: no request can find a listener this identifier does not
+            // route yet), and only then, on a device shared with other
+            // processes, hold the port for the host: from then on the kernel
+            // steers its requests here, where they find the listener.
+            let l = {
+                let mut g = ctx.lock();
+                match g.cm().listen(sid) {
+                    Ok(l) => {
+                        route_listen(&ctx, l, &self.inner);
+                        l
                     }
+                    Err(_) => {
+                        drop(g);
+                        undo(made);
+                        return Err(CmError::AddressInUse(local.port()));
+                    }
+                }
+            };
+            made.push((ctx.clone(), l));
+            match ctx.driver().host_listen(&ctx.inner.hca, sid) {
+                Ok(hold) => holds.extend(hold),
+                Err(_) => {
+                    drop(holds);
+                    undo(made);
                     return Err(CmError::AddressInUse(local.port()));
                 }
             }
         }
         st.host_listens = holds;
-        for (ctx, l) in &made {
-            route_listen(ctx, *l, &self.inner);
-        }
         st.listens = made;
         st.role = Role::Listening;
         Ok(())

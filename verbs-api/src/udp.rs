@@ -435,6 +435,12 @@ impl DeviceConfig {
     pub fn hca_config(&self) -> HcaConfig {
         let mut c = HcaConfig::new(self.name.clone(), self.addr, rand::random());
         c.active_mtu = self.mtu;
+        // CQs as deep as a ConnectX's (4194303; rxe allows 32767): libfabric's
+        // RDM endpoints (ofi_rxm over verbs) open 262144-entry CQs by default,
+        // which a kernel rxe refuses (fi_enable: EINVAL) unless the user
+        // shrinks FI_UNIVERSE_SIZE. A CQ's memory grows with what it holds,
+        // not with its depth.
+        c.device_attr.max_cqe = MAX_CQE;
         c
     }
 
@@ -650,6 +656,10 @@ impl DeviceConfig {
         }
     }
 }
+
+/// Entries per CQ of a real device (ConnectX's limit, see
+/// [`DeviceConfig::hca_config`]).
+pub const MAX_CQE: u32 = 4_194_303;
 
 /// `ROCE_EMU_POST_BATCH_US` (default 5; 0 = every post sends at once):
 /// see [`EngineConfig::post_batch`].
