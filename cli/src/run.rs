@@ -12,7 +12,8 @@ looks for them outside libibverbs looks (UCX, Open MPI's openib BTL, libfabric, 
 /sys/class/infiniband/<dev>/..., /sys/class/infiniband_verbs/uverbsN/... and \
 /dev/infiniband/uverbsN, from a tree written for the configured devices (ROCE_EMU_DEVICES or \
 devices.conf, as the drop-in reads them). Nothing else of the file system changes, nothing needs \
-root. The exit status is CMD's.";
+root. roce run becomes CMD (same PID, signals and exit status); the tree it writes for CMD \
+is removed by a later roce run once CMD has ended.";
 
 pub const RUN_AFTER: &str = "Examples:\n  \
 roce run -- ucx_info -d                          UCX lists rc_verbs and ud_verbs on roce0, roce1\n  \
@@ -57,9 +58,23 @@ fn lib_dir(args: &RunArgs) -> Result<PathBuf, String> {
     Ok(dir)
 }
 
-/// The tree of the configured devices, written into a new directory of the
-/// user's runtime directory.
-fn write_tree() -> Result<PathBuf, String> {
+/// Remove the trees of earlier runs whose process has ended (`sysfs-PID`:
+/// the run's process becomes CMD, so nobody is left to remove it at exit).
+fn remove_stale_trees(run_dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(run_dir) else { return };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("sysfs-")) else { continue };
+        let Ok(pid) = pid.parse::<u32>() else { continue };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+/// The tree of the configured devices, written into directory `name` of
+/// the user's runtime directory.
+fn write_tree(name: &str) -> Result<PathBuf, String> {
     use roce_verbs_api::udp::{gid_table, node_guid, DeviceConfig, TransportKind};
     let cfgs = DeviceConfig::load_all().map_err(|e| format!("device configuration: {e}"))?;
     let devs: Vec<roce_host::sysfs::SysfsDevice> = cfgs
@@ -82,7 +97,9 @@ fn write_tree() -> Result<PathBuf, String> {
             },
         })
         .collect();
-    let root = roce_host::registry::run_dir().join(format!("sysfs-{}", std::process::id()));
+    let run_dir = roce_host::registry::run_dir();
+    remove_stale_trees(&run_dir);
+    let root = run_dir.join(name);
     let _ = std::fs::remove_dir_all(&root);
     roce_host::sysfs::write_tree(&root, &devs)
         .map_err(|e| format!("writing {}: {e}", root.display()))?;
@@ -107,7 +124,13 @@ pub fn run(args: &RunArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let tree = match write_tree() {
+    // `--print-env`'s tree outlives this process (a shell uses it): one
+    // fixed name, rewritten by the next --print-env
+    let name = match args.print_env {
+        true => "sysfs-shell".to_string(),
+        false => format!("sysfs-{}", std::process::id()),
+    };
+    let tree = match write_tree(&name) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("roce run: {e}");
@@ -130,27 +153,20 @@ pub fn run(args: &RunArgs) -> ExitCode {
         eprintln!("roce run: no command given (roce run -- CMD [ARGS...]; see roce run --help)");
         return ExitCode::from(2);
     };
+    // Become CMD (exec): its PID, signals and exit status are the
+    // program's own, with no process of ours in between (a launcher that
+    // kills CMD by its PID kills the program). The tree, named by this PID,
+    // is removed by a later run once the program has ended.
     let mut c = std::process::Command::new(prog);
     c.args(rest);
     for (k, v) in &env {
         c.env(k, v);
     }
-    let status = c.status();
+    use std::os::unix::process::CommandExt;
+    let e = c.exec();
     let _ = std::fs::remove_dir_all(&tree);
-    match status {
-        Ok(s) => match s.code() {
-            Some(code) => ExitCode::from(code.clamp(0, 255) as u8),
-            None => {
-                use std::os::unix::process::ExitStatusExt;
-                // killed by a signal: as a shell reports it
-                ExitCode::from(128u8.saturating_add(s.signal().unwrap_or(0) as u8))
-            }
-        },
-        Err(e) => {
-            eprintln!("roce run: cannot run {}: {e}", prog.to_string_lossy());
-            ExitCode::from(127)
-        }
-    }
+    eprintln!("roce run: cannot run {}: {e}", prog.to_string_lossy());
+    ExitCode::from(if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 })
 }
 
 /// The variable naming the tree (`roce_preload::ENV_SYSFS`).

@@ -92,10 +92,13 @@ fn a_program_finds_the_devices_as_kernel_devices() {
         ],
         "{out}"
     );
-    // the tree is the run's own, and goes with it
+    // the tree is the run's own (named by its PID, which is the program's),
+    // and the next run removes it once the program has ended
     let tree = lines[lines.len() - 1];
     assert!(tree.contains("sysfs-"), "{tree}");
-    assert!(!Path::new(tree).exists(), "{tree} left behind");
+    let o = run(&libs, &["true"]);
+    assert!(o.status.success());
+    assert!(!Path::new(tree).exists(), "{tree} left behind after the next run");
 }
 
 #[test]
@@ -127,6 +130,20 @@ fn clear_errors_without_a_command_or_the_libraries() {
     assert!(text(&o.stderr).contains("no command given"), "{}", text(&o.stderr));
     let o = run(&libs, &["/nonexistent/prog"]);
     assert_eq!(o.status.code(), Some(127));
+    // roce run becomes the program: the same PID
+    let o = roce()
+        .arg("run")
+        .arg("--lib-dir")
+        .arg(&libs)
+        .args(["--", "sh", "-c", "echo $$"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|c| {
+            let pid = c.id();
+            c.wait_with_output().map(|o| (pid, o))
+        })
+        .unwrap();
+    assert_eq!(text(&o.1.stdout).trim(), o.0.to_string(), "the program has roce run's PID");
 }
 
 #[test]
@@ -158,5 +175,132 @@ fn ucx_lists_rc_and_ud_verbs_on_every_device() {
     }
     for want in ["rc_verbs roce0:1", "ud_verbs roce0:1", "rc_verbs roce1:1", "ud_verbs roce1:1"] {
         assert!(pairs.iter().any(|p| p == want), "no {want} in {pairs:?}\n{out}");
+    }
+}
+
+// ---------------------------------------------------------------- middleware
+//
+// The fast subset of scripts/middleware.sh: two processes of the
+// middleware under `roce run`, each pair's results checked. Tools missing:
+// SKIPPED. Devices 127.0.96.2/.3 (above), TCP ports 19400..19409.
+
+/// The tool's path, or print SKIPPED and return None.
+fn tool(name: &str, package: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.is_file());
+    if found.is_none() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: {name} not installed (apt-get install {package})"
+        );
+    }
+    found
+}
+
+/// Run `server` then (after `delay`) `client` under `roce run`, each with
+/// `env`, both killed by their PIDs after `limit`; (client output, server
+/// output), each with whether it exited 0.
+fn pair(
+    libs: &Path,
+    env: &[(&str, &str)],
+    server: &[&str],
+    client: &[&str],
+    limit: std::time::Duration,
+) -> ((bool, String), (bool, String)) {
+    use std::process::Stdio;
+    let spawn = |args: &[&str]| {
+        let mut c = roce();
+        c.arg("run").arg("--lib-dir").arg(libs).arg("--").args(args);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+    };
+    let finish = |mut ch: std::process::Child, end: std::time::Instant| {
+        loop {
+            if let Ok(Some(_)) = ch.try_wait() {
+                break;
+            }
+            if std::time::Instant::now() >= end {
+                let _ = ch.kill();
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let o = ch.wait_with_output().unwrap();
+        (o.status.success(), text(&o.stdout) + &text(&o.stderr))
+    };
+    let s = spawn(server);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let c = spawn(client);
+    let end = std::time::Instant::now() + limit;
+    let co = finish(c, end);
+    // (a server that runs until killed, like qperf's, has 3 s after its client)
+    let so = finish(s, std::time::Instant::now() + std::time::Duration::from_secs(3));
+    (co, so)
+}
+
+#[test]
+fn ucx_perftest_tag_lat_over_rc_and_ud_with_ucx_defaults() {
+    let Some(libs) = libs() else { return };
+    let Some(ucx) = tool("ucx_perftest", "ucx-utils") else { return };
+    let ucx = ucx.to_str().unwrap();
+    for (tls, port) in [("rc", "19401"), ("ud", "19402")] {
+        let ((cok, c), (sok, s)) = pair(
+            &libs,
+            &[("UCX_TLS", tls)],
+            &[ucx, "-p", port],
+            &[ucx, "127.0.0.1", "-p", port, "-t", "tag_lat", "-n", "2000", "-w", "100"],
+            std::time::Duration::from_secs(60),
+        );
+        assert!(cok && sok, "UCX_TLS={tls}\n--- client\n{c}\n--- server\n{s}");
+        let fin = c.lines().find(|l| l.starts_with("Final:")).unwrap_or_default().to_string();
+        let iters: Vec<&str> = fin.split_whitespace().collect();
+        assert_eq!(iters.get(1), Some(&"2000"), "UCX_TLS={tls}: {fin}\n{c}");
+    }
+}
+
+#[test]
+fn fi_pingpong_msg_endpoints_over_verbs() {
+    let Some(libs) = libs() else { return };
+    let Some(fi) = tool("fi_pingpong", "libfabric-bin") else { return };
+    let fi = fi.to_str().unwrap();
+    let ((cok, c), (sok, s)) = pair(
+        &libs,
+        &[],
+        &[fi, "-p", "verbs", "-e", "msg", "-B", "19403", "-I", "50"],
+        &[fi, "-p", "verbs", "-e", "msg", "-P", "19403", "-I", "50", "127.0.0.1"],
+        std::time::Duration::from_secs(60),
+    );
+    assert!(cok && sok, "--- client\n{c}\n--- server\n{s}");
+    // every size from 64 B to 1 MiB made its 50 round trips
+    for size in ["64", "4k", "64k", "1m"] {
+        assert!(
+            c.lines().any(|l| l.split_whitespace().take(3).eq([size, "50", "=50"])),
+            "size {size}\n{c}"
+        );
+    }
+}
+
+#[test]
+fn qperf_cm_rc_lat_and_rc_rdma_write_bw() {
+    let Some(libs) = libs() else { return };
+    let Some(q) = tool("qperf", "qperf") else { return };
+    let q = q.to_str().unwrap();
+    for (t, port, what) in [("rc_lat", "19404", "latency"), ("rc_rdma_write_bw", "19405", "bw")] {
+        let ((cok, c), (_, s)) = pair(
+            &libs,
+            &[],
+            &[q, "-lp", port],
+            &[q, "-lp", port, "-cm1", "127.0.0.1", "-t", "1", t],
+            std::time::Duration::from_secs(40),
+        );
+        // (the qperf server runs until killed: only the client's status)
+        assert!(cok, "{t}\n--- client\n{c}\n--- server\n{s}");
+        assert!(c.lines().any(|l| l.trim_start().starts_with(what) && l.contains('=')), "{t}\n{c}");
     }
 }
