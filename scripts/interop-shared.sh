@@ -3,7 +3,8 @@
 #
 #   scripts/interop-shared.sh [N]     (root; N processes per role, default 2)
 #
-# Our device roce0=udp:192.168.77.1 lives in the lab's network namespace (rxelab,
+# Our device roce0=udp:192.168.77.1 (INTEROP_SHARED_DEVICE=raw:br0:192.168.77.1 for the raw
+# transport: each member's AF_PACKET socket with its own filter) lives in the lab's network namespace (rxelab,
 # ../shared/rxelab). N of our ibv_rc_pingpong processes (the drop-in) are clients of
 # N rxe servers in guest a, and N more are servers for N rxe clients in guest b: 2N
 # members of one device at once, every message checked (-c). Then rping: our server
@@ -30,7 +31,7 @@ ip netns exec rxelab true 2>/dev/null || lab boot >&2 || exit 2
 
 ours() { # OUT CMD... : one of our processes in the namespace, on the shared roce0 (PID in LAST)
   local out=$1; shift
-  ip netns exec rxelab env LD_LIBRARY_PATH="$BIN" ROCE_EMU_DEVICES=roce0=udp:192.168.77.1 \
+  ip netns exec rxelab env LD_LIBRARY_PATH="$BIN" ROCE_EMU_DEVICES=roce0=${INTEROP_SHARED_DEVICE:-udp:192.168.77.1} \
     ROCE_EMU_PCAP="$RUN/pcap" ROCE_EMU_STATS=0 timeout 120 "$@" >"$out" 2>&1 &
   LAST=$!
 }
