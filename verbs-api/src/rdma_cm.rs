@@ -551,6 +551,10 @@ struct IdState {
     /// `rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT)`: the QP's local ACK
     /// timeout at RTS, instead of the default.
     ack_timeout: Option<u8>,
+    /// Passive: what `RDMA_MAX_INIT_DEPTH` / `RDMA_MAX_RESP_RES` (0xFF) in
+    /// the accept stand for: the REQ's values within the device's limits.
+    max_init_depth: u8,
+    max_resp_res: u8,
 }
 
 struct IdInner {
@@ -583,6 +587,8 @@ impl IdInner {
                 peer_rnr_retry: 7,
                 param: ConnParam::default(),
                 ack_timeout: None,
+                max_init_depth: 0,
+                max_resp_res: 0,
             }),
         }
     }
@@ -919,8 +925,11 @@ impl CmId {
                     st.psn = psn;
                     let mut req = ConnectRequest::new(sid, peer, qpn, psn);
                     req.qp_type = CmQpType::Rc;
-                    req.responder_resources = param.responder_resources;
-                    req.initiator_depth = param.initiator_depth;
+                    // 0xFF (RDMA_MAX_RESP_RES, RDMA_MAX_INIT_DEPTH): the
+                    // device's limits, as librdmacm sends them
+                    let dev = h.query_device();
+                    req.responder_resources = or_max(param.responder_resources, dev.max_qp_rd_atom);
+                    req.initiator_depth = or_max(param.initiator_depth, dev.max_qp_init_rd_atom);
                     req.retry_count = param.retry_count & 7;
                     req.rnr_retry_count = param.rnr_retry_count & 7;
                     req.srq = param.srq;
@@ -1052,8 +1061,8 @@ impl CmId {
                 }
                 let qpn = st.qp.as_ref().map(|q| q.qpn().value()).or(param.qp_num).unwrap_or(0);
                 let mut a = AcceptParams::new(qpn, psn);
-                a.responder_resources = param.responder_resources;
-                a.initiator_depth = param.initiator_depth;
+                a.responder_resources = or_max(param.responder_resources, st.max_resp_res);
+                a.initiator_depth = or_max(param.initiator_depth, st.max_init_depth);
                 a.rnr_retry_count = param.rnr_retry_count & 7;
                 a.srq = param.srq;
                 a.private_data = param.private_data.clone();
@@ -1187,6 +1196,16 @@ fn mtu_of(code: u8) -> PathMtu {
 /// The QP attributes of a CM connection: the smaller of the peer's path
 /// MTU and our port's, the depths of the two sides' parameters, the
 /// peer's retry counts (IBA 12.7.22).
+/// `v`, or `max` for 0xFF (librdmacm's `RDMA_MAX_RESP_RES` and
+/// `RDMA_MAX_INIT_DEPTH`: "as many as possible").
+fn or_max(v: u8, max: u8) -> u8 {
+    if v == 0xFF {
+        max
+    } else {
+        v
+    }
+}
+
 fn qp_options(ctx: &Context, peer_mtu: u8, mine: &ConnParam, retry: u8, rnr: u8) -> ConnectOptions {
     let port = ctx.query_port().active_mtu as u8;
     ConnectOptions {
@@ -1228,6 +1247,11 @@ fn dispatch(ctx: &Context, ev: EngineEvent) {
                 st.peer_mtu = req.path_mtu;
                 st.peer_retry = req.retry_count;
                 st.peer_rnr_retry = req.rnr_retry_count;
+                // as librdmacm: an accept with 0xFF takes the requester's
+                // offer within this device's limits
+                let dev = ctx.query_device();
+                st.max_init_depth = req.responder_resources.min(dev.max_qp_init_rd_atom);
+                st.max_resp_res = req.initiator_depth.min(dev.max_qp_rd_atom);
             }
             route_conn(ctx, conn, &child.inner);
             let app = if hdr.is_some() {

@@ -257,3 +257,38 @@ fn over_udp_sockets_on_loopback() {
     let child = srv.join().unwrap();
     assert_eq!(child.qp().unwrap().state(), QpState::Err);
 }
+
+/// librdmacm's `RDMA_MAX_RESP_RES` / `RDMA_MAX_INIT_DEPTH` (0xFF): the
+/// requester offers its device's limits (rxe's 128), the responder's 0xFF
+/// takes the offer within its own limits; the wire never carries 255 (a
+/// kernel peer refuses a REP that asks for more than it offered: libfabric
+/// accepts with 0xFF).
+#[test]
+fn max_resources_0xff_are_the_devices_limits() {
+    let (_net, server, client_ch) = sim();
+    let _listener = listen(&server, "10.0.0.1:7190", PortSpace::Tcp);
+    let id = client(&client_ch, "10.0.0.1:7190", PortSpace::Tcp);
+    let max =
+        ConnParam { responder_resources: 0xFF, initiator_depth: 0xFF, ..ConnParam::default() };
+    id.connect(&max).unwrap();
+    let req = expect(&server, CmEventKind::ConnectRequest);
+    assert_eq!((req.param.responder_resources, req.param.initiator_depth), (128, 128));
+    let child = req.id.clone();
+    with_qp(&child);
+    child.accept(&max).unwrap();
+    let est = expect(&client_ch, CmEventKind::Established);
+    assert_eq!((est.param.responder_resources, est.param.initiator_depth), (128, 128));
+    expect(&server, CmEventKind::Established);
+    // a requester that offers less gets no more than that
+    let id2 = client(&client_ch, "10.0.0.1:7190", PortSpace::Tcp);
+    id2.connect(&ConnParam { responder_resources: 4, initiator_depth: 2, ..ConnParam::default() })
+        .unwrap();
+    let req2 = expect(&server, CmEventKind::ConnectRequest);
+    let child2 = req2.id.clone();
+    with_qp(&child2);
+    child2.accept(&max).unwrap();
+    let est2 = expect(&client_ch, CmEventKind::Established);
+    // the responder answers 2 reads in flight (the requester's depth) and
+    // starts at most 4 (what the requester will answer)
+    assert_eq!((est2.param.responder_resources, est2.param.initiator_depth), (2, 4));
+}
