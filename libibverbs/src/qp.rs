@@ -30,6 +30,11 @@ pub(crate) struct QpObj {
     pub srq: *mut SrqObj,
     /// Work requests built with the `ibv_wr_*` calls since `ibv_wr_start`.
     pub wr: Mutex<crate::qp_ex::WrBatch>,
+    /// The QP's limits (as created): a post is checked against them before
+    /// anything the program passed is read past them.
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
 }
 
 /// # Safety
@@ -185,6 +190,9 @@ fn new_qp(
         recv_cq: init.recv_cq as *mut CqObj,
         srq: init.srq as *mut SrqObj,
         wr: Mutex::new(Default::default()),
+        max_send_sge: actual.max_send_sge,
+        max_recv_sge: actual.max_recv_sge,
+        max_inline_data: actual.max_inline_data,
     });
     po.get();
     scq.users.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -469,12 +477,21 @@ fn post_recv_err(e: &PostRecvError) -> i32 {
     }
 }
 
-/// The SGEs of a C list.
+/// The SGEs of a C list of at most `max` entries (the QP's or SRQ's limit,
+/// checked before the list is read: rxe refuses a larger `num_sge` first).
 ///
 /// # Safety
-/// `sg` must point to `n` SGEs (or `n` be 0).
-pub(crate) unsafe fn sges(sg: *const abi::ibv_sge, n: libc::c_int) -> Result<Vec<Sge>, i32> {
+/// `sg` must point to `n` SGEs (or `n` be 0) when `n <= max`.
+pub(crate) unsafe fn sges(
+    sg: *const abi::ibv_sge,
+    n: libc::c_int,
+    max: u32,
+) -> Result<Vec<Sge>, i32> {
     if n < 0 || (n > 0 && sg.is_null()) {
+        return Err(libc::EINVAL);
+    }
+    if n as u32 > max {
+        diag!("post: num_sge = {n} exceeds the limit {max}");
         return Err(libc::EINVAL);
     }
     if n == 0 {
@@ -487,9 +504,22 @@ pub(crate) unsafe fn sges(sg: *const abi::ibv_sge, n: libc::c_int) -> Result<Vec
     Ok(s.iter().map(|e| Sge { addr: e.addr, length: e.length, lkey: LKey::new(e.lkey) }).collect())
 }
 
+/// The total length of inline buffers, if it is within `max` (the QP's
+/// `max_inline_data`): checked before anything is copied, as rxe checks.
+pub(crate) fn inline_len(list: &[Sge], max: u32) -> Result<u32, i32> {
+    let total = list.iter().try_fold(0u32, |a, s| a.checked_add(s.length));
+    match total {
+        Some(t) if t <= max => Ok(t),
+        _ => {
+            diag!("post: inline data of {total:?} bytes exceeds max_inline_data {max}");
+            Err(libc::EINVAL)
+        }
+    }
+}
+
 /// Copy inline data out of the program's buffers (IBV_SEND_INLINE: the
 /// buffers need no registration and may be reused as soon as the post
-/// returns).
+/// returns). Check the length first ([`inline_len`]).
 ///
 /// # Safety
 /// Each SGE must name `length` readable bytes at `addr`.
@@ -512,7 +542,7 @@ pub(crate) unsafe fn inline_bytes(list: &[Sge]) -> Vec<u8> {
 /// `w` must be a valid `ibv_send_wr` of the program.
 unsafe fn send_wr(o: &QpObj, w: &abi::ibv_send_wr) -> Result<SendWr, i32> {
     // SAFETY: per the contract (sg_list has num_sge entries).
-    let list = unsafe { sges(w.sg_list, w.num_sge) }?;
+    let list = unsafe { sges(w.sg_list, w.num_sge, o.max_send_sge) }?;
     // SAFETY: reading the union member the opcode selects.
     let (imm, inv) =
         unsafe { (u32::from_be(w.__bindgen_anon_1.imm_data), w.__bindgen_anon_1.invalidate_rkey) };
@@ -546,7 +576,9 @@ unsafe fn send_wr(o: &QpObj, w: &abi::ibv_send_wr) -> Result<SendWr, i32> {
     let mut wr = SendWr::new(w.wr_id, opcode).with_flags(flags);
     wr.imm = imm;
     if flags.contains(SendFlags::INLINE) && !opcode.is_read_or_atomic() {
-        // SAFETY: inline SGEs name the program's readable buffers.
+        inline_len(&list, o.max_inline_data)?;
+        // SAFETY: inline SGEs name the program's readable buffers (their
+        // total within the QP's limit, checked above).
         wr.inline_data = unsafe { inline_bytes(&list) };
     } else {
         wr.sg_list = list;
@@ -632,14 +664,14 @@ pub(crate) type BadRecv = Option<(*mut abi::ibv_recv_wr, i32)>;
 ///
 /// # Safety
 /// `wr` must be the program's `ibv_recv_wr` chain.
-pub(crate) unsafe fn recv_wrs(wr: *mut abi::ibv_recv_wr) -> (RecvList, BadRecv) {
+pub(crate) unsafe fn recv_wrs(wr: *mut abi::ibv_recv_wr, max_sge: u32) -> (RecvList, BadRecv) {
     let mut out = Vec::new();
     let mut cur = wr;
     while !cur.is_null() {
         // SAFETY: per the contract.
         let w = unsafe { &*cur };
         // SAFETY: as above.
-        match unsafe { sges(w.sg_list, w.num_sge) } {
+        match unsafe { sges(w.sg_list, w.num_sge, max_sge) } {
             Ok(s) => out.push((RecvWr { wr_id: w.wr_id, sg_list: s }, cur)),
             Err(e) => return (out, Some((cur, e))),
         }
@@ -657,7 +689,7 @@ pub(crate) unsafe extern "C" fn post_recv(
         // SAFETY: contract of ibv_post_recv.
         let Some(o) = (unsafe { qp(q) }) else { return libc::EINVAL };
         // SAFETY: as above.
-        let (list, err) = unsafe { recv_wrs(wr) };
+        let (list, err) = unsafe { recv_wrs(wr, o.max_recv_sge) };
         for (w, p) in list {
             if let Err(e) = o.qp.post_recv(w) {
                 if !bad.is_null() {

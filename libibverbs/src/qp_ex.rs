@@ -274,10 +274,10 @@ unsafe extern "C" fn wr_set_sge(q: *mut abi::ibv_qp_ex, lkey: u32, addr: u64, le
 }
 
 unsafe extern "C" fn wr_set_sge_list(q: *mut abi::ibv_qp_ex, n: usize, list: *const abi::ibv_sge) {
-    last(q, |_, w| {
+    last(q, |o, w| {
         let n = libc::c_int::try_from(n).map_err(|_| libc::EINVAL)?;
-        // SAFETY: the program's array of n SGEs.
-        w.sg_list = unsafe { crate::qp::sges(list, n) }?;
+        // SAFETY: the program's array of n SGEs (n within the QP's limit).
+        w.sg_list = unsafe { crate::qp::sges(list, n, o.max_send_sge) }?;
         Ok(())
     })
 }
@@ -287,10 +287,12 @@ unsafe extern "C" fn wr_set_inline_data(
     addr: *mut libc::c_void,
     len: usize,
 ) {
-    last(q, |_, w| {
+    last(q, |o, w| {
         let length = u32::try_from(len).map_err(|_| libc::EINVAL)?;
         let s = [Sge { addr: addr as u64, length, lkey: LKey::new(0) }];
-        // SAFETY: the program's buffer of len readable bytes.
+        crate::qp::inline_len(&s, o.max_inline_data)?;
+        // SAFETY: the program's buffer of len readable bytes (within the
+        // QP's limit, checked above).
         w.inline_data = unsafe { inline_bytes(&s) };
         w.flags |= SendFlags::INLINE;
         Ok(())
@@ -302,8 +304,13 @@ unsafe extern "C" fn wr_set_inline_data_list(
     n: usize,
     bufs: *const abi::ibv_data_buf,
 ) {
-    last(q, |_, w| {
+    last(q, |o, w| {
         if n > 0 && bufs.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // (more buffers than inline bytes cannot fit: refused before the
+        // array is read)
+        if n > o.max_inline_data.max(1) as usize {
             return Err(libc::EINVAL);
         }
         // SAFETY: the program's array of n buffers (never a slice from
@@ -311,9 +318,14 @@ unsafe extern "C" fn wr_set_inline_data_list(
         let b = if n == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(bufs, n) } };
         let s: Vec<Sge> = b
             .iter()
-            .map(|d| Sge { addr: d.addr as u64, length: d.length as u32, lkey: LKey::new(0) })
-            .collect();
-        // SAFETY: each buffer is the program's readable memory.
+            .map(|d| {
+                let length = u32::try_from(d.length).map_err(|_| libc::EINVAL)?;
+                Ok(Sge { addr: d.addr as u64, length, lkey: LKey::new(0) })
+            })
+            .collect::<Result<_, i32>>()?;
+        crate::qp::inline_len(&s, o.max_inline_data)?;
+        // SAFETY: each buffer is the program's readable memory (the total
+        // within the QP's limit, checked above).
         w.inline_data = unsafe { inline_bytes(&s) };
         w.flags |= SendFlags::INLINE;
         Ok(())

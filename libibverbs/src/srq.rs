@@ -16,6 +16,8 @@ pub(crate) struct SrqObj {
     pub pd: *mut PdObj,
     /// QPs attached to it (`ibv_destroy_srq` answers EBUSY while any is).
     pub users: AtomicUsize,
+    /// SGEs per receive (as created): checked before a post's list is read.
+    pub max_sge: u32,
 }
 
 /// # Safety
@@ -62,6 +64,7 @@ pub(crate) unsafe extern "C" fn create_srq(
             srq: s,
             pd: p as *mut PdObj,
             users: AtomicUsize::new(0),
+            max_sge: a.attr.max_sge,
         }));
         po.get();
         cx.srqs.lock().unwrap_or_else(|e| e.into_inner()).insert(h, b as usize);
@@ -153,7 +156,7 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
         // SAFETY: contract of ibv_post_srq_recv.
         let Some(o) = (unsafe { srq(s) }) else { return libc::EINVAL };
         // SAFETY: the program's chain.
-        let (list, err) = unsafe { recv_wrs(wr) };
+        let (list, err) = unsafe { recv_wrs(wr, o.max_sge) };
         for (w, p) in list {
             if let Err(e) = o.srq.post_recv(w) {
                 diag!("post_srq_recv: {e}");

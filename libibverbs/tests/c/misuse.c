@@ -1,0 +1,178 @@
+/*
+ * misuse: calls a C program may make with arguments that break the QP's
+ * limits. rdma-core with rxe answers EINVAL before it reads past what the
+ * QP allows; so must the drop-in, and it must never read the program's
+ * memory past the limits (a huge length or count must not be followed).
+ * The first cases of the misuse family of issue 26:
+ *
+ *   inline: IBV_SEND_INLINE with 1 GiB of "inline data" (16 real bytes)
+ *   num_sge: ibv_post_send / ibv_post_recv / ibv_post_srq_recv with
+ *            num_sge = 2^20 (one real SGE)
+ *   wr: ibv_wr_set_inline_data(1 GiB), ibv_wr_set_inline_data_list with
+ *       2^20 buffers, ibv_wr_set_sge_list with 2^20 SGEs
+ *
+ * On a UD QP in RTS (no peer needed), so the checks of a live QP run.
+ * Prints one line per case and "N failures"; exits 1 on a failure (a read
+ * past the limits crashes instead).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <infiniband/verbs.h>
+
+static int failures;
+#define CHECK(cond, ...)                                                       \
+	do {                                                                   \
+		if (cond) {                                                    \
+			printf("ok   ");                                           \
+		} else {                                                       \
+			printf("FAIL ");                                           \
+			failures++;                                            \
+		}                                                              \
+		printf(__VA_ARGS__);                                           \
+		printf("\n");                                                  \
+	} while (0)
+
+static void die(const char *what)
+{
+	fprintf(stderr, "misuse: %s: %s\n", what, strerror(errno));
+	exit(2);
+}
+
+int main(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	int n = 0;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	if (!list || n < 1)
+		die("no device");
+	struct ibv_context *ctx = ibv_open_device(list[0]);
+	if (!ctx)
+		die("ibv_open_device");
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	if (!pd || !cq)
+		die("pd/cq");
+	static char buf[16];
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE);
+	if (!mr)
+		die("ibv_reg_mr");
+
+	struct ibv_qp_init_attr_ex ia = {
+		.qp_type = IBV_QPT_UD,
+		.send_cq = cq,
+		.recv_cq = cq,
+		.cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1,
+			 .max_recv_sge = 1, .max_inline_data = 64 },
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+		.pd = pd,
+		.send_ops_flags = IBV_QP_EX_WITH_SEND,
+	};
+	struct ibv_qp *qp = ibv_create_qp_ex(ctx, &ia);
+	if (!qp)
+		die("ibv_create_qp_ex");
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 0x11111111 };
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
+		die("INIT");
+	a.qp_state = IBV_QPS_RTR;
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE))
+		die("RTR");
+	a.qp_state = IBV_QPS_RTS;
+	a.sq_psn = 1;
+	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN))
+		die("RTS");
+
+	struct ibv_sge one = { .addr = (uintptr_t)buf, .length = sizeof buf, .lkey = mr->lkey };
+	struct ibv_sge huge = { .addr = (uintptr_t)buf, .length = 1u << 30, .lkey = mr->lkey };
+	struct ibv_send_wr *bad = NULL;
+	struct ibv_send_wr sw = { .wr_id = 1, .sg_list = &huge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_INLINE };
+	errno = 0;
+	int rc = ibv_post_send(qp, &sw, &bad);
+	CHECK(rc == EINVAL && errno == EINVAL && bad == &sw,
+	      "inline: ibv_post_send with 1 GiB of inline data: rc %d errno %d", rc, errno);
+
+	sw.sg_list = &one;
+	sw.num_sge = 1 << 20;
+	sw.send_flags = 0;
+	bad = NULL;
+	rc = ibv_post_send(qp, &sw, &bad);
+	CHECK(rc == EINVAL && bad == &sw, "num_sge: ibv_post_send with num_sge 2^20: rc %d", rc);
+
+	struct ibv_recv_wr rw = { .wr_id = 2, .sg_list = &one, .num_sge = 1 << 20 }, *rbad = NULL;
+	rc = ibv_post_recv(qp, &rw, &rbad);
+	CHECK(rc == EINVAL && rbad == &rw, "num_sge: ibv_post_recv with num_sge 2^20: rc %d", rc);
+
+	struct ibv_srq_init_attr si = { .attr = { .max_wr = 8, .max_sge = 1 } };
+	struct ibv_srq *srq = ibv_create_srq(pd, &si);
+	if (!srq)
+		die("ibv_create_srq");
+	rbad = NULL;
+	rc = ibv_post_srq_recv(srq, &rw, &rbad);
+	CHECK(rc == EINVAL && rbad == &rw, "num_sge: ibv_post_srq_recv with num_sge 2^20: rc %d", rc);
+
+	/* within the limits, the same posts are taken */
+	rw.num_sge = 1;
+	rc = ibv_post_recv(qp, &rw, &rbad);
+	CHECK(rc == 0, "one SGE: ibv_post_recv: rc %d", rc);
+	rc = ibv_post_srq_recv(srq, &rw, &rbad);
+	CHECK(rc == 0, "one SGE: ibv_post_srq_recv: rc %d", rc);
+
+	/* the ibv_wr_* interface: the error shows at ibv_wr_complete */
+	struct ibv_qp_ex *qx = ibv_qp_to_qp_ex(qp);
+	struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1 };
+	union ibv_gid g;
+	if (ibv_query_gid(ctx, 1, 1, &g))
+		die("ibv_query_gid");
+	aa.grh.dgid = g;
+	aa.grh.sgid_index = 1;
+	aa.grh.hop_limit = 64;
+	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+	if (!ah)
+		die("ibv_create_ah");
+
+	ibv_wr_start(qx);
+	qx->wr_id = 3;
+	ibv_wr_send(qx);
+	ibv_wr_set_ud_addr(qx, ah, qp->qp_num, 0x11111111);
+	ibv_wr_set_inline_data(qx, buf, (size_t)1 << 30);
+	rc = ibv_wr_complete(qx);
+	CHECK(rc == EINVAL, "wr: ibv_wr_set_inline_data of 1 GiB: ibv_wr_complete rc %d", rc);
+
+	struct ibv_data_buf db = { .addr = buf, .length = sizeof buf };
+	ibv_wr_start(qx);
+	ibv_wr_send(qx);
+	ibv_wr_set_ud_addr(qx, ah, qp->qp_num, 0x11111111);
+	ibv_wr_set_inline_data_list(qx, (size_t)1 << 20, &db);
+	rc = ibv_wr_complete(qx);
+	CHECK(rc == EINVAL, "wr: ibv_wr_set_inline_data_list of 2^20 buffers: ibv_wr_complete rc %d", rc);
+
+	ibv_wr_start(qx);
+	ibv_wr_send(qx);
+	ibv_wr_set_ud_addr(qx, ah, qp->qp_num, 0x11111111);
+	ibv_wr_set_sge_list(qx, (size_t)1 << 20, &one);
+	rc = ibv_wr_complete(qx);
+	CHECK(rc == EINVAL, "wr: ibv_wr_set_sge_list of 2^20 SGEs: ibv_wr_complete rc %d", rc);
+
+	/* and a good one still goes */
+	ibv_wr_start(qx);
+	qx->wr_id = 4;
+	ibv_wr_send(qx);
+	ibv_wr_set_ud_addr(qx, ah, qp->qp_num, 0x11111111);
+	ibv_wr_set_inline_data(qx, buf, sizeof buf);
+	rc = ibv_wr_complete(qx);
+	CHECK(rc == 0, "wr: 16 inline bytes: ibv_wr_complete rc %d", rc);
+
+	ibv_destroy_ah(ah);
+	ibv_destroy_qp(qp);
+	ibv_destroy_srq(srq);
+	ibv_dereg_mr(mr);
+	ibv_destroy_cq(cq);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+	ibv_free_device_list(list);
+	printf("%d failures\n", failures);
+	return failures ? 1 : 0;
+}
