@@ -144,6 +144,49 @@ fn mapped(addr: usize, len: usize) -> bool {
     true
 }
 
+/// Whether every byte of `[addr, addr+len)` lies in a writable mapping of
+/// this process (`/proc/self/maps`): the kernel pins a region that may be
+/// written (local or remote write, atomics) for writing, and refuses a
+/// read-only range with EFAULT; a peer's WRITE into a read-only page would
+/// otherwise fault the engine.
+fn writable(addr: usize, len: usize) -> bool {
+    if len == 0 {
+        return true;
+    }
+    let Some(end) = addr.checked_add(len) else { return false };
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return false };
+    let ranges: Vec<(usize, usize, bool)> = maps
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (lo, hi) = f.next()?.split_once('-')?;
+            let perms = f.next()?;
+            Some((
+                usize::from_str_radix(lo, 16).ok()?,
+                usize::from_str_radix(hi, 16).ok()?,
+                perms.as_bytes().get(1) == Some(&b'w'),
+            ))
+        })
+        .collect();
+    let mut at = addr;
+    while at < end {
+        match ranges.iter().find(|r| r.0 <= at && at < r.1) {
+            Some(&(_, hi, true)) => at = hi,
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Access flags that let the region be written (locally or by a peer).
+fn writes(access: u32) -> bool {
+    access
+        & (abi::IBV_ACCESS_LOCAL_WRITE
+            | abi::IBV_ACCESS_REMOTE_WRITE
+            | abi::IBV_ACCESS_REMOTE_ATOMIC)
+        != 0
+}
+
 fn new_mr(
     c: *mut abi::ibv_context,
     p: *mut abi::ibv_pd,
@@ -159,6 +202,10 @@ fn new_mr(
         return Err(libc::EINVAL);
     }
     if !mapped(addr as usize, len) {
+        return Err(libc::EFAULT);
+    }
+    if writes(access) && !writable(addr as usize, len) {
+        diag!("reg_mr: [{addr:p}, +{len}) is not writable and the access allows writes");
         return Err(libc::EFAULT);
     }
     // SAFETY: the application registered [addr, addr+len) and keeps it
@@ -295,6 +342,27 @@ pub(crate) unsafe extern "C" fn rereg_mr(
         } else {
             None
         };
+        // the access the region will have: a range that may be written
+        // must be writable (as in new_mr)
+        let access_after = match new_access {
+            Some(_) => access as u32,
+            // (the emulator's access bits are libibverbs' IBV_ACCESS_* bits)
+            None => {
+                o.mr.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .as_ref()
+                    .map_or(0, |m| m.info().access.0)
+            }
+        };
+        let (range_addr, range_len) = if flags & abi::IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
+            (addr as usize, len)
+        } else {
+            (o.c.addr as usize, o.c.length)
+        };
+        if writes(access_after) && !writable(range_addr, range_len) {
+            crate::util::set_errno(libc::EFAULT);
+            return abi::IBV_REREG_MR_ERR_INPUT;
+        }
         let new_mem = if flags & abi::IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
             if (addr.is_null() && len > 0) || !mapped(addr as usize, len) {
                 crate::util::set_errno(libc::EFAULT);

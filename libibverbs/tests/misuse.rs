@@ -4,7 +4,8 @@
 //! `ibv_post_recv`, `ibv_post_srq_recv` and the `ibv_wr_*` calls) and
 //! checks each gets EINVAL, as rdma-core with rxe answers, with nothing read
 //! past the limits: a read past them crashes the program, and under
-//! valgrind (when installed) any invalid read is an error.
+//! valgrind (when installed) any invalid read is an error. And a read-only
+//! page registered for writes gets EFAULT, as the kernel's pinning answers.
 //!
 //! Needs cc and libibverbs-dev (else SKIPPED). Device roce0 on 127.0.100.2.
 
@@ -18,8 +19,14 @@ fn lib_dir() -> PathBuf {
     common::drop_in_dir("misuse-test-lib", &["libibverbs.so.1"])
 }
 
-/// misuse.c compiled against the drop-in, or None (SKIPPED).
+/// misuse.c compiled against the drop-in, once for the tests of this
+/// executable (they run at once), or None (SKIPPED).
 fn misuse() -> Option<PathBuf> {
+    static EXE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    EXE.get_or_init(compile).clone()
+}
+
+fn compile() -> Option<PathBuf> {
     let header = "/usr/include/infiniband/verbs.h";
     if which("cc").is_none() || !Path::new(header).exists() {
         skipped("misuse: needs cc and libibverbs-dev");
@@ -64,6 +71,10 @@ fn check(out: &std::process::Output, what: &str) -> String {
         "wr: ibv_wr_set_inline_data_list",
         "wr: ibv_wr_set_sge_list",
         "wr: 16 inline bytes",
+        "readonly: ibv_reg_mr of a read-only page for writing",
+        "readonly: ibv_reg_mr of a read-only page for atomics",
+        "readonly: ibv_reg_mr of a read-only page for remote reads",
+        "readonly: ibv_rereg_mr to write access",
     ] {
         assert!(
             s.lines().any(|l| l.starts_with("ok   ") && l.contains(case)),

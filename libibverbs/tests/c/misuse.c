@@ -10,6 +10,8 @@
  *            num_sge = 2^20 (one real SGE)
  *   wr: ibv_wr_set_inline_data(1 GiB), ibv_wr_set_inline_data_list with
  *       2^20 buffers, ibv_wr_set_sge_list with 2^20 SGEs
+ *   readonly: a read-only page registered (or re-registered) with write
+ *       or atomic access: EFAULT, as the kernel's pinning answers
  *
  * On a UD QP in RTS (no peer needed), so the checks of a live QP run.
  * Prints one line per case and "N failures"; exits 1 on a failure (a read
@@ -20,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <infiniband/verbs.h>
 
 static int failures;
@@ -164,6 +168,31 @@ int main(void)
 	ibv_wr_set_inline_data(qx, buf, sizeof buf);
 	rc = ibv_wr_complete(qx);
 	CHECK(rc == 0, "wr: 16 inline bytes: ibv_wr_complete rc %d", rc);
+
+	/* finding 1: a read-only page registered for writes: the kernel pins
+	 * for writing and refuses it (EFAULT); a read-only registration of it
+	 * is fine. Else a peer's legitimate WRITE faults the engine. */
+	long page = sysconf(_SC_PAGESIZE);
+	void *ro = mmap(NULL, page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (ro == MAP_FAILED)
+		die("mmap");
+	errno = 0;
+	struct ibv_mr *bad_mr = ibv_reg_mr(pd, ro, page, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	CHECK(!bad_mr && errno == EFAULT, "readonly: ibv_reg_mr of a read-only page for writing: %p errno %d",
+	      (void *)bad_mr, errno);
+	errno = 0;
+	bad_mr = ibv_reg_mr(pd, ro, page, IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE);
+	CHECK(!bad_mr && errno == EFAULT, "readonly: ibv_reg_mr of a read-only page for atomics: errno %d", errno);
+	struct ibv_mr *ro_mr = ibv_reg_mr(pd, ro, page, IBV_ACCESS_REMOTE_READ);
+	CHECK(ro_mr != NULL, "readonly: ibv_reg_mr of a read-only page for remote reads: %p", (void *)ro_mr);
+	if (ro_mr) {
+		errno = 0;
+		rc = ibv_rereg_mr(ro_mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
+				  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+		CHECK(rc != 0 && errno == EFAULT, "readonly: ibv_rereg_mr to write access: rc %d errno %d", rc, errno);
+		ibv_dereg_mr(ro_mr);
+	}
+	munmap(ro, page);
 
 	ibv_destroy_ah(ah);
 	ibv_destroy_qp(qp);
