@@ -9,11 +9,10 @@
 //! Each test uses its own loopback addresses (127.0.N.2/3) and TCP port.
 
 mod common;
-use common::{need, skipped, target_dir, text, which};
+use common::{finish, need, skipped, target_dir, text, which};
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// This executable's directory of drop-in links (see [`common::drop_in_dir`]).
@@ -33,31 +32,6 @@ fn cmd(prog: &Path, net: u8, args: &[&str]) -> Command {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     c
-}
-
-/// Wait for `child` at most `limit`; kill it (by its PID) after that.
-fn finish(mut child: Child, limit: Duration) -> (Output, bool) {
-    let end = Instant::now() + limit;
-    let timed_out = loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break false,
-            Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(10)),
-            _ => {
-                let _ = child.kill();
-                break true;
-            }
-        }
-    };
-    let mut out = Vec::new();
-    let mut err = Vec::new();
-    if let Some(mut s) = child.stdout.take() {
-        let _ = s.read_to_end(&mut out);
-    }
-    if let Some(mut s) = child.stderr.take() {
-        let _ = s.read_to_end(&mut err);
-    }
-    let status = child.wait().expect("wait");
-    (Output { status, stdout: out, stderr: err }, timed_out)
 }
 
 /// The TCP port a server command listens on: its `-p`, else perftest's

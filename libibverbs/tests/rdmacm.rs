@@ -11,13 +11,12 @@
 //! client roce1 (each process opens only the device it uses).
 
 mod common;
-use common::{need, skipped, text, which};
+use common::{finish, need, skipped, text, which};
 
 use ibverbs::rdmacm::abi as cm;
-use std::io::Read;
 use std::mem::{offset_of, size_of};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// This executable's directory of drop-in links (see [`common::drop_in_dir`]).
@@ -37,31 +36,6 @@ fn cmd(prog: &Path, net: u8, args: &[&str]) -> Command {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     c
-}
-
-/// Wait for `child` at most `limit`; kill it (by its PID) after that.
-fn finish(mut child: Child, limit: Duration) -> (Output, bool) {
-    let end = Instant::now() + limit;
-    let timed_out = loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break false,
-            Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(10)),
-            _ => {
-                let _ = child.kill();
-                break true;
-            }
-        }
-    };
-    let mut out = Vec::new();
-    let mut err = Vec::new();
-    if let Some(mut s) = child.stdout.take() {
-        let _ = s.read_to_end(&mut out);
-    }
-    if let Some(mut s) = child.stderr.take() {
-        let _ = s.read_to_end(&mut err);
-    }
-    let status = child.wait().expect("wait");
-    (Output { status, stdout: out, stderr: err }, timed_out)
 }
 
 /// Whether a UDP socket is bound to `127.0.net.2:4791` (the server opened

@@ -19,11 +19,10 @@
 //! (127.0.91.x to 127.0.95.x) and ports (18800 to 18850).
 
 mod common;
-use common::{need, skipped, text, which};
+use common::{finish, need, skipped, text, which};
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// This executable's directory of drop-in links (see [`common::drop_in_dir`]).
@@ -49,32 +48,6 @@ fn cmd(prog: &Path, devs: &str, args: &[&str]) -> Command {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     c
-}
-
-/// Wait for `child` at most `limit`; kill it (by its PID) after that.
-/// Returns its output and whether it had to be killed.
-fn finish(mut child: Child, limit: Duration) -> (Output, bool) {
-    let end = Instant::now() + limit;
-    let timed_out = loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break false,
-            Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(10)),
-            _ => {
-                let _ = child.kill();
-                break true;
-            }
-        }
-    };
-    let mut out = Vec::new();
-    let mut err = Vec::new();
-    if let Some(mut s) = child.stdout.take() {
-        let _ = s.read_to_end(&mut out);
-    }
-    if let Some(mut s) = child.stderr.take() {
-        let _ = s.read_to_end(&mut err);
-    }
-    let status = child.wait().expect("wait");
-    (Output { status, stdout: out, stderr: err }, timed_out)
 }
 
 /// Whether a UDP socket is bound to `ip:4791` (a device is open), from

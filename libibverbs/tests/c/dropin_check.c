@@ -28,18 +28,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-static int failures;
-#define CHECK(cond, ...)                                                       \
-	do {                                                                   \
-		if (cond) {                                                    \
-			printf("ok   ");                                       \
-		} else {                                                       \
-			printf("FAIL ");                                       \
-			failures++;                                            \
-		}                                                              \
-		printf(__VA_ARGS__);                                           \
-		printf("\n");                                                  \
-	} while (0)
+#include "check.h"
 
 struct side {
 	struct ibv_context *ctx;

@@ -26,18 +26,7 @@
 #include <unistd.h>
 #include <infiniband/verbs.h>
 
-static int failures;
-#define CHECK(cond, ...)                                                       \
-	do {                                                                   \
-		if (cond) {                                                    \
-			printf("ok   ");                                           \
-		} else {                                                       \
-			printf("FAIL ");                                           \
-			failures++;                                            \
-		}                                                              \
-		printf(__VA_ARGS__);                                           \
-		printf("\n");                                                  \
-	} while (0)
+#include "check.h"
 
 static void die(const char *what)
 {

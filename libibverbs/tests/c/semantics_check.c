@@ -31,19 +31,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
-static int failures;
-#define CHECK(cond, ...)                                                       \
-	do {                                                                   \
-		if (cond) {                                                    \
-			printf("ok   ");                                       \
-		} else {                                                       \
-			printf("FAIL ");                                       \
-			failures++;                                            \
-		}                                                              \
-		printf(__VA_ARGS__);                                           \
-		printf("\n");                                                  \
-		fflush(stdout);                                                \
-	} while (0)
+#include "check.h"
 
 /* A verb's return value and errno after it (errno cleared before). */
 #define CALL_RC(rc, err, expr)                                                 \

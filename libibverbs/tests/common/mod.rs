@@ -68,3 +68,35 @@ pub fn need(tool: &str, package: &str) -> Option<PathBuf> {
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
+
+/// Wait for `child` at most `limit`; kill it (by its PID) after that.
+/// Returns its output and whether it had to be killed.
+pub fn finish(
+    mut child: std::process::Child,
+    limit: std::time::Duration,
+) -> (std::process::Output, bool) {
+    use std::io::Read;
+    let end = std::time::Instant::now() + limit;
+    let timed_out = loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break false,
+            Ok(None) if std::time::Instant::now() < end => {
+                std::thread::sleep(std::time::Duration::from_millis(10))
+            }
+            _ => {
+                let _ = child.kill();
+                break true;
+            }
+        }
+    };
+    let mut out = Vec::new();
+    let mut err = Vec::new();
+    if let Some(mut s) = child.stdout.take() {
+        let _ = s.read_to_end(&mut out);
+    }
+    if let Some(mut s) = child.stderr.take() {
+        let _ = s.read_to_end(&mut err);
+    }
+    let status = child.wait().expect("wait");
+    (std::process::Output { status, stdout: out, stderr: err }, timed_out)
+}
