@@ -265,6 +265,8 @@ fn rdma_bind_addr_port_zero_and_getaddrinfo_from_hints() {
         "ok   rdma_connect of the endpoint: 0",
         "ok   the listener accepted 2 requests, 2 ESTABLISHED",
         "ok   rdma_getaddrinfo(NULL, NULL, passive hints): the source, no destination",
+        "ok   rdma_bind_addr(127.0.0.1:0): on the first device (roce0)",
+        "ok   rdma_resolve_addr(127.0.0.1): the first device's address, 127.0.95.2",
         "0 failures",
     ] {
         assert!(out.contains(m), "missing {m:?} in\n{out}");

@@ -292,3 +292,25 @@ fn max_resources_0xff_are_the_devices_limits() {
     // starts at most 4 (what the requester will answer)
     assert_eq!((est2.param.responder_resources, est2.param.initiator_depth), (2, 4));
 }
+
+/// `rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT)`: the QP the CM moves to RTS
+/// gets that local ACK timeout (pyverbs' test_rdmacm asserts it with
+/// `ibv_query_qp`), on both sides; above 31 is refused.
+#[test]
+fn ack_timeout_option_reaches_the_qps() {
+    let (_net, server, client_ch) = sim();
+    let _listener = listen(&server, "10.0.0.1:7191", PortSpace::Tcp);
+    let id = client(&client_ch, "10.0.0.1:7191", PortSpace::Tcp);
+    assert!(id.set_ack_timeout(32).is_err());
+    id.set_ack_timeout(21).unwrap();
+    id.connect(&ConnParam::default()).unwrap();
+    let req = expect(&server, CmEventKind::ConnectRequest);
+    let child = req.id.clone();
+    child.set_ack_timeout(17).unwrap();
+    with_qp(&child);
+    child.accept(&ConnParam::default()).unwrap();
+    expect(&client_ch, CmEventKind::Established);
+    let (a, _) = id.qp().unwrap().query().unwrap();
+    let (b, _) = child.qp().unwrap().query().unwrap();
+    assert_eq!((a.timeout, b.timeout), (21, 17));
+}

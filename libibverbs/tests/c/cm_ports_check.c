@@ -344,6 +344,30 @@ int main(int argc, char **argv)
 	if (res)
 		rdma_freeaddrinfo(res);
 
+	/* localhost, which no device has: bound and resolved to the first
+	 * device, as the kernel's CM does (libfabric's server binds it) */
+	struct rdma_cm_id *lb = NULL;
+	struct sockaddr_in lh = sin_of("127.0.0.1", 0);
+	rc = rdma_create_id(NULL, &lb, NULL, RDMA_PS_TCP);
+	if (rc == 0)
+		rc = rdma_bind_addr(lb, (struct sockaddr *)&lh);
+	CHECK(rc == 0 && lb->verbs && strcmp(ibv_get_device_name(lb->verbs->device), "roce0") == 0,
+	      "rdma_bind_addr(127.0.0.1:0): on the first device (%s)",
+	      rc == 0 && lb->verbs ? ibv_get_device_name(lb->verbs->device) : "none");
+	if (lb)
+		rdma_destroy_id(lb);
+	lb = NULL;
+	lh = sin_of("127.0.0.1", lport);
+	rc = rdma_create_id(NULL, &lb, NULL, RDMA_PS_TCP);
+	if (rc == 0)
+		rc = rdma_resolve_addr(lb, NULL, (struct sockaddr *)&lh, 2000);
+	struct sockaddr_in *peer = rc == 0 ? (struct sockaddr_in *)rdma_get_peer_addr(lb) : NULL;
+	CHECK(rc == 0 && peer && peer->sin_addr.s_addr == inet_addr(argv[1]) &&
+		      ntohs(peer->sin_port) == lport,
+	      "rdma_resolve_addr(127.0.0.1): the first device's address, %s", argv[1]);
+	if (lb)
+		rdma_destroy_id(lb);
+
 	srv.stop = 1;
 	pthread_join(thr, NULL);
 	/* exit without tearing down: the peer is this process */
