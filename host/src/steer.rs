@@ -471,25 +471,8 @@ impl Inner {
         let live = registry::live_members(&self.dir);
         let me = self.slot.as_ref().map(|s| s.slot);
         let wait = ProbeWait { me, grace: PROBE_GRACE, cap: PROBE_CAP };
-        let mut map = probe_round(self.addr, &live, wait)?;
-        // A live member too busy to answer in time (a loaded host) keeps
-        // the index the last map gave it, unless another member answered
-        // for that index: sockets move only when one closes, so it is most
-        // likely still right, and if not, its datagrams going astray start
-        // another re-map. (Dropping it would send all its traffic astray
-        // and make every member re-map in turn.)
-        let prev = SteerMap::read(&self.dir);
-        for m in live.iter().filter(|m| !m.leaving) {
-            if map.entries.iter().any(|e| e.0 == m.slot) {
-                continue;
-            }
-            if let Some(&(slot, index, pid)) = prev.entries.iter().find(|e| e.0 == m.slot) {
-                if !map.entries.iter().any(|e| e.1 == index) {
-                    map.entries.push((slot, index, pid));
-                }
-            }
-        }
-        map.entries.sort_by_key(|e| e.1);
+        let map = probe_round(self.addr, &live, wait)?;
+        let map = keep_unanswered(map, &SteerMap::read(&self.dir), &live);
         let pairs: Vec<(u8, u8)> = map.entries.iter().map(|e| (e.0, e.1)).collect();
         let listeners = registry::listeners(&self.dir);
         if let Some(s) = &self.sock {
@@ -508,6 +491,35 @@ impl Inner {
         }
         Ok(map)
     }
+}
+
+/// The map of a probe round `got`, completed from the previous map `prev`
+/// for the live members that did not answer.
+fn keep_unanswered(mut map: SteerMap, prev: &SteerMap, live: &[Member]) -> SteerMap {
+    // A live member too busy to answer in time (a loaded host) keeps
+    // the index the last map gave it, unless another member answered
+    // for that index: sockets move only when one closes, so it is most
+    // likely still right, and if not, its datagrams going astray start
+    // another re-map. (Dropping it would send all its traffic astray
+    // and make every member re-map in turn.) So does a member that is
+    // leaving (its engine has stopped, it answers nothing): its socket
+    // is still in the group until its steward leaves, and the
+    // prediction of that leave ([`SteerMap::without`]) needs its index,
+    // or it moves the wrong socket into the hole and the map stays
+    // stale until a datagram goes astray (with several members leaving
+    // at once, a connection's last ACK was lost that way).
+    for m in live {
+        if map.entries.iter().any(|e| e.0 == m.slot) {
+            continue;
+        }
+        if let Some(&(slot, index, pid)) = prev.entries.iter().find(|e| e.0 == m.slot) {
+            if !map.entries.iter().any(|e| e.1 == index) {
+                map.entries.push((slot, index, pid));
+            }
+        }
+    }
+    map.entries.sort_by_key(|e| e.1);
+    map
 }
 
 /// A joining member: holds the group lock and its slot until
@@ -843,6 +855,32 @@ mod tests {
         b[0] = 0x04;
         b[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
         b
+    }
+
+    #[test]
+    fn a_leaving_member_keeps_its_index_so_its_leave_is_predicted() {
+        let m = |slot, leaving| Member { slot, pid: 100 + u32::from(slot), leaving };
+        // indices 0..4 hold slots 0, 1, 2, 3; slots 1 and 3 are leaving (their
+        // engines have stopped) and answer no probe
+        let prev = SteerMap { entries: vec![(0, 0, 100), (1, 1, 101), (2, 2, 102), (3, 3, 103)] };
+        let live = [m(0, false), m(1, true), m(2, false), m(3, true)];
+        let got = SteerMap { entries: vec![(0, 0, 100), (2, 2, 102)] };
+        let map = keep_unanswered(got, &prev, &live);
+        assert_eq!(map, prev, "both leavers keep their sockets' indices");
+        // slot 1 leaves, then slot 3: the kernel moves index 3 (slot 3) into
+        // hole 1, then index 2 (slot 2) into slot 3's new place, index 1
+        let after = map.without(1).without(3);
+        assert_eq!(after.entries, vec![(0, 0, 100), (2, 1, 102)]);
+        // had slot 3's index been dropped from the map, slot 1's leave would
+        // move slot 2 into hole 1, where the kernel moves slot 3: slot 2's
+        // datagrams would go to slot 3's closing socket
+        let blind = SteerMap { entries: vec![(0, 0, 100), (1, 1, 101), (2, 2, 102)] };
+        assert_eq!(blind.without(1).entries, vec![(0, 0, 100), (2, 1, 102)]);
+        assert_eq!(map.without(1).entries, vec![(0, 0, 100), (2, 2, 102), (3, 1, 103)]);
+        // an index another member answered for is not given back
+        let got = SteerMap { entries: vec![(0, 0, 100), (2, 1, 102)] };
+        let map = keep_unanswered(got, &prev, &[m(0, false), m(1, true), m(2, false)]);
+        assert_eq!(map.entries, vec![(0, 0, 100), (2, 1, 102)]);
     }
 
     #[test]
