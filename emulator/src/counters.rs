@@ -116,6 +116,11 @@ counters!(
     /// Ours: positive ACKs replaced by a newer one before they left (ACK
     /// coalescing, `Hca::set_ack_coalescing`; off by default).
     acks_merged,
+    /// Ours: accesses to an application's region that failed because its
+    /// pages were unmapped or write-protected after registration (a
+    /// kernel device would have pinned them): a peer's WRITE, READ or
+    /// atomic gets a remote access error NAK, a local post an error.
+    region_faults,
 );
 
 impl fmt::Display for Counters {

@@ -385,9 +385,15 @@ impl Qp {
                             }
                         });
                         if got.is_none() {
-                            tracing::debug!(qpn = %self.qpn, "READ source vanished; response abandoned");
-                            cx.ctrs.send_err += 1;
+                            // the pages went away (unmapped by the
+                            // application) or the region was deregistered:
+                            // the rest of the READ is answered with a NAK
+                            tracing::debug!(qpn = %self.qpn, "READ source vanished; NAK");
+                            if loc.is_ok() {
+                                cx.ctrs.region_faults += 1;
+                            }
                             self.resp.queue.pop_front();
+                            self.responder_error(cx, j.next_psn, NakCode::RemoteAccessError, None);
                             continue;
                         }
                     }
@@ -402,7 +408,26 @@ impl Qp {
                     }
                     let built = match direct {
                         Some((mem, off)) => {
-                            self.p.ah.and_then(|ah| cx.tx.finish_body(self, ah.dgid, &r, mem, off))
+                            let d = self
+                                .p
+                                .ah
+                                .and_then(|ah| cx.tx.finish_body(self, ah.dgid, &r, mem, off));
+                            if d.is_none() && self.p.ah.is_some() {
+                                // (the ICRC pass over the region faulted)
+                                tracing::debug!(qpn = %self.qpn, "READ source vanished; NAK");
+                                cx.ctrs.region_faults += 1;
+                                if !last {
+                                    self.resp.queue.pop_front();
+                                }
+                                self.responder_error(
+                                    cx,
+                                    r.bth.psn,
+                                    NakCode::RemoteAccessError,
+                                    None,
+                                );
+                                continue;
+                            }
+                            d
                         }
                         None => r
                             .finish_vec(&mut buf)
@@ -697,8 +722,14 @@ impl Qp {
             let (va0, rk) = (*va, *rkey);
             match self.check_rkey(cx, rk, va0, len, AccessFlags::REMOTE_WRITE) {
                 Ok((h, off)) => {
-                    if let Some(m) = cx.mem.region(h) {
-                        let _ = m.write(off, payload);
+                    // (the write fails when the application unmapped or
+                    // write-protected the pages since it registered them:
+                    // as for a bad R_Key, the peer gets a NAK)
+                    let wrote = cx.mem.region(h).and_then(|m| m.write(off, payload));
+                    if wrote.is_none() {
+                        tracing::debug!(qpn = %self.qpn, %psn, va = va0, "WRITE target vanished");
+                        cx.ctrs.region_faults += 1;
+                        return Err(Outcome::Error(NakCode::RemoteAccessError, None));
                     }
                 }
                 Err(_) => return Err(Outcome::Error(NakCode::RemoteAccessError, None)),
@@ -782,6 +813,10 @@ impl Qp {
             }
         });
         let Some(orig) = done else {
+            if loc.is_ok() {
+                // (the key was good: the page is gone or read-only)
+                cx.ctrs.region_faults += 1;
+            }
             tracing::debug!(qpn = %self.qpn, %psn, rkey = %a.rkey, "remote access error (atomic)");
             return Err(Outcome::Error(NakCode::RemoteAccessError, None));
         };

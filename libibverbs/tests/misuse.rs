@@ -23,27 +23,33 @@ fn lib_dir() -> PathBuf {
 /// executable (they run at once), or None (SKIPPED).
 fn misuse() -> Option<PathBuf> {
     static EXE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
-    EXE.get_or_init(compile).clone()
+    EXE.get_or_init(|| compile("misuse")).clone()
 }
 
-fn compile() -> Option<PathBuf> {
+/// vanish.c, as misuse().
+fn vanish() -> Option<PathBuf> {
+    static EXE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    EXE.get_or_init(|| compile("vanish")).clone()
+}
+
+fn compile(name: &str) -> Option<PathBuf> {
     let header = "/usr/include/infiniband/verbs.h";
     if which("cc").is_none() || !Path::new(header).exists() {
-        skipped("misuse: needs cc and libibverbs-dev");
+        skipped(&format!("{name}: needs cc and libibverbs-dev"));
         return None;
     }
     let dir = std::env::temp_dir().join(format!("roce-misuse-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let exe = dir.join("misuse");
+    let exe = dir.join(name);
     let o = Command::new("cc")
         .args(["-O1", "-g", "-Wall", "-o"])
         .arg(&exe)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/misuse.c"))
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c")))
         .arg(format!("-L{}", lib_dir().display()))
         .arg("-l:libibverbs.so.1")
         .output()
         .expect("run cc");
-    assert!(o.status.success(), "cc misuse.c:\n{}", text(&o.stderr));
+    assert!(o.status.success(), "cc {name}.c:\n{}", text(&o.stderr));
     Some(exe)
 }
 
@@ -104,4 +110,87 @@ fn limits_are_checked_before_anything_is_read_under_valgrind() {
     );
     let s = check(&out, "misuse under valgrind");
     assert!(s.contains("ERROR SUMMARY: 0 errors"), "{s}");
+}
+
+/// vanish.c (finding 1, the runtime half) with its own device address and
+/// published counters; returns the output and the device's final
+/// `region_faults`.
+fn run_vanish(wrapper: Option<(&Path, Vec<String>)>) -> Option<(String, u64)> {
+    let exe = vanish()?;
+    let stats = std::env::temp_dir().join(format!(
+        "roce-vanish-stats-{}-{}",
+        std::process::id(),
+        wrapper.is_some()
+    ));
+    let _ = std::fs::remove_dir_all(&stats);
+    let mut c = match &wrapper {
+        Some((vg, args)) => {
+            let mut c = Command::new(vg);
+            c.args(args).arg(&exe);
+            c
+        }
+        None => Command::new(&exe),
+    };
+    let out = c
+        .env("LD_LIBRARY_PATH", lib_dir())
+        .env("ROCE_EMU_DEVICES", "roce0=udp:127.0.100.3")
+        .env("ROCE_EMU_RUNTIME_DIR", &stats)
+        .env("ROCE_EMU_STATS_INTERVAL_MS", "50")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run vanish");
+    let s = text(&out.stdout) + &text(&out.stderr);
+    assert!(out.status.success(), "vanish: {:?}\n{s}", out.status);
+    assert!(s.contains("0 failures") && !s.contains("FAIL "), "vanish\n{s}");
+    for case in [
+        "ro_page_remote_write: the peer's completion is REM_ACCESS_ERR",
+        "ro_page_remote_write: the responder's QP is in ERROR",
+        "ro_page_remote_write: the page is unchanged",
+        "ro_page_remote_write: a READ of the read-only page succeeds",
+        "munmap_without_dereg WRITE: the peer's completion is REM_ACCESS_ERR",
+        "munmap_without_dereg WRITE across the edge: the peer's completion is REM_ACCESS_ERR",
+        "munmap_without_dereg READ: the peer's completion is REM_ACCESS_ERR",
+        "munmap_without_dereg READ of 8 KiB across the edge: the peer's completion",
+        "munmap_without_dereg ATOMIC: the peer's completion is REM_ACCESS_ERR",
+        "munmap_without_dereg: ibv_dereg_mr afterwards",
+        "local_send_unmapped: the SEND fails",
+        "afterwards: a WRITE into fresh pages lands exactly",
+    ] {
+        assert!(s.lines().any(|l| l.starts_with("ok   ") && l.contains(case)), "{case}\n{s}");
+    }
+    let counter = std::fs::read_dir(&stats)
+        .expect("published stats")
+        .flatten()
+        .map(|e| e.path().join("hw_counters/region_faults"))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("no region_faults under {}", stats.display()));
+    let n =
+        std::fs::read_to_string(&counter).expect("read counter").trim().parse().expect("number");
+    let _ = std::fs::remove_dir_all(&stats);
+    Some((s, n))
+}
+
+#[test]
+fn pages_that_vanish_under_a_region_fail_the_access_not_the_process() {
+    let Some((_, faults)) = run_vanish(None) else { return };
+    // each of the six spoiled accesses (one WRITE into the read-only page,
+    // two WRITEs, two READs and an atomic into the unmapped one) counts at
+    // least once
+    assert!(faults >= 6, "region_faults {faults}");
+}
+
+#[test]
+fn pages_that_vanish_under_a_region_fail_the_access_under_valgrind() {
+    let Some(vg) = need("valgrind", "valgrind") else { return };
+    // (the guarded copies' own accesses to the vanished pages are the
+    // deliberate invalid accesses, suppressed by name: region-guard-*)
+    let supp = format!(
+        "--suppressions={}",
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/valgrind.supp").display()
+    );
+    let args =
+        vec!["--error-exitcode=9".to_string(), "--errors-for-leak-kinds=none".to_string(), supp];
+    let Some((s, faults)) = run_vanish(Some((&vg, args))) else { return };
+    assert!(s.contains("ERROR SUMMARY: 0 errors"), "{s}");
+    assert!(faults >= 6, "region_faults {faults}");
 }

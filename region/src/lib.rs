@@ -31,6 +31,8 @@
 
 #![allow(unsafe_code)]
 
+pub mod guard;
+
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -150,6 +152,7 @@ impl RegionMem {
     /// `ibv_dereg_mr`, before it returns to the application). Other threads
     /// (the application) may access the bytes concurrently, as with DMA.
     pub unsafe fn external(ptr: *mut u8, len: usize) -> RegionMem {
+        guard::install();
         let ptr = NonNull::new(ptr).unwrap_or(NonNull::dangling());
         RegionMem { ptr, len, owned: false, gate: Gate::new() }
     }
@@ -187,24 +190,29 @@ impl RegionMem {
         self.gate.enter()
     }
 
-    /// Copy `out.len()` bytes at `off` out. `None` if out of bounds or revoked.
+    /// Copy `out.len()` bytes at `off` out. `None` if out of bounds,
+    /// revoked, or (an external region) a page is gone (see [`guard`]).
     pub fn read(&self, off: usize, out: &mut [u8]) -> Option<()> {
         let _in = self.admit(off, out.len())?;
-        if !out.is_empty() {
-            // SAFETY: off+len is inside the region (admit checked it), whose
-            // memory stays valid while we are admitted (owned: freed only in
-            // Drop; external: the registrant's promise until revoke, which
-            // waits for us). `out` is our own buffer, disjoint from region
-            // memory (a `&mut [u8]` cannot alias bytes nobody references).
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    self.ptr.as_ptr().add(off),
-                    out.as_mut_ptr(),
-                    out.len(),
-                )
-            }
+        if out.is_empty() {
+            return Some(());
         }
-        Some(())
+        // SAFETY: off+len is inside the region (admit checked it). An owned
+        // region's memory stays valid until Drop; an external region's is
+        // the registrant's pages until revoke (which waits for us), where a
+        // page the application has since unmapped or protected faults
+        // inside guard::copy, which survives it. `out` is our own buffer,
+        // disjoint from region memory (a `&mut [u8]` cannot alias bytes
+        // nobody references).
+        let src = unsafe { self.ptr.as_ptr().add(off) };
+        if self.owned {
+            // SAFETY: as above; owned memory never faults.
+            unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) };
+            Some(())
+        } else {
+            // SAFETY: as above.
+            unsafe { guard::copy(out.as_mut_ptr(), src, out.len()) }.then_some(())
+        }
     }
 
     /// Append `len` bytes at `off` to `out` (packet payloads).
@@ -236,16 +244,23 @@ impl RegionMem {
         Some(())
     }
 
-    /// Copy `data` in at `off`. `None` if out of bounds or revoked.
+    /// Copy `data` in at `off`. `None` if out of bounds, revoked, or (an
+    /// external region) a page is gone or read-only (see [`guard`]).
     pub fn write(&self, off: usize, data: &[u8]) -> Option<()> {
         let _in = self.admit(off, data.len())?;
-        if !data.is_empty() {
-            // SAFETY: as in read(); `data` is our own buffer.
-            unsafe {
-                std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(off), data.len())
-            }
+        if data.is_empty() {
+            return Some(());
         }
-        Some(())
+        // SAFETY: as in read(); `data` is our own buffer.
+        let dst = unsafe { self.ptr.as_ptr().add(off) };
+        if self.owned {
+            // SAFETY: as in read().
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
+            Some(())
+        } else {
+            // SAFETY: as in read().
+            unsafe { guard::copy(dst, data.as_ptr(), data.len()) }.then_some(())
+        }
     }
 
     /// Read-modify-write of the little-endian u64 at `off`; returns the
@@ -255,7 +270,14 @@ impl RegionMem {
         let _in = self.admit(off, 8)?;
         // SAFETY: inside the region (admit checked it).
         let p = unsafe { self.ptr.as_ptr().add(off) };
-        if (p as usize).is_multiple_of(8) {
+        if !(p as usize).is_multiple_of(8) {
+            let mut w = [0u8; 8];
+            self.read(off, &mut w)?;
+            let old = u64::from_le_bytes(w);
+            self.write(off, &f(old).to_le_bytes())?;
+            return Some(old);
+        }
+        if self.owned {
             // SAFETY: p is 8-aligned and valid for reads and writes of 8
             // bytes while we are admitted (see read()); an AtomicU64 view
             // of it is what other atomic users see.
@@ -263,13 +285,23 @@ impl RegionMem {
             let r = a.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
                 Some(f(u64::from_le(v)).to_le())
             });
-            Some(u64::from_le(r.unwrap_or_else(|v| v)))
-        } else {
-            let mut w = [0u8; 8];
-            self.read(off, &mut w)?;
-            let old = u64::from_le_bytes(w);
-            self.write(off, &f(old).to_le_bytes())?;
-            Some(old)
+            return Some(u64::from_le(r.unwrap_or_else(|v| v)));
+        }
+        // An external word: compare-and-swap until it holds, each access
+        // fault-tolerant (guard::cas is a `lock cmpxchg`, which the
+        // application's own atomics on the word see whole).
+        let mut w = [0u8; 8];
+        self.read(off, &mut w)?;
+        let mut cur = u64::from_ne_bytes(w);
+        loop {
+            let new = f(u64::from_le(cur)).to_le();
+            // SAFETY: p is 8-aligned, inside an external region we are
+            // admitted to (see read()).
+            let seen = unsafe { guard::cas(p.cast::<u64>(), cur, new) }?;
+            if seen == cur {
+                return Some(u64::from_le(cur));
+            }
+            cur = seen;
         }
     }
 
@@ -533,6 +565,89 @@ mod tests {
         assert!(m.is_empty());
         assert!(m.read(0, &mut []).is_some());
         assert!(m.read(0, &mut [0]).is_none());
+    }
+
+    /// Two pages of fresh anonymous memory.
+    fn two_pages() -> (*mut u8, usize) {
+        let pg = 4096usize;
+        // SAFETY: a fresh private anonymous mapping, ours alone.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                2 * pg,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        (p.cast(), pg)
+    }
+
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    #[test]
+    fn pages_unmapped_or_protected_under_a_region_fail_the_access_not_the_process() {
+        let (p, pg) = two_pages();
+        // SAFETY: the two pages are ours; the test unmaps and protects them
+        // on purpose, which is what the region must survive.
+        let m = unsafe { RegionMem::external(p, 2 * pg) };
+        m.write(pg - 4, &[1, 2, 3, 4, 5, 6, 7, 8]).unwrap();
+        assert_eq!(m.fetch_add(pg, 5), Some(u64::from_le_bytes([5, 6, 7, 8, 0, 0, 0, 0])));
+        let before = guard::faults();
+        // the second page goes read-only: reads work, writes and atomics fail
+        // SAFETY: our own mapping.
+        assert_eq!(unsafe { libc::mprotect(p.add(pg).cast(), pg, libc::PROT_READ) }, 0);
+        let mut out = [0u8; 8];
+        m.read(pg - 4, &mut out).unwrap();
+        assert_eq!(out, [1, 2, 3, 4, 10, 6, 7, 8]);
+        assert_eq!(m.write(pg - 4, &[9; 8]), None, "a write crossing into a read-only page");
+        assert_eq!(m.compare_swap(pg, 0, 1), None);
+        assert_eq!(m.fetch_add(pg, 1), None);
+        m.read(pg - 4, &mut out).unwrap();
+        assert_eq!(out[4..], [10, 6, 7, 8], "the read-only page is unchanged");
+        assert_eq!(out[..4], [9; 4], "the bytes before the fault were written, as DMA would");
+        // the second page is unmapped: every access to it fails
+        // SAFETY: our own mapping.
+        assert_eq!(unsafe { libc::munmap(p.add(pg).cast(), pg) }, 0);
+        assert_eq!(m.read(pg, &mut out), None);
+        assert_eq!(m.read_into_vec(pg - 4, 8, &mut Vec::new()), None);
+        assert_eq!(m.read_chunks(0, 2 * pg, |_| {}), None);
+        assert_eq!(m.write(2 * pg - 8, &[1; 8]), None);
+        assert_eq!(m.compare_swap(pg + 8, 0, 1), None);
+        assert_eq!(m.atomic_write(pg, [1; 8]), None);
+        // the first page still works
+        m.write(0, b"alive").unwrap();
+        m.read(0, &mut out[..5]).unwrap();
+        assert_eq!(&out[..5], b"alive");
+        assert_eq!(m.compare_swap(8, 0, 7), Some(0));
+        assert!(guard::faults() >= before + 9, "faults counted: {}", guard::faults() - before);
+        m.revoke();
+        // SAFETY: our own mapping (the first page; the second is gone).
+        unsafe { libc::munmap(p.cast(), pg) };
+    }
+
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    #[test]
+    fn other_faults_still_kill_the_process() {
+        guard::install();
+        // SAFETY: the child only writes to address 8 (which faults) or
+        // calls _exit: nothing that needs the parent's locks.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // SAFETY: deliberately faulting in the child (not in a guarded
+            // routine: the handler must hand it on to the default action).
+            unsafe {
+                std::ptr::write_volatile(8 as *mut u64, 1);
+                libc::_exit(0);
+            }
+        }
+        let mut st = 0;
+        // SAFETY: waiting for our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut st, 0) }, pid);
+        assert!(libc::WIFSIGNALED(st), "status {st:#x}");
+        assert_eq!(libc::WTERMSIG(st), libc::SIGSEGV);
     }
 
     #[test]
