@@ -10,7 +10,7 @@
 //! Needs cc and libibverbs-dev (else SKIPPED). Device roce0 on 127.0.100.2.
 
 mod common;
-use common::{need, skipped, text, which};
+use common::{need, text};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -33,24 +33,7 @@ fn vanish() -> Option<PathBuf> {
 }
 
 fn compile(name: &str) -> Option<PathBuf> {
-    let header = "/usr/include/infiniband/verbs.h";
-    if which("cc").is_none() || !Path::new(header).exists() {
-        skipped(&format!("{name}: needs cc and libibverbs-dev"));
-        return None;
-    }
-    let dir = std::env::temp_dir().join(format!("roce-misuse-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let exe = dir.join(name);
-    let o = Command::new("cc")
-        .args(["-O1", "-g", "-Wall", "-o"])
-        .arg(&exe)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c")))
-        .arg(format!("-L{}", lib_dir().display()))
-        .arg("-l:libibverbs.so.1")
-        .output()
-        .expect("run cc");
-    assert!(o.status.success(), "cc {name}.c:\n{}", text(&o.stderr));
-    Some(exe)
+    common::compile_verbs_c(name, &lib_dir())
 }
 
 fn run(prog: &Path, args: &[&str]) -> std::process::Output {

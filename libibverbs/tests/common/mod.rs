@@ -100,3 +100,27 @@ pub fn finish(
     let status = child.wait().expect("wait");
     (std::process::Output { status, stdout: out, stderr: err }, timed_out)
 }
+
+/// `tests/c/<name>.c` compiled against the drop-in in `lib_dir` (its
+/// `libibverbs.so.1`) into a temporary directory of this process, or None
+/// (SKIPPED) without cc or libibverbs-dev's headers.
+pub fn compile_verbs_c(name: &str, lib_dir: &Path) -> Option<PathBuf> {
+    let header = "/usr/include/infiniband/verbs.h";
+    if which("cc").is_none() || !Path::new(header).exists() {
+        skipped(&format!("{name}: needs cc and libibverbs-dev"));
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!("roce-c-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let exe = dir.join(name);
+    let o = std::process::Command::new("cc")
+        .args(["-O1", "-g", "-Wall", "-o"])
+        .arg(&exe)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c")))
+        .arg(format!("-L{}", lib_dir.display()))
+        .arg("-l:libibverbs.so.1")
+        .output()
+        .expect("run cc");
+    assert!(o.status.success(), "cc {name}.c:\n{}", text(&o.stderr));
+    Some(exe)
+}
