@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run fuzz targets with AFL++ (stable Rust, cargo-afl) and summarise.
 #
-#   fuzz/run.sh TARGET SECONDS           # TARGET: packet | device | verbs | dropin | cm
+#   fuzz/run.sh TARGET SECONDS           # TARGET: packet | device | verbs | dropin | cm | misuse
 #   fuzz/run.sh all SECONDS              # every target, in parallel (one per core)
 #   fuzz/run.sh packet,device SECONDS    # a list, in parallel
 #
@@ -20,7 +20,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 usage="usage: fuzz/run.sh TARGET[,TARGET...]|all SECONDS"
 targets=${1:?$usage}
 secs=${2:?$usage}
-[ "$targets" = all ] && targets=packet,device,verbs,dropin,cm
+[ "$targets" = all ] && targets=packet,device,verbs,dropin,cm,misuse
 command -v cargo-afl >/dev/null || { echo "cargo-afl missing: cargo install cargo-afl" >&2; exit 2; }
 (cd "$here/afl" && cargo afl build --release -q)
 export AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_NO_UI=1 AFL_QUIET=1 \

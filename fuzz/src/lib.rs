@@ -595,9 +595,23 @@ pub fn dropin_run(data: &[u8]) -> ibverbs::fuzz::Reached {
     ibverbs::fuzz::dropin_run(data)
 }
 
-/// The harness of a target by name (`packet`, `device`, `verbs`, `dropin`, `cm`).
+/// Random sequences of verbs calls with stale, NULL and huge arguments
+/// through the drop-in's C entry points (issue 26); the harness is
+/// `ibverbs::fuzz::misuse`.
+pub fn misuse(data: &[u8]) {
+    ibverbs::fuzz::misuse::misuse(data)
+}
+
+/// [`misuse`], reporting what the input reached.
+pub fn misuse_run(data: &[u8]) -> ibverbs::fuzz::misuse::Reached {
+    ibverbs::fuzz::misuse::misuse_run(data)
+}
+
+/// The harness of a target by name (`packet`, `device`, `verbs`, `dropin`,
+/// `cm`, `misuse`).
 pub fn by_name(name: &str) -> Option<fn(&[u8])> {
     match name {
+        "misuse" => Some(misuse),
         "packet" => Some(packet),
         "device" => Some(device),
         "verbs" => Some(verbs),

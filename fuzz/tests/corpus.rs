@@ -8,7 +8,7 @@ use std::path::Path;
 fn the_committed_corpus_of_every_target_passes() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
     let mut total = 0;
-    for target in ["packet", "device", "verbs", "dropin", "cm"] {
+    for target in ["packet", "device", "verbs", "dropin", "cm", "misuse"] {
         let run = roce_fuzz::by_name(target).expect("target");
         let dir = root.join(target);
         let mut n = 0;

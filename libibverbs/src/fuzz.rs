@@ -29,6 +29,8 @@
 //! completion names a work request that was not accepted by a post; every
 //! object is destroyed without error.
 
+pub mod misuse;
+
 use crate::{abi, exports as x};
 use std::collections::HashSet;
 use std::ffi::c_void;
