@@ -42,6 +42,7 @@ mod compat;
 mod cq;
 mod device;
 mod exports;
+mod handles;
 #[doc(hidden)]
 pub mod fuzz;
 mod mr;
