@@ -133,7 +133,9 @@ pub(crate) unsafe extern "C" fn destroy_comp_channel(
         {
             let mut t = handles::lock();
             if !t.live(Kind::Chan, ch) {
-                diag!("ibv_destroy_comp_channel: {ch:p} is not a live channel (destroyed already?)");
+                diag!(
+                    "ibv_destroy_comp_channel: {ch:p} is not a live channel (destroyed already?)"
+                );
                 return Err(libc::EINVAL);
             }
             // SAFETY: a live Box<ChanObj>; refcnt is only touched under

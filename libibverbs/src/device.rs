@@ -286,7 +286,10 @@ pub(crate) unsafe extern "C" fn close_device(c: *mut abi::ibv_context) -> libc::
             t.remove_children(c)
         };
         if !children.is_empty() {
-            diag!("ibv_close_device: {} object(s) left on the context are destroyed", children.len());
+            diag!(
+                "ibv_close_device: {} object(s) left on the context are destroyed",
+                children.len()
+            );
         }
         // QPs before what they use (the emulator's objects are reference
         // counted, so the order is for clarity, not for safety).

@@ -114,7 +114,9 @@ pub(crate) fn check<T>(kind: Kind, p: *mut T) -> Result<*mut T, i32> {
     if live(kind, p) {
         Ok(p)
     } else {
-        crate::util::diag!("{kind:?} {p:p} is not a live object of this library (destroyed already?)");
+        crate::util::diag!(
+            "{kind:?} {p:p} is not a live object of this library (destroyed already?)"
+        );
         Err(libc::EINVAL)
     }
 }

@@ -295,9 +295,7 @@ pub(crate) unsafe extern "C" fn reg_mr(
     len: usize,
     access: libc::c_int,
 ) -> *mut abi::ibv_mr {
-    guard_ptr(|| {
-        on_pd(p, |o| new_mr(o.c.context, p, o, addr, len, addr as u64, access as u32))
-    })
+    guard_ptr(|| on_pd(p, |o| new_mr(o.c.context, p, o, addr, len, addr as u64, access as u32)))
 }
 
 pub(crate) unsafe extern "C" fn reg_mr_iova(
@@ -307,9 +305,7 @@ pub(crate) unsafe extern "C" fn reg_mr_iova(
     iova: u64,
     access: libc::c_int,
 ) -> *mut abi::ibv_mr {
-    guard_ptr(|| {
-        on_pd(p, |o| new_mr(o.c.context, p, o, addr, len, iova, access as u32))
-    })
+    guard_ptr(|| on_pd(p, |o| new_mr(o.c.context, p, o, addr, len, iova, access as u32)))
 }
 
 pub(crate) unsafe extern "C" fn reg_mr_iova2(
@@ -319,9 +315,7 @@ pub(crate) unsafe extern "C" fn reg_mr_iova2(
     iova: u64,
     access: libc::c_uint,
 ) -> *mut abi::ibv_mr {
-    guard_ptr(|| {
-        on_pd(p, |o| new_mr(o.c.context, p, o, addr, len, iova, access))
-    })
+    guard_ptr(|| on_pd(p, |o| new_mr(o.c.context, p, o, addr, len, iova, access)))
 }
 
 pub(crate) unsafe extern "C" fn dereg_mr(m: *mut abi::ibv_mr) -> libc::c_int {
@@ -491,9 +485,7 @@ pub(crate) unsafe extern "C" fn alloc_mw(
     p: *mut abi::ibv_pd,
     ty: abi::ibv_mw_type,
 ) -> *mut abi::ibv_mw {
-    guard_ptr(|| {
-        on_pd(p, |o| new_mw(o, p, ty))
-    })
+    guard_ptr(|| on_pd(p, |o| new_mw(o, p, ty)))
 }
 
 /// A new MW on PD `o` (checked live and counted by the caller, [`on_pd`]).
