@@ -4,7 +4,8 @@
 
 use crate::abi;
 use crate::device::{ctx, gids};
-use crate::mr::{pd, PdObj};
+use crate::handles::{self, Kind};
+use crate::mr::{pd_hold, pd_live, PdObj};
 use crate::util::{diag, guard_ptr, guard_rc};
 use roce_verbs_api::{init_ah_from_wc, AhAttr, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use std::net::{IpAddr, Ipv6Addr};
@@ -86,29 +87,31 @@ pub(crate) unsafe extern "C" fn create_ah(
     attr: *mut abi::ibv_ah_attr,
 ) -> *mut abi::ibv_ah {
     guard_ptr(|| {
-        // SAFETY: contract of ibv_create_ah.
-        let po = unsafe { pd(p) }.ok_or(libc::EINVAL)?;
         if attr.is_null() {
             return Err(libc::EINVAL);
         }
         // SAFETY: the caller's ibv_ah_attr.
         let a = ah_from_c(unsafe { &*attr })?;
+        let po = pd_hold(&handles::lock(), p)?;
         let b = Box::new(AhObj {
             c: abi::ibv_ah { context: po.c.context, pd: p, handle: 0 },
             attr: a,
             pd: p as *mut PdObj,
         });
-        po.get();
-        Ok(Box::into_raw(b) as *mut abi::ibv_ah)
+        let h = Box::into_raw(b) as *mut abi::ibv_ah;
+        handles::insert(Kind::Ah, h, po.c.context);
+        Ok(h)
     })
 }
 
 pub(crate) unsafe extern "C" fn destroy_ah(a: *mut abi::ibv_ah) -> libc::c_int {
     guard_rc(|| {
-        if a.is_null() {
+        if !handles::lock().remove(Kind::Ah, a) {
+            diag!("ibv_destroy_ah: {a:p} is not a live AH (destroyed already?)");
             return Err(libc::EINVAL);
         }
-        // SAFETY: a leaked Box<AhObj>; the program gives it up.
+        // SAFETY: a leaked Box<AhObj>; it left the table just now, so this
+        // is its only free.
         let b = unsafe { Box::from_raw(a as *mut AhObj) };
         // SAFETY: the PD outlives its AHs.
         if let Some(p) = unsafe { b.pd.as_ref() } {
@@ -174,7 +177,7 @@ pub(crate) unsafe extern "C" fn create_ah_from_wc(
 ) -> *mut abi::ibv_ah {
     guard_ptr(|| {
         // SAFETY: contract of ibv_create_ah_from_wc.
-        let po = unsafe { pd(p) }.ok_or(libc::EINVAL)?;
+        let po = unsafe { pd_live(p) }?;
         // SAFETY: plain C data.
         let mut a: abi::ibv_ah_attr = unsafe { std::mem::zeroed() };
         // SAFETY: forwarding the caller's pointers.

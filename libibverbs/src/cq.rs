@@ -3,14 +3,18 @@
 
 use crate::abi;
 use crate::device::{ctx, fd_nonblocking, Ctx};
+use crate::handles::{self, Kind};
 use crate::util::{diag, fail, guard, guard_neg, guard_ptr, guard_rc};
 use roce_verbs_api::{CompChannel, Cq, WcFlags, WcStatus, WorkCompletion};
 use std::collections::VecDeque;
 use std::os::fd::AsRawFd;
-use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-/// A completion channel; `c` first.
+/// A completion channel; `c` first. `c.refcnt` (the CQs that use it:
+/// `ibv_destroy_comp_channel` answers EBUSY while it is not 0) is read and
+/// written only under the handle table's lock.
 #[repr(C)]
 pub(crate) struct ChanObj {
     pub c: abi::ibv_comp_channel,
@@ -31,8 +35,22 @@ pub(crate) struct CqObj {
     /// ([`roce_l3_type`] of the device's address family).
     pub l3: u8,
     /// QPs that report to this CQ: `ibv_destroy_cq` answers EBUSY while
-    /// any is left.
+    /// any is left (counted under the handle table's lock, [`cq_hold`]).
     pub users: std::sync::atomic::AtomicUsize,
+    /// Completion events handed to the program and acknowledged, as
+    /// libibverbs' `comp_events_completed` with its mutex and condition:
+    /// `ibv_destroy_cq` waits until every event `ibv_get_cq_event`
+    /// delivered for the CQ was acknowledged.
+    pub events: Mutex<Events>,
+    pub acked: Condvar,
+}
+
+#[derive(Default)]
+pub(crate) struct Events {
+    pub delivered: u64,
+    pub acked: u64,
+    /// `ibv_destroy_cq` has begun: no more events are delivered for it.
+    pub dying: bool,
 }
 
 #[derive(Default)]
@@ -46,6 +64,36 @@ pub(crate) struct ExPoll {
 pub(crate) unsafe fn cq<'a>(p: *mut abi::ibv_cq) -> Option<&'a CqObj> {
     // SAFETY: per the contract, p is a leaked Box<CqObj> (c at offset 0).
     (!p.is_null()).then(|| unsafe { &*(p as *const CqObj) })
+}
+
+/// The live CQ behind `p` (EINVAL otherwise).
+///
+/// # Safety
+/// The CQ must not be destroyed by another thread while the reference is
+/// used (libibverbs' rule).
+pub(crate) unsafe fn cq_live<'a>(p: *mut abi::ibv_cq) -> Result<&'a CqObj, i32> {
+    handles::check(Kind::Cq, p)?;
+    // SAFETY: live (checked), and per the contract.
+    unsafe { cq(p) }.ok_or(libc::EINVAL)
+}
+
+/// The CQ behind `p` if it is live and not being destroyed, counted as
+/// used by a QP about to be created on it (under the table's lock, which
+/// the caller holds; see [`crate::mr::pd_hold`]). The caller gives the
+/// count back if the QP is not created.
+pub(crate) fn cq_hold<'a>(t: &handles::Table, p: *mut abi::ibv_cq) -> Result<&'a CqObj, i32> {
+    if !t.live(Kind::Cq, p) {
+        diag!("CQ {p:p} is not a live CQ (destroyed already?)");
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: live in the table, whose lock the caller holds; freed only
+    // after it leaves the table, which the count taken here prevents.
+    let o = unsafe { &*(p as *const CqObj) };
+    if lock(&o.events).dying {
+        return Err(libc::EINVAL);
+    }
+    o.users.fetch_add(1, Ordering::AcqRel);
+    Ok(o)
 }
 
 unsafe fn cq_ex<'a>(p: *mut abi::ibv_cq_ex) -> &'a CqObj {
@@ -72,7 +120,9 @@ pub(crate) unsafe extern "C" fn create_comp_channel(
             c: abi::ibv_comp_channel { context: c, fd: ch.as_raw_fd(), refcnt: 0 },
             ch,
         });
-        Ok(Box::into_raw(b) as *mut abi::ibv_comp_channel)
+        let p = Box::into_raw(b) as *mut abi::ibv_comp_channel;
+        handles::insert(Kind::Chan, p, c);
+        Ok(p)
     })
 }
 
@@ -80,14 +130,24 @@ pub(crate) unsafe extern "C" fn destroy_comp_channel(
     ch: *mut abi::ibv_comp_channel,
 ) -> libc::c_int {
     guard_rc(|| {
-        if ch.is_null() {
-            return Err(libc::EINVAL);
+        {
+            let mut t = handles::lock();
+            if !t.live(Kind::Chan, ch) {
+                diag!(
+                    "ibv_destroy_comp_channel: {ch:p} is not a live channel (destroyed already?)"
+                );
+                return Err(libc::EINVAL);
+            }
+            // SAFETY: a live Box<ChanObj>; refcnt is only touched under
+            // the table's lock, which we hold.
+            if unsafe { (*ch).refcnt } > 0 {
+                // CQs use it (rdma-core's EBUSY): the channel stays
+                return Err(libc::EBUSY);
+            }
+            t.remove(Kind::Chan, ch);
         }
-        // SAFETY: ch is a leaked Box<ChanObj>.
-        if unsafe { (*ch).refcnt } > 0 {
-            return Err(libc::EBUSY);
-        }
-        // SAFETY: as above; the program gives it up.
+        // SAFETY: the leaked box; it left the table just now, so this is
+        // its only free.
         drop(unsafe { Box::from_raw(ch as *mut ChanObj) });
         Ok(())
     })
@@ -99,10 +159,12 @@ pub(crate) unsafe extern "C" fn get_cq_event(
     cq_ctx: *mut *mut libc::c_void,
 ) -> libc::c_int {
     guard_neg(|| {
-        if ch.is_null() || cq_out.is_null() || cq_ctx.is_null() {
+        if cq_out.is_null() || cq_ctx.is_null() {
             return Err(libc::EINVAL);
         }
-        // SAFETY: ch is a leaked Box<ChanObj>.
+        handles::check(Kind::Chan, ch)?;
+        // SAFETY: a live Box<ChanObj> (checked); the program does not
+        // destroy a channel another thread waits on (libibverbs' rule).
         let o = unsafe { &*(ch as *const ChanObj) };
         // SAFETY: the channel's context lives while the channel does.
         let cx = unsafe { ctx(o.c.context) }.ok_or(libc::EINVAL)?;
@@ -127,12 +189,26 @@ pub(crate) unsafe extern "C" fn get_cq_event(
                     }
                 }
             };
-            let Some(&p) = lock(&cx.cqs).get(&got.handle().id()) else {
-                continue; // the CQ was destroyed meanwhile
+            let p = {
+                let cqs = lock(&cx.cqs);
+                let Some(&p) = cqs.get(&got.handle().id()) else {
+                    continue; // the CQ was destroyed meanwhile
+                };
+                // SAFETY: p is in the context's table of CQs, which
+                // ibv_destroy_cq leaves (under this lock) before it frees
+                // the CQ.
+                let o = unsafe { &*(p as *const CqObj) };
+                let mut ev = lock(&o.events);
+                if ev.dying {
+                    continue; // being destroyed: its events go with it
+                }
+                // counted before the CQ is handed out: its destroy now
+                // waits for this event's acknowledgement
+                ev.delivered += 1;
+                p as *mut abi::ibv_cq
             };
-            let p = p as *mut abi::ibv_cq;
-            // SAFETY: p is a live CQ (it is in the table) and the out
-            // pointers are the caller's.
+            // SAFETY: p cannot be freed before this event is acknowledged
+            // (counted above); the out pointers are the caller's.
             unsafe {
                 *cq_out = p;
                 *cq_ctx = (*p).cq_context;
@@ -144,10 +220,21 @@ pub(crate) unsafe extern "C" fn get_cq_event(
 
 pub(crate) unsafe extern "C" fn ack_cq_events(c: *mut abi::ibv_cq, n: libc::c_uint) {
     guard((), || {
-        // SAFETY: contract of ibv_ack_cq_events.
-        if let Some(o) = unsafe { cq(c) } {
-            o.cq.ack_events(n);
+        // Under the table's lock: a destroy waiting for this ack frees the
+        // CQ only after it has left the table, so not while we notify.
+        let t = handles::lock();
+        if !t.live(Kind::Cq, c) {
+            diag!("ibv_ack_cq_events: {c:p} is not a live CQ (destroyed already?)");
+            return;
         }
+        // SAFETY: live (checked under the lock we hold).
+        let o = unsafe { &*(c as *const CqObj) };
+        o.cq.ack_events(n);
+        let mut ev = lock(&o.events);
+        ev.acked = ev.acked.saturating_add(u64::from(n)).min(ev.delivered);
+        o.acked.notify_all();
+        drop(ev);
+        drop(t);
     })
 }
 
@@ -165,15 +252,35 @@ fn new_cq(
         diag!("create_cq: cqe = {cqe} is outside 1..={max}");
         return Err(libc::EINVAL);
     }
+    // The channel is checked live and counted under the table's lock (its
+    // destroy checks the count under it), the count given back on failure.
+    if !channel.is_null() {
+        let t = handles::lock();
+        if !t.live(Kind::Chan, channel) {
+            diag!("create_cq: channel {channel:p} is not a live channel (destroyed already?)");
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: live; refcnt only under the table's lock, which we hold.
+        unsafe { (*channel).refcnt += 1 };
+        drop(t);
+    }
+    let unhold = || {
+        if !channel.is_null() {
+            let _t = handles::lock();
+            // SAFETY: counted above, so still live; under the lock.
+            unsafe { (*channel).refcnt -= 1 };
+        }
+    };
     let cq = if channel.is_null() {
         cx.ctx.create_cq(cqe as u32)
     } else {
-        // SAFETY: the program passes a channel this library created.
+        // SAFETY: live and counted (above).
         let ch = unsafe { &*(channel as *const ChanObj) };
         cx.ctx.create_cq_with_channel(cqe as u32, &ch.ch)
     }
     .map_err(|e| {
         diag!("create_cq: {e}");
+        unhold();
         libc::EINVAL
     })?;
     // SAFETY: ibv_cq_ex is C data (pointers, integers, pthread objects whose
@@ -201,10 +308,6 @@ fn new_cq(
     c.read_completion_wallclock_ns = Some(read_completion_wallclock_ns);
     c.read_cvlan = Some(read_cvlan);
     c.read_flow_tag = Some(read_flow_tag);
-    if !channel.is_null() {
-        // SAFETY: as above.
-        unsafe { (*channel).refcnt += 1 };
-    }
     let handle = c.handle;
     let p = Box::into_raw(Box::new(CqObj {
         c,
@@ -214,8 +317,11 @@ fn new_cq(
         wc_flags,
         l3: roce_l3_type(cx.dev.cfg.addr),
         users: std::sync::atomic::AtomicUsize::new(0),
+        events: Mutex::new(Events::default()),
+        acked: Condvar::new(),
     }));
     lock(&cx.cqs).insert(handle, p as usize);
+    handles::insert(Kind::Cq, p, cx.c());
     Ok(p)
 }
 
@@ -277,22 +383,60 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
 
 pub(crate) unsafe extern "C" fn destroy_cq(c: *mut abi::ibv_cq) -> libc::c_int {
     guard_rc(|| {
-        // SAFETY: contract of ibv_destroy_cq.
-        let o = unsafe { cq(c) }.ok_or(libc::EINVAL)?;
-        // SAFETY: the CQ's context lives while the CQ does.
-        let cx = unsafe { ctx(o.c.context) }.ok_or(libc::EINVAL)?;
-        if o.users.load(std::sync::atomic::Ordering::Relaxed) > 0 {
-            // QPs still report to it
-            return Err(libc::EBUSY);
+        // 1. What can refuse, refused before anything is undone (the CQ
+        //    stays usable): a stale pointer (EINVAL), QPs on it (EBUSY, as
+        //    rdma-core with rxe), another destroy of it under way (EINVAL).
+        let o = {
+            let t = handles::lock();
+            if !t.live(Kind::Cq, c) {
+                diag!("ibv_destroy_cq: {c:p} is not a live CQ (destroyed already?)");
+                return Err(libc::EINVAL);
+            }
+            // SAFETY: live in the table, whose lock we hold.
+            let o = unsafe { &*(c as *const CqObj) };
+            if o.users.load(Ordering::Acquire) > 0 {
+                return Err(libc::EBUSY);
+            }
+            let mut ev = lock(&o.events);
+            if ev.dying {
+                return Err(libc::EINVAL);
+            }
+            // 2. From here on no event is delivered for it (get_cq_event
+            //    checks this under the same lock) and no QP takes it.
+            ev.dying = true;
+            o
+        };
+        // SAFETY: the CQ's context is live while the CQ is.
+        if let Some(cx) = unsafe { ctx(o.c.context) } {
+            lock(&cx.cqs).remove(&o.c.handle);
         }
-        lock(&cx.cqs).remove(&o.c.handle);
-        // SAFETY: c is the leaked box; the program gives it up.
+        // 3. Wait until the program acknowledged every event it was given
+        //    for this CQ, as libibverbs' ibv_destroy_cq does (so a thread
+        //    between ibv_get_cq_event and ibv_ack_cq_events never holds a
+        //    freed CQ). The table is not locked: the ack takes it.
+        {
+            let mut ev = lock(&o.events);
+            while ev.acked < ev.delivered {
+                ev = o.acked.wait(ev).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+        // 4. Out of the table, then freed. An ack that still holds the
+        //    table's lock finishes before the removal.
+        {
+            let mut t = handles::lock();
+            t.remove(Kind::Cq, c);
+            if !o.chan.is_null() {
+                // SAFETY: the channel outlives its CQs (its destroy refuses
+                // while refcnt > 0); refcnt under the table's lock.
+                unsafe { (*o.chan).c.refcnt -= 1 };
+            }
+        }
+        // SAFETY: c is the leaked box; it left the table just now and no
+        // event is outstanding, so this is its only free and its last use.
+        // Nothing refuses past here: the emulator's destroy fails only if
+        // another handle to the CQ outlives a 50 ms wait (none does: QPs
+        // are counted in `users`), and the CQ would then go with it.
         let b = unsafe { Box::from_raw(c as *mut CqObj) };
-        if !b.chan.is_null() {
-            // SAFETY: the channel outlives its CQs (destroy_comp_channel
-            // refuses while refcnt > 0).
-            unsafe { (*b.chan).c.refcnt -= 1 };
-        }
         b.cq.destroy().map_err(|e| {
             diag!("destroy_cq: {e}");
             libc::EBUSY
@@ -303,7 +447,7 @@ pub(crate) unsafe extern "C" fn destroy_cq(c: *mut abi::ibv_cq) -> libc::c_int {
 pub(crate) unsafe extern "C" fn resize_cq(c: *mut abi::ibv_cq, cqe: libc::c_int) -> libc::c_int {
     guard_rc(|| {
         // SAFETY: contract of ibv_resize_cq.
-        let o = unsafe { cq(c) }.ok_or(libc::EINVAL)?;
+        let o = unsafe { cq_live(c) }?;
         if cqe <= 0 {
             return Err(libc::EINVAL);
         }

@@ -8,6 +8,7 @@
 //! A device's UDP socket is bound when it is first opened in the process.
 
 use crate::abi;
+use crate::handles::{self, Kind};
 use crate::util::{diag, fill_cstr, guard_ptr, guard_rc, set_errno};
 use roce_verbs_api::udp::{gid_table, DeviceConfig};
 use roce_verbs_api::{AsyncEvent, AsyncEventChannel, Context, Device};
@@ -109,11 +110,28 @@ pub(crate) struct Ctx {
     pub srqs: Mutex<HashMap<u32, usize>>,
 }
 
-/// The context behind a program's `struct ibv_context *`.
+/// The context behind a program's `struct ibv_context *`, if it is a live
+/// context of this library (see [`crate::handles`]; None for NULL, a
+/// closed context or anything else). Locks the handle table: not for
+/// callers that hold it ([`ctx_unchecked`]).
 ///
 /// # Safety
-/// `c` must be a context this library returned and not yet closed.
+/// The context must not be closed by another thread while the reference
+/// is used (libibverbs' rule: no verb races `ibv_close_device`).
 pub(crate) unsafe fn ctx<'a>(c: *mut abi::ibv_context) -> Option<&'a Ctx> {
+    if !handles::live(Kind::Ctx, c) {
+        return None;
+    }
+    // SAFETY: live (checked just above), and per the contract.
+    unsafe { ctx_unchecked(c) }
+}
+
+/// [`ctx`] without the table lookup.
+///
+/// # Safety
+/// `c` must be a live context of this library (checked in the table by the
+/// caller, or the context of a live object: objects are freed with it).
+pub(crate) unsafe fn ctx_unchecked<'a>(c: *mut abi::ibv_context) -> Option<&'a Ctx> {
     if c.is_null() {
         return None;
     }
@@ -247,17 +265,51 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut abi::ibv_device) -> *mut a
         });
         let p = Box::into_raw(b);
         // SAFETY: p is the box just leaked.
-        Ok(unsafe { (*p).c() })
+        let c = unsafe { (*p).c() };
+        handles::insert(Kind::Ctx, c, c);
+        Ok(c)
     })
 }
 
 pub(crate) unsafe extern "C" fn close_device(c: *mut abi::ibv_context) -> libc::c_int {
     guard_rc(|| {
-        // SAFETY: per the contract of ibv_close_device.
-        let cx = unsafe { ctx(c) }.ok_or(libc::EINVAL)?;
+        // The context and the objects left on it leave the table at once
+        // (a second close, or a verb on one of its objects, is EINVAL from
+        // here on); then they are freed, as the kernel destroys what a
+        // closed context leaves.
+        let children = {
+            let mut t = handles::lock();
+            if !t.remove(Kind::Ctx, c) {
+                diag!("ibv_close_device: {c:p} is not an open context (closed already?)");
+                return Err(libc::EINVAL);
+            }
+            t.remove_children(c)
+        };
+        if !children.is_empty() {
+            diag!(
+                "ibv_close_device: {} object(s) left on the context are destroyed",
+                children.len()
+            );
+        }
+        // QPs before what they use (the emulator's objects are reference
+        // counted, so the order is for clarity, not for safety).
+        for kind in
+            [Kind::Qp, Kind::Ah, Kind::Mw, Kind::Mr, Kind::Srq, Kind::Cq, Kind::Chan, Kind::Pd]
+        {
+            for &(k, p) in &children {
+                if k == kind {
+                    // SAFETY: p was a live object of kind k of this context
+                    // (just taken out of the table, so nothing else frees it).
+                    unsafe { free_object(k, p) };
+                }
+            }
+        }
+        // SAFETY: c was live (taken out of the table just now): `&Ctx.v.context`
+        // of the leaked box of open_device.
+        let cx = unsafe { ctx_unchecked(c) }.ok_or(libc::EINVAL)?;
         let e = cx.dev;
-        // SAFETY: cx is the leaked box of open_device; the program must not
-        // use the context (or its objects) after closing it.
+        // SAFETY: cx is the leaked box of open_device; it left the table, so
+        // this is its only free.
         drop(unsafe { Box::from_raw(cx as *const Ctx as *mut Ctx) });
         let last = {
             let mut o = lock(&e.opened);
@@ -273,6 +325,28 @@ pub(crate) unsafe extern "C" fn close_device(c: *mut abi::ibv_context) -> libc::
         drop(last);
         Ok(())
     })
+}
+
+/// Free an object of a context being closed.
+///
+/// # Safety
+/// `p` must be an object of `kind` this library created and that has just
+/// left the handle table (so nothing else frees it).
+unsafe fn free_object(kind: Kind, p: usize) {
+    // SAFETY (each arm): per the contract, p is the leaked box of that kind.
+    unsafe {
+        match kind {
+            Kind::Qp => drop(Box::from_raw(p as *mut crate::qp::QpObj)),
+            Kind::Ah => drop(Box::from_raw(p as *mut crate::ah::AhObj)),
+            Kind::Mw => drop(Box::from_raw(p as *mut crate::mr::MwObj)),
+            Kind::Mr => drop(Box::from_raw(p as *mut crate::mr::MrObj)),
+            Kind::Srq => drop(Box::from_raw(p as *mut crate::srq::SrqObj)),
+            Kind::Cq => drop(Box::from_raw(p as *mut crate::cq::CqObj)),
+            Kind::Chan => drop(Box::from_raw(p as *mut crate::cq::ChanObj)),
+            Kind::Pd => drop(Box::from_raw(p as *mut crate::mr::PdObj)),
+            Kind::Ctx => {}
+        }
+    }
 }
 
 // ---------------------------------------------------------------- queries

@@ -25,9 +25,16 @@
 //! This crate and `roce-region` are the only places in the workspace where
 //! `unsafe` is allowed: the C ABI hands us raw pointers. The rules every
 //! entry point follows:
-//! - a pointer the program passes is trusted as libibverbs trusts it (it
-//!   must point to an object this library created, or to a struct of the
-//!   documented type); NULL is checked and answered with `EINVAL`;
+//! - a verbs object the program passes to a slow-path verb (create,
+//!   destroy, modify, query, resize) is looked up in the live-handle table
+//!   ([`handles`]) first: a destroyed object, one of a closed context, or
+//!   anything else is answered with `EINVAL`, never read; a destroy
+//!   refuses (EBUSY) before it undoes anything and frees the object only
+//!   once nothing can refuse any more;
+//! - on the fast paths (posts, polls, `ibv_req_notify_cq`, `ibv_wr_*`) a
+//!   pointer is trusted as libibverbs trusts it (it must point to a live
+//!   object this library created), as is a struct of the documented type;
+//!   NULL is checked and answered with `EINVAL`;
 //! - objects are `Box`ed `#[repr(C)]` structs whose first field is the C
 //!   struct the program sees, so the program's pointer is the box's pointer;
 //! - a Rust panic never crosses the ABI: `util::guard` turns it into an error
@@ -44,6 +51,7 @@ mod device;
 mod exports;
 #[doc(hidden)]
 pub mod fuzz;
+mod handles;
 mod mr;
 mod qp;
 mod qp_ex;

@@ -3,6 +3,7 @@
 
 use crate::abi;
 use crate::device::ctx;
+use crate::handles::{self, Kind};
 use crate::util::{diag, guard_ptr, guard_rc};
 use roce_verbs_api::{AccessFlags, Mr, Mw, MwType, Pd, RegMrError, RegionMem, SendFlags};
 use std::ffi::c_void;
@@ -21,10 +22,10 @@ pub(crate) struct PdObj {
 
 impl PdObj {
     pub fn get(&self) {
-        self.users.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.users.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
     pub fn put(&self) {
-        self.users.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        self.users.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 
@@ -33,6 +34,45 @@ impl PdObj {
 pub(crate) unsafe fn pd<'a>(p: *mut abi::ibv_pd) -> Option<&'a PdObj> {
     // SAFETY: per the contract, p is a leaked Box<PdObj> (c at offset 0).
     (!p.is_null()).then(|| unsafe { &*(p as *const PdObj) })
+}
+
+/// The PD behind `p` if it is live, counted as used by an object about to
+/// be created on it (checked and counted under the handle table's lock, so
+/// `ibv_dealloc_pd` cannot free it meanwhile: it answers EBUSY). The caller
+/// calls [`PdObj::put`] if the creation fails.
+pub(crate) fn pd_hold<'a>(t: &handles::Table, p: *mut abi::ibv_pd) -> Result<&'a PdObj, i32> {
+    if !t.live(Kind::Pd, p) {
+        diag!("PD {p:p} is not a live PD (deallocated already?)");
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: live in the table (checked under its lock, which the caller
+    // holds): a leaked Box<PdObj>, freed only after it leaves the table,
+    // which its users count (taken here) prevents.
+    let o = unsafe { &*(p as *const PdObj) };
+    o.get();
+    Ok(o)
+}
+
+/// The live PD behind `p` (EINVAL otherwise), not counted.
+///
+/// # Safety
+/// The PD must not be deallocated by another thread while the reference is
+/// used (libibverbs' rule).
+pub(crate) unsafe fn pd_live<'a>(p: *mut abi::ibv_pd) -> Result<&'a PdObj, i32> {
+    handles::check(Kind::Pd, p)?;
+    // SAFETY: live (checked), and per the contract.
+    unsafe { pd(p) }.ok_or(libc::EINVAL)
+}
+
+/// Run `f` (the creation of an object on PD `p`) with the PD checked live
+/// and counted; the count is given back if `f` fails.
+fn on_pd<R>(p: *mut abi::ibv_pd, f: impl FnOnce(&PdObj) -> Result<R, i32>) -> Result<R, i32> {
+    let o = pd_hold(&handles::lock(), p)?;
+    let r = f(o);
+    if r.is_err() {
+        o.put();
+    }
+    r
 }
 
 /// An MR: the C struct, then the region (None once deregistered).
@@ -62,19 +102,35 @@ pub(crate) unsafe extern "C" fn alloc_pd(c: *mut abi::ibv_context) -> *mut abi::
             pd,
             users: std::sync::atomic::AtomicUsize::new(0),
         });
-        Ok(Box::into_raw(b) as *mut abi::ibv_pd)
+        let p = Box::into_raw(b) as *mut abi::ibv_pd;
+        handles::insert(Kind::Pd, p, c);
+        Ok(p)
     })
 }
 
 pub(crate) unsafe extern "C" fn dealloc_pd(p: *mut abi::ibv_pd) -> libc::c_int {
     guard_rc(|| {
-        // SAFETY: contract of ibv_dealloc_pd.
-        let o = unsafe { pd(p) }.ok_or(libc::EINVAL)?;
-        // A PD with MRs, QPs, SRQs, AHs or MWs is busy (EBUSY, as the kernel).
-        if o.users.load(std::sync::atomic::Ordering::Relaxed) > 0 {
-            return Err(libc::EBUSY);
+        {
+            let mut t = handles::lock();
+            if !t.live(Kind::Pd, p) {
+                diag!("ibv_dealloc_pd: {p:p} is not a live PD (deallocated already?)");
+                return Err(libc::EINVAL);
+            }
+            // SAFETY: live in the table, whose lock we hold.
+            let o = unsafe { &*(p as *const PdObj) };
+            // A PD with MRs, QPs, SRQs, AHs or MWs is busy (EBUSY, as the
+            // kernel): refused before anything is undone, so the PD stays
+            // usable. The count is taken under this lock (pd_hold).
+            if o.users.load(std::sync::atomic::Ordering::Acquire) > 0 {
+                return Err(libc::EBUSY);
+            }
+            t.remove(Kind::Pd, p);
         }
-        // SAFETY: p is the leaked box; the program gives it up here.
+        // SAFETY: p is the leaked box; it left the table just now, so this
+        // is its only free. Nothing can refuse past here: the emulator's
+        // destroy fails only if another handle to the PD exists, which
+        // the users count rules out (if it did, the PD would go with
+        // that handle's last drop).
         let b = unsafe { Box::from_raw(p as *mut PdObj) };
         b.pd.destroy().map_err(|e| {
             diag!("dealloc_pd: {e}");
@@ -187,6 +243,7 @@ fn writes(access: u32) -> bool {
         != 0
 }
 
+/// A new MR on PD `o` (checked live and counted by the caller, [`on_pd`]).
 fn new_mr(
     c: *mut abi::ibv_context,
     p: *mut abi::ibv_pd,
@@ -215,7 +272,6 @@ fn new_mr(
     let mem = unsafe { RegionMem::external(addr.cast::<u8>(), len) };
     let m = o.pd.reg_mr_mem(mem, Some(iova), flags).map_err(reg_err)?;
     let info = m.info();
-    o.get();
     let b = Box::new(MrObj {
         c: abi::ibv_mr {
             context: c,
@@ -228,7 +284,9 @@ fn new_mr(
         },
         mr: Mutex::new(Some(m)),
     });
-    Ok(Box::into_raw(b) as *mut abi::ibv_mr)
+    let p = Box::into_raw(b) as *mut abi::ibv_mr;
+    handles::insert(Kind::Mr, p, c);
+    Ok(p)
 }
 
 pub(crate) unsafe extern "C" fn reg_mr(
@@ -237,11 +295,7 @@ pub(crate) unsafe extern "C" fn reg_mr(
     len: usize,
     access: libc::c_int,
 ) -> *mut abi::ibv_mr {
-    guard_ptr(|| {
-        // SAFETY: contract of ibv_reg_mr.
-        let o = unsafe { pd(p) }.ok_or(libc::EINVAL)?;
-        new_mr(o.c.context, p, o, addr, len, addr as u64, access as u32)
-    })
+    guard_ptr(|| on_pd(p, |o| new_mr(o.c.context, p, o, addr, len, addr as u64, access as u32)))
 }
 
 pub(crate) unsafe extern "C" fn reg_mr_iova(
@@ -251,11 +305,7 @@ pub(crate) unsafe extern "C" fn reg_mr_iova(
     iova: u64,
     access: libc::c_int,
 ) -> *mut abi::ibv_mr {
-    guard_ptr(|| {
-        // SAFETY: contract of ibv_reg_mr_iova.
-        let o = unsafe { pd(p) }.ok_or(libc::EINVAL)?;
-        new_mr(o.c.context, p, o, addr, len, iova, access as u32)
-    })
+    guard_ptr(|| on_pd(p, |o| new_mr(o.c.context, p, o, addr, len, iova, access as u32)))
 }
 
 pub(crate) unsafe extern "C" fn reg_mr_iova2(
@@ -265,23 +315,32 @@ pub(crate) unsafe extern "C" fn reg_mr_iova2(
     iova: u64,
     access: libc::c_uint,
 ) -> *mut abi::ibv_mr {
-    guard_ptr(|| {
-        // SAFETY: contract of ibv_reg_mr_iova2.
-        let o = unsafe { pd(p) }.ok_or(libc::EINVAL)?;
-        new_mr(o.c.context, p, o, addr, len, iova, access)
-    })
+    guard_ptr(|| on_pd(p, |o| new_mr(o.c.context, p, o, addr, len, iova, access)))
 }
 
 pub(crate) unsafe extern "C" fn dereg_mr(m: *mut abi::ibv_mr) -> libc::c_int {
     guard_rc(|| {
-        // SAFETY: contract of ibv_dereg_mr.
+        // Out of the table first: of two racing deregistrations one wins,
+        // the other gets EINVAL.
+        let ctx = {
+            let mut t = handles::lock();
+            if !t.remove(Kind::Mr, m) {
+                diag!("ibv_dereg_mr: {m:p} is not a live MR (deregistered already?)");
+                return Err(libc::EINVAL);
+            }
+            // SAFETY: m was live until just now and only this call frees it.
+            unsafe { (*m).context }
+        };
+        // SAFETY: as above.
         let o = unsafe { mr(m) }.ok_or(libc::EINVAL)?;
         let region = o.mr.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(r) = region {
             if let Err(e) = r.destroy() {
-                // Another handle still holds the region (a memory window
-                // bound to it): busy, as the kernel answers.
+                // Another handle still holds the region: busy, as the kernel
+                // answers; the MR stays (live again, its region goes with
+                // the other handle).
                 diag!("dereg_mr: {e}");
+                handles::insert(Kind::Mr, m, ctx);
                 return Err(libc::EBUSY);
             }
         }
@@ -290,7 +349,8 @@ pub(crate) unsafe extern "C" fn dereg_mr(m: *mut abi::ibv_mr) -> libc::c_int {
         if let Some(p) = unsafe { pd(o.c.pd) } {
             p.put();
         }
-        // SAFETY: m is the leaked box; the program gives it up here.
+        // SAFETY: m is the leaked box; it left the table above, so this is
+        // its only free.
         drop(unsafe { Box::from_raw(m as *mut MrObj) });
         Ok(())
     })
@@ -306,7 +366,12 @@ pub(crate) unsafe extern "C" fn rereg_mr(
 ) -> libc::c_int {
     // Returns enum ibv_rereg_mr_err_code: 0, or a negative IBV_REREG_MR_ERR_*.
     crate::util::guard(abi::IBV_REREG_MR_ERR_INPUT, || {
-        // SAFETY: contract of ibv_rereg_mr.
+        if !handles::live(Kind::Mr, m) {
+            crate::util::set_errno(libc::EINVAL);
+            return abi::IBV_REREG_MR_ERR_INPUT;
+        }
+        // SAFETY: live (checked); contract of ibv_rereg_mr (not raced
+        // with its deregistration).
         let Some(o) = (unsafe { mr(m) }) else { return abi::IBV_REREG_MR_ERR_INPUT };
         let flags = flags as u32;
         if flags
@@ -320,10 +385,10 @@ pub(crate) unsafe extern "C" fn rereg_mr(
             return abi::IBV_REREG_MR_ERR_INPUT;
         }
         let new_pd = if flags & abi::IBV_REREG_MR_CHANGE_PD != 0 {
-            // SAFETY: contract of ibv_rereg_mr.
-            match unsafe { pd(p) } {
-                Some(x) => Some(x),
-                None => {
+            // SAFETY: contract of ibv_rereg_mr (checked live).
+            match unsafe { pd_live(p) } {
+                Ok(x) => Some(x),
+                Err(_) => {
                     crate::util::set_errno(libc::EINVAL);
                     return abi::IBV_REREG_MR_ERR_INPUT;
                 }
@@ -420,39 +485,43 @@ pub(crate) unsafe extern "C" fn alloc_mw(
     p: *mut abi::ibv_pd,
     ty: abi::ibv_mw_type,
 ) -> *mut abi::ibv_mw {
-    guard_ptr(|| {
-        // SAFETY: contract of ibv_alloc_mw.
-        let o = unsafe { pd(p) }.ok_or(libc::EINVAL)?;
-        let t = match ty {
-            abi::IBV_MW_TYPE_1 => MwType::Type1,
-            abi::IBV_MW_TYPE_2 => MwType::Type2,
-            _ => return Err(libc::EINVAL),
-        };
-        let mw = o.pd.alloc_mw(t).map_err(|e| {
-            diag!("alloc_mw: {e}");
-            libc::ENOMEM
-        })?;
-        let b = Box::new(MwObj {
-            c: abi::ibv_mw {
-                context: o.c.context,
-                pd: p,
-                rkey: mw.rkey().value(),
-                handle: mw.handle().id(),
-                type_: ty,
-            },
-            mw,
-        });
-        o.get();
-        Ok(Box::into_raw(b) as *mut abi::ibv_mw)
-    })
+    guard_ptr(|| on_pd(p, |o| new_mw(o, p, ty)))
+}
+
+/// A new MW on PD `o` (checked live and counted by the caller, [`on_pd`]).
+fn new_mw(o: &PdObj, p: *mut abi::ibv_pd, ty: abi::ibv_mw_type) -> Result<*mut abi::ibv_mw, i32> {
+    let t = match ty {
+        abi::IBV_MW_TYPE_1 => MwType::Type1,
+        abi::IBV_MW_TYPE_2 => MwType::Type2,
+        _ => return Err(libc::EINVAL),
+    };
+    let mw = o.pd.alloc_mw(t).map_err(|e| {
+        diag!("alloc_mw: {e}");
+        libc::ENOMEM
+    })?;
+    let b = Box::new(MwObj {
+        c: abi::ibv_mw {
+            context: o.c.context,
+            pd: p,
+            rkey: mw.rkey().value(),
+            handle: mw.handle().id(),
+            type_: ty,
+        },
+        mw,
+    });
+    let m = Box::into_raw(b) as *mut abi::ibv_mw;
+    handles::insert(Kind::Mw, m, o.c.context);
+    Ok(m)
 }
 
 pub(crate) unsafe extern "C" fn dealloc_mw(m: *mut abi::ibv_mw) -> libc::c_int {
     guard_rc(|| {
-        if m.is_null() {
+        if !handles::lock().remove(Kind::Mw, m) {
+            diag!("ibv_dealloc_mw: {m:p} is not a live MW (deallocated already?)");
             return Err(libc::EINVAL);
         }
-        // SAFETY: m is a leaked Box<MwObj>; the program gives it up.
+        // SAFETY: m is a leaked Box<MwObj>; it left the table just now, so
+        // this is its only free.
         let b = unsafe { Box::from_raw(m as *mut MwObj) };
         // SAFETY: the PD outlives its windows.
         if let Some(p) = unsafe { pd(b.c.pd) } {

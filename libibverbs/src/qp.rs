@@ -4,10 +4,11 @@
 
 use crate::abi;
 use crate::ah::{ah, ah_from_c, ah_to_c};
-use crate::cq::{cq, CqObj};
+use crate::cq::{cq_hold, CqObj};
 use crate::device::{ctx, Ctx};
-use crate::mr::{mw, pd, PdObj};
-use crate::srq::{srq, SrqObj};
+use crate::handles::{self, Kind};
+use crate::mr::{mw, pd_hold, pd_live, PdObj};
+use crate::srq::{srq_hold, SrqObj};
 use crate::util::{diag, guard_ptr, guard_rc};
 use roce_emulator::qp_attr::AttrMask;
 use roce_verbs_api::LKey;
@@ -42,6 +43,72 @@ pub(crate) struct QpObj {
 pub(crate) unsafe fn qp<'a>(p: *mut abi::ibv_qp) -> Option<&'a QpObj> {
     // SAFETY: per the contract, p is a leaked Box<QpObj> (c at offset 0).
     (!p.is_null()).then(|| unsafe { &*(p as *const QpObj) })
+}
+
+/// The live QP behind `p` (EINVAL otherwise).
+///
+/// # Safety
+/// The QP must not be destroyed by another thread while the reference is
+/// used (libibverbs' rule).
+pub(crate) unsafe fn qp_live<'a>(p: *mut abi::ibv_qp) -> Result<&'a QpObj, i32> {
+    handles::check(Kind::Qp, p)?;
+    // SAFETY: live (checked), and per the contract.
+    unsafe { qp(p) }.ok_or(libc::EINVAL)
+}
+
+/// The parents of a QP about to be created, checked live and counted.
+struct Held<'a> {
+    pd: &'a PdObj,
+    scq: &'a CqObj,
+    rcq: &'a CqObj,
+    srq: Option<&'a SrqObj>,
+}
+
+impl Held<'_> {
+    /// Give the counts back (the QP was not created).
+    fn release(&self) {
+        self.pd.put();
+        self.scq.users.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        self.rcq.users.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        if let Some(s) = self.srq {
+            s.users.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        }
+    }
+}
+
+/// Check the PD, CQs and SRQ of a new QP live and count the QP on them,
+/// all under one hold of the table's lock (a destroy of any of them then
+/// answers EBUSY until the QP goes, or the create EINVAL if it went first).
+fn hold_parents<'a>(p: *mut abi::ibv_pd, init: &Init) -> Result<Held<'a>, i32> {
+    let t = handles::lock();
+    let pd = pd_hold(&t, p)?;
+    let scq = match cq_hold(&t, init.send_cq) {
+        Ok(c) => c,
+        Err(e) => {
+            pd.put();
+            return Err(e);
+        }
+    };
+    let rcq = match cq_hold(&t, init.recv_cq) {
+        Ok(c) => c,
+        Err(e) => {
+            pd.put();
+            scq.users.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+            return Err(e);
+        }
+    };
+    let srq = if init.srq.is_null() {
+        None
+    } else {
+        match srq_hold(&t, init.srq) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                Held { pd, scq, rcq, srq: None }.release();
+                return Err(e);
+            }
+        }
+    };
+    Ok(Held { pd, scq, rcq, srq })
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -139,14 +206,22 @@ fn new_qp(
     p: *mut abi::ibv_pd,
     init: &Init,
 ) -> Result<(*mut QpObj, abi::ibv_qp_cap), i32> {
-    // SAFETY: the program passes a PD, CQs and an SRQ this library created.
-    let po = unsafe { pd(p) }.ok_or(libc::EINVAL)?;
-    // SAFETY: as above.
-    let scq = unsafe { cq(init.send_cq) }.ok_or(libc::EINVAL)?;
-    // SAFETY: as above.
-    let rcq = unsafe { cq(init.recv_cq) }.ok_or(libc::EINVAL)?;
-    // SAFETY: as above (NULL: no SRQ).
-    let so = unsafe { srq(init.srq) };
+    let held = hold_parents(p, init)?;
+    let r = build_qp(cx, p, init, &held);
+    if r.is_err() {
+        held.release();
+    }
+    r
+}
+
+/// A new QP on parents checked live and counted ([`hold_parents`]).
+fn build_qp(
+    cx: &Ctx,
+    p: *mut abi::ibv_pd,
+    init: &Init,
+    held: &Held<'_>,
+) -> Result<(*mut QpObj, abi::ibv_qp_cap), i32> {
+    let (po, scq, rcq, so) = (held.pd, held.scq, held.rcq, held.srq);
     let t = type_from_c(init.qp_type)?;
     let c = init.cap;
     let dev = cx.ctx.query_device();
@@ -194,14 +269,9 @@ fn new_qp(
         max_recv_sge: actual.max_recv_sge,
         max_inline_data: actual.max_inline_data,
     });
-    po.get();
-    scq.users.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    rcq.users.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    if let Some(s) = so {
-        s.users.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
     let ptr = Box::into_raw(obj);
     lock(&cx.qps).insert(qpn, ptr as usize);
+    handles::insert(Kind::Qp, ptr, cx.c());
     let out = abi::ibv_qp_cap {
         max_send_wr: actual.max_send_wr,
         max_recv_wr: actual.max_recv_wr,
@@ -217,8 +287,9 @@ pub(crate) unsafe extern "C" fn create_qp(
     attr: *mut abi::ibv_qp_init_attr,
 ) -> *mut abi::ibv_qp {
     guard_ptr(|| {
-        // SAFETY: contract of ibv_create_qp.
-        let po = unsafe { pd(p) }.ok_or(libc::EINVAL)?;
+        // SAFETY: contract of ibv_create_qp (checked live; held for the
+        // creation by new_qp).
+        let po = unsafe { pd_live(p) }?;
         // SAFETY: the PD's context is live.
         let cx = unsafe { ctx(po.c.context) }.ok_or(libc::EINVAL)?;
         if attr.is_null() {
@@ -298,12 +369,20 @@ pub(crate) unsafe extern "C" fn qp_to_qp_ex(q: *mut abi::ibv_qp) -> *mut abi::ib
 
 pub(crate) unsafe extern "C" fn destroy_qp(q: *mut abi::ibv_qp) -> libc::c_int {
     guard_rc(|| {
-        // SAFETY: contract of ibv_destroy_qp.
+        // Nothing refuses a QP's destroy: out of the table at once (of two
+        // racing destroys one wins, the other gets EINVAL), then freed.
+        if !handles::lock().remove(Kind::Qp, q) {
+            diag!("ibv_destroy_qp: {q:p} is not a live QP (destroyed already?)");
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: q was live until just now and only this call frees it.
         let o = unsafe { qp(q) }.ok_or(libc::EINVAL)?;
-        // SAFETY: the QP's context is live.
-        let cx = unsafe { ctx(o.c.qp_base.context) }.ok_or(libc::EINVAL)?;
-        lock(&cx.qps).remove(&o.c.qp_base.qp_num);
-        // SAFETY: q is the leaked box; the program gives it up.
+        // SAFETY: the QP's context is live while the QP is.
+        if let Some(cx) = unsafe { ctx(o.c.qp_base.context) } {
+            lock(&cx.qps).remove(&o.c.qp_base.qp_num);
+        }
+        // SAFETY: q is the leaked box; it left the table above, so this is
+        // its only free.
         let b = unsafe { Box::from_raw(q as *mut QpObj) };
         // SAFETY: the PD, CQs and SRQ outlive the QP (their destroy
         // refuses while it exists).
@@ -313,11 +392,11 @@ pub(crate) unsafe extern "C" fn destroy_qp(q: *mut abi::ibv_qp) -> libc::c_int {
             }
             for c in [b.send_cq, b.recv_cq] {
                 if let Some(c) = c.as_ref() {
-                    c.users.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                    c.users.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
                 }
             }
             if let Some(s) = b.srq.as_ref() {
-                s.users.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                s.users.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
             }
         }
         b.qp.destroy().map_err(|e| {
@@ -336,7 +415,7 @@ pub(crate) unsafe extern "C" fn modify_qp(
 ) -> libc::c_int {
     guard_rc(|| {
         // SAFETY: contract of ibv_modify_qp.
-        let o = unsafe { qp(q) }.ok_or(libc::EINVAL)?;
+        let o = unsafe { qp_live(q) }?;
         if attr.is_null() {
             return Err(libc::EINVAL);
         }
@@ -402,7 +481,7 @@ pub(crate) unsafe extern "C" fn query_qp(
 ) -> libc::c_int {
     guard_rc(|| {
         // SAFETY: contract of ibv_query_qp.
-        let o = unsafe { qp(q) }.ok_or(libc::EINVAL)?;
+        let o = unsafe { qp_live(q) }?;
         if attr.is_null() || init.is_null() {
             return Err(libc::EINVAL);
         }

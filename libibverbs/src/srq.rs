@@ -2,7 +2,8 @@
 
 use crate::abi;
 use crate::device::ctx;
-use crate::mr::{pd, PdObj};
+use crate::handles::{self, Kind};
+use crate::mr::{pd_hold, PdObj};
 use crate::qp::recv_wrs;
 use crate::util::{diag, guard_ptr, guard_rc};
 use roce_verbs_api::{PostSrqRecvError, Srq};
@@ -27,49 +28,92 @@ pub(crate) unsafe fn srq<'a>(p: *mut abi::ibv_srq) -> Option<&'a SrqObj> {
     (!p.is_null()).then(|| unsafe { &*(p as *const SrqObj) })
 }
 
+/// The live SRQ behind `p` (EINVAL otherwise).
+///
+/// # Safety
+/// The SRQ must not be destroyed by another thread while the reference is
+/// used (libibverbs' rule).
+unsafe fn srq_live<'a>(p: *mut abi::ibv_srq) -> Result<&'a SrqObj, i32> {
+    handles::check(Kind::Srq, p)?;
+    // SAFETY: live (checked), and per the contract.
+    unsafe { srq(p) }.ok_or(libc::EINVAL)
+}
+
+/// The SRQ behind `p` if it is live, counted as used by a QP about to be
+/// created on it (under the table's lock, which the caller holds; see
+/// [`crate::mr::pd_hold`]). The caller gives the count back if the QP is
+/// not created.
+pub(crate) fn srq_hold<'a>(t: &handles::Table, p: *mut abi::ibv_srq) -> Result<&'a SrqObj, i32> {
+    if !t.live(Kind::Srq, p) {
+        diag!("SRQ {p:p} is not a live SRQ (destroyed already?)");
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: live in the table, whose lock the caller holds; freed only
+    // after it leaves the table, which the count taken here prevents.
+    let o = unsafe { &*(p as *const SrqObj) };
+    o.users.fetch_add(1, Ordering::AcqRel);
+    Ok(o)
+}
+
 pub(crate) unsafe extern "C" fn create_srq(
     p: *mut abi::ibv_pd,
     init: *mut abi::ibv_srq_init_attr,
 ) -> *mut abi::ibv_srq {
     guard_ptr(|| {
-        // SAFETY: contract of ibv_create_srq.
-        let po = unsafe { pd(p) }.ok_or(libc::EINVAL)?;
-        // SAFETY: the PD's context is live.
-        let cx = unsafe { ctx(po.c.context) }.ok_or(libc::EINVAL)?;
         if init.is_null() {
             return Err(libc::EINVAL);
         }
-        // SAFETY: the caller's ibv_srq_init_attr.
-        let a = unsafe { &mut *init };
-        let s = po.pd.create_srq(a.attr.max_wr.max(1), a.attr.max_sge.max(1)).map_err(|e| {
-            diag!("create_srq: {e}");
-            libc::EINVAL
-        })?;
-        if a.attr.srq_limit > 0 {
-            s.set_limit(a.attr.srq_limit).map_err(|_| libc::EINVAL)?;
+        let po = pd_hold(&handles::lock(), p)?;
+        // SAFETY: init is the caller's ibv_srq_init_attr.
+        let r = unsafe { new_srq(po, p, init) };
+        if r.is_err() {
+            po.put();
         }
-        if let Some((attr, _)) = s.query() {
-            a.attr.max_wr = attr.max_wr;
-            a.attr.max_sge = attr.max_sge;
-        }
-        // SAFETY: C data; the pthread objects' zero bytes are their initializers.
-        let mut c: abi::ibv_srq = unsafe { std::mem::zeroed() };
-        c.context = po.c.context;
-        c.srq_context = a.srq_context;
-        c.pd = p;
-        c.handle = s.handle().id();
-        let h = c.handle;
-        let b = Box::into_raw(Box::new(SrqObj {
-            c,
-            srq: s,
-            pd: p as *mut PdObj,
-            users: AtomicUsize::new(0),
-            max_sge: a.attr.max_sge,
-        }));
-        po.get();
-        cx.srqs.lock().unwrap_or_else(|e| e.into_inner()).insert(h, b as usize);
-        Ok(b as *mut abi::ibv_srq)
+        r
     })
+}
+
+/// A new SRQ on PD `po` (checked live and counted by the caller).
+///
+/// # Safety
+/// `init` must point to the caller's `ibv_srq_init_attr`.
+unsafe fn new_srq(
+    po: &PdObj,
+    p: *mut abi::ibv_pd,
+    init: *mut abi::ibv_srq_init_attr,
+) -> Result<*mut abi::ibv_srq, i32> {
+    // SAFETY: the PD's context is live.
+    let cx = unsafe { ctx(po.c.context) }.ok_or(libc::EINVAL)?;
+    // SAFETY: the caller's ibv_srq_init_attr.
+    let a = unsafe { &mut *init };
+    let s = po.pd.create_srq(a.attr.max_wr.max(1), a.attr.max_sge.max(1)).map_err(|e| {
+        diag!("create_srq: {e}");
+        libc::EINVAL
+    })?;
+    if a.attr.srq_limit > 0 {
+        s.set_limit(a.attr.srq_limit).map_err(|_| libc::EINVAL)?;
+    }
+    if let Some((attr, _)) = s.query() {
+        a.attr.max_wr = attr.max_wr;
+        a.attr.max_sge = attr.max_sge;
+    }
+    // SAFETY: C data; the pthread objects' zero bytes are their initializers.
+    let mut c: abi::ibv_srq = unsafe { std::mem::zeroed() };
+    c.context = po.c.context;
+    c.srq_context = a.srq_context;
+    c.pd = p;
+    c.handle = s.handle().id();
+    let h = c.handle;
+    let b = Box::into_raw(Box::new(SrqObj {
+        c,
+        srq: s,
+        pd: p as *mut PdObj,
+        users: AtomicUsize::new(0),
+        max_sge: a.attr.max_sge,
+    }));
+    cx.srqs.lock().unwrap_or_else(|e| e.into_inner()).insert(h, b as usize);
+    handles::insert(Kind::Srq, b, po.c.context);
+    Ok(b as *mut abi::ibv_srq)
 }
 
 pub(crate) unsafe extern "C" fn modify_srq(
@@ -79,7 +123,7 @@ pub(crate) unsafe extern "C" fn modify_srq(
 ) -> libc::c_int {
     guard_rc(|| {
         // SAFETY: contract of ibv_modify_srq.
-        let o = unsafe { srq(s) }.ok_or(libc::EINVAL)?;
+        let o = unsafe { srq_live(s) }?;
         if attr.is_null() {
             return Err(libc::EINVAL);
         }
@@ -106,7 +150,7 @@ pub(crate) unsafe extern "C" fn query_srq(
 ) -> libc::c_int {
     guard_rc(|| {
         // SAFETY: contract of ibv_query_srq.
-        let o = unsafe { srq(s) }.ok_or(libc::EINVAL)?;
+        let o = unsafe { srq_live(s) }?;
         if attr.is_null() {
             return Err(libc::EINVAL);
         }
@@ -125,16 +169,31 @@ pub(crate) unsafe extern "C" fn query_srq(
 
 pub(crate) unsafe extern "C" fn destroy_srq(s: *mut abi::ibv_srq) -> libc::c_int {
     guard_rc(|| {
-        // SAFETY: contract of ibv_destroy_srq.
-        let o = unsafe { srq(s) }.ok_or(libc::EINVAL)?;
-        if o.users.load(Ordering::Relaxed) > 0 {
-            return Err(libc::EBUSY);
-        }
-        // SAFETY: the SRQ's context is live.
+        let o = {
+            let mut t = handles::lock();
+            if !t.live(Kind::Srq, s) {
+                diag!("ibv_destroy_srq: {s:p} is not a live SRQ (destroyed already?)");
+                return Err(libc::EINVAL);
+            }
+            // SAFETY: live in the table, whose lock we hold.
+            let o = unsafe { &*(s as *const SrqObj) };
+            // QPs use it: refused before anything is undone (the count is
+            // taken under this lock, srq_hold).
+            if o.users.load(Ordering::Acquire) > 0 {
+                return Err(libc::EBUSY);
+            }
+            t.remove(Kind::Srq, s);
+            o
+        };
+        // SAFETY: the SRQ's context is live while the SRQ is (a close
+        // takes the SRQ out of the table first).
         if let Some(cx) = unsafe { ctx(o.c.context) } {
             cx.srqs.lock().unwrap_or_else(|e| e.into_inner()).remove(&o.c.handle);
         }
-        // SAFETY: s is the leaked box; the program gives it up.
+        // SAFETY: s is the leaked box; it left the table above, so this is
+        // its only free. Nothing refuses past here (the emulator's destroy
+        // fails only while another handle exists, which the users count
+        // rules out).
         let b = unsafe { Box::from_raw(s as *mut SrqObj) };
         // SAFETY: the PD outlives the SRQ.
         if let Some(p) = unsafe { b.pd.as_ref() } {
@@ -186,7 +245,7 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
 pub(crate) unsafe extern "C" fn get_srq_num(s: *mut abi::ibv_srq, num: *mut u32) -> libc::c_int {
     guard_rc(|| {
         // SAFETY: contract of ibv_get_srq_num.
-        let o = unsafe { srq(s) }.ok_or(libc::EINVAL)?;
+        let o = unsafe { srq_live(s) }?;
         if num.is_null() {
             return Err(libc::EINVAL);
         }
