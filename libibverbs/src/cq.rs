@@ -43,6 +43,8 @@ pub(crate) struct CqObj {
     /// delivered for the CQ was acknowledged.
     pub events: Mutex<Events>,
     pub acked: Condvar,
+    /// The fork generation it was made in ([`crate::fork`]).
+    pub gen: u32,
 }
 
 #[derive(Default)]
@@ -63,7 +65,9 @@ pub(crate) struct ExPoll {
 /// `p` must be a CQ this library created and not yet destroyed.
 pub(crate) unsafe fn cq<'a>(p: *mut abi::ibv_cq) -> Option<&'a CqObj> {
     // SAFETY: per the contract, p is a leaked Box<CqObj> (c at offset 0).
-    (!p.is_null()).then(|| unsafe { &*(p as *const CqObj) })
+    let o = (!p.is_null()).then(|| unsafe { &*(p as *const CqObj) })?;
+    // (an inherited CQ of a forked child is the parent's: refused)
+    (!crate::fork::inherited(o.gen)).then_some(o)
 }
 
 /// The live CQ behind `p` (EINVAL otherwise).
@@ -96,10 +100,12 @@ pub(crate) fn cq_hold<'a>(t: &handles::Table, p: *mut abi::ibv_cq) -> Result<&'a
     Ok(o)
 }
 
-unsafe fn cq_ex<'a>(p: *mut abi::ibv_cq_ex) -> &'a CqObj {
+unsafe fn cq_ex<'a>(p: *mut abi::ibv_cq_ex) -> Option<&'a CqObj> {
     // SAFETY: the extended-poll functions are only reachable through a CQ
     // this library built.
-    unsafe { &*(p as *const CqObj) }
+    let o = unsafe { &*(p as *const CqObj) };
+    // (an inherited CQ of a forked child is the parent's: refused)
+    (!crate::fork::inherited(o.gen)).then_some(o)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -310,6 +316,7 @@ fn new_cq(
     c.read_flow_tag = Some(read_flow_tag);
     let handle = c.handle;
     let p = Box::into_raw(Box::new(CqObj {
+        gen: crate::fork::generation(),
         c,
         cq,
         chan: channel as *mut ChanObj,
@@ -617,7 +624,7 @@ unsafe extern "C" fn start_poll(
 ) -> libc::c_int {
     guard(libc::EINVAL, || {
         // SAFETY: only reachable through our CQs.
-        let o = unsafe { cq_ex(c) };
+        let Some(o) = (unsafe { cq_ex(c) }) else { return fail(libc::EINVAL) };
         let mut ex = lock(&o.ex);
         // SAFETY: the program polls a CQ from one thread at a time
         // (libibverbs' rule for the extended poll); status and wr_id are
@@ -639,15 +646,16 @@ unsafe extern "C" fn next_poll(c: *mut abi::ibv_cq_ex) -> libc::c_int {
 unsafe extern "C" fn end_poll(c: *mut abi::ibv_cq_ex) {
     guard((), || {
         // SAFETY: as start_poll.
-        let o = unsafe { cq_ex(c) };
-        lock(&o.ex).cur = None;
+        if let Some(o) = unsafe { cq_ex(c) } {
+            lock(&o.ex).cur = None;
+        }
     })
 }
 
 fn with_cur<R: Default>(c: *mut abi::ibv_cq_ex, f: impl FnOnce(&WorkCompletion) -> R) -> R {
     guard(R::default(), || {
         // SAFETY: as start_poll.
-        let o = unsafe { cq_ex(c) };
+        let Some(o) = (unsafe { cq_ex(c) }) else { return R::default() };
         let ex = lock(&o.ex);
         ex.cur.as_ref().map(f).unwrap_or_default()
     })
@@ -679,7 +687,7 @@ unsafe extern "C" fn read_slid(_c: *mut abi::ibv_cq_ex) -> u32 {
 }
 unsafe extern "C" fn read_sl(c: *mut abi::ibv_cq_ex) -> u8 {
     // SAFETY: as start_poll.
-    let l3 = guard(0, || unsafe { cq_ex(c) }.l3);
+    let l3 = guard(0, || unsafe { cq_ex(c) }.map_or(0, |o| o.l3));
     with_cur(c, |w| wc_sl(w, l3))
 }
 unsafe extern "C" fn read_dlid_path_bits(_c: *mut abi::ibv_cq_ex) -> u8 {

@@ -48,6 +48,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub(crate) fn devices() -> Result<&'static [&'static DevEntry], i32> {
     static LIST: OnceLock<Result<Vec<&'static DevEntry>, i32>> = OnceLock::new();
     let r = LIST.get_or_init(|| {
+        crate::fork::install();
         let cfgs = match DeviceConfig::load_all() {
             Ok(v) => v,
             Err(e) => {

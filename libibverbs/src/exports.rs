@@ -613,9 +613,13 @@ pub unsafe extern "C" fn mbps_to_ibv_rate(m: c_int) -> abi::ibv_rate {
 
 // ---------------------------------------------------------------- fork, sysfs
 
-/// Fork is safe: no kernel pins our memory, so there is nothing to protect.
+/// Fork is safe without it (no kernel pins our memory); a forked child
+/// works on its own (`crate::fork`): its new objects work, inherited ones
+/// fail with EINVAL/EIO. The handlers are installed with the device list;
+/// this makes sure of them.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_fork_init() -> c_int {
+    crate::fork::install();
     0
 }
 #[no_mangle]

@@ -82,6 +82,12 @@ impl Table {
         }
     }
 
+    /// Forget every object (a forked child: what it inherited is the
+    /// parent's; see [`crate::fork`]). Nothing is freed.
+    pub fn forget_all(&mut self) {
+        self.0.clear();
+    }
+
     /// Take the objects of context `ctx` (not the context itself) out of
     /// the table: `ibv_close_device` frees them.
     pub fn remove_children<C>(&mut self, ctx: *const C) -> Vec<(Kind, usize)> {

@@ -49,6 +49,7 @@ mod compat;
 mod cq;
 mod device;
 mod exports;
+mod fork;
 #[doc(hidden)]
 pub mod fuzz;
 mod handles;

@@ -36,13 +36,18 @@ pub(crate) struct QpObj {
     pub max_send_sge: u32,
     pub max_recv_sge: u32,
     pub max_inline_data: u32,
+    /// The fork generation it was made in ([`crate::fork`]): a forked
+    /// child's inherited QP is refused before any of its locks is taken.
+    pub gen: u32,
 }
 
 /// # Safety
 /// `p` must be a QP this library created and not yet destroyed.
 pub(crate) unsafe fn qp<'a>(p: *mut abi::ibv_qp) -> Option<&'a QpObj> {
     // SAFETY: per the contract, p is a leaked Box<QpObj> (c at offset 0).
-    (!p.is_null()).then(|| unsafe { &*(p as *const QpObj) })
+    let o = (!p.is_null()).then(|| unsafe { &*(p as *const QpObj) })?;
+    // (an inherited QP of a forked child is the parent's: refused)
+    (!crate::fork::inherited(o.gen)).then_some(o)
 }
 
 /// The live QP behind `p` (EINVAL otherwise).
@@ -257,6 +262,7 @@ fn build_qp(
     crate::qp_ex::fill(&mut x);
     let qpn = q.qpn().value();
     let obj = Box::new(QpObj {
+        gen: crate::fork::generation(),
         c: x,
         qp: q,
         qp_type: t,

@@ -61,6 +61,9 @@ fn with(q: *mut abi::ibv_qp_ex, f: impl FnOnce(&QpObj, &mut WrBatch, u64, u32)) 
         // SAFETY: the wr_* pointers are only in QPs this library built; the
         // program reads/writes wr_id and wr_flags from its posting thread.
         let o = unsafe { &*(q as *const QpObj) };
+        if crate::fork::inherited(o.gen) {
+            return; // a forked child's inherited QP (wr_complete: EIO)
+        }
         // SAFETY: as above.
         let (id, flags) = unsafe { ((*q).wr_id, (*q).wr_flags) };
         let mut b = o.wr.lock().unwrap_or_else(|e| e.into_inner());

@@ -19,13 +19,17 @@ pub(crate) struct SrqObj {
     pub users: AtomicUsize,
     /// SGEs per receive (as created): checked before a post's list is read.
     pub max_sge: u32,
+    /// The fork generation it was made in ([`crate::fork`]).
+    pub gen: u32,
 }
 
 /// # Safety
 /// `p` must be an SRQ this library created and not yet destroyed, or NULL.
 pub(crate) unsafe fn srq<'a>(p: *mut abi::ibv_srq) -> Option<&'a SrqObj> {
     // SAFETY: per the contract, a leaked Box<SrqObj> (c at offset 0).
-    (!p.is_null()).then(|| unsafe { &*(p as *const SrqObj) })
+    let o = (!p.is_null()).then(|| unsafe { &*(p as *const SrqObj) })?;
+    // (an inherited SRQ of a forked child is the parent's: refused)
+    (!crate::fork::inherited(o.gen)).then_some(o)
 }
 
 /// The live SRQ behind `p` (EINVAL otherwise).
@@ -105,6 +109,7 @@ unsafe fn new_srq(
     c.handle = s.handle().id();
     let h = c.handle;
     let b = Box::into_raw(Box::new(SrqObj {
+        gen: crate::fork::generation(),
         c,
         srq: s,
         pd: p as *mut PdObj,

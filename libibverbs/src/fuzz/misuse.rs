@@ -203,8 +203,7 @@ pub fn misuse_run(data: &[u8]) -> Reached {
     unsafe {
         for k in [Kind::Qp, Kind::Srq, Kind::Ah, Kind::Mw, Kind::Mr, Kind::Cq, Kind::Chan, Kind::Pd]
         {
-            let live: Vec<Obj> =
-                p.of(k).copied().filter(|o| o.live && p.ctx_live(o.ctx)).collect();
+            let live: Vec<Obj> = p.of(k).copied().filter(|o| o.live && p.ctx_live(o.ctx)).collect();
             for o in live {
                 destroy(&mut p, o);
             }
@@ -404,7 +403,8 @@ unsafe fn step(p: &mut Pool, i: &mut In, list: *mut *mut abi::ibv_device, n: i32
                 let (qp, _) = p.any(Kind::Qp, i);
                 let mut a: abi::ibv_qp_attr = std::mem::zeroed();
                 let mut ia: abi::ibv_qp_init_attr = std::mem::zeroed();
-                r.refused += u64::from(x::ibv_query_qp(qp.cast(), &mut a, i.u32() as i32, &mut ia) != 0);
+                r.refused +=
+                    u64::from(x::ibv_query_qp(qp.cast(), &mut a, i.u32() as i32, &mut ia) != 0);
             }
             15 => {
                 let (srq, _) = p.any(Kind::Srq, i);
@@ -412,7 +412,8 @@ unsafe fn step(p: &mut Pool, i: &mut In, list: *mut *mut abi::ibv_device, n: i32
                 a.max_wr = amount(i);
                 a.srq_limit = amount(i);
                 if i.u8() & 1 == 0 {
-                    r.refused += u64::from(x::ibv_modify_srq(srq.cast(), &mut a, i.u32() as i32) != 0);
+                    r.refused +=
+                        u64::from(x::ibv_modify_srq(srq.cast(), &mut a, i.u32() as i32) != 0);
                 } else {
                     r.refused += u64::from(x::ibv_query_srq(srq.cast(), &mut a) != 0);
                 }
@@ -434,7 +435,12 @@ unsafe fn step(p: &mut Pool, i: &mut In, list: *mut *mut abi::ibv_device, n: i32
                 let mut a: abi::ibv_device_attr = std::mem::zeroed();
                 r.refused += u64::from(x::ibv_query_device(c.cast(), &mut a) != 0);
                 let mut pa: abi::ibv_port_attr = std::mem::zeroed();
-                x::query_port_ex(c.cast(), i.u8(), &mut pa, std::mem::size_of::<abi::ibv_port_attr>());
+                x::query_port_ex(
+                    c.cast(),
+                    i.u8(),
+                    &mut pa,
+                    std::mem::size_of::<abi::ibv_port_attr>(),
+                );
                 let mut g: abi::ibv_gid = std::mem::zeroed();
                 x::ibv_query_gid(c.cast(), i.u8(), amount(i) as i32, &mut g);
                 let mut pk = 0u16;

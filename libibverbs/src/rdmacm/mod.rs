@@ -1087,3 +1087,37 @@ pub(crate) fn complete_sync(o: &IdObj) -> Result<(), i32> {
     }
     Ok(())
 }
+
+// ---------------------------------------------------------------- fork
+
+/// The CM's locks, held by the forking thread across `fork()` (see
+/// `crate::fork`), in the order the CM nests them with the devices' and
+/// the handle table's: its state, then the live channels, then the live ids.
+pub(crate) struct ForkHeld {
+    global: MutexGuard<'static, Global>,
+    chans: MutexGuard<'static, std::collections::HashSet<usize>>,
+    ids: MutexGuard<'static, std::collections::HashSet<usize>>,
+}
+
+/// Take the CM's locks before a fork.
+pub(crate) fn fork_prepare() -> ForkHeld {
+    ForkHeld { global: global(), chans: live_chans(), ids: live_ids() }
+}
+
+/// In a forked child: the CM starts empty. Inherited ids and channels are
+/// no longer live (EINVAL); the inherited per-device state, the event
+/// pump (a thread the child does not have) and the Rust identifiers are
+/// forgotten, never dropped (they belong to the parent's devices).
+pub(crate) fn fork_child(h: &mut ForkHeld) {
+    h.chans.clear();
+    h.ids.clear();
+    let g = &mut *h.global;
+    for d in &mut g.devs {
+        std::mem::forget(d.chan.take());
+        d.ctx = ptr::null_mut();
+        d.pd = ptr::null_mut();
+    }
+    std::mem::forget(std::mem::take(&mut g.ids));
+    std::mem::forget(g.pump.take());
+    g.chans = 0;
+}
