@@ -586,15 +586,18 @@ unsafe fn post_send(p: &Pool, o: Obj, i: &mut In, r: &mut Reached) {
     wr.send_flags = u32::from(i.u8() & 0x1f);
     wr.sg_list = list.as_mut_ptr();
     wr.num_sge = n;
-    // (writes of union members: the rdma one, or for SENDs the ud one
-    // with a live AH of ours or NULL)
-    wr.wr.rdma.remote_addr = (p.base() + usize::from(i.u16()) % PAGE) as u64;
-    wr.wr.rdma.rkey = i.u32();
+    // (writes of union members: on a UD QP the ud one, whose AH is a
+    // live one of ours or NULL, as a program's is; else the rdma one)
+    // SAFETY: a live QP of this library (the contract).
+    let ud = unsafe { (*(o.ptr as *mut abi::ibv_qp)).qp_type } == abi::IBV_QPT_UD;
     let ah = p.live(Kind::Ah, i);
-    if wr.opcode == abi::IBV_WR_SEND || wr.opcode == abi::IBV_WR_SEND_WITH_IMM {
+    if ud {
         wr.wr.ud.ah = ah.map_or(null_mut(), |a| a.ptr as *mut abi::ibv_ah);
         wr.wr.ud.remote_qpn = i.u32() & 0xff_ffff;
         wr.wr.ud.remote_qkey = 0x1111_1111;
+    } else {
+        wr.wr.rdma.remote_addr = (p.base() + usize::from(i.u16()) % PAGE) as u64;
+        wr.wr.rdma.rkey = i.u32();
     }
     let mut bad: *mut abi::ibv_send_wr = null_mut();
     // SAFETY: a live QP; the WR and its list live across the call.
