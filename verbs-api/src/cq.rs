@@ -4,8 +4,7 @@ use crate::device::Context;
 use crate::driver::Budget;
 use crate::error::DestroyError;
 use roce_emulator::{
-    CqHandle, DestroyCqError, NotifyCqError, PollCqError, ResizeCqError, SqRelease,
-    WorkCompletion,
+    CqHandle, DestroyCqError, NotifyCqError, PollCqError, ResizeCqError, SqRelease, WorkCompletion,
 };
 use std::fmt;
 use std::future::Future;
