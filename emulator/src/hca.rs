@@ -17,7 +17,7 @@ use crate::qp::{Qp, QpInitAttr, SendWqe, WqeState};
 use crate::qp_attr::{
     validate_modify, AccessFlags, AttrMask, ModifyLimits, PathMtu, QpAttr, QpState, QpType,
 };
-use crate::queues::{Cq, CqSink, Srq};
+use crate::queues::{Cq, CqSink, SqRelease, Srq};
 use crate::tx::Tx;
 use crate::wr::{RecvWr, SendFlags, SendWr, WcStatus, WorkCompletion, WrOpcode};
 use core::time::Duration;
@@ -90,6 +90,10 @@ pub struct Hca {
     pub(crate) dev: Dev,
     pub(crate) qps: crate::qp_table::QpTable,
     next_qpn: u32,
+    /// The next QP incarnation number ([`crate::qp::Qp::epoch`]): every
+    /// created or reset QP takes one (wrapping; a CQE would have to stay
+    /// unpolled through 2^32 of them to be mistaken).
+    next_epoch: u32,
     /// The QPNs this device may hand out ([`HcaConfig::qpns`]).
     qpns: std::ops::Range<u32>,
     /// QPN of the QP `poll_transmit` served last (round-robin).
@@ -146,6 +150,7 @@ impl Hca {
             },
             qps: Default::default(),
             next_qpn: first_qpn,
+            next_epoch: 1,
             qpns,
             rr_cursor: 0,
             rx_icrc_checked: false,
@@ -485,6 +490,10 @@ impl Hca {
 
     /// `ibv_poll_cq`: up to `max` completions, oldest first. A CQ that
     /// overflowed returns its remaining entries, then `Overrun`.
+    ///
+    /// Polling a send completion frees send-queue slots of its QP, as
+    /// mlx5 does: its own WQE's and those of the unsignaled WQEs completed
+    /// before it ([`Hca::post_send`] counts slots held until then).
     pub fn poll_cq(
         &mut self,
         cq: CqHandle,
@@ -495,7 +504,56 @@ impl Hca {
             return Err(PollCqError::Overrun(cq));
         }
         let n = max.min(c.entries.len());
-        Ok(c.entries.drain(..n).collect())
+        let mut out = Vec::with_capacity(n);
+        // one release per run of CQEs of one QP (usually the whole batch)
+        let mut run = SqRelease::default();
+        for e in c.entries.drain(..n) {
+            if !e.rel.is_empty() && !run.merge(e.rel) {
+                self.qps.release_sq(run);
+                run = e.rel;
+            }
+            out.push(e.wc);
+        }
+        self.qps.release_sq(run);
+        Ok(out)
+    }
+
+    /// [`Hca::poll_cq`] for a consumer that takes completions ahead of the
+    /// program (the C ABI's extended CQ buffers a batch): nothing is freed
+    /// now; hand each completion's [`SqRelease`] to [`Hca::release_sq`]
+    /// when the program reads it.
+    pub fn poll_cq_deferred(
+        &mut self,
+        cq: CqHandle,
+        max: usize,
+    ) -> Result<Vec<(WorkCompletion, SqRelease)>, PollCqError> {
+        let c = self.dev.sink.cqs.get_mut(&cq).ok_or(PollCqError::UnknownCq(cq))?;
+        if c.errored && c.entries.is_empty() {
+            return Err(PollCqError::Overrun(cq));
+        }
+        let n = max.min(c.entries.len());
+        Ok(c.entries.drain(..n).map(|e| (e.wc, e.rel)).collect())
+    }
+
+    /// Free the send-queue slots of a completion taken with
+    /// [`Hca::poll_cq_deferred`]. Nothing happens when its QP was reset or
+    /// destroyed since (its QPN possibly reused): the slots went with it.
+    pub fn release_sq(&mut self, rel: SqRelease) {
+        self.qps.release_sq(rel);
+    }
+
+    /// Send-queue slots `qpn` holds: WQEs not completed, and completed
+    /// ones whose freeing completion has not been polled. `post_send`
+    /// refuses with [`PostSendError::QueueFull`] when this reaches
+    /// `max_send_wr`.
+    pub fn sq_slots_held(&self, qpn: Qpn) -> Option<u32> {
+        self.qps.get(&qpn).map(|q| u32::try_from(q.sq_held()).unwrap_or(u32::MAX))
+    }
+
+    fn take_epoch(&mut self) -> u32 {
+        let e = self.next_epoch;
+        self.next_epoch = self.next_epoch.wrapping_add(1);
+        e
     }
 
     /// `ibv_req_notify_cq`: the next completion (or, with `solicited_only`,
@@ -687,7 +745,8 @@ impl Hca {
         if let Some(s) = init.srq.and_then(|h| self.dev.srqs.get_mut(&h)) {
             s.users += 1;
         }
-        self.qps.insert(Qp::new(qpn, init, self.dev.port.active_mtu));
+        let epoch = self.take_epoch();
+        self.qps.insert(Qp::new(qpn, init, self.dev.port.active_mtu, epoch));
         tracing::debug!(dev = %self.dev.name, %qpn, "create_qp");
         Ok(qpn)
     }
@@ -718,6 +777,7 @@ impl Hca {
             pkey_table_len: self.dev.port.pkey_tbl_len,
             phys_port_cnt: self.dev.attr.phys_port_cnt,
         };
+        let epoch = self.next_epoch;
         let mut entry = self.qps.get_mut(&qpn).ok_or(ModifyQpError::UnknownQp(qpn))?;
         let qp = &mut *entry;
         let to = validate_modify(qp.init.qp_type, qp.state, attr, &limits)?;
@@ -789,7 +849,10 @@ impl Hca {
             self.dev.sqd_draining.remove(&qpn);
         }
         match to {
-            QpState::Reset => qp.reset(),
+            QpState::Reset => {
+                qp.reset(epoch);
+                self.next_epoch = epoch.wrapping_add(1);
+            }
             QpState::Err => qp.enter_error(&mut self.dev.sink),
             s => qp.state = s,
         }
@@ -863,7 +926,8 @@ impl Hca {
             return Err(PostSendError::InvalidState(qp.state));
         }
         let cap = qp.init.cap;
-        if qp.sq.len() >= cap.max_send_wr as usize {
+        // slots are freed when completions are polled (Hca::poll_cq)
+        if qp.sq_held() >= cap.max_send_wr as usize {
             return Err(PostSendError::QueueFull { max: cap.max_send_wr });
         }
         let inline = wr.flags.contains(SendFlags::INLINE);
@@ -927,7 +991,7 @@ impl Hca {
         };
         if qp.state == QpState::Err {
             let wc = qp.send_wc(&w, WcStatus::WrFlushErr);
-            self.dev.sink.complete(qp.init.send_cq, wc);
+            qp.retire_send(&mut self.dev.sink, Some(wc));
         } else {
             qp.sq.push_back(w);
         }

@@ -87,6 +87,7 @@ pub use objects::{
 };
 pub use qp::QpInitAttr;
 pub use qp_attr::{AccessFlags, AhAttr, PathMtu, QpAttr, QpCap, QpState, QpType};
+pub use queues::SqRelease;
 pub use recv::DropReason;
 pub use responder::ACK_EVERY_PSNS;
 /// The communication manager engine each device carries ([`Hca::cm`]).

@@ -11,7 +11,7 @@
 use crate::counters::Counters;
 use crate::objects::{AsyncEvent, CqHandle, PdHandle};
 use crate::qp_attr::{AccessFlags, AhAttr, PathMtu, QpCap, QpState, QpType};
-use crate::queues::{CqSink, SrqTable};
+use crate::queues::{CqSink, SqRelease, SrqTable};
 use crate::time::Instant;
 use crate::wr::{RecvWr, SendWr, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use roce_packet::{BthRepr, Msn, Opcode, PKey, Psn, Qpn, RKey, RoceRepr};
@@ -191,6 +191,20 @@ pub(crate) struct Qp {
     pub p: QpParams,
     pub src_port: u16,
     pub sq: VecDeque<SendWqe>,
+    /// Send-queue accounting (as mlx5 frees send-queue slots): WQEs that
+    /// left `sq` (completed, successfully or not) whose slots are not free
+    /// yet. A slot is freed when the application polls the completion
+    /// that frees it ([`SqRelease`]): a WQE's own CQE, or for an
+    /// unsignaled WQE the next CQE of this QP's send queue. `post_send`
+    /// counts `sq.len() + sq_done` against `max_send_wr`.
+    pub sq_done: u32,
+    /// Of `sq_done`, the unsignaled WQEs completed since this QP's last
+    /// send CQE: that CQE's successor frees them with its own slot.
+    pub sq_unsignaled: u32,
+    /// This incarnation of the QP (device-unique, new at each reset): the
+    /// CQEs of an earlier one (or of a destroyed QP whose QPN came back)
+    /// free nothing here.
+    pub epoch: u32,
     pub rq: VecDeque<RecvWr>,
     pub req: ReqState,
     pub comp: CompState,
@@ -211,7 +225,7 @@ pub(crate) fn src_port_for(qpn: Qpn) -> u16 {
 }
 
 impl Qp {
-    pub fn new(qpn: Qpn, init: QpInitAttr, mtu: PathMtu) -> Qp {
+    pub fn new(qpn: Qpn, init: QpInitAttr, mtu: PathMtu, epoch: u32) -> Qp {
         Qp {
             qpn,
             init,
@@ -236,6 +250,9 @@ impl Qp {
             },
             src_port: src_port_for(qpn),
             sq: VecDeque::new(),
+            sq_done: 0,
+            sq_unsignaled: 0,
+            epoch,
             rq: VecDeque::new(),
             req: ReqState::default(),
             comp: CompState::default(),
@@ -262,10 +279,40 @@ impl Qp {
         self.p.mtu.bytes() as u64
     }
 
-    /// Back to the RESET state: queues emptied without completions.
-    pub fn reset(&mut self) {
+    /// Back to the RESET state: queues emptied without completions, every
+    /// send-queue slot free; `epoch` is the new incarnation's (the CQEs
+    /// still in the CQs free nothing when polled).
+    pub fn reset(&mut self, epoch: u32) {
         let (qpn, init, mtu) = (self.qpn, self.init, self.p.mtu);
-        *self = Qp::new(qpn, init, mtu);
+        *self = Qp::new(qpn, init, mtu, epoch);
+    }
+
+    /// Send-queue slots held: WQEs not completed, and completed ones whose
+    /// freeing CQE has not been polled.
+    pub fn sq_held(&self) -> usize {
+        self.sq.len() + self.sq_done as usize
+    }
+
+    /// A send WQE left `sq` (or never entered it: posted in ERR): its slot
+    /// stays held until a CQE that frees it is polled. With `wc` that CQE
+    /// is queued now and frees this slot and those of the unsignaled WQEs
+    /// before it; without, the WQE waits for the next CQE.
+    pub fn retire_send(&mut self, sink: &mut CqSink, wc: Option<WorkCompletion>) {
+        self.sq_done = self.sq_done.saturating_add(1);
+        match wc {
+            None => self.sq_unsignaled = self.sq_unsignaled.saturating_add(1),
+            Some(wc) => {
+                let slots = self.sq_unsignaled.saturating_add(1);
+                self.sq_unsignaled = 0;
+                let rel = SqRelease { qpn: self.qpn, epoch: self.epoch, slots };
+                sink.complete_send(self.init.send_cq, wc, rel);
+            }
+        }
+    }
+
+    /// Polling freed `slots` send-queue slots of this QP.
+    pub fn release_sq(&mut self, slots: u32) {
+        self.sq_done = self.sq_done.saturating_sub(slots);
     }
 
     /// A BTH for a packet of this QP (pad computed from the payload length).
@@ -404,10 +451,8 @@ impl Qp {
             if matches!(w.wr.opcode, crate::wr::WrOpcode::Send | crate::wr::WrOpcode::SendWithImm) {
                 ctrs.rdma_sends += 1;
             }
-            if w.signaled {
-                let wc = self.send_wc(&w, WcStatus::Success);
-                sink.complete(self.init.send_cq, wc);
-            }
+            let wc = w.signaled.then(|| self.send_wc(&w, WcStatus::Success));
+            self.retire_send(sink, wc);
         }
     }
 
@@ -417,7 +462,7 @@ impl Qp {
         if let Some(w) = self.sq.pop_front() {
             self.req.idx = self.req.idx.saturating_sub(1);
             let wc = self.send_wc(&w, status);
-            sink.complete(self.init.send_cq, wc);
+            self.retire_send(sink, Some(wc));
         }
         self.enter_error(sink);
     }
@@ -443,7 +488,7 @@ impl Qp {
     pub fn flush(&mut self, sink: &mut CqSink) {
         while let Some(w) = self.sq.pop_front() {
             let wc = self.send_wc(&w, WcStatus::WrFlushErr);
-            sink.complete(self.init.send_cq, wc);
+            self.retire_send(sink, Some(wc));
         }
         self.req.idx = 0;
         if let Some(InMsg::Send { recv, .. }) = self.resp.in_msg.take() {

@@ -14,6 +14,7 @@
 //! code path can change a QP and leave the indexes behind.
 
 use crate::qp::Qp;
+use crate::queues::SqRelease;
 use crate::time::Instant;
 use core::ops::{Bound, Deref, DerefMut};
 use core::time::Duration;
@@ -128,6 +129,20 @@ impl QpTable {
         drop(self.get_mut(&qpn)); // file it
     }
 
+    /// Give a polled CQE's send-queue slots back to its QP, if that QP
+    /// still exists in the same incarnation. Slots change neither index
+    /// (`may_transmit`, deadlines), so the QP is not re-filed: O(1).
+    pub fn release_sq(&mut self, rel: SqRelease) {
+        if rel.is_empty() {
+            return;
+        }
+        if let Some(s) = self.map.get_mut(&rel.qpn) {
+            if s.qp.epoch == rel.epoch {
+                s.qp.release_sq(rel.slots);
+            }
+        }
+    }
+
     pub fn remove(&mut self, qpn: &Qpn) -> Option<Qp> {
         let slot = self.map.remove(qpn)?;
         if slot.ready {
@@ -201,7 +216,7 @@ mod tests {
             sq_sig_all: false,
             srq: None,
         };
-        Qp::new(Qpn::new(n), init, PathMtu::Mtu1024)
+        Qp::new(Qpn::new(n), init, PathMtu::Mtu1024, n)
     }
 
     fn wqe() -> crate::qp::SendWqe {
@@ -280,7 +295,7 @@ mod tests {
         assert_eq!(t.ready.len(), 4);
 
         // removed QPs leave both indexes
-        t.get_mut(&Qpn::new(19)).unwrap().reset();
+        t.get_mut(&Qpn::new(19)).unwrap().reset(99);
         assert!(t.remove(&Qpn::new(18)).is_some());
         check(&t);
         assert_eq!(t.due(Instant::from_micros(100)), vec![Qpn::new(17), Qpn::new(20)]);

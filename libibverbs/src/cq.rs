@@ -5,7 +5,7 @@ use crate::abi;
 use crate::device::{ctx, fd_nonblocking, Ctx};
 use crate::handles::{self, Kind};
 use crate::util::{diag, fail, guard, guard_neg, guard_ptr, guard_rc};
-use roce_verbs_api::{CompChannel, Cq, WcFlags, WcStatus, WorkCompletion};
+use roce_verbs_api::{CompChannel, Cq, SqRelease, WcFlags, WcStatus, WorkCompletion};
 use std::collections::VecDeque;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
@@ -57,7 +57,10 @@ pub(crate) struct Events {
 
 #[derive(Default)]
 pub(crate) struct ExPoll {
-    pub queue: VecDeque<WorkCompletion>,
+    /// Taken from the device ahead of the program: their send-queue slots
+    /// are freed as the program reads each one (`set_current`), as an HCA
+    /// frees them when the CQE is parsed.
+    pub queue: VecDeque<(WorkCompletion, SqRelease)>,
     pub cur: Option<WorkCompletion>,
 }
 
@@ -596,7 +599,7 @@ pub(crate) unsafe extern "C" fn poll_cq(
 
 fn set_current(cx: &mut abi::ibv_cq_ex, ex: &mut ExPoll, o: &CqObj) -> libc::c_int {
     if ex.queue.is_empty() {
-        match o.cq.poll(64) {
+        match o.cq.poll_deferred(64) {
             Ok(v) => ex.queue.extend(v),
             Err(e) => {
                 diag!("poll_cq: {e}");
@@ -605,7 +608,8 @@ fn set_current(cx: &mut abi::ibv_cq_ex, ex: &mut ExPoll, o: &CqObj) -> libc::c_i
         }
     }
     match ex.queue.pop_front() {
-        Some(wc) => {
+        Some((wc, rel)) => {
+            o.cq.release_sq(rel);
             cx.status = wc.status.code() as abi::ibv_wc_status;
             cx.wr_id = wc.wr_id;
             ex.cur = Some(wc);

@@ -4,7 +4,7 @@ use crate::device::Context;
 use crate::driver::Budget;
 use crate::error::DestroyError;
 use roce_emulator::{
-    CqHandle, DestroyCqError, NotifyCqError, PollCqError, ResizeCqError, WorkCompletion,
+    CqHandle, DestroyCqError, NotifyCqError, PollCqError, ResizeCqError, SqRelease, WorkCompletion,
 };
 use std::fmt;
 use std::future::Future;
@@ -119,6 +119,27 @@ impl Cq {
     /// it holds, then `Overrun`.
     pub fn poll(&self, max: usize) -> Result<Vec<WorkCompletion>, PollCqError> {
         self.inner.ctx.lock().poll_cq(self.inner.handle, max)
+    }
+
+    /// [`Cq::poll`] for a consumer that takes completions ahead of the
+    /// program (the C ABI's extended CQ reads a batch): the send-queue
+    /// slots they free ([`Cq::poll`] frees them at once) are freed only when
+    /// each [`SqRelease`] is handed to [`Cq::release_sq`], when the program
+    /// reads that completion.
+    pub fn poll_deferred(
+        &self,
+        max: usize,
+    ) -> Result<Vec<(WorkCompletion, SqRelease)>, PollCqError> {
+        self.inner.ctx.lock().poll_cq_deferred(self.inner.handle, max)
+    }
+
+    /// Free the send-queue slots of a completion taken with
+    /// [`Cq::poll_deferred`] (nothing to do, and no lock taken, for a
+    /// receive completion).
+    pub fn release_sq(&self, rel: SqRelease) {
+        if !rel.is_empty() {
+            self.inner.ctx.lock().release_sq(rel);
+        }
     }
 
     /// [`Cq::poll`], and when it finds nothing, let the driver run one

@@ -68,7 +68,7 @@ pub use roce_emulator::{
     HcaConfig, Instant, ModifyQpError, ModifySrqError, MrAccessError, MrInfo, MwBind, MwBindWr,
     MwError, MwHandle, MwType, NotifyCqError, PathMtu, PollCqError, PortAttr, PortState,
     PostRecvError, PostSendError, PostSrqRecvError, QpAttr, QpCap, QpInitAttr, QpLookupError,
-    QpState, QpType, RecvWr, RegMrError, RegionMem, ResizeCqError, SendFlags, SendWr, Sge, SrqAttr,
-    SrqHandle, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    QpState, QpType, RecvWr, RegMrError, RegionMem, ResizeCqError, SendFlags, SendWr, Sge,
+    SqRelease, SrqAttr, SrqHandle, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 pub use roce_packet::{LKey, Qpn, RKey};
