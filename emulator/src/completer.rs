@@ -315,8 +315,8 @@ impl Qp {
             self.fail_front(cx.sink, WcStatus::BadRespErr);
             return;
         }
-        let sges = w.wr.sg_list.clone();
-        if cx.mem.scatter(self.init.pd, &sges, off, payload).is_err() {
+        // (the SGE list borrowed, not cloned: this runs once per packet)
+        if cx.mem.scatter(self.init.pd, &w.wr.sg_list, off, payload).is_err() {
             self.fail_front(cx.sink, WcStatus::LocProtErr);
             return;
         }
