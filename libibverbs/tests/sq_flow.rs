@@ -11,9 +11,9 @@
 //! Needs cc and libibverbs-dev (else SKIPPED). Device roce0 on 127.0.103.2.
 
 mod common;
-use common::{skipped, text, which};
+use common::text;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 fn lib_dir() -> PathBuf {
@@ -28,24 +28,7 @@ fn sq_flow() -> Option<PathBuf> {
 }
 
 fn compile() -> Option<PathBuf> {
-    let header = "/usr/include/infiniband/verbs.h";
-    if which("cc").is_none() || !Path::new(header).exists() {
-        skipped("sq_flow: needs cc and libibverbs-dev");
-        return None;
-    }
-    let dir = std::env::temp_dir().join(format!("roce-sq-flow-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let exe = dir.join("sq_flow");
-    let o = Command::new("cc")
-        .args(["-O1", "-g", "-Wall", "-o"])
-        .arg(&exe)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/sq_flow.c"))
-        .arg(format!("-L{}", lib_dir().display()))
-        .arg("-l:libibverbs.so.1")
-        .output()
-        .expect("run cc");
-    assert!(o.status.success(), "cc sq_flow.c:\n{}", text(&o.stderr));
-    Some(exe)
+    common::compile_verbs_c("sq_flow", &lib_dir())
 }
 
 fn run(mode: &[&str]) -> String {

@@ -12,7 +12,7 @@
 //! Needs cc and libibverbs-dev (else SKIPPED). Device roce0 on 127.0.102.2.
 
 mod common;
-use common::{need, skipped, text, which};
+use common::{need, text};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -30,24 +30,7 @@ fn stale() -> Option<PathBuf> {
 }
 
 fn compile() -> Option<PathBuf> {
-    let header = "/usr/include/infiniband/verbs.h";
-    if which("cc").is_none() || !Path::new(header).exists() {
-        skipped("stale_handles: needs cc and libibverbs-dev");
-        return None;
-    }
-    let dir = std::env::temp_dir().join(format!("roce-stale-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let exe = dir.join("stale");
-    let o = Command::new("cc")
-        .args(["-O1", "-g", "-Wall", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/stale.c"))
-        .arg(format!("-L{}", lib_dir().display()))
-        .arg("-l:libibverbs.so.1")
-        .output()
-        .expect("run cc");
-    assert!(o.status.success(), "cc stale.c:\n{}", text(&o.stderr));
-    Some(exe)
+    common::compile_verbs_c("stale", &lib_dir())
 }
 
 /// Run with a time limit: a destroy that waits forever (or a thread never
