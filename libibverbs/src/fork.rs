@@ -52,10 +52,13 @@ pub(crate) fn inherited(gen: u32) -> bool {
     gen != GEN.load(Ordering::Relaxed)
 }
 
+/// A device's open state, locked.
+type Opened = MutexGuard<'static, (Option<Device>, usize)>;
+
 /// The locks held across a fork (by the forking thread).
 struct Held {
     cm: crate::rdmacm::ForkHeld,
-    opened: Vec<(&'static DevEntry, MutexGuard<'static, (Option<Device>, usize)>)>,
+    opened: Vec<(&'static DevEntry, Opened)>,
     table: handles::Table,
 }
 

@@ -666,7 +666,7 @@ mod tests {
             // SAFETY: deliberately faulting in the child (not in a guarded
             // routine: the handler must hand it on to the default action).
             unsafe {
-                std::ptr::write_volatile(8 as *mut u64, 1);
+                std::ptr::write_volatile(std::ptr::dangling_mut::<u64>(), 1);
                 libc::_exit(0);
             }
         }

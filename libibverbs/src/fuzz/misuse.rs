@@ -70,7 +70,7 @@ impl Pool {
     fn any(&self, k: Kind, i: &mut In) -> (*mut c_void, Option<Obj>) {
         let b = i.u8();
         let v: Vec<Obj> = self.of(k).copied().collect();
-        if b % 8 == 0 || v.is_empty() {
+        if b.is_multiple_of(8) || v.is_empty() {
             return (null_mut(), None);
         }
         let o = v[usize::from(b / 8) % v.len()];
