@@ -44,6 +44,8 @@ static char buf[2][4096];
 static union ibv_gid gid;
 static volatile int stop;
 static volatile long done_msgs, bad_wcs;
+/* why the traffic stopped, if it did */
+static char why[128];
 
 static void die(const char *what)
 {
@@ -118,6 +120,7 @@ static void *traffic(void *arg)
 	struct ibv_qp *from = qa, *to = qb;
 	while (!stop) {
 		if (post_recv(to, buf[1]) || post_send(from, buf[0], 256)) {
+			snprintf(why, sizeof why, "post failed: %s", strerror(errno));
 			bad_wcs++;
 			return NULL;
 		}
@@ -127,12 +130,15 @@ static void *traffic(void *arg)
 			struct ibv_wc wc;
 			int n = ibv_poll_cq(cq, 1, &wc);
 			if (n < 0 || (n == 1 && wc.status != IBV_WC_SUCCESS)) {
+				snprintf(why, sizeof why, "poll %d, status %s", n,
+					 n == 1 ? ibv_wc_status_str(wc.status) : "-");
 				bad_wcs++;
 				return NULL;
 			}
 			got += n;
 		}
 		if (got < 2) {
+			snprintf(why, sizeof why, "no completion in 10 s (%d of 2)", got);
 			bad_wcs++;
 			return NULL;
 		}
@@ -304,8 +310,8 @@ int main(void)
 		      "round %d: the parent's QPs are still in RTS (%d, %d)", r + 1, state_of(qa),
 		      state_of(qb));
 		CHECK(bad_wcs == 0 && done_msgs >= before + 20,
-		      "round %d: the parent's traffic went on: %ld messages, %ld errors", r + 1,
-		      done_msgs - before, bad_wcs);
+		      "round %d: the parent's traffic went on: %ld messages, %ld errors %s", r + 1,
+		      done_msgs - before, bad_wcs, why);
 		hangs += round_hangs;
 		bad_children += round_bad;
 	}
