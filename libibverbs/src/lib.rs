@@ -50,6 +50,9 @@ mod cq;
 mod device;
 mod exports;
 mod fork;
+/// The fuzz harnesses (`fuzz/` drives them): not in the shipped library,
+/// only with the `fuzz` feature, which the `roce-fuzz` crate turns on.
+#[cfg(feature = "fuzz")]
 #[doc(hidden)]
 pub mod fuzz;
 mod handles;
