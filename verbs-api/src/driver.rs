@@ -2,14 +2,15 @@
 //!
 //! The verbs types never do I/O themselves. Every device is an
 //! `Arc<Mutex<Hca>>` (the sans-IO core) plus an `Arc<dyn Driver>` that feeds
-//! it received datagrams, drains its transmits and fires its timers. In this
-//! crate the only driver is the simulated fabric ([`crate::SimNet`]), which
-//! advances a virtual clock when asked to make progress. A UDP or raw-socket
-//! driver would be a thread (or tokio task) that owns the socket and locks
-//! the same `Arc<Mutex<Hca>>` for each datagram; its [`Driver::kick`] wakes
-//! that thread after a post, and its [`Driver::progress`] waits on the wall
-//! clock instead of stepping a simulation. Neither needs any change in the
-//! verbs types.
+//! it received datagrams, drains its transmits and fires its timers. Two
+//! drivers exist: the simulated fabric ([`crate::SimNet`]), which advances a
+//! virtual clock when asked to make progress, and the real devices'
+//! [`crate::udp::EngineDriver`] (UDP and raw sockets), where the calling
+//! thread moves the frames itself: [`Driver::kick`] sends what a post
+//! queued, [`Driver::progress`] receives and processes datagrams (spinning,
+//! then sleeping on the sockets), and an engine thread fires timers and
+//! serves devices nobody polls (see `transport/README.md`, "Progress in the
+//! caller's thread"). Neither needs any change in the verbs types.
 
 use std::time::Duration;
 

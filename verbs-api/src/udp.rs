@@ -1,7 +1,8 @@
 //! Devices on a real host: configuration ([`DeviceConfig`]), the rxe-like
-//! GID table ([`gid_table`]), and the UDP driver ([`UdpDriver`]) that runs
-//! an emulated HCA over a plain UDP socket with a
-//! [`roce_transport::Driver`] thread.
+//! GID table ([`gid_table`]), and the driver of real devices
+//! ([`EngineDriver`], [`UdpDriver`] for UDP) that runs emulated HCAs over UDP
+//! or raw sockets with a [`roce_transport::Engine`]: progress in the calling
+//! thread, an engine thread for timers and devices nobody polls.
 //!
 //! ```no_run
 //! use roce_verbs_api::udp::DeviceConfig;
