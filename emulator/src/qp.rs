@@ -26,7 +26,7 @@ pub struct QpInitAttr {
     pub send_cq: CqHandle,
     /// CQ for receive completions.
     pub recv_cq: CqHandle,
-    /// Only [`QpType::Rc`] is implemented.
+    /// RC, UC or UD (the transports the core implements).
     pub qp_type: QpType,
     /// Queue depths and limits, checked against [`crate::DeviceAttr`].
     pub cap: QpCap,
