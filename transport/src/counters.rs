@@ -29,6 +29,12 @@ macro_rules! counters {
             pub fn pairs(&self) -> Vec<(&'static str, u64)> {
                 vec![$( (stringify!($name), self.$name), )*]
             }
+
+            /// What every counter gained since `earlier` (a snapshot of the
+            /// same counters taken before; 0 where it did not grow).
+            pub fn since(&self, earlier: &CountersSnapshot) -> CountersSnapshot {
+                CountersSnapshot { $( $name: self.$name.saturating_sub(earlier.$name), )* }
+            }
         }
     };
 }
@@ -109,5 +115,28 @@ impl TransportCounters {
     /// Add `v` to a counter.
     pub fn add(c: &AtomicU64, v: u64) {
         c.fetch_add(v, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_subtracts_every_counter_and_never_wraps() {
+        let c = TransportCounters::default();
+        TransportCounters::add(&c.dgrams_out, 5);
+        TransportCounters::add(&c.steer_foreign, 2);
+        let a = c.snapshot();
+        TransportCounters::add(&c.dgrams_out, 7);
+        TransportCounters::add(&c.gro_segments, 3);
+        let b = c.snapshot();
+        let d = b.since(&a);
+        assert_eq!((d.dgrams_out, d.gro_segments, d.steer_foreign), (7, 3, 0));
+        assert!(d
+            .pairs()
+            .iter()
+            .all(|(n, v)| *v == 0 || ["dgrams_out", "gro_segments"].contains(n)));
+        assert_eq!(a.since(&b).dgrams_out, 0, "an older snapshot minus a newer one is 0");
     }
 }

@@ -456,27 +456,7 @@ impl BwResult {
 }
 
 fn diff(a: CountersSnapshot, b: CountersSnapshot) -> CountersSnapshot {
-    let mut out = b;
-    macro_rules! d {
-        ($($f:ident),*) => { $( out.$f = b.$f.saturating_sub(a.$f); )* };
-    }
-    d!(
-        dgrams_out,
-        bytes_out,
-        region_bodies_out,
-        region_bytes_out,
-        dgrams_in,
-        bytes_in,
-        send_syscalls,
-        recv_syscalls,
-        gso_sends,
-        gso_segments,
-        gro_coalesced,
-        gro_segments,
-        icrc_bad,
-        icrc_recomputed
-    );
-    out
+    b.since(&a)
 }
 
 fn check_wc(wc: &WorkCompletion) -> anyhow::Result<()> {
