@@ -196,14 +196,22 @@ pub(crate) fn send_wqe_caps(sge: u32, inline: u32, max_sge: u32, max_inline: u32
     ((wqe / SGE_BYTES).min(max_sge).max(sge), wqe.min(max_inline).max(inline))
 }
 
-struct Init {
-    qp_context: *mut libc::c_void,
-    send_cq: *mut abi::ibv_cq,
-    recv_cq: *mut abi::ibv_cq,
-    srq: *mut abi::ibv_srq,
-    cap: abi::ibv_qp_cap,
-    qp_type: abi::ibv_qp_type,
-    sq_sig_all: bool,
+/// What a QP is created from: the basic attributes (of `ibv_create_qp`,
+/// or taken from an `ibv_qp_init_attr_ex` by [`init_attr_of`]).
+type Init = abi::ibv_qp_init_attr;
+
+/// The basic attributes of an extended one (`ibv_create_qp_ex`,
+/// `rdma_create_qp_ex`).
+pub(crate) fn init_attr_of(a: &abi::ibv_qp_init_attr_ex) -> abi::ibv_qp_init_attr {
+    abi::ibv_qp_init_attr {
+        qp_context: a.qp_context,
+        send_cq: a.send_cq,
+        recv_cq: a.recv_cq,
+        srq: a.srq,
+        cap: a.cap,
+        qp_type: a.qp_type,
+        sq_sig_all: a.sq_sig_all,
+    }
 }
 
 fn new_qp(
@@ -239,7 +247,7 @@ fn build_qp(
         max_recv_sge: if so.is_some() { 0 } else { c.max_recv_sge.max(1) },
         max_inline_data,
     };
-    let mut b = po.pd.qp_builder(&scq.cq, &rcq.cq).qp_type(t).cap(cap).sq_sig_all(init.sq_sig_all);
+    let mut b = po.pd.qp_builder(&scq.cq, &rcq.cq).qp_type(t).cap(cap).sq_sig_all(init.sq_sig_all != 0);
     if let Some(s) = so {
         b = b.srq(&s.srq);
     }
@@ -303,16 +311,7 @@ pub(crate) unsafe extern "C" fn create_qp(
         }
         // SAFETY: attr points to the caller's ibv_qp_init_attr.
         let a = unsafe { &mut *attr };
-        let init = Init {
-            qp_context: a.qp_context,
-            send_cq: a.send_cq,
-            recv_cq: a.recv_cq,
-            srq: a.srq,
-            cap: a.cap,
-            qp_type: a.qp_type,
-            sq_sig_all: a.sq_sig_all != 0,
-        };
-        let (q, cap) = new_qp(cx, p, &init)?;
+        let (q, cap) = new_qp(cx, p, a)?;
         a.cap = cap;
         Ok(q as *mut abi::ibv_qp)
     })
@@ -354,16 +353,7 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
             diag!("create_qp_ex: send_ops_flags {:#x} not supported", a.send_ops_flags);
             return Err(libc::EOPNOTSUPP);
         }
-        let init = Init {
-            qp_context: a.qp_context,
-            send_cq: a.send_cq,
-            recv_cq: a.recv_cq,
-            srq: a.srq,
-            cap: a.cap,
-            qp_type: a.qp_type,
-            sq_sig_all: a.sq_sig_all != 0,
-        };
-        let (q, cap) = new_qp(cx, a.pd, &init)?;
+        let (q, cap) = new_qp(cx, a.pd, &init_attr_of(a))?;
         a.cap = cap;
         Ok(q as *mut abi::ibv_qp)
     })

@@ -628,15 +628,7 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
             diag!("rdma_create_qp_ex: comp_mask {:#x} not supported", a.comp_mask);
             return Err(libc::EOPNOTSUPP);
         }
-        let mut b = v::ibv_qp_init_attr {
-            qp_context: a.qp_context,
-            send_cq: a.send_cq,
-            recv_cq: a.recv_cq,
-            srq: a.srq,
-            cap: a.cap,
-            qp_type: a.qp_type,
-            sq_sig_all: a.sq_sig_all,
-        };
+        let mut b = crate::qp::init_attr_of(a);
         // SAFETY: forwarded contract.
         if unsafe { create_qp(idp, a.pd, &mut b) } != 0 {
             return Err(crate::util::errno());
