@@ -247,7 +247,8 @@ fn build_qp(
         max_recv_sge: if so.is_some() { 0 } else { c.max_recv_sge.max(1) },
         max_inline_data,
     };
-    let mut b = po.pd.qp_builder(&scq.cq, &rcq.cq).qp_type(t).cap(cap).sq_sig_all(init.sq_sig_all != 0);
+    let mut b =
+        po.pd.qp_builder(&scq.cq, &rcq.cq).qp_type(t).cap(cap).sq_sig_all(init.sq_sig_all != 0);
     if let Some(s) = so {
         b = b.srq(&s.srq);
     }
