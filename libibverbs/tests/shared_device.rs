@@ -729,12 +729,10 @@ fn raw_members_killed_with_sigkill_leave_the_others_running_and_their_slots_free
 
 fn members_killed(pp: &Path, site: &Site) {
     let ports: Vec<u16> = (18684..18692).collect();
-    // (a raw device's pairs run faster: the survivors need more iterations
-    // to outlive the newcomers)
-    let iters = match site {
-        Site::Udp(_) => "10000",
-        Site::Raw(_) => "25000",
-    };
+    // enough iterations that the survivors outlive the newcomers' start
+    // (their device join and listen) on a loaded machine: 10 000 at about
+    // 0.5 ms each was not always enough in a full workspace run
+    let iters = "25000";
     let mut pairs = start_pairs(pp, site, &ports, iters, |i| i % 4 != 0);
     std::thread::sleep(Duration::from_secs(1));
     for p in &mut pairs {
