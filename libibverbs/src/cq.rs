@@ -103,6 +103,11 @@ pub(crate) fn cq_hold<'a>(t: &handles::Table, p: *mut abi::ibv_cq) -> Result<&'a
     Ok(o)
 }
 
+/// The CQ behind an extended CQ, unless a forked child inherited it.
+///
+/// # Safety
+/// `p` must be an extended CQ this library made (the extended-poll
+/// functions are only in those) and not yet destroyed.
 unsafe fn cq_ex<'a>(p: *mut abi::ibv_cq_ex) -> Option<&'a CqObj> {
     // SAFETY: the extended-poll functions are only reachable through a CQ
     // this library built.

@@ -234,7 +234,17 @@ unsafe fn side(ctx: *mut abi::ibv_context, i: &mut In, qpt: u32) -> Side {
 /// # Safety
 /// Both sides' objects are live.
 unsafe fn connect(s: &Side, peer: &Side, host: u8, qpt: u32) {
-    if s.qp.is_null() || peer.qp.is_null() {
+    // SAFETY: both sides' QPs are live or NULL (checked there).
+    unsafe { connect_qp(s.qp, peer.qp, host, qpt) }
+}
+
+/// Bring QP `qp` (of type `qpt`) to RTS towards `peer` on 127.0.99.x
+/// (best effort: errors are fine). Also the `misuse` target's.
+///
+/// # Safety
+/// Both are live QPs of this library, or NULL (then nothing happens).
+unsafe fn connect_qp(qp: *mut abi::ibv_qp, peer: *mut abi::ibv_qp, host: u8, qpt: u32) {
+    if qp.is_null() || peer.is_null() {
         return;
     }
     // SAFETY: valid QP and attr.
@@ -249,10 +259,10 @@ unsafe fn connect(s: &Side, peer: &Side, host: u8, qpt: u32) {
         } else {
             abi::IBV_QP_STATE | abi::IBV_QP_PKEY_INDEX | abi::IBV_QP_PORT | abi::IBV_QP_ACCESS_FLAGS
         };
-        x::ibv_modify_qp(s.qp, &mut a, m as i32);
+        x::ibv_modify_qp(qp, &mut a, m as i32);
         a.qp_state = abi::IBV_QPS_RTR;
         a.path_mtu = abi::IBV_MTU_1024;
-        a.dest_qp_num = (*peer.qp).qp_num;
+        a.dest_qp_num = (*peer).qp_num;
         a.rq_psn = 0;
         a.max_dest_rd_atomic = 4;
         a.min_rnr_timer = 1;
@@ -278,7 +288,7 @@ unsafe fn connect(s: &Side, peer: &Side, host: u8, qpt: u32) {
                 | abi::IBV_QP_MAX_DEST_RD_ATOMIC
                 | abi::IBV_QP_MIN_RNR_TIMER
         };
-        x::ibv_modify_qp(s.qp, &mut a, m as i32);
+        x::ibv_modify_qp(qp, &mut a, m as i32);
         a.qp_state = abi::IBV_QPS_RTS;
         a.sq_psn = 0;
         a.timeout = 12; // 16 ms: an ACK over loopback is back long before
@@ -295,7 +305,7 @@ unsafe fn connect(s: &Side, peer: &Side, host: u8, qpt: u32) {
         } else {
             abi::IBV_QP_STATE | abi::IBV_QP_SQ_PSN
         };
-        x::ibv_modify_qp(s.qp, &mut a, m as i32);
+        x::ibv_modify_qp(qp, &mut a, m as i32);
     }
 }
 

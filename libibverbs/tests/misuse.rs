@@ -10,7 +10,7 @@
 //! Needs cc and libibverbs-dev (else SKIPPED). Device roce0 on 127.0.100.2.
 
 mod common;
-use common::{need, text};
+use common::text;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -81,16 +81,11 @@ fn limits_are_checked_before_anything_is_read() {
 
 #[test]
 fn limits_are_checked_before_anything_is_read_under_valgrind() {
-    let Some(vg) = need("valgrind", "valgrind") else { return };
+    let Some((vg, mut args)) = common::valgrind() else { return };
     let Some(exe) = misuse() else { return };
-    let supp = format!(
-        "--suppressions={}",
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/valgrind.supp").display()
-    );
-    let out = run(
-        &vg,
-        &["--error-exitcode=9", "--errors-for-leak-kinds=none", &supp, exe.to_str().unwrap()],
-    );
+    args.push(exe.display().to_string());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run(&vg, &args);
     let s = check(&out, "misuse under valgrind");
     assert!(s.contains("ERROR SUMMARY: 0 errors"), "{s}");
 }
@@ -164,15 +159,9 @@ fn pages_that_vanish_under_a_region_fail_the_access_not_the_process() {
 
 #[test]
 fn pages_that_vanish_under_a_region_fail_the_access_under_valgrind() {
-    let Some(vg) = need("valgrind", "valgrind") else { return };
     // (the guarded copies' own accesses to the vanished pages are the
     // deliberate invalid accesses, suppressed by name: region-guard-*)
-    let supp = format!(
-        "--suppressions={}",
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/valgrind.supp").display()
-    );
-    let args =
-        vec!["--error-exitcode=9".to_string(), "--errors-for-leak-kinds=none".to_string(), supp];
+    let Some((vg, args)) = common::valgrind() else { return };
     let Some((s, faults)) = run_vanish(Some((&vg, args))) else { return };
     assert!(s.contains("ERROR SUMMARY: 0 errors"), "{s}");
     assert!(faults >= 6, "region_faults {faults}");

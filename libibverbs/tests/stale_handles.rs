@@ -12,7 +12,7 @@
 //! Needs cc and libibverbs-dev (else SKIPPED). Device roce0 on 127.0.102.2.
 
 mod common;
-use common::{need, text};
+use common::text;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -131,16 +131,11 @@ fn stale_handles_get_errnos() {
 
 #[test]
 fn stale_handles_get_errnos_under_valgrind() {
-    let Some(vg) = need("valgrind", "valgrind") else { return };
+    let Some((vg, mut args)) = common::valgrind() else { return };
     let Some(exe) = stale() else { return };
-    let supp = format!(
-        "--suppressions={}",
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/valgrind.supp").display()
-    );
-    let out = run(
-        &vg,
-        &["--error-exitcode=9", "--errors-for-leak-kinds=none", &supp, exe.to_str().unwrap()],
-    );
+    args.push(exe.display().to_string());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run(&vg, &args);
     let s = check(&out, "stale under valgrind");
     assert!(s.contains("ERROR SUMMARY: 0 errors"), "{s}");
 }

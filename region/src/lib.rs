@@ -147,10 +147,13 @@ impl RegionMem {
     /// The application's memory `[ptr, ptr+len)`.
     ///
     /// # Safety
-    /// `ptr..ptr+len` must stay valid for reads and writes until this value
-    /// is [revoked](Self::revoke) or dropped (the core revokes it in
-    /// `ibv_dereg_mr`, before it returns to the application). Other threads
-    /// (the application) may access the bytes concurrently, as with DMA.
+    /// `ptr..ptr+len` must be the registrant's memory, not this process's
+    /// Rust objects, until this value is [revoked](Self::revoke) or dropped
+    /// (the core revokes it in `ibv_dereg_mr`, before it returns to the
+    /// application). Other threads (the application) may access the bytes
+    /// concurrently, as with DMA. Pages of it that are unmapped or
+    /// write-protected meanwhile make the accesses fail, not fault
+    /// ([`guard`], x86-64 Linux; elsewhere they must stay valid).
     pub unsafe fn external(ptr: *mut u8, len: usize) -> RegionMem {
         guard::install();
         let ptr = NonNull::new(ptr).unwrap_or(NonNull::dangling());

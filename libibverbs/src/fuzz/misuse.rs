@@ -478,71 +478,15 @@ unsafe fn step(p: &mut Pool, i: &mut In, list: *mut *mut abi::ibv_device, n: i32
                 let (Some(a), Some(b)) = (p.live(Kind::Qp, i), p.live(Kind::Qp, i)) else {
                     return;
                 };
-                connect(a.ptr as *mut abi::ibv_qp, b.ptr as *mut abi::ibv_qp);
-                connect(b.ptr as *mut abi::ibv_qp, a.ptr as *mut abi::ibv_qp);
+                let (a, b) = (a.ptr as *mut abi::ibv_qp, b.ptr as *mut abi::ibv_qp);
+                super::connect_qp(a, b, 0, (*a).qp_type);
+                super::connect_qp(b, a, 0, (*b).qp_type);
             }
             _ => {
                 let (cq, _) = p.any(Kind::Cq, i);
                 x::ibv_ack_cq_events(cq.cast(), i.u8().into());
             }
         }
-    }
-}
-
-/// `qp` to RTS towards `peer` on loopback (errors are fine).
-///
-/// # Safety
-/// Both are live QPs of this library.
-unsafe fn connect(qp: *mut abi::ibv_qp, peer: *mut abi::ibv_qp) {
-    // SAFETY: live QPs, a plain attr struct.
-    unsafe {
-        let mut a: abi::ibv_qp_attr = std::mem::zeroed();
-        a.qp_state = abi::IBV_QPS_INIT;
-        a.port_num = 1;
-        a.qkey = 0x1111_1111;
-        a.qp_access_flags = 0xf;
-        let init = abi::IBV_QP_STATE | abi::IBV_QP_PKEY_INDEX | abi::IBV_QP_PORT;
-        let ud = (*qp).qp_type == abi::IBV_QPT_UD;
-        let m = init | if ud { abi::IBV_QP_QKEY } else { abi::IBV_QP_ACCESS_FLAGS };
-        x::ibv_modify_qp(qp, &mut a, m as i32);
-        a.qp_state = abi::IBV_QPS_RTR;
-        a.path_mtu = abi::IBV_MTU_1024;
-        a.dest_qp_num = (*peer).qp_num;
-        a.max_dest_rd_atomic = 4;
-        a.min_rnr_timer = 1;
-        a.ah_attr.is_global = 1;
-        a.ah_attr.port_num = 1;
-        a.ah_attr.grh.sgid_index = 1;
-        a.ah_attr.grh.hop_limit = 64;
-        loopback_gid(&mut a.ah_attr.grh.dgid, 0);
-        let m = if ud {
-            abi::IBV_QP_STATE
-        } else {
-            abi::IBV_QP_STATE
-                | abi::IBV_QP_AV
-                | abi::IBV_QP_PATH_MTU
-                | abi::IBV_QP_DEST_QPN
-                | abi::IBV_QP_RQ_PSN
-                | abi::IBV_QP_MAX_DEST_RD_ATOMIC
-                | abi::IBV_QP_MIN_RNR_TIMER
-        };
-        x::ibv_modify_qp(qp, &mut a, m as i32);
-        a.qp_state = abi::IBV_QPS_RTS;
-        a.timeout = 12;
-        a.retry_cnt = 1;
-        a.rnr_retry = 1;
-        a.max_rd_atomic = 4;
-        let m = abi::IBV_QP_STATE
-            | abi::IBV_QP_SQ_PSN
-            | if ud {
-                0
-            } else {
-                abi::IBV_QP_TIMEOUT
-                    | abi::IBV_QP_RETRY_CNT
-                    | abi::IBV_QP_RNR_RETRY
-                    | abi::IBV_QP_MAX_QP_RD_ATOMIC
-            };
-        x::ibv_modify_qp(qp, &mut a, m as i32);
     }
 }
 

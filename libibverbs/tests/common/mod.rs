@@ -124,3 +124,17 @@ pub fn compile_verbs_c(name: &str, lib_dir: &Path) -> Option<PathBuf> {
     assert!(o.status.success(), "cc {name}.c:\n{}", text(&o.stderr));
     Some(exe)
 }
+
+/// valgrind (SKIPPED without it) and the arguments every drop-in test runs
+/// it with: error exit code 9, leaks not counted as errors, the project's
+/// suppressions (`tests/data/valgrind.supp`, each with its reason).
+pub fn valgrind() -> Option<(PathBuf, Vec<String>)> {
+    let vg = need("valgrind", "valgrind")?;
+    let supp = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/valgrind.supp");
+    let args = vec![
+        "--error-exitcode=9".to_string(),
+        "--errors-for-leak-kinds=none".to_string(),
+        format!("--suppressions={}", supp.display()),
+    ];
+    Some((vg, args))
+}
