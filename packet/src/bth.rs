@@ -19,7 +19,7 @@ use crate::opcode::Opcode;
 use crate::types::{PKey, Psn, Qpn};
 
 /// Length of the BTH.
-pub const LEN: usize = 12;
+pub const LEN: usize = crate::opcode::BTH_LEN;
 
 mod off {
     pub const OPCODE: usize = 0;

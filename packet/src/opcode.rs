@@ -8,6 +8,10 @@
 
 use core::fmt;
 
+/// Length of the BTH (IBA §9.2), which every extension header's offset
+/// counts from ([`crate::bth::LEN`] is this value).
+pub const BTH_LEN: usize = 12;
+
 /// Transport service, the top three bits of the opcode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Transport {
@@ -137,7 +141,7 @@ impl HeaderSet {
         if !self.contains(h) {
             return None;
         }
-        let mut off = crate::bth::LEN;
+        let mut off = BTH_LEN;
         let mut i = 0;
         while i < ExtHeader::ALL.len() {
             let x = ExtHeader::ALL[i];
@@ -245,7 +249,7 @@ impl OpInfo {
     }
     /// Length of the BTH plus extension headers.
     pub const fn header_len(&self) -> usize {
-        crate::bth::LEN + self.headers.len()
+        BTH_LEN + self.headers.len()
     }
 }
 

@@ -7,7 +7,7 @@
 //! (batched, GSO for equal-sized runs); when a round did nothing, the
 //! thread sleeps in `ppoll` on the socket and an eventfd, for at most the
 //! time until the node's next deadline (and at most `max_idle`)). The
-//! [`Transport`] trait every transport implements lives here too.
+//! transport it drives is any [`Transport`] (`crate::socket`).
 //!
 //! The node lives behind a `Mutex` shared with the application, which
 //! posts work through it from any thread (sync or async code alike) and
@@ -27,11 +27,11 @@
 
 use crate::counters::{CountersSnapshot, TransportCounters};
 use crate::engine::{Engine, EngineConfig, EngineHandle};
-use crate::udp::{SendOutcome, UdpTransport};
-use roce_emulator::{Datagram, Instant, SansIo};
+use crate::socket::Transport;
+use crate::udp::UdpTransport;
+use roce_emulator::{Instant, SansIo};
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -66,79 +66,6 @@ impl Default for DriverConfig {
             shutdown_timeout: Duration::from_secs(2),
             spin: Duration::ZERO,
         }
-    }
-}
-
-/// What the driver needs from a transport ([`UdpTransport`] implements it;
-/// a raw-socket transport can too).
-pub trait Transport: AsFd + Send + 'static {
-    /// Send in order without blocking; see [`UdpTransport::send`].
-    fn send(&mut self, dgrams: &[Datagram]) -> SendOutcome;
-    /// One non-blocking receive batch; returns the number of messages read.
-    fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<usize>;
-    /// [`Transport::recv`] of at most `max` messages (a hint: the caller
-    /// knows that many datagrams were just sent here).
-    fn recv_at_most(&mut self, out: &mut Vec<Datagram>, max: usize) -> io::Result<usize> {
-        let _ = max;
-        self.recv(out)
-    }
-    /// Messages per receive batch (a full batch means: read again).
-    fn batch(&self) -> usize;
-    /// The local address.
-    fn local_addr(&self) -> SocketAddr;
-    /// The live counters.
-    fn counters(&self) -> Arc<TransportCounters>;
-    /// Called when the driver stops (flush recordings).
-    fn finish(&mut self) {}
-}
-
-impl Transport for UdpTransport {
-    fn send(&mut self, dgrams: &[Datagram]) -> SendOutcome {
-        UdpTransport::send(self, dgrams)
-    }
-    fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<usize> {
-        UdpTransport::recv(self, out)
-    }
-    fn recv_at_most(&mut self, out: &mut Vec<Datagram>, max: usize) -> io::Result<usize> {
-        UdpTransport::recv_at_most(self, out, max)
-    }
-    fn batch(&self) -> usize {
-        self.config().batch.max(1)
-    }
-    fn local_addr(&self) -> SocketAddr {
-        UdpTransport::local_addr(self)
-    }
-    fn counters(&self) -> Arc<TransportCounters> {
-        UdpTransport::counters(self)
-    }
-    fn finish(&mut self) {
-        self.flush_pcap();
-    }
-}
-
-/// A boxed transport is a transport: a device assembled with any of them
-/// (UDP, raw, behind the fault injector) runs on the same engine.
-impl Transport for Box<dyn Transport> {
-    fn send(&mut self, dgrams: &[Datagram]) -> SendOutcome {
-        (**self).send(dgrams)
-    }
-    fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<usize> {
-        (**self).recv(out)
-    }
-    fn recv_at_most(&mut self, out: &mut Vec<Datagram>, max: usize) -> io::Result<usize> {
-        (**self).recv_at_most(out, max)
-    }
-    fn batch(&self) -> usize {
-        (**self).batch()
-    }
-    fn local_addr(&self) -> SocketAddr {
-        (**self).local_addr()
-    }
-    fn counters(&self) -> Arc<TransportCounters> {
-        (**self).counters()
-    }
-    fn finish(&mut self) {
-        (**self).finish()
     }
 }
 

@@ -27,7 +27,7 @@
 //! port's transport busy skips it (the holder is moving its frames).
 
 use crate::counters::TransportCounters;
-use crate::driver::Transport;
+use crate::socket::Transport;
 use nix::poll::{PollFd, PollFlags};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::time::TimeSpec;

@@ -37,7 +37,7 @@
 //! them to stderr when its driver stops.
 
 use crate::counters::TransportCounters;
-use crate::driver::Transport;
+use crate::socket::Transport;
 use crate::udp::SendOutcome;
 use roce_emulator::sim::{FaultDice, FaultRates};
 use roce_emulator::Datagram;

@@ -25,11 +25,13 @@ pub mod pcap;
 pub mod raw;
 pub mod rxcheck;
 pub mod signals;
+pub mod socket;
 pub mod steer;
 pub mod udp;
 
 pub use counters::{CountersSnapshot, TransportCounters};
-pub use driver::{Driver, DriverConfig, DriverHandle, Transport};
+pub use driver::{Driver, DriverConfig, DriverHandle};
 pub use engine::{Engine, EngineConfig, EngineHandle, RoundStats};
 pub use raw::{RawConfig, RawCounters, RawError, RawSnapshot, RawTransport};
+pub use socket::Transport;
 pub use udp::{RxIcrcPolicy, SendOutcome, TransportError, UdpConfig, UdpTransport, DEFAULT_PORT};

@@ -906,7 +906,7 @@ impl AsFd for RawTransport {
     }
 }
 
-impl crate::driver::Transport for RawTransport {
+impl crate::socket::Transport for RawTransport {
     fn send(&mut self, dgrams: &[Datagram]) -> SendOutcome {
         RawTransport::send(self, dgrams)
     }

@@ -1,0 +1,85 @@
+//! [`Transport`]: what the engine needs from whatever moves its frames — a
+//! UDP socket ([`UdpTransport`]), a raw Ethernet socket
+//! ([`crate::RawTransport`]), or either behind the fault injector
+//! ([`crate::faults`]). The engine and the one-port driver use only this.
+
+use crate::counters::TransportCounters;
+use crate::udp::{SendOutcome, UdpTransport};
+use roce_emulator::Datagram;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+use std::sync::Arc;
+
+/// What the driver needs from a transport ([`UdpTransport`] implements it;
+/// a raw-socket transport can too).
+pub trait Transport: AsFd + Send + 'static {
+    /// Send in order without blocking; see [`UdpTransport::send`].
+    fn send(&mut self, dgrams: &[Datagram]) -> SendOutcome;
+    /// One non-blocking receive batch; returns the number of messages read.
+    fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<usize>;
+    /// [`Transport::recv`] of at most `max` messages (a hint: the caller
+    /// knows that many datagrams were just sent here).
+    fn recv_at_most(&mut self, out: &mut Vec<Datagram>, max: usize) -> io::Result<usize> {
+        let _ = max;
+        self.recv(out)
+    }
+    /// Messages per receive batch (a full batch means: read again).
+    fn batch(&self) -> usize;
+    /// The local address.
+    fn local_addr(&self) -> SocketAddr;
+    /// The live counters.
+    fn counters(&self) -> Arc<TransportCounters>;
+    /// Called when the driver stops (flush recordings).
+    fn finish(&mut self) {}
+}
+
+impl Transport for UdpTransport {
+    fn send(&mut self, dgrams: &[Datagram]) -> SendOutcome {
+        UdpTransport::send(self, dgrams)
+    }
+    fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<usize> {
+        UdpTransport::recv(self, out)
+    }
+    fn recv_at_most(&mut self, out: &mut Vec<Datagram>, max: usize) -> io::Result<usize> {
+        UdpTransport::recv_at_most(self, out, max)
+    }
+    fn batch(&self) -> usize {
+        self.config().batch.max(1)
+    }
+    fn local_addr(&self) -> SocketAddr {
+        UdpTransport::local_addr(self)
+    }
+    fn counters(&self) -> Arc<TransportCounters> {
+        UdpTransport::counters(self)
+    }
+    fn finish(&mut self) {
+        self.flush_pcap();
+    }
+}
+
+/// A boxed transport is a transport: a device assembled with any of them
+/// (UDP, raw, behind the fault injector) runs on the same engine.
+impl Transport for Box<dyn Transport> {
+    fn send(&mut self, dgrams: &[Datagram]) -> SendOutcome {
+        (**self).send(dgrams)
+    }
+    fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<usize> {
+        (**self).recv(out)
+    }
+    fn recv_at_most(&mut self, out: &mut Vec<Datagram>, max: usize) -> io::Result<usize> {
+        (**self).recv_at_most(out, max)
+    }
+    fn batch(&self) -> usize {
+        (**self).batch()
+    }
+    fn local_addr(&self) -> SocketAddr {
+        (**self).local_addr()
+    }
+    fn counters(&self) -> Arc<TransportCounters> {
+        (**self).counters()
+    }
+    fn finish(&mut self) {
+        (**self).finish()
+    }
+}
