@@ -1,0 +1,200 @@
+//! The workspace's structure, checked (docs/architecture.md describes it):
+//!
+//! * crates form layers and a crate uses only crates of lower layers (no
+//!   import runs back up, and two crates of one layer do not use each
+//!   other: `verbs-api` does not use the real-wire `transport`);
+//! * no module circle inside any crate, in `src/` or in any module
+//!   directory below it;
+//! * no crate holds more than a quarter of the workspace's source lines,
+//!   and `cli` stays a thin binary;
+//! * no function is over 120 lines, except the tables and generated code
+//!   listed in [`LONG_BY_DESIGN`].
+//!
+//! Where the code is still on its way to that, the rest is listed
+//! ([`CIRCLES_LEFT`], [`LONG_LEFT`]) and each test fails both on anything
+//! new and on a listed item that is gone (so the lists only shrink).
+
+use roce_tests::layering::{
+    cycles, elementary_cycles, functions, module_dirs, module_graph, rs_files, workspace_crates,
+    GraphOptions,
+};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// The layers, bottom first: a crate may use only crates of lower layers.
+const LAYERS: &[&[&str]] = &[
+    &["roce-packet", "roce-region", "roce-preload"],
+    &["roce-pcap", "roce-cm"],
+    &["roce-emulator"],
+    &["roce-sim"],
+    &["roce-transport", "roce-verbs-api", "roce-decode"],
+    &["roce-host"],
+    &["roce-workloads", "roce-libibverbs", "roce-examples"],
+    &["roce-cli", "roce-fuzz", "roce-tests"],
+];
+
+/// Crates whose dependencies still run sideways or up, with the one such
+/// dependency each: the re-housing (issue 27) removes them.
+const UPWARD_LEFT: &[(&str, &str)] =
+    &[("roce-verbs-api", "roce-transport"), ("roce-verbs-api", "roce-host")];
+
+/// Source directories that still have module circles (issue 27).
+const CIRCLES_LEFT: &[&str] = &["libibverbs/src", "verbs-api/src"];
+
+/// Functions over the limit on purpose: tables and generated code.
+const LONG_BY_DESIGN: &[(&str, &str)] = &[];
+
+/// Functions still over the limit, to be split (issue 27).
+const LONG_LEFT: &[(&str, &str)] = &[
+    ("packet/src/mad.rs", "parse"),
+    ("packet/src/mad.rs", "emit"),
+    ("packet/tests/mad.rs", "every_message_type_round_trips"),
+    ("cm/tests/connection.rs", "connect_accept_rtu_disconnect_and_timewait_exit"),
+    ("emulator/src/requester.rs", "build_packet"),
+    ("emulator/src/responder.rs", "next_response"),
+    ("emulator/src/sim/mod.rs", "transmit"),
+    ("emulator/src/wr.rs", "info"),
+    ("emulator/tests/fuzz_structured.rs", "random_well_framed_packets_never_panic"),
+    ("verbs-api/src/rdma_cm.rs", "dispatch"),
+    ("workloads/src/demo.rs", "new"),
+    ("workloads/src/demo.rs", "run"),
+    ("workloads/src/perf.rs", "run_bw"),
+    ("workloads/src/perf.rs", "run_lat"),
+    ("cli/src/decode/explain.rs", "describe_request"),
+    ("cli/src/decode/explain.rs", "aeth_text"),
+    ("cli/src/decode/svg.rs", "render"),
+    ("cli/src/demo/scenarios.rs", "wc_errors"),
+    ("cli/src/perf/mod.rs", "run_bw"),
+    ("cli/src/perf/mod.rs", "run_lat"),
+    ("cli/src/perf/remote.rs", "run_cfg"),
+    ("cli/src/perf/remote.rs", "run_bw_client"),
+    ("cli/tests/observe.rs", "stats_reads_counters_published_by_a_udp_device"),
+    ("examples/src/bin/udaddy.rs", "run"),
+    ("examples/src/pingpong.rs", "run"),
+    ("examples/src/srq_pingpong.rs", "run"),
+    ("libibverbs/src/fuzz/misuse.rs", "step"),
+    ("libibverbs/src/fuzz.rs", "dropin_run"),
+    ("fuzz/src/lib.rs", "verbs"),
+    ("fuzz/src/lib.rs", "cm_run"),
+];
+
+const MAX_FN_LINES: usize = 120;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+}
+
+fn layer_of(package: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&package))
+}
+
+#[test]
+fn crates_use_only_lower_layers() {
+    let crates = workspace_crates(&root()).expect("read the workspace");
+    assert!(crates.len() >= 15, "found only {} crates", crates.len());
+    let mut upward = BTreeSet::new();
+    for c in &crates {
+        let Some(mine) = layer_of(&c.package) else {
+            panic!(
+                "{} ({}) is in no layer: add it to LAYERS and docs/architecture.md",
+                c.package, c.dir
+            )
+        };
+        for d in &c.deps {
+            let theirs =
+                layer_of(d).unwrap_or_else(|| panic!("{d} (used by {}) is in no layer", c.package));
+            if theirs >= mine {
+                upward.insert((c.package.clone(), d.clone()));
+            }
+        }
+    }
+    let left: BTreeSet<(String, String)> =
+        UPWARD_LEFT.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+    let new: Vec<_> = upward.difference(&left).collect();
+    assert!(new.is_empty(), "dependencies that run up or sideways: {new:?} (see LAYERS)");
+    let gone: Vec<_> = left.difference(&upward).collect();
+    assert!(gone.is_empty(), "no longer there, remove from UPWARD_LEFT: {gone:?}");
+}
+
+#[test]
+fn no_module_circles() {
+    let root = root();
+    let mut circled = BTreeSet::new();
+    let mut report = String::new();
+    for c in workspace_crates(&root).expect("read the workspace") {
+        let src = root.join(&c.dir).join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        for dir in module_dirs(&src).expect("list module directories") {
+            let g = module_graph(&dir, &src, GraphOptions::default()).expect("read sources");
+            let sccs = cycles(&g);
+            if sccs.is_empty() {
+                continue;
+            }
+            let rel = dir.strip_prefix(&root).unwrap_or(&dir).to_string_lossy().into_owned();
+            for comp in &sccs {
+                let first = elementary_cycles(&g, comp, 1);
+                report += &format!("{rel}: {} (e.g. {:?})\n", comp.join(" "), first.first());
+            }
+            circled.insert(rel);
+        }
+    }
+    let left: BTreeSet<String> = CIRCLES_LEFT.iter().map(|s| s.to_string()).collect();
+    let new: Vec<_> = circled.difference(&left).collect();
+    assert!(new.is_empty(), "new module circles in {new:?}:\n{report}");
+    let gone: Vec<_> = left.difference(&circled).collect();
+    assert!(gone.is_empty(), "no circles left in {gone:?}: remove from CIRCLES_LEFT");
+}
+
+#[test]
+fn crate_sizes() {
+    let crates = workspace_crates(&root()).expect("read the workspace");
+    let total: usize = crates.iter().map(|c| c.src_lines).sum();
+    assert!(total > 10_000, "counted only {total} lines");
+    for c in &crates {
+        assert!(
+            c.src_lines * 4 <= total,
+            "{} has {} of the workspace's {total} source lines (more than 25 %)",
+            c.package,
+            c.src_lines
+        );
+    }
+    let cli = crates.iter().find(|c| c.package == "roce-cli").expect("cli crate");
+    println!("cli: {} lines of {total}", cli.src_lines);
+}
+
+#[test]
+fn functions_are_short() {
+    let root = root();
+    let mut long = BTreeSet::new();
+    let mut report = String::new();
+    for c in workspace_crates(&root).expect("read the workspace") {
+        for sub in ["src", "tests", "examples", "benches"] {
+            let dir = root.join(&c.dir).join(sub);
+            if !dir.is_dir() {
+                continue;
+            }
+            let mut files = Vec::new();
+            rs_files(&dir, &mut files).expect("list sources");
+            for f in files {
+                let text = std::fs::read_to_string(&f).expect("read source");
+                let rel = f.strip_prefix(&root).unwrap_or(&f).to_string_lossy().into_owned();
+                for func in functions(&text).into_iter().filter(|x| x.lines > MAX_FN_LINES) {
+                    if LONG_BY_DESIGN.contains(&(rel.as_str(), func.name.as_str())) {
+                        continue;
+                    }
+                    report +=
+                        &format!("{rel}:{} fn {} ({} lines)\n", func.line, func.name, func.lines);
+                    long.insert((rel.clone(), func.name));
+                }
+            }
+        }
+    }
+    let left: BTreeSet<(String, String)> =
+        LONG_LEFT.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+    let new: Vec<_> = long.difference(&left).collect();
+    assert!(new.is_empty(), "functions over {MAX_FN_LINES} lines: {new:?}\n{report}");
+    let gone: Vec<_> = left.difference(&long).collect();
+    assert!(gone.is_empty(), "no longer over the limit, remove from LONG_LEFT: {gone:?}");
+}
