@@ -29,7 +29,7 @@ use crate::qp_attr::QpState;
 use crate::time::Instant;
 use crate::tx::BODY_MIN;
 use crate::wr::{SendFlags, WcStatus, WrOpcode};
-use roce_packet::{AtomicEthRepr, DethRepr, Opcode, Position, Psn, QKey, Qpn, RethRepr};
+use roce_packet::{AtomicEthRepr, DethRepr, Opcode, Position, Psn, QKey, Qpn, RethRepr, RoceRepr};
 
 /// Most PSNs a requester keeps unacknowledged (rxe's RXE_MAX_UNACKED_PSNS).
 pub const MAX_UNACKED_PSNS: i32 = 128;
@@ -150,14 +150,32 @@ impl Qp {
         }
     }
 
+    /// The next packet of the WQE at `idx`: build it (headers and payload),
+    /// hand it to the transmit path, then move the PSN, the WQE's progress
+    /// and the timers on.
     fn build_packet(&mut self, cx: &mut ReqCtx<'_>, now: Instant, idx: usize) -> Option<Datagram> {
-        let mtu = self.mtu();
         let psn = self.req.psn;
-        let pd = self.init.pd;
+        let w = &self.sq[idx];
+        let op = w.wr.opcode;
+        let (repr, payload, consumed, done) = match op {
+            WrOpcode::RdmaRead
+            | WrOpcode::AtomicCmpAndSwp
+            | WrOpcode::AtomicFetchAndAdd
+            | WrOpcode::Flush { .. } => self.one_psn_request(idx, psn)?,
+            _ => self.payload_request(cx, idx, psn)?,
+        };
+        let dgram = self.emit_request(cx, idx, &repr, payload);
+        self.request_sent(cx, now, idx, &repr, consumed, done);
+        dgram
+    }
+
+    /// A READ, atomic or FLUSH request: headers only (a READ asks for the
+    /// rest of its data and takes one PSN per response packet).
+    fn one_psn_request(&self, idx: usize, psn: Psn) -> Option<(RoceRepr, Built, u32, bool)> {
         let w = &self.sq[idx];
         let op = w.wr.opcode;
         let remaining = w.length - w.sent_bytes.min(w.length);
-        let (repr, payload, consumed, done) = match op {
+        match op {
             WrOpcode::RdmaRead => {
                 let mut r = self.repr(op.packet_opcode(Position::Only)?, psn, true, 0);
                 r.reth = Some(RethRepr {
@@ -166,7 +184,7 @@ impl Qp {
                     dma_len: u32::try_from(remaining).unwrap_or(u32::MAX),
                 });
                 let k = psn.value().wrapping_sub(w.first_psn.value()) & 0xFF_FFFF;
-                (r, Built::Empty, w.npkts.saturating_sub(k).max(1), true)
+                Some((r, Built::Empty, w.npkts.saturating_sub(k).max(1), true))
             }
             WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
                 let mut r = self.repr(op.packet_opcode(Position::Only)?, psn, true, 0);
@@ -181,103 +199,128 @@ impl Qp {
                     swap_add,
                     compare,
                 });
-                (r, Built::Empty, 1, true)
+                Some((r, Built::Empty, 1, true))
             }
             // IBA 1.5 FLUSH: FETH + RETH, no payload, one PSN (crate::mw)
             WrOpcode::Flush { len, placement, level } => {
                 let mut r = self.repr(op.packet_opcode(Position::Only)?, psn, true, 0);
                 r.feth = Some(u32::from(placement & 0x0F) | (u32::from(level & 0x03) << 4));
                 r.reth = Some(RethRepr { va: w.wr.remote_addr, rkey: w.wr.rkey, dma_len: len });
-                (r, Built::Empty, 1, true)
+                Some((r, Built::Empty, 1, true))
             }
-            _ => {
-                let first = w.sent_bytes == 0;
-                let n = remaining.min(mtu);
-                let last = w.sent_bytes + n >= w.length;
-                let pos = match (first, last) {
-                    (true, true) => Position::Only,
-                    (true, false) => Position::First,
-                    (false, false) => Position::Middle,
-                    (false, true) => Position::Last,
-                };
-                let ack_req =
-                    !self.unacked() && (last || self.req.noack_pkts + 1 >= MAX_PKTS_PER_ACK);
-                let mut opcode = op.packet_opcode(pos)?;
-                if self.is_uc() {
-                    // same low five bits, UC transport prefix (IBA Table 38)
-                    opcode = Opcode(opcode.0 | 0x20);
-                } else if self.is_ud() {
-                    opcode = Opcode(opcode.0 | 0x60);
-                }
-                let mut r = self.repr(opcode, psn, ack_req, n as usize);
-                if let (true, Some(ud)) = (self.is_ud(), w.wr.ud) {
-                    // C10-15: a Q_Key with the high bit set means the QP's own
-                    let qkey = if ud.remote_qkey & 0x8000_0000 != 0 {
-                        self.p.qkey
-                    } else {
-                        ud.remote_qkey
-                    };
-                    r.deth = Some(DethRepr { qkey: QKey::new(qkey), src_qp: self.qpn, resv8: 0 });
-                    r.bth.dest_qp = Qpn::new(ud.remote_qpn);
-                }
-                let info = r.bth.opcode.info()?;
-                if info.headers.contains(roce_packet::ExtHeader::Reth) {
-                    r.reth = Some(RethRepr {
-                        va: w.wr.remote_addr,
-                        rkey: w.wr.rkey,
-                        dma_len: u32::try_from(w.length).unwrap_or(u32::MAX),
-                    });
-                }
-                if info.has_imm() {
-                    r.immdt = Some(w.wr.imm);
-                }
-                if let (true, WrOpcode::SendWithInv { invalidate_rkey }) = (info.has_inv(), op) {
-                    r.ieth = Some(invalidate_rkey); // IETH (crate::mw)
-                }
-                r.bth.solicited = last && w.wr.flags.contains(SendFlags::SOLICITED);
-                // A large payload in one SGE is sent from the region itself
-                // when the transport takes that (RegionBody); otherwise the
-                // packet is built in place: headers, then the payload
-                // straight from the inline data or the registered memory.
-                let inline = w.wr.flags.contains(SendFlags::INLINE);
-                let direct = cx.tx.region_bodies && !inline && n as usize >= BODY_MIN;
-                let span = match direct {
-                    true => cx.mem.span(pd, &w.wr.sg_list, w.sent_bytes, n as usize),
-                    false => Ok(None),
-                };
-                let built = match span {
-                    Ok(Some((mem, off))) => Ok(Built::Body(mem, off, n)),
-                    Ok(None) => {
-                        let Ok(mut buf) = r.start_vec() else { return None };
-                        if inline {
-                            let s = w.sent_bytes as usize;
-                            buf.extend_from_slice(w.wr.inline_data.get(s..s + n as usize)?);
-                            Ok(Built::Packet(buf, n))
-                        } else {
-                            cx.mem
-                                .gather(pd, &w.wr.sg_list, w.sent_bytes, n as usize, &mut buf)
-                                .map(|()| Built::Packet(buf, n))
-                        }
-                    }
-                    Err(e) => Err(e),
-                };
-                match built {
-                    Ok(Built::Packet(mut buf, n)) => {
-                        r.finish_vec(&mut buf).ok()?;
-                        (r, Built::Packet(buf, n), 1, last)
-                    }
-                    Ok(b) => (r, b, 1, last),
-                    Err(e) => {
-                        // the MR was deregistered under us
-                        tracing::debug!(qpn = %self.qpn, ?e, "gather failed");
-                        if idx == 0 {
-                            self.fail_front(cx.sink, WcStatus::LocProtErr);
-                        }
-                        return None;
-                    }
-                }
-            }
+            _ => None,
+        }
+    }
+
+    /// The next SEND/WRITE packet of the WQE at `idx`: MTU segmentation,
+    /// the opcode for its position and transport, the extension headers,
+    /// and the payload (from inline data, gathered from the registered
+    /// memory, or sent from the region itself). `None` when the gather
+    /// failed (the WQE is then failed) or the packet cannot be built.
+    fn payload_request(
+        &mut self,
+        cx: &mut ReqCtx<'_>,
+        idx: usize,
+        psn: Psn,
+    ) -> Option<(RoceRepr, Built, u32, bool)> {
+        let mtu = self.mtu();
+        let pd = self.init.pd;
+        let w = &self.sq[idx];
+        let op = w.wr.opcode;
+        let remaining = w.length - w.sent_bytes.min(w.length);
+        let first = w.sent_bytes == 0;
+        let n = remaining.min(mtu);
+        let last = w.sent_bytes + n >= w.length;
+        let pos = match (first, last) {
+            (true, true) => Position::Only,
+            (true, false) => Position::First,
+            (false, false) => Position::Middle,
+            (false, true) => Position::Last,
         };
+        let ack_req = !self.unacked() && (last || self.req.noack_pkts + 1 >= MAX_PKTS_PER_ACK);
+        let mut opcode = op.packet_opcode(pos)?;
+        if self.is_uc() {
+            // same low five bits, UC transport prefix (IBA Table 38)
+            opcode = Opcode(opcode.0 | 0x20);
+        } else if self.is_ud() {
+            opcode = Opcode(opcode.0 | 0x60);
+        }
+        let mut r = self.repr(opcode, psn, ack_req, n as usize);
+        if let (true, Some(ud)) = (self.is_ud(), w.wr.ud) {
+            // C10-15: a Q_Key with the high bit set means the QP's own
+            let qkey = if ud.remote_qkey & 0x8000_0000 != 0 { self.p.qkey } else { ud.remote_qkey };
+            r.deth = Some(DethRepr { qkey: QKey::new(qkey), src_qp: self.qpn, resv8: 0 });
+            r.bth.dest_qp = Qpn::new(ud.remote_qpn);
+        }
+        let info = r.bth.opcode.info()?;
+        if info.headers.contains(roce_packet::ExtHeader::Reth) {
+            r.reth = Some(RethRepr {
+                va: w.wr.remote_addr,
+                rkey: w.wr.rkey,
+                dma_len: u32::try_from(w.length).unwrap_or(u32::MAX),
+            });
+        }
+        if info.has_imm() {
+            r.immdt = Some(w.wr.imm);
+        }
+        if let (true, WrOpcode::SendWithInv { invalidate_rkey }) = (info.has_inv(), op) {
+            r.ieth = Some(invalidate_rkey); // IETH (crate::mw)
+        }
+        r.bth.solicited = last && w.wr.flags.contains(SendFlags::SOLICITED);
+        // A large payload in one SGE is sent from the region itself
+        // when the transport takes that (RegionBody); otherwise the
+        // packet is built in place: headers, then the payload
+        // straight from the inline data or the registered memory.
+        let inline = w.wr.flags.contains(SendFlags::INLINE);
+        let direct = cx.tx.region_bodies && !inline && n as usize >= BODY_MIN;
+        let span = match direct {
+            true => cx.mem.span(pd, &w.wr.sg_list, w.sent_bytes, n as usize),
+            false => Ok(None),
+        };
+        let built = match span {
+            Ok(Some((mem, off))) => Ok(Built::Body(mem, off, n)),
+            Ok(None) => {
+                let Ok(mut buf) = r.start_vec() else { return None };
+                if inline {
+                    let s = w.sent_bytes as usize;
+                    buf.extend_from_slice(w.wr.inline_data.get(s..s + n as usize)?);
+                    Ok(Built::Packet(buf, n))
+                } else {
+                    cx.mem
+                        .gather(pd, &w.wr.sg_list, w.sent_bytes, n as usize, &mut buf)
+                        .map(|()| Built::Packet(buf, n))
+                }
+            }
+            Err(e) => Err(e),
+        };
+        match built {
+            Ok(Built::Packet(mut buf, n)) => {
+                r.finish_vec(&mut buf).ok()?;
+                Some((r, Built::Packet(buf, n), 1, last))
+            }
+            Ok(b) => Some((r, b, 1, last)),
+            Err(e) => {
+                // the MR was deregistered under us
+                tracing::debug!(qpn = %self.qpn, ?e, "gather failed");
+                if idx == 0 {
+                    self.fail_front(cx.sink, WcStatus::LocProtErr);
+                }
+                None
+            }
+        }
+    }
+
+    /// Hand a built request to the transmit path (`None`, counted as a
+    /// send error, when the destination has no address).
+    fn emit_request(
+        &mut self,
+        cx: &mut ReqCtx<'_>,
+        idx: usize,
+        repr: &RoceRepr,
+        payload: Built,
+    ) -> Option<Datagram> {
+        let w = &self.sq[idx];
+        let psn = repr.bth.psn;
         let dgid = match (self.is_ud(), w.wr.ud) {
             (true, Some(ud)) => Some(ud.ah.dgid),
             _ => self.p.ah.map(|a| a.dgid),
@@ -285,22 +328,38 @@ impl Qp {
         let (dgram, sent) = match payload {
             Built::Packet(buf, n) => (dgid.and_then(|g| cx.tx.finish_to(self, g, buf)), n),
             Built::Body(mem, off, n) => {
-                (dgid.and_then(|g| cx.tx.finish_body(self, g, &repr, mem, off)), n)
+                (dgid.and_then(|g| cx.tx.finish_body(self, g, repr, mem, off)), n)
             }
-            Built::Empty => (dgid.and_then(|g| cx.tx.datagram_to(self, g, &repr, &[])), 0),
+            Built::Empty => (dgid.and_then(|g| cx.tx.datagram_to(self, g, repr, &[])), 0),
         };
         if dgram.is_none() {
             cx.ctrs.send_err += 1;
         }
         tracing::trace!(qpn = %self.qpn, opcode = %repr.bth.opcode, %psn, ack_req = repr.bth.ack_req, "request");
+        self.sq[idx].sent_bytes += sent;
+        dgram
+    }
+
+    /// After a request packet left: the ACK-request spacing, the next PSN,
+    /// the WQE's state, and completion (UC/UD) or the transport timer (RC).
+    fn request_sent(
+        &mut self,
+        cx: &mut ReqCtx<'_>,
+        now: Instant,
+        idx: usize,
+        repr: &RoceRepr,
+        consumed: u32,
+        done: bool,
+    ) {
+        let psn = repr.bth.psn;
         if repr.bth.ack_req {
             self.req.noack_pkts = 0;
         } else {
             self.req.noack_pkts += 1;
         }
         self.req.psn = psn.add(consumed);
+        let op = self.sq[idx].wr.opcode;
         let w = &mut self.sq[idx];
-        w.sent_bytes += sent;
         if op == WrOpcode::RdmaRead {
             w.read_start = psn;
         }
@@ -322,7 +381,6 @@ impl Qp {
             // timed out while its window is still on its way.
             self.arm_retrans(now);
         }
-        dgram
     }
 }
 

@@ -308,7 +308,6 @@ impl Qp {
     /// The next queued response packet (ACK/NAK or one READ response).
     pub(crate) fn next_response(&mut self, cx: &mut RespCtx<'_>, now: Instant) -> Option<Datagram> {
         loop {
-            let mtu = self.mtu();
             if let Some(&RespItem::Aeth { psn, syndrome: Syndrome::Ack { .. }, .. }) =
                 self.resp.queue.front()
             {
@@ -338,112 +337,110 @@ impl Qp {
                 }
                 RespItem::Read(job) => {
                     let j = *job;
-                    let chunk = j.remaining.min(mtu);
-                    let last = j.remaining <= mtu;
-                    let (pos, op) = match (j.first, last) {
-                        (true, true) => (Position::Only, Opcode::RC_RDMA_READ_RESPONSE_ONLY),
-                        (true, false) => (Position::First, Opcode::RC_RDMA_READ_RESPONSE_FIRST),
-                        (false, false) => (Position::Middle, Opcode::RC_RDMA_READ_RESPONSE_MIDDLE),
-                        (false, true) => (Position::Last, Opcode::RC_RDMA_READ_RESPONSE_LAST),
-                    };
-                    let mut r = self.repr(op, j.next_psn, false, chunk as usize);
-                    if pos != Position::Middle {
-                        r.aeth = Some(AethRepr {
-                            syndrome: Syndrome::Ack { credit: CREDIT_UNLIMITED },
-                            msn: j.msn,
-                        });
-                    }
-                    // Built in place: headers, then the bytes straight from
-                    // the region (re-checked per packet: it may be gone now);
-                    // or, for a large chunk when the transport takes it, sent
-                    // from the region itself (RegionBody).
-                    let direct_ok = cx.tx.region_bodies && chunk as usize >= BODY_MIN;
-                    // (a packet sent from the region builds its own small buffer)
-                    let started = if direct_ok { Ok(Vec::new()) } else { r.start_vec() };
-                    let Ok(mut buf) = started else {
-                        cx.ctrs.send_err += 1;
-                        self.resp.queue.pop_front();
-                        continue;
-                    };
-                    let mut direct = None;
-                    if chunk > 0 {
-                        // (checked on arrival, type 2 window QP included)
-                        let loc = cx.mem.check_remote(
-                            self.init.pd,
-                            None,
-                            j.rkey,
-                            j.va,
-                            chunk,
-                            AccessFlags::REMOTE_READ,
-                        );
-                        let got = loc.ok().and_then(|(h, off)| {
-                            if direct_ok {
-                                direct = Some((cx.mem.share(h)?, off));
-                                Some(())
-                            } else {
-                                cx.mem.read_into(h, off, chunk as usize, &mut buf)
-                            }
-                        });
-                        if got.is_none() {
-                            // the pages went away (unmapped by the
-                            // application) or the region was deregistered:
-                            // the rest of the READ is answered with a NAK
-                            tracing::debug!(qpn = %self.qpn, "READ source vanished; NAK");
-                            if loc.is_ok() {
-                                cx.ctrs.region_faults += 1;
-                            }
-                            self.resp.queue.pop_front();
-                            self.responder_error(cx, j.next_psn, NakCode::RemoteAccessError, None);
-                            continue;
-                        }
-                    }
-                    if let Some(RespItem::Read(job)) = self.resp.queue.front_mut() {
-                        job.first = false;
-                        job.va = job.va.wrapping_add(chunk);
-                        job.remaining -= chunk;
-                        job.next_psn = job.next_psn.next();
-                    }
-                    if last {
-                        self.resp.queue.pop_front();
-                    }
-                    let built = match direct {
-                        Some((mem, off)) => {
-                            let d = self
-                                .p
-                                .ah
-                                .and_then(|ah| cx.tx.finish_body(self, ah.dgid, &r, mem, off));
-                            if d.is_none() && self.p.ah.is_some() {
-                                // (the ICRC pass over the region faulted)
-                                tracing::debug!(qpn = %self.qpn, "READ source vanished; NAK");
-                                cx.ctrs.region_faults += 1;
-                                if !last {
-                                    self.resp.queue.pop_front();
-                                }
-                                self.responder_error(
-                                    cx,
-                                    r.bth.psn,
-                                    NakCode::RemoteAccessError,
-                                    None,
-                                );
-                                continue;
-                            }
-                            d
-                        }
-                        None => r
-                            .finish_vec(&mut buf)
-                            .ok()
-                            .and_then(|()| cx.tx.finish_to(self, self.p.ah?.dgid, buf)),
-                    };
-                    match built {
-                        Some(d) => return Some(d),
-                        None => {
-                            cx.ctrs.send_err += 1;
-                            continue;
-                        }
+                    if let Some(d) = self.read_response(cx, j) {
+                        return Some(d);
                     }
                 }
             }
         }
+    }
+
+    /// The next packet of the READ response `j` at the front of the queue
+    /// (the job moves on, or leaves the queue with its last packet). `None`
+    /// when nothing could be sent for it this time: the source vanished
+    /// (then a NAK is queued) or the packet could not be built (counted).
+    fn read_response(&mut self, cx: &mut RespCtx<'_>, j: ReadJob) -> Option<Datagram> {
+        let mtu = self.mtu();
+        let chunk = j.remaining.min(mtu);
+        let last = j.remaining <= mtu;
+        let (pos, op) = match (j.first, last) {
+            (true, true) => (Position::Only, Opcode::RC_RDMA_READ_RESPONSE_ONLY),
+            (true, false) => (Position::First, Opcode::RC_RDMA_READ_RESPONSE_FIRST),
+            (false, false) => (Position::Middle, Opcode::RC_RDMA_READ_RESPONSE_MIDDLE),
+            (false, true) => (Position::Last, Opcode::RC_RDMA_READ_RESPONSE_LAST),
+        };
+        let mut r = self.repr(op, j.next_psn, false, chunk as usize);
+        if pos != Position::Middle {
+            r.aeth =
+                Some(AethRepr { syndrome: Syndrome::Ack { credit: CREDIT_UNLIMITED }, msn: j.msn });
+        }
+        // Built in place: headers, then the bytes straight from
+        // the region (re-checked per packet: it may be gone now);
+        // or, for a large chunk when the transport takes it, sent
+        // from the region itself (RegionBody).
+        let direct_ok = cx.tx.region_bodies && chunk as usize >= BODY_MIN;
+        // (a packet sent from the region builds its own small buffer)
+        let started = if direct_ok { Ok(Vec::new()) } else { r.start_vec() };
+        let Ok(mut buf) = started else {
+            cx.ctrs.send_err += 1;
+            self.resp.queue.pop_front();
+            return None;
+        };
+        let mut direct = None;
+        if chunk > 0 {
+            // (checked on arrival, type 2 window QP included)
+            let loc = cx.mem.check_remote(
+                self.init.pd,
+                None,
+                j.rkey,
+                j.va,
+                chunk,
+                AccessFlags::REMOTE_READ,
+            );
+            let got = loc.ok().and_then(|(h, off)| {
+                if direct_ok {
+                    direct = Some((cx.mem.share(h)?, off));
+                    Some(())
+                } else {
+                    cx.mem.read_into(h, off, chunk as usize, &mut buf)
+                }
+            });
+            if got.is_none() {
+                // the pages went away (unmapped by the
+                // application) or the region was deregistered:
+                // the rest of the READ is answered with a NAK
+                tracing::debug!(qpn = %self.qpn, "READ source vanished; NAK");
+                if loc.is_ok() {
+                    cx.ctrs.region_faults += 1;
+                }
+                self.resp.queue.pop_front();
+                self.responder_error(cx, j.next_psn, NakCode::RemoteAccessError, None);
+                return None;
+            }
+        }
+        if let Some(RespItem::Read(job)) = self.resp.queue.front_mut() {
+            job.first = false;
+            job.va = job.va.wrapping_add(chunk);
+            job.remaining -= chunk;
+            job.next_psn = job.next_psn.next();
+        }
+        if last {
+            self.resp.queue.pop_front();
+        }
+        let built = match direct {
+            Some((mem, off)) => {
+                let d = self.p.ah.and_then(|ah| cx.tx.finish_body(self, ah.dgid, &r, mem, off));
+                if d.is_none() && self.p.ah.is_some() {
+                    // (the ICRC pass over the region faulted)
+                    tracing::debug!(qpn = %self.qpn, "READ source vanished; NAK");
+                    cx.ctrs.region_faults += 1;
+                    if !last {
+                        self.resp.queue.pop_front();
+                    }
+                    self.responder_error(cx, r.bth.psn, NakCode::RemoteAccessError, None);
+                    return None;
+                }
+                d
+            }
+            None => r
+                .finish_vec(&mut buf)
+                .ok()
+                .and_then(|()| cx.tx.finish_to(self, self.p.ah?.dgid, buf)),
+        };
+        if built.is_none() {
+            cx.ctrs.send_err += 1;
+        }
+        built
     }
 
     /// Handle one request packet addressed to this QP: the check chain of

@@ -380,6 +380,118 @@ fn path_emit(w: &mut W, o: usize, p: &CmPath) {
     w.u8(o + 43, (p.local_ack_timeout & 0x1F) << 3);
 }
 
+/// The fields of a REQ (IBA §12.6.5, Table 99) from its MAD data.
+fn req_parse(r: &R) -> CmReq {
+    let (local_qpn, responder_resources) = r.u24_u8(32);
+    let (local_eecn, initiator_depth) = r.u24_u8(36);
+    let (remote_eecn, b40) = r.u24_u8(40);
+    let (starting_psn, b44) = r.u24_u8(44);
+    let (b50, b51) = (r.u8(50), r.u8(51));
+    CmReq {
+        local_comm_id: r.u32(0),
+        service_id: r.u64(8),
+        local_ca_guid: r.u64(16),
+        local_qkey: r.u32(28),
+        local_qpn,
+        responder_resources,
+        local_eecn,
+        initiator_depth,
+        remote_eecn,
+        remote_cm_response_timeout: b40 >> 3,
+        transport_service_type: (b40 >> 1) & 3,
+        end_to_end_flow_control: b40 & 1 != 0,
+        starting_psn,
+        local_cm_response_timeout: b44 >> 3,
+        retry_count: b44 & 7,
+        partition_key: r.u16(48),
+        path_mtu: b50 >> 4,
+        rdc_exists: b50 & 0x08 != 0,
+        rnr_retry_count: b50 & 7,
+        max_cm_retries: b51 >> 4,
+        srq: b51 & 0x08 != 0,
+        extended_transport_type: b51 & 7,
+        primary: path_parse(r, 52),
+        alternate: path_parse(r, 96),
+        private_data: r.arr(140),
+    }
+}
+
+/// The fields of a REP (IBA §12.6.8, Table 103) from its MAD data.
+fn rep_parse(r: &R) -> CmRep {
+    let b26 = r.u8(26);
+    let b27 = r.u8(27);
+    CmRep {
+        local_comm_id: r.u32(0),
+        remote_comm_id: r.u32(4),
+        local_qkey: r.u32(8),
+        local_qpn: r.u32(12) >> 8,
+        local_eecn: r.u32(16) >> 8,
+        starting_psn: r.u32(20) >> 8,
+        responder_resources: r.u8(24),
+        initiator_depth: r.u8(25),
+        target_ack_delay: b26 >> 3,
+        failover_accepted: (b26 >> 1) & 3,
+        end_to_end_flow_control: b26 & 1 != 0,
+        rnr_retry_count: b27 >> 5,
+        srq: b27 & 0x10 != 0,
+        local_ca_guid: r.u64(28),
+        private_data: r.arr(36),
+    }
+}
+
+/// A REQ's fields into its MAD data (IBA §12.6.5, Table 99).
+fn req_emit(w: &mut W, q: &CmReq) {
+    w.u32(0, q.local_comm_id);
+    w.u64(8, q.service_id);
+    w.u64(16, q.local_ca_guid);
+    w.u32(28, q.local_qkey);
+    w.u24_u8(32, q.local_qpn, q.responder_resources);
+    w.u24_u8(36, q.local_eecn, q.initiator_depth);
+    w.u24_u8(
+        40,
+        q.remote_eecn,
+        ((q.remote_cm_response_timeout & 0x1F) << 3)
+            | ((q.transport_service_type & 3) << 1)
+            | u8::from(q.end_to_end_flow_control),
+    );
+    w.u24_u8(44, q.starting_psn, ((q.local_cm_response_timeout & 0x1F) << 3) | (q.retry_count & 7));
+    w.u16(48, q.partition_key);
+    w.u8(
+        50,
+        ((q.path_mtu & 0xF) << 4) | if q.rdc_exists { 0x08 } else { 0 } | (q.rnr_retry_count & 7),
+    );
+    w.u8(
+        51,
+        ((q.max_cm_retries & 0xF) << 4)
+            | if q.srq { 0x08 } else { 0 }
+            | (q.extended_transport_type & 7),
+    );
+    path_emit(w, 52, &q.primary);
+    path_emit(w, 96, &q.alternate);
+    w.bytes(140, &q.private_data);
+}
+
+/// A REP's fields into its MAD data (IBA §12.6.8, Table 103).
+fn rep_emit(w: &mut W, p: &CmRep) {
+    w.u32(0, p.local_comm_id);
+    w.u32(4, p.remote_comm_id);
+    w.u32(8, p.local_qkey);
+    w.u24_u8(12, p.local_qpn, 0);
+    w.u24_u8(16, p.local_eecn, 0);
+    w.u24_u8(20, p.starting_psn, 0);
+    w.u8(24, p.responder_resources);
+    w.u8(25, p.initiator_depth);
+    w.u8(
+        26,
+        ((p.target_ack_delay & 0x1F) << 3)
+            | ((p.failover_accepted & 3) << 1)
+            | u8::from(p.end_to_end_flow_control),
+    );
+    w.u8(27, ((p.rnr_retry_count & 7) << 5) | if p.srq { 0x10 } else { 0 });
+    w.u64(28, p.local_ca_guid);
+    w.bytes(36, &p.private_data);
+}
+
 impl CmMad {
     /// Parse a CM MAD (at least 256 bytes; a UD payload may carry more).
     pub fn parse(buf: &[u8]) -> Result<CmMad> {
@@ -404,61 +516,8 @@ impl CmMad {
         }
         let r = R(&buf[MAD_HEADER_LEN..MAD_LEN]);
         let msg = match header.attr_id {
-            attr::REQ => {
-                let (local_qpn, responder_resources) = r.u24_u8(32);
-                let (local_eecn, initiator_depth) = r.u24_u8(36);
-                let (remote_eecn, b40) = r.u24_u8(40);
-                let (starting_psn, b44) = r.u24_u8(44);
-                let (b50, b51) = (r.u8(50), r.u8(51));
-                CmMsg::Req(Box::new(CmReq {
-                    local_comm_id: r.u32(0),
-                    service_id: r.u64(8),
-                    local_ca_guid: r.u64(16),
-                    local_qkey: r.u32(28),
-                    local_qpn,
-                    responder_resources,
-                    local_eecn,
-                    initiator_depth,
-                    remote_eecn,
-                    remote_cm_response_timeout: b40 >> 3,
-                    transport_service_type: (b40 >> 1) & 3,
-                    end_to_end_flow_control: b40 & 1 != 0,
-                    starting_psn,
-                    local_cm_response_timeout: b44 >> 3,
-                    retry_count: b44 & 7,
-                    partition_key: r.u16(48),
-                    path_mtu: b50 >> 4,
-                    rdc_exists: b50 & 0x08 != 0,
-                    rnr_retry_count: b50 & 7,
-                    max_cm_retries: b51 >> 4,
-                    srq: b51 & 0x08 != 0,
-                    extended_transport_type: b51 & 7,
-                    primary: path_parse(&r, 52),
-                    alternate: path_parse(&r, 96),
-                    private_data: r.arr(140),
-                }))
-            }
-            attr::REP => {
-                let b26 = r.u8(26);
-                let b27 = r.u8(27);
-                CmMsg::Rep(Box::new(CmRep {
-                    local_comm_id: r.u32(0),
-                    remote_comm_id: r.u32(4),
-                    local_qkey: r.u32(8),
-                    local_qpn: r.u32(12) >> 8,
-                    local_eecn: r.u32(16) >> 8,
-                    starting_psn: r.u32(20) >> 8,
-                    responder_resources: r.u8(24),
-                    initiator_depth: r.u8(25),
-                    target_ack_delay: b26 >> 3,
-                    failover_accepted: (b26 >> 1) & 3,
-                    end_to_end_flow_control: b26 & 1 != 0,
-                    rnr_retry_count: b27 >> 5,
-                    srq: b27 & 0x10 != 0,
-                    local_ca_guid: r.u64(28),
-                    private_data: r.arr(36),
-                }))
-            }
+            attr::REQ => CmMsg::Req(Box::new(req_parse(&r))),
+            attr::REP => CmMsg::Rep(Box::new(rep_parse(&r))),
             attr::RTU => CmMsg::Rtu {
                 local_comm_id: r.u32(0),
                 remote_comm_id: r.u32(4),
@@ -530,61 +589,8 @@ impl CmMad {
         }
         let mut w = W(&mut out[MAD_HEADER_LEN..]);
         match &self.msg {
-            CmMsg::Req(q) => {
-                w.u32(0, q.local_comm_id);
-                w.u64(8, q.service_id);
-                w.u64(16, q.local_ca_guid);
-                w.u32(28, q.local_qkey);
-                w.u24_u8(32, q.local_qpn, q.responder_resources);
-                w.u24_u8(36, q.local_eecn, q.initiator_depth);
-                w.u24_u8(
-                    40,
-                    q.remote_eecn,
-                    ((q.remote_cm_response_timeout & 0x1F) << 3)
-                        | ((q.transport_service_type & 3) << 1)
-                        | u8::from(q.end_to_end_flow_control),
-                );
-                w.u24_u8(
-                    44,
-                    q.starting_psn,
-                    ((q.local_cm_response_timeout & 0x1F) << 3) | (q.retry_count & 7),
-                );
-                w.u16(48, q.partition_key);
-                w.u8(
-                    50,
-                    ((q.path_mtu & 0xF) << 4)
-                        | if q.rdc_exists { 0x08 } else { 0 }
-                        | (q.rnr_retry_count & 7),
-                );
-                w.u8(
-                    51,
-                    ((q.max_cm_retries & 0xF) << 4)
-                        | if q.srq { 0x08 } else { 0 }
-                        | (q.extended_transport_type & 7),
-                );
-                path_emit(&mut w, 52, &q.primary);
-                path_emit(&mut w, 96, &q.alternate);
-                w.bytes(140, &q.private_data);
-            }
-            CmMsg::Rep(p) => {
-                w.u32(0, p.local_comm_id);
-                w.u32(4, p.remote_comm_id);
-                w.u32(8, p.local_qkey);
-                w.u24_u8(12, p.local_qpn, 0);
-                w.u24_u8(16, p.local_eecn, 0);
-                w.u24_u8(20, p.starting_psn, 0);
-                w.u8(24, p.responder_resources);
-                w.u8(25, p.initiator_depth);
-                w.u8(
-                    26,
-                    ((p.target_ack_delay & 0x1F) << 3)
-                        | ((p.failover_accepted & 3) << 1)
-                        | u8::from(p.end_to_end_flow_control),
-                );
-                w.u8(27, ((p.rnr_retry_count & 7) << 5) | if p.srq { 0x10 } else { 0 });
-                w.u64(28, p.local_ca_guid);
-                w.bytes(36, &p.private_data);
-            }
+            CmMsg::Req(q) => req_emit(&mut w, q),
+            CmMsg::Rep(p) => rep_emit(&mut w, p),
             CmMsg::Rtu { local_comm_id, remote_comm_id, private_data }
             | CmMsg::Drep { local_comm_id, remote_comm_id, private_data } => {
                 w.u32(0, *local_comm_id);

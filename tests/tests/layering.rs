@@ -42,18 +42,16 @@ const UPWARD_LEFT: &[(&str, &str)] =
 const CIRCLES_LEFT: &[&str] = &["libibverbs/src", "verbs-api/src"];
 
 /// Functions over the limit on purpose: tables and generated code.
-const LONG_BY_DESIGN: &[(&str, &str)] = &[];
+const LONG_BY_DESIGN: &[(&str, &str)] = &[
+    // the work-request opcode table, one row per opcode
+    ("emulator/src/wr.rs", "info"),
+];
 
 /// Functions still over the limit, to be split (issue 27).
 const LONG_LEFT: &[(&str, &str)] = &[
-    ("packet/src/mad.rs", "parse"),
-    ("packet/src/mad.rs", "emit"),
     ("packet/tests/mad.rs", "every_message_type_round_trips"),
     ("cm/tests/connection.rs", "connect_accept_rtu_disconnect_and_timewait_exit"),
-    ("emulator/src/requester.rs", "build_packet"),
-    ("emulator/src/responder.rs", "next_response"),
     ("emulator/src/sim/mod.rs", "transmit"),
-    ("emulator/src/wr.rs", "info"),
     ("emulator/tests/fuzz_structured.rs", "random_well_framed_packets_never_panic"),
     ("verbs-api/src/rdma_cm.rs", "dispatch"),
     ("workloads/src/demo.rs", "new"),
