@@ -53,7 +53,6 @@ const LONG_LEFT: &[(&str, &str)] = &[
     ("cm/tests/connection.rs", "connect_accept_rtu_disconnect_and_timewait_exit"),
     ("emulator/src/sim/mod.rs", "transmit"),
     ("emulator/tests/fuzz_structured.rs", "random_well_framed_packets_never_panic"),
-    ("verbs-api/src/rdma_cm.rs", "dispatch"),
     ("workloads/src/demo.rs", "new"),
     ("workloads/src/demo.rs", "run"),
     ("workloads/src/perf.rs", "run_bw"),

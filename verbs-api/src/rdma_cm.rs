@@ -55,7 +55,7 @@ use crate::driver::Budget;
 use crate::qp::{ConnectOptions, Qp, QpBuilder, QpEndpoint};
 use roce_emulator::cm::{
     gid_from_ip, AcceptParams, CmEvent as EngineEvent, CmQpType, ConnId, ConnectRequest,
-    DisconnectCause, ListenId, PeerAddr, SidrReplyParams, SidrRequest,
+    DisconnectCause, ListenId, PeerAddr, RepInfo, ReqInfo, SidrReplyParams, SidrRequest,
 };
 use roce_emulator::{AhAttr, CreateQpError, Hca, ModifyQpError, PathMtu, QpAttr, QpState, QpType};
 use roce_packet::mad::{ip_service_id, port_space, IpCmHeader, IP_CM_HEADER_LEN};
@@ -1222,171 +1222,13 @@ fn qp_options(ctx: &Context, peer_mtu: u8, mine: &ConnParam, retry: u8, rnr: u8)
 fn dispatch(ctx: &Context, ev: EngineEvent) {
     match ev {
         EngineEvent::ConnectRequest { listen, conn, req } => {
-            let Some(l) = owner_of_listen(ctx, listen) else {
-                let _ = ctx.lock().cm().reject(conn, &[]);
-                return;
-            };
-            let listener = CmId { inner: l };
-            let child = CmId {
-                inner: Arc::new(IdInner::new(listener.inner.chan.clone(), listener.inner.ps)),
-            };
-            let hdr = IpCmHeader::parse(&req.private_data).ok();
-            let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
-            {
-                let mut st = child.inner.lock();
-                st.ctx = Some(ctx.clone());
-                st.local = Some(SocketAddr::new(ctx.addr(), port));
-                let peer_ip = hdr.map(|h| h.src).unwrap_or_else(|| ip_of_gid(&req.remote.gid));
-                st.remote =
-                    Some(SocketAddr::new(canonical(peer_ip), hdr.map(|h| h.src_port).unwrap_or(0)));
-                st.role = Role::Requested;
-                st.conn = Some(conn);
-                st.route_resolved = true;
-                st.peer_qpn = req.remote_qpn;
-                st.peer_psn = req.starting_psn;
-                st.peer_mtu = req.path_mtu;
-                st.peer_retry = req.retry_count;
-                st.peer_rnr_retry = req.rnr_retry_count;
-                // as librdmacm: an accept with 0xFF takes the requester's
-                // offer within this device's limits
-                let dev = ctx.query_device();
-                st.max_init_depth = req.responder_resources.min(dev.max_qp_init_rd_atom);
-                st.max_resp_res = req.initiator_depth.min(dev.max_qp_rd_atom);
-            }
-            route_conn(ctx, conn, &child.inner);
-            let app = if hdr.is_some() {
-                &req.private_data[IP_CM_HEADER_LEN..]
-            } else {
-                &req.private_data[..]
-            };
-            let mut e = child.event(CmEventKind::ConnectRequest, 0);
-            e.listen_id = Some(listener.clone());
-            e.param = ConnParam {
-                private_data: app.to_vec(),
-                responder_resources: req.responder_resources,
-                initiator_depth: req.initiator_depth,
-                retry_count: req.retry_count,
-                rnr_retry_count: req.rnr_retry_count,
-                srq: req.srq,
-                qp_num: Some(req.remote_qpn),
-            };
-            listener.emit(e);
+            on_connect_request(ctx, listen, conn, &req)
         }
         EngineEvent::SidrRequest { listen, conn, remote, private_data, .. } => {
-            let Some(l) = owner_of_listen(ctx, listen) else { return };
-            let listener = CmId { inner: l };
-            let child = CmId {
-                inner: Arc::new(IdInner::new(listener.inner.chan.clone(), listener.inner.ps)),
-            };
-            let hdr = IpCmHeader::parse(&private_data).ok();
-            let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
-            let peer_ip = canonical(hdr.map(|h| h.src).unwrap_or_else(|| ip_of_gid(&remote.gid)));
-            {
-                let mut st = child.inner.lock();
-                st.ctx = Some(ctx.clone());
-                st.local = Some(SocketAddr::new(ctx.addr(), port));
-                st.remote = Some(SocketAddr::new(peer_ip, hdr.map(|h| h.src_port).unwrap_or(0)));
-                st.role = Role::Requested;
-                st.conn = Some(conn);
-                st.route_resolved = true;
-            }
-            route_conn(ctx, conn, &child.inner);
-            let app =
-                if hdr.is_some() { &private_data[IP_CM_HEADER_LEN..] } else { &private_data[..] };
-            let mut e = child.event(CmEventKind::ConnectRequest, 0);
-            e.listen_id = Some(listener.clone());
-            e.param = ConnParam { private_data: app.to_vec(), ..ConnParam::default() };
-            e.ud = Some(UdParam { ah: crate::create_ah(peer_ip), qp_num: 0, qkey: RDMA_UDP_QKEY });
-            listener.emit(e);
+            on_sidr_request(ctx, listen, conn, remote, private_data)
         }
-        EngineEvent::ConnectResponse { conn, rep } => {
-            let Some(inner) = owner_of_conn(ctx, conn) else {
-                let _ = ctx.lock().cm().reject(conn, &[]);
-                return;
-            };
-            let id = CmId { inner };
-            let mut st = id.inner.lock();
-            // for init_qp_attr when the application moves its own QP
-            st.peer_qpn = rep.remote_qpn;
-            st.peer_psn = rep.starting_psn;
-            st.peer_mtu = rep_mtu(ctx);
-            let param = ConnParam {
-                private_data: rep.private_data.clone(),
-                responder_resources: rep.responder_resources,
-                initiator_depth: rep.initiator_depth,
-                retry_count: st.param.retry_count,
-                rnr_retry_count: rep.rnr_retry_count,
-                srq: rep.srq,
-                qp_num: Some(rep.remote_qpn),
-            };
-            let Some(qp) = st.qp.clone() else {
-                drop(st);
-                let mut e = id.event(CmEventKind::ConnectResponse, 0);
-                e.param = param;
-                id.emit(e);
-                return;
-            };
-            // librdmacm moves the QP and sends the RTU itself
-            let remote = st.remote.map(|r| r.ip()).unwrap_or_else(|| ctx.addr());
-            let mine = st.param.clone();
-            let mut opts = qp_options(
-                ctx,
-                ctx.query_port().active_mtu as u8,
-                &mine,
-                mine.retry_count,
-                mine.rnr_retry_count,
-            );
-            opts.timeout = st.ack_timeout.unwrap_or(opts.timeout);
-            // the active side receives at the PSN its REQ named and sends
-            // from the one the REP named (the kernel's CM; rping via rxe)
-            let peer = QpEndpoint { addr: remote, qpn: rep.remote_qpn, psn: st.psn };
-            let moved = qp.to_rtr(&peer, &opts).and_then(|()| qp.to_rts(rep.starting_psn, &opts));
-            match moved {
-                Ok(()) => {
-                    let r = ctx.lock().cm().complete_connect(conn);
-                    st.role = if r.is_ok() { Role::Connected } else { Role::Gone };
-                    drop(st);
-                    ctx.kick();
-                    let mut e = id.event(
-                        if r.is_ok() {
-                            CmEventKind::Established
-                        } else {
-                            CmEventKind::ConnectError
-                        },
-                        if r.is_ok() { 0 } else { -22 },
-                    );
-                    e.param = param;
-                    id.emit(e);
-                }
-                Err(_) => {
-                    let _ = ctx.lock().cm().reject(conn, &[]);
-                    st.role = Role::Gone;
-                    drop(st);
-                    ctx.kick();
-                    id.emit(id.event(CmEventKind::ConnectError, -22));
-                }
-            }
-        }
-        EngineEvent::Established { conn } => {
-            let Some(inner) = owner_of_conn(ctx, conn) else { return };
-            let id = CmId { inner };
-            let param = {
-                let mut st = id.inner.lock();
-                // Only the passive side learns it here (the RTU, or
-                // traffic before it). The active side reported ESTABLISHED
-                // when it sent the RTU; the engine's own event for that may
-                // be pumped much later (after a disconnect, say) and must
-                // not be reported again.
-                if st.role != Role::Accepted {
-                    return;
-                }
-                st.role = Role::Connected;
-                st.param.clone()
-            };
-            let mut e = id.event(CmEventKind::Established, 0);
-            e.param = ConnParam { private_data: Vec::new(), ..param };
-            id.emit(e);
-        }
+        EngineEvent::ConnectResponse { conn, rep } => on_connect_response(ctx, conn, &rep),
+        EngineEvent::Established { conn } => on_established(ctx, conn),
         EngineEvent::Rejected { conn, reason, private_data } => {
             let Some(inner) = owner_of_conn(ctx, conn) else { return };
             let id = CmId { inner };
@@ -1447,6 +1289,175 @@ fn dispatch(ctx: &Context, ev: EngineEvent) {
             }
         }
     }
+}
+
+/// A REQ for a listener of this process: a new identifier, its CONNECT_REQUEST event.
+fn on_connect_request(ctx: &Context, listen: ListenId, conn: ConnId, req: &ReqInfo) {
+    let Some(l) = owner_of_listen(ctx, listen) else {
+        let _ = ctx.lock().cm().reject(conn, &[]);
+        return;
+    };
+    let listener = CmId { inner: l };
+    let child =
+        CmId { inner: Arc::new(IdInner::new(listener.inner.chan.clone(), listener.inner.ps)) };
+    let hdr = IpCmHeader::parse(&req.private_data).ok();
+    let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+    {
+        let mut st = child.inner.lock();
+        st.ctx = Some(ctx.clone());
+        st.local = Some(SocketAddr::new(ctx.addr(), port));
+        let peer_ip = hdr.map(|h| h.src).unwrap_or_else(|| ip_of_gid(&req.remote.gid));
+        st.remote = Some(SocketAddr::new(canonical(peer_ip), hdr.map(|h| h.src_port).unwrap_or(0)));
+        st.role = Role::Requested;
+        st.conn = Some(conn);
+        st.route_resolved = true;
+        st.peer_qpn = req.remote_qpn;
+        st.peer_psn = req.starting_psn;
+        st.peer_mtu = req.path_mtu;
+        st.peer_retry = req.retry_count;
+        st.peer_rnr_retry = req.rnr_retry_count;
+        // as librdmacm: an accept with 0xFF takes the requester's
+        // offer within this device's limits
+        let dev = ctx.query_device();
+        st.max_init_depth = req.responder_resources.min(dev.max_qp_init_rd_atom);
+        st.max_resp_res = req.initiator_depth.min(dev.max_qp_rd_atom);
+    }
+    route_conn(ctx, conn, &child.inner);
+    let app =
+        if hdr.is_some() { &req.private_data[IP_CM_HEADER_LEN..] } else { &req.private_data[..] };
+    let mut e = child.event(CmEventKind::ConnectRequest, 0);
+    e.listen_id = Some(listener.clone());
+    e.param = ConnParam {
+        private_data: app.to_vec(),
+        responder_resources: req.responder_resources,
+        initiator_depth: req.initiator_depth,
+        retry_count: req.retry_count,
+        rnr_retry_count: req.rnr_retry_count,
+        srq: req.srq,
+        qp_num: Some(req.remote_qpn),
+    };
+    listener.emit(e);
+}
+
+/// A SIDR_REQ for a listener of this process (UD): a new identifier, its CONNECT_REQUEST event.
+fn on_sidr_request(
+    ctx: &Context,
+    listen: ListenId,
+    conn: ConnId,
+    remote: PeerAddr,
+    private_data: Vec<u8>,
+) {
+    let Some(l) = owner_of_listen(ctx, listen) else { return };
+    let listener = CmId { inner: l };
+    let child =
+        CmId { inner: Arc::new(IdInner::new(listener.inner.chan.clone(), listener.inner.ps)) };
+    let hdr = IpCmHeader::parse(&private_data).ok();
+    let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+    let peer_ip = canonical(hdr.map(|h| h.src).unwrap_or_else(|| ip_of_gid(&remote.gid)));
+    {
+        let mut st = child.inner.lock();
+        st.ctx = Some(ctx.clone());
+        st.local = Some(SocketAddr::new(ctx.addr(), port));
+        st.remote = Some(SocketAddr::new(peer_ip, hdr.map(|h| h.src_port).unwrap_or(0)));
+        st.role = Role::Requested;
+        st.conn = Some(conn);
+        st.route_resolved = true;
+    }
+    route_conn(ctx, conn, &child.inner);
+    let app = if hdr.is_some() { &private_data[IP_CM_HEADER_LEN..] } else { &private_data[..] };
+    let mut e = child.event(CmEventKind::ConnectRequest, 0);
+    e.listen_id = Some(listener.clone());
+    e.param = ConnParam { private_data: app.to_vec(), ..ConnParam::default() };
+    e.ud = Some(UdParam { ah: crate::create_ah(peer_ip), qp_num: 0, qkey: RDMA_UDP_QKEY });
+    listener.emit(e);
+}
+
+/// A REP: CONNECT_RESPONSE when the application moves its own QP; otherwise the QP is moved to RTS, the RTU sent and ESTABLISHED (or CONNECT_ERROR) reported.
+fn on_connect_response(ctx: &Context, conn: ConnId, rep: &RepInfo) {
+    let Some(inner) = owner_of_conn(ctx, conn) else {
+        let _ = ctx.lock().cm().reject(conn, &[]);
+        return;
+    };
+    let id = CmId { inner };
+    let mut st = id.inner.lock();
+    // for init_qp_attr when the application moves its own QP
+    st.peer_qpn = rep.remote_qpn;
+    st.peer_psn = rep.starting_psn;
+    st.peer_mtu = rep_mtu(ctx);
+    let param = ConnParam {
+        private_data: rep.private_data.clone(),
+        responder_resources: rep.responder_resources,
+        initiator_depth: rep.initiator_depth,
+        retry_count: st.param.retry_count,
+        rnr_retry_count: rep.rnr_retry_count,
+        srq: rep.srq,
+        qp_num: Some(rep.remote_qpn),
+    };
+    let Some(qp) = st.qp.clone() else {
+        drop(st);
+        let mut e = id.event(CmEventKind::ConnectResponse, 0);
+        e.param = param;
+        id.emit(e);
+        return;
+    };
+    // librdmacm moves the QP and sends the RTU itself
+    let remote = st.remote.map(|r| r.ip()).unwrap_or_else(|| ctx.addr());
+    let mine = st.param.clone();
+    let mut opts = qp_options(
+        ctx,
+        ctx.query_port().active_mtu as u8,
+        &mine,
+        mine.retry_count,
+        mine.rnr_retry_count,
+    );
+    opts.timeout = st.ack_timeout.unwrap_or(opts.timeout);
+    // the active side receives at the PSN its REQ named and sends
+    // from the one the REP named (the kernel's CM; rping via rxe)
+    let peer = QpEndpoint { addr: remote, qpn: rep.remote_qpn, psn: st.psn };
+    let moved = qp.to_rtr(&peer, &opts).and_then(|()| qp.to_rts(rep.starting_psn, &opts));
+    match moved {
+        Ok(()) => {
+            let r = ctx.lock().cm().complete_connect(conn);
+            st.role = if r.is_ok() { Role::Connected } else { Role::Gone };
+            drop(st);
+            ctx.kick();
+            let mut e = id.event(
+                if r.is_ok() { CmEventKind::Established } else { CmEventKind::ConnectError },
+                if r.is_ok() { 0 } else { -22 },
+            );
+            e.param = param;
+            id.emit(e);
+        }
+        Err(_) => {
+            let _ = ctx.lock().cm().reject(conn, &[]);
+            st.role = Role::Gone;
+            drop(st);
+            ctx.kick();
+            id.emit(id.event(CmEventKind::ConnectError, -22));
+        }
+    }
+}
+
+/// The passive side's connection is established (an RTU, or traffic before it).
+fn on_established(ctx: &Context, conn: ConnId) {
+    let Some(inner) = owner_of_conn(ctx, conn) else { return };
+    let id = CmId { inner };
+    let param = {
+        let mut st = id.inner.lock();
+        // Only the passive side learns it here (the RTU, or
+        // traffic before it). The active side reported ESTABLISHED
+        // when it sent the RTU; the engine's own event for that may
+        // be pumped much later (after a disconnect, say) and must
+        // not be reported again.
+        if st.role != Role::Accepted {
+            return;
+        }
+        st.role = Role::Connected;
+        st.param.clone()
+    };
+    let mut e = id.event(CmEventKind::Established, 0);
+    e.param = ConnParam { private_data: Vec::new(), ..param };
+    id.emit(e);
 }
 
 fn ip_of_gid(gid: &[u8; 16]) -> IpAddr {
