@@ -37,6 +37,16 @@ fn connect_accept_rtu_disconnect_and_timewait_exit() {
     let listen = w.b.listen(service()).unwrap();
     assert_eq!(w.b.listen(service()), Err(ListenError::AddressInUse(service())));
 
+    let (ca, cb, a_comm, req_tid) = request_phase(&mut w, listen);
+    let b_comm = reply_phase(&mut w, ca, cb, a_comm, req_tid);
+    rtu_phase(&mut w, (ca, cb), (a_comm, b_comm), req_tid);
+    disconnect_phase(&mut w, (ca, cb), (a_comm, b_comm));
+    timewait_phase(&mut w, ca, cb);
+}
+
+/// A's REQ (every field checked on the wire) and B's CONNECT_REQUEST
+/// event for `listen`: A's and B's connections, A's comm ID, the REQ's TID.
+fn request_phase(w: &mut Wire, listen: ListenId) -> (ConnId, ConnId, u32, u64) {
     let mut req = ConnectRequest::new(service(), PeerAddr::new(w.gb), 0x11, 0x12_3456);
     req.responder_resources = 4;
     req.initiator_depth = 2;
@@ -85,7 +95,11 @@ fn connect_accept_rtu_disconnect_and_timewait_exit() {
     assert_eq!(got.private_data.len(), 92);
     assert_eq!(w.b.state(cb), Some(ConnState::ReqRcvd));
     assert_eq!(w.b.poll_timeout(), None, "the application decides at its pace");
+    (ca, cb, a_comm, req_tid)
+}
 
+/// B accepts: its REP on the wire and A's CONNECT_RESPONSE event; B's comm ID.
+fn reply_phase(w: &mut Wire, ca: ConnId, cb: ConnId, a_comm: u32, req_tid: u64) -> u32 {
     // REP
     let accept = AcceptParams {
         local_qpn: 0x22,
@@ -121,7 +135,11 @@ fn connect_accept_rtu_disconnect_and_timewait_exit() {
     assert_eq!(rep.private_data.len(), 196);
     assert_eq!(w.a.state(ca), Some(ConnState::RepRcvd));
     assert_eq!(w.a.poll_timeout(), None, "the REQ timer stops on the REP");
+    b_comm
+}
 
+/// A's RTU; both sides established.
+fn rtu_phase(w: &mut Wire, (ca, cb): (ConnId, ConnId), (a_comm, b_comm): (u32, u32), req_tid: u64) {
     // RTU
     w.a.complete_connect(ca).unwrap();
     w.pump();
@@ -143,7 +161,10 @@ fn connect_accept_rtu_disconnect_and_timewait_exit() {
         (ib.active, ib.local_qpn, ib.remote_qpn, ib.remote_comm_id),
         (false, 0x22, 0x11, a_comm)
     );
+}
 
+/// A disconnects: DREQ, DREP, both sides in TimeWait.
+fn disconnect_phase(w: &mut Wire, (ca, cb): (ConnId, ConnId), (a_comm, b_comm): (u32, u32)) {
     // DREQ, DREP
     w.now += Duration::from_secs(10);
     assert_eq!(
@@ -175,7 +196,10 @@ fn connect_accept_rtu_disconnect_and_timewait_exit() {
     assert_eq!(w.a.state(ca), Some(ConnState::TimeWait));
     assert_eq!(w.b.state(cb), Some(ConnState::TimeWait));
     assert_eq!(w.trace(), ["A>REQ", "B>REP", "A>RTU", "A>DREQ", "B>DREP"]);
+}
 
+/// TimeWait runs out on both sides; the counters of the whole exchange.
+fn timewait_phase(w: &mut Wire, ca: ConnId, cb: ConnId) {
     // TimeWait: nothing until the duration has passed, then both exit
     let tw = w.a.config().timewait;
     assert_eq!(tw, Duration::from_nanos(4096 << 20));

@@ -124,9 +124,9 @@ fn pd<const N: usize>(seed: u8) -> Box<[u8; N]> {
     Box::new(a)
 }
 
-#[test]
-fn every_message_type_round_trips() {
-    let path = CmPath {
+/// A primary path with every field set.
+fn sample_path() -> CmPath {
+    CmPath {
         local_lid: 0xffff,
         remote_lid: 0xffff,
         local_gid: v4([127, 0, 0, 2]),
@@ -138,58 +138,66 @@ fn every_message_type_round_trips() {
         sl: 5,
         subnet_local: true,
         local_ack_timeout: 0x13,
-    };
+    }
+}
+
+/// A REQ with every field set (and the primary path `path`).
+fn sample_req(path: CmPath) -> CmMsg {
+    CmMsg::Req(Box::new(CmReq {
+        local_comm_id: 1,
+        service_id: ip_service_id(port_space::TCP, 7174),
+        local_ca_guid: 0x0202_0000_0000_0002,
+        local_qkey: 0,
+        local_qpn: 0x11,
+        responder_resources: 4,
+        local_eecn: 0,
+        initiator_depth: 4,
+        remote_eecn: 0,
+        remote_cm_response_timeout: 20,
+        transport_service_type: 1,
+        end_to_end_flow_control: true,
+        starting_psn: 0xabcdef,
+        local_cm_response_timeout: 20,
+        retry_count: 6,
+        partition_key: 0xffff,
+        path_mtu: 5,
+        rdc_exists: false,
+        rnr_retry_count: 7,
+        max_cm_retries: 15,
+        srq: true,
+        extended_transport_type: 0,
+        primary: path,
+        alternate: CmPath::default(),
+        private_data: *pd::<92>(1),
+    }))
+}
+
+/// A REP with every field set.
+fn sample_rep() -> CmMsg {
+    CmMsg::Rep(Box::new(CmRep {
+        local_comm_id: 2,
+        remote_comm_id: 1,
+        local_qkey: 0,
+        local_qpn: 0x12,
+        local_eecn: 0,
+        starting_psn: 0x123456,
+        responder_resources: 4,
+        initiator_depth: 4,
+        target_ack_delay: 15,
+        failover_accepted: 0,
+        end_to_end_flow_control: true,
+        rnr_retry_count: 7,
+        srq: true,
+        local_ca_guid: 0x0202_0000_0000_0003,
+        private_data: *pd::<196>(2),
+    }))
+}
+
+#[test]
+fn every_message_type_round_trips() {
     let msgs = vec![
-        (
-            attr::REQ,
-            CmMsg::Req(Box::new(CmReq {
-                local_comm_id: 1,
-                service_id: ip_service_id(port_space::TCP, 7174),
-                local_ca_guid: 0x0202_0000_0000_0002,
-                local_qkey: 0,
-                local_qpn: 0x11,
-                responder_resources: 4,
-                local_eecn: 0,
-                initiator_depth: 4,
-                remote_eecn: 0,
-                remote_cm_response_timeout: 20,
-                transport_service_type: 1,
-                end_to_end_flow_control: true,
-                starting_psn: 0xabcdef,
-                local_cm_response_timeout: 20,
-                retry_count: 6,
-                partition_key: 0xffff,
-                path_mtu: 5,
-                rdc_exists: false,
-                rnr_retry_count: 7,
-                max_cm_retries: 15,
-                srq: true,
-                extended_transport_type: 0,
-                primary: path,
-                alternate: CmPath::default(),
-                private_data: *pd::<92>(1),
-            })),
-        ),
-        (
-            attr::REP,
-            CmMsg::Rep(Box::new(CmRep {
-                local_comm_id: 2,
-                remote_comm_id: 1,
-                local_qkey: 0,
-                local_qpn: 0x12,
-                local_eecn: 0,
-                starting_psn: 0x123456,
-                responder_resources: 4,
-                initiator_depth: 4,
-                target_ack_delay: 15,
-                failover_accepted: 0,
-                end_to_end_flow_control: true,
-                rnr_retry_count: 7,
-                srq: true,
-                local_ca_guid: 0x0202_0000_0000_0003,
-                private_data: *pd::<196>(2),
-            })),
-        ),
+        (attr::REQ, sample_req(sample_path())),
+        (attr::REP, sample_rep()),
         (attr::RTU, CmMsg::Rtu { local_comm_id: 1, remote_comm_id: 2, private_data: pd(3) }),
         (
             attr::DREQ,

@@ -49,8 +49,6 @@ const LONG_BY_DESIGN: &[(&str, &str)] = &[
 
 /// Functions still over the limit, to be split (issue 27).
 const LONG_LEFT: &[(&str, &str)] = &[
-    ("packet/tests/mad.rs", "every_message_type_round_trips"),
-    ("cm/tests/connection.rs", "connect_accept_rtu_disconnect_and_timewait_exit"),
     ("emulator/src/sim/mod.rs", "transmit"),
     ("emulator/tests/fuzz_structured.rs", "random_well_framed_packets_never_panic"),
     ("workloads/src/demo.rs", "new"),
