@@ -442,16 +442,44 @@ fn check(d: &mut Dev, last: &mut Counters) {
 
 /// Arbitrary verb sequences on one device: every error is a value.
 pub fn verbs(data: &[u8]) {
-    let mut hca = Hca::new(HcaConfig::new("fuzzv", B, 9));
+    let mut v = VerbsState {
+        hca: Hca::new(HcaConfig::new("fuzzv", B, 9)),
+        pds: Vec::new(),
+        cqs: Vec::new(),
+        mrs: Vec::new(),
+        qps: Vec::new(),
+    };
     let mut i = In(data);
-    let mut pds = Vec::new();
-    let mut cqs = Vec::new();
-    let mut mrs: Vec<MrInfo> = Vec::new();
-    let mut qps: Vec<Qpn> = Vec::new();
     let mut steps = 0;
     while !i.is_empty() && steps < 512 {
         steps += 1;
-        let pick = |v: usize, x: u8| if v == 0 { None } else { Some(usize::from(x) % v) };
+        v.step(&mut i);
+    }
+}
+
+/// The objects the verbs harness made on its device.
+struct VerbsState {
+    hca: Hca,
+    pds: Vec<PdHandle>,
+    cqs: Vec<CqHandle>,
+    mrs: Vec<MrInfo>,
+    qps: Vec<Qpn>,
+}
+
+/// `Some(x % v)`, or `None` when there is nothing to pick from.
+fn pick(v: usize, x: u8) -> Option<usize> {
+    if v == 0 {
+        None
+    } else {
+        Some(usize::from(x) % v)
+    }
+}
+
+impl VerbsState {
+    /// One verb call chosen and filled in by the input.
+    fn step(&mut self, i: &mut In) {
+        let hca = &mut self.hca;
+        let (pds, cqs, mrs, qps) = (&mut self.pds, &mut self.cqs, &mut self.mrs, &mut self.qps);
         match i.u8() % 14 {
             0 => {
                 if let Ok(p) = hca.alloc_pd() {
@@ -474,68 +502,17 @@ pub fn verbs(data: &[u8]) {
             }
             3 => {
                 if let (Some(p), Some(c)) = (pick(pds.len(), i.u8()), pick(cqs.len(), i.u8())) {
-                    let t = [QpType::Rc, QpType::Uc, QpType::Ud][usize::from(i.u8()) % 3];
-                    let cap = QpCap {
-                        max_send_wr: u32::from(i.u16()),
-                        max_recv_wr: u32::from(i.u16()),
-                        max_send_sge: u32::from(i.u8()),
-                        max_recv_sge: u32::from(i.u8()),
-                        max_inline_data: u32::from(i.u16()),
-                    };
-                    let init = QpInitAttr {
-                        pd: pds[p],
-                        send_cq: cqs[c],
-                        recv_cq: cqs[c],
-                        qp_type: t,
-                        cap,
-                        sq_sig_all: i.u8() & 1 == 1,
-                        srq: None,
-                    };
-                    if let Ok(q) = hca.create_qp(init) {
-                        qps.push(q)
-                    }
+                    self.create_qp(p, c, i);
                 }
             }
             4 | 5 => {
                 if let Some(k) = pick(qps.len(), i.u8()) {
-                    let st = QpState::ALL[usize::from(i.u8()) % QpState::ALL.len()];
-                    let mut a = QpAttr::new().state(st);
-                    a.mask = qp_attr::AttrMask(i.u32() | 1);
-                    a.qkey = i.u32();
-                    a.timeout = i.u8();
-                    a.retry_cnt = i.u8();
-                    a.rnr_retry = i.u8();
-                    a.max_rd_atomic = i.u8();
-                    a.max_dest_rd_atomic = i.u8();
-                    a.min_rnr_timer = i.u8();
-                    a.dest_qp_num = i.u32();
-                    a.rq_psn = i.u32();
-                    a.sq_psn = i.u32();
-                    a.path_mtu = Some(PathMtu::Mtu1024);
-                    a.ah_attr = Some(AhAttr::new(A));
-                    a.qp_access_flags = AccessFlags(u32::from(i.u16()));
-                    let _ = hca.modify_qp(qps[k], &a);
+                    self.modify_qp(k, i);
                 }
             }
             6 | 7 => {
                 if let Some(k) = pick(qps.len(), i.u8()) {
-                    let m = pick(mrs.len(), i.u8()).map(|x| mrs[x]);
-                    let (addr, lkey) = m.map_or((i.u64(), LKey::new(i.u32())), |m| {
-                        (m.addr + u64::from(i.u16()), m.lkey)
-                    });
-                    let ops = [
-                        WrOpcode::Send,
-                        WrOpcode::RdmaWrite,
-                        WrOpcode::RdmaRead,
-                        WrOpcode::AtomicFetchAndAdd,
-                        WrOpcode::AtomicCmpAndSwp,
-                        WrOpcode::SendWithImm,
-                    ];
-                    let wr = SendWr::new(u64::from(i.u32()), ops[usize::from(i.u8()) % ops.len()])
-                        .sge(addr, u32::from(i.u16()), lkey)
-                        .remote(i.u64(), RKey::new(i.u32()))
-                        .ud(AhAttr::new(A), i.u32(), i.u32());
-                    let _ = hca.post_send(qps[k], wr);
+                    self.post_send(k, i);
                 }
             }
             8 => {
@@ -577,6 +554,71 @@ pub fn verbs(data: &[u8]) {
                 hca.handle_timeout(now);
             }
         }
+    }
+
+    /// A QP of a chosen type and capabilities on PD `p` and CQ `c`.
+    fn create_qp(&mut self, p: usize, c: usize, i: &mut In) {
+        let t = [QpType::Rc, QpType::Uc, QpType::Ud][usize::from(i.u8()) % 3];
+        let cap = QpCap {
+            max_send_wr: u32::from(i.u16()),
+            max_recv_wr: u32::from(i.u16()),
+            max_send_sge: u32::from(i.u8()),
+            max_recv_sge: u32::from(i.u8()),
+            max_inline_data: u32::from(i.u16()),
+        };
+        let init = QpInitAttr {
+            pd: self.pds[p],
+            send_cq: self.cqs[c],
+            recv_cq: self.cqs[c],
+            qp_type: t,
+            cap,
+            sq_sig_all: i.u8() & 1 == 1,
+            srq: None,
+        };
+        if let Ok(q) = self.hca.create_qp(init) {
+            self.qps.push(q)
+        }
+    }
+
+    /// Modify QP `k` to a chosen state with chosen attributes and mask.
+    fn modify_qp(&mut self, k: usize, i: &mut In) {
+        let st = QpState::ALL[usize::from(i.u8()) % QpState::ALL.len()];
+        let mut a = QpAttr::new().state(st);
+        a.mask = qp_attr::AttrMask(i.u32() | 1);
+        a.qkey = i.u32();
+        a.timeout = i.u8();
+        a.retry_cnt = i.u8();
+        a.rnr_retry = i.u8();
+        a.max_rd_atomic = i.u8();
+        a.max_dest_rd_atomic = i.u8();
+        a.min_rnr_timer = i.u8();
+        a.dest_qp_num = i.u32();
+        a.rq_psn = i.u32();
+        a.sq_psn = i.u32();
+        a.path_mtu = Some(PathMtu::Mtu1024);
+        a.ah_attr = Some(AhAttr::new(A));
+        a.qp_access_flags = AccessFlags(u32::from(i.u16()));
+        let _ = self.hca.modify_qp(self.qps[k], &a);
+    }
+
+    /// Post a chosen work request on QP `k` (maybe on a registered MR).
+    fn post_send(&mut self, k: usize, i: &mut In) {
+        let m = pick(self.mrs.len(), i.u8()).map(|x| self.mrs[x]);
+        let (addr, lkey) =
+            m.map_or((i.u64(), LKey::new(i.u32())), |m| (m.addr + u64::from(i.u16()), m.lkey));
+        let ops = [
+            WrOpcode::Send,
+            WrOpcode::RdmaWrite,
+            WrOpcode::RdmaRead,
+            WrOpcode::AtomicFetchAndAdd,
+            WrOpcode::AtomicCmpAndSwp,
+            WrOpcode::SendWithImm,
+        ];
+        let wr = SendWr::new(u64::from(i.u32()), ops[usize::from(i.u8()) % ops.len()])
+            .sge(addr, u32::from(i.u16()), lkey)
+            .remote(i.u64(), RKey::new(i.u32()))
+            .ud(AhAttr::new(A), i.u32(), i.u32());
+        let _ = self.hca.post_send(self.qps[k], wr);
     }
 }
 
@@ -630,47 +672,75 @@ pub fn cm(data: &[u8]) {
 
 /// [`cm()`], returning both engines' counters.
 pub fn cm_run(data: &[u8]) -> [roce_emulator::cm::Counters; 2] {
-    use roce_emulator::cm::{
-        gid_from_ip, AcceptParams, Cm, CmConfig, CmEvent, ConnId, ConnectRequest, PeerAddr,
-        SidrReplyParams, SidrRequest,
-    };
-    use std::time::Duration;
-    let ips = [IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2))];
-    let peers = [PeerAddr::new(gid_from_ip(ips[0])), PeerAddr::new(gid_from_ip(ips[1]))];
-    let mk = |i: usize| {
-        let mut c = CmConfig::new(gid_from_ip(ips[i]), 0x1000 + i as u64, 7 + i as u64);
-        c.max_connections = 16;
-        c.max_queued_transmits = 64;
-        c.max_cm_retries = 3;
-        Cm::new(c)
-    };
-    let mut cms = [mk(0), mk(1)];
-    // connections each engine has handed out (from calls or events)
-    let mut known: [HashSet<ConnId>; 2] = [HashSet::new(), HashSet::new()];
-    let mut now = Duration::ZERO;
-    let mut wire: Vec<(usize, [u8; 256])> = Vec::new(); // (destination, MAD)
-    let mut last = [cms[0].counters().mads_received, cms[1].counters().mads_received];
-    let services = [0x0000_0000_0106_1c06u64, 0x0000_0000_0111_1c06, 0x42];
+    let mut pair = CmPair::new();
+    let mut last = [pair.cms[0].counters().mads_received, pair.cms[1].counters().mads_received];
     let mut i = In(data);
     let mut steps = 0;
-    let drain = |cms: &mut [Cm; 2],
-                 wire: &mut Vec<(usize, [u8; 256])>,
-                 known: &mut [HashSet<ConnId>; 2]| {
-        for (k, cm) in cms.iter_mut().enumerate() {
+    while !i.is_empty() && steps < 400 {
+        steps += 1;
+        pair.step(&mut i);
+        pair.drain();
+        for (k, cm) in pair.cms.iter().enumerate() {
+            let r = cm.counters().mads_received;
+            assert!(r >= last[k], "a counter went back");
+            last[k] = r;
+        }
+    }
+    pair.finish()
+}
+
+/// The CM harness's two engines, the MADs between them and the
+/// connections each has handed out (from calls or events).
+struct CmPair {
+    cms: [roce_emulator::cm::Cm; 2],
+    peers: [roce_emulator::cm::PeerAddr; 2],
+    known: [HashSet<roce_emulator::cm::ConnId>; 2],
+    now: std::time::Duration,
+    /// (destination, MAD)
+    wire: Vec<(usize, [u8; 256])>,
+}
+
+/// The service IDs the CM harness listens on and connects to.
+const CM_SERVICES: [u64; 3] = [0x0000_0000_0106_1c06u64, 0x0000_0000_0111_1c06, 0x42];
+
+impl CmPair {
+    fn new() -> CmPair {
+        use roce_emulator::cm::{gid_from_ip, Cm, CmConfig, PeerAddr};
+        let ips = [IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2))];
+        let mk = |i: usize| {
+            let mut c = CmConfig::new(gid_from_ip(ips[i]), 0x1000 + i as u64, 7 + i as u64);
+            c.max_connections = 16;
+            c.max_queued_transmits = 64;
+            c.max_cm_retries = 3;
+            Cm::new(c)
+        };
+        CmPair {
+            cms: [mk(0), mk(1)],
+            peers: [PeerAddr::new(gid_from_ip(ips[0])), PeerAddr::new(gid_from_ip(ips[1]))],
+            known: [HashSet::new(), HashSet::new()],
+            now: std::time::Duration::ZERO,
+            wire: Vec::new(),
+        }
+    }
+
+    /// Move every engine's transmits to the wire and check its events.
+    fn drain(&mut self) {
+        use roce_emulator::cm::CmEvent;
+        for (k, cm) in self.cms.iter_mut().enumerate() {
             let mut n = 0;
             while let Some(t) = cm.poll_transmit() {
                 n += 1;
                 assert!(n <= 64, "transmit queue beyond its limit");
                 // answers go where the MAD came from (the other engine)
-                let dst = if t.to.gid == peers[0].gid { 0 } else { k ^ 1 };
-                if wire.len() < 256 {
-                    wire.push((dst, t.mad));
+                let dst = if t.to.gid == self.peers[0].gid { 0 } else { k ^ 1 };
+                if self.wire.len() < 256 {
+                    self.wire.push((dst, t.mad));
                 }
             }
             while let Some(e) = cm.poll_event() {
                 let c = match &e {
                     CmEvent::ConnectRequest { conn, .. } | CmEvent::SidrRequest { conn, .. } => {
-                        known[k].insert(*conn);
+                        self.known[k].insert(*conn);
                         *conn
                     }
                     CmEvent::ConnectResponse { conn, .. }
@@ -681,160 +751,163 @@ pub fn cm_run(data: &[u8]) -> [roce_emulator::cm::Counters; 2] {
                     | CmEvent::TimewaitExit { conn }
                     | CmEvent::SidrReply { conn, .. } => *conn,
                 };
-                assert!(known[k].contains(&c), "event for a connection never made: {e:?}");
+                assert!(self.known[k].contains(&c), "event for a connection never made: {e:?}");
             }
             assert!(cm.connection_count() <= 16);
         }
-    };
-    while !i.is_empty() && steps < 400 {
-        steps += 1;
+    }
+
+    /// One step of the input: a call of engine `op & 1`, the wire, or time.
+    fn step(&mut self, i: &mut In) {
+        use roce_emulator::cm::{ConnectRequest, SidrRequest};
         let op = i.u8();
         let k = usize::from(op & 1);
-        let pick = |set: &HashSet<ConnId>, b: u8| {
-            let mut v: Vec<ConnId> = set.iter().copied().collect();
-            v.sort();
-            (!v.is_empty()).then(|| v[usize::from(b) % v.len()])
-        };
         match op >> 1 {
             0 => {
-                let _ = cms[k].listen(services[usize::from(i.u8()) % 3]);
+                let _ = self.cms[k].listen(CM_SERVICES[usize::from(i.u8()) % 3]);
             }
             1 => {
                 let mut r = ConnectRequest::new(
-                    services[usize::from(i.u8()) % 3],
-                    peers[k ^ 1],
+                    CM_SERVICES[usize::from(i.u8()) % 3],
+                    self.peers[k ^ 1],
                     u32::from(i.u16()),
                     i.u32() & 0xFF_FFFF,
                 );
                 let n = usize::from(i.u8() % 100);
                 r.private_data = i.take(n).to_vec();
-                if let Ok(c) = cms[k].connect(now, r) {
-                    known[k].insert(c);
+                if let Ok(c) = self.cms[k].connect(self.now, r) {
+                    self.known[k].insert(c);
                 }
             }
             2 => {
                 let r = SidrRequest {
-                    service_id: services[usize::from(i.u8()) % 3],
-                    remote: peers[k ^ 1],
+                    service_id: CM_SERVICES[usize::from(i.u8()) % 3],
+                    remote: self.peers[k ^ 1],
                     pkey: 0xFFFF,
                     private_data: Vec::new(),
                 };
-                if let Ok(c) = cms[k].sidr_resolve(now, r) {
-                    known[k].insert(c);
+                if let Ok(c) = self.cms[k].sidr_resolve(self.now, r) {
+                    self.known[k].insert(c);
                 }
             }
-            // the application answers one of its connections
-            3..=9 => {
-                let b = i.u8();
-                if let Some(c) = pick(&known[k], b) {
-                    let _ = match op >> 1 {
-                        3 => cms[k]
-                            .accept(
-                                now,
-                                c,
-                                AcceptParams::new(u32::from(i.u16()), i.u32() & 0xFF_FFFF),
-                            )
-                            .is_ok(),
-                        4 => cms[k].reject(c, i.take(8)).is_ok(),
-                        5 => cms[k].complete_connect(c).is_ok(),
-                        6 => cms[k].disconnect(now, c, &[]).is_ok(),
-                        7 => cms[k].establish(c).is_ok(),
-                        8 => cms[k]
-                            .sidr_reply(
-                                c,
-                                SidrReplyParams {
-                                    status: i.u8() % 4,
-                                    qpn: u32::from(i.u16()),
-                                    qkey: i.u32(),
-                                    private_data: Vec::new(),
-                                },
-                            )
-                            .is_ok(),
-                        _ => cms[k].destroy(now, c).is_ok(),
-                    };
-                }
-            }
-            // the wire: deliver, drop, duplicate, or corrupt the next MAD
-            10..=13 => {
-                if !wire.is_empty() {
-                    let n = usize::from(i.u8()) % wire.len();
-                    let (dst, mut mad) = wire.remove(n);
-                    let from = peers[dst ^ 1];
-                    match op >> 1 {
-                        10 => cms[dst].handle_mad(now, from, &mad),
-                        11 => {}
-                        12 => {
-                            cms[dst].handle_mad(now, from, &mad);
-                            cms[dst].handle_mad(now, from, &mad);
-                        }
-                        _ => {
-                            let at = usize::from(i.u8());
-                            mad[at] ^= i.u8() | 1;
-                            let len = 256 - usize::from(i.u8() & 0x7F);
-                            cms[dst].handle_mad(now, from, &mad[..len]);
-                        }
-                    }
-                }
-            }
+            3..=9 => self.answer(op, k, i),
+            10..=13 => self.wire_step(op, i),
             // the input's own bytes as a MAD
             14 => {
                 let n = usize::from(i.u8());
                 let b = i.take(n).to_vec();
-                cms[k].handle_mad(now, peers[k ^ 1], &b);
+                self.cms[k].handle_mad(self.now, self.peers[k ^ 1], &b);
             }
             // time passes
             _ => {
-                now += Duration::from_millis(u64::from(i.u16()) * 8);
-                cms[0].handle_timeout(now);
-                cms[1].handle_timeout(now);
+                self.now += std::time::Duration::from_millis(u64::from(i.u16()) * 8);
+                self.cms[0].handle_timeout(self.now);
+                self.cms[1].handle_timeout(self.now);
             }
         }
-        drain(&mut cms, &mut wire, &mut known);
-        for (k, cm) in cms.iter().enumerate() {
-            let r = cm.counters().mads_received;
-            assert!(r >= last[k], "a counter went back");
-            last[k] = r;
+    }
+
+    /// The application of engine `k` answers one of its connections.
+    fn answer(&mut self, op: u8, k: usize, i: &mut In) {
+        use roce_emulator::cm::{AcceptParams, ConnId, SidrReplyParams};
+        let b = i.u8();
+        let mut v: Vec<ConnId> = self.known[k].iter().copied().collect();
+        v.sort();
+        let Some(c) = (!v.is_empty()).then(|| v[usize::from(b) % v.len()]) else { return };
+        let now = self.now;
+        let cm = &mut self.cms[k];
+        let _ = match op >> 1 {
+            3 => cm
+                .accept(now, c, AcceptParams::new(u32::from(i.u16()), i.u32() & 0xFF_FFFF))
+                .is_ok(),
+            4 => cm.reject(c, i.take(8)).is_ok(),
+            5 => cm.complete_connect(c).is_ok(),
+            6 => cm.disconnect(now, c, &[]).is_ok(),
+            7 => cm.establish(c).is_ok(),
+            8 => cm
+                .sidr_reply(
+                    c,
+                    SidrReplyParams {
+                        status: i.u8() % 4,
+                        qpn: u32::from(i.u16()),
+                        qkey: i.u32(),
+                        private_data: Vec::new(),
+                    },
+                )
+                .is_ok(),
+            _ => cm.destroy(now, c).is_ok(),
+        };
+    }
+
+    /// The wire: deliver, drop, duplicate, or corrupt the next MAD.
+    fn wire_step(&mut self, op: u8, i: &mut In) {
+        if self.wire.is_empty() {
+            return;
+        }
+        let n = usize::from(i.u8()) % self.wire.len();
+        let (dst, mut mad) = self.wire.remove(n);
+        let from = self.peers[dst ^ 1];
+        let now = self.now;
+        match op >> 1 {
+            10 => self.cms[dst].handle_mad(now, from, &mad),
+            11 => {}
+            12 => {
+                self.cms[dst].handle_mad(now, from, &mad);
+                self.cms[dst].handle_mad(now, from, &mad);
+            }
+            _ => {
+                let at = usize::from(i.u8());
+                mad[at] ^= i.u8() | 1;
+                let len = 256 - usize::from(i.u8() & 0x7F);
+                self.cms[dst].handle_mad(now, from, &mad[..len]);
+            }
         }
     }
-    // the input is over: deliver what is in flight, then let time run out;
-    // every connection ends (retries are bounded, TimeWait expires)
-    for _ in 0..2000 {
-        while let Some((dst, mad)) = wire.pop() {
-            cms[dst].handle_mad(now, peers[dst ^ 1], &mad);
+
+    /// Deliver what is in flight and fire the next timer, up to 2000 times
+    /// or until no timer is left; with `stop_when_wire_busy`, a round that
+    /// leaves MADs on the wire starts over before any timer fires.
+    fn settle(&mut self, stop_when_wire_busy: bool) {
+        for _ in 0..2000 {
+            while let Some((dst, mad)) = self.wire.pop() {
+                self.cms[dst].handle_mad(self.now, self.peers[dst ^ 1], &mad);
+            }
+            self.drain();
+            if stop_when_wire_busy && !self.wire.is_empty() {
+                continue;
+            }
+            let next = [self.cms[0].poll_timeout(), self.cms[1].poll_timeout()]
+                .into_iter()
+                .flatten()
+                .min();
+            let Some(t) = next else { break };
+            self.now = self.now.max(t);
+            self.cms[0].handle_timeout(self.now);
+            self.cms[1].handle_timeout(self.now);
+            if stop_when_wire_busy {
+                self.drain();
+            }
         }
-        drain(&mut cms, &mut wire, &mut known);
-        if !wire.is_empty() {
-            continue;
+    }
+
+    /// The input is over: deliver what is in flight, then let time run
+    /// out; every connection ends (retries are bounded, TimeWait expires).
+    fn finish(mut self) -> [roce_emulator::cm::Counters; 2] {
+        use roce_emulator::cm::ConnId;
+        self.settle(true);
+        for (k, cm) in self.cms.iter_mut().enumerate() {
+            // connections that wait for their application (a request it never
+            // answered, a REP it never confirmed) hold no timer; the rest end
+            let open: Vec<ConnId> =
+                self.known[k].iter().copied().filter(|c| cm.state(*c).is_some()).collect();
+            for c in open {
+                let _ = cm.destroy(self.now, c);
+            }
         }
-        let next = [cms[0].poll_timeout(), cms[1].poll_timeout()].into_iter().flatten().min();
-        let Some(t) = next else { break };
-        now = now.max(t);
-        cms[0].handle_timeout(now);
-        cms[1].handle_timeout(now);
-        drain(&mut cms, &mut wire, &mut known);
-    }
-    for (k, cm) in cms.iter_mut().enumerate() {
-        // connections that wait for their application (a request it never
-        // answered, a REP it never confirmed) hold no timer; the rest end
-        let open: Vec<ConnId> =
-            known[k].iter().copied().filter(|c| cm.state(*c).is_some()).collect();
-        for c in open {
-            let _ = cm.destroy(now, c);
+        self.settle(false);
+        for cm in &self.cms {
+            assert!(cm.poll_timeout().is_none(), "a timer still runs with nothing left to do");
         }
+        [*self.cms[0].counters(), *self.cms[1].counters()]
     }
-    for _ in 0..2000 {
-        while let Some((dst, mad)) = wire.pop() {
-            cms[dst].handle_mad(now, peers[dst ^ 1], &mad);
-        }
-        drain(&mut cms, &mut wire, &mut known);
-        let next = [cms[0].poll_timeout(), cms[1].poll_timeout()].into_iter().flatten().min();
-        let Some(t) = next else { break };
-        now = now.max(t);
-        cms[0].handle_timeout(now);
-        cms[1].handle_timeout(now);
-    }
-    for cm in &cms {
-        assert!(cm.poll_timeout().is_none(), "a timer still runs with nothing left to do");
-    }
-    [*cms[0].counters(), *cms[1].counters()]
 }

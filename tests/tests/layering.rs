@@ -69,8 +69,6 @@ const LONG_LEFT: &[(&str, &str)] = &[
     ("examples/src/srq_pingpong.rs", "run"),
     ("libibverbs/src/fuzz/misuse.rs", "step"),
     ("libibverbs/src/fuzz.rs", "dropin_run"),
-    ("fuzz/src/lib.rs", "verbs"),
-    ("fuzz/src/lib.rs", "cm_run"),
 ];
 
 const MAX_FN_LINES: usize = 120;
