@@ -25,7 +25,7 @@ pub enum LogFormat {
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct LogArgs {
     /// Trace filter, e.g. `roce_emulator=debug` or
-    /// `roce_emulator::responder=debug,roce_emulator::sim=trace` (RUST_LOG syntax; default
+    /// `roce_emulator::responder=debug,roce_sim=trace` (RUST_LOG syntax; default
     /// $ROCE_LOG, else $RUST_LOG, else `warn`). Traces go to stderr.
     #[arg(long, global = true, value_name = "FILTER")]
     pub log: Option<String>,

@@ -6,7 +6,7 @@ use crate::time::Instant;
 use bytes::Bytes;
 use roce_packet::{IpMeta, UdpEndpoints};
 use roce_region::RegionMem;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// One RoCEv2 UDP datagram: addressing, the IP header fields the ICRC
 /// covers, and the UDP payload (BTH through ICRC).
@@ -80,7 +80,8 @@ impl Datagram {
 }
 
 /// Something that consumes and produces datagrams and owns timers.
-/// `Hca` implements it; the sim fabric drives any number of them.
+/// `Hca` implements it; the simulated fabric (the `roce-sim` crate) drives
+/// any number of them.
 pub trait SansIo {
     /// Feed one received datagram.
     fn handle_datagram(&mut self, now: Instant, dgram: Datagram);
@@ -93,7 +94,7 @@ pub trait SansIo {
     fn handle_timeout(&mut self, now: Instant);
 }
 
-/// A boxed node (the default node type of a [`crate::sim::Fabric`]).
+/// A boxed node (the default node type of `roce_sim::Fabric`).
 impl<T: SansIo + ?Sized> SansIo for Box<T> {
     fn handle_datagram(&mut self, now: Instant, dgram: Datagram) {
         (**self).handle_datagram(now, dgram)
@@ -109,7 +110,7 @@ impl<T: SansIo + ?Sized> SansIo for Box<T> {
     }
 }
 
-/// A node lent to a driver for one run (`sim::Fabric<&mut Hca>`): the
+/// A node lent to a driver for one run (`roce_sim::Fabric<&mut Hca>`): the
 /// driver moves its frames, its owner keeps it.
 impl<T: SansIo + ?Sized> SansIo for &mut T {
     fn handle_datagram(&mut self, now: Instant, dgram: Datagram) {
@@ -124,4 +125,27 @@ impl<T: SansIo + ?Sized> SansIo for &mut T {
     fn handle_timeout(&mut self, now: Instant) {
         (**self).handle_timeout(now)
     }
+}
+
+/// A node shared between a driver and someone else (e.g. a verbs API
+/// posting work to the device the simulated fabric drives): the driver
+/// locks it for each call. A poisoned lock is used anyway (the node's state
+/// is whatever the panicking holder left).
+impl<T: SansIo + ?Sized> SansIo for Arc<Mutex<T>> {
+    fn handle_datagram(&mut self, now: Instant, dgram: Datagram) {
+        lock(self).handle_datagram(now, dgram)
+    }
+    fn poll_transmit(&mut self, now: Instant) -> Option<Datagram> {
+        lock(self).poll_transmit(now)
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        lock(self).poll_timeout()
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        lock(self).handle_timeout(now)
+    }
+}
+
+fn lock<T: ?Sized>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }

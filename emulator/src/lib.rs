@@ -71,7 +71,6 @@ pub mod recv;
 pub mod requester;
 pub mod responder;
 mod schedule;
-pub mod sim;
 pub mod time;
 mod tx;
 pub mod wr;

@@ -1,9 +1,8 @@
 //! IBA 1.5 ATOMIC_WRITE and FLUSH between two HCAs.
 
-mod common;
-use common::*;
 use roce_emulator::*;
 use roce_packet::Opcode;
+use roce_sim::testkit::*;
 
 fn atomic_write(p: &mut Pair, va: u64, value: u64) -> Vec<WorkCompletion> {
     p.a.write_mem(0, &value.to_le_bytes());

@@ -2,14 +2,13 @@
 //! driven by the test wire like any other traffic (its timers in the
 //! devices' `poll_timeout`).
 
-mod common;
-use common::*;
 use roce_emulator::cm::{
     gid_from_ip, rej_reason, AcceptParams, CmEvent, ConnState, ConnectRequest, PeerAddr,
 };
 use roce_emulator::*;
 use roce_packet::mad::{ip_service_id, port_space, GSI_QKEY};
 use roce_packet::Opcode;
+use roce_sim::testkit::*;
 use std::net::{IpAddr, Ipv4Addr};
 
 const A: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));

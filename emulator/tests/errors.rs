@@ -1,10 +1,9 @@
 //! Error paths: remote access, invalid requests, local protection, CQ
 //! overflow, malformed input, verb misuse.
 
-mod common;
-use common::*;
 use roce_emulator::*;
 use roce_packet::{BthRepr, LKey, NakCode, Opcode, Psn, Qpn, RKey, RoceRepr, Syndrome};
+use roce_sim::testkit::*;
 use std::net::{IpAddr, Ipv4Addr};
 
 fn nak_codes(p: &Pair) -> Vec<NakCode> {

@@ -1,8 +1,7 @@
 //! Completion notification (solicited-only), resize_cq, SQD drain, SRQ limit re-arming.
 
-mod common;
-use common::*;
 use roce_emulator::*;
+use roce_sim::testkit::*;
 
 fn send_flags(p: &mut Pair, wr_id: u64, flags: SendFlags) {
     let mut wr = SendWr::new(wr_id, WrOpcode::Send).sge(p.a.addr(0), 8, p.a.mr.lkey);

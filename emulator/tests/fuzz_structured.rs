@@ -3,14 +3,12 @@
 //! and lengths, into both the responder and the completer. Nothing may
 //! panic, and the devices must keep working afterwards.
 
-mod common;
-use common::*;
 use roce_emulator::*;
 use roce_packet::{
     opcode::TABLE, AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, ExtHeader, Msn, Opcode, Psn,
     RKey, RethRepr, RoceRepr, Syndrome, Transport,
 };
-use std::net::IpAddr;
+use roce_sim::testkit::*;
 
 struct Rng(u64);
 impl Rng {
@@ -23,8 +21,10 @@ impl Rng {
     }
 }
 
-fn frame(src: IpAddr, dst: IpAddr, r: &RoceRepr, payload: &[u8]) -> Datagram {
-    PacketBuilder::new(src, dst).src_port(0xC001).datagram(r, payload)
+/// Crafted packets from A to B (or B to A), UDP source port 0xC001.
+fn from(a: bool) -> PacketBuilder {
+    let b = if a { a_to_b() } else { b_to_a() };
+    b.src_port(0xC001)
 }
 
 #[test]
@@ -48,7 +48,6 @@ fn random_well_framed_packets_never_panic() {
             p.a.hca.post_send(p.a.qpn, wr).unwrap();
         }
         while p.a.hca.poll_transmit(Instant::ZERO).is_some() {}
-        let (ia, ib) = (p.a.hca.addr(), p.b.hca.addr());
         let mut resets = 0;
         for _ in 0..3000 {
             let op = rc_ops[rng.below(rc_ops.len() as u64) as usize];
@@ -113,11 +112,8 @@ fn random_well_framed_packets_never_panic() {
                 r.feth = Some(rng.next() as u32);
             }
             let now = Instant::from_micros(rng.below(1_000_000));
-            if to_b {
-                p.b.hca.handle_datagram(now, frame(ia, ib, &r, &payload));
-            } else {
-                p.a.hca.handle_datagram(now, frame(ib, ia, &r, &payload));
-            }
+            let dev = if to_b { &mut p.b.hca } else { &mut p.a.hca };
+            dev.handle_datagram(now, from(to_b).datagram(&r, &payload));
             if p.a.hca.qp_state(p.a.qpn) == Some(QpState::Err)
                 || p.b.hca.qp_state(p.b.qpn) == Some(QpState::Err)
             {
@@ -168,7 +164,6 @@ fn random_packets_to_uc_and_ud_qps_never_panic() {
     for qp_type in [QpType::Uc, QpType::Ud] {
         let mut rng = Rng(0xfeed);
         let mut p = Pair::with(Opts { qp_type, ..Opts::default() });
-        let (ia, ib) = (p.a.hca.addr(), p.b.hca.addr());
         for _ in 0..3000 {
             if p.b.hca.query_qp(p.b.qpn).unwrap().0.qp_state != Some(QpState::Rts) {
                 p.reconnect();
@@ -229,8 +224,7 @@ fn random_packets_to_uc_and_ud_qps_never_panic() {
             if h.contains(ExtHeader::Feth) {
                 r.feth = Some(0);
             }
-            p.b.hca.handle_datagram(Instant::ZERO, frame(ia, ib, &r, &payload));
-            while p.b.hca.poll_transmit(Instant::ZERO).is_some() {}
+            p.to_b(from(true).datagram(&r, &payload));
             let _ = p.b.hca.poll_cq(p.b.cq, 1000);
         }
         let c = p.b.counters();

@@ -5,9 +5,9 @@
 //! with.
 
 use bytes::Bytes;
-use roce_emulator::sim::packet::PacketBuilder;
 use roce_emulator::*;
 use roce_packet::{IpMeta, IpUdpHeader, Qpn, RKey, RoceRepr, Syndrome, UdpEndpoints};
+use roce_sim::packet::PacketBuilder;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 

@@ -1,10 +1,9 @@
 //! The GSI QP (QP1): where the communication manager's MADs arrive.
 
-mod common;
-use common::*;
 use roce_emulator::*;
 use roce_packet::mad::GSI_QKEY;
 use roce_packet::{Opcode, Qpn};
+use roce_sim::testkit::*;
 use std::net::{IpAddr, Ipv4Addr};
 
 fn gsi(s: &mut Side) -> Qpn {

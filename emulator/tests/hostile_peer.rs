@@ -5,18 +5,13 @@
 //! a region of another PD and a deregistered one are compared before and
 //! after.
 
-mod common;
-use common::*;
 use roce_emulator::*;
 use roce_packet::opcode::OpKind;
 use roce_packet::{
     AtomicEthRepr, DethRepr, ExtHeader, NakCode, Opcode, Psn, QKey, Qpn, RKey, RethRepr, RoceRepr,
     Syndrome,
 };
-use std::net::{IpAddr, Ipv4Addr};
-
-const A: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
-const B: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
+use roce_sim::testkit::*;
 
 /// B under attack, with a snapshot of every byte it owns.
 struct Target {
@@ -32,15 +27,15 @@ struct Target {
 
 fn target(o: Opts) -> Target {
     let mut p = Pair::with(o);
-    let pattern = common::pattern(o.mr_len, 7);
-    p.b.write_mem(0, &pattern);
+    let before = pattern(o.mr_len, 7);
+    p.b.write_mem(0, &before);
     let pd2 = p.b.hca.alloc_pd().unwrap();
     let other = p.b.hca.reg_mr(pd2, 4096, ALL_ACCESS).unwrap();
     p.b.hca.mr_write(other.handle, 0, &[0xAB; 4096]).unwrap();
     let gone = p.b.hca.reg_mr(p.b.pd, 4096, ALL_ACCESS).unwrap();
     p.b.hca.dereg_mr(gone.handle).unwrap();
     let before_other = vec![0xAB; 4096];
-    Target { p, other, gone, before: pattern, before_other, psn: o.a_psn }
+    Target { p, other, gone, before, before_other, psn: o.a_psn }
 }
 
 impl Target {
@@ -50,13 +45,7 @@ impl Target {
 
     /// Send `r` with `payload` to B; returns what B sent back.
     fn inject(&mut self, r: &RoceRepr, payload: &[u8]) -> Vec<RoceRepr> {
-        let d = PacketBuilder::new(A, B).sized(r, payload);
-        self.p.b.hca.handle_datagram(Instant::ZERO, d);
-        let mut out = Vec::new();
-        while let Some(d) = self.p.b.hca.poll_transmit(Instant::ZERO) {
-            out.push(RoceRepr::parse_bytes(&d.payload).unwrap().0);
-        }
-        out
+        self.p.to_b(a_to_b().sized(r, payload))
     }
 
     fn naks(out: &[RoceRepr]) -> Vec<NakCode> {

@@ -1,9 +1,8 @@
 //! Loss, retransmission, RNR and exactly-once behaviour.
 
-mod common;
-use common::*;
 use roce_emulator::*;
 use roce_packet::{NakCode, Opcode, Psn, Syndrome};
+use roce_sim::testkit::*;
 
 const T14_NS: u64 = 4096 << 14; // 4.096 µs × 2^14
 

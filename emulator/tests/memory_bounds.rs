@@ -5,10 +5,9 @@
 //! is compared before and after (one test, so no other test of this binary
 //! runs beside it).
 
-mod common;
-use common::*;
 use roce_emulator::*;
 use roce_packet::{BthRepr, DethRepr, Opcode, Psn, QKey, Qpn, RethRepr, RoceRepr};
+use roce_sim::testkit::*;
 use std::net::{IpAddr, Ipv4Addr};
 
 const A: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));

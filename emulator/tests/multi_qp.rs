@@ -1,9 +1,8 @@
 //! Several QPs on the same pair of devices make progress independently.
 
-mod common;
-use common::*;
 use roce_emulator::*;
 use roce_packet::Qpn;
+use roce_sim::testkit::*;
 
 fn extra_qp(s: &mut Side) -> Qpn {
     s.rc_qp(64, 0, true, None)

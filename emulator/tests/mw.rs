@@ -1,10 +1,9 @@
 //! Memory windows: type 1 and type 2 binds, access through window rkeys,
 //! PD checks, rkey rotation and invalidation.
 
-mod common;
-use common::*;
 use roce_emulator::*;
 use roce_packet::{Opcode, RKey};
+use roce_sim::testkit::*;
 
 const RW: AccessFlags = AccessFlags(AccessFlags::REMOTE_READ.0 | AccessFlags::REMOTE_WRITE.0);
 

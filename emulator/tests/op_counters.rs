@@ -2,9 +2,8 @@
 //! `flush_err`, `mw_bind`, `mw_bind_err`, `mw_invalidate`,
 //! `mw_invalidate_err`): each operation bumps exactly one of them.
 
-mod common;
-use common::*;
 use roce_emulator::*;
+use roce_sim::testkit::*;
 
 fn flush_pair() -> Pair {
     let o = Opts {

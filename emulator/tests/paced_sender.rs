@@ -4,9 +4,8 @@
 //! Timing out from the first packet made `roce perf write -q 1024` (64 MiB
 //! in flight) retransmit every window before it arrived, for ever.
 
-mod common;
-use common::*;
 use roce_emulator::*;
+use roce_sim::testkit::*;
 use std::time::Duration;
 
 #[test]

@@ -1,9 +1,8 @@
 //! RDMA WRITE, READ and atomics between two HCAs.
 
-mod common;
-use common::*;
 use roce_emulator::*;
 use roce_packet::{Opcode, Psn};
+use roce_sim::testkit::*;
 
 #[test]
 fn rdma_write_multi_mtu() {

@@ -2,10 +2,9 @@
 //! NAK, §9.7.6.1.3 retry counter), whatever the responses still in flight
 //! from before the go-back-N say, and stale responses are dropped.
 
-mod common;
-use common::*;
 use roce_emulator::*;
 use roce_packet::{AethRepr, BthRepr, Msn, NakCode, Opcode, Psn, RoceRepr, Syndrome};
+use roce_sim::testkit::*;
 
 fn read_wr(p: &Pair, wr_id: u64, off: u64, len: u32) -> SendWr {
     SendWr::new(wr_id, WrOpcode::RdmaRead)

@@ -3,10 +3,9 @@
 //! (ICRC included) those of a core without; and a deregistration while a
 //! datagram still points into the region leaves it with no bytes to send.
 
-mod common;
 use bytes::Bytes;
-use common::*;
 use roce_emulator::*;
+use roce_sim::testkit::*;
 
 /// Move datagrams both ways until both sides are quiet; every datagram is
 /// logged whole (direction, UDP payload). Returns how many carried a

@@ -1,9 +1,8 @@
 //! SEND/RECV data path between two HCAs.
 
-mod common;
-use common::*;
 use roce_emulator::*;
 use roce_packet::{Opcode, Psn};
+use roce_sim::testkit::*;
 
 fn send_of(len: usize) {
     let mut p = Pair::new();

@@ -6,10 +6,9 @@
 //! nothing in a later QP (same QPN included). So a program that relies on
 //! `post_send`'s QueueFull (ENOMEM) for flow control cannot overrun its CQ.
 
-mod common;
-use common::*;
 use roce_emulator::*;
 use roce_packet::Qpn;
+use roce_sim::testkit::*;
 use std::net::{IpAddr, Ipv4Addr};
 
 /// An RC QP on `s`'s PD and CQ with `send` send WRs and 256 receive WRs.

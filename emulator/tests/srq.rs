@@ -1,9 +1,8 @@
 //! Shared receive queues and CQ notification.
 
-mod common;
-use common::*;
 use roce_emulator::*;
 use roce_packet::Qpn;
+use roce_sim::testkit::*;
 
 fn qp_on(s: &mut Side, srq: Option<SrqHandle>) -> Qpn {
     s.rc_qp(16, 0, true, srq)

@@ -2,11 +2,13 @@
 //! `reason`, `code`, `from`, `to`, `kind`): a capturing subscriber records
 //! every event and the tests look for the expected ones.
 
-mod common;
-use common::trace::{capture, Ev};
-use common::*;
+#[allow(dead_code)]
+#[path = "common/trace.rs"]
+mod trace;
 use roce_emulator::*;
 use roce_packet::Opcode;
+use roce_sim::testkit::*;
+use trace::{capture, Ev};
 use tracing::Level;
 
 fn find<'a>(evs: &'a [Ev], message: &str) -> Vec<&'a Ev> {

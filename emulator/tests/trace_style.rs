@@ -1,25 +1,12 @@
 //! Protocol traces at the packet level: hand-made requests into one HCA,
 //! the exact responses out (smoltcp-style socket tests).
 
-mod common;
-use common::*;
 use roce_emulator::*;
 use roce_packet::{
     AethRepr, AtomicAckEthRepr, BthRepr, Msn, NakCode, Opcode, Psn, Qpn, RethRepr, RoceRepr,
-    Syndrome, UdpEndpoints,
+    Syndrome,
 };
-use std::net::{IpAddr, Ipv4Addr};
-
-fn ep(from_a: bool) -> UdpEndpoints {
-    let a = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
-    let b = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
-    let (src, dst) = if from_a { (a, b) } else { (b, a) };
-    UdpEndpoints { src, dst, src_port: 0xC123, dst_port: 4791 }
-}
-
-fn dgram(from_a: bool, r: &RoceRepr, payload: &[u8]) -> Datagram {
-    PacketBuilder::endpoints(ep(from_a)).datagram(r, payload)
-}
+use roce_sim::testkit::*;
 
 fn req(dest: Qpn, op: Opcode, psn: u32, ack_req: bool, len: usize) -> RoceRepr {
     RoceRepr {
@@ -36,14 +23,10 @@ fn req(dest: Qpn, op: Opcode, psn: u32, ack_req: bool, len: usize) -> RoceRepr {
     }
 }
 
-/// Feed one request to B and return what B sends back.
+/// Feed one request to B (UDP source port 0xC123) and return what B sends
+/// back.
 fn to_b(p: &mut Pair, r: &RoceRepr, payload: &[u8]) -> Vec<RoceRepr> {
-    p.b.hca.handle_datagram(Instant::ZERO, dgram(true, r, payload));
-    let mut out = Vec::new();
-    while let Some(d) = p.b.hca.poll_transmit(Instant::ZERO) {
-        out.push(RoceRepr::parse_bytes(&d.payload).unwrap().0);
-    }
-    out
+    p.to_b(a_to_b().src_port(0xC123).datagram(r, payload))
 }
 
 fn syn(r: &RoceRepr) -> (Opcode, u32, Syndrome) {
@@ -163,9 +146,9 @@ fn responder_read_response_psns_and_aeth() {
     assert_eq!(p.b.read_mem(8192, 3), b"abc");
 }
 
-/// Responses into A's completer.
+/// Responses into A's completer (UDP source port 0xC123).
 fn to_a(p: &mut Pair, r: &RoceRepr) {
-    p.a.hca.handle_datagram(Instant::ZERO, dgram(false, r, &[]));
+    p.a.hca.handle_datagram(p.now, b_to_a().src_port(0xC123).datagram(r, &[]));
 }
 
 fn ack(dest: Qpn, psn: u32, s: Syndrome) -> RoceRepr {
@@ -239,10 +222,7 @@ fn requester_segments_write_with_imm_and_solicited() {
         .with_imm(0xFEED)
         .with_flags(SendFlags::SIGNALED | SendFlags::SOLICITED);
     p.a.hca.post_send(p.a.qpn, wr).unwrap();
-    let mut out = Vec::new();
-    while let Some(d) = p.a.hca.poll_transmit(Instant::ZERO) {
-        out.push(RoceRepr::parse_bytes(&d.payload).unwrap().0);
-    }
+    let out = p.a.transmits(p.now);
     let got: Vec<_> = out
         .iter()
         .map(|r| {

@@ -1,10 +1,12 @@
 //! Decision points emit `tracing` events with their reason as a field.
 
-mod common;
-use common::trace::capture;
-use common::*;
+#[allow(dead_code)]
+#[path = "common/trace.rs"]
+mod trace;
 use roce_emulator::*;
 use roce_packet::Psn;
+use roce_sim::testkit::*;
+use trace::capture;
 
 #[test]
 fn drops_naks_retries_and_state_changes_are_traced() {

@@ -1,9 +1,8 @@
 //! Unreliable Connected QPs: no ACKs, no retries; gaps drop messages.
 
-mod common;
-use common::*;
 use roce_emulator::*;
 use roce_packet::{Opcode, Psn};
+use roce_sim::testkit::*;
 
 fn uc() -> Pair {
     Pair::with(Opts { qp_type: QpType::Uc, ..Opts::default() })

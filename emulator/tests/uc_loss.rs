@@ -2,10 +2,9 @@
 //! message drops exactly that message, and `uc_msg_dropped` counts it
 //! exactly once (wherever the packet sat in the message).
 
-mod common;
-use common::*;
 use roce_emulator::*;
 use roce_packet::{Opcode, Psn, UdpEndpoints};
+use roce_sim::testkit::*;
 
 /// Three 4-packet SENDs (PSNs 0x100.., 0x104.., 0x108..) into three
 /// receives; `filter` sees every packet.

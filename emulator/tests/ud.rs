@@ -1,9 +1,8 @@
 //! Unreliable Datagram QPs: one packet per message, DETH, GRH in the buffer.
 
-mod common;
-use common::*;
 use roce_emulator::*;
 use roce_packet::{Opcode, Psn};
+use roce_sim::testkit::*;
 use std::net::{IpAddr, Ipv4Addr};
 
 fn ud() -> Pair {

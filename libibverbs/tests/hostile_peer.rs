@@ -18,8 +18,8 @@
 mod common;
 use common::text;
 
-use roce_emulator::sim::packet::{request, PacketBuilder};
 use roce_packet::{AtomicEthRepr, NakCode, Opcode, Qpn, RKey, RethRepr, RoceRepr, Syndrome};
+use roce_sim::packet::{request, PacketBuilder};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, SocketAddr, UdpSocket};

@@ -7,7 +7,7 @@
 //!
 //! Replay a seed with `ROCE_SIM_SEED=<seed> cargo test -p roce-tests --test sim_mixed_soak`.
 
-use roce_emulator::sim::{seed_from_env, SeedGuard};
+use roce_sim::{seed_from_env, SeedGuard};
 use roce_verbs_api::FaultConfig;
 use roce_workloads::demo::{self as workload, OpKind, QpTypes, Report, Transport, WorkloadConfig};
 

@@ -8,9 +8,9 @@
 //! A failing run prints its seed; replay it with
 //! `ROCE_SIM_SEED=<seed> cargo test -p roce-tests --test sim_soak`.
 
-use roce_emulator::sim::{seed_from_env, SeedGuard};
 use roce_packet::frame::parse_frame;
 use roce_pcap::read_capture;
+use roce_sim::{seed_from_env, SeedGuard};
 use roce_verbs_api::FaultConfig;
 use roce_workloads::demo::{self as workload, OpKind, Report, Workload, WorkloadConfig};
 

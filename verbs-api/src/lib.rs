@@ -61,7 +61,6 @@ pub use srq::Srq;
 pub use udp::{DeviceConfig, EngineDriver, GroupOptions, TransportKind, UdpDriver};
 
 pub use roce_emulator::qp_attr::{QpAttrError, ValueProblem};
-pub use roce_emulator::sim::{FabricStats, FaultConfig, LinkConfig};
 pub use roce_emulator::{
     AccessFlags, AhAttr, AllocPdError, AsyncEvent, Counters, CreateCqError, CreateQpError,
     CreateSrqError, DeallocPdError, DeregMrError, DestroyCqError, DestroySrqError, DeviceAttr, Hca,
@@ -72,3 +71,4 @@ pub use roce_emulator::{
     SqRelease, SrqAttr, SrqHandle, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 pub use roce_packet::{LKey, Qpn, RKey};
+pub use roce_sim::{FabricStats, FaultConfig, LinkConfig};

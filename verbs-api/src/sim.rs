@@ -1,5 +1,5 @@
 //! The simulated-fabric driver: devices on an in-memory network with a
-//! virtual clock and seeded faults (see `roce_emulator::sim`).
+//! virtual clock and seeded faults (see `roce_sim`).
 //!
 //! ```
 //! use roce_verbs_api::{ConnectOptions, SimNet, SendWr, WrOpcode, RecvWr, AccessFlags, Budget};
@@ -28,8 +28,8 @@
 use crate::cq::Cq;
 use crate::device::Device;
 use crate::driver::{Budget, Driver};
-use roce_emulator::sim::{Fabric, FabricStats, FaultConfig, LinkConfig};
 use roce_emulator::{Hca, HcaConfig, Instant, PathMtu, PollCqError, WorkCompletion};
+use roce_sim::{Fabric, FabricStats, FaultConfig, LinkConfig};
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};

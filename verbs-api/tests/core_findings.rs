@@ -3,8 +3,8 @@
 //! `cargo test -p roce-verbs-api --test core_findings -- --ignored`); fixed
 //! ones run by default and say what the fix was.
 
-use roce_emulator::sim::{Filter, Match};
 use roce_packet::Opcode;
+use roce_sim::{Filter, Match};
 use roce_verbs_api::*;
 
 mod common;

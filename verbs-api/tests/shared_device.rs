@@ -239,8 +239,8 @@ fn rdma_cm_server_and_client_on_one_device() {
 /// no byte moves. A request to a QPN of a slot nobody holds reaches no QP.
 #[test]
 fn a_hostile_member_gets_what_a_remote_peer_gets() {
-    use roce_emulator::sim::packet::{request, PacketBuilder};
     use roce_packet::{Opcode, Qpn, RKey, RethRepr};
+    use roce_sim::packet::{request, PacketBuilder};
     let addr: IpAddr = "127.0.71.4".parse().unwrap();
     let dev = std::net::SocketAddr::new(addr, 4791);
     let a = node(open(addr, "ha"));

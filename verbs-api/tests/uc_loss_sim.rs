@@ -2,8 +2,8 @@
 //! packet (a MIDDLE) of a three-packet SEND; exactly that message is lost
 //! and `uc_msg_dropped` is exactly 1.
 
-use roce_emulator::sim::{Filter, Match};
 use roce_packet::{Opcode, Psn};
+use roce_sim::{Filter, Match};
 use roce_verbs_api::*;
 
 mod common;

@@ -35,9 +35,9 @@
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use roce_emulator::sim::TapPoint;
 use roce_emulator::Counters;
 use roce_packet::frame::LinkType;
+use roce_sim::TapPoint;
 use roce_verbs_api::{
     AccessFlags, AhAttr, ConnectOptions, Context, Cq, FabricStats, FaultConfig, Mr, PathMtu, Qp,
     QpType, RecvWr, SendWr, SimNet, Srq, WcOpcode, WcStatus, WorkCompletion, WrOpcode,

@@ -4,9 +4,9 @@
 //! show their real output and a test re-runs them.
 
 use super::lab::{End, Lab, PairSpec, Scenario, STEP_EVENTS};
-use roce_emulator::sim::{Filter, Match};
 use roce_emulator::{MwBind, MwType};
 use roce_packet::Opcode;
+use roce_sim::{Filter, Match};
 use roce_verbs_api::{
     AccessFlags, PathMtu, QpAttr, QpState, QpType, RKey, RecvWr, SendWr, WcOpcode, WcStatus,
     WorkCompletion, WrOpcode,

@@ -1,27 +1,60 @@
-//! Two HCAs wired back to back on the sim fabric (`roce_emulator::sim`),
-//! lent to it for each run: a lockstep run (no latency) in which every
-//! datagram one side transmits is offered to a filter (deliver, drop,
-//! duplicate, replace, hold), the virtual clock jumps to the next timer
-//! when both sides are idle, and every loop is bounded. This file only
-//! builds the two sides; the wire, the trace and the runs are the fabric's.
-#![allow(dead_code)]
+//! The two-node test harness: two HCAs wired back to back on the fabric,
+//! for any crate's tests (`roce-sim` as a dev-dependency).
+//!
+//! A [`Pair`] owns two [`Hca`]s, `a` at 10.0.0.1 and `b` at 10.0.0.2 (or
+//! the addresses given to [`Pair::with_addrs`]), each with a PD, a CQ, one
+//! registered region with every access right and one QP (RC unless
+//! [`Opts::qp_type`] says otherwise), connected to each other. For each run
+//! both HCAs are lent to a [`Fabric`]`<&mut Hca>` for a lockstep run
+//! ([`Fabric::run_lockstep`]): no latency, every RoCE datagram one side
+//! transmits is offered to a filter that answers an [`Action`] (deliver,
+//! drop, duplicate, replace, hold), the virtual clock jumps to the next
+//! timer when both sides are idle, and every loop is bounded. The wire
+//! trace of every run is kept in [`Pair::trace`]. This module only builds
+//! the two sides; the wire, the trace and the runs are the fabric's.
+//!
+//! Crafted packets (valid ICRC) come from [`PacketBuilder`] ([`a_to_b`],
+//! [`b_to_a`]); [`Pair::to_b`] and [`Pair::to_a`] hand one straight to a
+//! side, without the wire, and return what it answers.
+//!
+//! ```
+//! use roce_emulator::WcStatus;
+//! use roce_sim::testkit::*;
+//!
+//! let mut p = Pair::new();
+//! p.a.write_mem(0, b"ping");
+//! p.b.post_recv(1, 0, 64);
+//! p.a.send(7, 0, 4);
+//! p.run();
+//! assert_eq!(p.b.read_mem(0, 4), b"ping");
+//! assert_eq!(p.b.poll()[0].status, WcStatus::Success);
+//! assert_eq!(p.count(Dir::AtoB, roce_packet::Opcode::RC_SEND_ONLY), 1);
+//! ```
+//!
+//! Lockstep runs draw nothing from a seed; tests that do (a seeded
+//! [`Fabric`], their own generator) use [`crate::seed_from_env`] and
+//! [`crate::SeedGuard`] so that a failure prints its replay line.
 
-pub mod trace;
-
-use roce_emulator::sim::{Fabric, Pace, Traced};
+use crate::{Fabric, Pace, Traced};
 use roce_emulator::*;
-use roce_packet::{Opcode, Qpn};
+use roce_packet::{Opcode, Qpn, RoceRepr};
 use std::net::{IpAddr, Ipv4Addr};
 
-#[allow(unused_imports)]
-pub use roce_emulator::sim::packet::{request, sized, PacketBuilder};
+pub use crate::packet::{request, sized, PacketBuilder};
 /// What the filter does with a packet (the fabric's lockstep verdict).
-pub use roce_emulator::sim::Verdict as Action;
+pub use crate::Verdict as Action;
+
+/// A's address in a [`Pair::new`] (10.0.0.1).
+pub const IP_A: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+/// B's address in a [`Pair::new`] (10.0.0.2).
+pub const IP_B: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
 
 /// Direction of a packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dir {
+    /// From A to B.
     AtoB,
+    /// From B to A.
     BtoA,
 }
 
@@ -29,7 +62,9 @@ pub enum Dir {
 /// direction.
 #[derive(Clone, Debug)]
 pub struct Seen {
+    /// Which way it went.
     pub dir: Dir,
+    /// The fabric's trace entry (headers, time, fate).
     pub rec: Traced,
 }
 
@@ -42,27 +77,47 @@ impl std::ops::Deref for Seen {
 
 /// One side's objects.
 pub struct Side {
+    /// The device.
     pub hca: Hca,
+    /// Its protection domain.
     pub pd: PdHandle,
+    /// The CQ of its QP (send and receive), [`Opts::cqe`] entries.
     pub cq: CqHandle,
+    /// A region of [`Opts::mr_len`] bytes with every access right.
     pub mr: MrInfo,
+    /// The QP connected to the other side.
     pub qpn: Qpn,
 }
 
-/// Connection options.
+/// Connection options ([`Opts::default`]: RC, MTU 1024, PSNs 0x100 from A
+/// and 0x200 from B, timeout 14, retry and RNR retry 7, minimum RNR timer
+/// 1, 16 READs/atomics in flight, 512 CQEs, a 1 MiB region, every access
+/// right on the QPs).
 #[derive(Clone, Copy, Debug)]
 pub struct Opts {
+    /// Path MTU of both QPs.
     pub mtu: PathMtu,
+    /// A's first send PSN (B's expected PSN).
     pub a_psn: u32,
+    /// B's first send PSN (A's expected PSN).
     pub b_psn: u32,
+    /// Local ACK timeout (4.096 µs × 2^timeout).
     pub timeout: u8,
+    /// Transport retries (7: forever).
     pub retry_cnt: u8,
+    /// RNR retries (7: forever).
     pub rnr_retry: u8,
+    /// Minimum RNR NAK timer code.
     pub min_rnr_timer: u8,
+    /// READs/atomics in flight, each way.
     pub max_rd_atomic: u8,
+    /// Entries of each side's CQ.
     pub cqe: u32,
+    /// Bytes of each side's region.
     pub mr_len: usize,
+    /// Remote access rights of the QPs (UC QPs keep only the write rights).
     pub qp_access: AccessFlags,
+    /// RC, UC or UD (UD QPs get [`UD_QKEY`]).
     pub qp_type: QpType,
 }
 
@@ -91,6 +146,7 @@ impl Default for Opts {
 /// The Q_Key UD test QPs use (ibv_ud_pingpong's).
 pub const UD_QKEY: u32 = 0x1111_1111;
 
+/// Every access right (the regions' and the default QPs').
 pub const ALL_ACCESS: AccessFlags = AccessFlags(
     AccessFlags::LOCAL_WRITE.0
         | AccessFlags::REMOTE_WRITE.0
@@ -98,11 +154,17 @@ pub const ALL_ACCESS: AccessFlags = AccessFlags(
         | AccessFlags::REMOTE_ATOMIC.0,
 );
 
+/// Two connected sides and their wire's history.
 pub struct Pair {
+    /// Side A (10.0.0.1 by default), HCA seed 1.
     pub a: Side,
+    /// Side B (10.0.0.2 by default), HCA seed 2.
     pub b: Side,
+    /// The virtual clock: where the last run left it.
     pub now: Instant,
+    /// Every RoCE packet of every run so far, in order.
     pub trace: Vec<Seen>,
+    /// The options the pair was made with.
     pub opts: Opts,
 }
 
@@ -173,15 +235,21 @@ fn connect(s: &mut Side, peer_ip: IpAddr, peer_qpn: Qpn, sq_psn: u32, rq_psn: u3
         .unwrap();
 }
 
+impl Default for Pair {
+    fn default() -> Pair {
+        Pair::new()
+    }
+}
+
 impl Pair {
+    /// A connected pair with the default options at 10.0.0.1 and 10.0.0.2.
     pub fn new() -> Pair {
         Pair::with(Opts::default())
     }
 
+    /// A connected pair with these options at 10.0.0.1 and 10.0.0.2.
     pub fn with(o: Opts) -> Pair {
-        let a = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
-        let b = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
-        Pair::with_addrs(o, a, b)
+        Pair::with_addrs(o, IP_A, IP_B)
     }
 
     /// A pair at the given addresses (both IPv4 or both IPv6).
@@ -251,6 +319,7 @@ impl Pair {
         self.run_with(Instant::from_millis(10_000), |_, _| Action::Deliver)
     }
 
+    /// How many packets of the trace went `dir` with opcode `op`.
     pub fn count(&self, dir: Dir, op: Opcode) -> usize {
         self.trace.iter().filter(|s| s.dir == dir && s.opcode == op).count()
     }
@@ -258,6 +327,21 @@ impl Pair {
     /// Opcode names of the trace, for failure messages.
     pub fn dump(&self) -> String {
         self.trace.iter().map(|s| s.line(s.dir)).collect()
+    }
+
+    /// Hand `d` straight to B at `self.now` (no wire, filter or trace: a
+    /// crafted packet from a peer playing A) and return the headers of
+    /// everything B transmits in answer at that time.
+    pub fn to_b(&mut self, d: Datagram) -> Vec<RoceRepr> {
+        self.b.hca.handle_datagram(self.now, d);
+        self.b.transmits(self.now)
+    }
+
+    /// [`Pair::to_b`] the other way: `d` straight to A (e.g. a crafted
+    /// response into A's completer), and what A transmits in answer.
+    pub fn to_a(&mut self, d: Datagram) -> Vec<RoceRepr> {
+        self.a.hca.handle_datagram(self.now, d);
+        self.a.transmits(self.now)
     }
 }
 
@@ -269,10 +353,13 @@ pub fn run_paced(p: &mut Pair, max_time: Instant, filter: impl FnMut(&Seen) -> A
 /// Datagrams from A to B at the default addresses (10.0.0.1 -> 10.0.0.2),
 /// UDP source port 0xC000, ICRC filled in.
 pub fn a_to_b() -> PacketBuilder {
-    PacketBuilder::new(
-        IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
-        IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
-    )
+    PacketBuilder::new(IP_A, IP_B)
+}
+
+/// Datagrams from B to A at the default addresses (10.0.0.2 -> 10.0.0.1),
+/// UDP source port 0xC000, ICRC filled in.
+pub fn b_to_a() -> PacketBuilder {
+    a_to_b().reversed()
 }
 
 /// Bring the RC QP `q` on `h` from RESET to RTS towards QP `dest` at
@@ -321,6 +408,7 @@ pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
 }
 
+/// Every completion on `cq` (up to 10 000).
 pub fn poll_all(h: &mut Hca, cq: CqHandle) -> Vec<WorkCompletion> {
     h.poll_cq(cq, 10_000).unwrap()
 }
@@ -355,30 +443,45 @@ impl Side {
             })
             .unwrap()
     }
+    /// Write `data` into the region at offset `off`.
     pub fn write_mem(&mut self, off: u64, data: &[u8]) {
         self.hca.mr_write(self.mr.handle, off, data).unwrap()
     }
+    /// `len` bytes of the region from offset `off`.
     pub fn read_mem(&self, off: u64, len: usize) -> Vec<u8> {
         let mut v = vec![0; len];
         self.hca.mr_read(self.mr.handle, off, &mut v).unwrap();
         v
     }
+    /// The virtual address of offset `off` in the region.
     pub fn addr(&self, off: u64) -> u64 {
         self.mr.addr + off
     }
+    /// Post a receive of `len` bytes at region offset `off`.
     pub fn post_recv(&mut self, wr_id: u64, off: u64, len: u32) {
         let lkey = self.mr.lkey;
         let a = self.addr(off);
         self.hca.post_recv(self.qpn, RecvWr::new(wr_id, a, len, lkey)).unwrap()
     }
+    /// Post a SEND (unsignaled unless the QP signals all) of `len` bytes
+    /// from region offset `off`.
     pub fn send(&mut self, wr_id: u64, off: u64, len: u32) {
         let wr = SendWr::new(wr_id, WrOpcode::Send).sge(self.addr(off), len, self.mr.lkey);
         self.hca.post_send(self.qpn, wr).unwrap()
     }
+    /// Every completion on the side's CQ.
     pub fn poll(&mut self) -> Vec<WorkCompletion> {
         poll_all(&mut self.hca, self.cq)
     }
+    /// The device's counters.
     pub fn counters(&self) -> Counters {
         self.hca.counters()
+    }
+    /// Take everything the device transmits at `now` (lost, as far as
+    /// the other side is concerned) and return the headers.
+    pub fn transmits(&mut self, now: Instant) -> Vec<RoceRepr> {
+        std::iter::from_fn(|| self.hca.poll_transmit(now))
+            .map(|d| RoceRepr::parse_bytes(&d.payload).expect("a RoCE datagram").0)
+            .collect()
     }
 }

@@ -2,7 +2,7 @@
 //! instead of each test serializing headers and filling the ICRC itself.
 //!
 //! ```
-//! use roce_emulator::sim::packet::{request, PacketBuilder};
+//! use roce_sim::packet::{request, PacketBuilder};
 //! use roce_packet::{Opcode, Qpn};
 //! let to_b = PacketBuilder::new("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
 //! let r = request(Opcode::RC_SEND_ONLY, Qpn::new(0x11), 0x100);
@@ -10,9 +10,9 @@
 //! assert!(to_b.icrc_ok(&d.payload));
 //! ```
 
-use crate::io::Datagram;
 use bytes::Bytes;
 use core::net::IpAddr;
+use roce_emulator::io::Datagram;
 use roce_packet::{
     pad_for, BthRepr, IpMeta, IpUdpHeader, Opcode, Psn, Qpn, RoceRepr, UdpEndpoints,
 };

@@ -1,17 +1,18 @@
 //! The fabric traces every fault it applies, with the opcode and PSN.
 //!
-//! Captured with the tests' one global routing subscriber
-//! (`common/trace.rs`): `tracing` caches per-callsite interest globally,
-//! and a scoped subscriber raced with test threads that had none.
+//! Captured with the emulator tests' one global routing subscriber
+//! (`emulator/tests/common/trace.rs`): `tracing` caches per-callsite
+//! interest globally, and a scoped subscriber raced with test threads that
+//! had none.
 
 #[allow(dead_code)]
-#[path = "common/trace.rs"]
+#[path = "../../emulator/tests/common/trace.rs"]
 mod trace;
 use core::net::{IpAddr, Ipv4Addr};
-use roce_emulator::sim::packet::PacketBuilder;
-use roce_emulator::sim::{Fabric, Filter, Match, NullNode};
 use roce_emulator::Datagram;
 use roce_packet::{BthRepr, Opcode, Psn, Qpn, RoceRepr};
+use roce_sim::packet::PacketBuilder;
+use roce_sim::{Fabric, Filter, Match, NullNode};
 use trace::capture;
 
 fn send_only(src: IpAddr, dst: IpAddr, psn: u32) -> Datagram {

@@ -10,15 +10,15 @@
 //!   RoCE datagram passes a hook that observes it and returns a
 //!   [`Verdict`] (deliver, drop, duplicate, replace its bytes, hold it
 //!   behind the next one), and when nothing moves the clock jumps to the
-//!   earliest timer. The emulator's two-node test harness is this mode of
-//!   the fabric. Random faults and [`Filter`](super::Filter)s do not apply
-//!   here: the hook decides.
+//!   earliest timer. The two-node test harness (`testkit`) is this mode
+//!   of the fabric. Random faults and [`Filter`](crate::Filter)s do not
+//!   apply here: the hook decides.
 
-use super::{Fabric, NodeId, PacketInfo};
-use crate::io::{Datagram, SansIo};
-use crate::sim::TapPoint;
-use crate::time::Instant;
+use crate::TapPoint;
+use crate::{Fabric, NodeId, PacketInfo};
 use core::fmt;
+use roce_emulator::io::{Datagram, SansIo};
+use roce_emulator::time::Instant;
 use roce_packet::{Opcode, Psn, RoceRepr};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -137,7 +137,7 @@ impl<N: SansIo> Fabric<N> {
     }
 
     /// Trace a datagram entering a link (event-driven runs), if tracing.
-    pub(super) fn trace_transmit(&mut self, info: &PacketInfo) -> Option<usize> {
+    pub(crate) fn trace_transmit(&mut self, info: &PacketInfo) -> Option<usize> {
         let repr = info.roce.filter(|_| self.tracing)?;
         let i = self.trace.len();
         self.trace.push(Traced::new(i, info.now, info.from, info.to, repr));
@@ -145,13 +145,13 @@ impl<N: SansIo> Fabric<N> {
     }
 
     /// Set what happened to a traced datagram.
-    pub(super) fn mark(&mut self, traced: Option<usize>, v: Verdict) {
+    pub(crate) fn mark(&mut self, traced: Option<usize>, v: Verdict) {
         if let Some(t) = traced.and_then(|i| self.trace.get_mut(i)) {
             t.action = v;
         }
     }
 
-    /// Run in lockstep (see the [sim module documentation](crate::sim)): rounds of
+    /// Run in lockstep (see the [crate documentation](crate)): rounds of
     /// transmissions and deliveries as `pace` says, every RoCE datagram
     /// through `hook`, and when nothing moves, the clock jumps to the
     /// earliest timer and every node's timers are handled — until no timer

@@ -2,6 +2,12 @@
 //! or small test nodes), a virtual clock, links with latency, rate and MTU,
 //! and seeded fault injection on every datagram in flight.
 //!
+//! The fabric drives the core (`roce_emulator`) from outside: it uses only
+//! the core's [`SansIo`] interface (`roce_emulator::io`) and its virtual
+//! time (`roce_emulator::time`), so it drives any `SansIo` node. The
+//! [`testkit`] builds two `Hca`s wired back to back on it (the two-node
+//! harness of the tests of every crate).
+//!
 //! # Model
 //!
 //! * Each node is reachable at one or more IP addresses; a datagram goes to
@@ -36,8 +42,8 @@
 //! event-driven runs above, [`Fabric::run_lockstep`] moves datagrams with
 //! no latency in rounds ([`Pace`]) and offers each RoCE datagram to a hook
 //! that observes it and answers a [`Verdict`] (deliver, drop, duplicate,
-//! replace its bytes, hold it behind the next one); the emulator's
-//! two-node test harness is exactly that, with two `Hca`s lent to a
+//! replace its bytes, hold it behind the next one); the two-node test
+//! harness ([`testkit`]) is exactly that, with two `Hca`s lent to a
 //! `Fabric<&mut Hca>` for each run (the node type `N` is a parameter;
 //! owned boxed nodes are the default). Lockstep runs always record the
 //! wire trace ([`Traced`]: headers, direction, fate), the event-driven ones
@@ -52,7 +58,7 @@
 //! # Example
 //!
 //! ```
-//! use roce_emulator::sim::{Fabric, FaultConfig, Filter, Match};
+//! use roce_sim::{Fabric, FaultConfig, Filter, Match};
 //! use roce_packet::Opcode;
 //! use std::time::Duration;
 //!
@@ -77,6 +83,7 @@
 mod fault;
 pub mod packet;
 mod tap;
+pub mod testkit;
 mod wire;
 
 pub use fault::{
@@ -86,17 +93,16 @@ pub use fault::{
 pub use tap::{mac_for, TapId, TapPoint};
 pub use wire::{Pace, Traced, Verdict};
 
-use crate::io::{Datagram, SansIo};
-use crate::time::Instant;
 use bytes::Bytes;
 use core::cmp::Ordering;
 use core::net::IpAddr;
 use core::time::Duration;
 use rand::rngs::SmallRng;
 use rand::Rng;
+use roce_emulator::io::{Datagram, SansIo};
+use roce_emulator::time::Instant;
 use roce_packet::{RocePacket, RoceRepr};
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
-use std::sync::{Arc, Mutex};
 use tracing::{debug, trace};
 
 /// The environment variable that overrides a test's default seed.
@@ -259,29 +265,6 @@ impl SansIo for NullNode {
     fn handle_timeout(&mut self, _now: Instant) {}
 }
 
-/// A node shared between the fabric and someone else (e.g. a verbs API
-/// posting work to the same device): the fabric locks it for each call. A
-/// poisoned lock is used anyway (the node's state is whatever the panicking
-/// holder left).
-impl<T: SansIo + ?Sized> SansIo for Arc<Mutex<T>> {
-    fn handle_datagram(&mut self, now: Instant, dgram: Datagram) {
-        lock(self).handle_datagram(now, dgram)
-    }
-    fn poll_transmit(&mut self, now: Instant) -> Option<Datagram> {
-        lock(self).poll_transmit(now)
-    }
-    fn poll_timeout(&self) -> Option<Instant> {
-        lock(self).poll_timeout()
-    }
-    fn handle_timeout(&mut self, now: Instant) {
-        lock(self).handle_timeout(now)
-    }
-}
-
-fn lock<T: ?Sized>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 struct Node<N> {
     addrs: Vec<IpAddr>,
     io: N,
@@ -350,11 +333,11 @@ impl NextEvent {
 /// The node type of a fabric that owns its nodes.
 pub type BoxedNode = Box<dyn SansIo + Send>;
 
-/// The simulated fabric. See the [module documentation](self).
+/// The simulated fabric. See the [crate documentation](crate).
 ///
 /// `N` is the node type: by default boxed nodes the fabric owns; a
 /// `Fabric<&mut Hca>` drives HCAs lent to it for one run (what the
-/// emulator's two-node test harness does).
+/// [`testkit`]'s two-node harness does).
 pub struct Fabric<N = BoxedNode> {
     now: Instant,
     seed: u64,

@@ -23,14 +23,14 @@
 //! injector differ only in their mechanics (the fabric schedules arrivals on
 //! a virtual clock, the injector holds datagrams behind the next batch).
 
-use crate::io::Datagram;
-use crate::sim::NodeId;
-use crate::time::Instant;
+use crate::NodeId;
 use core::fmt;
 use core::net::IpAddr;
 use core::time::Duration;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use roce_emulator::io::Datagram;
+use roce_emulator::time::Instant;
 use roce_packet::{OpKind, Opcode, Psn, Qpn, RoceRepr, UdpEndpoints};
 use std::collections::HashSet;
 
@@ -287,7 +287,7 @@ enum Rule {
 /// A targeted fault: which datagrams, which occurrence, what to do.
 ///
 /// ```
-/// use roce_emulator::sim::{Filter, Match};
+/// use roce_sim::{Filter, Match};
 /// use roce_packet::Opcode;
 /// // Drop the 3rd READ RESPONSE MIDDLE.
 /// let f = Filter::matching(Match::Opcode(Opcode::RC_RDMA_READ_RESPONSE_MIDDLE)).nth(3).drop();

@@ -4,11 +4,6 @@
 
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use core::time::Duration;
-use roce_emulator::sim::packet::PacketBuilder;
-use roce_emulator::sim::{
-    ip_len, mac_for, seed_from_env, wire_len, Action, Fabric, FaultConfig, Filter, LinkConfig,
-    Match, NodeId, NullNode, SeedGuard, TapPoint, SEED_ENV,
-};
 use roce_emulator::{Datagram, Instant, SansIo};
 use roce_packet::frame::LinkType;
 use roce_packet::frame::{ethernet_frame, parse_frame};
@@ -16,6 +11,11 @@ use roce_packet::{
     AethRepr, BthRepr, Msn, Opcode, Psn, Qpn, RoceRepr, Syndrome, UdpEndpoints, ROCE_V2_PORT,
 };
 use roce_pcap::read_capture;
+use roce_sim::packet::PacketBuilder;
+use roce_sim::{
+    ip_len, mac_for, seed_from_env, wire_len, Action, Fabric, FaultConfig, Filter, LinkConfig,
+    Match, NodeId, NullNode, SeedGuard, TapPoint, SEED_ENV,
+};
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
@@ -156,7 +156,7 @@ fn trace(k: &Shared<Sink>) -> Vec<(u64, Vec<u8>)> {
 
 // ------------------------------------------------------------ determinism
 
-fn chaotic_run(seed: u64) -> (Vec<(u64, Vec<u8>)>, roce_emulator::sim::FabricStats) {
+fn chaotic_run(seed: u64) -> (Vec<(u64, Vec<u8>)>, roce_sim::FabricStats) {
     let (mut f, _s, k) = pair(seed, Sender::counting(v4(1), v4(2), 500, Duration::from_nanos(300)));
     f.set_faults(FaultConfig {
         drop: 0.1,
@@ -904,14 +904,14 @@ fn jitter_delays_but_never_reorders_a_link() {
     assert!(times.iter().any(|&t| t > 2_000), "jitter applied");
 }
 
-// The tracing test lives in sim_trace.rs (its own binary; see there why).
+// The tracing test lives in trace.rs (its own binary; see there why).
 
 /// The wire trace of an event-driven run: every RoCE datagram with what
 /// happened to it, counted per direction; a lockstep run of the same
 /// datagrams through a hook traces the same way.
 #[test]
 fn the_wire_trace_records_each_datagram_and_its_fate() {
-    use roce_emulator::sim::{Pace, Verdict};
+    use roce_sim::{Pace, Verdict};
     let mut f = Fabric::new(3);
     let a = f.add_node(v4(1), NullNode);
     let b = f.add_node(v4(2), NullNode);

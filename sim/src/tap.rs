@@ -14,11 +14,11 @@
 //!
 //! MAC addresses are derived from IP addresses ([`mac_for`]).
 
-use super::{Fabric, FabricStats};
-use crate::io::{Datagram, SansIo};
-use crate::time::Instant;
+use crate::{Fabric, FabricStats};
 use core::net::IpAddr;
 use core::time::Duration;
+use roce_emulator::io::{Datagram, SansIo};
+use roce_emulator::time::Instant;
 use roce_packet::frame::ethernet_frame;
 use roce_pcap::{CaptureError, LinkType, PcapWriter};
 use std::any::Any;
@@ -86,7 +86,7 @@ impl<F: FnMut(Duration, &[u8]) + Send + 'static> FrameSink for FnSink<F> {
     }
 }
 
-pub(super) struct Tap {
+pub(crate) struct Tap {
     point: TapPoint,
     sink: Box<dyn FrameSink>,
     /// The first write error; once set, nothing more is written.
@@ -174,7 +174,7 @@ impl<N: SansIo> Fabric<N> {
         self.taps.get_mut(id.0).and_then(Option::take).is_some()
     }
 
-    pub(super) fn tap(&mut self, point: TapPoint, d: &Datagram) {
+    pub(crate) fn tap(&mut self, point: TapPoint, d: &Datagram) {
         let now = self.now;
         for t in self.taps.iter_mut().flatten() {
             if t.point == point {
