@@ -1,4 +1,6 @@
-//! Devices and contexts: `ibv_get_device_list`, `ibv_open_device`,
+//! Devices and contexts: the device list (`ibv_get_device_list`) and its
+//! fork handlers, the context behind an `ibv_context` (`ibv_open_device`
+//! and `ibv_close_device` are in `crate::context`, above the object files),
 //! `ibv_query_device(_ex)`, `ibv_query_port`, GIDs and P_Keys, async events.
 //!
 //! Devices come from the project's configuration (`ROCE_EMU_DEVICES`, the
@@ -12,12 +14,12 @@ use crate::handles::{self, Kind};
 use crate::util::{diag, fill_cstr, guard_ptr, guard_rc, set_errno};
 use roce_verbs_api::udp::{gid_table, DeviceConfig};
 use roce_verbs_api::{AsyncEvent, AsyncEventChannel, Context, Device};
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::ffi::c_void;
 use std::mem::{offset_of, size_of};
-use std::os::fd::AsRawFd;
 use std::ptr;
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::{Mutex, MutexGuard, Once, OnceLock};
 use std::time::Duration;
 
 /// One device of the list. `ibv` must stay the first field: the program's
@@ -48,7 +50,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub(crate) fn devices() -> Result<&'static [&'static DevEntry], i32> {
     static LIST: OnceLock<Result<Vec<&'static DevEntry>, i32>> = OnceLock::new();
     let r = LIST.get_or_init(|| {
-        crate::fork::install();
+        fork_install();
         let cfgs = match DeviceConfig::load_all() {
             Ok(v) => v,
             Err(e) => {
@@ -96,12 +98,142 @@ pub(crate) fn node_guid(e: &DevEntry) -> u64 {
     roce_verbs_api::udp::node_guid(e.cfg.addr)
 }
 
+// ---------------------------------------------------------------- fork
+
+/// A device's open state, locked.
+type Opened = MutexGuard<'static, (Option<Device>, usize)>;
+
+/// The locks held across a fork (by the forking thread): the open devices
+/// and the handle table (the CM's, taken before them, its [`ForkHooks`]
+/// hold).
+struct Held {
+    opened: Vec<(&'static DevEntry, Opened)>,
+    table: handles::Table,
+}
+
+thread_local! {
+    static HELD: RefCell<Option<Held>> = const { RefCell::new(None) };
+}
+
+/// The fork handlers of the layer above the device list that keeps global
+/// state of its own, the CM (`crate::rdmacm`), registered with
+/// [`fork_register`] before it makes that state. The device list's
+/// handlers run them around their own, so the locks are taken in the order
+/// the library nests them (the CM's, the open devices, the handle table)
+/// and the child is reset as one.
+pub(crate) struct ForkHooks {
+    /// Take the locks (before the fork, in the forking thread).
+    pub prepare: fn(),
+    /// Give them back (in the parent).
+    pub parent: fn(),
+    /// Reset the state and give the locks back (in the child).
+    pub child: fn(),
+}
+
+static ABOVE: AtomicPtr<ForkHooks> = AtomicPtr::new(ptr::null_mut());
+
+/// Register the CM's fork handlers (the first call does; the CM calls this
+/// before it touches any of its state, so a fork finds either the handlers
+/// or no state) and make sure the device list's are installed.
+pub(crate) fn fork_register(h: &'static ForkHooks) {
+    fork_install();
+    if ABOVE.load(Ordering::Acquire).is_null() {
+        ABOVE.store(ptr::from_ref(h).cast_mut(), Ordering::SeqCst);
+    }
+}
+
+/// The registered [`ForkHooks`], if the CM was used.
+fn above() -> Option<&'static ForkHooks> {
+    // SAFETY: ABOVE is NULL or a `&'static ForkHooks` (fork_register).
+    unsafe { ABOVE.load(Ordering::SeqCst).as_ref() }
+}
+
+/// Register the fork handlers (once per process; later calls do nothing):
+/// when the device list is first read, by `ibv_fork_init`, and when the CM
+/// registers its [`ForkHooks`].
+pub(crate) fn fork_install() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: three handlers of the right type, for the process's life
+        // (they are functions of this library, which is never unloaded
+        // while the program runs: libibverbs is not dlclose'd).
+        let rc = unsafe {
+            libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child))
+        };
+        if rc != 0 {
+            diag!("pthread_atfork: {rc}: a forked child may find locks held");
+        }
+    });
+}
+
+extern "C" fn fork_prepare() {
+    let r = std::panic::catch_unwind(|| {
+        if let Some(h) = above() {
+            (h.prepare)();
+        }
+        let opened: Vec<_> = devices()
+            .unwrap_or(&[])
+            .iter()
+            .map(|e| (*e, e.opened.lock().unwrap_or_else(|p| p.into_inner())))
+            .collect();
+        let table = handles::lock();
+        HELD.with(|h| *h.borrow_mut() = Some(Held { opened, table }));
+    });
+    if r.is_err() {
+        HELD.with(|h| h.borrow_mut().take());
+        if let Some(h) = above() {
+            (h.parent)();
+        }
+    }
+}
+
+extern "C" fn fork_parent() {
+    // the locks go back, as they were
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(h) = above() {
+            (h.parent)();
+        }
+        HELD.with(|h| h.borrow_mut().take())
+    });
+}
+
+extern "C" fn fork_child() {
+    let _ = std::panic::catch_unwind(|| {
+        crate::fork::next_generation();
+        let Some(mut held) = HELD.with(|h| h.borrow_mut().take()) else { return };
+        let mut socks: Vec<(std::net::IpAddr, u16)> = Vec::new();
+        let mut raw = false;
+        for (e, g) in &mut held.opened {
+            if let Some(d) = g.0.take() {
+                match e.cfg.transport {
+                    roce_verbs_api::udp::TransportKind::Udp => socks.push((e.cfg.addr, e.cfg.port)),
+                    _ => raw = true,
+                }
+                // its destructor would join the parent's threads and leave
+                // the parent's device group: never run it
+                std::mem::forget(d);
+            }
+            g.1 = 0;
+        }
+        held.table.forget_all();
+        if let Some(h) = above() {
+            (h.child)();
+        }
+        drop(held);
+        crate::fork::close_inherited(&socks, raw);
+    });
+}
+
 /// An opened device context. `v` must stay the first field; the program
 /// holds `&v.context` (the `ibv_context` at the end of the
 /// `verbs_context`).
 #[repr(C)]
 pub(crate) struct Ctx {
     pub v: abi::verbs_context,
+    /// Fills the `ibv_wr_*` function table of a new QP of this context
+    /// (`crate::qp_ex::fill`, which `crate::context::open_device` puts
+    /// here: the table is above the QP code that creates the QP).
+    pub fill_qp_ex: fn(&mut abi::ibv_qp_ex),
     pub dev: &'static DevEntry,
     pub ctx: Context,
     pub async_chan: AsyncEventChannel,
@@ -202,152 +334,6 @@ pub(crate) unsafe extern "C" fn get_device_guid(dev: *mut abi::ibv_device) -> u6
 
 pub(crate) unsafe extern "C" fn get_device_index(dev: *mut abi::ibv_device) -> libc::c_int {
     entry(dev).map_or(-1, |e| e.index as libc::c_int)
-}
-
-// ---------------------------------------------------------------- open
-
-pub(crate) unsafe extern "C" fn open_device(dev: *mut abi::ibv_device) -> *mut abi::ibv_context {
-    guard_ptr(|| {
-        let e = entry(dev).ok_or(libc::ENODEV)?;
-        let device = {
-            let mut o = lock(&e.opened);
-            let d = match &o.0 {
-                Some(d) => d.clone(),
-                None => {
-                    let d = e.cfg.open().map_err(|err| {
-                        eprintln!("roce-emu libibverbs: cannot open {}: {err}", e.cfg.name);
-                        libc::ENODEV
-                    })?;
-                    o.0 = Some(d.clone());
-                    d
-                }
-            };
-            o.1 += 1;
-            d
-        };
-        let ctx = device.open();
-        let async_chan = ctx.async_event_channel().map_err(|err| {
-            diag!("async event channel: {err}");
-            err.raw_os_error().unwrap_or(libc::ENOMEM)
-        })?;
-        // SAFETY: verbs_context is C data: pointers (NULL), function
-        // pointers (None), integers and a pthread mutex, for which all
-        // zero bytes is PTHREAD_MUTEX_INITIALIZER on glibc.
-        let mut v: abi::verbs_context = unsafe { std::mem::zeroed() };
-        v.sz = size_of::<abi::verbs_context>() as _;
-        v.query_port = Some(crate::exports::query_port_ex);
-        v.query_device_ex = Some(query_device_ex);
-        v.create_cq_ex = Some(crate::cq::create_cq_ex);
-        v.create_qp_ex = Some(crate::qp::create_qp_ex);
-        v.get_srq_num = Some(crate::srq::get_srq_num);
-        let c = &mut v.context;
-        c.device = dev;
-        c.cmd_fd = -1;
-        c.async_fd = async_chan.as_raw_fd();
-        c.num_comp_vectors = 1;
-        c.abi_compat = usize::MAX as *mut c_void; // __VERBS_ABI_IS_EXTENDED
-        let o = &mut c.ops;
-        o.poll_cq = Some(crate::cq::poll_cq);
-        o.req_notify_cq = Some(crate::cq::req_notify_cq);
-        o.post_send = Some(crate::qp::post_send);
-        o.post_recv = Some(crate::qp::post_recv);
-        o.post_srq_recv = Some(crate::srq::post_srq_recv);
-        o.alloc_mw = Some(crate::mr::alloc_mw);
-        o.dealloc_mw = Some(crate::mr::dealloc_mw);
-        o.bind_mw = Some(crate::mr::bind_mw);
-        let b = Box::new(Ctx {
-            v,
-            dev: e,
-            ctx,
-            async_chan,
-            cqs: Mutex::new(HashMap::new()),
-            qps: Mutex::new(HashMap::new()),
-            srqs: Mutex::new(HashMap::new()),
-        });
-        let p = Box::into_raw(b);
-        // SAFETY: p is the box just leaked.
-        let c = unsafe { (*p).c() };
-        handles::insert(Kind::Ctx, c, c);
-        Ok(c)
-    })
-}
-
-pub(crate) unsafe extern "C" fn close_device(c: *mut abi::ibv_context) -> libc::c_int {
-    guard_rc(|| {
-        // The context and the objects left on it leave the table at once
-        // (a second close, or a verb on one of its objects, is EINVAL from
-        // here on); then they are freed, as the kernel destroys what a
-        // closed context leaves.
-        let children = {
-            let mut t = handles::lock();
-            if !t.remove(Kind::Ctx, c) {
-                diag!("ibv_close_device: {c:p} is not an open context (closed already?)");
-                return Err(libc::EINVAL);
-            }
-            t.remove_children(c)
-        };
-        if !children.is_empty() {
-            diag!(
-                "ibv_close_device: {} object(s) left on the context are destroyed",
-                children.len()
-            );
-        }
-        // QPs before what they use (the emulator's objects are reference
-        // counted, so the order is for clarity, not for safety).
-        for kind in
-            [Kind::Qp, Kind::Ah, Kind::Mw, Kind::Mr, Kind::Srq, Kind::Cq, Kind::Chan, Kind::Pd]
-        {
-            for &(k, p) in &children {
-                if k == kind {
-                    // SAFETY: p was a live object of kind k of this context
-                    // (just taken out of the table, so nothing else frees it).
-                    unsafe { free_object(k, p) };
-                }
-            }
-        }
-        // SAFETY: c was live (taken out of the table just now): `&Ctx.v.context`
-        // of the leaked box of open_device.
-        let cx = unsafe { ctx_unchecked(c) }.ok_or(libc::EINVAL)?;
-        let e = cx.dev;
-        // SAFETY: cx is the leaked box of open_device; it left the table, so
-        // this is its only free.
-        drop(unsafe { Box::from_raw(cx as *const Ctx as *mut Ctx) });
-        let last = {
-            let mut o = lock(&e.opened);
-            o.1 = o.1.saturating_sub(1);
-            if o.1 == 0 {
-                o.0.take()
-            } else {
-                None
-            }
-        };
-        // the last context: the device goes (outside the lock; dropping it
-        // stops its driver thread and flushes its capture)
-        drop(last);
-        Ok(())
-    })
-}
-
-/// Free an object of a context being closed.
-///
-/// # Safety
-/// `p` must be an object of `kind` this library created and that has just
-/// left the handle table (so nothing else frees it).
-unsafe fn free_object(kind: Kind, p: usize) {
-    // SAFETY (each arm): per the contract, p is the leaked box of that kind.
-    unsafe {
-        match kind {
-            Kind::Qp => drop(Box::from_raw(p as *mut crate::qp::QpObj)),
-            Kind::Ah => drop(Box::from_raw(p as *mut crate::ah::AhObj)),
-            Kind::Mw => drop(Box::from_raw(p as *mut crate::mr::MwObj)),
-            Kind::Mr => drop(Box::from_raw(p as *mut crate::mr::MrObj)),
-            Kind::Srq => drop(Box::from_raw(p as *mut crate::srq::SrqObj)),
-            Kind::Cq => drop(Box::from_raw(p as *mut crate::cq::CqObj)),
-            Kind::Chan => drop(Box::from_raw(p as *mut crate::cq::ChanObj)),
-            Kind::Pd => drop(Box::from_raw(p as *mut crate::mr::PdObj)),
-            Kind::Ctx => {}
-        }
-    }
 }
 
 // ---------------------------------------------------------------- queries
@@ -478,6 +464,28 @@ pub(crate) fn port_attr(cx: &Ctx) -> abi::ibv_port_attr {
     a.flags = 0;
     a.port_cap_flags2 = 0;
     a
+}
+
+/// `verbs_context.query_port`: the full `ibv_port_attr` of `len` bytes.
+pub(crate) unsafe extern "C" fn query_port_ex(
+    c: *mut abi::ibv_context,
+    port: u8,
+    out: *mut abi::ibv_port_attr,
+    len: usize,
+) -> libc::c_int {
+    guard_rc(|| {
+        // SAFETY: contract of ibv_query_port.
+        let cx = unsafe { ctx(c) }.ok_or(libc::EINVAL)?;
+        check_port(port)?;
+        if out.is_null() {
+            return Err(libc::EINVAL);
+        }
+        let a = port_attr(cx);
+        let n = len.min(size_of::<abi::ibv_port_attr>());
+        // SAFETY: the caller's struct has `len` bytes; we write at most n.
+        unsafe { ptr::copy_nonoverlapping(ptr::addr_of!(a).cast::<u8>(), out.cast::<u8>(), n) };
+        Ok(())
+    })
 }
 
 pub(crate) fn check_port(port: u8) -> Result<(), i32> {

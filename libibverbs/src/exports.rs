@@ -8,9 +8,11 @@
 //! `#[no_mangle]` functions placed in their version by `libibverbs.map`.
 
 use crate::abi;
+// (`verbs_context.query_port`; the fuzz harness calls it from here)
+pub(crate) use crate::device::query_port_ex;
 use crate::device::{self, check_port, ctx, gids};
 use crate::util::{diag, fail, guard, guard_neg, guard_rc, set_errno};
-use crate::{ah, cq, mr, qp, srq, strings};
+use crate::{ah, context, cq, mr, qp, srq, strings};
 use libc::{c_char, c_int, c_uint, c_void};
 use std::mem::size_of;
 use std::ptr;
@@ -89,11 +91,11 @@ pub unsafe extern "C" fn ibv_get_device_index(d: *mut abi::ibv_device) -> c_int 
 }
 #[export_name = "roce_ibv_open_device_1_1"]
 pub unsafe extern "C" fn ibv_open_device(d: *mut abi::ibv_device) -> *mut abi::ibv_context {
-    device::open_device(d)
+    context::open_device(d)
 }
 #[export_name = "roce_ibv_close_device_1_1"]
 pub unsafe extern "C" fn ibv_close_device(c: *mut abi::ibv_context) -> c_int {
-    device::close_device(c)
+    context::close_device(c)
 }
 #[export_name = "roce_ibv_query_device_1_1"]
 pub unsafe extern "C" fn ibv_query_device(
@@ -112,28 +114,6 @@ pub unsafe extern "C" fn ibv_get_async_event(
 #[export_name = "roce_ibv_ack_async_event_1_1"]
 pub unsafe extern "C" fn ibv_ack_async_event(e: *mut abi::ibv_async_event) {
     device::ack_async_event(e)
-}
-
-/// `verbs_context.query_port`: the full `ibv_port_attr` of `len` bytes.
-pub(crate) unsafe extern "C" fn query_port_ex(
-    c: *mut abi::ibv_context,
-    port: u8,
-    out: *mut abi::ibv_port_attr,
-    len: usize,
-) -> c_int {
-    guard_rc(|| {
-        // SAFETY: contract of ibv_query_port.
-        let cx = unsafe { ctx(c) }.ok_or(libc::EINVAL)?;
-        check_port(port)?;
-        if out.is_null() {
-            return Err(libc::EINVAL);
-        }
-        let a = device::port_attr(cx);
-        let n = len.min(size_of::<abi::ibv_port_attr>());
-        // SAFETY: the caller's struct has `len` bytes; we write at most n.
-        unsafe { ptr::copy_nonoverlapping(ptr::addr_of!(a).cast::<u8>(), out.cast::<u8>(), n) };
-        Ok(())
-    })
 }
 
 /// The exported `ibv_query_port` (older programs and the inline's fallback):
@@ -619,7 +599,7 @@ pub unsafe extern "C" fn mbps_to_ibv_rate(m: c_int) -> abi::ibv_rate {
 /// this makes sure of them.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_fork_init() -> c_int {
-    crate::fork::install();
+    crate::device::fork_install();
     0
 }
 #[no_mangle]

@@ -8,10 +8,12 @@
 //! parent thread held at the moment of the fork stays held forever. So the
 //! child never touches an inherited device:
 //!
-//! - `pthread_atfork` handlers ([`install`]) take this library's global
-//!   locks before the fork (the CM's state, the open devices, the handle
-//!   table, in the order the library nests them) and give them back after
-//!   it, so the child finds them consistent and unlocked;
+//! - `pthread_atfork` handlers (`crate::device::fork_install`) take this
+//!   library's global locks before the fork (the CM's state, the open
+//!   devices, the handle table, in the order the library nests them) and
+//!   give them back after it, so the child finds them consistent and
+//!   unlocked. They are the device list's; the CM, above it, registers its
+//!   part with them (`crate::device::ForkHooks`) before it makes any state;
 //! - in the child, every inherited object leaves the handle table (a slow
 //!   verb on it answers EINVAL, [`crate::handles`]), every inherited
 //!   device is forgotten (never dropped: its destructor would join threads
@@ -28,14 +30,14 @@
 //!
 //! The child may then open the device again: it joins the shared device as
 //! a member of its own (docs/devices.md, "One device, many processes").
+//!
+//! This file is at the bottom of the crate (every object file checks the
+//! generation): the generation counter and the child's closing of
+//! inherited descriptors. The handlers, which need the device list and
+//! the CM, are above it.
 
-use crate::device::{devices, DevEntry};
-use crate::handles;
-use roce_verbs_api::Device;
-use std::cell::RefCell;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{MutexGuard, Once};
 
 static GEN: AtomicU32 = AtomicU32::new(0);
 
@@ -52,83 +54,15 @@ pub(crate) fn inherited(gen: u32) -> bool {
     gen != GEN.load(Ordering::Relaxed)
 }
 
-/// A device's open state, locked.
-type Opened = MutexGuard<'static, (Option<Device>, usize)>;
-
-/// The locks held across a fork (by the forking thread).
-struct Held {
-    cm: crate::rdmacm::ForkHeld,
-    opened: Vec<(&'static DevEntry, Opened)>,
-    table: handles::Table,
-}
-
-thread_local! {
-    static HELD: RefCell<Option<Held>> = const { RefCell::new(None) };
-}
-
-/// Register the fork handlers (once per process; later calls do nothing).
-pub(crate) fn install() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: three handlers of the right type, for the process's life
-        // (they are functions of this library, which is never unloaded
-        // while the program runs: libibverbs is not dlclose'd).
-        let rc = unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
-        if rc != 0 {
-            crate::util::diag!("pthread_atfork: {rc}: a forked child may find locks held");
-        }
-    });
-}
-
-extern "C" fn prepare() {
-    let r = std::panic::catch_unwind(|| {
-        let cm = crate::rdmacm::fork_prepare();
-        let opened: Vec<_> = devices()
-            .unwrap_or(&[])
-            .iter()
-            .map(|e| (*e, e.opened.lock().unwrap_or_else(|p| p.into_inner())))
-            .collect();
-        let table = handles::lock();
-        HELD.with(|h| *h.borrow_mut() = Some(Held { cm, opened, table }));
-    });
-    if r.is_err() {
-        HELD.with(|h| h.borrow_mut().take());
-    }
-}
-
-extern "C" fn parent() {
-    // the locks go back, as they were
-    let _ = std::panic::catch_unwind(|| HELD.with(|h| h.borrow_mut().take()));
-}
-
-extern "C" fn child() {
-    let _ = std::panic::catch_unwind(|| {
-        GEN.fetch_add(1, Ordering::SeqCst);
-        let Some(mut held) = HELD.with(|h| h.borrow_mut().take()) else { return };
-        let mut socks: Vec<(std::net::IpAddr, u16)> = Vec::new();
-        let mut raw = false;
-        for (e, g) in &mut held.opened {
-            if let Some(d) = g.0.take() {
-                match e.cfg.transport {
-                    roce_verbs_api::udp::TransportKind::Udp => socks.push((e.cfg.addr, e.cfg.port)),
-                    _ => raw = true,
-                }
-                // its destructor would join the parent's threads and leave
-                // the parent's device group: never run it
-                std::mem::forget(d);
-            }
-            g.1 = 0;
-        }
-        held.table.forget_all();
-        crate::rdmacm::fork_child(&mut held.cm);
-        drop(held);
-        close_inherited(&socks, raw);
-    });
+/// In a forked child (its first fork handler): the generation moves on,
+/// so every object made before the fork is inherited.
+pub(crate) fn next_generation() {
+    GEN.fetch_add(1, Ordering::SeqCst);
 }
 
 /// Close the child's copies of the inherited devices' sockets and of the
 /// device registry's lock files.
-fn close_inherited(socks: &[(std::net::IpAddr, u16)], raw: bool) {
+pub(crate) fn close_inherited(socks: &[(std::net::IpAddr, u16)], raw: bool) {
     let runtime = roce_verbs_api::publish::runtime_dir();
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return };
     let fds: Vec<RawFd> =

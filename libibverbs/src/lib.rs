@@ -14,6 +14,32 @@
 //! the safe [`roce_verbs_api`] types out, an errno back. The protocol lives
 //! in the emulator; this crate only converts.
 //!
+//! # Layers
+//! The modules form layers: each uses only modules below it, and no two
+//! modules of one line use each other (no module circle: `cargo run -p
+//! roce-tests --bin module-cycles -- --graph libibverbs/src` prints the
+//! graph, `tests/tests/layering.rs` checks it):
+//!
+//! ```text
+//! fuzz                        the fuzz harnesses (feature `fuzz`)
+//! exports  rdmacm/            every ibv_* symbol with its version; librdmacm
+//! context                     ibv_open_device (the function tables), ibv_close_device
+//! qp_ex                       the ibv_wr_* calls (the ibv_qp_ex table)
+//! qp                          QPs: create, modify, query, destroy, post, bind_mw
+//! ah  cq  srq                 address handles; CQs and channels; SRQs
+//! mr                          PDs, MRs, MWs
+//! device                      the device list and its fork handlers, the context
+//!                             object (Ctx), device and port queries, async events
+//! compat  strings  wr         IBVERBS_1.0 stubs; the *_str tables; C work-request lists;
+//!   handles  fork             the live-handle table; the fork generation
+//! util  abi                   panic guards, errno, diagnostics; verbs.h (generated)
+//! ```
+//!
+//! Two calls run up at run time, never as a `use`: a QP gets its
+//! `ibv_wr_*` table from its context (`Ctx::fill_qp_ex`, which
+//! `context::open_device` sets to `qp_ex::fill`), and the CM hands its
+//! fork handlers to the device list's (`device::ForkHooks`, see `fork.rs`).
+//!
 //! # Memory
 //! `ibv_reg_mr(pd, addr, len, access)` registers the caller's own pages
 //! (`roce_region::RegionMem::external`, iova = `addr`): the peer's WRITEs
@@ -46,6 +72,7 @@
 pub mod abi;
 mod ah;
 mod compat;
+mod context;
 mod cq;
 mod device;
 mod exports;
@@ -64,3 +91,4 @@ pub mod rdmacm;
 mod srq;
 mod strings;
 mod util;
+mod wr;

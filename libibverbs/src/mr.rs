@@ -1,11 +1,11 @@
 //! Protection domains, memory regions (the application's own memory) and
-//! memory windows.
+//! memory windows (bound through a QP: `ibv_bind_mw` is in `qp.rs`).
 
 use crate::abi;
 use crate::device::ctx;
 use crate::handles::{self, Kind};
 use crate::util::{diag, guard_ptr, guard_rc};
-use roce_verbs_api::{AccessFlags, Mr, Mw, MwType, Pd, RegMrError, RegionMem, SendFlags};
+use roce_verbs_api::{AccessFlags, Mr, Mw, MwType, Pd, RegMrError, RegionMem};
 use std::ffi::c_void;
 use std::sync::Mutex;
 
@@ -541,38 +541,4 @@ pub(crate) unsafe extern "C" fn dealloc_mw(m: *mut abi::ibv_mw) -> libc::c_int {
 pub(crate) unsafe fn mw<'a>(m: *mut abi::ibv_mw) -> Option<&'a MwObj> {
     // SAFETY: as for pd().
     (!m.is_null()).then(|| unsafe { &*(m as *const MwObj) })
-}
-
-pub(crate) unsafe extern "C" fn bind_mw(
-    q: *mut abi::ibv_qp,
-    m: *mut abi::ibv_mw,
-    bind: *mut abi::ibv_mw_bind,
-) -> libc::c_int {
-    guard_rc(|| {
-        // SAFETY: contract of ibv_bind_mw.
-        let qo = unsafe { crate::qp::qp(q) }.ok_or(libc::EINVAL)?;
-        // SAFETY: as above.
-        let w = unsafe { mw(m) }.ok_or(libc::EINVAL)?;
-        if bind.is_null() {
-            return Err(libc::EINVAL);
-        }
-        // SAFETY: bind points to a caller-owned ibv_mw_bind.
-        let b = unsafe { &*bind };
-        let info = &b.bind_info;
-        // SAFETY: contract: bind_info.mr is one of our MRs (or NULL for an
-        // unbind, which libibverbs expresses with length 0).
-        let region = unsafe { mr(info.mr) }.ok_or(libc::EINVAL)?;
-        let guard = region.mr.lock().unwrap_or_else(|e| e.into_inner());
-        let r = guard.as_ref().ok_or(libc::EINVAL)?;
-        let off = info.addr.wrapping_sub(r.addr());
-        let bindspec = r.mw_bind(off, info.length, AccessFlags(info.mw_access_flags));
-        let rkey =
-            qo.qp.bind_mw(&w.mw, b.wr_id, SendFlags(b.send_flags), bindspec).map_err(|e| {
-                diag!("bind_mw: {e}");
-                libc::EINVAL
-            })?;
-        // SAFETY: the program does not use the MW struct concurrently.
-        unsafe { (*m).rkey = rkey.value() };
-        Ok(())
-    })
 }

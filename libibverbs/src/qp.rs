@@ -1,6 +1,7 @@
 //! Queue pairs: create (`ibv_create_qp`, `ibv_create_qp_ex`), modify,
 //! query, destroy, and the posting verbs behind `ibv_post_send` /
-//! `ibv_post_recv`.
+//! `ibv_post_recv` and `ibv_bind_mw` (the C lists are read in `wr.rs`; the
+//! `ibv_wr_*` calls are in `qp_ex.rs`, above this file).
 
 use crate::abi;
 use crate::ah::{ah, ah_from_c, ah_to_c};
@@ -10,11 +11,11 @@ use crate::handles::{self, Kind};
 use crate::mr::{mw, pd_hold, pd_live, PdObj};
 use crate::srq::{srq_hold, SrqObj};
 use crate::util::{diag, guard_ptr, guard_rc};
+use crate::wr::{inline_bytes, inline_len, recv_wrs, sges};
 use roce_emulator::qp_attr::AttrMask;
-use roce_verbs_api::LKey;
 use roce_verbs_api::{
     AccessFlags, CreateQpError, MwBind, PathMtu, PostRecvError, PostSendError, Qp, QpAttr, QpCap,
-    QpState, QpType, RKey, RecvWr, SendFlags, SendWr, Sge, UdDest, WrOpcode,
+    QpState, QpType, RKey, SendFlags, SendWr, UdDest, WrOpcode,
 };
 use std::sync::Mutex;
 
@@ -30,7 +31,7 @@ pub(crate) struct QpObj {
     pub recv_cq: *mut CqObj,
     pub srq: *mut SrqObj,
     /// Work requests built with the `ibv_wr_*` calls since `ibv_wr_start`.
-    pub wr: Mutex<crate::qp_ex::WrBatch>,
+    pub wr: Mutex<WrBatch>,
     /// The QP's limits (as created): a post is checked against them before
     /// anything the program passed is read past them.
     pub max_send_sge: u32,
@@ -39,6 +40,28 @@ pub(crate) struct QpObj {
     /// The fork generation it was made in ([`crate::fork`]): a forked
     /// child's inherited QP is refused before any of its locks is taken.
     pub gen: u32,
+}
+
+/// `send_ops_flags` roce-emu implements (the `ibv_wr_*` calls of
+/// [`crate::qp_ex`]).
+pub(crate) const SEND_OPS_SUPPORTED: u64 = (abi::IBV_QP_EX_WITH_RDMA_WRITE
+    | abi::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+    | abi::IBV_QP_EX_WITH_SEND
+    | abi::IBV_QP_EX_WITH_SEND_WITH_IMM
+    | abi::IBV_QP_EX_WITH_RDMA_READ
+    | abi::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
+    | abi::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
+    | abi::IBV_QP_EX_WITH_LOCAL_INV
+    | abi::IBV_QP_EX_WITH_BIND_MW
+    | abi::IBV_QP_EX_WITH_SEND_WITH_INV
+    | abi::IBV_QP_EX_WITH_ATOMIC_WRITE) as u64;
+
+/// The requests of one `ibv_wr_start` .. `ibv_wr_complete` batch.
+#[derive(Default)]
+pub(crate) struct WrBatch {
+    pub list: Vec<SendWr>,
+    /// The first error met while building (reported by `wr_complete`).
+    pub err: Option<i32>,
 }
 
 /// # Safety
@@ -268,7 +291,8 @@ fn build_qp(
     base.qp_num = q.qpn().value();
     base.state = abi::IBV_QPS_RESET;
     base.qp_type = init.qp_type;
-    crate::qp_ex::fill(&mut x);
+    // the `ibv_wr_*` table (qp_ex.rs, above this file), from the context
+    (cx.fill_qp_ex)(&mut x);
     let qpn = q.qpn().value();
     let obj = Box::new(QpObj {
         gen: crate::fork::generation(),
@@ -349,7 +373,7 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
             return Err(libc::EOPNOTSUPP);
         }
         if a.comp_mask & abi::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0
-            && a.send_ops_flags & !crate::qp_ex::SEND_OPS_SUPPORTED != 0
+            && a.send_ops_flags & !SEND_OPS_SUPPORTED != 0
         {
             diag!("create_qp_ex: send_ops_flags {:#x} not supported", a.send_ops_flags);
             return Err(libc::EOPNOTSUPP);
@@ -553,65 +577,6 @@ fn post_recv_err(e: &PostRecvError) -> i32 {
     }
 }
 
-/// The SGEs of a C list of at most `max` entries (the QP's or SRQ's limit,
-/// checked before the list is read: rxe refuses a larger `num_sge` first).
-///
-/// # Safety
-/// `sg` must point to `n` SGEs (or `n` be 0) when `n <= max`.
-pub(crate) unsafe fn sges(
-    sg: *const abi::ibv_sge,
-    n: libc::c_int,
-    max: u32,
-) -> Result<Vec<Sge>, i32> {
-    if n < 0 || (n > 0 && sg.is_null()) {
-        return Err(libc::EINVAL);
-    }
-    if n as u32 > max {
-        diag!("post: num_sge = {n} exceeds the limit {max}");
-        return Err(libc::EINVAL);
-    }
-    if n == 0 {
-        // sg_list may be NULL (or anything) with no entries: never made a
-        // slice (a slice from NULL is undefined behaviour even when empty)
-        return Ok(Vec::new());
-    }
-    // SAFETY: per the contract.
-    let s = unsafe { std::slice::from_raw_parts(sg, n as usize) };
-    Ok(s.iter().map(|e| Sge { addr: e.addr, length: e.length, lkey: LKey::new(e.lkey) }).collect())
-}
-
-/// The total length of inline buffers, if it is within `max` (the QP's
-/// `max_inline_data`): checked before anything is copied, as rxe checks.
-pub(crate) fn inline_len(list: &[Sge], max: u32) -> Result<u32, i32> {
-    let total = list.iter().try_fold(0u32, |a, s| a.checked_add(s.length));
-    match total {
-        Some(t) if t <= max => Ok(t),
-        _ => {
-            diag!("post: inline data of {total:?} bytes exceeds max_inline_data {max}");
-            Err(libc::EINVAL)
-        }
-    }
-}
-
-/// Copy inline data out of the program's buffers (IBV_SEND_INLINE: the
-/// buffers need no registration and may be reused as soon as the post
-/// returns). Check the length first ([`inline_len`]).
-///
-/// # Safety
-/// Each SGE must name `length` readable bytes at `addr`.
-pub(crate) unsafe fn inline_bytes(list: &[Sge]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(list.iter().map(|s| s.length as usize).sum());
-    for s in list {
-        if s.length > 0 {
-            // SAFETY: per the contract.
-            v.extend_from_slice(unsafe {
-                std::slice::from_raw_parts(s.addr as usize as *const u8, s.length as usize)
-            });
-        }
-    }
-    v
-}
-
 /// One C send work request as the emulator's.
 ///
 /// # Safety
@@ -730,32 +695,6 @@ pub(crate) unsafe extern "C" fn post_send(
     })
 }
 
-/// Receive requests with the C entry each came from.
-pub(crate) type RecvList = Vec<(RecvWr, *mut abi::ibv_recv_wr)>;
-/// A malformed C entry and its errno.
-pub(crate) type BadRecv = Option<(*mut abi::ibv_recv_wr, i32)>;
-
-/// The receive requests of a C chain; on a malformed entry, those before it
-/// and that entry's pointer with the errno.
-///
-/// # Safety
-/// `wr` must be the program's `ibv_recv_wr` chain.
-pub(crate) unsafe fn recv_wrs(wr: *mut abi::ibv_recv_wr, max_sge: u32) -> (RecvList, BadRecv) {
-    let mut out = Vec::new();
-    let mut cur = wr;
-    while !cur.is_null() {
-        // SAFETY: per the contract.
-        let w = unsafe { &*cur };
-        // SAFETY: as above.
-        match unsafe { sges(w.sg_list, w.num_sge, max_sge) } {
-            Ok(s) => out.push((RecvWr { wr_id: w.wr_id, sg_list: s }, cur)),
-            Err(e) => return (out, Some((cur, e))),
-        }
-        cur = w.next;
-    }
-    (out, None)
-}
-
 pub(crate) unsafe extern "C" fn post_recv(
     q: *mut abi::ibv_qp,
     wr: *mut abi::ibv_recv_wr,
@@ -785,5 +724,40 @@ pub(crate) unsafe extern "C" fn post_recv(
                 e
             }
         }
+    })
+}
+
+/// `ibv_bind_mw`: a type 1 window bound through the QP's send queue.
+pub(crate) unsafe extern "C" fn bind_mw(
+    q: *mut abi::ibv_qp,
+    m: *mut abi::ibv_mw,
+    bind: *mut abi::ibv_mw_bind,
+) -> libc::c_int {
+    guard_rc(|| {
+        // SAFETY: contract of ibv_bind_mw.
+        let qo = unsafe { qp(q) }.ok_or(libc::EINVAL)?;
+        // SAFETY: as above.
+        let w = unsafe { mw(m) }.ok_or(libc::EINVAL)?;
+        if bind.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: bind points to a caller-owned ibv_mw_bind.
+        let b = unsafe { &*bind };
+        let info = &b.bind_info;
+        // SAFETY: contract: bind_info.mr is one of our MRs (or NULL for an
+        // unbind, which libibverbs expresses with length 0).
+        let region = unsafe { crate::mr::mr(info.mr) }.ok_or(libc::EINVAL)?;
+        let guard = region.mr.lock().unwrap_or_else(|e| e.into_inner());
+        let r = guard.as_ref().ok_or(libc::EINVAL)?;
+        let off = info.addr.wrapping_sub(r.addr());
+        let bindspec = r.mw_bind(off, info.length, AccessFlags(info.mw_access_flags));
+        let rkey =
+            qo.qp.bind_mw(&w.mw, b.wr_id, SendFlags(b.send_flags), bindspec).map_err(|e| {
+                diag!("bind_mw: {e}");
+                libc::EINVAL
+            })?;
+        // SAFETY: the program does not use the MW struct concurrently.
+        unsafe { (*m).rkey = rkey.value() };
+        Ok(())
     })
 }

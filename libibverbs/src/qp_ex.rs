@@ -4,33 +4,14 @@
 //! together by `wr_complete`, so they leave in one batch.
 
 use crate::abi;
-use crate::qp::{inline_bytes, mw_bind_of, QpObj};
+use crate::qp::{mw_bind_of, QpObj, WrBatch};
 use crate::util::{diag, guard};
+use crate::wr::{inline_bytes, inline_len, sges};
 use roce_verbs_api::{LKey, PostSendError};
 use roce_verbs_api::{RKey, SendFlags, SendWr, Sge, UdDest, WrOpcode};
 
-/// `send_ops_flags` roce-emu implements.
-pub(crate) const SEND_OPS_SUPPORTED: u64 = (abi::IBV_QP_EX_WITH_RDMA_WRITE
-    | abi::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
-    | abi::IBV_QP_EX_WITH_SEND
-    | abi::IBV_QP_EX_WITH_SEND_WITH_IMM
-    | abi::IBV_QP_EX_WITH_RDMA_READ
-    | abi::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
-    | abi::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
-    | abi::IBV_QP_EX_WITH_LOCAL_INV
-    | abi::IBV_QP_EX_WITH_BIND_MW
-    | abi::IBV_QP_EX_WITH_SEND_WITH_INV
-    | abi::IBV_QP_EX_WITH_ATOMIC_WRITE) as u64;
-
-/// The requests of one `ibv_wr_start` .. `ibv_wr_complete` batch.
-#[derive(Default)]
-pub(crate) struct WrBatch {
-    pub list: Vec<SendWr>,
-    /// The first error met while building (reported by `wr_complete`).
-    pub err: Option<i32>,
-}
-
-/// Fill the `wr_*` function pointers of a new QP.
+/// Fill the `wr_*` function pointers of a new QP (QP creation, below this
+/// file, calls it through its context: `Ctx::fill_qp_ex`).
 pub(crate) fn fill(x: &mut abi::ibv_qp_ex) {
     x.comp_mask = 0;
     x.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
@@ -280,7 +261,7 @@ unsafe extern "C" fn wr_set_sge_list(q: *mut abi::ibv_qp_ex, n: usize, list: *co
     last(q, |o, w| {
         let n = libc::c_int::try_from(n).map_err(|_| libc::EINVAL)?;
         // SAFETY: the program's array of n SGEs (n within the QP's limit).
-        w.sg_list = unsafe { crate::qp::sges(list, n, o.max_send_sge) }?;
+        w.sg_list = unsafe { sges(list, n, o.max_send_sge) }?;
         Ok(())
     })
 }
@@ -293,7 +274,7 @@ unsafe extern "C" fn wr_set_inline_data(
     last(q, |o, w| {
         let length = u32::try_from(len).map_err(|_| libc::EINVAL)?;
         let s = [Sge { addr: addr as u64, length, lkey: LKey::new(0) }];
-        crate::qp::inline_len(&s, o.max_inline_data)?;
+        inline_len(&s, o.max_inline_data)?;
         // SAFETY: the program's buffer of len readable bytes (within the
         // QP's limit, checked above).
         w.inline_data = unsafe { inline_bytes(&s) };
@@ -326,7 +307,7 @@ unsafe extern "C" fn wr_set_inline_data_list(
                 Ok(Sge { addr: d.addr as u64, length, lkey: LKey::new(0) })
             })
             .collect::<Result<_, i32>>()?;
-        crate::qp::inline_len(&s, o.max_inline_data)?;
+        inline_len(&s, o.max_inline_data)?;
         // SAFETY: each buffer is the program's readable memory (the total
         // within the QP's limit, checked above).
         w.inline_data = unsafe { inline_bytes(&s) };

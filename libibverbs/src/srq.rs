@@ -4,8 +4,8 @@ use crate::abi;
 use crate::device::ctx;
 use crate::handles::{self, Kind};
 use crate::mr::{pd_hold, PdObj};
-use crate::qp::recv_wrs;
 use crate::util::{diag, guard_ptr, guard_rc};
+use crate::wr::recv_wrs;
 use roce_verbs_api::{PostSrqRecvError, Srq};
 use std::sync::atomic::{AtomicUsize, Ordering};
 

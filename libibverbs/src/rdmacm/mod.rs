@@ -65,6 +65,7 @@ unsafe impl Send for Global {}
 
 fn global() -> MutexGuard<'static, Global> {
     static G: OnceLock<Mutex<Global>> = OnceLock::new();
+    device::fork_register(&FORK_HOOKS);
     lock(G.get_or_init(|| {
         let n = device::devices().map(|d| d.len()).unwrap_or(0);
         Mutex::new(Global {
@@ -109,7 +110,7 @@ fn dev_open(i: usize) -> Result<(*mut v::ibv_context, EventChannel), i32> {
         return Ok((d.ctx, ch.clone()));
     }
     // SAFETY: the entry's ibv_device is a device of this library's list.
-    let c = unsafe { device::open_device(ptr::addr_of!(e.ibv) as *mut v::ibv_device) };
+    let c = unsafe { crate::context::open_device(ptr::addr_of!(e.ibv) as *mut v::ibv_device) };
     if c.is_null() {
         return Err(libc::ENODEV);
     }
@@ -245,7 +246,7 @@ fn close_cm_devices() {
                 || !lock(&cx.cqs).is_empty()
                 || !lock(&cx.srqs).is_empty();
             if !busy {
-                device::close_device(c);
+                crate::context::close_device(c);
             }
         }
     }
@@ -411,6 +412,7 @@ fn new_channel_locked(g: &mut Global) -> Result<*mut ChanObj, i32> {
 /// its channel twice, and the second call waited forever on a freed lock).
 fn live_chans() -> MutexGuard<'static, std::collections::HashSet<usize>> {
     static LIVE: OnceLock<Mutex<std::collections::HashSet<usize>>> = OnceLock::new();
+    device::fork_register(&FORK_HOOKS);
     lock(LIVE.get_or_init(Default::default))
 }
 
@@ -522,6 +524,7 @@ pub(crate) struct IdSt {
 /// ucma answers a stale id handle, instead of a read of freed memory.
 fn live_ids() -> MutexGuard<'static, std::collections::HashSet<usize>> {
     static LIVE: OnceLock<Mutex<std::collections::HashSet<usize>>> = OnceLock::new();
+    device::fork_register(&FORK_HOOKS);
     lock(LIVE.get_or_init(Default::default))
 }
 
@@ -1093,14 +1096,14 @@ pub(crate) fn complete_sync(o: &IdObj) -> Result<(), i32> {
 /// The CM's locks, held by the forking thread across `fork()` (see
 /// `crate::fork`), in the order the CM nests them with the devices' and
 /// the handle table's: its state, then the live channels, then the live ids.
-pub(crate) struct ForkHeld {
+struct ForkHeld {
     global: MutexGuard<'static, Global>,
     chans: MutexGuard<'static, std::collections::HashSet<usize>>,
     ids: MutexGuard<'static, std::collections::HashSet<usize>>,
 }
 
 /// Take the CM's locks before a fork.
-pub(crate) fn fork_prepare() -> ForkHeld {
+fn fork_prepare() -> ForkHeld {
     ForkHeld { global: global(), chans: live_chans(), ids: live_ids() }
 }
 
@@ -1108,7 +1111,7 @@ pub(crate) fn fork_prepare() -> ForkHeld {
 /// no longer live (EINVAL); the inherited per-device state, the event
 /// pump (a thread the child does not have) and the Rust identifiers are
 /// forgotten, never dropped (they belong to the parent's devices).
-pub(crate) fn fork_child(h: &mut ForkHeld) {
+fn fork_child(h: &mut ForkHeld) {
     h.chans.clear();
     h.ids.clear();
     let g = &mut *h.global;
@@ -1120,4 +1123,30 @@ pub(crate) fn fork_child(h: &mut ForkHeld) {
     std::mem::forget(std::mem::take(&mut g.ids));
     std::mem::forget(g.pump.take());
     g.chans = 0;
+}
+
+/// The CM's fork handlers, run by the device list's around their own
+/// (`crate::device::ForkHooks`): the CM's locks are taken before the open
+/// devices' and the handle table's, the order the library nests them.
+static FORK_HOOKS: device::ForkHooks =
+    device::ForkHooks { prepare: cm_fork_prepare, parent: cm_fork_parent, child: cm_fork_child };
+
+thread_local! {
+    static FORK_HELD: std::cell::RefCell<Option<ForkHeld>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+fn cm_fork_prepare() {
+    let held = fork_prepare();
+    FORK_HELD.with(|h| *h.borrow_mut() = Some(held));
+}
+
+fn cm_fork_parent() {
+    // the locks go back, as they were
+    FORK_HELD.with(|h| h.borrow_mut().take());
+}
+
+fn cm_fork_child() {
+    let Some(mut held) = FORK_HELD.with(|h| h.borrow_mut().take()) else { return };
+    fork_child(&mut held);
 }
