@@ -8,8 +8,8 @@
 //! addresses and PSN (and the pairing is remembered). Only what the packets
 //! prove is claimed; where the capture cannot tell, the text says so.
 
-use crate::decode::human::ms_text;
-use crate::decode::record::{nak_name, rnr_timer_ms, AethKind, AtomicF, BthFields, Record, RethF};
+use crate::human::ms_text;
+use crate::record::{nak_name, rnr_timer_ms, AethKind, AtomicF, BthFields, Record, RethF};
 use core::net::IpAddr;
 use roce_packet::opcode::{OpInfo, OpKind, Position, Transport};
 use roce_packet::Psn;
@@ -240,7 +240,7 @@ fn ud_text(r: &Record, b: &BthFields) -> String {
         s.push_str("; QP1 is the GSI: this is a management datagram (e.g. a CM MAD)");
         if let Some(c) = &r.cm {
             s.push_str(". ");
-            s.push_str(&crate::decode::cm_fmt::explain(c));
+            s.push_str(&crate::cm_fmt::explain(c));
         }
     }
     s.push_str("; UD has no ACKs, a lost datagram is simply gone");
@@ -792,7 +792,7 @@ fn aeth_text(
 ) -> Option<String> {
     let b = r.bth?;
     let psn = Psn::new(b.psn);
-    let a = crate::decode::record::AethF { syndrome, msn };
+    let a = crate::record::AethF { syndrome, msn };
     match a.kind() {
         AethKind::Ack { credit } => {
             let credit_text = if credit == 31 {

@@ -6,9 +6,9 @@
 //! arrow with its label above and its marks below, and RNR waits are
 //! shaded bars on the waiting requester's lane.
 
-use crate::decode::analysis::Endpoint;
-use crate::decode::human::ms_text;
-use crate::decode::ladder::{Class, Diagram, Row};
+use crate::analysis::Endpoint;
+use crate::human::ms_text;
+use crate::ladder::{Class, Diagram, Row};
 use core::fmt::Write;
 
 const LEFT: f64 = 120.0;
