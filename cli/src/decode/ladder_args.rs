@@ -17,7 +17,7 @@ pub struct ViewArgs {
     pub svg: Option<PathBuf>,
     /// Show only the conversation QP number QPN is part of (as destination QP or as the
     /// peer learned from responses); hex 0x2a or decimal 42.
-    #[arg(long, value_name = "QPN", value_parser = crate::decode::analysis::parse_qpn)]
+    #[arg(long, value_name = "QPN", value_parser = roce_decode::parse_qpn)]
     pub follow: Option<u32>,
     /// Print a per-connection summary instead of the packets: messages, bytes,
     /// retransmitted PSNs, NAKs by code, RNR waits, inferred timeouts, round-trip times

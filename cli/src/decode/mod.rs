@@ -1,22 +1,13 @@
-//! `roce decode FILE`: every RoCEv2 packet of a capture in InfiniBand terms
-//! (`capture.rs` reads and decodes; `record.rs` is one decoded packet;
-//! `explain.rs`, `ladder.rs`/`svg.rs` and `stats.rs` are the `--explain`,
-//! `--ladder`/`--svg` and `--stats` views over `analysis.rs`).
+//! `roce decode FILE`: the options and help of the command, and its glue
+//! around the `roce-decode` library, which does all the decoding and
+//! rendering: the options become a [`Style`], and here the summary line is
+//! printed and the exit status chosen. `ladder_args.rs` holds the options
+//! of the views (ladder, `--follow`, `--stats`).
 
-pub mod analysis;
-pub mod capture;
-pub mod cm_fmt;
-pub mod explain;
-pub mod human;
-pub mod ladder;
 pub mod ladder_args;
-pub mod record;
-pub mod stats;
-pub mod svg;
-#[cfg(test)]
-mod tests;
 
-use std::io::Write;
+use roce_decode::{capture_name, decode_file, DecodeError, Filter, Style};
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -77,11 +68,33 @@ pub struct DecodeArgs {
     pub view: ladder_args::ViewArgs,
 }
 
+/// What the options ask to be shown, and how.
+fn style(args: &DecodeArgs) -> Style {
+    let v = &args.view;
+    Style {
+        json: args.json,
+        explain: args.explain,
+        filter: Filter {
+            from: v.from,
+            to: v.to,
+            follow: v.follow,
+            bad_only: args.bad_only,
+            max: v.max,
+        },
+        ladder: v.ladder,
+        svg: v.svg.clone(),
+        stats: v.stats,
+        color: !v.no_color && std::io::stdout().is_terminal(),
+        gap_ms: v.gap,
+        name: capture_name(&args.file),
+    }
+}
+
 /// Run `roce decode`; returns the process exit status.
 pub fn run(args: &DecodeArgs) -> ExitCode {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    match capture::decode_file(args, &mut out) {
+    match decode_file(&args.file, args.port, &style(args), &mut out) {
         Ok(summary) => {
             if let Err(e) = out.flush() {
                 if e.kind() != std::io::ErrorKind::BrokenPipe {
@@ -99,7 +112,7 @@ pub fn run(args: &DecodeArgs) -> ExitCode {
                 ExitCode::from(1)
             }
         }
-        Err(capture::DecodeError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+        Err(DecodeError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
             ExitCode::SUCCESS
         }
         Err(e) => {

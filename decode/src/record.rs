@@ -555,7 +555,7 @@ impl Record {
             m.insert("payload_len".into(), json!(x));
         }
         if let Some(c) = &self.cm {
-            m.insert("cm".into(), crate::decode::cm_fmt::json(c));
+            m.insert("cm".into(), crate::cm_fmt::json(c));
         }
         if !self.errors.is_empty() {
             m.insert("errors".into(), json!(self.errors));

@@ -8,8 +8,8 @@
 //! every packet can be placed between two endpoints (IP address + QP) even
 //! when it came before the first response.
 
-use crate::decode::explain::{Explainer, Facts, Key};
-use crate::decode::record::Record;
+use crate::explain::{Explainer, Facts, Key};
+use crate::record::Record;
 use core::cmp::Ordering;
 use core::fmt;
 use core::net::IpAddr;

@@ -1,9 +1,9 @@
 //! Unit tests of the record decoder, the text line and the explainer, on
 //! packets built with the packet crate (no capture files).
 
-use crate::decode::explain::Explainer;
-use crate::decode::human;
-use crate::decode::record::{ipv4_checksum_ok, udp_checksum_ok, Input, Record};
+use crate::explain::Explainer;
+use crate::human;
+use crate::record::{ipv4_checksum_ok, udp_checksum_ok, Input, Record};
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use roce_packet::ext::{AethRepr, AtomicEthRepr, DethRepr, NakCode, RethRepr, RnrTimer, Syndrome};
 use roce_packet::frame::{IpMeta, IpUdpHeader, UdpEndpoints};
@@ -101,8 +101,8 @@ fn a_flipped_byte_makes_the_icrc_bad() {
     assert_ne!(rec.icrc_wire, rec.icrc_expected);
     assert!(human::line(&rec).ends_with(&format!(
         "ICRC BAD (wire {}, expected {})",
-        crate::decode::record::hex4(rec.icrc_wire.unwrap_or_default()),
-        crate::decode::record::hex4(rec.icrc_expected.unwrap_or_default())
+        crate::record::hex4(rec.icrc_wire.unwrap_or_default()),
+        crate::record::hex4(rec.icrc_expected.unwrap_or_default())
     )));
     let mut ex = Explainer::new();
     assert!(ex.explain(&rec)[0].starts_with("ICRC bad: a receiver drops this packet silently"));

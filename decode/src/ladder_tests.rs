@@ -3,11 +3,11 @@
 //! PSN sequence error NAK, which none of the real captures shows.
 
 use super::{write_text, Class, Diagram, Row};
-use crate::decode::analysis::{parse_qpn, Analysis, Conversation, Endpoint, Filter};
-use crate::decode::record::Record;
-use crate::decode::stats::{self, Rtt};
-use crate::decode::svg;
-use crate::decode::tests::{ack, record, repr, A, B};
+use crate::analysis::{parse_qpn, Analysis, Conversation, Endpoint, Filter};
+use crate::record::Record;
+use crate::stats::{self, Rtt};
+use crate::svg;
+use crate::tests::{ack, record, repr, A, B};
 use roce_packet::ext::{NakCode, Syndrome};
 use roce_packet::{Opcode, RoceRepr};
 

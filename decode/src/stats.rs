@@ -1,9 +1,9 @@
 //! `--stats`: a per-connection summary built from the shared analysis.
 
-use crate::decode::analysis::{Analysis, Conversation, Endpoint, Item};
-use crate::decode::explain::{Key, Retx};
-use crate::decode::human::ms_text;
-use crate::decode::record::{nak_name, rnr_timer_ms, AethKind};
+use crate::analysis::{Analysis, Conversation, Endpoint, Item};
+use crate::explain::{Key, Retx};
+use crate::human::ms_text;
+use crate::record::{nak_name, rnr_timer_ms, AethKind};
 use roce_packet::opcode::{OpKind, Transport};
 use roce_packet::Psn;
 use serde_json::{json, Map, Value};

@@ -8,8 +8,8 @@
 //! addresses and PSN (and the pairing is remembered). Only what the packets
 //! prove is claimed; where the capture cannot tell, the text says so.
 
-use crate::decode::human::ms_text;
-use crate::decode::record::{nak_name, rnr_timer_ms, AethKind, AtomicF, BthFields, Record, RethF};
+use crate::human::ms_text;
+use crate::record::{nak_name, rnr_timer_ms, AethKind, AtomicF, BthFields, Record, RethF};
 use core::net::IpAddr;
 use roce_packet::opcode::{OpInfo, OpKind, Position, Transport};
 use roce_packet::Psn;
@@ -240,7 +240,7 @@ fn ud_text(r: &Record, b: &BthFields) -> String {
         s.push_str("; QP1 is the GSI: this is a management datagram (e.g. a CM MAD)");
         if let Some(c) = &r.cm {
             s.push_str(". ");
-            s.push_str(&crate::decode::cm_fmt::explain(c));
+            s.push_str(&crate::cm_fmt::explain(c));
         }
     }
     s.push_str("; UD has no ACKs, a lost datagram is simply gone");
@@ -509,33 +509,48 @@ fn describe_request(st: &Stream, r: &Record, retrans: bool) -> String {
     let len = r.payload_len.unwrap_or(0).max(0) as u64;
     let psn = Psn::new(r.bth.map(|b| b.psn).unwrap_or(0));
     let uc = info.transport == Transport::Uc;
-    // The message in progress, if this packet continues one.
-    let msg = st
+    // The message in progress, if this packet continues one (not told for
+    // a retransmission), and this packet's number in it.
+    let cont = st
         .outstanding
         .back()
-        .filter(|q| !q.complete && matches!(q.kind, OpKind::Send | OpKind::Write));
-    let index = |q: &Req| psn.distance(q.psn).max(0) as u64 + 1;
-    let s = match (info.kind, info.position) {
-        (OpKind::Send, Position::Only) => format!(
+        .filter(|q| !q.complete && matches!(q.kind, OpKind::Send | OpKind::Write))
+        .filter(|_| !retrans)
+        .map(|q| (q, psn.distance(q.psn).max(0) as u64 + 1));
+    let s = match info.kind {
+        OpKind::Send => describe_send(r, info.position, len, cont),
+        OpKind::Write => describe_write(r, info.position, len, cont),
+        OpKind::ReadRequest => describe_read(st, r, psn),
+        kind => describe_other(r, kind),
+    };
+    if uc && info.position.starts() && !retrans {
+        s + " (UC: no ACKs; if a packet is lost the responder drops the whole message)"
+    } else {
+        s
+    }
+}
+
+/// A SEND packet: `cont` is the message it continues and its number in it.
+fn describe_send(r: &Record, pos: Position, len: u64, cont: Option<(&Req, u64)>) -> String {
+    match pos {
+        Position::Only => format!(
             "a whole SEND of {len} bytes in one packet: takes one receive WQE at the responder{}",
             imm_inv_suffix(r)
         ),
-        (OpKind::Send, Position::First) => format!(
+        Position::First => format!(
             "first packet of a SEND ({len} bytes): the responder starts filling its next \
              receive WQE"
         ),
-        (OpKind::Send, Position::Middle) => match msg {
-            Some(q) if !retrans => {
-                format!("SEND packet {} ({} bytes so far)", index(q), q.bytes + len)
-            }
+        Position::Middle => match cont {
+            Some((q, index)) => format!("SEND packet {index} ({} bytes so far)", q.bytes + len),
             _ => format!("middle packet of a SEND ({len} bytes)"),
         },
-        (OpKind::Send, Position::Last) => match msg {
-            Some(q) if !retrans => format!(
+        Position::Last => match cont {
+            Some((q, index)) => format!(
                 "last packet of a SEND: the message is {} bytes in {}; the responder completes \
                  the receive WQE{}",
                 q.bytes + len,
-                plural(index(q), "packet", "packets"),
+                plural(index, "packet", "packets"),
                 imm_inv_suffix(r)
             ),
             _ => format!(
@@ -543,7 +558,14 @@ fn describe_request(st: &Stream, r: &Record, retrans: bool) -> String {
                 imm_inv_suffix(r)
             ),
         },
-        (OpKind::Write, Position::Only) => {
+    }
+}
+
+/// An RDMA WRITE packet: `cont` is the message it continues and its number
+/// in it.
+fn describe_write(r: &Record, pos: Position, len: u64, cont: Option<(&Req, u64)>) -> String {
+    match pos {
+        Position::Only => {
             let x = r.reth.unwrap_or(RethF { va: 0, rkey: 0, dmalen: 0 });
             let mut s = format!(
                 "an RDMA WRITE of {} bytes to va {:#x} (rkey {:#x}) in one packet: placed \
@@ -560,7 +582,7 @@ fn describe_request(st: &Stream, r: &Record, retrans: bool) -> String {
             }
             s
         }
-        (OpKind::Write, Position::First) => {
+        Position::First => {
             let x = r.reth.unwrap_or(RethF { va: 0, rkey: 0, dmalen: 0 });
             let n = if len > 0 { u64::from(x.dmalen).div_ceil(len).max(1) } else { 1 };
             format!(
@@ -572,19 +594,19 @@ fn describe_request(st: &Stream, r: &Record, retrans: bool) -> String {
                 plural(n, "packet", "packets")
             )
         }
-        (OpKind::Write, Position::Middle) => match msg {
-            Some(q) if !retrans => match q.packets {
-                Some(n) => format!("RDMA WRITE packet {} of {n}", index(q)),
-                None => format!("RDMA WRITE packet {}", index(q)),
+        Position::Middle => match cont {
+            Some((q, index)) => match q.packets {
+                Some(n) => format!("RDMA WRITE packet {index} of {n}"),
+                None => format!("RDMA WRITE packet {index}"),
             },
             _ => format!("middle packet of an RDMA WRITE ({len} bytes)"),
         },
-        (OpKind::Write, Position::Last) => {
-            let mut s = match msg {
-                Some(q) if !retrans => format!(
+        Position::Last => {
+            let mut s = match cont {
+                Some((q, index)) => format!(
                     "last packet of the RDMA WRITE: {} bytes in {}",
                     q.bytes + len,
-                    plural(index(q), "packet", "packets")
+                    plural(index, "packet", "packets")
                 ),
                 _ => format!("last packet of an RDMA WRITE ({len} bytes)"),
             };
@@ -596,30 +618,37 @@ fn describe_request(st: &Stream, r: &Record, retrans: bool) -> String {
             }
             s
         }
-        (OpKind::ReadRequest, _) => {
-            let x = r.reth.unwrap_or(RethF { va: 0, rkey: 0, dmalen: 0 });
-            let mut s = format!(
-                "RDMA READ request: asks the responder for {} bytes from va {:#x} (rkey {:#x})",
-                x.dmalen, x.va, x.rkey
-            );
-            match read_packets(st.pmtu, x.dmalen) {
-                Some(1) => s.push_str(&format!(
-                    "; one READ RESPONSE ONLY with PSN {} will carry them",
-                    hx(psn)
-                )),
-                Some(n) => s.push_str(&format!(
-                    "; {n} response packets will reuse PSNs {} to {}",
-                    hx(psn),
-                    hx(psn.add(n - 1))
-                )),
-                None => s.push_str(&format!(
-                    "; the response packets reuse PSNs from {} on, one per path MTU",
-                    hx(psn)
-                )),
-            }
-            s
+    }
+}
+
+/// An RDMA READ request and the PSNs its responses will use.
+fn describe_read(st: &Stream, r: &Record, psn: Psn) -> String {
+    let x = r.reth.unwrap_or(RethF { va: 0, rkey: 0, dmalen: 0 });
+    let mut s = format!(
+        "RDMA READ request: asks the responder for {} bytes from va {:#x} (rkey {:#x})",
+        x.dmalen, x.va, x.rkey
+    );
+    match read_packets(st.pmtu, x.dmalen) {
+        Some(1) => {
+            s.push_str(&format!("; one READ RESPONSE ONLY with PSN {} will carry them", hx(psn)))
         }
-        (OpKind::CompareSwap, _) => {
+        Some(n) => s.push_str(&format!(
+            "; {n} response packets will reuse PSNs {} to {}",
+            hx(psn),
+            hx(psn.add(n - 1))
+        )),
+        None => s.push_str(&format!(
+            "; the response packets reuse PSNs from {} on, one per path MTU",
+            hx(psn)
+        )),
+    }
+    s
+}
+
+/// The atomics, ATOMIC_WRITE, FLUSH and RESYNC requests.
+fn describe_other(r: &Record, kind: OpKind) -> String {
+    match kind {
+        OpKind::CompareSwap => {
             let x = r.atomiceth.unwrap_or(AtomicF { va: 0, rkey: 0, swap_add: 0, compare: 0 });
             format!(
                 "atomic COMPARE_SWAP on the 8 bytes at va {:#x} (rkey {:#x}): if they equal \
@@ -627,7 +656,7 @@ fn describe_request(st: &Stream, r: &Record, retrans: bool) -> String {
                 x.va, x.rkey, x.compare, x.swap_add
             )
         }
-        (OpKind::FetchAdd, _) => {
+        OpKind::FetchAdd => {
             let x = r.atomiceth.unwrap_or(AtomicF { va: 0, rkey: 0, swap_add: 0, compare: 0 });
             format!(
                 "atomic FETCH_ADD: adds {:#x} to the 8 bytes at va {:#x} (rkey {:#x}); the \
@@ -635,21 +664,16 @@ fn describe_request(st: &Stream, r: &Record, retrans: bool) -> String {
                 x.swap_add, x.va, x.rkey
             )
         }
-        (OpKind::AtomicWrite, _) => {
+        OpKind::AtomicWrite => {
             let va = r.reth.map(|x| x.va).unwrap_or(0);
             format!("ATOMIC_WRITE: the responder writes these 8 bytes at va {va:#x} as one unit")
         }
-        (OpKind::Flush, _) => {
+        OpKind::Flush => {
             let va = r.reth.map(|x| x.va).unwrap_or(0);
             format!("FLUSH: asks the responder to make earlier RDMA writes at va {va:#x} persistent or visible")
         }
-        (OpKind::Resync, _) => "RESYNC (Reliable Datagram)".into(),
+        OpKind::Resync => "RESYNC (Reliable Datagram)".into(),
         _ => String::new(),
-    };
-    if uc && info.position.starts() && !retrans {
-        s + " (UC: no ACKs; if a packet is lost the responder drops the whole message)"
-    } else {
-        s
     }
 }
 
@@ -792,69 +816,9 @@ fn aeth_text(
 ) -> Option<String> {
     let b = r.bth?;
     let psn = Psn::new(b.psn);
-    let a = crate::decode::record::AethF { syndrome, msn };
+    let a = crate::record::AethF { syndrome, msn };
     match a.kind() {
-        AethKind::Ack { credit } => {
-            let credit_text = if credit == 31 {
-                "credit 31 = no credit information".to_string()
-            } else {
-                format!(
-                    "credit {credit}: the responder has {} receive WQEs posted",
-                    CREDITS[credit as usize]
-                )
-            };
-            if kind == OpKind::ReadResponse {
-                let retired = st.map(|s| retire(s, psn, r.frame).len()).unwrap_or(0);
-                let _ = retired;
-                return Some(format!(
-                    "its AETH is also an ACK for every earlier request (MSN {msn}; {credit_text})"
-                ));
-            }
-            if kind == OpKind::AtomicAck {
-                return Some(format!("AETH: MSN {msn}, {credit_text}"));
-            }
-            let Some(st) = st else {
-                return Some(format!(
-                    "ACK covers everything up to PSN {} (MSN {msn}): the requester can complete \
-                     those WQEs; {credit_text}",
-                    hx(psn)
-                ));
-            };
-            if let Some((prev, f)) = st.acked {
-                if !psn.is_after(prev) {
-                    retire(st, psn, r.frame);
-                    return Some(format!(
-                        "duplicate ACK: PSN {} was already acknowledged (frame {f}); a responder \
-                         acknowledges again when it sees a duplicate request (MSN {msn}; \
-                         {credit_text})",
-                        hx(psn)
-                    ));
-                }
-            }
-            let done = retire(st, psn, r.frame);
-            let mut s = format!(
-                "ACK covers everything up to PSN {} (MSN {msn}): the requester can complete \
-                 those WQEs",
-                hx(psn)
-            );
-            if let (Some(first), Some(last)) = (done.first(), done.last()) {
-                if done.len() == 1 {
-                    s.push_str(&format!(
-                        " (completes the request that started in frame {})",
-                        first.frame
-                    ));
-                } else {
-                    s.push_str(&format!(
-                        " (completes {} requests, started in frames {} to {})",
-                        done.len(),
-                        first.frame,
-                        last.frame
-                    ));
-                }
-            }
-            s.push_str(&format!("; {credit_text}"));
-            Some(s)
-        }
+        AethKind::Ack { credit } => Some(ack_text(st, r, psn, msn, credit, kind)),
         AethKind::RnrNak { timer } => {
             let ms = rnr_timer_ms(timer);
             if let Some(st) = st {
@@ -876,36 +840,109 @@ fn aeth_text(
                     st.seq_nak = Some((psn, r.frame, st.next_psn));
                 }
             }
-            Some(match code {
-                0 => format!(
-                    "NAK PSN_SEQUENCE_ERROR: the responder expected PSN {0} but got a later one; \
-                     everything before {0} is acknowledged (MSN {msn}) and the requester resends \
-                     from PSN {0}",
-                    hx(psn)
-                ),
-                1 => format!(
-                    "NAK INVALID_REQUEST for PSN {}: the responder rejected the request \
-                     (unsupported operation or bad length); the requester's WQE completes in \
-                     error and its QP moves to the error state",
-                    hx(psn)
-                ),
-                2 => format!(
-                    "NAK REMOTE_ACCESS_ERROR for PSN {}: the rkey, address, length or access \
-                     rights failed the responder's check; the requester's WQE completes with a \
-                     remote access error and its QP moves to the error state",
-                    hx(psn)
-                ),
-                3 => format!(
-                    "NAK REMOTE_OPERATIONAL_ERROR for PSN {}: the responder could not carry out \
-                     the request; the requester's WQE completes in error and its QP moves to the \
-                     error state",
-                    hx(psn)
-                ),
-                c => format!("NAK {} (code {c}) for PSN {}", nak_name(c), hx(psn)),
-            })
+            Some(nak_text(psn, msn, code))
         }
         AethKind::Reserved => Some(format!(
             "AETH syndrome {syndrome:#04x} uses the reserved kind 0b10: a requester ignores it"
         )),
+    }
+}
+
+/// What a positive ACK (alone or in a READ response or atomic ACK, `kind`)
+/// acknowledges and completes; retires what it covers from `st`.
+fn ack_text(
+    st: Option<&mut Stream>,
+    r: &Record,
+    psn: Psn,
+    msn: u32,
+    credit: u8,
+    kind: OpKind,
+) -> String {
+    let credit_text = if credit == 31 {
+        "credit 31 = no credit information".to_string()
+    } else {
+        format!(
+            "credit {credit}: the responder has {} receive WQEs posted",
+            CREDITS[credit as usize]
+        )
+    };
+    if kind == OpKind::ReadResponse {
+        let retired = st.map(|s| retire(s, psn, r.frame).len()).unwrap_or(0);
+        let _ = retired;
+        return format!(
+            "its AETH is also an ACK for every earlier request (MSN {msn}; {credit_text})"
+        );
+    }
+    if kind == OpKind::AtomicAck {
+        return format!("AETH: MSN {msn}, {credit_text}");
+    }
+    let Some(st) = st else {
+        return format!(
+            "ACK covers everything up to PSN {} (MSN {msn}): the requester can complete \
+             those WQEs; {credit_text}",
+            hx(psn)
+        );
+    };
+    if let Some((prev, f)) = st.acked {
+        if !psn.is_after(prev) {
+            retire(st, psn, r.frame);
+            return format!(
+                "duplicate ACK: PSN {} was already acknowledged (frame {f}); a responder \
+                 acknowledges again when it sees a duplicate request (MSN {msn}; \
+                 {credit_text})",
+                hx(psn)
+            );
+        }
+    }
+    let done = retire(st, psn, r.frame);
+    let mut s = format!(
+        "ACK covers everything up to PSN {} (MSN {msn}): the requester can complete \
+         those WQEs",
+        hx(psn)
+    );
+    if let (Some(first), Some(last)) = (done.first(), done.last()) {
+        if done.len() == 1 {
+            s.push_str(&format!(" (completes the request that started in frame {})", first.frame));
+        } else {
+            s.push_str(&format!(
+                " (completes {} requests, started in frames {} to {})",
+                done.len(),
+                first.frame,
+                last.frame
+            ));
+        }
+    }
+    s.push_str(&format!("; {credit_text}"));
+    s
+}
+
+/// What a NAK with `code` for `psn` means for the requester.
+fn nak_text(psn: Psn, msn: u32, code: u8) -> String {
+    match code {
+        0 => format!(
+            "NAK PSN_SEQUENCE_ERROR: the responder expected PSN {0} but got a later one; \
+             everything before {0} is acknowledged (MSN {msn}) and the requester resends \
+             from PSN {0}",
+            hx(psn)
+        ),
+        1 => format!(
+            "NAK INVALID_REQUEST for PSN {}: the responder rejected the request \
+             (unsupported operation or bad length); the requester's WQE completes in \
+             error and its QP moves to the error state",
+            hx(psn)
+        ),
+        2 => format!(
+            "NAK REMOTE_ACCESS_ERROR for PSN {}: the rkey, address, length or access \
+             rights failed the responder's check; the requester's WQE completes with a \
+             remote access error and its QP moves to the error state",
+            hx(psn)
+        ),
+        3 => format!(
+            "NAK REMOTE_OPERATIONAL_ERROR for PSN {}: the responder could not carry out \
+             the request; the requester's WQE completes in error and its QP moves to the \
+             error state",
+            hx(psn)
+        ),
+        c => format!("NAK {} (code {c}) for PSN {}", nak_name(c), hx(psn)),
     }
 }

@@ -1,6 +1,6 @@
 //! The one-line human summary of a packet, like tshark's but in IBA terms.
 
-use crate::decode::record::{hex4, nak_name, rnr_timer_ms, AethKind, Record};
+use crate::record::{hex4, nak_name, rnr_timer_ms, AethKind, Record};
 use core::fmt::Write;
 use core::net::IpAddr;
 use roce_packet::opcode::OpKind;
@@ -15,7 +15,7 @@ fn endpoint(a: IpAddr, port: u16) -> String {
 /// `ACK msn=5 credit=31`, `RNR_NAK timer=12 (0.64 ms) msn=0`,
 /// `NAK PSN_SEQUENCE_ERROR msn=3`.
 pub fn aeth_text(syndrome: u8, msn: u32) -> String {
-    let a = crate::decode::record::AethF { syndrome, msn };
+    let a = crate::record::AethF { syndrome, msn };
     let mut s = match a.kind() {
         AethKind::Ack { credit } => format!("ACK msn={msn} credit={credit}"),
         AethKind::RnrNak { timer } => {
@@ -117,7 +117,7 @@ pub fn line(r: &Record) -> String {
         let _ = write!(s, " IETH rkey={x:#010x}");
     }
     if let Some(c) = &r.cm {
-        let _ = write!(s, "  {}", crate::decode::cm_fmt::summary(c));
+        let _ = write!(s, "  {}", crate::cm_fmt::summary(c));
     }
     if let Some(g) = r.gso {
         let _ = write!(s, "  GSO {}/{} (size {})", g.segment + 1, g.segments, g.size);

@@ -1,11 +1,11 @@
 //! `--ladder`: a ladder (sequence) diagram of a capture, one lane per QP
 //! endpoint and one arrow per packet, as fixed-width text. The same
-//! [`Diagram`] is drawn as SVG by [`crate::decode::svg`].
+//! [`Diagram`] is drawn as SVG by [`crate::svg`].
 
-use crate::decode::analysis::{Analysis, Endpoint, Item};
-use crate::decode::explain::Retx;
-use crate::decode::human::ms_text;
-use crate::decode::record::{nak_name, rnr_timer_ms, AethKind, Record};
+use crate::analysis::{Analysis, Endpoint, Item};
+use crate::explain::Retx;
+use crate::human::ms_text;
+use crate::record::{nak_name, rnr_timer_ms, AethKind, Record};
 use roce_packet::opcode::OpKind;
 use std::io::{self, Write};
 
@@ -135,7 +135,7 @@ fn short_opcode(name: &str) -> &str {
 pub fn label(r: &Record) -> String {
     let Some(b) = r.bth else { return "(no BTH)".into() };
     if let Some(c) = &r.cm {
-        return crate::decode::cm_fmt::label(c);
+        return crate::cm_fmt::label(c);
     }
     let name = r.opcode_name.clone().unwrap_or_default();
     let kind = r.info.map(|i| i.kind);
@@ -167,7 +167,7 @@ pub fn label(r: &Record) -> String {
     s
 }
 
-fn class_and_marks(r: &Record, facts: &crate::decode::explain::Facts) -> (Class, Vec<String>) {
+fn class_and_marks(r: &Record, facts: &crate::explain::Facts) -> (Class, Vec<String>) {
     let mut marks = Vec::new();
     let mut class = if facts.request {
         Class::Request

@@ -1,14 +1,13 @@
 //! Reading a capture file and printing its RoCEv2 packets.
 
-use crate::decode::analysis::{Analysis, Filter, Item};
-use crate::decode::record::{udp_checksum_ok, Gso, Input, Record};
-use crate::decode::DecodeArgs;
-use crate::decode::{human, ladder, stats, svg};
+use crate::analysis::{Analysis, Filter, Item};
+use crate::record::{udp_checksum_ok, Gso, Input, Record};
+use crate::{human, ladder, stats, svg};
 use core::fmt;
 use roce_packet::frame::{parse_frame, RoceDatagram};
 use roce_pcap::{read_capture_file_partial, CapturedFrame};
-use std::io::{self, IsTerminal, Write};
-use std::path::PathBuf;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Counts printed in the final summary line.
@@ -225,45 +224,38 @@ pub fn decode_frames(
     Ok(summary)
 }
 
-/// `roce decode`: read `args.file` and print its RoCEv2 packets to `out`.
-pub fn decode_file(args: &DecodeArgs, out: &mut dyn Write) -> Result<Summary, DecodeError> {
-    if std::fs::metadata(&args.file).is_ok_and(|m| m.is_file() && m.len() == 0) {
+/// The name a capture is shown under (the SVG title): its file name.
+pub fn capture_name(path: &Path) -> String {
+    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// `roce decode`: read the capture at `path` (RoCEv2 on UDP port `port`)
+/// and write what `style` asks for to `out`.
+pub fn decode_file(
+    path: &Path,
+    port: u16,
+    style: &Style,
+    out: &mut dyn Write,
+) -> Result<Summary, DecodeError> {
+    if std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() == 0) {
         return Err(DecodeError::Capture(format!(
             "{}: empty file (not a pcap or pcapng capture)",
-            args.file.display()
+            path.display()
         )));
     }
     // A capture cut short (Ctrl-C, `head -c`) is decoded up to its last
     // complete record, then reported (non-zero exit), as tcpdump does.
-    let (frames, cut) = read_capture_file_partial(&args.file);
+    let (frames, cut) = read_capture_file_partial(path);
     if let Some(e) = &cut {
         if frames.is_empty() {
-            return Err(DecodeError::Capture(format!("{}: {e}", args.file.display())));
+            return Err(DecodeError::Capture(format!("{}: {e}", path.display())));
         }
     }
-    let v = &args.view;
-    let style = Style {
-        json: args.json,
-        explain: args.explain,
-        filter: Filter {
-            from: v.from,
-            to: v.to,
-            follow: v.follow,
-            bad_only: args.bad_only,
-            max: v.max,
-        },
-        ladder: v.ladder,
-        svg: v.svg.clone(),
-        stats: v.stats,
-        color: !v.no_color && std::io::stdout().is_terminal(),
-        gap_ms: v.gap,
-        name: args.file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
-    };
-    let summary = decode_frames(&frames, args.port, &style, out)?;
+    let summary = decode_frames(&frames, port, style, out)?;
     match cut {
         Some(e) => Err(DecodeError::Capture(format!(
             "{}: {e}; the {} complete records before it were decoded",
-            args.file.display(),
+            path.display(),
             frames.len()
         ))),
         None => Ok(summary),

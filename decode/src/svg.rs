@@ -6,9 +6,9 @@
 //! arrow with its label above and its marks below, and RNR waits are
 //! shaded bars on the waiting requester's lane.
 
-use crate::decode::analysis::Endpoint;
-use crate::decode::human::ms_text;
-use crate::decode::ladder::{Class, Diagram, Row};
+use crate::analysis::Endpoint;
+use crate::human::ms_text;
+use crate::ladder::{Arrow, Class, Diagram, Row};
 use core::fmt::Write;
 
 const LEFT: f64 = 120.0;
@@ -68,38 +68,74 @@ fn qp_text(e: &Endpoint) -> String {
     }
 }
 
+/// Where things go: lane spacing, every row's y and the document's size.
+struct Layout {
+    lane_gap: f64,
+    width: f64,
+    /// The y of each row of the diagram.
+    ys: Vec<f64>,
+    /// Where the lanes end.
+    bottom: f64,
+    legend_y: f64,
+    height: f64,
+}
+
+impl Layout {
+    fn new(d: &Diagram) -> Layout {
+        let n = d.lanes.len().max(1);
+        let longest = d
+            .rows
+            .iter()
+            .map(|r| match r {
+                Row::Arrow(a) => a.label.chars().count().max(a.marks.join(" ").chars().count()),
+                _ => 0,
+            })
+            .max()
+            .unwrap_or(0);
+        let lane_gap = (longest as f64 * CHAR_W + 70.0).max(280.0);
+        let width = (LEFT + n as f64 * lane_gap + 20.0).max(760.0);
+
+        // Row positions.
+        let mut ys = Vec::with_capacity(d.rows.len());
+        let mut y = TOP + 20.0;
+        for r in &d.rows {
+            ys.push(y);
+            y += match r {
+                Row::Arrow(a) if !a.marks.is_empty() => ROW + MARK_ROW,
+                Row::Arrow(_) | Row::Note { .. } => ROW,
+                Row::Gap { .. } => GAP_ROW,
+            };
+        }
+        let bottom = y + 10.0;
+        let legend_y = bottom + 20.0;
+        let height = legend_y + 90.0;
+        Layout { lane_gap, width, ys, bottom, legend_y, height }
+    }
+
+    /// The x of lane `i`.
+    fn lane_x(&self, i: usize) -> f64 {
+        LEFT + self.lane_gap / 2.0 + i as f64 * self.lane_gap
+    }
+}
+
 /// Render the diagram as a complete SVG document.
 pub fn render(d: &Diagram) -> String {
-    let n = d.lanes.len().max(1);
-    let longest = d
-        .rows
-        .iter()
-        .map(|r| match r {
-            Row::Arrow(a) => a.label.chars().count().max(a.marks.join(" ").chars().count()),
-            _ => 0,
-        })
-        .max()
-        .unwrap_or(0);
-    let lane_gap = (longest as f64 * CHAR_W + 70.0).max(280.0);
-    let lane_x = |i: usize| LEFT + lane_gap / 2.0 + i as f64 * lane_gap;
-    let width = (LEFT + n as f64 * lane_gap + 20.0).max(760.0);
-
-    // Row positions.
-    let mut ys = Vec::with_capacity(d.rows.len());
-    let mut y = TOP + 20.0;
-    for r in &d.rows {
-        ys.push(y);
-        y += match r {
-            Row::Arrow(a) if !a.marks.is_empty() => ROW + MARK_ROW,
-            Row::Arrow(_) | Row::Note { .. } => ROW,
-            Row::Gap { .. } => GAP_ROW,
-        };
-    }
-    let bottom = y + 10.0;
-    let legend_y = bottom + 20.0;
-    let height = legend_y + 90.0;
-
+    let l = Layout::new(d);
     let mut s = String::new();
+    write_defs(&mut s, &l);
+    write_lanes(&mut s, d, &l);
+    write_waits(&mut s, d, &l);
+    for (ri, r) in d.rows.iter().enumerate() {
+        write_row(&mut s, d, &l, r, l.ys[ri]);
+    }
+    write_legend(&mut s, l.legend_y);
+    s
+}
+
+/// The XML header, the `<svg>` element, the style sheet, the arrow heads
+/// and the white background.
+fn write_defs(s: &mut String, l: &Layout) {
+    let (width, height) = (l.width, l.height);
     let _ = writeln!(
         s,
         r#"<?xml version="1.0" encoding="UTF-8"?>
@@ -135,8 +171,12 @@ pub fn render(d: &Diagram) -> String {
         );
     }
     s.push_str("</defs>\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n");
+}
 
-    // Header boxes and lanes.
+/// The axis headings, the capture's title, and each lane: its header box
+/// (IP address, QP) and its vertical line.
+fn write_lanes(s: &mut String, d: &Diagram, l: &Layout) {
+    let bottom = l.bottom;
     let _ = writeln!(
         s,
         r#"<text x="{AXIS_T}" y="{:.0}" class="axis" text-anchor="end">ms</text><text x="{AXIS_F}" y="{:.0}" class="axis">frame</text>"#,
@@ -158,7 +198,7 @@ pub fn render(d: &Diagram) -> String {
         );
     }
     for (i, e) in d.lanes.iter().enumerate() {
-        let x = lane_x(i);
+        let x = l.lane_x(i);
         let _ = writeln!(
             s,
             r#"<g class="head"><rect x="{:.1}" y="40" width="170" height="46" rx="6"/><text x="{x:.1}" y="59" text-anchor="middle" font-weight="bold">{}</text><text x="{x:.1}" y="77" text-anchor="middle">{}</text></g>"#,
@@ -169,12 +209,14 @@ pub fn render(d: &Diagram) -> String {
         let _ =
             writeln!(s, r#"<line class="lane" x1="{x:.1}" y1="86" x2="{x:.1}" y2="{bottom:.1}"/>"#);
     }
+}
 
-    // RNR waits, under the arrows.
+/// RNR waits: shaded bars on the waiting lane, drawn under the arrows.
+fn write_waits(s: &mut String, d: &Diagram, l: &Layout) {
     for w in &d.waits {
-        let x = lane_x(w.lane);
-        let y0 = ys.get(w.from_row).copied().unwrap_or(TOP) + SLANT;
-        let y1 = w.to_row.and_then(|r| ys.get(r).copied()).unwrap_or(bottom);
+        let x = l.lane_x(w.lane);
+        let y0 = l.ys.get(w.from_row).copied().unwrap_or(TOP) + SLANT;
+        let y1 = w.to_row.and_then(|r| l.ys.get(r).copied()).unwrap_or(l.bottom);
         let _ = writeln!(
             s,
             r#"<rect class="wait" x="{:.1}" y="{y0:.1}" width="12" height="{:.1}"><title>RNR wait: the NAK asked for {} ms</title></rect>"#,
@@ -183,93 +225,98 @@ pub fn render(d: &Diagram) -> String {
             ms_text(w.asked_ms)
         );
     }
+}
 
-    // Rows.
-    for (ri, r) in d.rows.iter().enumerate() {
-        let y = ys[ri];
-        match r {
-            Row::Arrow(a) => {
-                let (x1, x2) = (lane_x(a.from), lane_x(a.to));
-                let _ = writeln!(
-                    s,
-                    r#"<text x="{AXIS_T}" y="{:.1}" class="axis" text-anchor="end">{:.3}</text><text x="{AXIS_F}" y="{:.1}" class="axis">#{}</text>"#,
-                    y + 4.0,
-                    a.time * 1000.0,
-                    y + 4.0,
-                    a.frame
-                );
-                let _ = write!(s, r#"<g class="arrow {}">"#, a.class.css());
-                let mut tip = format!("frame {}: {}", a.frame, a.label);
-                for m in &a.marks {
-                    tip.push_str(&format!(" {m}"));
-                }
-                for l in &a.explain {
-                    tip.push_str(&format!("\n{l}"));
-                }
-                let _ = write!(s, "<title>{}</title>", escape(&tip));
-                let mid = (x1 + x2) / 2.0;
-                if (x1 - x2).abs() < 1.0 {
-                    let _ = write!(
-                        s,
-                        r#"<line x1="{x1:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" marker-start="url(#head-{})"/>"#,
-                        x1 + 40.0,
-                        a.class.css()
-                    );
-                } else {
-                    let dir = if x2 > x1 { 1.0 } else { -1.0 };
-                    let _ = write!(
-                        s,
-                        r#"<line x1="{:.1}" y1="{y:.1}" x2="{:.1}" y2="{:.1}" marker-end="url(#head-{})"/>"#,
-                        x1 + dir * 2.0,
-                        x2 - dir * 2.0,
-                        y + SLANT,
-                        a.class.css()
-                    );
-                }
-                let _ = write!(
-                    s,
-                    r#"<text class="lbl" x="{mid:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-                    y - 3.0,
-                    escape(&a.label)
-                );
-                if !a.marks.is_empty() {
-                    let _ = write!(
-                        s,
-                        r#"<text class="mark" x="{mid:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-                        y + SLANT + 15.0,
-                        escape(&a.marks.join(" "))
-                    );
-                }
-                s.push_str("</g>\n");
-            }
-            Row::Gap { ms, why } => {
-                let why = why.map(|w| format!(" ({w})")).unwrap_or_default();
-                let text = format!("… {} ms{why} …", ms_text(*ms));
-                let cx = (lane_x(0) + lane_x(d.lanes.len().saturating_sub(1))) / 2.0;
-                let _ = writeln!(
-                    s,
-                    r#"<g class="gap"><text x="{AXIS_T}" y="{:.1}" class="axis" text-anchor="end">⋮</text><text x="{cx:.1}" y="{:.1}" text-anchor="middle">{}</text></g>"#,
-                    y + 4.0,
-                    y + 4.0,
-                    escape(&text)
-                );
-            }
-            Row::Note { frame, time, text } => {
-                let _ = writeln!(
-                    s,
-                    r#"<g class="note bad"><text x="{AXIS_T}" y="{:.1}" class="axis" text-anchor="end">{:.3}</text><text x="{AXIS_F}" y="{:.1}" class="axis">#{frame}</text><text class="mark" x="{:.1}" y="{:.1}">{}</text></g>"#,
-                    y + 4.0,
-                    time * 1000.0,
-                    y + 4.0,
-                    LEFT + 10.0,
-                    y + 4.0,
-                    escape(text)
-                );
-            }
+/// One row at height `y`: an arrow, a gap or a note.
+fn write_row(s: &mut String, d: &Diagram, l: &Layout, r: &Row, y: f64) {
+    match r {
+        Row::Arrow(a) => write_arrow(s, l, a, y),
+        Row::Gap { ms, why } => {
+            let why = why.map(|w| format!(" ({w})")).unwrap_or_default();
+            let text = format!("… {} ms{why} …", ms_text(*ms));
+            let cx = (l.lane_x(0) + l.lane_x(d.lanes.len().saturating_sub(1))) / 2.0;
+            let _ = writeln!(
+                s,
+                r#"<g class="gap"><text x="{AXIS_T}" y="{:.1}" class="axis" text-anchor="end">⋮</text><text x="{cx:.1}" y="{:.1}" text-anchor="middle">{}</text></g>"#,
+                y + 4.0,
+                y + 4.0,
+                escape(&text)
+            );
+        }
+        Row::Note { frame, time, text } => {
+            let _ = writeln!(
+                s,
+                r#"<g class="note bad"><text x="{AXIS_T}" y="{:.1}" class="axis" text-anchor="end">{:.3}</text><text x="{AXIS_F}" y="{:.1}" class="axis">#{frame}</text><text class="mark" x="{:.1}" y="{:.1}">{}</text></g>"#,
+                y + 4.0,
+                time * 1000.0,
+                y + 4.0,
+                LEFT + 10.0,
+                y + 4.0,
+                escape(text)
+            );
         }
     }
+}
 
-    // Legend.
+/// One packet's arrow, with its time and frame number, label, marks and
+/// tooltip.
+fn write_arrow(s: &mut String, l: &Layout, a: &Arrow, y: f64) {
+    let (x1, x2) = (l.lane_x(a.from), l.lane_x(a.to));
+    let _ = writeln!(
+        s,
+        r#"<text x="{AXIS_T}" y="{:.1}" class="axis" text-anchor="end">{:.3}</text><text x="{AXIS_F}" y="{:.1}" class="axis">#{}</text>"#,
+        y + 4.0,
+        a.time * 1000.0,
+        y + 4.0,
+        a.frame
+    );
+    let _ = write!(s, r#"<g class="arrow {}">"#, a.class.css());
+    let mut tip = format!("frame {}: {}", a.frame, a.label);
+    for m in &a.marks {
+        tip.push_str(&format!(" {m}"));
+    }
+    for line in &a.explain {
+        tip.push_str(&format!("\n{line}"));
+    }
+    let _ = write!(s, "<title>{}</title>", escape(&tip));
+    let mid = (x1 + x2) / 2.0;
+    if (x1 - x2).abs() < 1.0 {
+        let _ = write!(
+            s,
+            r#"<line x1="{x1:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" marker-start="url(#head-{})"/>"#,
+            x1 + 40.0,
+            a.class.css()
+        );
+    } else {
+        let dir = if x2 > x1 { 1.0 } else { -1.0 };
+        let _ = write!(
+            s,
+            r#"<line x1="{:.1}" y1="{y:.1}" x2="{:.1}" y2="{:.1}" marker-end="url(#head-{})"/>"#,
+            x1 + dir * 2.0,
+            x2 - dir * 2.0,
+            y + SLANT,
+            a.class.css()
+        );
+    }
+    let _ = write!(
+        s,
+        r#"<text class="lbl" x="{mid:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+        y - 3.0,
+        escape(&a.label)
+    );
+    if !a.marks.is_empty() {
+        let _ = write!(
+            s,
+            r#"<text class="mark" x="{mid:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+            y + SLANT + 15.0,
+            escape(&a.marks.join(" "))
+        );
+    }
+    s.push_str("</g>\n");
+}
+
+/// The legend under the diagram, and the closing tags.
+fn write_legend(s: &mut String, legend_y: f64) {
     let items: [(Class, &str); 6] = [
         (Class::Request, "request"),
         (Class::Response, "ACK / response"),
@@ -305,5 +352,4 @@ pub fn render(d: &Diagram) -> String {
         legend_y + 74.0
     );
     s.push_str("</g>\n</svg>\n");
-    s
 }
