@@ -75,7 +75,8 @@ fn remove_stale_trees(run_dir: &Path) {
 /// The tree of the configured devices, written into directory `name` of
 /// the user's runtime directory.
 fn write_tree(name: &str) -> Result<PathBuf, String> {
-    use roce_verbs_api::udp::{gid_table, node_guid, DeviceConfig, TransportKind};
+    use roce_host::{DeviceConfig, TransportKind};
+    use roce_verbs_api::gid::{gid_table, node_guid};
     let cfgs = DeviceConfig::load_all().map_err(|e| format!("device configuration: {e}"))?;
     let devs: Vec<roce_host::sysfs::SysfsDevice> = cfgs
         .iter()

@@ -2,7 +2,7 @@
 //! device publishes; `--log` traces go to stderr only; piped output carries
 //! no progress line and no ANSI escapes.
 
-use roce_verbs_api::udp::DeviceConfig;
+use roce_host::DeviceConfig;
 use roce_verbs_api::{AccessFlags, Budget, ConnectOptions, RecvWr, SendWr, WcStatus, WrOpcode};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -18,7 +18,7 @@ pub mod oob;
 pub mod pingpong;
 pub mod srq_pingpong;
 
-use roce_verbs_api::udp::DeviceConfig;
+use roce_host::DeviceConfig;
 use roce_verbs_api::Device;
 use std::net::IpAddr;
 

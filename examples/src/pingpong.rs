@@ -19,7 +19,7 @@
 
 use crate::oob::{self, Dest};
 use clap::Parser;
-use roce_verbs_api::udp::gid_to_addr;
+use roce_verbs_api::gid::gid_to_addr;
 use roce_verbs_api::{
     AccessFlags, AhAttr, Budget, Context, Cq, PathMtu, PollCqError, QpAttr, QpState, QpType,
     RecvWr, SendWr, WcStatus, WorkCompletion, WrOpcode,

@@ -14,7 +14,7 @@
 use crate::oob::{self, Dest};
 use crate::pingpong::{mtu_enum, wait_cq};
 use clap::Parser;
-use roce_verbs_api::udp::gid_to_addr;
+use roce_verbs_api::gid::gid_to_addr;
 use roce_verbs_api::{
     AccessFlags, AhAttr, PathMtu, QpAttr, QpState, RecvWr, SendWr, WcStatus, WrOpcode,
 };

@@ -1,5 +1,20 @@
-//! The host side of roce-emu devices: what makes a device belong to the
-//! host rather than to the first process that opens it.
+//! roce-emu devices on a real host: everything between the verbs
+//! (`roce-verbs-api`) and the wire (`roce-transport`).
+//!
+//! - **configuration** ([`config`]): which devices the host has
+//!   ([`DeviceConfig`]: `ROCE_EMU_DEVICES`, the configuration file, the
+//!   API) and what moves their frames ([`TransportKind`]);
+//! - **opening** ([`open`]): a device's core and its UDP or raw transport
+//!   put together for each other, with injected faults
+//!   (`ROCE_EMU_FAULTS`), on one engine or several devices on one
+//!   ([`DeviceConfig::open`], [`DeviceConfig::open_group`]);
+//! - **the driver** ([`driver`]): [`EngineDriver`], the verbs
+//!   [`roce_verbs_api::Driver`] of real devices, over a
+//!   [`roce_transport::Engine`];
+//! - **stats publishing** ([`publish`]): each open device's counters, for
+//!   `roce stats` in another process;
+//! - **membership and steering** ([`registry`], [`steer`]): a device shared
+//!   by every process of the user, below.
 //!
 //! A UDP or raw device is **shared** by every process of the user that opens it
 //! (see `docs/devices.md`, "One device, many processes"):
@@ -27,9 +42,22 @@
 //! The HCA core stays in each process; only the socket group, the slots and
 //! the steering program are shared.
 
+pub mod config;
+pub mod driver;
+pub mod open;
+pub mod publish;
 pub mod registry;
 pub mod steer;
 pub mod sysfs;
 
+pub use config::{
+    sharing_enabled, ConfigError, DeviceConfig, TransportKind, DEFAULT_DEVICES, ENV_CONFIG,
+    ENV_DEVICES, ENV_PCAP, ENV_SHARED, MAX_CQE,
+};
+pub use driver::{transport_counters, EngineDriver, UdpDriver};
+pub use open::{GroupOptions, OpenError};
 pub use registry::{JoinError, MAX_MEMBERS};
+/// Signals and the threads of devices (see [`roce_transport::signals`]).
+pub use roce_transport::signals;
+pub use roce_transport::EngineConfig;
 pub use steer::{Joining, ListenGuard, Steward};

@@ -27,9 +27,9 @@ pub(crate) unsafe fn ah<'a>(p: *mut abi::ibv_ah) -> Option<&'a AhObj> {
 
 /// The address a GID names (IPv4-mapped GIDs are IPv4 addresses; an
 /// emulated device's link-local GID names its address, see
-/// `roce_verbs_api::udp::gid_to_addr`).
+/// `roce_verbs_api::gid::gid_to_addr`).
 pub(crate) fn gid_addr(raw: [u8; 16]) -> IpAddr {
-    roce_verbs_api::udp::gid_to_addr(Ipv6Addr::from(raw))
+    roce_verbs_api::gid::gid_to_addr(Ipv6Addr::from(raw))
 }
 
 /// The bits of `ibv_global_route.flow_label` a RoCE device uses.

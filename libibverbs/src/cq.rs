@@ -193,12 +193,10 @@ pub(crate) unsafe extern "C" fn get_cq_event(
                 // that way; the library's threads block signals, so they
                 // reach the program's).
                 None => {
-                    let _ = roce_verbs_api::signals::take_interrupted();
+                    let _ = roce_host::signals::take_interrupted();
                     match o.ch.get_cq_event(Duration::from_secs(3600)) {
                         Some(c) => c,
-                        None if roce_verbs_api::signals::take_interrupted() => {
-                            return Err(libc::EINTR)
-                        }
+                        None if roce_host::signals::take_interrupted() => return Err(libc::EINTR),
                         None => continue,
                     }
                 }

@@ -6,13 +6,14 @@
 //! Devices come from the project's configuration (`ROCE_EMU_DEVICES`, the
 //! file named by `ROCE_EMU_CONFIG` or `~/.config/roce-emu/devices.conf`, see
 //! docs/devices.md). With nothing configured the list is
-//! `roce_verbs_api::udp::DEFAULT_DEVICES`, so `ibv_devices` shows something on a bare machine.
+//! `roce_host::DEFAULT_DEVICES`, so `ibv_devices` shows something on a bare machine.
 //! A device's UDP socket is bound when it is first opened in the process.
 
 use crate::abi;
 use crate::handles::{self, Kind};
 use crate::util::{diag, fill_cstr, guard_ptr, guard_rc, set_errno};
-use roce_verbs_api::udp::{gid_table, DeviceConfig};
+use roce_host::DeviceConfig;
+use roce_verbs_api::gid::gid_table;
 use roce_verbs_api::{AsyncEvent, AsyncEventChannel, Context, Device};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -95,7 +96,7 @@ pub(crate) fn entry(dev: *mut abi::ibv_device) -> Option<&'static DevEntry> {
 
 /// The node GUID (rxe's: the EUI-64 of the device MAC), host order.
 pub(crate) fn node_guid(e: &DevEntry) -> u64 {
-    roce_verbs_api::udp::node_guid(e.cfg.addr)
+    roce_verbs_api::gid::node_guid(e.cfg.addr)
 }
 
 // ---------------------------------------------------------------- fork
@@ -206,7 +207,7 @@ extern "C" fn fork_child() {
         for (e, g) in &mut held.opened {
             if let Some(d) = g.0.take() {
                 match e.cfg.transport {
-                    roce_verbs_api::udp::TransportKind::Udp => socks.push((e.cfg.addr, e.cfg.port)),
+                    roce_host::TransportKind::Udp => socks.push((e.cfg.addr, e.cfg.port)),
                     _ => raw = true,
                 }
                 // its destructor would join the parent's threads and leave

@@ -302,7 +302,7 @@ pub unsafe extern "C" fn ibv_resolve_eth_l2_from_gid(
         }
         // SAFETY: the caller's attr.
         let a = ah::ah_from_c(unsafe { &*attr })?;
-        let m = roce_verbs_api::udp::mac_of(a.dgid);
+        let m = roce_verbs_api::gid::mac_of(a.dgid);
         // SAFETY: the caller's 6-byte MAC buffer and VLAN out pointer.
         unsafe {
             ptr::copy_nonoverlapping(m.as_ptr(), mac, 6);

@@ -63,7 +63,7 @@ pub(crate) fn next_generation() {
 /// Close the child's copies of the inherited devices' sockets and of the
 /// device registry's lock files.
 pub(crate) fn close_inherited(socks: &[(std::net::IpAddr, u16)], raw: bool) {
-    let runtime = roce_verbs_api::publish::runtime_dir();
+    let runtime = roce_host::publish::runtime_dir();
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return };
     let fds: Vec<RawFd> =
         dir.flatten().filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok())).collect();

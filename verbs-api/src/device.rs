@@ -3,6 +3,7 @@
 use crate::cq::Cq;
 use crate::driver::{Budget, Driver};
 use crate::pd::Pd;
+use roce_emulator::objects::{eui64, gid_table, mac_of};
 use roce_emulator::{AllocPdError, AsyncEvent, Counters, CreateCqError, DeviceAttr, Hca, PortAttr};
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
@@ -136,14 +137,14 @@ impl Context {
     /// `ibv_query_gid` with rxe's table: index 0 is the link-local GID
     /// (`fe80::` + the EUI-64 of the device's MAC), index 1 the port
     /// address's RoCEv2 GID (`::ffff:a.b.c.d` for IPv4); see
-    /// [`crate::udp::gid_table`]. Other indices are empty.
+    /// [`crate::gid::gid_table`]. Other indices are empty.
     pub fn query_gid(&self, index: u32) -> Option<Ipv6Addr> {
-        crate::udp::gid_table(self.inner.addr).get(index as usize).copied()
+        gid_table(self.inner.addr).get(index as usize).copied()
     }
 
     /// The node GUID as rxe derives it (EUI-64 of the device's MAC).
     pub fn node_guid(&self) -> u64 {
-        crate::udp::node_guid(self.inner.addr)
+        u64::from_be_bytes(eui64(mac_of(self.inner.addr)))
     }
 
     /// The driver's name (`"sim"`, `"udp"`).
@@ -157,8 +158,10 @@ impl Context {
     }
 
     /// The live counters of the device's transport (`None` on the
-    /// simulated fabric).
-    pub fn transport_counters(&self) -> Option<std::sync::Arc<roce_transport::TransportCounters>> {
+    /// simulated fabric), of the type its driver keeps: for a real device
+    /// `roce_host::transport_counters(ctx)` returns them as
+    /// `roce_transport::TransportCounters`.
+    pub fn transport_counters(&self) -> Option<crate::driver::TransportStats> {
         self.inner.driver.transport_counters(&self.inner.hca)
     }
 

@@ -2,15 +2,16 @@
 //!
 //! The verbs types never do I/O themselves. Every device is an
 //! `Arc<Mutex<Hca>>` (the sans-IO core) plus an `Arc<dyn Driver>` that feeds
-//! it received datagrams, drains its transmits and fires its timers. Two
-//! drivers exist: the simulated fabric ([`crate::SimNet`]), which advances a
-//! virtual clock when asked to make progress, and the real devices'
-//! [`crate::udp::EngineDriver`] (UDP and raw sockets), where the calling
-//! thread moves the frames itself: [`Driver::kick`] sends what a post
-//! queued, [`Driver::progress`] receives and processes datagrams (spinning,
-//! then sleeping on the sockets), and an engine thread fires timers and
-//! serves devices nobody polls (see `transport/README.md`, "Progress in the
-//! caller's thread"). Neither needs any change in the verbs types.
+//! it received datagrams, drains its transmits and fires its timers. This
+//! crate has one driver, the simulated fabric ([`crate::SimNet`]), which
+//! advances a virtual clock when asked to make progress. Real devices (UDP
+//! and raw sockets) have theirs in `roce-host` (`roce_host::EngineDriver`),
+//! where the calling thread moves the frames itself: [`Driver::kick`] sends
+//! what a post queued, [`Driver::progress`] receives and processes datagrams
+//! (spinning, then sleeping on the sockets), and, unless the engine runs
+//! without one, an engine thread fires timers and serves devices nobody
+//! polls (see `transport/README.md`, "Progress in the caller's thread").
+//! Neither needs any change in the verbs types.
 
 use std::time::Duration;
 
@@ -84,11 +85,12 @@ pub trait Driver: Send + Sync + 'static {
     }
 
     /// The live counters of the transport under the device whose core is
-    /// `hca` (`None` for the simulated fabric).
+    /// `hca` (`None` for the simulated fabric), as the driver keeps them
+    /// (see [`TransportStats`]).
     fn transport_counters(
         &self,
         hca: &std::sync::Arc<std::sync::Mutex<roce_emulator::Hca>>,
-    ) -> Option<std::sync::Arc<roce_transport::TransportCounters>> {
+    ) -> Option<TransportStats> {
         let _ = hca;
         None
     }
@@ -119,3 +121,8 @@ pub trait Driver: Send + Sync + 'static {
 
 /// Something held for the host while it lives (see [`Driver::host_listen`]).
 pub type HostHold = Box<dyn std::any::Any + Send + Sync>;
+
+/// A transport's live counters, of whatever type its driver keeps (a real
+/// device's are `roce_transport::TransportCounters`; `roce_host::transport_counters`
+/// hands them out as that type). The verbs only pass them on.
+pub type TransportStats = std::sync::Arc<dyn std::any::Any + Send + Sync>;

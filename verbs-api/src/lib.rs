@@ -19,10 +19,12 @@
 //!   [`Qp::to_rtr`], [`Qp::to_rts`] and [`Qp::connect`] use rdma-core's
 //!   defaults ([`ConnectOptions`]).
 //! * What moves the frames is a [`Driver`]: the simulated fabric,
-//!   [`SimNet`], or a real UDP socket with its engine, [`UdpDriver`]
-//!   (devices configured with [`DeviceConfig`], see [`udp`]). The verbs
-//!   work from synchronous code ([`Cq::poll_blocking`]) and async code
-//!   ([`Cq::poll_async`], runtime-agnostic).
+//!   [`SimNet`], here; real devices over UDP or raw sockets, configured
+//!   and opened by the `roce-host` crate (`roce_host::DeviceConfig`), have
+//!   their driver there. This crate is the verbs only: no sockets, no
+//!   transport. The verbs work from synchronous code
+//!   ([`Cq::poll_blocking`]) and async code ([`Cq::poll_async`],
+//!   runtime-agnostic).
 //! * The deterministic traffic engine behind `roce demo` and the soaks
 //!   (mixed SEND/WRITE/READ/atomics, every byte and every completion
 //!   verified) is built on this API in its own crate, `roce-workloads`.
@@ -34,31 +36,26 @@ pub mod cq;
 pub mod device;
 pub mod driver;
 pub mod error;
+pub mod gid;
 pub mod pd;
-pub mod publish;
 pub mod qp;
 pub mod qp_types;
 pub mod rdma_cm;
 pub mod sim;
 pub mod srq;
-pub mod udp;
 
 pub use channel::{AsyncChannelEvent, AsyncEventChannel, AsyncEventFuture, CompChannel, CqEvent};
 pub use cq::{Cq, PollCq};
 pub use device::{Context, Device};
-pub use driver::{Budget, Driver};
+pub use driver::{Budget, Driver, TransportStats};
 pub use error::DestroyError;
 pub use pd::{Mr, Mw, Pd};
 pub use qp::{ConnectOptions, Qp, QpBuilder, QpEndpoint};
 pub use qp_types::{
     create_ah, init_ah_from_wc, ud_send, AhFromWcError, Grh, DEFAULT_QKEY, GRH_LEN,
 };
-/// Signals and the threads of devices (see [`roce_transport::signals`]).
-pub use roce_transport::signals;
-pub use roce_transport::EngineConfig;
 pub use sim::SimNet;
 pub use srq::Srq;
-pub use udp::{DeviceConfig, EngineDriver, GroupOptions, TransportKind, UdpDriver};
 
 pub use roce_emulator::qp_attr::{QpAttrError, ValueProblem};
 pub use roce_emulator::{

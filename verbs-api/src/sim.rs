@@ -35,6 +35,10 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+/// Environment variable naming a directory where every device records a
+/// pcap: each [`SimNet`]'s fabric here, each real device in `roce-host`.
+pub const ENV_PCAP: &str = "ROCE_EMU_PCAP";
+
 struct SimShared {
     fabric: Mutex<Fabric>,
     /// The HCAs, not the [`Device`]s: a `Device` holds the network, so
@@ -117,7 +121,7 @@ impl SimNet {
     /// process), timestamped with the virtual clock. The file is written
     /// unbuffered, so it is complete at any time.
     pub fn with_fabric_value(mut fabric: Fabric) -> SimNet {
-        if let Some(dir) = std::env::var_os(crate::udp::ENV_PCAP).filter(|d| !d.is_empty()) {
+        if let Some(dir) = std::env::var_os(ENV_PCAP).filter(|d| !d.is_empty()) {
             static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
             let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let path =

@@ -2,11 +2,11 @@
 //! loop, the ping-pong loops and the raw-UDP ping-pong.
 
 use anyhow::{anyhow, bail, Context as _};
+use roce_host::{DeviceConfig, GroupOptions};
 use roce_transport::{CountersSnapshot, EngineConfig, TransportCounters};
 use roce_verbs_api::{
-    AccessFlags, Budget, CompChannel, ConnectOptions, Context, Cq, Device, DeviceConfig,
-    GroupOptions, Mr, PathMtu, Pd, Qp, RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion,
-    WrOpcode,
+    AccessFlags, Budget, CompChannel, ConnectOptions, Context, Cq, Device, Mr, PathMtu, Pd, Qp,
+    RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 use serde_json::{json, Value};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -124,7 +124,8 @@ fn dev_config(name: &str, addr: IpAddr, mtu: PathMtu) -> DeviceConfig {
 
 fn dev_of(d: Device, name: &str) -> anyhow::Result<Dev> {
     let ctx = d.open();
-    let counters = ctx.transport_counters().ok_or_else(|| anyhow!("{name}: no transport"))?;
+    let counters =
+        roce_host::transport_counters(&ctx).ok_or_else(|| anyhow!("{name}: no transport"))?;
     Ok(Dev { ctx, counters, name: name.to_string() })
 }
 
@@ -336,7 +337,7 @@ impl Setup {
     /// perftest's "local address / remote address" lines (QP pair 0).
     pub fn address_lines(&self) -> Vec<String> {
         let p = &self.pairs[0];
-        let gid = |a: IpAddr| roce_verbs_api::udp::roce_v2_gid(a).to_string();
+        let gid = |a: IpAddr| roce_verbs_api::gid::roce_v2_gid(a).to_string();
         vec![
             format!(
                 " local address: QPN {:#06x} PSN {:#08x} RKey {:#08x} VAddr {:#016x}",

@@ -10,7 +10,8 @@
 
 pub mod stats;
 
-use roce_verbs_api::udp::{gid_table, node_guid, DeviceConfig};
+use roce_host::DeviceConfig;
+use roce_verbs_api::gid::{gid_table, node_guid};
 use roce_verbs_api::{DeviceAttr, Hca, PathMtu, PortAttr, PortState};
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -370,7 +371,7 @@ mod tests {
             assert!(lines.contains(want), "missing line {want:?} in\n{out}");
         }
         // the one value we change on purpose: CQs as deep as a ConnectX's
-        // (rxe: 32767), see roce_verbs_api::udp::MAX_CQE
+        // (rxe: 32767), see roce_host::MAX_CQE
         assert!(lines.contains(&"\tmax_cqe:\t\t\t4194303"), "{out}");
         // every key we print is a key rxe's output has, with the same tabs
         let log = include_str!("../../tests/data/devinfo_rxe0.txt");

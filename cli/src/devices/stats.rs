@@ -1,9 +1,9 @@
 //! `roce stats [DEVICE...]`: the counters other processes' devices publish
-//! (roce_verbs_api::publish), printed in rxe's hw_counters layout.
+//! (roce_host::publish), printed in rxe's hw_counters layout.
 
 use crate::counters_fmt;
-use roce_verbs_api::publish::{self, Snapshot};
-use roce_verbs_api::udp::DeviceConfig;
+use roce_host::publish::{self, Snapshot};
+use roce_host::DeviceConfig;
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;

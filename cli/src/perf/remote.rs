@@ -27,7 +27,8 @@
 //! compare-and-swaps with 0 stays unchanged.
 
 use super::args::{LatKind, PerfArgs, TestKind};
-use roce_verbs_api::udp::{gid_to_addr, DeviceConfig};
+use roce_host::DeviceConfig;
+use roce_verbs_api::gid::gid_to_addr;
 use roce_verbs_api::{
     AccessFlags, AhAttr, Budget, Context, Cq, Device, Mr, PathMtu, Pd, Qp, QpAttr, QpState, QpType,
     RKey, RecvWr, SendWr, WcStatus, WorkCompletion, WrOpcode,

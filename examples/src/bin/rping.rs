@@ -21,8 +21,8 @@
 //! ```
 
 use clap::Parser;
+use roce_host::DeviceConfig;
 use roce_verbs_api::rdma_cm::{CmEvent, CmEventKind, CmId, ConnParam, EventChannel, PortSpace};
-use roce_verbs_api::udp::DeviceConfig;
 use roce_verbs_api::{
     AccessFlags, Budget, Cq, Device, Mr, Qp, RKey, RecvWr, SendFlags, SendWr, WcOpcode, WcStatus,
     WrOpcode,

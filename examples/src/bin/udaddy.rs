@@ -17,8 +17,8 @@
 //! GRH names (`ibv_create_ah_from_wc`) and the QP its immediate data names.
 
 use clap::Parser;
+use roce_host::DeviceConfig;
 use roce_verbs_api::rdma_cm::{CmEventKind, ConnParam, EventChannel, PortSpace};
-use roce_verbs_api::udp::DeviceConfig;
 use roce_verbs_api::{
     ud_send, AccessFlags, Budget, QpEndpoint, RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion,
     WrOpcode, GRH_LEN,

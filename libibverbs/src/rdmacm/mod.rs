@@ -25,8 +25,8 @@ mod exports;
 use crate::abi as v;
 use crate::device::{self, DevEntry};
 use crate::util::diag;
+use roce_host::TransportKind;
 use roce_verbs_api::rdma_cm::{CmEvent, CmEventKind, CmId, ConnParam, EventChannel, PortSpace};
-use roce_verbs_api::TransportKind;
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::ptr;
@@ -91,7 +91,7 @@ fn is_open(e: &DevEntry) -> bool {
 /// Whether the device could be opened: a UDP device's port is free (another
 /// process may hold it). Asked without opening it, so nothing is printed.
 fn can_open(e: &DevEntry) -> bool {
-    if is_open(e) || roce_verbs_api::udp::sharing_enabled() {
+    if is_open(e) || roce_host::sharing_enabled() {
         return true;
     }
     match e.cfg.transport {
@@ -155,7 +155,7 @@ fn dev_of_ctx(c: *mut v::ibv_context) -> Option<usize> {
 fn choose_dev(dst: IpAddr) -> Option<usize> {
     let list = entries().ok()?;
     let d = dev_of_addr(dst);
-    if d.is_some() && roce_verbs_api::udp::sharing_enabled() {
+    if d.is_some() && roce_host::sharing_enabled() {
         return d;
     }
     let others = || list.iter().filter(move |e| Some(e.index) != d);
@@ -390,13 +390,12 @@ fn new_channel_locked(g: &mut Global) -> Result<*mut ChanObj, i32> {
     if g.pump.is_none() {
         let stop = Arc::new(AtomicBool::new(false));
         let s2 = stop.clone();
-        let h =
-            roce_verbs_api::signals::spawn_quiet("roce-rdmacm-pump".into(), move || pump_loop(&s2))
-                .map_err(|_| {
-                    // SAFETY: our eventfd.
-                    unsafe { libc::close(fd) };
-                    libc::ENOMEM
-                })?;
+        let h = roce_host::signals::spawn_quiet("roce-rdmacm-pump".into(), move || pump_loop(&s2))
+            .map_err(|_| {
+                // SAFETY: our eventfd.
+                unsafe { libc::close(fd) };
+                libc::ENOMEM
+            })?;
         g.pump = Some((stop, h));
     }
     g.chans += 1;
@@ -939,7 +938,7 @@ pub(crate) fn bind(o: &IdObj, addr: SocketAddr) -> Result<(), i32> {
         // publish the port after rdma_bind_addr and listen just after, and
         // a request that beats the listen is rejected (as by the kernel's CM,
         // whose devices are always open).
-        if roce_verbs_api::udp::sharing_enabled() {
+        if roce_host::sharing_enabled() {
             for i in 0..entries()?.len() {
                 if let Err(e) = dev_open(i) {
                     diag!(
@@ -1015,7 +1014,7 @@ pub(crate) fn listen(o: &IdObj) -> Result<(), i32> {
     // first device that can be opened (not all of them: a client process
     // on this host needs one too; bind an address to choose the device)
     let list = entries()?;
-    let mut devs: Vec<usize> = match roce_verbs_api::udp::sharing_enabled() {
+    let mut devs: Vec<usize> = match roce_host::sharing_enabled() {
         true => list.iter().filter(|e| dev_open(e.index).is_ok()).map(|e| e.index).collect(),
         false => list.iter().filter(|e| is_open(e)).map(|e| e.index).collect(),
     };

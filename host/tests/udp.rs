@@ -4,7 +4,8 @@
 
 mod common;
 use common::{connect_qps, rc_qp, two_contexts};
-use roce_verbs_api::udp::{gid_to_addr, DeviceConfig};
+use roce_host::DeviceConfig;
+use roce_verbs_api::gid::gid_to_addr;
 use roce_verbs_api::{
     AccessFlags, Budget, ConnectOptions, RecvWr, SendWr, WcOpcode, WcStatus, WrOpcode,
 };
@@ -61,7 +62,7 @@ fn udp_send_and_write_sync_and_async() {
     // The four full packets left straight from the region (the kernel
     // copied them; nothing in user space did); the 904-byte last one was
     // copied into its packet.
-    let t = p.a.transport_counters().expect("a UDP device").snapshot();
+    let t = roce_host::transport_counters(&p.a).expect("a UDP device").snapshot();
     assert_eq!((t.region_bodies_out, t.region_bytes_out), (4, 4096), "{t:?}");
 
     // async: RDMA WRITE, the completion awaited on a current-thread runtime
@@ -108,11 +109,11 @@ fn open_errors() {
     let mut c = DeviceConfig::udp("bad", "192.0.2.77".parse().unwrap());
     let e = c.open().unwrap_err().to_string();
     assert!(e.starts_with("device bad: cannot bind 192.0.2.77:4791"), "{e}");
-    c.transport = roce_verbs_api::TransportKind::Sim;
+    c.transport = roce_host::TransportKind::Sim;
     assert!(c.open().unwrap_err().to_string().contains("SimNet"));
     // raw devices are opened through RawTransport: a missing interface (as
     // root) or the missing capability (otherwise) is reported, not panicked.
-    c.transport = roce_verbs_api::TransportKind::Raw { ifname: "nosuchif77".into() };
+    c.transport = roce_host::TransportKind::Raw { ifname: "nosuchif77".into() };
     let e = c.open().unwrap_err().to_string();
     assert!(
         e.starts_with("device bad: ")

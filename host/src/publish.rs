@@ -1,7 +1,7 @@
 //! Publishing a running device's counters for other processes (`roce stats`).
 //!
 //! A process cannot read another process's emulated HCA, so every device
-//! opened with [`crate::udp::DeviceConfig::open`] runs a small publisher
+//! opened with [`crate::DeviceConfig::open`] runs a small publisher
 //! thread that writes its counters every [`interval`] (and once more when
 //! the device closes) under [`runtime_dir`]`/<name>/`:
 //!
@@ -14,14 +14,14 @@
 //!   device closed).
 //!
 //! Files are replaced atomically (write a temporary file, rename). Devices
-//! on a [`crate::SimNet`] do not publish. `ROCE_EMU_STATS=0` turns
+//! on a [`roce_verbs_api::SimNet`] do not publish. `ROCE_EMU_STATS=0` turns
 //! publishing off; `ROCE_EMU_STATS_INTERVAL_MS` sets the period (default 200).
 
 use roce_emulator::{Counters, Hca};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -293,6 +293,12 @@ fn read_file(path: &Path) -> std::io::Result<Snapshot> {
     })
 }
 
+/// Lock a device's core; a poisoned lock is used anyway (the counters are
+/// whatever the panicking holder left).
+fn lock(hca: &Mutex<Hca>) -> MutexGuard<'_, Hca> {
+    hca.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A running publisher; dropping it writes the final snapshot
 /// (`running: false`) and stops its thread.
 pub struct Publisher {
@@ -320,7 +326,7 @@ impl Publisher {
             return None;
         }
         let (name, addr) = {
-            let h = crate::device::lock(&hca);
+            let h = lock(&hca);
             (h.name().to_string(), h.addr().to_string())
         };
         let total_dir = device_dir(&name);
@@ -340,7 +346,7 @@ impl Publisher {
                 let mut warned = false;
                 let mut stop = false;
                 loop {
-                    let c = crate::device::lock(&hca).counters();
+                    let c = lock(&hca).counters();
                     if stop || prev != Some(c) {
                         let mut r = write_snapshot(&dir, &name, &addr, !stop, &c, prev.as_ref());
                         if shared && r.is_ok() {

@@ -2,10 +2,10 @@
 //! connection manager, on the simulated fabric (deterministic, virtual
 //! clock: the CM's timeouts take no real time) and on real UDP sockets.
 
+use roce_host::DeviceConfig;
 use roce_verbs_api::rdma_cm::{
     CmError, CmEvent, CmEventKind, CmId, ConnParam, EventChannel, PortSpace, RDMA_UDP_QKEY,
 };
-use roce_verbs_api::udp::DeviceConfig;
 use roce_verbs_api::{
     ud_send, AccessFlags, Budget, QpEndpoint, QpState, RecvWr, SendWr, SimNet, WcOpcode, WcStatus,
     WrOpcode,

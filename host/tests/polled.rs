@@ -6,10 +6,10 @@
 mod common;
 use common::{connect_qps, rc_qp};
 use roce_emulator::{Hca, HcaConfig, PathMtu};
+use roce_host::{EngineConfig, EngineDriver};
 use roce_transport::{UdpConfig, UdpTransport};
 use roce_verbs_api::{
-    AccessFlags, Budget, ConnectOptions, Device, EngineConfig, EngineDriver, SendWr, WcOpcode,
-    WcStatus, WrOpcode,
+    AccessFlags, Budget, ConnectOptions, Device, SendWr, WcOpcode, WcStatus, WrOpcode,
 };
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -6,12 +6,12 @@
 
 mod common;
 use common::{connect_qps, rc_qp};
+use roce_host::{DeviceConfig, EngineDriver};
 use roce_transport::faults::{FaultCounters, FaultSpec, FaultyTransport};
 use roce_transport::{EngineConfig, UdpConfig, UdpTransport};
-use roce_verbs_api::udp::DeviceConfig;
 use roce_verbs_api::{
-    AccessFlags, Budget, ConnectOptions, Context, Counters, Device, EngineDriver, RecvWr, SendWr,
-    WcStatus, WrOpcode,
+    AccessFlags, Budget, ConnectOptions, Context, Counters, Device, RecvWr, SendWr, WcStatus,
+    WrOpcode,
 };
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;

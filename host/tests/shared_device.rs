@@ -6,7 +6,7 @@
 
 mod common;
 use common::{connect, node, one_wc, Node};
-use roce_verbs_api::udp::DeviceConfig;
+use roce_host::DeviceConfig;
 use roce_verbs_api::{RecvWr, SendWr, WcOpcode, WcStatus, WrOpcode};
 use std::net::IpAddr;
 use std::time::Duration;
@@ -19,13 +19,9 @@ fn open_dev(
     addr: IpAddr,
     name: &str,
     share: bool,
-) -> Result<roce_verbs_api::Device, roce_verbs_api::udp::OpenError> {
+) -> Result<roce_verbs_api::Device, roce_host::OpenError> {
     let c = DeviceConfig::udp(name, addr);
-    let opts = roce_verbs_api::udp::GroupOptions {
-        engine: c.engine_config(),
-        share,
-        ..Default::default()
-    };
+    let opts = roce_host::GroupOptions { engine: c.engine_config(), share, ..Default::default() };
     DeviceConfig::open_group(std::slice::from_ref(&c), opts).map(|mut v| v.pop().unwrap())
 }
 
@@ -71,7 +67,7 @@ fn exchange(a: &Node, b: &Node, len: usize, seed: u8) {
 }
 
 fn foreign(ctx: &roce_verbs_api::Context) -> u64 {
-    ctx.transport_counters().expect("UDP").snapshot().steer_foreign
+    roce_host::transport_counters(ctx).expect("UDP").snapshot().steer_foreign
 }
 
 #[test]
@@ -99,7 +95,7 @@ fn members_of_one_device_talk_through_kernel_steering() {
     }
     let probes: u64 = [&m0, &m1, &m2]
         .iter()
-        .map(|n| n.ctx.transport_counters().unwrap().snapshot().steer_probes)
+        .map(|n| roce_host::transport_counters(&n.ctx).unwrap().snapshot().steer_probes)
         .sum();
     assert!(probes >= 3, "each join probes every member: {probes}");
 
@@ -292,7 +288,7 @@ fn sharing_and_binding_alone_exclude_each_other_with_a_clear_error() {
     let alone = |share: bool| open_dev(addr, "alone", share);
     let a = alone(false).expect("bound alone");
     let e = alone(true).expect_err("cannot join a device bound alone");
-    assert!(matches!(e, roce_verbs_api::udp::OpenError::HeldAlone { .. }), "{e}");
+    assert!(matches!(e, roce_host::OpenError::HeldAlone { .. }), "{e}");
     assert!(
         e.to_string().contains("127.0.71.5:4791 is in use by a process that does not share it"),
         "{e}"
@@ -300,6 +296,6 @@ fn sharing_and_binding_alone_exclude_each_other_with_a_clear_error() {
     drop(a);
     let shared = alone(true).expect("joined");
     let e = alone(false).expect_err("cannot bind alone a shared device");
-    assert!(matches!(e, roce_verbs_api::udp::OpenError::HeldAlone { .. }), "{e}");
+    assert!(matches!(e, roce_host::OpenError::HeldAlone { .. }), "{e}");
     drop(shared);
 }

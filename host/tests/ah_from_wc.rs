@@ -5,7 +5,7 @@
 
 mod common;
 use common::{one_wc, ACCESS};
-use roce_verbs_api::udp::DeviceConfig;
+use roce_host::DeviceConfig;
 use roce_verbs_api::*;
 use std::net::{IpAddr, Ipv6Addr};
 use std::time::Duration;

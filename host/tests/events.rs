@@ -2,7 +2,7 @@
 
 mod common;
 use common::{connect_qps, readable, two_contexts, ALL};
-use roce_verbs_api::udp::DeviceConfig;
+use roce_host::DeviceConfig;
 use roce_verbs_api::*;
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 
 mod common;
 use common::{connect, node, readable, Node};
-use roce_verbs_api::udp::DeviceConfig;
+use roce_host::DeviceConfig;
 use roce_verbs_api::*;
 use std::time::Duration;
 

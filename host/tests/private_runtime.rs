@@ -2,7 +2,7 @@
 //! runtime directory (`.cargo/config.toml` sets ROCE_EMU_RUNTIME_DIR under
 //! target/), so a later `roce stats` does not list the suite's devices.
 
-use roce_verbs_api::publish::runtime_dir;
+use roce_host::publish::runtime_dir;
 
 #[test]
 fn tests_publish_under_target_not_the_users_runtime_dir() {

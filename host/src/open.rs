@@ -1,0 +1,336 @@
+//! Opening configured devices: each device's core and transport, put
+//! together for each other in one place ([`DeviceConfig::open`],
+//! [`DeviceConfig::open_group`]) — UDP or raw, with injected faults
+//! (`ROCE_EMU_FAULTS`), joined to its group of processes when shared
+//! ([`crate::steer`]) — and run by an [`EngineDriver`] that publishes
+//! their counters ([`crate::publish`]).
+
+use crate::config::{sharing_enabled, DeviceConfig, TransportKind};
+use crate::driver::EngineDriver;
+use roce_emulator::Hca;
+use roce_transport::faults::{FaultSpec, FaultyTransport};
+use roce_transport::{EngineConfig, RawConfig, RawTransport, Transport, UdpConfig, UdpTransport};
+use roce_verbs_api::Device;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Opening a device failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The UDP socket could not be opened (address not local, port in use...).
+    #[error("device {name}: {source}")]
+    Transport {
+        /// The device.
+        name: String,
+        /// The transport's error.
+        source: roce_transport::TransportError,
+    },
+    /// The driver thread could not be started.
+    #[error("device {name}: cannot start driver thread: {source}")]
+    Thread {
+        /// The device.
+        name: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The raw (AF_PACKET) transport could not be opened (no CAP_NET_RAW,
+    /// no such interface...).
+    #[error("device {name}: {source}")]
+    Raw {
+        /// The device.
+        name: String,
+        /// The raw transport's error.
+        source: roce_transport::RawError,
+    },
+    /// This transport cannot be opened here.
+    #[error("device {name}: transport {kind} cannot be opened here ({why})")]
+    Unsupported {
+        /// The device.
+        name: String,
+        /// The transport.
+        kind: TransportKind,
+        /// Why.
+        why: &'static str,
+    },
+    /// The device's address is held by processes of another user (a
+    /// device is shared only between the processes of one user).
+    #[error("device {name}: {addr} is in use by uid {uid}; a device is shared only between processes of one user (pick another address for this user's devices: ROCE_EMU_DEVICES)")]
+    HeldByOtherUser {
+        /// The device.
+        name: String,
+        /// Its address.
+        addr: SocketAddr,
+        /// The uid of the holder.
+        uid: u32,
+    },
+    /// The device's address is bound by a process of this user that does
+    /// not share it (`ROCE_EMU_SHARED=0`, an older roce-emu, another
+    /// program on port 4791), or this process does not share and a group
+    /// holds it.
+    #[error("device {name}: {addr} is in use by a process that does not share it, or this one does not (ROCE_EMU_SHARED=0, an older roce-emu, another program on that port): every process that opens the device must share it")]
+    HeldAlone {
+        /// The device.
+        name: String,
+        /// Its address.
+        addr: SocketAddr,
+    },
+    /// The device could not be joined (all slots in use, registry
+    /// unusable).
+    #[error("device {name}: {source}")]
+    Join {
+        /// The device.
+        name: String,
+        /// Why.
+        source: crate::JoinError,
+    },
+    /// The steering of the shared device could not be set up.
+    #[error("device {name}: cannot steer the shared device: {source}")]
+    Steer {
+        /// The device.
+        name: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// `ROCE_EMU_FAULTS` does not parse.
+    #[error("device {name}: {why}")]
+    Faults {
+        /// The device.
+        name: String,
+        /// What is wrong with the spec.
+        why: String,
+    },
+}
+
+/// A device's core and its transport, configured for each other, and for
+/// a shared device the joining member with a handle on its socket.
+type Assembled = (Arc<Mutex<Hca>>, Box<dyn Transport>, Option<(crate::Joining, MemberSocket)>);
+
+/// A second handle on a shared device member's socket, for its steering.
+enum MemberSocket {
+    /// The UDP socket in the device's `SO_REUSEPORT` group.
+    Udp(std::net::UdpSocket),
+    /// The raw transport's packet socket.
+    Raw(std::os::fd::OwnedFd),
+}
+
+/// How [`DeviceConfig::open_group`] runs its devices.
+#[derive(Clone, Debug)]
+pub struct GroupOptions {
+    /// The engine (thread or not, spinning).
+    pub engine: EngineConfig,
+    /// Hold positive ACKs this long ([`EngineDriver::with_ack_delay`]).
+    pub ack_delay: Option<Duration>,
+    /// Publish each device's counters for `roce stats` ([`crate::publish`]).
+    pub publish: bool,
+    /// Join each UDP device's group of processes (see [`crate::steer`]): other
+    /// processes may open the same device at once. Off, the device binds
+    /// its address alone, as one process's device.
+    pub share: bool,
+}
+
+impl Default for GroupOptions {
+    fn default() -> Self {
+        GroupOptions {
+            engine: EngineConfig::default(),
+            ack_delay: None,
+            publish: true,
+            share: false,
+        }
+    }
+}
+
+impl DeviceConfig {
+    /// Open the device: bind its socket, start its engine (see
+    /// [`EngineDriver`]). Dropping the last handle of the device (and of
+    /// everything created on it) stops the engine and flushes the pcap.
+    pub fn open(&self) -> Result<Device, OpenError> {
+        let opts = GroupOptions {
+            engine: self.engine_config(),
+            share: sharing_enabled(),
+            ..GroupOptions::default()
+        };
+        let mut v = DeviceConfig::open_group(std::slice::from_ref(self), opts)?;
+        v.pop().ok_or_else(|| OpenError::Unsupported {
+            name: self.name.clone(),
+            kind: self.transport.clone(),
+            why: "no device made",
+        })
+    }
+
+    /// Open several devices on **one** engine (one thread, or none with
+    /// `opts.engine.thread` off): a benchmark's two devices that one thread
+    /// drives (`roce perf --poll busy`). Every device is assembled the same
+    /// way as [`DeviceConfig::open`]'s.
+    pub fn open_group(cfgs: &[DeviceConfig], opts: GroupOptions) -> Result<Vec<Device>, OpenError> {
+        let mut parts = Vec::with_capacity(cfgs.len());
+        let mut joins = Vec::new();
+        for (i, c) in cfgs.iter().enumerate() {
+            let (core, t, join) = c.assemble(opts.share)?;
+            if let Some(j) = join {
+                joins.push((i, c.name.clone(), j));
+            }
+            parts.push((core, t));
+        }
+        let kind = match cfgs.first().map(|c| &c.transport) {
+            Some(TransportKind::Raw { .. }) => "raw",
+            _ => "udp",
+        };
+        let name = cfgs.first().map(|c| c.name.clone()).unwrap_or_default();
+        let cores: Vec<Arc<Mutex<Hca>>> = parts.iter().map(|(h, _)| h.clone()).collect();
+        let drv = EngineDriver::new(parts, opts.engine, kind)
+            .map_err(|source| OpenError::Thread { name, source })?;
+        let drv = match opts.ack_delay {
+            Some(d) => drv.with_ack_delay(d, &cores),
+            None => drv,
+        };
+        let publishers = match opts.publish {
+            true => {
+                let shared = !joins.is_empty();
+                cores
+                    .iter()
+                    .filter_map(|h| crate::publish::Publisher::start(h.clone(), shared))
+                    .collect()
+            }
+            false => Vec::new(),
+        };
+        // The engine runs and answers probes: map each shared device's
+        // group with this member in it.
+        let mut stewards = Vec::new();
+        for (i, name, (join, sock)) in joins {
+            let st = match sock {
+                MemberSocket::Udp(s) => join.finish(s),
+                MemberSocket::Raw(s) => join.finish_raw(s),
+            }
+            .map_err(|source| OpenError::Steer { name, source })?;
+            stewards.push((cores[i].clone(), st));
+        }
+        let drv = Arc::new(drv.with_publishers(publishers).with_stewards(stewards));
+        Ok(cores.into_iter().map(|h| Device::new(h, drv.clone())).collect())
+    }
+
+    /// Make the device's core and bind its transport, each configured for
+    /// the other: the one place a real device is put together.
+    fn assemble(&self, share: bool) -> Result<Assembled, OpenError> {
+        let mut hcfg = self.hca_config();
+        let share = share && self.transport != TransportKind::Sim;
+        let join = match share {
+            true => {
+                let at = SocketAddr::new(self.addr, self.port);
+                let j = match &self.transport {
+                    TransportKind::Raw { ifname } => crate::Joining::start_raw(ifname, at),
+                    _ => crate::Joining::start(at),
+                }
+                .map_err(|source| OpenError::Join { name: self.name.clone(), source })?;
+                hcfg.qpns = j.qpns();
+                hcfg.first_qpn = j.first_qpn();
+                hcfg.comm_id_tag = Some(j.slot());
+                Some(j)
+            }
+            false => None,
+        };
+        let mut member = None;
+        let mut core = Hca::new(hcfg);
+        // seeded fault injection on the real wire (ROCE_EMU_FAULTS)
+        let faults = FaultSpec::from_env()
+            .map_err(|why| OpenError::Faults { name: self.name.clone(), why })?
+            .filter(FaultSpec::is_active);
+        let t: Box<dyn Transport> = match &self.transport {
+            TransportKind::Udp => {
+                let local = SocketAddr::new(self.addr, self.port);
+                let mut uc = UdpConfig::new(local);
+                uc.pcap = self.effective_pcap();
+                uc.reuseport = join.is_some();
+                // the members of a shared device record to files of their own
+                // (slot 0 keeps the unshared name)
+                if let (Some(j), Some(p)) = (&join, &uc.pcap) {
+                    if j.slot() > 0 {
+                        uc.pcap = Some(p.with_extension(format!("s{}.pcap", j.slot())));
+                    }
+                }
+                let mut t =
+                    UdpTransport::bind(uc).map_err(|source| self.bind_error(local, source))?;
+                if let Some(j) = join {
+                    t.set_steer(j.tap());
+                    let sock = t
+                        .try_clone_socket()
+                        .map_err(|source| OpenError::Steer { name: self.name.clone(), source })?;
+                    member = Some((j, MemberSocket::Udp(sock)));
+                }
+                // The transport verifies every ICRC it delivers, so the core
+                // need not (not with injected faults, which may corrupt after
+                // that check).
+                if faults.is_none() && t.config().rx_icrc != roce_transport::RxIcrcPolicy::Off {
+                    core.set_rx_icrc_checked(true);
+                }
+                // The socket sends from its own port: ICRCs computed for it
+                // need no adjustment.
+                core.set_tx_src_port(Some(t.local_addr().port()));
+                // The socket gathers payloads from region memory into its
+                // sends: large payloads are not copied into packets.
+                core.set_tx_region_bodies(true);
+                Box::new(t)
+            }
+            TransportKind::Raw { ifname } => {
+                let mut rc = RawConfig::new(ifname.clone(), self.addr);
+                rc.port = self.port;
+                rc.pcap = self.effective_pcap();
+                rc.shared = join.is_some();
+                if let (Some(j), Some(p)) = (&join, &rc.pcap) {
+                    if j.slot() > 0 {
+                        rc.pcap = Some(p.with_extension(format!("s{}.pcap", j.slot())));
+                    }
+                }
+                let mut t = RawTransport::open(rc)
+                    .map_err(|source| OpenError::Raw { name: self.name.clone(), source })?;
+                if let Some(j) = join {
+                    t.set_steer(j.tap(), j.answer_gate());
+                    let sock = t
+                        .try_clone_socket()
+                        .map_err(|source| OpenError::Steer { name: self.name.clone(), source })?;
+                    member = Some((j, MemberSocket::Raw(sock)));
+                }
+                // Exact receive-side ICRC checks on the real IP header (unless
+                // injected faults may corrupt frames after that check).
+                if faults.is_none() {
+                    core.set_rx_icrc_checked(true);
+                }
+                Box::new(t)
+            }
+            k @ TransportKind::Sim => {
+                return Err(OpenError::Unsupported {
+                    name: self.name.clone(),
+                    kind: k.clone(),
+                    why: "simulated devices live on a SimNet: use SimNet::add_device",
+                })
+            }
+        };
+        // A positive ACK still queued when a newer one for the same QP is
+        // due is replaced by it: the one ACK policy of real devices (off in
+        // the simulator, whose replays keep rxe's one ACK per request).
+        core.set_ack_coalescing(true);
+        let t = match faults {
+            Some(f) => {
+                Box::new(FaultyTransport::new(t, f, self.name.clone())) as Box<dyn Transport>
+            }
+            None => t,
+        };
+        Ok((Arc::new(Mutex::new(core)), t, member))
+    }
+
+    /// The error of a failed bind: when another user's processes hold the
+    /// address, say so (sockets of one `SO_REUSEPORT` group must all
+    /// belong to one user).
+    fn bind_error(&self, local: SocketAddr, source: roce_transport::TransportError) -> OpenError {
+        let in_use = matches!(&source, roce_transport::TransportError::Bind { source: e, .. }
+            if e.kind() == std::io::ErrorKind::AddrInUse);
+        let me = nix::unistd::getuid().as_raw();
+        match crate::registry::udp_owner(local) {
+            Some(uid) if in_use && uid != me => {
+                OpenError::HeldByOtherUser { name: self.name.clone(), addr: local, uid }
+            }
+            Some(_) if in_use => OpenError::HeldAlone { name: self.name.clone(), addr: local },
+            _ => OpenError::Transport { name: self.name.clone(), source },
+        }
+    }
+}
