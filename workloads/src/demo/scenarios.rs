@@ -4,6 +4,7 @@
 //! show their real output and a test re-runs them.
 
 use super::lab::{End, Lab, PairSpec, Scenario, STEP_EVENTS};
+use crate::pattern::Pattern;
 use roce_emulator::{MwBind, MwType};
 use roce_packet::Opcode;
 use roce_sim::{Filter, Match};
@@ -110,9 +111,9 @@ fn send_wr(wr_id: u64, from: &End, len: u32) -> SendWr {
     SendWr::new(wr_id, WrOpcode::Send).sge(from.mr.addr(), len, from.mr.lkey())
 }
 
-/// A recognisable pattern: byte i is `seed + i`.
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len).map(|i| seed.wrapping_add(i as u8)).collect()
+/// The bytes a scenario moves: the first `len` of the [`Pattern`] of `seed`.
+fn pattern(seed: u32, len: usize) -> Vec<u8> {
+    Pattern::new(seed).bytes(0, len)
 }
 
 fn region(e: &End, off: u64, len: usize) -> Vec<u8> {
