@@ -53,7 +53,7 @@ def rotl32(x, r):
 
 
 def pattern(psn, qpn, off):
-    """The fill byte `roce perf` uses (cli/src/perf/remote.rs `pattern`)."""
+    """The fill byte `roce perf` uses (workloads/src/pattern.rs `Pattern::of_qp`)."""
     seed = ((psn * 0x9E3779B1) & M32) ^ rotl32(qpn, 13)
     x = ((off & M32) * 0x85EBCA6B & M32) ^ seed
     x ^= x >> 15
@@ -159,7 +159,7 @@ class Oob:
 
 
 def self_test():
-    # the same vectors as `pattern_matches_the_python_peer` in cli/src/perf/remote.rs
+    # the same vectors as `pattern_matches_the_python_peer` in workloads/src/pattern.rs
     vec = [(0, 0, 0, 0x00), (0x123456, 0x11, 0, 0x15), (0x123456, 0x11, 1, 0x21),
            (0x123456, 0x11, 4095, 0x89), (0xABCDEF, 0x2A, 65535, 0x15), (0xFFFFFF, 0xFFFFFF, 7, 0x72)]
     bad = [(v, pattern(v[0], v[1], v[2])) for v in vec if pattern(v[0], v[1], v[2]) != v[3]]

@@ -1,7 +1,7 @@
 //! The options of `roce demo` (the workload and `--scenario`) and their help.
 
 use roce_verbs_api::PathMtu;
-use roce_workloads::demo::{OpKind, QpTypes};
+use roce_workloads::demo::{OpKind, QpTypes, SCENARIOS};
 use std::path::PathBuf;
 
 /// Long help of `roce demo`.
@@ -78,6 +78,14 @@ fn mtu(s: &str) -> Result<PathMtu, String> {
         .ok_or_else(|| format!("{s:?}: the path MTU is one of 256, 512, 1024, 2048, 4096"))
 }
 
+/// clap value parser of `--scenario`: the known names, each with its
+/// one-line description (listed by `roce demo --help`).
+fn scenario_names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(
+        SCENARIOS.iter().map(|s| clap::builder::PossibleValue::new(s.name).help(s.about)),
+    )
+}
+
 /// A parsed `--mix`.
 #[derive(Clone, Debug)]
 pub struct Mix(pub Vec<OpKind>);
@@ -145,7 +153,7 @@ pub struct DemoArgs {
     /// Instead of the mixed workload, run one small named lesson (docs/course/): every verb,
     /// completion and status printed with its virtual time. --seed, --pcap, --loss, --dup,
     /// --reorder, --corrupt, --stats and --quiet apply; exit 0 when it behaved as described.
-    #[arg(long, value_name = "NAME", value_parser = super::scenarios::value_parser(),
+    #[arg(long, value_name = "NAME", value_parser = scenario_names(),
           conflicts_with_all = ["ops", "size", "mix", "qp_type", "mtu", "qps", "window", "json"])]
     pub scenario: Option<String>,
 }

@@ -1,16 +1,16 @@
 //! `roce demo`: two emulated HCAs on a simulated fabric run a verified mix
-//! of RDMA operations (the engine is `roce_workloads::demo`).
+//! of RDMA operations, or one lesson (`--scenario`, `scenario.rs`). The
+//! engines are `roce_workloads::demo`; this is their front: the options
+//! (`args.rs`) and the report.
 
 mod args;
-mod lab;
 mod scenario;
-mod scenarios;
 
 #[cfg(test)]
 pub(crate) use args::parse_args;
 pub use args::{DemoArgs, DEMO_AFTER, DEMO_LONG};
 use roce_verbs_api::{ConnectOptions, FaultConfig, WcStatus};
-use roce_workloads::demo::{Progress, QpTypes, Report, Workload, WorkloadConfig};
+use roce_workloads::demo::{PcapTap, Progress, QpTypes, Report, Workload, WorkloadConfig};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::process::ExitCode;
@@ -49,34 +49,18 @@ pub fn run(args: &DemoArgs) -> ExitCode {
     let net = workload.net().clone();
     let tap = match &args.pcap {
         None => None,
-        Some(path) => {
-            let file = match File::create(path) {
-                Ok(f) => BufWriter::new(f),
-                Err(e) => {
-                    eprintln!("roce demo: cannot create {}: {e}", path.display());
-                    return ExitCode::from(2);
-                }
-            };
-            match net.with_fabric(|f| f.record_pcap(file)) {
-                Ok(id) => Some(id),
-                Err(e) => {
-                    eprintln!("roce demo: cannot write {}: {e}", path.display());
-                    return ExitCode::from(2);
-                }
-            }
-        }
+        Some(path) => match start_capture(&net, path) {
+            Ok(t) => Some(t),
+            Err(code) => return code,
+        },
     };
     // a progress line on a terminal only (runs longer than half a second)
     let mut progress = roce_workloads::progress::Progress::stderr(args.quiet || args.json);
     let report = workload.run(|p: &Progress| progress.update(p.done, p.total, "operations"));
     progress.finish();
     let mut pcap_error = None;
-    if let (Some(id), Some(path)) = (tap, &args.pcap) {
-        let res = net
-            .with_fabric(|f| f.finish_pcap::<BufWriter<File>>(id))
-            .map_err(|e| e.to_string())
-            .and_then(|mut w| w.flush().map_err(|e| e.to_string()));
-        if let Err(e) = res {
+    if let (Some(tap), Some(path)) = (tap, &args.pcap) {
+        if let Err(e) = tap.finish(&net) {
             pcap_error = Some(format!("writing {}: {e}", path.display()));
         }
     }
@@ -118,6 +102,25 @@ pub fn run(args: &DemoArgs) -> ExitCode {
     } else {
         ExitCode::from(1)
     }
+}
+
+/// Create `path` and record the fabric into it; on failure the message
+/// is printed and the exit status (2) returned.
+pub(super) fn start_capture(
+    net: &roce_verbs_api::SimNet,
+    path: &std::path::Path,
+) -> Result<PcapTap<BufWriter<File>>, ExitCode> {
+    let file = match File::create(path) {
+        Ok(f) => BufWriter::new(f),
+        Err(e) => {
+            eprintln!("roce demo: cannot create {}: {e}", path.display());
+            return Err(ExitCode::from(2));
+        }
+    };
+    PcapTap::start(net, file).map_err(|e| {
+        eprintln!("roce demo: cannot write {}: {e}", path.display());
+        ExitCode::from(2)
+    })
 }
 
 fn ops_per_sec(r: &Report) -> f64 {

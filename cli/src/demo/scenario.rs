@@ -1,103 +1,45 @@
-//! Run one `roce demo --scenario NAME` lesson in a [`Lab`] and report it.
+//! `roce demo --scenario NAME`: run one lesson (`roce_workloads::demo::Lesson`)
+//! and print its transcript.
 
 use super::args::DemoArgs;
-use super::lab::*;
-use super::scenarios::{fabric_of, SCENARIOS};
 use roce_verbs_api::FaultConfig;
-use std::fs::File;
-use std::io::{BufWriter, Write};
+use roce_workloads::demo::Lesson;
+use std::io::Write;
 use std::process::ExitCode;
 
 /// Run `roce demo --scenario NAME` (name already validated).
 pub fn run(name: &str, args: &DemoArgs) -> ExitCode {
-    let Some(sc) = SCENARIOS.iter().find(|s| s.name == name) else {
-        eprintln!("roce demo: unknown scenario {name:?}");
-        return ExitCode::from(2);
-    };
-    let (active_mtu, link_mtu) = fabric_of(name);
-    let mut lab = Lab::new(args.seed, active_mtu, link_mtu);
-    lab.net.set_faults(FaultConfig {
+    let faults = FaultConfig {
         drop: args.loss,
         duplicate: args.dup,
         reorder: args.reorder,
         corrupt: args.corrupt,
         ..FaultConfig::default()
-    });
+    };
+    let Some(mut lesson) = Lesson::new(name, args.seed, faults) else {
+        eprintln!("roce demo: unknown scenario {name:?}");
+        return ExitCode::from(2);
+    };
     let tap = match &args.pcap {
         None => None,
-        Some(path) => {
-            let file = match File::create(path) {
-                Ok(f) => BufWriter::new(f),
-                Err(e) => {
-                    eprintln!("roce demo: cannot create {}: {e}", path.display());
-                    return ExitCode::from(2);
-                }
-            };
-            match lab.net.with_fabric(|f| f.record_pcap(file)) {
-                Ok(id) => Some(id),
-                Err(e) => {
-                    eprintln!("roce demo: cannot write {}: {e}", path.display());
-                    return ExitCode::from(2);
-                }
-            }
-        }
+        Some(path) => match super::start_capture(lesson.net(), path) {
+            Ok(t) => Some(t),
+            Err(code) => return code,
+        },
     };
-    let faults = [
-        ("loss", args.loss),
-        ("dup", args.dup),
-        ("reorder", args.reorder),
-        ("corrupt", args.corrupt),
-    ]
-    .iter()
-    .filter(|(_, p)| *p > 0.0)
-    .map(|(n, p)| format!(" --{n} {p}"))
-    .collect::<String>();
-    lab.note(format!("scenario {}: {} (seed {}{faults})", sc.name, sc.about, args.seed));
-    lab.note("     time  who            what");
-    let res = (sc.run)(&mut lab);
-    // leftovers (e.g. completions of a last step the scenario did not wait for)
-    lab.run(100_000);
-    if let Err(e) = res {
+    if let Err(e) = lesson.run() {
         eprintln!("roce demo --scenario {name}: {e}");
         return ExitCode::from(2);
     }
-    lab.summary();
-    if let (Some(id), Some(path)) = (tap, &args.pcap) {
-        let res = lab
-            .net
-            .with_fabric(|f| f.finish_pcap::<BufWriter<File>>(id))
-            .map_err(|e| e.to_string())
-            .and_then(|mut w| w.flush().map_err(|e| e.to_string()));
-        if let Err(e) = res {
+    if let (Some(tap), Some(path)) = (tap, &args.pcap) {
+        if let Err(e) = tap.finish(lesson.net()) {
             eprintln!("roce demo: writing {}: {e}", path.display());
             return ExitCode::from(1);
         }
-        let frames = lab.net.stats().delivered;
-        lab.note(format!(
-            "pcap         {}: {frames} frames (see them: roce decode {} --ladder)",
-            path.display(),
-            path.display()
-        ));
+        lesson.note_capture(&path.display().to_string());
     }
-    let ok = lab.unexpected.is_empty();
-    lab.note(if ok { "PASS" } else { "FAIL" });
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    let mut res = Ok(());
-    if !args.quiet || !ok {
-        res = out.write_all(lab.out.as_bytes());
-    }
-    if res.is_ok() && args.stats {
-        for ctx in [lab.a.clone(), lab.b.clone()] {
-            res = writeln!(out).and_then(|()| {
-                crate::counters_fmt::print_counters(ctx.name(), &ctx.counters(), &mut out)
-            });
-            if res.is_err() {
-                break;
-            }
-        }
-    }
-    if let Err(e) = res {
+    let ok = lesson.finish();
+    if let Err(e) = print(&lesson, args, ok) {
         if e.kind() != std::io::ErrorKind::BrokenPipe {
             eprintln!("roce demo: writing output: {e}");
         }
@@ -109,11 +51,28 @@ pub fn run(name: &str, args: &DemoArgs) -> ExitCode {
     }
 }
 
+/// The transcript (unless `--quiet` and it passed), then `--stats`.
+fn print(lesson: &Lesson, args: &DemoArgs, ok: bool) -> std::io::Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if !args.quiet || !ok {
+        out.write_all(lesson.transcript().as_bytes())?;
+    }
+    if args.stats {
+        for (name, c) in lesson.counters() {
+            writeln!(out)?;
+            crate::counters_fmt::print_counters(&name, &c, &mut out)?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod scenario_tests {
     use super::super::args::parse_args as parse;
     use super::*;
     use roce_verbs_api::{WcOpcode, WcStatus};
+    use roce_workloads::demo::{status_name, wc_opcode_name, SCENARIOS};
 
     #[test]
     fn every_scenario_behaves_as_described() {

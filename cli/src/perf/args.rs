@@ -1,7 +1,13 @@
-//! The options of `roce perf` and their help.
+//! The options of `roce perf`, their help, and their checks: the
+//! configuration of a run in one process ([`PerfConfig`]) or across
+//! processes ([`RemoteConfig`]).
 
+use roce_workloads::perf::remote::{RemoteConfig, DEFAULT_PORT};
+use roce_workloads::perf::PerfConfig;
 pub use roce_workloads::perf::{LatKind, PollMode, TestKind};
 use std::net::IpAddr;
+use std::process::ExitCode;
+use std::time::Duration;
 
 /// Long help of `roce perf`.
 pub const PERF_LONG: &str = "\
@@ -137,4 +143,200 @@ pub struct PerfArgs {
     /// Cross-process: write the out-of-band messages (direction, length, hex) to this file.
     #[arg(long = "oob-log", value_name = "FILE")]
     pub oob_log: Option<std::path::PathBuf>,
+}
+
+/// Resolve the free operands after the test name: an operation after
+/// `lat` (`send|write|read`) and/or the server's address. Returns the
+/// arguments with `lat_op` and `server` set, or the exit code of a usage
+/// error.
+pub(super) fn resolve_operands(a: &PerfArgs) -> Result<PerfArgs, ExitCode> {
+    let mut out = a.clone();
+    for op in &a.operands {
+        let kind = match op.as_str() {
+            "send" => Some(LatKind::Send),
+            "write" => Some(LatKind::Write),
+            "read" => Some(LatKind::Read),
+            _ => None,
+        };
+        match kind {
+            Some(k) if out.lat_op.is_none() && out.server.is_none() => out.lat_op = Some(k),
+            _ if out.server.is_none() => out.server = Some(op.clone()),
+            _ => {
+                eprintln!("roce perf: unexpected operand {op:?}");
+                return Err(ExitCode::from(2));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Whether the arguments ask for the cross-process mode.
+pub(super) fn is_remote(a: &PerfArgs) -> bool {
+    a.server.is_some() || a.listen || a.ib_dev.is_some() || a.local.is_some() || a.port.is_some()
+}
+
+/// The one-process configuration of the arguments.
+pub(super) fn validate(a: &PerfArgs) -> Result<PerfConfig, String> {
+    let lat = a.test == TestKind::Lat;
+    if a.lat_op.is_some() && !lat {
+        return Err("a second operand (send|write|read) is only valid after `lat`".into());
+    }
+    let size = match (a.test, a.size) {
+        (TestKind::Atomic, Some(s)) if s != 8 => {
+            return Err(format!("atomic messages are 8 bytes, not -s {s}"))
+        }
+        (TestKind::Atomic, _) => 8,
+        (_, Some(0)) => return Err("-s must be at least 1".into()),
+        (_, Some(s)) if s > 8 << 20 => return Err(format!("-s {s} is larger than 8 MiB")),
+        (_, Some(s)) => s,
+        (TestKind::Lat, None) => 8,
+        (_, None) => 65536,
+    };
+    if ![256, 512, 1024, 2048, 4096].contains(&a.mtu) {
+        return Err(format!("--mtu {} is not one of 256, 512, 1024, 2048, 4096", a.mtu));
+    }
+    if a.qps == 0 || a.qps > 4096 {
+        return Err(format!("-q {} must be 1..=4096", a.qps));
+    }
+    if a.tx_depth == 0 || a.tx_depth > 1024 {
+        return Err(format!("--tx-depth {} must be 1..=1024", a.tx_depth));
+    }
+    if a.repeat == 0 || a.repeat > 100 {
+        return Err(format!("--repeat {} must be 1..=100", a.repeat));
+    }
+    if !(a.ceiling_secs > 0.0 && a.ceiling_secs <= 10.0) {
+        return Err("--ceiling-secs must be in (0, 10]".into());
+    }
+    if a.addr_a == a.addr_b {
+        return Err("--addr-a and --addr-b must differ (each device binds port 4791)".into());
+    }
+    if a.addr_a.is_ipv4() != a.addr_b.is_ipv4() {
+        return Err("--addr-a and --addr-b must be of the same IP version".into());
+    }
+    let duration = match a.duration {
+        Some(d) if lat => return Err(format!("-D {d}: lat runs a number of iterations (-n)")),
+        Some(d) if !(d > 0.0 && d <= 3600.0) => return Err(format!("-D {d} must be in (0, 3600]")),
+        Some(d) => Some(Duration::from_secs_f64(d)),
+        None => None,
+    };
+    let iters = a.iters.unwrap_or(if lat { 1000 } else { 5000 });
+    if iters == 0 || iters > 100_000_000 {
+        return Err(format!("-n {iters} must be 1..=100000000"));
+    }
+    if lat && a.qps != 1 {
+        return Err("lat uses one QP (-q 1)".into());
+    }
+    // Buffers: both devices register size × slots per QP (see perf_engine).
+    let slots = match a.test {
+        TestKind::Lat | TestKind::Atomic => 1,
+        TestKind::Send => a.tx_depth.clamp(1, 512),
+        _ => a.tx_depth.clamp(1, 64),
+    };
+    let mem = 2 * u64::from(a.qps) * u64::from(size) * u64::from(slots);
+    if mem > 2 << 30 {
+        return Err(format!(
+            "{} MiB of buffers (2 devices x -q {} x -s {size} x {slots} slots): use a smaller -t, -s or -q",
+            mem >> 20,
+            a.qps
+        ));
+    }
+    Ok(PerfConfig {
+        test: a.test,
+        lat_op: a.lat_op.unwrap_or(LatKind::Send),
+        size,
+        iters,
+        duration,
+        qps: a.qps,
+        tx_depth: a.tx_depth,
+        mtu: a.mtu,
+        addr_a: a.addr_a,
+        addr_b: a.addr_b,
+        poll: a.poll,
+        spin_us: a.spin_us,
+    })
+}
+
+/// The cross-process configuration of the arguments.
+pub(super) fn validate_remote(a: &PerfArgs) -> Result<RemoteConfig, String> {
+    let test = a.test;
+    if test == TestKind::Lat && a.lat_op.unwrap_or(LatKind::Send) != LatKind::Send {
+        return Err("across processes, lat is the SEND ping-pong (ib_send_lat) only".into());
+    }
+    let size = match (test, a.size) {
+        (TestKind::Atomic, Some(s)) if s != 8 => {
+            return Err(format!("atomic messages are 8 bytes, not -s {s}"))
+        }
+        (TestKind::Atomic, _) => 8,
+        (_, Some(0)) => return Err("-s must be at least 1".into()),
+        (_, Some(s)) if s > 8 << 20 => return Err(format!("-s {s} is larger than 8 MiB")),
+        (_, Some(s)) => s,
+        (TestKind::Lat, None) => 2,
+        (_, None) => 65536,
+    };
+    let mtu_enum = match a.mtu {
+        256 => 1,
+        512 => 2,
+        1024 => 3,
+        2048 => 4,
+        4096 => 5,
+        m => return Err(format!("--mtu {m} is not one of 256, 512, 1024, 2048, 4096")),
+    };
+    if a.qps == 0 || a.qps > 64 {
+        return Err(format!("-q {} must be 1..=64", a.qps));
+    }
+    if test == TestKind::Lat && a.qps != 1 {
+        return Err("lat uses one QP (-q 1)".into());
+    }
+    if a.tx_depth == 0 || a.tx_depth > 1024 {
+        return Err(format!("--tx-depth {} must be 1..=1024", a.tx_depth));
+    }
+    let rx_depth = a.rx_depth.unwrap_or(512);
+    if rx_depth == 0 || rx_depth > 4096 {
+        return Err(format!("--rx-depth {rx_depth} must be 1..=4096"));
+    }
+    let duration = match a.duration {
+        Some(_) if matches!(test, TestKind::Lat | TestKind::Send) => {
+            return Err("-D: across processes, send and lat run a number of iterations (-n)".into())
+        }
+        Some(d) if !(d > 0.0 && d <= 3600.0) => return Err(format!("-D {d} must be in (0, 3600]")),
+        Some(d) => Some(Duration::from_secs_f64(d)),
+        None => None,
+    };
+    let iters = a.iters.unwrap_or(if test == TestKind::Lat { 1000 } else { 5000 });
+    if iters == 0 || iters > 100_000_000 {
+        return Err(format!("-n {iters} must be 1..=100000000"));
+    }
+    let cas = match a.atomic_type.as_deref() {
+        None | Some("FETCH_AND_ADD") => false,
+        Some("CMP_AND_SWAP") => true,
+        Some(o) => return Err(format!("-A {o}: FETCH_AND_ADD or CMP_AND_SWAP")),
+    };
+    if a.atomic_type.is_some() && test != TestKind::Atomic {
+        return Err("-A is for the atomic test".into());
+    }
+    if a.imm && (test != TestKind::Write || duration.is_some() || iters > 16384) {
+        return Err("--imm is for the write test with -n at most 16384 (no -D)".into());
+    }
+    // WRITE with immediate: one receive per WRITE, all posted before the run
+    let rx_depth = if a.imm { iters as u32 } else { rx_depth };
+    Ok(RemoteConfig {
+        test,
+        size,
+        iters,
+        duration,
+        qps: a.qps,
+        tx_depth: a.tx_depth,
+        rx_depth,
+        mtu_enum,
+        port: a.port.unwrap_or(DEFAULT_PORT),
+        gid_index: a.gid_index,
+        cas,
+        bad_rkey: a.bad_rkey,
+        imm: a.imm,
+        recv_delay: Duration::from_millis(a.recv_delay.unwrap_or(0).min(10_000)),
+        server: a.server.clone(),
+        mtu: a.mtu,
+        ib_dev: a.ib_dev.clone(),
+        local: a.local,
+    })
 }

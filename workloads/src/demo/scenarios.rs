@@ -1,9 +1,10 @@
-//! The lessons of `roce demo --scenario NAME` (the lab they run in: `lab.rs`; the runner: `scenario.rs`).
+//! The lessons of `roce demo --scenario NAME` (the lab they run in: `lab.rs`; the runner: `lesson.rs`).
 //! Every scenario is deterministic for a seed: fixed QPNs, PSNs, sizes and
 //! targeted faults (a filter on the simulated fabric), so docs/course can
 //! show their real output and a test re-runs them.
 
 use super::lab::{End, Lab, PairSpec, Scenario, STEP_EVENTS};
+use crate::pattern::Pattern;
 use roce_emulator::{MwBind, MwType};
 use roce_packet::Opcode;
 use roce_sim::{Filter, Match};
@@ -14,14 +15,6 @@ use roce_verbs_api::{
 use std::net::IpAddr;
 
 /// Every scenario, in course order.
-/// clap value parser of `--scenario`: the known names, each with its
-/// one-line description (listed by `roce demo --help`).
-pub fn value_parser() -> clap::builder::PossibleValuesParser {
-    clap::builder::PossibleValuesParser::new(
-        SCENARIOS.iter().map(|s| clap::builder::PossibleValue::new(s.name).help(s.about)),
-    )
-}
-
 pub const SCENARIOS: &[Scenario] = &[
     Scenario { name: "qp-states", about: "the objects, and one QP walked RESET->INIT->RTR->RTS->SQD->RTS->ERR with two refused transitions", run: qp_states },
     Scenario { name: "send", about: "SEND/RECV: a 100-byte SEND and a 2500-byte SEND with immediate data into posted receives", run: send },
@@ -118,9 +111,9 @@ fn send_wr(wr_id: u64, from: &End, len: u32) -> SendWr {
     SendWr::new(wr_id, WrOpcode::Send).sge(from.mr.addr(), len, from.mr.lkey())
 }
 
-/// A recognisable pattern: byte i is `seed + i`.
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len).map(|i| seed.wrapping_add(i as u8)).collect()
+/// The bytes a scenario moves: the first `len` of the [`Pattern`] of `seed`.
+fn pattern(seed: u32, len: usize) -> Vec<u8> {
+    Pattern::new(seed).bytes(0, len)
 }
 
 fn region(e: &End, off: u64, len: usize) -> Vec<u8> {
@@ -624,9 +617,34 @@ fn case(lab: &mut Lab, title: &str) {
     lab.note(format!("--- {title}"));
 }
 
+/// One case of `wc-errors`: its title and the case (on a fresh QP pair).
+type Case = (&'static str, fn(&mut Lab) -> Result<(), String>);
+
+const WC_ERROR_CASES: &[Case] = &[
+    ("LOC_LEN_ERR (responder) + REM_INV_REQ_ERR (requester): a 200-byte SEND into a 100-byte receive buffer", loc_len_err),
+    ("LOC_PROT_ERR: a SEND whose SGE names a wrong lkey", loc_prot_err),
+    ("REM_ACCESS_ERR: an RDMA WRITE with a wrong rkey", rem_access_err_rkey),
+    ("REM_ACCESS_ERR: an RDMA READ past the end of the remote region", rem_access_err_range),
+    ("REM_OP_ERR (requester) + LOC_PROT_ERR (responder): the receive buffer's lkey is wrong", rem_op_err),
+    ("REM_INV_REQ_ERR: an RDMA READ on a QP that allows no remote reads", rem_inv_req_err),
+    ("WR_FLUSH_ERR: work queued behind a failed WR, and receives posted to a QP in ERR", wr_flush_err),
+    ("LOC_QP_OP_ERR: LOCAL_INV of an rkey that does not exist", loc_qp_op_err),
+    ("MW_BIND_ERR: binding a window to a region registered without MW_BIND", mw_bind_err),
+    ("RNR_RETRY_EXC_ERR: no receive posted and rnr_retry=0 (see --scenario rnr-exceeded)", rnr_retry_exc_err),
+    ("RETRY_EXC_ERR: no answer at all and retry_cnt=0 (see --scenario retry-exceeded)", retry_exc_err),
+];
+
 fn wc_errors(lab: &mut Lab) -> Result<(), String> {
-    // LOC_LEN_ERR / REM_INV_REQ_ERR: receive buffer too small
-    case(lab, "LOC_LEN_ERR (responder) + REM_INV_REQ_ERR (requester): a 200-byte SEND into a 100-byte receive buffer");
+    for (title, run) in WC_ERROR_CASES {
+        case(lab, title);
+        run(lab)?;
+    }
+    lab.note("");
+    Ok(())
+}
+
+/// LOC_LEN_ERR / REM_INV_REQ_ERR: receive buffer too small
+fn loc_len_err(lab: &mut Lab) -> Result<(), String> {
     let (a, b) = lab.pair(&PairSpec::default())?;
     post_recv(lab, &b, 101, 0, 100);
     post(lab, &a, send_wr(1, &a, 200));
@@ -636,16 +654,20 @@ fn wc_errors(lab: &mut Lab) -> Result<(), String> {
             && w.iter().any(|w| w.status == WcStatus::RemInvReqErr),
         "LOC_LEN_ERR and REM_INV_REQ_ERR",
     );
+    Ok(())
+}
 
-    case(lab, "LOC_PROT_ERR: a SEND whose SGE names a wrong lkey");
+fn loc_prot_err(lab: &mut Lab) -> Result<(), String> {
     let (a, b) = lab.pair(&PairSpec::default())?;
     post_recv(lab, &b, 101, 0, 100);
     let bad = roce_verbs_api::LKey::new(a.mr.lkey().value() ^ 0x5500);
     post(lab, &a, SendWr::new(1, WrOpcode::Send).sge(a.mr.addr(), 8, bad));
     let w = lab.run(STEP_EVENTS);
     lab.expect(statuses(&w) == vec![(1, WcStatus::LocProtErr)], "LOC_PROT_ERR");
+    Ok(())
+}
 
-    case(lab, "REM_ACCESS_ERR: an RDMA WRITE with a wrong rkey");
+fn rem_access_err_rkey(lab: &mut Lab) -> Result<(), String> {
     let (a, b) = lab.pair(&PairSpec::default())?;
     let bad = RKey::new(b.mr.rkey().value() ^ 0x5500);
     post(
@@ -657,17 +679,18 @@ fn wc_errors(lab: &mut Lab) -> Result<(), String> {
     );
     let w = lab.run(STEP_EVENTS);
     lab.expect(statuses(&w) == vec![(1, WcStatus::RemAccessErr)], "REM_ACCESS_ERR");
+    Ok(())
+}
 
-    case(lab, "REM_ACCESS_ERR: an RDMA READ past the end of the remote region");
+fn rem_access_err_range(lab: &mut Lab) -> Result<(), String> {
     let (a, b) = lab.pair(&PairSpec::default())?;
     post(lab, &a, rdma(1, WrOpcode::RdmaRead, &a, 64, &b, 4090));
     let w = lab.run(STEP_EVENTS);
     lab.expect(statuses(&w) == vec![(1, WcStatus::RemAccessErr)], "REM_ACCESS_ERR (range)");
+    Ok(())
+}
 
-    case(
-        lab,
-        "REM_OP_ERR (requester) + LOC_PROT_ERR (responder): the receive buffer's lkey is wrong",
-    );
+fn rem_op_err(lab: &mut Lab) -> Result<(), String> {
     let (a, b) = lab.pair(&PairSpec::default())?;
     let bad = roce_verbs_api::LKey::new(b.mr.lkey().value() ^ 0x5500);
     lab.say(&b.who(), "post_recv  wr_id=101 100 B buffer with a wrong lkey");
@@ -675,16 +698,20 @@ fn wc_errors(lab: &mut Lab) -> Result<(), String> {
     post(lab, &a, send_wr(1, &a, 50));
     let w = lab.run(STEP_EVENTS);
     lab.expect(w.iter().any(|w| w.status == WcStatus::RemOpErr), "REM_OP_ERR");
+    Ok(())
+}
 
-    case(lab, "REM_INV_REQ_ERR: an RDMA READ on a QP that allows no remote reads");
+fn rem_inv_req_err(lab: &mut Lab) -> Result<(), String> {
     let mut spec = PairSpec::default();
     spec.b.access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     let (a, b) = lab.pair(&spec)?;
     post(lab, &a, rdma(1, WrOpcode::RdmaRead, &a, 64, &b, 0));
     let w = lab.run(STEP_EVENTS);
     lab.expect(statuses(&w) == vec![(1, WcStatus::RemInvReqErr)], "REM_INV_REQ_ERR");
+    Ok(())
+}
 
-    case(lab, "WR_FLUSH_ERR: work queued behind a failed WR, and receives posted to a QP in ERR");
+fn wr_flush_err(lab: &mut Lab) -> Result<(), String> {
     let (a, b) = lab.pair(&PairSpec::default())?;
     let bad = RKey::new(b.mr.rkey().value() ^ 0x5500);
     post(
@@ -709,14 +736,18 @@ fn wc_errors(lab: &mut Lab) -> Result<(), String> {
             ],
         "REM_ACCESS_ERR, then WR_FLUSH_ERR twice",
     );
+    Ok(())
+}
 
-    case(lab, "LOC_QP_OP_ERR: LOCAL_INV of an rkey that does not exist");
+fn loc_qp_op_err(lab: &mut Lab) -> Result<(), String> {
     let (a, _b) = lab.pair(&PairSpec::default())?;
     post(lab, &a, SendWr::new(1, WrOpcode::LocalInv { rkey: RKey::new(0x00de_ad00) }));
     let w = lab.run(STEP_EVENTS);
     lab.expect(statuses(&w) == vec![(1, WcStatus::LocQpOpErr)], "LOC_QP_OP_ERR");
+    Ok(())
+}
 
-    case(lab, "MW_BIND_ERR: binding a window to a region registered without MW_BIND");
+fn mw_bind_err(lab: &mut Lab) -> Result<(), String> {
     let (a, _b) = lab.pair(&PairSpec::default())?;
     let mw = a.pd.alloc_mw(MwType::Type2).map_err(|e| e.to_string())?;
     let (mwh, rk) = (mw.handle(), mw.rkey());
@@ -731,16 +762,20 @@ fn wc_errors(lab: &mut Lab) -> Result<(), String> {
     let w = lab.run(STEP_EVENTS);
     lab.expect(statuses(&w) == vec![(1, WcStatus::MwBindErr)], "MW_BIND_ERR");
     let _ = mw.destroy();
+    Ok(())
+}
 
-    case(lab, "RNR_RETRY_EXC_ERR: no receive posted and rnr_retry=0 (see --scenario rnr-exceeded)");
+fn rnr_retry_exc_err(lab: &mut Lab) -> Result<(), String> {
     let mut spec = PairSpec::default();
     spec.a.rnr_retry = 0;
     let (a, _b) = lab.pair(&spec)?;
     post(lab, &a, send_wr(1, &a, 8));
     let w = lab.run(STEP_EVENTS);
     lab.expect(statuses(&w) == vec![(1, WcStatus::RnrRetryExcErr)], "RNR_RETRY_EXC_ERR");
+    Ok(())
+}
 
-    case(lab, "RETRY_EXC_ERR: no answer at all and retry_cnt=0 (see --scenario retry-exceeded)");
+fn retry_exc_err(lab: &mut Lab) -> Result<(), String> {
     let mut spec = PairSpec::default();
     spec.a.retry_cnt = 0;
     spec.a.timeout = 8;
@@ -749,7 +784,6 @@ fn wc_errors(lab: &mut Lab) -> Result<(), String> {
     post(lab, &a, rdma(1, WrOpcode::RdmaWrite, &a, 8, &b, 0));
     let w = lab.run(STEP_EVENTS);
     lab.expect(statuses(&w) == vec![(1, WcStatus::RetryExcErr)], "RETRY_EXC_ERR");
-    lab.note("");
     Ok(())
 }
 

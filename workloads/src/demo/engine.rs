@@ -33,14 +33,14 @@
 //! with its 8-byte work request id, so the receiver knows which one it
 //! got even after losses or, on UD, reordering).
 
+use super::config::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use roce_emulator::Counters;
 use roce_packet::frame::LinkType;
 use roce_sim::TapPoint;
 use roce_verbs_api::{
-    AccessFlags, AhAttr, ConnectOptions, Context, Cq, FabricStats, FaultConfig, Mr, PathMtu, Qp,
-    QpType, RecvWr, SendWr, SimNet, Srq, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, AhAttr, Context, Cq, FabricStats, Mr, Qp, RecvWr, SendWr, SimNet, Srq, WcOpcode,
+    WcStatus, WorkCompletion, WrOpcode,
 };
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
@@ -48,383 +48,6 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant as WallInstant};
-
-/// One kind of operation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum OpKind {
-    /// SEND (consumes a receive WR at the target).
-    Send,
-    /// RDMA WRITE.
-    Write,
-    /// RDMA READ.
-    Read,
-    /// ATOMIC CMP_AND_SWP.
-    CmpSwap,
-    /// ATOMIC FETCH_AND_ADD.
-    FetchAdd,
-}
-
-impl OpKind {
-    /// Every kind.
-    pub const ALL: [OpKind; 5] =
-        [OpKind::Send, OpKind::Write, OpKind::Read, OpKind::CmpSwap, OpKind::FetchAdd];
-
-    /// The name used in summaries (`SEND`, `WRITE`, `READ`, `CMP_AND_SWP`,
-    /// `FETCH_AND_ADD`).
-    pub const fn name(self) -> &'static str {
-        match self {
-            OpKind::Send => "SEND",
-            OpKind::Write => "WRITE",
-            OpKind::Read => "READ",
-            OpKind::CmpSwap => "CMP_AND_SWP",
-            OpKind::FetchAdd => "FETCH_AND_ADD",
-        }
-    }
-
-    const fn wr_opcode(self) -> WrOpcode {
-        match self {
-            OpKind::Send => WrOpcode::Send,
-            OpKind::Write => WrOpcode::RdmaWrite,
-            OpKind::Read => WrOpcode::RdmaRead,
-            OpKind::CmpSwap => WrOpcode::AtomicCmpAndSwp,
-            OpKind::FetchAdd => WrOpcode::AtomicFetchAndAdd,
-        }
-    }
-
-    const fn is_atomic(self) -> bool {
-        matches!(self, OpKind::CmpSwap | OpKind::FetchAdd)
-    }
-
-    /// Parse a mix such as `send,write,read,atomic`. Names: `send`,
-    /// `write`, `read`, `atomic` (both atomics), `cas`/`cmp_and_swp`,
-    /// `faa`/`fetch_and_add`, `all`. Repeating a name weights it.
-    pub fn parse_mix(s: &str) -> Result<Vec<OpKind>, String> {
-        let mut v = Vec::new();
-        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            match part.to_ascii_lowercase().as_str() {
-                "send" => v.push(OpKind::Send),
-                "write" => v.push(OpKind::Write),
-                "read" => v.push(OpKind::Read),
-                "atomic" | "atomics" => v.extend([OpKind::CmpSwap, OpKind::FetchAdd]),
-                "cas" | "cmp_and_swp" | "cmp_swap" => v.push(OpKind::CmpSwap),
-                "faa" | "fetch_and_add" | "fetch_add" => v.push(OpKind::FetchAdd),
-                "all" => v.extend(OpKind::ALL),
-                other => {
-                    return Err(format!(
-                        "unknown operation {other:?} (expected send, write, read, atomic, cas, faa, all)"
-                    ))
-                }
-            }
-        }
-        if v.is_empty() {
-            return Err("empty operation mix".into());
-        }
-        Ok(v)
-    }
-}
-
-impl fmt::Display for OpKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// The transport of one QP pair.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Transport {
-    /// Reliable Connected.
-    Rc,
-    /// Unreliable Connected.
-    Uc,
-    /// Unreliable Datagram.
-    Ud,
-}
-
-impl Transport {
-    /// `RC`, `UC`, `UD`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Transport::Rc => "RC",
-            Transport::Uc => "UC",
-            Transport::Ud => "UD",
-        }
-    }
-    /// Whether this transport can carry `kind` (UC: SEND and WRITE; UD:
-    /// SEND).
-    pub const fn supports(self, kind: OpKind) -> bool {
-        match self {
-            Transport::Rc => true,
-            Transport::Uc => matches!(kind, OpKind::Send | OpKind::Write),
-            Transport::Ud => matches!(kind, OpKind::Send),
-        }
-    }
-    const fn qp_type(self) -> QpType {
-        match self {
-            Transport::Rc => QpType::Rc,
-            Transport::Uc => QpType::Uc,
-            Transport::Ud => QpType::Ud,
-        }
-    }
-}
-
-impl fmt::Display for Transport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// Which transports a workload uses (`roce demo --qp-type`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum QpTypes {
-    /// Every pair RC (the default).
-    #[default]
-    Rc,
-    /// Every pair UC.
-    Uc,
-    /// Every pair UD.
-    Ud,
-    /// RC, UC and UD pairs at once (at least one of each), sharing each
-    /// device's CQ; RC and UD receive from one SRQ per device.
-    Mixed,
-}
-
-impl QpTypes {
-    /// Parse `rc`, `uc`, `ud` or `mixed`.
-    pub fn parse(s: &str) -> Result<QpTypes, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "rc" => Ok(QpTypes::Rc),
-            "uc" => Ok(QpTypes::Uc),
-            "ud" => Ok(QpTypes::Ud),
-            "mixed" | "mix" => Ok(QpTypes::Mixed),
-            o => Err(format!("unknown QP type {o:?} (expected rc, uc, ud or mixed)")),
-        }
-    }
-    /// The transport of pair `q`.
-    pub fn of_pair(self, q: usize) -> Transport {
-        match self {
-            QpTypes::Rc => Transport::Rc,
-            QpTypes::Uc => Transport::Uc,
-            QpTypes::Ud => Transport::Ud,
-            QpTypes::Mixed => [Transport::Rc, Transport::Uc, Transport::Ud][q % 3],
-        }
-    }
-    /// Refuse a mix with operations the transport cannot carry (for
-    /// `mixed`, RC pairs carry everything and the others what they can).
-    pub fn check_mix(self, mix: &[OpKind]) -> Result<(), String> {
-        let t = match self {
-            QpTypes::Rc | QpTypes::Mixed => return Ok(()),
-            QpTypes::Uc => Transport::Uc,
-            QpTypes::Ud => Transport::Ud,
-        };
-        let bad: Vec<&str> = mix.iter().filter(|k| !t.supports(**k)).map(|k| k.name()).collect();
-        if bad.is_empty() {
-            return Ok(());
-        }
-        let can = if t == Transport::Uc { "send and write" } else { "send" };
-        Err(format!(
-            "{t} QPs cannot carry {} (a {t} QP supports {can} only; use --qp-type rc or mixed)",
-            bad.join(", ")
-        ))
-    }
-}
-
-/// Messages of one unreliable transport: how many were sent (successful
-/// send completions) and how many arrived. `lost() = sent - received`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Delivery {
-    /// Messages (SENDs and, on UC, WRITEs with immediate) sent.
-    pub sent: u64,
-    /// Of them, received (and checked byte for byte).
-    pub received: u64,
-    /// Still awaited at the end, counted message by message; must equal
-    /// `sent - received`.
-    pub missing: u64,
-    /// Extra copies of received messages: UD has no sequence check, so a
-    /// duplicating fabric delivers some messages twice (a UC duplicate
-    /// comes from behind the expected PSN and is dropped). Each copy is
-    /// checked byte for byte too.
-    pub duplicates: u64,
-}
-
-impl Delivery {
-    /// Messages that vanished.
-    pub fn lost(&self) -> u64 {
-        self.sent.saturating_sub(self.received)
-    }
-    /// `received + lost == sent`, every lost message identified.
-    pub fn accounted(&self) -> bool {
-        self.received <= self.sent && self.missing == self.lost()
-    }
-}
-
-/// What to run.
-#[derive(Clone, Debug)]
-pub struct WorkloadConfig {
-    /// Operations to complete in total (all streams together).
-    pub ops: u64,
-    /// Largest message in bytes (READ/WRITE/SEND sizes are drawn from 0 to
-    /// this; atomics are 8 bytes).
-    pub max_size: usize,
-    /// Kinds to draw from, uniformly (repeat one to weight it).
-    pub mix: Vec<OpKind>,
-    /// Random faults on every link.
-    pub faults: FaultConfig,
-    /// The seed of everything random.
-    pub seed: u64,
-    /// QP pairs between the two devices.
-    pub qps: usize,
-    /// Operations in flight per stream (two streams per QP pair).
-    pub window: usize,
-    /// Connection parameters (path MTU, timeout, retries, depths).
-    pub connect: ConnectOptions,
-    /// Check the ICRC of every delivered frame on the side (a capture tap)
-    /// and report how many were bad, to compare with the devices'
-    /// `icrc_err` counters. Costs one more CRC per frame.
-    pub audit_icrc: bool,
-    /// Give up (report a stall) after this many fabric events without any
-    /// completion.
-    pub stall_events: u64,
-    /// The transports of the QP pairs.
-    pub qp_type: QpTypes,
-}
-
-impl Default for WorkloadConfig {
-    fn default() -> Self {
-        WorkloadConfig {
-            ops: 1000,
-            max_size: 4096,
-            mix: OpKind::ALL.to_vec(),
-            faults: FaultConfig::default(),
-            seed: 1,
-            qps: 2,
-            window: 16,
-            connect: ConnectOptions::default(),
-            audit_icrc: false,
-            stall_events: 2_000_000,
-            qp_type: QpTypes::Rc,
-        }
-    }
-}
-
-impl WorkloadConfig {
-    /// Set the path MTU.
-    pub fn mtu(mut self, mtu: PathMtu) -> Self {
-        self.connect.mtu = mtu;
-        self
-    }
-}
-
-/// Progress, reported while a workload runs.
-#[derive(Clone, Copy, Debug)]
-pub struct Progress {
-    /// Operations completed.
-    pub done: u64,
-    /// Operations requested.
-    pub total: u64,
-    /// Virtual time so far.
-    pub virtual_time: Duration,
-    /// Wall time so far.
-    pub wall_time: Duration,
-}
-
-/// The result of a run. [`Report::ok`] says whether it passed.
-#[derive(Clone, Debug)]
-pub struct Report {
-    /// The seed (replays the run).
-    pub seed: u64,
-    /// Operations requested.
-    pub ops_requested: u64,
-    /// Operations whose send-side completion arrived (any status).
-    pub ops_completed: u64,
-    /// Operations posted, by kind.
-    pub ops_by_kind: BTreeMap<OpKind, u64>,
-    /// Payload bytes posted, by kind (atomics count 8).
-    pub bytes_by_kind: BTreeMap<OpKind, u64>,
-    /// Data, value or length mismatches (must be 0).
-    pub mismatches: u64,
-    /// Completions out of posting order, or for unknown work (must be 0).
-    pub order_errors: u64,
-    /// The first problems found, in words.
-    pub problems: Vec<String>,
-    /// Completions (send and receive) by status.
-    pub completions: BTreeMap<u8, (WcStatus, u64)>,
-    /// The fabric's counters.
-    pub fabric: FabricStats,
-    /// Each device's name and counters.
-    pub counters: Vec<(String, Counters)>,
-    /// With [`WorkloadConfig::audit_icrc`]: delivered frames and how many
-    /// of them had a bad ICRC.
-    pub icrc_audit: Option<(u64, u64)>,
-    /// Virtual time the run took.
-    pub virtual_time: Duration,
-    /// Wall time the run took.
-    pub wall_time: Duration,
-    /// Part of the wall time spent inside the fabric (delivering frames,
-    /// running the HCAs' receive paths, timers and transmit polls); the
-    /// rest is the engine (posting, polling CQs, generating and checking
-    /// data).
-    pub fabric_time: Duration,
-    /// Fabric events processed.
-    pub events: u64,
-    /// Why the run stopped early, if it did.
-    pub stalled: Option<String>,
-    /// Per unreliable transport in use: messages sent, received, lost.
-    pub delivery: BTreeMap<Transport, Delivery>,
-    /// QP pairs per transport.
-    pub pairs: BTreeMap<Transport, usize>,
-}
-
-impl Report {
-    /// Completions with a status other than SUCCESS.
-    pub fn failed_completions(&self) -> u64 {
-        self.completions.values().filter(|(s, _)| *s != WcStatus::Success).map(|(_, n)| n).sum()
-    }
-
-    /// All completions.
-    pub fn total_completions(&self) -> u64 {
-        self.completions.values().map(|(_, n)| n).sum()
-    }
-
-    /// Passed: every operation completed successfully, in order, with the
-    /// right data, the run did not stall, and on UC/UD every message sent
-    /// either arrived intact or is counted lost.
-    pub fn ok(&self) -> bool {
-        self.mismatches == 0
-            && self.order_errors == 0
-            && self.failed_completions() == 0
-            && self.ops_completed == self.ops_requested
-            && self.stalled.is_none()
-            && self.delivery.values().all(Delivery::accounted)
-    }
-
-    /// Messages lost over all unreliable transports.
-    pub fn lost(&self) -> u64 {
-        self.delivery.values().map(Delivery::lost).sum()
-    }
-
-    /// Sum of one counter over the devices.
-    pub fn counter_sum(&self, name: &str) -> u64 {
-        self.counters.iter().filter_map(|(_, c)| c.get(name)).sum()
-    }
-
-    /// Total payload bytes posted.
-    pub fn total_bytes(&self) -> u64 {
-        self.bytes_by_kind.values().sum()
-    }
-}
-
-/// Fill `buf` with the pattern of `tag` (splitmix64 stream).
-pub fn fill_pattern(tag: u64, buf: &mut [u8]) {
-    let mut s = tag;
-    for chunk in buf.chunks_mut(8) {
-        s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = s;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        chunk.copy_from_slice(&z.to_le_bytes()[..chunk.len()]);
-    }
-}
 
 const ALL_ACCESS: AccessFlags = AccessFlags(
     AccessFlags::LOCAL_WRITE.0
@@ -556,6 +179,207 @@ fn setup<E: fmt::Display>(what: &str) -> impl FnOnce(E) -> SetupError + '_ {
 
 const MAX_PROBLEMS: usize = 20;
 
+/// The sizes of a workload: QPs, window, buffer strides and slots.
+struct Shape {
+    qps: usize,
+    window: usize,
+    stride: usize,
+    /// Receive buffer stride (room for the GRH).
+    rstride: usize,
+    recv_slots: usize,
+    tslots: usize,
+    /// With [`QpTypes::Mixed`]: receives per SRQ (0: no SRQ).
+    srq_slots: usize,
+    transports: Vec<Transport>,
+}
+
+impl Shape {
+    fn of(cfg: &WorkloadConfig) -> Shape {
+        let qps = if cfg.qp_type == QpTypes::Mixed { cfg.qps.max(3) } else { cfg.qps.max(1) };
+        let window = cfg.window.max(1);
+        let stride = cfg.max_size.max(8).div_ceil(64) * 64;
+        let transports: Vec<Transport> = (0..qps).map(|q| cfg.qp_type.of_pair(q)).collect();
+        let unreliable = transports.iter().any(|t| *t != Transport::Rc);
+        // UC/UD senders complete at once, so receivers need more room
+        let recv_slots = if unreliable { 4 * window + 16 } else { window + 8 };
+        let tslots = if unreliable { 4 * window + 8 } else { window };
+        let srq_slots = if cfg.qp_type == QpTypes::Mixed {
+            transports.iter().filter(|t| **t != Transport::Uc).count() * recv_slots
+        } else {
+            0
+        };
+        Shape {
+            qps,
+            window,
+            stride,
+            rstride: stride + 64,
+            recv_slots,
+            tslots,
+            srq_slots,
+            transports,
+        }
+    }
+}
+
+impl Side {
+    /// One device's CQs, memory, SRQ (mixed) and QPs.
+    fn new(shape: &Shape, ctx: Context) -> Result<Side, SetupError> {
+        let (qps, window, stride) = (shape.qps, shape.window, shape.stride);
+        let (recv_slots, srq_slots) = (shape.recv_slots, shape.srq_slots);
+        let pd = ctx.alloc_pd().map_err(setup("alloc_pd"))?;
+        // QPs share CQs, as many per CQ as its depth allows (each QP's
+        // send and receive entries, plus every SRQ slot, which may
+        // complete on any of them)
+        let per_qp = 2 * (window + recv_slots);
+        let room = (ctx.query_device().max_cqe as usize).saturating_sub(srq_slots + 64);
+        let per_cq = (room / per_qp).clamp(1, qps);
+        let mut cqs = Vec::new();
+        for first in (0..qps).step_by(per_cq) {
+            let n = per_cq.min(qps - first);
+            let cqe = n * per_qp + srq_slots + 64;
+            cqs.push(
+                ctx.create_cq(u32::try_from(cqe).unwrap_or(u32::MAX))
+                    .map_err(setup("create_cq"))?,
+            );
+        }
+        let reg = |len: usize| pd.reg_mr(len, ALL_ACCESS).map_err(setup("reg_mr"));
+        let local = reg(qps * window * stride)?;
+        let target = reg(qps * shape.tslots * stride)?;
+        let recv = reg(qps * recv_slots * shape.rstride)?;
+        let atomic = reg(qps * 8)?;
+        let srq = if srq_slots > 0 {
+            let srq = pd.create_srq(srq_slots as u32, 1).map_err(setup("create_srq"))?;
+            Some((srq, reg(srq_slots * shape.rstride)?))
+        } else {
+            None
+        };
+        let mut qv = Vec::new();
+        let mut qp_index = HashMap::new();
+        for (q, t) in shape.transports.iter().enumerate() {
+            let cq = &cqs[q / per_cq];
+            let mut b = pd
+                .qp_builder(cq, cq)
+                .qp_type(t.qp_type())
+                .max_send_wr(window as u32 + 8)
+                .max_recv_wr(recv_slots as u32)
+                .max_send_sge(1)
+                .max_recv_sge(1);
+            if let (Some((srq, _)), true) = (&srq, *t != Transport::Uc) {
+                b = b.srq(srq);
+            }
+            let qp = b.build().map_err(setup("create_qp"))?;
+            qp_index.insert(qp.qpn().value(), q);
+            qv.push(qp);
+        }
+        Ok(Side { ctx, cqs, local, target, recv, atomic, qps: qv, qp_index, srq })
+    }
+}
+
+/// Connect (RC, UC) or activate (UD) every QP pair.
+fn connect_pairs(
+    shape: &Shape,
+    cfg: &WorkloadConfig,
+    (a, b): (&Side, &Side),
+    rng: &mut SmallRng,
+) -> Result<(), SetupError> {
+    for (q, transport) in shape.transports.iter().enumerate() {
+        // initial PSNs: random, half of them just before the 24-bit wrap
+        let mut psn = || {
+            if rng.gen_bool(0.5) {
+                0xFF_FFFF - rng.gen_range(0..2048)
+            } else {
+                rng.gen_range(0..0x100_0000)
+            }
+        };
+        let ea = a.qps[q].endpoint(psn());
+        let eb = b.qps[q].endpoint(psn());
+        match transport {
+            Transport::Rc => {
+                a.qps[q].connect(&ea, &eb, &cfg.connect).map_err(setup("connect A"))?;
+                b.qps[q].connect(&eb, &ea, &cfg.connect).map_err(setup("connect B"))?;
+            }
+            Transport::Uc => {
+                a.qps[q].connect_uc(&ea, &eb, &cfg.connect).map_err(setup("connect A"))?;
+                b.qps[q].connect_uc(&eb, &ea, &cfg.connect).map_err(setup("connect B"))?;
+            }
+            Transport::Ud => {
+                a.qps[q].activate_ud(QKEY, ea.psn).map_err(setup("activate A"))?;
+                b.qps[q].activate_ud(QKEY, eb.psn).map_err(setup("activate B"))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Two streams per QP pair (A to B, B to A), each with the kinds its
+/// transport can carry.
+fn streams_of(shape: &Shape, cfg: &WorkloadConfig) -> Vec<Stream> {
+    let mut streams = Vec::new();
+    for (q, &transport) in shape.transports.iter().enumerate() {
+        let mut kinds: Vec<OpKind> =
+            cfg.mix.iter().copied().filter(|k| transport.supports(*k)).collect();
+        if kinds.is_empty() {
+            kinds.push(OpKind::Send);
+        }
+        for init in 0..2 {
+            streams.push(Stream {
+                transport,
+                kinds: kinds.clone(),
+                awaited: HashMap::new(),
+                arrived: HashMap::new(),
+                floor: 0,
+                last_arrival: Duration::ZERO,
+                pruned: 0,
+                expired: 0,
+                q,
+                init,
+                target: 1 - init,
+                free: (0..shape.window).rev().collect(),
+                outstanding: VecDeque::new(),
+                expected_recv: VecDeque::new(),
+                posted_recvs: VecDeque::new(),
+                atomic_model: 0,
+                next_seq: 0,
+                dead: false,
+            });
+        }
+    }
+    streams
+}
+
+/// The report before the run: the pairs per transport, an empty delivery
+/// count per unreliable one.
+fn new_report(shape: &Shape, cfg: &WorkloadConfig) -> Report {
+    let mut report = Report {
+        seed: cfg.seed,
+        ops_requested: cfg.ops,
+        ops_completed: 0,
+        ops_by_kind: BTreeMap::new(),
+        bytes_by_kind: BTreeMap::new(),
+        mismatches: 0,
+        order_errors: 0,
+        problems: Vec::new(),
+        completions: BTreeMap::new(),
+        fabric: FabricStats::default(),
+        counters: Vec::new(),
+        icrc_audit: None,
+        virtual_time: Duration::ZERO,
+        wall_time: Duration::ZERO,
+        fabric_time: Duration::ZERO,
+        events: 0,
+        stalled: None,
+        delivery: BTreeMap::new(),
+        pairs: BTreeMap::new(),
+    };
+    for t in &shape.transports {
+        *report.pairs.entry(*t).or_default() += 1;
+        if *t != Transport::Rc {
+            report.delivery.entry(*t).or_default();
+        }
+    }
+    report
+}
+
 impl Workload {
     /// Create the network, the two devices, the QPs and the memory, and
     /// connect everything.
@@ -564,213 +388,81 @@ impl Workload {
             return Err(SetupError("empty operation mix".into()));
         }
         cfg.qp_type.check_mix(&cfg.mix).map_err(SetupError)?;
-        let qps = if cfg.qp_type == QpTypes::Mixed { cfg.qps.max(3) } else { cfg.qps.max(1) };
-        let window = cfg.window.max(1);
+        let shape = Shape::of(&cfg);
         let net = SimNet::new(cfg.seed);
         net.set_faults(cfg.faults.clone());
         let mut rng = SmallRng::seed_from_u64(cfg.seed ^ 0x5EED_0FC0_FFEE);
-        let stride = cfg.max_size.max(8).div_ceil(64) * 64;
-        let rstride = stride + 64;
-        let transports: Vec<Transport> = (0..qps).map(|q| cfg.qp_type.of_pair(q)).collect();
-        let unreliable = transports.iter().any(|t| *t != Transport::Rc);
-        // UC/UD senders complete at once, so receivers need more room
-        let recv_slots = if unreliable { 4 * window + 16 } else { window + 8 };
-        let tslots = if unreliable { 4 * window + 8 } else { window };
-        let use_srq = cfg.qp_type == QpTypes::Mixed;
-        let srq_slots = if use_srq {
-            transports.iter().filter(|t| **t != Transport::Uc).count() * recv_slots
-        } else {
-            0
-        };
         let mut sides = Vec::new();
         for (i, name) in ["roce0", "roce1"].iter().enumerate() {
             let addr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, i as u8 + 1));
-            let ctx = net.add_device(name, addr).open();
-            let pd = ctx.alloc_pd().map_err(setup("alloc_pd"))?;
-            // QPs share CQs, as many per CQ as its depth allows (each QP's
-            // send and receive entries, plus every SRQ slot, which may
-            // complete on any of them)
-            let per_qp = 2 * (window + recv_slots);
-            let room = (ctx.query_device().max_cqe as usize).saturating_sub(srq_slots + 64);
-            let per_cq = (room / per_qp).clamp(1, qps);
-            let mut cqs = Vec::new();
-            for first in (0..qps).step_by(per_cq) {
-                let n = per_cq.min(qps - first);
-                let cqe = n * per_qp + srq_slots + 64;
-                cqs.push(
-                    ctx.create_cq(u32::try_from(cqe).unwrap_or(u32::MAX))
-                        .map_err(setup("create_cq"))?,
-                );
-            }
-            let local = pd.reg_mr(qps * window * stride, ALL_ACCESS).map_err(setup("reg_mr"))?;
-            let target = pd.reg_mr(qps * tslots * stride, ALL_ACCESS).map_err(setup("reg_mr"))?;
-            let recv =
-                pd.reg_mr(qps * recv_slots * rstride, ALL_ACCESS).map_err(setup("reg_mr"))?;
-            let atomic = pd.reg_mr(qps * 8, ALL_ACCESS).map_err(setup("reg_mr"))?;
-            let srq = if use_srq {
-                let srq = pd.create_srq(srq_slots as u32, 1).map_err(setup("create_srq"))?;
-                let buf = pd.reg_mr(srq_slots * rstride, ALL_ACCESS).map_err(setup("reg_mr"))?;
-                Some((srq, buf))
-            } else {
-                None
-            };
-            let mut qv = Vec::new();
-            let mut qp_index = HashMap::new();
-            for (q, t) in transports.iter().enumerate() {
-                let cq = &cqs[q / per_cq];
-                let mut b = pd
-                    .qp_builder(cq, cq)
-                    .qp_type(t.qp_type())
-                    .max_send_wr(window as u32 + 8)
-                    .max_recv_wr(recv_slots as u32)
-                    .max_send_sge(1)
-                    .max_recv_sge(1);
-                if let (Some((srq, _)), true) = (&srq, *t != Transport::Uc) {
-                    b = b.srq(srq);
-                }
-                let qp = b.build().map_err(setup("create_qp"))?;
-                qp_index.insert(qp.qpn().value(), q);
-                qv.push(qp);
-            }
-            sides.push(Side { ctx, cqs, local, target, recv, atomic, qps: qv, qp_index, srq });
+            sides.push(Side::new(&shape, net.add_device(name, addr).open())?);
         }
         let [a, b]: [Side; 2] = sides.try_into().map_err(|_| SetupError("two sides".into()))?;
-        for (q, transport) in transports.iter().enumerate() {
-            // initial PSNs: random, half of them just before the 24-bit wrap
-            let mut psn = || {
-                if rng.gen_bool(0.5) {
-                    0xFF_FFFF - rng.gen_range(0..2048)
-                } else {
-                    rng.gen_range(0..0x100_0000)
-                }
-            };
-            let ea = a.qps[q].endpoint(psn());
-            let eb = b.qps[q].endpoint(psn());
-            match transport {
-                Transport::Rc => {
-                    a.qps[q].connect(&ea, &eb, &cfg.connect).map_err(setup("connect A"))?;
-                    b.qps[q].connect(&eb, &ea, &cfg.connect).map_err(setup("connect B"))?;
-                }
-                Transport::Uc => {
-                    a.qps[q].connect_uc(&ea, &eb, &cfg.connect).map_err(setup("connect A"))?;
-                    b.qps[q].connect_uc(&eb, &ea, &cfg.connect).map_err(setup("connect B"))?;
-                }
-                Transport::Ud => {
-                    a.qps[q].activate_ud(QKEY, ea.psn).map_err(setup("activate A"))?;
-                    b.qps[q].activate_ud(QKEY, eb.psn).map_err(setup("activate B"))?;
-                }
-            }
-        }
-        let mut streams = Vec::new();
-        for (q, &transport) in transports.iter().enumerate() {
-            let mut kinds: Vec<OpKind> =
-                cfg.mix.iter().copied().filter(|k| transport.supports(*k)).collect();
-            if kinds.is_empty() {
-                kinds.push(OpKind::Send);
-            }
-            for init in 0..2 {
-                streams.push(Stream {
-                    transport,
-                    kinds: kinds.clone(),
-                    awaited: HashMap::new(),
-                    arrived: HashMap::new(),
-                    floor: 0,
-                    last_arrival: Duration::ZERO,
-                    pruned: 0,
-                    expired: 0,
-                    q,
-                    init,
-                    target: 1 - init,
-                    free: (0..window).rev().collect(),
-                    outstanding: VecDeque::new(),
-                    expected_recv: VecDeque::new(),
-                    posted_recvs: VecDeque::new(),
-                    atomic_model: 0,
-                    next_seq: 0,
-                    dead: false,
-                });
-            }
-        }
-        let report = Report {
-            seed: cfg.seed,
-            ops_requested: cfg.ops,
-            ops_completed: 0,
-            ops_by_kind: BTreeMap::new(),
-            bytes_by_kind: BTreeMap::new(),
-            mismatches: 0,
-            order_errors: 0,
-            problems: Vec::new(),
-            completions: BTreeMap::new(),
-            fabric: FabricStats::default(),
-            counters: Vec::new(),
-            icrc_audit: None,
-            virtual_time: Duration::ZERO,
-            wall_time: Duration::ZERO,
-            fabric_time: Duration::ZERO,
-            events: 0,
-            stalled: None,
-            delivery: BTreeMap::new(),
-            pairs: BTreeMap::new(),
-        };
-        let mut report = report;
-        for t in &transports {
-            *report.pairs.entry(*t).or_default() += 1;
-            if *t != Transport::Rc {
-                report.delivery.entry(*t).or_default();
-            }
-        }
+        connect_pairs(&shape, &cfg, (&a, &b), &mut rng)?;
+        let streams = streams_of(&shape, &cfg);
+        let report = new_report(&shape, &cfg);
         let mut w = Workload {
-            cfg: WorkloadConfig { qps, window, ..cfg },
+            cfg: WorkloadConfig { qps: shape.qps, window: shape.window, ..cfg },
             net,
             sides: [a, b],
             streams,
             rng,
-            stride,
-            rstride,
-            recv_slots,
-            tslots,
+            stride: shape.stride,
+            rstride: shape.rstride,
+            recv_slots: shape.recv_slots,
+            tslots: shape.tslots,
             report,
             audit: None,
             scratch: Vec::new(),
             expect: Vec::new(),
         };
-        // atomic words start at random values; receive buffers posted
-        for s in 0..w.streams.len() {
-            let v: u64 = w.rng.gen();
-            let (q, t) = (w.streams[s].q, w.streams[s].target);
-            w.sides[t].atomic.write_u64(q as u64 * 8, v).map_err(setup("atomic init"))?;
-            w.streams[s].atomic_model = v;
-            if w.uses_srq(s) {
+        w.arm(shape.srq_slots)?;
+        if w.cfg.audit_icrc {
+            w.start_audit();
+        }
+        Ok(w)
+    }
+
+    /// Atomic words start at random values; receive buffers posted.
+    fn arm(&mut self, srq_slots: usize) -> Result<(), SetupError> {
+        for s in 0..self.streams.len() {
+            let v: u64 = self.rng.gen();
+            let (q, t) = (self.streams[s].q, self.streams[s].target);
+            self.sides[t].atomic.write_u64(q as u64 * 8, v).map_err(setup("atomic init"))?;
+            self.streams[s].atomic_model = v;
+            if self.uses_srq(s) {
                 continue;
             }
-            for r in 0..w.recv_slots {
-                w.post_recv(s, r).map_err(setup("post_recv"))?;
+            for r in 0..self.recv_slots {
+                self.post_recv(s, r).map_err(setup("post_recv"))?;
             }
         }
         for side in 0..2 {
             for r in 0..srq_slots {
-                w.post_srq_recv(side, r).map_err(setup("post_srq_recv"))?;
+                self.post_srq_recv(side, r).map_err(setup("post_srq_recv"))?;
             }
         }
-        if w.cfg.audit_icrc {
-            let frames = Arc::new(AtomicU64::new(0));
-            let bad = Arc::new(AtomicU64::new(0));
-            let (f2, b2) = (frames.clone(), bad.clone());
-            w.net.with_fabric(|f| {
-                f.record_frames(TapPoint::Ingress, move |_, frame| {
-                    f2.fetch_add(1, Ordering::Relaxed);
-                    let ok = matches!(
-                        roce_packet::frame::parse_frame(LinkType::Ethernet, frame, roce_packet::ROCE_V2_PORT),
-                        Ok(Some(ds)) if ds.iter().all(|d| d.icrc_ok())
-                    );
-                    if !ok {
-                        b2.fetch_add(1, Ordering::Relaxed);
-                    }
-                })
-            });
-            w.audit = Some((frames, bad));
-        }
-        Ok(w)
+        Ok(())
+    }
+
+    /// Check the ICRC of every delivered frame on the side (a capture tap).
+    fn start_audit(&mut self) {
+        let frames = Arc::new(AtomicU64::new(0));
+        let bad = Arc::new(AtomicU64::new(0));
+        let (f2, b2) = (frames.clone(), bad.clone());
+        self.net.with_fabric(|f| {
+            f.record_frames(TapPoint::Ingress, move |_, frame| {
+                f2.fetch_add(1, Ordering::Relaxed);
+                let ok = matches!(
+                    roce_packet::frame::parse_frame(LinkType::Ethernet, frame, roce_packet::ROCE_V2_PORT),
+                    Ok(Some(ds)) if ds.iter().all(|d| d.icrc_ok())
+                );
+                if !ok {
+                    b2.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        });
+        self.audit = Some((frames, bad));
     }
 
     /// The simulated network (to add a pcap tap, filters...).
@@ -1335,30 +1027,7 @@ impl Workload {
         let mut next_progress = 4096u64;
         let nstreams = self.streams.len();
         loop {
-            // keep every stream's window full
-            let quota = self.quota(total);
-            let mut posted_any = true;
-            while issued < total && posted_any {
-                posted_any = false;
-                for k in 0..nstreams {
-                    let s = (cursor + k) % nstreams;
-                    if issued >= total {
-                        break;
-                    }
-                    if self.streams[s].dead
-                        || self.streams[s].free.is_empty()
-                        || self.blocked(s)
-                        || self.streams[s].next_seq >= quota
-                    {
-                        continue;
-                    }
-                    if self.post_op(s) {
-                        issued += 1;
-                        posted_any = true;
-                    }
-                }
-                cursor = (cursor + 1) % nstreams;
-            }
+            self.fill_windows(total, &mut issued, &mut cursor);
             let waiting = (0..nstreams).any(|s| !self.streams[s].dead && self.blocked(s));
             if !self.busy() {
                 if issued >= total || self.streams.iter().all(|s| s.dead) {
@@ -1383,16 +1052,8 @@ impl Workload {
                 since_completion = 0;
             } else {
                 since_completion += stepped;
-                if stepped == 0 {
-                    self.report.stalled = Some(format!(
-                        "the fabric went idle with {} operation(s) outstanding",
-                        self.streams.iter().map(|s| s.outstanding.len()).sum::<usize>()
-                    ));
-                    break;
-                }
-                if since_completion > self.cfg.stall_events {
-                    self.report.stalled =
-                        Some(format!("no completion in {} fabric events", self.cfg.stall_events));
+                if let Some(why) = self.stall(stepped, since_completion) {
+                    self.report.stalled = Some(why);
                     break;
                 }
             }
@@ -1406,31 +1067,58 @@ impl Workload {
                 });
             }
         }
-        // let the last acknowledgements land, then check the atomic words
+        self.finish(wall)
+    }
+
+    /// Keep every stream's window full, round-robin from `cursor`, up to
+    /// `total` operations issued.
+    fn fill_windows(&mut self, total: u64, issued: &mut u64, cursor: &mut usize) {
+        let nstreams = self.streams.len();
+        let quota = self.quota(total);
+        let mut posted_any = true;
+        while *issued < total && posted_any {
+            posted_any = false;
+            for k in 0..nstreams {
+                let s = (*cursor + k) % nstreams;
+                if *issued >= total {
+                    break;
+                }
+                if self.streams[s].dead
+                    || self.streams[s].free.is_empty()
+                    || self.blocked(s)
+                    || self.streams[s].next_seq >= quota
+                {
+                    continue;
+                }
+                if self.post_op(s) {
+                    *issued += 1;
+                    posted_any = true;
+                }
+            }
+            *cursor = (*cursor + 1) % nstreams;
+        }
+    }
+
+    /// Why the run stalls, after a step without completions.
+    fn stall(&self, stepped: u64, since_completion: u64) -> Option<String> {
+        if stepped == 0 {
+            return Some(format!(
+                "the fabric went idle with {} operation(s) outstanding",
+                self.streams.iter().map(|s| s.outstanding.len()).sum::<usize>()
+            ));
+        }
+        (since_completion > self.cfg.stall_events)
+            .then(|| format!("no completion in {} fabric events", self.cfg.stall_events))
+    }
+
+    /// After the run: let the last acknowledgements land, check the atomic
+    /// words and the unreliable deliveries, and fill the report in.
+    fn finish(mut self, wall: WallInstant) -> Report {
         if self.report.stalled.is_none() && !self.net.run_until_idle(1_000_000) {
             self.problem("the fabric did not go idle after the last completion".into());
         }
         self.poll();
-        for s in 0..nstreams {
-            let (q, t, dead) = (self.streams[s].q, self.streams[s].target, self.streams[s].dead);
-            if dead {
-                continue;
-            }
-            match self.sides[t].atomic.read_u64(q as u64 * 8) {
-                Ok(v) if v == self.streams[s].atomic_model => {}
-                Ok(v) => {
-                    self.report.mismatches += 1;
-                    let m = self.streams[s].atomic_model;
-                    self.problem(format!(
-                        "stream {s}: final atomic word {v:#018x}, model {m:#018x}"
-                    ));
-                }
-                Err(e) => {
-                    self.report.mismatches += 1;
-                    self.problem(format!("stream {s}: reading the atomic word: {e}"));
-                }
-            }
-        }
+        self.check_atomic_words();
         for st in &self.streams {
             if st.transport != Transport::Rc {
                 self.report.delivery.entry(st.transport).or_default().missing +=
@@ -1461,6 +1149,30 @@ impl Workload {
         self.report.virtual_time = self.net.elapsed();
         self.report.wall_time = wall.elapsed();
         self.report
+    }
+
+    /// Every live stream's atomic word equals its model.
+    fn check_atomic_words(&mut self) {
+        for s in 0..self.streams.len() {
+            let (q, t, dead) = (self.streams[s].q, self.streams[s].target, self.streams[s].dead);
+            if dead {
+                continue;
+            }
+            match self.sides[t].atomic.read_u64(q as u64 * 8) {
+                Ok(v) if v == self.streams[s].atomic_model => {}
+                Ok(v) => {
+                    self.report.mismatches += 1;
+                    let m = self.streams[s].atomic_model;
+                    self.problem(format!(
+                        "stream {s}: final atomic word {v:#018x}, model {m:#018x}"
+                    ));
+                }
+                Err(e) => {
+                    self.report.mismatches += 1;
+                    self.problem(format!("stream {s}: reading the atomic word: {e}"));
+                }
+            }
+        }
     }
 }
 

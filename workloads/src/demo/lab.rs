@@ -7,7 +7,7 @@
 //! Each scenario checks its own outcome (the statuses it is meant to
 //! produce, the bytes it moved): exit status 0 when it behaved as described,
 //! 1 otherwise. The scenarios themselves are in `scenarios.rs`, the runner in
-//! `scenario.rs`; this file is the lab they run in.
+//! `lesson.rs`; this file is the lab they run in.
 
 use roce_verbs_api::{
     AccessFlags, ConnectOptions, Context, Cq, HcaConfig, LinkConfig, Mr, PathMtu, Pd, Qp,

@@ -1,0 +1,25 @@
+//! The engines of `roce demo` (its front, options and printing, is
+//! `cli/src/demo/`):
+//!
+//! * the workload ([`Workload`], `engine.rs`; what it runs and reports:
+//!   `config.rs`): the deterministic, verified operation mix of `roce demo`
+//!   and the soaks;
+//! * the lessons of `roce demo --scenario NAME` ([`Lesson`], `lesson.rs`):
+//!   the [`lab`] they run in and the [`scenarios`] themselves;
+//! * a pcap capture of the simulated fabric ([`PcapTap`]).
+
+mod capture;
+mod config;
+mod engine;
+pub mod lab;
+mod lesson;
+pub mod scenarios;
+
+pub use capture::PcapTap;
+pub use config::{
+    fill_pattern, Delivery, OpKind, Progress, QpTypes, Report, Transport, WorkloadConfig,
+};
+pub use engine::{run, SetupError, Workload};
+pub use lab::{status_name, wc_opcode_name, Scenario};
+pub use lesson::Lesson;
+pub use scenarios::SCENARIOS;
