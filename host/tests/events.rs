@@ -1,5 +1,6 @@
 //! Completion channels (blocking, async, fd), async events, resize, SQD.
 
+#[path = "../../verbs-api/tests/common/mod.rs"]
 mod common;
 use common::{connect_qps, readable, two_contexts, ALL};
 use roce_host::DeviceConfig;

@@ -4,6 +4,7 @@
 //! corruption, every byte arrives, and the counters show the faults and
 //! the recovery.
 
+#[path = "../../verbs-api/tests/common/mod.rs"]
 mod common;
 use common::{connect_qps, rc_qp};
 use roce_host::{DeviceConfig, EngineDriver};

@@ -4,6 +4,7 @@
 //! The kernel steers each datagram to the member whose slot its QPN
 //! carries; members talk to each other over the one address.
 
+#[path = "../../verbs-api/tests/common/mod.rs"]
 mod common;
 use common::{connect, node, one_wc, Node};
 use roce_host::DeviceConfig;

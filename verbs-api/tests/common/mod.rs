@@ -1,4 +1,4 @@
-//! Helpers the verbs-api tests share: access flags, two devices on a
+//! Helpers the verbs-api and roce-host tests share (host/tests includes this file by path): access flags, two devices on a
 //! simulated network, an RC node (PD, CQ, MR, QP), connecting two QPs,
 //! waiting for one completion, and polling a channel's fd. The network
 //! itself is the emulator's sim fabric (`SimNet` owns it).
