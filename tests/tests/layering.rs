@@ -29,7 +29,7 @@ const LAYERS: &[&[&str]] = &[
     &["roce-sim"],
     &["roce-transport", "roce-verbs-api", "roce-decode"],
     &["roce-host"],
-    &["roce-workloads", "roce-libibverbs", "roce-examples"],
+    &["roce-workloads", "roce-libibverbs", "roce-examples", "roce-conform"],
     &["roce-cli", "roce-fuzz", "roce-tests"],
 ];
 

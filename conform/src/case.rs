@@ -1,0 +1,437 @@
+//! How a case is written down: what the agent sets up, then a list of
+//! steps (packets the tester sends, packets it expects back, work the
+//! agent posts, completions, states and region bytes it must see). Cases
+//! are data; [`crate::run`] executes them. PSNs are relative: a request
+//! the tester sends at `psn: 2` carries the QP's `rq_psn` + 2, a request
+//! the target sends at `psn: 0` carries its `sq_psn`.
+
+use crate::agent::{QpStateName, Service};
+use roce_packet::{NakCode, Opcode};
+
+/// The target's role in a case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// The tester requests; the target responds.
+    Responder,
+    /// The target requests (the agent posts work); the tester responds.
+    Requester,
+}
+
+impl Direction {
+    /// `responder` or `requester`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Direction::Responder => "responder",
+            Direction::Requester => "requester",
+        }
+    }
+}
+
+/// The QP and region a case asks the agent for. [`Setup::DEFAULT`]: RC,
+/// a 64 KiB region with every right, path MTU 1024, ACK timeout 14, 7
+/// retries, RNR retry 7, RNR timer 12, read/atomic depths 16.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Setup {
+    /// RC or UC.
+    pub service: Service,
+    /// Region length.
+    pub mr_len: u32,
+    /// Region access bits.
+    pub mr_access: u32,
+    /// QP access bits.
+    pub qp_access: u32,
+    /// Path MTU (bytes).
+    pub mtu: u32,
+    /// ACK timeout code.
+    pub timeout: u8,
+    /// Transport retries.
+    pub retry_cnt: u8,
+    /// RNR retries.
+    pub rnr_retry: u8,
+    /// RNR NAK timer code.
+    pub min_rnr_timer: u8,
+    /// Outstanding READ/atomics as requester.
+    pub max_rd_atomic: u8,
+    /// READ/atomics accepted as responder.
+    pub max_dest_rd_atomic: u8,
+    /// The first PSN the tester sends.
+    pub rq_psn: u32,
+    /// The first PSN the target sends.
+    pub sq_psn: u32,
+}
+
+impl Setup {
+    /// The default set-up (see [`Setup`]).
+    pub const DEFAULT: Setup = Setup {
+        service: Service::Rc,
+        mr_len: 65536,
+        mr_access: crate::agent::access::ALL,
+        qp_access: crate::agent::access::ALL,
+        mtu: 1024,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        min_rnr_timer: 12,
+        max_rd_atomic: 16,
+        max_dest_rd_atomic: 16,
+        rq_psn: 0x10_0000,
+        sq_psn: 0x20_0000,
+    };
+}
+
+/// Which remote key a crafted request carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Key {
+    /// The region's rkey.
+    Good,
+    /// The region's rkey with its key byte changed.
+    WrongKey,
+    /// The region's rkey with its index bits changed (no such region).
+    WrongIndex,
+}
+
+/// Where a crafted request points.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Va {
+    /// This offset into the region.
+    Off(u64),
+    /// This many bytes before the region's start.
+    Before(u64),
+    /// This absolute address.
+    Abs(u64),
+}
+
+/// A RETH.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reth {
+    /// Where.
+    pub va: Va,
+    /// Which key.
+    pub key: Key,
+    /// The DMA length it announces.
+    pub dma_len: u32,
+}
+
+/// An AtomicETH.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Atomic {
+    /// Where.
+    pub va: Va,
+    /// Which key.
+    pub key: Key,
+    /// Swap value or addend.
+    pub swap_add: u64,
+    /// Compare value.
+    pub compare: u64,
+}
+
+/// A request the tester crafts. Its payload is `len` bytes of
+/// [`data`]`(salt, msg_off, len)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Req {
+    /// The opcode.
+    pub op: Opcode,
+    /// PSN relative to the QP's `rq_psn` (wraps at 2^24).
+    pub psn: i32,
+    /// Payload length.
+    pub len: u32,
+    /// Offset of this packet's payload in its message (for the data
+    /// pattern of multi-packet messages).
+    pub msg_off: u32,
+    /// Pattern salt.
+    pub salt: u8,
+    /// RETH, when the opcode has one.
+    pub reth: Option<Reth>,
+    /// AtomicETH, when the opcode has one.
+    pub atomic: Option<Atomic>,
+    /// Immediate data, when the opcode has it.
+    pub imm: Option<u32>,
+    /// The AckReq bit.
+    pub ack_req: bool,
+    /// A pad count other than the one the length needs.
+    pub pad: Option<u8>,
+    /// A destination QPN other than the target's QP.
+    pub dest_qp: Option<u32>,
+    /// A transport header version other than 0.
+    pub tver: Option<u8>,
+    /// Send it with a wrong ICRC.
+    pub bad_icrc: bool,
+}
+
+impl Req {
+    /// `op` at relative PSN `psn`, no payload, AckReq set.
+    pub const fn new(op: Opcode, psn: i32) -> Req {
+        Req {
+            op,
+            psn,
+            len: 0,
+            msg_off: 0,
+            salt: 1,
+            reth: None,
+            atomic: None,
+            imm: None,
+            ack_req: true,
+            pad: None,
+            dest_qp: None,
+            tver: None,
+            bad_icrc: false,
+        }
+    }
+    /// With `len` payload bytes.
+    pub const fn len(mut self, len: u32) -> Req {
+        self.len = len;
+        self
+    }
+    /// With pattern `salt`, payload at message offset `msg_off`.
+    pub const fn data(mut self, salt: u8, msg_off: u32) -> Req {
+        self.salt = salt;
+        self.msg_off = msg_off;
+        self
+    }
+    /// With a RETH.
+    pub const fn reth(mut self, va: Va, key: Key, dma_len: u32) -> Req {
+        self.reth = Some(Reth { va, key, dma_len });
+        self
+    }
+    /// With an AtomicETH.
+    pub const fn atomic(mut self, va: Va, key: Key, swap_add: u64, compare: u64) -> Req {
+        self.atomic = Some(Atomic { va, key, swap_add, compare });
+        self
+    }
+    /// With immediate data.
+    pub const fn imm(mut self, imm: u32) -> Req {
+        self.imm = Some(imm);
+        self
+    }
+    /// AckReq cleared.
+    pub const fn no_ack_req(mut self) -> Req {
+        self.ack_req = false;
+        self
+    }
+    /// With this pad count.
+    pub const fn pad(mut self, pad: u8) -> Req {
+        self.pad = Some(pad);
+        self
+    }
+    /// To another QPN.
+    pub const fn to_qp(mut self, qpn: u32) -> Req {
+        self.dest_qp = Some(qpn);
+        self
+    }
+    /// With this TVer.
+    pub const fn tver(mut self, tver: u8) -> Req {
+        self.tver = Some(tver);
+        self
+    }
+    /// With a wrong ICRC.
+    pub const fn bad_icrc(mut self) -> Req {
+        self.bad_icrc = true;
+        self
+    }
+}
+
+/// The data pattern: byte `i` of a message with salt `salt`.
+pub fn data(salt: u8, msg_off: u32, len: u32) -> Vec<u8> {
+    (0..len).map(|i| (msg_off.wrapping_add(i).wrapping_mul(7) as u8).wrapping_add(salt)).collect()
+}
+
+#[cfg(test)]
+#[test]
+fn background_u64_reads_the_pattern() {
+    let b = data(BACKGROUND, 64, 8);
+    assert_eq!(background_u64(64), u64::from_le_bytes(b.try_into().unwrap()));
+}
+
+/// What the region (filled with the background pattern at set-up) must
+/// hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bytes {
+    /// The background pattern: nothing was written there.
+    Untouched,
+    /// [`data`]`(salt, msg_off, len)`: what the tester's requests carried.
+    Data {
+        /// Pattern salt.
+        salt: u8,
+        /// Message offset of the first byte checked.
+        msg_off: u32,
+    },
+    /// A little-endian 64-bit value (an atomic's result).
+    U64(u64),
+}
+
+/// The background pattern's salt.
+pub const BACKGROUND: u8 = 0xA5;
+
+/// The 64-bit value (little-endian, as a CPU reads it) the background
+/// pattern puts at region offset `off`: what an atomic there finds.
+pub const fn background_u64(off: u64) -> u64 {
+    let mut v = 0u64;
+    let mut i = 0;
+    while i < 8 {
+        let b = (((off + i) as u32).wrapping_mul(7) as u8).wrapping_add(BACKGROUND);
+        v |= (b as u64) << (8 * i);
+        i += 1;
+    }
+    v
+}
+
+/// A work request the agent posts (target as requester).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Post {
+    /// `ibv_wr_opcode`.
+    pub opcode: u32,
+    /// Local region offset.
+    pub off: u64,
+    /// Length.
+    pub len: u32,
+    /// Remote address the target names (the tester has no memory: any).
+    pub remote_addr: u64,
+    /// Remote key the target names.
+    pub rkey: u32,
+    /// Immediate data.
+    pub imm: u32,
+    /// Compare / add.
+    pub compare_add: u64,
+    /// Swap.
+    pub swap: u64,
+}
+
+impl Post {
+    /// `opcode` of `len` bytes from region offset `off`.
+    pub const fn new(opcode: u32, off: u64, len: u32) -> Post {
+        Post {
+            opcode,
+            off,
+            len,
+            remote_addr: 0x7000_0000,
+            rkey: 0x1234,
+            imm: 0,
+            compare_add: 0,
+            swap: 0,
+        }
+    }
+    /// With compare/add and swap values.
+    pub const fn atomic(mut self, compare_add: u64, swap: u64) -> Post {
+        self.compare_add = compare_add;
+        self.swap = swap;
+        self
+    }
+}
+
+/// How the tester answers the target's request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resp {
+    /// A positive ACK at this relative PSN.
+    Ack(i32),
+    /// A NAK.
+    Nak(i32, NakCode),
+    /// An RNR NAK with this timer code.
+    RnrNak(i32, u8),
+    /// READ response packets from relative PSN `psn` carrying
+    /// `data(salt, 0, len)` (MTU-sized), the first `skip` of them left
+    /// out (lost), `only` the first `only` sent when set.
+    Read {
+        /// First PSN.
+        psn: i32,
+        /// Bytes in all.
+        len: u32,
+        /// Pattern salt.
+        salt: u8,
+        /// Packets not sent at the start.
+        skip: u32,
+        /// Send at most this many.
+        only: Option<u32>,
+    },
+    /// An atomic ACK returning `orig`.
+    AtomicAck(i32, u64),
+}
+
+/// One step of a case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// The agent posts a receive of `len` bytes at region offset `off`.
+    PostRecv {
+        /// Offset.
+        off: u64,
+        /// Length.
+        len: u32,
+    },
+    /// The tester sends a request.
+    Send(Req),
+    /// The target acknowledges up to this relative PSN (earlier ACKs,
+    /// which a device that does not coalesce sends, are skipped).
+    Ack(i32),
+    /// The target answers with this NAK at this PSN.
+    Nak(i32, NakCode),
+    /// The target answers with an RNR NAK at this PSN carrying the QP's
+    /// RNR timer.
+    RnrNak(i32),
+    /// The target answers with READ responses from this PSN carrying the
+    /// region's bytes `[off, off + len)`.
+    ReadResp {
+        /// First PSN.
+        psn: i32,
+        /// Region offset.
+        off: u64,
+        /// Bytes.
+        len: u32,
+    },
+    /// The target answers with an atomic ACK returning `orig`.
+    AtomicAck(i32, u64),
+    /// Nothing from the target for this many milliseconds.
+    Quiet(u32),
+    /// The agent's next completion has this status (`ibv_wc_status`).
+    Completion(u32),
+    /// The agent's next completion has this status and byte count.
+    CompletionLen(u32, u32),
+    /// The agent has no completion.
+    NoCompletion,
+    /// The QP is in this state (within a second).
+    State(QpStateName),
+    /// The region's bytes `[off, off + len)`.
+    Mem {
+        /// Offset.
+        off: u64,
+        /// Length.
+        len: u32,
+        /// What they must be.
+        want: Bytes,
+    },
+    /// The agent posts a send work request.
+    Post(Post),
+    /// The target sends a request with this opcode at this relative PSN.
+    Request(Opcode, i32),
+    /// The target sends a request with this opcode at this relative PSN
+    /// again, at least `min_ms` and at most `max_ms` after the last one.
+    Retransmit {
+        /// Opcode.
+        op: Opcode,
+        /// Relative PSN.
+        psn: i32,
+        /// Earliest (ms after the previous packet).
+        min_ms: u32,
+        /// Latest.
+        max_ms: u32,
+    },
+    /// The tester answers.
+    Respond(Resp),
+    /// Wait.
+    Sleep(u32),
+}
+
+/// One conformance case.
+#[derive(Clone, Copy, Debug)]
+pub struct Case {
+    /// Stable id, `area.what`.
+    pub id: &'static str,
+    /// The IBA rule: section and compliance statement.
+    pub iba: &'static str,
+    /// What the rule says, in one line.
+    pub rule: &'static str,
+    /// The target's role.
+    pub direction: Direction,
+    /// What the agent sets up.
+    pub setup: Setup,
+    /// The script.
+    pub steps: &'static [Step],
+}

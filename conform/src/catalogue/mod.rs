@@ -1,0 +1,45 @@
+//! The case catalogue, one file per IBA area. Every case cites the rule it
+//! checks: the section of IBA Vol 1 (release 1.4 numbering, with the 1.5
+//! annex for FLUSH and ATOMIC WRITE) and, where there is one, the
+//! compliance statement (`C9-40`).
+
+mod access;
+mod headers;
+mod opcode;
+mod psn;
+mod requester;
+mod rnr;
+
+use crate::case::Case;
+
+/// Every case, responder cases first.
+pub fn all() -> Vec<&'static Case> {
+    [psn::CASES, opcode::CASES, access::CASES, rnr::CASES, headers::CASES, requester::CASES]
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn ids_are_unique_and_every_case_cites_iba() {
+        let cases = all();
+        let ids: BTreeSet<_> = cases.iter().map(|c| c.id).collect();
+        assert_eq!(ids.len(), cases.len(), "duplicate case ids");
+        for c in &cases {
+            assert!(
+                c.iba.contains('§') || c.iba.contains("C9-") || c.iba.contains("C10-"),
+                "{}: no IBA rule",
+                c.id
+            );
+            assert!(!c.rule.is_empty() && !c.steps.is_empty(), "{}", c.id);
+            let area = c.id.split('.').next().unwrap();
+            assert!(matches!(area, "resp" | "req"), "{}: id must start with resp. or req.", c.id);
+            assert_eq!(area == "req", c.direction == crate::case::Direction::Requester, "{}", c.id);
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! The agent for a roce-emu device opened in the tester's own process: a
+//! real UDP device (the same engine, driver thread and socket as any
+//! program on the drop-in), driven through the Rust verbs API.
+
+use crate::agent::{
+    access, Agent, AgentError, Completion, QpInfo, QpSetup, QpStateName, SendReq, Service,
+};
+use roce_host::DeviceConfig;
+use roce_verbs_api::{
+    AccessFlags, ConnectOptions, Context, Cq, Mr, PathMtu, Qp, QpEndpoint, QpState, QpType, RKey,
+    RecvWr, SendWr, WrOpcode,
+};
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+/// What one case's set-up created.
+struct Objects {
+    // dropped in this order: the QP before its CQ and region
+    qp: Qp,
+    cq: Cq,
+    mr: Mr,
+}
+
+/// A roce-emu UDP device in this process, the target of `roce conform`
+/// without `--target`.
+pub struct LocalAgent {
+    ctx: Context,
+    objs: Option<Objects>,
+}
+
+impl LocalAgent {
+    /// Open a UDP device named `name` on `addr` (port 4791).
+    pub fn open(name: &str, addr: IpAddr) -> Result<LocalAgent, AgentError> {
+        let dev = DeviceConfig::udp(name, addr)
+            .open()
+            .map_err(|e| AgentError::Link(format!("open {name} on {addr}: {e}")))?;
+        Ok(LocalAgent { ctx: dev.open(), objs: None })
+    }
+
+    fn objs(&self) -> Result<&Objects, AgentError> {
+        self.objs.as_ref().ok_or_else(|| AgentError::Link("no QP: setup first".into()))
+    }
+}
+
+fn verb<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> AgentError {
+    move |e| AgentError::Verb(format!("{what}: {e}"))
+}
+
+fn wr_opcode(op: u32) -> Result<WrOpcode, AgentError> {
+    use crate::agent::wr;
+    Ok(match op {
+        wr::RDMA_WRITE => WrOpcode::RdmaWrite,
+        wr::RDMA_WRITE_WITH_IMM => WrOpcode::RdmaWriteWithImm,
+        wr::SEND => WrOpcode::Send,
+        wr::SEND_WITH_IMM => WrOpcode::SendWithImm,
+        wr::RDMA_READ => WrOpcode::RdmaRead,
+        wr::ATOMIC_CMP_AND_SWP => WrOpcode::AtomicCmpAndSwp,
+        wr::ATOMIC_FETCH_AND_ADD => WrOpcode::AtomicFetchAndAdd,
+        o => return Err(AgentError::Unsupported(format!("work request opcode {o}"))),
+    })
+}
+
+impl Agent for LocalAgent {
+    fn describe(&self) -> String {
+        format!(
+            "roce-emu {} ({} device {})",
+            env!("CARGO_PKG_VERSION"),
+            self.ctx.driver_name(),
+            self.ctx.name()
+        )
+    }
+
+    fn addr(&self) -> IpAddr {
+        self.ctx.addr()
+    }
+
+    fn setup(&mut self, s: &QpSetup) -> Result<QpInfo, AgentError> {
+        self.objs = None;
+        let pd = self.ctx.alloc_pd().map_err(verb("ibv_alloc_pd"))?;
+        let cq = self.ctx.create_cq(256).map_err(verb("ibv_create_cq"))?;
+        let mr =
+            pd.reg_mr(s.mr_len as usize, AccessFlags(s.mr_access)).map_err(verb("ibv_reg_mr"))?;
+        let ty = match s.service {
+            Service::Rc => QpType::Rc,
+            Service::Uc => QpType::Uc,
+        };
+        let qp = pd.qp_builder(&cq, &cq).qp_type(ty).build().map_err(verb("ibv_create_qp"))?;
+        let mtu = PathMtu::from_bytes(s.mtu as usize)
+            .ok_or_else(|| AgentError::Unsupported(format!("path MTU {}", s.mtu)))?;
+        let opts = ConnectOptions {
+            access: AccessFlags(s.qp_access & access::ALL),
+            mtu,
+            timeout: s.timeout,
+            retry_cnt: s.retry_cnt,
+            rnr_retry: s.rnr_retry,
+            min_rnr_timer: s.min_rnr_timer,
+            max_rd_atomic: s.max_rd_atomic,
+            max_dest_rd_atomic: s.max_dest_rd_atomic,
+        };
+        let local = qp.endpoint(s.sq_psn);
+        let remote = QpEndpoint { addr: s.peer, qpn: s.peer_qpn, psn: s.rq_psn };
+        match s.service {
+            Service::Rc => qp.connect(&local, &remote, &opts),
+            Service::Uc => qp.connect_uc(&local, &remote, &opts),
+        }
+        .map_err(verb("ibv_modify_qp"))?;
+        let info = QpInfo { qpn: qp.qpn().value(), mr_addr: mr.addr(), rkey: mr.rkey().value() };
+        self.objs = Some(Objects { qp, cq, mr });
+        Ok(info)
+    }
+
+    fn post_recv(&mut self, wr_id: u64, offset: u64, len: u32) -> Result<(), AgentError> {
+        let o = self.objs()?;
+        let wr = RecvWr::new(wr_id, o.mr.addr() + offset, len, o.mr.lkey());
+        o.qp.post_recv(wr).map_err(verb("ibv_post_recv"))
+    }
+
+    fn post_send(&mut self, r: &SendReq) -> Result<(), AgentError> {
+        let o = self.objs()?;
+        let mut wr = SendWr::new(r.wr_id, wr_opcode(r.opcode)?);
+        if r.len > 0 {
+            wr = wr.sge(o.mr.addr() + r.offset, r.len, o.mr.lkey());
+        }
+        wr = wr.remote(r.remote_addr, RKey::new(r.rkey)).with_imm(r.imm);
+        wr.compare_add = r.compare_add;
+        wr.swap = r.swap;
+        o.qp.post_send(wr).map_err(verb("ibv_post_send"))
+    }
+
+    fn poll(&mut self, want: usize, wait: Duration) -> Result<Vec<Completion>, AgentError> {
+        let o = self.objs()?;
+        let end = Instant::now() + wait;
+        loop {
+            let got = o.cq.poll(want).map_err(verb("ibv_poll_cq"))?;
+            if !got.is_empty() || Instant::now() >= end {
+                return Ok(got
+                    .iter()
+                    .map(|w| Completion {
+                        wr_id: w.wr_id,
+                        status: w.status as u32,
+                        opcode: w.opcode as u32,
+                        byte_len: w.byte_len,
+                        imm: w.imm,
+                    })
+                    .collect());
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    fn qp_state(&mut self) -> Result<QpStateName, AgentError> {
+        Ok(match self.objs()?.qp.state() {
+            QpState::Reset => QpStateName::Reset,
+            QpState::Init => QpStateName::Init,
+            QpState::Rtr => QpStateName::Rtr,
+            QpState::Rts => QpStateName::Rts,
+            QpState::Sqd => QpStateName::Sqd,
+            QpState::Sqe => QpStateName::Sqe,
+            QpState::Err => QpStateName::Err,
+        })
+    }
+
+    fn read(&mut self, offset: u64, len: u32) -> Result<Vec<u8>, AgentError> {
+        let mut b = vec![0u8; len as usize];
+        self.objs()?.mr.read(offset, &mut b).map_err(verb("read region"))?;
+        Ok(b)
+    }
+
+    fn write(&mut self, offset: u64, data: &[u8]) -> Result<(), AgentError> {
+        self.objs()?.mr.write(offset, data).map_err(verb("write region"))
+    }
+
+    fn teardown(&mut self) -> Result<(), AgentError> {
+        self.objs = None;
+        Ok(())
+    }
+}

@@ -1,0 +1,195 @@
+//! The tester's wire: a UDP socket on port 4791 of the tester's own
+//! address, from which it sends the packets a case crafts (headers from
+//! the packet crate, ICRC computed for the IP header Linux will put in
+//! front: DF set, identification 0 for an unconnected socket with
+//! `IP_PMTUDISC_DO`) and on which it receives what the target answers.
+//! Every frame both ways is kept for the case's pcap.
+
+use roce_packet::frame::{ethernet_frame, fill_icrc, verify_icrc, LinkType};
+use roce_packet::{IpMeta, RocePacket, RoceRepr, UdpEndpoints, ROCE_V2_PORT};
+use roce_pcap::PcapWriter;
+use std::io;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+/// One packet the target sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Received {
+    /// The headers.
+    pub repr: RoceRepr,
+    /// The payload (pad excluded).
+    pub payload: Vec<u8>,
+    /// When it arrived, from the start of the case.
+    pub at: Duration,
+    /// The UDP source port it came from.
+    pub src_port: u16,
+}
+
+/// The tester's socket and the case's capture.
+pub struct Wire {
+    sock: UdpSocket,
+    me: IpAddr,
+    target: IpAddr,
+    start: Instant,
+    frames: Vec<(Duration, Vec<u8>)>,
+    /// Datagrams that were not RoCE packets (dropped, counted).
+    pub malformed: u32,
+}
+
+/// A short description of a packet for verdicts: `ACK psn=0x100`,
+/// `NAK(RemoteAccessError) psn=0x100`, `RC_RDMA_READ_RESPONSE_ONLY psn=...`.
+pub fn describe(r: &RoceRepr) -> String {
+    let mut s = match r.aeth.map(|a| a.syndrome) {
+        Some(roce_packet::Syndrome::Nak(c)) => format!("NAK({c:?})"),
+        Some(roce_packet::Syndrome::RnrNak(t)) => format!("RNR-NAK(timer {})", t.code()),
+        Some(roce_packet::Syndrome::Ack { .. })
+            if r.atomic_ack_eth.is_none() && r.payload_len == 0 && !is_read_response(r) =>
+        {
+            "ACK".to_string()
+        }
+        _ => format!("{:?}", r.bth.opcode),
+    };
+    s.push_str(&format!(" psn={:#x}", r.bth.psn.value()));
+    if r.payload_len > 0 {
+        s.push_str(&format!(" len={}", r.payload_len));
+    }
+    s
+}
+
+fn is_read_response(r: &RoceRepr) -> bool {
+    (0x0D..=0x10).contains(&r.bth.opcode.0)
+}
+
+impl Wire {
+    /// Bind `me`:4791 to talk to `target`.
+    pub fn bind(me: IpAddr, target: IpAddr) -> io::Result<Wire> {
+        let sock = UdpSocket::bind(SocketAddr::new(me, ROCE_V2_PORT))?;
+        roce_transport::udp::set_pmtudisc_do(sock.as_fd(), me.is_ipv6())?;
+        Ok(Wire { sock, me, target, start: Instant::now(), frames: Vec::new(), malformed: 0 })
+    }
+
+    /// Time since the case started.
+    pub fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    /// The tester's address.
+    pub fn addr(&self) -> IpAddr {
+        self.me
+    }
+
+    /// Forget what earlier cases left: the capture, the clock and any
+    /// packets still queued on the socket.
+    pub fn reset(&mut self) {
+        let mut buf = [0u8; 65536];
+        let _ = self.sock.set_nonblocking(true);
+        while self.sock.recv_from(&mut buf).is_ok() {}
+        let _ = self.sock.set_nonblocking(false);
+        self.frames.clear();
+        self.malformed = 0;
+        self.start = Instant::now();
+    }
+
+    fn endpoints(&self, out: bool, src_port: u16) -> UdpEndpoints {
+        if out {
+            UdpEndpoints {
+                src: self.me,
+                dst: self.target,
+                src_port: ROCE_V2_PORT,
+                dst_port: ROCE_V2_PORT,
+            }
+        } else {
+            UdpEndpoints { src: self.target, dst: self.me, src_port, dst_port: ROCE_V2_PORT }
+        }
+    }
+
+    /// Send `r` with `payload` (taken as they are: a case may lie in any
+    /// field), ICRC filled in; `corrupt_icrc` flips its bits afterwards.
+    pub fn send(&mut self, r: &RoceRepr, payload: &[u8], corrupt_icrc: bool) -> io::Result<()> {
+        let mut b = r
+            .to_vec(payload)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        let ep = self.endpoints(true, ROCE_V2_PORT);
+        fill_icrc(&ep, &IpMeta::default(), &mut b)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        if corrupt_icrc {
+            let n = b.len();
+            for x in &mut b[n - 4..] {
+                *x ^= 0xFF;
+            }
+        }
+        self.sock.send_to(&b, SocketAddr::new(self.target, ROCE_V2_PORT))?;
+        self.record(&ep, &b);
+        Ok(())
+    }
+
+    fn record(&mut self, ep: &UdpEndpoints, udp_payload: &[u8]) {
+        let mac = |ip: IpAddr| roce_transport::pcap::mac_of(ip);
+        if let Ok(f) = ethernet_frame(mac(ep.src), mac(ep.dst), ep, &IpMeta::default(), udp_payload)
+        {
+            self.frames.push((self.start.elapsed(), f));
+        }
+    }
+
+    /// The next RoCE packet from the target, waiting at most `timeout`.
+    /// Datagrams from elsewhere are ignored; ones that do not parse are
+    /// counted in [`Wire::malformed`] and skipped.
+    pub fn recv(&mut self, timeout: Duration) -> io::Result<Option<Received>> {
+        let end = Instant::now() + timeout;
+        let mut buf = vec![0u8; 65536];
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            self.sock.set_read_timeout(Some(left))?;
+            let (n, from) = match self.sock.recv_from(&mut buf) {
+                Ok(x) => x,
+                Err(e)
+                    if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) =>
+                {
+                    return Ok(None)
+                }
+                Err(e) => return Err(e),
+            };
+            if from.ip() != self.target {
+                continue;
+            }
+            let b = &buf[..n];
+            let ep = self.endpoints(false, from.port());
+            self.record(&ep, b);
+            match RocePacket::new_checked(b) {
+                Ok(p) => {
+                    let repr = RoceRepr::parse(&p);
+                    let payload = p.payload().to_vec();
+                    return Ok(Some(Received {
+                        repr,
+                        payload,
+                        at: self.start.elapsed(),
+                        src_port: from.port(),
+                    }));
+                }
+                Err(_) => self.malformed += 1,
+            }
+        }
+    }
+
+    /// Whether `udp_payload` from the target carries the ICRC of an IPv4
+    /// header with identification 0 (what a UDP socket of the target
+    /// sends); only a hint, other devices choose other identifications.
+    pub fn icrc_hint(&self, src_port: u16, udp_payload: &[u8]) -> bool {
+        verify_icrc(&self.endpoints(false, src_port), &IpMeta::default(), udp_payload)
+    }
+
+    /// The case's capture as a pcap file (Ethernet frames).
+    pub fn pcap(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        if let Ok(mut w) = PcapWriter::new(&mut out, LinkType::Ethernet) {
+            for (ts, f) in &self.frames {
+                let _ = w.write_frame(*ts, f);
+            }
+        }
+        out
+    }
+}
