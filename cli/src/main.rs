@@ -7,6 +7,7 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+mod conform;
 mod counters_fmt;
 mod decode;
 mod demo;
@@ -52,6 +53,9 @@ enum Command {
     /// Run a program (and all it starts) on the roce-emu devices, found as kernel devices are.
     #[command(long_about = run::RUN_LONG, after_help = run::RUN_AFTER)]
     Run(run::RunArgs),
+    /// Test a RoCE device against IBA's rules packet by packet (roce-emu, kernel rxe, a NIC).
+    #[command(long_about = conform::CONFORM_LONG, after_help = conform::CONFORM_AFTER)]
+    Conform(conform::ConformArgs),
 }
 
 fn main() -> ExitCode {
@@ -75,5 +79,6 @@ fn main() -> ExitCode {
         Command::Stats(args) => devices::stats::run(&args),
         Command::Perf(args) => perf::run(&args),
         Command::Run(args) => run::run(&args),
+        Command::Conform(args) => conform::run(&args),
     }
 }

@@ -14,6 +14,7 @@ pub mod agent;
 pub mod case;
 pub mod catalogue;
 pub mod local;
+pub mod remote;
 pub mod report;
 pub mod run;
 pub mod wire;

@@ -72,3 +72,40 @@ pub fn json(target: &str, out: &[Outcome]) -> serde_json::Value {
         })).collect::<Vec<_>>(),
     })
 }
+
+/// The verdicts as a Markdown table (docs/conformance.md's tables are
+/// written by this).
+pub fn markdown(target: &str, out: &[Outcome]) -> String {
+    let mut s = String::new();
+    let t = tally(out);
+    let _ = writeln!(
+        s,
+        "Target: {target}. {} cases: {} pass, {} fail, {} n/a.\n",
+        out.len(),
+        t.pass,
+        t.fail,
+        t.na
+    );
+    let _ = writeln!(s, "| case | direction | IBA | result | why |");
+    let _ = writeln!(s, "|---|---|---|---|---|");
+    for o in out {
+        let why = o.verdict.why().replace('|', "\\|");
+        let _ = writeln!(
+            s,
+            "| `{}` | {} | {} | {} | {} |",
+            o.case.id,
+            o.case.direction.name(),
+            o.case.iba,
+            o.verdict.word(),
+            why
+        );
+    }
+    for o in out.iter().filter(|o| o.verdict.word() == "fail") {
+        let _ = writeln!(s, "\n`{}` ({}): {}\n\n```", o.case.id, o.case.iba, o.case.rule);
+        for p in &o.packets {
+            let _ = writeln!(s, "{p}");
+        }
+        let _ = writeln!(s, "```");
+    }
+    s
+}

@@ -7,7 +7,7 @@ use roce_conform::agent::{wc, QpStateName};
 use roce_conform::case::{Bytes, Case, Direction, Key, Req, Setup, Step::*, Va};
 use roce_conform::catalogue;
 use roce_conform::local::LocalAgent;
-use roce_conform::report::{table, tally};
+use roce_conform::report::{markdown, table, tally};
 use roce_conform::run::Runner;
 use roce_conform::wire::Wire;
 use roce_packet::{NakCode, Opcode as O};
@@ -107,4 +107,18 @@ fn roce_emu_passes_the_catalogue() {
         let frames = roce_pcap::read_capture(&o.pcap).expect("a pcap");
         assert_eq!(frames.len(), o.packets.len(), "{}: pcap frames vs packets", o.case.id);
     }
+    // docs/conformance/roce-emu.md is this run's table (all but its first
+    // line, which names the device); ROCE_CONFORM_UPDATE_DOCS=1 rewrites it
+    let md = markdown("roce-emu 0.1.0 (udp device conform0)", &out);
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/conformance/roce-emu.md");
+    if std::env::var_os("ROCE_CONFORM_UPDATE_DOCS").is_some() {
+        std::fs::write(path, &md).unwrap();
+    }
+    let docs = std::fs::read_to_string(path).expect("docs/conformance/roce-emu.md");
+    let body = |s: &str| s.lines().skip(1).map(str::to_owned).collect::<Vec<_>>();
+    assert_eq!(
+        body(&docs),
+        body(&md),
+        "docs/conformance/roce-emu.md is stale: ROCE_CONFORM_UPDATE_DOCS=1 cargo test -p roce-conform --test emu"
+    );
 }

@@ -105,12 +105,13 @@ pub const CASES: &[Case] = &[
         iba: "C9-22",
         rule: "a packet carrying more than the path MTU is an invalid request",
         direction: Responder,
-        setup: Setup::DEFAULT,
+        // path MTU 512, 1000 bytes: over the path MTU, within any link's
+        setup: Setup { mtu: 512, ..Setup::DEFAULT },
         steps: &[
             PostRecv { off: 0, len: 4096 },
-            Send(Req::new(O::RC_SEND_ONLY, 0).len(2048)),
+            Send(Req::new(O::RC_SEND_ONLY, 0).len(1000)),
             Nak(0, InvalidRequest),
-            Mem { off: 0, len: 2048, want: Bytes::Untouched },
+            Mem { off: 0, len: 1000, want: Bytes::Untouched },
         ],
     },
     Case {
