@@ -124,8 +124,10 @@ class Agent:
     def post_send(self, r):
         mr = self.o('mr')
         op = r['opcode']
-        sg = [SGE(mr.buf + r['offset'], r['len'], mr.lkey)] if r['len'] else []
-        wr = SendWR(wr_id=r['wr_id'], opcode=op, num_sge=len(sg), sg=sg, send_flags=e.IBV_SEND_SIGNALED)
+        # one SGE even for a zero-length request (pyverbs wants at least one)
+        sg = [SGE(mr.buf + r['offset'], r['len'], mr.lkey)]
+        flags = e.IBV_SEND_SIGNALED | (e.IBV_SEND_FENCE if r.get('fence') else 0)
+        wr = SendWR(wr_id=r['wr_id'], opcode=op, num_sge=len(sg), sg=sg, send_flags=flags)
         if op in (e.IBV_WR_RDMA_WRITE, e.IBV_WR_RDMA_WRITE_WITH_IMM, e.IBV_WR_RDMA_READ):
             wr.set_wr_rdma(r['rkey'], r['remote_addr'])
         elif op in (e.IBV_WR_ATOMIC_CMP_AND_SWP, e.IBV_WR_ATOMIC_FETCH_AND_ADD):

@@ -103,6 +103,8 @@ pub struct SendReq {
     pub compare_add: u64,
     /// Swap value (compare and swap).
     pub swap: u64,
+    /// IBV_SEND_FENCE (the request is signaled in any case).
+    pub fence: bool,
 }
 
 /// `enum ibv_wr_opcode` values.

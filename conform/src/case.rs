@@ -154,6 +154,10 @@ pub struct Req {
     pub dest_qp: Option<u32>,
     /// A transport header version other than 0.
     pub tver: Option<u8>,
+    /// A P_Key other than the default 0xFFFF.
+    pub pkey: Option<u16>,
+    /// The FECN and BECN bits set.
+    pub ecn: bool,
     /// Send it with a wrong ICRC.
     pub bad_icrc: bool,
 }
@@ -174,6 +178,8 @@ impl Req {
             pad: None,
             dest_qp: None,
             tver: None,
+            pkey: None,
+            ecn: false,
             bad_icrc: false,
         }
     }
@@ -221,6 +227,16 @@ impl Req {
     /// With this TVer.
     pub const fn tver(mut self, tver: u8) -> Req {
         self.tver = Some(tver);
+        self
+    }
+    /// With this P_Key.
+    pub const fn pkey(mut self, pkey: u16) -> Req {
+        self.pkey = Some(pkey);
+        self
+    }
+    /// With FECN and BECN set.
+    pub const fn ecn(mut self) -> Req {
+        self.ecn = true;
         self
     }
     /// With a wrong ICRC.
@@ -294,6 +310,8 @@ pub struct Post {
     pub compare_add: u64,
     /// Swap.
     pub swap: u64,
+    /// IBV_SEND_FENCE.
+    pub fence: bool,
 }
 
 impl Post {
@@ -308,7 +326,18 @@ impl Post {
             imm: 0,
             compare_add: 0,
             swap: 0,
+            fence: false,
         }
+    }
+    /// With immediate data.
+    pub const fn imm(mut self, imm: u32) -> Post {
+        self.imm = imm;
+        self
+    }
+    /// Fenced: waits for every earlier READ and atomic.
+    pub const fn fence(mut self) -> Post {
+        self.fence = true;
+        self
     }
     /// With compare/add and swap values.
     pub const fn atomic(mut self, compare_add: u64, swap: u64) -> Post {
@@ -328,8 +357,8 @@ pub enum Resp {
     /// An RNR NAK with this timer code.
     RnrNak(i32, u8),
     /// READ response packets from relative PSN `psn` carrying
-    /// `data(salt, 0, len)` (MTU-sized), the first `skip` of them left
-    /// out (lost), `only` the first `only` sent when set.
+    /// `data(salt, msg_off, len)` (MTU-sized), the first `skip` of them
+    /// left out (lost), `only` the first `only` sent when set.
     Read {
         /// First PSN.
         psn: i32,
@@ -337,6 +366,9 @@ pub enum Resp {
         len: u32,
         /// Pattern salt.
         salt: u8,
+        /// Message offset of the first byte (a READ re-issued for its
+        /// remainder).
+        msg_off: u32,
         /// Packets not sent at the start.
         skip: u32,
         /// Send at most this many.

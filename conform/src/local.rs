@@ -8,7 +8,7 @@ use crate::agent::{
 use roce_host::DeviceConfig;
 use roce_verbs_api::{
     AccessFlags, ConnectOptions, Context, Cq, Mr, PathMtu, Qp, QpEndpoint, QpState, QpType, RKey,
-    RecvWr, SendWr, WrOpcode,
+    RecvWr, SendFlags, SendWr, WrOpcode,
 };
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -122,6 +122,9 @@ impl Agent for LocalAgent {
             wr = wr.sge(o.mr.addr() + r.offset, r.len, o.mr.lkey());
         }
         wr = wr.remote(r.remote_addr, RKey::new(r.rkey)).with_imm(r.imm);
+        if r.fence {
+            wr = wr.with_flags(SendFlags::SIGNALED | SendFlags::FENCE);
+        }
         wr.compare_add = r.compare_add;
         wr.swap = r.swap;
         o.qp.post_send(wr).map_err(verb("ibv_post_send"))

@@ -124,7 +124,7 @@ impl Agent for RemoteAgent {
         self.call(json!({
             "op": "post_send", "wr_id": w.wr_id, "opcode": w.opcode, "offset": w.offset, "len": w.len,
             "remote_addr": w.remote_addr, "rkey": w.rkey, "imm": w.imm,
-            "compare_add": w.compare_add, "swap": w.swap,
+            "compare_add": w.compare_add, "swap": w.swap, "fence": w.fence,
         }))
         .map(drop)
     }

@@ -463,6 +463,11 @@ impl Exec<'_> {
         h.bth.ack_req = r.ack_req;
         h.bth.pad_count = r.pad.unwrap_or(pad_for(payload.len()));
         h.bth.tver = r.tver.unwrap_or(0);
+        if let Some(k) = r.pkey {
+            h.bth.pkey = roce_packet::PKey::new(k);
+        }
+        h.bth.fecn = r.ecn;
+        h.bth.becn = r.ecn;
         h.reth = r.reth.map(|x| RethRepr {
             va: self.va(x.va),
             rkey: self.key(x.key),
@@ -538,6 +543,7 @@ impl Exec<'_> {
             imm: p.imm,
             compare_add: p.compare_add,
             swap: p.swap,
+            fence: p.fence,
         };
         Ok(self.agent.post_send(&wr)?)
     }
@@ -582,7 +588,7 @@ impl Exec<'_> {
                 h.atomic_ack_eth = Some(AtomicAckEthRepr { orig_rem_data: orig });
                 self.emit(&h, &[], false)
             }
-            Resp::Read { psn, len, salt, skip, only } => {
+            Resp::Read { psn, len, salt, msg_off, skip, only } => {
                 let mtu = self.s().mtu;
                 let n = len.div_ceil(mtu).max(1);
                 let end = only.map_or(n, |o| (skip + o).min(n));
@@ -601,7 +607,7 @@ impl Exec<'_> {
                         psn + k as i32,
                         aeth.then_some(Syndrome::Ack { credit: 31 }),
                     );
-                    let chunk = data(salt, k * mtu, (len - k * mtu).min(mtu));
+                    let chunk = data(salt, msg_off + k * mtu, (len - k * mtu).min(mtu));
                     h.payload_len = chunk.len();
                     h.bth.pad_count = pad_for(chunk.len());
                     self.emit(&h, &chunk, false)?;

@@ -69,4 +69,102 @@ pub const CASES: &[Case] = &[
             CompletionLen(wc::SUCCESS, 64),
         ],
     },
+    Case {
+        id: "resp.header.pkey-mismatch-dropped",
+        iba: "§9.6 §10.9",
+        rule: "a packet whose P_Key does not match the QP's partition is dropped silently",
+        direction: Responder,
+        setup: Setup::DEFAULT,
+        steps: &[
+            PostRecv { off: 0, len: 256 },
+            Send(SEND.pkey(0x1234)),
+            Quiet(150),
+            NoCompletion,
+            State(Rts),
+        ],
+    },
+    Case {
+        id: "resp.header.limited-pkey-accepted",
+        iba: "§10.9",
+        rule: "the limited-member form of the default P_Key (0x7FFF) matches the full-member default partition",
+        direction: Responder,
+        setup: Setup::DEFAULT,
+        steps: &[PostRecv { off: 0, len: 256 }, Send(SEND.pkey(0x7FFF)), Ack(0), CompletionLen(wc::SUCCESS, 64)],
+    },
+    Case {
+        id: "resp.header.ecn-bits-ignored",
+        iba: "§9.2",
+        rule: "FECN and BECN set in the BTH do not change how a request is executed",
+        direction: Responder,
+        setup: Setup::DEFAULT,
+        steps: &[PostRecv { off: 0, len: 256 }, Send(SEND.ecn()), Ack(0), CompletionLen(wc::SUCCESS, 64)],
+    },
+    Case {
+        id: "resp.header.uc-opcode-to-rc-dropped",
+        iba: "§9.6",
+        rule: "a UC opcode addressed to an RC QP fails the transport check and is dropped silently",
+        direction: Responder,
+        setup: Setup::DEFAULT,
+        steps: &[
+            PostRecv { off: 0, len: 256 },
+            Send(Req::new(O::UC_SEND_ONLY, 0).len(64)),
+            Quiet(150),
+            NoCompletion,
+            State(Rts),
+        ],
+    },
+    Case {
+        id: "resp.header.rc-opcode-to-uc-dropped",
+        iba: "§9.6",
+        rule: "an RC opcode addressed to a UC QP fails the transport check and is dropped silently",
+        direction: Responder,
+        setup: Setup { service: crate::agent::Service::Uc, ..Setup::DEFAULT },
+        steps: &[
+            PostRecv { off: 0, len: 256 },
+            Send(SEND),
+            Quiet(150),
+            NoCompletion,
+            State(Rts),
+        ],
+    },
+    Case {
+        id: "resp.state.err-drops-requests",
+        iba: "§10.3.1 C10-31",
+        rule: "once an access error has put the QP in ERR, a valid request is not executed or acknowledged",
+        direction: Responder,
+        setup: Setup::DEFAULT,
+        steps: &[
+            Send(
+                Req::new(O::RC_RDMA_WRITE_ONLY, 0)
+                    .len(8)
+                    .reth(crate::case::Va::Off(0), crate::case::Key::WrongKey, 8),
+            ),
+            Nak(0, roce_packet::NakCode::RemoteAccessError),
+            State(crate::agent::QpStateName::Err),
+            Send(
+                Req::new(O::RC_RDMA_WRITE_ONLY, 0)
+                    .len(8)
+                    .reth(crate::case::Va::Off(0), crate::case::Key::Good, 8),
+            ),
+            Quiet(150),
+            Mem { off: 0, len: 8, want: crate::case::Bytes::Untouched },
+        ],
+    },
+    Case {
+        id: "resp.state.err-flushes-receives",
+        iba: "§10.3.1 C10-31",
+        rule: "when the QP enters ERR its posted receives complete with WR_FLUSH_ERR",
+        direction: Responder,
+        setup: Setup::DEFAULT,
+        steps: &[
+            PostRecv { off: 0, len: 256 },
+            Send(
+                Req::new(O::RC_RDMA_WRITE_ONLY, 0)
+                    .len(8)
+                    .reth(crate::case::Va::Off(0), crate::case::Key::WrongKey, 8),
+            ),
+            Nak(0, roce_packet::NakCode::RemoteAccessError),
+            Completion(wc::WR_FLUSH_ERR),
+        ],
+    },
 ];

@@ -9,15 +9,24 @@ mod opcode;
 mod psn;
 mod requester;
 mod rnr;
+mod uc;
 
 use crate::case::Case;
 
 /// Every case, responder cases first.
 pub fn all() -> Vec<&'static Case> {
-    [psn::CASES, opcode::CASES, access::CASES, rnr::CASES, headers::CASES, requester::CASES]
-        .into_iter()
-        .flatten()
-        .collect()
+    [
+        psn::CASES,
+        opcode::CASES,
+        access::CASES,
+        rnr::CASES,
+        uc::CASES,
+        headers::CASES,
+        requester::CASES,
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 #[cfg(test)]
