@@ -29,6 +29,7 @@ PCAPS=/var/tmp/roce-conform/$SUITE
 [ -x "$LAB/lab.sh" ] || { echo "conform-rxe: no lab at $LAB (set CONFORM_LAB)" >&2; exit 2; }
 
 (cd "$ROOT" && cargo build --release -q -p roce-cli)
+"$LAB/lab.sh" setup   # idempotent: builds the guest image of this suite only when missing
 booted=0
 status=$("$LAB/lab.sh" status 2>/dev/null || true)
 if ! grep -q '^vm a: running' <<<"$status"; then

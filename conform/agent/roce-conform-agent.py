@@ -17,6 +17,7 @@ One tester at a time; the agent serves until killed.
 """
 import argparse
 import json
+import os
 import socket
 import sys
 import time
@@ -64,7 +65,7 @@ class Agent:
 
     def hello(self, r):
         a = self.ctx.query_device()
-        return {'describe': '%s (fw %s, pyverbs agent)' % (self.dev, a.fw_version),
+        return {'describe': '%s on Linux %s (fw %s, pyverbs agent)' % (self.dev, os.uname().release, a.fw_version),
                 'addr': self.addr}
 
     def teardown(self, r=None):
