@@ -967,7 +967,8 @@ impl Qp {
         }
     }
 
-    /// A UD SEND (IBA §9.8.3): Q_Key check (C9-.. / §10.2.4), then the
+    /// A UD SEND (IBA §9.8.3): Q_Key check (§10.2.4) and length (at most
+    /// the path MTU, C9-22), then the
     /// datagram lands in the next receive WQE after a 40-byte GRH area
     /// (for IPv4 the IP header fills its last 20 bytes, as rxe does).
     /// No PSN checks and no acknowledgements; problems drop the datagram.
@@ -982,6 +983,13 @@ impl Qp {
         if deth.qkey.value() != self.p.qkey {
             cx.ctrs.ud_dropped += 1;
             tracing::debug!(qpn = %self.qpn, qkey = %deth.qkey, reason = "Q_Key mismatch", "drop");
+            return;
+        }
+        // A UD message is one packet of at most the path MTU (C9-22); a
+        // longer one is dropped before it can take a receive.
+        if payload.len() as u64 > self.mtu() {
+            cx.ctrs.ud_dropped += 1;
+            tracing::debug!(qpn = %self.qpn, len = payload.len(), reason = "UD: payload over the path MTU", "drop");
             return;
         }
         let Some(recv) = self.take_recv(cx.srqs, cx.sink) else {
