@@ -82,7 +82,7 @@ class Agent:
         self.teardown()
         if r['mtu'] not in MTU:
             raise Unsupported('path MTU %d' % r['mtu'])
-        qpt = {'rc': e.IBV_QPT_RC, 'uc': e.IBV_QPT_UC}.get(r['service'])
+        qpt = {'rc': e.IBV_QPT_RC, 'uc': e.IBV_QPT_UC, 'ud': e.IBV_QPT_UD}.get(r['service'])
         if qpt is None:
             raise Unsupported('service %s' % r['service'])
         pd = PD(self.ctx)
@@ -91,6 +91,14 @@ class Agent:
         cap = QPCap(max_send_wr=64, max_recv_wr=64, max_send_sge=1, max_recv_sge=1)
         init = QPInitAttr(qp_type=qpt, scq=cq, rcq=cq, cap=cap, sq_sig_all=1)
         qa = QPAttr(port_num=1)
+        if qpt == e.IBV_QPT_UD:
+            qa.qkey = r['qkey']
+            qp = QP(pd, init, qa)  # -> INIT
+            a = QPAttr(port_num=1)
+            a.sq_psn = r['sq_psn']
+            qp.to_rts(a)
+            self.objs = {'pd': pd, 'cq': cq, 'mr': mr, 'qp': qp}
+            return {'qpn': qp.qp_num, 'mr_addr': mr.buf, 'rkey': mr.rkey}
         qa.qp_access_flags = r['qp_access'] if qpt == e.IBV_QPT_RC else \
             r['qp_access'] & (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)
         qp = QP(pd, init, qa)  # -> INIT

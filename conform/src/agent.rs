@@ -18,6 +18,8 @@ pub enum Service {
     Rc,
     /// Unreliable connection.
     Uc,
+    /// Unreliable datagram (no peer: the tester addresses it with a DETH).
+    Ud,
 }
 
 /// `enum ibv_access_flags` bits as rdma-core numbers them.
@@ -68,6 +70,8 @@ pub struct QpSetup {
     pub max_rd_atomic: u8,
     /// READ/atomic requests the QP accepts at once as responder.
     pub max_dest_rd_atomic: u8,
+    /// The Q_Key of a UD QP.
+    pub qkey: u32,
 }
 
 /// What the agent reports back from [`Agent::setup`].

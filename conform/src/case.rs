@@ -58,6 +58,8 @@ pub struct Setup {
     pub rq_psn: u32,
     /// The first PSN the target sends.
     pub sq_psn: u32,
+    /// The Q_Key of a UD QP.
+    pub qkey: u32,
 }
 
 impl Setup {
@@ -76,6 +78,7 @@ impl Setup {
         max_dest_rd_atomic: 16,
         rq_psn: 0x10_0000,
         sq_psn: 0x20_0000,
+        qkey: 0x1111_1111,
     };
 }
 
@@ -158,6 +161,8 @@ pub struct Req {
     pub pkey: Option<u16>,
     /// The FECN and BECN bits set.
     pub ecn: bool,
+    /// UD: a Q_Key in the DETH other than the QP's.
+    pub qkey: Option<u32>,
     /// Send it with a wrong ICRC.
     pub bad_icrc: bool,
 }
@@ -180,6 +185,7 @@ impl Req {
             tver: None,
             pkey: None,
             ecn: false,
+            qkey: None,
             bad_icrc: false,
         }
     }
@@ -234,6 +240,11 @@ impl Req {
         self.pkey = Some(pkey);
         self
     }
+    /// UD: with this Q_Key in the DETH.
+    pub const fn qkey(mut self, qkey: u32) -> Req {
+        self.qkey = Some(qkey);
+        self
+    }
     /// With FECN and BECN set.
     pub const fn ecn(mut self) -> Req {
         self.ecn = true;
@@ -273,6 +284,9 @@ pub enum Bytes {
     },
     /// A little-endian 64-bit value (an atomic's result).
     U64(u64),
+    /// The 40-byte GRH area of a UD receive for an IPv4 sender: an IPv4
+    /// header at bytes 20..40 from the tester to the target.
+    GrhV4,
 }
 
 /// The background pattern's salt.

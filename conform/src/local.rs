@@ -83,6 +83,7 @@ impl Agent for LocalAgent {
         let ty = match s.service {
             Service::Rc => QpType::Rc,
             Service::Uc => QpType::Uc,
+            Service::Ud => QpType::Ud,
         };
         let qp = pd.qp_builder(&cq, &cq).qp_type(ty).build().map_err(verb("ibv_create_qp"))?;
         let mtu = PathMtu::from_bytes(s.mtu as usize)
@@ -102,6 +103,7 @@ impl Agent for LocalAgent {
         match s.service {
             Service::Rc => qp.connect(&local, &remote, &opts),
             Service::Uc => qp.connect_uc(&local, &remote, &opts),
+            Service::Ud => qp.activate_ud(s.qkey, s.sq_psn),
         }
         .map_err(verb("ibv_modify_qp"))?;
         let info = QpInfo { qpn: qp.qpn().value(), mr_addr: mr.addr(), rkey: mr.rkey().value() };

@@ -100,13 +100,13 @@ impl Agent for RemoteAgent {
     fn setup(&mut self, s: &QpSetup) -> Result<QpInfo, AgentError> {
         let r = self.call(json!({
             "op": "setup",
-            "service": match s.service { Service::Rc => "rc", Service::Uc => "uc" },
+            "service": match s.service { Service::Rc => "rc", Service::Uc => "uc", Service::Ud => "ud" },
             "peer": s.peer.to_string(),
             "peer_qpn": s.peer_qpn, "rq_psn": s.rq_psn, "sq_psn": s.sq_psn,
             "mr_len": s.mr_len, "mr_access": s.mr_access, "qp_access": s.qp_access, "mtu": s.mtu,
             "timeout": s.timeout, "retry_cnt": s.retry_cnt, "rnr_retry": s.rnr_retry,
             "min_rnr_timer": s.min_rnr_timer, "max_rd_atomic": s.max_rd_atomic,
-            "max_dest_rd_atomic": s.max_dest_rd_atomic,
+            "max_dest_rd_atomic": s.max_dest_rd_atomic, "qkey": s.qkey,
         }))?;
         Ok(QpInfo {
             qpn: num(&r, "qpn")? as u32,

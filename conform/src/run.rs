@@ -8,6 +8,7 @@ use roce_packet::{
     pad_for, AethRepr, AtomicAckEthRepr, AtomicEthRepr, Msn, NakCode, Opcode, Psn, Qpn, RKey,
     RethRepr, RnrTimer, RoceRepr, Syndrome,
 };
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 /// A case's result.
@@ -167,6 +168,7 @@ impl Exec<'_> {
             min_rnr_timer: c.min_rnr_timer,
             max_rd_atomic: c.max_rd_atomic,
             max_dest_rd_atomic: c.max_dest_rd_atomic,
+            qkey: c.qkey,
         };
         self.qp = self.agent.setup(&s)?;
         self.setup = Some(s);
@@ -320,6 +322,7 @@ impl Exec<'_> {
                     Bytes::Untouched => data(BACKGROUND, off as u32, len),
                     Bytes::Data { salt, msg_off } => data(salt, msg_off, len),
                     Bytes::U64(v) => v.to_le_bytes().to_vec(),
+                    Bytes::GrhV4 => return self.grh_v4(&got),
                 };
                 if let Some(i) = (0..got.len().max(exp.len())).find(|&i| got.get(i) != exp.get(i)) {
                     return fail(format!(
@@ -438,6 +441,26 @@ impl Exec<'_> {
         Ok(())
     }
 
+    /// A UD receive's GRH area for an IPv4 sender: 20 bytes the device
+    /// may leave as they are, then an IPv4 header (version 4, 20 bytes)
+    /// from the tester to the target.
+    fn grh_v4(&self, got: &[u8]) -> Result<(), Stop> {
+        let (IpAddr::V4(src), IpAddr::V4(dst)) = (self.wire.addr(), self.agent.addr()) else {
+            return Err(Stop::NotApplicable("the GRH check is for IPv4 addresses".into()));
+        };
+        let ip = got.get(20..40).unwrap_or_default();
+        if ip.len() != 20
+            || ip[0] != 0x45
+            || ip[12..16] != src.octets()
+            || ip[16..20] != dst.octets()
+        {
+            return fail(format!(
+                "GRH area bytes 20..40 {ip:02x?} are not an IPv4 header {src} -> {dst}"
+            ));
+        }
+        Ok(())
+    }
+
     fn va(&self, v: Va) -> u64 {
         match v {
             Va::Off(o) => self.qp.mr_addr.wrapping_add(o),
@@ -480,6 +503,13 @@ impl Exec<'_> {
             compare: a.compare,
         });
         h.immdt = r.imm;
+        if matches!(r.op, Opcode::UD_SEND_ONLY | Opcode::UD_SEND_ONLY_WITH_IMMEDIATE) {
+            h.deth = Some(roce_packet::DethRepr {
+                qkey: roce_packet::QKey::new(r.qkey.unwrap_or(self.s().qkey)),
+                src_qp: Qpn::new(self.tqpn),
+                resv8: 0,
+            });
+        }
         h.payload_len = payload.len();
         self.emit(&h, &payload, r.bad_icrc)
     }

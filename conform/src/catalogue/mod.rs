@@ -10,6 +10,7 @@ mod psn;
 mod requester;
 mod rnr;
 mod uc;
+mod ud;
 
 use crate::case::Case;
 
@@ -21,6 +22,7 @@ pub fn all() -> Vec<&'static Case> {
         access::CASES,
         rnr::CASES,
         uc::CASES,
+        ud::CASES,
         headers::CASES,
         requester::CASES,
     ]
