@@ -92,11 +92,16 @@ class Agent:
         init = QPInitAttr(qp_type=qpt, scq=cq, rcq=cq, cap=cap, sq_sig_all=1)
         qa = QPAttr(port_num=1)
         if qpt == e.IBV_QPT_UD:
-            qa.qkey = r['qkey']
-            qp = QP(pd, init, qa)  # -> INIT
-            a = QPAttr(port_num=1)
+            # explicit masks: RESET -> INIT (P_Key index, port, Q_Key) -> RTR -> RTS
+            qp = QP(pd, init)
+            a = QPAttr(qp_state=e.IBV_QPS_INIT, port_num=1)
+            a.pkey_index = 0
+            a.qkey = r['qkey']
+            qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_QKEY)
+            qp.modify(QPAttr(qp_state=e.IBV_QPS_RTR), e.IBV_QP_STATE)
+            a = QPAttr(qp_state=e.IBV_QPS_RTS)
             a.sq_psn = r['sq_psn']
-            qp.to_rts(a)
+            qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_SQ_PSN)
             self.objs = {'pd': pd, 'cq': cq, 'mr': mr, 'qp': qp}
             return {'qpn': qp.qp_num, 'mr_addr': mr.buf, 'rkey': mr.rkey}
         qa.qp_access_flags = r['qp_access'] if qpt == e.IBV_QPT_RC else \
