@@ -36,20 +36,14 @@ pub mod access {
     pub const ALL: u32 = LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC;
 }
 
-/// What the agent creates for one case: a region and one QP taken to RTS
-/// towards the tester's QP.
+/// The QP and region parameters of a case: RC, UC or UD, the region's
+/// size and rights, the QP's attributes and first PSNs. [`QpParams::DEFAULT`]:
+/// RC, a 64 KiB region with every right, path MTU 1024, ACK timeout 14, 7
+/// retries, RNR retry 7, RNR timer 12, read/atomic depths 16.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QpSetup {
-    /// RC or UC.
+pub struct QpParams {
+    /// RC, UC or UD.
     pub service: Service,
-    /// The tester's address (the QP's destination GID).
-    pub peer: IpAddr,
-    /// The tester's QPN (the QP's `dest_qp_num`).
-    pub peer_qpn: u32,
-    /// The first PSN the tester sends (the QP's `rq_psn`).
-    pub rq_psn: u32,
-    /// The first PSN the QP sends (`sq_psn`).
-    pub sq_psn: u32,
     /// Region length (bytes).
     pub mr_len: u32,
     /// Region access (`access` bits).
@@ -70,8 +64,44 @@ pub struct QpSetup {
     pub max_rd_atomic: u8,
     /// READ/atomic requests the QP accepts at once as responder.
     pub max_dest_rd_atomic: u8,
+    /// The first PSN the tester sends (the QP's `rq_psn`).
+    pub rq_psn: u32,
+    /// The first PSN the QP sends (`sq_psn`).
+    pub sq_psn: u32,
     /// The Q_Key of a UD QP.
     pub qkey: u32,
+}
+
+impl QpParams {
+    /// The default parameters (see [`QpParams`]).
+    pub const DEFAULT: QpParams = QpParams {
+        service: Service::Rc,
+        mr_len: 65536,
+        mr_access: access::ALL,
+        qp_access: access::ALL,
+        mtu: 1024,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        min_rnr_timer: 12,
+        max_rd_atomic: 16,
+        max_dest_rd_atomic: 16,
+        rq_psn: 0x10_0000,
+        sq_psn: 0x20_0000,
+        qkey: 0x1111_1111,
+    };
+}
+
+/// What the agent creates for one case: a region and one QP taken to RTS
+/// towards the tester's QP (a UD QP has no peer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpSetup {
+    /// The QP and region.
+    pub params: QpParams,
+    /// The tester's address (the QP's destination GID).
+    pub peer: IpAddr,
+    /// The tester's QPN (the QP's `dest_qp_num`).
+    pub peer_qpn: u32,
 }
 
 /// What the agent reports back from [`Agent::setup`].

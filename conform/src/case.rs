@@ -5,7 +5,7 @@
 //! the tester sends at `psn: 2` carries the QP's `rq_psn` + 2, a request
 //! the target sends at `psn: 0` carries its `sq_psn`.
 
-use crate::agent::{QpStateName, Service};
+use crate::agent::{QpParams, QpStateName};
 use roce_packet::{NakCode, Opcode};
 
 /// The target's role in a case.
@@ -27,60 +27,9 @@ impl Direction {
     }
 }
 
-/// The QP and region a case asks the agent for. [`Setup::DEFAULT`]: RC,
-/// a 64 KiB region with every right, path MTU 1024, ACK timeout 14, 7
-/// retries, RNR retry 7, RNR timer 12, read/atomic depths 16.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Setup {
-    /// RC or UC.
-    pub service: Service,
-    /// Region length.
-    pub mr_len: u32,
-    /// Region access bits.
-    pub mr_access: u32,
-    /// QP access bits.
-    pub qp_access: u32,
-    /// Path MTU (bytes).
-    pub mtu: u32,
-    /// ACK timeout code.
-    pub timeout: u8,
-    /// Transport retries.
-    pub retry_cnt: u8,
-    /// RNR retries.
-    pub rnr_retry: u8,
-    /// RNR NAK timer code.
-    pub min_rnr_timer: u8,
-    /// Outstanding READ/atomics as requester.
-    pub max_rd_atomic: u8,
-    /// READ/atomics accepted as responder.
-    pub max_dest_rd_atomic: u8,
-    /// The first PSN the tester sends.
-    pub rq_psn: u32,
-    /// The first PSN the target sends.
-    pub sq_psn: u32,
-    /// The Q_Key of a UD QP.
-    pub qkey: u32,
-}
-
-impl Setup {
-    /// The default set-up (see [`Setup`]).
-    pub const DEFAULT: Setup = Setup {
-        service: Service::Rc,
-        mr_len: 65536,
-        mr_access: crate::agent::access::ALL,
-        qp_access: crate::agent::access::ALL,
-        mtu: 1024,
-        timeout: 14,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        min_rnr_timer: 12,
-        max_rd_atomic: 16,
-        max_dest_rd_atomic: 16,
-        rq_psn: 0x10_0000,
-        sq_psn: 0x20_0000,
-        qkey: 0x1111_1111,
-    };
-}
+/// The QP and region a case asks the agent for ([`QpParams::DEFAULT`] and
+/// what the case changes).
+pub type Setup = QpParams;
 
 /// Which remote key a crafted request carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -74,8 +74,9 @@ impl Agent for LocalAgent {
         self.ctx.addr()
     }
 
-    fn setup(&mut self, s: &QpSetup) -> Result<QpInfo, AgentError> {
+    fn setup(&mut self, setup: &QpSetup) -> Result<QpInfo, AgentError> {
         self.objs = None;
+        let s = &setup.params;
         let pd = self.ctx.alloc_pd().map_err(verb("ibv_alloc_pd"))?;
         let cq = self.ctx.create_cq(256).map_err(verb("ibv_create_cq"))?;
         let mr =
@@ -99,7 +100,7 @@ impl Agent for LocalAgent {
             max_dest_rd_atomic: s.max_dest_rd_atomic,
         };
         let local = qp.endpoint(s.sq_psn);
-        let remote = QpEndpoint { addr: s.peer, qpn: s.peer_qpn, psn: s.rq_psn };
+        let remote = QpEndpoint { addr: setup.peer, qpn: setup.peer_qpn, psn: s.rq_psn };
         match s.service {
             Service::Rc => qp.connect(&local, &remote, &opts),
             Service::Uc => qp.connect_uc(&local, &remote, &opts),

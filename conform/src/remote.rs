@@ -7,7 +7,7 @@
 //! | op | fields | reply |
 //! |---|---|---|
 //! | `hello` | | `describe`, `addr` |
-//! | `setup` | the [`QpSetup`] fields, `service` `"rc"`/`"uc"`, `peer` | `qpn`, `mr_addr`, `rkey` |
+//! | `setup` | the [`QpSetup`] fields (with its `params` flattened), `service` `"rc"`/`"uc"`, `peer` | `qpn`, `mr_addr`, `rkey` |
 //! | `post_recv` | `wr_id`, `offset`, `len` | |
 //! | `post_send` | the [`SendReq`] fields | |
 //! | `poll` | `want`, `wait_ms` | `wcs`: `[{wr_id, status, opcode, byte_len, imm}]` |
@@ -97,12 +97,13 @@ impl Agent for RemoteAgent {
         self.addr
     }
 
-    fn setup(&mut self, s: &QpSetup) -> Result<QpInfo, AgentError> {
+    fn setup(&mut self, setup: &QpSetup) -> Result<QpInfo, AgentError> {
+        let s = &setup.params;
         let r = self.call(json!({
             "op": "setup",
             "service": match s.service { Service::Rc => "rc", Service::Uc => "uc", Service::Ud => "ud" },
-            "peer": s.peer.to_string(),
-            "peer_qpn": s.peer_qpn, "rq_psn": s.rq_psn, "sq_psn": s.sq_psn,
+            "peer": setup.peer.to_string(),
+            "peer_qpn": setup.peer_qpn, "rq_psn": s.rq_psn, "sq_psn": s.sq_psn,
             "mr_len": s.mr_len, "mr_access": s.mr_access, "qp_access": s.qp_access, "mtu": s.mtu,
             "timeout": s.timeout, "retry_cnt": s.retry_cnt, "rnr_retry": s.rnr_retry,
             "min_rnr_timer": s.min_rnr_timer, "max_rd_atomic": s.max_rd_atomic,

@@ -138,8 +138,8 @@ fn is_ack(r: &RoceRepr) -> bool {
 }
 
 impl Exec<'_> {
-    fn s(&self) -> QpSetup {
-        self.setup.expect("set up before the steps")
+    fn s(&self) -> crate::agent::QpParams {
+        self.setup.expect("set up before the steps").params
     }
 
     fn rq(&self, rel: i32) -> Psn {
@@ -151,28 +151,10 @@ impl Exec<'_> {
     }
 
     fn play(&mut self, case: &Case) -> Result<(), Stop> {
-        let c = case.setup;
-        let s = QpSetup {
-            service: c.service,
-            peer: self.wire.addr(),
-            peer_qpn: self.tqpn,
-            rq_psn: c.rq_psn,
-            sq_psn: c.sq_psn,
-            mr_len: c.mr_len,
-            mr_access: c.mr_access,
-            qp_access: c.qp_access,
-            mtu: c.mtu,
-            timeout: c.timeout,
-            retry_cnt: c.retry_cnt,
-            rnr_retry: c.rnr_retry,
-            min_rnr_timer: c.min_rnr_timer,
-            max_rd_atomic: c.max_rd_atomic,
-            max_dest_rd_atomic: c.max_dest_rd_atomic,
-            qkey: c.qkey,
-        };
+        let s = QpSetup { params: case.setup, peer: self.wire.addr(), peer_qpn: self.tqpn };
         self.qp = self.agent.setup(&s)?;
         self.setup = Some(s);
-        self.agent.write(0, &data(BACKGROUND, 0, c.mr_len))?;
+        self.agent.write(0, &data(BACKGROUND, 0, case.setup.mr_len))?;
         for (i, step) in case.steps.iter().enumerate() {
             self.step(step).map_err(|e| match e {
                 Stop::Fail(s) => Stop::Fail(format!("step {} ({step:?}): {s}", i + 1)),
