@@ -114,7 +114,7 @@ counters!(
     /// rkey/region check (placement rights, range) failed.
     flush_err,
     /// Ours: positive ACKs replaced by a newer one before they left (ACK
-    /// coalescing, `Hca::set_ack_coalescing`; off by default).
+    /// coalescing, `LinkProfile::ack_coalescing`; off by default).
     acks_merged,
     /// Ours: accesses to an application's region that failed because its
     /// pages were unmapped or write-protected after registration (a

@@ -10,6 +10,7 @@
 use crate::counters::Counters;
 use crate::dev::Dev;
 use crate::error::*;
+use crate::io::{LinkProfile, RxIcrc};
 use crate::mem::MemTable;
 use crate::mw::{Mw, MwBindWr, MwError};
 use crate::objects::*;
@@ -50,6 +51,9 @@ pub struct HcaConfig {
     /// The top byte of the CM's local communication IDs
     /// ([`roce_cm::CmConfig::comm_id_tag`]): a shared device's member slot.
     pub comm_id_tag: Option<u8>,
+    /// What the link below does (ICRC ownership, source port, region
+    /// bodies, ACK batching); default: the simulator's.
+    pub link: LinkProfile,
 }
 
 impl HcaConfig {
@@ -64,6 +68,7 @@ impl HcaConfig {
             qpns: 2..1 << 24,
             first_qpn: 17,
             comm_id_tag: None,
+            link: LinkProfile::default(),
         }
     }
 }
@@ -98,9 +103,8 @@ pub struct Hca {
     qpns: std::ops::Range<u32>,
     /// QPN of the QP `poll_transmit` served last (round-robin).
     pub(crate) rr_cursor: u32,
-    /// The transport verifies every received ICRC before delivering (see
-    /// [`Hca::set_rx_icrc_checked`]); the core then skips its own check.
-    pub(crate) rx_icrc_checked: bool,
+    /// Who verifies received ICRCs ([`LinkProfile::rx_icrc`]).
+    pub(crate) rx_icrc: RxIcrc,
     /// The port's communication manager on QP1 ([`crate::cm_port`]).
     pub(crate) cm: crate::cm_port::CmPort,
 }
@@ -142,7 +146,7 @@ impl Hca {
                 srqs: HashMap::default(),
                 sink: CqSink::default(),
                 counters: Counters::default(),
-                tx: Tx::new(cfg.addr),
+                tx: Tx::new(cfg.addr, &cfg.link),
                 sqd_draining: Default::default(),
                 next_id: 0,
                 next_key: 0,
@@ -153,73 +157,16 @@ impl Hca {
             next_epoch: 1,
             qpns,
             rr_cursor: 0,
-            rx_icrc_checked: false,
+            rx_icrc: cfg.link.rx_icrc,
             cm,
         }
+        .with_ack_delay()
     }
 
-    /// Declare that the transport feeding this device verifies the ICRC of
-    /// every datagram it delivers, against the `IpMeta` it delivers it
-    /// with (the UDP transport with an ICRC policy other than `Off`, the
-    /// raw transport). The core then does not compute it a second time.
-    /// Off by default: the core checks every ICRC itself (rxe behaviour).
-    pub fn set_rx_icrc_checked(&mut self, on: bool) {
-        self.rx_icrc_checked = on;
-    }
-
-    /// The UDP source port every datagram of this device carries on the
-    /// wire, when the transport fixes it (a UDP socket sends from its own
-    /// port): the core then computes each ICRC for that port, and the
-    /// transport need not adjust it. `None` (default): each QP's own
-    /// RoCEv2 source port, as rxe sends (the raw transport keeps it).
-    pub fn set_tx_src_port(&mut self, port: Option<u16>) {
-        self.dev.tx.src_port = port;
-    }
-
-    /// Let datagrams carry large payloads in region memory
-    /// ([`crate::RegionBody`]): a request or READ response payload of at
-    /// least 1 KiB that lies in one SGE (one region) is not copied into the
-    /// packet; the transport sends it from the region, so the kernel makes
-    /// the only copy. Only for a transport that gathers bodies into its
-    /// sends (the UDP transport, [`crate::Datagram::flatten`] elsewhere). Off by
-    /// default: every datagram's payload is whole (the simulator, pcaps,
-    /// fault injection, tests that read `payload`).
-    pub fn set_tx_region_bodies(&mut self, on: bool) {
-        self.dev.tx.region_bodies = on;
-    }
-
-    /// Coalesce acknowledgements in the core: a positive ACK that is still
-    /// queued when a newer one for the same QP is due is replaced by the
-    /// newer one (counted in `acks_merged`), and ACKs are built only when
-    /// they leave. IBA allows a responder to acknowledge several packets
-    /// with one ACK (§9.7.5.1.3); rxe answers every AckReq, so this is off
-    /// by default and the UDP devices turn it on (their driver coalesces
-    /// ACKs anyway, after the core has built them).
-    pub fn set_ack_coalescing(&mut self, on: bool) {
-        self.dev.tx.coalesce_acks = on;
-    }
-
-    /// Hold a positive ACK back (`None`, the default: never), so that one
-    /// ACK covers several requests; implies ACK coalescing. A held ACK
-    /// leaves once it is `delay` old and other packets leave in the same transmit burst
-    /// (it rides with the next request), alone at twice `delay`, at once
-    /// when it acknowledges [`ACK_EVERY_PSNS`](crate::ACK_EVERY_PSNS) more PSNs than the last ACK
-    /// of its QP (a streaming requester never waits), as soon as anything
-    /// else of its QP's responder is queued behind it (NAK, READ response),
-    /// and after [`Hca::flush_acks`]. [`SansIo::poll_timeout`](crate::SansIo::poll_timeout) includes its
-    /// deadline. The requester's send completions come up to twice `delay` later.
-    pub fn set_ack_delay(&mut self, delay: Option<Duration>) {
-        self.dev.tx.ack_delay = delay.filter(|d| !d.is_zero());
+    /// The QP table files held ACKs by the link profile's ACK delay.
+    fn with_ack_delay(mut self) -> Hca {
         self.qps.set_ack_delay(self.dev.tx.ack_delay);
-        if self.dev.tx.ack_delay.is_some() {
-            self.dev.tx.coalesce_acks = true;
-        }
-    }
-
-    /// Let every held ACK leave with the next transmits (a driver going idle
-    /// calls this); ends when `poll_transmit` has nothing more to send.
-    pub fn flush_acks(&mut self) {
-        self.dev.tx.acks_forced = true;
+        self
     }
 
     /// The device name.

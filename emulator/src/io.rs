@@ -12,15 +12,12 @@ use std::sync::{Arc, Mutex};
 /// covers, and the UDP payload (BTH through ICRC).
 ///
 /// For transmission, `endpoints` and `meta` are the header the core computed
-/// the ICRC over (see `roce_packet::frame::IpUdpHeader`), and the ICRC must
-/// be valid for them: a transport that must send different invariant fields
-/// (the UDP socket's own source port, a raw transport's IPv4 identification)
-/// recomputes the ICRC, or adjusts it from the header difference without
-/// re-reading the payload (the UDP transport does). For reception, `meta` is
-/// what the transport knows of the received header.
+/// the ICRC over (see `roce_packet::frame::IpUdpHeader`), and the ICRC is
+/// valid for them (see [`LinkProfile`] for who owns the ICRC on each path).
+/// For reception, `meta` is what the link knows of the received header.
 ///
 /// A datagram to send may carry its payload in region memory (`body`, only
-/// from a core told [`crate::Hca::set_tx_region_bodies`]): then the UDP
+/// from a core whose [`LinkProfile::region_bodies`] is set): then the UDP
 /// payload is `payload[..body.at]`, the region's bytes, then
 /// `payload[body.at..]` (pad and ICRC). The ICRC covers all of it.
 /// [`Datagram::flatten`] gives the contiguous form.
@@ -79,6 +76,68 @@ impl Datagram {
     }
 }
 
+/// How the link below a core moves its datagrams: fixed when the core is
+/// made (`HcaConfig::link`), for the life of the device. The simulator's
+/// links take [`LinkProfile::default`]: whole payloads, the core checks
+/// every ICRC, one ACK per AckReq, as rxe behaves.
+///
+/// **The ICRC has one owner per direction.**
+/// - Transmit: the core computes the ICRC of every datagram for the IP/UDP
+///   header the datagram describes (`endpoints`, `meta`: IPv4
+///   identification 0, DF). A link that puts another header on the wire
+///   re-seals the ICRC in one place, `roce_packet::icrc_math`'s
+///   `fix_fields` (from the header difference, without re-reading the
+///   payload): the UDP link does so for the identification Linux gives the
+///   k-th segment of a GSO send (k), and for the socket's port when
+///   [`LinkProfile::src_port`] is not set. Nothing else changes an ICRC.
+/// - Receive: [`LinkProfile::rx_icrc`] names who verifies it: the core
+///   ([`RxIcrc::Core`], against the datagram's `meta`) or the link
+///   ([`RxIcrc::Link`]: the UDP link's `rxcheck` with its identification
+///   guesses, the raw link against the real IP header); never both.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkProfile {
+    /// Who verifies the ICRC of received datagrams.
+    pub rx_icrc: RxIcrc,
+    /// The UDP source port of every datagram, when the link fixes it (a
+    /// UDP socket sends from its own port): the core then computes each
+    /// ICRC for that port. `None`: each QP's own RoCEv2 source port, as
+    /// rxe sends (the raw link keeps it).
+    pub src_port: Option<u16>,
+    /// Large payloads may stay in region memory ([`RegionBody`]): a request
+    /// or READ response payload of at least 1 KiB in one SGE is not copied
+    /// into the packet; the link gathers it into its send, so the kernel
+    /// makes the only copy. Only for a link that gathers bodies (the UDP
+    /// link; [`Datagram::flatten`] elsewhere).
+    pub region_bodies: bool,
+    /// Coalesce acknowledgements: a positive ACK still queued when a newer
+    /// one for the same QP is due is replaced by it (counted in
+    /// `acks_merged`), and ACKs are built only when they leave. IBA allows
+    /// one ACK for several packets (§9.7.5.1.3); rxe answers every AckReq,
+    /// so the simulator keeps this off and real devices turn it on.
+    pub ack_coalescing: bool,
+    /// Hold a positive ACK back this long (implies coalescing; `None` or
+    /// zero: never). A held ACK leaves once it is this old and other
+    /// packets leave in the same transmit burst, alone at twice the delay,
+    /// at once when it acknowledges [`ACK_EVERY_PSNS`](crate::ACK_EVERY_PSNS)
+    /// more PSNs than its QP's last ACK, as soon as anything else of its
+    /// QP's responder is queued behind it, and when the driver goes idle
+    /// ([`SansIo::on_idle`]). `poll_timeout` includes its deadline.
+    pub ack_delay: Option<core::time::Duration>,
+}
+
+/// Who verifies the ICRC of received datagrams ([`LinkProfile::rx_icrc`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RxIcrc {
+    /// The core checks every ICRC against the datagram's `meta` (rxe's
+    /// behaviour; the simulator, and any link with injected faults that
+    /// may corrupt a datagram after the link's own check).
+    #[default]
+    Core,
+    /// The link verified every ICRC it delivers, against the `meta` it
+    /// delivers it with; the core does not compute it a second time.
+    Link,
+}
+
 /// Something that consumes and produces datagrams and owns timers.
 /// `Hca` implements it; the simulated fabric (the `roce-sim` crate) drives
 /// any number of them.
@@ -92,6 +151,12 @@ pub trait SansIo {
     /// Fire every timer whose deadline is at or before `now`. Spurious calls
     /// are harmless.
     fn handle_timeout(&mut self, now: Instant);
+    /// The driver is going idle (nothing received, nothing to send): what
+    /// the node was holding back to batch may leave with the next
+    /// `poll_transmit` (the HCA's held ACKs, [`LinkProfile::ack_delay`]).
+    /// An event of the sans-IO contract, not a setting: a driver that
+    /// never idles never calls it. Default: nothing is held.
+    fn on_idle(&mut self) {}
 }
 
 /// A boxed node (the default node type of `roce_sim::Fabric`).
@@ -107,6 +172,9 @@ impl<T: SansIo + ?Sized> SansIo for Box<T> {
     }
     fn handle_timeout(&mut self, now: Instant) {
         (**self).handle_timeout(now)
+    }
+    fn on_idle(&mut self) {
+        (**self).on_idle()
     }
 }
 
@@ -124,6 +192,9 @@ impl<T: SansIo + ?Sized> SansIo for &mut T {
     }
     fn handle_timeout(&mut self, now: Instant) {
         (**self).handle_timeout(now)
+    }
+    fn on_idle(&mut self) {
+        (**self).on_idle()
     }
 }
 
@@ -143,6 +214,9 @@ impl<T: SansIo + ?Sized> SansIo for Arc<Mutex<T>> {
     }
     fn handle_timeout(&mut self, now: Instant) {
         lock(self).handle_timeout(now)
+    }
+    fn on_idle(&mut self) {
+        lock(self).on_idle()
     }
 }
 

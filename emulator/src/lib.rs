@@ -78,7 +78,7 @@ pub mod wr;
 pub use counters::Counters;
 pub use error::*;
 pub use hca::{Hca, HcaConfig, MrInfo};
-pub use io::{Datagram, RegionBody, SansIo};
+pub use io::{Datagram, LinkProfile, RegionBody, RxIcrc, SansIo};
 pub use mw::{MwBind, MwBindWr, MwError, MwHandle, MwType};
 pub use objects::{
     AsyncEvent, CqHandle, DeviceAttr, MrHandle, PdHandle, PortAttr, PortState, RegionMem,

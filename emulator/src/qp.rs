@@ -103,7 +103,7 @@ pub(crate) enum RespItem {
     Packet(crate::io::Datagram),
     Read(ReadJob),
     /// An ACK or NAK, built when it leaves (so that one superseded by a
-    /// newer ACK under [`Hca::set_ack_coalescing`](crate::Hca::set_ack_coalescing)
+    /// newer ACK under [`LinkProfile::ack_coalescing`](crate::LinkProfile::ack_coalescing)
     /// is never built at all).
     Aeth {
         psn: roce_packet::Psn,
@@ -177,7 +177,7 @@ pub(crate) struct RespState {
     pub resources: VecDeque<RdResource>,
     /// ACKs, NAKs and READ responses waiting for `poll_transmit`.
     pub queue: VecDeque<RespItem>,
-    /// With an ACK delay ([`Hca::set_ack_delay`](crate::Hca::set_ack_delay)):
+    /// With an ACK delay ([`LinkProfile::ack_delay`](crate::LinkProfile::ack_delay)):
     /// since when the positive ACK alone at the front of `queue` is held.
     pub ack_held_since: Option<Instant>,
     /// PSN of the last positive ACK this responder sent.

@@ -74,7 +74,7 @@ impl Hca {
         if b.len() < roce_packet::bth::LEN + roce_packet::icrc::LEN {
             return Err(DropReason::Malformed);
         }
-        if !self.rx_icrc_checked {
+        if self.rx_icrc == crate::io::RxIcrc::Core {
             let hdr = IpUdpHeader::build(&d.endpoints, &d.meta, b.len())
                 .map_err(|_| DropReason::Malformed)?;
             if !hdr.verify_icrc(b) {

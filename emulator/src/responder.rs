@@ -133,7 +133,7 @@ impl RespState {
     }
 
     /// Whether the positive ACK `psn` alone at the front of `queue` stays
-    /// held at `now` (see [`crate::Hca::set_ack_delay`]).
+    /// held at `now` (see [`crate::LinkProfile::ack_delay`]).
     fn ack_held(&mut self, tx: &Tx, now: Instant, psn: Psn) -> bool {
         let Some(delay) = tx.ack_delay else { return false };
         if tx.acks_forced || self.queue.len() > 1 {

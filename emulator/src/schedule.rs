@@ -48,6 +48,12 @@ impl Hca {
 }
 
 impl SansIo for Hca {
+    /// Held ACKs ([`crate::LinkProfile::ack_delay`]) leave with the next
+    /// transmits; ends when `poll_transmit` has nothing more to send.
+    fn on_idle(&mut self) {
+        self.dev.tx.acks_forced = true;
+    }
+
     fn handle_datagram(&mut self, now: Instant, dgram: Datagram) {
         let span = tracing::debug_span!("hca", dev = %self.dev.name);
         let _g = span.enter();

@@ -1,7 +1,7 @@
 //! The datagram builder the roles send with, and the device's transmit
 //! settings (source address and port, ACK coalescing and delay).
 
-use crate::io::{Datagram, RegionBody};
+use crate::io::{Datagram, LinkProfile, RegionBody};
 use crate::qp::Qp;
 use bytes::Bytes;
 use core::time::Duration;
@@ -15,36 +15,39 @@ use std::sync::Arc;
 /// (an iovec and a shared handle cost more than the copy).
 pub(crate) const BODY_MIN: usize = 1024;
 
-/// Transmit settings and the state of the current transmit burst.
+/// Transmit settings (the link profile's, fixed at construction) and the
+/// state of the current transmit burst.
 pub(crate) struct Tx {
     /// The device's address (source of every datagram).
     pub addr: IpAddr,
-    /// See [`Hca::set_tx_src_port`](crate::Hca::set_tx_src_port).
+    /// [`LinkProfile::src_port`].
     pub src_port: Option<u16>,
-    /// See [`Hca::set_ack_coalescing`](crate::Hca::set_ack_coalescing).
+    /// [`LinkProfile::ack_coalescing`] (also on with an ACK delay).
     pub coalesce_acks: bool,
-    /// See [`Hca::set_ack_delay`](crate::Hca::set_ack_delay).
+    /// [`LinkProfile::ack_delay`] (never zero).
     pub ack_delay: Option<Duration>,
-    /// Held ACKs leave at the next transmits, whatever their age
-    /// ([`Hca::flush_acks`](crate::Hca::flush_acks)); cleared when nothing is left to send.
+    /// Held ACKs leave at the next transmits, whatever their age (the
+    /// driver went idle: `SansIo::on_idle`); cleared when nothing is left
+    /// to send.
     pub acks_forced: bool,
     /// `poll_transmit` returned a packet since it last returned none (a due
     /// held ACK rides along with such a burst).
     pub burst: bool,
-    /// See [`Hca::set_tx_region_bodies`](crate::Hca::set_tx_region_bodies).
+    /// [`LinkProfile::region_bodies`].
     pub region_bodies: bool,
 }
 
 impl Tx {
-    pub fn new(addr: IpAddr) -> Tx {
+    pub fn new(addr: IpAddr, link: &LinkProfile) -> Tx {
+        let ack_delay = link.ack_delay.filter(|d| !d.is_zero());
         Tx {
             addr,
-            src_port: None,
-            coalesce_acks: false,
-            ack_delay: None,
+            src_port: link.src_port,
+            coalesce_acks: link.ack_coalescing || ack_delay.is_some(),
+            ack_delay,
             acks_forced: false,
             burst: false,
-            region_bodies: false,
+            region_bodies: link.region_bodies,
         }
     }
 

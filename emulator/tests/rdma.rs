@@ -261,8 +261,8 @@ fn dereg_of_read_source_mid_response_fails_cleanly() {
 #[test]
 fn ack_coalescing_merges_queued_acks() {
     for on in [false, true] {
-        let mut p = Pair::new();
-        p.b.hca.set_ack_coalescing(on);
+        let link_b = LinkProfile { ack_coalescing: on, ..LinkProfile::default() };
+        let mut p = Pair::with(Opts { link_b, ..Opts::default() });
         p.a.write_mem(0, &pattern(640, 3));
         for i in 0..10u64 {
             let wr = SendWr::new(i, WrOpcode::RdmaWrite)
@@ -300,8 +300,8 @@ fn ack_coalescing_merges_queued_acks() {
 /// rxe does), so with coalescing it merges into the queued ACK too.
 #[test]
 fn ack_coalescing_merges_a_duplicates_reack() {
-    let mut p = Pair::new();
-    p.b.hca.set_ack_coalescing(true);
+    let link_b = LinkProfile { ack_coalescing: true, ..LinkProfile::default() };
+    let mut p = Pair::with(Opts { link_b, ..Opts::default() });
     p.a.write_mem(0, &pattern(64, 5));
     for i in 0..2u64 {
         let wr = SendWr::new(i, WrOpcode::RdmaWrite)
@@ -328,17 +328,17 @@ fn ack_coalescing_merges_a_duplicates_reack() {
     assert_eq!(p.b.counters().duplicate_request, 1);
 }
 
-/// Held ACKs (`set_ack_delay`): the first ACK of a QP leaves at once; later
+/// Held ACKs (`LinkProfile::ack_delay`): the first ACK of a QP leaves at once; later
 /// ones are held (merged into the newest) until they cover 16 more PSNs,
 /// ride along with another packet once `delay` old, leave alone at twice
 /// `delay` (which `poll_timeout` announces), are forced out by
-/// `flush_acks`, or have a NAK queued behind them.
+/// the driver going idle (`SansIo::on_idle`), or have a NAK queued behind them.
 #[test]
 fn held_acks_leave_by_count_by_age_with_traffic_or_forced() {
     let delay = core::time::Duration::from_micros(100);
     let us = Instant::from_micros;
-    let mut p = Pair::new();
-    p.b.hca.set_ack_delay(Some(delay));
+    let link_b = LinkProfile { ack_delay: Some(delay), ..LinkProfile::default() };
+    let mut p = Pair::with(Opts { link_b, ..Opts::default() });
     p.a.write_mem(0, &pattern(64, 1));
     let write = |p: &mut Pair, id: u64| {
         let wr = SendWr::new(id, WrOpcode::RdmaWrite)
@@ -394,7 +394,7 @@ fn held_acks_leave_by_count_by_age_with_traffic_or_forced() {
     // forced out; the flush ends when nothing is left
     write(&mut p, 19);
     assert_eq!(step(&mut p, us(600), true), []);
-    p.b.hca.flush_acks();
+    p.b.hca.on_idle();
     assert_eq!(step(&mut p, us(600), false), [ack(19)]);
     write(&mut p, 20);
     assert_eq!(step(&mut p, us(601), true), [], "held again after the flush");

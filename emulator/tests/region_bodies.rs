@@ -1,4 +1,4 @@
-//! Payloads sent from region memory (`Hca::set_tx_region_bodies`): the
+//! Payloads sent from region memory (`LinkProfile::region_bodies`): the
 //! datagrams a core with region bodies emits, made whole, are byte for byte
 //! (ICRC included) those of a core without; and a deregistration while a
 //! datagram still points into the region leaves it with no bytes to send.
@@ -36,9 +36,8 @@ fn pump(p: &mut Pair, log: &mut Vec<(bool, Bytes)>) -> usize {
 /// A WRITE, a SEND and a READ of several MTUs from one SGE, and a WRITE
 /// from three SGEs (packets inside one SGE and packets across SGEs).
 fn traffic(bodies: bool) -> (Vec<(bool, Bytes)>, usize, Vec<u8>) {
-    let mut p = Pair::new(); // MTU 1024
-    p.a.hca.set_tx_region_bodies(bodies);
-    p.b.hca.set_tx_region_bodies(bodies);
+    let link = LinkProfile { region_bodies: bodies, ..LinkProfile::default() };
+    let mut p = Pair::with(Opts { link_a: link, link_b: link, ..Opts::default() }); // MTU 1024
     let src = pattern(40_000, 3);
     p.a.write_mem(0, &src);
     p.b.write_mem(500_000, &pattern(30_001, 5));
@@ -101,8 +100,8 @@ fn region_bodies_put_the_same_bytes_on_the_wire() {
 /// away under a posted WR: IBA leaves that WR's outcome to the device).
 #[test]
 fn dereg_after_build_leaves_the_datagram_without_bytes() {
-    let mut p = Pair::new();
-    p.a.hca.set_tx_region_bodies(true);
+    let link_a = LinkProfile { region_bodies: true, ..LinkProfile::default() };
+    let mut p = Pair::with(Opts { link_a, ..Opts::default() });
     let mr = p.a.hca.reg_mr(p.a.pd, 8192, ALL_ACCESS).unwrap();
     p.a.hca.mr_write(mr.handle, 0, &pattern(8192, 1)).unwrap();
     let wr = SendWr::new(1, WrOpcode::RdmaWrite)

@@ -13,7 +13,6 @@ use roce_verbs_api::{Budget, Context, Driver};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::task::Waker;
-use std::time::Duration;
 
 /// The verbs [`Driver`] of real devices: a [`roce_transport::Engine`] over
 /// one or more (core, transport) pairs, UDP or raw.
@@ -69,7 +68,7 @@ impl<T: Transport> EngineDriver<T> {
         name: &str,
     ) -> std::io::Result<EngineDriver<T>> {
         let threaded = cfg.thread;
-        let e = Engine::new(devices, cfg)?.with_idle_hook(Hca::flush_acks).start()?;
+        let e = Engine::new(devices, cfg)?.start()?;
         let wakers: Arc<Mutex<Vec<Waker>>> = Arc::new(Mutex::new(Vec::new()));
         let w = wakers.clone();
         // (without a thread nobody registers wakers: no hook, no cost per round)
@@ -114,20 +113,6 @@ impl<T: Transport> EngineDriver<T> {
     /// The steward of the shared device whose core is `hca`.
     pub fn steward_of(&self, hca: &Arc<Mutex<Hca>>) -> Option<&crate::Steward> {
         self.stewards.iter().find(|(h, _)| Arc::ptr_eq(h, hca)).map(|(_, s)| s)
-    }
-
-    /// Hold positive ACKs back (default: they leave with the round that
-    /// made them), so that one ACK covers several requests (IBA allows a
-    /// responder to coalesce acknowledgements): each core holds them
-    /// ([`Hca::set_ack_delay`]) and they ride with the next request once `d`
-    /// old, leave alone at `2 d` (a timer deadline), after 16 PSNs, and when
-    /// the engine goes idle. The peer's send completions are delayed by as
-    /// much; its send queue must be deep enough.
-    pub fn with_ack_delay(self, d: Duration, cores: &[Arc<Mutex<Hca>>]) -> EngineDriver<T> {
-        for c in cores {
-            c.lock().unwrap_or_else(|e| e.into_inner()).set_ack_delay(Some(d));
-        }
-        self
     }
 
     /// The engine (counters, local addresses, progress count).

@@ -7,7 +7,7 @@
 
 use crate::config::{sharing_enabled, DeviceConfig, TransportKind};
 use crate::driver::EngineDriver;
-use roce_emulator::Hca;
+use roce_emulator::{Hca, LinkProfile, RxIcrc};
 use roce_transport::faults::{FaultSpec, FaultyTransport};
 use roce_transport::{EngineConfig, RawConfig, RawTransport, Transport, UdpConfig, UdpTransport};
 use roce_verbs_api::Device;
@@ -119,7 +119,11 @@ enum MemberSocket {
 pub struct GroupOptions {
     /// The engine (thread or not, spinning).
     pub engine: EngineConfig,
-    /// Hold positive ACKs this long ([`EngineDriver::with_ack_delay`]).
+    /// Hold positive ACKs this long (the cores' [`LinkProfile::ack_delay`]),
+    /// so that one ACK covers several requests: they ride with the next
+    /// request once this old, leave alone at twice it, after 16 PSNs, and
+    /// when the engine goes idle. The peer's send completions are delayed
+    /// by as much; its send queue must be deep enough.
     pub ack_delay: Option<Duration>,
     /// Publish each device's counters for `roce stats` ([`crate::publish`]).
     pub publish: bool,
@@ -166,7 +170,7 @@ impl DeviceConfig {
         let mut parts = Vec::with_capacity(cfgs.len());
         let mut joins = Vec::new();
         for (i, c) in cfgs.iter().enumerate() {
-            let (core, t, join) = c.assemble(opts.share)?;
+            let (core, t, join) = c.assemble(opts.share, opts.ack_delay)?;
             if let Some(j) = join {
                 joins.push((i, c.name.clone(), j));
             }
@@ -180,10 +184,6 @@ impl DeviceConfig {
         let cores: Vec<Arc<Mutex<Hca>>> = parts.iter().map(|(h, _)| h.clone()).collect();
         let drv = EngineDriver::new(parts, opts.engine, kind)
             .map_err(|source| OpenError::Thread { name, source })?;
-        let drv = match opts.ack_delay {
-            Some(d) => drv.with_ack_delay(d, &cores),
-            None => drv,
-        };
         let publishers = match opts.publish {
             true => {
                 let shared = !joins.is_empty();
@@ -209,9 +209,10 @@ impl DeviceConfig {
         Ok(cores.into_iter().map(|h| Device::new(h, drv.clone())).collect())
     }
 
-    /// Make the device's core and bind its transport, each configured for
-    /// the other: the one place a real device is put together.
-    fn assemble(&self, share: bool) -> Result<Assembled, OpenError> {
+    /// Bind the device's transport, then make its core with the link
+    /// profile that transport needs: the one place a real device is put
+    /// together.
+    fn assemble(&self, share: bool, ack_delay: Option<Duration>) -> Result<Assembled, OpenError> {
         let mut hcfg = self.hca_config();
         let share = share && self.transport != TransportKind::Sim;
         let join = match share {
@@ -230,11 +231,14 @@ impl DeviceConfig {
             false => None,
         };
         let mut member = None;
-        let mut core = Hca::new(hcfg);
         // seeded fault injection on the real wire (ROCE_EMU_FAULTS)
         let faults = FaultSpec::from_env()
             .map_err(|why| OpenError::Faults { name: self.name.clone(), why })?
             .filter(FaultSpec::is_active);
+        // A real device: a positive ACK still queued when a newer one for
+        // the same QP is due is replaced by it (the one ACK policy of real
+        // devices; the simulator keeps rxe's one ACK per request).
+        let mut link = LinkProfile { ack_coalescing: true, ack_delay, ..LinkProfile::default() };
         let t: Box<dyn Transport> = match &self.transport {
             TransportKind::Udp => {
                 let local = SocketAddr::new(self.addr, self.port);
@@ -261,14 +265,14 @@ impl DeviceConfig {
                 // need not (not with injected faults, which may corrupt after
                 // that check).
                 if faults.is_none() && t.config().rx_icrc != roce_transport::RxIcrcPolicy::Off {
-                    core.set_rx_icrc_checked(true);
+                    link.rx_icrc = RxIcrc::Link;
                 }
                 // The socket sends from its own port: ICRCs computed for it
-                // need no adjustment.
-                core.set_tx_src_port(Some(t.local_addr().port()));
-                // The socket gathers payloads from region memory into its
-                // sends: large payloads are not copied into packets.
-                core.set_tx_region_bodies(true);
+                // need no adjustment but for GSO's identifications. The
+                // socket gathers payloads from region memory into its sends:
+                // large payloads are not copied into packets.
+                link.src_port = Some(t.local_addr().port());
+                link.region_bodies = true;
                 Box::new(t)
             }
             TransportKind::Raw { ifname } => {
@@ -293,7 +297,7 @@ impl DeviceConfig {
                 // Exact receive-side ICRC checks on the real IP header (unless
                 // injected faults may corrupt frames after that check).
                 if faults.is_none() {
-                    core.set_rx_icrc_checked(true);
+                    link.rx_icrc = RxIcrc::Link;
                 }
                 Box::new(t)
             }
@@ -305,10 +309,8 @@ impl DeviceConfig {
                 })
             }
         };
-        // A positive ACK still queued when a newer one for the same QP is
-        // due is replaced by it: the one ACK policy of real devices (off in
-        // the simulator, whose replays keep rxe's one ACK per request).
-        core.set_ack_coalescing(true);
+        hcfg.link = link;
+        let core = Hca::new(hcfg);
         let t = match faults {
             Some(f) => {
                 Box::new(FaultyTransport::new(t, f, self.name.clone())) as Box<dyn Transport>

@@ -6,7 +6,7 @@
 #[path = "../../verbs-api/tests/common/mod.rs"]
 mod common;
 use common::{connect_qps, rc_qp};
-use roce_emulator::{Hca, HcaConfig, PathMtu};
+use roce_emulator::{Hca, HcaConfig, LinkProfile, PathMtu};
 use roce_host::{EngineConfig, EngineDriver};
 use roce_transport::{UdpConfig, UdpTransport};
 use roce_verbs_api::{
@@ -15,12 +15,17 @@ use roce_verbs_api::{
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// A core for the socket `t` (its port on every datagram), holding its
+/// positive ACKs an hour: only the driver going idle lets them leave.
 fn core(name: &str, t: &UdpTransport) -> Arc<Mutex<Hca>> {
     let mut hc = HcaConfig::new(name, t.local_addr().ip(), 7);
     hc.active_mtu = PathMtu::Mtu1024;
-    let mut h = Hca::new(hc);
-    h.set_tx_src_port(Some(t.local_addr().port()));
-    Arc::new(Mutex::new(h))
+    hc.link = LinkProfile {
+        src_port: Some(t.local_addr().port()),
+        ack_delay: Some(Duration::from_secs(3600)),
+        ..LinkProfile::default()
+    };
+    Arc::new(Mutex::new(Hca::new(hc)))
 }
 
 #[test]
@@ -31,9 +36,7 @@ fn kick_moves_the_posting_device_only_and_held_acks_leave_when_idle() {
     let (ha, hb) = (core("pa", &ta), core("pb", &tb));
     let ec = EngineConfig { caller_spin: Duration::MAX, thread: false, ..Default::default() };
     let drv = Arc::new(
-        EngineDriver::new(vec![(ha.clone(), ta), (hb.clone(), tb)], ec, "poll-test")
-            .unwrap()
-            .with_ack_delay(Duration::from_secs(3600), &[ha.clone(), hb.clone()]),
+        EngineDriver::new(vec![(ha.clone(), ta), (hb.clone(), tb)], ec, "poll-test").unwrap(),
     );
     let (a, b) = (Device::new(ha, drv.clone()).open(), Device::new(hb, drv).open());
     let ((pa, qca, qa), (pb, qcb, qb)) = (rc_qp(&a, 64), rc_qp(&b, 64));

@@ -119,6 +119,10 @@ pub struct Opts {
     pub qp_access: AccessFlags,
     /// RC, UC or UD (UD QPs get [`UD_QKEY`]).
     pub qp_type: QpType,
+    /// Side A's link profile (default: the simulator's).
+    pub link_a: LinkProfile,
+    /// Side B's link profile.
+    pub link_b: LinkProfile,
 }
 
 impl Default for Opts {
@@ -139,6 +143,8 @@ impl Default for Opts {
                 | AccessFlags::REMOTE_READ
                 | AccessFlags::REMOTE_ATOMIC,
             qp_type: QpType::Rc,
+            link_a: LinkProfile::default(),
+            link_b: LinkProfile::default(),
         }
     }
 }
@@ -168,8 +174,8 @@ pub struct Pair {
     pub opts: Opts,
 }
 
-fn side(name: &str, ip: IpAddr, seed: u64, o: &Opts) -> Side {
-    let mut hca = Hca::new(HcaConfig::new(name, ip, seed));
+fn side(name: &str, ip: IpAddr, seed: u64, o: &Opts, link: LinkProfile) -> Side {
+    let mut hca = Hca::new(HcaConfig { link, ..HcaConfig::new(name, ip, seed) });
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(o.cqe).unwrap();
     let mr = hca.reg_mr(pd, o.mr_len, ALL_ACCESS).unwrap();
@@ -254,8 +260,8 @@ impl Pair {
 
     /// A pair at the given addresses (both IPv4 or both IPv6).
     pub fn with_addrs(o: Opts, ip_a: IpAddr, ip_b: IpAddr) -> Pair {
-        let mut a = side("a", ip_a, 1, &o);
-        let mut b = side("b", ip_b, 2, &o);
+        let mut a = side("a", ip_a, 1, &o, o.link_a);
+        let mut b = side("b", ip_b, 2, &o, o.link_b);
         let (qa, qb) = (a.qpn, b.qpn);
         connect(&mut a, ip_b, qb, o.a_psn, o.b_psn, &o);
         connect(&mut b, ip_a, qa, o.b_psn, o.a_psn, &o);

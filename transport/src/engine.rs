@@ -175,8 +175,6 @@ pub struct Engine<N: SansIo + Send + 'static, T: Transport> {
     st: State,
     start: std::time::Instant,
     cfg: EngineConfig,
-    /// Called on a node when the engine goes idle (held ACKs leave).
-    idle_hook: Option<fn(&mut N)>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -231,16 +229,8 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
             },
             start: std::time::Instant::now(),
             cfg,
-            idle_hook: None,
             thread: Mutex::new(None),
         })
-    }
-
-    /// Call `f` on every node when the engine goes idle (e.g. let held
-    /// positive ACKs leave: `Hca::flush_acks`).
-    pub fn with_idle_hook(mut self, f: fn(&mut N)) -> Self {
-        self.idle_hook = Some(f);
-        self
     }
 
     /// Start the engine's thread if [`EngineConfig::thread`] is set.
@@ -384,9 +374,7 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
                 let now = self.core_time(*wall.get_or_insert_with(std::time::Instant::now));
                 let mut n = lock(&p.node);
                 if force {
-                    if let Some(f) = self.idle_hook {
-                        f(&mut n);
-                    }
+                    n.on_idle();
                 }
                 self.pull(p, &mut n, now, &mut io.tx);
             }
@@ -607,7 +595,7 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
                 continue;
             }
             idle = idle.wrapping_add(1);
-            if idle == 64 && !flushed_idle && self.idle_hook.is_some() {
+            if idle == 64 && !flushed_idle {
                 flushed_idle = true;
                 self.flush_with(true, None); // idle: held ACKs leave
                 continue;
@@ -767,14 +755,12 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
         if !self.cfg.thread_spin.is_zero() && self.thread_spin() {
             return;
         }
-        if let Some(f) = self.idle_hook {
-            // idle: held ACKs leave
-            for p in &self.ports {
-                f(&mut lock(&p.node));
-            }
-            if self.flush_with(false, None) > 0 {
-                return;
-            }
+        // idle: what the nodes held back (ACKs) leaves
+        for p in &self.ports {
+            lock(&p.node).on_idle();
+        }
+        if self.flush_with(false, None) > 0 {
+            return;
         }
         let now = self.now();
         let mut wait = self.cfg.max_idle;

@@ -374,7 +374,7 @@ impl UdpTransport {
     /// The wire ICRCs of a GSO run (segment k leaves with IPv4
     /// identification k). When every segment's header is the wire header
     /// but for the identification (the core was told the socket's port,
-    /// [`roce_emulator::Hca::set_tx_src_port`]), the ICRC change is linear
+    /// [`roce_emulator::LinkProfile::src_port`]), the ICRC change is linear
     /// in k: the changes for identifications 1, 2, 4, ... are computed once
     /// per run and segment k's is the XOR of those of k's bits. Otherwise
     /// each segment is fixed on its own ([`Self::wire_icrc`]).

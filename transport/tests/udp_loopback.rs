@@ -288,7 +288,7 @@ fn large_messages_are_received_without_copy_and_buffers_reused() {
 }
 
 /// The core computes ICRCs for the socket's own port
-/// (`Hca::set_tx_src_port`): a single datagram then leaves untouched, and
+/// (`LinkProfile::src_port`): a single datagram then leaves untouched, and
 /// in a GSO run only segment k > 0 changes (identification k), from the
 /// per-run table of identification bits. Every segment still verifies
 /// exactly at the receiver, with and without GRO.

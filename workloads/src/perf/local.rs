@@ -14,7 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Positive ACKs wait up to this long so that one covers several requests
-/// (see `EngineDriver::with_ack_delay`), in both polling modes. (20 us in
+/// (`GroupOptions::ack_delay`, the cores' `LinkProfile::ack_delay`), in
+/// both polling modes. (20 us in
 /// event mode was slower in every test: 64 B WRITEs 0.39 against 0.5-1.2 M
 /// msg/s, SEND round trips 15 against 8-12 us.)
 const ACK_DELAY: Duration = Duration::from_micros(200);
