@@ -155,6 +155,10 @@ struct State {
     blocked: AtomicUsize,
     /// Engine time (ns) of a caller's latest round.
     last_caller: AtomicU64,
+    /// Engine time (ns) until which the thread may sleep (0: it is awake).
+    /// A caller whose flush arms an earlier timer wakes it (see
+    /// [`Engine::wake_for`]).
+    sleep_until: AtomicU64,
     /// Posted work flagged for the thread ([`Engine::notify`]).
     kicked: AtomicBool,
     /// Rounds that handled datagrams or fired timers.
@@ -218,6 +222,7 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
                 active: AtomicUsize::new(0),
                 blocked: AtomicUsize::new(0),
                 last_caller: AtomicU64::new(0),
+                sleep_until: AtomicU64::new(0),
                 kicked: AtomicBool::new(false),
                 rounds: AtomicU64::new(0),
                 progress: Mutex::new(()),
@@ -377,10 +382,31 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
                     n.on_idle();
                 }
                 self.pull(p, &mut n, now, &mut io.tx);
+                self.wake_for(n.poll_timeout());
             }
             sent += self.send(p, io);
         }
         sent
+    }
+
+    /// A caller's flush may have armed a timer (a request's retransmit
+    /// timer) earlier than the thread's planned wake-up: wake it, or the
+    /// timer would fire up to [`EngineConfig::max_idle`] late.
+    fn wake_for(&self, deadline: Option<Instant>) {
+        let Some(d) = deadline else { return };
+        let until = self.st.sleep_until.load(Ordering::SeqCst);
+        if until != 0 && d.as_nanos() < until {
+            self.st.sleep_until.store(0, Ordering::SeqCst);
+            let _ = self.st.thread.write(1);
+        }
+    }
+
+    /// The thread is about to sleep for at most `wait`: note until when
+    /// (before it reads the nodes' deadlines, so a timer armed meanwhile
+    /// is seen either by it or by [`Engine::wake_for`]).
+    fn going_to_sleep(&self, wait: Duration) {
+        let until = self.now().as_nanos().saturating_add(wait.as_nanos() as u64).max(1);
+        self.st.sleep_until.store(until, Ordering::SeqCst);
     }
 
     fn pull(&self, p: &Port<N, T>, n: &mut N, now: Instant, tx: &mut Vec<Datagram>) {
@@ -733,11 +759,14 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
             // deadline this round could not serve (a caller held the
             // transport) is the callers' to serve, not a reason to spin.
             let mut wait = self.cfg.handoff.min(self.cfg.max_idle);
+            self.going_to_sleep(wait);
             if let Some(d) = self.deadline() {
                 wait = wait.min(d.saturating_duration_since(self.now()).max(MIN_THREAD_SLEEP));
+                self.going_to_sleep(wait);
             }
             let mut fds = [PollFd::new(self.st.thread.as_fd(), PollFlags::POLLIN)];
             let _ = nix::poll::ppoll(&mut fds, Some(TimeSpec::from_duration(wait)), None);
+            self.st.sleep_until.store(0, Ordering::SeqCst);
             if fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLIN)) {
                 let _ = self.st.thread.read();
             }
@@ -764,14 +793,18 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
         }
         let now = self.now();
         let mut wait = self.cfg.max_idle;
+        self.going_to_sleep(wait);
         if let Some(d) = self.deadline() {
             if d <= now {
+                self.st.sleep_until.store(0, Ordering::SeqCst);
                 return;
             }
             wait = wait.min(d.saturating_duration_since(now));
+            self.going_to_sleep(wait);
         }
         // (the next round reads whatever woke it)
         let _ = self.sleep_on(&self.st.thread, wait);
+        self.st.sleep_until.store(0, Ordering::SeqCst);
     }
 
     /// Poll without sleeping for up to `thread_spin`; returns whether
