@@ -5,6 +5,7 @@
 use crate::agent::{
     access, Agent, AgentError, Completion, QpInfo, QpSetup, QpStateName, SendReq, Service,
 };
+use roce_emulator::Mutant;
 use roce_host::DeviceConfig;
 use roce_verbs_api::{
     AccessFlags, ConnectOptions, Context, Cq, Mr, PathMtu, Qp, QpEndpoint, QpState, QpType, RKey,
@@ -26,15 +27,26 @@ struct Objects {
 pub struct LocalAgent {
     ctx: Context,
     objs: Option<Objects>,
+    mutant: Option<Mutant>,
 }
 
 impl LocalAgent {
     /// Open a UDP device named `name` on `addr` (port 4791).
     pub fn open(name: &str, addr: IpAddr) -> Result<LocalAgent, AgentError> {
-        let dev = DeviceConfig::udp(name, addr)
-            .open()
-            .map_err(|e| AgentError::Link(format!("open {name} on {addr}: {e}")))?;
-        Ok(LocalAgent { ctx: dev.open(), objs: None })
+        LocalAgent::open_mutant(name, addr, None)
+    }
+
+    /// The same with one IBA rule broken in the device's core
+    /// (`roce_emulator::mutant`): for showing that cases catch that bug.
+    pub fn open_mutant(
+        name: &str,
+        addr: IpAddr,
+        mutant: Option<Mutant>,
+    ) -> Result<LocalAgent, AgentError> {
+        let cfg = DeviceConfig { mutant, ..DeviceConfig::udp(name, addr) };
+        let dev =
+            cfg.open().map_err(|e| AgentError::Link(format!("open {name} on {addr}: {e}")))?;
+        Ok(LocalAgent { ctx: dev.open(), objs: None, mutant })
     }
 
     fn objs(&self) -> Result<&Objects, AgentError> {
@@ -62,12 +74,9 @@ fn wr_opcode(op: u32) -> Result<WrOpcode, AgentError> {
 
 impl Agent for LocalAgent {
     fn describe(&self) -> String {
-        format!(
-            "roce-emu {} ({} device {})",
-            env!("CARGO_PKG_VERSION"),
-            self.ctx.driver_name(),
-            self.ctx.name()
-        )
+        let m = self.mutant.map(|m| format!(", mutant {m}")).unwrap_or_default();
+        let (drv, name) = (self.ctx.driver_name(), self.ctx.name());
+        format!("roce-emu {} ({drv} device {name}{m})", env!("CARGO_PKG_VERSION"))
     }
 
     fn addr(&self) -> IpAddr {

@@ -125,7 +125,9 @@ impl Qp {
 
     /// Go back N from `psn`, charging one retry; RETRY_EXC_ERR when none left.
     fn retry_from(&mut self, cx: &mut CompCtx<'_>, psn: Psn, why: &'static str) {
-        if self.comp.retry_left == 0 && self.p.retry_cnt != RETRY_FOREVER {
+        let forever = self.p.retry_cnt == RETRY_FOREVER
+            || crate::mutant::is(self.mutant, crate::Mutant::IgnoreRetryCount);
+        if self.comp.retry_left == 0 && !forever {
             tracing::info!(qpn = %self.qpn, reason = why, "retry count exceeded");
             cx.ctrs.retry_exceeded_err += 1;
             self.fail_front(cx.sink, WcStatus::RetryExcErr);
@@ -246,6 +248,11 @@ impl Qp {
                         return;
                     }
                     NakCode::InvalidRequest => WcStatus::RemInvReqErr,
+                    NakCode::RemoteAccessError
+                        if crate::mutant::is(self.mutant, crate::Mutant::WrongNakStatus) =>
+                    {
+                        WcStatus::RemOpErr
+                    }
                     NakCode::RemoteAccessError => WcStatus::RemAccessErr,
                     NakCode::RemoteOperationalError => WcStatus::RemOpErr,
                     NakCode::InvalidRdRequest | NakCode::Reserved(_) => WcStatus::RemInvReqErr,

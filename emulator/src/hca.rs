@@ -54,6 +54,9 @@ pub struct HcaConfig {
     /// What the link below does (ICRC ownership, source port, region
     /// bodies, ACK batching); default: the simulator's.
     pub link: LinkProfile,
+    /// A broken IBA rule, for `roce conform`'s self-check only
+    /// ([`crate::mutant`]); `None` for every real device.
+    pub mutant: Option<crate::Mutant>,
 }
 
 impl HcaConfig {
@@ -69,6 +72,7 @@ impl HcaConfig {
             first_qpn: 17,
             comm_id_tag: None,
             link: LinkProfile::default(),
+            mutant: None,
         }
     }
 }
@@ -105,6 +109,8 @@ pub struct Hca {
     pub(crate) rr_cursor: u32,
     /// Who verifies received ICRCs ([`LinkProfile::rx_icrc`]).
     pub(crate) rx_icrc: RxIcrc,
+    /// [`HcaConfig::mutant`], given to every QP.
+    mutant: Option<crate::Mutant>,
     /// The port's communication manager on QP1 ([`crate::cm_port`]).
     pub(crate) cm: crate::cm_port::CmPort,
 }
@@ -158,6 +164,7 @@ impl Hca {
             qpns,
             rr_cursor: 0,
             rx_icrc: cfg.link.rx_icrc,
+            mutant: cfg.mutant,
             cm,
         }
         .with_ack_delay()
@@ -693,7 +700,9 @@ impl Hca {
             s.users += 1;
         }
         let epoch = self.take_epoch();
-        self.qps.insert(Qp::new(qpn, init, self.dev.port.active_mtu, epoch));
+        let mut qp = Qp::new(qpn, init, self.dev.port.active_mtu, epoch);
+        qp.mutant = self.mutant;
+        self.qps.insert(qp);
         tracing::debug!(dev = %self.dev.name, %qpn, "create_qp");
         Ok(qpn)
     }

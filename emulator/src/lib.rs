@@ -61,6 +61,7 @@ pub mod error;
 pub mod hca;
 pub mod io;
 mod mem;
+pub mod mutant;
 pub mod mw;
 pub mod objects;
 pub mod qp;
@@ -79,6 +80,7 @@ pub use counters::Counters;
 pub use error::*;
 pub use hca::{Hca, HcaConfig, MrInfo};
 pub use io::{Datagram, LinkProfile, RegionBody, RxIcrc, SansIo};
+pub use mutant::Mutant;
 pub use mw::{MwBind, MwBindWr, MwError, MwHandle, MwType};
 pub use objects::{
     AsyncEvent, CqHandle, DeviceAttr, MrHandle, PdHandle, PortAttr, PortState, RegionMem,

@@ -209,6 +209,8 @@ pub(crate) struct Qp {
     pub req: ReqState,
     pub comp: CompState,
     pub resp: RespState,
+    /// The device's mutation switch ([`crate::mutant`]; `None` normally).
+    pub mutant: Option<crate::Mutant>,
 }
 
 /// Packets a message of `len` bytes takes at `mtu` (at least one): the
@@ -257,6 +259,7 @@ impl Qp {
             req: ReqState::default(),
             comp: CompState::default(),
             resp: RespState::default(),
+            mutant: None,
         }
     }
 
@@ -283,8 +286,9 @@ impl Qp {
     /// send-queue slot free; `epoch` is the new incarnation's (the CQEs
     /// still in the CQs free nothing when polled).
     pub fn reset(&mut self, epoch: u32) {
-        let (qpn, init, mtu) = (self.qpn, self.init, self.p.mtu);
+        let (qpn, init, mtu, mutant) = (self.qpn, self.init, self.p.mtu, self.mutant);
         *self = Qp::new(qpn, init, mtu, epoch);
+        self.mutant = mutant;
     }
 
     /// Send-queue slots held: WQEs not completed, and completed ones whose
@@ -338,6 +342,9 @@ impl Qp {
             return None;
         }
         let ns = 4096u64.checked_shl(u32::from(self.p.timeout.min(31)))?;
+        if crate::mutant::is(self.mutant, crate::Mutant::EarlyRetransmit) {
+            return Some(core::time::Duration::from_nanos(ns / 4));
+        }
         Some(core::time::Duration::from_nanos(ns))
     }
 

@@ -35,6 +35,7 @@
 use crate::counters::Counters;
 use crate::dev::RespCtx;
 use crate::io::Datagram;
+use crate::mutant::{self, Mutant};
 use crate::objects::{MemError, MrHandle};
 use crate::qp::{packets_for, InMsg, Qp, RdResource, ReadJob, RespItem, RespState};
 use crate::qp_attr::AccessFlags;
@@ -299,7 +300,11 @@ impl Qp {
 
     fn send_rnr(&mut self, cx: &mut RespCtx<'_>, psn: Psn) {
         cx.ctrs.send_rnr_err += 1;
-        let t = RnrTimer::new(self.p.min_rnr_timer);
+        let code = match mutant::is(self.mutant, Mutant::RnrTimerZero) {
+            true => 0,
+            false => self.p.min_rnr_timer,
+        };
+        let t = RnrTimer::new(code);
         tracing::debug!(qpn = %self.qpn, %psn, code = "RNR_NAK", timer_us = t.micros(), "RNR NAK sent");
         self.resp.send_aeth(cx.tx, cx.ctrs, psn, Syndrome::RnrNak(t));
         self.resp.nak_sent = true;
@@ -528,7 +533,7 @@ impl Qp {
         let d = psn.distance(self.resp.epsn);
         if d > 0 {
             cx.ctrs.out_of_seq_request += 1;
-            if !self.resp.nak_sent {
+            if !self.resp.nak_sent || mutant::is(self.mutant, Mutant::NakEveryGapPacket) {
                 return Err(Outcome::SequenceNak);
             }
             tracing::debug!(qpn = %self.qpn, %psn, epsn = %self.resp.epsn,
@@ -537,7 +542,11 @@ impl Qp {
         }
         if d < 0 {
             cx.ctrs.duplicate_request += 1;
-            return Err(Outcome::Duplicate);
+            let again = matches!(info.kind, OpKind::Send | OpKind::Write)
+                && mutant::is(self.mutant, Mutant::ReexecuteDuplicates);
+            if !again {
+                return Err(Outcome::Duplicate);
+            }
         }
         self.resp.nak_sent = false;
         Ok(())
@@ -546,6 +555,9 @@ impl Qp {
     /// Step 2: Opcode sequence (C9-40): MIDDLE/LAST only inside a message of the
     /// same kind, FIRST/ONLY only between messages.
     fn check_opcode_sequence(&self, r: &RoceRepr, info: &OpInfo) -> Result<(), Outcome> {
+        if mutant::is(self.mutant, Mutant::NoOpcodeSequence) {
+            return Ok(());
+        }
         let seq_ok = match &self.resp.in_msg {
             Some(InMsg::Send { .. }) => info.kind == OpKind::Send && !info.position.starts(),
             Some(InMsg::Write { .. }) => info.kind == OpKind::Write && !info.position.starts(),
@@ -608,6 +620,9 @@ impl Qp {
     /// Step 5: Packet length (C9-22): FIRST and MIDDLE carry exactly the path
     /// MTU, LAST 1..=MTU bytes, ONLY at most the MTU.
     fn check_packet_length(&self, psn: Psn, info: &OpInfo, len: u64) -> Result<(), Outcome> {
+        if mutant::is(self.mutant, Mutant::NoPacketLength) {
+            return Ok(());
+        }
         let mtu = self.mtu();
         let len_ok = match info.position {
             Position::First | Position::Middle => len == mtu,
@@ -980,7 +995,7 @@ impl Qp {
         d: &Datagram,
     ) {
         let Some(deth) = r.deth else { return };
-        if deth.qkey.value() != self.p.qkey {
+        if deth.qkey.value() != self.p.qkey && !mutant::is(self.mutant, Mutant::NoQkeyCheck) {
             cx.ctrs.ud_dropped += 1;
             tracing::debug!(qpn = %self.qpn, qkey = %deth.qkey, reason = "Q_Key mismatch", "drop");
             return;

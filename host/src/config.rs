@@ -81,6 +81,10 @@ pub struct DeviceConfig {
     pub pcap: Option<PathBuf>,
     /// The port's active MTU (default 1024, as rxe on a 1500-byte Ethernet).
     pub mtu: PathMtu,
+    /// A broken IBA rule for `roce conform`'s self-check
+    /// ([`roce_emulator::mutant`]); never set from the environment or a
+    /// configuration file.
+    pub mutant: Option<roce_emulator::Mutant>,
 }
 
 /// A configuration that could not be read.
@@ -125,6 +129,7 @@ impl DeviceConfig {
             port: roce_transport::DEFAULT_PORT,
             pcap: None,
             mtu: PathMtu::Mtu1024,
+            mutant: None,
         }
     }
 
@@ -346,6 +351,7 @@ impl DeviceConfig {
         // shrinks FI_UNIVERSE_SIZE. A CQ's memory grows with what it holds,
         // not with its depth.
         c.device_attr.max_cqe = MAX_CQE;
+        c.mutant = self.mutant;
         c
     }
 
