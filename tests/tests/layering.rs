@@ -38,8 +38,9 @@ const LAYERS: &[&[&str]] = &[
 /// verbs-api's real-wire devices moved to host).
 const UPWARD_LEFT: &[(&str, &str)] = &[];
 
-/// Source directories that still have module circles (issue 27).
-const CIRCLES_LEFT: &[&str] = &["verbs-api/src"];
+/// Source directories that still have module circles (issue 27): none
+/// left (verbs-api's objects share their state through `objects`).
+const CIRCLES_LEFT: &[&str] = &[];
 
 /// Functions over the limit on purpose: tables and generated code.
 const LONG_BY_DESIGN: &[(&str, &str)] = &[

@@ -3,6 +3,7 @@
 //! `PostSendError`...), re-exported at the crate root.
 
 use std::fmt;
+use std::sync::Arc;
 
 /// An explicit `destroy()` failed. The handle is consumed either way; a
 /// shared object is destroyed when its last handle is dropped.
@@ -34,3 +35,12 @@ impl<E: fmt::Display> fmt::Display for DestroyError<E> {
 }
 
 impl<E: fmt::Debug + fmt::Display> std::error::Error for DestroyError<E> {}
+
+impl<E> DestroyError<E> {
+    /// For an explicit `destroy()`: the object behind `arc` when `arc` is
+    /// its last handle, else [`DestroyError::Shared`] naming it `what`.
+    pub(crate) fn sole<T>(arc: Arc<T>, what: &'static str) -> Result<T, DestroyError<E>> {
+        Arc::try_unwrap(arc)
+            .map_err(|arc| DestroyError::Shared { what, others: Arc::strong_count(&arc) - 1 })
+    }
+}

@@ -1,14 +1,15 @@
 //! Queue pairs (`ibv_qp`) and the connection helpers.
 
-use crate::cq::Cq;
 use crate::error::DestroyError;
-use crate::pd::Pd;
+use crate::objects::Cq;
+use crate::pd::{Mw, Pd};
 use crate::srq::Srq;
 use roce_emulator::{
-    AccessFlags, AhAttr, CreateQpError, ModifyQpError, PathMtu, PostRecvError, PostSendError,
-    QpAttr, QpCap, QpInitAttr, QpLookupError, QpState, QpType, RecvWr, SendWr,
+    AccessFlags, AhAttr, CreateQpError, ModifyQpError, MwBind, MwBindWr, MwError, PathMtu,
+    PostRecvError, PostSendError, QpAttr, QpCap, QpInitAttr, QpLookupError, QpState, QpType,
+    RecvWr, SendFlags, SendWr,
 };
-use roce_packet::Qpn;
+use roce_packet::{Qpn, RKey};
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -92,6 +93,14 @@ impl ConnectOptions {
             .retry_cnt(self.retry_cnt)
             .rnr_retry(self.rnr_retry)
             .max_rd_atomic(self.max_rd_atomic)
+    }
+}
+
+impl Pd {
+    /// Start creating a QP on this PD (RC by default) that reports to
+    /// `send_cq` and `recv_cq` (they may be the same CQ).
+    pub fn qp_builder(&self, send_cq: &Cq, recv_cq: &Cq) -> QpBuilder {
+        QpBuilder::new(self.clone(), send_cq.clone(), recv_cq.clone())
     }
 }
 
@@ -375,15 +384,31 @@ impl Qp {
     /// without completions). Fails with [`DestroyError::Shared`] while
     /// clones exist.
     pub fn destroy(self) -> Result<(), DestroyError<QpLookupError>> {
-        match Arc::try_unwrap(self.inner) {
-            Ok(mut inner) => {
-                inner.destroyed = true;
-                let r = inner.pd.context().lock().destroy_qp(inner.qpn);
-                r.map_err(DestroyError::Verb)
-            }
-            Err(arc) => {
-                Err(DestroyError::Shared { what: "QP", others: Arc::strong_count(&arc) - 1 })
-            }
-        }
+        let mut inner = DestroyError::sole(self.inner, "QP")?;
+        inner.destroyed = true;
+        let r = inner.pd.context().lock().destroy_qp(inner.qpn);
+        r.map_err(DestroyError::Verb)
+    }
+}
+
+impl Qp {
+    /// `ibv_bind_mw` for a type 1 window: posts the bind on this QP's send
+    /// queue (after every earlier work request) and returns the rkey the
+    /// window will have. It completes with opcode BIND_MW when `send_flags`
+    /// has SIGNALED, and with MW_BIND_ERR (QP to ERR) if a check fails
+    /// when it executes. Use the rkey once the completion arrived (or a
+    /// later one, completions being in order).
+    pub fn bind_mw(
+        &self,
+        mw: &Mw,
+        wr_id: u64,
+        send_flags: SendFlags,
+        bind: MwBind,
+    ) -> Result<RKey, MwError> {
+        let ctx = self.pd().context();
+        let wr = MwBindWr { wr_id, send_flags, bind };
+        let rkey = ctx.lock().bind_mw(self.qpn(), mw.handle(), wr)?;
+        ctx.kick();
+        Ok(rkey)
     }
 }
