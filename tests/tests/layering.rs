@@ -56,8 +56,6 @@ const LONG_LEFT: &[(&str, &str)] = &[
     ("examples/src/bin/udaddy.rs", "run"),
     ("examples/src/pingpong.rs", "run"),
     ("examples/src/srq_pingpong.rs", "run"),
-    ("libibverbs/src/fuzz/misuse.rs", "step"),
-    ("libibverbs/src/fuzz.rs", "dropin_run"),
 ];
 
 const MAX_FN_LINES: usize = 120;
