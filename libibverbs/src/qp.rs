@@ -311,14 +311,7 @@ fn build_qp(
     let ptr = Box::into_raw(obj);
     lock(&cx.qps).insert(qpn, ptr as usize);
     handles::insert(Kind::Qp, ptr, cx.c());
-    let out = abi::ibv_qp_cap {
-        max_send_wr: actual.max_send_wr,
-        max_recv_wr: actual.max_recv_wr,
-        max_send_sge: actual.max_send_sge,
-        max_recv_sge: actual.max_recv_sge,
-        max_inline_data: actual.max_inline_data,
-    };
-    Ok((ptr, out))
+    Ok((ptr, cap_to_c(&actual)))
 }
 
 pub(crate) unsafe extern "C" fn create_qp(
@@ -429,6 +422,63 @@ pub(crate) unsafe extern "C" fn destroy_qp(q: *mut abi::ibv_qp) -> libc::c_int {
 
 // ---------------------------------------------------------------- modify / query
 
+/// Copy the `ibv_qp_attr` fields that [`QpAttr`] holds under the same
+/// name and type, from `$src` to `$dst` (either way round): modify reads
+/// them from C, query and `rdma_init_qp_attr` write them to C.
+macro_rules! same_qp_attr_fields {
+    ($dst:expr, $src:expr) => {{
+        let (d, s) = (&mut $dst, &$src);
+        d.pkey_index = s.pkey_index;
+        d.port_num = s.port_num;
+        d.qkey = s.qkey;
+        d.timeout = s.timeout;
+        d.retry_cnt = s.retry_cnt;
+        d.rnr_retry = s.rnr_retry;
+        d.rq_psn = s.rq_psn;
+        d.sq_psn = s.sq_psn;
+        d.max_rd_atomic = s.max_rd_atomic;
+        d.max_dest_rd_atomic = s.max_dest_rd_atomic;
+        d.min_rnr_timer = s.min_rnr_timer;
+        d.dest_qp_num = s.dest_qp_num;
+    }};
+}
+
+/// `a` as an `ibv_qp_attr`: its state (`state` when it has none), access,
+/// address vector, path MTU (0 when unset) and the fields of the same
+/// name; everything else zero.
+pub(crate) fn attr_to_c(a: &QpAttr, state: QpState) -> abi::ibv_qp_attr {
+    // SAFETY: plain C data.
+    let mut c: abi::ibv_qp_attr = unsafe { std::mem::zeroed() };
+    c.qp_state = state_to_c(a.qp_state.unwrap_or(state));
+    c.qp_access_flags = a.qp_access_flags.0;
+    if let Some(ah) = &a.ah_attr {
+        c.ah_attr = ah_to_c(ah);
+    }
+    c.path_mtu = a.path_mtu.map_or(0, |m| m as u32);
+    same_qp_attr_fields!(c, a);
+    c
+}
+
+fn cap_from_c(c: &abi::ibv_qp_cap) -> QpCap {
+    QpCap {
+        max_send_wr: c.max_send_wr,
+        max_recv_wr: c.max_recv_wr,
+        max_send_sge: c.max_send_sge,
+        max_recv_sge: c.max_recv_sge,
+        max_inline_data: c.max_inline_data,
+    }
+}
+
+fn cap_to_c(c: &QpCap) -> abi::ibv_qp_cap {
+    abi::ibv_qp_cap {
+        max_send_wr: c.max_send_wr,
+        max_recv_wr: c.max_recv_wr,
+        max_send_sge: c.max_send_sge,
+        max_recv_sge: c.max_recv_sge,
+        max_inline_data: c.max_inline_data,
+    }
+}
+
 pub(crate) unsafe extern "C" fn modify_qp(
     q: *mut abi::ibv_qp,
     attr: *mut abi::ibv_qp_attr,
@@ -452,9 +502,7 @@ pub(crate) unsafe extern "C" fn modify_qp(
         }
         a.en_sqd_async_notify = c.en_sqd_async_notify != 0;
         a.qp_access_flags = AccessFlags(c.qp_access_flags);
-        a.pkey_index = c.pkey_index;
-        a.port_num = c.port_num;
-        a.qkey = c.qkey;
+        same_qp_attr_fields!(a, c);
         if mask & abi::IBV_QP_AV != 0 {
             if o.qp_type != QpType::Ud && c.ah_attr.is_global == 0 {
                 // RoCE addresses by GID: without a GRH there is no
@@ -467,22 +515,7 @@ pub(crate) unsafe extern "C" fn modify_qp(
         if mask & abi::IBV_QP_PATH_MTU != 0 {
             a.path_mtu = Some(mtu_from_c(c.path_mtu)?);
         }
-        a.timeout = c.timeout;
-        a.retry_cnt = c.retry_cnt;
-        a.rnr_retry = c.rnr_retry;
-        a.rq_psn = c.rq_psn;
-        a.max_rd_atomic = c.max_rd_atomic;
-        a.min_rnr_timer = c.min_rnr_timer;
-        a.sq_psn = c.sq_psn;
-        a.max_dest_rd_atomic = c.max_dest_rd_atomic;
-        a.cap = QpCap {
-            max_send_wr: c.cap.max_send_wr,
-            max_recv_wr: c.cap.max_recv_wr,
-            max_send_sge: c.cap.max_send_sge,
-            max_recv_sge: c.cap.max_recv_sge,
-            max_inline_data: c.cap.max_inline_data,
-        };
-        a.dest_qp_num = c.dest_qp_num;
+        a.cap = cap_from_c(&c.cap);
         o.qp.modify(&a).map_err(|e| {
             diag!("modify_qp: {e}");
             libc::EINVAL
@@ -507,39 +540,16 @@ pub(crate) unsafe extern "C" fn query_qp(
             return Err(libc::EINVAL);
         }
         let (a, i) = o.qp.query().map_err(|_| libc::EINVAL)?;
-        // SAFETY: plain C data.
-        let mut c: abi::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        let st = state_to_c(a.qp_state.unwrap_or(QpState::Reset));
-        c.qp_state = st;
+        let mut c = attr_to_c(&a, QpState::Reset);
+        let st = c.qp_state;
         c.cur_qp_state = st;
         c.path_mtu = a.path_mtu.map_or(abi::IBV_MTU_1024, |m| m as u32);
         c.path_mig_state = abi::IBV_MIG_MIGRATED;
-        c.qkey = a.qkey;
-        c.rq_psn = a.rq_psn;
-        c.sq_psn = a.sq_psn;
-        c.dest_qp_num = a.dest_qp_num;
-        c.qp_access_flags = a.qp_access_flags.0;
-        let cap = abi::ibv_qp_cap {
-            max_send_wr: i.cap.max_send_wr,
-            max_recv_wr: i.cap.max_recv_wr,
-            max_send_sge: i.cap.max_send_sge,
-            max_recv_sge: i.cap.max_recv_sge,
-            max_inline_data: i.cap.max_inline_data,
-        };
+        let cap = cap_to_c(&i.cap);
         c.cap = cap;
-        if let Some(ah) = a.ah_attr {
-            c.ah_attr = ah_to_c(&ah);
-        }
-        c.pkey_index = a.pkey_index;
         c.en_sqd_async_notify = u8::from(a.en_sqd_async_notify);
         c.sq_draining = 0;
-        c.max_rd_atomic = a.max_rd_atomic;
-        c.max_dest_rd_atomic = a.max_dest_rd_atomic;
-        c.min_rnr_timer = a.min_rnr_timer;
         c.port_num = 1;
-        c.timeout = a.timeout;
-        c.retry_cnt = a.retry_cnt;
-        c.rnr_retry = a.rnr_retry;
         // SAFETY: attr and init are the caller's structs.
         unsafe {
             attr.write(c);

@@ -455,26 +455,7 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
         let c = unsafe { &mut *attr };
         let state = crate::qp::state_from_c(c.qp_state)?;
         let a = rust(o)?.init_qp_attr(state).map_err(cm_err)?;
-        // SAFETY: plain C data.
-        *c = unsafe { std::mem::zeroed() };
-        c.qp_state = crate::qp::state_to_c(a.qp_state.unwrap_or(state));
-        c.qp_access_flags = a.qp_access_flags.0;
-        c.pkey_index = a.pkey_index;
-        c.port_num = a.port_num;
-        c.qkey = a.qkey;
-        if let Some(ah) = &a.ah_attr {
-            c.ah_attr = crate::ah::ah_to_c(ah);
-        }
-        c.path_mtu = a.path_mtu.map_or(0, |m| m as u32);
-        c.dest_qp_num = a.dest_qp_num;
-        c.rq_psn = a.rq_psn;
-        c.sq_psn = a.sq_psn;
-        c.max_dest_rd_atomic = a.max_dest_rd_atomic;
-        c.max_rd_atomic = a.max_rd_atomic;
-        c.min_rnr_timer = a.min_rnr_timer;
-        c.timeout = a.timeout;
-        c.retry_cnt = a.retry_cnt;
-        c.rnr_retry = a.rnr_retry;
+        *c = crate::qp::attr_to_c(&a, state);
         // the emulator's mask bits are libibverbs' IBV_QP_* bits
         // SAFETY: the caller's int.
         unsafe { *mask = a.mask.0 as c_int };
