@@ -571,7 +571,7 @@ pub(crate) unsafe extern "C" fn query_qp(
 
 // ---------------------------------------------------------------- posting
 
-fn post_send_err(e: &PostSendError) -> i32 {
+pub(crate) fn post_send_err(e: &PostSendError) -> i32 {
     diag!("post_send: {e}");
     match e {
         PostSendError::QueueFull { .. } => libc::ENOMEM,

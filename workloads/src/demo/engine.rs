@@ -676,13 +676,20 @@ impl Workload {
         }
     }
 
-    fn on_send_wc(&mut self, side: usize, wc: &WorkCompletion) {
+    /// Count a completion's status and find the index of its QP on
+    /// `side` (an order error when the QP is unknown).
+    fn qp_of(&mut self, side: usize, wc: &WorkCompletion, kind: &str) -> Option<usize> {
         self.count_status(wc.status);
-        let Some(&q) = self.sides[side].qp_index.get(&wc.qp_num) else {
+        let q = self.sides[side].qp_index.get(&wc.qp_num).copied();
+        if q.is_none() {
             self.report.order_errors += 1;
-            self.problem(format!("completion for unknown QP {:#x}", wc.qp_num));
-            return;
-        };
+            self.problem(format!("{kind} for unknown QP {:#x}", wc.qp_num));
+        }
+        q
+    }
+
+    fn on_send_wc(&mut self, side: usize, wc: &WorkCompletion) {
+        let Some(q) = self.qp_of(side, wc, "completion") else { return };
         let s = q * 2 + side;
         let st = &mut self.streams[s];
         let p = match st.outstanding.front() {
@@ -756,12 +763,7 @@ impl Workload {
     }
 
     fn on_recv_wc(&mut self, side: usize, wc: &WorkCompletion) {
-        self.count_status(wc.status);
-        let Some(&q) = self.sides[side].qp_index.get(&wc.qp_num) else {
-            self.report.order_errors += 1;
-            self.problem(format!("receive completion for unknown QP {:#x}", wc.qp_num));
-            return;
-        };
+        let Some(q) = self.qp_of(side, wc, "receive completion") else { return };
         let s = q * 2 + (1 - side);
         let from_srq = wc.wr_id & SRQ_WR != 0;
         let st = &mut self.streams[s];

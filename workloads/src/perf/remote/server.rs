@@ -176,20 +176,8 @@ fn check_written(
     (q, iters): (usize, u64),
     out: &mut Outcome,
 ) {
-    let mem = res.mrs[q].to_vec();
-    let (theirs, mine) = (pattern_of(&rem[q]), pattern_of(&res.mine[q]));
     let used = iters.min(geo.slots);
-    let mut bad = 0u64;
-    for k in 0..used {
-        let o = k * geo.stride;
-        let slot = &mem[o as usize..(o + geo.size) as usize];
-        let wrong = if neg.remote_is_ours {
-            !theirs.matches(o, slot)
-        } else {
-            geo.size >= 4 && mine.matches(o, slot)
-        };
-        bad += u64::from(wrong);
-    }
+    let bad = res.slots_not_from_peer(geo, (&rem[q], neg), q, used);
     let what = if neg.remote_is_ours {
         "equal the writer's pattern"
     } else {

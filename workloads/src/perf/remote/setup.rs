@@ -65,6 +65,35 @@ pub(super) fn pattern_of(d: &PerftestDest) -> Pattern {
     Pattern::of_qp(d.qpn, d.psn)
 }
 
+impl Res {
+    /// Of the first `used` slots of QP `q`'s buffer, how many do not hold
+    /// what the peer (`theirs`) put there with a WRITE or that a READ
+    /// fetched from it: facing roce-emu (`neg.remote_is_ours`) the slot
+    /// differs from the peer's pattern; facing perftest (random bytes) it
+    /// still holds our own fill (a slot under 4 bytes cannot tell).
+    pub(super) fn slots_not_from_peer(
+        &self,
+        geo: &Geo,
+        (theirs, neg): (&PerftestDest, &Negotiated),
+        q: usize,
+        used: u64,
+    ) -> u64 {
+        let mem = self.mrs[q].to_vec();
+        let (theirs, mine) = (pattern_of(theirs), pattern_of(&self.mine[q]));
+        (0..used)
+            .filter(|k| {
+                let o = k * geo.stride;
+                let slot = &mem[o as usize..(o + geo.size) as usize];
+                if neg.remote_is_ours {
+                    !theirs.matches(o, slot)
+                } else {
+                    geo.size >= 4 && mine.matches(o, slot)
+                }
+            })
+            .count() as u64
+    }
+}
+
 pub(super) fn u64_at(b: &[u8], off: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[off..off + 8]);
