@@ -924,14 +924,9 @@ impl Cm {
             | ConnState::RepSent
             | ConnState::MraRepRcvd
             | ConnState::DreqSent => {
-                c.state = ConnState::TimeWait;
-                c.deadline = Some(now.saturating_add(self.cfg.timewait));
                 let (lc, rc) = (c.local_comm_id, c.remote_comm_id);
                 self.send_drep(from, tid, lc, rc);
-                self.event(
-                    id,
-                    CmEvent::Disconnected { conn: id, cause: DisconnectCause::DreqReceived },
-                );
+                self.disconnected(now, id, DisconnectCause::DreqReceived);
             }
             ConnState::TimeWait => {
                 let (lc, rc) = (c.local_comm_id, c.remote_comm_id);
@@ -950,12 +945,7 @@ impl Cm {
         let Some(c) = self.conns.get_mut(&id) else { return };
         match c.state {
             ConnState::DreqSent => {
-                c.state = ConnState::TimeWait;
-                c.deadline = Some(now.saturating_add(self.cfg.timewait));
-                self.event(
-                    id,
-                    CmEvent::Disconnected { conn: id, cause: DisconnectCause::DrepReceived },
-                );
+                self.disconnected(now, id, DisconnectCause::DrepReceived);
             }
             ConnState::TimeWait => self.counters.dropped_duplicate += 1,
             _ => self.counters.dropped_invalid_state += 1,
@@ -998,9 +988,7 @@ impl Cm {
                 self.remove(id);
             }
             ConnState::Established if reason == rej_reason::STALE_CONNECTION => {
-                c.state = ConnState::TimeWait;
-                c.deadline = Some(now.saturating_add(self.cfg.timewait));
-                self.event(id, event);
+                self.time_wait(now, id, event);
             }
             _ => self.counters.dropped_invalid_state += 1,
         }
@@ -1142,6 +1130,21 @@ impl Cm {
         if let Some(c) = self.conns.get_mut(&conn) {
             c.destroyed = true;
         }
+    }
+
+    /// Enter TimeWait (the connection lingers for `timewait`, then goes)
+    /// and report `ev`.
+    fn time_wait(&mut self, now: Duration, id: ConnId, ev: CmEvent) {
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.state = ConnState::TimeWait;
+            c.deadline = Some(now.saturating_add(self.cfg.timewait));
+        }
+        self.event(id, ev);
+    }
+
+    /// [`Self::time_wait`] with [`CmEvent::Disconnected`] for `cause`.
+    fn disconnected(&mut self, now: Duration, id: ConnId, cause: DisconnectCause) {
+        self.time_wait(now, id, CmEvent::Disconnected { conn: id, cause });
     }
 
     fn event(&mut self, conn: ConnId, ev: CmEvent) {
@@ -1329,12 +1332,7 @@ impl Cm {
         let Some(c) = self.conns.get_mut(&id) else { return };
         match c.state {
             ConnState::DreqSent => {
-                c.state = ConnState::TimeWait;
-                c.deadline = Some(now.saturating_add(self.cfg.timewait));
-                self.event(
-                    id,
-                    CmEvent::Disconnected { conn: id, cause: DisconnectCause::DreqTimeout },
-                );
+                self.disconnected(now, id, DisconnectCause::DreqTimeout);
             }
             ConnState::SidrReqSent => {
                 self.event(id, CmEvent::Unreachable { conn: id });
