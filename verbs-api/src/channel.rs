@@ -22,7 +22,7 @@
 //! simulated fabric events are collected whenever the verbs drive it
 //! (`get_cq_event`, `poll_blocking`, ...) or on [`CompChannel::process`].
 
-use crate::driver::Budget;
+use crate::driver::{poll_progress, Budget};
 use crate::event_queue::EventQueue;
 use crate::objects::{dispatch, route, AsyncInner, ChanInner, Context, Cq};
 use roce_emulator::{AsyncEvent, CreateCqError};
@@ -112,19 +112,6 @@ impl CompChannel {
     }
 }
 
-impl AsFd for CompChannel {
-    /// Readable while events are pending (for epoll/poll users).
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.inner.events.rx.as_fd()
-    }
-}
-
-impl AsRawFd for CompChannel {
-    fn as_raw_fd(&self) -> RawFd {
-        self.inner.events.rx.as_raw_fd()
-    }
-}
-
 /// The future of [`CompChannel::get_cq_event_async`].
 #[derive(Debug)]
 pub struct CqEvent<'a> {
@@ -190,26 +177,7 @@ impl Future for AsyncEventFuture<'_> {
     type Output = AsyncEvent;
 
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<AsyncEvent> {
-        let driver = self.ctx.driver();
-        let threaded = driver.register_waker(cx.waker());
-        if let Some(e) = self.ctx.poll_async_event() {
-            return Poll::Ready(e);
-        }
-        if !threaded {
-            let mut got = None;
-            driver.progress(
-                &mut || {
-                    got = self.ctx.poll_async_event();
-                    got.is_some()
-                },
-                Budget::events(1000),
-            );
-            if let Some(e) = got {
-                return Poll::Ready(e);
-            }
-            cx.waker().wake_by_ref();
-        }
-        Poll::Pending
+        poll_progress(self.ctx.driver(), cx, || self.ctx.poll_async_event())
     }
 }
 
@@ -292,19 +260,6 @@ impl AsyncEventChannel {
     }
 }
 
-impl AsFd for AsyncEventChannel {
-    /// Readable while events are pending (for epoll/poll users).
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.inner.events.rx.as_fd()
-    }
-}
-
-impl AsRawFd for AsyncEventChannel {
-    fn as_raw_fd(&self) -> RawFd {
-        self.inner.events.rx.as_raw_fd()
-    }
-}
-
 /// The future of [`AsyncEventChannel::get_event_async`].
 #[derive(Debug)]
 pub struct AsyncChannelEvent<'a> {
@@ -355,3 +310,23 @@ impl Context {
         Ok(AsyncEventChannel { ctx: self.clone(), inner })
     }
 }
+
+/// The descriptor of a channel's event queue: readable while events are
+/// pending (for epoll/poll users).
+macro_rules! event_fd {
+    ($($t:ty),*) => {$(
+        impl AsFd for $t {
+            fn as_fd(&self) -> BorrowedFd<'_> {
+                self.inner.events.rx.as_fd()
+            }
+        }
+
+        impl AsRawFd for $t {
+            fn as_raw_fd(&self) -> RawFd {
+                self.inner.events.rx.as_raw_fd()
+            }
+        }
+    )*};
+}
+
+event_fd!(CompChannel, AsyncEventChannel);

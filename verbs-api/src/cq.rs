@@ -1,6 +1,6 @@
 //! Completion queues (`ibv_cq`).
 
-use crate::driver::Budget;
+use crate::driver::{poll_progress, Budget};
 use crate::error::DestroyError;
 use crate::objects::{discard_events, Context};
 use roce_emulator::{
@@ -199,42 +199,18 @@ impl Future for PollCq<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        let driver = this.cq.inner.ctx.driver();
-        // Register first, then poll: a completion that lands in between
-        // still wakes the task.
-        let threaded = driver.register_waker(cx.waker());
-        let check = |out: &mut Vec<WorkCompletion>| -> Option<Result<(), PollCqError>> {
-            match this.cq.poll(this.n - out.len()) {
-                Ok(v) => out.extend(v),
-                Err(e) => return Some(Err(e)),
+        let (cq, n, out) = (this.cq, this.n, &mut this.out);
+        let got = poll_progress(cq.inner.ctx.driver(), cx, || match cq.poll(n - out.len()) {
+            Ok(v) => {
+                out.extend(v);
+                (out.len() >= n).then_some(Ok(()))
             }
-            (out.len() >= this.n).then_some(Ok(()))
-        };
-        if !threaded {
-            let out = &mut this.out;
-            let mut res = None;
-            driver.progress(
-                &mut || {
-                    res = check(out);
-                    res.is_some()
-                },
-                Budget::events(1000),
-            );
-            if res.is_none() {
-                cx.waker().wake_by_ref();
-            }
-            return match res {
-                Some(Ok(())) => Poll::Ready(Ok(std::mem::take(&mut this.out))),
-                Some(Err(e)) if this.out.is_empty() => Poll::Ready(Err(e)),
-                Some(Err(_)) => Poll::Ready(Ok(std::mem::take(&mut this.out))),
-                None => Poll::Pending,
-            };
-        }
-        match check(&mut this.out) {
-            Some(Ok(())) => Poll::Ready(Ok(std::mem::take(&mut this.out))),
-            Some(Err(e)) if this.out.is_empty() => Poll::Ready(Err(e)),
-            Some(Err(_)) => Poll::Ready(Ok(std::mem::take(&mut this.out))),
-            None => Poll::Pending,
+            Err(e) => Some(Err(e)),
+        });
+        match got {
+            Poll::Ready(Err(e)) if this.out.is_empty() => Poll::Ready(Err(e)),
+            Poll::Ready(_) => Poll::Ready(Ok(std::mem::take(&mut this.out))),
+            Poll::Pending => Poll::Pending,
         }
     }
 }

@@ -44,3 +44,20 @@ impl<E> DestroyError<E> {
             .map_err(|arc| DestroyError::Shared { what, others: Arc::strong_count(&arc) - 1 })
     }
 }
+
+/// For `Drop`: run `destroy`, the verb of an object whose last handle went
+/// without an explicit `destroy()` (`destroyed` false), and log a failure
+/// (a drop cannot return it).
+pub(crate) fn destroy_on_drop<E: fmt::Display>(
+    destroyed: bool,
+    verb: &str,
+    id: impl fmt::Display,
+    destroy: impl FnOnce() -> Result<(), E>,
+) {
+    if destroyed {
+        return;
+    }
+    if let Err(e) = destroy() {
+        tracing::warn!(%id, error = %e, "{verb} in drop failed");
+    }
+}

@@ -2,7 +2,7 @@
 //! channel: events with a file descriptor that is readable while they are
 //! pending, a blocking wait and wakers for futures.
 
-use crate::driver::{Budget, Driver};
+use crate::driver::{poll_progress, Budget, Driver};
 use std::collections::VecDeque;
 use std::io::Write;
 use std::os::fd::AsRawFd;
@@ -143,7 +143,7 @@ impl<T> EventQueue<T> {
         &self,
         driver: &dyn Driver,
         cx: &mut TaskContext<'_>,
-        mut try_get: impl FnMut() -> Option<T>,
+        try_get: impl FnMut() -> Option<T>,
     ) -> Poll<T> {
         {
             let mut w = lock(&self.wakers);
@@ -151,23 +151,6 @@ impl<T> EventQueue<T> {
                 w.push(cx.waker().clone());
             }
         }
-        if let Some(e) = try_get() {
-            return Poll::Ready(e);
-        }
-        if !driver.register_waker(cx.waker()) {
-            let mut got = None;
-            driver.progress(
-                &mut || {
-                    got = try_get();
-                    got.is_some()
-                },
-                Budget::events(1000),
-            );
-            if let Some(e) = got {
-                return Poll::Ready(e);
-            }
-            cx.waker().wake_by_ref();
-        }
-        Poll::Pending
+        poll_progress(driver, cx, try_get)
     }
 }

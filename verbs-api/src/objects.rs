@@ -7,6 +7,7 @@
 //! (`Context::alloc_pd` is in `pd`, `Pd::qp_builder` in `qp`).
 
 use crate::driver::Driver;
+use crate::error::destroy_on_drop;
 use crate::event_queue::{lock as lock_queue, EventQueue};
 use roce_emulator::{AsyncEvent, CqHandle, Hca};
 use std::collections::HashMap;
@@ -84,11 +85,9 @@ pub(crate) struct CqInner {
 impl Drop for CqInner {
     fn drop(&mut self) {
         unroute(&self.ctx.inner.hca, self.handle);
-        if !self.destroyed {
-            if let Err(e) = self.ctx.lock().destroy_cq(self.handle) {
-                tracing::warn!(cq = self.handle.id(), error = %e, "destroy_cq in drop failed");
-            }
-        }
+        destroy_on_drop(self.destroyed, "destroy_cq", self.handle.id(), || {
+            self.ctx.lock().destroy_cq(self.handle)
+        });
     }
 }
 

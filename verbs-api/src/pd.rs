@@ -1,7 +1,7 @@
 //! Protection domains, memory regions and memory windows (`ibv_pd`,
 //! `ibv_mr`, `ibv_mw`).
 
-use crate::error::DestroyError;
+use crate::error::{destroy_on_drop, DestroyError};
 use crate::objects::Context;
 use roce_emulator::{
     AccessFlags, AllocPdError, DeallocPdError, DeregMrError, MrAccessError, MrInfo, MwBind,
@@ -27,11 +27,9 @@ pub(crate) struct PdInner {
 
 impl Drop for PdInner {
     fn drop(&mut self) {
-        if !self.destroyed {
-            if let Err(e) = self.ctx.lock().dealloc_pd(self.handle) {
-                tracing::warn!(pd = self.handle.id(), error = %e, "dealloc_pd in drop failed");
-            }
-        }
+        destroy_on_drop(self.destroyed, "dealloc_pd", self.handle.id(), || {
+            self.ctx.lock().dealloc_pd(self.handle)
+        });
     }
 }
 
@@ -119,12 +117,10 @@ impl MrInner {
 
 impl Drop for MrInner {
     fn drop(&mut self) {
-        if !self.destroyed {
-            let h = self.info().handle;
-            if let Err(e) = self.pd.inner.ctx.lock().dereg_mr(h) {
-                tracing::warn!(mr = h.id(), error = %e, "dereg_mr in drop failed");
-            }
-        }
+        let h = self.info().handle;
+        destroy_on_drop(self.destroyed, "dereg_mr", h.id(), || {
+            self.pd.inner.ctx.lock().dereg_mr(h)
+        });
     }
 }
 
@@ -291,11 +287,9 @@ pub(crate) struct MwInner {
 
 impl Drop for MwInner {
     fn drop(&mut self) {
-        if !self.destroyed {
-            if let Err(e) = self.pd.inner.ctx.lock().dealloc_mw(self.handle) {
-                tracing::warn!(mw = self.handle.id(), error = %e, "dealloc_mw in drop failed");
-            }
-        }
+        destroy_on_drop(self.destroyed, "dealloc_mw", self.handle.id(), || {
+            self.pd.inner.ctx.lock().dealloc_mw(self.handle)
+        });
     }
 }
 

@@ -1,6 +1,6 @@
 //! Queue pairs (`ibv_qp`) and the connection helpers.
 
-use crate::error::DestroyError;
+use crate::error::{destroy_on_drop, DestroyError};
 use crate::objects::Cq;
 use crate::pd::{Mw, Pd};
 use crate::srq::Srq;
@@ -116,6 +116,17 @@ pub struct QpBuilder {
     srq: Option<Srq>,
 }
 
+/// [`QpBuilder`]'s setters of one capacity each.
+macro_rules! cap_setters {
+    ($($(#[$doc:meta])* $name:ident;)*) => {$(
+        $(#[$doc])*
+        pub fn $name(mut self, n: u32) -> Self {
+            self.cap.$name = n;
+            self
+        }
+    )*};
+}
+
 impl QpBuilder {
     pub(crate) fn new(pd: Pd, send_cq: Cq, recv_cq: Cq) -> QpBuilder {
         QpBuilder {
@@ -150,30 +161,17 @@ impl QpBuilder {
         self.cap = cap;
         self
     }
-    /// Send queue depth (default 128).
-    pub fn max_send_wr(mut self, n: u32) -> Self {
-        self.cap.max_send_wr = n;
-        self
-    }
-    /// Receive queue depth (default 128).
-    pub fn max_recv_wr(mut self, n: u32) -> Self {
-        self.cap.max_recv_wr = n;
-        self
-    }
-    /// SGEs per send WR (default 4).
-    pub fn max_send_sge(mut self, n: u32) -> Self {
-        self.cap.max_send_sge = n;
-        self
-    }
-    /// SGEs per receive WR (default 4).
-    pub fn max_recv_sge(mut self, n: u32) -> Self {
-        self.cap.max_recv_sge = n;
-        self
-    }
-    /// Largest inline send (default 64).
-    pub fn max_inline_data(mut self, n: u32) -> Self {
-        self.cap.max_inline_data = n;
-        self
+    cap_setters! {
+        /// Send queue depth (default 128).
+        max_send_wr;
+        /// Receive queue depth (default 128).
+        max_recv_wr;
+        /// SGEs per send WR (default 4).
+        max_send_sge;
+        /// SGEs per receive WR (default 4).
+        max_recv_sge;
+        /// Largest inline send (default 64).
+        max_inline_data;
     }
     /// Complete every send WR, not only the SIGNALED ones (default false).
     pub fn sq_sig_all(mut self, all: bool) -> Self {
@@ -216,11 +214,9 @@ pub(crate) struct QpInner {
 
 impl Drop for QpInner {
     fn drop(&mut self) {
-        if !self.destroyed {
-            if let Err(e) = self.pd.context().lock().destroy_qp(self.qpn) {
-                tracing::warn!(qpn = %self.qpn, error = %e, "destroy_qp in drop failed");
-            }
-        }
+        destroy_on_drop(self.destroyed, "destroy_qp", self.qpn, || {
+            self.pd.context().lock().destroy_qp(self.qpn)
+        });
     }
 }
 

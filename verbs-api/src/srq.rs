@@ -1,6 +1,6 @@
 //! Shared receive queues (`ibv_srq`).
 
-use crate::error::DestroyError;
+use crate::error::{destroy_on_drop, DestroyError};
 use crate::objects::Context;
 use crate::pd::Pd;
 use roce_emulator::{
@@ -17,11 +17,9 @@ pub(crate) struct SrqInner {
 
 impl Drop for SrqInner {
     fn drop(&mut self) {
-        if !self.destroyed {
-            if let Err(e) = self.pd.context().lock().destroy_srq(self.handle) {
-                tracing::warn!(srq = self.handle.id(), error = %e, "destroy_srq in drop failed");
-            }
-        }
+        destroy_on_drop(self.destroyed, "destroy_srq", self.handle.id(), || {
+            self.pd.context().lock().destroy_srq(self.handle)
+        });
     }
 }
 
