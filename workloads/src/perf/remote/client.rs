@@ -177,7 +177,14 @@ pub(super) fn run_bw_client(
     }
     for (q, &done) in run.done.iter().enumerate() {
         match cfg.test {
-            TestKind::Read => check_read(geo, res, (rem, neg), (q, done), out),
+            TestKind::Read => res.check_peer_slots(geo, (rem, neg), (q, done), out, |used, bad| {
+                let size = geo.size;
+                if neg.remote_is_ours {
+                    format!("QP {q}: {used} READ slots of {size} B equal the peer's pattern ({bad} differ)")
+                } else {
+                    format!("QP {q}: {used} READ slots of {size} B were filled from the peer ({bad} still hold our own fill)")
+                }
+            }),
             TestKind::Atomic => {
                 let c = &client.chains;
                 let what = if cfg.cas {
@@ -206,35 +213,5 @@ pub(super) fn run_bw_client(
                 );
             }
         }
-    }
-}
-
-/// READ: the fetched slots hold the peer's pattern (facing perftest's
-/// random bytes: they no longer hold our own fill).
-fn check_read(
-    geo: &Geo,
-    res: &Res,
-    (rem, neg): (&[PerftestDest], &Negotiated),
-    (q, done): (usize, u64),
-    out: &mut Outcome,
-) {
-    let used = done.min(geo.slots);
-    let bad = res.slots_not_from_peer(geo, (&rem[q], neg), q, used);
-    if neg.remote_is_ours {
-        out.check(
-            bad == 0,
-            format!(
-                "QP {q}: {used} READ slots of {} B equal the peer's pattern ({bad} differ)",
-                geo.size
-            ),
-        );
-    } else {
-        out.check(
-            bad == 0,
-            format!(
-                "QP {q}: {used} READ slots of {} B were filled from the peer ({bad} still hold our own fill)",
-                geo.size
-            ),
-        );
     }
 }
