@@ -64,24 +64,28 @@ pub(crate) struct ExPoll {
     pub cur: Option<WorkCompletion>,
 }
 
+impl handles::Object for CqObj {
+    type C = abi::ibv_cq;
+    const KIND: Kind = Kind::Cq;
+    fn generation(&self) -> Option<u32> {
+        Some(self.gen)
+    }
+}
+
 /// # Safety
 /// `p` must be a CQ this library created and not yet destroyed.
 pub(crate) unsafe fn cq<'a>(p: *mut abi::ibv_cq) -> Option<&'a CqObj> {
-    // SAFETY: per the contract, p is a leaked Box<CqObj> (c at offset 0).
-    let o = (!p.is_null()).then(|| unsafe { &*(p as *const CqObj) })?;
-    // (an inherited CQ of a forked child is the parent's: refused)
-    (!crate::fork::inherited(o.gen)).then_some(o)
+    // SAFETY: per the contract.
+    unsafe { handles::object(p) }
 }
 
 /// The live CQ behind `p` (EINVAL otherwise).
 ///
 /// # Safety
-/// The CQ must not be destroyed by another thread while the reference is
-/// used (libibverbs' rule).
+/// As [`handles::live_object`].
 pub(crate) unsafe fn cq_live<'a>(p: *mut abi::ibv_cq) -> Result<&'a CqObj, i32> {
-    handles::check(Kind::Cq, p)?;
-    // SAFETY: live (checked), and per the contract.
-    unsafe { cq(p) }.ok_or(libc::EINVAL)
+    // SAFETY: per the contract.
+    unsafe { handles::live_object(p) }
 }
 
 /// The CQ behind `p` if it is live and not being destroyed, counted as
@@ -89,13 +93,7 @@ pub(crate) unsafe fn cq_live<'a>(p: *mut abi::ibv_cq) -> Result<&'a CqObj, i32> 
 /// the caller holds; see [`crate::mr::pd_hold`]). The caller gives the
 /// count back if the QP is not created.
 pub(crate) fn cq_hold<'a>(t: &handles::Table, p: *mut abi::ibv_cq) -> Result<&'a CqObj, i32> {
-    if !t.live(Kind::Cq, p) {
-        diag!("CQ {p:p} is not a live CQ (destroyed already?)");
-        return Err(libc::EINVAL);
-    }
-    // SAFETY: live in the table, whose lock the caller holds; freed only
-    // after it leaves the table, which the count taken here prevents.
-    let o = unsafe { &*(p as *const CqObj) };
+    let o: &CqObj = handles::held_object(t, p)?;
     if lock(&o.events).dying {
         return Err(libc::EINVAL);
     }

@@ -32,8 +32,13 @@ impl PdObj {
 /// # Safety
 /// `p` must be a PD this library returned and not yet deallocated.
 pub(crate) unsafe fn pd<'a>(p: *mut abi::ibv_pd) -> Option<&'a PdObj> {
-    // SAFETY: per the contract, p is a leaked Box<PdObj> (c at offset 0).
-    (!p.is_null()).then(|| unsafe { &*(p as *const PdObj) })
+    // SAFETY: per the contract.
+    unsafe { handles::object(p) }
+}
+
+impl handles::Object for PdObj {
+    type C = abi::ibv_pd;
+    const KIND: Kind = Kind::Pd;
 }
 
 /// The PD behind `p` if it is live, counted as used by an object about to
@@ -41,14 +46,7 @@ pub(crate) unsafe fn pd<'a>(p: *mut abi::ibv_pd) -> Option<&'a PdObj> {
 /// `ibv_dealloc_pd` cannot free it meanwhile: it answers EBUSY). The caller
 /// calls [`PdObj::put`] if the creation fails.
 pub(crate) fn pd_hold<'a>(t: &handles::Table, p: *mut abi::ibv_pd) -> Result<&'a PdObj, i32> {
-    if !t.live(Kind::Pd, p) {
-        diag!("PD {p:p} is not a live PD (deallocated already?)");
-        return Err(libc::EINVAL);
-    }
-    // SAFETY: live in the table (checked under its lock, which the caller
-    // holds): a leaked Box<PdObj>, freed only after it leaves the table,
-    // which its users count (taken here) prevents.
-    let o = unsafe { &*(p as *const PdObj) };
+    let o: &PdObj = handles::held_object(t, p)?;
     o.get();
     Ok(o)
 }
@@ -59,9 +57,8 @@ pub(crate) fn pd_hold<'a>(t: &handles::Table, p: *mut abi::ibv_pd) -> Result<&'a
 /// The PD must not be deallocated by another thread while the reference is
 /// used (libibverbs' rule).
 pub(crate) unsafe fn pd_live<'a>(p: *mut abi::ibv_pd) -> Result<&'a PdObj, i32> {
-    handles::check(Kind::Pd, p)?;
-    // SAFETY: live (checked), and per the contract.
-    unsafe { pd(p) }.ok_or(libc::EINVAL)
+    // SAFETY: per the contract.
+    unsafe { handles::live_object(p) }
 }
 
 /// Run `f` (the creation of an object on PD `p`) with the PD checked live

@@ -64,24 +64,28 @@ pub(crate) struct WrBatch {
     pub err: Option<i32>,
 }
 
+impl handles::Object for QpObj {
+    type C = abi::ibv_qp;
+    const KIND: Kind = Kind::Qp;
+    fn generation(&self) -> Option<u32> {
+        Some(self.gen)
+    }
+}
+
 /// # Safety
 /// `p` must be a QP this library created and not yet destroyed.
 pub(crate) unsafe fn qp<'a>(p: *mut abi::ibv_qp) -> Option<&'a QpObj> {
-    // SAFETY: per the contract, p is a leaked Box<QpObj> (c at offset 0).
-    let o = (!p.is_null()).then(|| unsafe { &*(p as *const QpObj) })?;
-    // (an inherited QP of a forked child is the parent's: refused)
-    (!crate::fork::inherited(o.gen)).then_some(o)
+    // SAFETY: per the contract.
+    unsafe { handles::object(p) }
 }
 
 /// The live QP behind `p` (EINVAL otherwise).
 ///
 /// # Safety
-/// The QP must not be destroyed by another thread while the reference is
-/// used (libibverbs' rule).
+/// As [`handles::live_object`].
 pub(crate) unsafe fn qp_live<'a>(p: *mut abi::ibv_qp) -> Result<&'a QpObj, i32> {
-    handles::check(Kind::Qp, p)?;
-    // SAFETY: live (checked), and per the contract.
-    unsafe { qp(p) }.ok_or(libc::EINVAL)
+    // SAFETY: per the contract.
+    unsafe { handles::live_object(p) }
 }
 
 /// The parents of a QP about to be created, checked live and counted.

@@ -26,10 +26,16 @@ pub(crate) struct SrqObj {
 /// # Safety
 /// `p` must be an SRQ this library created and not yet destroyed, or NULL.
 pub(crate) unsafe fn srq<'a>(p: *mut abi::ibv_srq) -> Option<&'a SrqObj> {
-    // SAFETY: per the contract, a leaked Box<SrqObj> (c at offset 0).
-    let o = (!p.is_null()).then(|| unsafe { &*(p as *const SrqObj) })?;
-    // (an inherited SRQ of a forked child is the parent's: refused)
-    (!crate::fork::inherited(o.gen)).then_some(o)
+    // SAFETY: per the contract.
+    unsafe { handles::object(p) }
+}
+
+impl handles::Object for SrqObj {
+    type C = abi::ibv_srq;
+    const KIND: Kind = Kind::Srq;
+    fn generation(&self) -> Option<u32> {
+        Some(self.gen)
+    }
 }
 
 /// The live SRQ behind `p` (EINVAL otherwise).
@@ -38,9 +44,8 @@ pub(crate) unsafe fn srq<'a>(p: *mut abi::ibv_srq) -> Option<&'a SrqObj> {
 /// The SRQ must not be destroyed by another thread while the reference is
 /// used (libibverbs' rule).
 unsafe fn srq_live<'a>(p: *mut abi::ibv_srq) -> Result<&'a SrqObj, i32> {
-    handles::check(Kind::Srq, p)?;
-    // SAFETY: live (checked), and per the contract.
-    unsafe { srq(p) }.ok_or(libc::EINVAL)
+    // SAFETY: per the contract.
+    unsafe { handles::live_object(p) }
 }
 
 /// The SRQ behind `p` if it is live, counted as used by a QP about to be
@@ -48,13 +53,7 @@ unsafe fn srq_live<'a>(p: *mut abi::ibv_srq) -> Result<&'a SrqObj, i32> {
 /// [`crate::mr::pd_hold`]). The caller gives the count back if the QP is
 /// not created.
 pub(crate) fn srq_hold<'a>(t: &handles::Table, p: *mut abi::ibv_srq) -> Result<&'a SrqObj, i32> {
-    if !t.live(Kind::Srq, p) {
-        diag!("SRQ {p:p} is not a live SRQ (destroyed already?)");
-        return Err(libc::EINVAL);
-    }
-    // SAFETY: live in the table, whose lock the caller holds; freed only
-    // after it leaves the table, which the count taken here prevents.
-    let o = unsafe { &*(p as *const SrqObj) };
+    let o: &SrqObj = handles::held_object(t, p)?;
     o.users.fetch_add(1, Ordering::AcqRel);
     Ok(o)
 }

@@ -539,7 +539,16 @@ unsafe fn fast_path(p: &mut Pool, op: u8, i: &mut In, r: &mut Reached) {
 /// An SGE list of up to 256 entries inside our page (lengths may run past
 /// it: the registration check refuses those), and a count that may be
 /// larger than the QP allows (refused before it is read).
-fn sges(p: &Pool, i: &mut In, lkey: u32) -> (Vec<abi::ibv_sge>, i32) {
+fn sges(p: &Pool, i: &mut In) -> (Vec<abi::ibv_sge>, i32) {
+    // the lkey of a live MR of ours, or any
+    let lkey = p.live(Kind::Mr, i).map(|m| {
+        // SAFETY: a live MR of this library.
+        unsafe { (*(m.ptr as *mut abi::ibv_mr)).lkey }
+    });
+    let lkey = match lkey {
+        Some(k) => k,
+        None => i.u32(),
+    };
     let list: Vec<abi::ibv_sge> = (0..256)
         .map(|k| abi::ibv_sge {
             addr: (p.base() + (k * 16) % PAGE) as u64,
@@ -560,15 +569,7 @@ fn sges(p: &Pool, i: &mut In, lkey: u32) -> (Vec<abi::ibv_sge>, i32) {
 /// # Safety
 /// `o` is a live QP of a live context.
 unsafe fn post_send(p: &Pool, o: Obj, i: &mut In, r: &mut Reached) {
-    let lkey = p.live(Kind::Mr, i).map(|m| {
-        // SAFETY: a live MR of this library.
-        unsafe { (*(m.ptr as *mut abi::ibv_mr)).lkey }
-    });
-    let lkey = match lkey {
-        Some(k) => k,
-        None => i.u32(),
-    };
-    let (mut list, n) = sges(p, i, lkey);
+    let (mut list, n) = sges(p, i);
     // SAFETY: ibv_send_wr is plain data (NULL pointers when zeroed).
     let mut wr: abi::ibv_send_wr = unsafe { std::mem::zeroed() };
     wr.wr_id = u64::from(i.u32());
@@ -602,15 +603,7 @@ unsafe fn post_send(p: &Pool, o: Obj, i: &mut In, r: &mut Reached) {
 /// # Safety
 /// `o` is a live QP of a live context.
 unsafe fn post_recv(p: &Pool, o: Obj, i: &mut In, r: &mut Reached) {
-    let lkey = p.live(Kind::Mr, i).map(|m| {
-        // SAFETY: a live MR of this library.
-        unsafe { (*(m.ptr as *mut abi::ibv_mr)).lkey }
-    });
-    let lkey = match lkey {
-        Some(k) => k,
-        None => i.u32(),
-    };
-    let (mut list, n) = sges(p, i, lkey);
+    let (mut list, n) = sges(p, i);
     let mut wr = abi::ibv_recv_wr {
         wr_id: u64::from(i.u32()),
         next: null_mut(),
