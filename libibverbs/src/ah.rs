@@ -106,10 +106,7 @@ pub(crate) unsafe extern "C" fn create_ah(
 
 pub(crate) unsafe extern "C" fn destroy_ah(a: *mut abi::ibv_ah) -> libc::c_int {
     guard_rc(|| {
-        if !handles::lock().remove(Kind::Ah, a) {
-            diag!("ibv_destroy_ah: {a:p} is not a live AH (destroyed already?)");
-            return Err(libc::EINVAL);
-        }
+        handles::lock().take(Kind::Ah, a, "ibv_destroy_ah")?;
         // SAFETY: a leaked Box<AhObj>; it left the table just now, so this
         // is its only free.
         let b = unsafe { Box::from_raw(a as *mut AhObj) };

@@ -64,29 +64,7 @@ pub(crate) struct ExPoll {
     pub cur: Option<WorkCompletion>,
 }
 
-impl handles::Object for CqObj {
-    type C = abi::ibv_cq;
-    const KIND: Kind = Kind::Cq;
-    fn generation(&self) -> Option<u32> {
-        Some(self.gen)
-    }
-}
-
-/// # Safety
-/// `p` must be a CQ this library created and not yet destroyed.
-pub(crate) unsafe fn cq<'a>(p: *mut abi::ibv_cq) -> Option<&'a CqObj> {
-    // SAFETY: per the contract.
-    unsafe { handles::object(p) }
-}
-
-/// The live CQ behind `p` (EINVAL otherwise).
-///
-/// # Safety
-/// As [`handles::live_object`].
-pub(crate) unsafe fn cq_live<'a>(p: *mut abi::ibv_cq) -> Result<&'a CqObj, i32> {
-    // SAFETY: per the contract.
-    unsafe { handles::live_object(p) }
-}
+handles::c_object!(CqObj: abi::ibv_cq, Cq, generation gen; cq, cq_live);
 
 /// The CQ behind `p` if it is live and not being destroyed, counted as
 /// used by a QP about to be created on it (under the table's lock, which
@@ -144,12 +122,7 @@ pub(crate) unsafe extern "C" fn destroy_comp_channel(
     guard_rc(|| {
         {
             let mut t = handles::lock();
-            if !t.live(Kind::Chan, ch) {
-                diag!(
-                    "ibv_destroy_comp_channel: {ch:p} is not a live channel (destroyed already?)"
-                );
-                return Err(libc::EINVAL);
-            }
+            t.expect_live(Kind::Chan, ch, "ibv_destroy_comp_channel")?;
             // SAFETY: a live Box<ChanObj>; refcnt is only touched under
             // the table's lock, which we hold.
             if unsafe { (*ch).refcnt } > 0 {
@@ -266,10 +239,7 @@ fn new_cq(
     // destroy checks the count under it), the count given back on failure.
     if !channel.is_null() {
         let t = handles::lock();
-        if !t.live(Kind::Chan, channel) {
-            diag!("create_cq: channel {channel:p} is not a live channel (destroyed already?)");
-            return Err(libc::EINVAL);
-        }
+        t.expect_live(Kind::Chan, channel, "create_cq")?;
         // SAFETY: live; refcnt only under the table's lock, which we hold.
         unsafe { (*channel).refcnt += 1 };
         drop(t);
@@ -399,10 +369,7 @@ pub(crate) unsafe extern "C" fn destroy_cq(c: *mut abi::ibv_cq) -> libc::c_int {
         //    rdma-core with rxe), another destroy of it under way (EINVAL).
         let o = {
             let t = handles::lock();
-            if !t.live(Kind::Cq, c) {
-                diag!("ibv_destroy_cq: {c:p} is not a live CQ (destroyed already?)");
-                return Err(libc::EINVAL);
-            }
+            t.expect_live(Kind::Cq, c, "ibv_destroy_cq")?;
             // SAFETY: live in the table, whose lock we hold.
             let o = unsafe { &*(c as *const CqObj) };
             if o.users.load(Ordering::Acquire) > 0 {

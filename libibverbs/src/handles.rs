@@ -66,6 +66,27 @@ impl Table {
         !p.is_null() && self.0.get(&(p as usize)).is_some_and(|e| e.kind == kind)
     }
 
+    /// `Ok` if `p` is a live object of `kind`, else EINVAL, with a
+    /// diagnostic of `verb`.
+    pub fn expect_live<T>(&self, kind: Kind, p: *const T, verb: &str) -> Result<(), i32> {
+        if self.live(kind, p) {
+            return Ok(());
+        }
+        crate::util::diag!("{verb}: {kind:?} {p:p} is not a live one (destroyed already?)");
+        Err(libc::EINVAL)
+    }
+
+    /// Take the object of `kind` at `p` out of the table (it is the
+    /// caller's to free), or EINVAL with a diagnostic of `verb` when it is
+    /// not there: of two racing destroys one wins.
+    pub fn take<T>(&mut self, kind: Kind, p: *const T, verb: &str) -> Result<(), i32> {
+        if self.remove(kind, p) {
+            return Ok(());
+        }
+        crate::util::diag!("{verb}: {kind:?} {p:p} is not a live one (destroyed already?)");
+        Err(libc::EINVAL)
+    }
+
     /// Record a new object of `kind` at `p`, belonging to context `ctx`.
     pub fn insert<T, C>(&mut self, kind: Kind, p: *const T, ctx: *const C) {
         self.0.insert(p as usize, Entry { kind, ctx: ctx as usize });
@@ -176,3 +197,38 @@ pub(crate) fn held_object<'a, O: Object>(t: &Table, p: *mut O::C) -> Result<&'a 
     // the caller's count (taken before the lock is released) prevents.
     Ok(unsafe { &*(p as *const O) })
 }
+
+/// Implement [`Object`] for an object type (with `generation` from the
+/// named field, for the objects a forked child may not use) and define its
+/// two lookups: `get` ([`object`]) and `live` ([`live_object`]), both
+/// unsafe with those functions' contracts.
+macro_rules! c_object {
+    ($obj:ident: $c:ty, $kind:ident $(, generation $gen:ident)?; $get:ident, $live:ident) => {
+        impl $crate::handles::Object for $obj {
+            type C = $c;
+            const KIND: $crate::handles::Kind = $crate::handles::Kind::$kind;
+            $(fn generation(&self) -> Option<u32> {
+                Some(self.$gen)
+            })?
+        }
+
+        /// The object behind `p`: see [`crate::handles::object`].
+        ///
+        /// # Safety
+        /// As [`crate::handles::object`].
+        pub(crate) unsafe fn $get<'a>(p: *mut $c) -> Option<&'a $obj> {
+            // SAFETY: per the contract.
+            unsafe { $crate::handles::object(p) }
+        }
+
+        /// The live object behind `p` (EINVAL otherwise).
+        ///
+        /// # Safety
+        /// As [`crate::handles::live_object`].
+        pub(crate) unsafe fn $live<'a>(p: *mut $c) -> Result<&'a $obj, i32> {
+            // SAFETY: per the contract.
+            unsafe { $crate::handles::live_object(p) }
+        }
+    };
+}
+pub(crate) use c_object;

@@ -11,7 +11,7 @@ use crate::handles::{self, Kind};
 use crate::mr::{mw, pd_hold, pd_live, PdObj};
 use crate::srq::{srq_hold, SrqObj};
 use crate::util::{diag, guard_ptr, guard_rc};
-use crate::wr::{inline_bytes, inline_len, recv_wrs, sges};
+use crate::wr::{inline_bytes, inline_len, post_recv_chain, report_bad, sges};
 use roce_emulator::qp_attr::AttrMask;
 use roce_verbs_api::{
     AccessFlags, CreateQpError, MwBind, PathMtu, PostRecvError, PostSendError, Qp, QpAttr, QpCap,
@@ -64,29 +64,7 @@ pub(crate) struct WrBatch {
     pub err: Option<i32>,
 }
 
-impl handles::Object for QpObj {
-    type C = abi::ibv_qp;
-    const KIND: Kind = Kind::Qp;
-    fn generation(&self) -> Option<u32> {
-        Some(self.gen)
-    }
-}
-
-/// # Safety
-/// `p` must be a QP this library created and not yet destroyed.
-pub(crate) unsafe fn qp<'a>(p: *mut abi::ibv_qp) -> Option<&'a QpObj> {
-    // SAFETY: per the contract.
-    unsafe { handles::object(p) }
-}
-
-/// The live QP behind `p` (EINVAL otherwise).
-///
-/// # Safety
-/// As [`handles::live_object`].
-pub(crate) unsafe fn qp_live<'a>(p: *mut abi::ibv_qp) -> Result<&'a QpObj, i32> {
-    // SAFETY: per the contract.
-    unsafe { handles::live_object(p) }
-}
+handles::c_object!(QpObj: abi::ibv_qp, Qp, generation gen; qp, qp_live);
 
 /// The parents of a QP about to be created, checked live and counted.
 struct Held<'a> {
@@ -389,10 +367,7 @@ pub(crate) unsafe extern "C" fn destroy_qp(q: *mut abi::ibv_qp) -> libc::c_int {
     guard_rc(|| {
         // Nothing refuses a QP's destroy: out of the table at once (of two
         // racing destroys one wins, the other gets EINVAL), then freed.
-        if !handles::lock().remove(Kind::Qp, q) {
-            diag!("ibv_destroy_qp: {q:p} is not a live QP (destroyed already?)");
-            return Err(libc::EINVAL);
-        }
+        handles::lock().take(Kind::Qp, q, "ibv_destroy_qp")?;
         // SAFETY: q was live until just now and only this call frees it.
         let o = unsafe { qp(q) }.ok_or(libc::EINVAL)?;
         // SAFETY: the QP's context is live while the QP is.
@@ -696,16 +671,8 @@ pub(crate) unsafe extern "C" fn post_send(
             Ok(_) => None,
             Err((n, e)) => Some((ptrs[n], post_send_err(&e))),
         };
-        match posted.or(conv_err) {
-            None => 0,
-            Some((at, e)) => {
-                if !bad.is_null() {
-                    // SAFETY: bad is the caller's out pointer.
-                    unsafe { *bad = at };
-                }
-                e
-            }
-        }
+        // SAFETY: bad is the caller's out pointer.
+        unsafe { report_bad(bad, posted.or(conv_err)) }
     })
 }
 
@@ -717,26 +684,11 @@ pub(crate) unsafe extern "C" fn post_recv(
     crate::util::guard_errno(|| {
         // SAFETY: contract of ibv_post_recv.
         let Some(o) = (unsafe { qp(q) }) else { return libc::EINVAL };
-        // SAFETY: as above.
-        let (list, err) = unsafe { recv_wrs(wr, o.max_recv_sge) };
-        for (w, p) in list {
-            if let Err(e) = o.qp.post_recv(w) {
-                if !bad.is_null() {
-                    // SAFETY: the caller's out pointer.
-                    unsafe { *bad = p };
-                }
-                return post_recv_err(&e);
-            }
-        }
-        match err {
-            None => 0,
-            Some((p, e)) => {
-                if !bad.is_null() {
-                    // SAFETY: the caller's out pointer.
-                    unsafe { *bad = p };
-                }
-                e
-            }
+        // SAFETY: the program's chain and out pointer.
+        unsafe {
+            post_recv_chain(wr, bad, o.max_recv_sge, |w| {
+                o.qp.post_recv(w).map_err(|e| post_recv_err(&e))
+            })
         }
     })
 }
