@@ -87,11 +87,8 @@ pub(crate) unsafe extern "C" fn create_ah(
     attr: *mut abi::ibv_ah_attr,
 ) -> *mut abi::ibv_ah {
     guard_ptr(|| {
-        if attr.is_null() {
-            return Err(libc::EINVAL);
-        }
         // SAFETY: the caller's ibv_ah_attr.
-        let a = ah_from_c(unsafe { &*attr })?;
+        let a = ah_from_c(unsafe { crate::util::arg_ref(attr) }?)?;
         let po = pd_hold(&handles::lock(), p)?;
         let b = Box::new(AhObj {
             c: abi::ibv_ah { context: po.c.context, pd: p, handle: 0 },

@@ -342,11 +342,8 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
     guard_ptr(|| {
         // SAFETY: contract of ibv_create_cq_ex.
         let cx = unsafe { ctx(c) }.ok_or(libc::EINVAL)?;
-        if attr.is_null() {
-            return Err(libc::EINVAL);
-        }
         // SAFETY: attr points to the caller's ibv_cq_init_attr_ex.
-        let a = unsafe { &*attr };
+        let a = unsafe { crate::util::arg_ref(attr) }?;
         if a.wc_flags & !WC_FLAGS_SUPPORTED != 0 {
             diag!("create_cq_ex: wc_flags {:#x} not supported", a.wc_flags & !WC_FLAGS_SUPPORTED);
             return Err(libc::EOPNOTSUPP);

@@ -306,11 +306,8 @@ pub(crate) unsafe extern "C" fn create_qp(
         let po = unsafe { pd_live(p) }?;
         // SAFETY: the PD's context is live.
         let cx = unsafe { ctx(po.c.context) }.ok_or(libc::EINVAL)?;
-        if attr.is_null() {
-            return Err(libc::EINVAL);
-        }
         // SAFETY: attr points to the caller's ibv_qp_init_attr.
-        let a = unsafe { &mut *attr };
+        let a = unsafe { crate::util::arg_mut(attr) }?;
         let (q, cap) = new_qp(cx, p, a)?;
         a.cap = cap;
         Ok(q as *mut abi::ibv_qp)
@@ -324,11 +321,8 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
     guard_ptr(|| {
         // SAFETY: contract of ibv_create_qp_ex.
         let cx = unsafe { ctx(c) }.ok_or(libc::EINVAL)?;
-        if attr.is_null() {
-            return Err(libc::EINVAL);
-        }
         // SAFETY: attr points to the caller's ibv_qp_init_attr_ex.
-        let a = unsafe { &mut *attr };
+        let a = unsafe { crate::util::arg_mut(attr) }?;
         let mut known = abi::IBV_QP_INIT_ATTR_PD | abi::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
         // fields that are accepted when they ask for nothing
         if a.create_flags == 0 {
@@ -466,11 +460,8 @@ pub(crate) unsafe extern "C" fn modify_qp(
     guard_rc(|| {
         // SAFETY: contract of ibv_modify_qp.
         let o = unsafe { qp_live(q) }?;
-        if attr.is_null() {
-            return Err(libc::EINVAL);
-        }
         // SAFETY: attr points to the caller's ibv_qp_attr.
-        let c = unsafe { &*attr };
+        let c = unsafe { crate::util::arg_ref(attr) }?;
         let mask = mask as u32;
         let mut a = QpAttr { mask: AttrMask(mask), ..QpAttr::default() };
         if mask & abi::IBV_QP_STATE != 0 {
@@ -704,11 +695,8 @@ pub(crate) unsafe extern "C" fn bind_mw(
         let qo = unsafe { qp(q) }.ok_or(libc::EINVAL)?;
         // SAFETY: as above.
         let w = unsafe { mw(m) }.ok_or(libc::EINVAL)?;
-        if bind.is_null() {
-            return Err(libc::EINVAL);
-        }
         // SAFETY: bind points to a caller-owned ibv_mw_bind.
-        let b = unsafe { &*bind };
+        let b = unsafe { crate::util::arg_ref(bind) }?;
         let info = &b.bind_info;
         // SAFETY: contract: bind_info.mr is one of our MRs (or NULL for an
         // unbind, which libibverbs expresses with length 0).

@@ -105,11 +105,8 @@ pub(crate) unsafe extern "C" fn modify_srq(
     guard_rc(|| {
         // SAFETY: contract of ibv_modify_srq.
         let o = unsafe { srq_live(s) }?;
-        if attr.is_null() {
-            return Err(libc::EINVAL);
-        }
         // SAFETY: the caller's ibv_srq_attr.
-        let a = unsafe { &*attr };
+        let a = unsafe { crate::util::arg_ref(attr) }?;
         let mask = mask as u32;
         if mask & abi::IBV_SRQ_MAX_WR != 0 {
             // resizing an SRQ is not implemented

@@ -487,13 +487,7 @@ unsafe fn create_qp(
             return Err(libc::EINVAL);
         }
         let r = rust(o)?;
-        let pd = if !pd.is_null() {
-            pd
-        } else if !o.c.pd.is_null() {
-            o.c.pd
-        } else {
-            dev_pd(verbs)?
-        };
+        let pd = pd_for(o, pd)?;
         // SAFETY: the caller's init attributes.
         let a = unsafe { &mut *attr };
         if a.qp_type == 0 {
@@ -521,6 +515,18 @@ unsafe fn create_qp(
         }
         Ok(0)
     })
+}
+
+/// The PD of a QP or SRQ an id makes: the caller's, else the id's, else
+/// the device's.
+fn pd_for(o: &IdObj, pd: *mut v::ibv_pd) -> Result<*mut v::ibv_pd, i32> {
+    if !pd.is_null() {
+        Ok(pd)
+    } else if !o.c.pd.is_null() {
+        Ok(o.c.pd)
+    } else {
+        dev_pd(o.c.verbs)
+    }
 }
 
 /// librdmacm's `ucma_create_cqs`: CQs (with completion channels) for the
@@ -650,13 +656,7 @@ pub unsafe extern "C" fn rdma_create_srq(
 ) -> c_int {
     guard_neg(|| {
         let o = idobj(idp)?;
-        let pd = if !pd.is_null() {
-            pd
-        } else if !o.c.pd.is_null() {
-            o.c.pd
-        } else {
-            dev_pd(o.c.verbs)?
-        };
+        let pd = pd_for(o, pd)?;
         // SAFETY: this library's verb.
         let s = unsafe { crate::srq::create_srq(pd, attr) };
         if s.is_null() {
