@@ -165,8 +165,6 @@ impl Context {
     }
 }
 
-/// Forget a CQ's route (its handle may be reused after destruction).
-
 /// The future of [`Context::get_async_event_async`].
 #[derive(Debug)]
 pub struct AsyncEventFuture<'a> {

@@ -312,6 +312,7 @@ fn json(args: &DemoArgs, r: &Report, pcap_error: Option<&str>) -> serde_json::Va
 #[cfg(test)]
 mod demo_tests {
     use super::*;
+    use roce_verbs_api::FaultConfig;
     use roce_verbs_api::PathMtu;
     use roce_workloads::demo::OpKind;
     use roce_workloads::demo::{self as workload, WorkloadConfig};

@@ -288,14 +288,12 @@ unsafe fn create(
     // SAFETY: see misuse_run.
     unsafe {
         match op {
-            0 => {
-                if p.count(Kind::Ctx) < MAX_OBJS {
-                    let d = *list.add(usize::from(i.u8()) % n as usize);
-                    let c = x::ibv_open_device(d);
-                    let idx = p.objs.len();
-                    p.add(Kind::Ctx, c.cast(), idx);
-                    r.created += u64::from(!c.is_null());
-                }
+            0 if p.count(Kind::Ctx) < MAX_OBJS => {
+                let d = *list.add(usize::from(i.u8()) % n as usize);
+                let c = x::ibv_open_device(d);
+                let idx = p.objs.len();
+                p.add(Kind::Ctx, c.cast(), idx);
+                r.created += u64::from(!c.is_null());
             }
             1 => {
                 let (c, o) = p.any(Kind::Ctx, i);
