@@ -62,6 +62,32 @@ struct Conn {
     destroyed: bool,
 }
 
+impl Conn {
+    /// A connection in `state` with `peer`, of the exchange with TID `tid`
+    /// (and `dreq_tid` for its DREQs): no comm IDs, QPNs, timer or MAD
+    /// yet, the fields a caller names set over these.
+    fn new((state, role): (ConnState, Role), peer: PeerAddr, (tid, dreq_tid): (u64, u64)) -> Conn {
+        Conn {
+            state,
+            role,
+            peer,
+            local_comm_id: 0,
+            remote_comm_id: 0,
+            tid,
+            dreq_tid,
+            service_id: 0,
+            local_qpn: 0,
+            remote_qpn: 0,
+            timeout: Duration::ZERO,
+            max_retries: 0,
+            retries: 0,
+            deadline: None,
+            last: None,
+            destroyed: false,
+        }
+    }
+}
+
 /// What a caller may read about a connection ([`Cm::conn_info`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnInfo {
@@ -311,27 +337,15 @@ impl Cm {
             private_data: pd_array(&req.private_data),
         };
         let mad = emit(attr::REQ, tid, CmMsg::Req(Box::new(msg)));
-        let timeout = self.cfg.request_timeout();
-        let id = self.insert(Conn {
-            state: ConnState::ReqSent,
-            role: Role::Active,
-            peer: req.remote,
+        let c = Conn {
             local_comm_id,
-            remote_comm_id: 0,
-            tid,
-            dreq_tid: tid,
             service_id: req.service_id,
             local_qpn: req.local_qpn,
-            remote_qpn: 0,
-            timeout,
+            timeout: self.cfg.request_timeout(),
             max_retries,
-            retries: 0,
-            deadline: Some(now.saturating_add(timeout)),
-            last: Some(Box::new(mad)),
-            destroyed: false,
-        });
-        self.queue(req.remote, mad);
-        Ok(id)
+            ..Conn::new((ConnState::ReqSent, Role::Active), req.remote, (tid, tid))
+        };
+        Ok(self.send_request(now, c, mad))
     }
 
     /// After [`CmEvent::ConnectResponse`] (and the QP moved to RTS): send the
@@ -384,27 +398,14 @@ impl Cm {
                 private_data: pd_box(&req.private_data),
             },
         );
-        let timeout = self.cfg.request_timeout();
-        let id = self.insert(Conn {
-            state: ConnState::SidrReqSent,
-            role: Role::Active,
-            peer: req.remote,
+        let c = Conn {
             local_comm_id: request_id,
-            remote_comm_id: 0,
-            tid,
-            dreq_tid: tid,
             service_id: req.service_id,
-            local_qpn: 0,
-            remote_qpn: 0,
-            timeout,
+            timeout: self.cfg.request_timeout(),
             max_retries: self.cfg.max_cm_retries.min(15),
-            retries: 0,
-            deadline: Some(now.saturating_add(timeout)),
-            last: Some(Box::new(mad)),
-            destroyed: false,
-        });
-        self.queue(req.remote, mad);
-        Ok(id)
+            ..Conn::new((ConnState::SidrReqSent, Role::Active), req.remote, (tid, tid))
+        };
+        Ok(self.send_request(now, c, mad))
     }
 
     // -- passive side --------------------------------------------------
@@ -738,22 +739,13 @@ impl Cm {
         let timeout =
             2 * iba_timeout(self.cfg.packet_life_time) + iba_timeout(q.local_cm_response_timeout);
         let id = self.insert(Conn {
-            state: ConnState::ReqRcvd,
-            role: Role::Passive,
-            peer: from,
             local_comm_id,
             remote_comm_id: q.local_comm_id,
-            tid,
-            dreq_tid,
             service_id: q.service_id,
-            local_qpn: 0,
             remote_qpn: q.local_qpn,
             timeout,
             max_retries: q.max_cm_retries,
-            retries: 0,
-            deadline: None,
-            last: None,
-            destroyed: false,
+            ..Conn::new((ConnState::ReqRcvd, Role::Passive), from, (tid, dreq_tid))
         });
         self.by_remote.insert((from.gid, q.local_comm_id), id);
         let p = &q.primary;
@@ -924,14 +916,9 @@ impl Cm {
             | ConnState::RepSent
             | ConnState::MraRepRcvd
             | ConnState::DreqSent => {
-                c.state = ConnState::TimeWait;
-                c.deadline = Some(now.saturating_add(self.cfg.timewait));
                 let (lc, rc) = (c.local_comm_id, c.remote_comm_id);
                 self.send_drep(from, tid, lc, rc);
-                self.event(
-                    id,
-                    CmEvent::Disconnected { conn: id, cause: DisconnectCause::DreqReceived },
-                );
+                self.disconnected(now, id, DisconnectCause::DreqReceived);
             }
             ConnState::TimeWait => {
                 let (lc, rc) = (c.local_comm_id, c.remote_comm_id);
@@ -950,12 +937,7 @@ impl Cm {
         let Some(c) = self.conns.get_mut(&id) else { return };
         match c.state {
             ConnState::DreqSent => {
-                c.state = ConnState::TimeWait;
-                c.deadline = Some(now.saturating_add(self.cfg.timewait));
-                self.event(
-                    id,
-                    CmEvent::Disconnected { conn: id, cause: DisconnectCause::DrepReceived },
-                );
+                self.disconnected(now, id, DisconnectCause::DrepReceived);
             }
             ConnState::TimeWait => self.counters.dropped_duplicate += 1,
             _ => self.counters.dropped_invalid_state += 1,
@@ -998,9 +980,7 @@ impl Cm {
                 self.remove(id);
             }
             ConnState::Established if reason == rej_reason::STALE_CONNECTION => {
-                c.state = ConnState::TimeWait;
-                c.deadline = Some(now.saturating_add(self.cfg.timewait));
-                self.event(id, event);
+                self.time_wait(now, id, event);
             }
             _ => self.counters.dropped_invalid_state += 1,
         }
@@ -1067,22 +1047,9 @@ impl Cm {
             return;
         }
         let id = self.insert(Conn {
-            state: ConnState::SidrReqRcvd,
-            role: Role::Passive,
-            peer: from,
-            local_comm_id: 0,
             remote_comm_id: request_id,
-            tid,
-            dreq_tid: tid,
             service_id,
-            local_qpn: 0,
-            remote_qpn: 0,
-            timeout: Duration::ZERO,
-            max_retries: 0,
-            retries: 0,
-            deadline: None,
-            last: None,
-            destroyed: false,
+            ..Conn::new((ConnState::SidrReqRcvd, Role::Passive), from, (tid, tid))
         });
         self.sidr_by_remote.insert((from.gid, request_id), id);
         self.event(
@@ -1142,6 +1109,31 @@ impl Cm {
         if let Some(c) = self.conns.get_mut(&conn) {
             c.destroyed = true;
         }
+    }
+
+    /// Enter TimeWait (the connection lingers for `timewait`, then goes)
+    /// and report `ev`.
+    fn time_wait(&mut self, now: Duration, id: ConnId, ev: CmEvent) {
+        if let Some(c) = self.conns.get_mut(&id) {
+            c.state = ConnState::TimeWait;
+            c.deadline = Some(now.saturating_add(self.cfg.timewait));
+        }
+        self.event(id, ev);
+    }
+
+    /// [`Self::time_wait`] with [`CmEvent::Disconnected`] for `cause`.
+    fn disconnected(&mut self, now: Duration, id: ConnId, cause: DisconnectCause) {
+        self.time_wait(now, id, CmEvent::Disconnected { conn: id, cause });
+    }
+
+    /// Insert an active side's connection `c` whose first MAD is `mad`:
+    /// sent now, retransmitted after `c.timeout` until answered.
+    fn send_request(&mut self, now: Duration, c: Conn, mad: [u8; MAD_LEN]) -> ConnId {
+        let peer = c.peer;
+        let deadline = Some(now.saturating_add(c.timeout));
+        let id = self.insert(Conn { deadline, last: Some(Box::new(mad)), ..c });
+        self.queue(peer, mad);
+        id
     }
 
     fn event(&mut self, conn: ConnId, ev: CmEvent) {
@@ -1329,12 +1321,7 @@ impl Cm {
         let Some(c) = self.conns.get_mut(&id) else { return };
         match c.state {
             ConnState::DreqSent => {
-                c.state = ConnState::TimeWait;
-                c.deadline = Some(now.saturating_add(self.cfg.timewait));
-                self.event(
-                    id,
-                    CmEvent::Disconnected { conn: id, cause: DisconnectCause::DreqTimeout },
-                );
+                self.disconnected(now, id, DisconnectCause::DreqTimeout);
             }
             ConnState::SidrReqSent => {
                 self.event(id, CmEvent::Unreachable { conn: id });

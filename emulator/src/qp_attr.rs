@@ -447,6 +447,11 @@ const fn bare(from: QpState, to: QpState) -> Transition {
     Transition { from, to, masks: [BARE; 3] }
 }
 
+/// A row with the masks of RC, UC and UD.
+const fn tr(from: QpState, to: QpState, masks: [Option<TransitionMasks>; 3]) -> Transition {
+    Transition { from, to, masks }
+}
+
 // Attribute groups, named once so the rows below stay readable.
 const PKEY_PORT_ACCESS: AttrMask =
     AttrMask(AttrMask::PKEY_INDEX.0 | AttrMask::PORT.0 | AttrMask::ACCESS_FLAGS.0);
@@ -505,67 +510,39 @@ use QpState as S;
 ///   transition as a consistency check.
 pub static TRANSITIONS: [Transition; 22] = [
     bare(S::Reset, S::Reset),
-    Transition {
-        from: S::Reset,
-        to: S::Init,
-        masks: [tm(PKEY_PORT_ACCESS, E), tm(PKEY_PORT_ACCESS, E), tm(PKEY_PORT_QKEY, E)],
-    },
-    Transition {
-        from: S::Init,
-        to: S::Init,
-        masks: [tm(E, PKEY_PORT_ACCESS), tm(E, PKEY_PORT_ACCESS), tm(E, PKEY_PORT_QKEY)],
-    },
-    Transition {
-        from: S::Init,
-        to: S::Rtr,
-        masks: [tm(RC_RTR_REQ, CONN_RTR_OPT), tm(UC_RTR_REQ, CONN_RTR_OPT), tm(E, PKEY_QKEY)],
-    },
+    tr(
+        S::Reset,
+        S::Init,
+        [tm(PKEY_PORT_ACCESS, E), tm(PKEY_PORT_ACCESS, E), tm(PKEY_PORT_QKEY, E)],
+    ),
+    tr(S::Init, S::Init, [tm(E, PKEY_PORT_ACCESS), tm(E, PKEY_PORT_ACCESS), tm(E, PKEY_PORT_QKEY)]),
+    tr(
+        S::Init,
+        S::Rtr,
+        [tm(RC_RTR_REQ, CONN_RTR_OPT), tm(UC_RTR_REQ, CONN_RTR_OPT), tm(E, PKEY_QKEY)],
+    ),
     bare(S::Init, S::Reset),
     bare(S::Init, S::Err),
-    Transition {
-        from: S::Rtr,
-        to: S::Rts,
-        masks: [
+    tr(
+        S::Rtr,
+        S::Rts,
+        [
             tm(RC_RTS_REQ, RC_RTS_OPT),
             tm(AttrMask::SQ_PSN, UC_RTS_OPT),
             tm(AttrMask::SQ_PSN, AttrMask::QKEY),
         ],
-    },
+    ),
     bare(S::Rtr, S::Reset),
     bare(S::Rtr, S::Err),
-    Transition {
-        from: S::Rts,
-        to: S::Rts,
-        masks: [tm(E, RC_RTS_OPT), tm(E, UC_RTS_OPT), tm(E, AttrMask::QKEY)],
-    },
-    Transition {
-        from: S::Rts,
-        to: S::Sqd,
-        masks: [
-            tm(E, AttrMask::EN_SQD_ASYNC_NOTIFY),
-            tm(E, AttrMask::EN_SQD_ASYNC_NOTIFY),
-            tm(E, AttrMask::EN_SQD_ASYNC_NOTIFY),
-        ],
-    },
+    tr(S::Rts, S::Rts, [tm(E, RC_RTS_OPT), tm(E, UC_RTS_OPT), tm(E, AttrMask::QKEY)]),
+    tr(S::Rts, S::Sqd, [tm(E, AttrMask::EN_SQD_ASYNC_NOTIFY); 3]),
     bare(S::Rts, S::Reset),
     bare(S::Rts, S::Err),
-    Transition {
-        from: S::Sqd,
-        to: S::Rts,
-        masks: [tm(E, RC_RTS_OPT), tm(E, UC_RTS_OPT), tm(E, AttrMask::QKEY)],
-    },
-    Transition {
-        from: S::Sqd,
-        to: S::Sqd,
-        masks: [tm(E, RC_SQD_OPT), tm(E, UC_SQD_OPT), tm(E, PKEY_QKEY)],
-    },
+    tr(S::Sqd, S::Rts, [tm(E, RC_RTS_OPT), tm(E, UC_RTS_OPT), tm(E, AttrMask::QKEY)]),
+    tr(S::Sqd, S::Sqd, [tm(E, RC_SQD_OPT), tm(E, UC_SQD_OPT), tm(E, PKEY_QKEY)]),
     bare(S::Sqd, S::Reset),
     bare(S::Sqd, S::Err),
-    Transition {
-        from: S::Sqe,
-        to: S::Rts,
-        masks: [None, tm(E, AttrMask::ACCESS_FLAGS), tm(E, AttrMask::QKEY)],
-    },
+    tr(S::Sqe, S::Rts, [None, tm(E, AttrMask::ACCESS_FLAGS), tm(E, AttrMask::QKEY)]),
     bare(S::Sqe, S::Reset),
     bare(S::Sqe, S::Err),
     bare(S::Err, S::Reset),

@@ -34,6 +34,7 @@
 //! test suite replays the committed corpus (`fuzz/tests/corpus.rs`).
 
 use bytes::Bytes;
+use ibverbs::fuzz::In;
 use roce_emulator::*;
 use roce_packet::{
     AtomicEthRepr, BthRepr, DethRepr, IpMeta, IpUdpHeader, LKey, Opcode, Psn, QKey, Qpn, RKey,
@@ -41,38 +42,6 @@ use roce_packet::{
 };
 use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr};
-
-/// Reads bytes from the input, zeros when it runs out.
-struct In<'a>(&'a [u8]);
-impl In<'_> {
-    fn u8(&mut self) -> u8 {
-        match self.0.split_first() {
-            Some((b, rest)) => {
-                self.0 = rest;
-                *b
-            }
-            None => 0,
-        }
-    }
-    fn u16(&mut self) -> u16 {
-        u16::from(self.u8()) | u16::from(self.u8()) << 8
-    }
-    fn u32(&mut self) -> u32 {
-        u32::from(self.u16()) | u32::from(self.u16()) << 16
-    }
-    fn u64(&mut self) -> u64 {
-        u64::from(self.u32()) | u64::from(self.u32()) << 32
-    }
-    fn take(&mut self, n: usize) -> &[u8] {
-        let n = n.min(self.0.len());
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        a
-    }
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
 
 // ------------------------------------------------------------------ packet
 

@@ -87,11 +87,8 @@ pub(crate) unsafe extern "C" fn create_ah(
     attr: *mut abi::ibv_ah_attr,
 ) -> *mut abi::ibv_ah {
     guard_ptr(|| {
-        if attr.is_null() {
-            return Err(libc::EINVAL);
-        }
         // SAFETY: the caller's ibv_ah_attr.
-        let a = ah_from_c(unsafe { &*attr })?;
+        let a = ah_from_c(unsafe { crate::util::arg_ref(attr) }?)?;
         let po = pd_hold(&handles::lock(), p)?;
         let b = Box::new(AhObj {
             c: abi::ibv_ah { context: po.c.context, pd: p, handle: 0 },
@@ -106,10 +103,7 @@ pub(crate) unsafe extern "C" fn create_ah(
 
 pub(crate) unsafe extern "C" fn destroy_ah(a: *mut abi::ibv_ah) -> libc::c_int {
     guard_rc(|| {
-        if !handles::lock().remove(Kind::Ah, a) {
-            diag!("ibv_destroy_ah: {a:p} is not a live AH (destroyed already?)");
-            return Err(libc::EINVAL);
-        }
+        handles::lock().take(Kind::Ah, a, "ibv_destroy_ah")?;
         // SAFETY: a leaked Box<AhObj>; it left the table just now, so this
         // is its only free.
         let b = unsafe { Box::from_raw(a as *mut AhObj) };

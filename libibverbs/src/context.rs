@@ -108,10 +108,7 @@ pub(crate) unsafe extern "C" fn close_device(c: *mut abi::ibv_context) -> libc::
         // closed context leaves.
         let children = {
             let mut t = handles::lock();
-            if !t.remove(Kind::Ctx, c) {
-                diag!("ibv_close_device: {c:p} is not an open context (closed already?)");
-                return Err(libc::EINVAL);
-            }
+            t.take(Kind::Ctx, c, "ibv_close_device")?;
             t.remove_children(c)
         };
         if !children.is_empty() {

@@ -64,38 +64,14 @@ pub(crate) struct ExPoll {
     pub cur: Option<WorkCompletion>,
 }
 
-/// # Safety
-/// `p` must be a CQ this library created and not yet destroyed.
-pub(crate) unsafe fn cq<'a>(p: *mut abi::ibv_cq) -> Option<&'a CqObj> {
-    // SAFETY: per the contract, p is a leaked Box<CqObj> (c at offset 0).
-    let o = (!p.is_null()).then(|| unsafe { &*(p as *const CqObj) })?;
-    // (an inherited CQ of a forked child is the parent's: refused)
-    (!crate::fork::inherited(o.gen)).then_some(o)
-}
-
-/// The live CQ behind `p` (EINVAL otherwise).
-///
-/// # Safety
-/// The CQ must not be destroyed by another thread while the reference is
-/// used (libibverbs' rule).
-pub(crate) unsafe fn cq_live<'a>(p: *mut abi::ibv_cq) -> Result<&'a CqObj, i32> {
-    handles::check(Kind::Cq, p)?;
-    // SAFETY: live (checked), and per the contract.
-    unsafe { cq(p) }.ok_or(libc::EINVAL)
-}
+handles::c_object!(CqObj: abi::ibv_cq, Cq, generation gen; cq, cq_live);
 
 /// The CQ behind `p` if it is live and not being destroyed, counted as
 /// used by a QP about to be created on it (under the table's lock, which
 /// the caller holds; see [`crate::mr::pd_hold`]). The caller gives the
 /// count back if the QP is not created.
 pub(crate) fn cq_hold<'a>(t: &handles::Table, p: *mut abi::ibv_cq) -> Result<&'a CqObj, i32> {
-    if !t.live(Kind::Cq, p) {
-        diag!("CQ {p:p} is not a live CQ (destroyed already?)");
-        return Err(libc::EINVAL);
-    }
-    // SAFETY: live in the table, whose lock the caller holds; freed only
-    // after it leaves the table, which the count taken here prevents.
-    let o = unsafe { &*(p as *const CqObj) };
+    let o: &CqObj = handles::held_object(t, p)?;
     if lock(&o.events).dying {
         return Err(libc::EINVAL);
     }
@@ -146,12 +122,7 @@ pub(crate) unsafe extern "C" fn destroy_comp_channel(
     guard_rc(|| {
         {
             let mut t = handles::lock();
-            if !t.live(Kind::Chan, ch) {
-                diag!(
-                    "ibv_destroy_comp_channel: {ch:p} is not a live channel (destroyed already?)"
-                );
-                return Err(libc::EINVAL);
-            }
+            t.expect_live(Kind::Chan, ch, "ibv_destroy_comp_channel")?;
             // SAFETY: a live Box<ChanObj>; refcnt is only touched under
             // the table's lock, which we hold.
             if unsafe { (*ch).refcnt } > 0 {
@@ -268,10 +239,7 @@ fn new_cq(
     // destroy checks the count under it), the count given back on failure.
     if !channel.is_null() {
         let t = handles::lock();
-        if !t.live(Kind::Chan, channel) {
-            diag!("create_cq: channel {channel:p} is not a live channel (destroyed already?)");
-            return Err(libc::EINVAL);
-        }
+        t.expect_live(Kind::Chan, channel, "create_cq")?;
         // SAFETY: live; refcnt only under the table's lock, which we hold.
         unsafe { (*channel).refcnt += 1 };
         drop(t);
@@ -374,11 +342,8 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
     guard_ptr(|| {
         // SAFETY: contract of ibv_create_cq_ex.
         let cx = unsafe { ctx(c) }.ok_or(libc::EINVAL)?;
-        if attr.is_null() {
-            return Err(libc::EINVAL);
-        }
         // SAFETY: attr points to the caller's ibv_cq_init_attr_ex.
-        let a = unsafe { &*attr };
+        let a = unsafe { crate::util::arg_ref(attr) }?;
         if a.wc_flags & !WC_FLAGS_SUPPORTED != 0 {
             diag!("create_cq_ex: wc_flags {:#x} not supported", a.wc_flags & !WC_FLAGS_SUPPORTED);
             return Err(libc::EOPNOTSUPP);
@@ -401,10 +366,7 @@ pub(crate) unsafe extern "C" fn destroy_cq(c: *mut abi::ibv_cq) -> libc::c_int {
         //    rdma-core with rxe), another destroy of it under way (EINVAL).
         let o = {
             let t = handles::lock();
-            if !t.live(Kind::Cq, c) {
-                diag!("ibv_destroy_cq: {c:p} is not a live CQ (destroyed already?)");
-                return Err(libc::EINVAL);
-            }
+            t.expect_live(Kind::Cq, c, "ibv_destroy_cq")?;
             // SAFETY: live in the table, whose lock we hold.
             let o = unsafe { &*(c as *const CqObj) };
             if o.users.load(Ordering::Acquire) > 0 {

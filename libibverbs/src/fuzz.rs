@@ -43,10 +43,13 @@ const GUARD: u8 = 0xa5;
 
 static PANICKED: AtomicBool = AtomicBool::new(false);
 
-/// Reads bytes from the input, zeros when it runs out.
-struct In<'a>(&'a [u8]);
+/// Reads bytes from a fuzz input, zeros when it runs out; shared with the
+/// `roce-fuzz` targets.
+pub struct In<'a>(pub &'a [u8]);
+
 impl In<'_> {
-    fn u8(&mut self) -> u8 {
+    /// The next byte.
+    pub fn u8(&mut self) -> u8 {
         match self.0.split_first() {
             Some((b, rest)) => {
                 self.0 = rest;
@@ -55,14 +58,28 @@ impl In<'_> {
             None => 0,
         }
     }
-    fn u16(&mut self) -> u16 {
+    /// The next two bytes, little-endian.
+    pub fn u16(&mut self) -> u16 {
         u16::from(self.u8()) | u16::from(self.u8()) << 8
     }
-    fn u32(&mut self) -> u32 {
+    /// The next four bytes, little-endian.
+    pub fn u32(&mut self) -> u32 {
         u32::from(self.u16()) | u32::from(self.u16()) << 16
     }
-    fn u64(&mut self) -> u64 {
+    /// The next eight bytes, little-endian.
+    pub fn u64(&mut self) -> u64 {
         u64::from(self.u32()) | u64::from(self.u32()) << 32
+    }
+    /// The next `n` bytes, fewer when the input ends first.
+    pub fn take(&mut self, n: usize) -> &[u8] {
+        let n = n.min(self.0.len());
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        a
+    }
+    /// Whether the input is used up.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
     /// Fill a plain C struct's bytes from the input.
     ///
@@ -77,9 +94,6 @@ impl In<'_> {
         for x in b {
             *x = self.u8();
         }
-    }
-    fn done(&self) -> bool {
-        self.0.is_empty()
     }
 }
 
@@ -531,7 +545,7 @@ pub fn dropin_run(data: &[u8]) -> Reached {
         }
         let mut next_id = 1u64;
         let mut steps = 0;
-        while !i.done() && steps < 64 {
+        while !i.is_empty() && steps < 64 {
             steps += 1;
             let which = i.u8();
             let (s, peer, host) =
@@ -540,101 +554,7 @@ pub fn dropin_run(data: &[u8]) -> Reached {
             if s.qp.is_null() && matches!(op, 0..=7 | 9 | 13) {
                 continue; // a program holds no NULL QP
             }
-            match op {
-                0 | 1 => {
-                    let mut at: abi::ibv_qp_attr = std::mem::zeroed();
-                    i.fill(&mut at);
-                    sanitize_ah(&mut at.ah_attr, host);
-                    sanitize_ah(&mut at.alt_ah_attr, host);
-                    let mask = i.u32() as i32;
-                    x::ibv_modify_qp(s.qp, &mut at, mask);
-                }
-                2..=5 => post_send(s, peer, &mut i, &mut next_id, qpt),
-                6 | 7 => post_recv(s, &mut i, &mut next_id),
-                8 => {
-                    let max = i32::from(i.u8() as i8);
-                    poll(s, max);
-                }
-                9 => {
-                    let mut at: abi::ibv_qp_attr = std::mem::zeroed();
-                    let mut ia: abi::ibv_qp_init_attr = std::mem::zeroed();
-                    x::ibv_query_qp(s.qp, &mut at, i.u32() as i32, &mut ia);
-                    let mut pa: abi::ibv_port_attr = std::mem::zeroed();
-                    x::query_port_ex(
-                        s.ctx,
-                        i.u8(),
-                        &mut pa,
-                        std::mem::size_of::<abi::ibv_port_attr>(),
-                    );
-                    let mut g: abi::ibv_gid = std::mem::zeroed();
-                    x::ibv_query_gid(s.ctx, i.u8(), i32::from(i.u8() as i8), &mut g);
-                    let mut pk = 0u16;
-                    x::ibv_query_pkey(s.ctx, i.u8(), i32::from(i.u8() as i8), &mut pk);
-                }
-                10 => {
-                    let arm = (*s.ctx).ops.req_notify_cq.expect("req_notify op");
-                    arm(s.cq, i32::from(i.u8() & 1));
-                    x::ibv_resize_cq(s.cq, i32::from(i.u16() as i16));
-                }
-                11 => {
-                    if s.ahs.len() < 8 {
-                        let mut aa: abi::ibv_ah_attr = std::mem::zeroed();
-                        i.fill(&mut aa);
-                        sanitize_ah(&mut aa, host);
-                        let ah = x::ibv_create_ah(s.pd, &mut aa);
-                        if !ah.is_null() {
-                            s.ahs.push(ah);
-                        }
-                    }
-                }
-                12 => {
-                    if s.ahs.len() < 8 {
-                        let mut wc: abi::ibv_wc = std::mem::zeroed();
-                        i.fill(&mut wc);
-                        let mut grh: abi::ibv_grh = std::mem::zeroed();
-                        i.fill(&mut grh);
-                        loopback_gid(&mut grh.sgid, host);
-                        loopback_gid(&mut grh.dgid, 1 - host);
-                        let ah = x::ibv_create_ah_from_wc(s.pd, &mut wc, &mut grh, i.u8());
-                        if !ah.is_null() {
-                            s.ahs.push(ah);
-                        }
-                    }
-                }
-                13 => {
-                    if s.mws.len() < 4 {
-                        let alloc = (*s.ctx).ops.alloc_mw.expect("alloc_mw op");
-                        let mw = alloc(s.pd, u32::from(i.u8() % 4));
-                        if !mw.is_null() {
-                            s.mws.push(mw);
-                        }
-                    } else {
-                        let bind = (*s.ctx).ops.bind_mw.expect("bind_mw op");
-                        let mut mb: abi::ibv_mw_bind = std::mem::zeroed();
-                        mb.wr_id = next_id;
-                        next_id += 1;
-                        mb.send_flags = u32::from(i.u8());
-                        mb.bind_info.mr = s.mr;
-                        mb.bind_info.addr = s.base() + u64::from(i.u16()) % (PAGE as u64 + 16);
-                        mb.bind_info.length = u64::from(i.u16());
-                        mb.bind_info.mw_access_flags = access(&mut i);
-                        let mw = s.mws[usize::from(i.u8()) % s.mws.len()];
-                        if bind(s.qp, mw, &mut mb) == 0 {
-                            s.posted.insert(mb.wr_id);
-                        }
-                    }
-                }
-                14 => {
-                    if !s.mr.is_null() {
-                        let flags = i32::from(i.u8() % 16);
-                        let off = usize::from(i.u16()) % PAGE;
-                        let len = usize::from(i.u16()) % (PAGE - off + 1);
-                        let addr = s.buf.as_mut_ptr().add(s.mid + off).cast::<c_void>();
-                        x::ibv_rereg_mr(s.mr, flags, s.pd, addr, len, access(&mut i) as i32);
-                    }
-                }
-                _ => std::thread::sleep(std::time::Duration::from_micros(u64::from(i.u8()) * 20)),
-            }
+            call(s, peer, host, op, &mut i, &mut next_id, qpt);
         }
         // let the devices finish what is in flight, reaping completions
         // (until every accepted WR completed, or 5 ms)
@@ -653,6 +573,145 @@ pub fn dropin_run(data: &[u8]) -> Reached {
         assert!(b.guards_intact(), "bytes outside device fz1's region changed");
         assert!(!PANICKED.load(Ordering::SeqCst), "the library panicked (see the message above)");
         Reached { completions: a.completions + b.completions, successes: a.successes + b.successes }
+    }
+}
+
+/// One call of the input's choosing (`op`, 0 to 15) on side `s`, whose
+/// peer is on host `host`.
+///
+/// # Safety
+/// The sides' objects are live and used by no other thread; `s.qp` is not
+/// NULL for the calls on the QP.
+unsafe fn call(
+    s: &mut Side,
+    peer: &Side,
+    host: u8,
+    op: u8,
+    i: &mut In,
+    next_id: &mut u64,
+    qpt: u32,
+) {
+    // SAFETY: per the contract; every struct passed is of the right type.
+    unsafe {
+        match op {
+            0 | 1 => {
+                let mut at: abi::ibv_qp_attr = std::mem::zeroed();
+                i.fill(&mut at);
+                sanitize_ah(&mut at.ah_attr, host);
+                sanitize_ah(&mut at.alt_ah_attr, host);
+                let mask = i.u32() as i32;
+                x::ibv_modify_qp(s.qp, &mut at, mask);
+            }
+            2..=5 => post_send(s, peer, i, next_id, qpt),
+            6 | 7 => post_recv(s, i, next_id),
+            8 => {
+                let max = i32::from(i.u8() as i8);
+                poll(s, max);
+            }
+            9 => query(s, i),
+            10 => {
+                let arm = (*s.ctx).ops.req_notify_cq.expect("req_notify op");
+                arm(s.cq, i32::from(i.u8() & 1));
+                x::ibv_resize_cq(s.cq, i32::from(i.u16() as i16));
+            }
+            11 | 12 if s.ahs.len() < 8 => {
+                let ah = if op == 11 {
+                    let mut aa: abi::ibv_ah_attr = std::mem::zeroed();
+                    i.fill(&mut aa);
+                    sanitize_ah(&mut aa, host);
+                    x::ibv_create_ah(s.pd, &mut aa)
+                } else {
+                    let mut wc: abi::ibv_wc = std::mem::zeroed();
+                    i.fill(&mut wc);
+                    let mut grh: abi::ibv_grh = std::mem::zeroed();
+                    i.fill(&mut grh);
+                    loopback_gid(&mut grh.sgid, host);
+                    loopback_gid(&mut grh.dgid, 1 - host);
+                    x::ibv_create_ah_from_wc(s.pd, &mut wc, &mut grh, i.u8())
+                };
+                if !ah.is_null() {
+                    s.ahs.push(ah);
+                }
+            }
+            11 | 12 => {}
+            13 => window(s, i, next_id),
+            14 => {
+                if !s.mr.is_null() {
+                    let flags = i32::from(i.u8() % 16);
+                    let off = usize::from(i.u16()) % PAGE;
+                    let len = usize::from(i.u16()) % (PAGE - off + 1);
+                    let addr = s.buf.as_mut_ptr().add(s.mid + off).cast::<c_void>();
+                    x::ibv_rereg_mr(s.mr, flags, s.pd, addr, len, access(i) as i32);
+                }
+            }
+            _ => std::thread::sleep(std::time::Duration::from_micros(u64::from(i.u8()) * 20)),
+        }
+    }
+}
+
+/// The queries: QP, port, GID, P_Key, with input-chosen arguments.
+///
+/// # Safety
+/// The side's objects are live and its QP is not NULL.
+unsafe fn query(s: &Side, i: &mut In) {
+    // SAFETY: per the contract; every out-struct is of the right type.
+    unsafe {
+        let mut at: abi::ibv_qp_attr = std::mem::zeroed();
+        let mut ia: abi::ibv_qp_init_attr = std::mem::zeroed();
+        x::ibv_query_qp(s.qp, &mut at, i.u32() as i32, &mut ia);
+        query_port(s.ctx, i, |i| i32::from(i.u8() as i8));
+    }
+}
+
+/// `ibv_query_port`, `ibv_query_gid` and `ibv_query_pkey` on `ctx`, with
+/// input-chosen port numbers and the table indices `index` reads.
+///
+/// # Safety
+/// `ctx` is a context of this library (live or not) or NULL.
+unsafe fn query_port(ctx: *mut abi::ibv_context, i: &mut In, index: fn(&mut In) -> i32) {
+    // SAFETY: per the contract; every out-struct is of the right type.
+    unsafe {
+        let mut pa: abi::ibv_port_attr = std::mem::zeroed();
+        x::query_port_ex(ctx, i.u8(), &mut pa, std::mem::size_of::<abi::ibv_port_attr>());
+        let mut g: abi::ibv_gid = std::mem::zeroed();
+        let port = i.u8();
+        x::ibv_query_gid(ctx, port, index(i), &mut g);
+        let mut pk = 0u16;
+        let port = i.u8();
+        x::ibv_query_pkey(ctx, port, index(i), &mut pk);
+    }
+}
+
+/// `ibv_alloc_mw` while the side has fewer than four windows, then
+/// `ibv_bind_mw` of one of them with input-chosen bounds and rights.
+///
+/// # Safety
+/// The side's objects are live, used by no other thread, and its QP is
+/// not NULL.
+unsafe fn window(s: &mut Side, i: &mut In, next_id: &mut u64) {
+    // SAFETY: per the contract; the ops are the library's own.
+    unsafe {
+        if s.mws.len() < 4 {
+            let alloc = (*s.ctx).ops.alloc_mw.expect("alloc_mw op");
+            let mw = alloc(s.pd, u32::from(i.u8() % 4));
+            if !mw.is_null() {
+                s.mws.push(mw);
+            }
+            return;
+        }
+        let bind = (*s.ctx).ops.bind_mw.expect("bind_mw op");
+        let mut mb: abi::ibv_mw_bind = std::mem::zeroed();
+        mb.wr_id = *next_id;
+        *next_id += 1;
+        mb.send_flags = u32::from(i.u8());
+        mb.bind_info.mr = s.mr;
+        mb.bind_info.addr = s.base() + u64::from(i.u16()) % (PAGE as u64 + 16);
+        mb.bind_info.length = u64::from(i.u16());
+        mb.bind_info.mw_access_flags = access(i);
+        let mw = s.mws[usize::from(i.u8()) % s.mws.len()];
+        if bind(s.qp, mw, &mut mb) == 0 {
+            s.posted.insert(mb.wr_id);
+        }
     }
 }
 

@@ -66,6 +66,27 @@ impl Table {
         !p.is_null() && self.0.get(&(p as usize)).is_some_and(|e| e.kind == kind)
     }
 
+    /// `Ok` if `p` is a live object of `kind`, else EINVAL, with a
+    /// diagnostic of `verb`.
+    pub fn expect_live<T>(&self, kind: Kind, p: *const T, verb: &str) -> Result<(), i32> {
+        if self.live(kind, p) {
+            return Ok(());
+        }
+        crate::util::diag!("{verb}: {kind:?} {p:p} is not a live one (destroyed already?)");
+        Err(libc::EINVAL)
+    }
+
+    /// Take the object of `kind` at `p` out of the table (it is the
+    /// caller's to free), or EINVAL with a diagnostic of `verb` when it is
+    /// not there: of two racing destroys one wins.
+    pub fn take<T>(&mut self, kind: Kind, p: *const T, verb: &str) -> Result<(), i32> {
+        if self.remove(kind, p) {
+            return Ok(());
+        }
+        crate::util::diag!("{verb}: {kind:?} {p:p} is not a live one (destroyed already?)");
+        Err(libc::EINVAL)
+    }
+
     /// Record a new object of `kind` at `p`, belonging to context `ctx`.
     pub fn insert<T, C>(&mut self, kind: Kind, p: *const T, ctx: *const C) {
         self.0.insert(p as usize, Entry { kind, ctx: ctx as usize });
@@ -126,3 +147,88 @@ pub(crate) fn check<T>(kind: Kind, p: *mut T) -> Result<*mut T, i32> {
         Err(libc::EINVAL)
     }
 }
+
+/// A verbs object of this library behind the program's C pointer: a
+/// leaked `Box<Self>` whose C struct (`C`) is at offset 0.
+pub(crate) trait Object: Sized {
+    type C;
+    const KIND: Kind;
+    /// The fork generation it was made in ([`crate::fork`]), for the
+    /// objects a forked child may not use; `None` for the others.
+    fn generation(&self) -> Option<u32> {
+        None
+    }
+}
+
+/// The object behind `p`, unless `p` is NULL or the object is a parent's
+/// that a forked child inherited.
+///
+/// # Safety
+/// `p` is NULL or an object of type `O` this library made and did not
+/// destroy yet.
+pub(crate) unsafe fn object<'a, O: Object>(p: *mut O::C) -> Option<&'a O> {
+    // SAFETY: per the contract, a leaked Box<O> (the C struct at offset 0).
+    let o = (!p.is_null()).then(|| unsafe { &*(p as *const O) })?;
+    (!o.generation().is_some_and(crate::fork::inherited)).then_some(o)
+}
+
+/// The live object behind `p` (EINVAL otherwise).
+///
+/// # Safety
+/// The object must not be destroyed by another thread while the reference
+/// is used (libibverbs' rule).
+pub(crate) unsafe fn live_object<'a, O: Object>(p: *mut O::C) -> Result<&'a O, i32> {
+    check(O::KIND, p)?;
+    // SAFETY: live (checked), and per the contract.
+    unsafe { object(p) }.ok_or(libc::EINVAL)
+}
+
+/// The object behind `p` if it is live in `t` (the table, whose lock the
+/// caller holds): for a create that counts itself on it as a user before
+/// the lock is released (see [`crate::mr::pd_hold`]), so that the object
+/// is not freed while the reference is used.
+pub(crate) fn held_object<'a, O: Object>(t: &Table, p: *mut O::C) -> Result<&'a O, i32> {
+    if !t.live(O::KIND, p) {
+        crate::util::diag!("{:?} {p:p} is not a live {:?} (destroyed already?)", O::KIND, O::KIND);
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: live in the table (checked under its lock, which the caller
+    // holds): a leaked Box<O>, freed only after it leaves the table, which
+    // the caller's count (taken before the lock is released) prevents.
+    Ok(unsafe { &*(p as *const O) })
+}
+
+/// Implement [`Object`] for an object type (with `generation` from the
+/// named field, for the objects a forked child may not use) and define its
+/// two lookups: `get` ([`object`]) and `live` ([`live_object`]), both
+/// unsafe with those functions' contracts.
+macro_rules! c_object {
+    ($obj:ident: $c:ty, $kind:ident $(, generation $gen:ident)?; $get:ident, $live:ident) => {
+        impl $crate::handles::Object for $obj {
+            type C = $c;
+            const KIND: $crate::handles::Kind = $crate::handles::Kind::$kind;
+            $(fn generation(&self) -> Option<u32> {
+                Some(self.$gen)
+            })?
+        }
+
+        /// The object behind `p`: see [`crate::handles::object`].
+        ///
+        /// # Safety
+        /// As [`crate::handles::object`].
+        pub(crate) unsafe fn $get<'a>(p: *mut $c) -> Option<&'a $obj> {
+            // SAFETY: per the contract.
+            unsafe { $crate::handles::object(p) }
+        }
+
+        /// The live object behind `p` (EINVAL otherwise).
+        ///
+        /// # Safety
+        /// As [`crate::handles::live_object`].
+        pub(crate) unsafe fn $live<'a>(p: *mut $c) -> Result<&'a $obj, i32> {
+            // SAFETY: per the contract.
+            unsafe { $crate::handles::live_object(p) }
+        }
+    };
+}
+pub(crate) use c_object;

@@ -29,39 +29,16 @@ impl PdObj {
     }
 }
 
-/// # Safety
-/// `p` must be a PD this library returned and not yet deallocated.
-pub(crate) unsafe fn pd<'a>(p: *mut abi::ibv_pd) -> Option<&'a PdObj> {
-    // SAFETY: per the contract, p is a leaked Box<PdObj> (c at offset 0).
-    (!p.is_null()).then(|| unsafe { &*(p as *const PdObj) })
-}
+handles::c_object!(PdObj: abi::ibv_pd, Pd; pd, pd_live);
 
 /// The PD behind `p` if it is live, counted as used by an object about to
 /// be created on it (checked and counted under the handle table's lock, so
 /// `ibv_dealloc_pd` cannot free it meanwhile: it answers EBUSY). The caller
 /// calls [`PdObj::put`] if the creation fails.
 pub(crate) fn pd_hold<'a>(t: &handles::Table, p: *mut abi::ibv_pd) -> Result<&'a PdObj, i32> {
-    if !t.live(Kind::Pd, p) {
-        diag!("PD {p:p} is not a live PD (deallocated already?)");
-        return Err(libc::EINVAL);
-    }
-    // SAFETY: live in the table (checked under its lock, which the caller
-    // holds): a leaked Box<PdObj>, freed only after it leaves the table,
-    // which its users count (taken here) prevents.
-    let o = unsafe { &*(p as *const PdObj) };
+    let o: &PdObj = handles::held_object(t, p)?;
     o.get();
     Ok(o)
-}
-
-/// The live PD behind `p` (EINVAL otherwise), not counted.
-///
-/// # Safety
-/// The PD must not be deallocated by another thread while the reference is
-/// used (libibverbs' rule).
-pub(crate) unsafe fn pd_live<'a>(p: *mut abi::ibv_pd) -> Result<&'a PdObj, i32> {
-    handles::check(Kind::Pd, p)?;
-    // SAFETY: live (checked), and per the contract.
-    unsafe { pd(p) }.ok_or(libc::EINVAL)
 }
 
 /// Run `f` (the creation of an object on PD `p`) with the PD checked live
@@ -112,10 +89,7 @@ pub(crate) unsafe extern "C" fn dealloc_pd(p: *mut abi::ibv_pd) -> libc::c_int {
     guard_rc(|| {
         {
             let mut t = handles::lock();
-            if !t.live(Kind::Pd, p) {
-                diag!("ibv_dealloc_pd: {p:p} is not a live PD (deallocated already?)");
-                return Err(libc::EINVAL);
-            }
+            t.expect_live(Kind::Pd, p, "ibv_dealloc_pd")?;
             // SAFETY: live in the table, whose lock we hold.
             let o = unsafe { &*(p as *const PdObj) };
             // A PD with MRs, QPs, SRQs, AHs or MWs is busy (EBUSY, as the
@@ -324,10 +298,7 @@ pub(crate) unsafe extern "C" fn dereg_mr(m: *mut abi::ibv_mr) -> libc::c_int {
         // the other gets EINVAL.
         let ctx = {
             let mut t = handles::lock();
-            if !t.remove(Kind::Mr, m) {
-                diag!("ibv_dereg_mr: {m:p} is not a live MR (deregistered already?)");
-                return Err(libc::EINVAL);
-            }
+            t.take(Kind::Mr, m, "ibv_dereg_mr")?;
             // SAFETY: m was live until just now and only this call frees it.
             unsafe { (*m).context }
         };
@@ -516,10 +487,7 @@ fn new_mw(o: &PdObj, p: *mut abi::ibv_pd, ty: abi::ibv_mw_type) -> Result<*mut a
 
 pub(crate) unsafe extern "C" fn dealloc_mw(m: *mut abi::ibv_mw) -> libc::c_int {
     guard_rc(|| {
-        if !handles::lock().remove(Kind::Mw, m) {
-            diag!("ibv_dealloc_mw: {m:p} is not a live MW (deallocated already?)");
-            return Err(libc::EINVAL);
-        }
+        handles::lock().take(Kind::Mw, m, "ibv_dealloc_mw")?;
         // SAFETY: m is a leaked Box<MwObj>; it left the table just now, so
         // this is its only free.
         let b = unsafe { Box::from_raw(m as *mut MwObj) };

@@ -11,7 +11,7 @@ use crate::handles::{self, Kind};
 use crate::mr::{mw, pd_hold, pd_live, PdObj};
 use crate::srq::{srq_hold, SrqObj};
 use crate::util::{diag, guard_ptr, guard_rc};
-use crate::wr::{inline_bytes, inline_len, recv_wrs, sges};
+use crate::wr::{inline_bytes, inline_len, post_recv_chain, report_bad, sges};
 use roce_emulator::qp_attr::AttrMask;
 use roce_verbs_api::{
     AccessFlags, CreateQpError, MwBind, PathMtu, PostRecvError, PostSendError, Qp, QpAttr, QpCap,
@@ -64,25 +64,7 @@ pub(crate) struct WrBatch {
     pub err: Option<i32>,
 }
 
-/// # Safety
-/// `p` must be a QP this library created and not yet destroyed.
-pub(crate) unsafe fn qp<'a>(p: *mut abi::ibv_qp) -> Option<&'a QpObj> {
-    // SAFETY: per the contract, p is a leaked Box<QpObj> (c at offset 0).
-    let o = (!p.is_null()).then(|| unsafe { &*(p as *const QpObj) })?;
-    // (an inherited QP of a forked child is the parent's: refused)
-    (!crate::fork::inherited(o.gen)).then_some(o)
-}
-
-/// The live QP behind `p` (EINVAL otherwise).
-///
-/// # Safety
-/// The QP must not be destroyed by another thread while the reference is
-/// used (libibverbs' rule).
-pub(crate) unsafe fn qp_live<'a>(p: *mut abi::ibv_qp) -> Result<&'a QpObj, i32> {
-    handles::check(Kind::Qp, p)?;
-    // SAFETY: live (checked), and per the contract.
-    unsafe { qp(p) }.ok_or(libc::EINVAL)
-}
+handles::c_object!(QpObj: abi::ibv_qp, Qp, generation gen; qp, qp_live);
 
 /// The parents of a QP about to be created, checked live and counted.
 struct Held<'a> {
@@ -311,14 +293,7 @@ fn build_qp(
     let ptr = Box::into_raw(obj);
     lock(&cx.qps).insert(qpn, ptr as usize);
     handles::insert(Kind::Qp, ptr, cx.c());
-    let out = abi::ibv_qp_cap {
-        max_send_wr: actual.max_send_wr,
-        max_recv_wr: actual.max_recv_wr,
-        max_send_sge: actual.max_send_sge,
-        max_recv_sge: actual.max_recv_sge,
-        max_inline_data: actual.max_inline_data,
-    };
-    Ok((ptr, out))
+    Ok((ptr, cap_to_c(&actual)))
 }
 
 pub(crate) unsafe extern "C" fn create_qp(
@@ -331,11 +306,8 @@ pub(crate) unsafe extern "C" fn create_qp(
         let po = unsafe { pd_live(p) }?;
         // SAFETY: the PD's context is live.
         let cx = unsafe { ctx(po.c.context) }.ok_or(libc::EINVAL)?;
-        if attr.is_null() {
-            return Err(libc::EINVAL);
-        }
         // SAFETY: attr points to the caller's ibv_qp_init_attr.
-        let a = unsafe { &mut *attr };
+        let a = unsafe { crate::util::arg_mut(attr) }?;
         let (q, cap) = new_qp(cx, p, a)?;
         a.cap = cap;
         Ok(q as *mut abi::ibv_qp)
@@ -349,11 +321,8 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
     guard_ptr(|| {
         // SAFETY: contract of ibv_create_qp_ex.
         let cx = unsafe { ctx(c) }.ok_or(libc::EINVAL)?;
-        if attr.is_null() {
-            return Err(libc::EINVAL);
-        }
         // SAFETY: attr points to the caller's ibv_qp_init_attr_ex.
-        let a = unsafe { &mut *attr };
+        let a = unsafe { crate::util::arg_mut(attr) }?;
         let mut known = abi::IBV_QP_INIT_ATTR_PD | abi::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
         // fields that are accepted when they ask for nothing
         if a.create_flags == 0 {
@@ -392,10 +361,7 @@ pub(crate) unsafe extern "C" fn destroy_qp(q: *mut abi::ibv_qp) -> libc::c_int {
     guard_rc(|| {
         // Nothing refuses a QP's destroy: out of the table at once (of two
         // racing destroys one wins, the other gets EINVAL), then freed.
-        if !handles::lock().remove(Kind::Qp, q) {
-            diag!("ibv_destroy_qp: {q:p} is not a live QP (destroyed already?)");
-            return Err(libc::EINVAL);
-        }
+        handles::lock().take(Kind::Qp, q, "ibv_destroy_qp")?;
         // SAFETY: q was live until just now and only this call frees it.
         let o = unsafe { qp(q) }.ok_or(libc::EINVAL)?;
         // SAFETY: the QP's context is live while the QP is.
@@ -429,6 +395,63 @@ pub(crate) unsafe extern "C" fn destroy_qp(q: *mut abi::ibv_qp) -> libc::c_int {
 
 // ---------------------------------------------------------------- modify / query
 
+/// Copy the `ibv_qp_attr` fields that [`QpAttr`] holds under the same
+/// name and type, from `$src` to `$dst` (either way round): modify reads
+/// them from C, query and `rdma_init_qp_attr` write them to C.
+macro_rules! same_qp_attr_fields {
+    ($dst:expr, $src:expr) => {{
+        let (d, s) = (&mut $dst, &$src);
+        d.pkey_index = s.pkey_index;
+        d.port_num = s.port_num;
+        d.qkey = s.qkey;
+        d.timeout = s.timeout;
+        d.retry_cnt = s.retry_cnt;
+        d.rnr_retry = s.rnr_retry;
+        d.rq_psn = s.rq_psn;
+        d.sq_psn = s.sq_psn;
+        d.max_rd_atomic = s.max_rd_atomic;
+        d.max_dest_rd_atomic = s.max_dest_rd_atomic;
+        d.min_rnr_timer = s.min_rnr_timer;
+        d.dest_qp_num = s.dest_qp_num;
+    }};
+}
+
+/// `a` as an `ibv_qp_attr`: its state (`state` when it has none), access,
+/// address vector, path MTU (0 when unset) and the fields of the same
+/// name; everything else zero.
+pub(crate) fn attr_to_c(a: &QpAttr, state: QpState) -> abi::ibv_qp_attr {
+    // SAFETY: plain C data.
+    let mut c: abi::ibv_qp_attr = unsafe { std::mem::zeroed() };
+    c.qp_state = state_to_c(a.qp_state.unwrap_or(state));
+    c.qp_access_flags = a.qp_access_flags.0;
+    if let Some(ah) = &a.ah_attr {
+        c.ah_attr = ah_to_c(ah);
+    }
+    c.path_mtu = a.path_mtu.map_or(0, |m| m as u32);
+    same_qp_attr_fields!(c, a);
+    c
+}
+
+fn cap_from_c(c: &abi::ibv_qp_cap) -> QpCap {
+    QpCap {
+        max_send_wr: c.max_send_wr,
+        max_recv_wr: c.max_recv_wr,
+        max_send_sge: c.max_send_sge,
+        max_recv_sge: c.max_recv_sge,
+        max_inline_data: c.max_inline_data,
+    }
+}
+
+fn cap_to_c(c: &QpCap) -> abi::ibv_qp_cap {
+    abi::ibv_qp_cap {
+        max_send_wr: c.max_send_wr,
+        max_recv_wr: c.max_recv_wr,
+        max_send_sge: c.max_send_sge,
+        max_recv_sge: c.max_recv_sge,
+        max_inline_data: c.max_inline_data,
+    }
+}
+
 pub(crate) unsafe extern "C" fn modify_qp(
     q: *mut abi::ibv_qp,
     attr: *mut abi::ibv_qp_attr,
@@ -437,11 +460,8 @@ pub(crate) unsafe extern "C" fn modify_qp(
     guard_rc(|| {
         // SAFETY: contract of ibv_modify_qp.
         let o = unsafe { qp_live(q) }?;
-        if attr.is_null() {
-            return Err(libc::EINVAL);
-        }
         // SAFETY: attr points to the caller's ibv_qp_attr.
-        let c = unsafe { &*attr };
+        let c = unsafe { crate::util::arg_ref(attr) }?;
         let mask = mask as u32;
         let mut a = QpAttr { mask: AttrMask(mask), ..QpAttr::default() };
         if mask & abi::IBV_QP_STATE != 0 {
@@ -452,9 +472,7 @@ pub(crate) unsafe extern "C" fn modify_qp(
         }
         a.en_sqd_async_notify = c.en_sqd_async_notify != 0;
         a.qp_access_flags = AccessFlags(c.qp_access_flags);
-        a.pkey_index = c.pkey_index;
-        a.port_num = c.port_num;
-        a.qkey = c.qkey;
+        same_qp_attr_fields!(a, c);
         if mask & abi::IBV_QP_AV != 0 {
             if o.qp_type != QpType::Ud && c.ah_attr.is_global == 0 {
                 // RoCE addresses by GID: without a GRH there is no
@@ -467,22 +485,7 @@ pub(crate) unsafe extern "C" fn modify_qp(
         if mask & abi::IBV_QP_PATH_MTU != 0 {
             a.path_mtu = Some(mtu_from_c(c.path_mtu)?);
         }
-        a.timeout = c.timeout;
-        a.retry_cnt = c.retry_cnt;
-        a.rnr_retry = c.rnr_retry;
-        a.rq_psn = c.rq_psn;
-        a.max_rd_atomic = c.max_rd_atomic;
-        a.min_rnr_timer = c.min_rnr_timer;
-        a.sq_psn = c.sq_psn;
-        a.max_dest_rd_atomic = c.max_dest_rd_atomic;
-        a.cap = QpCap {
-            max_send_wr: c.cap.max_send_wr,
-            max_recv_wr: c.cap.max_recv_wr,
-            max_send_sge: c.cap.max_send_sge,
-            max_recv_sge: c.cap.max_recv_sge,
-            max_inline_data: c.cap.max_inline_data,
-        };
-        a.dest_qp_num = c.dest_qp_num;
+        a.cap = cap_from_c(&c.cap);
         o.qp.modify(&a).map_err(|e| {
             diag!("modify_qp: {e}");
             libc::EINVAL
@@ -507,39 +510,16 @@ pub(crate) unsafe extern "C" fn query_qp(
             return Err(libc::EINVAL);
         }
         let (a, i) = o.qp.query().map_err(|_| libc::EINVAL)?;
-        // SAFETY: plain C data.
-        let mut c: abi::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        let st = state_to_c(a.qp_state.unwrap_or(QpState::Reset));
-        c.qp_state = st;
+        let mut c = attr_to_c(&a, QpState::Reset);
+        let st = c.qp_state;
         c.cur_qp_state = st;
         c.path_mtu = a.path_mtu.map_or(abi::IBV_MTU_1024, |m| m as u32);
         c.path_mig_state = abi::IBV_MIG_MIGRATED;
-        c.qkey = a.qkey;
-        c.rq_psn = a.rq_psn;
-        c.sq_psn = a.sq_psn;
-        c.dest_qp_num = a.dest_qp_num;
-        c.qp_access_flags = a.qp_access_flags.0;
-        let cap = abi::ibv_qp_cap {
-            max_send_wr: i.cap.max_send_wr,
-            max_recv_wr: i.cap.max_recv_wr,
-            max_send_sge: i.cap.max_send_sge,
-            max_recv_sge: i.cap.max_recv_sge,
-            max_inline_data: i.cap.max_inline_data,
-        };
+        let cap = cap_to_c(&i.cap);
         c.cap = cap;
-        if let Some(ah) = a.ah_attr {
-            c.ah_attr = ah_to_c(&ah);
-        }
-        c.pkey_index = a.pkey_index;
         c.en_sqd_async_notify = u8::from(a.en_sqd_async_notify);
         c.sq_draining = 0;
-        c.max_rd_atomic = a.max_rd_atomic;
-        c.max_dest_rd_atomic = a.max_dest_rd_atomic;
-        c.min_rnr_timer = a.min_rnr_timer;
         c.port_num = 1;
-        c.timeout = a.timeout;
-        c.retry_cnt = a.retry_cnt;
-        c.rnr_retry = a.rnr_retry;
         // SAFETY: attr and init are the caller's structs.
         unsafe {
             attr.write(c);
@@ -561,7 +541,7 @@ pub(crate) unsafe extern "C" fn query_qp(
 
 // ---------------------------------------------------------------- posting
 
-fn post_send_err(e: &PostSendError) -> i32 {
+pub(crate) fn post_send_err(e: &PostSendError) -> i32 {
     diag!("post_send: {e}");
     match e {
         PostSendError::QueueFull { .. } => libc::ENOMEM,
@@ -682,16 +662,8 @@ pub(crate) unsafe extern "C" fn post_send(
             Ok(_) => None,
             Err((n, e)) => Some((ptrs[n], post_send_err(&e))),
         };
-        match posted.or(conv_err) {
-            None => 0,
-            Some((at, e)) => {
-                if !bad.is_null() {
-                    // SAFETY: bad is the caller's out pointer.
-                    unsafe { *bad = at };
-                }
-                e
-            }
-        }
+        // SAFETY: bad is the caller's out pointer.
+        unsafe { report_bad(bad, posted.or(conv_err)) }
     })
 }
 
@@ -703,26 +675,11 @@ pub(crate) unsafe extern "C" fn post_recv(
     crate::util::guard_errno(|| {
         // SAFETY: contract of ibv_post_recv.
         let Some(o) = (unsafe { qp(q) }) else { return libc::EINVAL };
-        // SAFETY: as above.
-        let (list, err) = unsafe { recv_wrs(wr, o.max_recv_sge) };
-        for (w, p) in list {
-            if let Err(e) = o.qp.post_recv(w) {
-                if !bad.is_null() {
-                    // SAFETY: the caller's out pointer.
-                    unsafe { *bad = p };
-                }
-                return post_recv_err(&e);
-            }
-        }
-        match err {
-            None => 0,
-            Some((p, e)) => {
-                if !bad.is_null() {
-                    // SAFETY: the caller's out pointer.
-                    unsafe { *bad = p };
-                }
-                e
-            }
+        // SAFETY: the program's chain and out pointer.
+        unsafe {
+            post_recv_chain(wr, bad, o.max_recv_sge, |w| {
+                o.qp.post_recv(w).map_err(|e| post_recv_err(&e))
+            })
         }
     })
 }
@@ -738,11 +695,8 @@ pub(crate) unsafe extern "C" fn bind_mw(
         let qo = unsafe { qp(q) }.ok_or(libc::EINVAL)?;
         // SAFETY: as above.
         let w = unsafe { mw(m) }.ok_or(libc::EINVAL)?;
-        if bind.is_null() {
-            return Err(libc::EINVAL);
-        }
         // SAFETY: bind points to a caller-owned ibv_mw_bind.
-        let b = unsafe { &*bind };
+        let b = unsafe { crate::util::arg_ref(bind) }?;
         let info = &b.bind_info;
         // SAFETY: contract: bind_info.mr is one of our MRs (or NULL for an
         // unbind, which libibverbs expresses with length 0).

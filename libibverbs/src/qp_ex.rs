@@ -5,9 +5,9 @@
 
 use crate::abi;
 use crate::qp::{mw_bind_of, QpObj, WrBatch};
-use crate::util::{diag, guard};
+use crate::util::guard;
 use crate::wr::{inline_bytes, inline_len, sges};
-use roce_verbs_api::{LKey, PostSendError};
+use roce_verbs_api::LKey;
 use roce_verbs_api::{RKey, SendFlags, SendWr, Sge, UdDest, WrOpcode};
 
 /// Fill the `wr_*` function pointers of a new QP (QP creation, below this
@@ -60,6 +60,21 @@ fn push(q: *mut abi::ibv_qp_ex, op: WrOpcode, f: impl FnOnce(&mut SendWr)) {
     })
 }
 
+/// [`push`] of an operation on remote memory (`rkey`, `addr`).
+fn push_remote(
+    q: *mut abi::ibv_qp_ex,
+    op: WrOpcode,
+    rkey: u32,
+    addr: u64,
+    f: impl FnOnce(&mut SendWr),
+) {
+    push(q, op, |w| {
+        w.remote_addr = addr;
+        w.rkey = RKey::new(rkey);
+        f(w);
+    })
+}
+
 fn last(q: *mut abi::ibv_qp_ex, f: impl FnOnce(&QpObj, &mut SendWr) -> Result<(), i32>) {
     with(q, |o, b, _, _| {
         let r = match b.list.last_mut() {
@@ -96,13 +111,7 @@ unsafe extern "C" fn wr_complete(q: *mut abi::ibv_qp_ex) -> libc::c_int {
         }
         rc = match o.qp.post_send_list(list) {
             Ok(_) => 0,
-            Err((_, e)) => {
-                diag!("wr_complete: {e}");
-                match e {
-                    PostSendError::QueueFull { .. } => libc::ENOMEM,
-                    _ => libc::EINVAL,
-                }
-            }
+            Err((_, e)) => crate::qp::post_send_err(&e),
         };
     });
     if rc != 0 {
@@ -112,10 +121,7 @@ unsafe extern "C" fn wr_complete(q: *mut abi::ibv_qp_ex) -> libc::c_int {
 }
 
 unsafe extern "C" fn wr_rdma_write(q: *mut abi::ibv_qp_ex, rkey: u32, addr: u64) {
-    push(q, WrOpcode::RdmaWrite, |w| {
-        w.remote_addr = addr;
-        w.rkey = RKey::new(rkey);
-    })
+    push_remote(q, WrOpcode::RdmaWrite, rkey, addr, |_| {})
 }
 
 unsafe extern "C" fn wr_rdma_write_imm(
@@ -124,18 +130,13 @@ unsafe extern "C" fn wr_rdma_write_imm(
     addr: u64,
     imm: abi::__be32,
 ) {
-    push(q, WrOpcode::RdmaWriteWithImm, |w| {
-        w.remote_addr = addr;
-        w.rkey = RKey::new(rkey);
+    push_remote(q, WrOpcode::RdmaWriteWithImm, rkey, addr, |w| {
         w.imm = u32::from_be(imm);
     })
 }
 
 unsafe extern "C" fn wr_rdma_read(q: *mut abi::ibv_qp_ex, rkey: u32, addr: u64) {
-    push(q, WrOpcode::RdmaRead, |w| {
-        w.remote_addr = addr;
-        w.rkey = RKey::new(rkey);
-    })
+    push_remote(q, WrOpcode::RdmaRead, rkey, addr, |_| {})
 }
 
 unsafe extern "C" fn wr_atomic_cmp_swp(
@@ -145,18 +146,14 @@ unsafe extern "C" fn wr_atomic_cmp_swp(
     compare: u64,
     swap: u64,
 ) {
-    push(q, WrOpcode::AtomicCmpAndSwp, |w| {
-        w.remote_addr = addr;
-        w.rkey = RKey::new(rkey);
+    push_remote(q, WrOpcode::AtomicCmpAndSwp, rkey, addr, |w| {
         w.compare_add = compare;
         w.swap = swap;
     })
 }
 
 unsafe extern "C" fn wr_atomic_fetch_add(q: *mut abi::ibv_qp_ex, rkey: u32, addr: u64, add: u64) {
-    push(q, WrOpcode::AtomicFetchAndAdd, |w| {
-        w.remote_addr = addr;
-        w.rkey = RKey::new(rkey);
+    push_remote(q, WrOpcode::AtomicFetchAndAdd, rkey, addr, |w| {
         w.compare_add = add;
     })
 }
@@ -175,9 +172,7 @@ unsafe extern "C" fn wr_atomic_write(
     }
     // SAFETY: ibv_wr_atomic_write's contract: 8 readable bytes at data.
     let v = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), 8) }.to_vec();
-    push(q, WrOpcode::AtomicWrite, |w| {
-        w.remote_addr = addr;
-        w.rkey = RKey::new(rkey);
+    push_remote(q, WrOpcode::AtomicWrite, rkey, addr, |w| {
         w.inline_data = v;
         w.flags |= SendFlags::INLINE;
     })

@@ -5,7 +5,7 @@ use crate::device::ctx;
 use crate::handles::{self, Kind};
 use crate::mr::{pd_hold, PdObj};
 use crate::util::{diag, guard_ptr, guard_rc};
-use crate::wr::recv_wrs;
+use crate::wr::post_recv_chain;
 use roce_verbs_api::{PostSrqRecvError, Srq};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -23,38 +23,14 @@ pub(crate) struct SrqObj {
     pub gen: u32,
 }
 
-/// # Safety
-/// `p` must be an SRQ this library created and not yet destroyed, or NULL.
-pub(crate) unsafe fn srq<'a>(p: *mut abi::ibv_srq) -> Option<&'a SrqObj> {
-    // SAFETY: per the contract, a leaked Box<SrqObj> (c at offset 0).
-    let o = (!p.is_null()).then(|| unsafe { &*(p as *const SrqObj) })?;
-    // (an inherited SRQ of a forked child is the parent's: refused)
-    (!crate::fork::inherited(o.gen)).then_some(o)
-}
-
-/// The live SRQ behind `p` (EINVAL otherwise).
-///
-/// # Safety
-/// The SRQ must not be destroyed by another thread while the reference is
-/// used (libibverbs' rule).
-unsafe fn srq_live<'a>(p: *mut abi::ibv_srq) -> Result<&'a SrqObj, i32> {
-    handles::check(Kind::Srq, p)?;
-    // SAFETY: live (checked), and per the contract.
-    unsafe { srq(p) }.ok_or(libc::EINVAL)
-}
+handles::c_object!(SrqObj: abi::ibv_srq, Srq, generation gen; srq, srq_live);
 
 /// The SRQ behind `p` if it is live, counted as used by a QP about to be
 /// created on it (under the table's lock, which the caller holds; see
 /// [`crate::mr::pd_hold`]). The caller gives the count back if the QP is
 /// not created.
 pub(crate) fn srq_hold<'a>(t: &handles::Table, p: *mut abi::ibv_srq) -> Result<&'a SrqObj, i32> {
-    if !t.live(Kind::Srq, p) {
-        diag!("SRQ {p:p} is not a live SRQ (destroyed already?)");
-        return Err(libc::EINVAL);
-    }
-    // SAFETY: live in the table, whose lock the caller holds; freed only
-    // after it leaves the table, which the count taken here prevents.
-    let o = unsafe { &*(p as *const SrqObj) };
+    let o: &SrqObj = handles::held_object(t, p)?;
     o.users.fetch_add(1, Ordering::AcqRel);
     Ok(o)
 }
@@ -129,11 +105,8 @@ pub(crate) unsafe extern "C" fn modify_srq(
     guard_rc(|| {
         // SAFETY: contract of ibv_modify_srq.
         let o = unsafe { srq_live(s) }?;
-        if attr.is_null() {
-            return Err(libc::EINVAL);
-        }
         // SAFETY: the caller's ibv_srq_attr.
-        let a = unsafe { &*attr };
+        let a = unsafe { crate::util::arg_ref(attr) }?;
         let mask = mask as u32;
         if mask & abi::IBV_SRQ_MAX_WR != 0 {
             // resizing an SRQ is not implemented
@@ -176,10 +149,7 @@ pub(crate) unsafe extern "C" fn destroy_srq(s: *mut abi::ibv_srq) -> libc::c_int
     guard_rc(|| {
         let o = {
             let mut t = handles::lock();
-            if !t.live(Kind::Srq, s) {
-                diag!("ibv_destroy_srq: {s:p} is not a live SRQ (destroyed already?)");
-                return Err(libc::EINVAL);
-            }
+            t.expect_live(Kind::Srq, s, "ibv_destroy_srq")?;
             // SAFETY: live in the table, whose lock we hold.
             let o = unsafe { &*(s as *const SrqObj) };
             // QPs use it: refused before anything is undone (the count is
@@ -219,30 +189,17 @@ pub(crate) unsafe extern "C" fn post_srq_recv(
     crate::util::guard_errno(|| {
         // SAFETY: contract of ibv_post_srq_recv.
         let Some(o) = (unsafe { srq(s) }) else { return libc::EINVAL };
-        // SAFETY: the program's chain.
-        let (list, err) = unsafe { recv_wrs(wr, o.max_sge) };
-        for (w, p) in list {
-            if let Err(e) = o.srq.post_recv(w) {
-                diag!("post_srq_recv: {e}");
-                if !bad.is_null() {
-                    // SAFETY: the caller's out pointer.
-                    unsafe { *bad = p };
-                }
-                return match e {
-                    PostSrqRecvError::QueueFull { .. } => libc::ENOMEM,
-                    _ => libc::EINVAL,
-                };
-            }
-        }
-        match err {
-            None => 0,
-            Some((p, e)) => {
-                if !bad.is_null() {
-                    // SAFETY: the caller's out pointer.
-                    unsafe { *bad = p };
-                }
-                e
-            }
+        // SAFETY: the program's chain and out pointer.
+        unsafe {
+            post_recv_chain(wr, bad, o.max_sge, |w| {
+                o.srq.post_recv(w).map_err(|e| {
+                    diag!("post_srq_recv: {e}");
+                    match e {
+                        PostSrqRecvError::QueueFull { .. } => libc::ENOMEM,
+                        _ => libc::EINVAL,
+                    }
+                })
+            })
         }
     })
 }

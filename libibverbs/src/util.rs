@@ -112,3 +112,21 @@ macro_rules! diag {
     };
 }
 pub(crate) use diag;
+
+/// The program's struct behind `p`; EINVAL for NULL.
+///
+/// # Safety
+/// `p` is NULL or points to a `T` the program lets the call read.
+pub(crate) unsafe fn arg_ref<'a, T>(p: *const T) -> Result<&'a T, i32> {
+    // SAFETY: per the contract.
+    unsafe { p.as_ref() }.ok_or(libc::EINVAL)
+}
+
+/// The program's struct behind `p`, to fill in; EINVAL for NULL.
+///
+/// # Safety
+/// `p` is NULL or points to a `T` the program lets the call write.
+pub(crate) unsafe fn arg_mut<'a, T>(p: *mut T) -> Result<&'a mut T, i32> {
+    // SAFETY: per the contract.
+    unsafe { p.as_mut() }.ok_or(libc::EINVAL)
+}

@@ -91,3 +91,40 @@ pub(crate) unsafe fn recv_wrs(wr: *mut abi::ibv_recv_wr, max_sge: u32) -> (RecvL
     }
     (out, None)
 }
+
+/// 0, or the errno of the chain entry that failed, whose pointer goes to
+/// `*bad` (libibverbs' `bad_wr`) when that is not NULL.
+///
+/// # Safety
+/// `bad` is NULL or the caller's out pointer.
+pub(crate) unsafe fn report_bad<T>(bad: *mut *mut T, failed: Option<(*mut T, i32)>) -> i32 {
+    match failed {
+        None => 0,
+        Some((at, e)) => {
+            if !bad.is_null() {
+                // SAFETY: per the contract.
+                unsafe { *bad = at };
+            }
+            e
+        }
+    }
+}
+
+/// Post the program's receive chain `wr` with `post`, in order, until an
+/// entry is malformed or refused (then its errno, and the entry in `*bad`).
+///
+/// # Safety
+/// `wr` is the program's `ibv_recv_wr` chain; `bad` is NULL or the
+/// caller's out pointer.
+pub(crate) unsafe fn post_recv_chain(
+    wr: *mut abi::ibv_recv_wr,
+    bad: *mut *mut abi::ibv_recv_wr,
+    max_sge: u32,
+    mut post: impl FnMut(RecvWr) -> Result<(), i32>,
+) -> i32 {
+    // SAFETY: per the contract.
+    let (list, err) = unsafe { recv_wrs(wr, max_sge) };
+    let failed = list.into_iter().find_map(|(w, p)| post(w).err().map(|e| (p, e)));
+    // SAFETY: per the contract.
+    unsafe { report_bad(bad, failed.or(err)) }
+}

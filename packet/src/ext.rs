@@ -45,6 +45,25 @@ macro_rules! view {
     };
 }
 
+/// A header's `Repr` read from and written to its view field by field,
+/// each through the view's getter and setter (written in the order given).
+macro_rules! repr_io {
+    ($repr:ident: $view:ident { $($field:ident / $set:ident),* $(,)? }) => {
+        impl $repr {
+            pub fn parse(b: &[u8]) -> Result<Self> {
+                let v = $view::new_checked(b)?;
+                Ok($repr { $($field: v.$field()),* })
+            }
+            pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
+                check_emit(buf, $view::<&[u8]>::LEN)?;
+                let mut v = $view::new_unchecked(buf);
+                $(v.$set(self.$field);)*
+                Ok(())
+            }
+        }
+    };
+}
+
 fn check_emit(buf: &[u8], need: usize) -> Result<()> {
     if buf.len() < need {
         Err(Error::BufferTooSmall { need, have: buf.len() })
@@ -86,20 +105,7 @@ pub struct RethRepr {
     pub rkey: RKey,
     pub dma_len: u32,
 }
-impl RethRepr {
-    pub fn parse(b: &[u8]) -> Result<Self> {
-        let v = Reth::new_checked(b)?;
-        Ok(RethRepr { va: v.va(), rkey: v.rkey(), dma_len: v.dma_len() })
-    }
-    pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
-        check_emit(buf, 16)?;
-        let mut v = Reth::new_unchecked(buf);
-        v.set_va(self.va);
-        v.set_rkey(self.rkey);
-        v.set_dma_len(self.dma_len);
-        Ok(())
-    }
-}
+repr_io!(RethRepr: Reth { va/set_va, rkey/set_rkey, dma_len/set_dma_len });
 
 // ---------------------------------------------------------------- AETH
 /// NAK codes (IBA §9.7.5.2.4, Table 44).
@@ -248,19 +254,7 @@ pub struct AethRepr {
     pub syndrome: Syndrome,
     pub msn: Msn,
 }
-impl AethRepr {
-    pub fn parse(b: &[u8]) -> Result<Self> {
-        let v = Aeth::new_checked(b)?;
-        Ok(AethRepr { syndrome: v.syndrome(), msn: v.msn() })
-    }
-    pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
-        check_emit(buf, 4)?;
-        let mut v = Aeth::new_unchecked(buf);
-        v.set_syndrome(self.syndrome);
-        v.set_msn(self.msn);
-        Ok(())
-    }
-}
+repr_io!(AethRepr: Aeth { syndrome/set_syndrome, msn/set_msn });
 
 // ---------------------------------------------------------------- AtomicETH
 view!(
@@ -303,26 +297,7 @@ pub struct AtomicEthRepr {
     pub swap_add: u64,
     pub compare: u64,
 }
-impl AtomicEthRepr {
-    pub fn parse(b: &[u8]) -> Result<Self> {
-        let v = AtomicEth::new_checked(b)?;
-        Ok(AtomicEthRepr {
-            va: v.va(),
-            rkey: v.rkey(),
-            swap_add: v.swap_add(),
-            compare: v.compare(),
-        })
-    }
-    pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
-        check_emit(buf, 28)?;
-        let mut v = AtomicEth::new_unchecked(buf);
-        v.set_va(self.va);
-        v.set_rkey(self.rkey);
-        v.set_swap_add(self.swap_add);
-        v.set_compare(self.compare);
-        Ok(())
-    }
-}
+repr_io!(AtomicEthRepr: AtomicEth { va/set_va, rkey/set_rkey, swap_add/set_swap_add, compare/set_compare });
 
 // ---------------------------------------------------------------- AtomicAckETH
 view!(
@@ -343,16 +318,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> AtomicAckEth<T> {
 pub struct AtomicAckEthRepr {
     pub orig_rem_data: u64,
 }
-impl AtomicAckEthRepr {
-    pub fn parse(b: &[u8]) -> Result<Self> {
-        Ok(AtomicAckEthRepr { orig_rem_data: AtomicAckEth::new_checked(b)?.orig_rem_data() })
-    }
-    pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
-        check_emit(buf, 8)?;
-        AtomicAckEth::new_unchecked(buf).set_orig_rem_data(self.orig_rem_data);
-        Ok(())
-    }
-}
+repr_io!(AtomicAckEthRepr: AtomicAckEth { orig_rem_data/set_orig_rem_data });
 
 // ---------------------------------------------------------------- 4-byte headers
 view!(
@@ -461,17 +427,4 @@ pub struct DethRepr {
     /// The reserved byte, kept for exact re-emission.
     pub resv8: u8,
 }
-impl DethRepr {
-    pub fn parse(b: &[u8]) -> Result<Self> {
-        let v = Deth::new_checked(b)?;
-        Ok(DethRepr { qkey: v.qkey(), src_qp: v.src_qp(), resv8: v.resv8() })
-    }
-    pub fn emit(&self, buf: &mut [u8]) -> Result<()> {
-        check_emit(buf, 8)?;
-        let mut v = Deth::new_unchecked(buf);
-        v.set_qkey(self.qkey);
-        v.set_resv8(self.resv8);
-        v.set_src_qp(self.src_qp);
-        Ok(())
-    }
-}
+repr_io!(DethRepr: Deth { qkey/set_qkey, resv8/set_resv8, src_qp/set_src_qp });

@@ -38,8 +38,9 @@ const LAYERS: &[&[&str]] = &[
 /// verbs-api's real-wire devices moved to host).
 const UPWARD_LEFT: &[(&str, &str)] = &[];
 
-/// Source directories that still have module circles (issue 27).
-const CIRCLES_LEFT: &[&str] = &["verbs-api/src"];
+/// Source directories that still have module circles (issue 27): none
+/// left (verbs-api's objects share their state through `objects`).
+const CIRCLES_LEFT: &[&str] = &[];
 
 /// Functions over the limit on purpose: tables and generated code.
 const LONG_BY_DESIGN: &[(&str, &str)] = &[
@@ -55,8 +56,6 @@ const LONG_LEFT: &[(&str, &str)] = &[
     ("examples/src/bin/udaddy.rs", "run"),
     ("examples/src/pingpong.rs", "run"),
     ("examples/src/srq_pingpong.rs", "run"),
-    ("libibverbs/src/fuzz/misuse.rs", "step"),
-    ("libibverbs/src/fuzz.rs", "dropin_run"),
 ];
 
 const MAX_FN_LINES: usize = 120;

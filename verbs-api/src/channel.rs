@@ -22,224 +22,17 @@
 //! simulated fabric events are collected whenever the verbs drive it
 //! (`get_cq_event`, `poll_blocking`, ...) or on [`CompChannel::process`].
 
-use crate::cq::Cq;
-use crate::device::Context;
-use crate::driver::Budget;
-use roce_emulator::{AsyncEvent, CqHandle, CreateCqError, Hca};
-use std::collections::{HashMap, VecDeque};
+use crate::driver::{poll_progress, Budget};
+use crate::event_queue::EventQueue;
+use crate::objects::{dispatch, route, AsyncInner, ChanInner, Context, Cq};
+use roce_emulator::{AsyncEvent, CreateCqError};
 use std::fmt;
 use std::future::Future;
-use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
-use std::os::unix::net::UnixStream;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Weak};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::time::Duration;
-
-/// Which channel and CQ object a device CQ handle belongs to, per device.
-type Routes = HashMap<(usize, CqHandle), (Weak<ChanInner>, Weak<crate::cq::CqInner>)>;
-
-fn routes() -> &'static Mutex<Routes> {
-    static R: OnceLock<Mutex<Routes>> = OnceLock::new();
-    R.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn dev_key(hca: &Arc<Mutex<Hca>>) -> usize {
-    Arc::as_ptr(hca) as usize
-}
-
-/// Move the device's pending completion events to their channels. Events
-/// of CQs without a channel are dropped (nobody can wait for them).
-pub(crate) fn dispatch(hca: &Arc<Mutex<Hca>>) {
-    let handles: Vec<CqHandle> = {
-        let mut h = crate::device::lock(hca);
-        std::iter::from_fn(|| h.poll_comp_event()).collect()
-    };
-    if handles.is_empty() {
-        return;
-    }
-    let key = dev_key(hca);
-    for h in handles {
-        let route = lock(routes()).get(&(key, h)).cloned();
-        let Some((ch, cq)) = route else { continue };
-        let (Some(ch), Some(cq)) = (ch.upgrade(), cq.upgrade()) else { continue };
-        ch.push(Cq { inner: cq });
-    }
-}
-
-struct Queue<T> {
-    events: VecDeque<(T, bool)>,
-    /// Threads in [`EventQueue::wait`].
-    waiting: usize,
-}
-
-/// An event queue with a file descriptor: one byte in a socket pair per
-/// pending event (a full socket only means "readable"), for
-/// blocking waiters and wakers for futures. Shared by completion channels
-/// and the async event channel.
-///
-/// An event pushed while a thread waits in [`EventQueue::wait`] (which
-/// takes it at once) writes no byte: the two system calls of signalling
-/// and taking back are saved on the common path of `ibv_get_cq_event`.
-/// Events still queued when the last waiter leaves are signalled then, so
-/// the descriptor is readable whenever events are pending and nobody is
-/// taking them.
-struct EventQueue<T> {
-    /// Each event with whether its byte was written.
-    queue: Mutex<Queue<T>>,
-    wakers: Mutex<Vec<Waker>>,
-    rx: UnixStream,
-    tx: UnixStream,
-}
-
-impl<T> EventQueue<T> {
-    fn new() -> std::io::Result<EventQueue<T>> {
-        let (rx, tx) = UnixStream::pair()?;
-        // The read end stays in blocking mode: it is the descriptor users
-        // poll (and C programs may set O_NONBLOCK on it themselves, as on
-        // libibverbs' channel fd); our own reads never block (MSG_DONTWAIT).
-        tx.set_nonblocking(true)?;
-        Ok(EventQueue {
-            queue: Mutex::new(Queue { events: VecDeque::new(), waiting: 0 }),
-            wakers: Mutex::new(Vec::new()),
-            rx,
-            tx,
-        })
-    }
-
-    fn len(&self) -> usize {
-        lock(&self.queue).events.len()
-    }
-
-    fn push(&self, e: T) {
-        {
-            let mut q = lock(&self.queue);
-            let signal = q.waiting == 0;
-            q.events.push_back((e, signal));
-            if signal {
-                let _ = (&self.tx).write(&[1]);
-            }
-        }
-        for w in std::mem::take(&mut *lock(&self.wakers)) {
-            w.wake();
-        }
-    }
-
-    fn take_byte(&self) {
-        let mut b = [0u8; 1];
-        let _ = nix::sys::socket::recv(
-            self.rx.as_raw_fd(),
-            &mut b,
-            nix::sys::socket::MsgFlags::MSG_DONTWAIT,
-        );
-    }
-
-    /// Drop the queued events `gone` picks (and their bytes on the fd).
-    fn discard(&self, gone: impl Fn(&T) -> bool) -> usize {
-        let mut q = lock(&self.queue);
-        let before = q.events.len();
-        let mut bytes = 0;
-        q.events.retain(|(e, signalled)| {
-            let drop = gone(e);
-            bytes += usize::from(drop && *signalled);
-            !drop
-        });
-        for _ in 0..bytes {
-            self.take_byte();
-        }
-        before - q.events.len()
-    }
-
-    fn pop(&self) -> Option<T> {
-        let (e, signalled) = lock(&self.queue).events.pop_front()?;
-        if signalled {
-            self.take_byte();
-        }
-        Some(e)
-    }
-
-    /// Blocking get: let the driver make progress in this thread (a real
-    /// device's engine receives on its sockets here and sleeps on them; the
-    /// simulated fabric steps) until an event is there, calling `process`
-    /// (move events from the device) before each check.
-    fn wait(&self, ctx: &Context, timeout: Duration, process: impl Fn()) -> Option<T> {
-        let budget = Budget { events: 1_000_000, wall: timeout };
-        lock(&self.queue).waiting += 1;
-        ctx.progress(
-            || {
-                process();
-                self.len() > 0
-            },
-            budget,
-        );
-        let e = self.pop();
-        // the last waiter leaving signals what it did not take
-        let mut q = lock(&self.queue);
-        q.waiting -= 1;
-        if q.waiting == 0 {
-            for (_, signalled) in q.events.iter_mut().filter(|(_, s)| !*s) {
-                let _ = (&self.tx).write(&[1]);
-                *signalled = true;
-            }
-        }
-        e
-    }
-
-    /// One poll of a future waiting for an event taken by `try_get`.
-    fn poll_next(
-        &self,
-        driver: &dyn crate::driver::Driver,
-        cx: &mut TaskContext<'_>,
-        mut try_get: impl FnMut() -> Option<T>,
-    ) -> Poll<T> {
-        {
-            let mut w = lock(&self.wakers);
-            if !w.iter().any(|x| x.will_wake(cx.waker())) {
-                w.push(cx.waker().clone());
-            }
-        }
-        if let Some(e) = try_get() {
-            return Poll::Ready(e);
-        }
-        if !driver.register_waker(cx.waker()) {
-            let mut got = None;
-            driver.progress(
-                &mut || {
-                    got = try_get();
-                    got.is_some()
-                },
-                Budget::events(1000),
-            );
-            if let Some(e) = got {
-                return Poll::Ready(e);
-            }
-            cx.waker().wake_by_ref();
-        }
-        Poll::Pending
-    }
-}
-
-pub(crate) struct ChanInner {
-    ctx: Context,
-    events: EventQueue<Cq>,
-}
-
-impl ChanInner {
-    fn push(&self, cq: Cq) {
-        self.events.push(cq);
-    }
-
-    fn pop(&self) -> Option<Cq> {
-        let cq = self.events.pop()?;
-        cq.inner.events_got.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Some(cq)
-    }
-}
 
 /// Dispatches on every round of a threaded driver, then re-registers.
 struct Dispatcher {
@@ -306,7 +99,7 @@ impl CompChannel {
     /// `None` early if it goes idle without an event).
     pub fn get_cq_event(&self, timeout: Duration) -> Option<Cq> {
         let ctx = &self.inner.ctx;
-        let cq = self.inner.events.wait(ctx, timeout, || self.process())?;
+        let cq = self.inner.events.wait(ctx.driver(), timeout, || self.process())?;
         cq.inner.events_got.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Some(cq)
     }
@@ -316,19 +109,6 @@ impl CompChannel {
     /// runtime's (e.g. `tokio::time::timeout`).
     pub fn get_cq_event_async(&self) -> CqEvent<'_> {
         CqEvent { chan: self }
-    }
-}
-
-impl AsFd for CompChannel {
-    /// Readable while events are pending (for epoll/poll users).
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.inner.events.rx.as_fd()
-    }
-}
-
-impl AsRawFd for CompChannel {
-    fn as_raw_fd(&self) -> RawFd {
-        self.inner.events.rx.as_raw_fd()
     }
 }
 
@@ -361,8 +141,7 @@ impl Context {
         channel: &CompChannel,
     ) -> Result<Cq, CreateCqError> {
         let cq = self.create_cq(cqe)?;
-        let key = (dev_key(&self.inner.hca), cq.handle());
-        lock(routes()).insert(key, (Arc::downgrade(&channel.inner), Arc::downgrade(&cq.inner)));
+        route(&channel.inner, &cq);
         Ok(cq)
     }
 
@@ -386,22 +165,6 @@ impl Context {
     }
 }
 
-/// Forget a CQ's route (its handle may be reused after destruction).
-/// Drop the completion events of `cq` that wait in its channel and were
-/// never taken: the CQ is being destroyed (the kernel discards them the
-/// same way when a program destroys a CQ). Their `Cq` clones would
-/// otherwise keep it from being destroyed.
-pub(crate) fn discard_events(hca: &Arc<Mutex<Hca>>, cq: CqHandle) {
-    let route = lock(routes()).get(&(dev_key(hca), cq)).cloned();
-    if let Some(ch) = route.and_then(|(ch, _)| ch.upgrade()) {
-        ch.events.discard(|c| c.inner.handle == cq);
-    }
-}
-
-pub(crate) fn unroute(hca: &Arc<Mutex<Hca>>, cq: CqHandle) {
-    lock(routes()).remove(&(dev_key(hca), cq));
-}
-
 /// The future of [`Context::get_async_event_async`].
 #[derive(Debug)]
 pub struct AsyncEventFuture<'a> {
@@ -412,57 +175,7 @@ impl Future for AsyncEventFuture<'_> {
     type Output = AsyncEvent;
 
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<AsyncEvent> {
-        let driver = self.ctx.driver();
-        let threaded = driver.register_waker(cx.waker());
-        if let Some(e) = self.ctx.poll_async_event() {
-            return Poll::Ready(e);
-        }
-        if !threaded {
-            let mut got = None;
-            driver.progress(
-                &mut || {
-                    got = self.ctx.poll_async_event();
-                    got.is_some()
-                },
-                Budget::events(1000),
-            );
-            if let Some(e) = got {
-                return Poll::Ready(e);
-            }
-            cx.waker().wake_by_ref();
-        }
-        Poll::Pending
-    }
-}
-
-// ---- device async events with a file descriptor (`ibv_context.async_fd`) ----
-
-/// The queue behind a context's [`AsyncEventChannel`]: events moved from
-/// the device, one byte in the socket pair per pending event.
-pub(crate) struct AsyncInner {
-    hca: Arc<Mutex<Hca>>,
-    driver: Arc<dyn crate::driver::Driver>,
-    events: EventQueue<AsyncEvent>,
-}
-
-impl AsyncInner {
-    fn push(&self, e: AsyncEvent) {
-        self.events.push(e);
-    }
-
-    /// Move the device's pending async events here.
-    pub(crate) fn collect(&self) {
-        let events: Vec<AsyncEvent> = {
-            let mut h = crate::device::lock(&self.hca);
-            std::iter::from_fn(|| h.poll_async_event()).collect()
-        };
-        for e in events {
-            self.push(e);
-        }
-    }
-
-    pub(crate) fn pop(&self) -> Option<AsyncEvent> {
-        self.events.pop()
+        poll_progress(self.ctx.driver(), cx, || self.ctx.poll_async_event())
     }
 }
 
@@ -535,26 +248,13 @@ impl AsyncEventChannel {
     /// the simulated fabric this drives the fabric (and returns `None`
     /// early if it goes idle without an event).
     pub fn get_event(&self, timeout: Duration) -> Option<AsyncEvent> {
-        self.inner.events.wait(&self.ctx, timeout, || self.process())
+        self.inner.events.wait(self.ctx.driver(), timeout, || self.process())
     }
 
     /// Async [`AsyncEventChannel::get_event`]: resolves with the next
     /// event. Runtime-agnostic; no timeout of its own.
     pub fn get_event_async(&self) -> AsyncChannelEvent<'_> {
         AsyncChannelEvent { chan: self }
-    }
-}
-
-impl AsFd for AsyncEventChannel {
-    /// Readable while events are pending (for epoll/poll users).
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.inner.events.rx.as_fd()
-    }
-}
-
-impl AsRawFd for AsyncEventChannel {
-    fn as_raw_fd(&self) -> RawFd {
-        self.inner.events.rx.as_raw_fd()
     }
 }
 
@@ -608,3 +308,23 @@ impl Context {
         Ok(AsyncEventChannel { ctx: self.clone(), inner })
     }
 }
+
+/// The descriptor of a channel's event queue: readable while events are
+/// pending (for epoll/poll users).
+macro_rules! event_fd {
+    ($($t:ty),*) => {$(
+        impl AsFd for $t {
+            fn as_fd(&self) -> BorrowedFd<'_> {
+                self.inner.events.rx.as_fd()
+            }
+        }
+
+        impl AsRawFd for $t {
+            fn as_raw_fd(&self) -> RawFd {
+                self.inner.events.rx.as_raw_fd()
+            }
+        }
+    )*};
+}
+
+event_fd!(CompChannel, AsyncEventChannel);

@@ -1,71 +1,31 @@
 //! Completion queues (`ibv_cq`).
 
-use crate::device::Context;
-use crate::driver::Budget;
+use crate::driver::{poll_progress, Budget};
 use crate::error::DestroyError;
+use crate::objects::{discard_events, Context};
 use roce_emulator::{
-    CqHandle, DestroyCqError, NotifyCqError, PollCqError, ResizeCqError, SqRelease, WorkCompletion,
+    CqHandle, CreateCqError, DestroyCqError, NotifyCqError, PollCqError, ResizeCqError, SqRelease,
+    WorkCompletion,
 };
-use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 
-pub(crate) struct CqInner {
-    pub ctx: Context,
-    pub handle: CqHandle,
-    depth: AtomicU32,
-    destroyed: bool,
-    /// Completion events taken from a channel for this CQ.
-    pub events_got: AtomicU32,
-    /// Of those, acknowledged with [`Cq::ack_events`].
-    pub events_acked: AtomicU32,
-}
+pub use crate::objects::Cq;
 
-impl Drop for CqInner {
-    fn drop(&mut self) {
-        crate::channel::unroute(&self.ctx.inner.hca, self.handle);
-        if !self.destroyed {
-            if let Err(e) = self.ctx.lock().destroy_cq(self.handle) {
-                tracing::warn!(cq = self.handle.id(), error = %e, "destroy_cq in drop failed");
-            }
-        }
-    }
-}
-
-/// A completion queue (`struct ibv_cq`). Clones share it; the QPs that
-/// report to it keep it alive.
-#[derive(Clone)]
-pub struct Cq {
-    pub(crate) inner: Arc<CqInner>,
-}
-
-impl fmt::Debug for Cq {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Cq")
-            .field("device", &self.inner.ctx.name())
-            .field("handle", &self.inner.handle.id())
-            .field("depth", &self.depth())
-            .finish()
+impl Context {
+    /// `ibv_create_cq` with room for `cqe` completions. A CQ that overflows
+    /// enters error and its QPs go to ERR (IBA §11.4.2.1): size it for
+    /// every completion that can be outstanding.
+    pub fn create_cq(&self, cqe: u32) -> Result<Cq, CreateCqError> {
+        let h = self.lock().create_cq(cqe)?;
+        Ok(Cq::new(self.clone(), h, cqe))
     }
 }
 
 impl Cq {
-    pub(crate) fn new(ctx: Context, handle: CqHandle, depth: u32) -> Cq {
-        Cq {
-            inner: Arc::new(CqInner {
-                ctx,
-                handle,
-                depth: AtomicU32::new(depth),
-                destroyed: false,
-                events_got: AtomicU32::new(0),
-                events_acked: AtomicU32::new(0),
-            }),
-        }
-    }
-
     /// The context this CQ belongs to.
     pub fn context(&self) -> &Context {
         &self.inner.ctx
@@ -208,7 +168,7 @@ impl Cq {
         // (between the device's event and the channel's queue) is waited
         // for, briefly.
         for attempt in 0..50 {
-            crate::channel::discard_events(&arc.ctx.inner.hca, arc.handle);
+            discard_events(&arc.ctx.inner.hca, arc.handle);
             match Arc::try_unwrap(arc) {
                 Ok(mut inner) => {
                     inner.destroyed = true;
@@ -239,42 +199,18 @@ impl Future for PollCq<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        let driver = this.cq.inner.ctx.driver();
-        // Register first, then poll: a completion that lands in between
-        // still wakes the task.
-        let threaded = driver.register_waker(cx.waker());
-        let check = |out: &mut Vec<WorkCompletion>| -> Option<Result<(), PollCqError>> {
-            match this.cq.poll(this.n - out.len()) {
-                Ok(v) => out.extend(v),
-                Err(e) => return Some(Err(e)),
+        let (cq, n, out) = (this.cq, this.n, &mut this.out);
+        let got = poll_progress(cq.inner.ctx.driver(), cx, || match cq.poll(n - out.len()) {
+            Ok(v) => {
+                out.extend(v);
+                (out.len() >= n).then_some(Ok(()))
             }
-            (out.len() >= this.n).then_some(Ok(()))
-        };
-        if !threaded {
-            let out = &mut this.out;
-            let mut res = None;
-            driver.progress(
-                &mut || {
-                    res = check(out);
-                    res.is_some()
-                },
-                Budget::events(1000),
-            );
-            if res.is_none() {
-                cx.waker().wake_by_ref();
-            }
-            return match res {
-                Some(Ok(())) => Poll::Ready(Ok(std::mem::take(&mut this.out))),
-                Some(Err(e)) if this.out.is_empty() => Poll::Ready(Err(e)),
-                Some(Err(_)) => Poll::Ready(Ok(std::mem::take(&mut this.out))),
-                None => Poll::Pending,
-            };
-        }
-        match check(&mut this.out) {
-            Some(Ok(())) => Poll::Ready(Ok(std::mem::take(&mut this.out))),
-            Some(Err(e)) if this.out.is_empty() => Poll::Ready(Err(e)),
-            Some(Err(_)) => Poll::Ready(Ok(std::mem::take(&mut this.out))),
-            None => Poll::Pending,
+            Err(e) => Some(Err(e)),
+        });
+        match got {
+            Poll::Ready(Err(e)) if this.out.is_empty() => Poll::Ready(Err(e)),
+            Poll::Ready(_) => Poll::Ready(Ok(std::mem::take(&mut this.out))),
+            Poll::Pending => Poll::Pending,
         }
     }
 }

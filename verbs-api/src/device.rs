@@ -1,20 +1,15 @@
 //! Devices and opened device contexts (`ibv_device`, `ibv_context`).
 
-use crate::cq::Cq;
 use crate::driver::{Budget, Driver};
-use crate::pd::Pd;
+use crate::objects::{lock, ContextInner};
 use roce_emulator::objects::{eui64, gid_table, mac_of};
-use roce_emulator::{AllocPdError, AsyncEvent, Counters, CreateCqError, DeviceAttr, Hca, PortAttr};
+use roce_emulator::{AsyncEvent, Counters, DeviceAttr, Hca, PortAttr};
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, OnceLock};
 
-/// Lock a device. A poisoned lock (a thread panicked while holding it) is
-/// used anyway: the HCA's state is whatever the panicking holder left, and
-/// the verbs stay usable for cleanup.
-pub(crate) fn lock(hca: &Mutex<Hca>) -> MutexGuard<'_, Hca> {
-    hca.lock().unwrap_or_else(|e| e.into_inner())
-}
+pub use crate::objects::Context;
 
 /// A device a driver serves (`struct ibv_device`): the emulated HCA and the
 /// transport that moves its frames. Cheap to clone; open it to use it.
@@ -65,55 +60,14 @@ impl Device {
                 driver: self.driver.clone(),
                 name: self.name.clone(),
                 addr: self.addr,
-                port_active: std::sync::atomic::AtomicBool::new(true),
-                async_chan: std::sync::OnceLock::new(),
+                port_active: AtomicBool::new(true),
+                async_chan: OnceLock::new(),
             }),
         }
     }
 }
 
-pub(crate) struct ContextInner {
-    pub hca: Arc<Mutex<Hca>>,
-    pub driver: Arc<dyn Driver>,
-    name: String,
-    addr: IpAddr,
-    /// IBV_EVENT_PORT_ACTIVE not yet reported to this context.
-    port_active: std::sync::atomic::AtomicBool,
-    /// The async event channel, once created (then every async event of
-    /// this context goes through it).
-    pub async_chan: std::sync::OnceLock<Arc<crate::channel::AsyncInner>>,
-}
-
-/// An opened device (`struct ibv_context`). Clones share the context; PDs
-/// and CQs keep it alive.
-#[derive(Clone)]
-pub struct Context {
-    pub(crate) inner: Arc<ContextInner>,
-}
-
-impl fmt::Debug for Context {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Context")
-            .field("name", &self.inner.name)
-            .field("addr", &self.inner.addr)
-            .finish()
-    }
-}
-
 impl Context {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Hca> {
-        lock(&self.inner.hca)
-    }
-
-    pub(crate) fn driver(&self) -> &dyn Driver {
-        &*self.inner.driver
-    }
-
-    /// Kick the driver for work posted to this device.
-    pub(crate) fn kick(&self) {
-        self.inner.driver.kick_device(&self.inner.hca);
-    }
-
     /// The device name.
     pub fn name(&self) -> &str {
         &self.inner.name
@@ -177,25 +131,6 @@ impl Context {
             return Some(AsyncEvent::PortActive);
         }
         self.lock().poll_async_event()
-    }
-
-    /// Whether PORT_ACTIVE was still to be reported (it is not any more).
-    pub(crate) fn take_port_active(&self) -> bool {
-        self.inner.port_active.swap(false, std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// `ibv_alloc_pd`.
-    pub fn alloc_pd(&self) -> Result<Pd, AllocPdError> {
-        let h = self.lock().alloc_pd()?;
-        Ok(Pd::new(self.clone(), h))
-    }
-
-    /// `ibv_create_cq` with room for `cqe` completions. A CQ that overflows
-    /// enters error and its QPs go to ERR (IBA §11.4.2.1): size it for
-    /// every completion that can be outstanding.
-    pub fn create_cq(&self, cqe: u32) -> Result<Cq, CreateCqError> {
-        let h = self.lock().create_cq(cqe)?;
-        Ok(Cq::new(self.clone(), h, cqe))
     }
 
     /// Let the driver make progress until `cond` holds (see

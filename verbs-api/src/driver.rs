@@ -13,6 +13,7 @@
 //! polls (see `transport/README.md`, "Progress in the caller's thread").
 //! Neither needs any change in the verbs types.
 
+use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 /// How long [`Driver::progress`] may work before giving up.
@@ -126,3 +127,34 @@ pub type HostHold = Box<dyn std::any::Any + Send + Sync>;
 /// device's are `roce_transport::TransportCounters`; `roce_host::transport_counters`
 /// hands them out as that type). The verbs only pass them on.
 pub type TransportStats = std::sync::Arc<dyn std::any::Any + Send + Sync>;
+
+/// One poll of a future that is ready when `try_get` returns a value.
+/// The task's waker is registered first (a value that comes in between
+/// still wakes it): a threaded driver wakes the task after each round with
+/// progress; a driver without a thread (the simulated fabric) is stepped a
+/// little here, and the task wakes itself to be polled again.
+pub(crate) fn poll_progress<T>(
+    driver: &dyn Driver,
+    cx: &mut TaskContext<'_>,
+    mut try_get: impl FnMut() -> Option<T>,
+) -> Poll<T> {
+    let threaded = driver.register_waker(cx.waker());
+    if let Some(v) = try_get() {
+        return Poll::Ready(v);
+    }
+    if !threaded {
+        let mut got = None;
+        driver.progress(
+            &mut || {
+                got = try_get();
+                got.is_some()
+            },
+            Budget::events(1000),
+        );
+        if let Some(v) = got {
+            return Poll::Ready(v);
+        }
+        cx.waker().wake_by_ref();
+    }
+    Poll::Pending
+}

@@ -3,6 +3,7 @@
 //! `PostSendError`...), re-exported at the crate root.
 
 use std::fmt;
+use std::sync::Arc;
 
 /// An explicit `destroy()` failed. The handle is consumed either way; a
 /// shared object is destroyed when its last handle is dropped.
@@ -34,3 +35,29 @@ impl<E: fmt::Display> fmt::Display for DestroyError<E> {
 }
 
 impl<E: fmt::Debug + fmt::Display> std::error::Error for DestroyError<E> {}
+
+impl<E> DestroyError<E> {
+    /// For an explicit `destroy()`: the object behind `arc` when `arc` is
+    /// its last handle, else [`DestroyError::Shared`] naming it `what`.
+    pub(crate) fn sole<T>(arc: Arc<T>, what: &'static str) -> Result<T, DestroyError<E>> {
+        Arc::try_unwrap(arc)
+            .map_err(|arc| DestroyError::Shared { what, others: Arc::strong_count(&arc) - 1 })
+    }
+}
+
+/// For `Drop`: run `destroy`, the verb of an object whose last handle went
+/// without an explicit `destroy()` (`destroyed` false), and log a failure
+/// (a drop cannot return it).
+pub(crate) fn destroy_on_drop<E: fmt::Display>(
+    destroyed: bool,
+    verb: &str,
+    id: impl fmt::Display,
+    destroy: impl FnOnce() -> Result<(), E>,
+) {
+    if destroyed {
+        return;
+    }
+    if let Err(e) = destroy() {
+        tracing::warn!(%id, error = %e, "{verb} in drop failed");
+    }
+}

@@ -1,17 +1,23 @@
 //! Protection domains, memory regions and memory windows (`ibv_pd`,
 //! `ibv_mr`, `ibv_mw`).
 
-use crate::cq::Cq;
-use crate::device::Context;
-use crate::error::DestroyError;
-use crate::qp::{Qp, QpBuilder};
+use crate::error::{destroy_on_drop, DestroyError};
+use crate::objects::Context;
 use roce_emulator::{
-    AccessFlags, DeallocPdError, DeregMrError, MrAccessError, MrInfo, MwBind, MwBindWr, MwError,
-    MwHandle, MwType, PdHandle, RegMrError, RegionMem, SendFlags, Sge,
+    AccessFlags, AllocPdError, DeallocPdError, DeregMrError, MrAccessError, MrInfo, MwBind,
+    MwError, MwHandle, MwType, PdHandle, RegMrError, RegionMem, Sge,
 };
 use roce_packet::{LKey, RKey};
 use std::fmt;
 use std::sync::Arc;
+
+impl Context {
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&self) -> Result<Pd, AllocPdError> {
+        let h = self.lock().alloc_pd()?;
+        Ok(Pd::new(self.clone(), h))
+    }
+}
 
 pub(crate) struct PdInner {
     pub ctx: Context,
@@ -21,11 +27,9 @@ pub(crate) struct PdInner {
 
 impl Drop for PdInner {
     fn drop(&mut self) {
-        if !self.destroyed {
-            if let Err(e) = self.ctx.lock().dealloc_pd(self.handle) {
-                tracing::warn!(pd = self.handle.id(), error = %e, "dealloc_pd in drop failed");
-            }
-        }
+        destroy_on_drop(self.destroyed, "dealloc_pd", self.handle.id(), || {
+            self.ctx.lock().dealloc_pd(self.handle)
+        });
     }
 }
 
@@ -87,26 +91,14 @@ impl Pd {
         Ok(Mr::new(self.clone(), info))
     }
 
-    /// Start creating a QP on this PD (RC by default) that reports to
-    /// `send_cq` and `recv_cq` (they may be the same CQ).
-    pub fn qp_builder(&self, send_cq: &Cq, recv_cq: &Cq) -> QpBuilder {
-        QpBuilder::new(self.clone(), send_cq.clone(), recv_cq.clone())
-    }
-
     /// `ibv_dealloc_pd` now, reporting errors. Fails with
     /// [`DestroyError::Shared`] while MRs, QPs or clones of this PD exist
     /// (it is then deallocated when the last of them is dropped).
     pub fn destroy(self) -> Result<(), DestroyError<DeallocPdError>> {
-        match Arc::try_unwrap(self.inner) {
-            Ok(mut inner) => {
-                inner.destroyed = true;
-                let r = inner.ctx.lock().dealloc_pd(inner.handle);
-                r.map_err(DestroyError::Verb)
-            }
-            Err(arc) => {
-                Err(DestroyError::Shared { what: "PD", others: Arc::strong_count(&arc) - 1 })
-            }
-        }
+        let mut inner = DestroyError::sole(self.inner, "PD")?;
+        inner.destroyed = true;
+        let r = inner.ctx.lock().dealloc_pd(inner.handle);
+        r.map_err(DestroyError::Verb)
     }
 }
 
@@ -125,12 +117,10 @@ impl MrInner {
 
 impl Drop for MrInner {
     fn drop(&mut self) {
-        if !self.destroyed {
-            let h = self.info().handle;
-            if let Err(e) = self.pd.inner.ctx.lock().dereg_mr(h) {
-                tracing::warn!(mr = h.id(), error = %e, "dereg_mr in drop failed");
-            }
-        }
+        let h = self.info().handle;
+        destroy_on_drop(self.destroyed, "dereg_mr", h.id(), || {
+            self.pd.inner.ctx.lock().dereg_mr(h)
+        });
     }
 }
 
@@ -272,16 +262,10 @@ impl Mr {
     /// `ibv_dereg_mr` now, reporting errors. Fails with
     /// [`DestroyError::Shared`] while clones exist.
     pub fn destroy(self) -> Result<(), DestroyError<DeregMrError>> {
-        match Arc::try_unwrap(self.inner) {
-            Ok(mut inner) => {
-                inner.destroyed = true;
-                let r = inner.pd.inner.ctx.lock().dereg_mr(inner.info().handle);
-                r.map_err(DestroyError::Verb)
-            }
-            Err(arc) => {
-                Err(DestroyError::Shared { what: "MR", others: Arc::strong_count(&arc) - 1 })
-            }
-        }
+        let mut inner = DestroyError::sole(self.inner, "MR")?;
+        inner.destroyed = true;
+        let r = inner.pd.inner.ctx.lock().dereg_mr(inner.info().handle);
+        r.map_err(DestroyError::Verb)
     }
 }
 
@@ -303,11 +287,9 @@ pub(crate) struct MwInner {
 
 impl Drop for MwInner {
     fn drop(&mut self) {
-        if !self.destroyed {
-            if let Err(e) = self.pd.inner.ctx.lock().dealloc_mw(self.handle) {
-                tracing::warn!(mw = self.handle.id(), error = %e, "dealloc_mw in drop failed");
-            }
-        }
+        destroy_on_drop(self.destroyed, "dealloc_mw", self.handle.id(), || {
+            self.pd.inner.ctx.lock().dealloc_mw(self.handle)
+        });
     }
 }
 
@@ -370,37 +352,9 @@ impl Mw {
     /// `ibv_dealloc_mw` now, reporting errors. Fails with
     /// [`DestroyError::Shared`] while clones exist.
     pub fn destroy(self) -> Result<(), DestroyError<MwError>> {
-        match Arc::try_unwrap(self.inner) {
-            Ok(mut inner) => {
-                inner.destroyed = true;
-                let r = inner.pd.inner.ctx.lock().dealloc_mw(inner.handle);
-                r.map_err(DestroyError::Verb)
-            }
-            Err(arc) => {
-                Err(DestroyError::Shared { what: "MW", others: Arc::strong_count(&arc) - 1 })
-            }
-        }
-    }
-}
-
-impl Qp {
-    /// `ibv_bind_mw` for a type 1 window: posts the bind on this QP's send
-    /// queue (after every earlier work request) and returns the rkey the
-    /// window will have. It completes with opcode BIND_MW when `send_flags`
-    /// has SIGNALED, and with MW_BIND_ERR (QP to ERR) if a check fails
-    /// when it executes. Use the rkey once the completion arrived (or a
-    /// later one, completions being in order).
-    pub fn bind_mw(
-        &self,
-        mw: &Mw,
-        wr_id: u64,
-        send_flags: SendFlags,
-        bind: MwBind,
-    ) -> Result<RKey, MwError> {
-        let ctx = self.pd().context();
-        let wr = MwBindWr { wr_id, send_flags, bind };
-        let rkey = ctx.lock().bind_mw(self.qpn(), mw.handle(), wr)?;
-        ctx.kick();
-        Ok(rkey)
+        let mut inner = DestroyError::sole(self.inner, "MW")?;
+        inner.destroyed = true;
+        let r = inner.pd.inner.ctx.lock().dealloc_mw(inner.handle);
+        r.map_err(DestroyError::Verb)
     }
 }

@@ -1,14 +1,15 @@
 //! Queue pairs (`ibv_qp`) and the connection helpers.
 
-use crate::cq::Cq;
-use crate::error::DestroyError;
-use crate::pd::Pd;
+use crate::error::{destroy_on_drop, DestroyError};
+use crate::objects::Cq;
+use crate::pd::{Mw, Pd};
 use crate::srq::Srq;
 use roce_emulator::{
-    AccessFlags, AhAttr, CreateQpError, ModifyQpError, PathMtu, PostRecvError, PostSendError,
-    QpAttr, QpCap, QpInitAttr, QpLookupError, QpState, QpType, RecvWr, SendWr,
+    AccessFlags, AhAttr, CreateQpError, ModifyQpError, MwBind, MwBindWr, MwError, PathMtu,
+    PostRecvError, PostSendError, QpAttr, QpCap, QpInitAttr, QpLookupError, QpState, QpType,
+    RecvWr, SendFlags, SendWr,
 };
-use roce_packet::Qpn;
+use roce_packet::{Qpn, RKey};
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -95,6 +96,14 @@ impl ConnectOptions {
     }
 }
 
+impl Pd {
+    /// Start creating a QP on this PD (RC by default) that reports to
+    /// `send_cq` and `recv_cq` (they may be the same CQ).
+    pub fn qp_builder(&self, send_cq: &Cq, recv_cq: &Cq) -> QpBuilder {
+        QpBuilder::new(self.clone(), send_cq.clone(), recv_cq.clone())
+    }
+}
+
 /// Builds a QP: `pd.qp_builder(&cq, &cq).max_send_wr(64).build()`.
 #[derive(Clone, Debug)]
 pub struct QpBuilder {
@@ -105,6 +114,17 @@ pub struct QpBuilder {
     cap: QpCap,
     sq_sig_all: bool,
     srq: Option<Srq>,
+}
+
+/// [`QpBuilder`]'s setters of one capacity each.
+macro_rules! cap_setters {
+    ($($(#[$doc:meta])* $name:ident;)*) => {$(
+        $(#[$doc])*
+        pub fn $name(mut self, n: u32) -> Self {
+            self.cap.$name = n;
+            self
+        }
+    )*};
 }
 
 impl QpBuilder {
@@ -141,30 +161,17 @@ impl QpBuilder {
         self.cap = cap;
         self
     }
-    /// Send queue depth (default 128).
-    pub fn max_send_wr(mut self, n: u32) -> Self {
-        self.cap.max_send_wr = n;
-        self
-    }
-    /// Receive queue depth (default 128).
-    pub fn max_recv_wr(mut self, n: u32) -> Self {
-        self.cap.max_recv_wr = n;
-        self
-    }
-    /// SGEs per send WR (default 4).
-    pub fn max_send_sge(mut self, n: u32) -> Self {
-        self.cap.max_send_sge = n;
-        self
-    }
-    /// SGEs per receive WR (default 4).
-    pub fn max_recv_sge(mut self, n: u32) -> Self {
-        self.cap.max_recv_sge = n;
-        self
-    }
-    /// Largest inline send (default 64).
-    pub fn max_inline_data(mut self, n: u32) -> Self {
-        self.cap.max_inline_data = n;
-        self
+    cap_setters! {
+        /// Send queue depth (default 128).
+        max_send_wr;
+        /// Receive queue depth (default 128).
+        max_recv_wr;
+        /// SGEs per send WR (default 4).
+        max_send_sge;
+        /// SGEs per receive WR (default 4).
+        max_recv_sge;
+        /// Largest inline send (default 64).
+        max_inline_data;
     }
     /// Complete every send WR, not only the SIGNALED ones (default false).
     pub fn sq_sig_all(mut self, all: bool) -> Self {
@@ -207,11 +214,9 @@ pub(crate) struct QpInner {
 
 impl Drop for QpInner {
     fn drop(&mut self) {
-        if !self.destroyed {
-            if let Err(e) = self.pd.context().lock().destroy_qp(self.qpn) {
-                tracing::warn!(qpn = %self.qpn, error = %e, "destroy_qp in drop failed");
-            }
-        }
+        destroy_on_drop(self.destroyed, "destroy_qp", self.qpn, || {
+            self.pd.context().lock().destroy_qp(self.qpn)
+        });
     }
 }
 
@@ -375,15 +380,31 @@ impl Qp {
     /// without completions). Fails with [`DestroyError::Shared`] while
     /// clones exist.
     pub fn destroy(self) -> Result<(), DestroyError<QpLookupError>> {
-        match Arc::try_unwrap(self.inner) {
-            Ok(mut inner) => {
-                inner.destroyed = true;
-                let r = inner.pd.context().lock().destroy_qp(inner.qpn);
-                r.map_err(DestroyError::Verb)
-            }
-            Err(arc) => {
-                Err(DestroyError::Shared { what: "QP", others: Arc::strong_count(&arc) - 1 })
-            }
-        }
+        let mut inner = DestroyError::sole(self.inner, "QP")?;
+        inner.destroyed = true;
+        let r = inner.pd.context().lock().destroy_qp(inner.qpn);
+        r.map_err(DestroyError::Verb)
+    }
+}
+
+impl Qp {
+    /// `ibv_bind_mw` for a type 1 window: posts the bind on this QP's send
+    /// queue (after every earlier work request) and returns the rkey the
+    /// window will have. It completes with opcode BIND_MW when `send_flags`
+    /// has SIGNALED, and with MW_BIND_ERR (QP to ERR) if a check fails
+    /// when it executes. Use the rkey once the completion arrived (or a
+    /// later one, completions being in order).
+    pub fn bind_mw(
+        &self,
+        mw: &Mw,
+        wr_id: u64,
+        send_flags: SendFlags,
+        bind: MwBind,
+    ) -> Result<RKey, MwError> {
+        let ctx = self.pd().context();
+        let wr = MwBindWr { wr_id, send_flags, bind };
+        let rkey = ctx.lock().bind_mw(self.qpn(), mw.handle(), wr)?;
+        ctx.kick();
+        Ok(rkey)
     }
 }

@@ -557,6 +557,17 @@ struct IdState {
     max_resp_res: u8,
 }
 
+impl IdState {
+    /// The device and the CM connection of the identifier; `InvalidState`
+    /// naming `what` when it has none.
+    fn connection(&self, what: &'static str) -> Result<(Context, ConnId), CmError> {
+        match (&self.ctx, self.conn) {
+            (Some(ctx), Some(conn)) => Ok((ctx.clone(), conn)),
+            _ => Err(CmError::InvalidState(what)),
+        }
+    }
+}
+
 struct IdInner {
     chan: Arc<ChanInner>,
     ps: PortSpace,
@@ -1103,9 +1114,7 @@ impl CmId {
         if st.role != Role::Requested {
             return Err(CmError::InvalidState("reject without a connect request"));
         }
-        let (Some(ctx), Some(conn)) = (st.ctx.clone(), st.conn) else {
-            return Err(CmError::InvalidState("reject without a connect request"));
-        };
+        let (ctx, conn) = st.connection("reject without a connect request")?;
         match self.inner.ps {
             PortSpace::Tcp => ctx.lock().cm().reject(conn, private_data).map_err(engine_err)?,
             PortSpace::Udp => {
@@ -1129,9 +1138,7 @@ impl CmId {
     /// this one no event).
     pub fn establish(&self) -> Result<(), CmError> {
         let mut st = self.inner.lock();
-        let (Some(ctx), Some(conn)) = (st.ctx.clone(), st.conn) else {
-            return Err(CmError::InvalidState("establish without a connection"));
-        };
+        let (ctx, conn) = st.connection("establish without a connection")?;
         if st.role != Role::Connecting {
             return Err(CmError::InvalidState("establish outside a connect"));
         }
@@ -1150,9 +1157,7 @@ impl CmId {
     /// or the DREQ times out, then TIMEWAIT_EXIT.
     pub fn disconnect(&self) -> Result<(), CmError> {
         let mut st = self.inner.lock();
-        let (Some(ctx), Some(conn)) = (st.ctx.clone(), st.conn) else {
-            return Err(CmError::InvalidState("disconnect without a connection"));
-        };
+        let (ctx, conn) = st.connection("disconnect without a connection")?;
         if !matches!(st.role, Role::Connected | Role::Accepted) {
             return Err(CmError::InvalidState("disconnect of an id that is not connected"));
         }

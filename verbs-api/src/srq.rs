@@ -1,7 +1,7 @@
 //! Shared receive queues (`ibv_srq`).
 
-use crate::device::Context;
-use crate::error::DestroyError;
+use crate::error::{destroy_on_drop, DestroyError};
+use crate::objects::Context;
 use crate::pd::Pd;
 use roce_emulator::{
     CreateSrqError, DestroySrqError, ModifySrqError, PostSrqRecvError, RecvWr, SrqAttr, SrqHandle,
@@ -17,11 +17,9 @@ pub(crate) struct SrqInner {
 
 impl Drop for SrqInner {
     fn drop(&mut self) {
-        if !self.destroyed {
-            if let Err(e) = self.pd.context().lock().destroy_srq(self.handle) {
-                tracing::warn!(srq = self.handle.id(), error = %e, "destroy_srq in drop failed");
-            }
-        }
+        destroy_on_drop(self.destroyed, "destroy_srq", self.handle.id(), || {
+            self.pd.context().lock().destroy_srq(self.handle)
+        });
     }
 }
 
@@ -91,15 +89,9 @@ impl Srq {
     /// `ibv_destroy_srq` now, reporting errors (fails while QPs use it or
     /// clones exist).
     pub fn destroy(self) -> Result<(), DestroyError<DestroySrqError>> {
-        match Arc::try_unwrap(self.inner) {
-            Ok(mut inner) => {
-                inner.destroyed = true;
-                let r = inner.pd.context().lock().destroy_srq(inner.handle);
-                r.map_err(DestroyError::Verb)
-            }
-            Err(arc) => {
-                Err(DestroyError::Shared { what: "SRQ", others: Arc::strong_count(&arc) - 1 })
-            }
-        }
+        let mut inner = DestroyError::sole(self.inner, "SRQ")?;
+        inner.destroyed = true;
+        let r = inner.pd.context().lock().destroy_srq(inner.handle);
+        r.map_err(DestroyError::Verb)
     }
 }

@@ -1,6 +1,6 @@
 //! The options of `roce demo` (the workload and `--scenario`) and their help.
 
-use roce_verbs_api::PathMtu;
+use roce_verbs_api::{FaultConfig, PathMtu};
 use roce_workloads::demo::{OpKind, QpTypes, SCENARIOS};
 use std::path::PathBuf;
 
@@ -182,4 +182,17 @@ pub(crate) fn parse_args(args: &[&str]) -> Result<DemoArgs, clap::Error> {
         demo: DemoArgs,
     }
     T::try_parse_from(std::iter::once("demo").chain(args.iter().copied())).map(|t| t.demo)
+}
+
+impl DemoArgs {
+    /// The fabric's faults (`--loss`, `--dup`, `--reorder`, `--corrupt`).
+    pub fn faults(&self) -> FaultConfig {
+        FaultConfig {
+            drop: self.loss,
+            duplicate: self.dup,
+            reorder: self.reorder,
+            corrupt: self.corrupt,
+            ..FaultConfig::default()
+        }
+    }
 }

@@ -9,7 +9,7 @@ mod scenario;
 #[cfg(test)]
 pub(crate) use args::parse_args;
 pub use args::{DemoArgs, DEMO_AFTER, DEMO_LONG};
-use roce_verbs_api::{ConnectOptions, FaultConfig, WcStatus};
+use roce_verbs_api::{ConnectOptions, WcStatus};
 use roce_workloads::demo::{PcapTap, Progress, QpTypes, Report, Workload, WorkloadConfig};
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -20,13 +20,7 @@ pub fn run(args: &DemoArgs) -> ExitCode {
     if let Some(name) = &args.scenario {
         return scenario::run(name, args);
     }
-    let faults = FaultConfig {
-        drop: args.loss,
-        duplicate: args.dup,
-        reorder: args.reorder,
-        corrupt: args.corrupt,
-        ..FaultConfig::default()
-    };
+    let faults = args.faults();
     let cfg = WorkloadConfig {
         ops: args.ops,
         max_size: args.size as usize,
@@ -318,6 +312,7 @@ fn json(args: &DemoArgs, r: &Report, pcap_error: Option<&str>) -> serde_json::Va
 #[cfg(test)]
 mod demo_tests {
     use super::*;
+    use roce_verbs_api::FaultConfig;
     use roce_verbs_api::PathMtu;
     use roce_workloads::demo::OpKind;
     use roce_workloads::demo::{self as workload, WorkloadConfig};

@@ -2,20 +2,13 @@
 //! and print its transcript.
 
 use super::args::DemoArgs;
-use roce_verbs_api::FaultConfig;
 use roce_workloads::demo::Lesson;
 use std::io::Write;
 use std::process::ExitCode;
 
 /// Run `roce demo --scenario NAME` (name already validated).
 pub fn run(name: &str, args: &DemoArgs) -> ExitCode {
-    let faults = FaultConfig {
-        drop: args.loss,
-        duplicate: args.dup,
-        reorder: args.reorder,
-        corrupt: args.corrupt,
-        ..FaultConfig::default()
-    };
+    let faults = args.faults();
     let Some(mut lesson) = Lesson::new(name, args.seed, faults) else {
         eprintln!("roce demo: unknown scenario {name:?}");
         return ExitCode::from(2);

@@ -175,13 +175,10 @@ pub(super) fn is_remote(a: &PerfArgs) -> bool {
     a.server.is_some() || a.listen || a.ib_dev.is_some() || a.local.is_some() || a.port.is_some()
 }
 
-/// The one-process configuration of the arguments.
-pub(super) fn validate(a: &PerfArgs) -> Result<PerfConfig, String> {
-    let lat = a.test == TestKind::Lat;
-    if a.lat_op.is_some() && !lat {
-        return Err("a second operand (send|write|read) is only valid after `lat`".into());
-    }
-    let size = match (a.test, a.size) {
+/// The message size (`-s`; atomics are 8 bytes), `lat_default` for `lat`
+/// without `-s`.
+fn message_size(a: &PerfArgs, lat_default: u32) -> Result<u32, String> {
+    Ok(match (a.test, a.size) {
         (TestKind::Atomic, Some(s)) if s != 8 => {
             return Err(format!("atomic messages are 8 bytes, not -s {s}"))
         }
@@ -189,18 +186,61 @@ pub(super) fn validate(a: &PerfArgs) -> Result<PerfConfig, String> {
         (_, Some(0)) => return Err("-s must be at least 1".into()),
         (_, Some(s)) if s > 8 << 20 => return Err(format!("-s {s} is larger than 8 MiB")),
         (_, Some(s)) => s,
-        (TestKind::Lat, None) => 8,
+        (TestKind::Lat, None) => lat_default,
         (_, None) => 65536,
-    };
-    if ![256, 512, 1024, 2048, 4096].contains(&a.mtu) {
-        return Err(format!("--mtu {} is not one of 256, 512, 1024, 2048, 4096", a.mtu));
+    })
+}
+
+/// `--mtu` as the IBA's enum (1 for 256 ... 5 for 4096).
+fn mtu_enum(mtu: u32) -> Result<u8, String> {
+    match mtu {
+        256 => Ok(1),
+        512 => Ok(2),
+        1024 => Ok(3),
+        2048 => Ok(4),
+        4096 => Ok(5),
+        m => Err(format!("--mtu {m} is not one of 256, 512, 1024, 2048, 4096")),
     }
-    if a.qps == 0 || a.qps > 4096 {
-        return Err(format!("-q {} must be 1..=4096", a.qps));
+}
+
+/// `-D`, when given.
+fn seconds(d: Option<f64>) -> Result<Option<Duration>, String> {
+    match d {
+        Some(d) if !(d > 0.0 && d <= 3600.0) => Err(format!("-D {d} must be in (0, 3600]")),
+        Some(d) => Ok(Some(Duration::from_secs_f64(d))),
+        None => Ok(None),
     }
+}
+
+/// `-n`, 1000 for `lat` and 5000 otherwise when not given.
+fn iterations(a: &PerfArgs) -> Result<u64, String> {
+    let iters = a.iters.unwrap_or(if a.test == TestKind::Lat { 1000 } else { 5000 });
+    if iters == 0 || iters > 100_000_000 {
+        return Err(format!("-n {iters} must be 1..=100000000"));
+    }
+    Ok(iters)
+}
+
+/// `--tx-depth`.
+fn check_tx_depth(a: &PerfArgs) -> Result<(), String> {
     if a.tx_depth == 0 || a.tx_depth > 1024 {
         return Err(format!("--tx-depth {} must be 1..=1024", a.tx_depth));
     }
+    Ok(())
+}
+
+/// The one-process configuration of the arguments.
+pub(super) fn validate(a: &PerfArgs) -> Result<PerfConfig, String> {
+    let lat = a.test == TestKind::Lat;
+    if a.lat_op.is_some() && !lat {
+        return Err("a second operand (send|write|read) is only valid after `lat`".into());
+    }
+    let size = message_size(a, 8)?;
+    mtu_enum(a.mtu)?;
+    if a.qps == 0 || a.qps > 4096 {
+        return Err(format!("-q {} must be 1..=4096", a.qps));
+    }
+    check_tx_depth(a)?;
     if a.repeat == 0 || a.repeat > 100 {
         return Err(format!("--repeat {} must be 1..=100", a.repeat));
     }
@@ -215,14 +255,9 @@ pub(super) fn validate(a: &PerfArgs) -> Result<PerfConfig, String> {
     }
     let duration = match a.duration {
         Some(d) if lat => return Err(format!("-D {d}: lat runs a number of iterations (-n)")),
-        Some(d) if !(d > 0.0 && d <= 3600.0) => return Err(format!("-D {d} must be in (0, 3600]")),
-        Some(d) => Some(Duration::from_secs_f64(d)),
-        None => None,
+        d => seconds(d)?,
     };
-    let iters = a.iters.unwrap_or(if lat { 1000 } else { 5000 });
-    if iters == 0 || iters > 100_000_000 {
-        return Err(format!("-n {iters} must be 1..=100000000"));
-    }
+    let iters = iterations(a)?;
     if lat && a.qps != 1 {
         return Err("lat uses one QP (-q 1)".into());
     }
@@ -262,34 +297,15 @@ pub(super) fn validate_remote(a: &PerfArgs) -> Result<RemoteConfig, String> {
     if test == TestKind::Lat && a.lat_op.unwrap_or(LatKind::Send) != LatKind::Send {
         return Err("across processes, lat is the SEND ping-pong (ib_send_lat) only".into());
     }
-    let size = match (test, a.size) {
-        (TestKind::Atomic, Some(s)) if s != 8 => {
-            return Err(format!("atomic messages are 8 bytes, not -s {s}"))
-        }
-        (TestKind::Atomic, _) => 8,
-        (_, Some(0)) => return Err("-s must be at least 1".into()),
-        (_, Some(s)) if s > 8 << 20 => return Err(format!("-s {s} is larger than 8 MiB")),
-        (_, Some(s)) => s,
-        (TestKind::Lat, None) => 2,
-        (_, None) => 65536,
-    };
-    let mtu_enum = match a.mtu {
-        256 => 1,
-        512 => 2,
-        1024 => 3,
-        2048 => 4,
-        4096 => 5,
-        m => return Err(format!("--mtu {m} is not one of 256, 512, 1024, 2048, 4096")),
-    };
+    let size = message_size(a, 2)?;
+    let mtu_enum = mtu_enum(a.mtu)?;
     if a.qps == 0 || a.qps > 64 {
         return Err(format!("-q {} must be 1..=64", a.qps));
     }
     if test == TestKind::Lat && a.qps != 1 {
         return Err("lat uses one QP (-q 1)".into());
     }
-    if a.tx_depth == 0 || a.tx_depth > 1024 {
-        return Err(format!("--tx-depth {} must be 1..=1024", a.tx_depth));
-    }
+    check_tx_depth(a)?;
     let rx_depth = a.rx_depth.unwrap_or(512);
     if rx_depth == 0 || rx_depth > 4096 {
         return Err(format!("--rx-depth {rx_depth} must be 1..=4096"));
@@ -298,14 +314,9 @@ pub(super) fn validate_remote(a: &PerfArgs) -> Result<RemoteConfig, String> {
         Some(_) if matches!(test, TestKind::Lat | TestKind::Send) => {
             return Err("-D: across processes, send and lat run a number of iterations (-n)".into())
         }
-        Some(d) if !(d > 0.0 && d <= 3600.0) => return Err(format!("-D {d} must be in (0, 3600]")),
-        Some(d) => Some(Duration::from_secs_f64(d)),
-        None => None,
+        d => seconds(d)?,
     };
-    let iters = a.iters.unwrap_or(if test == TestKind::Lat { 1000 } else { 5000 });
-    if iters == 0 || iters > 100_000_000 {
-        return Err(format!("-n {iters} must be 1..=100000000"));
-    }
+    let iters = iterations(a)?;
     let cas = match a.atomic_type.as_deref() {
         None | Some("FETCH_AND_ADD") => false,
         Some("CMP_AND_SWAP") => true,

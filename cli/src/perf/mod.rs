@@ -196,7 +196,7 @@ fn report_bw(cfg: &PerfConfig, args: &PerfArgs, s: &BwSeries) -> bool {
 fn bw_json(cfg: &PerfConfig, s: &BwSeries) -> Value {
     let runs = &s.runs;
     let gbps = s.gbps();
-    let (gmin, gmed, gmax) = min_med_max(&gbps);
+    let (_, gmed, _) = min_med_max(&gbps);
     let mid = s.mid();
     let best = s.best();
     let ratios = s.ratios();
@@ -234,22 +234,23 @@ fn bw_json(cfg: &PerfConfig, s: &BwSeries) -> Value {
     if runs.len() > 1 {
         o["repeat"] = json!({
             "k": runs.len(),
-            "gbps": {"min": gmin, "median": gmed, "max": gmax},
-            "ratio": best.map(|_| {
-                let (a, b, c) = min_med_max(&ratios);
-                json!({"min": a, "median": b, "max": c})
-            }),
+            "gbps": spread(&gbps),
+            "ratio": best.map(|_| spread(&ratios)),
             "runs_gbps": gbps,
         });
         if let (Some(c), Some(r)) = (&s.paired, &s.paired_ratios()) {
-            let (a, b, x) = min_med_max(c);
-            let (ra, rb, rx) = min_med_max(r);
             o["repeat"]["runs_ceiling_gbps"] = json!(c);
-            o["repeat"]["ceiling_gbps"] = json!({"min": a, "median": b, "max": x});
-            o["repeat"]["paired_ratio"] = json!({"min": ra, "median": rb, "max": rx});
+            o["repeat"]["ceiling_gbps"] = spread(c);
+            o["repeat"]["paired_ratio"] = spread(r);
         }
     }
     o
+}
+
+/// The minimum, median and maximum of `v` as JSON.
+fn spread(v: &[f64]) -> Value {
+    let (min, median, max) = min_med_max(v);
+    json!({"min": min, "median": median, "max": max})
 }
 
 fn print_bw(cfg: &PerfConfig, s: &BwSeries) {
@@ -368,15 +369,12 @@ fn lat_series_json(cfg: &PerfConfig, s: &LatSeries) -> Value {
     }
     if runs.len() > 1 {
         let medians = s.medians();
-        let (a, b, c) = min_med_max(&medians);
-        o["repeat"] = json!({"k": runs.len(), "median_us": {"min": a, "median": b, "max": c}});
+        o["repeat"] = json!({"k": runs.len(), "median_us": spread(&medians)});
         if let (Some(p), Some(sd)) = (&s.paired, &s.slowdown()) {
-            let (pa, pb, pc) = min_med_max(p);
-            let (sa, sb, sc) = min_med_max(sd);
             o["repeat"]["runs_median_us"] = json!(medians);
             o["repeat"]["runs_udp_rtt_median_us"] = json!(p);
-            o["repeat"]["udp_rtt_median_us"] = json!({"min": pa, "median": pb, "max": pc});
-            o["repeat"]["slowdown"] = json!({"min": sa, "median": sb, "max": sc});
+            o["repeat"]["udp_rtt_median_us"] = spread(p);
+            o["repeat"]["slowdown"] = spread(sd);
         }
     }
     o

@@ -190,7 +190,7 @@ pub fn misuse_run(data: &[u8]) -> Reached {
     let list = unsafe { x::ibv_get_device_list(&mut n) };
     assert!(!list.is_null() && n >= 1, "fuzz devices");
     let mut steps = 0;
-    while !i.done() && steps < 64 {
+    while !i.is_empty() && steps < 64 {
         steps += 1;
         // SAFETY: every call gets pointers this library returned (live or
         // destroyed) or NULL, and structs of the right types with buffers
@@ -265,14 +265,35 @@ unsafe fn step(p: &mut Pool, i: &mut In, list: *mut *mut abi::ibv_device, n: i32
     // SAFETY: see misuse_run.
     unsafe {
         match op {
-            0 => {
-                if p.count(Kind::Ctx) < MAX_OBJS {
-                    let d = *list.add(usize::from(i.u8()) % n as usize);
-                    let c = x::ibv_open_device(d);
-                    let idx = p.objs.len();
-                    p.add(Kind::Ctx, c.cast(), idx);
-                    r.created += u64::from(!c.is_null());
-                }
+            0..=9 => create(p, op, i, list, n, r),
+            10..=12 => destroy_any(p, i, r),
+            13..=18 => modify_or_query(p, op, i, r),
+            _ => fast_path(p, op, i, r),
+        }
+    }
+}
+
+/// A create (`op` 0 to 9) with arguments of any of the pool's objects.
+///
+/// # Safety
+/// As [`step`].
+unsafe fn create(
+    p: &mut Pool,
+    op: u8,
+    i: &mut In,
+    list: *mut *mut abi::ibv_device,
+    n: i32,
+    r: &mut Reached,
+) {
+    // SAFETY: see misuse_run.
+    unsafe {
+        match op {
+            0 if p.count(Kind::Ctx) < MAX_OBJS => {
+                let d = *list.add(usize::from(i.u8()) % n as usize);
+                let c = x::ibv_open_device(d);
+                let idx = p.objs.len();
+                p.add(Kind::Ctx, c.cast(), idx);
+                r.created += u64::from(!c.is_null());
             }
             1 => {
                 let (c, o) = p.any(Kind::Ctx, i);
@@ -367,32 +388,52 @@ unsafe fn step(p: &mut Pool, i: &mut In, list: *mut *mut abi::ibv_device, n: i32
                     }
                 }
             }
-            10..=12 => {
-                // a destroy of anything made so far: live, or a second time
-                let kinds = [
-                    Kind::Pd,
-                    Kind::Mr,
-                    Kind::Cq,
-                    Kind::Chan,
-                    Kind::Qp,
-                    Kind::Srq,
-                    Kind::Ah,
-                    Kind::Mw,
-                    Kind::Ctx,
-                ];
-                let k = kinds[usize::from(i.u8()) % kinds.len()];
-                let (v, o) = p.any(k, i);
-                match o {
-                    Some(o) if k != Kind::Mw || o.live => {
-                        r.refused += u64::from(destroy(p, o) != 0);
-                    }
-                    Some(_) => {}
-                    None => {
-                        let rc = destroy(p, Obj { kind: k, ptr: v as usize, live: false, ctx: 0 });
-                        r.refused += u64::from(rc != 0);
-                    }
-                }
+            _ => {}
+        }
+    }
+}
+
+/// A destroy of anything made so far: live, or a second time.
+///
+/// # Safety
+/// As [`step`].
+unsafe fn destroy_any(p: &mut Pool, i: &mut In, r: &mut Reached) {
+    // SAFETY: see misuse_run.
+    unsafe {
+        let kinds = [
+            Kind::Pd,
+            Kind::Mr,
+            Kind::Cq,
+            Kind::Chan,
+            Kind::Qp,
+            Kind::Srq,
+            Kind::Ah,
+            Kind::Mw,
+            Kind::Ctx,
+        ];
+        let k = kinds[usize::from(i.u8()) % kinds.len()];
+        let (v, o) = p.any(k, i);
+        match o {
+            Some(o) if k != Kind::Mw || o.live => {
+                r.refused += u64::from(destroy(p, o) != 0);
             }
+            Some(_) => {}
+            None => {
+                let rc = destroy(p, Obj { kind: k, ptr: v as usize, live: false, ctx: 0 });
+                r.refused += u64::from(rc != 0);
+            }
+        }
+    }
+}
+
+/// A modify or a query (`op` 13 to 18) of any of the pool's objects.
+///
+/// # Safety
+/// As [`step`].
+unsafe fn modify_or_query(p: &mut Pool, op: u8, i: &mut In, r: &mut Reached) {
+    // SAFETY: see misuse_run.
+    unsafe {
+        match op {
             13 => {
                 let (qp, _) = p.any(Kind::Qp, i);
                 let mut a = qp_attr(i);
@@ -430,22 +471,25 @@ unsafe fn step(p: &mut Pool, i: &mut In, list: *mut *mut abi::ibv_device, n: i32
                 let rc = x::ibv_rereg_mr(mr.cast(), flags, pd.cast(), addr, len, i.u32() as i32);
                 r.refused += u64::from(rc != 0);
             }
-            18 => {
+            _ => {
                 let (c, _) = p.any(Kind::Ctx, i);
                 let mut a: abi::ibv_device_attr = std::mem::zeroed();
                 r.refused += u64::from(x::ibv_query_device(c.cast(), &mut a) != 0);
-                let mut pa: abi::ibv_port_attr = std::mem::zeroed();
-                x::query_port_ex(
-                    c.cast(),
-                    i.u8(),
-                    &mut pa,
-                    std::mem::size_of::<abi::ibv_port_attr>(),
-                );
-                let mut g: abi::ibv_gid = std::mem::zeroed();
-                x::ibv_query_gid(c.cast(), i.u8(), amount(i) as i32, &mut g);
-                let mut pk = 0u16;
-                x::ibv_query_pkey(c.cast(), i.u8(), amount(i) as i32, &mut pk);
+                super::query_port(c.cast(), i, |i| amount(i) as i32);
             }
+        }
+    }
+}
+
+/// A call on the fast paths (`op` 19 to 23), on live objects only, or the
+/// connection of two live QPs.
+///
+/// # Safety
+/// As [`step`].
+unsafe fn fast_path(p: &mut Pool, op: u8, i: &mut In, r: &mut Reached) {
+    // SAFETY: see misuse_run.
+    unsafe {
+        match op {
             19 => {
                 if let Some(o) = p.live(Kind::Qp, i) {
                     post_send(p, o, i, r);
@@ -493,7 +537,16 @@ unsafe fn step(p: &mut Pool, i: &mut In, list: *mut *mut abi::ibv_device, n: i32
 /// An SGE list of up to 256 entries inside our page (lengths may run past
 /// it: the registration check refuses those), and a count that may be
 /// larger than the QP allows (refused before it is read).
-fn sges(p: &Pool, i: &mut In, lkey: u32) -> (Vec<abi::ibv_sge>, i32) {
+fn sges(p: &Pool, i: &mut In) -> (Vec<abi::ibv_sge>, i32) {
+    // the lkey of a live MR of ours, or any
+    let lkey = p.live(Kind::Mr, i).map(|m| {
+        // SAFETY: a live MR of this library.
+        unsafe { (*(m.ptr as *mut abi::ibv_mr)).lkey }
+    });
+    let lkey = match lkey {
+        Some(k) => k,
+        None => i.u32(),
+    };
     let list: Vec<abi::ibv_sge> = (0..256)
         .map(|k| abi::ibv_sge {
             addr: (p.base() + (k * 16) % PAGE) as u64,
@@ -514,15 +567,7 @@ fn sges(p: &Pool, i: &mut In, lkey: u32) -> (Vec<abi::ibv_sge>, i32) {
 /// # Safety
 /// `o` is a live QP of a live context.
 unsafe fn post_send(p: &Pool, o: Obj, i: &mut In, r: &mut Reached) {
-    let lkey = p.live(Kind::Mr, i).map(|m| {
-        // SAFETY: a live MR of this library.
-        unsafe { (*(m.ptr as *mut abi::ibv_mr)).lkey }
-    });
-    let lkey = match lkey {
-        Some(k) => k,
-        None => i.u32(),
-    };
-    let (mut list, n) = sges(p, i, lkey);
+    let (mut list, n) = sges(p, i);
     // SAFETY: ibv_send_wr is plain data (NULL pointers when zeroed).
     let mut wr: abi::ibv_send_wr = unsafe { std::mem::zeroed() };
     wr.wr_id = u64::from(i.u32());
@@ -556,15 +601,7 @@ unsafe fn post_send(p: &Pool, o: Obj, i: &mut In, r: &mut Reached) {
 /// # Safety
 /// `o` is a live QP of a live context.
 unsafe fn post_recv(p: &Pool, o: Obj, i: &mut In, r: &mut Reached) {
-    let lkey = p.live(Kind::Mr, i).map(|m| {
-        // SAFETY: a live MR of this library.
-        unsafe { (*(m.ptr as *mut abi::ibv_mr)).lkey }
-    });
-    let lkey = match lkey {
-        Some(k) => k,
-        None => i.u32(),
-    };
-    let (mut list, n) = sges(p, i, lkey);
+    let (mut list, n) = sges(p, i);
     let mut wr = abi::ibv_recv_wr {
         wr_id: u64::from(i.u32()),
         next: null_mut(),

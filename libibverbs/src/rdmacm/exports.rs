@@ -455,26 +455,7 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
         let c = unsafe { &mut *attr };
         let state = crate::qp::state_from_c(c.qp_state)?;
         let a = rust(o)?.init_qp_attr(state).map_err(cm_err)?;
-        // SAFETY: plain C data.
-        *c = unsafe { std::mem::zeroed() };
-        c.qp_state = crate::qp::state_to_c(a.qp_state.unwrap_or(state));
-        c.qp_access_flags = a.qp_access_flags.0;
-        c.pkey_index = a.pkey_index;
-        c.port_num = a.port_num;
-        c.qkey = a.qkey;
-        if let Some(ah) = &a.ah_attr {
-            c.ah_attr = crate::ah::ah_to_c(ah);
-        }
-        c.path_mtu = a.path_mtu.map_or(0, |m| m as u32);
-        c.dest_qp_num = a.dest_qp_num;
-        c.rq_psn = a.rq_psn;
-        c.sq_psn = a.sq_psn;
-        c.max_dest_rd_atomic = a.max_dest_rd_atomic;
-        c.max_rd_atomic = a.max_rd_atomic;
-        c.min_rnr_timer = a.min_rnr_timer;
-        c.timeout = a.timeout;
-        c.retry_cnt = a.retry_cnt;
-        c.rnr_retry = a.rnr_retry;
+        *c = crate::qp::attr_to_c(&a, state);
         // the emulator's mask bits are libibverbs' IBV_QP_* bits
         // SAFETY: the caller's int.
         unsafe { *mask = a.mask.0 as c_int };
@@ -506,13 +487,7 @@ unsafe fn create_qp(
             return Err(libc::EINVAL);
         }
         let r = rust(o)?;
-        let pd = if !pd.is_null() {
-            pd
-        } else if !o.c.pd.is_null() {
-            o.c.pd
-        } else {
-            dev_pd(verbs)?
-        };
+        let pd = pd_for(o, pd)?;
         // SAFETY: the caller's init attributes.
         let a = unsafe { &mut *attr };
         if a.qp_type == 0 {
@@ -540,6 +515,18 @@ unsafe fn create_qp(
         }
         Ok(0)
     })
+}
+
+/// The PD of a QP or SRQ an id makes: the caller's, else the id's, else
+/// the device's.
+fn pd_for(o: &IdObj, pd: *mut v::ibv_pd) -> Result<*mut v::ibv_pd, i32> {
+    if !pd.is_null() {
+        Ok(pd)
+    } else if !o.c.pd.is_null() {
+        Ok(o.c.pd)
+    } else {
+        dev_pd(o.c.verbs)
+    }
 }
 
 /// librdmacm's `ucma_create_cqs`: CQs (with completion channels) for the
@@ -669,13 +656,7 @@ pub unsafe extern "C" fn rdma_create_srq(
 ) -> c_int {
     guard_neg(|| {
         let o = idobj(idp)?;
-        let pd = if !pd.is_null() {
-            pd
-        } else if !o.c.pd.is_null() {
-            o.c.pd
-        } else {
-            dev_pd(o.c.verbs)?
-        };
+        let pd = pd_for(o, pd)?;
         // SAFETY: this library's verb.
         let s = unsafe { crate::srq::create_srq(pd, attr) };
         if s.is_null() {

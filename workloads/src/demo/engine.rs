@@ -475,6 +475,12 @@ impl Workload {
         &self.cfg
     }
 
+    /// A data mismatch: counted, and described.
+    fn mismatch(&mut self, msg: String) {
+        self.report.mismatches += 1;
+        self.problem(msg);
+    }
+
     fn problem(&mut self, msg: String) {
         if self.report.problems.len() < MAX_PROBLEMS {
             self.report.problems.push(msg);
@@ -656,8 +662,7 @@ impl Workload {
             },
         };
         if let Err(e) = mr.read(off, &mut self.scratch) {
-            self.report.mismatches += 1;
-            self.problem(format!("{what}: cannot read back: {e}"));
+            self.mismatch(format!("{what}: cannot read back: {e}"));
             return;
         }
         fill_pattern(tag, &mut self.expect);
@@ -667,8 +672,7 @@ impl Workload {
         if self.scratch != self.expect {
             let first =
                 self.scratch.iter().zip(&self.expect).position(|(a, b)| a != b).unwrap_or(0);
-            self.report.mismatches += 1;
-            self.problem(format!(
+            self.mismatch(format!(
                 "{what}: {len} bytes differ from the pattern from byte {first} \
                  (got {:#04x}, want {:#04x})",
                 self.scratch[first], self.expect[first]
@@ -676,13 +680,20 @@ impl Workload {
         }
     }
 
-    fn on_send_wc(&mut self, side: usize, wc: &WorkCompletion) {
+    /// Count a completion's status and find the index of its QP on
+    /// `side` (an order error when the QP is unknown).
+    fn qp_of(&mut self, side: usize, wc: &WorkCompletion, kind: &str) -> Option<usize> {
         self.count_status(wc.status);
-        let Some(&q) = self.sides[side].qp_index.get(&wc.qp_num) else {
+        let q = self.sides[side].qp_index.get(&wc.qp_num).copied();
+        if q.is_none() {
             self.report.order_errors += 1;
-            self.problem(format!("completion for unknown QP {:#x}", wc.qp_num));
-            return;
-        };
+            self.problem(format!("{kind} for unknown QP {:#x}", wc.qp_num));
+        }
+        q
+    }
+
+    fn on_send_wc(&mut self, side: usize, wc: &WorkCompletion) {
+        let Some(q) = self.qp_of(side, wc, "completion") else { return };
         let s = q * 2 + side;
         let st = &mut self.streams[s];
         let p = match st.outstanding.front() {
@@ -712,14 +723,12 @@ impl Workload {
         }
         let want_op = p.kind.wr_opcode().wc_opcode();
         if wc.opcode != want_op {
-            self.report.mismatches += 1;
-            self.problem(format!("{what}: completion opcode {:?}, want {want_op:?}", wc.opcode));
+            self.mismatch(format!("{what}: completion opcode {:?}, want {want_op:?}", wc.opcode));
         }
         if matches!(p.kind, OpKind::Read | OpKind::CmpSwap | OpKind::FetchAdd)
             && wc.byte_len as usize != p.len
         {
-            self.report.mismatches += 1;
-            self.problem(format!("{what}: byte_len {} want {}", wc.byte_len, p.len));
+            self.mismatch(format!("{what}: byte_len {} want {}", wc.byte_len, p.len));
         }
         let (q, init, target) = (self.streams[s].q, self.streams[s].init, self.streams[s].target);
         let slot_off = ((q * self.cfg.window + p.slot) * self.stride) as u64;
@@ -741,27 +750,20 @@ impl Workload {
             OpKind::CmpSwap | OpKind::FetchAdd => match self.sides[init].local.read_u64(slot_off) {
                 Ok(v) if v == p.expect => {}
                 Ok(v) => {
-                    self.report.mismatches += 1;
-                    self.problem(format!(
+                    self.mismatch(format!(
                         "{what}: returned original {v:#018x}, model says {:#018x}",
                         p.expect
                     ));
                 }
                 Err(e) => {
-                    self.report.mismatches += 1;
-                    self.problem(format!("{what}: cannot read result: {e}"));
+                    self.mismatch(format!("{what}: cannot read result: {e}"));
                 }
             },
         }
     }
 
     fn on_recv_wc(&mut self, side: usize, wc: &WorkCompletion) {
-        self.count_status(wc.status);
-        let Some(&q) = self.sides[side].qp_index.get(&wc.qp_num) else {
-            self.report.order_errors += 1;
-            self.problem(format!("receive completion for unknown QP {:#x}", wc.qp_num));
-            return;
-        };
+        let Some(q) = self.qp_of(side, wc, "receive completion") else { return };
         let s = q * 2 + (1 - side);
         let from_srq = wc.wr_id & SRQ_WR != 0;
         let st = &mut self.streams[s];
@@ -825,13 +827,11 @@ impl Workload {
         let what = what.to_string();
         match self.streams[s].expected_recv.pop_front() {
             None => {
-                self.report.mismatches += 1;
-                self.problem(format!("{what}: a message arrived that nobody sent"));
+                self.mismatch(format!("{what}: a message arrived that nobody sent"));
             }
             Some((tag, len)) => {
                 if wc.byte_len as usize != len || wc.opcode != WcOpcode::Recv {
-                    self.report.mismatches += 1;
-                    self.problem(format!(
+                    self.mismatch(format!(
                         "{what}: byte_len {} opcode {:?}, want {len} Recv",
                         wc.byte_len, wc.opcode
                     ));
@@ -858,8 +858,7 @@ impl Workload {
             match wc.imm {
                 Some(imm) => u64::from(imm),
                 None => {
-                    self.report.mismatches += 1;
-                    self.problem(format!("{what}: WRITE with immediate without immediate"));
+                    self.mismatch(format!("{what}: WRITE with immediate without immediate"));
                     return;
                 }
             }
@@ -874,8 +873,7 @@ impl Workload {
             };
             let id = u64::from_le_bytes(hdr);
             if read.is_err() || wc.byte_len < (grh + 8) as u32 || (id >> 40) as usize != s {
-                self.report.mismatches += 1;
-                self.problem(format!(
+                self.mismatch(format!(
                     "{what}: {} bytes that do not start with an id of this stream ({id:#x})",
                     wc.byte_len
                 ));
@@ -897,8 +895,7 @@ impl Workload {
             st.pruned = cut;
         }
         if seq < st.pruned {
-            self.report.mismatches += 1;
-            self.problem(format!(
+            self.mismatch(format!(
                 "{what}: message #{seq} arrived more than {HORIZON} messages late (cannot be checked)"
             ));
             return;
@@ -915,8 +912,7 @@ impl Workload {
                     m
                 }
                 None => {
-                    self.report.mismatches += 1;
-                    self.problem(format!("{what}: message #{seq} arrived but was not awaited"));
+                    self.mismatch(format!("{what}: message #{seq} arrived but was not awaited"));
                     return;
                 }
             },
@@ -925,15 +921,13 @@ impl Workload {
         match m.write_off {
             Some(woff) => {
                 if wc.byte_len as usize != m.len {
-                    self.report.mismatches += 1;
-                    self.problem(format!("{what}: byte_len {} want {}", wc.byte_len, m.len));
+                    self.mismatch(format!("{what}: byte_len {} want {}", wc.byte_len, m.len));
                 }
                 self.check_bytes(&what, (side, Region::Target), woff, m.len, m.tag, None);
             }
             None => {
                 if wc.byte_len as usize != m.len + grh || wc.opcode != WcOpcode::Recv {
-                    self.report.mismatches += 1;
-                    self.problem(format!(
+                    self.mismatch(format!(
                         "{what}: byte_len {} opcode {:?}, want {} Recv",
                         wc.byte_len,
                         wc.opcode,
@@ -1168,8 +1162,7 @@ impl Workload {
                     ));
                 }
                 Err(e) => {
-                    self.report.mismatches += 1;
-                    self.problem(format!("stream {s}: reading the atomic word: {e}"));
+                    self.mismatch(format!("stream {s}: reading the atomic word: {e}"));
                 }
             }
         }

@@ -123,6 +123,24 @@ fn region(e: &End, off: u64, len: usize) -> Vec<u8> {
 }
 
 /// The statuses of `wcs` in order.
+/// Run the fabric a step and expect one completion: wr_id 1 with `status`.
+fn expect_one(lab: &mut Lab, status: WcStatus, what: &str) {
+    let w = lab.run(STEP_EVENTS);
+    lab.expect(statuses(&w) == vec![(1, status)], what);
+}
+
+/// A key that is not the region's: its key byte and index bits flipped.
+fn wrong_key(key: u32) -> u32 {
+    key ^ 0x5500
+}
+
+/// An 8-byte RDMA WRITE (wr_id 1) from `a` to `b` with a wrong rkey.
+fn write_with_wrong_rkey(a: &End, b: &End) -> SendWr {
+    SendWr::new(1, WrOpcode::RdmaWrite)
+        .sge(a.mr.addr(), 8, a.mr.lkey())
+        .remote(b.mr.remote_addr(0), RKey::new(wrong_key(b.mr.rkey().value())))
+}
+
 fn statuses(wcs: &[WorkCompletion]) -> Vec<(u64, WcStatus)> {
     wcs.iter().map(|w| (w.wr_id, w.status)).collect()
 }
@@ -312,8 +330,7 @@ fn read(lab: &mut Lab) -> Result<(), String> {
     let (a, b) = lab.pair(&PairSpec::default())?;
     b.mr.write(0, &pattern(9, 2500)).map_err(|e| e.to_string())?;
     post(lab, &a, rdma(1, WrOpcode::RdmaRead, &a, 2500, &b, 0));
-    let w = lab.run(STEP_EVENTS);
-    lab.expect(statuses(&w) == vec![(1, WcStatus::Success)], "the READ completes");
+    expect_one(lab, WcStatus::Success, "the READ completes");
     lab.expect(region(&a, 0, 2500) == pattern(9, 2500), "roce0 has roce1's bytes");
     lab.note("check        roce0's region now holds the 2500 bytes read from roce1's region: ok");
     Ok(())
@@ -362,8 +379,7 @@ fn ack_coalescing(lab: &mut Lab) -> Result<(), String> {
     };
     let (a, b) = lab.pair(&spec)?;
     post(lab, &a, rdma(1, WrOpcode::RdmaWrite, &a, 25600, &b, 0));
-    let w = lab.run(STEP_EVENTS);
-    lab.expect(statuses(&w) == vec![(1, WcStatus::Success)], "the WRITE completes");
+    expect_one(lab, WcStatus::Success, "the WRITE completes");
     let acks = counter(&b, "acks_sent");
     lab.note(format!(
         "              100 request packets, {} ACKs from roce1 (ack_deferred={}: packets it did not have to ACK)",
@@ -382,8 +398,7 @@ fn lost_packet(lab: &mut Lab) -> Result<(), String> {
     );
     a.mr.write(0, &pattern(3, 4000)).map_err(|e| e.to_string())?;
     post(lab, &a, rdma(1, WrOpcode::RdmaWrite, &a, 4000, &b, 0));
-    let w = lab.run(STEP_EVENTS);
-    lab.expect(statuses(&w) == vec![(1, WcStatus::Success)], "the WRITE still completes");
+    expect_one(lab, WcStatus::Success, "the WRITE still completes");
     lab.expect(region(&b, 0, 4000) == pattern(3, 4000), "data exact");
     lab.note(format!(
         "              roce1: out_of_seq_request={} (packets after the gap, answered by one NAK); roce0: rcvd_seq_err={} completer_retry_err={}",
@@ -400,8 +415,7 @@ fn lost_ack(lab: &mut Lab) -> Result<(), String> {
     add_filter(lab, Filter::matching(Match::Opcode(Opcode::RC_ACKNOWLEDGE)).nth(1).drop());
     lab.note("              fault: the fabric drops the first ACK; timeout 14 = 4.096 µs * 2^14 = 67.1 ms");
     post(lab, &a, rdma(1, WrOpcode::RdmaWrite, &a, 100, &b, 0));
-    let w = lab.run(STEP_EVENTS);
-    lab.expect(statuses(&w) == vec![(1, WcStatus::Success)], "the WRITE completes after the retry");
+    expect_one(lab, WcStatus::Success, "the WRITE completes after the retry");
     lab.note(format!(
         "              roce1: duplicate_request={} (executed once, ACKed twice); roce0: completer_retry_err={}",
         counter(&b, "duplicate_request"),
@@ -451,8 +465,7 @@ fn retry_exceeded(lab: &mut Lab) -> Result<(), String> {
     add_filter(lab, Filter::matching(Match::From(ip("10.0.0.2"))).drop());
     lab.note("              fault: everything roce1 sends is lost; roce0's retry_cnt is 2, timeout 14 (67.1 ms)");
     post(lab, &a, rdma(1, WrOpcode::RdmaWrite, &a, 100, &b, 0));
-    let w = lab.run(STEP_EVENTS);
-    lab.expect(statuses(&w) == vec![(1, WcStatus::RetryExcErr)], "RETRY_EXC_ERR");
+    expect_one(lab, WcStatus::RetryExcErr, "RETRY_EXC_ERR");
     lab.say(&a.who(), format!("QP state is now {}", a.qp.state()));
     lab.note(format!(
         "              roce0: completer_retry_err={} retry_exceeded_err={}; roce1: duplicate_request={}",
@@ -660,39 +673,29 @@ fn loc_len_err(lab: &mut Lab) -> Result<(), String> {
 fn loc_prot_err(lab: &mut Lab) -> Result<(), String> {
     let (a, b) = lab.pair(&PairSpec::default())?;
     post_recv(lab, &b, 101, 0, 100);
-    let bad = roce_verbs_api::LKey::new(a.mr.lkey().value() ^ 0x5500);
+    let bad = roce_verbs_api::LKey::new(wrong_key(a.mr.lkey().value()));
     post(lab, &a, SendWr::new(1, WrOpcode::Send).sge(a.mr.addr(), 8, bad));
-    let w = lab.run(STEP_EVENTS);
-    lab.expect(statuses(&w) == vec![(1, WcStatus::LocProtErr)], "LOC_PROT_ERR");
+    expect_one(lab, WcStatus::LocProtErr, "LOC_PROT_ERR");
     Ok(())
 }
 
 fn rem_access_err_rkey(lab: &mut Lab) -> Result<(), String> {
     let (a, b) = lab.pair(&PairSpec::default())?;
-    let bad = RKey::new(b.mr.rkey().value() ^ 0x5500);
-    post(
-        lab,
-        &a,
-        SendWr::new(1, WrOpcode::RdmaWrite)
-            .sge(a.mr.addr(), 8, a.mr.lkey())
-            .remote(b.mr.remote_addr(0), bad),
-    );
-    let w = lab.run(STEP_EVENTS);
-    lab.expect(statuses(&w) == vec![(1, WcStatus::RemAccessErr)], "REM_ACCESS_ERR");
+    post(lab, &a, write_with_wrong_rkey(&a, &b));
+    expect_one(lab, WcStatus::RemAccessErr, "REM_ACCESS_ERR");
     Ok(())
 }
 
 fn rem_access_err_range(lab: &mut Lab) -> Result<(), String> {
     let (a, b) = lab.pair(&PairSpec::default())?;
     post(lab, &a, rdma(1, WrOpcode::RdmaRead, &a, 64, &b, 4090));
-    let w = lab.run(STEP_EVENTS);
-    lab.expect(statuses(&w) == vec![(1, WcStatus::RemAccessErr)], "REM_ACCESS_ERR (range)");
+    expect_one(lab, WcStatus::RemAccessErr, "REM_ACCESS_ERR (range)");
     Ok(())
 }
 
 fn rem_op_err(lab: &mut Lab) -> Result<(), String> {
     let (a, b) = lab.pair(&PairSpec::default())?;
-    let bad = roce_verbs_api::LKey::new(b.mr.lkey().value() ^ 0x5500);
+    let bad = roce_verbs_api::LKey::new(wrong_key(b.mr.lkey().value()));
     lab.say(&b.who(), "post_recv  wr_id=101 100 B buffer with a wrong lkey");
     b.qp.post_recv(RecvWr::new(101, b.mr.addr(), 100, bad)).map_err(|e| e.to_string())?;
     post(lab, &a, send_wr(1, &a, 50));
@@ -706,21 +709,13 @@ fn rem_inv_req_err(lab: &mut Lab) -> Result<(), String> {
     spec.b.access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     let (a, b) = lab.pair(&spec)?;
     post(lab, &a, rdma(1, WrOpcode::RdmaRead, &a, 64, &b, 0));
-    let w = lab.run(STEP_EVENTS);
-    lab.expect(statuses(&w) == vec![(1, WcStatus::RemInvReqErr)], "REM_INV_REQ_ERR");
+    expect_one(lab, WcStatus::RemInvReqErr, "REM_INV_REQ_ERR");
     Ok(())
 }
 
 fn wr_flush_err(lab: &mut Lab) -> Result<(), String> {
     let (a, b) = lab.pair(&PairSpec::default())?;
-    let bad = RKey::new(b.mr.rkey().value() ^ 0x5500);
-    post(
-        lab,
-        &a,
-        SendWr::new(1, WrOpcode::RdmaWrite)
-            .sge(a.mr.addr(), 8, a.mr.lkey())
-            .remote(b.mr.remote_addr(0), bad),
-    );
+    post(lab, &a, write_with_wrong_rkey(&a, &b));
     post(lab, &a, send_wr(2, &a, 8));
     let w = lab.run(STEP_EVENTS);
     post_recv(lab, &b, 101, 0, 100);
@@ -742,8 +737,7 @@ fn wr_flush_err(lab: &mut Lab) -> Result<(), String> {
 fn loc_qp_op_err(lab: &mut Lab) -> Result<(), String> {
     let (a, _b) = lab.pair(&PairSpec::default())?;
     post(lab, &a, SendWr::new(1, WrOpcode::LocalInv { rkey: RKey::new(0x00de_ad00) }));
-    let w = lab.run(STEP_EVENTS);
-    lab.expect(statuses(&w) == vec![(1, WcStatus::LocQpOpErr)], "LOC_QP_OP_ERR");
+    expect_one(lab, WcStatus::LocQpOpErr, "LOC_QP_OP_ERR");
     Ok(())
 }
 
@@ -759,8 +753,7 @@ fn mw_bind_err(lab: &mut Lab) -> Result<(), String> {
     };
     let nk = RKey::new((rk.value() & !0xff) | (rk.value().wrapping_add(1) & 0xff));
     post(lab, &a, SendWr::new(1, WrOpcode::BindMw { mw: mwh, rkey: nk, bind }));
-    let w = lab.run(STEP_EVENTS);
-    lab.expect(statuses(&w) == vec![(1, WcStatus::MwBindErr)], "MW_BIND_ERR");
+    expect_one(lab, WcStatus::MwBindErr, "MW_BIND_ERR");
     let _ = mw.destroy();
     Ok(())
 }
@@ -770,8 +763,7 @@ fn rnr_retry_exc_err(lab: &mut Lab) -> Result<(), String> {
     spec.a.rnr_retry = 0;
     let (a, _b) = lab.pair(&spec)?;
     post(lab, &a, send_wr(1, &a, 8));
-    let w = lab.run(STEP_EVENTS);
-    lab.expect(statuses(&w) == vec![(1, WcStatus::RnrRetryExcErr)], "RNR_RETRY_EXC_ERR");
+    expect_one(lab, WcStatus::RnrRetryExcErr, "RNR_RETRY_EXC_ERR");
     Ok(())
 }
 
@@ -782,8 +774,7 @@ fn retry_exc_err(lab: &mut Lab) -> Result<(), String> {
     spec.a_dest = Some(ip("10.0.0.99"));
     let (a, b) = lab.pair(&spec)?;
     post(lab, &a, rdma(1, WrOpcode::RdmaWrite, &a, 8, &b, 0));
-    let w = lab.run(STEP_EVENTS);
-    lab.expect(statuses(&w) == vec![(1, WcStatus::RetryExcErr)], "RETRY_EXC_ERR");
+    expect_one(lab, WcStatus::RetryExcErr, "RETRY_EXC_ERR");
     Ok(())
 }
 
@@ -799,8 +790,7 @@ fn wrong_gid(lab: &mut Lab) -> Result<(), String> {
     ));
     let (a, b) = lab.pair(&spec)?;
     post(lab, &a, rdma(1, WrOpcode::RdmaWrite, &a, 64, &b, 0));
-    let w = lab.run(STEP_EVENTS);
-    lab.expect(statuses(&w) == vec![(1, WcStatus::RetryExcErr)], "RETRY_EXC_ERR");
+    expect_one(lab, WcStatus::RetryExcErr, "RETRY_EXC_ERR");
     lab.expect(counter(&b, "rcvd_pkts") == 0, "roce1 saw nothing");
     lab.note(format!(
         "              roce1: rcvd_pkts={} (it never saw a packet)",

@@ -7,7 +7,7 @@ use super::local::{Pair, Setup};
 use super::{LatKind, PerfConfig, PollMode};
 use crate::progress::Progress;
 use anyhow::anyhow;
-use roce_verbs_api::{Budget, Context, Mr, RecvWr, SendWr, WcOpcode, WorkCompletion, WrOpcode};
+use roce_verbs_api::{Budget, Context, Mr, Qp, RecvWr, SendWr, WcOpcode, WorkCompletion, WrOpcode};
 use std::time::{Duration, Instant};
 
 /// No completion for this long: the run failed.
@@ -122,6 +122,14 @@ fn send_round(s: &Setup, p: &Pair, size: u32, i: u64) -> Result<Duration, String
     Ok(dt)
 }
 
+/// Post a WRITE of the first `size` bytes of `from` to the start of `to`.
+fn write_whole(qp: &Qp, from: &Mr, to: &Mr, size: u32, wr_id: u64) -> Result<(), String> {
+    let wr = SendWr::new(wr_id, WrOpcode::RdmaWrite)
+        .sge(from.addr(), size, from.lkey())
+        .remote(to.remote_addr(0), to.rkey());
+    qp.post_send(wr).map_err(posted("post_send"))
+}
+
 /// One WRITE round trip (ib_write_lat): each side writes the other's
 /// buffer; the receiver spins on the last byte, which carries the
 /// iteration tag.
@@ -131,20 +139,10 @@ fn write_round(s: &Setup, p: &Pair, size: u32, i: u64) -> Result<Duration, Strin
     let tag = (i % 127) as u8 + 1;
     let reply = tag + 128;
     p.ma.write(last, &[tag]).map_err(|e| e.to_string())?;
-    p.qa.post_send(
-        SendWr::new(i, WrOpcode::RdmaWrite)
-            .sge(p.ma.addr(), size, p.ma.lkey())
-            .remote(p.mb.remote_addr(0), p.mb.rkey()),
-    )
-    .map_err(posted("post_send"))?;
+    write_whole(&p.qa, &p.ma, &p.mb, size, i)?;
     wait_byte(&s.b.ctx, &p.mb, last, tag)?;
     p.mb.write(last, &[reply]).map_err(|e| e.to_string())?;
-    p.qb.post_send(
-        SendWr::new(i, WrOpcode::RdmaWrite)
-            .sge(p.mb.addr(), size, p.mb.lkey())
-            .remote(p.ma.remote_addr(0), p.ma.rkey()),
-    )
-    .map_err(posted("post_send"))?;
+    write_whole(&p.qb, &p.mb, &p.ma, size, i)?;
     wait_byte(&s.a.ctx, &p.ma, last, reply)?;
     let dt = t0.elapsed();
     // Reap both WRITE completions outside the timed part.

@@ -198,24 +198,21 @@ impl Setup {
     /// perftest's "local address / remote address" lines (QP pair 0).
     pub fn address_lines(&self) -> Vec<String> {
         let p = &self.pairs[0];
-        let gid = |a: IpAddr| roce_verbs_api::gid::roce_v2_gid(a).to_string();
+        let line = |side: &str, qp: &Qp, psn: u32, mr: &Mr| {
+            format!(
+                " {side} address: QPN {:#06x} PSN {:#08x} RKey {:#08x} VAddr {:#016x}",
+                qp.qpn().value(),
+                psn,
+                mr.rkey().value(),
+                mr.addr()
+            )
+        };
+        let gid = |a: IpAddr| format!(" GID: {}", roce_verbs_api::gid::roce_v2_gid(a));
         vec![
-            format!(
-                " local address: QPN {:#06x} PSN {:#08x} RKey {:#08x} VAddr {:#016x}",
-                p.qa.qpn().value(),
-                p.psn_a,
-                p.ma.rkey().value(),
-                p.ma.addr()
-            ),
-            format!(" GID: {}", gid(self.a.ctx.addr())),
-            format!(
-                " remote address: QPN {:#06x} PSN {:#08x} RKey {:#08x} VAddr {:#016x}",
-                p.qb.qpn().value(),
-                p.psn_b,
-                p.mb.rkey().value(),
-                p.mb.addr()
-            ),
-            format!(" GID: {}", gid(self.b.ctx.addr())),
+            line("local", &p.qa, p.psn_a, &p.ma),
+            gid(self.a.ctx.addr()),
+            line("remote", &p.qb, p.psn_b, &p.mb),
+            gid(self.b.ctx.addr()),
         ]
     }
 }

@@ -177,7 +177,14 @@ pub(super) fn run_bw_client(
     }
     for (q, &done) in run.done.iter().enumerate() {
         match cfg.test {
-            TestKind::Read => check_read(geo, res, (rem, neg), (q, done), out),
+            TestKind::Read => res.check_peer_slots(geo, (rem, neg), (q, done), out, |used, bad| {
+                let size = geo.size;
+                if neg.remote_is_ours {
+                    format!("QP {q}: {used} READ slots of {size} B equal the peer's pattern ({bad} differ)")
+                } else {
+                    format!("QP {q}: {used} READ slots of {size} B were filled from the peer ({bad} still hold our own fill)")
+                }
+            }),
             TestKind::Atomic => {
                 let c = &client.chains;
                 let what = if cfg.cas {
@@ -206,47 +213,5 @@ pub(super) fn run_bw_client(
                 );
             }
         }
-    }
-}
-
-/// READ: the fetched slots hold the peer's pattern (facing perftest's
-/// random bytes: they no longer hold our own fill).
-fn check_read(
-    geo: &Geo,
-    res: &Res,
-    (rem, neg): (&[PerftestDest], &Negotiated),
-    (q, done): (usize, u64),
-    out: &mut Outcome,
-) {
-    let mem = res.mrs[q].to_vec();
-    let used = done.min(geo.slots);
-    let (theirs, mine) = (pattern_of(&rem[q]), pattern_of(&res.mine[q]));
-    let mut bad = 0u64;
-    let mut unchanged = 0u64;
-    for k in 0..used {
-        let o = k * geo.stride;
-        let got = &mem[o as usize..(o + geo.size) as usize];
-        if neg.remote_is_ours {
-            bad += u64::from(!theirs.matches(o, got));
-        } else {
-            unchanged += u64::from(mine.matches(o, got));
-        }
-    }
-    if neg.remote_is_ours {
-        out.check(
-            bad == 0,
-            format!(
-                "QP {q}: {used} READ slots of {} B equal the peer's pattern ({bad} differ)",
-                geo.size
-            ),
-        );
-    } else {
-        out.check(
-            unchanged == 0 || geo.size < 4,
-            format!(
-                "QP {q}: {used} READ slots of {} B were filled from the peer ({unchanged} still hold our own fill)",
-                geo.size
-            ),
-        );
     }
 }

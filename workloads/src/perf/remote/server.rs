@@ -155,7 +155,16 @@ pub(super) fn check_server_memory(
     for q in 0..res.mrs.len() {
         out.ops[q] = iters;
         match cfg.test {
-            TestKind::Write => check_written(geo, res, (rem, neg), (q, iters), out),
+            TestKind::Write => {
+                res.check_peer_slots(geo, (rem, neg), (q, iters), out, |used, bad| {
+                    let what = if neg.remote_is_ours {
+                        "equal the writer's pattern"
+                    } else {
+                        "were overwritten (perftest's random bytes)"
+                    };
+                    format!("QP {q}: {used} written slots of {} B {what} ({bad} not)", geo.size)
+                })
+            }
             TestKind::Read => {
                 let mem = res.mrs[q].to_vec();
                 let same = pattern_of(&res.mine[q]).matches(0, &mem[..geo.buf_len as usize]);
@@ -165,40 +174,6 @@ pub(super) fn check_server_memory(
             _ => {}
         }
     }
-}
-
-/// WRITE: the written slots hold the writer's pattern (facing perftest:
-/// no longer our own fill).
-fn check_written(
-    geo: &Geo,
-    res: &Res,
-    (rem, neg): (&[PerftestDest], &Negotiated),
-    (q, iters): (usize, u64),
-    out: &mut Outcome,
-) {
-    let mem = res.mrs[q].to_vec();
-    let (theirs, mine) = (pattern_of(&rem[q]), pattern_of(&res.mine[q]));
-    let used = iters.min(geo.slots);
-    let mut bad = 0u64;
-    for k in 0..used {
-        let o = k * geo.stride;
-        let slot = &mem[o as usize..(o + geo.size) as usize];
-        let wrong = if neg.remote_is_ours {
-            !theirs.matches(o, slot)
-        } else {
-            geo.size >= 4 && mine.matches(o, slot)
-        };
-        bad += u64::from(wrong);
-    }
-    let what = if neg.remote_is_ours {
-        "equal the writer's pattern"
-    } else {
-        "were overwritten (perftest's random bytes)"
-    };
-    out.check(
-        bad == 0,
-        format!("QP {q}: {used} written slots of {} B {what} ({bad} not)", geo.size),
-    );
 }
 
 /// Atomics: per 64-byte slot, how many operations hit it.

@@ -3,7 +3,7 @@
 //! cycling of remote addresses), the QPs and their buffers, and connecting
 //! them to the peer's.
 
-use super::{RemoteConfig, BAD_RKEY_XOR};
+use super::{Outcome, RemoteConfig, BAD_RKEY_XOR};
 use crate::pattern::Pattern;
 use crate::perf::engine::CqSet;
 use crate::perf::TestKind;
@@ -63,6 +63,38 @@ pub(super) fn connect_tcp(host: &str, port: u16) -> Result<TcpStream, String> {
 /// The pattern of the buffer of the QP `d` (both sides know its QPN and PSN).
 pub(super) fn pattern_of(d: &PerftestDest) -> Pattern {
     Pattern::of_qp(d.qpn, d.psn)
+}
+
+impl Res {
+    /// Check the first `n` slots (at most all) of QP `q`'s buffer hold
+    /// what the peer put there with a WRITE or that a READ fetched from it:
+    /// facing roce-emu (`neg.remote_is_ours`) the peer's pattern; facing
+    /// perftest (random bytes) no longer our own fill (a slot under 4 bytes
+    /// cannot tell). `say(used, bad)` words the check.
+    pub(super) fn check_peer_slots(
+        &self,
+        geo: &Geo,
+        (rem, neg): (&[PerftestDest], &Negotiated),
+        (q, n): (usize, u64),
+        out: &mut Outcome,
+        say: impl FnOnce(u64, u64) -> String,
+    ) {
+        let used = n.min(geo.slots);
+        let mem = self.mrs[q].to_vec();
+        let (theirs, mine) = (pattern_of(&rem[q]), pattern_of(&self.mine[q]));
+        let bad = (0..used)
+            .filter(|k| {
+                let o = k * geo.stride;
+                let slot = &mem[o as usize..(o + geo.size) as usize];
+                if neg.remote_is_ours {
+                    !theirs.matches(o, slot)
+                } else {
+                    geo.size >= 4 && mine.matches(o, slot)
+                }
+            })
+            .count() as u64;
+        out.check(bad == 0, say(used, bad));
+    }
 }
 
 pub(super) fn u64_at(b: &[u8], off: usize) -> u64 {
