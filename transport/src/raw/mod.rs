@@ -906,7 +906,7 @@ impl AsFd for RawTransport {
     }
 }
 
-impl crate::socket::Transport for RawTransport {
+impl crate::socket::Link for RawTransport {
     fn send(&mut self, dgrams: &[Datagram]) -> SendOutcome {
         RawTransport::send(self, dgrams)
     }
