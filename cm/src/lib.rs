@@ -1,5 +1,5 @@
 //! The InfiniBand Communication Manager (IBA chapter 12) as RoCE carries
-//! it — the protocol `rdma_cm` speaks over QP1 — as a sans-IO engine.
+//! it — the protocol `rdma_cm` speaks over QP1 — as a sans-IO state machine.
 //!
 //! One [`Cm`] per port. No sockets and no clock inside: received MADs come
 //! in through [`Cm::handle_mad`] with the current time as a [`Duration`](core::time::Duration) on
@@ -49,8 +49,8 @@
 
 #![forbid(unsafe_code)]
 
-mod engine;
+mod machine;
 mod types;
 
-pub use engine::{Cm, ConnInfo};
+pub use machine::{Cm, ConnInfo};
 pub use types::*;

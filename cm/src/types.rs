@@ -1,4 +1,4 @@
-//! The engine's vocabulary: configuration, handles, addresses, the
+//! The CM's vocabulary: configuration, handles, addresses, the
 //! parameters of the user calls, events, counters and errors.
 
 use core::time::Duration;
@@ -101,12 +101,12 @@ pub struct CmConfig {
     pub max_connections: usize,
     /// At most this many MADs wait in the transmit queue; more are
     /// dropped and counted (a caller that never drains cannot make the
-    /// engine grow).
+    /// CM grow).
     pub max_queued_transmits: usize,
     /// Seed of the generator of comm IDs, TIDs and starting PSNs.
     pub seed: u64,
     /// When set, the top byte of every local communication ID (and SIDR
-    /// request ID) this engine makes: on a device shared by several
+    /// request ID) this CM makes: on a device shared by several
     /// processes, the member's slot, by which the kernel steers the
     /// peer's later CM messages to this process.
     pub comm_id_tag: Option<u8>,
@@ -302,7 +302,7 @@ pub mod sidr_status {
     pub const NO_QP: u8 = 3;
 }
 
-/// REJ reasons the engine sends (IBA table 112).
+/// REJ reasons the CM sends (IBA table 112).
 pub mod rej_reason {
     pub const NO_RESOURCES: u16 = 3;
     pub const TIMEOUT: u16 = 4;
@@ -380,7 +380,7 @@ pub enum DisconnectCause {
     DreqTimeout,
 }
 
-/// What the engine tells the application; pull them with
+/// What the CM tells the application; pull them with
 /// [`crate::Cm::poll_event`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CmEvent {
@@ -433,7 +433,7 @@ pub struct Transmit {
     pub mad: [u8; MAD_LEN],
 }
 
-/// What the engine did, for tests and `roce stats`.
+/// What the CM did, for tests and `roce stats`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
     /// MADs queued for transmission (retransmissions included).

@@ -1,4 +1,4 @@
-//! Connections between two engines as protocol traces: establishment,
+//! Connections between two CMs as protocol traces: establishment,
 //! rejection, lost and duplicated MADs, disconnection (lost, simultaneous)
 //! and TimeWait. Every MAD on the wire is checked field by field where it
 //! matters.

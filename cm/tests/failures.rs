@@ -69,7 +69,7 @@ fn a_rep_never_acknowledged_makes_the_passive_side_unreachable() {
     let ev = w.take_b();
     let [CmEvent::ConnectRequest { conn: cb, .. }] = &ev[..] else { panic!("{ev:?}") };
     let cb = *cb;
-    // A vanishes without a word (its engine is replaced by one that never
+    // A vanishes without a word (its CM is replaced by one that never
     // answers): every REP of B is lost
     for k in 1..=16 {
         w.drop_nth(Side::B, attr::REP, k);

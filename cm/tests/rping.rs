@@ -1,4 +1,4 @@
-//! The engine's REQ and REP against rping's through kernel rxe
+//! The CM's REQ and REP against rping's through kernel rxe
 //! (packet/tests/data/rping.pcap): given the values rping used, the MADs
 //! are byte for byte the kernel's, but for the comm IDs and TIDs that
 //! each side draws at random.

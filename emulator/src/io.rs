@@ -89,11 +89,16 @@ impl Datagram {
 ///   `fix_fields` (from the header difference, without re-reading the
 ///   payload): the UDP link does so for the identification Linux gives the
 ///   k-th segment of a GSO send (k), and for the socket's port when
-///   [`LinkProfile::src_port`] is not set. Nothing else changes an ICRC.
+///   [`LinkProfile::src_port`] is not set; the raw link for its own IPv4
+///   identification counter. Nothing else changes an ICRC.
 /// - Receive: [`LinkProfile::rx_icrc`] names who verifies it: the core
 ///   ([`RxIcrc::Core`], against the datagram's `meta`) or the link
-///   ([`RxIcrc::Link`]: the UDP link's `rxcheck` with its identification
-///   guesses, the raw link against the real IP header); never both.
+///   ([`RxIcrc::Link`]: the UDP link, which never sees the IPv4
+///   identification, finds it with `roce_packet::icrc_math`'s `solve_id`
+///   (the expected ones first: 0, the GRO segment index, one past the
+///   peer's last; see `roce_transport::rxcheck`) and delivers the datagram
+///   with it in `meta`; the raw link checks against the real IP header);
+///   never both.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LinkProfile {
     /// Who verifies the ICRC of received datagrams.

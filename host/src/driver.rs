@@ -5,9 +5,7 @@
 //! the frames of devices nobody polls.
 
 use roce_emulator::Hca;
-use roce_transport::{
-    Engine, EngineConfig, EngineHandle, Transport, TransportCounters, UdpTransport,
-};
+use roce_transport::{Engine, EngineConfig, EngineHandle, Link, TransportCounters, UdpTransport};
 use roce_verbs_api::driver::{HostHold, TransportStats};
 use roce_verbs_api::{Budget, Context, Driver};
 use std::fmt;
@@ -27,7 +25,7 @@ use std::task::Waker;
 /// round. The engine's thread (unless [`EngineConfig::thread`] is off)
 /// fires timers and moves the frames of devices nobody polls, and wakes
 /// async tasks ([`Driver::register_waker`]) after every round with progress.
-pub struct EngineDriver<T: Transport = UdpTransport> {
+pub struct EngineDriver<T: Link = UdpTransport> {
     // dropped before `publishers`: the final snapshot follows the last round
     e: EngineHandle<Hca, T>,
     wakers: Arc<Mutex<Vec<Waker>>>,
@@ -42,7 +40,7 @@ pub struct EngineDriver<T: Transport = UdpTransport> {
 /// The driver of UDP devices.
 pub type UdpDriver = EngineDriver<UdpTransport>;
 
-impl<T: Transport> Drop for EngineDriver<T> {
+impl<T: Link> Drop for EngineDriver<T> {
     /// A member of a shared device stops its steward and says it is leaving
     /// while the engine still runs; the fields then drop in order: the
     /// engine stops, the stewards leave their groups.
@@ -53,13 +51,13 @@ impl<T: Transport> Drop for EngineDriver<T> {
     }
 }
 
-impl<T: Transport> fmt::Debug for EngineDriver<T> {
+impl<T: Link> fmt::Debug for EngineDriver<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EngineDriver").field("local", &self.e.local_addrs()).finish()
     }
 }
 
-impl<T: Transport> EngineDriver<T> {
+impl<T: Link> EngineDriver<T> {
     /// Start an engine for these devices (core and transport each); `name`
     /// is what [`Driver::name`] reports (`"udp"`, `"raw"`).
     pub fn new(
@@ -121,7 +119,7 @@ impl<T: Transport> EngineDriver<T> {
     }
 }
 
-impl<T: Transport> Driver for EngineDriver<T> {
+impl<T: Link> Driver for EngineDriver<T> {
     fn name(&self) -> &str {
         &self.name
     }

@@ -9,7 +9,7 @@ use crate::config::{sharing_enabled, DeviceConfig, TransportKind};
 use crate::driver::EngineDriver;
 use roce_emulator::{Hca, LinkProfile, RxIcrc};
 use roce_transport::faults::{FaultSpec, FaultyTransport};
-use roce_transport::{EngineConfig, RawConfig, RawTransport, Transport, UdpConfig, UdpTransport};
+use roce_transport::{EngineConfig, Link, RawConfig, RawTransport, UdpConfig, UdpTransport};
 use roce_verbs_api::Device;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -104,7 +104,7 @@ pub enum OpenError {
 
 /// A device's core and its transport, configured for each other, and for
 /// a shared device the joining member with a handle on its socket.
-type Assembled = (Arc<Mutex<Hca>>, Box<dyn Transport>, Option<(crate::Joining, MemberSocket)>);
+type Assembled = (Arc<Mutex<Hca>>, Box<dyn Link>, Option<(crate::Joining, MemberSocket)>);
 
 /// A second handle on a shared device member's socket, for its steering.
 enum MemberSocket {
@@ -239,7 +239,7 @@ impl DeviceConfig {
         // the same QP is due is replaced by it (the one ACK policy of real
         // devices; the simulator keeps rxe's one ACK per request).
         let mut link = LinkProfile { ack_coalescing: true, ack_delay, ..LinkProfile::default() };
-        let t: Box<dyn Transport> = match &self.transport {
+        let t: Box<dyn Link> = match &self.transport {
             TransportKind::Udp => {
                 let local = SocketAddr::new(self.addr, self.port);
                 let mut uc = UdpConfig::new(local);
@@ -312,9 +312,7 @@ impl DeviceConfig {
         hcfg.link = link;
         let core = Hca::new(hcfg);
         let t = match faults {
-            Some(f) => {
-                Box::new(FaultyTransport::new(t, f, self.name.clone())) as Box<dyn Transport>
-            }
+            Some(f) => Box::new(FaultyTransport::new(t, f, self.name.clone())) as Box<dyn Link>,
             None => t,
         };
         Ok((Arc::new(Mutex::new(core)), t, member))

@@ -9,7 +9,7 @@
 
 use roce_sim::{seed_from_env, SeedGuard};
 use roce_verbs_api::FaultConfig;
-use roce_workloads::demo::{self as workload, OpKind, QpTypes, Report, Transport, WorkloadConfig};
+use roce_workloads::demo::{self as workload, OpKind, PairType, QpTypes, Report, WorkloadConfig};
 
 fn summary(r: &Report) -> String {
     format!(
@@ -63,9 +63,9 @@ fn each_transport_alone_without_faults_loses_nothing() {
         }
         let want = match t {
             QpTypes::Rc => vec![],
-            QpTypes::Uc => vec![Transport::Uc],
-            QpTypes::Ud => vec![Transport::Ud],
-            QpTypes::Mixed => vec![Transport::Uc, Transport::Ud],
+            QpTypes::Uc => vec![PairType::Uc],
+            QpTypes::Ud => vec![PairType::Ud],
+            QpTypes::Mixed => vec![PairType::Uc, PairType::Ud],
         };
         assert_eq!(r.delivery.keys().copied().collect::<Vec<_>>(), want, "{s}");
         assert_eq!(r.counter_sum("uc_msg_dropped") + r.counter_sum("ud_dropped"), 0, "{s}");
@@ -110,7 +110,7 @@ fn mixed_transports_under_faults() {
     assert!(r.ok(), "{s}");
     assert_eq!((r.mismatches, r.order_errors, r.failed_completions()), (0, 0, 0), "{s}");
     assert_eq!(r.pairs.values().sum::<usize>(), 6);
-    assert_eq!(r.pairs[&Transport::Rc], 2);
+    assert_eq!(r.pairs[&PairType::Rc], 2);
     // each stream gets an equal share: the RC pairs did a third of the work
     let unreliable: u64 = r.delivery.values().map(|d| d.sent).sum();
     assert!(r.ops_completed - unreliable >= 6000, "{s}");
@@ -193,7 +193,7 @@ fn uc_under_reordering_never_delivers_wrong_bytes() {
             let s = summary(&r);
             assert!(r.ok(), "seed {seed} {faults:?}: {s}");
             assert_eq!((r.mismatches, r.order_errors), (0, 0), "seed {seed} {faults:?}: {s}");
-            let d = &r.delivery[&Transport::Uc];
+            let d = &r.delivery[&PairType::Uc];
             assert!(d.accounted() && d.lost() > 0 && d.received > d.sent / 2, "{s}");
             assert!(r.counter_sum("out_of_seq_request") > 0, "{s}");
         }

@@ -4,14 +4,14 @@
 //! `cargo run --release -p roce-transport --example hca_udp_bw -- [seconds] [msg bytes] [depth] [gso 0/1]`
 
 use roce_emulator::*;
-use roce_transport::{Driver, DriverHandle, UdpConfig, UdpTransport};
+use roce_transport::{NodeThread, NodeThreadHandle, UdpConfig, UdpTransport};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant as StdInstant};
 
 struct Side {
     hca: Arc<Mutex<Hca>>,
-    h: DriverHandle,
+    h: NodeThreadHandle,
     cq: CqHandle,
     mr: MrInfo,
     qpn: roce_packet::Qpn,
@@ -50,7 +50,7 @@ fn side(name: &str, ip: IpAddr, seed: u64, mr_len: usize, gso: bool) -> Side {
     uc.gso = gso;
     let t = UdpTransport::bind(uc).expect("bind port 4791");
     let hca = Arc::new(Mutex::new(hca));
-    let h = Driver::spawn(hca.clone(), t).expect("driver");
+    let h = NodeThread::spawn(hca.clone(), t).expect("driver");
     Side { hca, h, cq, mr, qpn }
 }
 

@@ -27,7 +27,7 @@
 //! port's transport busy skips it (the holder is moving its frames).
 
 use crate::counters::TransportCounters;
-use crate::socket::Transport;
+use crate::socket::Link;
 use nix::poll::{PollFd, PollFlags};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::time::TimeSpec;
@@ -174,7 +174,7 @@ struct State {
 }
 
 /// The one real-time driver; see the [module documentation](self).
-pub struct Engine<N: SansIo + Send + 'static, T: Transport> {
+pub struct Engine<N: SansIo + Send + 'static, T: Link> {
     ports: Vec<Port<N, T>>,
     st: State,
     start: std::time::Instant,
@@ -194,7 +194,7 @@ fn try_lock<X>(m: &Mutex<X>) -> Option<MutexGuard<'_, X>> {
     }
 }
 
-impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
+impl<N: SansIo + Send + 'static, T: Link> Engine<N, T> {
     /// An engine for these ports (node and transport each). Call
     /// [`Engine::start`] to start its thread (if configured).
     pub fn new(ports: Vec<(Arc<Mutex<N>>, T)>, cfg: EngineConfig) -> std::io::Result<Engine<N, T>> {
@@ -831,7 +831,7 @@ impl<N: SansIo + Send + 'static, T: Transport> Engine<N, T> {
     }
 }
 
-fn thread_main<N: SansIo + Send + 'static, T: Transport>(e: Arc<Engine<N, T>>) {
+fn thread_main<N: SansIo + Send + 'static, T: Link>(e: Arc<Engine<N, T>>) {
     while !e.st.stop.load(Ordering::SeqCst) {
         e.thread_round();
     }
@@ -839,18 +839,18 @@ fn thread_main<N: SansIo + Send + 'static, T: Transport>(e: Arc<Engine<N, T>>) {
 
 /// The owner of a started [`Engine`] (it derefs to it). Dropping it stops
 /// the thread, waits for it (bounded), and finishes the transports.
-pub struct EngineHandle<N: SansIo + Send + 'static, T: Transport> {
+pub struct EngineHandle<N: SansIo + Send + 'static, T: Link> {
     e: Option<Arc<Engine<N, T>>>,
 }
 
-impl<N: SansIo + Send + 'static, T: Transport> std::ops::Deref for EngineHandle<N, T> {
+impl<N: SansIo + Send + 'static, T: Link> std::ops::Deref for EngineHandle<N, T> {
     type Target = Engine<N, T>;
     fn deref(&self) -> &Engine<N, T> {
         self.e.as_deref().expect("engine present until drop")
     }
 }
 
-impl<N: SansIo + Send + 'static, T: Transport> EngineHandle<N, T> {
+impl<N: SansIo + Send + 'static, T: Link> EngineHandle<N, T> {
     /// Stop the thread and take the transports back, finished (`None` if
     /// the thread did not stop in time).
     pub fn into_transports(mut self) -> Option<Vec<T>> {
@@ -869,7 +869,7 @@ impl<N: SansIo + Send + 'static, T: Transport> EngineHandle<N, T> {
     }
 }
 
-impl<N: SansIo + Send + 'static, T: Transport> Drop for EngineHandle<N, T> {
+impl<N: SansIo + Send + 'static, T: Link> Drop for EngineHandle<N, T> {
     fn drop(&mut self) {
         let Some(e) = self.e.take() else { return };
         e.stop();

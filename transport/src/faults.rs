@@ -1,5 +1,5 @@
 //! Seeded fault injection on the real transports: [`FaultyTransport`]
-//! wraps any [`Transport`] (UDP or raw) and loses, duplicates, reorders or
+//! wraps any [`Link`] (UDP or raw) and loses, duplicates, reorders or
 //! corrupts datagrams, like the simulated fabric's `FaultConfig`
 //! (`roce_sim`), so that retransmission can be exercised against
 //! a real peer (the kernel's rxe, perftest) on a real wire.
@@ -37,7 +37,7 @@
 //! them to stderr when its driver stops.
 
 use crate::counters::TransportCounters;
-use crate::socket::Transport;
+use crate::socket::Link;
 use crate::udp::SendOutcome;
 use roce_emulator::Datagram;
 use roce_sim::{FaultDice, FaultRates};
@@ -202,7 +202,7 @@ fn bump(c: &AtomicU64) {
 }
 
 /// A transport that injects [`FaultSpec`]'s faults around another one.
-pub struct FaultyTransport<T: Transport> {
+pub struct FaultyTransport<T: Link> {
     inner: T,
     spec: FaultSpec,
     dice: FaultDice,
@@ -213,7 +213,7 @@ pub struct FaultyTransport<T: Transport> {
     name: String,
 }
 
-impl<T: Transport> FaultyTransport<T> {
+impl<T: Link> FaultyTransport<T> {
     /// Wrap `inner`; `name` labels the summary printed at the end.
     pub fn new(inner: T, spec: FaultSpec, name: impl Into<String>) -> FaultyTransport<T> {
         let dice = FaultDice::new(spec.seed);
@@ -251,13 +251,13 @@ impl<T: Transport> FaultyTransport<T> {
     }
 }
 
-impl<T: Transport> AsFd for FaultyTransport<T> {
+impl<T: Link> AsFd for FaultyTransport<T> {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.inner.as_fd()
     }
 }
 
-impl<T: Transport> Transport for FaultyTransport<T> {
+impl<T: Link> Link for FaultyTransport<T> {
     fn send(&mut self, dgrams: &[Datagram]) -> SendOutcome {
         if !self.spec.dir.tx() {
             let o = self.inner.send(dgrams);

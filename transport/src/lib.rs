@@ -8,7 +8,7 @@
 //! * [`Engine`]: the one real-time driver. It moves datagrams between
 //!   [`roce_emulator::SansIo`] nodes (behind mutexes) and transports and
 //!   fires their timers, from the thread that posts or waits when it can
-//!   and from its own thread otherwise. [`Driver`] is a one-port engine
+//!   and from its own thread otherwise. [`NodeThread`] is a one-port engine
 //!   with its thread.
 //! * [`ceiling`]: raw UDP throughput between two local addresses (the
 //!   "ceiling" a RoCE-over-UDP device can reach on this host).
@@ -18,9 +18,9 @@
 
 pub mod ceiling;
 pub mod counters;
-pub mod driver;
 pub mod engine;
 pub mod faults;
+pub mod node_thread;
 pub mod pcap;
 pub mod raw;
 pub mod rxcheck;
@@ -30,8 +30,8 @@ pub mod steer;
 pub mod udp;
 
 pub use counters::{CountersSnapshot, TransportCounters};
-pub use driver::{Driver, DriverConfig, DriverHandle};
 pub use engine::{Engine, EngineConfig, EngineHandle, RoundStats};
+pub use node_thread::{NodeThread, NodeThreadConfig, NodeThreadHandle};
 pub use raw::{RawConfig, RawCounters, RawError, RawSnapshot, RawTransport};
-pub use socket::Transport;
+pub use socket::Link;
 pub use udp::{RxIcrcPolicy, SendOutcome, TransportError, UdpConfig, UdpTransport, DEFAULT_PORT};

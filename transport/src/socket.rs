@@ -1,4 +1,4 @@
-//! [`Transport`]: what the engine needs from whatever moves its frames — a
+//! [`Link`]: what the engine needs from whatever moves its frames — a
 //! UDP socket ([`UdpTransport`]), a raw Ethernet socket
 //! ([`crate::RawTransport`]), or either behind the fault injector
 //! ([`crate::faults`]). The engine and the one-port driver use only this.
@@ -13,12 +13,12 @@ use std::sync::Arc;
 
 /// What the driver needs from a transport ([`UdpTransport`] implements it;
 /// a raw-socket transport can too).
-pub trait Transport: AsFd + Send + 'static {
+pub trait Link: AsFd + Send + 'static {
     /// Send in order without blocking; see [`UdpTransport::send`].
     fn send(&mut self, dgrams: &[Datagram]) -> SendOutcome;
     /// One non-blocking receive batch; returns the number of messages read.
     fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<usize>;
-    /// [`Transport::recv`] of at most `max` messages (a hint: the caller
+    /// [`Link::recv`] of at most `max` messages (a hint: the caller
     /// knows that many datagrams were just sent here).
     fn recv_at_most(&mut self, out: &mut Vec<Datagram>, max: usize) -> io::Result<usize> {
         let _ = max;
@@ -34,7 +34,7 @@ pub trait Transport: AsFd + Send + 'static {
     fn finish(&mut self) {}
 }
 
-impl Transport for UdpTransport {
+impl Link for UdpTransport {
     fn send(&mut self, dgrams: &[Datagram]) -> SendOutcome {
         UdpTransport::send(self, dgrams)
     }
@@ -60,7 +60,7 @@ impl Transport for UdpTransport {
 
 /// A boxed transport is a transport: a device assembled with any of them
 /// (UDP, raw, behind the fault injector) runs on the same engine.
-impl Transport for Box<dyn Transport> {
+impl Link for Box<dyn Link> {
     fn send(&mut self, dgrams: &[Datagram]) -> SendOutcome {
         (**self).send(dgrams)
     }

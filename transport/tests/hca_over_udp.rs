@@ -3,14 +3,14 @@
 //! with the data verified, large messages going out with GSO.
 
 use roce_emulator::*;
-use roce_transport::{Driver, DriverHandle, UdpConfig, UdpTransport};
+use roce_transport::{NodeThread, NodeThreadHandle, UdpConfig, UdpTransport};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant as StdInstant};
 
 struct Side {
     hca: Arc<Mutex<Hca>>,
-    h: DriverHandle,
+    h: NodeThreadHandle,
     cq: CqHandle,
     mr: MrInfo,
     qpn: roce_packet::Qpn,
@@ -44,7 +44,7 @@ fn side(name: &str, ip: IpAddr, seed: u64) -> Side {
     // RoCE peers send to port 4791: these unique loopback addresses have it free.
     let t = UdpTransport::bind(UdpConfig::on(ip)).expect("bind port 4791");
     let hca = Arc::new(Mutex::new(hca));
-    let h = Driver::spawn(hca.clone(), t).unwrap();
+    let h = NodeThread::spawn(hca.clone(), t).unwrap();
     Side { hca, h, cq, mr, qpn }
 }
 

@@ -18,7 +18,7 @@ use roce_packet::frame::LinkType;
 use roce_packet::{IpUdpHeader, UdpEndpoints};
 use roce_pcap::read_capture_file;
 use roce_transport::raw::neigh::ipv6_upper_checksum;
-use roce_transport::{Driver, DriverHandle, RawConfig, RawSnapshot, RawTransport};
+use roce_transport::{NodeThread, NodeThreadHandle, RawConfig, RawSnapshot, RawTransport};
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader};
 use std::net::IpAddr;
@@ -321,7 +321,7 @@ impl SansIo for FakeNode {
 
 struct Side {
     node: Arc<Mutex<FakeNode>>,
-    h: DriverHandle<RawTransport>,
+    h: NodeThreadHandle<RawTransport>,
     raw: Arc<roce_transport::RawCounters>,
     owns: bool,
     discard: bool,
@@ -337,7 +337,7 @@ fn fake_side(ns: &str, dev: &'static str, ip: IpAddr, pcap: Option<PathBuf>) -> 
         let (raw, owns, discard) =
             (t.raw_counters(), t.kernel_owns_address(), t.discard_socket_bound());
         let node = Arc::new(Mutex::new(FakeNode::default()));
-        let h = Driver::spawn(node.clone(), t).expect("driver");
+        let h = NodeThread::spawn(node.clone(), t).expect("driver");
         Side { node, h, raw, owns, discard }
     })
 }
@@ -497,7 +497,7 @@ mod hca {
 
     pub struct HcaSide {
         pub hca: Arc<Mutex<Hca>>,
-        pub h: DriverHandle<RawTransport>,
+        pub h: NodeThreadHandle<RawTransport>,
         pub cq: CqHandle,
         pub mr: MrInfo,
         pub qpn: roce_packet::Qpn,
@@ -537,7 +537,7 @@ mod hca {
             })
             .expect("open raw transport");
             let hca = Arc::new(Mutex::new(hca));
-            let h = Driver::spawn(hca.clone(), t).unwrap();
+            let h = NodeThread::spawn(hca.clone(), t).unwrap();
             HcaSide { hca, h, cq, mr, qpn }
         })
     }
@@ -688,7 +688,7 @@ fn udp_transport_peer_and_garbage() {
     let (node_a, ha, garbage) = in_ns(&ns.a, move || {
         let t = UdpTransport::bind(UdpConfig::on(ia)).expect("udp transport in namespace a");
         let node = Arc::new(Mutex::new(FakeNode::default()));
-        let h = Driver::spawn(node.clone(), t).expect("driver");
+        let h = NodeThread::spawn(node.clone(), t).expect("driver");
         let g = std::net::UdpSocket::bind((ia, 0)).expect("garbage socket");
         (node, h, g)
     });

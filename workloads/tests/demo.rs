@@ -178,7 +178,7 @@ fn long_unreliable_runs_prune_their_bookkeeping_and_still_account() {
     })
     .unwrap();
     assert!(r.ok(), "{:?}\n{:#?}", r.delivery, r.problems);
-    let d = r.delivery[&roce_workloads::demo::Transport::Ud];
+    let d = r.delivery[&roce_workloads::demo::PairType::Ud];
     assert_eq!(d.sent, 300_000);
     assert!(d.lost() > 1000 && d.duplicates > 1000, "{d:?}");
     assert_eq!(d.missing, d.lost(), "{d:?}");

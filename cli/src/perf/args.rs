@@ -261,7 +261,7 @@ pub(super) fn validate(a: &PerfArgs) -> Result<PerfConfig, String> {
     if lat && a.qps != 1 {
         return Err("lat uses one QP (-q 1)".into());
     }
-    // Buffers: both devices register size × slots per QP (see perf_engine).
+    // Buffers: both devices register size × slots per QP (see roce_workloads::perf).
     let slots = match a.test {
         TestKind::Lat | TestKind::Atomic => 1,
         TestKind::Send => a.tx_depth.clamp(1, 512),

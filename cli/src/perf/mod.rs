@@ -10,7 +10,7 @@ mod remote;
 
 pub use args::{PerfArgs, PERF_AFTER, PERF_LONG};
 use roce_workloads::perf::reference::data_flow;
-use roce_workloads::perf::{self as perf_engine, median, min_med_max, reported_spin};
+use roce_workloads::perf::{self as perf_workload, median, min_med_max, reported_spin};
 use roce_workloads::perf::{BwSeries, DevCounters, LatResult, LatSeries, SeriesOptions, Setup};
 use roce_workloads::perf::{LatKind, PerfConfig, PollMode, TestKind};
 use serde_json::{json, Value};
@@ -127,12 +127,12 @@ pub fn run(args: &PerfArgs) -> ExitCode {
         progress,
     };
     let data_ok = if cfg.test == TestKind::Lat {
-        match perf_engine::lat_series(&cfg, setup, &opts) {
+        match perf_workload::lat_series(&cfg, setup, &opts) {
             Ok(s) => report_lat(&cfg, args, &s),
             Err(f) => return failed(f),
         }
     } else {
-        match perf_engine::bw_series(&cfg, setup, &opts) {
+        match perf_workload::bw_series(&cfg, setup, &opts) {
             Ok(s) => report_bw(&cfg, args, &s),
             Err(f) => return failed(f),
         }
@@ -146,7 +146,7 @@ pub fn run(args: &PerfArgs) -> ExitCode {
 }
 
 /// A run failed: the error, the counters when asked for; status 1.
-fn failed(f: perf_engine::SeriesFailed) -> ExitCode {
+fn failed(f: perf_workload::SeriesFailed) -> ExitCode {
     eprintln!("roce perf: {:#}", f.error);
     if let Some(st) = &f.stats {
         print_stats(st);
@@ -414,7 +414,7 @@ fn print_lat(cfg: &PerfConfig, s: &LatSeries) {
             cfg.addr_a,
             cfg.addr_b,
             if cfg.poll == PollMode::Busy { "busy-poll, one thread" } else { "blocking, echo thread" },
-            perf_engine::reference::datagram_size(cfg),
+            perf_workload::reference::datagram_size(cfg),
             u.min(),
             u.percentile(0.5),
             u.percentile(0.99)

@@ -8,7 +8,7 @@
 //! * client: `roce perf write 192.168.77.2 -s 4096 -n 100`.
 
 use super::args::{self, PerfArgs, TestKind};
-use roce_workloads::perf::remote::{self as engine, Event, Outcome, RemoteConfig};
+use roce_workloads::perf::remote::{self, Event, Outcome, RemoteConfig};
 use roce_workloads::perftest::Negotiated;
 use std::process::ExitCode;
 
@@ -41,7 +41,7 @@ pub fn run(a: &PerfArgs) -> ExitCode {
 
 /// Run, printing as it goes; then the results. Whether everything passed.
 fn report(cfg: &RemoteConfig, a: &PerfArgs) -> Result<bool, String> {
-    let out = engine::run(cfg, &mut |e| print_event(cfg, e))?;
+    let out = remote::run(cfg, &mut |e| print_event(cfg, e))?;
     if let Some(path) = &a.oob_log {
         let mut s = String::new();
         for (d, m) in &out.transcript {

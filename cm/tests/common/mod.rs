@@ -96,7 +96,7 @@ impl Wire {
             for s in [Side::A, Side::B] {
                 while let Some(t) = self.cm(s).poll_transmit() {
                     moved = true;
-                    let mad = CmMad::parse(&t.mad).expect("the engine emits CM MADs");
+                    let mad = CmMad::parse(&t.mad).expect("the CM emits CM MADs");
                     let (me, peer) = match s {
                         Side::A => (self.ga, self.gb),
                         Side::B => (self.gb, self.ga),

@@ -40,6 +40,7 @@ use neigh::{Arp, NeighCache, BROADCAST, ETH_ARP, ETH_IPV4, ETH_IPV6};
 use nix::sys::socket::{self as nsock, sockopt, AddressFamily, SockFlag, SockProtocol, SockType};
 use pnet_datalink::{Channel, DataLinkReceiver, DataLinkSender, NetworkInterface};
 use roce_emulator::Datagram;
+use roce_packet::icrc_math::IcrcMath;
 use roce_packet::{IpMeta, IpUdpHeader, UdpEndpoints};
 use roce_pcap::{LinkType, PcapWriter};
 use std::io;
@@ -253,6 +254,8 @@ struct State {
     mtu: usize,
     answer: bool,
     next_id: u16,
+    /// ICRC arithmetic for resealing (see [`State::build`]).
+    crc: IcrcMath,
     neigh: NeighCache,
     counters: Arc<TransportCounters>,
     raw: Arc<RawCounters>,
@@ -353,6 +356,7 @@ impl RawTransport {
                 mtu,
                 answer,
                 next_id: cfg.first_ipv4_id,
+                crc: IcrcMath::new(),
                 neigh,
                 counters: Arc::new(TransportCounters::default()),
                 raw: Arc::new(RawCounters::default()),
@@ -581,8 +585,12 @@ impl State {
         true
     }
 
-    /// The frame for `d` (destination MAC still zero), ICRC recomputed if
-    /// our header differs from the core's.
+    /// The frame for `d` (destination MAC still zero). The core sealed the
+    /// ICRC for the header `d` states; when ours differs (our IPv4
+    /// identification counter) it is resealed from the header difference
+    /// (`IcrcMath::fix_fields`, the one way a link changes an ICRC; see
+    /// `roce_emulator::LinkProfile`), without a pass over the payload.
+    /// `None` if `d` cannot be sent.
     fn build(&mut self, d: &Datagram) -> Option<Vec<u8>> {
         let local = self.cfg.local;
         if local.is_ipv4() != d.endpoints.dst.is_ipv4() || d.payload.len() < 4 {
@@ -602,10 +610,13 @@ impl State {
         let mut f = Vec::with_capacity(14 + h.as_bytes().len() + d.payload.len());
         neigh::eth_header(&mut f, [0; 6], self.mac, et);
         f.extend_from_slice(h.as_bytes());
-        let body = f.len();
         f.extend_from_slice(&d.payload);
         if core.map(|c| c.as_bytes() != h.as_bytes()).unwrap_or(true) {
-            h.fill_icrc(&mut f[body..]);
+            let n = f.len() - 4;
+            let sealed = u32::from_le_bytes(f[n..].try_into().ok()?);
+            let len = d.payload.len();
+            let icrc = self.crc.fix_fields((&d.endpoints, &d.meta), (&ep, &meta), len, sealed)?;
+            f[n..].copy_from_slice(&icrc.to_le_bytes());
             TransportCounters::add(&self.counters.icrc_recomputed, 1);
         }
         if let (IpAddr::V6(s), IpAddr::V6(t), false) =
@@ -906,7 +917,7 @@ impl AsFd for RawTransport {
     }
 }
 
-impl crate::socket::Transport for RawTransport {
+impl crate::socket::Link for RawTransport {
     fn send(&mut self, dgrams: &[Datagram]) -> SendOutcome {
         RawTransport::send(self, dgrams)
     }

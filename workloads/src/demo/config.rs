@@ -90,9 +90,9 @@ impl fmt::Display for OpKind {
     }
 }
 
-/// The transport of one QP pair.
+/// The QP type of one QP pair (what `QpTypes` picks for it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Transport {
+pub enum PairType {
     /// Reliable Connected.
     Rc,
     /// Unreliable Connected.
@@ -101,34 +101,34 @@ pub enum Transport {
     Ud,
 }
 
-impl Transport {
+impl PairType {
     /// `RC`, `UC`, `UD`.
     pub const fn name(self) -> &'static str {
         match self {
-            Transport::Rc => "RC",
-            Transport::Uc => "UC",
-            Transport::Ud => "UD",
+            PairType::Rc => "RC",
+            PairType::Uc => "UC",
+            PairType::Ud => "UD",
         }
     }
     /// Whether this transport can carry `kind` (UC: SEND and WRITE; UD:
     /// SEND).
     pub const fn supports(self, kind: OpKind) -> bool {
         match self {
-            Transport::Rc => true,
-            Transport::Uc => matches!(kind, OpKind::Send | OpKind::Write),
-            Transport::Ud => matches!(kind, OpKind::Send),
+            PairType::Rc => true,
+            PairType::Uc => matches!(kind, OpKind::Send | OpKind::Write),
+            PairType::Ud => matches!(kind, OpKind::Send),
         }
     }
     pub(crate) const fn qp_type(self) -> QpType {
         match self {
-            Transport::Rc => QpType::Rc,
-            Transport::Uc => QpType::Uc,
-            Transport::Ud => QpType::Ud,
+            PairType::Rc => QpType::Rc,
+            PairType::Uc => QpType::Uc,
+            PairType::Ud => QpType::Ud,
         }
     }
 }
 
-impl fmt::Display for Transport {
+impl fmt::Display for PairType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
@@ -161,12 +161,12 @@ impl QpTypes {
         }
     }
     /// The transport of pair `q`.
-    pub fn of_pair(self, q: usize) -> Transport {
+    pub fn of_pair(self, q: usize) -> PairType {
         match self {
-            QpTypes::Rc => Transport::Rc,
-            QpTypes::Uc => Transport::Uc,
-            QpTypes::Ud => Transport::Ud,
-            QpTypes::Mixed => [Transport::Rc, Transport::Uc, Transport::Ud][q % 3],
+            QpTypes::Rc => PairType::Rc,
+            QpTypes::Uc => PairType::Uc,
+            QpTypes::Ud => PairType::Ud,
+            QpTypes::Mixed => [PairType::Rc, PairType::Uc, PairType::Ud][q % 3],
         }
     }
     /// Refuse a mix with operations the transport cannot carry (for
@@ -174,14 +174,14 @@ impl QpTypes {
     pub fn check_mix(self, mix: &[OpKind]) -> Result<(), String> {
         let t = match self {
             QpTypes::Rc | QpTypes::Mixed => return Ok(()),
-            QpTypes::Uc => Transport::Uc,
-            QpTypes::Ud => Transport::Ud,
+            QpTypes::Uc => PairType::Uc,
+            QpTypes::Ud => PairType::Ud,
         };
         let bad: Vec<&str> = mix.iter().filter(|k| !t.supports(**k)).map(|k| k.name()).collect();
         if bad.is_empty() {
             return Ok(());
         }
-        let can = if t == Transport::Uc { "send and write" } else { "send" };
+        let can = if t == PairType::Uc { "send and write" } else { "send" };
         Err(format!(
             "{t} QPs cannot carry {} (a {t} QP supports {can} only; use --qp-type rc or mixed)",
             bad.join(", ")
@@ -322,7 +322,7 @@ pub struct Report {
     pub wall_time: Duration,
     /// Part of the wall time spent inside the fabric (delivering frames,
     /// running the HCAs' receive paths, timers and transmit polls); the
-    /// rest is the engine (posting, polling CQs, generating and checking
+    /// rest is the traffic generator (posting, polling CQs, generating and checking
     /// data).
     pub fabric_time: Duration,
     /// Fabric events processed.
@@ -330,9 +330,9 @@ pub struct Report {
     /// Why the run stopped early, if it did.
     pub stalled: Option<String>,
     /// Per unreliable transport in use: messages sent, received, lost.
-    pub delivery: BTreeMap<Transport, Delivery>,
+    pub delivery: BTreeMap<PairType, Delivery>,
     /// QP pairs per transport.
-    pub pairs: BTreeMap<Transport, usize>,
+    pub pairs: BTreeMap<PairType, usize>,
 }
 
 impl Report {

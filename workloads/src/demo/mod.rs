@@ -1,7 +1,7 @@
-//! The engines of `roce demo` (its front, options and printing, is
+//! The workloads of `roce demo` (its front, options and printing, is
 //! `cli/src/demo/`):
 //!
-//! * the workload ([`Workload`], `engine.rs`; what it runs and reports:
+//! * the workload ([`Workload`], `traffic.rs`; what it runs and reports:
 //!   `config.rs`): the deterministic, verified operation mix of `roce demo`
 //!   and the soaks;
 //! * the lessons of `roce demo --scenario NAME` ([`Lesson`], `lesson.rs`):
@@ -10,16 +10,16 @@
 
 mod capture;
 mod config;
-mod engine;
 pub mod lab;
 mod lesson;
 pub mod scenarios;
+mod traffic;
 
 pub use capture::PcapTap;
 pub use config::{
-    fill_pattern, Delivery, OpKind, Progress, QpTypes, Report, Transport, WorkloadConfig,
+    fill_pattern, Delivery, OpKind, PairType, Progress, QpTypes, Report, WorkloadConfig,
 };
-pub use engine::{run, SetupError, Workload};
 pub use lab::{status_name, wc_opcode_name, Scenario};
 pub use lesson::Lesson;
 pub use scenarios::SCENARIOS;
+pub use traffic::{run, SetupError, Workload};

@@ -1,10 +1,10 @@
 //! One bandwidth run in one process: A's QPs post WRITE, READ, SEND or
-//! FETCH_AND_ADD through the bandwidth loop ([`super::engine::bw_loop`]),
+//! FETCH_AND_ADD through the bandwidth loop ([`super::loops::bw_loop`]),
 //! B serves (and, for SEND, reposts its receive ring); then the moved bytes
 //! are checked against the run's [`Pattern`].
 
-use super::engine::{self, AtDeadline, BwPlan, BwRun, Requester};
 use super::local::{Pair, Setup};
+use super::loops::{self, AtDeadline, BwPlan, BwRun, Requester};
 use super::{PerfConfig, TestKind};
 use crate::pattern::Pattern;
 use crate::progress::Progress;
@@ -127,7 +127,7 @@ impl Requester for Local<'_> {
         let (cfg, p) = (self.cfg, &self.s.pairs[q]);
         let base = if cfg.test == TestKind::Send { self.s.sends_before.borrow()[q] } else { 0 };
         let off = ((base + i) % u64::from(self.s.slots)) * u64::from(cfg.size);
-        let id = engine::wr_id(q, i);
+        let id = loops::wr_id(q, i);
         match cfg.test {
             TestKind::Write => SendWr::new(id, WrOpcode::RdmaWrite)
                 .sge(p.ma.addr() + off, cfg.size, p.ma.lkey())
@@ -163,7 +163,7 @@ impl Requester for Local<'_> {
     }
 
     fn poll(&mut self, max: usize, wait: Duration) -> Result<Vec<WorkCompletion>, String> {
-        engine::poll(&self.s.a.ctx, &self.s.cq_a, max, wait)
+        loops::poll(&self.s.a.ctx, &self.s.cq_a, max, wait)
     }
 
     /// SEND: take B's receives and repost their slots.
@@ -174,7 +174,7 @@ impl Requester for Local<'_> {
         let (size, slots) = (self.cfg.size, self.s.slots);
         for wc in self.s.cq_b.poll(256)? {
             if wc.status != roce_verbs_api::WcStatus::Success {
-                return Err(engine::wc_error(&wc));
+                return Err(loops::wc_error(&wc));
             }
             if wc.opcode != WcOpcode::Recv {
                 continue;
@@ -236,10 +236,10 @@ impl Local<'_> {
     fn drain_receives(&mut self, done: &[u64]) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(2);
         while self.recvd.iter().zip(done).any(|(r, d)| r < d) && Instant::now() < deadline {
-            let wcs = engine::poll(&self.s.b.ctx, &self.s.cq_b, 256, Duration::from_millis(10))?;
+            let wcs = loops::poll(&self.s.b.ctx, &self.s.cq_b, 256, Duration::from_millis(10))?;
             for wc in wcs {
                 if wc.status != roce_verbs_api::WcStatus::Success {
-                    return Err(engine::wc_error(&wc));
+                    return Err(loops::wc_error(&wc));
                 }
                 if let Ok(q) = self.recv_qp(&wc) {
                     self.recvd[q] += 1;
@@ -327,7 +327,7 @@ pub fn run_bw(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::Re
         bar: Progress::new(progress.then(std::io::stderr)),
         start: Instant::now(),
     };
-    let run = engine::bw_loop(&mut local, &plan);
+    let run = loops::bw_loop(&mut local, &plan);
     local.bar.finish();
     if let Some(e) = run.error {
         return Err(anyhow!(e));

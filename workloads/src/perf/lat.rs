@@ -1,9 +1,9 @@
 //! One latency run in one process: SEND, WRITE or READ round trips between
 //! A and B, made by this thread alone, through the latency loop
-//! ([`super::engine::lat_loop`]).
+//! ([`super::loops::lat_loop`]).
 
-use super::engine::{self, CqSet};
 use super::local::{Pair, Setup};
+use super::loops::{self, CqSet};
 use super::{LatKind, PerfConfig, PollMode};
 use crate::progress::Progress;
 use anyhow::anyhow;
@@ -72,13 +72,13 @@ fn wait_recv(ctx: &Context, cq: &CqSet) -> Result<WorkCompletion, String> {
         }
         Ok(got.is_some())
     };
-    engine::wait_for(ctx, cq, (16, Duration::from_millis(100), STALL), take)
+    loops::wait_for(ctx, cq, (16, Duration::from_millis(100), STALL), take)
         .map_err(|e| e.words(|| format!("stalled: no receive completion for {STALL:?}")))?;
     got.ok_or_else(|| "no receive".to_string())
 }
 
 fn wait_send(ctx: &Context, cq: &CqSet) -> Result<(), String> {
-    engine::wait_for(ctx, cq, (1, Duration::from_millis(100), STALL), |_| Ok(true))
+    loops::wait_for(ctx, cq, (1, Duration::from_millis(100), STALL), |_| Ok(true))
         .map_err(|e| e.words(|| format!("stalled: no completion for {STALL:?}")))
 }
 
@@ -182,8 +182,7 @@ pub fn run_lat(s: &Setup, cfg: &PerfConfig, k: u32, progress: bool) -> anyhow::R
         .map(Some)
     };
     let label = format!("round trips, run {}", k + 1);
-    let (samples, error) =
-        engine::lat_loop(warm, cfg.iters, round, |i, n| bar.update(i, n, &label));
+    let (samples, error) = loops::lat_loop(warm, cfg.iters, round, |i, n| bar.update(i, n, &label));
     if let Some(e) = error {
         return Err(anyhow!(e));
     }

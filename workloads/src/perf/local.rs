@@ -2,7 +2,7 @@
 //! on its own engine, or both on one busy-polled engine), their CQs and the
 //! connected QP pairs, with a buffer on each side.
 
-use super::engine::CqSet;
+use super::loops::CqSet;
 use super::{PerfConfig, PollMode, TestKind};
 use crate::pattern::Pattern;
 use anyhow::{anyhow, bail, Context as _};

@@ -1,7 +1,7 @@
-//! The engine of `roce perf` (the front, argument parsing and printing, is
+//! The workload of `roce perf` (the front, argument parsing and printing, is
 //! `cli/src/perf/`):
 //!
-//! * [`engine`]: the one bandwidth loop, the one latency loop, the one
+//! * [`loops`]: the one bandwidth loop, the one latency loop, the one
 //!   completion poll, used by both kinds of run below;
 //! * in one process: [`Setup`] opens two UDP devices and connects QP
 //!   pairs, [`run_bw`] and [`run_lat`] make one run, [`bw_series`] and
@@ -14,9 +14,9 @@
 //! Every data check uses the one byte pattern, [`crate::pattern`].
 
 mod bw;
-pub mod engine;
 mod lat;
 mod local;
+pub mod loops;
 pub mod reference;
 pub mod remote;
 mod series;

@@ -4,7 +4,7 @@
 
 use super::setup::{pattern_of, Geo, Res};
 use super::{Outcome, RemoteConfig, BAD_RKEY_XOR, STALL};
-use crate::perf::engine::{self, AtDeadline, BwPlan, BwRun, Requester};
+use crate::perf::loops::{self, AtDeadline, BwPlan, BwRun, Requester};
 use crate::perf::TestKind;
 use crate::perftest::{Negotiated, PerftestDest};
 use roce_verbs_api::{RKey, SendWr, WorkCompletion, WrOpcode};
@@ -62,7 +62,7 @@ impl Requester for Client<'_> {
         let (cfg, r, mr) = (self.cfg, &self.rem[q], &self.res.mrs[q]);
         let off = self.geo.off(i);
         let rkey = RKey::new(r.rkey ^ if cfg.bad_rkey { BAD_RKEY_XOR } else { 0 });
-        let id = engine::wr_id(q, i);
+        let id = loops::wr_id(q, i);
         let data = |op| SendWr::new(id, op).sge(mr.addr() + off, cfg.size, mr.lkey());
         match cfg.test {
             TestKind::Write if cfg.imm => {
@@ -86,7 +86,7 @@ impl Requester for Client<'_> {
     }
 
     fn poll(&mut self, max: usize, wait: Duration) -> Result<Vec<WorkCompletion>, String> {
-        engine::poll(&self.res.ctx, &self.res.cq, max, wait)
+        loops::poll(&self.res.ctx, &self.res.cq, max, wait)
     }
 
     /// Atomics: the fetched value must continue the slot's chain.
@@ -162,7 +162,7 @@ pub(super) fn run_bw_client(
         wait: Duration::from_millis(200),
         stall: STALL,
     };
-    let run = engine::bw_loop(&mut client, &plan);
+    let run = loops::bw_loop(&mut client, &plan);
     out.elapsed = run.end.duration_since(run.start);
     out.ops = run.done.clone();
     out.peak_mbps = client.peak_mbps;

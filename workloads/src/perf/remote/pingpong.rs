@@ -4,7 +4,7 @@
 
 use super::setup::{pattern_of, Geo, Res};
 use super::{Outcome, RemoteConfig, STALL};
-use crate::perf::engine::{self, wr_of};
+use crate::perf::loops::{self, wr_of};
 use crate::perftest::{Negotiated, PerftestDest};
 use roce_verbs_api::{RecvWr, SendWr, WcOpcode, WorkCompletion, WrOpcode};
 use std::time::{Duration, Instant};
@@ -63,7 +63,7 @@ impl PingPong<'_> {
     fn wait(&mut self, last: bool) -> Result<(), String> {
         let res = self.res;
         let (sent, rcvd) = (self.sent, self.rcvd);
-        engine::wait_for(&res.ctx, &res.cq, (4, Duration::from_millis(200), STALL), |wc| {
+        loops::wait_for(&res.ctx, &res.cq, (4, Duration::from_millis(200), STALL), |wc| {
             let got = self.take(wc);
             Ok(if last { !self.inflight } else { got })
         })
@@ -102,7 +102,7 @@ pub(super) fn run_lat(
     let mut pp =
         PingPong { cfg, geo, res, peer: &rem[0], neg, sent: 0, rcvd: 0, bad: 0, inflight: false };
     let start = Instant::now();
-    let (samples, error) = engine::lat_loop(0, cfg.iters, |i| pp.round(client, i), |_, _| {});
+    let (samples, error) = loops::lat_loop(0, cfg.iters, |i| pp.round(client, i), |_, _| {});
     out.rtt_us = samples;
     out.error = error;
     // (a completed earlier send is not awaited: the reply proves it arrived)

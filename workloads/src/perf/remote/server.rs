@@ -4,7 +4,7 @@
 
 use super::setup::{pattern_of, u64_at, Geo, Res};
 use super::{Outcome, RemoteConfig, STALL};
-use crate::perf::engine::{self, wr_of};
+use crate::perf::loops::{self, wr_of};
 use crate::perf::TestKind;
 use crate::perftest::{Negotiated, PerftestDest};
 use roce_verbs_api::{RecvWr, WcOpcode, WcStatus};
@@ -16,7 +16,7 @@ pub(super) fn post_initial_recvs(cfg: &RemoteConfig, geo: &Geo, res: &Res) -> Re
         let mr = &res.mrs[q];
         for i in 0..u64::from(cfg.rx_depth) {
             let o = geo.rx_off(i);
-            qp.post_recv(RecvWr::new(engine::wr_id(q, i), mr.addr() + o, cfg.size, mr.lkey()))
+            qp.post_recv(RecvWr::new(loops::wr_id(q, i), mr.addr() + o, cfg.size, mr.lkey()))
                 .map_err(|e| format!("couldn't post receive: {e}"))?;
         }
     }
@@ -28,7 +28,7 @@ pub(super) fn post_initial_recvs(cfg: &RemoteConfig, geo: &Geo, res: &Res) -> Re
 pub(super) fn post_imm_recvs(cfg: &RemoteConfig, res: &Res) -> Result<(), String> {
     for (q, qp) in res.qps.iter().enumerate() {
         for i in 0..cfg.iters {
-            qp.post_recv(RecvWr::new(engine::wr_id(q, i), res.mrs[q].addr(), 0, res.mrs[q].lkey()))
+            qp.post_recv(RecvWr::new(loops::wr_id(q, i), res.mrs[q].addr(), 0, res.mrs[q].lkey()))
                 .map_err(|e| format!("couldn't post receive: {e}"))?;
         }
     }
@@ -69,7 +69,7 @@ pub(super) fn run_send_server(
         }
         let next = i + u64::from(cfg.rx_depth);
         let _ = res.qps[q].post_recv(RecvWr::new(
-            engine::wr_id(q, next),
+            loops::wr_id(q, next),
             mr.addr() + geo.rx_off(next),
             cfg.size,
             mr.lkey(),
@@ -78,7 +78,7 @@ pub(super) fn run_send_server(
     };
     // (iters is at least 1: there is always a SEND to wait for)
     let waited =
-        engine::wait_for(&res.ctx, &res.cq, (64, Duration::from_millis(200), STALL), &mut take);
+        loops::wait_for(&res.ctx, &res.cq, (64, Duration::from_millis(200), STALL), &mut take);
     if let Err(e) = waited {
         out.error =
             Some(e.words(|| format!("no SEND for {} s (received {got:?})", STALL.as_secs())));
@@ -112,7 +112,7 @@ pub(super) fn check_immediates(
     let mut bad = 0u64;
     let mut last = Instant::now();
     while got.iter().any(|&g| g < want) && last.elapsed() < Duration::from_secs(5) {
-        match engine::poll(&res.ctx, &res.cq, 64, Duration::from_millis(100)) {
+        match loops::poll(&res.ctx, &res.cq, 64, Duration::from_millis(100)) {
             Ok(wcs) => {
                 if !wcs.is_empty() {
                     last = Instant::now();

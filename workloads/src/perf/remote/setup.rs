@@ -5,7 +5,7 @@
 
 use super::{Outcome, RemoteConfig, BAD_RKEY_XOR};
 use crate::pattern::Pattern;
-use crate::perf::engine::CqSet;
+use crate::perf::loops::CqSet;
 use crate::perf::TestKind;
 use crate::perftest::{Negotiated, PerftestDest};
 use roce_host::DeviceConfig;

@@ -1,4 +1,4 @@
-//! The deterministic traffic engine behind `roce demo` and the soak test.
+//! The deterministic traffic generator behind `roce demo` and the soak test.
 //!
 //! Two emulated HCAs (10.0.0.1 and 10.0.0.2) on a [`SimNet`], `qps`
 //! connected RC QP pairs, and traffic in both directions: every QP pair
@@ -27,7 +27,7 @@
 //! target sees them), UD (SEND of at most one MTU) or a mix of all three
 //! (pair `q` is RC, UC, UD for `q % 3` = 0, 1, 2) where RC and UD QPs take
 //! their receives from one shared receive queue per device. On UC and UD
-//! a lost packet makes its message vanish: the engine counts what was
+//! a lost packet makes its message vanish: the generator counts what was
 //! sent and what arrived per transport ([`Delivery`]), and every message
 //! that arrived is checked byte for byte (each unreliable SEND starts
 //! with its 8-byte work request id, so the receiver knows which one it
@@ -116,7 +116,7 @@ struct Stream {
     atomic_model: u64,
     next_seq: u64,
     dead: bool,
-    transport: Transport,
+    transport: PairType,
     /// The kinds this stream draws from (the mix, filtered by transport).
     kinds: Vec<OpKind>,
     /// UC/UD messages sent and not received yet, by sequence number.
@@ -190,7 +190,7 @@ struct Shape {
     tslots: usize,
     /// With [`QpTypes::Mixed`]: receives per SRQ (0: no SRQ).
     srq_slots: usize,
-    transports: Vec<Transport>,
+    transports: Vec<PairType>,
 }
 
 impl Shape {
@@ -198,13 +198,13 @@ impl Shape {
         let qps = if cfg.qp_type == QpTypes::Mixed { cfg.qps.max(3) } else { cfg.qps.max(1) };
         let window = cfg.window.max(1);
         let stride = cfg.max_size.max(8).div_ceil(64) * 64;
-        let transports: Vec<Transport> = (0..qps).map(|q| cfg.qp_type.of_pair(q)).collect();
-        let unreliable = transports.iter().any(|t| *t != Transport::Rc);
+        let transports: Vec<PairType> = (0..qps).map(|q| cfg.qp_type.of_pair(q)).collect();
+        let unreliable = transports.iter().any(|t| *t != PairType::Rc);
         // UC/UD senders complete at once, so receivers need more room
         let recv_slots = if unreliable { 4 * window + 16 } else { window + 8 };
         let tslots = if unreliable { 4 * window + 8 } else { window };
         let srq_slots = if cfg.qp_type == QpTypes::Mixed {
-            transports.iter().filter(|t| **t != Transport::Uc).count() * recv_slots
+            transports.iter().filter(|t| **t != PairType::Uc).count() * recv_slots
         } else {
             0
         };
@@ -264,7 +264,7 @@ impl Side {
                 .max_recv_wr(recv_slots as u32)
                 .max_send_sge(1)
                 .max_recv_sge(1);
-            if let (Some((srq, _)), true) = (&srq, *t != Transport::Uc) {
+            if let (Some((srq, _)), true) = (&srq, *t != PairType::Uc) {
                 b = b.srq(srq);
             }
             let qp = b.build().map_err(setup("create_qp"))?;
@@ -294,15 +294,15 @@ fn connect_pairs(
         let ea = a.qps[q].endpoint(psn());
         let eb = b.qps[q].endpoint(psn());
         match transport {
-            Transport::Rc => {
+            PairType::Rc => {
                 a.qps[q].connect(&ea, &eb, &cfg.connect).map_err(setup("connect A"))?;
                 b.qps[q].connect(&eb, &ea, &cfg.connect).map_err(setup("connect B"))?;
             }
-            Transport::Uc => {
+            PairType::Uc => {
                 a.qps[q].connect_uc(&ea, &eb, &cfg.connect).map_err(setup("connect A"))?;
                 b.qps[q].connect_uc(&eb, &ea, &cfg.connect).map_err(setup("connect B"))?;
             }
-            Transport::Ud => {
+            PairType::Ud => {
                 a.qps[q].activate_ud(QKEY, ea.psn).map_err(setup("activate A"))?;
                 b.qps[q].activate_ud(QKEY, eb.psn).map_err(setup("activate B"))?;
             }
@@ -373,7 +373,7 @@ fn new_report(shape: &Shape, cfg: &WorkloadConfig) -> Report {
     };
     for t in &shape.transports {
         *report.pairs.entry(*t).or_default() += 1;
-        if *t != Transport::Rc {
+        if *t != PairType::Rc {
             report.delivery.entry(*t).or_default();
         }
     }
@@ -505,7 +505,7 @@ impl Workload {
     /// Whether stream `s`'s receives come from the target's SRQ.
     fn uses_srq(&self, s: usize) -> bool {
         let st = &self.streams[s];
-        st.transport != Transport::Uc && self.sides[st.target].srq.is_some()
+        st.transport != PairType::Uc && self.sides[st.target].srq.is_some()
     }
 
     fn post_srq_recv(&mut self, side: usize, r: usize) -> Result<(), String> {
@@ -535,10 +535,10 @@ impl Workload {
         let kind = self.streams[s].kinds[self.rng.gen_range(0..self.streams[s].kinds.len())];
         let transport = self.streams[s].transport;
         let mut len = self.pick_len(kind);
-        if transport != Transport::Rc && kind == OpKind::Send {
+        if transport != PairType::Rc && kind == OpKind::Send {
             // room for the 8-byte id; UD: one packet
             len = len.max(8);
-            if transport == Transport::Ud {
+            if transport == PairType::Ud {
                 len = len.min(self.cfg.connect.mtu.bytes());
             }
         }
@@ -550,7 +550,7 @@ impl Workload {
         let slot_off = ((q * self.cfg.window + slot) * self.stride) as u64;
         let mut expect = 0;
         self.scratch.resize(len, 0);
-        let unreliable_write = transport == Transport::Uc && kind == OpKind::Write;
+        let unreliable_write = transport == PairType::Uc && kind == OpKind::Write;
         let opcode = if unreliable_write { WrOpcode::RdmaWriteWithImm } else { kind.wr_opcode() };
         let mut wr = SendWr::new(wr_id, opcode);
         // UC WRITEs cycle through all target slots, RC ones use the sender's
@@ -563,7 +563,7 @@ impl Workload {
         let res = match kind {
             OpKind::Send | OpKind::Write => {
                 fill_pattern(tag, &mut self.scratch);
-                if transport != Transport::Rc && kind == OpKind::Send {
+                if transport != PairType::Rc && kind == OpKind::Send {
                     self.scratch[..8].copy_from_slice(&wr_id.to_le_bytes());
                 }
                 ini.local.write(slot_off, &self.scratch)
@@ -585,7 +585,7 @@ impl Workload {
             wr = wr.sge(ini.local.addr() + slot_off, len as u32, ini.local.lkey());
         }
         match kind {
-            OpKind::Send if transport == Transport::Ud => {
+            OpKind::Send if transport == PairType::Ud => {
                 let peer = &self.sides[target].qps[q];
                 wr = wr.ud(AhAttr::new(peer.pd().context().addr()), peer.qpn().value(), QKEY);
             }
@@ -622,7 +622,7 @@ impl Workload {
             self.streams[s].dead = true;
             return false;
         }
-        if transport != Transport::Rc {
+        if transport != PairType::Rc {
             let write_off = unreliable_write.then_some(tgt_off);
             self.streams[s].awaited.insert(seq, Awaited { len, tag, write_off });
         } else if kind == OpKind::Send {
@@ -734,7 +734,7 @@ impl Workload {
         let slot_off = ((q * self.cfg.window + p.slot) * self.stride) as u64;
         let tgt_off = ((q * self.tslots + p.slot) * self.stride) as u64;
         let transport = self.streams[s].transport;
-        if transport != Transport::Rc {
+        if transport != PairType::Rc {
             // sent, not necessarily delivered: checked when (if) it arrives
             self.report.delivery.entry(transport).or_default().sent += 1;
             return;
@@ -799,7 +799,7 @@ impl Workload {
             (Region::Recv, ((q * self.recv_slots + r) * self.rstride) as u64)
         };
         let transport = self.streams[s].transport;
-        if transport != Transport::Rc {
+        if transport != PairType::Rc {
             self.on_unreliable_recv(s, side, wc, (region, off), &what);
         } else {
             self.on_rc_recv(s, side, wc, (region, off), &what);
@@ -853,7 +853,7 @@ impl Workload {
         what: &str,
     ) {
         let transport = self.streams[s].transport;
-        let grh = if transport == Transport::Ud { GRH } else { 0 };
+        let grh = if transport == PairType::Ud { GRH } else { 0 };
         let seq = if wc.opcode == WcOpcode::RecvRdmaWithImm {
             match wc.imm {
                 Some(imm) => u64::from(imm),
@@ -981,7 +981,7 @@ impl Workload {
     /// A UC/UD stream whose window of messages in flight is full.
     fn blocked(&self, s: usize) -> bool {
         let st = &self.streams[s];
-        st.transport != Transport::Rc && st.next_seq - st.floor >= self.cfg.window as u64
+        st.transport != PairType::Rc && st.next_seq - st.floor >= self.cfg.window as u64
     }
 
     /// Release the window of blocked UC/UD streams that heard nothing for
@@ -1114,7 +1114,7 @@ impl Workload {
         self.poll();
         self.check_atomic_words();
         for st in &self.streams {
-            if st.transport != Transport::Rc {
+            if st.transport != PairType::Rc {
                 self.report.delivery.entry(st.transport).or_default().missing +=
                     st.awaited.len() as u64 + st.expired;
             }

@@ -1,4 +1,4 @@
-//! The engine: one [`Cm`] per port, its connection table and the IBA 12.9
+//! The state machine: one [`Cm`] per port, its connection table and the IBA 12.9
 //! state machine.
 
 use crate::types::*;
@@ -30,7 +30,7 @@ enum Role {
     Passive,
 }
 
-/// What the engine knows of one connection or SIDR exchange.
+/// What the CM knows of one connection or SIDR exchange.
 #[derive(Debug)]
 struct Conn {
     state: ConnState,
@@ -105,7 +105,7 @@ pub struct ConnInfo {
     pub remote_qpn: u32,
 }
 
-/// The communication manager of one port: a sans-IO engine. Feed it
+/// The communication manager of one port: a sans-IO state machine. Feed it
 /// received MADs ([`Cm::handle_mad`]) and the clock ([`Cm::handle_timeout`]),
 /// call the user operations, and drain [`Cm::poll_transmit`],
 /// [`Cm::poll_event`]; sleep until [`Cm::poll_timeout`].
@@ -192,7 +192,7 @@ impl Cm {
         &self.counters
     }
 
-    /// Connections and SIDR exchanges the engine holds (TimeWait and
+    /// Connections and SIDR exchanges the CM holds (TimeWait and
     /// destroyed-but-closing ones included).
     pub fn connection_count(&self) -> usize {
         self.conns.len()
@@ -217,7 +217,7 @@ impl Cm {
         })
     }
 
-    /// A starting PSN from the engine's seeded generator (24 bits).
+    /// A starting PSN from the CM's seeded generator (24 bits).
     pub fn random_psn(&mut self) -> u32 {
         (self.next_random() >> 40) as u32 & 0xFF_FFFF
     }

@@ -2,11 +2,11 @@
 
 mod common;
 use common::*;
-use roce_transport::{Driver, DriverConfig, DriverHandle};
+use roce_transport::{NodeThread, NodeThreadConfig, NodeThreadHandle};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-fn wait_until(h: &DriverHandle, limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+fn wait_until(h: &NodeThreadHandle, limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let end = std::time::Instant::now() + limit;
     let mut seen = h.progress();
     while !cond() {
@@ -27,8 +27,8 @@ fn echo_between_two_driven_nodes() {
     let b = Arc::new(Mutex::new(Fake { echo: true, ..Fake::default() }));
     let sent: Vec<_> = (0..200).map(|i| send_only(&ep, 4, i, &pattern(i as usize, 1024))).collect();
     a.lock().unwrap().outbox.extend(sent.iter().cloned());
-    let ha = Driver::spawn(a.clone(), ta).unwrap();
-    let hb = Driver::spawn(b.clone(), tb).unwrap();
+    let ha = NodeThread::spawn(a.clone(), ta).unwrap();
+    let hb = NodeThread::spawn(b.clone(), tb).unwrap();
     assert!(wait_until(&ha, Duration::from_secs(10), || a.lock().unwrap().inbox.len() >= 200));
     let a = a.lock().unwrap();
     assert_eq!(a.inbox.len(), 200);
@@ -55,7 +55,7 @@ fn echo_between_two_driven_nodes() {
 fn timers_fire_when_due() {
     let t = bind("127.1.12.2", |_| {});
     let n = Arc::new(Mutex::new(Fake::default()));
-    let h = Driver::spawn(n.clone(), t).unwrap();
+    let h = NodeThread::spawn(n.clone(), t).unwrap();
     let now = h.now();
     let deadlines = [now + Duration::from_millis(30), now + Duration::from_millis(60)];
     n.lock().unwrap().timers.extend(deadlines);
@@ -72,14 +72,15 @@ fn timers_fire_when_due() {
 }
 
 fn one_way_latency(notify: bool, octet: u8) -> Duration {
-    let cfg = DriverConfig { max_idle: Duration::from_millis(300), ..DriverConfig::default() };
+    let cfg =
+        NodeThreadConfig { max_idle: Duration::from_millis(300), ..NodeThreadConfig::default() };
     let ta = bind(&format!("127.1.{octet}.2"), |_| {});
     let tb = bind(&format!("127.1.{octet}.3"), |_| {});
     let ep = core_ep(&ta, &tb);
     let a = Arc::new(Mutex::new(Fake::default()));
     let b = Arc::new(Mutex::new(Fake::default()));
-    let ha = Driver::spawn_with(a.clone(), ta, cfg.clone()).unwrap();
-    let hb = Driver::spawn_with(b.clone(), tb, cfg).unwrap();
+    let ha = NodeThread::spawn_with(a.clone(), ta, cfg.clone()).unwrap();
+    let hb = NodeThread::spawn_with(b.clone(), tb, cfg).unwrap();
     let mut lat = Vec::new();
     for i in 0..5 {
         std::thread::sleep(Duration::from_millis(37));
@@ -113,8 +114,8 @@ fn progress_hook_and_bounded_shutdown() {
     let ep = core_ep(&ta, &tb);
     let a = Arc::new(Mutex::new(Fake::default()));
     let b = Arc::new(Mutex::new(Fake::default()));
-    let ha = Driver::spawn(a.clone(), ta).unwrap();
-    let hb = Driver::spawn(b.clone(), tb).unwrap();
+    let ha = NodeThread::spawn(a.clone(), ta).unwrap();
+    let hb = NodeThread::spawn(b.clone(), tb).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     hb.on_progress(move || {
         let _ = tx.send(());
@@ -146,8 +147,8 @@ fn pcap_records_sent_and_received_frames() {
     let sent: Vec<_> =
         (0..10).map(|i| send_only(&ep, 4, i, &pattern(i as usize, 256 + i as usize))).collect();
     a.lock().unwrap().outbox.extend(sent.iter().cloned());
-    let ha = Driver::spawn(a.clone(), ta).unwrap();
-    let _hb = Driver::spawn(b.clone(), tb).unwrap();
+    let ha = NodeThread::spawn(a.clone(), ta).unwrap();
+    let _hb = NodeThread::spawn(b.clone(), tb).unwrap();
     assert!(wait_until(&ha, Duration::from_secs(5), || a.lock().unwrap().inbox.len() == 10));
     let t = ha.shutdown().expect("stopped");
     assert_eq!(t.snapshot().pcap_frames, 20);
@@ -178,18 +179,18 @@ fn pcap_records_sent_and_received_frames() {
 /// delivery. Posts land at varied offsets around the 30 µs spin window.
 #[test]
 fn spinning_driver_loses_no_notify() {
-    let cfg = DriverConfig {
+    let cfg = NodeThreadConfig {
         max_idle: Duration::from_millis(300),
         spin: Duration::from_micros(30),
-        ..DriverConfig::default()
+        ..NodeThreadConfig::default()
     };
     let ta = bind("127.1.19.2", |_| {});
     let tb = bind("127.1.19.3", |_| {});
     let ep = core_ep(&ta, &tb);
     let a = Arc::new(Mutex::new(Fake::default()));
     let b = Arc::new(Mutex::new(Fake { echo: true, ..Fake::default() }));
-    let ha = Driver::spawn_with(a.clone(), ta, cfg.clone()).unwrap();
-    let hb = Driver::spawn_with(b.clone(), tb, cfg.clone()).unwrap();
+    let ha = NodeThread::spawn_with(a.clone(), ta, cfg.clone()).unwrap();
+    let hb = NodeThread::spawn_with(b.clone(), tb, cfg.clone()).unwrap();
     assert_eq!(ha.spin(), Duration::from_micros(30));
     let n = 300;
     let mut worst = Duration::ZERO;

@@ -1,4 +1,4 @@
-//! [`Driver`]: a thread between a sans-IO node and a transport, for code
+//! [`NodeThread`]: a thread between a sans-IO node and a transport, for code
 //! that posts through the node's mutex and waits on the thread. It is a
 //! one-port [`crate::Engine`] with its thread (the engine's rounds: receive
 //! every waiting message (`recvmmsg`, GRO split, ICRC check) →
@@ -7,27 +7,27 @@
 //! (batched, GSO for equal-sized runs); when a round did nothing, the
 //! thread sleeps in `ppoll` on the socket and an eventfd, for at most the
 //! time until the node's next deadline (and at most `max_idle`)). The
-//! transport it drives is any [`Transport`] (`crate::socket`).
+//! transport it drives is any [`Link`] (`crate::socket`).
 //!
 //! The node lives behind a `Mutex` shared with the application, which
 //! posts work through it from any thread (sync or async code alike) and
-//! then calls [`DriverHandle::notify`] so the driver wakes at once and sends
+//! then calls [`NodeThreadHandle::notify`] so the thread wakes at once and sends
 //! the new packets (without it they leave at the next wake-up: the next
 //! received datagram, timer, or `max_idle`).
 //!
 //! Time: `now` is `std::time::Instant` mapped to nanoseconds since the
-//! driver started ([`DriverHandle::now`]).
+//! thread started ([`NodeThreadHandle::now`]).
 //!
-//! Waiting for progress: [`DriverHandle::wait_for_progress`] blocks on a
+//! Waiting for progress: [`NodeThreadHandle::wait_for_progress`] blocks on a
 //! condition variable (sync code; from tokio call it in `spawn_blocking`),
-//! and [`DriverHandle::on_progress`] registers a callback run by the driver
+//! and [`NodeThreadHandle::on_progress`] registers a callback run by the
 //! thread after each round that handled datagrams or fired timers; for
 //! async code, make it call `tokio::sync::Notify::notify_waiters()` (or
 //! wake a waker) and await that. No async runtime is needed by this crate.
 
 use crate::counters::{CountersSnapshot, TransportCounters};
 use crate::engine::{Engine, EngineConfig, EngineHandle};
-use crate::socket::Transport;
+use crate::socket::Link;
 use crate::udp::UdpTransport;
 use roce_emulator::{Instant, SansIo};
 use std::io;
@@ -35,9 +35,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Tuning of a [`Driver`].
+/// Tuning of a [`NodeThread`].
 #[derive(Clone, Debug)]
-pub struct DriverConfig {
+pub struct NodeThreadConfig {
     /// Longest sleep without any event (bounds shutdown and missed-notify latency).
     pub max_idle: Duration,
     /// Most `recvmmsg` calls per round.
@@ -56,21 +56,21 @@ pub struct DriverConfig {
     pub spin: Duration,
 }
 
-impl Default for DriverConfig {
+impl Default for NodeThreadConfig {
     fn default() -> Self {
-        DriverConfig {
+        NodeThreadConfig {
             max_idle: Duration::from_millis(50),
             max_rx_batches: 8,
             max_tx_per_round: 256,
-            name: "roce-udp-driver".into(),
+            name: "roce-nodethread".into(),
             shutdown_timeout: Duration::from_secs(2),
             spin: Duration::ZERO,
         }
     }
 }
 
-/// The engine behind a [`DriverHandle`], with its node type erased.
-trait Erased<T: Transport>: Send + Sync {
+/// The engine behind a [`NodeThreadHandle`], with its node type erased.
+trait Erased<T: Link>: Send + Sync {
     fn engine_notify(&self);
     fn engine_now(&self) -> Instant;
     fn progress_count(&self) -> u64;
@@ -80,7 +80,7 @@ trait Erased<T: Transport>: Send + Sync {
     fn into_transport(self: Box<Self>) -> Option<T>;
 }
 
-impl<N: SansIo + Send + 'static, T: Transport> Erased<T> for EngineHandle<N, T> {
+impl<N: SansIo + Send + 'static, T: Link> Erased<T> for EngineHandle<N, T> {
     fn engine_notify(&self) {
         self.notify()
     }
@@ -104,30 +104,30 @@ impl<N: SansIo + Send + 'static, T: Transport> Erased<T> for EngineHandle<N, T> 
     }
 }
 
-/// Starts a driver thread for one node: an [`Engine`] with one port and
+/// Starts a node thread for one node: an [`Engine`] with one port and
 /// its thread, for code that posts through the node's mutex and waits on
 /// the thread (`notify`, `wait_for_progress`).
-pub struct Driver;
+pub struct NodeThread;
 
-impl Driver {
-    /// Spawn a driver thread with the default [`DriverConfig`].
-    pub fn spawn<N, T>(node: Arc<Mutex<N>>, transport: T) -> io::Result<DriverHandle<T>>
+impl NodeThread {
+    /// Spawn a node thread with the default [`NodeThreadConfig`].
+    pub fn spawn<N, T>(node: Arc<Mutex<N>>, transport: T) -> io::Result<NodeThreadHandle<T>>
     where
         N: SansIo + Send + 'static,
-        T: Transport,
+        T: Link,
     {
-        Driver::spawn_with(node, transport, DriverConfig::default())
+        NodeThread::spawn_with(node, transport, NodeThreadConfig::default())
     }
 
-    /// Spawn a driver thread that owns `transport` and drives `node`.
+    /// Spawn a node thread that owns `transport` and drives `node`.
     pub fn spawn_with<N, T>(
         node: Arc<Mutex<N>>,
         transport: T,
-        cfg: DriverConfig,
-    ) -> io::Result<DriverHandle<T>>
+        cfg: NodeThreadConfig,
+    ) -> io::Result<NodeThreadHandle<T>>
     where
         N: SansIo + Send + 'static,
-        T: Transport,
+        T: Link,
     {
         let counters = transport.counters();
         let local = transport.local_addr();
@@ -142,27 +142,27 @@ impl Driver {
             ..EngineConfig::default()
         };
         let e = Engine::new(vec![(node, transport)], ec)?.start()?;
-        Ok(DriverHandle { e: Some(Box::new(e)), counters, local, spin: cfg.spin })
+        Ok(NodeThreadHandle { e: Some(Box::new(e)), counters, local, spin: cfg.spin })
     }
 }
 
-/// Handle to a running driver thread; dropping it stops the thread.
-pub struct DriverHandle<T: Transport = UdpTransport> {
+/// Handle to a running node thread; dropping it stops the thread.
+pub struct NodeThreadHandle<T: Link = UdpTransport> {
     e: Option<Box<dyn Erased<T>>>,
     counters: Arc<TransportCounters>,
     local: SocketAddr,
     spin: Duration,
 }
 
-impl<T: Transport> DriverHandle<T> {
+impl<T: Link> NodeThreadHandle<T> {
     fn e(&self) -> &dyn Erased<T> {
         self.e.as_deref().expect("engine present until shutdown")
     }
-    /// Wake the driver: call after posting work through the node's mutex.
+    /// Wake the thread: call after posting work through the node's mutex.
     pub fn notify(&self) {
         self.e().engine_notify();
     }
-    /// The driver's clock (the `now` it passes to the node).
+    /// The thread's clock (the `now` it passes to the node).
     pub fn now(&self) -> Instant {
         self.e().engine_now()
     }
@@ -184,17 +184,17 @@ impl<T: Transport> DriverHandle<T> {
     pub fn wait_for_progress(&self, seen: u64, timeout: Duration) -> u64 {
         self.e().wait(seen, timeout)
     }
-    /// How long the driver thread spins before sleeping
-    /// ([`DriverConfig::spin`]).
+    /// How long the node thread spins before sleeping
+    /// ([`NodeThreadConfig::spin`]).
     pub fn spin(&self) -> Duration {
         self.spin
     }
-    /// Run `f` on the driver thread after each round with progress (keep
+    /// Run `f` on the node thread after each round with progress (keep
     /// it short and non-blocking; e.g. notify a `tokio::sync::Notify`).
     pub fn on_progress(&self, f: impl Fn() + Send + Sync + 'static) {
         self.e().hook(Box::new(f));
     }
-    /// Whether the driver thread has ended (it only ends on shutdown or a
+    /// Whether the node thread has ended (it only ends on shutdown or a
     /// panic in the node).
     pub fn is_finished(&self) -> bool {
         self.e.as_ref().is_none_or(|e| e.finished())
