@@ -74,6 +74,34 @@ struct ibv_qp_init_attr qp_init_attr(struct ibv_cq *cq, enum ibv_qp_type type,
 	return ia;
 }
 
+struct ibv_qp *rc_qp_init(struct ibv_pd *pd, struct ibv_cq *cq, uint32_t depth,
+			  unsigned int access)
+{
+	struct ibv_qp_init_attr ia = qp_init_attr(cq, IBV_QPT_RC, depth, depth);
+	struct ibv_qp *qp = ibv_create_qp(pd, &ia);
+
+	if (!qp)
+		die("ibv_create_qp");
+	if (rc_init(qp, access))
+		die("INIT");
+	return qp;
+}
+
+int poll_one(struct ibv_cq *cq, struct ibv_wc *wc, double secs)
+{
+	double end = now_s() + secs;
+
+	while (now_s() < end) {
+		int n = ibv_poll_cq(cq, 1, wc);
+
+		if (n < 0)
+			return -1;
+		if (n == 1)
+			return 0;
+	}
+	return -1;
+}
+
 struct rc_path rc_path(uint32_t dest_qpn, union ibv_gid dgid)
 {
 	struct rc_path p = {

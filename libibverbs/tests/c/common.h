@@ -41,6 +41,15 @@ void open_side(struct ibv_device *dev, struct side *s, int cqe,
 struct ibv_qp_init_attr qp_init_attr(struct ibv_cq *cq, enum ibv_qp_type type,
 				     uint32_t send_wr, uint32_t recv_wr);
 
+/* An RC QP on `pd` with `cq` for both queues, `depth` work requests each
+ * way, moved to INIT with `access` (die on a failure). */
+struct ibv_qp *rc_qp_init(struct ibv_pd *pd, struct ibv_cq *cq, uint32_t depth,
+			  unsigned int access);
+
+/* One completion of `cq` into *wc within `secs` seconds: 0, or -1 (none,
+ * or ibv_poll_cq failed). */
+int poll_one(struct ibv_cq *cq, struct ibv_wc *wc, double secs);
+
 /* The path and timers of an RC QP's RTR and RTS. */
 struct rc_path {
 	uint32_t dest_qpn;

@@ -101,23 +101,15 @@ static int connect_qp(struct side *s, struct side *peer)
 			  &p);
 }
 
-/* Post one request and wait (bounded) for its completion. */
+/* Post one request and wait (30 s at most) for its completion. */
 static int do_wr(struct side *s, struct ibv_send_wr *wr, struct ibv_wc *wc)
 {
 	struct ibv_send_wr *bad;
-	long spins;
 
 	wr->send_flags |= IBV_SEND_SIGNALED;
 	if (ibv_post_send(s->qp, wr, &bad))
 		return -1;
-	for (spins = 0; spins < 200000000L; spins++) {
-		int n = ibv_poll_cq(s->cq, 1, wc);
-		if (n < 0)
-			return -1;
-		if (n == 1)
-			return 0;
-	}
-	return -1;
+	return poll_one(s->cq, wc, 30);
 }
 
 int main(void)

@@ -50,13 +50,7 @@ static char why[128];
 
 static struct ibv_qp *rc_qp(void)
 {
-	struct ibv_qp_init_attr ia = qp_init_attr(cq, IBV_QPT_RC, 16, 16);
-	struct ibv_qp *q = ibv_create_qp(pd, &ia);
-	if (!q)
-		die("ibv_create_qp");
-	if (rc_init(q, IBV_ACCESS_LOCAL_WRITE))
-		die("INIT");
-	return q;
+	return rc_qp_init(pd, cq, 16, IBV_ACCESS_LOCAL_WRITE);
 }
 
 static void connect_to(struct ibv_qp *q, uint32_t dest)

@@ -67,13 +67,9 @@ int main(int argc, char **argv)
 
 	struct ibv_qp *qp[NQP];
 	for (int i = 0; i < NQP; i++) {
-		struct ibv_qp_init_attr ia = qp_init_attr(cq, IBV_QPT_RC, 4, 4);
-		qp[i] = ibv_create_qp(pd, &ia);
-		if (!qp[i])
-			die("ibv_create_qp");
-		if (rc_init(qp[i], IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-					   IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC))
-			die("INIT");
+		qp[i] = rc_qp_init(pd, cq, 4,
+				   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+					   IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
 		if (i == 14) {
 			struct ibv_sge s = { .addr = (uintptr_t)rbuf, .length = sizeof rbuf, .lkey = rmr->lkey };
 			struct ibv_recv_wr rw = { .wr_id = 14, .sg_list = &s, .num_sge = 1 }, *bad;

@@ -87,21 +87,6 @@ static int connect_to(struct ibv_qp *qp, struct ibv_qp *peer,
 	return rc_connect(qp, IBV_ACCESS_REMOTE_WRITE, &p);
 }
 
-/* One completion of `cq` within 10 s. */
-static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
-{
-	double end = now_s() + 10;
-
-	while (now_s() < end) {
-		int n = ibv_poll_cq(cq, 1, wc);
-		if (n < 0)
-			return -1;
-		if (n == 1)
-			return 0;
-	}
-	return -1;
-}
-
 static int post_recv(struct side *s, struct ibv_qp *qp, uint32_t off,
 		     uint32_t len, uint64_t id)
 {
@@ -132,7 +117,7 @@ static int rc_send(struct side *s, struct ibv_qp *qp, const void *src,
 	rc = ibv_post_send(qp, &wr, &bad);
 	if (rc)
 		return rc;
-	return poll_one(s->cq, wc) ? -1 : 0;
+	return poll_one(s->cq, wc, 10) ? -1 : 0;
 }
 
 static void open_two(struct side *a, struct side *b)
@@ -213,7 +198,7 @@ static int part_flow(void)
 	rc = rc_send(&a, a.qp, a.buf, 20, 0, &wc);
 	CHECK(rc == 0 && wc.status == IBV_WC_SUCCESS,
 	      "SEND over the QP: status %s", ibv_wc_status_str(wc.status));
-	rc = poll_one(b.cq, &wc);
+	rc = poll_one(b.cq, &wc, 10);
 	CHECK(rc == 0 && wc.status == IBV_WC_SUCCESS && wc.byte_len == 20 &&
 		      memcmp(b.buf, "flow label ~0 works", 20) == 0,
 	      "the peer received \"%.19s\"", (char *)b.buf);
@@ -535,7 +520,7 @@ static void ud_exchange(struct side *s, struct ibv_qp *sq, struct side *r,
 	for (i = 0; i < 2; i++) {
 		struct ibv_wc w;
 
-		if (poll_one(i == 0 ? s->cq : r->cq, &w)) {
+		if (poll_one(i == 0 ? s->cq : r->cq, &w, 10)) {
 			CHECK(0, "completion %d arrived", i);
 			return;
 		}
@@ -677,7 +662,7 @@ static int part_ud(void)
 		wr.wr.ud.remote_qkey = 0x11111111;
 		if (!ah || ibv_post_send(aq, &wr, &bad))
 			die("UD send to the extended CQ");
-		poll_one(a.cq, &wc);
+		poll_one(a.cq, &wc, 10);
 		end = now_s() + 10;
 		while ((rc = ibv_start_poll(xcq, &pa)) == ENOENT && now_s() < end)
 			;
@@ -782,7 +767,7 @@ static int part_inline(void)
 	CHECK(rc == 0 && wc.status == IBV_WC_SUCCESS,
 	      "16-byte inline SEND on a QP made with max_inline_data 0: %d, %s",
 	      rc, rc == 0 ? ibv_wc_status_str(wc.status) : "not posted");
-	rc = poll_one(b.cq, &wc);
+	rc = poll_one(b.cq, &wc, 10);
 	CHECK(rc == 0 && wc.byte_len == 16 && memcmp(b.buf, msg, 16) == 0,
 	      "the peer received \"%.16s\"", (char *)b.buf);
 	CALL_RC(rc, err, rc_send(&a, a.qp, seventeen, 17, 1, &wc));

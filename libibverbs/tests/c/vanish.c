@@ -46,14 +46,9 @@ struct pair {
 
 static struct ibv_qp *rc_qp(struct ibv_cq *cq)
 {
-	struct ibv_qp_init_attr ia = qp_init_attr(cq, IBV_QPT_RC, 8, 8);
-	struct ibv_qp *qp = ibv_create_qp(pd, &ia);
-	if (!qp)
-		die("ibv_create_qp");
-	if (rc_init(qp, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-				IBV_ACCESS_REMOTE_ATOMIC))
-		die("INIT");
-	return qp;
+	return rc_qp_init(pd, cq, 8,
+			  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+				  IBV_ACCESS_REMOTE_ATOMIC);
 }
 
 static void connect_to(struct ibv_qp *qp, uint32_t dest)
