@@ -494,99 +494,26 @@ fn fake_nodes_ipv6_addresses_the_kernel_does_not_own() {
 mod hca {
     use super::*;
     use roce_emulator::*;
+    use roce_sim::testkit::RcPath;
 
-    pub struct HcaSide {
-        pub hca: Arc<Mutex<Hca>>,
-        pub h: DriverHandle<RawTransport>,
-        pub cq: CqHandle,
-        pub mr: MrInfo,
-        pub qpn: roce_packet::Qpn,
-    }
+    pub type HcaSide = common::DrivenSide<RawTransport>;
 
     pub fn side(ns: &str, dev: &'static str, ip: IpAddr, seed: u64) -> HcaSide {
         in_ns(ns, move || {
             let mut cfg = HcaConfig::new(dev, ip, seed);
             cfg.active_mtu = PathMtu::Mtu1024; // veth MTU 1500
-            let mut hca = Hca::new(cfg);
-            let pd = hca.alloc_pd().unwrap();
-            let cq = hca.create_cq(256).unwrap();
-            let access =
-                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-            let mr = hca.reg_mr(pd, 1 << 20, access).unwrap();
-            let qpn = hca
-                .create_qp(QpInitAttr {
-                    pd,
-                    send_cq: cq,
-                    recv_cq: cq,
-                    qp_type: QpType::Rc,
-                    cap: QpCap {
-                        max_send_wr: 64,
-                        max_recv_wr: 64,
-                        max_send_sge: 2,
-                        max_recv_sge: 2,
-                        max_inline_data: 64,
-                    },
-                    sq_sig_all: true,
-                    srq: None,
-                })
-                .unwrap();
             let t = RawTransport::open({
                 let mut c = RawConfig::new(dev, ip);
                 c.neigh_tries = 25;
                 c
             })
             .expect("open raw transport");
-            let hca = Arc::new(Mutex::new(hca));
-            let h = Driver::spawn(hca.clone(), t).unwrap();
-            HcaSide { hca, h, cq, mr, qpn }
+            common::DrivenSide::new(Hca::new(cfg), t, 256, 64)
         })
     }
 
     pub fn connect(s: &HcaSide, peer: IpAddr, peer_qpn: roce_packet::Qpn, sq: u32, rq: u32) {
-        let mut hca = s.hca.lock().unwrap();
-        let access =
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-        hca.modify_qp(
-            s.qpn,
-            &QpAttr::new().state(QpState::Init).pkey_index(0).port(1).access_flags(access),
-        )
-        .unwrap();
-        hca.modify_qp(
-            s.qpn,
-            &QpAttr::new()
-                .state(QpState::Rtr)
-                .ah(AhAttr::new(peer))
-                .mtu(PathMtu::Mtu1024)
-                .dest_qpn(peer_qpn.value())
-                .rq_psn(rq)
-                .max_dest_rd_atomic(4)
-                .min_rnr_timer(1),
-        )
-        .unwrap();
-        hca.modify_qp(
-            s.qpn,
-            &QpAttr::new()
-                .state(QpState::Rts)
-                .sq_psn(sq)
-                .timeout(14)
-                .retry_cnt(7)
-                .rnr_retry(7)
-                .max_rd_atomic(4),
-        )
-        .unwrap();
-    }
-
-    pub fn completions(s: &HcaSide, n: usize, limit: Duration) -> Vec<WorkCompletion> {
-        let end = std::time::Instant::now() + limit;
-        let mut out = Vec::new();
-        let mut seen = s.h.progress();
-        while out.len() < n && std::time::Instant::now() < end {
-            out.extend(s.hca.lock().unwrap().poll_cq(s.cq, 64).unwrap());
-            if out.len() < n {
-                seen = s.h.wait_for_progress(seen, Duration::from_millis(20));
-            }
-        }
-        out
+        s.connect(peer, peer_qpn, RcPath { sq_psn: sq, rq_psn: rq, ..RcPath::default() });
     }
 }
 
@@ -617,14 +544,14 @@ fn hca_send_and_rdma_write_over_raw() {
         ha.post_send(a.qpn, wr).unwrap();
     }
     a.h.notify();
-    let wb = hca::completions(&b, 1, Duration::from_secs(10));
+    let wb = b.completions(1, Duration::from_secs(10));
     assert_eq!(wb.len(), 1, "receive completion; B {:?}", b.h.counters());
     assert_eq!((wb[0].wr_id, wb[0].status, wb[0].opcode), (11, WcStatus::Success, WcOpcode::Recv));
     assert_eq!(wb[0].byte_len as usize, msg.len());
     let mut got = vec![0u8; msg.len()];
     b.hca.lock().unwrap().mr_read(b.mr.handle, 4096, &mut got).unwrap();
     assert_eq!(got, msg);
-    let wa = hca::completions(&a, 1, Duration::from_secs(10));
+    let wa = a.completions(1, Duration::from_secs(10));
     assert_eq!(wa.len(), 1);
     assert_eq!((wa[0].wr_id, wa[0].status, wa[0].opcode), (1, WcStatus::Success, WcOpcode::Send));
 
@@ -639,7 +566,7 @@ fn hca_send_and_rdma_write_over_raw() {
         ha.post_send(a.qpn, wr).unwrap();
     }
     a.h.notify();
-    let wa = hca::completions(&a, 1, Duration::from_secs(10));
+    let wa = a.completions(1, Duration::from_secs(10));
     assert_eq!(wa.len(), 1);
     assert_eq!(
         (wa[0].wr_id, wa[0].status, wa[0].opcode),

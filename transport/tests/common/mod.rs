@@ -2,11 +2,14 @@
 #![allow(dead_code)]
 
 use bytes::Bytes;
+use roce_emulator::{AccessFlags, CqHandle, Hca, MrInfo, QpCap, QpType, WorkCompletion};
 use roce_emulator::{Datagram, Instant as CoreInstant, SansIo};
 use roce_packet::{pad_for, IpMeta, IpUdpHeader, Psn, Qpn, RoceRepr, UdpEndpoints};
-use roce_transport::{UdpConfig, UdpTransport};
+use roce_sim::testkit::{qp_cap, qp_init, rc_connect, RcPath};
+use roce_transport::{Driver, DriverHandle, Transport, UdpConfig, UdpTransport};
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// A valid RC SEND_ONLY UDP payload of `payload_len` data bytes whose ICRC
@@ -147,5 +150,58 @@ impl SansIo for Fake {
         for t in due {
             self.fired.push((t, now));
         }
+    }
+}
+
+/// An HCA a driver thread runs over a transport, with a CQ of 1024
+/// entries, a region of 1 MiB (local and remote writes, remote reads) and
+/// one RC QP (`wrs` work requests each way, two SGEs, 64 bytes inline).
+pub struct DrivenSide<T: Transport> {
+    pub hca: Arc<Mutex<Hca>>,
+    pub h: DriverHandle<T>,
+    pub cq: CqHandle,
+    pub mr: MrInfo,
+    pub qpn: Qpn,
+}
+
+/// The access rights of [`DrivenSide`]'s region and QP.
+pub const DRIVEN_ACCESS: AccessFlags = AccessFlags(
+    AccessFlags::LOCAL_WRITE.0 | AccessFlags::REMOTE_WRITE.0 | AccessFlags::REMOTE_READ.0,
+);
+
+impl<T: Transport> DrivenSide<T> {
+    /// `hca` set up as above (a CQ of `cqe`), run over `t`.
+    pub fn new(mut hca: Hca, t: T, cqe: u32, wrs: u32) -> DrivenSide<T> {
+        let pd = hca.alloc_pd().unwrap();
+        let cq = hca.create_cq(cqe).unwrap();
+        let mr = hca.reg_mr(pd, 1 << 20, DRIVEN_ACCESS).unwrap();
+        let cap =
+            QpCap { max_send_sge: 2, max_recv_sge: 2, max_inline_data: 64, ..qp_cap(wrs, wrs) };
+        let qpn = hca.create_qp(qp_init(pd, cq, QpType::Rc, cap, true)).unwrap();
+        let hca = Arc::new(Mutex::new(hca));
+        let h = Driver::spawn(hca.clone(), t).unwrap();
+        DrivenSide { hca, h, cq, mr, qpn }
+    }
+
+    /// The QP to RTS towards QP `peer_qpn` at `peer`: [`DRIVEN_ACCESS`],
+    /// four READs in flight each way, `path`'s MTU and PSNs.
+    pub fn connect(&self, peer: IpAddr, peer_qpn: Qpn, path: RcPath) {
+        let path =
+            RcPath { access: DRIVEN_ACCESS, max_dest_rd_atomic: 4, max_rd_atomic: 4, ..path };
+        rc_connect(&mut self.hca.lock().unwrap(), self.qpn, peer, peer_qpn.value(), &path).unwrap();
+    }
+
+    /// Wait for `n` completions on the CQ (at most `limit`).
+    pub fn completions(&self, n: usize, limit: Duration) -> Vec<WorkCompletion> {
+        let end = Instant::now() + limit;
+        let mut out = Vec::new();
+        let mut seen = self.h.progress();
+        while out.len() < n && Instant::now() < end {
+            out.extend(self.hca.lock().unwrap().poll_cq(self.cq, 64).unwrap());
+            if out.len() < n {
+                seen = self.h.wait_for_progress(seen, Duration::from_millis(20));
+            }
+        }
+        out
     }
 }
