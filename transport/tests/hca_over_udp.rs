@@ -9,7 +9,6 @@ use roce_emulator::*;
 use roce_sim::testkit::RcPath;
 use roce_transport::{UdpConfig, UdpTransport};
 use std::net::IpAddr;
-use std::time::Duration;
 
 type Side = DrivenSide<UdpTransport>;
 
@@ -44,47 +43,10 @@ fn send_and_rdma_write_between_two_hcas_over_udp() {
 
     // SEND of 3 * 4096 + 100 bytes into a posted receive.
     let msg = pattern(3 * 4096 + 100, 7);
-    {
-        let mut hb = b.hca.lock().unwrap();
-        hb.post_recv(b.qpn, RecvWr::new(11, b.mr.addr + 4096, 64 * 1024, b.mr.lkey)).unwrap();
-    }
-    {
-        let mut ha = a.hca.lock().unwrap();
-        ha.mr_write(a.mr.handle, 0, &msg).unwrap();
-        let wr = SendWr::new(1, WrOpcode::Send).sge(a.mr.addr, msg.len() as u32, a.mr.lkey);
-        ha.post_send(a.qpn, wr).unwrap();
-    }
-    a.h.notify();
-    let wb = b.completions(1, Duration::from_secs(10));
-    assert_eq!(wb.len(), 1, "receive completion");
-    assert_eq!((wb[0].wr_id, wb[0].status, wb[0].opcode), (11, WcStatus::Success, WcOpcode::Recv));
-    assert_eq!(wb[0].byte_len as usize, msg.len());
-    let mut got = vec![0u8; msg.len()];
-    b.hca.lock().unwrap().mr_read(b.mr.handle, 4096, &mut got).unwrap();
-    assert_eq!(got, msg);
-    let wa = a.completions(1, Duration::from_secs(10));
-    assert_eq!((wa[0].wr_id, wa[0].status, wa[0].opcode), (1, WcStatus::Success, WcOpcode::Send));
+    a.send_checked(&b, &msg, 64 * 1024);
 
     // RDMA WRITE of 64 KiB + 3 bytes (17 packets: a GSO run of full MTUs).
-    let data = pattern(64 * 1024 + 3, 99);
-    {
-        let mut ha = a.hca.lock().unwrap();
-        ha.mr_write(a.mr.handle, 100_000, &data).unwrap();
-        let wr = SendWr::new(2, WrOpcode::RdmaWrite)
-            .sge(a.mr.addr + 100_000, data.len() as u32, a.mr.lkey)
-            .remote(b.mr.addr + 500_000, b.mr.rkey);
-        ha.post_send(a.qpn, wr).unwrap();
-    }
-    a.h.notify();
-    let wa = a.completions(1, Duration::from_secs(10));
-    assert_eq!(wa.len(), 1);
-    assert_eq!(
-        (wa[0].wr_id, wa[0].status, wa[0].opcode),
-        (2, WcStatus::Success, WcOpcode::RdmaWrite)
-    );
-    let mut got = vec![0u8; data.len()];
-    b.hca.lock().unwrap().mr_read(b.mr.handle, 500_000, &mut got).unwrap();
-    assert_eq!(got, data);
+    a.write_checked(&b, &pattern(64 * 1024 + 3, 99));
 
     let (ca, cb) = (a.h.counters(), b.h.counters());
     assert_eq!(cb.icrc_bad + ca.icrc_bad, 0);

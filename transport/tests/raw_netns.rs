@@ -520,7 +520,6 @@ mod hca {
 #[test]
 fn hca_send_and_rdma_write_over_raw() {
     let _serial = serial();
-    use roce_emulator::{RecvWr, SendWr, WcOpcode, WcStatus, WrOpcode};
     let Some(ns) = netns(Some(("10.77.0.1/24", "10.77.0.2/24"))) else { return };
     let (ia, ib): (IpAddr, IpAddr) = ("10.77.0.1".parse().unwrap(), "10.77.0.2".parse().unwrap());
     let wire = std::env::temp_dir().join("roce_raw_hca_veth.pcap");
@@ -532,49 +531,10 @@ fn hca_send_and_rdma_write_over_raw() {
 
     // SEND of 3 * 1024 + 100 bytes (4 packets) into a posted receive.
     let msg = pattern(7, 3 * 1024 + 100);
-    b.hca
-        .lock()
-        .unwrap()
-        .post_recv(b.qpn, RecvWr::new(11, b.mr.addr + 4096, 8192, b.mr.lkey))
-        .unwrap();
-    {
-        let mut ha = a.hca.lock().unwrap();
-        ha.mr_write(a.mr.handle, 0, &msg).unwrap();
-        let wr = SendWr::new(1, WrOpcode::Send).sge(a.mr.addr, msg.len() as u32, a.mr.lkey);
-        ha.post_send(a.qpn, wr).unwrap();
-    }
-    a.h.notify();
-    let wb = b.completions(1, Duration::from_secs(10));
-    assert_eq!(wb.len(), 1, "receive completion; B {:?}", b.h.counters());
-    assert_eq!((wb[0].wr_id, wb[0].status, wb[0].opcode), (11, WcStatus::Success, WcOpcode::Recv));
-    assert_eq!(wb[0].byte_len as usize, msg.len());
-    let mut got = vec![0u8; msg.len()];
-    b.hca.lock().unwrap().mr_read(b.mr.handle, 4096, &mut got).unwrap();
-    assert_eq!(got, msg);
-    let wa = a.completions(1, Duration::from_secs(10));
-    assert_eq!(wa.len(), 1);
-    assert_eq!((wa[0].wr_id, wa[0].status, wa[0].opcode), (1, WcStatus::Success, WcOpcode::Send));
+    a.send_checked(&b, &msg, 8192);
 
     // RDMA WRITE of 16 KiB + 3 bytes (17 packets).
-    let data = pattern(99, 16 * 1024 + 3);
-    {
-        let mut ha = a.hca.lock().unwrap();
-        ha.mr_write(a.mr.handle, 100_000, &data).unwrap();
-        let wr = SendWr::new(2, WrOpcode::RdmaWrite)
-            .sge(a.mr.addr + 100_000, data.len() as u32, a.mr.lkey)
-            .remote(b.mr.addr + 500_000, b.mr.rkey);
-        ha.post_send(a.qpn, wr).unwrap();
-    }
-    a.h.notify();
-    let wa = a.completions(1, Duration::from_secs(10));
-    assert_eq!(wa.len(), 1);
-    assert_eq!(
-        (wa[0].wr_id, wa[0].status, wa[0].opcode),
-        (2, WcStatus::Success, WcOpcode::RdmaWrite)
-    );
-    let mut got = vec![0u8; data.len()];
-    b.hca.lock().unwrap().mr_read(b.mr.handle, 500_000, &mut got).unwrap();
-    assert_eq!(got, data);
+    a.write_checked(&b, &pattern(99, 16 * 1024 + 3));
 
     std::thread::sleep(Duration::from_millis(100));
     let (ca, cb) = (a.h.counters(), b.h.counters());

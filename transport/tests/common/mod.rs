@@ -2,7 +2,10 @@
 #![allow(dead_code)]
 
 use bytes::Bytes;
-use roce_emulator::{AccessFlags, CqHandle, Hca, MrInfo, QpCap, QpType, WorkCompletion};
+use roce_emulator::{
+    AccessFlags, CqHandle, Hca, MrInfo, QpCap, QpType, RecvWr, SendWr, WcOpcode, WcStatus,
+    WorkCompletion, WrOpcode,
+};
 use roce_emulator::{Datagram, Instant as CoreInstant, SansIo};
 use roce_packet::{pad_for, IpMeta, IpUdpHeader, Psn, Qpn, RoceRepr, UdpEndpoints};
 use roce_sim::testkit::{qp_cap, qp_init, rc_connect, RcPath};
@@ -203,5 +206,66 @@ impl<T: Transport> DrivenSide<T> {
             }
         }
         out
+    }
+
+    /// SEND `msg` (from offset 0 of the region, WR 1) to `peer`, into a
+    /// receive of `recv_len` bytes at offset 4096 of its region (WR 11):
+    /// one successful completion each side, the bytes where they belong.
+    pub fn send_checked<U: Transport>(&self, peer: &DrivenSide<U>, msg: &[u8], recv_len: u32) {
+        let b = peer;
+        b.hca
+            .lock()
+            .unwrap()
+            .post_recv(b.qpn, RecvWr::new(11, b.mr.addr + 4096, recv_len, b.mr.lkey))
+            .unwrap();
+        {
+            let mut ha = self.hca.lock().unwrap();
+            ha.mr_write(self.mr.handle, 0, msg).unwrap();
+            let wr =
+                SendWr::new(1, WrOpcode::Send).sge(self.mr.addr, msg.len() as u32, self.mr.lkey);
+            ha.post_send(self.qpn, wr).unwrap();
+        }
+        self.h.notify();
+        let wb = b.completions(1, Duration::from_secs(10));
+        assert_eq!(wb.len(), 1, "receive completion; B {:?}", b.h.counters());
+        assert_eq!(
+            (wb[0].wr_id, wb[0].status, wb[0].opcode),
+            (11, WcStatus::Success, WcOpcode::Recv)
+        );
+        assert_eq!(wb[0].byte_len as usize, msg.len());
+        let mut got = vec![0u8; msg.len()];
+        b.hca.lock().unwrap().mr_read(b.mr.handle, 4096, &mut got).unwrap();
+        assert_eq!(got, msg);
+        let wa = self.completions(1, Duration::from_secs(10));
+        assert_eq!(wa.len(), 1);
+        assert_eq!(
+            (wa[0].wr_id, wa[0].status, wa[0].opcode),
+            (1, WcStatus::Success, WcOpcode::Send)
+        );
+    }
+
+    /// RDMA WRITE `data` from offset 100 000 of the region to offset
+    /// 500 000 of `peer`'s (WR 2): one successful completion, the bytes
+    /// landed.
+    pub fn write_checked<U: Transport>(&self, peer: &DrivenSide<U>, data: &[u8]) {
+        let b = peer;
+        {
+            let mut ha = self.hca.lock().unwrap();
+            ha.mr_write(self.mr.handle, 100_000, data).unwrap();
+            let wr = SendWr::new(2, WrOpcode::RdmaWrite)
+                .sge(self.mr.addr + 100_000, data.len() as u32, self.mr.lkey)
+                .remote(b.mr.addr + 500_000, b.mr.rkey);
+            ha.post_send(self.qpn, wr).unwrap();
+        }
+        self.h.notify();
+        let wa = self.completions(1, Duration::from_secs(10));
+        assert_eq!(wa.len(), 1);
+        assert_eq!(
+            (wa[0].wr_id, wa[0].status, wa[0].opcode),
+            (2, WcStatus::Success, WcOpcode::RdmaWrite)
+        );
+        let mut got = vec![0u8; data.len()];
+        b.hca.lock().unwrap().mr_read(b.mr.handle, 500_000, &mut got).unwrap();
+        assert_eq!(got, data);
     }
 }
