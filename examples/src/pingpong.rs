@@ -129,25 +129,9 @@ pub struct Args {
     pub servername: Option<String>,
 }
 
+/// The path MTU of `-m` (256, 512, 1024, 2048 or 4096 bytes).
 pub(crate) fn mtu_enum(v: u64) -> Option<PathMtu> {
-    match v {
-        256 => Some(PathMtu::Mtu256),
-        512 => Some(PathMtu::Mtu512),
-        1024 => Some(PathMtu::Mtu1024),
-        2048 => Some(PathMtu::Mtu2048),
-        4096 => Some(PathMtu::Mtu4096),
-        _ => None,
-    }
-}
-
-fn mtu_bytes(m: PathMtu) -> usize {
-    match m {
-        PathMtu::Mtu256 => 256,
-        PathMtu::Mtu512 => 512,
-        PathMtu::Mtu1024 => 1024,
-        PathMtu::Mtu2048 => 2048,
-        PathMtu::Mtu4096 => 4096,
-    }
+    PathMtu::from_bytes(usize::try_from(v).ok()?)
 }
 
 /// Run a tool with the process's arguments; returns its exit status.
@@ -417,10 +401,10 @@ impl<'a> Pp<'a> {
         let dev = crate::open_device_with(a.ib_dev.as_deref(), a.addr, a.pcap.as_deref())?;
         let ctx = dev.open();
         let port = ctx.query_port();
-        if kind == Kind::Ud && size > mtu_bytes(port.active_mtu) {
+        if kind == Kind::Ud && size > port.active_mtu.bytes() {
             return Err(format!(
                 "Requested size larger than port MTU ({})",
-                mtu_bytes(port.active_mtu)
+                port.active_mtu.bytes()
             ));
         }
         let pd = ctx.alloc_pd().map_err(|e| format!("Couldn't allocate PD: {e}"))?;
