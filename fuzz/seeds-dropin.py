@@ -6,10 +6,10 @@ each side's CQ size, region rights and QP capacities, whether to connect,
 then calls (a selector byte: bit 0 = side, (b >> 1) % 16 = call)."""
 import os, struct, sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from seedlib import u8, u16, u32, write_seeds  # noqa: E402
+
 RC, UC, UD = 0, 3, 5
-u8 = lambda v: struct.pack('<B', v)
-u16 = lambda v: struct.pack('<H', v)
-u32 = lambda v: struct.pack('<I', v)
 
 def side(access=0x0f):
     # cqe 16*4, access, cap (send_wr, recv_wr, send_sge, recv_sge, inline), sane, sig_all, send_cq
@@ -61,9 +61,4 @@ seeds = {
     'rc-modify-garbage': u8(RC) + side() + side() + u8(0) + modify_garbage(0) + post_send(0, 0) + poll(0),
     'unconnected-posts': u8(RC) + side() + side() + u8(255) + post_send(0, 2) + post_recv(0) + poll(0),
 }
-out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), 'corpus', 'dropin')
-os.makedirs(out, exist_ok=True)
-for name, data in seeds.items():
-    with open(os.path.join(out, name), 'wb') as f:
-        f.write(data)
-print(f'{len(seeds)} seeds in {out}')
+write_seeds(seeds, 'dropin')

@@ -7,9 +7,9 @@ argument is one byte: 0 (or any multiple of 8) is NULL, else object
 (b // 8) % count of that kind made so far, live or destroyed."""
 import os, struct, sys
 
-u8 = lambda v: struct.pack('<B', v)
-u16 = lambda v: struct.pack('<H', v)
-u32 = lambda v: struct.pack('<I', v)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from seedlib import u8, u16, u32, write_seeds  # noqa: E402
+
 KINDS = ['pd', 'mr', 'cq', 'chan', 'qp', 'srq', 'ah', 'mw', 'ctx']
 
 def obj(n):          # the n-th object of its kind (0-based)
@@ -64,9 +64,4 @@ seeds = {
         + post_send(0, 0) + post_send(0, 4) + post_send(1, 0, 200) + poll() + poll() + destroy('ctx', obj(0))
         + destroy('qp', obj(0)) + destroy('mr', obj(0)),
 }
-out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), 'corpus', 'misuse')
-os.makedirs(out, exist_ok=True)
-for name, data in seeds.items():
-    with open(os.path.join(out, name), 'wb') as f:
-        f.write(data)
-print(f"{len(seeds)} seeds in {out}")
+write_seeds(seeds, 'misuse')

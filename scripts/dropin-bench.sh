@@ -29,7 +29,7 @@ rounds="${1:-10}"
 [ -e "$rel/libibverbs.so.1" ] && [ -x "$rel/roce" ] || { echo "run cargo build --release first" >&2; exit 2; }
 for t in cc ib_write_bw ib_send_lat ib_write_lat; do command -v $t >/dev/null || { echo "SKIPPED: $t missing" >&2; exit 0; }; done
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
-cc -O2 -o "$work/wr_rate" "$root/libibverbs/bench/wr_rate.c" -L"$rel" -l:libibverbs.so.1
+cc -O2 -o "$work/wr_rate" "$root/libibverbs/bench/wr_rate.c" "$root/libibverbs/tests/c/common.c" -L"$rel" -l:libibverbs.so.1
 export ROCE_EMU_SPIN_US=20 ROCE_EMU_STATS=0
 dropin() { LD_LIBRARY_PATH="$rel" ROCE_EMU_DEVICES="roce0=udp:127.0.0.2,roce1=udp:127.0.0.3" "$@"; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }

@@ -303,10 +303,7 @@ fn a_lost_req_is_retransmitted_after_the_response_timeout() {
     assert_eq!(reqs[0].bytes, reqs[1].bytes, "a retransmission is the same MAD");
     assert_eq!((reqs[0].at, reqs[1].at), (Duration::ZERO, t_req()));
     assert_eq!(w.a.poll_timeout(), Some(2 * t_req()));
-    w.b.accept(w.now, cb, AcceptParams::new(0x22, 2)).unwrap();
-    w.pump();
-    w.a.complete_connect(ca).unwrap();
-    w.pump();
+    w.accept_and_rtu(ca, cb);
     assert_eq!(w.b.state(cb), Some(ConnState::Established));
     assert_eq!(w.a.state(ca), Some(ConnState::Established));
     assert_eq!(w.trace(), ["A>REQx", "A>REQ", "B>REP", "A>RTU"]);
@@ -346,10 +343,7 @@ fn a_lost_rtu_is_resent_when_the_rep_is_retransmitted() {
     w.b.listen(service()).unwrap();
     w.drop_nth(Side::A, attr::RTU, 1);
     let (ca, cb, _) = w.request(ConnectRequest::new(service(), PeerAddr::new(w.gb), 0x11, 5));
-    w.b.accept(w.now, cb, AcceptParams::new(0x22, 2)).unwrap();
-    w.pump();
-    w.a.complete_connect(ca).unwrap();
-    w.pump();
+    w.accept_and_rtu(ca, cb);
     assert_eq!(w.take_a().len(), 2, "ConnectResponse, Established");
     assert_eq!(w.take_b(), [], "no RTU arrived");
     assert_eq!(w.b.state(cb), Some(ConnState::RepSent));
@@ -374,10 +368,7 @@ fn traffic_before_the_rtu_establishes_the_passive_side() {
     w.drop_nth(Side::A, attr::RTU, 1);
     let (ca, cb, _) = w.request(ConnectRequest::new(service(), PeerAddr::new(w.gb), 0x11, 5));
     assert_eq!(w.b.establish(cb), Err(EstablishError::InvalidState(ConnState::ReqRcvd)));
-    w.b.accept(w.now, cb, AcceptParams::new(0x22, 2)).unwrap();
-    w.pump();
-    w.a.complete_connect(ca).unwrap();
-    w.pump();
+    w.accept_and_rtu(ca, cb);
     w.take_a();
     // the first RC packet arrived on B's QP: the RTU must have been lost
     w.b.establish(cb).unwrap();

@@ -345,21 +345,7 @@ fn object_verbs() {
     assert_eq!(h.dealloc_pd(pd), Err(DeallocPdError::InUse { pd, users: 2 }));
     let cq = h.create_cq(4).unwrap();
     assert_eq!(h.create_cq(0), Err(CreateCqError::InvalidDepth { cqe: 0, max: 32767 }));
-    let init = QpInitAttr {
-        pd,
-        send_cq: cq,
-        recv_cq: cq,
-        qp_type: QpType::Rc,
-        cap: QpCap {
-            max_send_wr: 4,
-            max_recv_wr: 4,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-        sq_sig_all: true,
-        srq: None,
-    };
+    let init = qp_init(pd, cq, QpType::Rc, qp_cap(4, 4), true);
     let q1 = h.create_qp(init).unwrap();
     let q2 = h.create_qp(init).unwrap();
     assert_eq!((q1.value(), q2.value()), (17, 18));
@@ -412,22 +398,7 @@ fn create_qp_stays_in_the_devices_qpn_space() {
     let mut h = Hca::new(cfg);
     let pd = h.alloc_pd().unwrap();
     let cq = h.create_cq(16).unwrap();
-    let cap = QpCap {
-        max_send_wr: 1,
-        max_recv_wr: 1,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    let init = QpInitAttr {
-        pd,
-        send_cq: cq,
-        recv_cq: cq,
-        qp_type: QpType::Rc,
-        cap,
-        sq_sig_all: true,
-        srq: None,
-    };
+    let init = qp_init(pd, cq, QpType::Rc, qp_cap(1, 1), true);
     let got: Vec<u32> = (0..4).map(|_| h.create_qp(init).unwrap().value()).collect();
     assert_eq!(got, vec![0x03_0002, 0x03_0003, 0x03_0000, 0x03_0001], "from first_qpn, wrapping");
     assert_eq!(h.create_qp(init), Err(CreateQpError::TooMany), "the space is full");

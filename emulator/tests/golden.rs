@@ -8,6 +8,7 @@ use bytes::Bytes;
 use roce_emulator::*;
 use roce_packet::{IpMeta, IpUdpHeader, Qpn, RKey, RoceRepr, Syndrome, UdpEndpoints};
 use roce_sim::packet::PacketBuilder;
+use roce_sim::testkit::{create_qp_numbered, qp_cap, qp_init, rc_connect, ud_up, RcPath};
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 
@@ -19,6 +20,14 @@ const CAPTURES: &str = "/work/shared/captures";
 
 struct Frame {
     dgram: Datagram,
+}
+
+/// The capture `name`, which must be found (committed copies are in
+/// packet/tests/data and emulator/tests/data).
+fn capture(name: &str) -> Vec<Frame> {
+    load(name).unwrap_or_else(|| {
+        panic!("capture {name} not found (committed copies in packet/tests/data and emulator/tests/data)")
+    })
 }
 
 fn load(name: &str) -> Option<Vec<Frame>> {
@@ -131,52 +140,19 @@ fn us_retry(
         | AccessFlags::REMOTE_READ
         | AccessFlags::REMOTE_ATOMIC;
     let mr = hca.reg_mr(pd, 1 << 17, acc).unwrap();
-    let cap = QpCap {
-        max_send_wr: 256,
-        max_recv_wr: 256,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
+    let init = qp_init(pd, cq, QpType::Rc, qp_cap(256, 256), true);
+    let q = create_qp_numbered(&mut hca, init, qpn);
+    let path = RcPath {
+        access: acc,
+        sq_psn,
+        rq_psn,
+        max_dest_rd_atomic: 16,
+        max_rd_atomic: 16,
+        min_rnr_timer: rnr,
+        retry_cnt,
+        ..RcPath::default()
     };
-    let init = QpInitAttr {
-        pd,
-        send_cq: cq,
-        recv_cq: cq,
-        qp_type: QpType::Rc,
-        cap,
-        sq_sig_all: true,
-        srq: None,
-    };
-    let mut q = hca.create_qp(init).unwrap();
-    while q.value() < qpn {
-        q = hca.create_qp(init).unwrap();
-    }
-    assert_eq!(q.value(), qpn);
-    hca.modify_qp(q, &QpAttr::new().state(QpState::Init).pkey_index(0).port(1).access_flags(acc))
-        .unwrap();
-    hca.modify_qp(
-        q,
-        &QpAttr::new()
-            .state(QpState::Rtr)
-            .ah(AhAttr::new(IpAddr::V4(Ipv4Addr::from(peer))))
-            .mtu(PathMtu::Mtu1024)
-            .dest_qpn(peer_qpn)
-            .rq_psn(rq_psn)
-            .max_dest_rd_atomic(16)
-            .min_rnr_timer(rnr),
-    )
-    .unwrap();
-    hca.modify_qp(
-        q,
-        &QpAttr::new()
-            .state(QpState::Rts)
-            .sq_psn(sq_psn)
-            .timeout(14)
-            .retry_cnt(retry_cnt)
-            .rnr_retry(7)
-            .max_rd_atomic(16),
-    )
-    .unwrap();
+    rc_connect(&mut hca, q, Ipv4Addr::from(peer), peer_qpn, &path).unwrap();
     Us { hca, qpn: q, mr, cq }
 }
 
@@ -190,9 +166,7 @@ fn drain(u: &mut Us, out: &mut Vec<Key>) {
 
 #[test]
 fn rc_pingpong_small_server_side() {
-    let Some(frames) = load("rc_pingpong_small.pcap") else {
-        panic!("capture not found (committed copies in packet/tests/data and emulator/tests/data)");
-    };
+    let frames = capture("rc_pingpong_small.pcap");
     let server = [192, 168, 77, 2];
     let client = [192, 168, 77, 3];
     // from the capture's log: both QPNs 0x12; client PSN 0x101f20, server PSN 0x21e1b8
@@ -234,9 +208,7 @@ fn rc_pingpong_small_server_side() {
 
 #[test]
 fn rnr_server_side() {
-    let Some(frames) = load("rnr.pcap") else {
-        panic!("capture not found (committed copies in packet/tests/data and emulator/tests/data)");
-    };
+    let frames = capture("rnr.pcap");
     let server = [192, 168, 77, 2];
     let client = [192, 168, 77, 3];
     let first = parse(&frames[0].dgram);
@@ -271,9 +243,7 @@ fn rnr_server_side() {
 
 #[test]
 fn write_bw_server_side_with_rkey_translation() {
-    let Some(frames) = load("write_bw.pcap") else {
-        panic!("capture not found (committed copies in packet/tests/data and emulator/tests/data)");
-    };
+    let frames = capture("write_bw.pcap");
     let server = [192, 168, 77, 2];
     let client = [192, 168, 77, 3];
     // from write_bw.log: server QPN 0x19 PSN 0x72f5f6 RKey 0x856 VAddr 0x7f5358117000
@@ -319,9 +289,7 @@ fn write_bw_server_side_with_rkey_translation() {
 
 #[test]
 fn read_lat_client_side() {
-    let Some(frames) = load("read_lat.pcap") else {
-        panic!("capture not found (committed copies in packet/tests/data and emulator/tests/data)");
-    };
+    let frames = capture("read_lat.pcap");
     let server = IpAddr::V4(Ipv4Addr::new(192, 168, 77, 2));
     // from read_lat.log: client QPN 0x20 PSN 0x35514; server QPN 0x20 PSN 0xcc6ee1,
     // RKey 0xf74, VAddr 0x564ff309d000
@@ -362,9 +330,7 @@ fn read_lat_client_side() {
 
 #[test]
 fn retry_exceeded_client_timing_matches_rxe() {
-    let Some(frames) = load("retry_exceeded.pcap") else {
-        panic!("capture not found (committed copies in packet/tests/data and emulator/tests/data)");
-    };
+    let frames = capture("retry_exceeded.pcap");
     let file = std::fs::File::open(
         PathBuf::from(std::env::var("ROCE_CAPTURES").unwrap_or_else(|_| CAPTURES.to_string()))
             .join("retry_exceeded.pcap"),
@@ -413,9 +379,7 @@ fn retry_exceeded_client_timing_matches_rxe() {
 
 #[test]
 fn uc_pingpong_server_side() {
-    let Some(frames) = load("uc_pingpong.pcap") else {
-        panic!("capture not found (committed copies in packet/tests/data and emulator/tests/data)");
-    };
+    let frames = capture("uc_pingpong.pcap");
     let server = [192, 168, 77, 2];
     let server_ip = IpAddr::V4(Ipv4Addr::from(server));
     // from uc_pingpong.log: both QPNs 0x13; client PSN 0x7f1bec, server PSN 0x55baa1
@@ -423,26 +387,8 @@ fn uc_pingpong_server_side() {
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(1024).unwrap();
     let mr = hca.reg_mr(pd, 1 << 17, AccessFlags::LOCAL_WRITE).unwrap();
-    let cap = QpCap {
-        max_send_wr: 64,
-        max_recv_wr: 64,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    let init = QpInitAttr {
-        pd,
-        send_cq: cq,
-        recv_cq: cq,
-        qp_type: QpType::Uc,
-        cap,
-        sq_sig_all: true,
-        srq: None,
-    };
-    let mut q = hca.create_qp(init).unwrap();
-    while q.value() < 0x13 {
-        q = hca.create_qp(init).unwrap();
-    }
+    let init = qp_init(pd, cq, QpType::Uc, qp_cap(64, 64), true);
+    let q = create_qp_numbered(&mut hca, init, 0x13);
     hca.modify_qp(
         q,
         &QpAttr::new()
@@ -493,9 +439,7 @@ fn uc_pingpong_server_side() {
 
 #[test]
 fn ud_pingpong_server_side() {
-    let Some(frames) = load("ud_pingpong.pcap") else {
-        panic!("capture not found (committed copies in packet/tests/data and emulator/tests/data)");
-    };
+    let frames = capture("ud_pingpong.pcap");
     let server_ip = IpAddr::V4(Ipv4Addr::new(192, 168, 77, 2));
     let client_ip = IpAddr::V4(Ipv4Addr::new(192, 168, 77, 3));
     // from ud_pingpong.log: both QPNs 0x14, server PSN 0xdd85fa, Q_Key 0x11111111
@@ -503,30 +447,9 @@ fn ud_pingpong_server_side() {
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(1024).unwrap();
     let mr = hca.reg_mr(pd, 1 << 17, AccessFlags::LOCAL_WRITE).unwrap();
-    let cap = QpCap {
-        max_send_wr: 64,
-        max_recv_wr: 64,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    let init = QpInitAttr {
-        pd,
-        send_cq: cq,
-        recv_cq: cq,
-        qp_type: QpType::Ud,
-        cap,
-        sq_sig_all: true,
-        srq: None,
-    };
-    let mut q = hca.create_qp(init).unwrap();
-    while q.value() < 0x14 {
-        q = hca.create_qp(init).unwrap();
-    }
-    hca.modify_qp(q, &QpAttr::new().state(QpState::Init).pkey_index(0).port(1).qkey(0x1111_1111))
-        .unwrap();
-    hca.modify_qp(q, &QpAttr::new().state(QpState::Rtr)).unwrap();
-    hca.modify_qp(q, &QpAttr::new().state(QpState::Rts).sq_psn(0xdd85fa)).unwrap();
+    let init = qp_init(pd, cq, QpType::Ud, qp_cap(64, 64), true);
+    let q = create_qp_numbered(&mut hca, init, 0x14);
+    ud_up(&mut hca, q, 0x1111_1111, 0xdd85fa).unwrap();
     for i in 0..30 {
         hca.post_recv(q, RecvWr::new(i, mr.addr + 2048 * i, 1024 + 40, mr.lkey)).unwrap();
     }
@@ -655,9 +578,7 @@ fn rc_pingpong_4k_server_side_with_retransmitted_message() {
     // coalesces one ACK per message, and the client retransmits one whole
     // message whose packets the server answers as duplicates (one ACK
     // with the newest PSN per duplicate packet).
-    let Some(frames) = load("rc_pingpong.pcap") else {
-        panic!("capture not found (committed copies in packet/tests/data and emulator/tests/data)");
-    };
+    let frames = capture("rc_pingpong.pcap");
     let r = replay_pingpong_server(&frames, 4096);
     assert_eq!(r.counters.icrc_err, 0, "every rxe frame passes our ICRC check");
     assert_eq!(r.counters.duplicate_request, 4);
@@ -676,9 +597,7 @@ fn loss_rc_pingpong_server_side_naks_and_duplicates() {
     // into our HCA: PSN gaps → one PSN-sequence-error NAK per gap,
     // out-of-order packets dropped until the retransmission, duplicates
     // re-ACKed with the newest PSN; our ACK/NAKs must equal rxe's.
-    let Some(frames) = load("loss_rc_pingpong.pcap") else {
-        panic!("capture not found (committed copies in packet/tests/data and emulator/tests/data)");
-    };
+    let frames = capture("loss_rc_pingpong.pcap");
     let r = replay_pingpong_server(&frames, 4096);
     assert_eq!(r.counters.icrc_err, 0, "every rxe frame passes our ICRC check");
     assert_eq!(r.sent, 50);
@@ -696,9 +615,7 @@ fn write_lat_server_side_acks_and_duplicate() {
     // with the newest PSN. We play the server (192.168.77.2): our WRITEs are
     // posted where the capture shows the server's (first transmissions),
     // the client's WRITEs are fed in with their RETH moved into our MR.
-    let Some(frames) = load("write_lat.pcap") else {
-        panic!("capture not found (committed copies in packet/tests/data and emulator/tests/data)");
-    };
+    let frames = capture("write_lat.pcap");
     let server = IpAddr::V4(Ipv4Addr::new(192, 168, 77, 2));
     let from_server = |f: &Frame| f.dgram.endpoints.src == server;
     let first_srv = frames.iter().find(|f| from_server(f)).map(|f| parse(&f.dgram)).unwrap();

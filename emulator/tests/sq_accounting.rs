@@ -13,23 +13,8 @@ use std::net::{IpAddr, Ipv4Addr};
 
 /// An RC QP on `s`'s PD and CQ with `send` send WRs and 256 receive WRs.
 fn qp_with(s: &mut Side, send: u32) -> Qpn {
-    let cap = QpCap {
-        max_send_wr: send,
-        max_recv_wr: 256,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 64,
-    };
-    let init = QpInitAttr {
-        pd: s.pd,
-        send_cq: s.cq,
-        recv_cq: s.cq,
-        qp_type: QpType::Rc,
-        cap,
-        sq_sig_all: false,
-        srq: None,
-    };
-    s.hca.create_qp(init).unwrap()
+    let cap = QpCap { max_inline_data: 64, ..qp_cap(send, 256) };
+    s.hca.create_qp(qp_init(s.pd, s.cq, QpType::Rc, cap, false)).unwrap()
 }
 
 /// A connected pair of RC QPs with `send` send WRs each, on CQs of `cqe`.
@@ -257,23 +242,7 @@ fn lone_hca(qpns: std::ops::Range<u32>) -> (Hca, PdHandle, CqHandle) {
 }
 
 fn err_qp(h: &mut Hca, pd: PdHandle, cq: CqHandle) -> Qpn {
-    let cap = QpCap {
-        max_send_wr: 8,
-        max_recv_wr: 8,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    let init = QpInitAttr {
-        pd,
-        send_cq: cq,
-        recv_cq: cq,
-        qp_type: QpType::Rc,
-        cap,
-        sq_sig_all: false,
-        srq: None,
-    };
-    let q = h.create_qp(init).unwrap();
+    let q = h.create_qp(qp_init(pd, cq, QpType::Rc, qp_cap(8, 8), false)).unwrap();
     to_err(h, q);
     q
 }

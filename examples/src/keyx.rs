@@ -16,6 +16,9 @@
 //! side) knows it may look at its buffer.
 
 use clap::Parser;
+use roce_verbs_api::{
+    AccessFlags, Budget, ConnectOptions, Context, Cq, Mr, Pd, Qp, QpEndpoint, WcStatus,
+};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -144,6 +147,102 @@ impl Link {
             Ok(())
         } else {
             Err(format!("expected done, got {l:?}"))
+        }
+    }
+}
+
+/// One side of an example, set up and connected to the other.
+pub struct Side {
+    /// The opened device.
+    pub ctx: Context,
+    /// The protection domain of the QP and the buffer.
+    pub pd: Pd,
+    /// The CQ of both of the QP's queues.
+    pub cq: Cq,
+    /// The RC QP, in RTS towards the peer's.
+    pub qp: Qp,
+    /// The registered buffer.
+    pub mr: Mr,
+    /// The TCP exchange, kept for the final "done".
+    pub link: Link,
+    /// What the peer sent.
+    pub peer: Peer,
+}
+
+impl Side {
+    /// Whether this side is the server (no server named on the command
+    /// line): it exposes its buffer and waits.
+    pub fn is_server(args: &Args) -> bool {
+        args.server.is_none()
+    }
+
+    /// The steps every example takes before its one-sided work:
+    ///
+    /// 1. open the device and create the usual objects: a protection
+    ///    domain, a completion queue and a reliable-connected (RC) queue
+    ///    pair;
+    /// 2. register a buffer of `len` bytes with `access` (what the peer may
+    ///    do to it: REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE),
+    ///    and let `fill` write its first contents;
+    /// 3. exchange what the peer needs: how to reach our QP (address, QP
+    ///    number, first PSN), and where our buffer is (virtual address and
+    ///    rkey);
+    /// 4. connect the QP: RESET -> INIT -> RTR (towards the peer) -> RTS.
+    pub fn connect(
+        args: &Args,
+        len: usize,
+        access: AccessFlags,
+        fill: impl FnOnce(&Context, &Mr) -> Result<(), String>,
+    ) -> Result<Side, String> {
+        let dev = crate::open_device_with(args.ib_dev.as_deref(), args.addr, args.pcap.as_deref())?;
+        let ctx = dev.open();
+        let pd = ctx.alloc_pd().map_err(|e| e.to_string())?;
+        let cq = ctx.create_cq(16).map_err(|e| e.to_string())?;
+        let qp = pd.qp_builder(&cq, &cq).build().map_err(|e| e.to_string())?;
+        let mr = pd.reg_mr(len, access).map_err(|e| e.to_string())?;
+        fill(&ctx, &mr)?;
+        let me = Peer {
+            addr: ctx.addr(),
+            qpn: qp.qpn().value(),
+            psn: rand::random::<u32>() & 0xff_ffff,
+            va: mr.addr(),
+            len: len as u64,
+            rkey: mr.rkey().value(),
+        };
+        let link = match &args.server {
+            None => Link::accept(args.port, &me)?,
+            Some(host) => Link::connect(host, args.port, &me)?,
+        };
+        let peer = link.peer;
+        let local = QpEndpoint { addr: me.addr, qpn: me.qpn, psn: me.psn };
+        let remote = QpEndpoint { addr: peer.addr, qpn: peer.qpn, psn: peer.psn };
+        qp.connect(&local, &remote, &ConnectOptions::default()).map_err(|e| e.to_string())?;
+        Ok(Side { ctx, pd, cq, qp, mr, link, peer })
+    }
+
+    /// Wait (10 s at most) for one completion; an error names `what`
+    /// failed unless it succeeded.
+    pub fn wait_one(&self, what: &str) -> Result<(), String> {
+        let wc = self
+            .cq
+            .poll_blocking(1, Budget { events: 0, wall: Duration::from_secs(10) })
+            .map_err(|e| e.to_string())?;
+        match wc.first() {
+            Some(wc) if wc.status == WcStatus::Success => Ok(()),
+            Some(wc) => Err(format!("{what} failed: {}", wc.status)),
+            None => Err("no completion within 10 s".into()),
+        }
+    }
+}
+
+/// An example's `main`: parse the command line, run, and on an error print
+/// it after the program's name and exit 1.
+pub fn main_of(name: &str, run: fn(&Args) -> Result<(), String>) -> std::process::ExitCode {
+    match run(&Args::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            std::process::ExitCode::from(1)
         }
     }
 }

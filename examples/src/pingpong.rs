@@ -21,8 +21,8 @@ use crate::oob::{self, Dest};
 use clap::Parser;
 use roce_verbs_api::gid::gid_to_addr;
 use roce_verbs_api::{
-    AccessFlags, AhAttr, Budget, Context, Cq, PathMtu, PollCqError, QpAttr, QpState, QpType,
-    RecvWr, SendWr, WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, AhAttr, Budget, Context, Cq, Mr, PathMtu, Pd, PollCqError, Qp, QpAttr, QpState,
+    QpType, RecvWr, SendWr, WcStatus, WorkCompletion, WrOpcode,
 };
 use std::net::{IpAddr, Ipv6Addr};
 use std::process::ExitCode;
@@ -129,25 +129,9 @@ pub struct Args {
     pub servername: Option<String>,
 }
 
+/// The path MTU of `-m` (256, 512, 1024, 2048 or 4096 bytes).
 pub(crate) fn mtu_enum(v: u64) -> Option<PathMtu> {
-    match v {
-        256 => Some(PathMtu::Mtu256),
-        512 => Some(PathMtu::Mtu512),
-        1024 => Some(PathMtu::Mtu1024),
-        2048 => Some(PathMtu::Mtu2048),
-        4096 => Some(PathMtu::Mtu4096),
-        _ => None,
-    }
-}
-
-fn mtu_bytes(m: PathMtu) -> usize {
-    match m {
-        PathMtu::Mtu256 => 256,
-        PathMtu::Mtu512 => 512,
-        PathMtu::Mtu1024 => 1024,
-        PathMtu::Mtu2048 => 2048,
-        PathMtu::Mtu4096 => 4096,
-    }
+    PathMtu::from_bytes(usize::try_from(v).ok()?)
 }
 
 /// Run a tool with the process's arguments; returns its exit status.
@@ -193,8 +177,156 @@ pub(crate) fn wait_cq(
     }
 }
 
-/// Run a tool; `Err` is a message for stderr (exit status 1).
-pub fn run(kind: Kind, a: &Args) -> Result<ExitCode, String> {
+/// The attributes of rdma-core's `pp_connect_ctx` that do not depend on
+/// the peer: path MTU, source GID index, service level and port.
+pub(crate) struct PathOpts {
+    pub mtu: PathMtu,
+    pub sgid_index: u8,
+    pub sl: u8,
+    pub port: u8,
+}
+
+impl PathOpts {
+    /// From the tools' `-m`, `-g`, `-l` and `-i`.
+    pub(crate) fn new(mtu: PathMtu, gid_idx: Option<i64>, sl: u64, ib_port: u64) -> PathOpts {
+        PathOpts {
+            mtu,
+            sgid_index: gid_idx.filter(|g| *g >= 0).map(|g| g as u8).unwrap_or(0),
+            sl: u8::try_from(sl).unwrap_or(0),
+            port: u8::try_from(ib_port).unwrap_or(u8::MAX),
+        }
+    }
+
+    /// An address vector to `dgid` with `hop_limit`.
+    pub(crate) fn ah(&self, dgid: IpAddr, hop_limit: u8) -> AhAttr {
+        let mut ah = AhAttr::new(dgid);
+        ah.sgid_index = self.sgid_index;
+        ah.hop_limit = hop_limit;
+        ah.sl = self.sl;
+        ah.port_num = self.port;
+        ah
+    }
+
+    /// RESET -> INIT with rdma-core's attributes (`qkey` for UD, the
+    /// default access flags otherwise); `which` names the QP in the error.
+    pub(crate) fn init(&self, qp: &Qp, qkey: Option<u32>, which: &str) -> Result<(), String> {
+        let init = QpAttr::new().state(QpState::Init).pkey_index(0).port(self.port);
+        let init = match qkey {
+            Some(q) => init.qkey(q),
+            None => init.access_flags(AccessFlags::default()),
+        };
+        qp.modify(&init).map_err(|e| format!("Failed to modify {which} to INIT: {e}"))
+    }
+
+    /// An RC QP to RTR towards `rem` along `ah`, then to RTS sending from
+    /// `sq_psn`, with rdma-core's attributes.
+    pub(crate) fn rc_rtr_rts(
+        &self,
+        qp: &Qp,
+        ah: AhAttr,
+        rem: &Dest,
+        sq_psn: u32,
+        which: &str,
+    ) -> Result<(), String> {
+        let rtr = QpAttr::new()
+            .state(QpState::Rtr)
+            .ah(ah)
+            .mtu(self.mtu)
+            .dest_qpn(rem.qpn)
+            .rq_psn(rem.psn)
+            .max_dest_rd_atomic(1)
+            .min_rnr_timer(12);
+        qp.modify(&rtr).map_err(|e| format!("Failed to modify {which} to RTR: {e}"))?;
+        let rts = QpAttr::new()
+            .state(QpState::Rts)
+            .timeout(14)
+            .retry_cnt(7)
+            .rnr_retry(7)
+            .sq_psn(sq_psn)
+            .max_rd_atomic(1);
+        qp.modify(&rts).map_err(|e| format!("Failed to modify {which} to RTS: {e}"))
+    }
+}
+
+/// RoCE addresses peers by GID: without one there is no GRH, and rxe
+/// refuses the QP at RTR (and the AH of a UD QP) at once, rather than
+/// sending to the TCP peer's address and retrying forever; a link-local
+/// GID names no address this emulator reaches. `what` is the step that
+/// fails ("modify QP to RTR", "create AH").
+pub(crate) fn check_peer_gid(rem: &Dest, what: &str) -> Result<(), String> {
+    if !rem.has_gid() {
+        return Err(format!(
+            "Failed to {what}: the peer sent no GID (RoCE needs one): run both sides \
+             with -g 1, as with rxe"
+        ));
+    }
+    if (rem.gid.segments()[0] & 0xffc0) == 0xfe80 {
+        return Err(format!(
+            "remote GID {} is link-local (GID index 0): this emulator reaches peers by their \
+             IPv4 or global IPv6 address; run both sides with -g 1",
+            rem.gid
+        ));
+    }
+    Ok(())
+}
+
+/// The GID at `-g` (the unspecified address without it); `missing` is the
+/// message when the index has none.
+pub(crate) fn local_gid(
+    ctx: &Context,
+    gid_idx: Option<i64>,
+    missing: impl FnOnce(i64) -> String,
+) -> Result<Ipv6Addr, String> {
+    match gid_idx {
+        Some(g) if g >= 0 => ctx.query_gid(g as u32).ok_or_else(|| missing(g)),
+        _ => Ok(Ipv6Addr::UNSPECIFIED),
+    }
+}
+
+/// rdma-core's "  local address:  LID ..." / "  remote address: LID ..."
+/// line; `label` is "local address: " or "remote address:", `sep` what
+/// stands before "GID" ("," or ":" in ud_pingpong's local line).
+pub(crate) fn print_address(label: &str, d: &Dest, sep: &str) {
+    println!(
+        "  {label} LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}{sep} GID {}",
+        d.lid, d.qpn, d.psn, d.gid
+    );
+}
+
+/// Post receives with `post` until `n` are posted or one is refused;
+/// returns how many were posted.
+pub(crate) fn post_recvs(n: u64, post: impl Fn() -> bool) -> u64 {
+    let mut i = 0;
+    while i < n && post() {
+        i += 1;
+    }
+    i
+}
+
+/// Err with rdma-core's message unless the completion succeeded.
+pub(crate) fn check_status(wc: &WorkCompletion) -> Result<(), String> {
+    if wc.status == WcStatus::Success {
+        return Ok(());
+    }
+    Err(format!("Failed status {} ({}) for wr_id {}", wc.status, wc.status.code(), wc.wr_id))
+}
+
+/// The tools' two result lines for `iters` exchanges of `size` bytes since
+/// `start`.
+pub(crate) fn print_rate(size: usize, iters: u64, start: Instant) {
+    let usec = start.elapsed().as_secs_f64() * 1e6;
+    let bytes = size as u64 * iters * 2;
+    println!(
+        "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
+        usec / 1e6,
+        bytes as f64 * 8.0 / usec
+    );
+    println!("{iters} iters in {:.2} seconds = {:.2} usec/iter", usec / 1e6, usec / iters as f64);
+}
+
+/// The options no emulated device supports, and the other refusals before
+/// anything is opened; the path MTU.
+fn check_args(kind: Kind, a: &Args) -> Result<PathMtu, String> {
     if a.port > 65535 {
         return Err("port must be at most 65535".into());
     }
@@ -221,286 +353,256 @@ pub fn run(kind: Kind, a: &Args) -> Result<ExitCode, String> {
     if kind == Kind::Ud && a.mtu.is_some() {
         return Err("ud_pingpong has no -m option (UD messages are one packet)".into());
     }
-    let mtu = match a.mtu {
-        None => PathMtu::Mtu1024,
+    match a.mtu {
+        None => Ok(PathMtu::Mtu1024),
         Some(v) => {
-            mtu_enum(v).ok_or_else(|| format!("invalid MTU {v} (256, 512, 1024, 2048, 4096)"))?
+            mtu_enum(v).ok_or_else(|| format!("invalid MTU {v} (256, 512, 1024, 2048, 4096)"))
         }
-    };
-    let size = a.size.unwrap_or(if kind == Kind::Ud { 1024 } else { 4096 });
-    let size = u32::try_from(size).map_err(|_| format!("size {size} too large"))? as usize;
-    let rx_depth = u32::try_from(a.rx_depth).map_err(|_| "rx depth too large".to_string())?;
-    let iters = a.iters;
-    let off = if kind == Kind::Ud { GRH } else { 0 };
-    let buf_len = size + off;
-
-    // --- pp_init_ctx ---
-    if let Some(f) = &a.faults {
-        // read by the transport when the device is opened
-        std::env::set_var("ROCE_EMU_FAULTS", f);
     }
-    let dev = crate::open_device_with(a.ib_dev.as_deref(), a.addr, a.pcap.as_deref())?;
-    let ctx = dev.open();
-    let port = ctx.query_port();
-    if kind == Kind::Ud && size > mtu_bytes(port.active_mtu) {
-        return Err(format!(
-            "Requested size larger than port MTU ({})",
-            mtu_bytes(port.active_mtu)
-        ));
-    }
-    let pd = ctx.alloc_pd().map_err(|e| format!("Couldn't allocate PD: {e}"))?;
-    let mr = pd
-        .reg_mr(buf_len, AccessFlags::LOCAL_WRITE)
-        .map_err(|e| format!("Couldn't register MR: {e}"))?;
-    mr.write(0, &vec![0x7b; buf_len]).map_err(|e| e.to_string())?;
-    let cq = ctx.create_cq(rx_depth + 1).map_err(|e| format!("Couldn't create CQ: {e}"))?;
-    let qp_type = match kind {
-        Kind::Rc => QpType::Rc,
-        Kind::Uc => QpType::Uc,
-        Kind::Ud => QpType::Ud,
-    };
-    let qp = pd
-        .qp_builder(&cq, &cq)
-        .qp_type(qp_type)
-        .max_send_wr(1)
-        .max_recv_wr(rx_depth)
-        .max_send_sge(1)
-        .max_recv_sge(1)
-        .build()
-        .map_err(|e| format!("Couldn't create QP: {e}"))?;
-    let ib_port = u8::try_from(a.ib_port).unwrap_or(u8::MAX);
-    let init = QpAttr::new().state(QpState::Init).pkey_index(0).port(ib_port);
-    let init = match kind {
-        Kind::Ud => init.qkey(UD_QKEY),
-        _ => init.access_flags(AccessFlags::default()),
-    };
-    qp.modify(&init).map_err(|e| format!("Failed to modify QP to INIT: {e}"))?;
+}
 
-    // --- main ---
-    let post_recv = |n: u64| -> u64 {
-        let mut i = 0;
-        while i < n {
-            if qp.post_recv(RecvWr::new(RECV_WRID, mr.addr(), buf_len as u32, mr.lkey())).is_err() {
-                break;
-            }
-            i += 1;
+/// One side of a pingpong: rdma-core's `pingpong_context`. (Fields drop
+/// in this order: the QP before the CQ and the MR, the device last.)
+struct Pp<'a> {
+    kind: Kind,
+    a: &'a Args,
+    qp: Qp,
+    cq: Cq,
+    mr: Mr,
+    _pd: Pd,
+    ctx: Context,
+    path: PathOpts,
+    /// Message size.
+    size: usize,
+    /// Where messages start in the buffer (after the GRH area for UD).
+    off: usize,
+    rx_depth: u32,
+}
+
+/// What the exchange loop counted.
+struct Counts {
+    rcnt: u64,
+    bad_len: u64,
+    bad_data: u64,
+}
+
+impl<'a> Pp<'a> {
+    /// rdma-core's `pp_init_ctx`: device, PD, buffer, CQ and a QP in INIT.
+    fn open(kind: Kind, a: &'a Args, mtu: PathMtu) -> Result<Pp<'a>, String> {
+        let size = a.size.unwrap_or(if kind == Kind::Ud { 1024 } else { 4096 });
+        let size = u32::try_from(size).map_err(|_| format!("size {size} too large"))? as usize;
+        let rx_depth = u32::try_from(a.rx_depth).map_err(|_| "rx depth too large".to_string())?;
+        let off = if kind == Kind::Ud { GRH } else { 0 };
+        let buf_len = size + off;
+        if let Some(f) = &a.faults {
+            // read by the transport when the device is opened
+            std::env::set_var("ROCE_EMU_FAULTS", f);
         }
-        i
-    };
-    let mut routs = post_recv(u64::from(rx_depth));
-    if routs < u64::from(rx_depth) {
-        return Err(format!("Couldn't post receive ({routs})"));
+        let dev = crate::open_device_with(a.ib_dev.as_deref(), a.addr, a.pcap.as_deref())?;
+        let ctx = dev.open();
+        let port = ctx.query_port();
+        if kind == Kind::Ud && size > port.active_mtu.bytes() {
+            return Err(format!(
+                "Requested size larger than port MTU ({})",
+                port.active_mtu.bytes()
+            ));
+        }
+        let pd = ctx.alloc_pd().map_err(|e| format!("Couldn't allocate PD: {e}"))?;
+        let mr = pd
+            .reg_mr(buf_len, AccessFlags::LOCAL_WRITE)
+            .map_err(|e| format!("Couldn't register MR: {e}"))?;
+        mr.write(0, &vec![0x7b; buf_len]).map_err(|e| e.to_string())?;
+        let cq = ctx.create_cq(rx_depth + 1).map_err(|e| format!("Couldn't create CQ: {e}"))?;
+        let qp_type = match kind {
+            Kind::Rc => QpType::Rc,
+            Kind::Uc => QpType::Uc,
+            Kind::Ud => QpType::Ud,
+        };
+        let qp = pd
+            .qp_builder(&cq, &cq)
+            .qp_type(qp_type)
+            .max_send_wr(1)
+            .max_recv_wr(rx_depth)
+            .max_send_sge(1)
+            .max_recv_sge(1)
+            .build()
+            .map_err(|e| format!("Couldn't create QP: {e}"))?;
+        let path = PathOpts::new(mtu, a.gid_idx, a.sl, a.ib_port);
+        path.init(&qp, (kind == Kind::Ud).then_some(UD_QKEY), "QP")?;
+        Ok(Pp { kind, a, qp, cq, mr, _pd: pd, ctx, path, size, off, rx_depth })
     }
-    let my_gid = match a.gid_idx {
-        Some(g) if g >= 0 => ctx.query_gid(g as u32).ok_or_else(|| match kind {
-            Kind::Ud => format!("Could not get local gid for gid index {g}"),
-            _ => format!("can't read sgid of index {g}"),
-        })?,
-        _ => Ipv6Addr::UNSPECIFIED,
-    };
-    let sgid_index = a.gid_idx.filter(|g| *g >= 0).map(|g| g as u8).unwrap_or(0);
-    let me =
-        Dest { lid: 0, qpn: qp.qpn().value(), psn: rand::random::<u32>() & 0xff_ffff, gid: my_gid };
-    let sep = if kind == Kind::Ud { ":" } else { "," };
-    println!(
-        "  local address:  LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}{sep} GID {}",
-        me.lid, me.qpn, me.psn, me.gid
-    );
 
-    let sl = u8::try_from(a.sl).unwrap_or(0);
-    let ah_for = |rem: &Dest, peer_ip: IpAddr| -> AhAttr {
+    /// Post up to `n` receives of the whole buffer; how many were posted.
+    fn post_recv(&self, n: u64) -> u64 {
+        let (mr, len) = (&self.mr, (self.size + self.off) as u32);
+        post_recvs(n, || {
+            self.qp.post_recv(RecvWr::new(RECV_WRID, mr.addr(), len, mr.lkey())).is_ok()
+        })
+    }
+
+    /// rdma-core's `pp_connect_ctx`: RTR and RTS towards `rem` (reached at
+    /// `peer_ip` when it sent no GID); for UD the address vector to send to.
+    fn connect(&self, rem: &Dest, peer_ip: IpAddr, my_psn: u32) -> Result<Option<AhAttr>, String> {
+        let ud = self.kind == Kind::Ud;
+        check_peer_gid(rem, if ud { "create AH" } else { "modify QP to RTR" })?;
         let dgid = if rem.has_gid() { gid_to_addr(rem.gid) } else { peer_ip };
-        let mut ah = AhAttr::new(dgid);
-        ah.sgid_index = sgid_index;
-        ah.hop_limit = if kind == Kind::Ud { 64 } else { 1 };
-        ah.sl = sl;
-        ah.port_num = ib_port;
-        ah
-    };
-    // pp_connect_ctx: RTR and RTS with rdma-core's attributes
-    let connect = |rem: &Dest, peer_ip: IpAddr| -> Result<Option<AhAttr>, String> {
-        if !rem.has_gid() {
-            // RoCE addresses peers by GID: without one there is no GRH, and
-            // rxe refuses the QP at RTR (and the AH of a UD QP) at once,
-            // rather than sending to the TCP peer's address and retrying
-            // forever.
-            let what = if kind == Kind::Ud { "create AH" } else { "modify QP to RTR" };
-            return Err(format!(
-                "Failed to {what}: the peer sent no GID (RoCE needs one): run both sides \
-                 with -g 1, as with rxe"
-            ));
-        }
-        if (rem.gid.segments()[0] & 0xffc0) == 0xfe80 {
-            return Err(format!(
-                "remote GID {} is link-local (GID index 0): this emulator reaches peers by their \
-                 IPv4 or global IPv6 address; run both sides with -g 1",
-                rem.gid
-            ));
-        }
-        let ah = ah_for(rem, peer_ip);
-        match kind {
-            Kind::Rc => {
-                let rtr = QpAttr::new()
-                    .state(QpState::Rtr)
-                    .ah(ah)
-                    .mtu(mtu)
-                    .dest_qpn(rem.qpn)
-                    .rq_psn(rem.psn)
-                    .max_dest_rd_atomic(1)
-                    .min_rnr_timer(12);
-                qp.modify(&rtr).map_err(|e| format!("Failed to modify QP to RTR: {e}"))?;
-                let rts = QpAttr::new()
-                    .state(QpState::Rts)
-                    .timeout(14)
-                    .retry_cnt(7)
-                    .rnr_retry(7)
-                    .sq_psn(me.psn)
-                    .max_rd_atomic(1);
-                qp.modify(&rts).map_err(|e| format!("Failed to modify QP to RTS: {e}"))?;
-                Ok(None)
-            }
-            Kind::Uc => {
-                let rtr = QpAttr::new()
-                    .state(QpState::Rtr)
-                    .ah(ah)
-                    .mtu(mtu)
-                    .dest_qpn(rem.qpn)
-                    .rq_psn(rem.psn);
-                qp.modify(&rtr).map_err(|e| format!("Failed to modify QP to RTR: {e}"))?;
-                qp.modify(&QpAttr::new().state(QpState::Rts).sq_psn(me.psn))
-                    .map_err(|e| format!("Failed to modify QP to RTS: {e}"))?;
-                Ok(None)
-            }
-            Kind::Ud => {
-                qp.modify(&QpAttr::new().state(QpState::Rtr))
-                    .map_err(|e| format!("Failed to modify QP to RTR: {e}"))?;
-                qp.modify(&QpAttr::new().state(QpState::Rts).sq_psn(me.psn))
-                    .map_err(|e| format!("Failed to modify QP to RTS: {e}"))?;
-                Ok(Some(ah))
-            }
-        }
-    };
-
-    let server = a.servername.is_none();
-    let mut ud_ah = None;
-    let (rem, peer_ip) = match &a.servername {
-        Some(host) => {
-            let (r, ip) = oob::client_exchange(host, a.port as u16, &[me], Duration::from_secs(5))?;
-            (r[0], ip)
-        }
-        None => {
-            let (r, ip) = oob::server_exchange(a.port as u16, 1, |r, ip| {
-                ud_ah = connect(&r[0], ip)?;
-                Ok(vec![me])
-            })?;
-            (r[0], ip)
-        }
-    };
-    println!(
-        "  remote address: LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
-        rem.lid, rem.qpn, rem.psn, rem.gid
-    );
-    if !server {
-        ud_ah = connect(&rem, peer_ip)?;
+        let ah = self.path.ah(dgid, if ud { 64 } else { 1 });
+        let qp = &self.qp;
+        let rtr = match self.kind {
+            Kind::Rc => return self.path.rc_rtr_rts(qp, ah, rem, my_psn, "QP").map(|()| None),
+            Kind::Uc => QpAttr::new()
+                .state(QpState::Rtr)
+                .ah(ah)
+                .mtu(self.path.mtu)
+                .dest_qpn(rem.qpn)
+                .rq_psn(rem.psn),
+            Kind::Ud => QpAttr::new().state(QpState::Rtr),
+        };
+        qp.modify(&rtr).map_err(|e| format!("Failed to modify QP to RTR: {e}"))?;
+        qp.modify(&QpAttr::new().state(QpState::Rts).sq_psn(my_psn))
+            .map_err(|e| format!("Failed to modify QP to RTS: {e}"))?;
+        Ok(ud.then_some(ah))
     }
 
-    let post_send = || {
+    /// The out-of-band exchange of `me` for the peer's address, and the
+    /// connection towards it (the server connects before it answers, as
+    /// rdma-core's does).
+    fn exchange(&self, me: Dest) -> Result<(Dest, Option<AhAttr>), String> {
+        let port = self.a.port as u16;
+        let (rem, peer_ip, mut ud_ah) = match &self.a.servername {
+            Some(host) => {
+                let (r, ip) = oob::client_exchange(host, port, &[me], Duration::from_secs(5))?;
+                (r[0], ip, None)
+            }
+            None => {
+                let mut ud_ah = None;
+                let (r, ip) = oob::server_exchange(port, 1, |r, ip| {
+                    ud_ah = self.connect(&r[0], ip, me.psn)?;
+                    Ok(vec![me])
+                })?;
+                (r[0], ip, ud_ah)
+            }
+        };
+        print_address("remote address:", &rem, ",");
+        if self.a.servername.is_some() {
+            ud_ah = self.connect(&rem, peer_ip, me.psn)?;
+        }
+        Ok((rem, ud_ah))
+    }
+
+    fn post_send(&self, rem: &Dest, ud_ah: Option<AhAttr>) -> Result<(), String> {
+        let mr = &self.mr;
         let wr = SendWr::new(SEND_WRID, WrOpcode::Send).sge(
-            mr.addr() + off as u64,
-            size as u32,
+            mr.addr() + self.off as u64,
+            self.size as u32,
             mr.lkey(),
         );
         let wr = match ud_ah {
             Some(ah) => wr.ud(ah, rem.qpn, UD_QKEY),
             None => wr,
         };
-        qp.post_send(wr).map_err(|e| format!("Couldn't post send: {e}"))
-    };
-
-    let mut pending = RECV_WRID;
-    if !server {
-        if a.chk {
-            for i in (0..size).step_by(PAGE) {
-                mr.write((off + i) as u64, &[0]).map_err(|e| e.to_string())?;
-            }
-        }
-        post_send()?;
-        pending |= SEND_WRID;
+        self.qp.post_send(wr).map_err(|e| format!("Couldn't post send: {e}"))
     }
 
-    let start = Instant::now();
-    let (mut rcnt, mut scnt) = (0u64, 0u64);
-    let expect_len = (size + off) as u32;
-    let mut bad_len = 0u64;
-    // -c: every received message is checked as it arrives (the peer's
-    // buffer: 0 at each page start, 0x7b elsewhere), not only the last one
-    let mut bad_data = 0u64;
-    let mut got = vec![0u8; size];
-    while rcnt < iters || scnt < iters {
-        let wcs = wait_cq(&ctx, &cq, 2).map_err(|e| format!("poll CQ failed {e}"))?;
-        for wc in wcs {
-            if wc.status != WcStatus::Success {
-                return Err(format!(
-                    "Failed status {} ({}) for wr_id {}",
-                    wc.status,
-                    wc.status.code(),
-                    wc.wr_id
-                ));
-            }
-            match wc.wr_id {
-                SEND_WRID => scnt += 1,
-                RECV_WRID => {
-                    routs = routs.saturating_sub(1);
-                    if routs <= 1 {
-                        routs += post_recv(u64::from(rx_depth) - routs);
-                        if routs < u64::from(rx_depth) {
-                            return Err(format!("Couldn't post receive ({routs})"));
-                        }
-                    }
-                    if a.chk && wc.byte_len != expect_len {
-                        bad_len += 1;
-                    }
-                    if a.chk && !page_pattern_ok(&mr, off, size, &mut got)? {
-                        bad_data += 1;
-                    }
-                    rcnt += 1;
+    /// The exchanges: each side sends when its previous SEND and receive
+    /// both completed, until `-n` of each; `routs` receives are posted.
+    fn ping(&self, rem: &Dest, ud_ah: Option<AhAttr>, mut routs: u64) -> Result<Counts, String> {
+        let (a, size, off, iters) = (self.a, self.size, self.off, self.a.iters);
+        let mut pending = RECV_WRID;
+        if a.servername.is_some() {
+            if a.chk {
+                for i in (0..size).step_by(PAGE) {
+                    self.mr.write((off + i) as u64, &[0]).map_err(|e| e.to_string())?;
                 }
-                other => return Err(format!("Completion for unknown wr_id {other}")),
             }
-            pending &= !wc.wr_id;
-            if scnt < iters && pending == 0 {
-                post_send()?;
-                pending = RECV_WRID | SEND_WRID;
+            self.post_send(rem, ud_ah)?;
+            pending |= SEND_WRID;
+        }
+        let (mut rcnt, mut scnt) = (0u64, 0u64);
+        let expect_len = (size + off) as u32;
+        // -c: every received message is checked as it arrives (the peer's
+        // buffer: 0 at each page start, 0x7b elsewhere), not only the last one
+        let (mut bad_len, mut bad_data) = (0u64, 0u64);
+        let mut got = vec![0u8; size];
+        let rx_depth = u64::from(self.rx_depth);
+        while rcnt < iters || scnt < iters {
+            let wcs = wait_cq(&self.ctx, &self.cq, 2).map_err(|e| format!("poll CQ failed {e}"))?;
+            for wc in wcs {
+                check_status(&wc)?;
+                match wc.wr_id {
+                    SEND_WRID => scnt += 1,
+                    RECV_WRID => {
+                        routs = routs.saturating_sub(1);
+                        if routs <= 1 {
+                            routs += self.post_recv(rx_depth - routs);
+                            if routs < rx_depth {
+                                return Err(format!("Couldn't post receive ({routs})"));
+                            }
+                        }
+                        bad_len += u64::from(a.chk && wc.byte_len != expect_len);
+                        if a.chk && !page_pattern_ok(&self.mr, off, size, &mut got)? {
+                            bad_data += 1;
+                        }
+                        rcnt += 1;
+                    }
+                    other => return Err(format!("Completion for unknown wr_id {other}")),
+                }
+                pending &= !wc.wr_id;
+                if scnt < iters && pending == 0 {
+                    self.post_send(rem, ud_ah)?;
+                    pending = RECV_WRID | SEND_WRID;
+                }
             }
         }
+        Ok(Counts { rcnt, bad_len, bad_data })
     }
-    let usec = start.elapsed().as_secs_f64() * 1e6;
-    let bytes = size as u64 * iters * 2;
-    println!(
-        "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
-        usec / 1e6,
-        bytes as f64 * 8.0 / usec
-    );
-    println!("{iters} iters in {:.2} seconds = {:.2} usec/iter", usec / 1e6, usec / iters as f64);
 
-    let mut ok = true;
-    if a.chk {
-        mr.read(off as u64, &mut got).map_err(|e| e.to_string())?;
+    /// `-c`: the buffer and what the loop counted; prints what is wrong
+    /// and returns whether all was right.
+    fn check(&self, c: &Counts) -> Result<bool, String> {
+        let mut ok = true;
+        let mut got = vec![0u8; self.size];
+        self.mr.read(self.off as u64, &mut got).map_err(|e| e.to_string())?;
         for (p, page) in got.chunks(PAGE).enumerate() {
             if page.iter().enumerate().any(|(i, &b)| b != if i == 0 { 0 } else { 0x7b }) {
                 println!("invalid data in page {p}");
                 ok = false;
             }
         }
-        if bad_len > 0 {
-            println!("{bad_len} receive completions with a length other than {expect_len}");
+        if c.bad_len > 0 {
+            let expect_len = self.size + self.off;
+            println!("{} receive completions with a length other than {expect_len}", c.bad_len);
             ok = false;
         }
-        if bad_data > 0 {
-            println!("{bad_data} of {rcnt} received messages with invalid data");
+        if c.bad_data > 0 {
+            println!("{} of {} received messages with invalid data", c.bad_data, c.rcnt);
             ok = false;
         }
+        Ok(ok)
     }
+}
+
+/// Run a tool; `Err` is a message for stderr (exit status 1).
+pub fn run(kind: Kind, a: &Args) -> Result<ExitCode, String> {
+    let mtu = check_args(kind, a)?;
+    let pp = Pp::open(kind, a, mtu)?;
+    let rx_depth = u64::from(pp.rx_depth);
+    let routs = pp.post_recv(rx_depth);
+    if routs < rx_depth {
+        return Err(format!("Couldn't post receive ({routs})"));
+    }
+    let gid = local_gid(&pp.ctx, a.gid_idx, |g| match kind {
+        Kind::Ud => format!("Could not get local gid for gid index {g}"),
+        _ => format!("can't read sgid of index {g}"),
+    })?;
+    let me = Dest { lid: 0, qpn: pp.qp.qpn().value(), psn: rand::random::<u32>() & 0xff_ffff, gid };
+    print_address("local address: ", &me, if kind == Kind::Ud { ":" } else { "," });
+    let (rem, ud_ah) = pp.exchange(me)?;
+
+    let start = Instant::now();
+    let counts = pp.ping(&rem, ud_ah, routs)?;
+    print_rate(pp.size, a.iters, start);
+    let ok = !a.chk || pp.check(&counts)?;
     if a.linger > 0.0 {
         // the device's driver thread keeps answering while we wait
         std::thread::sleep(Duration::from_secs_f64(a.linger.min(3600.0)));
@@ -510,12 +612,7 @@ pub fn run(kind: Kind, a: &Args) -> Result<ExitCode, String> {
 
 /// Whether the `size` bytes at `off` of `mr` are the peer's `-c` pattern
 /// (0 at each page start, 0x7b elsewhere); `buf` is scratch of `size`.
-fn page_pattern_ok(
-    mr: &roce_verbs_api::Mr,
-    off: usize,
-    size: usize,
-    buf: &mut [u8],
-) -> Result<bool, String> {
+fn page_pattern_ok(mr: &Mr, off: usize, size: usize, buf: &mut [u8]) -> Result<bool, String> {
     mr.read(off as u64, &mut buf[..size]).map_err(|e| e.to_string())?;
     Ok(buf[..size]
         .chunks(PAGE)

@@ -12,12 +12,13 @@
 //! [`crate::pingpong`]; the client retries the TCP connection for 5 s.
 
 use crate::oob::{self, Dest};
-use crate::pingpong::{mtu_enum, wait_cq};
+use crate::pingpong::{
+    check_peer_gid, check_status, local_gid, mtu_enum, post_recvs, print_address, print_rate,
+    wait_cq, PathOpts,
+};
 use clap::Parser;
 use roce_verbs_api::gid::gid_to_addr;
-use roce_verbs_api::{
-    AccessFlags, AhAttr, PathMtu, QpAttr, QpState, RecvWr, SendWr, WcStatus, WrOpcode,
-};
+use roce_verbs_api::{AccessFlags, Context, Cq, Mr, PathMtu, Pd, Qp, RecvWr, SendWr, WrOpcode};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr};
 use std::process::ExitCode;
@@ -96,8 +97,9 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// Run the tool; `Err` is a message for stderr (exit status 1).
-pub fn run(a: &Args) -> Result<ExitCode, String> {
+/// The sizes the options give, checked: (message size, receive depth,
+/// QP count, path MTU).
+fn check_args(a: &Args) -> Result<(usize, u32, u32, PathMtu), String> {
     if a.port > 65535 {
         return Err("port must be at most 65535".into());
     }
@@ -120,228 +122,186 @@ pub fn run(a: &Args) -> Result<ExitCode, String> {
     if num_qp == 0 {
         return Err("at least one QP is needed".into());
     }
-    let iters = a.iters;
+    Ok((size, rx_depth, num_qp, mtu))
+}
 
-    // --- pp_init_ctx ---
-    let dev = crate::open_device_with(a.ib_dev.as_deref(), a.addr, a.pcap.as_deref())?;
-    let ctx = dev.open();
-    let pd = ctx.alloc_pd().map_err(|e| format!("Couldn't allocate PD: {e}"))?;
-    let mr = pd
-        .reg_mr(size, AccessFlags::LOCAL_WRITE)
-        .map_err(|e| format!("Couldn't register MR: {e}"))?;
-    // rdma-core's srq_pingpong zeroes its buffer (rc_pingpong fills 0x7b)
-    mr.write(0, &vec![0; size]).map_err(|e| e.to_string())?;
-    let cq = ctx.create_cq(rx_depth + num_qp).map_err(|e| format!("Couldn't create CQ: {e}"))?;
-    let srq = pd.create_srq(rx_depth, 1).map_err(|e| format!("Couldn't create SRQ: {e}"))?;
-    let mut qps = Vec::new();
-    for i in 0..num_qp {
-        let qp = pd
-            .qp_builder(&cq, &cq)
-            .srq(&srq)
-            .max_send_wr(1)
-            .max_send_sge(1)
-            .max_recv_wr(0)
-            .max_recv_sge(0)
-            .build()
-            .map_err(|e| format!("Couldn't create QP[{i}]: {e}"))?;
-        qps.push(qp);
-    }
-    let ib_port = u8::try_from(a.ib_port).unwrap_or(u8::MAX);
-    for (i, qp) in qps.iter().enumerate() {
-        let init = QpAttr::new()
-            .state(QpState::Init)
-            .pkey_index(0)
-            .port(ib_port)
-            .access_flags(AccessFlags::default());
-        qp.modify(&init).map_err(|e| format!("Failed to modify QP[{i}] to INIT: {e}"))?;
-    }
-    let index: HashMap<u32, usize> =
-        qps.iter().enumerate().map(|(i, q)| (q.qpn().value(), i)).collect();
+/// One side: rdma-core's `pingpong_context` with its SRQ and QPs. (Fields
+/// drop in this order: the QPs first, the device last.)
+struct Srq<'a> {
+    a: &'a Args,
+    qps: Vec<Qp>,
+    srq: roce_verbs_api::Srq,
+    cq: Cq,
+    mr: Mr,
+    _pd: Pd,
+    ctx: Context,
+    path: PathOpts,
+    size: usize,
+    rx_depth: u32,
+    /// QP number -> index in `qps`.
+    index: HashMap<u32, usize>,
+}
 
-    // --- main ---
-    let post_recv = |n: u64| -> u64 {
-        let mut i = 0;
-        while i < n {
-            if srq.post_recv(RecvWr::new(RECV_WRID, mr.addr(), size as u32, mr.lkey())).is_err() {
-                break;
-            }
-            i += 1;
+impl<'a> Srq<'a> {
+    /// rdma-core's `pp_init_ctx`: device, PD, buffer, CQ, SRQ and the QPs in
+    /// INIT.
+    fn open(a: &'a Args) -> Result<Srq<'a>, String> {
+        let (size, rx_depth, num_qp, mtu) = check_args(a)?;
+        let dev = crate::open_device_with(a.ib_dev.as_deref(), a.addr, a.pcap.as_deref())?;
+        let ctx = dev.open();
+        let pd = ctx.alloc_pd().map_err(|e| format!("Couldn't allocate PD: {e}"))?;
+        let mr = pd
+            .reg_mr(size, AccessFlags::LOCAL_WRITE)
+            .map_err(|e| format!("Couldn't register MR: {e}"))?;
+        // rdma-core's srq_pingpong zeroes its buffer (rc_pingpong fills 0x7b)
+        mr.write(0, &vec![0; size]).map_err(|e| e.to_string())?;
+        let cq =
+            ctx.create_cq(rx_depth + num_qp).map_err(|e| format!("Couldn't create CQ: {e}"))?;
+        let srq = pd.create_srq(rx_depth, 1).map_err(|e| format!("Couldn't create SRQ: {e}"))?;
+        let mut qps = Vec::new();
+        for i in 0..num_qp {
+            let qp = pd
+                .qp_builder(&cq, &cq)
+                .srq(&srq)
+                .max_send_wr(1)
+                .max_send_sge(1)
+                .max_recv_wr(0)
+                .max_recv_sge(0)
+                .build()
+                .map_err(|e| format!("Couldn't create QP[{i}]: {e}"))?;
+            qps.push(qp);
         }
-        i
-    };
-    let mut routs = post_recv(u64::from(rx_depth));
-    if routs < u64::from(rx_depth) {
-        return Err(format!("Couldn't post receive ({routs})"));
-    }
-    let gid = match a.gid_idx {
-        Some(g) if g >= 0 => ctx
-            .query_gid(g as u32)
-            .ok_or_else(|| format!("Could not get local gid for gid index {g}"))?,
-        _ => Ipv6Addr::UNSPECIFIED,
-    };
-    let sgid_index = a.gid_idx.filter(|g| *g >= 0).map(|g| g as u8).unwrap_or(0);
-    let mine: Vec<Dest> = qps
-        .iter()
-        .map(|q| Dest { lid: 0, qpn: q.qpn().value(), psn: rand::random::<u32>() & 0xff_ffff, gid })
-        .collect();
-    for d in &mine {
-        println!(
-            "  local address:  LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
-            d.lid, d.qpn, d.psn, d.gid
-        );
+        let path = PathOpts::new(mtu, a.gid_idx, a.sl, a.ib_port);
+        for (i, qp) in qps.iter().enumerate() {
+            path.init(qp, None, &format!("QP[{i}]"))?;
+        }
+        let index = qps.iter().enumerate().map(|(i, q)| (q.qpn().value(), i)).collect();
+        Ok(Srq { a, qps, srq, cq, mr, _pd: pd, ctx, path, size, rx_depth, index })
     }
 
-    let sl = u8::try_from(a.sl).unwrap_or(0);
-    // pp_connect_ctx: every QP to RTR and RTS with rdma-core's RC attributes
-    let connect = |rem: &[Dest], _peer_ip: IpAddr| -> Result<(), String> {
-        if rem.len() != qps.len() {
-            return Err(format!("{} remote addresses for {} QPs", rem.len(), qps.len()));
+    /// Post up to `n` receives on the SRQ; how many were posted.
+    fn post_recv(&self, n: u64) -> u64 {
+        let (mr, len) = (&self.mr, self.size as u32);
+        post_recvs(n, || {
+            self.srq.post_recv(RecvWr::new(RECV_WRID, mr.addr(), len, mr.lkey())).is_ok()
+        })
+    }
+
+    /// rdma-core's `pp_connect_ctx`: every QP to RTR and RTS with rdma-core's
+    /// RC attributes, towards the peer's QP of the same index.
+    fn connect(&self, rem: &[Dest], mine: &[Dest]) -> Result<(), String> {
+        if rem.len() != self.qps.len() {
+            return Err(format!("{} remote addresses for {} QPs", rem.len(), self.qps.len()));
         }
-        for (i, (qp, r)) in qps.iter().zip(rem).enumerate() {
-            if !r.has_gid() {
-                // as rc_pingpong: RoCE needs a GID, rxe refuses RTR without
-                return Err("Failed to modify QP to RTR: the peer sent no GID (RoCE needs one): \
-                            run both sides with -g 1, as with rxe"
-                    .to_string());
-            }
-            if (r.gid.segments()[0] & 0xffc0) == 0xfe80 {
-                return Err(format!(
-                    "remote GID {} is link-local (GID index 0): this emulator reaches peers by \
-                     their IPv4 or global IPv6 address; run both sides with -g 1",
-                    r.gid
-                ));
-            }
-            let mut ah = AhAttr::new(gid_to_addr(r.gid));
-            ah.sgid_index = sgid_index;
-            ah.hop_limit = 1;
-            ah.sl = sl;
-            ah.port_num = ib_port;
-            let rtr = QpAttr::new()
-                .state(QpState::Rtr)
-                .ah(ah)
-                .mtu(mtu)
-                .dest_qpn(r.qpn)
-                .rq_psn(r.psn)
-                .max_dest_rd_atomic(1)
-                .min_rnr_timer(12);
-            qp.modify(&rtr).map_err(|e| format!("Failed to modify QP[{i}] to RTR: {e}"))?;
-            let rts = QpAttr::new()
-                .state(QpState::Rts)
-                .timeout(14)
-                .retry_cnt(7)
-                .rnr_retry(7)
-                .sq_psn(mine[i].psn)
-                .max_rd_atomic(1);
-            qp.modify(&rts).map_err(|e| format!("Failed to modify QP[{i}] to RTS: {e}"))?;
+        for (i, (qp, r)) in self.qps.iter().zip(rem).enumerate() {
+            // as rc_pingpong: RoCE needs a GID, rxe refuses RTR without
+            check_peer_gid(r, "modify QP to RTR")?;
+            let ah = self.path.ah(gid_to_addr(r.gid), 1);
+            self.path.rc_rtr_rts(qp, ah, r, mine[i].psn, &format!("QP[{i}]"))?;
         }
         Ok(())
-    };
-
-    let n = qps.len();
-    // rdma-core's srq_pingpong always exchanges MAX_QP (256) messages, the
-    // first num_qp of them real, whatever -q is (seen against rxe)
-    let mut wire = mine.clone();
-    wire.resize(
-        MAX_QP.max(n),
-        Dest { lid: 0, qpn: 0, psn: 0, gid: std::net::Ipv6Addr::UNSPECIFIED },
-    );
-    let rem = match &a.servername {
-        Some(host) => {
-            let (mut r, ip) =
-                oob::client_exchange(host, a.port as u16, &wire, Duration::from_secs(5))?;
-            r.truncate(n);
-            for d in &r {
-                print_remote(d);
-            }
-            connect(&r, ip)?;
-            r
-        }
-        None => {
-            let (mut r, _) = oob::server_exchange(a.port as u16, wire.len(), |r, ip| {
-                connect(&r[..n.min(r.len())], ip)?;
-                Ok(wire.clone())
-            })?;
-            r.truncate(n);
-            for d in &r {
-                print_remote(d);
-            }
-            r
-        }
-    };
-    debug_assert_eq!(rem.len(), n);
-
-    let post_send = |i: usize| {
-        let wr = SendWr::new(SEND_WRID, WrOpcode::Send).sge(mr.addr(), size as u32, mr.lkey());
-        qps[i].post_send(wr).map_err(|e| format!("Couldn't post send: {e}"))
-    };
-    let mut pending = vec![RECV_WRID; n];
-    if a.servername.is_some() {
-        if a.chk {
-            for i in (0..size).step_by(PAGE) {
-                mr.write(i as u64, &[0]).map_err(|e| e.to_string())?;
-            }
-        }
-        for (i, p) in pending.iter_mut().enumerate() {
-            post_send(i)?;
-            *p = SEND_WRID | RECV_WRID;
-        }
     }
 
-    let start = Instant::now();
-    let (mut rcnt, mut scnt) = (0u64, 0u64);
-    let mut bad_len = 0u64;
-    let num_wc = (rx_depth + num_qp) as usize;
-    while rcnt < iters || scnt < iters {
-        let wcs = wait_cq(&ctx, &cq, num_wc).map_err(|e| format!("poll CQ failed {e}"))?;
-        for wc in wcs {
-            if wc.status != WcStatus::Success {
-                return Err(format!(
-                    "Failed status {} ({}) for wr_id {}",
-                    wc.status,
-                    wc.status.code(),
-                    wc.wr_id
-                ));
-            }
-            let Some(&qi) = index.get(&wc.qp_num) else {
-                return Err(format!("Couldn't find QPN {:06x}", wc.qp_num));
-            };
-            match wc.wr_id {
-                SEND_WRID => scnt += 1,
-                RECV_WRID => {
-                    routs = routs.saturating_sub(1);
-                    if routs <= u64::from(num_qp) {
-                        routs += post_recv(u64::from(rx_depth) - routs);
-                        if routs < u64::from(rx_depth) {
-                            return Err(format!("Couldn't post receive ({routs})"));
-                        }
-                    }
-                    if a.chk && wc.byte_len as usize != size {
-                        bad_len += 1;
-                    }
-                    rcnt += 1;
+    /// The out-of-band exchange (client first) and the connections; the
+    /// peer's addresses, one per QP.
+    fn exchange(&self, mine: &[Dest]) -> Result<Vec<Dest>, String> {
+        let n = self.qps.len();
+        // rdma-core's srq_pingpong always exchanges MAX_QP (256) messages, the
+        // first num_qp of them real, whatever -q is (seen against rxe)
+        let mut wire = mine.to_vec();
+        wire.resize(MAX_QP.max(n), Dest { lid: 0, qpn: 0, psn: 0, gid: Ipv6Addr::UNSPECIFIED });
+        let port = self.a.port as u16;
+        let rem = match &self.a.servername {
+            Some(host) => {
+                let (mut r, _) = oob::client_exchange(host, port, &wire, Duration::from_secs(5))?;
+                r.truncate(n);
+                for d in &r {
+                    print_address("remote address:", d, ",");
                 }
-                other => return Err(format!("Completion for unknown wr_id {other}")),
+                self.connect(&r, mine)?;
+                r
             }
-            pending[qi] &= !wc.wr_id;
-            if scnt < iters && pending[qi] == 0 {
-                post_send(qi)?;
-                pending[qi] = RECV_WRID | SEND_WRID;
+            None => {
+                let (mut r, _) = oob::server_exchange(port, wire.len(), |r, _| {
+                    self.connect(&r[..n.min(r.len())], mine)?;
+                    Ok(wire.clone())
+                })?;
+                r.truncate(n);
+                for d in &r {
+                    print_address("remote address:", d, ",");
+                }
+                r
+            }
+        };
+        debug_assert_eq!(rem.len(), n);
+        Ok(rem)
+    }
+
+    fn post_send(&self, i: usize) -> Result<(), String> {
+        let mr = &self.mr;
+        let wr = SendWr::new(SEND_WRID, WrOpcode::Send).sge(mr.addr(), self.size as u32, mr.lkey());
+        self.qps[i].post_send(wr).map_err(|e| format!("Couldn't post send: {e}"))
+    }
+
+    /// The exchanges: each QP sends when its previous SEND and a receive
+    /// both completed, until `-n` of each in total; `routs` receives are
+    /// posted. Returns how many receives had the wrong length.
+    fn ping(&self, mut routs: u64) -> Result<u64, String> {
+        let (a, n, iters) = (self.a, self.qps.len(), self.a.iters);
+        let mut pending = vec![RECV_WRID; n];
+        if a.servername.is_some() {
+            if a.chk {
+                for i in (0..self.size).step_by(PAGE) {
+                    self.mr.write(i as u64, &[0]).map_err(|e| e.to_string())?;
+                }
+            }
+            for (i, p) in pending.iter_mut().enumerate() {
+                self.post_send(i)?;
+                *p = SEND_WRID | RECV_WRID;
             }
         }
+        let (mut rcnt, mut scnt, mut bad_len) = (0u64, 0u64, 0u64);
+        let (rx_depth, num_qp) = (u64::from(self.rx_depth), n as u64);
+        let num_wc = (rx_depth + num_qp) as usize;
+        while rcnt < iters || scnt < iters {
+            let wcs =
+                wait_cq(&self.ctx, &self.cq, num_wc).map_err(|e| format!("poll CQ failed {e}"))?;
+            for wc in wcs {
+                check_status(&wc)?;
+                let Some(&qi) = self.index.get(&wc.qp_num) else {
+                    return Err(format!("Couldn't find QPN {:06x}", wc.qp_num));
+                };
+                match wc.wr_id {
+                    SEND_WRID => scnt += 1,
+                    RECV_WRID => {
+                        routs = routs.saturating_sub(1);
+                        if routs <= num_qp {
+                            routs += self.post_recv(rx_depth - routs);
+                            if routs < rx_depth {
+                                return Err(format!("Couldn't post receive ({routs})"));
+                            }
+                        }
+                        bad_len += u64::from(a.chk && wc.byte_len as usize != self.size);
+                        rcnt += 1;
+                    }
+                    other => return Err(format!("Completion for unknown wr_id {other}")),
+                }
+                pending[qi] &= !wc.wr_id;
+                if scnt < iters && pending[qi] == 0 {
+                    self.post_send(qi)?;
+                    pending[qi] = RECV_WRID | SEND_WRID;
+                }
+            }
+        }
+        Ok(bad_len)
     }
-    let usec = start.elapsed().as_secs_f64() * 1e6;
-    let bytes = size as u64 * iters * 2;
-    println!(
-        "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
-        usec / 1e6,
-        bytes as f64 * 8.0 / usec
-    );
-    println!("{iters} iters in {:.2} seconds = {:.2} usec/iter", usec / 1e6, usec / iters as f64);
 
-    let mut ok = true;
-    if a.chk {
-        let mut got = vec![0u8; size];
-        mr.read(0, &mut got).map_err(|e| e.to_string())?;
+    /// `-c`: the buffer (all zero) and the receive lengths; prints what is
+    /// wrong and returns whether all was right.
+    fn check(&self, bad_len: u64) -> Result<bool, String> {
+        let mut ok = true;
+        let mut got = vec![0u8; self.size];
+        self.mr.read(0, &mut got).map_err(|e| e.to_string())?;
         for (p, page) in got.chunks(PAGE).enumerate() {
             if page.iter().any(|&b| b != 0) {
                 println!("invalid data in page {p}");
@@ -349,21 +309,41 @@ pub fn run(a: &Args) -> Result<ExitCode, String> {
             }
         }
         if bad_len > 0 {
-            println!("{bad_len} receive completions with a length other than {size}");
+            println!("{bad_len} receive completions with a length other than {}", self.size);
             ok = false;
         }
+        Ok(ok)
     }
+}
+
+/// Run the tool; `Err` is a message for stderr (exit status 1).
+pub fn run(a: &Args) -> Result<ExitCode, String> {
+    let pp = Srq::open(a)?;
+    let rx_depth = u64::from(pp.rx_depth);
+    let routs = pp.post_recv(rx_depth);
+    if routs < rx_depth {
+        return Err(format!("Couldn't post receive ({routs})"));
+    }
+    let gid =
+        local_gid(&pp.ctx, a.gid_idx, |g| format!("Could not get local gid for gid index {g}"))?;
+    let mine: Vec<Dest> = pp
+        .qps
+        .iter()
+        .map(|q| Dest { lid: 0, qpn: q.qpn().value(), psn: rand::random::<u32>() & 0xff_ffff, gid })
+        .collect();
+    for d in &mine {
+        print_address("local address: ", d, ",");
+    }
+    pp.exchange(&mine)?;
+
+    let start = Instant::now();
+    let bad_len = pp.ping(routs)?;
+    print_rate(pp.size, a.iters, start);
+    let ok = !a.chk || pp.check(bad_len)?;
     // let the last acknowledgements leave before the device closes
-    ctx.progress(
+    pp.ctx.progress(
         || false,
         roce_verbs_api::Budget { events: 10_000, wall: Duration::from_millis(50) },
     );
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
-}
-
-fn print_remote(d: &Dest) {
-    println!(
-        "  remote address: LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
-        d.lid, d.qpn, d.psn, d.gid
-    );
 }

@@ -2,61 +2,28 @@
 //! loopback (127.0.0.8 and 127.0.0.9): both exit 0 and print the values
 //! the operations must produce.
 
-use std::io::Read;
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+mod common;
+use common::{command, finish, free_port};
+
 use std::time::{Duration, Instant};
-
-fn spawn(bin: &str, args: &[&str]) -> Child {
-    Command::new(bin)
-        .env_remove("ROCE_EMU_PCAP")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn")
-}
-
-fn finish(mut c: Child, deadline: Instant) -> (Option<i32>, String, String) {
-    let code = loop {
-        match c.try_wait() {
-            Ok(Some(st)) => break st.code(),
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            _ => {
-                let _ = c.kill();
-                let _ = c.wait();
-                break None;
-            }
-        }
-    };
-    let (mut o, mut e) = (String::new(), String::new());
-    if let Some(mut s) = c.stdout.take() {
-        let _ = s.read_to_string(&mut o);
-    }
-    if let Some(mut s) = c.stderr.take() {
-        let _ = s.read_to_string(&mut e);
-    }
-    (code, o, e)
-}
 
 fn run_pair(bin: &str) -> (String, String) {
     run_pair_with(bin, &[])
 }
 
 fn run_pair_with(bin: &str, client_extra: &[&str]) -> (String, String) {
-    let port = TcpListener::bind("0.0.0.0:0").unwrap().local_addr().unwrap().port().to_string();
-    let s = spawn(bin, &["--addr", "127.0.0.8", "-p", &port]);
+    let port = free_port().to_string();
+    let spawn = |args: &[&str]| command(bin, args).spawn().expect("spawn");
+    let s = spawn(&["--addr", "127.0.0.8", "-p", &port]);
     let mut cargs = vec!["--addr", "127.0.0.9", "-p", &port];
     cargs.extend_from_slice(client_extra);
     cargs.push("127.0.0.8");
-    let c = spawn(bin, &cargs);
+    let c = spawn(&cargs);
     let deadline = Instant::now() + Duration::from_secs(60);
-    let (cc, co, ce) = finish(c, deadline);
-    let (sc, so, se) = finish(s, deadline);
-    assert_eq!(cc, Some(0), "client: {co}{ce}");
-    assert_eq!(sc, Some(0), "server: {so}{se}");
-    (so, co)
+    let (c, s) = (finish(c, deadline), finish(s, deadline));
+    assert_eq!(c.code, Some(0), "client: {}", c.all());
+    assert_eq!(s.code, Some(0), "server: {}", s.all());
+    (s.out, c.out)
 }
 
 #[test]

@@ -9,46 +9,12 @@
 //! UD .6/.7, RC under loss .18/.19 (see each test for the others). Sizes
 //! of one tool run one after the other.
 
-use std::io::Read;
-use std::net::TcpListener;
+mod common;
+use common::{command, finish, free_port, Run};
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind("0.0.0.0:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}
-
-struct Run {
-    code: Option<i32>,
-    out: String,
-    err: String,
-}
-
-/// Wait for `c` at most until `deadline`; kill it after that.
-fn finish(mut c: Child, deadline: Instant) -> Run {
-    let code = loop {
-        match c.try_wait() {
-            Ok(Some(st)) => break st.code(),
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            _ => {
-                let _ = c.kill();
-                let _ = c.wait();
-                break None;
-            }
-        }
-    };
-    let mut out = String::new();
-    let mut err = String::new();
-    if let Some(mut o) = c.stdout.take() {
-        let _ = o.read_to_string(&mut out);
-    }
-    if let Some(mut e) = c.stderr.take() {
-        let _ = e.read_to_string(&mut err);
-    }
-    Run { code, out, err }
-}
 
 fn pcap_dir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("roce-examples-{tag}-{}", std::process::id()));
@@ -63,14 +29,8 @@ fn pair(bin: &str, tag: &str, srv: &str, cli: &str, args: &[&str], dir: &Path) -
     let port = free_port().to_string();
     let devices = format!("{tag}s={srv},{tag}c=udp:{cli}");
     let cmd = |dev: String, server: Option<&str>| {
-        let mut c = Command::new(bin);
-        c.env("ROCE_EMU_DEVICES", &devices)
-            .env("ROCE_EMU_PCAP", dir)
-            .args(["-d", &dev, "-g", "1", "-p", &port])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        let mut c = command(bin, &["-d", &dev, "-g", "1", "-p", &port]);
+        c.env("ROCE_EMU_DEVICES", &devices).env("ROCE_EMU_PCAP", dir).args(args);
         if let Some(s) = server {
             c.arg(s);
         }
@@ -249,14 +209,8 @@ fn link_local_gid_is_refused_with_a_hint() {
     let port = free_port().to_string();
     let bin = env!("CARGO_BIN_EXE_rc_pingpong");
     let cmd = |dev: &str, gid: &str, server: Option<&str>| {
-        let mut c = Command::new(bin);
-        c.env("ROCE_EMU_DEVICES", "lls=127.0.0.10,llc=127.0.0.11")
-            .env_remove("ROCE_EMU_PCAP")
-            .args(["-d", dev, "-g", gid, "-p", &port, "-n", "1"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        c.args(server);
+        let mut c = command(bin, &["-d", dev, "-g", gid, "-p", &port, "-n", "1"]);
+        c.env("ROCE_EMU_DEVICES", "lls=127.0.0.10,llc=127.0.0.11").args(server);
         c.spawn().expect("spawn")
     };
     let s = cmd("lls", "1", None);
@@ -280,14 +234,8 @@ fn no_gid_fails_at_once_like_rxe() {
     let port = free_port().to_string();
     let bin = env!("CARGO_BIN_EXE_rc_pingpong");
     let cmd = |dev: &str, server: Option<&str>| {
-        let mut c = Command::new(bin);
-        c.env("ROCE_EMU_DEVICES", "ngs=127.0.0.12,ngc=127.0.0.13")
-            .env_remove("ROCE_EMU_PCAP")
-            .args(["-d", dev, "-p", &port, "-n", "10"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        c.args(server);
+        let mut c = command(bin, &["-d", dev, "-p", &port, "-n", "10"]);
+        c.env("ROCE_EMU_DEVICES", "ngs=127.0.0.12,ngc=127.0.0.13").args(server);
         c.spawn().expect("spawn")
     };
     let s = cmd("ngs", None);
@@ -306,15 +254,8 @@ fn no_gid_fails_at_once_like_rxe() {
 #[test]
 fn refused_options_and_sizes() {
     let run = |bin: &str, args: &[&str]| {
-        let c = Command::new(bin)
-            .env("ROCE_EMU_DEVICES", "x0=udp:127.0.0.9")
-            .env_remove("ROCE_EMU_PCAP")
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn");
+        let c =
+            command(bin, args).env("ROCE_EMU_DEVICES", "x0=udp:127.0.0.9").spawn().expect("spawn");
         finish(c, Instant::now() + Duration::from_secs(20))
     };
     let r = run(env!("CARGO_BIN_EXE_rc_pingpong"), &["-o"]);
@@ -464,13 +405,8 @@ fn srq_pingpong_two_processes_with_pcap() {
 
 #[test]
 fn srq_pingpong_refuses_too_few_receives() {
-    let c = Command::new(env!("CARGO_BIN_EXE_srq_pingpong"))
+    let c = command(env!("CARGO_BIN_EXE_srq_pingpong"), &["-q", "8", "-r", "4"])
         .env("ROCE_EMU_DEVICES", "x1=udp:127.0.0.16")
-        .env_remove("ROCE_EMU_PCAP")
-        .args(["-q", "8", "-r", "4"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
     let r = finish(c, Instant::now() + Duration::from_secs(20));

@@ -12,12 +12,14 @@
 //! Needs root (namespaces, CAP_NET_RAW) and `ip`; otherwise it prints
 //! `SKIPPED: ...` and passes without checking anything.
 
+mod common;
+use common::{command, finish, Run};
+
 use roce_packet::frame::parse_frame;
 use roce_packet::ROCE_V2_PORT;
 use roce_pcap::read_capture_file;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const SRV: &str = "10.77.0.1";
@@ -76,51 +78,14 @@ fn netns() -> Option<Netns> {
     Some(ns)
 }
 
-struct Run {
-    code: Option<i32>,
-    out: String,
-    err: String,
-}
-
-/// Wait for `c` at most until `deadline`; kill it after that.
-fn finish(mut c: Child, deadline: Instant) -> Run {
-    let code = loop {
-        match c.try_wait() {
-            Ok(Some(st)) => break st.code(),
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            _ => {
-                let _ = c.kill();
-                let _ = c.wait();
-                break None;
-            }
-        }
-    };
-    let (mut out, mut err) = (String::new(), String::new());
-    if let Some(mut o) = c.stdout.take() {
-        let _ = o.read_to_string(&mut out);
-    }
-    if let Some(mut e) = c.stderr.take() {
-        let _ = e.read_to_string(&mut err);
-    }
-    Run { code, out, err }
-}
-
 /// Server in namespace `s`, client in `c`, pcaps in `dir`.
 fn pair(ns: &Netns, args: &[&str], dir: &Path, port: u16) -> (Run, Run) {
     let bin = env!("CARGO_BIN_EXE_rc_pingpong");
     let devices = format!("pps=raw:vps:{SRV},ppc=raw:vpc:{CLI}");
     let port = port.to_string();
     let spawn = |n: &str, dev: &str, server: Option<&str>| {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", n, bin])
-            .env("ROCE_EMU_DEVICES", &devices)
-            .env("ROCE_EMU_PCAP", dir)
-            .args(["-d", dev, "-g", "1", "-p", &port])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        c.args(server);
+        let mut c = command("ip", &["netns", "exec", n, bin, "-d", dev, "-g", "1", "-p", &port]);
+        c.env("ROCE_EMU_DEVICES", &devices).env("ROCE_EMU_PCAP", dir).args(args).args(server);
         c.spawn().expect("spawn rc_pingpong")
     };
     let s = spawn(&ns.s, "pps", None);

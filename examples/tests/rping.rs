@@ -2,45 +2,21 @@
 //! two processes over UDP on loopback (each test its own pair of addresses:
 //! the tests run in parallel).
 
-use std::io::Read;
-use std::process::{Child, Command, Stdio};
+mod common;
+use common::{finish_within, spawn_on, two_devices};
+
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 fn spawn(net: u8, args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_rping"))
-        .env("ROCE_EMU_DEVICES", format!("roce0=udp:127.0.{net}.2,roce1=udp:127.0.{net}.3"))
-        .env("ROCE_EMU_STATS", "0")
-        .env_remove("ROCE_EMU_PCAP")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn rping")
+    spawn_on(env!("CARGO_BIN_EXE_rping"), &two_devices(net), args)
 }
 
-/// Wait at most `limit`, then kill (by PID); exit code and output.
-fn finish(mut c: Child, limit: Duration) -> (Option<i32>, String) {
-    let end = Instant::now() + limit;
-    let code = loop {
-        match c.try_wait() {
-            Ok(Some(st)) => break st.code(),
-            Ok(None) if Instant::now() < end => std::thread::sleep(Duration::from_millis(20)),
-            _ => {
-                let _ = c.kill();
-                let _ = c.wait();
-                break None;
-            }
-        }
-    };
-    let mut out = String::new();
-    if let Some(mut s) = c.stdout.take() {
-        let _ = s.read_to_string(&mut out);
-    }
-    if let Some(mut s) = c.stderr.take() {
-        let _ = s.read_to_string(&mut out);
-    }
-    (code, out)
+/// Wait at most `limit`, then kill (by PID); exit code and output (stdout
+/// then stderr).
+fn finish(c: Child, limit: Duration) -> (Option<i32>, String) {
+    let r = finish_within(c, limit);
+    (r.code, r.all())
 }
 
 #[test]
@@ -81,18 +57,7 @@ fn a_client_of_a_port_nobody_listens_on_is_rejected_at_once() {
 #[test]
 fn udaddy_finds_the_server_with_sidr_and_datagrams_go_both_ways() {
     let bin = env!("CARGO_BIN_EXE_udaddy");
-    let run = |args: &[&str]| {
-        Command::new(bin)
-            .env("ROCE_EMU_DEVICES", "roce0=udp:127.0.63.2,roce1=udp:127.0.63.3")
-            .env("ROCE_EMU_STATS", "0")
-            .env_remove("ROCE_EMU_PCAP")
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn udaddy")
-    };
+    let run = |args: &[&str]| spawn_on(bin, &two_devices(63), args);
     let server = run(&["-b", "127.0.63.2", "-C", "20", "-S", "200"]);
     std::thread::sleep(Duration::from_millis(300));
     let client = run(&["-s", "127.0.63.2", "-C", "20", "-S", "200"]);

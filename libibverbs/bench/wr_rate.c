@@ -4,7 +4,7 @@
  * timed the same way: from the first post to the last completion.
  * Busy-polls ibv_poll_cq, like perftest. Prints one line:
  *   wr_rate size=64 iters=200000 depth=128 secs=... mpps=... gbps=...
- * Built and run by scripts/dropin-bench.sh. */
+ * Built (with ../tests/c/common.c) and run by scripts/dropin-bench.sh. */
 #include <infiniband/verbs.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -12,79 +12,31 @@
 #include <string.h>
 #include <time.h>
 
-struct side {
-	struct ibv_context *ctx;
-	struct ibv_pd *pd;
-	struct ibv_cq *cq;
-	struct ibv_qp *qp;
-	union ibv_gid gid;
-	void *buf;
-	struct ibv_mr *mr;
-};
+#include "../tests/c/common.h"
 
-static void die(const char *what)
+/* A device with an RC QP DEPTH deep and a registered buffer of `len`. */
+static void open_rc(struct ibv_device *dev, struct side *s, size_t len, int depth)
 {
-	perror(what);
-	exit(1);
-}
+	struct ibv_qp_init_attr ia;
 
-static void open_side(struct ibv_device *dev, struct side *s, size_t len, int depth)
-{
-	struct ibv_qp_init_attr ia = {0};
-
-	s->ctx = ibv_open_device(dev);
-	if (!s->ctx)
-		die("ibv_open_device");
-	s->pd = ibv_alloc_pd(s->ctx);
-	s->cq = ibv_create_cq(s->ctx, depth * 2, NULL, NULL, 0);
-	ia.send_cq = s->cq;
-	ia.recv_cq = s->cq;
-	ia.qp_type = IBV_QPT_RC;
-	ia.cap.max_send_wr = depth;
-	ia.cap.max_recv_wr = 1;
-	ia.cap.max_send_sge = 1;
-	ia.cap.max_recv_sge = 1;
+	open_side(dev, s, depth * 2, NULL);
+	ia = qp_init_attr(s->cq, IBV_QPT_RC, depth, 1);
 	s->qp = ibv_create_qp(s->pd, &ia);
 	s->buf = aligned_alloc(4096, (len + 4095) / 4096 * 4096);
 	memset(s->buf, 0x5a, len);
 	s->mr = ibv_reg_mr(s->pd, s->buf, len,
 			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	if (!s->pd || !s->cq || !s->qp || !s->mr || ibv_query_gid(s->ctx, 1, 1, &s->gid))
+	if (!s->qp || !s->mr)
 		die("setup");
 }
 
 static void connect_qp(struct side *s, struct side *p)
 {
-	struct ibv_qp_attr a = {0};
+	struct rc_path path = rc_path(p->qp->qp_num, p->gid);
 
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-	if (ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		die("INIT");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = p->qp->qp_num;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = p->gid;
-	a.ah_attr.grh.sgid_index = 1;
-	a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-					     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		die("RTR");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-					     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
-		die("RTS");
+	path.hop_limit = 1;
+	if (rc_connect(s->qp, IBV_ACCESS_REMOTE_WRITE, &path))
+		die("INIT/RTR/RTS");
 }
 
 int main(int argc, char **argv)
@@ -107,8 +59,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "need two devices\n");
 		return 1;
 	}
-	open_side(list[0], &a, size, depth);
-	open_side(list[1], &b, size, depth);
+	open_rc(list[0], &a, size, depth);
+	open_rc(list[1], &b, size, depth);
 	connect_qp(&a, &b);
 	connect_qp(&b, &a);
 	memset(&wr, 0, sizeof(wr));

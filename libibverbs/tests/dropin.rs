@@ -12,7 +12,7 @@ mod common;
 use common::{finish, need, skipped, target_dir, text, which};
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// This executable's directory of drop-in links (see [`common::drop_in_dir`]).
@@ -22,16 +22,7 @@ fn lib_dir() -> std::path::PathBuf {
 
 /// A command on the drop-in with the test's own devices.
 fn cmd(prog: &Path, net: u8, args: &[&str]) -> Command {
-    let mut c = Command::new(prog);
-    c.args(args)
-        .env("LD_LIBRARY_PATH", lib_dir())
-        .env("ROCE_EMU_DEVICES", format!("roce0=udp:127.0.{net}.2,roce1=udp:127.0.{net}.3"))
-        .env("ROCE_EMU_STATS", "0")
-        .env_remove("ROCE_EMU_PCAP")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c
+    common::drop_in_cmd(prog, &lib_dir(), &common::two_devices(net), args)
 }
 
 /// The TCP port a server command listens on: its `-p`, else perftest's
@@ -80,39 +71,12 @@ fn pair(server: Command, client: Command, what: &str) -> (String, String) {
     // until the server listens on its TCP port (the tools connect once).
     wait_listening(port, Duration::from_secs(30));
     let c = client.spawn().expect("spawn client");
-    let (co, ct) = finish(c, Duration::from_secs(40));
-    let (so, st) = finish(s, Duration::from_secs(10));
-    let report = format!(
-        "{what}\n--- client (timed out: {ct}) {}\n{}{}\n--- server (timed out: {st}) {}\n{}{}",
-        co.status,
-        text(&co.stdout),
-        text(&co.stderr),
-        so.status,
-        text(&so.stdout),
-        text(&so.stderr)
-    );
-    assert!(!ct && !st && co.status.success() && so.status.success(), "{report}");
-    (text(&co.stdout) + &text(&co.stderr), text(&so.stdout) + &text(&so.stderr))
+    let co = finish(c, Duration::from_secs(40));
+    let so = finish(s, Duration::from_secs(10));
+    common::both_succeeded(what, &co, &so)
 }
 
 // ---------------------------------------------------------------- symbols
-
-/// `name@VERSION` / `name@@VERSION` lines of a library's dynamic symbols.
-fn dynamic_symbols(lib: &Path) -> Option<Vec<String>> {
-    let nm = which("nm")?;
-    let o = Command::new(nm)
-        .args(["-D", "--defined-only", "--with-symbol-versions"])
-        .arg(lib)
-        .output()
-        .ok()?;
-    let mut v: Vec<String> = text(&o.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(2).map(str::to_string))
-        .filter(|s| s.contains('@'))
-        .collect();
-    v.sort();
-    Some(v)
-}
 
 /// What `libibverbs.map` says should be exported.
 fn map_symbols() -> Vec<String> {
@@ -157,7 +121,7 @@ fn map_symbols() -> Vec<String> {
 
 #[test]
 fn symbols_and_versions_are_rdma_cores() {
-    let Some(ours) = dynamic_symbols(&lib_dir().join("libibverbs.so.1")) else {
+    let Some(ours) = common::dynamic_symbols(&lib_dir().join("libibverbs.so.1")) else {
         skipped("nm not installed (apt-get install binutils)");
         return;
     };
@@ -168,7 +132,7 @@ fn symbols_and_versions_are_rdma_cores() {
     assert!(ours.contains(&"ibv_open_device@IBVERBS_1.0".to_string()));
     let host = Path::new("/usr/lib/x86_64-linux-gnu/libibverbs.so.1");
     if host.exists() {
-        let theirs = dynamic_symbols(host).expect("nm on the host library");
+        let theirs = common::dynamic_symbols(host).expect("nm on the host library");
         // librdmacm's symbols live in the same library (tests/rdmacm.rs
         // checks them against the host's librdmacm.so.1)
         let ours: Vec<String> = ours.into_iter().filter(|s| !s.contains("@RDMACM_")).collect();
@@ -181,24 +145,11 @@ fn symbols_and_versions_are_rdma_cores() {
 // ---------------------------------------------------------------- C programs
 
 fn have_c_toolchain() -> bool {
-    if which("cc").is_none() || !Path::new("/usr/include/infiniband/verbs.h").exists() {
+    if which("cc").is_none() || !Path::new(common::VERBS_H).exists() {
         skipped("needs cc and <infiniband/verbs.h> (apt-get install gcc libibverbs-dev)");
         return false;
     }
     true
-}
-
-/// Compile a C source against the drop-in (bound to OUR libibverbs.so.1).
-fn compile(src: &Path, out: &Path) {
-    let o = Command::new("cc")
-        .args(["-O1", "-Wall", "-pthread", "-o"])
-        .arg(out)
-        .arg(src)
-        .arg(format!("-L{}", lib_dir().display()))
-        .arg("-l:libibverbs.so.1")
-        .output()
-        .expect("run cc");
-    assert!(o.status.success(), "cc {}:\n{}", src.display(), text(&o.stderr));
 }
 
 fn tmpdir(tag: &str) -> PathBuf {
@@ -210,16 +161,10 @@ fn tmpdir(tag: &str) -> PathBuf {
 
 #[test]
 fn c_program_memory_model_and_errnos() {
-    if !have_c_toolchain() {
-        return;
-    }
-    let dir = tmpdir("check");
-    let exe = dir.join("dropin_check");
-    compile(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/dropin_check.c"), &exe);
-    let child = cmd(&exe, 21, &[]).spawn().expect("spawn");
-    let (o, timed_out) = finish(child, Duration::from_secs(60));
+    let Some(exe) = common::compile_verbs_c("dropin_check", &lib_dir()) else { return };
+    let o = common::run_within(cmd(&exe, 21, &[]), Duration::from_secs(60));
     let out = text(&o.stdout);
-    assert!(!timed_out && o.status.success(), "{out}{}", text(&o.stderr));
+    assert!(o.status.success(), "{out}{}", text(&o.stderr));
     for must in [
         "ok   the WRITE landed in the application's own buffer, nothing around it",
         "ok   FETCH_AND_ADD on the application's word: returned 40, now 42",
@@ -237,7 +182,6 @@ fn c_program_memory_model_and_errnos() {
     ] {
         assert!(out.contains(must), "missing {must:?} in\n{out}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Every struct the library fills or reads, with the fields it touches.
@@ -361,10 +305,6 @@ fn c_layout_output() -> String {
 
 // ---------------------------------------------------------------- Debian tools
 
-fn iters_line(out: &str) -> bool {
-    out.lines().any(|l| l.contains(" iters in ") && l.contains("usec/iter"))
-}
-
 fn pingpong(tool: &str, net: u8, port: u16, extra: &[&str]) {
     let Some(p) = need(tool, "ibverbs-utils") else { return };
     let port = port.to_string();
@@ -375,7 +315,7 @@ fn pingpong(tool: &str, net: u8, port: u16, extra: &[&str]) {
     ca.push("127.0.0.1");
     let what = format!("{tool} {}", extra.join(" "));
     let (c, s) = pair(cmd(&p, net, &sa), cmd(&p, net, &ca), &what);
-    assert!(iters_line(&c) && iters_line(&s), "{what}:\n{c}\n{s}");
+    assert!(common::iters_line(&c) && common::iters_line(&s), "{what}:\n{c}\n{s}");
     assert!(c.contains(&format!("GID ::ffff:127.0.{net}.2")), "{what}: remote GID\n{c}");
 }
 
@@ -474,7 +414,7 @@ fn debian_pingpong_against_the_rust_example_both_ways() {
         cmd(&ours, 29, &["-d", "roce1", "-g", "1", "-p", "18629", "-n", "100", "-c", "127.0.0.1"]),
         "debian server / rust client",
     );
-    assert!(iters_line(&c) && iters_line(&s), "{c}\n{s}");
+    assert!(common::iters_line(&c) && common::iters_line(&s), "{c}\n{s}");
     // Rust server, Debian client on the drop-in
     let (c, s) = pair(
         cmd(&ours, 29, &["-d", "roce0", "-g", "1", "-p", "18630", "-n", "100", "-c"]),
@@ -485,7 +425,7 @@ fn debian_pingpong_against_the_rust_example_both_ways() {
         ),
         "rust server / debian client",
     );
-    assert!(iters_line(&c) && iters_line(&s), "{c}\n{s}");
+    assert!(common::iters_line(&c) && common::iters_line(&s), "{c}\n{s}");
 }
 
 #[test]
@@ -516,7 +456,7 @@ fn rc_pingpong_under_valgrind_reports_no_error() {
     );
     for out in [&c, &s] {
         assert!(out.contains("ERROR SUMMARY: 0 errors"), "{out}");
-        assert!(iters_line(out), "{out}");
+        assert!(common::iters_line(out), "{out}");
     }
 }
 

@@ -8,24 +8,14 @@
 //! Needs cc and libibverbs-dev (else SKIPPED). Device roce0 on 127.0.100.6.
 
 mod common;
-use common::text;
-
-use std::process::{Command, Stdio};
 
 #[test]
 fn fifty_forks_five_times_no_hang_and_the_parent_undisturbed() {
     let lib = common::drop_in_dir("forks-test-lib", &["libibverbs.so.1"]);
     let Some(exe) = common::compile_verbs_c("forks", &lib) else { return };
-    let out = Command::new(&exe)
-        .env("LD_LIBRARY_PATH", &lib)
-        .env("ROCE_EMU_DEVICES", "roce0=udp:127.0.100.6")
-        .env("ROCE_EMU_STATS", "0")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run forks");
-    let s = text(&out.stdout) + &text(&out.stderr);
-    assert!(out.status.success(), "forks: {:?}\n{s}", out.status);
-    assert!(s.contains("0 failures") && !s.contains("FAIL "), "{s}");
+    let out =
+        common::drop_in_cmd(&exe, &lib, "roce0=udp:127.0.100.6", &[]).output().expect("run forks");
+    let s = common::passed_all(&out, "forks");
     for r in 1..=5 {
         for case in [
             format!("round {r}: 50 forks, 0 hangs"),
@@ -33,7 +23,7 @@ fn fifty_forks_five_times_no_hang_and_the_parent_undisturbed() {
             format!("round {r}: the parent's QPs are still in RTS"),
             format!("round {r}: the parent's traffic went on"),
         ] {
-            assert!(s.lines().any(|l| l.starts_with("ok   ") && l.contains(&case)), "{case}\n{s}");
+            assert!(common::has_ok(&s, &case), "{case}\n{s}");
         }
     }
     assert!(s.contains("forks: 250, hangs: 0, failed children: 0"), "{s}");

@@ -10,7 +10,6 @@
 //! Needs cc and libibverbs-dev (else SKIPPED). Device roce0 on 127.0.100.2.
 
 mod common;
-use common::text;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -22,35 +21,20 @@ fn lib_dir() -> PathBuf {
 /// misuse.c compiled against the drop-in, once for the tests of this
 /// executable (they run at once), or None (SKIPPED).
 fn misuse() -> Option<PathBuf> {
-    static EXE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
-    EXE.get_or_init(|| compile("misuse")).clone()
+    common::compile_verbs_c_once("misuse", &lib_dir())
 }
 
 /// vanish.c, as misuse().
 fn vanish() -> Option<PathBuf> {
-    static EXE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
-    EXE.get_or_init(|| compile("vanish")).clone()
-}
-
-fn compile(name: &str) -> Option<PathBuf> {
-    common::compile_verbs_c(name, &lib_dir())
+    common::compile_verbs_c_once("vanish", &lib_dir())
 }
 
 fn run(prog: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(prog)
-        .args(args)
-        .env("LD_LIBRARY_PATH", lib_dir())
-        .env("ROCE_EMU_DEVICES", "roce0=udp:127.0.100.2")
-        .env("ROCE_EMU_STATS", "0")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run")
+    common::drop_in_cmd(prog, &lib_dir(), "roce0=udp:127.0.100.2", args).output().expect("run")
 }
 
 fn check(out: &std::process::Output, what: &str) -> String {
-    let s = text(&out.stdout) + &text(&out.stderr);
-    assert!(out.status.success(), "{what}: {:?}\n{s}", out.status);
-    assert!(s.contains("0 failures") && !s.contains("FAIL "), "{what}\n{s}");
+    let s = common::passed_all(out, what);
     for case in [
         "inline: ibv_post_send",
         "num_sge: ibv_post_send",
@@ -65,10 +49,7 @@ fn check(out: &std::process::Output, what: &str) -> String {
         "readonly: ibv_reg_mr of a read-only page for remote reads",
         "readonly: ibv_rereg_mr to write access",
     ] {
-        assert!(
-            s.lines().any(|l| l.starts_with("ok   ") && l.contains(case)),
-            "{what}: {case}\n{s}"
-        );
+        assert!(common::has_ok(&s, case), "{what}: {case}\n{s}");
     }
     s
 }
@@ -117,9 +98,7 @@ fn run_vanish(wrapper: Option<(&Path, Vec<String>)>) -> Option<(String, u64)> {
         .stdin(Stdio::null())
         .output()
         .expect("run vanish");
-    let s = text(&out.stdout) + &text(&out.stderr);
-    assert!(out.status.success(), "vanish: {:?}\n{s}", out.status);
-    assert!(s.contains("0 failures") && !s.contains("FAIL "), "vanish\n{s}");
+    let s = common::passed_all(&out, "vanish");
     for case in [
         "ro_page_remote_write: the peer's completion is REM_ACCESS_ERR",
         "ro_page_remote_write: the responder's QP is in ERROR",
@@ -134,7 +113,7 @@ fn run_vanish(wrapper: Option<(&Path, Vec<String>)>) -> Option<(String, u64)> {
         "local_send_unmapped: the SEND fails",
         "afterwards: a WRITE into fresh pages lands exactly",
     ] {
-        assert!(s.lines().any(|l| l.starts_with("ok   ") && l.contains(case)), "{case}\n{s}");
+        assert!(common::has_ok(&s, case), "{case}\n{s}");
     }
     let counter = std::fs::read_dir(&stats)
         .expect("published stats")

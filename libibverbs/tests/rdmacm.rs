@@ -16,7 +16,7 @@ use common::{finish, need, skipped, text, which};
 use ibverbs::rdmacm::abi as cm;
 use std::mem::{offset_of, size_of};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// This executable's directory of drop-in links (see [`common::drop_in_dir`]).
@@ -26,75 +26,28 @@ fn lib_dir() -> std::path::PathBuf {
 
 /// A command on the drop-in with the test's two devices.
 fn cmd(prog: &Path, net: u8, args: &[&str]) -> Command {
-    let mut c = Command::new(prog);
-    c.args(args)
-        .env("LD_LIBRARY_PATH", lib_dir())
-        .env("ROCE_EMU_DEVICES", format!("roce0=udp:127.0.{net}.2,roce1=udp:127.0.{net}.3"))
-        .env("ROCE_EMU_STATS", "0")
-        .env_remove("ROCE_EMU_PCAP")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c
+    common::drop_in_cmd(prog, &lib_dir(), &common::two_devices(net), args)
 }
 
-/// Whether a UDP socket is bound to `127.0.net.2:4791` (the server opened
-/// its device), from /proc/net/udp.
-fn device_bound(net: u8) -> bool {
-    let want = format!("{:08X}:12B7", u32::from_le_bytes([127, 0, net, 2]));
-    std::fs::read_to_string("/proc/net/udp").is_ok_and(|t| {
-        t.lines().skip(1).any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
-    })
-}
-
-/// Run `server`, wait until it opened its device (then a little more for
-/// its listen), run `client`; both must exit 0. Returns both outputs.
+/// Run `server`, wait until it opened its device on 127.0.`net`.2 (then a
+/// little more for its listen), run `client`; both must exit 0. Returns
+/// both outputs.
 fn pair(net: u8, server: Command, client: Command, what: &str) -> (String, String) {
-    let (mut server, mut client) = (server, client);
-    assert!(!device_bound(net), "{what}: 127.0.{net}.2:4791 is taken before the test");
-    let s = server.spawn().expect("spawn server");
-    let end = Instant::now() + Duration::from_secs(20);
-    while !device_bound(net) && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    let c = client.spawn().expect("spawn client");
-    let (co, ct) = finish(c, Duration::from_secs(40));
-    let (so, st) = finish(s, Duration::from_secs(15));
-    let report = format!(
-        "{what}\n--- client (timed out: {ct}) {}\n{}{}\n--- server (timed out: {st}) {}\n{}{}",
-        co.status,
-        text(&co.stdout),
-        text(&co.stderr),
-        so.status,
-        text(&so.stdout),
-        text(&so.stderr)
+    let (c, s) = common::server_then_client(
+        server,
+        client,
+        [127, 0, net, 2],
+        Duration::from_secs(40),
+        Duration::from_secs(15),
     );
-    assert!(!ct && !st && co.status.success() && so.status.success(), "{report}");
-    (text(&co.stdout) + &text(&co.stderr), text(&so.stdout) + &text(&so.stderr))
+    common::both_succeeded(what, &c, &s)
 }
 
 // ---------------------------------------------------------------- symbols
 
-fn dynamic_symbols(lib: &Path) -> Option<Vec<String>> {
-    let nm = which("nm")?;
-    let o = Command::new(nm)
-        .args(["-D", "--defined-only", "--with-symbol-versions"])
-        .arg(lib)
-        .output()
-        .ok()?;
-    let mut v: Vec<String> = text(&o.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(2).map(str::to_string))
-        .filter(|s| s.contains('@'))
-        .collect();
-    v.sort();
-    Some(v)
-}
-
 #[test]
 fn symbols_and_versions_are_librdmacms() {
-    let Some(ours) = dynamic_symbols(&lib_dir().join("librdmacm.so.1")) else {
+    let Some(ours) = common::dynamic_symbols(&lib_dir().join("librdmacm.so.1")) else {
         skipped("nm not installed (apt-get install binutils)");
         return;
     };
@@ -110,7 +63,7 @@ fn symbols_and_versions_are_librdmacms() {
         skipped("(part) no host librdmacm.so.1 to compare with (apt-get install librdmacm1)");
         return;
     }
-    let theirs = dynamic_symbols(host).expect("nm on the host librdmacm");
+    let theirs = common::dynamic_symbols(host).expect("nm on the host librdmacm");
     assert_eq!(ours, theirs, "exported symbols differ from the host's librdmacm");
 }
 
@@ -290,11 +243,7 @@ fn rping_to_a_port_nobody_listens_on_is_rejected_quickly() {
     let s = cmd(&rping, net, &["-s", "-a", "127.0.44.2", "-p", "7444", "-C", "1"])
         .spawn()
         .expect("spawn server");
-    let end = Instant::now() + Duration::from_secs(20);
-    while !device_bound(net) && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(300));
+    common::wait_device([127, 0, net, 2]);
     let t0 = Instant::now();
     let c = cmd(&rping, net, &["-c", "-a", "127.0.44.2", "-p", "7449", "-C", "1", "-v"])
         .spawn()
@@ -313,22 +262,14 @@ fn rping_to_a_port_nobody_listens_on_is_rejected_quickly() {
 
 #[test]
 fn c_program_private_data_nonblocking_fd_reject_own_qp_and_errnos() {
-    if which("cc").is_none() || !Path::new("/usr/include/rdma/rdma_cma.h").exists() {
-        skipped("needs cc and <rdma/rdma_cma.h> (apt-get install gcc librdmacm-dev)");
+    let Some(exe) = common::compile_c(
+        "rdmacm_check",
+        common::RDMA_CMA_H,
+        &lib_dir(),
+        &["-l:librdmacm.so.1", "-l:libibverbs.so.1"],
+    ) else {
         return;
-    }
-    let dir = std::env::temp_dir().join(format!("roce-rdmacm-check-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let exe = dir.join("rdmacm_check");
-    let o = Command::new("cc")
-        .args(["-O1", "-Wall", "-o"])
-        .arg(&exe)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/rdmacm_check.c"))
-        .arg(format!("-L{}", lib_dir().display()))
-        .args(["-l:librdmacm.so.1", "-l:libibverbs.so.1"])
-        .output()
-        .expect("run cc");
-    assert!(o.status.success(), "cc:\n{}", text(&o.stderr));
+    };
     let net = 47;
     let (c, s) = pair(
         net,
@@ -355,7 +296,6 @@ fn c_program_private_data_nonblocking_fd_reject_own_qp_and_errnos() {
     ] {
         assert!(c.contains(must), "{must}\n{c}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

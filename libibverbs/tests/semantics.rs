@@ -19,78 +19,26 @@
 //! (127.0.91.x to 127.0.95.x) and ports (18800 to 18850).
 
 mod common;
-use common::{finish, need, skipped, text, which};
+use common::{finish, need, report, skipped, text, Finished};
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 /// This executable's directory of drop-in links (see [`common::drop_in_dir`]).
 fn lib_dir() -> PathBuf {
     common::drop_in_dir("semantics-test-lib", &["libibverbs.so.1", "librdmacm.so.1"])
 }
 
-/// `ROCE_EMU_DEVICES` for the test's two devices on 127.0.`net`.2 and .3.
-fn devices(net: u8) -> String {
-    format!("roce0=udp:127.0.{net}.2,roce1=udp:127.0.{net}.3")
-}
-
 /// A command on the drop-in with the devices `devs`.
 fn cmd(prog: &Path, devs: &str, args: &[&str]) -> Command {
-    let mut c = Command::new(prog);
-    c.args(args)
-        .env("LD_LIBRARY_PATH", lib_dir())
-        .env("ROCE_EMU_DEVICES", devs)
-        .env("ROCE_EMU_STATS", "0")
-        .env_remove("ROCE_EMU_PCAP")
-        .env_remove("ROCE_EMU_VERBOSE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c
-}
-
-/// Whether a UDP socket is bound to `ip:4791` (a device is open), from
-/// /proc/net/udp.
-fn device_bound(ip: [u8; 4]) -> bool {
-    let want = format!("{:08X}:12B7", u32::from_le_bytes(ip));
-    std::fs::read_to_string("/proc/net/udp").is_ok_and(|t| {
-        t.lines().skip(1).any(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
-    })
-}
-
-/// Compile `tests/c/<src>` against the drop-in with `libs`, or print
-/// SKIPPED (no cc or no headers) and return None.
-fn compile(src: &str, header: &str, libs: &[&str]) -> Option<PathBuf> {
-    if which("cc").is_none() || !Path::new(header).exists() {
-        skipped(&format!(
-            "needs cc and {header} (apt-get install gcc libibverbs-dev librdmacm-dev)"
-        ));
-        return None;
-    }
-    let dir = std::env::temp_dir().join(format!("roce-semantics-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let exe = dir.join(src.trim_end_matches(".c"));
-    let o = Command::new("cc")
-        .args(["-O1", "-Wall", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(src))
-        .arg(format!("-L{}", lib_dir().display()))
-        .args(libs)
-        .output()
-        .expect("run cc");
-    assert!(o.status.success(), "cc {src}:\n{}", text(&o.stderr));
-    Some(exe)
+    common::drop_in_cmd(prog, &lib_dir(), devs, args)
 }
 
 /// semantics_check, compiled once for the tests of this executable (they
 /// run at once: one compile, not several writing the same file).
 fn semantics_check() -> Option<PathBuf> {
-    static EXE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
-    EXE.get_or_init(|| {
-        compile("semantics_check.c", "/usr/include/infiniband/verbs.h", &["-l:libibverbs.so.1"])
-    })
-    .clone()
+    common::compile_verbs_c_once("semantics_check", &lib_dir())
 }
 
 /// Run one part of semantics_check; it must exit 0 with every `must`
@@ -119,7 +67,7 @@ fn run_part(part: &str, devs: &str, must: &[&str]) -> Option<String> {
 fn flow_label_all_ones_is_taken_and_its_low_20_bits_kept() {
     run_part(
         "flow",
-        &devices(91),
+        &common::two_devices(91),
         &[
             "ok   ibv_modify_qp to RTR with flow_label 0xFFFFFFFF: 0",
             "ok   ibv_query_qp: flow_label 0xfffff (the low 20 bits)",
@@ -134,7 +82,7 @@ fn flow_label_all_ones_is_taken_and_its_low_20_bits_kept() {
 fn every_failing_verb_sets_errno() {
     run_part(
         "errno",
-        &devices(92),
+        &common::two_devices(92),
         &[
             "ok   ibv_modify_qp RESET->RTR: returns 22, errno 22 (EINVAL)",
             "ok   ibv_modify_qp RTR without GRH: returns 22, errno 22 (EINVAL)",
@@ -188,7 +136,7 @@ fn ud_receive_completion_over_ipv4_is_a_roce_v2_nics() {
         "ok   ibv_start_poll: the receive (0)",
         "ok   ibv_wc_read_*: sl 2, src_qp",
     ]);
-    run_part("ud", &devices(93), &must);
+    run_part("ud", &common::two_devices(93), &must);
 }
 
 #[test]
@@ -219,7 +167,7 @@ fn ud_receive_completion_over_ipv6_is_a_roce_v2_nics() {
 fn max_inline_data_is_rounded_up_as_rxe_does() {
     run_part(
         "inline",
-        &devices(94),
+        &common::two_devices(94),
         &[
             "ok   max_send_sge 1, max_inline_data 0: created with 1, 16; queried 1, 16",
             "ok   max_send_sge 1, max_inline_data 100: created with 6, 100; queried 6, 100",
@@ -236,14 +184,16 @@ fn max_inline_data_is_rounded_up_as_rxe_does() {
 
 #[test]
 fn rdma_bind_addr_port_zero_and_getaddrinfo_from_hints() {
-    let Some(exe) = compile(
-        "cm_ports_check.c",
-        "/usr/include/rdma/rdma_cma.h",
+    let Some(exe) = common::compile_c(
+        "cm_ports_check",
+        common::RDMA_CMA_H,
+        &lib_dir(),
         &["-l:librdmacm.so.1", "-l:libibverbs.so.1"],
     ) else {
         return;
     };
-    let child = cmd(&exe, &devices(95), &["127.0.95.2", "127.0.95.3"]).spawn().expect("spawn");
+    let child =
+        cmd(&exe, &common::two_devices(95), &["127.0.95.2", "127.0.95.3"]).spawn().expect("spawn");
     let (o, timed_out) = finish(child, Duration::from_secs(90));
     let out = text(&o.stdout);
     assert!(!timed_out && o.status.success(), "{out}{}", text(&o.stderr));
@@ -275,38 +225,14 @@ fn rdma_bind_addr_port_zero_and_getaddrinfo_from_hints() {
 
 // ---------------------------------------------------------------- rdma-core's tools
 
-/// Start `server`, wait until its device is open (then a little more for
-/// its listen), then run `client` to its end.
+/// [`common::server_then_client`] with a minute for the client.
 fn server_then_client(
     server: Command,
     client: Command,
     dev: [u8; 4],
     server_limit: Duration,
-) -> ((Output, bool), (Output, bool)) {
-    let (mut server, mut client) = (server, client);
-    assert!(!device_bound(dev), "{dev:?}:4791 is taken before the test");
-    let s = server.spawn().expect("spawn server");
-    let end = Instant::now() + Duration::from_secs(20);
-    while !device_bound(dev) && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    let c = client.spawn().expect("spawn client");
-    let co = finish(c, Duration::from_secs(60));
-    let so = finish(s, server_limit);
-    (co, so)
-}
-
-fn report(what: &str, (c, ct): &(Output, bool), (s, st): &(Output, bool)) -> String {
-    format!(
-        "{what}\n--- client (killed: {ct}) {}\n{}{}\n--- server (killed: {st}) {}\n{}{}",
-        c.status,
-        text(&c.stdout),
-        text(&c.stderr),
-        s.status,
-        text(&s.stdout),
-        text(&s.stderr)
-    )
+) -> (Finished, Finished) {
+    common::server_then_client(server, client, dev, Duration::from_secs(60), server_limit)
 }
 
 /// rdma-core's XRC examples in their RC mode: `rdma_xclient` posts a

@@ -38,16 +38,8 @@ fn lib_dir() -> std::path::PathBuf {
 /// A command on the drop-in with the test's own devices
 /// (roce0 = 127.0.`net`.2, roce1 = 127.0.`net`.3).
 fn cmd(prog: &Path, net: u8, args: &[&str]) -> Command {
-    let mut c = Command::new(prog);
-    c.args(args)
-        .env("LD_LIBRARY_PATH", lib_dir())
-        .env("ROCE_EMU_DEVICES", format!("roce0=udp:127.0.{net}.2,roce1=udp:127.0.{net}.3"))
-        .env("ROCE_EMU_STATS", "0")
-        .env_remove("ROCE_EMU_PCAP")
-        .env_remove("ROCE_EMU_SHARED")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let mut c = common::drop_in_cmd(prog, &lib_dir(), &common::two_devices(net), args);
+    c.env_remove("ROCE_EMU_SHARED");
     // stdout line-buffered (coreutils' stdbuf, by hand): a tool killed
     // after its deadline still shows what it printed before it hung
     if Path::new(STDBUF).exists() {
@@ -369,11 +361,6 @@ fn pair(mut server: Command, mut client: Command, port: u16, what: &str) -> (Str
 
 // ---------------------------------------------------------------- checks
 
-/// The pingpongs' result line.
-fn iters_line(out: &str) -> bool {
-    out.lines().any(|l| l.contains(" iters in ") && l.contains("usec/iter"))
-}
-
 /// What the pingpongs print (server side, with -c) when a received buffer
 /// is wrong: they still exit 0.
 fn data_error(out: &str) -> bool {
@@ -450,7 +437,7 @@ fn pingpong_one_device(tool: &str, extra: &[&str]) {
     ca.push("127.0.0.1");
     let what = format!("{tool} {} (both ends on roce0)", extra.join(" "));
     let (c, s) = pair(cmd(&p, net, &sa), cmd(&p, net, &ca), PINGPONG_PORT, &what);
-    assert!(iters_line(&c) && iters_line(&s), "{what}:\n{c}\n{s}");
+    assert!(common::iters_line(&c) && common::iters_line(&s), "{what}:\n{c}\n{s}");
     assert!(!data_error(&c) && !data_error(&s), "{what}: data error\n{c}\n{s}");
     check_two_members(&c, &s, &format!("GID ::ffff:127.0.{net}.2"), &what);
 }
@@ -538,7 +525,7 @@ fn devinfo_while_a_pair_runs_on_the_device() {
         assert!(out.contains("PORT_ACTIVE"), "{d}");
     }
     assert!(!ct && !st && co.status.success() && so.status.success(), "{all}");
-    assert!(iters_line(&c) && iters_line(&s), "{all}");
+    assert!(common::iters_line(&c) && common::iters_line(&s), "{all}");
     assert!(!data_error(&c) && !data_error(&s), "data error\n{all}");
     check_two_members(&c, &s, &format!("GID ::ffff:127.0.{net}.2"), "rc pingpong");
     assert!(overlapped, "the pair ended before the last ibv_devinfo: raise -n\n{all}");
@@ -586,7 +573,7 @@ impl Ended {
         let (so, st) = &self.server;
         assert!(!ct && !st && co.status.success() && so.status.success(), "{r}");
         let (c, s) = (text(&co.stdout), text(&so.stdout));
-        assert!(iters_line(&c) && iters_line(&s), "no result line\n{r}");
+        assert!(common::iters_line(&c) && common::iters_line(&s), "no result line\n{r}");
         assert!(!data_error(&c) && !data_error(&s), "data error\n{r}");
         assert_eq!(qpns(&c, "remote address:"), qpns(&s, "local address:"), "{r}");
         (member_slot(&c, &r), member_slot(&s, &r))

@@ -11,10 +11,7 @@
 //! Needs cc and libibverbs-dev (else SKIPPED). Device roce0 on 127.0.103.2.
 
 mod common;
-use common::text;
-
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 
 fn lib_dir() -> PathBuf {
     common::drop_in_dir("sq-flow-test-lib", &["libibverbs.so.1"])
@@ -23,31 +20,16 @@ fn lib_dir() -> PathBuf {
 /// sq_flow.c compiled against the drop-in, once for the tests of this
 /// executable, or None (SKIPPED).
 fn sq_flow() -> Option<PathBuf> {
-    static EXE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
-    EXE.get_or_init(compile).clone()
-}
-
-fn compile() -> Option<PathBuf> {
-    common::compile_verbs_c("sq_flow", &lib_dir())
+    common::compile_verbs_c_once("sq_flow", &lib_dir())
 }
 
 fn run(mode: &[&str]) -> String {
     let Some(exe) = sq_flow() else { return String::new() };
-    let child = Command::new(exe)
-        .args(mode)
-        .env("LD_LIBRARY_PATH", lib_dir())
-        .env("ROCE_EMU_DEVICES", "roce0=udp:127.0.103.2")
-        .env("ROCE_EMU_STATS", "0")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run sq_flow");
-    let (out, killed) = common::finish(child, std::time::Duration::from_secs(60));
-    let s = text(&out.stdout) + &text(&out.stderr);
-    assert!(!killed, "sq_flow {mode:?} did not finish in 60 s\n{s}");
-    assert!(out.status.success(), "sq_flow {mode:?}: {:?}\n{s}", out.status);
-    assert!(s.contains("\n0 failures") && !s.contains("FAIL "), "sq_flow {mode:?}\n{s}");
+    let out = common::run_within(
+        common::drop_in_cmd(&exe, &lib_dir(), "roce0=udp:127.0.103.2", mode),
+        std::time::Duration::from_secs(60),
+    );
+    let s = common::passed_all(&out, &format!("sq_flow {mode:?}"));
     s
 }
 
@@ -65,7 +47,7 @@ const CASES: [&str; 9] = [
 ];
 
 fn has(s: &str, case: &str) -> bool {
-    s.lines().any(|l| l.starts_with("ok   ") && l.contains(case))
+    common::has_ok(s, case)
 }
 
 #[test]

@@ -12,10 +12,8 @@
 //! Needs cc and libibverbs-dev (else SKIPPED). Device roce0 on 127.0.102.2.
 
 mod common;
-use common::text;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 fn lib_dir() -> PathBuf {
@@ -25,41 +23,22 @@ fn lib_dir() -> PathBuf {
 /// stale.c compiled against the drop-in, once for the tests of this
 /// executable (they run at once), or None (SKIPPED).
 fn stale() -> Option<PathBuf> {
-    static EXE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
-    EXE.get_or_init(compile).clone()
-}
-
-fn compile() -> Option<PathBuf> {
-    common::compile_verbs_c("stale", &lib_dir())
+    common::compile_verbs_c_once("stale", &lib_dir())
 }
 
 /// Run with a time limit: a destroy that waits forever (or a thread never
 /// woken) fails the test instead of hanging it.
 fn run(prog: &Path, args: &[&str]) -> std::process::Output {
-    let child = Command::new(prog)
-        .args(args)
-        .env("LD_LIBRARY_PATH", lib_dir())
-        .env("ROCE_EMU_DEVICES", "roce0=udp:127.0.102.2")
-        .env("ROCE_EMU_STATS", "0")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run");
-    let (out, killed) = common::finish(child, Duration::from_secs(300));
-    assert!(!killed, "{prog:?} {args:?} timed out:\n{}{}", text(&out.stdout), text(&out.stderr));
-    out
+    common::run_within(
+        common::drop_in_cmd(prog, &lib_dir(), "roce0=udp:127.0.102.2", args),
+        Duration::from_secs(300),
+    )
 }
 
 fn check(out: &std::process::Output, what: &str) -> String {
-    let s = text(&out.stdout) + &text(&out.stderr);
-    assert!(out.status.success(), "{what}: {:?}\n{s}", out.status);
-    assert!(s.contains("0 failures") && !s.contains("FAIL "), "{what}\n{s}");
+    let s = common::passed_all(out, what);
     for case in CASES {
-        assert!(
-            s.lines().any(|l| l.starts_with("ok   ") && l.contains(case)),
-            "{what}: {case}\n{s}"
-        );
+        assert!(common::has_ok(&s, case), "{what}: {case}\n{s}");
     }
     s
 }

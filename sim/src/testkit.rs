@@ -179,23 +179,9 @@ fn side(name: &str, ip: IpAddr, seed: u64, o: &Opts, link: LinkProfile) -> Side 
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(o.cqe).unwrap();
     let mr = hca.reg_mr(pd, o.mr_len, ALL_ACCESS).unwrap();
-    let qpn = hca
-        .create_qp(QpInitAttr {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: o.qp_type,
-            cap: QpCap {
-                max_send_wr: 1024,
-                max_recv_wr: 1024,
-                max_send_sge: 4,
-                max_recv_sge: 4,
-                max_inline_data: 256,
-            },
-            sq_sig_all: false,
-            srq: None,
-        })
-        .unwrap();
+    let cap =
+        QpCap { max_send_sge: 4, max_recv_sge: 4, max_inline_data: 256, ..qp_cap(1024, 1024) };
+    let qpn = hca.create_qp(qp_init(pd, cq, o.qp_type, cap, false)).unwrap();
     Side { hca, pd, cq, mr, qpn }
 }
 
@@ -203,9 +189,7 @@ fn connect(s: &mut Side, peer_ip: IpAddr, peer_qpn: Qpn, sq_psn: u32, rq_psn: u3
     let qpn = s.qpn;
     let init = QpAttr::new().state(QpState::Init).pkey_index(0).port(1);
     if o.qp_type == QpType::Ud {
-        s.hca.modify_qp(qpn, &init.qkey(UD_QKEY)).unwrap();
-        s.hca.modify_qp(qpn, &QpAttr::new().state(QpState::Rtr)).unwrap();
-        s.hca.modify_qp(qpn, &QpAttr::new().state(QpState::Rts).sq_psn(sq_psn)).unwrap();
+        ud_up(&mut s.hca, qpn, UD_QKEY, sq_psn).unwrap();
         let _ = (peer_ip, peer_qpn, rq_psn);
         return;
     }
@@ -368,6 +352,113 @@ pub fn b_to_a() -> PacketBuilder {
     a_to_b().reversed()
 }
 
+/// QP capabilities: `send` and `recv` work requests, one SGE each way, no
+/// inline data.
+pub fn qp_cap(send: u32, recv: u32) -> QpCap {
+    QpCap {
+        max_send_wr: send,
+        max_recv_wr: recv,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    }
+}
+
+/// A QP of `qp_type` with `cap` on `pd`, `cq` for both of its queues, no
+/// SRQ.
+pub fn qp_init(
+    pd: PdHandle,
+    cq: CqHandle,
+    qp_type: QpType,
+    cap: QpCap,
+    sq_sig_all: bool,
+) -> QpInitAttr {
+    QpInitAttr { pd, send_cq: cq, recv_cq: cq, qp_type, cap, sq_sig_all, srq: None }
+}
+
+/// QPs created with `init` until one has the number `qpn` (a capture's),
+/// which is returned.
+pub fn create_qp_numbered(h: &mut Hca, init: QpInitAttr, qpn: u32) -> Qpn {
+    let mut q = h.create_qp(init).unwrap();
+    while q.value() < qpn {
+        q = h.create_qp(init).unwrap();
+    }
+    assert_eq!(q.value(), qpn, "QPN {qpn:#x} skipped");
+    q
+}
+
+/// The attributes an RC QP goes from RESET to RTS with (see [`rc_connect`]);
+/// the default is [`rc_up`]'s: every access right, MTU 1024, PSNs 0, one
+/// READ or atomic in flight each way, minimum RNR timer 1, timeout 14,
+/// retry and RNR retry 7.
+#[derive(Clone, Copy, Debug)]
+pub struct RcPath {
+    /// INIT's access flags.
+    pub access: AccessFlags,
+    pub mtu: PathMtu,
+    pub sq_psn: u32,
+    pub rq_psn: u32,
+    pub max_dest_rd_atomic: u8,
+    pub max_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+}
+
+impl Default for RcPath {
+    fn default() -> RcPath {
+        RcPath {
+            access: ALL_ACCESS,
+            mtu: PathMtu::Mtu1024,
+            sq_psn: 0,
+            rq_psn: 0,
+            max_dest_rd_atomic: 1,
+            max_rd_atomic: 1,
+            min_rnr_timer: 1,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+        }
+    }
+}
+
+/// Bring the RC QP `q` on `h` from RESET through INIT and RTR to RTS
+/// towards QP `dest` at `peer`, along `p`.
+pub fn rc_connect(
+    h: &mut Hca,
+    q: Qpn,
+    peer: impl Into<IpAddr>,
+    dest: u32,
+    p: &RcPath,
+) -> Result<(), ModifyQpError> {
+    h.modify_qp(
+        q,
+        &QpAttr::new().state(QpState::Init).pkey_index(0).port(1).access_flags(p.access),
+    )?;
+    h.modify_qp(
+        q,
+        &QpAttr::new()
+            .state(QpState::Rtr)
+            .ah(AhAttr::new(peer.into()))
+            .mtu(p.mtu)
+            .dest_qpn(dest)
+            .rq_psn(p.rq_psn)
+            .max_dest_rd_atomic(p.max_dest_rd_atomic)
+            .min_rnr_timer(p.min_rnr_timer),
+    )?;
+    h.modify_qp(
+        q,
+        &QpAttr::new()
+            .state(QpState::Rts)
+            .sq_psn(p.sq_psn)
+            .timeout(p.timeout)
+            .retry_cnt(p.retry_cnt)
+            .rnr_retry(p.rnr_retry)
+            .max_rd_atomic(p.max_rd_atomic),
+    )
+}
+
 /// Bring the RC QP `q` on `h` from RESET to RTS towards QP `dest` at
 /// `peer`: every access right, MTU 1024, minimum RNR timer 1, timeout 14,
 /// retry and RNR retry 7, `rd_atomic` READs/atomics in flight each way.
@@ -379,34 +470,22 @@ pub fn rc_up(
     (sq_psn, rq_psn): (u32, u32),
     rd_atomic: u8,
 ) {
-    h.modify_qp(
-        q,
-        &QpAttr::new().state(QpState::Init).pkey_index(0).port(1).access_flags(ALL_ACCESS),
-    )
-    .unwrap();
-    h.modify_qp(
-        q,
-        &QpAttr::new()
-            .state(QpState::Rtr)
-            .ah(AhAttr::new(peer.into()))
-            .mtu(PathMtu::Mtu1024)
-            .dest_qpn(dest.value())
-            .rq_psn(rq_psn)
-            .max_dest_rd_atomic(rd_atomic)
-            .min_rnr_timer(1),
-    )
-    .unwrap();
-    h.modify_qp(
-        q,
-        &QpAttr::new()
-            .state(QpState::Rts)
-            .sq_psn(sq_psn)
-            .timeout(14)
-            .retry_cnt(7)
-            .rnr_retry(7)
-            .max_rd_atomic(rd_atomic),
-    )
-    .unwrap();
+    let p = RcPath {
+        sq_psn,
+        rq_psn,
+        max_dest_rd_atomic: rd_atomic,
+        max_rd_atomic: rd_atomic,
+        ..RcPath::default()
+    };
+    rc_connect(h, q, peer, dest.value(), &p).unwrap();
+}
+
+/// Bring the UD QP `q` on `h` from RESET through INIT (port 1, `qkey`) and
+/// RTR to RTS, sending from `sq_psn`.
+pub fn ud_up(h: &mut Hca, q: Qpn, qkey: u32, sq_psn: u32) -> Result<(), ModifyQpError> {
+    h.modify_qp(q, &QpAttr::new().state(QpState::Init).pkey_index(0).port(1).qkey(qkey))?;
+    h.modify_qp(q, &QpAttr::new().state(QpState::Rtr))?;
+    h.modify_qp(q, &QpAttr::new().state(QpState::Rts).sq_psn(sq_psn))
 }
 
 /// A deterministic test pattern.
@@ -430,24 +509,9 @@ impl Side {
         sq_sig_all: bool,
         srq: Option<SrqHandle>,
     ) -> Qpn {
-        let cap = QpCap {
-            max_send_wr: wrs,
-            max_recv_wr: wrs,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: inline,
-        };
-        self.hca
-            .create_qp(QpInitAttr {
-                pd: self.pd,
-                send_cq: self.cq,
-                recv_cq: self.cq,
-                qp_type: QpType::Rc,
-                cap,
-                sq_sig_all,
-                srq,
-            })
-            .unwrap()
+        let cap = QpCap { max_inline_data: inline, ..qp_cap(wrs, wrs) };
+        let init = QpInitAttr { srq, ..qp_init(self.pd, self.cq, QpType::Rc, cap, sq_sig_all) };
+        self.hca.create_qp(init).unwrap()
     }
     /// Write `data` into the region at offset `off`.
     pub fn write_mem(&mut self, off: u64, data: &[u8]) {

@@ -7,28 +7,12 @@
 //!
 //! Replay a seed with `ROCE_SIM_SEED=<seed> cargo test -p roce-tests --test sim_mixed_soak`.
 
+mod common;
+use common::{faults, summary};
+
 use roce_sim::{seed_from_env, SeedGuard};
 use roce_verbs_api::FaultConfig;
-use roce_workloads::demo::{self as workload, OpKind, PairType, QpTypes, Report, WorkloadConfig};
-
-fn summary(r: &Report) -> String {
-    format!(
-        "seed {} ok {} completed {}/{} mismatches {} order {} stalled {:?}\npairs {:?}\n\
-         delivery {:?}\ncompletions {:?}\nproblems {:#?}\nfabric {:?}",
-        r.seed,
-        r.ok(),
-        r.ops_completed,
-        r.ops_requested,
-        r.mismatches,
-        r.order_errors,
-        r.stalled,
-        r.pairs,
-        r.delivery,
-        r.completions.values().collect::<Vec<_>>(),
-        r.problems,
-        r.fabric,
-    )
-}
+use roce_workloads::demo::{self as workload, OpKind, PairType, QpTypes, WorkloadConfig};
 
 fn cfg(qp_type: QpTypes, ops: u64, seed: u64) -> WorkloadConfig {
     WorkloadConfig {
@@ -89,13 +73,7 @@ fn mix_refuses_operations_the_transport_cannot_carry() {
 fn mixed_transports_under_faults() {
     let seed = seed_from_env(0x5EED_0003);
     let _guard = SeedGuard::new(seed);
-    let faults = FaultConfig {
-        drop: 0.02,
-        duplicate: 0.02,
-        reorder: 0.05,
-        corrupt: 0.002,
-        ..FaultConfig::default()
-    };
+    let faults = faults(0.02, 0.02, 0.05, 0.002);
     let r = workload::run(WorkloadConfig {
         faults,
         qps: 6,
@@ -137,13 +115,7 @@ fn mixed_transports_under_faults() {
 
 #[test]
 fn mixed_transports_under_heavy_faults_several_seeds() {
-    let faults = FaultConfig {
-        drop: 0.1,
-        duplicate: 0.05,
-        reorder: 0.1,
-        corrupt: 0.01,
-        ..FaultConfig::default()
-    };
+    let faults = faults(0.1, 0.05, 0.1, 0.01);
     for seed in [11, 12, 13] {
         let r = workload::run(WorkloadConfig {
             faults: faults.clone(),
@@ -171,13 +143,7 @@ fn uc_under_reordering_never_delivers_wrong_bytes() {
         FaultConfig { reorder: 0.05, ..FaultConfig::default() },
         FaultConfig { drop: 0.05, reorder: 0.05, ..FaultConfig::default() },
         FaultConfig { duplicate: 0.05, reorder: 0.05, ..FaultConfig::default() },
-        FaultConfig {
-            drop: 0.05,
-            duplicate: 0.05,
-            reorder: 0.1,
-            corrupt: 0.05,
-            ..FaultConfig::default()
-        },
+        faults(0.05, 0.05, 0.1, 0.05),
     ];
     for seed in [1, 2, 3] {
         for faults in &mixes {

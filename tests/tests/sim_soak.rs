@@ -8,6 +8,9 @@
 //! A failing run prints its seed; replay it with
 //! `ROCE_SIM_SEED=<seed> cargo test -p roce-tests --test sim_soak`.
 
+mod common;
+use common::{faults, summary};
+
 use roce_packet::frame::parse_frame;
 use roce_pcap::read_capture;
 use roce_sim::{seed_from_env, SeedGuard};
@@ -15,40 +18,7 @@ use roce_verbs_api::FaultConfig;
 use roce_workloads::demo::{self as workload, OpKind, Report, Workload, WorkloadConfig};
 
 fn soak_faults() -> FaultConfig {
-    FaultConfig {
-        drop: 0.1,
-        duplicate: 0.05,
-        reorder: 0.1,
-        corrupt: 0.001,
-        ..FaultConfig::default()
-    }
-}
-
-fn summary(r: &Report) -> String {
-    format!(
-        "seed {} (replay with ROCE_SIM_SEED={})\nok {} completed {}/{} mismatches {} order errors {} \
-         stalled {:?}\ncompletions {:?}\nproblems {:#?}\nfabric {:?}\naudit {:?}\ncounters {:#?}\n\
-         virtual {:?} wall {:?} events {}",
-        r.seed,
-        r.seed,
-        r.ok(),
-        r.ops_completed,
-        r.ops_requested,
-        r.mismatches,
-        r.order_errors,
-        r.stalled,
-        r.completions.values().collect::<Vec<_>>(),
-        r.problems,
-        r.fabric,
-        r.icrc_audit,
-        r.counters
-            .iter()
-            .map(|(n, c)| (n, c.iter().filter(|(_, v)| *v != 0).collect::<Vec<_>>()))
-            .collect::<Vec<_>>(),
-        r.virtual_time,
-        r.wall_time,
-        r.events
-    )
+    faults(0.1, 0.05, 0.1, 0.001)
 }
 
 /// The checks every soak run must pass, beyond `Report::ok`.

@@ -4,6 +4,7 @@
 //! `cargo run --release -p roce-transport --example hca_udp_bw -- [seconds] [msg bytes] [depth] [gso 0/1]`
 
 use roce_emulator::*;
+use roce_sim::testkit::{qp_cap, qp_init, rc_connect, RcPath};
 use roce_transport::{NodeThread, NodeThreadHandle, UdpConfig, UdpTransport};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
@@ -28,24 +29,7 @@ fn side(name: &str, ip: IpAddr, seed: u64, mr_len: usize, gso: bool) -> Side {
     let pd = hca.alloc_pd().expect("pd");
     let cq = hca.create_cq(4096).expect("cq");
     let mr = hca.reg_mr(pd, mr_len, ACCESS).expect("mr");
-    let cap = QpCap {
-        max_send_wr: 512,
-        max_recv_wr: 16,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    let qpn = hca
-        .create_qp(QpInitAttr {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: QpType::Rc,
-            cap,
-            sq_sig_all: true,
-            srq: None,
-        })
-        .expect("qp");
+    let qpn = hca.create_qp(qp_init(pd, cq, QpType::Rc, qp_cap(512, 16), true)).expect("qp");
     let mut uc = UdpConfig::on(ip);
     uc.gso = gso;
     let t = UdpTransport::bind(uc).expect("bind port 4791");
@@ -55,36 +39,17 @@ fn side(name: &str, ip: IpAddr, seed: u64, mr_len: usize, gso: bool) -> Side {
 }
 
 fn connect(s: &Side, peer: IpAddr, peer_qpn: roce_packet::Qpn, sq: u32, rq: u32) {
-    let mut hca = s.hca.lock().expect("lock");
-    let q = s.qpn;
-    hca.modify_qp(
-        q,
-        &QpAttr::new().state(QpState::Init).pkey_index(0).port(1).access_flags(ACCESS),
-    )
-    .expect("init");
-    hca.modify_qp(
-        q,
-        &QpAttr::new()
-            .state(QpState::Rtr)
-            .ah(AhAttr::new(peer))
-            .mtu(PathMtu::Mtu4096)
-            .dest_qpn(peer_qpn.value())
-            .rq_psn(rq)
-            .max_dest_rd_atomic(4)
-            .min_rnr_timer(1),
-    )
-    .expect("rtr");
-    hca.modify_qp(
-        q,
-        &QpAttr::new()
-            .state(QpState::Rts)
-            .sq_psn(sq)
-            .timeout(14)
-            .retry_cnt(7)
-            .rnr_retry(7)
-            .max_rd_atomic(4),
-    )
-    .expect("rts");
+    let path = RcPath {
+        access: ACCESS,
+        mtu: PathMtu::Mtu4096,
+        sq_psn: sq,
+        rq_psn: rq,
+        max_dest_rd_atomic: 4,
+        max_rd_atomic: 4,
+        ..RcPath::default()
+    };
+    rc_connect(&mut s.hca.lock().expect("lock"), s.qpn, peer, peer_qpn.value(), &path)
+        .expect("INIT/RTR/RTS");
 }
 
 fn main() {

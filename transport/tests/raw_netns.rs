@@ -494,106 +494,32 @@ fn fake_nodes_ipv6_addresses_the_kernel_does_not_own() {
 mod hca {
     use super::*;
     use roce_emulator::*;
+    use roce_sim::testkit::RcPath;
 
-    pub struct HcaSide {
-        pub hca: Arc<Mutex<Hca>>,
-        pub h: NodeThreadHandle<RawTransport>,
-        pub cq: CqHandle,
-        pub mr: MrInfo,
-        pub qpn: roce_packet::Qpn,
-    }
+    pub type HcaSide = common::DrivenSide<RawTransport>;
 
     pub fn side(ns: &str, dev: &'static str, ip: IpAddr, seed: u64) -> HcaSide {
         in_ns(ns, move || {
             let mut cfg = HcaConfig::new(dev, ip, seed);
             cfg.active_mtu = PathMtu::Mtu1024; // veth MTU 1500
-            let mut hca = Hca::new(cfg);
-            let pd = hca.alloc_pd().unwrap();
-            let cq = hca.create_cq(256).unwrap();
-            let access =
-                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-            let mr = hca.reg_mr(pd, 1 << 20, access).unwrap();
-            let qpn = hca
-                .create_qp(QpInitAttr {
-                    pd,
-                    send_cq: cq,
-                    recv_cq: cq,
-                    qp_type: QpType::Rc,
-                    cap: QpCap {
-                        max_send_wr: 64,
-                        max_recv_wr: 64,
-                        max_send_sge: 2,
-                        max_recv_sge: 2,
-                        max_inline_data: 64,
-                    },
-                    sq_sig_all: true,
-                    srq: None,
-                })
-                .unwrap();
             let t = RawTransport::open({
                 let mut c = RawConfig::new(dev, ip);
                 c.neigh_tries = 25;
                 c
             })
             .expect("open raw transport");
-            let hca = Arc::new(Mutex::new(hca));
-            let h = NodeThread::spawn(hca.clone(), t).unwrap();
-            HcaSide { hca, h, cq, mr, qpn }
+            common::DrivenSide::new(Hca::new(cfg), t, 256, 64)
         })
     }
 
     pub fn connect(s: &HcaSide, peer: IpAddr, peer_qpn: roce_packet::Qpn, sq: u32, rq: u32) {
-        let mut hca = s.hca.lock().unwrap();
-        let access =
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-        hca.modify_qp(
-            s.qpn,
-            &QpAttr::new().state(QpState::Init).pkey_index(0).port(1).access_flags(access),
-        )
-        .unwrap();
-        hca.modify_qp(
-            s.qpn,
-            &QpAttr::new()
-                .state(QpState::Rtr)
-                .ah(AhAttr::new(peer))
-                .mtu(PathMtu::Mtu1024)
-                .dest_qpn(peer_qpn.value())
-                .rq_psn(rq)
-                .max_dest_rd_atomic(4)
-                .min_rnr_timer(1),
-        )
-        .unwrap();
-        hca.modify_qp(
-            s.qpn,
-            &QpAttr::new()
-                .state(QpState::Rts)
-                .sq_psn(sq)
-                .timeout(14)
-                .retry_cnt(7)
-                .rnr_retry(7)
-                .max_rd_atomic(4),
-        )
-        .unwrap();
-    }
-
-    pub fn completions(s: &HcaSide, n: usize, limit: Duration) -> Vec<WorkCompletion> {
-        let end = std::time::Instant::now() + limit;
-        let mut out = Vec::new();
-        let mut seen = s.h.progress();
-        while out.len() < n && std::time::Instant::now() < end {
-            out.extend(s.hca.lock().unwrap().poll_cq(s.cq, 64).unwrap());
-            if out.len() < n {
-                seen = s.h.wait_for_progress(seen, Duration::from_millis(20));
-            }
-        }
-        out
+        s.connect(peer, peer_qpn, RcPath { sq_psn: sq, rq_psn: rq, ..RcPath::default() });
     }
 }
 
 #[test]
 fn hca_send_and_rdma_write_over_raw() {
     let _serial = serial();
-    use roce_emulator::{RecvWr, SendWr, WcOpcode, WcStatus, WrOpcode};
     let Some(ns) = netns(Some(("10.77.0.1/24", "10.77.0.2/24"))) else { return };
     let (ia, ib): (IpAddr, IpAddr) = ("10.77.0.1".parse().unwrap(), "10.77.0.2".parse().unwrap());
     let wire = std::env::temp_dir().join("roce_raw_hca_veth.pcap");
@@ -605,49 +531,10 @@ fn hca_send_and_rdma_write_over_raw() {
 
     // SEND of 3 * 1024 + 100 bytes (4 packets) into a posted receive.
     let msg = pattern(7, 3 * 1024 + 100);
-    b.hca
-        .lock()
-        .unwrap()
-        .post_recv(b.qpn, RecvWr::new(11, b.mr.addr + 4096, 8192, b.mr.lkey))
-        .unwrap();
-    {
-        let mut ha = a.hca.lock().unwrap();
-        ha.mr_write(a.mr.handle, 0, &msg).unwrap();
-        let wr = SendWr::new(1, WrOpcode::Send).sge(a.mr.addr, msg.len() as u32, a.mr.lkey);
-        ha.post_send(a.qpn, wr).unwrap();
-    }
-    a.h.notify();
-    let wb = hca::completions(&b, 1, Duration::from_secs(10));
-    assert_eq!(wb.len(), 1, "receive completion; B {:?}", b.h.counters());
-    assert_eq!((wb[0].wr_id, wb[0].status, wb[0].opcode), (11, WcStatus::Success, WcOpcode::Recv));
-    assert_eq!(wb[0].byte_len as usize, msg.len());
-    let mut got = vec![0u8; msg.len()];
-    b.hca.lock().unwrap().mr_read(b.mr.handle, 4096, &mut got).unwrap();
-    assert_eq!(got, msg);
-    let wa = hca::completions(&a, 1, Duration::from_secs(10));
-    assert_eq!(wa.len(), 1);
-    assert_eq!((wa[0].wr_id, wa[0].status, wa[0].opcode), (1, WcStatus::Success, WcOpcode::Send));
+    a.send_checked(&b, &msg, 8192);
 
     // RDMA WRITE of 16 KiB + 3 bytes (17 packets).
-    let data = pattern(99, 16 * 1024 + 3);
-    {
-        let mut ha = a.hca.lock().unwrap();
-        ha.mr_write(a.mr.handle, 100_000, &data).unwrap();
-        let wr = SendWr::new(2, WrOpcode::RdmaWrite)
-            .sge(a.mr.addr + 100_000, data.len() as u32, a.mr.lkey)
-            .remote(b.mr.addr + 500_000, b.mr.rkey);
-        ha.post_send(a.qpn, wr).unwrap();
-    }
-    a.h.notify();
-    let wa = hca::completions(&a, 1, Duration::from_secs(10));
-    assert_eq!(wa.len(), 1);
-    assert_eq!(
-        (wa[0].wr_id, wa[0].status, wa[0].opcode),
-        (2, WcStatus::Success, WcOpcode::RdmaWrite)
-    );
-    let mut got = vec![0u8; data.len()];
-    b.hca.lock().unwrap().mr_read(b.mr.handle, 500_000, &mut got).unwrap();
-    assert_eq!(got, data);
+    a.write_checked(&b, &pattern(99, 16 * 1024 + 3));
 
     std::thread::sleep(Duration::from_millis(100));
     let (ca, cb) = (a.h.counters(), b.h.counters());

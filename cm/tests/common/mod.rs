@@ -212,6 +212,15 @@ impl Wire {
         (ca, *conn, req.clone())
     }
 
+    /// B accepts `cb` (QPN 0x22, PSN 2), A answers the REP with its RTU
+    /// (`ca`), each delivered; the events stay to be taken.
+    pub fn accept_and_rtu(&mut self, ca: ConnId, cb: ConnId) {
+        self.b.accept(self.now, cb, AcceptParams::new(0x22, 2)).expect("accept");
+        self.pump();
+        self.a.complete_connect(ca).expect("rtu");
+        self.pump();
+    }
+
     /// A whole connection from A to B (listener on `service` must exist):
     /// REQ, REP, RTU, events drained.
     pub fn connected(&mut self, service: u64, qpn_a: u32, qpn_b: u32) -> (ConnId, ConnId) {

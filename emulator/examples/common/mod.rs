@@ -1,8 +1,9 @@
 //! Shared by the idle-QP examples (`idle_qp_memory`, `idle_qps_round`).
 
-use roce_emulator::qp_attr::{AccessFlags, AhAttr, PathMtu, QpAttr, QpCap, QpState, QpType};
-use roce_emulator::{CqHandle, Hca, PdHandle, QpInitAttr};
+use roce_emulator::qp_attr::{AccessFlags, QpCap, QpType};
+use roce_emulator::{CqHandle, Hca, PdHandle};
 use roce_packet::Qpn;
+use roce_sim::testkit::{qp_init, rc_connect, RcPath};
 
 /// An RC QP moved RESET → INIT → RTR → RTS, connected to `dest_qpn` at
 /// 10.0.0.2, a peer that never answers: nothing is ever sent.
@@ -21,39 +22,12 @@ pub fn rc_qp_to(
     peer: std::net::IpAddr,
     dest_qpn: u32,
 ) -> Qpn {
-    let qpn = hca
-        .create_qp(QpInitAttr {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: QpType::Rc,
-            cap,
-            sq_sig_all: false,
-            srq: None,
-        })
-        .unwrap();
-    let init = QpAttr::new()
-        .state(QpState::Init)
-        .pkey_index(0)
-        .port(1)
-        .access_flags(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
-    hca.modify_qp(qpn, &init).unwrap();
-    let rtr = QpAttr::new()
-        .state(QpState::Rtr)
-        .ah(AhAttr::new(peer))
-        .mtu(PathMtu::Mtu1024)
-        .dest_qpn(dest_qpn)
-        .rq_psn(0)
-        .max_dest_rd_atomic(1)
-        .min_rnr_timer(12);
-    hca.modify_qp(qpn, &rtr).unwrap();
-    let rts = QpAttr::new()
-        .state(QpState::Rts)
-        .timeout(14)
-        .retry_cnt(7)
-        .rnr_retry(7)
-        .sq_psn(0)
-        .max_rd_atomic(1);
-    hca.modify_qp(qpn, &rts).unwrap();
+    let qpn = hca.create_qp(qp_init(pd, cq, QpType::Rc, cap, false)).unwrap();
+    let path = RcPath {
+        access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        min_rnr_timer: 12,
+        ..RcPath::default()
+    };
+    rc_connect(hca, qpn, peer, dest_qpn, &path).unwrap();
     qpn
 }

@@ -30,21 +30,7 @@
 #include <unistd.h>
 
 #include "check.h"
-
-static double now_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-static void die(const char *what)
-{
-	perror(what);
-	printf("FAIL setup: %s\n", what);
-	exit(2);
-}
+#include "common.h"
 
 static struct sockaddr_in sin_of(const char *ip, uint16_t port)
 {
@@ -82,19 +68,6 @@ static void nonblocking(struct rdma_event_channel *ch)
 	fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
 }
 
-static struct ibv_qp_init_attr qp_attr(void)
-{
-	struct ibv_qp_init_attr a;
-
-	memset(&a, 0, sizeof(a));
-	a.qp_type = IBV_QPT_RC;
-	a.cap.max_send_wr = 4;
-	a.cap.max_recv_wr = 4;
-	a.cap.max_send_sge = 1;
-	a.cap.max_recv_sge = 1;
-	return a;
-}
-
 /* ---------------------------------------------------------------- server */
 
 struct server {
@@ -112,7 +85,7 @@ static void *serve(void *arg)
 
 	while (!s->stop && now_s() < end) {
 		struct rdma_cm_event *e = next_event(s->ch, 0.2);
-		struct ibv_qp_init_attr a = qp_attr();
+		struct ibv_qp_init_attr a = qp_init_attr(NULL, IBV_QPT_RC, 4, 4);
 
 		if (!e)
 			continue;
@@ -261,7 +234,7 @@ int main(int argc, char **argv)
 			rc = rdma_resolve_route(c, 2000);
 			break;
 		case RDMA_CM_EVENT_ROUTE_RESOLVED:
-			qa = qp_attr();
+			qa = qp_init_attr(NULL, IBV_QPT_RC, 4, 4);
 			rc = rdma_create_qp(c, NULL, &qa);
 			if (!rc)
 				rc = rdma_connect(c, NULL);
@@ -311,7 +284,7 @@ int main(int argc, char **argv)
 	      "family %d, qp_type %d, port_space 0x%x, flags %d from the hints",
 	      res->ai_family, res->ai_qp_type, res->ai_port_space,
 	      res->ai_flags);
-	qa = qp_attr();
+	qa = qp_init_attr(NULL, IBV_QPT_RC, 4, 4);
 	rc = rdma_create_ep(&ep, res, NULL, &qa);
 	CHECK(rc == 0, "rdma_create_ep on the answer: %d (errno %d)", rc,
 	      rc ? errno : 0);

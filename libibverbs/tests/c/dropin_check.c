@@ -29,45 +29,24 @@
 #include <sys/mman.h>
 
 #include "check.h"
+#include "common.h"
 
-struct side {
-	struct ibv_context *ctx;
-	struct ibv_pd *pd;
-	struct ibv_cq *cq;
-	struct ibv_qp *qp;
-	union ibv_gid gid;
-};
-
+/* Open `dev` with an RC QP (16 deep each way, 128 bytes inline) on one CQ
+ * of 64 entries, that CQ on a new completion channel if `ch`. */
 static void open_side_ch(struct ibv_device *dev, struct side *s,
 			 struct ibv_comp_channel **ch)
 {
-	struct ibv_qp_init_attr ia = {0};
+	struct ibv_qp_init_attr ia;
 
-	s->ctx = ibv_open_device(dev);
-	if (!s->ctx) {
-		perror("ibv_open_device");
-		exit(2);
-	}
-	s->pd = ibv_alloc_pd(s->ctx);
-	if (ch)
-		*ch = ibv_create_comp_channel(s->ctx);
-	s->cq = ibv_create_cq(s->ctx, 64, NULL, ch ? *ch : NULL, 0);
-	ia.send_cq = s->cq;
-	ia.recv_cq = s->cq;
-	ia.qp_type = IBV_QPT_RC;
-	ia.cap.max_send_wr = 16;
-	ia.cap.max_recv_wr = 16;
-	ia.cap.max_send_sge = 1;
-	ia.cap.max_recv_sge = 1;
+	open_side(dev, s, 64, ch);
+	ia = qp_init_attr(s->cq, IBV_QPT_RC, 16, 16);
 	ia.cap.max_inline_data = 128;
 	s->qp = ibv_create_qp(s->pd, &ia);
-	if (!s->pd || !s->cq || !s->qp || ibv_query_gid(s->ctx, 1, 1, &s->gid)) {
-		fprintf(stderr, "setup failed\n");
-		exit(2);
-	}
+	if (!s->qp)
+		die("ibv_create_qp");
 }
 
-static void open_side(struct ibv_device *dev, struct side *s)
+static void open_rc(struct ibv_device *dev, struct side *s)
 {
 	open_side_ch(dev, s, NULL);
 }
@@ -111,64 +90,26 @@ static void *busy_poll(void *arg)
 
 static int connect_qp(struct side *s, struct side *peer)
 {
-	struct ibv_qp_attr a = {0};
+	struct rc_path p = rc_path(peer->qp->qp_num, peer->gid);
 
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-			    IBV_ACCESS_REMOTE_ATOMIC;
-	if (ibv_modify_qp(s->qp, &a,
-			  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				  IBV_QP_ACCESS_FLAGS))
-		return -1;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = peer->qp->qp_num;
-	a.rq_psn = 0;
-	a.max_dest_rd_atomic = 4;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = peer->gid;
-	a.ah_attr.grh.sgid_index = 1;
-	a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(s->qp, &a,
-			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-				  IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				  IBV_QP_MAX_DEST_RD_ATOMIC |
-				  IBV_QP_MIN_RNR_TIMER))
-		return -1;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.sq_psn = 0;
-	a.max_rd_atomic = 4;
-	return ibv_modify_qp(s->qp, &a,
-			     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-				     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-				     IBV_QP_MAX_QP_RD_ATOMIC);
+	p.hop_limit = 1;
+	p.max_dest_rd_atomic = 4;
+	p.max_rd_atomic = 4;
+	return rc_connect(s->qp,
+			  IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+				  IBV_ACCESS_REMOTE_ATOMIC,
+			  &p);
 }
 
-/* Post one request and wait (bounded) for its completion. */
+/* Post one request and wait (30 s at most) for its completion. */
 static int do_wr(struct side *s, struct ibv_send_wr *wr, struct ibv_wc *wc)
 {
 	struct ibv_send_wr *bad;
-	long spins;
 
 	wr->send_flags |= IBV_SEND_SIGNALED;
 	if (ibv_post_send(s->qp, wr, &bad))
 		return -1;
-	for (spins = 0; spins < 200000000L; spins++) {
-		int n = ibv_poll_cq(s->cq, 1, wc);
-		if (n < 0)
-			return -1;
-		if (n == 1)
-			return 0;
-	}
-	return -1;
+	return poll_one(s->cq, wc, 30);
 }
 
 int main(void)
@@ -187,8 +128,8 @@ int main(void)
 	CHECK(list && num >= 2, "ibv_get_device_list: %d devices", num);
 	if (!list || num < 2)
 		return 1;
-	open_side(list[0], &a);
-	open_side(list[1], &b);
+	open_rc(list[0], &a);
+	open_rc(list[1], &b);
 	CHECK(connect_qp(&a, &b) == 0 && connect_qp(&b, &a) == 0,
 	      "RC QPs connected RESET->INIT->RTR->RTS");
 
@@ -278,7 +219,7 @@ int main(void)
 		struct ibv_device_attr da;
 		struct ibv_port_attr pa;
 		struct ibv_qp_attr qa = {0};
-		struct ibv_qp_init_attr ia = {0};
+		struct ibv_qp_init_attr ia;
 		struct ibv_qp *q2;
 		struct ibv_cq *c;
 		struct ibv_mr *m;
@@ -309,13 +250,7 @@ int main(void)
 		      "ibv_dealloc_pd with an MR and a QP on it: EBUSY");
 		CHECK(ibv_destroy_cq(a.cq) == EBUSY,
 		      "ibv_destroy_cq while a QP uses it: EBUSY");
-		ia.send_cq = a.cq;
-		ia.recv_cq = a.cq;
-		ia.qp_type = IBV_QPT_RC;
-		ia.cap.max_send_wr = 4;
-		ia.cap.max_recv_wr = 4;
-		ia.cap.max_send_sge = 1;
-		ia.cap.max_recv_sge = 1;
+		ia = qp_init_attr(a.cq, IBV_QPT_RC, 4, 4);
 		q2 = ibv_create_qp(a.pd, &ia);
 		qa.qp_state = IBV_QPS_RTS;
 		CHECK(q2 && ibv_modify_qp(q2, &qa, IBV_QP_STATE) == EINVAL,
@@ -323,12 +258,7 @@ int main(void)
 		rc = ibv_post_send(q2, &wr, &bad);
 		CHECK(rc != 0 && bad == &wr,
 		      "ibv_post_send on a RESET QP: %d, bad_wr set", rc);
-		memset(&qa, 0, sizeof(qa));
-		qa.qp_state = IBV_QPS_INIT;
-		qa.port_num = 1;
-		ibv_modify_qp(q2, &qa,
-			      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				      IBV_QP_ACCESS_FLAGS);
+		rc_init(q2, 0);
 		memset(&qa, 0, sizeof(qa));
 		qa.qp_state = IBV_QPS_RTR;
 		qa.path_mtu = IBV_MTU_1024;
@@ -368,7 +298,7 @@ int main(void)
 		int joined, rc;
 
 		open_side_ch(list[1], &c, &ch);
-		open_side(list[0], &d);
+		open_rc(list[0], &d);
 		CHECK(ch && connect_qp(&c, &d) == 0 && connect_qp(&d, &c) == 0,
 		      "a QP pair whose receiver CQ has a completion channel");
 		rmr = ibv_reg_mr(c.pd, target, 4096, IBV_ACCESS_LOCAL_WRITE);
@@ -445,8 +375,8 @@ int main(void)
 		long spins;
 		int n = 0;
 
-		open_side(list[0], &e);
-		open_side(list[1], &f);
+		open_rc(list[0], &e);
+		open_rc(list[1], &f);
 		CHECK(src != MAP_FAILED && dst && connect_qp(&e, &f) == 0 &&
 			      connect_qp(&f, &e) == 0,
 		      "a fresh RC pair and a 1 MiB mmap'd source");

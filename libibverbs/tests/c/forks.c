@@ -30,6 +30,7 @@
 #include <infiniband/verbs.h>
 
 #include "check.h"
+#include "common.h"
 
 #define ROUNDS 5
 #define FORKS 50
@@ -47,55 +48,20 @@ static volatile long done_msgs, bad_wcs;
 /* why the traffic stopped, if it did */
 static char why[128];
 
-static void die(const char *what)
-{
-	fprintf(stderr, "forks: %s: %s\n", what, strerror(errno));
-	exit(2);
-}
-
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
-
 static struct ibv_qp *rc_qp(void)
 {
-	struct ibv_qp_init_attr ia = {
-		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
-		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1 },
-	};
-	struct ibv_qp *q = ibv_create_qp(pd, &ia);
-	if (!q)
-		die("ibv_create_qp");
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1,
-				 .qp_access_flags = IBV_ACCESS_LOCAL_WRITE };
-	if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		die("INIT");
-	return q;
+	return rc_qp_init(pd, cq, 16, IBV_ACCESS_LOCAL_WRITE);
 }
 
 static void connect_to(struct ibv_qp *q, uint32_t dest)
 {
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = dest,
-		.rq_psn = 1, .max_dest_rd_atomic = 1, .min_rnr_timer = 1,
-		.ah_attr = { .is_global = 1, .port_num = 1,
-			     .grh = { .dgid = gid, .sgid_index = 1, .hop_limit = 64 } },
-	};
-	if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				   IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		die("RTR");
-	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = 1;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-				   IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC))
-		die("RTS");
+	struct rc_path p = rc_path(dest, gid);
+
+	p.rq_psn = 1;
+	p.sq_psn = 1;
+	p.min_rnr_timer = 1;
+	if (rc_rtr_rts(q, &p))
+		die("RTR/RTS");
 }
 
 static int post_recv(struct ibv_qp *q, char *b)
@@ -125,8 +91,8 @@ static void *traffic(void *arg)
 			return NULL;
 		}
 		int got = 0;
-		double t0 = now();
-		while (got < 2 && now() - t0 < 10) {
+		double t0 = now_s();
+		while (got < 2 && now_s() - t0 < 10) {
 			struct ibv_wc wc;
 			int n = ibv_poll_cq(cq, 1, &wc);
 			if (n < 0 || (n == 1 && wc.status != IBV_WC_SUCCESS)) {
@@ -165,19 +131,11 @@ static int new_device_works(void)
 	struct ibv_mr *m = p ? ibv_reg_mr(p, b, sizeof b, IBV_ACCESS_LOCAL_WRITE) : NULL;
 	if (!p || !q || !m)
 		return 0;
-	struct ibv_qp_init_attr ia = { .send_cq = q, .recv_cq = q, .qp_type = IBV_QPT_UD,
-				       .cap = { .max_send_wr = 2, .max_recv_wr = 2, .max_send_sge = 1,
-						.max_recv_sge = 1 } };
+	struct ibv_qp_init_attr ia = qp_init_attr(q, IBV_QPT_UD, 2, 2);
 	struct ibv_qp *u = ibv_create_qp(p, &ia);
 	if (!u)
 		return 0;
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 0x1234 };
-	int ok = !ibv_modify_qp(u, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
-	a.qp_state = IBV_QPS_RTR;
-	ok = ok && !ibv_modify_qp(u, &a, IBV_QP_STATE);
-	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = 3;
-	ok = ok && !ibv_modify_qp(u, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+	int ok = !ud_ready(u, 0x1234, 3);
 	struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1,
 				  .grh = { .dgid = gid, .sgid_index = 1, .hop_limit = 64 } };
 	struct ibv_ah *ah = ibv_create_ah(p, &aa);
@@ -195,8 +153,8 @@ static int new_device_works(void)
 	if (ibv_post_recv(u, &rw, &rbad) || ibv_post_send(u, &sw, &sbad))
 		return 0;
 	int got = 0, good = 0;
-	double t0 = now();
-	while (got < 2 && now() - t0 < 10) {
+	double t0 = now_s();
+	while (got < 2 && now_s() - t0 < 10) {
 		struct ibv_wc wc;
 		int n = ibv_poll_cq(q, 1, &wc);
 		if (n == 1) {
@@ -242,22 +200,10 @@ static int child(int k)
 	return f;
 }
 
-static int state_of(struct ibv_qp *q)
-{
-	struct ibv_qp_attr a;
-	struct ibv_qp_init_attr ia;
-	return ibv_query_qp(q, &a, IBV_QP_STATE, &ia) ? -1 : (int)a.qp_state;
-}
-
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	struct ibv_device **list = ibv_get_device_list(NULL);
-	if (!list || !list[0])
-		die("no device");
-	ctx = ibv_open_device(list[0]);
-	if (!ctx)
-		die("ibv_open_device");
+	ctx = open_device_at(0);
 	if (ibv_query_gid(ctx, 1, 1, &gid))
 		die("ibv_query_gid");
 	pd = ibv_alloc_pd(ctx);
@@ -284,9 +230,9 @@ int main(void)
 			if (pid == 0)
 				_exit(child(k));
 			int st = 0;
-			double t0 = now();
+			double t0 = now_s();
 			pid_t w = 0;
-			while ((w = waitpid(pid, &st, WNOHANG)) == 0 && now() - t0 < 20)
+			while ((w = waitpid(pid, &st, WNOHANG)) == 0 && now_s() - t0 < 20)
 				usleep(2000);
 			if (w == 0) {
 				kill(pid, SIGKILL);
@@ -299,16 +245,16 @@ int main(void)
 			}
 		}
 		/* the parent's traffic goes on */
-		double t0 = now();
-		while (done_msgs < before + 20 && !bad_wcs && now() - t0 < 10)
+		double t0 = now_s();
+		while (done_msgs < before + 20 && !bad_wcs && now_s() - t0 < 10)
 			usleep(1000);
 		CHECK(round_hangs == 0, "round %d: %d forks, %d hangs", r + 1, FORKS, round_hangs);
 		CHECK(round_bad == 0, "round %d: every child's inherited objects failed cleanly and its "
 				      "own device worked (%d failed; first exit code %d)",
 		      r + 1, round_bad, first_code);
-		CHECK(state_of(qa) == IBV_QPS_RTS && state_of(qb) == IBV_QPS_RTS,
-		      "round %d: the parent's QPs are still in RTS (%d, %d)", r + 1, state_of(qa),
-		      state_of(qb));
+		CHECK(qp_state(qa) == IBV_QPS_RTS && qp_state(qb) == IBV_QPS_RTS,
+		      "round %d: the parent's QPs are still in RTS (%d, %d)", r + 1, qp_state(qa),
+		      qp_state(qb));
 		CHECK(bad_wcs == 0 && done_msgs >= before + 20,
 		      "round %d: the parent's traffic went on: %ld messages, %ld errors %s", r + 1,
 		      done_msgs - before, bad_wcs, why);
@@ -325,7 +271,6 @@ int main(void)
 	ibv_destroy_cq(cq);
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
-	ibv_free_device_list(list);
 	printf("%d failures\n", failures);
 	return failures ? 1 : 0;
 }

@@ -21,13 +21,9 @@
 #include <unistd.h>
 #include <infiniband/verbs.h>
 
-#define NQP 16
+#include "common.h"
 
-static void die(const char *what)
-{
-	fprintf(stderr, "hostile_target: %s: %s\n", what, strerror(errno));
-	exit(2);
-}
+#define NQP 16
 
 static unsigned char pat(size_t i)
 {
@@ -46,13 +42,7 @@ int main(int argc, char **argv)
 	peer.raw[11] = 0xff;
 	if (inet_pton(AF_INET, argv[1], &peer.raw[12]) != 1)
 		die("peer address");
-	int n = 0;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	if (!list || n < 1)
-		die("no device");
-	struct ibv_context *ctx = ibv_open_device(list[0]);
-	if (!ctx)
-		die("ibv_open_device");
+	struct ibv_context *ctx = open_device_at(0);
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	struct ibv_cq *cq = ibv_create_cq(ctx, 4 * NQP, NULL, NULL, 0);
 	if (!pd || !cq)
@@ -77,50 +67,22 @@ int main(int argc, char **argv)
 
 	struct ibv_qp *qp[NQP];
 	for (int i = 0; i < NQP; i++) {
-		struct ibv_qp_init_attr ia = {
-			.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
-			.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
-		};
-		qp[i] = ibv_create_qp(pd, &ia);
-		if (!qp[i])
-			die("ibv_create_qp");
-		struct ibv_qp_attr a = {
-			.qp_state = IBV_QPS_INIT, .port_num = 1,
-			.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-					   IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC,
-		};
-		if (ibv_modify_qp(qp[i], &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-			die("INIT");
+		qp[i] = rc_qp_init(pd, cq, 4,
+				   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+					   IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
 		if (i == 14) {
 			struct ibv_sge s = { .addr = (uintptr_t)rbuf, .length = sizeof rbuf, .lkey = rmr->lkey };
 			struct ibv_recv_wr rw = { .wr_id = 14, .sg_list = &s, .num_sge = 1 }, *bad;
 			if (ibv_post_recv(qp[i], &rw, &bad))
 				die("ibv_post_recv");
 		}
-		memset(&a, 0, sizeof a);
-		a.qp_state = IBV_QPS_RTR;
-		a.path_mtu = IBV_MTU_1024;
-		a.dest_qp_num = 0x100 + i;
-		a.rq_psn = 0x100;
-		a.max_dest_rd_atomic = 4;
-		a.min_rnr_timer = 1;
-		a.ah_attr.is_global = 1;
-		a.ah_attr.port_num = 1;
-		a.ah_attr.grh.dgid = peer;
-		a.ah_attr.grh.sgid_index = 1;
-		a.ah_attr.grh.hop_limit = 64;
-		if (ibv_modify_qp(qp[i], &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-						IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-			die("RTR");
-		a.qp_state = IBV_QPS_RTS;
-		a.sq_psn = 0x200;
-		a.timeout = 14;
-		a.retry_cnt = 7;
-		a.rnr_retry = 7;
-		a.max_rd_atomic = 1;
-		if (ibv_modify_qp(qp[i], &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-						IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC))
-			die("RTS");
+		struct rc_path p = rc_path(0x100 + i, peer);
+		p.rq_psn = 0x100;
+		p.sq_psn = 0x200;
+		p.max_dest_rd_atomic = 4;
+		p.min_rnr_timer = 1;
+		if (rc_rtr_rts(qp[i], &p))
+			die("RTR/RTS");
 	}
 	printf("READY %u %llu %llu\n", mr->rkey, (unsigned long long)(uintptr_t)region,
 	       (unsigned long long)(2 * pg));
@@ -131,12 +93,8 @@ int main(int argc, char **argv)
 	while (fgets(line, sizeof line, stdin) && strncmp(line, "CHECK", 5) != 0)
 		;
 	/* the responder's side: every QP's state, the bytes, the receive */
-	for (int i = 0; i < NQP; i++) {
-		struct ibv_qp_attr a;
-		struct ibv_qp_init_attr ia;
-		int st = ibv_query_qp(qp[i], &a, IBV_QP_STATE, &ia) ? -1 : (int)a.qp_state;
-		printf("STATE %d %d\n", i, st);
-	}
+	for (int i = 0; i < NQP; i++)
+		printf("STATE %d %d\n", i, qp_state(qp[i]));
 	int intact = 1;
 	for (long i = 0; i < 2 * pg; i++)
 		intact &= region[i] == pat(i);
@@ -166,7 +124,6 @@ int main(int argc, char **argv)
 	ibv_destroy_cq(cq);
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
-	ibv_free_device_list(list);
 	printf("DONE\n");
 	return 0;
 }

@@ -27,23 +27,12 @@
 #include <infiniband/verbs.h>
 
 #include "check.h"
-
-static void die(const char *what)
-{
-	fprintf(stderr, "misuse: %s: %s\n", what, strerror(errno));
-	exit(2);
-}
+#include "common.h"
 
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	int n = 0;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	if (!list || n < 1)
-		die("no device");
-	struct ibv_context *ctx = ibv_open_device(list[0]);
-	if (!ctx)
-		die("ibv_open_device");
+	struct ibv_context *ctx = open_device_at(0);
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	struct ibv_cq *cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
 	if (!pd || !cq)
@@ -66,16 +55,8 @@ int main(void)
 	struct ibv_qp *qp = ibv_create_qp_ex(ctx, &ia);
 	if (!qp)
 		die("ibv_create_qp_ex");
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 0x11111111 };
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
-		die("INIT");
-	a.qp_state = IBV_QPS_RTR;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE))
-		die("RTR");
-	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN))
-		die("RTS");
+	if (ud_ready(qp, 0x11111111, 1))
+		die("INIT/RTR/RTS");
 
 	struct ibv_sge one = { .addr = (uintptr_t)buf, .length = sizeof buf, .lkey = mr->lkey };
 	struct ibv_sge huge = { .addr = (uintptr_t)buf, .length = 1u << 30, .lkey = mr->lkey };
@@ -190,7 +171,6 @@ int main(void)
 	ibv_destroy_cq(cq);
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
-	ibv_free_device_list(list);
 	printf("%d failures\n", failures);
 	return failures ? 1 : 0;
 }

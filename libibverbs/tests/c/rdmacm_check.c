@@ -19,6 +19,8 @@
 #include <arpa/inet.h>
 #include <rdma/rdma_cma.h>
 
+#include "common.h"
+
 #define CHECK(c, ...)                                                        \
 	do {                                                                 \
 		if (!(c)) {                                                  \
@@ -77,10 +79,7 @@ static int move_qp(struct rdma_cm_id *id, struct ibv_qp *qp, enum ibv_qp_state s
 
 static struct ibv_qp *own_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *cq)
 {
-	struct ibv_qp_init_attr qa = { .send_cq = cq, .recv_cq = cq,
-				       .cap = { .max_send_wr = 4, .max_recv_wr = 4,
-						.max_send_sge = 1, .max_recv_sge = 1 },
-				       .qp_type = IBV_QPT_RC };
+	struct ibv_qp_init_attr qa = qp_init_attr(cq, IBV_QPT_RC, 4, 4);
 	return ibv_create_qp(pd, &qa);
 }
 
@@ -122,9 +121,7 @@ static void server(const char *addr, const char *port)
 	ev = wait_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
 	id = ev->id;
 	rdma_ack_cm_event(ev);
-	struct ibv_qp_init_attr qa = { .cap = { .max_send_wr = 4, .max_recv_wr = 4,
-						 .max_send_sge = 1, .max_recv_sge = 1 },
-				       .qp_type = IBV_QPT_RC };
+	struct ibv_qp_init_attr qa = qp_init_attr(NULL, IBV_QPT_RC, 4, 4);
 	CHECK(rdma_create_qp(id, NULL, &qa) == 0 && id->qp && id->qp->qp_num > 1 && id->send_cq &&
 		      id->recv_cq && id->recv_cq_channel,
 	      "rdma_create_qp(id, NULL pd, NULL CQs): QP %u, CQs and channels made",
@@ -243,10 +240,7 @@ static void client(const char *addr, const char *port)
 	id = resolved(ch, res);
 	struct ibv_pd *pd = ibv_alloc_pd(id->verbs);
 	struct ibv_cq *cq = ibv_create_cq(id->verbs, 8, NULL, NULL, 0);
-	struct ibv_qp_init_attr qa = { .send_cq = cq, .recv_cq = cq,
-				       .cap = { .max_send_wr = 4, .max_recv_wr = 4,
-						.max_send_sge = 1, .max_recv_sge = 1 },
-				       .qp_type = IBV_QPT_RC };
+	struct ibv_qp_init_attr qa = qp_init_attr(cq, IBV_QPT_RC, 4, 4);
 	CHECK(pd && cq && rdma_create_qp(id, pd, &qa) == 0 && id->qp, "rdma_create_qp with own PD/CQ");
 	CHECK(rdma_connect(id, &cp) == 0, "rdma_connect");
 	ev = wait_event(ch, RDMA_CM_EVENT_ESTABLISHED);

@@ -32,6 +32,7 @@
 #include <time.h>
 
 #include "check.h"
+#include "common.h"
 
 /* A verb's return value and errno after it (errno cleared before). */
 #define CALL_RC(rc, err, expr)                                                 \
@@ -41,36 +42,15 @@
 		err = errno;                                                   \
 	} while (0)
 
-struct side {
-	struct ibv_context *ctx;
-	struct ibv_pd *pd;
-	struct ibv_cq *cq;
-	struct ibv_qp *qp;
-	union ibv_gid gid;
-	struct ibv_mr *mr;
-	uint8_t *buf;
-};
-
 #define BUF 4096
 
-static void die(const char *what)
+/* open_side and a registered buffer of BUF bytes. */
+static void open_buf_side(struct ibv_device *dev, struct side *s)
 {
-	perror(what);
-	printf("FAIL setup: %s\n", what);
-	exit(2);
-}
-
-static void open_side(struct ibv_device *dev, struct side *s)
-{
-	memset(s, 0, sizeof(*s));
-	s->ctx = ibv_open_device(dev);
-	if (!s->ctx)
-		die("ibv_open_device");
-	s->pd = ibv_alloc_pd(s->ctx);
-	s->cq = ibv_create_cq(s->ctx, 64, NULL, NULL, 0);
+	open_side(dev, s, 64, NULL);
 	s->buf = calloc(1, BUF);
-	if (!s->pd || !s->cq || !s->buf || ibv_query_gid(s->ctx, 1, 1, &s->gid))
-		die("pd/cq/gid");
+	if (!s->buf)
+		die("calloc");
 	s->mr = ibv_reg_mr(s->pd, s->buf, BUF, IBV_ACCESS_LOCAL_WRITE);
 	if (!s->mr)
 		die("ibv_reg_mr");
@@ -79,17 +59,10 @@ static void open_side(struct ibv_device *dev, struct side *s)
 static struct ibv_qp *make_qp(struct side *s, enum ibv_qp_type t,
 			      uint32_t sge, uint32_t inl, struct ibv_qp_cap *out)
 {
-	struct ibv_qp_init_attr ia;
+	struct ibv_qp_init_attr ia = qp_init_attr(s->cq, t, 16, 16);
 	struct ibv_qp *qp;
 
-	memset(&ia, 0, sizeof(ia));
-	ia.send_cq = s->cq;
-	ia.recv_cq = s->cq;
-	ia.qp_type = t;
-	ia.cap.max_send_wr = 16;
-	ia.cap.max_recv_wr = 16;
 	ia.cap.max_send_sge = sge;
-	ia.cap.max_recv_sge = 1;
 	ia.cap.max_inline_data = inl;
 	qp = ibv_create_qp(s->pd, &ia);
 	if (qp && out)
@@ -97,82 +70,21 @@ static struct ibv_qp *make_qp(struct side *s, enum ibv_qp_type t,
 	return qp;
 }
 
+#define QKEY 0x11111111
+
 static int to_init(struct ibv_qp *qp, int ud)
 {
-	struct ibv_qp_attr a;
-
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	if (ud) {
-		a.qkey = 0x11111111;
-		return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-					     IBV_QP_PORT | IBV_QP_QKEY);
-	}
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-				     IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+	return ud ? ud_init(qp, QKEY) : rc_init(qp, IBV_ACCESS_REMOTE_WRITE);
 }
 
 /* RC INIT -> RTR -> RTS towards `peer` with the given flow label. */
-static int rc_connect(struct ibv_qp *qp, struct ibv_qp *peer,
+static int connect_to(struct ibv_qp *qp, struct ibv_qp *peer,
 		      union ibv_gid *dgid, uint32_t flow_label)
 {
-	struct ibv_qp_attr a;
+	struct rc_path p = rc_path(peer->qp_num, *dgid);
 
-	if (to_init(qp, 0))
-		return -1;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = peer->qp_num;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = *dgid;
-	a.ah_attr.grh.sgid_index = 1;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.grh.flow_label = flow_label;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-				  IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				  IBV_QP_MAX_DEST_RD_ATOMIC |
-				  IBV_QP_MIN_RNR_TIMER))
-		return -1;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 1;
-	return ibv_modify_qp(qp, &a,
-			     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-				     IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-				     IBV_QP_MAX_QP_RD_ATOMIC);
-}
-
-static double now_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-/* One completion of `cq` within 10 s. */
-static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc)
-{
-	double end = now_s() + 10;
-
-	while (now_s() < end) {
-		int n = ibv_poll_cq(cq, 1, wc);
-		if (n < 0)
-			return -1;
-		if (n == 1)
-			return 0;
-	}
-	return -1;
+	p.flow_label = flow_label;
+	return rc_connect(qp, IBV_ACCESS_REMOTE_WRITE, &p);
 }
 
 static int post_recv(struct side *s, struct ibv_qp *qp, uint32_t off,
@@ -205,7 +117,7 @@ static int rc_send(struct side *s, struct ibv_qp *qp, const void *src,
 	rc = ibv_post_send(qp, &wr, &bad);
 	if (rc)
 		return rc;
-	return poll_one(s->cq, wc) ? -1 : 0;
+	return poll_one(s->cq, wc, 10) ? -1 : 0;
 }
 
 static void open_two(struct side *a, struct side *b)
@@ -216,8 +128,8 @@ static void open_two(struct side *a, struct side *b)
 	list = ibv_get_device_list(&num);
 	if (!list || num < 2)
 		die("ibv_get_device_list: two devices");
-	open_side(list[0], a);
-	open_side(list[1], b);
+	open_buf_side(list[0], a);
+	open_buf_side(list[1], b);
 }
 
 /* ---------------------------------------------------------------- flow */
@@ -273,7 +185,7 @@ static int part_flow(void)
 				   IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
 				   IBV_QP_MAX_QP_RD_ATOMIC);
 	CHECK(rc == 0, "ibv_modify_qp to RTS: %d", rc);
-	rc = rc_connect(b.qp, a.qp, &a.gid, 0x12345678);
+	rc = connect_to(b.qp, a.qp, &a.gid, 0x12345678);
 	CHECK(rc == 0, "the peer to RTS with flow_label 0x12345678: %d", rc);
 	memset(&q, 0, sizeof(q));
 	ibv_query_qp(b.qp, &q, IBV_QP_AV, &qi);
@@ -286,7 +198,7 @@ static int part_flow(void)
 	rc = rc_send(&a, a.qp, a.buf, 20, 0, &wc);
 	CHECK(rc == 0 && wc.status == IBV_WC_SUCCESS,
 	      "SEND over the QP: status %s", ibv_wc_status_str(wc.status));
-	rc = poll_one(b.cq, &wc);
+	rc = poll_one(b.cq, &wc, 10);
 	CHECK(rc == 0 && wc.status == IBV_WC_SUCCESS && wc.byte_len == 20 &&
 		      memcmp(b.buf, "flow label ~0 works", 20) == 0,
 	      "the peer received \"%.19s\"", (char *)b.buf);
@@ -608,7 +520,7 @@ static void ud_exchange(struct side *s, struct ibv_qp *sq, struct side *r,
 	for (i = 0; i < 2; i++) {
 		struct ibv_wc w;
 
-		if (poll_one(i == 0 ? s->cq : r->cq, &w)) {
+		if (poll_one(i == 0 ? s->cq : r->cq, &w, 10)) {
 			CHECK(0, "completion %d arrived", i);
 			return;
 		}
@@ -674,17 +586,9 @@ static void ud_exchange(struct side *s, struct ibv_qp *sq, struct side *r,
 static struct ibv_qp *ud_qp(struct side *s)
 {
 	struct ibv_qp *qp = make_qp(s, IBV_QPT_UD, 1, 0, NULL);
-	struct ibv_qp_attr a;
 
-	if (!qp || to_init(qp, 1))
+	if (!qp || ud_ready(qp, QKEY, 0))
 		die("UD QP");
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE))
-		die("UD RTR");
-	a.qp_state = IBV_QPS_RTS;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN))
-		die("UD RTS");
 	return qp;
 }
 
@@ -758,7 +662,7 @@ static int part_ud(void)
 		wr.wr.ud.remote_qkey = 0x11111111;
 		if (!ah || ibv_post_send(aq, &wr, &bad))
 			die("UD send to the extended CQ");
-		poll_one(a.cq, &wc);
+		poll_one(a.cq, &wc, 10);
 		end = now_s() + 10;
 		while ((rc = ibv_start_poll(xcq, &pa)) == ENOENT && now_s() < end)
 			;
@@ -800,7 +704,7 @@ static int part_ud6(void)
 		return 77;
 	}
 	ibv_close_device(a.ctx);
-	open_side(list[0], &a);
+	open_buf_side(list[0], &a);
 	CHECK(a.gid.raw[15] == 1 && a.gid.raw[0] == 0,
 	      "GID index 1 is ::1, the device's IPv6 address");
 	q1 = ud_qp(&a);
@@ -855,15 +759,15 @@ static int part_inline(void)
 	/* rdma_xclient's QP: max_inline_data 0, then a 16-byte inline SEND */
 	a.qp = make_qp(&a, IBV_QPT_RC, 1, 0, &cap);
 	b.qp = make_qp(&b, IBV_QPT_RC, 1, 0, NULL);
-	if (!a.qp || !b.qp || rc_connect(a.qp, b.qp, &b.gid, 0) ||
-	    rc_connect(b.qp, a.qp, &a.gid, 0))
+	if (!a.qp || !b.qp || connect_to(a.qp, b.qp, &b.gid, 0) ||
+	    connect_to(b.qp, a.qp, &a.gid, 0))
 		die("RC pair");
 	post_recv(&b, b.qp, 0, 64, 1);
 	rc = rc_send(&a, a.qp, msg, 16, 1, &wc);
 	CHECK(rc == 0 && wc.status == IBV_WC_SUCCESS,
 	      "16-byte inline SEND on a QP made with max_inline_data 0: %d, %s",
 	      rc, rc == 0 ? ibv_wc_status_str(wc.status) : "not posted");
-	rc = poll_one(b.cq, &wc);
+	rc = poll_one(b.cq, &wc, 10);
 	CHECK(rc == 0 && wc.byte_len == 16 && memcmp(b.buf, msg, 16) == 0,
 	      "the peer received \"%.16s\"", (char *)b.buf);
 	CALL_RC(rc, err, rc_send(&a, a.qp, seventeen, 17, 1, &wc));

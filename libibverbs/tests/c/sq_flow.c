@@ -34,65 +34,20 @@
 #include <infiniband/verbs.h>
 
 #include "check.h"
+#include "common.h"
 
 #define DEPTH 64  /* A's max_send_wr */
 #define TOTAL 128 /* SENDs, and B's receives */
 #define CQ 256
 #define MSG 32
 
-static void die(const char *what)
-{
-	fprintf(stderr, "sq_flow: %s: %s\n", what, strerror(errno));
-	printf("FAIL setup: %s\n", what);
-	exit(2);
-}
-
-static double now_s(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
-
 static int connect_rc(struct ibv_qp *qp, uint32_t dest, union ibv_gid *gid)
 {
-	struct ibv_qp_attr a;
+	struct rc_path p = rc_path(dest, *gid);
 
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-					  IBV_QP_ACCESS_FLAGS))
-		return -1;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.rq_psn = 7;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = *gid;
-	a.ah_attr.grh.sgid_index = 1;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-					  IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-					  IBV_QP_MAX_DEST_RD_ATOMIC |
-					  IBV_QP_MIN_RNR_TIMER))
-		return -1;
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.sq_psn = 7;
-	a.max_rd_atomic = 1;
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
-					     IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-					     IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+	p.rq_psn = 7;
+	p.sq_psn = 7;
+	return rc_connect(qp, IBV_ACCESS_LOCAL_WRITE, &p);
 }
 
 static struct ibv_qp *qp_a, *qp_b;
@@ -176,15 +131,10 @@ static int poll_send_one(void)
 int main(int argc, char **argv)
 {
 	int ex = argc > 1 && strcmp(argv[1], "ex") == 0;
-	int n = 0, rc;
+	int rc;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	struct ibv_device **list = ibv_get_device_list(&n);
-	if (!list || n < 1)
-		die("no device");
-	struct ibv_context *ctx = ibv_open_device(list[0]);
-	if (!ctx)
-		die("ibv_open_device");
+	struct ibv_context *ctx = open_device_at(0);
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	if (ex) {
 		struct ibv_cq_init_attr_ex ca = {
@@ -206,13 +156,8 @@ int main(int argc, char **argv)
 		ibv_reg_mr(pd, recvbuf, sizeof recvbuf, IBV_ACCESS_LOCAL_WRITE);
 	if (!mr_send || !mr_recv)
 		die("ibv_reg_mr");
-	struct ibv_qp_init_attr ia = {
-		.send_cq = scq,
-		.recv_cq = rcq,
-		.qp_type = IBV_QPT_RC,
-		.cap = { .max_send_wr = DEPTH, .max_recv_wr = 1, .max_send_sge = 1,
-			 .max_recv_sge = 1 },
-	};
+	struct ibv_qp_init_attr ia = qp_init_attr(scq, IBV_QPT_RC, DEPTH, 1);
+	ia.recv_cq = rcq;
 	qp_a = ibv_create_qp(pd, &ia);
 	ia.send_cq = rcq;
 	ia.cap.max_send_wr = 1;
@@ -335,7 +280,6 @@ int main(int argc, char **argv)
 	ibv_destroy_cq(rcq);
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
-	ibv_free_device_list(list);
 	printf("%d failures\n", failures);
 	return failures ? 1 : 0;
 }

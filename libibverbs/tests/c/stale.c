@@ -34,12 +34,7 @@
 #include <infiniband/verbs.h>
 
 #include "check.h"
-
-static void die(const char *what)
-{
-	fprintf(stderr, "stale: %s: %s\n", what, strerror(errno));
-	exit(2);
-}
+#include "common.h"
 
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
@@ -47,14 +42,8 @@ static char buf[4096];
 
 static struct ibv_qp *ud_qp(struct ibv_cq *cq, struct ibv_srq *srq)
 {
-	struct ibv_qp_init_attr ia = {
-		.send_cq = cq,
-		.recv_cq = cq,
-		.srq = srq,
-		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
-			 .max_recv_sge = 1 },
-		.qp_type = IBV_QPT_UD,
-	};
+	struct ibv_qp_init_attr ia = qp_init_attr(cq, IBV_QPT_UD, 4, 4);
+	ia.srq = srq;
 	return ibv_create_qp(pd, &ia);
 }
 
@@ -66,8 +55,7 @@ static struct ibv_qp *flush_event(struct ibv_cq *cq, struct ibv_mr *mr)
 	struct ibv_qp *qp = ud_qp(cq, NULL);
 	if (!qp)
 		die("ibv_create_qp (event)");
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 0x11111111 };
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
+	if (ud_init(qp, 0x11111111))
 		die("INIT");
 	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = 64, .lkey = mr->lkey };
 	struct ibv_recv_wr rw = { .wr_id = 7, .sg_list = &sge, .num_sge = 1 }, *bad;
@@ -75,17 +63,10 @@ static struct ibv_qp *flush_event(struct ibv_cq *cq, struct ibv_mr *mr)
 		die("ibv_post_recv");
 	if (ibv_req_notify_cq(cq, 0))
 		die("ibv_req_notify_cq");
-	a.qp_state = IBV_QPS_ERR;
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
 	if (ibv_modify_qp(qp, &a, IBV_QP_STATE))
 		die("ERR");
 	return qp;
-}
-
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
 }
 
 struct getter {
@@ -502,16 +483,16 @@ static void events(void)
 	if (ibv_destroy_qp(q2))
 		die("destroy q2");
 	struct destroyer d = { .cq = cq2, .rc = -2 };
-	double t0 = now();
+	double t0 = now_s();
 	if (pthread_create(&t, NULL, destroy_cq_thread, &d))
 		die("pthread_create");
 	usleep(300000);
 	CHECK(!d.done, "events: ibv_destroy_cq waits while a delivered event is not acked");
 	ibv_ack_cq_events(cq2, 1);
 	pthread_join(t, NULL);
-	CHECK(d.done && d.rc == 0 && now() - t0 >= 0.29,
+	CHECK(d.done && d.rc == 0 && now_s() - t0 >= 0.29,
 	      "events: ibv_destroy_cq returns 0 after the ack: rc %d after %.3f s", d.rc,
-	      now() - t0);
+	      now_s() - t0);
 	rc = ibv_destroy_cq(cq2);
 	CHECK(rc == EINVAL, "events: and the CQ is gone: rc %d", rc);
 
@@ -524,14 +505,7 @@ static void events(void)
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	int n = 0;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	if (!list || n < 1)
-		die("no device");
-	ctx = ibv_open_device(list[0]);
-	ibv_free_device_list(list);
-	if (!ctx)
-		die("ibv_open_device");
+	ctx = open_device_at(0);
 	pd = ibv_alloc_pd(ctx);
 	if (!pd)
 		die("ibv_alloc_pd");

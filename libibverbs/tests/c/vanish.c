@@ -32,17 +32,12 @@
 #include <infiniband/verbs.h>
 
 #include "check.h"
+#include "common.h"
 
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
 static union ibv_gid gid;
 static long page;
-
-static void die(const char *what)
-{
-	fprintf(stderr, "vanish: %s: %s\n", what, strerror(errno));
-	exit(2);
-}
 
 struct pair {
 	struct ibv_cq *cq;
@@ -51,50 +46,23 @@ struct pair {
 
 static struct ibv_qp *rc_qp(struct ibv_cq *cq)
 {
-	struct ibv_qp_init_attr ia = {
-		.send_cq = cq,
-		.recv_cq = cq,
-		.qp_type = IBV_QPT_RC,
-		.cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1 },
-	};
-	struct ibv_qp *qp = ibv_create_qp(pd, &ia);
-	if (!qp)
-		die("ibv_create_qp");
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_INIT,
-		.port_num = 1,
-		.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-				   IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC,
-	};
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		die("INIT");
-	return qp;
+	return rc_qp_init(pd, cq, 8,
+			  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+				  IBV_ACCESS_REMOTE_ATOMIC);
 }
 
 static void connect_to(struct ibv_qp *qp, uint32_t dest)
 {
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_RTR,
-		.path_mtu = IBV_MTU_1024,
-		.dest_qp_num = dest,
-		.rq_psn = 100,
-		.max_dest_rd_atomic = 1,
-		.min_rnr_timer = 1,
-		.ah_attr = { .is_global = 1, .port_num = 1,
-			     .grh = { .dgid = gid, .sgid_index = 1, .hop_limit = 64 } },
-	};
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-				     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		die("RTR");
-	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = 100;
-	a.timeout = 12;
-	a.retry_cnt = 3;
-	a.rnr_retry = 3;
-	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-				     IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC))
-		die("RTS");
+	struct rc_path p = rc_path(dest, gid);
+
+	p.rq_psn = 100;
+	p.sq_psn = 100;
+	p.min_rnr_timer = 1;
+	p.timeout = 12;
+	p.retry_cnt = 3;
+	p.rnr_retry = 3;
+	if (rc_rtr_rts(qp, &p))
+		die("RTR/RTS");
 }
 
 static struct pair new_pair(void)
@@ -164,15 +132,6 @@ static int post(struct pair *p, enum ibv_wr_opcode op, uint64_t id, struct ibv_m
 	return ibv_post_send(p->req, &wr, &bad);
 }
 
-static enum ibv_qp_state state_of(struct ibv_qp *qp)
-{
-	struct ibv_qp_attr a;
-	struct ibv_qp_init_attr ia;
-	if (ibv_query_qp(qp, &a, IBV_QP_STATE, &ia))
-		return (enum ibv_qp_state)-1;
-	return a.qp_state;
-}
-
 /* req does `op` of `len` bytes against resp's region `target` (already
  * spoiled by the caller); expects REM_ACCESS_ERR and both QPs in ERROR. */
 static void expect_remote_error(const char *name, enum ibv_wr_opcode op, uint32_t len,
@@ -188,10 +147,10 @@ static void expect_remote_error(const char *name, enum ibv_wr_opcode op, uint32_
 	CHECK(st == IBV_WC_REM_ACCESS_ERR, "%s: the peer's completion is REM_ACCESS_ERR: %s (%d)", name,
 	      st >= 0 ? ibv_wc_status_str(st) : "none", st);
 	/* the responder's QP moves to ERROR too (IBA 9.9.3.1.3, as rxe) */
-	for (int i = 0; i < 1000 && state_of(p.resp) != IBV_QPS_ERR; i++)
+	for (int i = 0; i < 1000 && qp_state(p.resp) != IBV_QPS_ERR; i++)
 		usleep(1000);
-	CHECK(state_of(p.resp) == IBV_QPS_ERR, "%s: the responder's QP is in ERROR: %d", name,
-	      state_of(p.resp));
+	CHECK(qp_state(p.resp) == IBV_QPS_ERR, "%s: the responder's QP is in ERROR: %d", name,
+	      qp_state(p.resp));
 	ibv_dereg_mr(smr);
 	free_pair(&p);
 }
@@ -200,13 +159,7 @@ int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	page = sysconf(_SC_PAGESIZE);
-	int n = 0;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	if (!list || n < 1)
-		die("no device");
-	ctx = ibv_open_device(list[0]);
-	if (!ctx)
-		die("ibv_open_device");
+	ctx = open_device_at(0);
 	pd = ibv_alloc_pd(ctx);
 	if (!pd)
 		die("ibv_alloc_pd");
@@ -301,7 +254,6 @@ int main(void)
 
 	ibv_dealloc_pd(pd);
 	ibv_close_device(ctx);
-	ibv_free_device_list(list);
 	printf("%d failures\n", failures);
 	return failures ? 1 : 0;
 }

@@ -2,11 +2,17 @@
 #![allow(dead_code)]
 
 use bytes::Bytes;
+use roce_emulator::{
+    AccessFlags, CqHandle, Hca, MrInfo, QpCap, QpType, RecvWr, SendWr, WcOpcode, WcStatus,
+    WorkCompletion, WrOpcode,
+};
 use roce_emulator::{Datagram, Instant as CoreInstant, SansIo};
 use roce_packet::{pad_for, IpMeta, IpUdpHeader, Psn, Qpn, RoceRepr, UdpEndpoints};
-use roce_transport::{UdpConfig, UdpTransport};
+use roce_sim::testkit::{qp_cap, qp_init, rc_connect, RcPath};
+use roce_transport::{Link, NodeThread, NodeThreadHandle, UdpConfig, UdpTransport};
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// A valid RC SEND_ONLY UDP payload of `payload_len` data bytes whose ICRC
@@ -147,5 +153,119 @@ impl SansIo for Fake {
         for t in due {
             self.fired.push((t, now));
         }
+    }
+}
+
+/// An HCA a driver thread runs over a transport, with a CQ of 1024
+/// entries, a region of 1 MiB (local and remote writes, remote reads) and
+/// one RC QP (`wrs` work requests each way, two SGEs, 64 bytes inline).
+pub struct DrivenSide<T: Link> {
+    pub hca: Arc<Mutex<Hca>>,
+    pub h: NodeThreadHandle<T>,
+    pub cq: CqHandle,
+    pub mr: MrInfo,
+    pub qpn: Qpn,
+}
+
+/// The access rights of [`DrivenSide`]'s region and QP.
+pub const DRIVEN_ACCESS: AccessFlags = AccessFlags(
+    AccessFlags::LOCAL_WRITE.0 | AccessFlags::REMOTE_WRITE.0 | AccessFlags::REMOTE_READ.0,
+);
+
+impl<T: Link> DrivenSide<T> {
+    /// `hca` set up as above (a CQ of `cqe`), run over `t`.
+    pub fn new(mut hca: Hca, t: T, cqe: u32, wrs: u32) -> DrivenSide<T> {
+        let pd = hca.alloc_pd().unwrap();
+        let cq = hca.create_cq(cqe).unwrap();
+        let mr = hca.reg_mr(pd, 1 << 20, DRIVEN_ACCESS).unwrap();
+        let cap =
+            QpCap { max_send_sge: 2, max_recv_sge: 2, max_inline_data: 64, ..qp_cap(wrs, wrs) };
+        let qpn = hca.create_qp(qp_init(pd, cq, QpType::Rc, cap, true)).unwrap();
+        let hca = Arc::new(Mutex::new(hca));
+        let h = NodeThread::spawn(hca.clone(), t).unwrap();
+        DrivenSide { hca, h, cq, mr, qpn }
+    }
+
+    /// The QP to RTS towards QP `peer_qpn` at `peer`: [`DRIVEN_ACCESS`],
+    /// four READs in flight each way, `path`'s MTU and PSNs.
+    pub fn connect(&self, peer: IpAddr, peer_qpn: Qpn, path: RcPath) {
+        let path =
+            RcPath { access: DRIVEN_ACCESS, max_dest_rd_atomic: 4, max_rd_atomic: 4, ..path };
+        rc_connect(&mut self.hca.lock().unwrap(), self.qpn, peer, peer_qpn.value(), &path).unwrap();
+    }
+
+    /// Wait for `n` completions on the CQ (at most `limit`).
+    pub fn completions(&self, n: usize, limit: Duration) -> Vec<WorkCompletion> {
+        let end = Instant::now() + limit;
+        let mut out = Vec::new();
+        let mut seen = self.h.progress();
+        while out.len() < n && Instant::now() < end {
+            out.extend(self.hca.lock().unwrap().poll_cq(self.cq, 64).unwrap());
+            if out.len() < n {
+                seen = self.h.wait_for_progress(seen, Duration::from_millis(20));
+            }
+        }
+        out
+    }
+
+    /// SEND `msg` (from offset 0 of the region, WR 1) to `peer`, into a
+    /// receive of `recv_len` bytes at offset 4096 of its region (WR 11):
+    /// one successful completion each side, the bytes where they belong.
+    pub fn send_checked<U: Link>(&self, peer: &DrivenSide<U>, msg: &[u8], recv_len: u32) {
+        let b = peer;
+        b.hca
+            .lock()
+            .unwrap()
+            .post_recv(b.qpn, RecvWr::new(11, b.mr.addr + 4096, recv_len, b.mr.lkey))
+            .unwrap();
+        {
+            let mut ha = self.hca.lock().unwrap();
+            ha.mr_write(self.mr.handle, 0, msg).unwrap();
+            let wr =
+                SendWr::new(1, WrOpcode::Send).sge(self.mr.addr, msg.len() as u32, self.mr.lkey);
+            ha.post_send(self.qpn, wr).unwrap();
+        }
+        self.h.notify();
+        let wb = b.completions(1, Duration::from_secs(10));
+        assert_eq!(wb.len(), 1, "receive completion; B {:?}", b.h.counters());
+        assert_eq!(
+            (wb[0].wr_id, wb[0].status, wb[0].opcode),
+            (11, WcStatus::Success, WcOpcode::Recv)
+        );
+        assert_eq!(wb[0].byte_len as usize, msg.len());
+        let mut got = vec![0u8; msg.len()];
+        b.hca.lock().unwrap().mr_read(b.mr.handle, 4096, &mut got).unwrap();
+        assert_eq!(got, msg);
+        let wa = self.completions(1, Duration::from_secs(10));
+        assert_eq!(wa.len(), 1);
+        assert_eq!(
+            (wa[0].wr_id, wa[0].status, wa[0].opcode),
+            (1, WcStatus::Success, WcOpcode::Send)
+        );
+    }
+
+    /// RDMA WRITE `data` from offset 100 000 of the region to offset
+    /// 500 000 of `peer`'s (WR 2): one successful completion, the bytes
+    /// landed.
+    pub fn write_checked<U: Link>(&self, peer: &DrivenSide<U>, data: &[u8]) {
+        let b = peer;
+        {
+            let mut ha = self.hca.lock().unwrap();
+            ha.mr_write(self.mr.handle, 100_000, data).unwrap();
+            let wr = SendWr::new(2, WrOpcode::RdmaWrite)
+                .sge(self.mr.addr + 100_000, data.len() as u32, self.mr.lkey)
+                .remote(b.mr.addr + 500_000, b.mr.rkey);
+            ha.post_send(self.qpn, wr).unwrap();
+        }
+        self.h.notify();
+        let wa = self.completions(1, Duration::from_secs(10));
+        assert_eq!(wa.len(), 1);
+        assert_eq!(
+            (wa[0].wr_id, wa[0].status, wa[0].opcode),
+            (2, WcStatus::Success, WcOpcode::RdmaWrite)
+        );
+        let mut got = vec![0u8; data.len()];
+        b.hca.lock().unwrap().mr_read(b.mr.handle, 500_000, &mut got).unwrap();
+        assert_eq!(got, data);
     }
 }
