@@ -2,14 +2,9 @@
 //! (roce-emu in this process by default, or any device with an agent) and
 //! print the verdicts.
 
-use roce_conform::agent::Agent;
-use roce_conform::case::Case;
 use roce_conform::catalogue;
-use roce_conform::local::LocalAgent;
-use roce_conform::remote::RemoteAgent;
 use roce_conform::report::{json, markdown, table, tally};
-use roce_conform::run::{Outcome, Runner};
-use roce_conform::wire::Wire;
+use roce_conform::session::{ladder, select, Results, Session};
 use std::io::IsTerminal;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -74,129 +69,47 @@ pub struct ConformArgs {
     pub ladder: Option<String>,
 }
 
-/// `*` any run, `?` one character.
-fn matches(pat: &str, s: &str) -> bool {
-    let (p, s): (Vec<char>, Vec<char>) = (pat.chars().collect(), s.chars().collect());
-    let (mut pi, mut si, mut star, mut mark) = (0, 0, None, 0);
-    while si < s.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == s[si]) {
-            pi += 1;
-            si += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some(pi);
-            mark = si;
-            pi += 1;
-        } else if let Some(st) = star {
-            pi = st + 1;
-            mark += 1;
-            si = mark;
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&c| c == '*')
-}
-
-fn selected(args: &ConformArgs) -> Vec<&'static Case> {
-    let all = catalogue::all();
-    if let Some(l) = &args.ladder {
-        return all.into_iter().filter(|c| c.id == l).collect();
-    }
-    if args.cases.is_empty() {
-        return all;
-    }
-    all.into_iter().filter(|c| args.cases.iter().any(|p| matches(p, c.id))).collect()
-}
-
-fn ladder(o: &Outcome) -> Result<(), String> {
-    let frames = roce_pcap::read_capture(&o.pcap).map_err(|e| e.to_string())?;
-    let style = roce_decode::Style {
-        json: false,
-        explain: false,
-        filter: roce_decode::Filter::default(),
-        ladder: true,
-        svg: None,
-        stats: false,
-        color: std::io::stdout().is_terminal(),
-        gap_ms: 50.0,
-        name: o.case.id.to_string(),
-    };
-    let mut out = std::io::stdout().lock();
-    roce_decode::decode_frames(&frames, roce_packet::ROCE_V2_PORT, &style, &mut out)
-        .map(drop)
-        .map_err(|e| e.to_string())
-}
-
 /// Run `roce conform`; returns the exit status.
 pub fn run(args: &ConformArgs) -> ExitCode {
-    let cases = selected(args);
     if args.list {
         for c in catalogue::all() {
             println!("{:<44} {:<9} {:<24} {}", c.id, c.direction.name(), c.iba, c.rule);
         }
         return ExitCode::SUCCESS;
     }
-    if cases.is_empty() {
+    let patterns = match &args.ladder {
+        Some(id) => vec![id.clone()],
+        None => args.cases.clone(),
+    };
+    let cases = select(&patterns);
+    if cases.is_empty() || (args.ladder.is_some() && cases.len() != 1) {
         eprintln!("roce conform: no case matches (roce conform --list shows them)");
         return ExitCode::from(2);
     }
-    let mut agent: Box<dyn Agent> = match args.target {
-        Some(at) => match RemoteAgent::connect(at) {
-            Ok(a) => Box::new(a),
-            Err(e) => {
-                eprintln!("roce conform: {e}");
-                return ExitCode::from(2);
-            }
-        },
-        None => match LocalAgent::open("conform0", args.addr) {
-            Ok(a) => Box::new(a),
-            Err(e) => {
-                eprintln!("roce conform: {e}");
-                return ExitCode::from(2);
-            }
-        },
+    let quiet = args.json || args.markdown || args.ladder.is_some();
+    let session = Session {
+        target: args.target,
+        addr: args.addr,
+        tester_addr: args.tester_addr,
+        patterns,
+        pcap: args.pcap.clone(),
+        progress: !quiet && std::io::stderr().is_terminal(),
     };
-    let target = agent.describe();
-    let wire = match Wire::bind(args.tester_addr, agent.addr()) {
-        Ok(w) => w,
+    let Results { target, outcomes: out } = match session.run(&cases) {
+        Ok(r) => r,
         Err(e) => {
-            eprintln!("roce conform: tester socket {}:4791: {e}", args.tester_addr);
+            eprintln!("roce conform: {e}");
             return ExitCode::from(2);
         }
     };
-    if let Some(dir) = &args.pcap {
-        if let Err(e) = std::fs::create_dir_all(dir) {
-            eprintln!("roce conform: {}: {e}", dir.display());
-            return ExitCode::from(2);
-        }
-    }
-    let mut r = Runner::new(agent.as_mut(), wire);
-    let quiet =
-        args.json || args.markdown || args.ladder.is_some() || !std::io::stderr().is_terminal();
-    let mut out = Vec::new();
-    for (i, c) in cases.iter().enumerate() {
-        if !quiet {
-            eprint!("\r[{}/{}] {:<50}", i + 1, cases.len(), c.id);
-        }
-        let o = r.run(c);
-        if let Some(dir) = &args.pcap {
-            let p = dir.join(format!("{}.pcap", c.id));
-            if let Err(e) = std::fs::write(&p, &o.pcap) {
-                eprintln!("roce conform: {}: {e}", p.display());
-            }
-        }
-        out.push(o);
-    }
-    if !quiet {
-        eprint!("\r{:<60}\r", "");
-    }
     if args.ladder.is_some() {
         let o = &out[0];
         println!("{}  {}  {}\n  {}", o.case.id, o.case.iba, o.verdict.word(), o.case.rule);
         if !o.verdict.why().is_empty() {
             println!("  why: {}", o.verdict.why());
         }
-        if let Err(e) = ladder(o) {
+        let color = std::io::stdout().is_terminal();
+        if let Err(e) = ladder(o, color, &mut std::io::stdout().lock()) {
             eprintln!("roce conform: ladder: {e}");
             return ExitCode::from(2);
         }
@@ -211,21 +124,5 @@ pub fn run(args: &ConformArgs) -> ExitCode {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::matches;
-
-    #[test]
-    fn wildcards() {
-        assert!(matches("resp.psn.*", "resp.psn.wraps"));
-        assert!(matches("*", "anything"));
-        assert!(matches("req.?ak.*", "req.nak.remote-access"));
-        assert!(!matches("resp.psn.*", "req.send.acked"));
-        assert!(matches("resp.psn.wraps", "resp.psn.wraps"));
-        assert!(!matches("resp.psn.wrap", "resp.psn.wraps"));
-        assert!(matches("*access*", "resp.access.read"));
     }
 }

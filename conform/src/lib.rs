@@ -17,4 +17,5 @@ pub mod local;
 pub mod remote;
 pub mod report;
 pub mod run;
+pub mod session;
 pub mod wire;
