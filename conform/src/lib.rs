@@ -11,6 +11,8 @@
 //! plays them; [`report`] prints the verdicts.
 
 pub mod agent;
+#[cfg(feature = "clap")]
+pub mod args;
 pub mod case;
 pub mod catalogue;
 pub mod local;

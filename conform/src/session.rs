@@ -108,9 +108,16 @@ impl Session {
     }
 }
 
-/// Draw `o`'s exchange as a ladder diagram (the decoder's, `roce decode
-/// --ladder`) to `out`.
+/// `o`'s verdict, then its exchange as a ladder diagram (the decoder's,
+/// `roce decode --ladder`), to `out`.
 pub fn ladder(o: &Outcome, color: bool, out: &mut dyn Write) -> Result<(), String> {
+    let c = o.case;
+    let head = format!("{}  {}  {}\n  {}\n", c.id, c.iba, o.verdict.word(), c.rule);
+    let why = match o.verdict.why() {
+        "" => String::new(),
+        w => format!("  why: {w}\n"),
+    };
+    out.write_all(format!("{head}{why}").as_bytes()).map_err(|e| e.to_string())?;
     let frames = roce_pcap::read_capture(&o.pcap).map_err(|e| e.to_string())?;
     let style = roce_decode::Style {
         json: false,

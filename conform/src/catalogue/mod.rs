@@ -31,6 +31,14 @@ pub fn all() -> Vec<&'static Case> {
     .collect()
 }
 
+/// One line per case: id, direction, IBA rule, what it checks.
+pub fn listing() -> String {
+    all()
+        .iter()
+        .map(|c| format!("{:<44} {:<9} {:<24} {}\n", c.id, c.direction.name(), c.iba, c.rule))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
