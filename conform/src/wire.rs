@@ -26,9 +26,18 @@ pub struct Received {
     pub src_port: u16,
 }
 
-/// The tester's socket and the case's capture.
+/// A datagram as the reader thread took it off the socket: its bytes,
+/// its sender, and when it arrived.
+type Arrival = (Vec<u8>, SocketAddr, Instant);
+
+/// The tester's socket and the case's capture. A reader thread takes every
+/// datagram off the socket as it arrives and stamps it then, so the times
+/// the cases check (a retransmission's delay) do not depend on when the
+/// runner gets round to reading.
 pub struct Wire {
     sock: UdpSocket,
+    arrivals: std::sync::mpsc::Receiver<Arrival>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     me: IpAddr,
     target: IpAddr,
     start: Instant,
@@ -66,7 +75,32 @@ impl Wire {
     pub fn bind(me: IpAddr, target: IpAddr) -> io::Result<Wire> {
         let sock = UdpSocket::bind(SocketAddr::new(me, ROCE_V2_PORT))?;
         roce_transport::udp::set_pmtudisc_do(sock.as_fd(), me.is_ipv6())?;
-        Ok(Wire { sock, me, target, start: Instant::now(), frames: Vec::new(), malformed: 0 })
+        let reader = sock.try_clone()?;
+        // (woken every 50 ms to see whether the wire is gone)
+        reader.set_read_timeout(Some(Duration::from_millis(50)))?;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (tx, arrivals) = std::sync::mpsc::channel();
+        let halt = stop.clone();
+        std::thread::Builder::new().name("conform-wire".into()).spawn(move || {
+            let mut buf = vec![0u8; 65536];
+            while !halt.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Ok((n, from)) = reader.recv_from(&mut buf) {
+                    if tx.send((buf[..n].to_vec(), from, Instant::now())).is_err() {
+                        return;
+                    }
+                }
+            }
+        })?;
+        Ok(Wire {
+            sock,
+            arrivals,
+            stop,
+            me,
+            target,
+            start: Instant::now(),
+            frames: Vec::new(),
+            malformed: 0,
+        })
     }
 
     /// Time since the case started.
@@ -82,10 +116,7 @@ impl Wire {
     /// Forget what earlier cases left: the capture, the clock and any
     /// packets still queued on the socket.
     pub fn reset(&mut self) {
-        let mut buf = [0u8; 65536];
-        let _ = self.sock.set_nonblocking(true);
-        while self.sock.recv_from(&mut buf).is_ok() {}
-        let _ = self.sock.set_nonblocking(false);
+        while self.arrivals.try_recv().is_ok() {}
         self.frames.clear();
         self.malformed = 0;
         self.start = Instant::now();
@@ -125,10 +156,14 @@ impl Wire {
     }
 
     fn record(&mut self, ep: &UdpEndpoints, udp_payload: &[u8]) {
+        self.record_at(self.start.elapsed(), ep, udp_payload);
+    }
+
+    fn record_at(&mut self, at: Duration, ep: &UdpEndpoints, udp_payload: &[u8]) {
         let mac = |ip: IpAddr| roce_transport::pcap::mac_of(ip);
         if let Ok(f) = ethernet_frame(mac(ep.src), mac(ep.dst), ep, &IpMeta::default(), udp_payload)
         {
-            self.frames.push((self.start.elapsed(), f));
+            self.frames.push((at, f));
         }
     }
 
@@ -137,38 +172,26 @@ impl Wire {
     /// counted in [`Wire::malformed`] and skipped.
     pub fn recv(&mut self, timeout: Duration) -> io::Result<Option<Received>> {
         let end = Instant::now() + timeout;
-        let mut buf = vec![0u8; 65536];
         loop {
             let left = end.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Ok(None);
-            }
-            self.sock.set_read_timeout(Some(left))?;
-            let (n, from) = match self.sock.recv_from(&mut buf) {
-                Ok(x) => x,
-                Err(e)
-                    if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) =>
-                {
-                    return Ok(None)
+            let (b, from, when) = match self.arrivals.recv_timeout(left) {
+                Ok(a) => a,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => return Ok(None),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(io::Error::other("the tester's reader thread ended"))
                 }
-                Err(e) => return Err(e),
             };
             if from.ip() != self.target {
                 continue;
             }
-            let b = &buf[..n];
+            let at = when.saturating_duration_since(self.start);
             let ep = self.endpoints(false, from.port());
-            self.record(&ep, b);
-            match RocePacket::new_checked(b) {
+            self.record_at(at, &ep, &b);
+            match RocePacket::new_checked(&b[..]) {
                 Ok(p) => {
                     let repr = RoceRepr::parse(&p);
                     let payload = p.payload().to_vec();
-                    return Ok(Some(Received {
-                        repr,
-                        payload,
-                        at: self.start.elapsed(),
-                        src_port: from.port(),
-                    }));
+                    return Ok(Some(Received { repr, payload, at, src_port: from.port() }));
                 }
                 Err(_) => self.malformed += 1,
             }
@@ -185,11 +208,21 @@ impl Wire {
     /// The case's capture as a pcap file (Ethernet frames).
     pub fn pcap(&self) -> Vec<u8> {
         let mut out = Vec::new();
+        // in time order (a packet is stamped when it arrived, and recorded
+        // when the runner takes it)
+        let mut frames: Vec<_> = self.frames.iter().collect();
+        frames.sort_by_key(|(ts, _)| *ts);
         if let Ok(mut w) = PcapWriter::new(&mut out, LinkType::Ethernet) {
-            for (ts, f) in &self.frames {
+            for (ts, f) in frames {
                 let _ = w.write_frame(*ts, f);
             }
         }
         out
+    }
+}
+
+impl Drop for Wire {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
