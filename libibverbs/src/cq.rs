@@ -406,11 +406,10 @@ pub(crate) unsafe extern "C" fn destroy_cq(c: *mut abi::ibv_cq) -> libc::c_int {
                 unsafe { (*o.chan).c.refcnt -= 1 };
             }
         }
-        // SAFETY: c is the leaked box; it left the table just now and no
-        // event is outstanding, so this is its only free and its last use.
         // Nothing refuses past here: the emulator's destroy fails only if
         // another handle to the CQ outlives a 50 ms wait (none does: QPs
         // are counted in `users`), and the CQ would then go with it.
+        // SAFETY: c is the leaked box; it left the table just now and no event is outstanding, so this is its only free and its last use.
         let b = unsafe { Box::from_raw(c as *mut CqObj) };
         b.cq.destroy().map_err(|e| {
             diag!("destroy_cq: {e}");

@@ -100,11 +100,10 @@ pub(crate) unsafe extern "C" fn dealloc_pd(p: *mut abi::ibv_pd) -> libc::c_int {
             }
             t.remove(Kind::Pd, p);
         }
-        // SAFETY: p is the leaked box; it left the table just now, so this
-        // is its only free. Nothing can refuse past here: the emulator's
-        // destroy fails only if another handle to the PD exists, which
-        // the users count rules out (if it did, the PD would go with
-        // that handle's last drop).
+        // Nothing can refuse past here: the emulator's destroy fails only
+        // if another handle to the PD exists, which the users count rules
+        // out (if it did, the PD would go with that handle's last drop).
+        // SAFETY: p is the leaked box; it left the table just now, so this is its only free.
         let b = unsafe { Box::from_raw(p as *mut PdObj) };
         b.pd.destroy().map_err(|e| {
             diag!("dealloc_pd: {e}");
