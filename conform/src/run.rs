@@ -74,10 +74,10 @@ impl<'a> Runner<'a> {
     /// Run one case.
     pub fn run(&mut self, case: &'static Case) -> Outcome {
         let start = Instant::now();
-        self.wire.reset();
         // every case talks to the target from a QPN of its own, so late
         // packets of an earlier case are not taken for answers
         self.next_qpn += 1;
+        self.wire.reset(self.next_qpn);
         let mut x = Exec {
             agent: &mut *self.agent,
             wire: &mut self.wire,

@@ -44,6 +44,10 @@ pub struct Wire {
     frames: Vec<(Duration, Vec<u8>)>,
     /// Datagrams that were not RoCE packets (dropped, counted).
     pub malformed: u32,
+    /// Only packets to this QPN are the case's (set by [`Wire::reset`]):
+    /// late packets of an earlier case's QP are neither returned nor
+    /// recorded.
+    qpn: Option<u32>,
 }
 
 /// A short description of a packet for verdicts: `ACK psn=0x100`,
@@ -100,6 +104,7 @@ impl Wire {
             start: Instant::now(),
             frames: Vec::new(),
             malformed: 0,
+            qpn: None,
         })
     }
 
@@ -113,12 +118,14 @@ impl Wire {
         self.me
     }
 
-    /// Forget what earlier cases left: the capture, the clock and any
-    /// packets still queued on the socket.
-    pub fn reset(&mut self) {
+    /// Start a case whose tester QP is `qpn`: forget what earlier cases
+    /// left (the capture, the clock, packets still queued), and from now on
+    /// take only packets to `qpn`.
+    pub fn reset(&mut self, qpn: u32) {
         while self.arrivals.try_recv().is_ok() {}
         self.frames.clear();
         self.malformed = 0;
+        self.qpn = Some(qpn);
         self.start = Instant::now();
     }
 
@@ -185,9 +192,15 @@ impl Wire {
                 continue;
             }
             let at = when.saturating_duration_since(self.start);
+            let parsed = RocePacket::new_checked(&b[..]);
+            if let (Ok(p), Some(q)) = (&parsed, self.qpn) {
+                if p.bth().dest_qp().value() != q {
+                    continue; // another case's QP
+                }
+            }
             let ep = self.endpoints(false, from.port());
             self.record_at(at, &ep, &b);
-            match RocePacket::new_checked(&b[..]) {
+            match parsed {
                 Ok(p) => {
                     let repr = RoceRepr::parse(&p);
                     let payload = p.payload().to_vec();

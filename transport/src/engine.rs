@@ -382,7 +382,7 @@ impl<N: SansIo + Send + 'static, T: Link> Engine<N, T> {
                     n.on_idle();
                 }
                 self.pull(p, &mut n, now, &mut io.tx);
-                self.wake_for(n.poll_timeout());
+                self.wake_for(&n);
             }
             sent += self.send(p, io);
         }
@@ -392,10 +392,15 @@ impl<N: SansIo + Send + 'static, T: Link> Engine<N, T> {
     /// A caller's flush may have armed a timer (a request's retransmit
     /// timer) earlier than the thread's planned wake-up: wake it, or the
     /// timer would fire up to [`EngineConfig::max_idle`] late.
-    fn wake_for(&self, deadline: Option<Instant>) {
-        let Some(d) = deadline else { return };
+    /// (The node's deadline is read only while the thread sleeps: a
+    /// busy-polling caller, whose thread is awake or absent, pays one
+    /// atomic load.)
+    fn wake_for(&self, n: &N) {
         let until = self.st.sleep_until.load(Ordering::SeqCst);
-        if until != 0 && d.as_nanos() < until {
+        if until == 0 {
+            return;
+        }
+        if n.poll_timeout().is_some_and(|d| d.as_nanos() < until) {
             self.st.sleep_until.store(0, Ordering::SeqCst);
             let _ = self.st.thread.write(1);
         }
