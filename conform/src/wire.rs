@@ -38,6 +38,7 @@ pub struct Wire {
     sock: UdpSocket,
     arrivals: std::sync::mpsc::Receiver<Arrival>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    reader: Option<std::thread::JoinHandle<()>>,
     me: IpAddr,
     target: IpAddr,
     start: Instant,
@@ -85,7 +86,7 @@ impl Wire {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let (tx, arrivals) = std::sync::mpsc::channel();
         let halt = stop.clone();
-        std::thread::Builder::new().name("conform-wire".into()).spawn(move || {
+        let reader = std::thread::Builder::new().name("conform-wire".into()).spawn(move || {
             let mut buf = vec![0u8; 65536];
             while !halt.load(std::sync::atomic::Ordering::Relaxed) {
                 if let Ok((n, from)) = reader.recv_from(&mut buf) {
@@ -99,6 +100,7 @@ impl Wire {
             sock,
             arrivals,
             stop,
+            reader: Some(reader),
             me,
             target,
             start: Instant::now(),
@@ -234,8 +236,13 @@ impl Wire {
     }
 }
 
+/// The reader thread ends within its 50 ms receive timeout and closes its
+/// handle on the socket: the address is free again once the wire is gone.
 impl Drop for Wire {
     fn drop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.reader.take() {
+            let _ = t.join();
+        }
     }
 }
