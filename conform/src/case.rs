@@ -206,16 +206,28 @@ impl Req {
     }
 }
 
-/// The data pattern: byte `i` of a message with salt `salt`.
+/// The data pattern: byte `i` of a message with salt `salt`. The
+/// offset's bits above the low eight are mixed in, so that bytes a
+/// multiple of 256 apart (an MTU-sized chunk put in the wrong place)
+/// differ.
 pub fn data(salt: u8, msg_off: u32, len: u32) -> Vec<u8> {
-    (0..len).map(|i| (msg_off.wrapping_add(i).wrapping_mul(7) as u8).wrapping_add(salt)).collect()
+    (0..len).map(|i| pattern_byte(salt, msg_off.wrapping_add(i))).collect()
+}
+
+/// Byte `j` of the pattern with salt `salt`.
+const fn pattern_byte(salt: u8, j: u32) -> u8 {
+    ((j.wrapping_mul(7) ^ (j >> 8).wrapping_mul(0x9d)) as u8).wrapping_add(salt)
 }
 
 #[cfg(test)]
 #[test]
 fn background_u64_reads_the_pattern() {
-    let b = data(BACKGROUND, 64, 8);
-    assert_eq!(background_u64(64), u64::from_le_bytes(b.try_into().unwrap()));
+    for off in [0, 64, 1020, 65528] {
+        let b = data(BACKGROUND, off as u32, 8);
+        assert_eq!(background_u64(off), u64::from_le_bytes(b.try_into().unwrap()), "at {off}");
+    }
+    // bytes 256 apart differ (an MTU-sized chunk in the wrong place shows)
+    assert_ne!(data(1, 0, 64), data(1, 1024, 64));
 }
 
 /// What the region (filled with the background pattern at set-up) must
@@ -247,7 +259,7 @@ pub const fn background_u64(off: u64) -> u64 {
     let mut v = 0u64;
     let mut i = 0;
     while i < 8 {
-        let b = (((off + i) as u32).wrapping_mul(7) as u8).wrapping_add(BACKGROUND);
+        let b = pattern_byte(BACKGROUND, (off + i) as u32);
         v |= (b as u64) << (8 * i);
         i += 1;
     }
@@ -379,6 +391,9 @@ pub enum Step {
     Completion(u32),
     /// The agent's next completion has this status and byte count.
     CompletionLen(u32, u32),
+    /// The agent's next completion has this status and byte count and
+    /// carries this immediate value.
+    CompletionImm(u32, u32, u32),
     /// The agent has no completion.
     NoCompletion,
     /// The QP is in this state (within a second).
@@ -407,6 +422,16 @@ pub enum Step {
         min_ms: u32,
         /// Latest.
         max_ms: u32,
+    },
+    /// The target's last request carried this immediate value.
+    ReqImm(u32),
+    /// The target's last request's RETH names the posted remote address
+    /// plus `off`, for `len` bytes.
+    ReqReth {
+        /// Offset from the work request's remote address.
+        off: u64,
+        /// DMA length.
+        len: u32,
     },
     /// The tester answers.
     Respond(Resp),

@@ -6,7 +6,7 @@ use crate::agent::{
     access, Agent, AgentError, Completion, QpInfo, QpSetup, QpStateName, SendReq, Service,
 };
 use roce_emulator::Mutant;
-use roce_host::DeviceConfig;
+use roce_host::{DeviceConfig, GroupOptions};
 use roce_verbs_api::{
     AccessFlags, ConnectOptions, Context, Cq, Mr, PathMtu, Qp, QpEndpoint, QpState, QpType, RKey,
     RecvWr, SendFlags, SendWr, WrOpcode,
@@ -38,14 +38,29 @@ impl LocalAgent {
 
     /// The same with one IBA rule broken in the device's core
     /// (`roce_emulator::mutant`): for showing that cases catch that bug.
+    /// A broken device is one process's alone (not shared), so that every
+    /// datagram reaches its core: a shared device's steering would drop
+    /// one to an unknown QP before the core could misroute it.
     pub fn open_mutant(
         name: &str,
         addr: IpAddr,
         mutant: Option<Mutant>,
     ) -> Result<LocalAgent, AgentError> {
         let cfg = DeviceConfig { mutant, ..DeviceConfig::udp(name, addr) };
-        let dev =
-            cfg.open().map_err(|e| AgentError::Link(format!("open {name} on {addr}: {e}")))?;
+        let why = |e| AgentError::Link(format!("open {name} on {addr}: {e}"));
+        let dev = match mutant {
+            None => cfg.open().map_err(why)?,
+            Some(_) => {
+                let opts = GroupOptions {
+                    engine: cfg.engine_config(),
+                    share: false,
+                    ..Default::default()
+                };
+                let mut v =
+                    DeviceConfig::open_group(std::slice::from_ref(&cfg), opts).map_err(why)?;
+                v.pop().ok_or_else(|| AgentError::Link(format!("open {name}: no device")))?
+            }
+        };
         Ok(LocalAgent { ctx: dev.open(), objs: None, mutant })
     }
 

@@ -5,8 +5,8 @@ use crate::agent::{wc_status_name, Agent, AgentError, QpInfo, QpSetup, SendReq};
 use crate::case::{data, Bytes, Case, Key, Post, Req, Resp, Step, Va, BACKGROUND};
 use crate::wire::{describe, Received, Wire};
 use roce_packet::{
-    pad_for, AethRepr, AtomicAckEthRepr, AtomicEthRepr, Msn, NakCode, Opcode, Psn, Qpn, RKey,
-    RethRepr, RnrTimer, RoceRepr, Syndrome,
+    pad_for, AethRepr, AtomicAckEthRepr, AtomicEthRepr, Msn, NakCode, Opcode, Position, Psn, Qpn,
+    RKey, RethRepr, RnrTimer, RoceRepr, Syndrome,
 };
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -86,6 +86,8 @@ impl<'a> Runner<'a> {
             tqpn: self.next_qpn,
             packets: Vec::new(),
             last_at: None,
+            last_req: None,
+            last_post: None,
             msn: 0,
             wr_id: 0,
         };
@@ -128,6 +130,9 @@ struct Exec<'r> {
     packets: Vec<String>,
     /// When the target's last request arrived.
     last_at: Option<Duration>,
+    /// The target's last request, and the last work request posted.
+    last_req: Option<RoceRepr>,
+    last_post: Option<Post>,
     msn: u32,
     wr_id: u64,
 }
@@ -180,12 +185,16 @@ impl Exec<'_> {
             | Step::Quiet(_) => self.expect_answer(step)?,
             Step::Completion(_)
             | Step::CompletionLen(..)
+            | Step::CompletionImm(..)
             | Step::NoCompletion
             | Step::State(_)
             | Step::Mem { .. } => self.check_agent(step)?,
-            Step::Request(..) | Step::Retransmit { .. } | Step::Respond(_) | Step::Post(_) => {
-                self.as_responder(step)?
-            }
+            Step::Request(..)
+            | Step::Retransmit { .. }
+            | Step::ReqImm(_)
+            | Step::ReqReth { .. }
+            | Step::Respond(_)
+            | Step::Post(_) => self.as_responder(step)?,
         }
         Ok(())
     }
@@ -276,6 +285,15 @@ impl Exec<'_> {
             Step::CompletionLen(status, len) => {
                 self.completion(status, Some(len))?;
             }
+            Step::CompletionImm(status, len, imm) => {
+                if let Some(got) = self.completion(status, Some(len))? {
+                    if got != imm {
+                        return fail(format!("completion immediate {got:#x}, expected {imm:#x}"));
+                    }
+                } else {
+                    return fail(format!("completion without immediate, expected {imm:#x}"));
+                }
+            }
             Step::NoCompletion => {
                 let got = self.agent.poll(1, Duration::from_millis(100))?;
                 if let Some(c) = got.first() {
@@ -324,6 +342,23 @@ impl Exec<'_> {
     fn as_responder(&mut self, step: &Step) -> Result<(), Stop> {
         match *step {
             Step::Post(p) => self.post(&p)?,
+            Step::ReqImm(imm) => {
+                let got = self.last_req.as_ref().and_then(|r| r.immdt);
+                if got != Some(imm) {
+                    return fail(format!("request immediate {got:x?}, expected {imm:#x}"));
+                }
+            }
+            Step::ReqReth { off, len } => {
+                let base = self.last_post.map(|p| p.remote_addr).unwrap_or(0);
+                let got = self.last_req.as_ref().and_then(|r| r.reth);
+                let ok = got.is_some_and(|t| t.va == base.wrapping_add(off) && t.dma_len == len);
+                if !ok {
+                    return fail(format!(
+                        "request RETH {got:x?}, expected va={:#x} dma_len={len}",
+                        base.wrapping_add(off)
+                    ));
+                }
+            }
             Step::Request(op, rel) => {
                 let want = self.sq(rel);
                 let p = self.request(ANSWER)?;
@@ -396,16 +431,30 @@ impl Exec<'_> {
         }
     }
 
-    /// The target's next request (as requester).
+    /// The target's next request; every one is held to C9-22 (a FIRST or
+    /// MIDDLE packet carries exactly the path MTU, no packet more).
     fn request(&mut self, wait: Duration) -> Result<Received, Stop> {
         let Some(p) = self.next(wait)? else {
             return fail(format!("no request within {} ms", wait.as_millis()));
         };
         self.last_at = Some(p.at);
+        self.last_req = Some(p.repr);
+        let mtu = self.s().mtu as usize;
+        if let Ok(info) = p.repr.info() {
+            let exact = matches!(info.position, Position::First | Position::Middle);
+            if p.payload.len() > mtu || (exact && p.payload.len() != mtu) {
+                return fail(format!(
+                    "{} carries {} bytes at path MTU {mtu} (C9-22)",
+                    describe(&p.repr),
+                    p.payload.len()
+                ));
+            }
+        }
         Ok(p)
     }
 
-    fn completion(&mut self, status: u32, len: Option<u32>) -> Result<(), Stop> {
+    /// The next completion, checked; its immediate value, if any.
+    fn completion(&mut self, status: u32, len: Option<u32>) -> Result<Option<u32>, Stop> {
         let got = self.agent.poll(1, Duration::from_secs(3))?;
         let Some(c) = got.first() else {
             return fail(format!("no completion within 3 s (expected {})", wc_status_name(status)));
@@ -420,7 +469,7 @@ impl Exec<'_> {
         if let Some(l) = len.filter(|&l| l != c.byte_len) {
             return fail(format!("completion of {} bytes, expected {l}", c.byte_len));
         }
-        Ok(())
+        Ok(c.imm)
     }
 
     /// A UD receive's GRH area for an IPv4 sender: 20 bytes the device
@@ -545,6 +594,7 @@ impl Exec<'_> {
 
     fn post(&mut self, p: &Post) -> Result<(), Stop> {
         self.wr_id += 1;
+        self.last_post = Some(*p);
         let wr = SendReq {
             wr_id: self.wr_id,
             opcode: p.opcode,

@@ -41,6 +41,7 @@
 //!   the same bytes and are accepted too.
 
 use crate::dev::CompCtx;
+use crate::mutant::{self, Mutant};
 
 /// `retry_cnt` value that means "retry forever" (rxe's reading; IBA
 /// gives this meaning only to `rnr_retry` 7).
@@ -90,12 +91,15 @@ impl Qp {
             if !covered {
                 break;
             }
-            if w.wr.opcode.is_read_or_atomic() {
+            if w.wr.opcode.is_read_or_atomic() && !mutant::is(self.mutant, Mutant::NoImpliedNak) {
                 return Implicit::ImpliedNak;
             }
             self.comp.psn = last.next();
             self.comp.progress(&self.p);
             self.complete_front(cx.sink, cx.ctrs);
+            if mutant::is(self.mutant, Mutant::AckCompletesOne) {
+                break;
+            }
         }
         Implicit::Done
     }
@@ -125,8 +129,8 @@ impl Qp {
 
     /// Go back N from `psn`, charging one retry; RETRY_EXC_ERR when none left.
     fn retry_from(&mut self, cx: &mut CompCtx<'_>, psn: Psn, why: &'static str) {
-        let forever = self.p.retry_cnt == RETRY_FOREVER
-            || crate::mutant::is(self.mutant, crate::Mutant::IgnoreRetryCount);
+        let forever =
+            self.p.retry_cnt == RETRY_FOREVER || mutant::is(self.mutant, Mutant::IgnoreRetryCount);
         if self.comp.retry_left == 0 && !forever {
             tracing::info!(qpn = %self.qpn, reason = why, "retry count exceeded");
             cx.ctrs.retry_exceeded_err += 1;
@@ -172,6 +176,14 @@ impl Qp {
         let Ok(info) = r.info() else { return };
         // Stale (before the oldest unacknowledged PSN) or ghost (never sent).
         if psn.is_before(self.comp.psn) || psn.is_at_or_after(self.req.psn) {
+            if info.kind == OpKind::Ack
+                && psn.is_before(self.comp.psn)
+                && mutant::is(self.mutant, Mutant::StaleAckCompletes)
+                && self.sq.front().is_some_and(|w| w.state == WqeState::Sent)
+            {
+                self.complete_front(cx.sink, cx.ctrs);
+                return;
+            }
             cx.ctrs.stale_response += 1;
             tracing::debug!(qpn = %self.qpn, %psn, comp_psn = %self.comp.psn, req_psn = %self.req.psn,
                 reason = "stale or ghost response", "drop");
@@ -210,7 +222,7 @@ impl Qp {
                     return;
                 }
                 self.comp.advance_to(&self.p, psn);
-                if self.comp.rnr_left == 0 {
+                if self.comp.rnr_left == 0 && !mutant::is(self.mutant, Mutant::IgnoreRetryCount) {
                     tracing::info!(qpn = %self.qpn, %psn, "RNR retry count exceeded");
                     cx.ctrs.retry_rnr_exceeded_err += 1;
                     self.fail_front(cx.sink, crate::wr::WcStatus::RnrRetryExcErr);
@@ -219,7 +231,10 @@ impl Qp {
                 if self.p.rnr_retry != 7 {
                     self.comp.rnr_left -= 1;
                 }
-                let wait = core::time::Duration::from_micros(u64::from(t.micros()));
+                let wait = match mutant::is(self.mutant, Mutant::RnrRetryAtOnce) {
+                    true => core::time::Duration::ZERO,
+                    false => core::time::Duration::from_micros(u64::from(t.micros())),
+                };
                 tracing::debug!(qpn = %self.qpn, %psn, wait_us = t.micros(), "RNR NAK: waiting");
                 self.rewind_to(psn);
                 self.comp.rnr_deadline = Some(now + wait);
@@ -237,6 +252,7 @@ impl Qp {
                     self.response_retry(cx, p, "implied NAK (NAK past READ/atomic)");
                     return;
                 }
+                let wrong = mutant::is(self.mutant, Mutant::WrongNakStatus);
                 let status = match code {
                     NakCode::PsnSequenceError => {
                         // everything before `psn` arrived; a NAK for the
@@ -244,15 +260,16 @@ impl Qp {
                         // one sent before the resent packets arrived)
                         // starts no second go-back-N and charges nothing
                         self.comp.advance_to(&self.p, psn);
-                        self.response_retry(cx, psn, "PSN sequence error NAK");
+                        if !mutant::is(self.mutant, Mutant::IgnoreSequenceNak) {
+                            self.response_retry(cx, psn, "PSN sequence error NAK");
+                        }
                         return;
                     }
+                    // (the switch rotates the three error statuses)
+                    NakCode::InvalidRequest if wrong => WcStatus::RemAccessErr,
+                    NakCode::RemoteAccessError if wrong => WcStatus::RemOpErr,
+                    NakCode::RemoteOperationalError if wrong => WcStatus::RemInvReqErr,
                     NakCode::InvalidRequest => WcStatus::RemInvReqErr,
-                    NakCode::RemoteAccessError
-                        if crate::mutant::is(self.mutant, crate::Mutant::WrongNakStatus) =>
-                    {
-                        WcStatus::RemOpErr
-                    }
                     NakCode::RemoteAccessError => WcStatus::RemAccessErr,
                     NakCode::RemoteOperationalError => WcStatus::RemOpErr,
                     NakCode::InvalidRdRequest | NakCode::Reserved(_) => WcStatus::RemInvReqErr,
@@ -276,7 +293,9 @@ impl Qp {
         payload: &[u8],
     ) {
         let psn = r.bth.psn;
-        if let Implicit::ImpliedNak = self.complete_covered(cx, psn, false) {
+        if mutant::is(self.mutant, Mutant::ReadResponseNoImplicitAck) {
+            // (the requests before the READ stay unacknowledged)
+        } else if let Implicit::ImpliedNak = self.complete_covered(cx, psn, false) {
             let p = self.comp.psn;
             self.response_retry(cx, p, "implied NAK (response past READ/atomic)");
             return;
@@ -289,6 +308,9 @@ impl Qp {
             self.fail_front(cx.sink, WcStatus::BadRespErr);
             return;
         }
+        if psn != self.comp.psn && mutant::is(self.mutant, Mutant::IgnoreReadGap) {
+            return;
+        }
         if psn != self.comp.psn {
             // a read response went missing: implied NAK from the first one
             // missing, once per gap (later gap packets are dropped)
@@ -299,6 +321,10 @@ impl Qp {
         let k = u64::from(psn.value().wrapping_sub(w.first_psn.value()) & 0xFF_FFFF);
         let off = k * mtu;
         let remaining = w.length.saturating_sub(off);
+        let at = match mutant::is(self.mutant, Mutant::ReadResponseOffsetStuck) {
+            true => 0,
+            false => off,
+        };
         let Ok(info) = r.info() else { return };
         // The packet at `psn` may come from any issue of this READ that
         // started at or before `psn`: a re-issue at `read_start` answers
@@ -323,7 +349,7 @@ impl Qp {
             return;
         }
         // (the SGE list borrowed, not cloned: this runs once per packet)
-        if cx.mem.scatter(self.init.pd, &w.wr.sg_list, off, payload).is_err() {
+        if cx.mem.scatter(self.init.pd, &w.wr.sg_list, at, payload).is_err() {
             self.fail_front(cx.sink, WcStatus::LocProtErr);
             return;
         }
@@ -352,7 +378,9 @@ impl Qp {
         }
         let orig = r.atomic_ack_eth.map(|a| a.orig_rem_data).unwrap_or(0);
         let sges = w.wr.sg_list.clone();
-        if cx.mem.scatter(self.init.pd, &sges, 0, &orig.to_le_bytes()).is_err() {
+        if !mutant::is(self.mutant, Mutant::AtomicResultLost)
+            && cx.mem.scatter(self.init.pd, &sges, 0, &orig.to_le_bytes()).is_err()
+        {
             self.fail_front(cx.sink, WcStatus::LocProtErr);
             return;
         }

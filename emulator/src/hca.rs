@@ -110,7 +110,7 @@ pub struct Hca {
     /// Who verifies received ICRCs ([`LinkProfile::rx_icrc`]).
     pub(crate) rx_icrc: RxIcrc,
     /// [`HcaConfig::mutant`], given to every QP.
-    mutant: Option<crate::Mutant>,
+    pub(crate) mutant: Option<crate::Mutant>,
     /// The port's communication manager on QP1 ([`crate::cm_port`]).
     pub(crate) cm: crate::cm_port::CmPort,
 }
@@ -783,7 +783,10 @@ impl Hca {
         if m.contains(AttrMask::SQ_PSN) {
             p.sq_psn = Psn::new(attr.sq_psn);
             qp.req.psn = p.sq_psn;
-            qp.comp.psn = p.sq_psn;
+            if crate::mutant::is(qp.mutant, crate::Mutant::SqPsnPlusOne) {
+                qp.req.psn = p.sq_psn.next();
+            }
+            qp.comp.psn = qp.req.psn;
         }
         if m.contains(AttrMask::MAX_DEST_RD_ATOMIC) {
             p.max_dest_rd_atomic = attr.max_dest_rd_atomic;

@@ -439,6 +439,7 @@ impl Qp {
         imm: Option<u32>,
         write_imm: bool,
     ) -> WorkCompletion {
+        let imm = imm.filter(|_| !crate::mutant::is(self.mutant, crate::Mutant::ImmediateLost));
         WorkCompletion {
             wr_id: r.wr_id,
             status,
@@ -501,6 +502,9 @@ impl Qp {
         if let Some(InMsg::Send { recv, .. }) = self.resp.in_msg.take() {
             let wc = self.recv_wc(&recv, WcStatus::WrFlushErr, 0, None, false);
             sink.complete(self.init.recv_cq, wc);
+        }
+        if crate::mutant::is(self.mutant, crate::Mutant::ErrKeepsReceives) {
+            return;
         }
         while let Some(r) = self.rq.pop_front() {
             let wc = self.recv_wc(&r, WcStatus::WrFlushErr, 0, None, false);

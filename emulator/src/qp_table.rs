@@ -154,6 +154,11 @@ impl QpTable {
         Some(slot.qp)
     }
 
+    /// Every QP, in no order.
+    pub fn iter(&self) -> impl Iterator<Item = (&Qpn, &Qp)> + '_ {
+        self.map.iter().map(|(k, s)| (k, &s.qp))
+    }
+
     /// `f` on every QP in QPN order (each re-filed after).
     pub fn for_each_mut(&mut self, mut f: impl FnMut(&mut Qp)) {
         let mut keys: Vec<Qpn> = self.map.keys().copied().collect();

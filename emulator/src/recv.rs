@@ -9,6 +9,7 @@
 
 use crate::hca::Hca;
 use crate::io::Datagram;
+use crate::mutant::{self, Mutant};
 use crate::time::Instant;
 use roce_packet::{IpUdpHeader, Opcode, RocePacket, RoceRepr, Transport};
 
@@ -74,7 +75,8 @@ impl Hca {
         if b.len() < roce_packet::bth::LEN + roce_packet::icrc::LEN {
             return Err(DropReason::Malformed);
         }
-        if self.rx_icrc == crate::io::RxIcrc::Core {
+        if self.rx_icrc == crate::io::RxIcrc::Core && !mutant::is(self.mutant, Mutant::NoIcrcCheck)
+        {
             let hdr = IpUdpHeader::build(&d.endpoints, &d.meta, b.len())
                 .map_err(|_| DropReason::Malformed)?;
             if !hdr.verify_icrc(b) {
@@ -83,7 +85,7 @@ impl Hca {
         }
         let pkt = RocePacket::new_checked(b).map_err(|_| DropReason::Malformed)?;
         let repr = RoceRepr::parse(&pkt);
-        if repr.bth.tver != 0 {
+        if repr.bth.tver != 0 && !mutant::is(self.mutant, Mutant::NoTverCheck) {
             return Err(DropReason::BadTver);
         }
         let info = pkt.info();
@@ -99,6 +101,12 @@ impl Hca {
             self.cm.receive(&mut self.dev.counters, now, &repr, pkt.payload(), d);
             return Ok(());
         }
+        let qpn = match self.qps.get(&qpn) {
+            None if mutant::is(self.mutant, Mutant::MisroutesUnknownQp) => {
+                self.misrouted(info.transport).unwrap_or(qpn)
+            }
+            _ => qpn,
+        };
         let mut entry = self.qps.get_mut(&qpn).ok_or(DropReason::UnknownQp)?;
         let qp = &mut *entry;
         let want = match qp.init.qp_type {
@@ -106,23 +114,31 @@ impl Hca {
             crate::qp_attr::QpType::Ud => Transport::Ud,
             crate::qp_attr::QpType::Rc => Transport::Rc,
         };
-        if info.transport != want {
+        if info.transport != want && !mutant::is(self.mutant, Mutant::NoTransportCheck) {
             return Err(DropReason::BadOpcode);
         }
         // Default partition: the low 15 bits must be all ones (full or limited member).
-        if repr.bth.pkey.value() & 0x7FFF != 0x7FFF {
+        let pkey_mask = match mutant::is(self.mutant, Mutant::FullMemberPkeyOnly) {
+            true => 0xFFFF,
+            false => 0x7FFF,
+        };
+        if repr.bth.pkey.value() & pkey_mask != pkey_mask
+            && !mutant::is(self.mutant, Mutant::NoPkeyCheck)
+        {
             return Err(DropReason::BadPkey);
         }
         let payload = pkt.payload();
         if info.is_request() {
-            if !qp.state.allows().requests {
+            let err_executes = qp.state == crate::qp_attr::QpState::Err
+                && mutant::is(self.mutant, Mutant::ErrStateExecutes);
+            if !qp.state.allows().requests && !err_executes {
                 return Err(DropReason::BadState);
             }
             self.dev.counters.rcvd_pkts += 1;
             self.dev.counters.rcvd_bytes += b.len() as u64;
             let span = tracing::debug_span!("qp", qpn = %qpn, role = "responder");
             let _g = span.enter();
-            if info.transport == Transport::Ud {
+            if want == Transport::Ud {
                 qp.on_ud_request(&mut self.dev.resp(), &repr, payload, d);
             } else {
                 qp.on_request(&mut self.dev.resp(), now, &repr, payload);
@@ -140,5 +156,19 @@ impl Hca {
             return Err(DropReason::BadOpcode);
         }
         Ok(())
+    }
+
+    /// The newest (highest-numbered) QP whose type carries `t` ([`Mutant::MisroutesUnknownQp`]).
+    fn misrouted(&self, t: Transport) -> Option<roce_packet::Qpn> {
+        let want = match t {
+            Transport::Uc => crate::qp_attr::QpType::Uc,
+            Transport::Ud => crate::qp_attr::QpType::Ud,
+            _ => crate::qp_attr::QpType::Rc,
+        };
+        self.qps
+            .iter()
+            .filter(|(_, q)| q.init.qp_type == want)
+            .map(|(n, _)| *n)
+            .max_by_key(|n| n.value())
     }
 }

@@ -23,6 +23,7 @@
 
 use crate::dev::ReqCtx;
 use crate::io::Datagram;
+use crate::mutant::{self, Mutant};
 use crate::mw::BindOn;
 use crate::qp::{packets_for, Qp, WqeState};
 use crate::qp_attr::QpState;
@@ -51,7 +52,14 @@ impl Qp {
         let w = &mut self.sq[i];
         let k = u64::from(psn.value().wrapping_sub(w.first_psn.value()) & 0xFF_FFFF);
         w.state = WqeState::Sending;
-        w.sent_bytes = if w.wr.opcode.is_atomic() { 0 } else { (k * mtu).min(w.length) };
+        w.sent_bytes = if w.wr.opcode.is_atomic()
+            || (w.wr.opcode == WrOpcode::RdmaRead
+                && mutant::is(self.mutant, Mutant::ReissueWholeRead))
+        {
+            0
+        } else {
+            (k * mtu).min(w.length)
+        };
         tracing::debug!(qpn = %self.qpn, %psn, wqe = i, "requester rewind (go-back-N)");
         self.req.idx = i;
         self.req.psn = psn;
@@ -83,16 +91,20 @@ impl Qp {
         if w.state == WqeState::Posted {
             // (counted only when it matters: a scan of the whole send queue
             // per message was visible in small-message profiles)
-            let fenced = w.wr.flags.contains(SendFlags::FENCE);
+            let fenced = w.wr.flags.contains(SendFlags::FENCE)
+                || mutant::is(self.mutant, Mutant::FenceAlways);
             let n_rd = if fenced || w.wr.opcode.is_read_or_atomic() {
                 self.sq.iter().take(idx).filter(|x| x.wr.opcode.is_read_or_atomic()).count()
             } else {
                 0
             };
-            if fenced && n_rd > 0 {
+            if fenced && n_rd > 0 && !mutant::is(self.mutant, Mutant::IgnoreFence) {
                 return None;
             }
-            if w.wr.opcode.is_read_or_atomic() && n_rd >= usize::from(self.p.max_rd_atomic.max(1)) {
+            if w.wr.opcode.is_read_or_atomic()
+                && n_rd >= usize::from(self.p.max_rd_atomic.max(1))
+                && !mutant::is(self.mutant, Mutant::IgnoreMaxRdAtomic)
+            {
                 return None;
             }
             // local keys are checked when the WQE starts (C10-... LOC_PROT)
@@ -115,6 +127,14 @@ impl Qp {
             w.npkts = if w.wr.opcode.is_atomic() { 1 } else { packets_for(w.length, mtu) };
             w.sent_bytes = 0;
             w.state = WqeState::Sending;
+            if w.length == 0
+                && idx == 0
+                && !w.wr.opcode.is_atomic()
+                && mutant::is(self.mutant, Mutant::ZeroLengthCompletesLocally)
+            {
+                self.complete_front(cx.sink, cx.ctrs);
+                return None;
+            }
         }
         self.build_packet(cx, now, idx)
     }
@@ -229,7 +249,11 @@ impl Qp {
         let op = w.wr.opcode;
         let remaining = w.length - w.sent_bytes.min(w.length);
         let first = w.sent_bytes == 0;
-        let n = remaining.min(mtu);
+        let seg = match mutant::is(self.mutant, Mutant::SegmentShort) {
+            true => mtu - 1,
+            false => mtu,
+        };
+        let n = remaining.min(seg);
         let last = w.sent_bytes + n >= w.length;
         let pos = match (first, last) {
             (true, true) => Position::Only,
@@ -261,7 +285,10 @@ impl Qp {
             });
         }
         if info.has_imm() {
-            r.immdt = Some(w.wr.imm);
+            r.immdt = match mutant::is(self.mutant, Mutant::RequesterImmediateZero) {
+                true => Some(0),
+                false => Some(w.wr.imm),
+            };
         }
         if let (true, WrOpcode::SendWithInv { invalidate_rkey }) = (info.has_inv(), op) {
             r.ieth = Some(invalidate_rkey); // IETH (crate::mw)

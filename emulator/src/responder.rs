@@ -43,8 +43,8 @@ use crate::time::Instant;
 use crate::tx::{Tx, BODY_MIN};
 use crate::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use roce_packet::{
-    AethRepr, AtomicAckEthRepr, NakCode, OpInfo, OpKind, Opcode, Position, Psn, RKey, RnrTimer,
-    RoceRepr, Syndrome,
+    AethRepr, AtomicAckEthRepr, DethRepr, NakCode, OpInfo, OpKind, Opcode, Position, Psn, QKey,
+    Qpn, RKey, RnrTimer, RoceRepr, Syndrome,
 };
 
 /// AETH credit value meaning "no end-to-end credit information" (rxe's
@@ -163,8 +163,18 @@ impl Qp {
     }
 
     fn send_ack(&mut self, cx: &mut RespCtx<'_>, psn: Psn) {
+        let psn = match mutant::is(self.mutant, Mutant::AckPsnOffByOne) {
+            true => psn.sub(1),
+            false => psn,
+        };
         cx.ctrs.acks_sent += 1;
         self.resp.send_aeth(cx.tx, cx.ctrs, psn, Syndrome::Ack { credit: CREDIT_UNLIMITED });
+    }
+
+    /// UC's responder rules apply (§9.7.7): no ACK, NAK, RNR or error
+    /// state, messages dropped instead.
+    fn resp_is_uc(&self) -> bool {
+        self.is_uc() && !mutant::is(self.mutant, Mutant::UcAsRc)
     }
 
     fn send_nak(&mut self, cx: &mut RespCtx<'_>, psn: Psn, code: NakCode) {
@@ -184,6 +194,13 @@ impl Qp {
         len: u64,
         need: AccessFlags,
     ) -> Result<(MrHandle, usize), MemError> {
+        let need = match mutant::is(self.mutant, Mutant::NoRegionRights) {
+            true => AccessFlags::EMPTY,
+            false => need,
+        };
+        if len > 0 && mutant::is(self.mutant, Mutant::BoundsEndExclusive) {
+            cx.mem.check_remote(self.init.pd, Some(self.qpn), rkey, va, len + 1, need)?;
+        }
         cx.mem.check_remote(self.init.pd, Some(self.qpn), rkey, va, len, need)
     }
 
@@ -191,7 +208,7 @@ impl Qp {
     /// §10.6.6); zero-length READs need no access. Used for new READs and
     /// for re-executed duplicates alike.
     fn read_allowed(&self, cx: &RespCtx<'_>, reth: &roce_packet::RethRepr) -> bool {
-        reth.dma_len == 0
+        (reth.dma_len == 0 && !mutant::is(self.mutant, Mutant::ZeroLengthChecksKey))
             || self
                 .check_rkey(
                     cx,
@@ -215,7 +232,7 @@ impl Qp {
         recv_status: Option<WcStatus>,
     ) {
         if let Some(st) = recv_status {
-            let uc_keeps = self.is_uc() && st != WcStatus::LocLenErr;
+            let uc_keeps = self.resp_is_uc() && st != WcStatus::LocLenErr;
             if !uc_keeps {
                 if let Some(InMsg::Send { recv, offset }) = self.resp.in_msg.take() {
                     let wc = self.recv_wc(&recv, st, offset, None, false);
@@ -223,7 +240,7 @@ impl Qp {
                 }
             }
         }
-        if self.is_uc() {
+        if self.resp_is_uc() {
             tracing::debug!(qpn = %self.qpn, %psn, code = code.name(), "UC message dropped");
             self.uc_drop_message(cx, code.name());
             return;
@@ -308,6 +325,9 @@ impl Qp {
         tracing::debug!(qpn = %self.qpn, %psn, code = "RNR_NAK", timer_us = t.micros(), "RNR NAK sent");
         self.resp.send_aeth(cx.tx, cx.ctrs, psn, Syndrome::RnrNak(t));
         self.resp.nak_sent = true;
+        if mutant::is(self.mutant, Mutant::RnrConsumesPsn) {
+            self.resp.epsn = psn.next();
+        }
     }
 
     /// The next queued response packet (ACK/NAK or one READ response).
@@ -390,7 +410,10 @@ impl Qp {
                 j.rkey,
                 j.va,
                 chunk,
-                AccessFlags::REMOTE_READ,
+                match mutant::is(self.mutant, Mutant::NoRegionRights) {
+                    true => AccessFlags::EMPTY,
+                    false => AccessFlags::REMOTE_READ,
+                },
             );
             let got = loc.ok().and_then(|(h, off)| {
                 if direct_ok {
@@ -415,7 +438,9 @@ impl Qp {
         }
         if let Some(RespItem::Read(job)) = self.resp.queue.front_mut() {
             job.first = false;
-            job.va = job.va.wrapping_add(chunk);
+            if !mutant::is(self.mutant, Mutant::ReadSourceStuck) {
+                job.va = job.va.wrapping_add(chunk);
+            }
             job.remaining -= chunk;
             job.next_psn = job.next_psn.next();
         }
@@ -459,6 +484,11 @@ impl Qp {
         payload: &[u8],
     ) {
         let Ok(info) = r.info() else { return };
+        if (!r.bth.ack_req && mutant::is(self.mutant, Mutant::AckReqClearDropped))
+            || ((r.bth.fecn || r.bth.becn) && mutant::is(self.mutant, Mutant::EcnDrops))
+        {
+            return;
+        }
         match self.check_and_execute(cx, r, info, payload) {
             Ok(Executed::Acknowledge) => self.acknowledge(cx, r),
             Ok(Executed::Answered) => {}
@@ -500,10 +530,16 @@ impl Qp {
             Outcome::Duplicate => self.on_duplicate(cx, r),
             Outcome::SequenceNak => {
                 self.resp.nak_sent = true;
-                self.send_nak(cx, self.resp.epsn, NakCode::PsnSequenceError);
+                let at = match mutant::is(self.mutant, Mutant::SequenceNakAtReceivedPsn) {
+                    true => psn,
+                    false => self.resp.epsn,
+                };
+                self.send_nak(cx, at, NakCode::PsnSequenceError);
             }
             Outcome::RnrNak => self.send_rnr(cx, psn),
             Outcome::UcDropMessage(why) => self.uc_drop_message(cx, why),
+            Outcome::Error(NakCode::RemoteAccessError, _)
+                if mutant::is(self.mutant, Mutant::AccessErrorsSilent) => {}
             Outcome::Error(code, recv_status) => self.responder_error(cx, psn, code, recv_status),
         }
     }
@@ -512,8 +548,11 @@ impl Qp {
     /// expected, and an RC responder acknowledges when AckReq is set.
     fn acknowledge(&mut self, cx: &mut RespCtx<'_>, r: &RoceRepr) {
         let psn = r.bth.psn;
-        self.resp.epsn = psn.next();
-        if self.is_uc() {
+        self.resp.epsn = match mutant::is(self.mutant, Mutant::PsnSaturates) {
+            true if psn.value() == 0xFF_FFFF => psn,
+            _ => psn.next(),
+        };
+        if self.resp_is_uc() {
             return;
         }
         if r.bth.ack_req {
@@ -527,11 +566,14 @@ impl Qp {
     /// answered from saved state; a PSN ahead is NAKed once (C9-113). UC
     /// has its own rule (`uc_check_psn`) before the same comparison.
     fn check_psn(&mut self, cx: &mut RespCtx<'_>, psn: Psn, info: &OpInfo) -> Result<(), Outcome> {
-        if self.is_uc() && !self.uc_check_psn(cx, psn, info.position.starts()) {
+        if self.resp_is_uc() && !self.uc_check_psn(cx, psn, info.position.starts()) {
             return Err(Outcome::Drop);
         }
-        let d = psn.distance(self.resp.epsn);
-        if d > 0 {
+        let mut d = psn.distance(self.resp.epsn);
+        if d > 1 << 16 && mutant::is(self.mutant, Mutant::NarrowPsnWindow) {
+            d = -1;
+        }
+        if d > 0 && !mutant::is(self.mutant, Mutant::AcceptPsnGap) {
             cx.ctrs.out_of_seq_request += 1;
             if !self.resp.nak_sent || mutant::is(self.mutant, Mutant::NakEveryGapPacket) {
                 return Err(Outcome::SequenceNak);
@@ -542,8 +584,15 @@ impl Qp {
         }
         if d < 0 {
             cx.ctrs.duplicate_request += 1;
-            let again = matches!(info.kind, OpKind::Send | OpKind::Write)
-                && mutant::is(self.mutant, Mutant::ReexecuteDuplicates);
+            let again = match info.kind {
+                OpKind::Send | OpKind::Write => {
+                    mutant::is(self.mutant, Mutant::ReexecuteDuplicates)
+                }
+                OpKind::CompareSwap | OpKind::FetchAdd => {
+                    mutant::is(self.mutant, Mutant::ReexecuteDuplicateAtomics)
+                }
+                _ => false,
+            };
             if !again {
                 return Err(Outcome::Duplicate);
             }
@@ -575,7 +624,7 @@ impl Qp {
     fn check_opcode_allowed(&self, r: &RoceRepr, info: &OpInfo) -> Result<(), Outcome> {
         let acc = self.p.access;
         let valid = match info.kind {
-            OpKind::Send => !info.has_inv() || !self.is_uc(),
+            OpKind::Send => !info.has_inv() || !self.resp_is_uc(),
             // IBA 1.5 ATOMIC_WRITE: a write right, as rxe checks (crate::mw)
             OpKind::AtomicWrite => acc.contains(AccessFlags::REMOTE_WRITE),
             OpKind::Flush => {
@@ -604,11 +653,14 @@ impl Qp {
     fn check_recv_wqe(&self, cx: &RespCtx<'_>, psn: Psn, info: &OpInfo) -> Result<(), Outcome> {
         let needs_recv = match info.kind {
             OpKind::Send => info.position.starts(),
-            OpKind::Write => info.has_imm(),
+            OpKind::Write => {
+                (info.has_imm() && !mutant::is(self.mutant, Mutant::WriteImmNeedsNoReceive))
+                    || mutant::is(self.mutant, Mutant::WriteNeedsReceive)
+            }
             _ => false,
         };
         if needs_recv && !self.recv_available(cx.srqs) {
-            if self.is_uc() {
+            if self.resp_is_uc() {
                 tracing::debug!(qpn = %self.qpn, %psn, reason = "UC: no receive WQE", "drop");
                 return Err(Outcome::UcDropMessage("no receive WQE"));
             }
@@ -648,6 +700,9 @@ impl Qp {
     ) -> Result<Executed, Outcome> {
         let psn = r.bth.psn;
         let len = payload.len() as u64;
+        if len == 0 && mutant::is(self.mutant, Mutant::ZeroLengthSendDropped) {
+            return Err(Outcome::Drop);
+        }
         if info.position.starts() {
             if let Some(recv) = self.take_recv(cx.srqs, cx.sink) {
                 self.resp.in_msg = Some(InMsg::Send { recv, offset: 0 });
@@ -656,7 +711,7 @@ impl Qp {
         let Some(InMsg::Send { recv, offset }) = self.resp.in_msg.as_mut() else {
             return Err(Outcome::Drop);
         };
-        if *offset + len > recv.length() {
+        if *offset + len > recv.length() && !mutant::is(self.mutant, Mutant::NoReceiveLength) {
             tracing::debug!(qpn = %self.qpn, %psn, "message longer than receive WQE");
             return Err(Outcome::Error(NakCode::InvalidRequest, Some(WcStatus::LocLenErr)));
         }
@@ -671,7 +726,11 @@ impl Qp {
         *offset += len;
         if info.position.ends() {
             if let Some(InMsg::Send { recv, offset }) = self.resp.in_msg.take() {
-                let mut wc = self.recv_wc(&recv, WcStatus::Success, offset, r.immdt, false);
+                let counted = match mutant::is(self.mutant, Mutant::ByteLenLastPacket) {
+                    true => len,
+                    false => offset,
+                };
+                let mut wc = self.recv_wc(&recv, WcStatus::Success, counted, r.immdt, false);
                 // SEND_WITH_INVALIDATE: invalidate the IETH rkey (crate::mw)
                 if let Some(rkey) = r.ieth {
                     let inv = cx.mem.invalidate(self.init.pd, rkey);
@@ -711,7 +770,7 @@ impl Qp {
         if info.position.starts() {
             let Some(reth) = r.reth else { return Err(Outcome::Drop) };
             let total = u64::from(reth.dma_len);
-            if total > 0
+            if (total > 0 || mutant::is(self.mutant, Mutant::ZeroLengthChecksKey))
                 && self
                     .check_rkey(cx, reth.rkey, reth.va, total, AccessFlags::REMOTE_WRITE)
                     .is_err()
@@ -726,7 +785,9 @@ impl Qp {
         let Some(InMsg::Write { va, rkey, remaining, .. }) = self.resp.in_msg.as_mut() else {
             return Err(Outcome::Drop);
         };
-        if len > *remaining || (info.position.ends() && len != *remaining) {
+        if (len > *remaining || (info.position.ends() && len != *remaining))
+            && !mutant::is(self.mutant, Mutant::NoDmaLength)
+        {
             tracing::debug!(qpn = %self.qpn, %psn, "WRITE length differs from RETH DMA length");
             return Err(Outcome::Error(NakCode::InvalidRequest, None));
         }
@@ -750,9 +811,14 @@ impl Qp {
         let Some(InMsg::Write { va, remaining, total, .. }) = self.resp.in_msg.as_mut() else {
             return Err(Outcome::Drop);
         };
-        *va = va.wrapping_add(len);
-        *remaining -= len;
-        let total = *total;
+        if !mutant::is(self.mutant, Mutant::WriteOffsetStuck) {
+            *va = va.wrapping_add(len);
+        }
+        *remaining = remaining.saturating_sub(len);
+        let total = match mutant::is(self.mutant, Mutant::ByteLenLastPacket) {
+            true => len,
+            false => *total,
+        };
         if info.position.ends() {
             self.resp.in_msg = None;
             if info.has_imm() {
@@ -794,7 +860,10 @@ impl Qp {
         self.resp.save_resource(self.p.max_dest_rd_atomic, RdResource::Read { first: psn, npkts });
         self.resp.msn = self.resp.msn.next();
         self.resp.send_read_responses(psn, reth.va, reth.rkey, len);
-        self.resp.epsn = psn.add(npkts);
+        self.resp.epsn = match mutant::is(self.mutant, Mutant::ReadUsesOnePsn) {
+            true => psn.next(),
+            false => psn.add(npkts),
+        };
         Ok(Executed::Answered)
     }
 
@@ -808,7 +877,7 @@ impl Qp {
     ) -> Result<Executed, Outcome> {
         let psn = r.bth.psn;
         let Some(a) = r.atomic_eth else { return Err(Outcome::Drop) };
-        if a.va % 8 != 0 {
+        if a.va % 8 != 0 && !mutant::is(self.mutant, Mutant::NoAtomicAlignment) {
             tracing::debug!(qpn = %self.qpn, %psn, va = a.va, "misaligned atomic");
             return Err(Outcome::Error(NakCode::InvalidRequest, None));
         }
@@ -818,12 +887,23 @@ impl Qp {
         let cas = info.kind == OpKind::CompareSwap;
         let done = loc.ok().and_then(|(h, off)| {
             let m = cx.mem.region(h)?;
-            if cas {
+            if cas && mutant::is(self.mutant, Mutant::CmpSwapAlwaysSwaps) {
+                let now = m.fetch_add(off, 0)?;
+                m.compare_swap(off, now, a.swap_add)
+            } else if cas {
                 m.compare_swap(off, a.compare, a.swap_add)
             } else {
                 m.fetch_add(off, a.swap_add)
             }
         });
+        let done = match mutant::is(self.mutant, Mutant::AtomicReturnsNew) {
+            true => done.map(|v| match cas {
+                true if v == a.compare => a.swap_add,
+                true => v,
+                false => v.wrapping_add(a.swap_add),
+            }),
+            false => done,
+        };
         let Some(orig) = done else {
             if loc.is_ok() {
                 // (the key was good: the page is gone or read-only)
@@ -835,7 +915,9 @@ impl Qp {
         self.resp.save_resource(self.p.max_dest_rd_atomic, RdResource::Atomic { psn, orig });
         self.resp.msn = self.resp.msn.next();
         self.send_atomic_ack(cx, psn, orig);
-        self.resp.epsn = psn.next();
+        if !mutant::is(self.mutant, Mutant::AtomicKeepsPsn) {
+            self.resp.epsn = psn.next();
+        }
         Ok(Executed::Answered)
     }
 
@@ -931,6 +1013,9 @@ impl Qp {
             }
             OpKind::ReadRequest => {
                 let Some(reth) = r.reth else { return };
+                if mutant::is(self.mutant, Mutant::NoDuplicateRead) {
+                    return;
+                }
                 let found = self.resp.resources.iter().find_map(|x| match *x {
                     RdResource::Read { first, npkts } if psn.in_range(first, npkts) => {
                         Some((first, npkts))
@@ -994,7 +1079,14 @@ impl Qp {
         payload: &[u8],
         d: &Datagram,
     ) {
-        let Some(deth) = r.deth else { return };
+        // (the transport-check switch: an RC or UC SEND, without a DETH,
+        // taken as a datagram from QP 0 with the right Q_Key)
+        let loose = mutant::is(self.mutant, Mutant::NoTransportCheck).then(|| DethRepr {
+            qkey: QKey::new(self.p.qkey),
+            src_qp: Qpn::new(0),
+            resv8: 0,
+        });
+        let Some(deth) = r.deth.or(loose) else { return };
         if deth.qkey.value() != self.p.qkey && !mutant::is(self.mutant, Mutant::NoQkeyCheck) {
             cx.ctrs.ud_dropped += 1;
             tracing::debug!(qpn = %self.qpn, qkey = %deth.qkey, reason = "Q_Key mismatch", "drop");
@@ -1002,14 +1094,23 @@ impl Qp {
         }
         // A UD message is one packet of at most the path MTU (C9-22); a
         // longer one is dropped before it can take a receive.
-        if payload.len() as u64 > self.mtu() {
+        if payload.len() as u64 > self.mtu() && !mutant::is(self.mutant, Mutant::NoPacketLength) {
             cx.ctrs.ud_dropped += 1;
             tracing::debug!(qpn = %self.qpn, len = payload.len(), reason = "UD: payload over the path MTU", "drop");
             return;
         }
+        if mutant::is(self.mutant, Mutant::UdChecksPsn) {
+            if r.bth.psn != self.resp.epsn {
+                return;
+            }
+            self.resp.epsn = r.bth.psn.next();
+        }
         let Some(recv) = self.take_recv(cx.srqs, cx.sink) else {
             cx.ctrs.ud_dropped += 1;
             tracing::debug!(qpn = %self.qpn, reason = "UD: no receive WQE", "drop");
+            if mutant::is(self.mutant, Mutant::UdNoReceiveErr) {
+                self.enter_error(cx.sink);
+            }
             return;
         };
         let mut grh = [0u8; GRH_LEN];
@@ -1018,13 +1119,17 @@ impl Qp {
             let at = GRH_LEN.saturating_sub(ip.len());
             grh[at..at + ip.len().min(GRH_LEN)].copy_from_slice(&ip[..ip.len().min(GRH_LEN)]);
         }
-        let total = (GRH_LEN + payload.len()) as u64;
+        let area = match mutant::is(self.mutant, Mutant::UdNoGrhArea) {
+            true => 0,
+            false => GRH_LEN,
+        };
+        let total = (area + payload.len()) as u64;
         let mut wc = WorkCompletion {
             wr_id: recv.wr_id,
             status: WcStatus::Success,
             opcode: WcOpcode::Recv,
             byte_len: total as u32,
-            imm: r.immdt,
+            imm: r.immdt.filter(|_| !mutant::is(self.mutant, Mutant::ImmediateLost)),
             qp_num: self.qpn.value(),
             src_qp: deth.src_qp.value(),
             wc_flags: if r.immdt.is_some() {
@@ -1036,7 +1141,7 @@ impl Qp {
         if total > recv.length() {
             wc.status = WcStatus::LocLenErr;
         } else if cx.mem.scatter(self.init.pd, &recv.sg_list, 0, &grh).is_err()
-            || cx.mem.scatter(self.init.pd, &recv.sg_list, GRH_LEN as u64, payload).is_err()
+            || cx.mem.scatter(self.init.pd, &recv.sg_list, area as u64, payload).is_err()
         {
             wc.status = WcStatus::LocProtErr;
         }

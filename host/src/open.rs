@@ -245,6 +245,11 @@ impl DeviceConfig {
                 let mut uc = UdpConfig::new(local);
                 uc.pcap = self.effective_pcap();
                 uc.reuseport = join.is_some();
+                // (the ICRC mutation switch: the core is the one checker, and
+                // it skips the check)
+                if self.mutant == Some(roce_emulator::Mutant::NoIcrcCheck) {
+                    uc.rx_icrc = roce_transport::RxIcrcPolicy::Off;
+                }
                 // the members of a shared device record to files of their own
                 // (slot 0 keeps the unshared name)
                 if let (Some(j), Some(p)) = (&join, &uc.pcap) {

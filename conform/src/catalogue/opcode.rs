@@ -164,7 +164,7 @@ pub const CASES: &[Case] = &[
             PostRecv { off: 0, len: 256 },
             Send(Req::new(O::RC_SEND_ONLY_WITH_IMMEDIATE, 0).len(32).imm(0x1234_5678)),
             Ack(0),
-            CompletionLen(wc::SUCCESS, 32),
+            CompletionImm(wc::SUCCESS, 32, 0x1234_5678),
         ],
     },
     Case {
@@ -210,7 +210,7 @@ pub const CASES: &[Case] = &[
             Send(Req::new(O::RC_SEND_FIRST, 0).len(1024).no_ack_req()),
             Send(Req::new(O::RC_SEND_LAST_WITH_IMMEDIATE, 1).len(10).data(1, 1024).imm(0xfeed)),
             Ack(1),
-            CompletionLen(wc::SUCCESS, 1034),
+            CompletionImm(wc::SUCCESS, 1034, 0xfeed),
         ],
     },
     Case {
@@ -246,7 +246,7 @@ pub const CASES: &[Case] = &[
             Send(Req::new(O::RC_RDMA_WRITE_FIRST, 0).len(1024).no_ack_req().reth(Va::Off(0), Key::Good, 1500)),
             Send(Req::new(O::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE, 1).len(476).data(1, 1024).imm(3)),
             Ack(1),
-            CompletionLen(wc::SUCCESS, 1500),
+            CompletionImm(wc::SUCCESS, 1500, 3),
             Mem { off: 0, len: 1500, want: Bytes::Data { salt: 1, msg_off: 0 } },
         ],
     },

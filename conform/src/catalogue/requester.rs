@@ -16,6 +16,9 @@ const WRITE: Post = Post::new(wr::RDMA_WRITE, 0, 64);
 /// retransmission from 12 ms on: a timer kept in clock ticks (rxe's
 /// jiffies, 4 ms at HZ=250) may fire up to one tick early.
 const T12: Setup = Setup { timeout: 12, ..Setup::DEFAULT };
+/// Timeout code 18: 1.07 s. Cases whose answer must come from a NAK or a
+/// response gap, not from the timer, wait at most 400 ms for it.
+const T18: Setup = Setup { timeout: 18, ..Setup::DEFAULT };
 
 const fn read(len: u32, salt: u8, skip: u32, only: Option<u32>) -> Resp {
     Resp::Read { psn: 0, len, salt, msg_off: 0, skip, only }
@@ -184,7 +187,7 @@ pub const CASES: &[Case] = &[
         iba: "§9.7.5.2.2 C9-113",
         rule: "NAK PSN sequence error at n acknowledges everything before n and the requester resends from n",
         direction: Requester,
-        setup: Setup::DEFAULT,
+        setup: T18,
         steps: &[
             Post(SEND),
             Post(SEND),
@@ -218,12 +221,13 @@ pub const CASES: &[Case] = &[
         iba: "§9.7.5.2.3 C9-127",
         rule: "a READ response PSN gap (FIRST lost) makes the requester issue the READ again from its first PSN",
         direction: Requester,
-        setup: T12,
+        setup: T18,
         steps: &[
             Post(Post::new(wr::RDMA_READ, 0, 2048)),
             Request(O::RC_RDMA_READ_REQUEST, 0),
             Respond(read(2048, 9, 1, None)),
             Retransmit { op: O::RC_RDMA_READ_REQUEST, psn: 0, min_ms: 0, max_ms: 400 },
+            ReqReth { off: 0, len: 2048 },
             Respond(read(2048, 9, 0, None)),
             Completion(wc::SUCCESS),
             Mem { off: 0, len: 2048, want: Bytes::Data { salt: 9, msg_off: 0 } },
@@ -282,6 +286,7 @@ pub const CASES: &[Case] = &[
         steps: &[
             Post(Post::new(wr::SEND_WITH_IMM, 0, 32).imm(9)),
             Request(O::RC_SEND_ONLY_WITH_IMMEDIATE, 0),
+            ReqImm(9),
             Respond(Resp::Ack(0)),
             Completion(wc::SUCCESS),
         ],
@@ -295,6 +300,7 @@ pub const CASES: &[Case] = &[
         steps: &[
             Post(Post::new(wr::RDMA_WRITE_WITH_IMM, 0, 32).imm(9)),
             Request(O::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, 0),
+            ReqImm(9),
             Respond(Resp::Ack(0)),
             Completion(wc::SUCCESS),
         ],
@@ -391,7 +397,7 @@ pub const CASES: &[Case] = &[
         iba: "§9.7.5.2.2",
         rule: "NAK PSN sequence error at the first outstanding PSN makes the requester resend it",
         direction: Requester,
-        setup: Setup::DEFAULT,
+        setup: T18,
         steps: &[
             Post(SEND),
             Request(O::RC_SEND_ONLY, 0),
@@ -412,6 +418,7 @@ pub const CASES: &[Case] = &[
             Request(O::RC_RDMA_READ_REQUEST, 0),
             Respond(read(2048, 9, 0, Some(1))),
             Retransmit { op: O::RC_RDMA_READ_REQUEST, psn: 1, min_ms: 0, max_ms: 400 },
+            ReqReth { off: 1024, len: 1024 },
             Respond(Resp::Read { psn: 1, len: 1024, salt: 9, msg_off: 1024, skip: 0, only: None }),
             Completion(wc::SUCCESS),
             Mem { off: 0, len: 2048, want: Bytes::Data { salt: 9, msg_off: 0 } },

@@ -17,7 +17,7 @@ pub const CASES: &[Case] = &[
         setup: UC,
         steps: &[
             PostRecv { off: 0, len: 256 },
-            Send(Req::new(O::UC_SEND_ONLY, 0).len(64).no_ack_req()),
+            Send(Req::new(O::UC_SEND_ONLY, 0).len(64)),
             Quiet(100),
             CompletionLen(wc::SUCCESS, 64),
             Mem { off: 0, len: 64, want: Bytes::Data { salt: 1, msg_off: 0 } },
@@ -30,7 +30,7 @@ pub const CASES: &[Case] = &[
         direction: Responder,
         setup: UC,
         steps: &[
-            Send(Req::new(O::UC_RDMA_WRITE_ONLY, 0).len(100).no_ack_req().reth(Va::Off(40), Key::Good, 100)),
+            Send(Req::new(O::UC_RDMA_WRITE_ONLY, 0).len(100).reth(Va::Off(40), Key::Good, 100)),
             Quiet(100),
             Mem { off: 40, len: 100, want: Bytes::Data { salt: 1, msg_off: 0 } },
         ],
@@ -59,7 +59,7 @@ pub const CASES: &[Case] = &[
         steps: &[
             PostRecv { off: 8192, len: 0 },
             Send(Req::new(O::UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, 0).len(32).imm(5).no_ack_req().reth(Va::Off(0), Key::Good, 32)),
-            CompletionLen(wc::SUCCESS, 32),
+            CompletionImm(wc::SUCCESS, 32, 5),
             Mem { off: 0, len: 32, want: Bytes::Data { salt: 1, msg_off: 0 } },
         ],
     },

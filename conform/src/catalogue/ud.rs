@@ -48,7 +48,7 @@ pub const CASES: &[Case] = &[
         steps: &[
             PostRecv { off: 0, len: 40 + 256 },
             Send(Req::new(O::UD_SEND_ONLY_WITH_IMMEDIATE, 0).len(16).imm(77).no_ack_req()),
-            CompletionLen(wc::SUCCESS, 40 + 16),
+            CompletionImm(wc::SUCCESS, 40 + 16, 77),
         ],
     },
     Case {
