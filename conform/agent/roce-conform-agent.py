@@ -29,10 +29,14 @@ from pyverbs.device import Context
 from pyverbs.mr import MR
 from pyverbs.pd import PD
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
 from pyverbs.wr import RecvWR, SGE, SendWR
 
 MTU = {256: e.IBV_MTU_256, 512: e.IBV_MTU_512, 1024: e.IBV_MTU_1024, 2048: e.IBV_MTU_2048,
        4096: e.IBV_MTU_4096}
+# access bits beyond the classic five (IBA 1.5 FLUSH): a kernel that does
+# not know them refuses the region or the QP; the case is then n/a
+NEW_ACCESS = ~0xFF
 STATE = {e.IBV_QPS_RESET: 'RESET', e.IBV_QPS_INIT: 'INIT', e.IBV_QPS_RTR: 'RTR', e.IBV_QPS_RTS: 'RTS',
          e.IBV_QPS_SQD: 'SQD', e.IBV_QPS_SQE: 'SQE', e.IBV_QPS_ERR: 'ERR'}
 
@@ -70,9 +74,10 @@ class Agent:
 
     def teardown(self, r=None):
         if self.objs:
-            for o in ('qp', 'mr', 'cq', 'pd'):
+            for o in ('qp', 'srq', 'mr', 'cq', 'pd'):
                 try:
-                    self.objs[o].close()
+                    if self.objs.get(o) is not None:
+                        self.objs[o].close()
                 except Exception:
                     pass
         self.objs = None
@@ -85,11 +90,20 @@ class Agent:
         qpt = {'rc': e.IBV_QPT_RC, 'uc': e.IBV_QPT_UC, 'ud': e.IBV_QPT_UD}.get(r['service'])
         if qpt is None:
             raise Unsupported('service %s' % r['service'])
+        stop_at = r.get('stop_at', 'RTS')
+        if stop_at not in ('RTS', 'RTR') or (stop_at == 'RTR' and qpt != e.IBV_QPT_RC):
+            raise Unsupported('set-up stopping at %s' % stop_at)
         pd = PD(self.ctx)
         cq = CQ(self.ctx, 256)
-        mr = MR(pd, r['mr_len'], r['mr_access'])
+        try:
+            mr = MR(pd, r['mr_len'], r['mr_access'])
+        except Exception as x:
+            if r['mr_access'] & NEW_ACCESS:
+                raise Unsupported('region access %#x: %s' % (r['mr_access'], x))
+            raise
+        srq = SRQ(pd, SrqInitAttr(SrqAttr(max_wr=64, max_sge=1))) if r.get('srq') else None
         cap = QPCap(max_send_wr=64, max_recv_wr=64, max_send_sge=1, max_recv_sge=1)
-        init = QPInitAttr(qp_type=qpt, scq=cq, rcq=cq, cap=cap, sq_sig_all=1)
+        init = QPInitAttr(qp_type=qpt, scq=cq, rcq=cq, cap=cap, sq_sig_all=1, srq=srq)
         qa = QPAttr(port_num=1)
         if qpt == e.IBV_QPT_UD:
             # explicit masks: RESET -> INIT (P_Key index, port, Q_Key) -> RTR -> RTS
@@ -102,11 +116,16 @@ class Agent:
             a = QPAttr(qp_state=e.IBV_QPS_RTS)
             a.sq_psn = r['sq_psn']
             qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_SQ_PSN)
-            self.objs = {'pd': pd, 'cq': cq, 'mr': mr, 'qp': qp}
+            self.objs = {'pd': pd, 'cq': cq, 'mr': mr, 'qp': qp, 'srq': srq}
             return {'qpn': qp.qp_num, 'mr_addr': mr.buf, 'rkey': mr.rkey}
         qa.qp_access_flags = r['qp_access'] if qpt == e.IBV_QPT_RC else \
             r['qp_access'] & (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)
-        qp = QP(pd, init, qa)  # -> INIT
+        try:
+            qp = QP(pd, init, qa)  # -> INIT
+        except Exception as x:
+            if r['qp_access'] & NEW_ACCESS:
+                raise Unsupported('QP access %#x: %s' % (r['qp_access'], x))
+            raise
         a = QPAttr(port_num=1)
         a.path_mtu = MTU[r['mtu']]
         a.dest_qp_num = r['peer_qpn']
@@ -120,8 +139,16 @@ class Agent:
         a.rnr_retry = r['rnr_retry']
         gr = GlobalRoute(dgid=GID(mapped(r['peer'])), sgid_index=self.gidx, hop_limit=64)
         a.ah_attr = AHAttr(port_num=1, is_global=1, gr=gr)
-        qp.to_rts(a)
-        self.objs = {'pd': pd, 'cq': cq, 'mr': mr, 'qp': qp}
+        try:
+            if stop_at == 'RTR':
+                qp.to_rtr(a)
+            else:
+                qp.to_rts(a)
+        except Exception as x:
+            if r['qp_access'] & NEW_ACCESS:
+                raise Unsupported('QP access %#x: %s' % (r['qp_access'], x))
+            raise
+        self.objs = {'pd': pd, 'cq': cq, 'mr': mr, 'qp': qp, 'srq': srq}
         return {'qpn': qp.qp_num, 'mr_addr': mr.buf, 'rkey': mr.rkey}
 
     def o(self, k):
@@ -132,7 +159,17 @@ class Agent:
     def post_recv(self, r):
         mr = self.o('mr')
         wr = RecvWR(wr_id=r['wr_id'], num_sge=1, sg=[SGE(mr.buf + r['offset'], r['len'], mr.lkey)])
-        self.o('qp').post_recv(wr, None)
+        if self.objs.get('srq') is not None:
+            self.objs['srq'].post_recv(wr, None)
+        else:
+            self.o('qp').post_recv(wr, None)
+        return {}
+
+    def modify(self, r):
+        to = {'SQD': e.IBV_QPS_SQD, 'RTS': e.IBV_QPS_RTS}.get(r['state'])
+        if to is None:
+            raise Unsupported('modify to %s' % r['state'])
+        self.o('qp').modify(QPAttr(qp_state=to), e.IBV_QP_STATE)
         return {}
 
     def post_send(self, r):
@@ -184,8 +221,8 @@ def serve(agent, conn):
         try:
             req = json.loads(line)
             op = req.get('op')
-            if op not in ('hello', 'setup', 'post_recv', 'post_send', 'poll', 'qp_state', 'read', 'write',
-                          'teardown'):
+            if op not in ('hello', 'setup', 'post_recv', 'post_send', 'poll', 'qp_state', 'modify', 'read',
+                          'write', 'teardown'):
                 raise Unsupported('op %r' % op)
             rep = getattr(agent, op)(req)
             rep['ok'] = True

@@ -32,6 +32,8 @@ pub mod access {
     pub const REMOTE_READ: u32 = 4;
     /// IBV_ACCESS_REMOTE_ATOMIC.
     pub const REMOTE_ATOMIC: u32 = 8;
+    /// IBV_ACCESS_FLUSH_GLOBAL (IBA 1.5 FLUSH to global visibility).
+    pub const FLUSH_GLOBAL: u32 = 1 << 8;
     /// Every remote right and local write.
     pub const ALL: u32 = LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC;
 }
@@ -70,6 +72,11 @@ pub struct QpParams {
     pub sq_psn: u32,
     /// The Q_Key of a UD QP.
     pub qkey: u32,
+    /// Receives go to a shared receive queue the QP is created on.
+    pub srq: bool,
+    /// The state the set-up leaves an RC QP in: RTS, or RTR (it may
+    /// receive but not send).
+    pub stop_at: QpStateName,
 }
 
 impl QpParams {
@@ -89,6 +96,8 @@ impl QpParams {
         rq_psn: 0x10_0000,
         sq_psn: 0x20_0000,
         qkey: 0x1111_1111,
+        srq: false,
+        stop_at: QpStateName::Rts,
     };
 }
 
@@ -247,6 +256,19 @@ pub enum QpStateName {
     Err,
 }
 
+impl QpStateName {
+    /// Every state.
+    pub const ALL: [QpStateName; 7] = [
+        QpStateName::Reset,
+        QpStateName::Init,
+        QpStateName::Rtr,
+        QpStateName::Rts,
+        QpStateName::Sqd,
+        QpStateName::Sqe,
+        QpStateName::Err,
+    ];
+}
+
 /// An agent could not do what a case asked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AgentError {
@@ -287,6 +309,11 @@ pub trait Agent {
     fn poll(&mut self, want: usize, wait: Duration) -> Result<Vec<Completion>, AgentError>;
     /// The QP's state (`ibv_query_qp`).
     fn qp_state(&mut self) -> Result<QpStateName, AgentError>;
+    /// Move the QP to `state` (`ibv_modify_qp` with `IBV_QP_STATE` only:
+    /// RTS → SQD and SQD → RTS).
+    fn modify_qp(&mut self, state: QpStateName) -> Result<(), AgentError> {
+        Err(AgentError::Unsupported(format!("modify_qp to {state:?}")))
+    }
     /// `len` bytes of the region from `offset`.
     fn read(&mut self, offset: u64, len: u32) -> Result<Vec<u8>, AgentError>;
     /// Write `data` into the region at `offset` (through the CPU, not the

@@ -114,6 +114,9 @@ pub struct Req {
     pub qkey: Option<u32>,
     /// Send it with a wrong ICRC.
     pub bad_icrc: bool,
+    /// A FETH (IBA 1.5 FLUSH): placement type in bits 0..4, selectivity
+    /// level in bits 4..6.
+    pub feth: Option<u32>,
 }
 
 impl Req {
@@ -136,7 +139,13 @@ impl Req {
             ecn: false,
             qkey: None,
             bad_icrc: false,
+            feth: None,
         }
+    }
+    /// With a FETH.
+    pub const fn feth(mut self, feth: u32) -> Req {
+        self.feth = Some(feth);
+        self
     }
     /// With `len` payload bytes.
     pub const fn len(mut self, len: u32) -> Req {
@@ -423,6 +432,10 @@ pub enum Step {
         /// Latest.
         max_ms: u32,
     },
+    /// The agent moves the QP to this state (RTS → SQD, SQD → RTS).
+    Modify(QpStateName),
+    /// The agent's device refuses to post this send work request.
+    PostRefused(Post),
     /// The target's last request carried this immediate value.
     ReqImm(u32),
     /// The target's last request's RETH names the posted remote address

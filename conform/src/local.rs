@@ -2,22 +2,21 @@
 //! real UDP device (the same engine, driver thread and socket as any
 //! program on the drop-in), driven through the Rust verbs API.
 
-use crate::agent::{
-    access, Agent, AgentError, Completion, QpInfo, QpSetup, QpStateName, SendReq, Service,
-};
+use crate::agent::{Agent, AgentError, Completion, QpInfo, QpSetup, QpStateName, SendReq, Service};
 use roce_emulator::Mutant;
 use roce_host::{DeviceConfig, GroupOptions};
 use roce_verbs_api::{
-    AccessFlags, ConnectOptions, Context, Cq, Mr, PathMtu, Qp, QpEndpoint, QpState, QpType, RKey,
-    RecvWr, SendFlags, SendWr, WrOpcode,
+    AccessFlags, ConnectOptions, Context, Cq, Mr, PathMtu, Qp, QpAttr, QpEndpoint, QpState, QpType,
+    RKey, RecvWr, SendFlags, SendWr, Srq, WrOpcode,
 };
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 /// What one case's set-up created.
 struct Objects {
-    // dropped in this order: the QP before its CQ and region
+    // dropped in this order: the QP before its SRQ, CQ and region
     qp: Qp,
+    srq: Option<Srq>,
     cq: Cq,
     mr: Mr,
 }
@@ -110,11 +109,19 @@ impl Agent for LocalAgent {
             Service::Uc => QpType::Uc,
             Service::Ud => QpType::Ud,
         };
-        let qp = pd.qp_builder(&cq, &cq).qp_type(ty).build().map_err(verb("ibv_create_qp"))?;
+        let srq = match s.srq {
+            true => Some(pd.create_srq(64, 1).map_err(verb("ibv_create_srq"))?),
+            false => None,
+        };
+        let mut b = pd.qp_builder(&cq, &cq).qp_type(ty);
+        if let Some(q) = &srq {
+            b = b.srq(q);
+        }
+        let qp = b.build().map_err(verb("ibv_create_qp"))?;
         let mtu = PathMtu::from_bytes(s.mtu as usize)
             .ok_or_else(|| AgentError::Unsupported(format!("path MTU {}", s.mtu)))?;
         let opts = ConnectOptions {
-            access: AccessFlags(s.qp_access & access::ALL),
+            access: AccessFlags(s.qp_access),
             mtu,
             timeout: s.timeout,
             retry_cnt: s.retry_cnt,
@@ -125,21 +132,28 @@ impl Agent for LocalAgent {
         };
         let local = qp.endpoint(s.sq_psn);
         let remote = QpEndpoint { addr: setup.peer, qpn: setup.peer_qpn, psn: s.rq_psn };
-        match s.service {
-            Service::Rc => qp.connect(&local, &remote, &opts),
-            Service::Uc => qp.connect_uc(&local, &remote, &opts),
-            Service::Ud => qp.activate_ud(s.qkey, s.sq_psn),
+        match (s.service, s.stop_at) {
+            (Service::Rc, QpStateName::Rts) => qp.connect(&local, &remote, &opts),
+            (Service::Rc, QpStateName::Rtr) => {
+                qp.to_init(&opts).and_then(|()| qp.to_rtr(&remote, &opts))
+            }
+            (Service::Uc, QpStateName::Rts) => qp.connect_uc(&local, &remote, &opts),
+            (Service::Ud, QpStateName::Rts) => qp.activate_ud(s.qkey, s.sq_psn),
+            (_, st) => return Err(AgentError::Unsupported(format!("set-up stopping at {st:?}"))),
         }
         .map_err(verb("ibv_modify_qp"))?;
         let info = QpInfo { qpn: qp.qpn().value(), mr_addr: mr.addr(), rkey: mr.rkey().value() };
-        self.objs = Some(Objects { qp, cq, mr });
+        self.objs = Some(Objects { qp, srq, cq, mr });
         Ok(info)
     }
 
     fn post_recv(&mut self, wr_id: u64, offset: u64, len: u32) -> Result<(), AgentError> {
         let o = self.objs()?;
         let wr = RecvWr::new(wr_id, o.mr.addr() + offset, len, o.mr.lkey());
-        o.qp.post_recv(wr).map_err(verb("ibv_post_recv"))
+        match &o.srq {
+            Some(srq) => srq.post_recv(wr).map_err(verb("ibv_post_srq_recv")),
+            None => o.qp.post_recv(wr).map_err(verb("ibv_post_recv")),
+        }
     }
 
     fn post_send(&mut self, r: &SendReq) -> Result<(), AgentError> {
@@ -176,6 +190,15 @@ impl Agent for LocalAgent {
             }
             std::thread::sleep(Duration::from_micros(200));
         }
+    }
+
+    fn modify_qp(&mut self, state: QpStateName) -> Result<(), AgentError> {
+        let to = match state {
+            QpStateName::Sqd => QpState::Sqd,
+            QpStateName::Rts => QpState::Rts,
+            s => return Err(AgentError::Unsupported(format!("modify_qp to {s:?}"))),
+        };
+        self.objs()?.qp.modify(&QpAttr::new().state(to)).map_err(verb("ibv_modify_qp"))
     }
 
     fn qp_state(&mut self) -> Result<QpStateName, AgentError> {

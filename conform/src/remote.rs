@@ -7,11 +7,12 @@
 //! | op | fields | reply |
 //! |---|---|---|
 //! | `hello` | | `describe`, `addr` |
-//! | `setup` | the [`QpSetup`] fields (with its `params` flattened), `service` `"rc"`/`"uc"`, `peer` | `qpn`, `mr_addr`, `rkey` |
+//! | `setup` | the [`QpSetup`] fields (with its `params` flattened), `service` `"rc"`/`"uc"`/`"ud"`, `peer`, `srq` (receives to an SRQ), `stop_at` `"RTS"`/`"RTR"` | `qpn`, `mr_addr`, `rkey` |
 //! | `post_recv` | `wr_id`, `offset`, `len` | |
 //! | `post_send` | the [`SendReq`] fields | |
 //! | `poll` | `want`, `wait_ms` | `wcs`: `[{wr_id, status, opcode, byte_len, imm}]` |
 //! | `qp_state` | | `state`: `RESET` … `ERR` |
+//! | `modify` | `state`: `SQD` or `RTS` | |
 //! | `read` | `offset`, `len` | `hex` |
 //! | `write` | `offset`, `hex` | |
 //! | `teardown` | | |
@@ -108,6 +109,7 @@ impl Agent for RemoteAgent {
             "timeout": s.timeout, "retry_cnt": s.retry_cnt, "rnr_retry": s.rnr_retry,
             "min_rnr_timer": s.min_rnr_timer, "max_rd_atomic": s.max_rd_atomic,
             "max_dest_rd_atomic": s.max_dest_rd_atomic, "qkey": s.qkey,
+            "srq": s.srq, "stop_at": state_name(s.stop_at),
         }))?;
         Ok(QpInfo {
             qpn: num(&r, "qpn")? as u32,
@@ -148,18 +150,17 @@ impl Agent for RemoteAgent {
             .collect()
     }
 
+    fn modify_qp(&mut self, state: QpStateName) -> Result<(), AgentError> {
+        self.call(json!({"op": "modify", "state": state_name(state)})).map(drop)
+    }
+
     fn qp_state(&mut self) -> Result<QpStateName, AgentError> {
         let r = self.call(json!({"op": "qp_state"}))?;
-        Ok(match r["state"].as_str().unwrap_or("") {
-            "RESET" => QpStateName::Reset,
-            "INIT" => QpStateName::Init,
-            "RTR" => QpStateName::Rtr,
-            "RTS" => QpStateName::Rts,
-            "SQD" => QpStateName::Sqd,
-            "SQE" => QpStateName::Sqe,
-            "ERR" => QpStateName::Err,
-            s => return Err(AgentError::Link(format!("unknown QP state {s:?}"))),
-        })
+        let s = r["state"].as_str().unwrap_or("");
+        QpStateName::ALL
+            .into_iter()
+            .find(|&q| state_name(q) == s)
+            .ok_or_else(|| AgentError::Link(format!("unknown QP state {s:?}")))
     }
 
     fn read(&mut self, offset: u64, len: u32) -> Result<Vec<u8>, AgentError> {
@@ -177,6 +178,19 @@ impl Agent for RemoteAgent {
 
     fn teardown(&mut self) -> Result<(), AgentError> {
         self.call(json!({"op": "teardown"})).map(drop)
+    }
+}
+
+/// The `ibv_qp_state` name the protocol uses (`RTS`).
+fn state_name(s: QpStateName) -> &'static str {
+    match s {
+        QpStateName::Reset => "RESET",
+        QpStateName::Init => "INIT",
+        QpStateName::Rtr => "RTR",
+        QpStateName::Rts => "RTS",
+        QpStateName::Sqd => "SQD",
+        QpStateName::Sqe => "SQE",
+        QpStateName::Err => "ERR",
     }
 }
 

@@ -193,6 +193,8 @@ impl Exec<'_> {
             | Step::Retransmit { .. }
             | Step::ReqImm(_)
             | Step::ReqReth { .. }
+            | Step::PostRefused(_)
+            | Step::Modify(_)
             | Step::Respond(_)
             | Step::Post(_) => self.as_responder(step)?,
         }
@@ -342,6 +344,15 @@ impl Exec<'_> {
     fn as_responder(&mut self, step: &Step) -> Result<(), Stop> {
         match *step {
             Step::Post(p) => self.post(&p)?,
+            Step::PostRefused(p) => {
+                let wr = self.work_request(&p);
+                match self.agent.post_send(&wr) {
+                    Err(AgentError::Verb(_)) => {}
+                    Ok(()) => return fail("the device took the work request".into()),
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Step::Modify(s) => self.agent.modify_qp(s)?,
             Step::ReqImm(imm) => {
                 let got = self.last_req.as_ref().and_then(|r| r.immdt);
                 if got != Some(imm) {
@@ -534,6 +545,7 @@ impl Exec<'_> {
             compare: a.compare,
         });
         h.immdt = r.imm;
+        h.feth = r.feth;
         if matches!(r.op, Opcode::UD_SEND_ONLY | Opcode::UD_SEND_ONLY_WITH_IMMEDIATE) {
             h.deth = Some(roce_packet::DethRepr {
                 qkey: roce_packet::QKey::new(r.qkey.unwrap_or(self.s().qkey)),
@@ -593,9 +605,15 @@ impl Exec<'_> {
     }
 
     fn post(&mut self, p: &Post) -> Result<(), Stop> {
+        let wr = self.work_request(p);
+        Ok(self.agent.post_send(&wr)?)
+    }
+
+    /// The next work request, for `p`.
+    fn work_request(&mut self, p: &Post) -> SendReq {
         self.wr_id += 1;
         self.last_post = Some(*p);
-        let wr = SendReq {
+        SendReq {
             wr_id: self.wr_id,
             opcode: p.opcode,
             offset: p.off,
@@ -606,8 +624,7 @@ impl Exec<'_> {
             compare_add: p.compare_add,
             swap: p.swap,
             fence: p.fence,
-        };
-        Ok(self.agent.post_send(&wr)?)
+        }
     }
 
     fn response(&self, op: Opcode, rel: i32, syndrome: Option<Syndrome>) -> RoceRepr {

@@ -133,6 +133,7 @@ const CAUGHT: &[(Mutant, &[&str])] = &[
             "resp.access.write-without-right",
             "resp.access.read-without-right",
             "resp.atomic.without-right",
+            "resp.flush.without-right",
         ],
     ),
     (
@@ -157,7 +158,14 @@ const CAUGHT: &[(Mutant, &[&str])] = &[
         ],
     ),
     (CmpSwapAlwaysSwaps, &["resp.atomic.cmp-swap-differs"]),
-    (NoAtomicAlignment, &["resp.atomic.misaligned", "resp.atomic.cmp-swap-misaligned"]),
+    (
+        NoAtomicAlignment,
+        &[
+            "resp.atomic.misaligned",
+            "resp.atomic.cmp-swap-misaligned",
+            "resp.atomic-write.misaligned",
+        ],
+    ),
     // ---- header checks, states ----
     (NoIcrcCheck, &["resp.header.bad-icrc-dropped"]),
     (NoTverCheck, &["resp.header.tver-dropped"]),
@@ -174,6 +182,14 @@ const CAUGHT: &[(Mutant, &[&str])] = &[
     (EcnDrops, &["resp.header.ecn-bits-ignored"]),
     (MisroutesUnknownQp, &["resp.header.unknown-qp-dropped"]),
     (ErrStateExecutes, &["resp.state.err-drops-requests"]),
+    (RtrDropsRequests, &["resp.state.rtr-executes"]),
+    (RtrAcceptsPosts, &["req.state.rtr-refuses-sends"]),
+    (SqdStartsNew, &["req.state.sqd-starts-nothing"]),
+    (SqdStopsResponder, &["resp.state.sqd-still-receives"]),
+    (SrqIgnored, &["resp.srq.send-consumes", "resp.srq.multi-packet"]),
+    (SrqEmptyDrops, &["resp.srq.empty-rnr"]),
+    (FlushNotAnswered, &["resp.flush.answered"]),
+    (AtomicWriteNotStored, &["resp.atomic-write.stores"]),
     (ErrKeepsReceives, &["resp.state.err-flushes-receives"]),
     // ---- UC, UD ----
     (

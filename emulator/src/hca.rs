@@ -881,7 +881,9 @@ impl Hca {
         let mut entry = self.qps.get_mut(&qpn).ok_or(PostSendError::UnknownQp(qpn))?;
         let qp = &mut *entry;
         // SQD queues new WRs without starting them (IBA §10.3.1)
-        if !qp.state.allows().post_send {
+        let rtr_takes = qp.state == crate::qp_attr::QpState::Rtr
+            && crate::mutant::is(qp.mutant, crate::Mutant::RtrAcceptsPosts);
+        if !qp.state.allows().post_send && !rtr_takes {
             return Err(PostSendError::InvalidState(qp.state));
         }
         let cap = qp.init.cap;

@@ -125,8 +125,8 @@ mutants! {
     /// Responder: COMPARE SWAP swaps whatever the compare value (breaks
     /// §9.4.4).
     CmpSwapAlwaysSwaps => "cmp-swap-always-swaps",
-    /// Responder: an atomic's address need not be 8-byte aligned (breaks
-    /// §9.4.4).
+    /// Responder: an atomic's or ATOMIC WRITE's address need not be
+    /// 8-byte aligned (breaks §9.4.4, IBA 1.5 §9.4).
     NoAtomicAlignment => "no-atomic-alignment",
     // ---- header checks (§9.6), states (§10.3.1) ----
     /// No ICRC check on receive (breaks §9.6 / Annex A17).
@@ -145,6 +145,28 @@ mutants! {
     /// A request to a QP number that does not exist goes to the device's
     /// first QP of the same type (breaks §9.6).
     MisroutesUnknownQp => "misroutes-unknown-qp",
+    /// A QP in RTR drops the requests that arrive (breaks §10.3.1: RTR
+    /// receives).
+    RtrDropsRequests => "rtr-drops-requests",
+    /// A QP in RTR takes send work requests (breaks §10.3.1 / §11.4.1.1).
+    RtrAcceptsPosts => "rtr-accepts-posts",
+    /// A QP in SQD starts new send work requests (breaks §10.3.1).
+    SqdStartsNew => "sqd-starts-new",
+    /// A QP in SQD drops the requests that arrive (breaks §10.3.1: only
+    /// the send queue drains).
+    SqdStopsResponder => "sqd-stops-responder",
+    /// A QP on an SRQ takes receives from its own (empty) queue (breaks
+    /// §10.2.9).
+    SrqIgnored => "srq-ignored",
+    /// Responder: a SEND that finds the QP's SRQ empty is dropped, not
+    /// RNR-NAKed (breaks §9.7.5.1.6).
+    SrqEmptyDrops => "srq-empty-drops",
+    /// Responder: a FLUSH is executed but not answered (breaks IBA 1.5
+    /// §9.4: a READ RESPONSE ONLY answers it).
+    FlushNotAnswered => "flush-not-answered",
+    /// Responder: an ATOMIC WRITE is acknowledged but not stored (breaks
+    /// IBA 1.5 §9.4).
+    AtomicWriteNotStored => "atomic-write-not-stored",
     /// A QP in ERR still executes requests (breaks §10.3.1).
     ErrStateExecutes => "err-state-executes",
     /// A QP entering ERR keeps its posted receives (breaks C10-31).

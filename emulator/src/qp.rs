@@ -385,7 +385,7 @@ impl Qp {
 
     /// A receive WQE is available (own queue or SRQ).
     pub fn recv_available(&self, srqs: &SrqTable) -> bool {
-        match self.init.srq {
+        match self.init.srq.filter(|_| !crate::mutant::is(self.mutant, crate::Mutant::SrqIgnored)) {
             Some(h) => srqs.get(&h).is_some_and(|s| !s.wrs.is_empty()),
             None => !self.rq.is_empty(),
         }
@@ -394,7 +394,9 @@ impl Qp {
     /// Take the next receive WQE (own queue or SRQ; an armed SRQ limit
     /// fires when the SRQ drops below it, IBA §10.2.9.3).
     pub fn take_recv(&mut self, srqs: &mut SrqTable, sink: &mut CqSink) -> Option<RecvWr> {
-        let Some(h) = self.init.srq else { return self.rq.pop_front() };
+        let srq =
+            self.init.srq.filter(|_| !crate::mutant::is(self.mutant, crate::Mutant::SrqIgnored));
+        let Some(h) = srq else { return self.rq.pop_front() };
         let s = srqs.get_mut(&h)?;
         let r = s.wrs.pop_front()?;
         if s.attr.srq_limit != 0 && (s.wrs.len() as u32) < s.attr.srq_limit {

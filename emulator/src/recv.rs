@@ -129,9 +129,13 @@ impl Hca {
         }
         let payload = pkt.payload();
         if info.is_request() {
-            let err_executes = qp.state == crate::qp_attr::QpState::Err
-                && mutant::is(self.mutant, Mutant::ErrStateExecutes);
-            if !qp.state.allows().requests && !err_executes {
+            use crate::qp_attr::QpState as S;
+            let err_executes =
+                qp.state == S::Err && mutant::is(self.mutant, Mutant::ErrStateExecutes);
+            let broken_drop = (qp.state == S::Rtr
+                && mutant::is(self.mutant, Mutant::RtrDropsRequests))
+                || (qp.state == S::Sqd && mutant::is(self.mutant, Mutant::SqdStopsResponder));
+            if (!qp.state.allows().requests && !err_executes) || broken_drop {
                 return Err(DropReason::BadState);
             }
             self.dev.counters.rcvd_pkts += 1;

@@ -68,7 +68,7 @@ impl Qp {
 
     /// The next request packet, if the QP may send one now.
     pub(crate) fn next_packet(&mut self, cx: &mut ReqCtx<'_>, now: Instant) -> Option<Datagram> {
-        let sqd = self.state == QpState::Sqd;
+        let sqd = self.state == QpState::Sqd && !mutant::is(self.mutant, Mutant::SqdStartsNew);
         if !self.state.allows().send_queue || self.comp.rnr_deadline.is_some() {
             return None;
         }

@@ -660,6 +660,9 @@ impl Qp {
             _ => false,
         };
         if needs_recv && !self.recv_available(cx.srqs) {
+            if self.init.srq.is_some() && mutant::is(self.mutant, Mutant::SrqEmptyDrops) {
+                return Err(Outcome::Drop);
+            }
             if self.resp_is_uc() {
                 tracing::debug!(qpn = %self.qpn, %psn, reason = "UC: no receive WQE", "drop");
                 return Err(Outcome::UcDropMessage("no receive WQE"));
@@ -946,7 +949,9 @@ impl Qp {
         self.resp
             .save_resource(self.p.max_dest_rd_atomic, RdResource::Read { first: psn, npkts: 1 });
         self.resp.msn = self.resp.msn.next();
-        self.resp.send_read_responses(psn, reth.va, reth.rkey, 0);
+        if !mutant::is(self.mutant, Mutant::FlushNotAnswered) {
+            self.resp.send_read_responses(psn, reth.va, reth.rkey, 0);
+        }
         self.resp.epsn = psn.next();
         Ok(Executed::Answered)
     }
@@ -961,7 +966,8 @@ impl Qp {
     ) -> Result<Executed, Outcome> {
         let psn = r.bth.psn;
         let Some(reth) = r.reth else { return Err(Outcome::Drop) };
-        if payload.len() != 8 || reth.dma_len != 8 || reth.va % 8 != 0 {
+        let misaligned = reth.va % 8 != 0 && !mutant::is(self.mutant, Mutant::NoAtomicAlignment);
+        if payload.len() != 8 || reth.dma_len != 8 || misaligned {
             tracing::debug!(qpn = %self.qpn, %psn, len = payload.len(), va = reth.va,
                 "ATOMIC_WRITE: not 8 aligned bytes");
             return Err(Outcome::Error(NakCode::InvalidRequest, None));
@@ -970,7 +976,10 @@ impl Qp {
         let mut word = [0u8; 8];
         word.copy_from_slice(payload);
         // one 8-byte store
-        let done = loc.ok().and_then(|(h, off)| cx.mem.region(h)?.atomic_write(off, word));
+        let done = match mutant::is(self.mutant, Mutant::AtomicWriteNotStored) {
+            true => loc.ok().map(|_| ()),
+            false => loc.ok().and_then(|(h, off)| cx.mem.region(h)?.atomic_write(off, word)),
+        };
         if done.is_none() {
             tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, "remote access error (ATOMIC_WRITE)");
             return Err(Outcome::Error(NakCode::RemoteAccessError, None));

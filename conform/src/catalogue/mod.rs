@@ -4,17 +4,20 @@
 //! compliance statement (`C9-40`).
 
 mod access;
+mod ext;
 mod headers;
 mod opcode;
 mod psn;
 mod requester;
 mod rnr;
+mod srq;
+mod state;
 mod uc;
 mod ud;
 
 use crate::case::Case;
 
-/// Every case, responder cases first.
+/// Every case, area by area (responder areas first; the QP-state area has both).
 pub fn all() -> Vec<&'static Case> {
     [
         psn::CASES,
@@ -24,6 +27,9 @@ pub fn all() -> Vec<&'static Case> {
         uc::CASES,
         ud::CASES,
         headers::CASES,
+        state::CASES,
+        srq::CASES,
+        ext::CASES,
         requester::CASES,
     ]
     .into_iter()
