@@ -26,7 +26,7 @@ import pyverbs.enums as e
 from pyverbs.addr import AHAttr, GID, GlobalRoute
 from pyverbs.cq import CQ
 from pyverbs.device import Context
-from pyverbs.mr import MR
+from pyverbs.mr import MR, MW, MWBindInfo
 from pyverbs.pd import PD
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
@@ -74,7 +74,7 @@ class Agent:
 
     def teardown(self, r=None):
         if self.objs:
-            for o in ('qp', 'srq', 'mr', 'cq', 'pd'):
+            for o in ('qp', 'mw', 'srq', 'mr', 'cq', 'pd'):
                 try:
                     if self.objs.get(o) is not None:
                         self.objs[o].close()
@@ -90,6 +90,13 @@ class Agent:
         qpt = {'rc': e.IBV_QPT_RC, 'uc': e.IBV_QPT_UC, 'ud': e.IBV_QPT_UD}.get(r['service'])
         if qpt is None:
             raise Unsupported('service %s' % r['service'])
+        need = r.get('ops', 0)
+        if need:
+            # IB_UVERBS_DEVICE_FLUSH_GLOBAL (bit 38) and _ATOMIC_WRITE (bit 40)
+            flags = self.ctx.query_device_ex().device_cap_flags_ex
+            for bit, name, cap in ((1, 'FLUSH', 1 << 38), (2, 'ATOMIC WRITE', 1 << 40)):
+                if need & bit and not flags & cap:
+                    raise Unsupported('%s (the device does not report it)' % name)
         stop_at = r.get('stop_at', 'RTS')
         if stop_at not in ('RTS', 'RTR') or (stop_at == 'RTR' and qpt != e.IBV_QPT_RC):
             raise Unsupported('set-up stopping at %s' % stop_at)
@@ -149,7 +156,31 @@ class Agent:
                 raise Unsupported('QP access %#x: %s' % (r['qp_access'], x))
             raise
         self.objs = {'pd': pd, 'cq': cq, 'mr': mr, 'qp': qp, 'srq': srq}
-        return {'qpn': qp.qp_num, 'mr_addr': mr.buf, 'rkey': mr.rkey}
+        mw_rkey = self.bind_window(pd, qp, cq, mr, r['window']) if r.get('window') else 0
+        return {'qpn': qp.qp_num, 'mr_addr': mr.buf, 'rkey': mr.rkey, 'mw_rkey': mw_rkey}
+
+    def bind_window(self, pd, qp, cq, mr, length):
+        # a type 2 window over the region's first `length` bytes, remote
+        # read and write, bound by a BIND_MW work request on the QP
+        try:
+            mw = MW(pd, e.IBV_MW_TYPE_2)
+        except Exception as x:
+            raise Unsupported('type 2 memory window: %s' % x)
+        self.objs['mw'] = mw
+        info = MWBindInfo(mr, mr.buf, length, e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_REMOTE_WRITE)
+        wr = SendWR(wr_id=2**64 - 1, opcode=e.IBV_WR_BIND_MW, num_sge=0, send_flags=e.IBV_SEND_SIGNALED)
+        wr.set_bind_wr(mw, info)
+        rkey = (mw.rkey & ~0xFF) | ((mw.rkey + 1) & 0xFF)  # ibv_inc_rkey, as set_bind_wr does
+        qp.post_send(wr, None)
+        end = time.time() + 2
+        while time.time() < end:
+            n, wcs = cq.poll(1)
+            if n:
+                if wcs[0].status != e.IBV_WC_SUCCESS:
+                    raise RuntimeError('BIND_MW completed with status %d' % wcs[0].status)
+                return rkey
+            time.sleep(0.0005)
+        raise RuntimeError('BIND_MW: no completion within 2 s')
 
     def o(self, k):
         if not self.objs:

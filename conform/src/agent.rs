@@ -32,6 +32,8 @@ pub mod access {
     pub const REMOTE_READ: u32 = 4;
     /// IBV_ACCESS_REMOTE_ATOMIC.
     pub const REMOTE_ATOMIC: u32 = 8;
+    /// IBV_ACCESS_MW_BIND (memory windows may be bound in the region).
+    pub const MW_BIND: u32 = 1 << 4;
     /// IBV_ACCESS_FLUSH_GLOBAL (IBA 1.5 FLUSH to global visibility).
     pub const FLUSH_GLOBAL: u32 = 1 << 8;
     /// Every remote right and local write.
@@ -77,6 +79,21 @@ pub struct QpParams {
     /// The state the set-up leaves an RC QP in: RTS, or RTR (it may
     /// receive but not send).
     pub stop_at: QpStateName,
+    /// Bytes of a type 2 memory window the agent binds on the QP at the
+    /// region's start, with remote read and write (0: none; the region
+    /// then needs `MW_BIND`).
+    pub window: u32,
+    /// Optional operations the case needs the device to execute
+    /// ([`ops`] bits); a device without one makes the case n/a.
+    pub ops: u32,
+}
+
+/// Optional operations a device may lack ([`QpParams::ops`]).
+pub mod ops {
+    /// IBA 1.5 FLUSH (the device reports `IB_UVERBS_DEVICE_FLUSH_GLOBAL`).
+    pub const FLUSH: u32 = 1;
+    /// IBA 1.5 ATOMIC WRITE (`IB_UVERBS_DEVICE_ATOMIC_WRITE`).
+    pub const ATOMIC_WRITE: u32 = 2;
 }
 
 impl QpParams {
@@ -98,6 +115,8 @@ impl QpParams {
         qkey: 0x1111_1111,
         srq: false,
         stop_at: QpStateName::Rts,
+        window: 0,
+        ops: 0,
     };
 }
 
@@ -122,6 +141,8 @@ pub struct QpInfo {
     pub mr_addr: u64,
     /// The region's remote key.
     pub rkey: u32,
+    /// The bound memory window's remote key (0 without one).
+    pub mw_rkey: u32,
 }
 
 /// A work request the agent posts to its QP's send queue.

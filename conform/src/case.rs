@@ -40,6 +40,8 @@ pub enum Key {
     WrongKey,
     /// The region's rkey with its index bits changed (no such region).
     WrongIndex,
+    /// The rkey of the memory window the set-up bound.
+    Window,
 }
 
 /// Where a crafted request points.
@@ -117,6 +119,8 @@ pub struct Req {
     /// A FETH (IBA 1.5 FLUSH): placement type in bits 0..4, selectivity
     /// level in bits 4..6.
     pub feth: Option<u32>,
+    /// An IETH naming this key (SEND with invalidate).
+    pub ieth: Option<Key>,
 }
 
 impl Req {
@@ -140,7 +144,13 @@ impl Req {
             qkey: None,
             bad_icrc: false,
             feth: None,
+            ieth: None,
         }
+    }
+    /// With an IETH naming `key`.
+    pub const fn ieth(mut self, key: Key) -> Req {
+        self.ieth = Some(key);
+        self
     }
     /// With a FETH.
     pub const fn feth(mut self, feth: u32) -> Req {

@@ -6,16 +6,18 @@ use crate::agent::{Agent, AgentError, Completion, QpInfo, QpSetup, QpStateName, 
 use roce_emulator::Mutant;
 use roce_host::{DeviceConfig, GroupOptions};
 use roce_verbs_api::{
-    AccessFlags, ConnectOptions, Context, Cq, Mr, PathMtu, Qp, QpAttr, QpEndpoint, QpState, QpType,
-    RKey, RecvWr, SendFlags, SendWr, Srq, WrOpcode,
+    AccessFlags, ConnectOptions, Context, Cq, Mr, Mw, MwType, PathMtu, Pd, Qp, QpAttr, QpEndpoint,
+    QpState, QpType, RKey, RecvWr, SendFlags, SendWr, Srq, WrOpcode,
 };
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 /// What one case's set-up created.
 struct Objects {
-    // dropped in this order: the QP before its SRQ, CQ and region
+    // dropped in this order: the QP before its window, SRQ, CQ and region
     qp: Qp,
+    // (held until the next set-up: its rkey is the case's Key::Window)
+    _mw: Option<Mw>,
     srq: Option<Srq>,
     cq: Cq,
     mr: Mr,
@@ -70,6 +72,30 @@ impl LocalAgent {
 
 fn verb<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> AgentError {
     move |e| AgentError::Verb(format!("{what}: {e}"))
+}
+
+/// A type 2 window over the region's first `len` bytes with remote read
+/// and write, bound by a BIND_MW work request on `qp` (its completion
+/// taken from `cq`).
+fn bind_window(pd: &Pd, qp: &Qp, cq: &Cq, mr: &Mr, len: u32) -> Result<Mw, AgentError> {
+    let mw = pd.alloc_mw(MwType::Type2).map_err(verb("ibv_alloc_mw"))?;
+    let bind = mr.mw_bind(0, u64::from(len), AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE);
+    let op = WrOpcode::BindMw { mw: mw.handle(), rkey: mw.inc_rkey(), bind };
+    qp.post_send(SendWr::new(u64::MAX, op)).map_err(verb("ibv_post_send(BIND_MW)"))?;
+    let end = Instant::now() + Duration::from_secs(2);
+    loop {
+        let got = cq.poll(1).map_err(verb("ibv_poll_cq"))?;
+        if let Some(w) = got.first() {
+            if w.status as u32 != 0 {
+                return Err(AgentError::Verb(format!("BIND_MW completed with {:?}", w.status)));
+            }
+            return Ok(mw);
+        }
+        if Instant::now() >= end {
+            return Err(AgentError::Verb("BIND_MW: no completion within 2 s".into()));
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
 }
 
 fn wr_opcode(op: u32) -> Result<WrOpcode, AgentError> {
@@ -142,8 +168,17 @@ impl Agent for LocalAgent {
             (_, st) => return Err(AgentError::Unsupported(format!("set-up stopping at {st:?}"))),
         }
         .map_err(verb("ibv_modify_qp"))?;
-        let info = QpInfo { qpn: qp.qpn().value(), mr_addr: mr.addr(), rkey: mr.rkey().value() };
-        self.objs = Some(Objects { qp, srq, cq, mr });
+        let mw = match s.window {
+            0 => None,
+            n => Some(bind_window(&pd, &qp, &cq, &mr, n)?),
+        };
+        let info = QpInfo {
+            qpn: qp.qpn().value(),
+            mr_addr: mr.addr(),
+            rkey: mr.rkey().value(),
+            mw_rkey: mw.as_ref().map_or(0, |w| w.rkey().value()),
+        };
+        self.objs = Some(Objects { qp, _mw: mw, srq, cq, mr });
         Ok(info)
     }
 

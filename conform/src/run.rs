@@ -82,7 +82,7 @@ impl<'a> Runner<'a> {
             agent: &mut *self.agent,
             wire: &mut self.wire,
             setup: None,
-            qp: QpInfo { qpn: 0, mr_addr: 0, rkey: 0 },
+            qp: QpInfo { qpn: 0, mr_addr: 0, rkey: 0, mw_rkey: 0 },
             tqpn: self.next_qpn,
             packets: Vec::new(),
             last_at: None,
@@ -516,6 +516,7 @@ impl Exec<'_> {
             Key::Good => self.qp.rkey,
             Key::WrongKey => self.qp.rkey ^ 0x5A,
             Key::WrongIndex => self.qp.rkey ^ 0x003F_0000,
+            Key::Window => self.qp.mw_rkey,
         })
     }
 
@@ -546,6 +547,7 @@ impl Exec<'_> {
         });
         h.immdt = r.imm;
         h.feth = r.feth;
+        h.ieth = r.ieth.map(|k| self.key(k));
         if matches!(r.op, Opcode::UD_SEND_ONLY | Opcode::UD_SEND_ONLY_WITH_IMMEDIATE) {
             h.deth = Some(roce_packet::DethRepr {
                 qkey: roce_packet::QKey::new(r.qkey.unwrap_or(self.s().qkey)),

@@ -167,6 +167,15 @@ mutants! {
     /// Responder: an ATOMIC WRITE is acknowledged but not stored (breaks
     /// IBA 1.5 §9.4).
     AtomicWriteNotStored => "atomic-write-not-stored",
+    /// A BIND_MW work request completes without binding the window (breaks
+    /// §10.6.7).
+    BindNoOp => "bind-no-op",
+    /// Responder: an rkey's range is checked at its first byte only (breaks
+    /// §10.6.6 for windows narrower than their region).
+    KeyChecksStartOnly => "key-checks-start-only",
+    /// Responder: a SEND with invalidate completes without invalidating
+    /// (breaks §10.6.7.2).
+    IgnoreInvalidate => "ignore-invalidate",
     /// A QP in ERR still executes requests (breaks §10.3.1).
     ErrStateExecutes => "err-state-executes",
     /// A QP entering ERR keeps its posted receives (breaks C10-31).

@@ -152,7 +152,10 @@ impl Qp {
             }
             WrOpcode::BindMw { mw, rkey, bind } => {
                 let on = BindOn { qpn: self.qpn, pd, wr_id: w.wr.wr_id };
-                let r = cx.mem.bind_wr(on, mw, rkey, bind);
+                let r = match mutant::is(self.mutant, Mutant::BindNoOp) {
+                    true => Ok(rkey),
+                    false => cx.mem.bind_wr(on, mw, rkey, bind),
+                };
                 cx.ctrs.count_bind(r.is_ok());
                 r.map(|_| ()).map_err(|e| (e, WcStatus::MwBindErr))
             }

@@ -198,6 +198,10 @@ impl Qp {
             true => AccessFlags::EMPTY,
             false => need,
         };
+        let len = match mutant::is(self.mutant, Mutant::KeyChecksStartOnly) {
+            true => len.min(1),
+            false => len,
+        };
         if len > 0 && mutant::is(self.mutant, Mutant::BoundsEndExclusive) {
             cx.mem.check_remote(self.init.pd, Some(self.qpn), rkey, va, len + 1, need)?;
         }
@@ -736,7 +740,10 @@ impl Qp {
                 let mut wc = self.recv_wc(&recv, WcStatus::Success, counted, r.immdt, false);
                 // SEND_WITH_INVALIDATE: invalidate the IETH rkey (crate::mw)
                 if let Some(rkey) = r.ieth {
-                    let inv = cx.mem.invalidate(self.init.pd, rkey);
+                    let inv = match mutant::is(self.mutant, Mutant::IgnoreInvalidate) {
+                        true => Ok(()),
+                        false => cx.mem.invalidate(self.init.pd, rkey),
+                    };
                     cx.ctrs.count_invalidate(inv.is_ok());
                     if let Err(e) = inv {
                         tracing::debug!(qpn = %self.qpn, %psn, %rkey, %e, "IETH invalidate failed");

@@ -422,7 +422,14 @@ pub(crate) unsafe extern "C" fn query_device_ex(
         x.orig_attr = device_attr(cx);
         x.max_dm_size = 0;
         x.phys_port_cnt_ex = 1;
-        x.device_cap_flags_ex = u64::from(x.orig_attr.device_cap_flags);
+        // the 64-bit flags add what needs more than 32 bits: IBA 1.5's
+        // FLUSH (global, persistent) and ATOMIC WRITE, which this device
+        // executes (the kernel's IB_UVERBS_DEVICE_* bits 38..=40, as rxe
+        // reports them from 6.2 on)
+        x.device_cap_flags_ex = u64::from(x.orig_attr.device_cap_flags)
+            | DEVICE_FLUSH_GLOBAL
+            | DEVICE_FLUSH_PERSISTENT
+            | DEVICE_ATOMIC_WRITE;
         x.raw_packet_caps = 0;
         let n = attr_size.min(size_of::<abi::ibv_device_attr_ex>());
         // SAFETY: the caller's struct has attr_size bytes; we copy at most
@@ -570,3 +577,10 @@ pub(crate) fn fd_nonblocking(fd: libc::c_int) -> bool {
     let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
     fl >= 0 && fl & libc::O_NONBLOCK != 0
 }
+
+/// `IB_UVERBS_DEVICE_FLUSH_GLOBAL` in `device_cap_flags_ex`.
+const DEVICE_FLUSH_GLOBAL: u64 = 1 << 38;
+/// `IB_UVERBS_DEVICE_FLUSH_PERSISTENT`.
+const DEVICE_FLUSH_PERSISTENT: u64 = 1 << 39;
+/// `IB_UVERBS_DEVICE_ATOMIC_WRITE`.
+const DEVICE_ATOMIC_WRITE: u64 = 1 << 40;

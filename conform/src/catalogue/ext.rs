@@ -4,10 +4,10 @@
 //! WRITE (8 aligned bytes stored as one unit, acknowledged like a WRITE).
 //! Both need rights of their own: FLUSH the region's and QP's
 //! `IBV_ACCESS_FLUSH_GLOBAL`, ATOMIC WRITE remote write. Kernels before
-//! 6.2 have neither; their agent reports the FLUSH right as unsupported
-//! (n/a).
+//! 6.2 have neither: the cases ask for the operation (`QpParams::ops`),
+//! and an agent whose device does not report it makes them n/a.
 
-use crate::agent::access;
+use crate::agent::{access, ops};
 use crate::case::{Bytes, Case, Direction::Responder, Key, Req, Setup, Step::*, Va};
 use roce_packet::{
     NakCode::{InvalidRequest, RemoteAccessError},
@@ -20,8 +20,10 @@ const GLOBAL_RANGE: u32 = 1;
 const FLUSH_RIGHTS: Setup = Setup {
     mr_access: access::ALL | access::FLUSH_GLOBAL,
     qp_access: access::ALL | access::FLUSH_GLOBAL,
+    ops: ops::FLUSH,
     ..Setup::DEFAULT
 };
+const ATOMIC_WRITE: Setup = Setup { ops: ops::ATOMIC_WRITE, ..Setup::DEFAULT };
 
 pub const CASES: &[Case] = &[
     Case {
@@ -51,7 +53,7 @@ pub const CASES: &[Case] = &[
         iba: "§9.4 (IBA 1.5 ATOMIC WRITE)",
         rule: "an ATOMIC WRITE of 8 aligned bytes stores them and is acknowledged",
         direction: Responder,
-        setup: Setup::DEFAULT,
+        setup: ATOMIC_WRITE,
         steps: &[
             Send(Req::new(O::RC_ATOMIC_WRITE, 0).len(8).reth(Va::Off(64), Key::Good, 8)),
             Ack(0),
@@ -64,7 +66,7 @@ pub const CASES: &[Case] = &[
         iba: "§9.4 (IBA 1.5 ATOMIC WRITE)",
         rule: "an ATOMIC WRITE at an address that is not 8-byte aligned is an invalid request",
         direction: Responder,
-        setup: Setup::DEFAULT,
+        setup: ATOMIC_WRITE,
         steps: &[
             Send(Req::new(O::RC_ATOMIC_WRITE, 0).len(8).reth(Va::Off(68), Key::Good, 8)),
             Nak(0, InvalidRequest),

@@ -6,6 +6,7 @@
 mod access;
 mod ext;
 mod headers;
+mod mw;
 mod opcode;
 mod psn;
 mod requester;
@@ -29,6 +30,7 @@ pub fn all() -> Vec<&'static Case> {
         headers::CASES,
         state::CASES,
         srq::CASES,
+        mw::CASES,
         ext::CASES,
         requester::CASES,
     ]
