@@ -2,8 +2,8 @@
 //! (`roce_emulator::mutant`), a device with that one rule broken fails
 //! every case listed for it here, while `emu.rs` shows an unbroken device
 //! passes them all; and every case of the catalogue is listed under at
-//! least one switch. Devices on 127.0.109.10 + lane, the tester on
-//! 127.0.109.40 + lane, one lane per thread (`LANES`).
+//! least one switch. Devices on 127.0.110.10 + lane, the tester on
+//! 127.0.110.60 + lane, one lane per thread (`LANES`).
 
 use roce_conform::catalogue;
 use roce_conform::local::LocalAgent;
@@ -227,7 +227,8 @@ const CAUGHT: &[(Mutant, &[&str])] = &[
     (SegmentShort, &["req.send.segmented", "req.write.segmented"]),
     (AckCompletesOne, &["req.ack.coalesced"]),
     (StaleAckCompletes, &["req.ack.stale-ignored"]),
-    (RnrRetryAtOnce, &["req.rnr.timer-respected", "req.rnr.retried"]),
+    (RnrRetryAtOnce, &["req.rnr.timer-respected"]),
+    (RnrSkipsRequest, &["req.rnr.retried"]),
     (IgnoreSequenceNak, &["req.nak.sequence-go-back", "req.nak.sequence-at-first"]),
     (ReadResponseOffsetStuck, &["req.read.completes"]),
     (IgnoreReadGap, &["req.read.first-response-lost"]),
@@ -243,8 +244,8 @@ const CAUGHT: &[(Mutant, &[&str])] = &[
 ];
 
 /// Switches run on this many threads, each with its own device and
-/// tester addresses (lane i: device 127.0.109.10+i, tester .40+i).
-const LANES: usize = 8;
+/// tester addresses (lane i: device 127.0.110.10+i, tester .60+i).
+const LANES: usize = 16;
 
 #[test]
 fn every_case_is_caught_by_a_switch() {
@@ -265,26 +266,27 @@ fn every_switch_is_caught_by_its_cases() {
             .map(|lane| {
                 s.spawn(move || {
                     let all = catalogue::all();
+                    let dev = format!("127.0.110.{}", 10 + lane).parse().unwrap();
+                    let me = format!("127.0.110.{}", 60 + lane).parse().unwrap();
                     let mut out = Vec::new();
-                    for (i, (m, ids)) in
-                        CAUGHT.iter().enumerate().filter(|(i, _)| i % LANES == lane)
-                    {
-                        let dev = format!("127.0.109.{}", 10 + lane).parse().unwrap();
-                        let me = format!("127.0.109.{}", 40 + lane).parse().unwrap();
-                        let mut agent = LocalAgent::open_mutant(&format!("mut{i}"), dev, Some(*m))
+                    // (switch, case) pairs dealt out one by one: a switch with
+                    // many slow cases (each waiting out an answer that does not
+                    // come) is spread over the lanes; each pair gets a device
+                    // of its own
+                    let pairs =
+                        CAUGHT.iter().flat_map(|(m, ids)| ids.iter().map(move |id| (*m, *id)));
+                    for (i, (m, id)) in pairs.enumerate().filter(|(i, _)| i % LANES == lane) {
+                        let Some(case) = all.iter().find(|c| c.id == id) else {
+                            out.push(format!("MISSED {m}: no case {id}"));
+                            continue;
+                        };
+                        let mut agent = LocalAgent::open_mutant(&format!("mut{i}"), dev, Some(m))
                             .expect("device");
                         let wire = Wire::bind(me, dev).expect("tester socket");
-                        let mut r = Runner::new(&mut agent, wire);
-                        for id in *ids {
-                            let Some(case) = all.iter().find(|c| c.id == *id) else {
-                                out.push(format!("MISSED {m}: no case {id}"));
-                                continue;
-                            };
-                            let o = r.run(case);
-                            let word = o.verdict.word();
-                            let tag = if word == "fail" { "caught" } else { "MISSED" };
-                            out.push(format!("{tag} {m}: {id}: {word} {}", o.verdict.why()));
-                        }
+                        let o = Runner::new(&mut agent, wire).run(case);
+                        let word = o.verdict.word();
+                        let tag = if word == "fail" { "caught" } else { "MISSED" };
+                        out.push(format!("{tag} {m}: {id}: {word} {}", o.verdict.why()));
                     }
                     out
                 })

@@ -229,14 +229,17 @@ impl Qp {
                     return;
                 }
                 if self.p.rnr_retry != 7 {
-                    self.comp.rnr_left -= 1;
+                    self.comp.rnr_left = self.comp.rnr_left.saturating_sub(1);
                 }
                 let wait = match mutant::is(self.mutant, Mutant::RnrRetryAtOnce) {
                     true => core::time::Duration::ZERO,
                     false => core::time::Duration::from_micros(u64::from(t.micros())),
                 };
                 tracing::debug!(qpn = %self.qpn, %psn, wait_us = t.micros(), "RNR NAK: waiting");
-                self.rewind_to(psn);
+                match mutant::is(self.mutant, Mutant::RnrSkipsRequest) {
+                    true => self.rewind_to(psn.next()),
+                    false => self.rewind_to(psn),
+                }
                 self.comp.rnr_deadline = Some(now + wait);
                 self.comp.retrans_deadline = None;
             }

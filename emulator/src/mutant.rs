@@ -218,6 +218,9 @@ mutants! {
     /// Requester: an RNR NAK's timer is not waited for (breaks
     /// §9.7.5.2.8).
     RnrRetryAtOnce => "rnr-retry-at-once",
+    /// Requester: after an RNR NAK the requester goes on from the next
+    /// PSN, so the NAKed request is never sent again (breaks §9.7.5.2.8).
+    RnrSkipsRequest => "rnr-skips-request",
     /// Requester: a NAK PSN sequence error is ignored until the timer
     /// fires (breaks §9.7.5.2.2).
     IgnoreSequenceNak => "ignore-sequence-nak",
