@@ -252,7 +252,7 @@ pub const CASES: &[Case] = &[
         iba: "§9.7.5.2.3 C9-127",
         rule: "an ACK past an atomic whose response never came makes the requester send the atomic again",
         direction: Requester,
-        setup: T12,
+        setup: T18,
         steps: &[
             Post(Post::new(wr::ATOMIC_FETCH_AND_ADD, 8, 8).atomic(5, 0)),
             Post(SEND),
