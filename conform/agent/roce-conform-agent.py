@@ -74,7 +74,8 @@ class Agent:
 
     def teardown(self, r=None):
         if self.objs:
-            for o in ('qp', 'mw', 'srq', 'mr', 'cq', 'pd'):
+            # the window first: a bound type 2 window holds its QP and region
+            for o in ('mw', 'qp', 'srq', 'mr', 'cq', 'pd'):
                 try:
                     if self.objs.get(o) is not None:
                         self.objs[o].close()
@@ -249,6 +250,7 @@ class Agent:
 def serve(agent, conn):
     f = conn.makefile('r')
     for line in f:
+        req = None
         try:
             req = json.loads(line)
             op = req.get('op')
@@ -261,6 +263,8 @@ def serve(agent, conn):
             rep = {'ok': False, 'unsupported': True, 'error': str(x)}
         except Exception as x:
             rep = {'ok': False, 'unsupported': False, 'error': '%s: %s' % (type(x).__name__, x)}
+        if isinstance(req, dict) and 'seq' in req:
+            rep['seq'] = req['seq']
         conn.sendall((json.dumps(rep) + '\n').encode())
     agent.teardown()
 

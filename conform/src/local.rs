@@ -14,10 +14,11 @@ use std::time::{Duration, Instant};
 
 /// What one case's set-up created.
 struct Objects {
-    // dropped in this order: the QP before its window, SRQ, CQ and region
-    qp: Qp,
-    // (held until the next set-up: its rkey is the case's Key::Window)
+    // dropped in this order: the window (bound, it holds its QP and
+    // region; its rkey is the case's Key::Window), then the QP before its
+    // SRQ, CQ and region
     _mw: Option<Mw>,
+    qp: Qp,
     srq: Option<Srq>,
     cq: Cq,
     mr: Mr,
@@ -178,7 +179,7 @@ impl Agent for LocalAgent {
             rkey: mr.rkey().value(),
             mw_rkey: mw.as_ref().map_or(0, |w| w.rkey().value()),
         };
-        self.objs = Some(Objects { qp, _mw: mw, srq, cq, mr });
+        self.objs = Some(Objects { _mw: mw, qp, srq, cq, mr });
         Ok(info)
     }
 

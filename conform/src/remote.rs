@@ -1,8 +1,8 @@
 //! An agent in another process or on another host, reached over TCP: one
 //! JSON object per line each way. `conform/agent/roce-conform-agent.py`
 //! is such an agent (pyverbs: kernel rxe, a NIC, or roce-emu under
-//! `roce run`). Requests are `{"op": NAME, ...}`; every reply has `"ok"`,
-//! and on failure `"error"` and `"unsupported"`.
+//! `roce run`). Requests are `{"op": NAME, "seq": N, ...}`; every reply has
+//! `"ok"`, echoes `"seq"`, and on failure has `"error"` and `"unsupported"`.
 //!
 //! | op | fields | reply |
 //! |---|---|---|
@@ -29,6 +29,8 @@ pub struct RemoteAgent {
     inp: BufReader<TcpStream>,
     describe: String,
     addr: IpAddr,
+    /// The last request's sequence number.
+    seq: u64,
 }
 
 fn link(e: impl std::fmt::Display) -> AgentError {
@@ -42,7 +44,7 @@ impl RemoteAgent {
             .map_err(|e| AgentError::Link(format!("connect to the agent at {at}: {e}")))?;
         out.set_read_timeout(Some(Duration::from_secs(30))).map_err(link)?;
         let inp = BufReader::new(out.try_clone().map_err(link)?);
-        let mut a = RemoteAgent { out, inp, describe: String::new(), addr: at.ip() };
+        let mut a = RemoteAgent { out, inp, describe: String::new(), addr: at.ip(), seq: 0 };
         let r = a.call(json!({"op": "hello"}))?;
         a.describe = r["describe"].as_str().unwrap_or("remote agent").to_string();
         a.addr = r["addr"]
@@ -52,16 +54,29 @@ impl RemoteAgent {
         Ok(a)
     }
 
-    fn call(&mut self, req: Value) -> Result<Value, AgentError> {
+    /// One request and its reply. Each request carries a sequence number
+    /// the agent echoes: a reply that comes after its request timed out
+    /// (a verb that hung in the device) is skipped, not taken for the
+    /// next request's.
+    fn call(&mut self, mut req: Value) -> Result<Value, AgentError> {
+        self.seq += 1;
+        req["seq"] = json!(self.seq);
         let mut line = req.to_string();
         line.push('\n');
         self.out.write_all(line.as_bytes()).map_err(link)?;
-        let mut got = String::new();
-        if self.inp.read_line(&mut got).map_err(link)? == 0 {
-            return Err(AgentError::Link("the agent closed the connection".into()));
-        }
-        let v: Value = serde_json::from_str(&got)
-            .map_err(|e| AgentError::Link(format!("bad reply {got:?}: {e}")))?;
+        let v = loop {
+            let mut got = String::new();
+            if self.inp.read_line(&mut got).map_err(link)? == 0 {
+                return Err(AgentError::Link("the agent closed the connection".into()));
+            }
+            let v: Value = serde_json::from_str(&got)
+                .map_err(|e| AgentError::Link(format!("bad reply {got:?}: {e}")))?;
+            // (an agent that does not echo it is taken at its word)
+            match v["seq"].as_u64() {
+                Some(s) if s < self.seq => continue,
+                _ => break v,
+            }
+        };
         if v["ok"].as_bool() == Some(true) {
             return Ok(v);
         }

@@ -1,7 +1,8 @@
 //! The remote agent's protocol against a scripted agent on 127.0.0.1: its
 //! hello names the device, a setup it cannot do makes the case n/a with
 //! its reason, a verb that fails makes it fail, and a reply that is not
-//! JSON is a link error. Device address 127.0.109.20, tester 127.0.109.21.
+//! JSON is a link error, and a late reply is skipped by its sequence
+//! number. Device address 127.0.109.20, tester 127.0.109.21.
 
 use roce_conform::catalogue;
 use roce_conform::remote::RemoteAgent;
@@ -79,4 +80,20 @@ fn a_reply_that_is_not_json_is_a_link_error() {
     assert!(e.to_string().starts_with("agent: bad reply"), "{e}");
     drop(a);
     h.join().unwrap();
+}
+
+#[test]
+fn a_late_reply_is_skipped_by_its_sequence_number() {
+    // the agent answers qp_state (seq 2) first with a reply for seq 1 that
+    // came late, then with its own: the stale one must not be taken
+    let (at, h) = scripted(&[concat!(
+        r#"{"ok":true,"seq":1}"#,
+        "\n",
+        r#"{"ok":true,"seq":2,"state":"SQD"}"#
+    )]);
+    let mut a = RemoteAgent::connect(at).expect("hello");
+    let s = roce_conform::agent::Agent::qp_state(&mut a).expect("qp_state");
+    assert_eq!(s, roce_conform::agent::QpStateName::Sqd);
+    drop(a);
+    assert_eq!(h.join().unwrap(), ["hello", "qp_state"]);
 }
