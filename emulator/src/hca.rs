@@ -893,7 +893,7 @@ impl Hca {
         }
         let inline = wr.flags.contains(SendFlags::INLINE);
         if inline {
-            if wr.opcode.is_read_or_atomic() {
+            if wr.opcode.lands_locally() {
                 return Err(PostSendError::InlineNotAllowed);
             }
             // ATOMIC_WRITE's 8 bytes are its operand (`ibv_wr_atomic_write`

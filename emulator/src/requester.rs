@@ -108,7 +108,7 @@ impl Qp {
                 return None;
             }
             // local keys are checked when the WQE starts (C10-... LOC_PROT)
-            let write = w.wr.opcode.is_read_or_atomic();
+            let write = w.wr.opcode.lands_locally();
             let inline = w.wr.flags.contains(SendFlags::INLINE);
             if !inline {
                 if let Err(e) = cx.mem.check_sges(self.init.pd, &w.wr.sg_list, write) {

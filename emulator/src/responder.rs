@@ -629,8 +629,11 @@ impl Qp {
         let acc = self.p.access;
         let valid = match info.kind {
             OpKind::Send => !info.has_inv() || !self.resp_is_uc(),
-            // IBA 1.5 ATOMIC_WRITE: a write right, as rxe checks (crate::mw)
-            OpKind::AtomicWrite => acc.contains(AccessFlags::REMOTE_WRITE),
+            // IBA 1.5 ATOMIC_WRITE: a write right, as rxe checks, and a
+            // responder resource (crate::mw)
+            OpKind::AtomicWrite => {
+                acc.contains(AccessFlags::REMOTE_WRITE) && self.p.max_dest_rd_atomic > 0
+            }
             OpKind::Flush => {
                 let need = flush_access(r.feth.unwrap_or(0));
                 acc.contains(need) && self.p.max_dest_rd_atomic > 0
@@ -964,7 +967,8 @@ impl Qp {
     }
 
     /// IBA 1.5 ATOMIC_WRITE (crate::mw): 8 aligned bytes, R_Key with a
-    /// write right, one 8-byte store; acknowledged like a WRITE.
+    /// write right, one 8-byte store; answered by a zero-length READ
+    /// RESPONSE ONLY, as a FLUSH is.
     fn execute_atomic_write(
         &mut self,
         cx: &mut RespCtx<'_>,
@@ -991,8 +995,14 @@ impl Qp {
             tracing::debug!(qpn = %self.qpn, %psn, rkey = %reth.rkey, "remote access error (ATOMIC_WRITE)");
             return Err(Outcome::Error(NakCode::RemoteAccessError, None));
         }
+        // answered like a FLUSH: a zero-length READ RESPONSE ONLY, from a
+        // responder resource (a duplicate is answered again from it)
+        self.resp
+            .save_resource(self.p.max_dest_rd_atomic, RdResource::Read { first: psn, npkts: 1 });
         self.resp.msn = self.resp.msn.next();
-        Ok(Executed::Acknowledge)
+        self.resp.send_read_responses(psn, reth.va, reth.rkey, 0);
+        self.resp.epsn = psn.next();
+        Ok(Executed::Answered)
     }
 
     fn send_atomic_ack(&mut self, cx: &mut RespCtx<'_>, psn: Psn, orig: u64) {
@@ -1065,9 +1075,8 @@ impl Qp {
                         reason = "duplicate atomic without resource", "drop"),
                 }
             }
-            // ---- IBA 1.5 (crate::mw): re-ACK an ATOMIC_WRITE, re-answer a FLUSH ----
-            OpKind::AtomicWrite => self.send_ack(cx, psn),
-            OpKind::Flush => {
+            // ---- IBA 1.5 (crate::mw): re-answer an ATOMIC_WRITE or a FLUSH ----
+            OpKind::AtomicWrite | OpKind::Flush => {
                 let Some(reth) = r.reth else { return };
                 let known =
                     self.resp.resources.iter().any(

@@ -248,13 +248,16 @@ impl WrOpcode {
                 wc: WcOpcode::Send,
                 completed_by: By::Ack,
             },
+            // IBA 1.5: like FLUSH, an ATOMIC WRITE takes a responder
+            // resource and is answered by a zero-length READ RESPONSE ONLY
+            // (as rxe's acknowledge() sends it)
             WrOpcode::AtomicWrite => WrInfo {
                 qp_types: RC_ONLY,
                 packets: single(O::RC_ATOMIC_WRITE),
-                read_or_atomic: false,
+                read_or_atomic: true,
                 atomic: false,
                 wc: WcOpcode::AtomicWrite,
-                completed_by: By::Ack,
+                completed_by: By::ReadResponse,
             },
             WrOpcode::Flush { .. } => WrInfo {
                 qp_types: RC_ONLY,
@@ -286,6 +289,12 @@ impl WrOpcode {
     /// READ or an atomic: needs a responder resource and an init depth slot.
     pub const fn is_read_or_atomic(self) -> bool {
         self.info().read_or_atomic
+    }
+    /// Its answer writes into the local buffer (READ, the atomics; FLUSH
+    /// has none): the SGEs must be writable and cannot be inline. An
+    /// ATOMIC WRITE takes a responder resource too but sends its bytes.
+    pub const fn lands_locally(self) -> bool {
+        self.info().read_or_atomic && !matches!(self, WrOpcode::AtomicWrite)
     }
     /// A local operation (LOCAL_INV, BIND_MW): no packet (crate::mw).
     pub const fn is_local(self) -> bool {
@@ -651,7 +660,9 @@ mod tests {
             }
             let kind = kinds[3].kind;
             let by = match kind {
-                OpKind::ReadRequest | OpKind::Flush => CompletedBy::ReadResponse,
+                OpKind::ReadRequest | OpKind::Flush | OpKind::AtomicWrite => {
+                    CompletedBy::ReadResponse
+                }
                 OpKind::CompareSwap | OpKind::FetchAdd => CompletedBy::AtomicAck,
                 _ => CompletedBy::Ack,
             };

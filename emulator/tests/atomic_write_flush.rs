@@ -26,13 +26,15 @@ fn atomic_write_lands_8_bytes() {
     want.extend_from_slice(&0x0102_0304_0506_0708u64.to_le_bytes());
     want.extend_from_slice(&[0xEE; 8]);
     assert_eq!(p.b.read_mem(64, 24), want);
-    // on the wire: ATOMIC_WRITE with RETH (len 8) and 8 bytes, acked by an ACK
+    // on the wire: ATOMIC_WRITE with RETH (len 8) and 8 bytes, answered
+    // (IBA 1.5, as rxe does) by a zero-length READ RESPONSE ONLY
     let req = p.trace.iter().find(|s| s.dir == Dir::AtoB).unwrap();
     assert_eq!(req.opcode, Opcode::RC_ATOMIC_WRITE);
     let reth = req.repr.reth.unwrap();
     assert_eq!((reth.va, reth.rkey, reth.dma_len), (p.b.addr(72), p.b.mr.rkey, 8));
     assert!(req.ack_req);
-    assert_eq!(p.count(Dir::BtoA, Opcode::RC_ACKNOWLEDGE), 1);
+    assert_eq!(p.count(Dir::BtoA, Opcode::RC_RDMA_READ_RESPONSE_ONLY), 1);
+    assert_eq!(p.count(Dir::BtoA, Opcode::RC_ACKNOWLEDGE), 0);
     assert_eq!(p.a.counters().icrc_err + p.b.counters().icrc_err, 0);
 }
 

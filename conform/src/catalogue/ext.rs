@@ -1,7 +1,8 @@
 //! IBA 1.5's memory placement operations (§9.4 in the 1.5 numbering): FLUSH
-//! (a FETH naming the placement type and selectivity level, answered with
-//! a zero-length READ RESPONSE ONLY once the range is visible) and ATOMIC
-//! WRITE (8 aligned bytes stored as one unit, acknowledged like a WRITE).
+//! (a FETH naming the placement type and selectivity level) and ATOMIC
+//! WRITE (8 aligned bytes stored as one unit). Both take a responder
+//! resource, as READs do, and are answered with a zero-length READ
+//! RESPONSE ONLY (rxe's `acknowledge()` sends it for both).
 //! Both need rights of their own: FLUSH the region's and QP's
 //! `IBV_ACCESS_FLUSH_GLOBAL`, ATOMIC WRITE remote write. Kernels before
 //! 6.2 have neither: the cases ask for the operation (`QpParams::ops`),
@@ -51,12 +52,12 @@ pub const CASES: &[Case] = &[
     Case {
         id: "resp.atomic-write.stores",
         iba: "§9.4 (IBA 1.5 ATOMIC WRITE)",
-        rule: "an ATOMIC WRITE of 8 aligned bytes stores them and is acknowledged",
+        rule: "an ATOMIC WRITE of 8 aligned bytes stores them and is answered with a zero-length READ RESPONSE ONLY",
         direction: Responder,
         setup: ATOMIC_WRITE,
         steps: &[
             Send(Req::new(O::RC_ATOMIC_WRITE, 0).len(8).reth(Va::Off(64), Key::Good, 8)),
-            Ack(0),
+            ReadResp { psn: 0, off: 0, len: 0 },
             Mem { off: 64, len: 8, want: Bytes::Data { salt: 1, msg_off: 0 } },
             NoCompletion,
         ],
