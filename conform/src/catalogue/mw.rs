@@ -10,53 +10,25 @@ use roce_packet::{NakCode::RemoteAccessError, Opcode as O};
 const WINDOW: Setup =
     Setup { window: 4096, mr_access: access::ALL | access::MW_BIND, ..Setup::DEFAULT };
 
+#[rustfmt::skip]
 pub const CASES: &[Case] = &[
-    Case {
-        id: "resp.mw.write-through-window",
-        iba: "§10.6.7 §10.6.6",
+    Case { id: "resp.mw.write-through-window", iba: "§10.6.7 §10.6.6", direction: Responder, setup: WINDOW,
         rule: "an RDMA WRITE with a bound type 2 window's rkey lands in the window",
-        direction: Responder,
-        setup: WINDOW,
-        steps: &[
-            Send(Req::new(O::RC_RDMA_WRITE_ONLY, 0).len(100).reth(Va::Off(200), Key::Window, 100)),
-            Ack(0),
-            Mem { off: 200, len: 100, want: Bytes::Data { salt: 1, msg_off: 0 } },
-        ],
-    },
-    Case {
-        id: "resp.mw.read-through-window",
-        iba: "§10.6.7 §10.6.6",
+        steps: &[Send(Req::new(O::RC_RDMA_WRITE_ONLY, 0).len(100).reth(Va::Off(200), Key::Window, 100)),
+            Ack(0), Mem { off: 200, len: 100, want: Bytes::Data { salt: 1, msg_off: 0 } }] },
+    Case { id: "resp.mw.read-through-window", iba: "§10.6.7 §10.6.6", direction: Responder, setup: WINDOW,
         rule: "an RDMA READ with a bound window's rkey returns the window's bytes",
-        direction: Responder,
-        setup: WINDOW,
-        steps: &[Send(Req::new(O::RC_RDMA_READ_REQUEST, 0).reth(Va::Off(1000), Key::Window, 1500)), ReadResp { psn: 0, off: 1000, len: 1500 }],
-    },
-    Case {
-        id: "resp.mw.outside-window",
-        iba: "§10.6.7 §10.6.6",
+        steps: &[Send(Req::new(O::RC_RDMA_READ_REQUEST, 0).reth(Va::Off(1000), Key::Window, 1500)),
+            ReadResp { psn: 0, off: 1000, len: 1500 }] },
+    Case { id: "resp.mw.outside-window", iba: "§10.6.7 §10.6.6", direction: Responder, setup: WINDOW,
         rule: "an RDMA WRITE through a window reaching past the window's end (inside the region) is a remote access error",
-        direction: Responder,
-        setup: WINDOW,
-        steps: &[
-            Send(Req::new(O::RC_RDMA_WRITE_ONLY, 0).len(100).reth(Va::Off(4096 - 50), Key::Window, 100)),
-            Nak(0, RemoteAccessError),
-            Mem { off: 4096 - 50, len: 100, want: Bytes::Untouched },
-        ],
-    },
-    Case {
-        id: "resp.mw.send-with-invalidate",
-        iba: "§10.6.7.2 §9.4.1",
+        steps: &[Send(Req::new(O::RC_RDMA_WRITE_ONLY, 0).len(100).reth(Va::Off(4096 - 50), Key::Window, 100)),
+            Nak(0, RemoteAccessError), Mem { off: 4096 - 50, len: 100, want: Bytes::Untouched }] },
+    Case { id: "resp.mw.send-with-invalidate", iba: "§10.6.7.2 §9.4.1", direction: Responder, setup: WINDOW,
         rule: "a SEND with invalidate naming the window completes the receive and frees the window: its rkey then fails",
-        direction: Responder,
-        setup: WINDOW,
-        steps: &[
-            PostRecv { off: 8192, len: 256 },
-            Send(Req::new(O::RC_SEND_ONLY_WITH_INVALIDATE, 0).len(64).ieth(Key::Window)),
-            Ack(0),
+        steps: &[PostRecv { off: 8192, len: 256 },
+            Send(Req::new(O::RC_SEND_ONLY_WITH_INVALIDATE, 0).len(64).ieth(Key::Window)), Ack(0),
             CompletionLen(wc::SUCCESS, 64),
             Send(Req::new(O::RC_RDMA_WRITE_ONLY, 1).len(16).reth(Va::Off(0), Key::Window, 16)),
-            Nak(1, RemoteAccessError),
-            Mem { off: 0, len: 16, want: Bytes::Untouched },
-        ],
-    },
+            Nak(1, RemoteAccessError), Mem { off: 0, len: 16, want: Bytes::Untouched }] },
 ];
