@@ -49,7 +49,7 @@ pub const RETRY_FOREVER: u8 = 7;
 use crate::qp::{CompState, Qp, QpParams, WqeState};
 use crate::time::Instant;
 use crate::wr::{CompletedBy, WcStatus};
-use roce_packet::{NakCode, OpKind, Psn, RoceRepr, Syndrome};
+use roce_packet::{NakCode, OpKind, Psn, RnrTimer, RoceRepr, Syndrome};
 
 enum Implicit {
     /// Everything covered was completed.
@@ -214,35 +214,7 @@ impl Qp {
                     self.restart_timer(now);
                 }
             }
-            (OpKind::Ack, Some(Syndrome::RnrNak(t))) => {
-                cx.ctrs.rcvd_rnr_err += 1;
-                if let Implicit::ImpliedNak = self.complete_covered(cx, psn, false) {
-                    let p = self.comp.psn;
-                    self.response_retry(cx, p, "implied NAK (RNR NAK past READ/atomic)");
-                    return;
-                }
-                self.comp.advance_to(&self.p, psn);
-                if self.comp.rnr_left == 0 && !mutant::is(self.mutant, Mutant::IgnoreRetryCount) {
-                    tracing::info!(qpn = %self.qpn, %psn, "RNR retry count exceeded");
-                    cx.ctrs.retry_rnr_exceeded_err += 1;
-                    self.fail_front(cx.sink, crate::wr::WcStatus::RnrRetryExcErr);
-                    return;
-                }
-                if self.p.rnr_retry != 7 {
-                    self.comp.rnr_left = self.comp.rnr_left.saturating_sub(1);
-                }
-                let wait = match mutant::is(self.mutant, Mutant::RnrRetryAtOnce) {
-                    true => core::time::Duration::ZERO,
-                    false => core::time::Duration::from_micros(u64::from(t.micros())),
-                };
-                tracing::debug!(qpn = %self.qpn, %psn, wait_us = t.micros(), "RNR NAK: waiting");
-                match mutant::is(self.mutant, Mutant::RnrSkipsRequest) {
-                    true => self.rewind_to(psn.next()),
-                    false => self.rewind_to(psn),
-                }
-                self.comp.rnr_deadline = Some(now + wait);
-                self.comp.retrans_deadline = None;
-            }
+            (OpKind::Ack, Some(Syndrome::RnrNak(t))) => self.on_rnr_nak(cx, now, psn, t),
             (OpKind::Ack, Some(Syndrome::Nak(code))) => {
                 tracing::debug!(qpn = %self.qpn, %psn, code = code.name(), "NAK received");
                 if code == NakCode::PsnSequenceError {
@@ -286,6 +258,39 @@ impl Qp {
                 tracing::debug!(qpn = %self.qpn, %psn, reason = "reserved AETH syndrome", "drop");
             }
         }
+    }
+
+    /// An RNR NAK at `psn` (§9.7.5.2.8): what it acknowledges before `psn`
+    /// completes, then the request waits out the NAK's timer, or fails
+    /// with RNR_RETRY_EXC_ERR when `rnr_retry` is spent.
+    fn on_rnr_nak(&mut self, cx: &mut CompCtx<'_>, now: Instant, psn: Psn, t: RnrTimer) {
+        cx.ctrs.rcvd_rnr_err += 1;
+        if let Implicit::ImpliedNak = self.complete_covered(cx, psn, false) {
+            let p = self.comp.psn;
+            self.response_retry(cx, p, "implied NAK (RNR NAK past READ/atomic)");
+            return;
+        }
+        self.comp.advance_to(&self.p, psn);
+        if self.comp.rnr_left == 0 && !mutant::is(self.mutant, Mutant::IgnoreRetryCount) {
+            tracing::info!(qpn = %self.qpn, %psn, "RNR retry count exceeded");
+            cx.ctrs.retry_rnr_exceeded_err += 1;
+            self.fail_front(cx.sink, crate::wr::WcStatus::RnrRetryExcErr);
+            return;
+        }
+        if self.p.rnr_retry != 7 {
+            self.comp.rnr_left = self.comp.rnr_left.saturating_sub(1);
+        }
+        let wait = match mutant::is(self.mutant, Mutant::RnrRetryAtOnce) {
+            true => core::time::Duration::ZERO,
+            false => core::time::Duration::from_micros(u64::from(t.micros())),
+        };
+        tracing::debug!(qpn = %self.qpn, %psn, wait_us = t.micros(), "RNR NAK: waiting");
+        match mutant::is(self.mutant, Mutant::RnrSkipsRequest) {
+            true => self.rewind_to(psn.next()),
+            false => self.rewind_to(psn),
+        }
+        self.comp.rnr_deadline = Some(now + wait);
+        self.comp.retrans_deadline = None;
     }
 
     fn on_read_response(
