@@ -26,7 +26,7 @@ import pyverbs.enums as e
 from pyverbs.addr import AHAttr, GID, GlobalRoute
 from pyverbs.cq import CQ
 from pyverbs.device import Context
-from pyverbs.mr import MR, MW, MWBindInfo
+from pyverbs.mr import MR, MW, MWBind, MWBindInfo
 from pyverbs.pd import PD
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
 from pyverbs.srq import SRQ, SrqAttr, SrqInitAttr
@@ -157,29 +157,34 @@ class Agent:
                 raise Unsupported('QP access %#x: %s' % (r['qp_access'], x))
             raise
         self.objs = {'pd': pd, 'cq': cq, 'mr': mr, 'qp': qp, 'srq': srq}
-        mw_rkey = self.bind_window(pd, qp, cq, mr, r['window']) if r.get('window') else 0
+        mw_rkey = self.bind_window(pd, qp, cq, mr, r['window'], r.get('window_type', 2)) if r.get('window') else 0
         return {'qpn': qp.qp_num, 'mr_addr': mr.buf, 'rkey': mr.rkey, 'mw_rkey': mw_rkey}
 
-    def bind_window(self, pd, qp, cq, mr, length):
-        # a type 2 window over the region's first `length` bytes, remote
-        # read and write, bound by a BIND_MW work request on the QP
+    def bind_window(self, pd, qp, cq, mr, length, ty):
+        # a window over the region's first `length` bytes, remote read and
+        # write: type 2 bound by a BIND_MW work request on the QP, type 1 by
+        # ibv_bind_mw
         try:
-            mw = MW(pd, e.IBV_MW_TYPE_2)
+            mw = MW(pd, e.IBV_MW_TYPE_2 if ty == 2 else e.IBV_MW_TYPE_1)
         except Exception as x:
-            raise Unsupported('type 2 memory window: %s' % x)
+            raise Unsupported('type %d memory window: %s' % (ty, x))
         self.objs['mw'] = mw
         info = MWBindInfo(mr, mr.buf, length, e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_REMOTE_WRITE)
-        wr = SendWR(wr_id=2**64 - 1, opcode=e.IBV_WR_BIND_MW, num_sge=0, send_flags=e.IBV_SEND_SIGNALED)
-        wr.set_bind_wr(mw, info)
-        rkey = (mw.rkey & ~0xFF) | ((mw.rkey + 1) & 0xFF)  # ibv_inc_rkey, as set_bind_wr does
-        qp.post_send(wr, None)
+        if ty == 1:
+            qp.bind_mw(mw, MWBind(info, e.IBV_SEND_SIGNALED))
+            rkey = None  # known once the bind completed
+        else:
+            wr = SendWR(wr_id=2**64 - 1, opcode=e.IBV_WR_BIND_MW, num_sge=0, send_flags=e.IBV_SEND_SIGNALED)
+            wr.set_bind_wr(mw, info)
+            rkey = (mw.rkey & ~0xFF) | ((mw.rkey + 1) & 0xFF)  # ibv_inc_rkey, as set_bind_wr does
+            qp.post_send(wr, None)
         end = time.time() + 2
         while time.time() < end:
             n, wcs = cq.poll(1)
             if n:
                 if wcs[0].status != e.IBV_WC_SUCCESS:
                     raise RuntimeError('BIND_MW completed with status %d' % wcs[0].status)
-                return rkey
+                return mw.rkey if rkey is None else rkey
             time.sleep(0.0005)
         raise RuntimeError('BIND_MW: no completion within 2 s')
 

@@ -83,6 +83,9 @@ pub struct QpParams {
     /// region's start, with remote read and write (0: none; the region
     /// then needs `MW_BIND`).
     pub window: u32,
+    /// The window's type: 2 (bound by a BIND_MW work request, to the QP)
+    /// or 1 (bound by `ibv_bind_mw`, to the PD).
+    pub window_type: u8,
     /// Optional operations the case needs the device to execute
     /// ([`ops`] bits); a device without one makes the case n/a.
     pub ops: u32,
@@ -116,6 +119,7 @@ impl QpParams {
         srq: false,
         stop_at: QpStateName::Rts,
         window: 0,
+        window_type: 2,
         ops: 0,
     };
 }

@@ -75,14 +75,25 @@ fn verb<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> AgentError {
     move |e| AgentError::Verb(format!("{what}: {e}"))
 }
 
-/// A type 2 window over the region's first `len` bytes with remote read
-/// and write, bound by a BIND_MW work request on `qp` (its completion
-/// taken from `cq`).
-fn bind_window(pd: &Pd, qp: &Qp, cq: &Cq, mr: &Mr, len: u32) -> Result<Mw, AgentError> {
-    let mw = pd.alloc_mw(MwType::Type2).map_err(verb("ibv_alloc_mw"))?;
+/// A window over the region's first `len` bytes with remote read and
+/// write: type 2 bound by a BIND_MW work request on `qp`, type 1 by
+/// `ibv_bind_mw` (the bind's completion taken from `cq`).
+fn bind_window(pd: &Pd, qp: &Qp, cq: &Cq, mr: &Mr, len: u32, ty: u8) -> Result<Mw, AgentError> {
     let bind = mr.mw_bind(0, u64::from(len), AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE);
-    let op = WrOpcode::BindMw { mw: mw.handle(), rkey: mw.inc_rkey(), bind };
-    qp.post_send(SendWr::new(u64::MAX, op)).map_err(verb("ibv_post_send(BIND_MW)"))?;
+    let mw = match ty {
+        1 => {
+            let mw = pd.alloc_mw(MwType::Type1).map_err(verb("ibv_alloc_mw"))?;
+            qp.bind_mw(&mw, u64::MAX, SendFlags::SIGNALED, bind).map_err(verb("ibv_bind_mw"))?;
+            mw
+        }
+        2 => {
+            let mw = pd.alloc_mw(MwType::Type2).map_err(verb("ibv_alloc_mw"))?;
+            let op = WrOpcode::BindMw { mw: mw.handle(), rkey: mw.inc_rkey(), bind };
+            qp.post_send(SendWr::new(u64::MAX, op)).map_err(verb("ibv_post_send(BIND_MW)"))?;
+            mw
+        }
+        t => return Err(AgentError::Unsupported(format!("memory window type {t}"))),
+    };
     let end = Instant::now() + Duration::from_secs(2);
     loop {
         let got = cq.poll(1).map_err(verb("ibv_poll_cq"))?;
@@ -171,7 +182,7 @@ impl Agent for LocalAgent {
         .map_err(verb("ibv_modify_qp"))?;
         let mw = match s.window {
             0 => None,
-            n => Some(bind_window(&pd, &qp, &cq, &mr, n)?),
+            n => Some(bind_window(&pd, &qp, &cq, &mr, n, s.window_type)?),
         };
         let info = QpInfo {
             qpn: qp.qpn().value(),

@@ -7,7 +7,7 @@
 //! | op | fields | reply |
 //! |---|---|---|
 //! | `hello` | | `describe`, `addr` |
-//! | `setup` | the [`QpSetup`] fields (with its `params` flattened), `service` `"rc"`/`"uc"`/`"ud"`, `peer`, `srq` (receives to an SRQ), `stop_at` `"RTS"`/`"RTR"`, `window` (bytes of a type 2 window to bind), `ops` (1 FLUSH, 2 ATOMIC WRITE: n/a without) | `qpn`, `mr_addr`, `rkey`, `mw_rkey` |
+//! | `setup` | the [`QpSetup`] fields (with its `params` flattened), `service` `"rc"`/`"uc"`/`"ud"`, `peer`, `srq` (receives to an SRQ), `stop_at` `"RTS"`/`"RTR"`, `window` (bytes of a window to bind), `window_type` (1 or 2), `ops` (1 FLUSH, 2 ATOMIC WRITE: n/a without) | `qpn`, `mr_addr`, `rkey`, `mw_rkey` |
 //! | `post_recv` | `wr_id`, `offset`, `len` | |
 //! | `post_send` | the [`SendReq`] fields | |
 //! | `poll` | `want`, `wait_ms` | `wcs`: `[{wr_id, status, opcode, byte_len, imm}]` |
@@ -125,6 +125,7 @@ impl Agent for RemoteAgent {
             "min_rnr_timer": s.min_rnr_timer, "max_rd_atomic": s.max_rd_atomic,
             "max_dest_rd_atomic": s.max_dest_rd_atomic, "qkey": s.qkey,
             "srq": s.srq, "stop_at": state_name(s.stop_at), "window": s.window,
+            "window_type": s.window_type,
             "ops": s.ops,
         }))?;
         Ok(QpInfo {

@@ -189,8 +189,15 @@ const CAUGHT: &[(Mutant, &[&str])] = &[
     (SrqIgnored, &["resp.srq.send-consumes", "resp.srq.multi-packet"]),
     (SrqEmptyDrops, &["resp.srq.empty-rnr"]),
     (FlushNotAnswered, &["resp.flush.answered"]),
-    (BindNoOp, &["resp.mw.write-through-window", "resp.mw.read-through-window"]),
-    (KeyChecksStartOnly, &["resp.mw.outside-window"]),
+    (
+        BindNoOp,
+        &[
+            "resp.mw.write-through-window",
+            "resp.mw.read-through-window",
+            "resp.mw.type1-write-through-window",
+        ],
+    ),
+    (KeyChecksStartOnly, &["resp.mw.outside-window", "resp.mw.type1-outside-window"]),
     (IgnoreInvalidate, &["resp.mw.send-with-invalidate"]),
     (AtomicWriteNotStored, &["resp.atomic-write.stores"]),
     (ErrKeepsReceives, &["resp.state.err-flushes-receives"]),

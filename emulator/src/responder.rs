@@ -413,7 +413,10 @@ impl Qp {
                 None,
                 j.rkey,
                 j.va,
-                chunk,
+                match mutant::is(self.mutant, Mutant::KeyChecksStartOnly) {
+                    true => chunk.min(1),
+                    false => chunk,
+                },
                 match mutant::is(self.mutant, Mutant::NoRegionRights) {
                     true => AccessFlags::EMPTY,
                     false => AccessFlags::REMOTE_READ,
