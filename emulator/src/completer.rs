@@ -49,7 +49,7 @@ pub const RETRY_FOREVER: u8 = 7;
 use crate::qp::{CompState, Qp, QpParams, WqeState};
 use crate::time::Instant;
 use crate::wr::{CompletedBy, WcStatus};
-use roce_packet::{NakCode, OpKind, Psn, RoceRepr, Syndrome};
+use roce_packet::{NakCode, OpKind, Psn, RnrTimer, RoceRepr, Syndrome};
 
 enum Implicit {
     /// Everything covered was completed.
@@ -195,90 +195,9 @@ impl Qp {
         }
         let syndrome = r.aeth.map(|a| a.syndrome);
         match (info.kind, syndrome) {
-            (OpKind::Ack, Some(Syndrome::Ack { .. })) => {
-                let before = self.comp.psn;
-                if let Implicit::ImpliedNak = self.complete_covered(cx, psn, true) {
-                    let p = self.comp.psn;
-                    self.response_retry(cx, p, "implied NAK (ACK past READ/atomic)");
-                    return;
-                }
-                let in_rd = self.sq.front().is_some_and(|w| {
-                    w.wr.opcode.is_read_or_atomic() && w.state != WqeState::Posted
-                });
-                if !in_rd {
-                    self.comp.advance_to(&self.p, psn.next());
-                }
-                // the timer restarts on progress only (C9-140): an ACK that
-                // acknowledges nothing new must not postpone a timeout
-                if self.comp.psn != before {
-                    self.restart_timer(now);
-                }
-            }
-            (OpKind::Ack, Some(Syndrome::RnrNak(t))) => {
-                cx.ctrs.rcvd_rnr_err += 1;
-                if let Implicit::ImpliedNak = self.complete_covered(cx, psn, false) {
-                    let p = self.comp.psn;
-                    self.response_retry(cx, p, "implied NAK (RNR NAK past READ/atomic)");
-                    return;
-                }
-                self.comp.advance_to(&self.p, psn);
-                if self.comp.rnr_left == 0 && !mutant::is(self.mutant, Mutant::IgnoreRetryCount) {
-                    tracing::info!(qpn = %self.qpn, %psn, "RNR retry count exceeded");
-                    cx.ctrs.retry_rnr_exceeded_err += 1;
-                    self.fail_front(cx.sink, crate::wr::WcStatus::RnrRetryExcErr);
-                    return;
-                }
-                if self.p.rnr_retry != 7 {
-                    self.comp.rnr_left = self.comp.rnr_left.saturating_sub(1);
-                }
-                let wait = match mutant::is(self.mutant, Mutant::RnrRetryAtOnce) {
-                    true => core::time::Duration::ZERO,
-                    false => core::time::Duration::from_micros(u64::from(t.micros())),
-                };
-                tracing::debug!(qpn = %self.qpn, %psn, wait_us = t.micros(), "RNR NAK: waiting");
-                match mutant::is(self.mutant, Mutant::RnrSkipsRequest) {
-                    true => self.rewind_to(psn.next()),
-                    false => self.rewind_to(psn),
-                }
-                self.comp.rnr_deadline = Some(now + wait);
-                self.comp.retrans_deadline = None;
-            }
-            (OpKind::Ack, Some(Syndrome::Nak(code))) => {
-                tracing::debug!(qpn = %self.qpn, %psn, code = code.name(), "NAK received");
-                if code == NakCode::PsnSequenceError {
-                    cx.ctrs.rcvd_seq_err += 1;
-                }
-                if let Implicit::ImpliedNak = self.complete_covered(cx, psn, false) {
-                    // the NAK acknowledges a READ/atomic whose response was
-                    // lost: resend from it (its response is still owed)
-                    let p = self.comp.psn;
-                    self.response_retry(cx, p, "implied NAK (NAK past READ/atomic)");
-                    return;
-                }
-                let wrong = mutant::is(self.mutant, Mutant::WrongNakStatus);
-                let status = match code {
-                    NakCode::PsnSequenceError => {
-                        // everything before `psn` arrived; a NAK for the
-                        // PSN a retry already rewound to (a duplicate, or
-                        // one sent before the resent packets arrived)
-                        // starts no second go-back-N and charges nothing
-                        self.comp.advance_to(&self.p, psn);
-                        if !mutant::is(self.mutant, Mutant::IgnoreSequenceNak) {
-                            self.response_retry(cx, psn, "PSN sequence error NAK");
-                        }
-                        return;
-                    }
-                    // (the switch rotates the three error statuses)
-                    NakCode::InvalidRequest if wrong => WcStatus::RemAccessErr,
-                    NakCode::RemoteAccessError if wrong => WcStatus::RemOpErr,
-                    NakCode::RemoteOperationalError if wrong => WcStatus::RemInvReqErr,
-                    NakCode::InvalidRequest => WcStatus::RemInvReqErr,
-                    NakCode::RemoteAccessError => WcStatus::RemAccessErr,
-                    NakCode::RemoteOperationalError => WcStatus::RemOpErr,
-                    NakCode::InvalidRdRequest | NakCode::Reserved(_) => WcStatus::RemInvReqErr,
-                };
-                self.fail_front(cx.sink, status);
-            }
+            (OpKind::Ack, Some(Syndrome::Ack { .. })) => self.on_ack(cx, now, psn),
+            (OpKind::Ack, Some(Syndrome::RnrNak(t))) => self.on_rnr_nak(cx, now, psn, t),
+            (OpKind::Ack, Some(Syndrome::Nak(code))) => self.on_nak(cx, psn, code),
             (OpKind::ReadResponse, _) => self.on_read_response(cx, now, r, payload),
             (OpKind::AtomicAck, Some(Syndrome::Ack { .. })) => self.on_atomic_ack(cx, now, r),
             _ => {
@@ -286,6 +205,99 @@ impl Qp {
                 tracing::debug!(qpn = %self.qpn, %psn, reason = "reserved AETH syndrome", "drop");
             }
         }
+    }
+
+    /// An ACK (coalesced or not) for everything up to `psn`.
+    fn on_ack(&mut self, cx: &mut CompCtx<'_>, now: Instant, psn: Psn) {
+        let before = self.comp.psn;
+        if let Implicit::ImpliedNak = self.complete_covered(cx, psn, true) {
+            let p = self.comp.psn;
+            self.response_retry(cx, p, "implied NAK (ACK past READ/atomic)");
+            return;
+        }
+        let in_rd = self
+            .sq
+            .front()
+            .is_some_and(|w| w.wr.opcode.is_read_or_atomic() && w.state != WqeState::Posted);
+        if !in_rd {
+            self.comp.advance_to(&self.p, psn.next());
+        }
+        // the timer restarts on progress only (C9-140): an ACK that
+        // acknowledges nothing new must not postpone a timeout
+        if self.comp.psn != before {
+            self.restart_timer(now);
+        }
+    }
+
+    /// An RNR NAK for `psn` (everything before it arrived): wait `t`, then
+    /// resend from it, unless the RNR retries are used up.
+    fn on_rnr_nak(&mut self, cx: &mut CompCtx<'_>, now: Instant, psn: Psn, t: RnrTimer) {
+        cx.ctrs.rcvd_rnr_err += 1;
+        if let Implicit::ImpliedNak = self.complete_covered(cx, psn, false) {
+            let p = self.comp.psn;
+            self.response_retry(cx, p, "implied NAK (RNR NAK past READ/atomic)");
+            return;
+        }
+        self.comp.advance_to(&self.p, psn);
+        if self.comp.rnr_left == 0 && !mutant::is(self.mutant, Mutant::IgnoreRetryCount) {
+            tracing::info!(qpn = %self.qpn, %psn, "RNR retry count exceeded");
+            cx.ctrs.retry_rnr_exceeded_err += 1;
+            self.fail_front(cx.sink, crate::wr::WcStatus::RnrRetryExcErr);
+            return;
+        }
+        if self.p.rnr_retry != 7 {
+            self.comp.rnr_left = self.comp.rnr_left.saturating_sub(1);
+        }
+        let wait = match mutant::is(self.mutant, Mutant::RnrRetryAtOnce) {
+            true => core::time::Duration::ZERO,
+            false => core::time::Duration::from_micros(u64::from(t.micros())),
+        };
+        tracing::debug!(qpn = %self.qpn, %psn, wait_us = t.micros(), "RNR NAK: waiting");
+        match mutant::is(self.mutant, Mutant::RnrSkipsRequest) {
+            true => self.rewind_to(psn.next()),
+            false => self.rewind_to(psn),
+        }
+        self.comp.rnr_deadline = Some(now + wait);
+        self.comp.retrans_deadline = None;
+    }
+
+    /// A NAK for `psn`: a PSN sequence error goes back to it; the error
+    /// NAKs complete the WQE in error.
+    fn on_nak(&mut self, cx: &mut CompCtx<'_>, psn: Psn, code: NakCode) {
+        tracing::debug!(qpn = %self.qpn, %psn, code = code.name(), "NAK received");
+        if code == NakCode::PsnSequenceError {
+            cx.ctrs.rcvd_seq_err += 1;
+        }
+        if let Implicit::ImpliedNak = self.complete_covered(cx, psn, false) {
+            // the NAK acknowledges a READ/atomic whose response was
+            // lost: resend from it (its response is still owed)
+            let p = self.comp.psn;
+            self.response_retry(cx, p, "implied NAK (NAK past READ/atomic)");
+            return;
+        }
+        let wrong = mutant::is(self.mutant, Mutant::WrongNakStatus);
+        let status = match code {
+            NakCode::PsnSequenceError => {
+                // everything before `psn` arrived; a NAK for the
+                // PSN a retry already rewound to (a duplicate, or
+                // one sent before the resent packets arrived)
+                // starts no second go-back-N and charges nothing
+                self.comp.advance_to(&self.p, psn);
+                if !mutant::is(self.mutant, Mutant::IgnoreSequenceNak) {
+                    self.response_retry(cx, psn, "PSN sequence error NAK");
+                }
+                return;
+            }
+            // (the switch rotates the three error statuses)
+            NakCode::InvalidRequest if wrong => WcStatus::RemAccessErr,
+            NakCode::RemoteAccessError if wrong => WcStatus::RemOpErr,
+            NakCode::RemoteOperationalError if wrong => WcStatus::RemInvReqErr,
+            NakCode::InvalidRequest => WcStatus::RemInvReqErr,
+            NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+            NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+            NakCode::InvalidRdRequest | NakCode::Reserved(_) => WcStatus::RemInvReqErr,
+        };
+        self.fail_front(cx.sink, status);
     }
 
     fn on_read_response(
