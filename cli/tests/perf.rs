@@ -6,6 +6,16 @@ fn roce() -> Command {
     Command::new(env!("CARGO_BIN_EXE_roce"))
 }
 
+/// `roce` with `args` and the addresses [`addrs`]`(n)`, run to the end.
+fn perf(args: &[&str], n: u8) -> std::process::Output {
+    roce().args(args).args(addrs(n)).output().unwrap()
+}
+
+/// The numbers of JSON array `v`.
+fn numbers(v: &serde_json::Value) -> Vec<f64> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+}
+
 /// A pair of loopback addresses of our own (each device binds port 4791,
 /// so concurrent tests must not share them).
 fn addrs(n: u8) -> [String; 4] {
@@ -31,11 +41,8 @@ fn json_of(out: &std::process::Output) -> serde_json::Value {
 
 #[test]
 fn write_bw_json_has_throughput_ceiling_and_data_check() {
-    let out = roce()
-        .args(["perf", "write", "-s", "4096", "-n", "200", "--json", "--ceiling-secs", "0.1"])
-        .args(addrs(61))
-        .output()
-        .unwrap();
+    let out =
+        perf(&["perf", "write", "-s", "4096", "-n", "200", "--json", "--ceiling-secs", "0.1"], 61);
     let v = json_of(&out);
     assert_eq!(v["test"], "write");
     assert_eq!(v["size"], 4096);
@@ -59,22 +66,10 @@ fn write_bw_json_has_throughput_ceiling_and_data_check() {
 #[test]
 fn read_send_atomic_runs_verify_data() {
     for (test, size, n) in [("read", "8192", 50), ("send", "3000", 60), ("atomic", "8", 100)] {
-        let out = roce()
-            .args([
-                "perf",
-                test,
-                "-s",
-                size,
-                "-n",
-                &n.to_string(),
-                "-q",
-                "2",
-                "--json",
-                "--no-ceiling",
-            ])
-            .args(addrs(62))
-            .output()
-            .unwrap();
+        let out = perf(
+            &["perf", test, "-s", size, "-n", &n.to_string(), "-q", "2", "--json", "--no-ceiling"],
+            62,
+        );
         let v = json_of(&out);
         assert_eq!(v["test"], test);
         assert_eq!(v["iters"], n);
@@ -87,11 +82,7 @@ fn read_send_atomic_runs_verify_data() {
 #[test]
 fn lat_percentiles_are_ordered() {
     for op in ["send", "write", "read"] {
-        let out = roce()
-            .args(["perf", "lat", op, "-s", "8", "-n", "50", "--json"])
-            .args(addrs(63))
-            .output()
-            .unwrap();
+        let out = perf(&["perf", "lat", op, "-s", "8", "-n", "50", "--json"], 63);
         let v = json_of(&out);
         assert_eq!(v["test"], format!("lat_{op}"));
         assert_eq!(v["iters"], 50);
@@ -113,22 +104,20 @@ fn lat_percentiles_are_ordered() {
 #[test]
 fn event_mode_spin_is_reported_and_matched_by_the_reference() {
     for (spin, octet) in [("0", 71), ("20", 72), ("200", 73)] {
-        let out = roce()
-            .args(["perf", "lat", "send", "-s", "8", "-n", "200", "--json", "--spin-us", spin])
-            .args(addrs(octet))
-            .output()
-            .unwrap();
+        let out = perf(
+            &["perf", "lat", "send", "-s", "8", "-n", "200", "--json", "--spin-us", spin],
+            octet,
+        );
         let v = json_of(&out);
         assert_eq!(v["poll"], "event");
         assert_eq!(v["spin_us"].as_u64(), Some(spin.parse().unwrap()), "{v}");
         assert_eq!(v["data_check"], "ok");
         let udp = v["udp_rtt_us"]["median"].as_f64().unwrap();
         assert!(udp > 0.0 && udp < 100_000.0, "{v}");
-        let text = roce()
-            .args(["perf", "write", "-s", "64", "-n", "2000", "--no-ceiling", "--spin-us", spin])
-            .args(addrs(octet))
-            .output()
-            .unwrap();
+        let text = perf(
+            &["perf", "write", "-s", "64", "-n", "2000", "--no-ceiling", "--spin-us", spin],
+            octet,
+        );
         let t = String::from_utf8_lossy(&text.stdout);
         assert!(text.status.success(), "{t}");
         let want = if spin == "0" {
@@ -139,23 +128,33 @@ fn event_mode_spin_is_reported_and_matched_by_the_reference() {
         assert!(t.contains(&want), "{t}");
     }
     // busy mode has no driver threads: spin_us 0 whatever was asked
-    let out = roce()
-        .args(["perf", "lat", "send", "-s", "8", "-n", "100", "--json", "--poll", "busy"])
-        .args(["--spin-us", "50"])
-        .args(addrs(74))
-        .output()
-        .unwrap();
+    let out = perf(
+        &[
+            "perf",
+            "lat",
+            "send",
+            "-s",
+            "8",
+            "-n",
+            "100",
+            "--json",
+            "--poll",
+            "busy",
+            "--spin-us",
+            "50",
+        ],
+        74,
+    );
     let v = json_of(&out);
     assert_eq!((v["poll"].as_str(), v["spin_us"].as_u64()), (Some("busy"), Some(0)), "{v}");
 }
 
 #[test]
 fn text_report_has_perftest_columns_and_repeat_summary() {
-    let out = roce()
-        .args(["perf", "send", "-s", "1024", "-n", "100", "--repeat", "2", "--ceiling-secs", "0.1"])
-        .args(addrs(64))
-        .output()
-        .unwrap();
+    let out = perf(
+        &["perf", "send", "-s", "1024", "-n", "100", "--repeat", "2", "--ceiling-secs", "0.1"],
+        64,
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("Send BW Test"));
@@ -199,11 +198,8 @@ fn bad_flags_exit_2_with_a_message() {
 #[test]
 fn busy_poll_lat_and_bw_with_stats() {
     // lat in busy-poll mode: the raw UDP ping-pong runs in the same mode.
-    let out = roce()
-        .args(["perf", "lat", "send", "-n", "200", "--poll", "busy", "--json", "--stats"])
-        .args(addrs(64))
-        .output()
-        .unwrap();
+    let out =
+        perf(&["perf", "lat", "send", "-n", "200", "--poll", "busy", "--json", "--stats"], 64);
     let v = json_of(&out);
     assert_eq!(v["test"], "lat_send");
     assert_eq!(v["poll"], "busy");
@@ -230,11 +226,8 @@ fn busy_poll_lat_and_bw_with_stats() {
     // lat write and read in busy-poll mode: the test thread moves the
     // frames while it polls the memory / the CQ.
     for op in ["write", "read"] {
-        let out = roce()
-            .args(["perf", "lat", op, "-n", "100", "--poll", "busy", "--json", "--no-ceiling"])
-            .args(addrs(67))
-            .output()
-            .unwrap();
+        let out =
+            perf(&["perf", "lat", op, "-n", "100", "--poll", "busy", "--json", "--no-ceiling"], 67);
         let v = json_of(&out);
         assert_eq!(v["test"], format!("lat_{op}"));
         assert_eq!(v["data_check"], "ok", "{v}");
@@ -242,12 +235,22 @@ fn busy_poll_lat_and_bw_with_stats() {
     }
 
     // Bandwidth in busy-poll mode, 64-byte WRITEs from a post list.
-    let out = roce()
-        .args(["perf", "write", "-s", "64", "-n", "3000", "--poll", "busy", "--json"])
-        .args(["--no-ceiling", "--stats"])
-        .args(addrs(65))
-        .output()
-        .unwrap();
+    let out = perf(
+        &[
+            "perf",
+            "write",
+            "-s",
+            "64",
+            "-n",
+            "3000",
+            "--poll",
+            "busy",
+            "--json",
+            "--no-ceiling",
+            "--stats",
+        ],
+        65,
+    );
     let v = json_of(&out);
     assert_eq!(v["poll"], "busy");
     assert_eq!(v["iters"], 3000);
@@ -268,12 +271,23 @@ fn busy_poll_lat_and_bw_with_stats() {
 
 #[test]
 fn many_qps_and_text_stats() {
-    let out = roce()
-        .args(["perf", "write", "-s", "1024", "-q", "200", "-t", "2", "-n", "5", "--no-ceiling"])
-        .arg("--stats")
-        .args(addrs(66))
-        .output()
-        .unwrap();
+    let out = perf(
+        &[
+            "perf",
+            "write",
+            "-s",
+            "1024",
+            "-q",
+            "200",
+            "-t",
+            "2",
+            "-n",
+            "5",
+            "--no-ceiling",
+            "--stats",
+        ],
+        66,
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains(" Number of qps   : 200"), "{text}");
@@ -290,12 +304,23 @@ fn many_qps_and_text_stats() {
 /// the QPs are spread over several CQs, and every one of them moves data.
 #[test]
 fn more_qps_than_one_cq_can_hold() {
-    let out = roce()
-        .args(["perf", "write", "-s", "64", "-q", "4096", "-t", "1", "-n", "2", "--no-ceiling"])
-        .arg("--json")
-        .args(addrs(67))
-        .output()
-        .unwrap();
+    let out = perf(
+        &[
+            "perf",
+            "write",
+            "-s",
+            "64",
+            "-q",
+            "4096",
+            "-t",
+            "1",
+            "-n",
+            "2",
+            "--no-ceiling",
+            "--json",
+        ],
+        67,
+    );
     let v = json_of(&out);
     assert_eq!(v["qps"], 4096);
     assert_eq!(v["data_check"], "ok");
@@ -309,18 +334,26 @@ fn more_qps_than_one_cq_can_hold() {
 /// the paired ratios are computed run by run from those.
 #[test]
 fn repeat_pairs_each_run_with_its_own_reference() {
-    let out = roce()
-        .args(["perf", "write", "-s", "8192", "-n", "100", "--repeat", "3", "--json"])
-        .args(["--ceiling-secs", "0.05"])
-        .args(addrs(65))
-        .output()
-        .unwrap();
+    let out = perf(
+        &[
+            "perf",
+            "write",
+            "-s",
+            "8192",
+            "-n",
+            "100",
+            "--repeat",
+            "3",
+            "--json",
+            "--ceiling-secs",
+            "0.05",
+        ],
+        65,
+    );
     let v = json_of(&out);
     let r = &v["repeat"];
-    let runs: Vec<f64> =
-        r["runs_gbps"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
-    let ceil: Vec<f64> =
-        r["runs_ceiling_gbps"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+    let runs = numbers(&r["runs_gbps"]);
+    let ceil = numbers(&r["runs_ceiling_gbps"]);
     assert_eq!((runs.len(), ceil.len()), (3, 3), "{v}");
     let mut ratios: Vec<f64> = runs.iter().zip(&ceil).map(|(g, c)| g / c).collect();
     ratios.sort_by(f64::total_cmp);
@@ -329,22 +362,17 @@ fn repeat_pairs_each_run_with_its_own_reference() {
     assert!((r["paired_ratio"]["median"].as_f64().unwrap() - ratios[1]).abs() < 1e-9, "{v}");
     assert!((r["paired_ratio"]["max"].as_f64().unwrap() - ratios[2]).abs() < 1e-9, "{v}");
 
-    let out = roce()
-        .args(["perf", "lat", "send", "-s", "8", "-n", "200", "--repeat", "3", "--json"])
-        .args(["--poll", "busy"])
-        .args(addrs(66))
-        .output()
-        .unwrap();
+    let out = perf(
+        &[
+            "perf", "lat", "send", "-s", "8", "-n", "200", "--repeat", "3", "--json", "--poll",
+            "busy",
+        ],
+        66,
+    );
     let v = json_of(&out);
     let r = &v["repeat"];
-    let ours: Vec<f64> =
-        r["runs_median_us"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
-    let raw: Vec<f64> = r["runs_udp_rtt_median_us"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap())
-        .collect();
+    let ours = numbers(&r["runs_median_us"]);
+    let raw = numbers(&r["runs_udp_rtt_median_us"]);
     assert_eq!((ours.len(), raw.len()), (3, 3), "{v}");
     let mut sd: Vec<f64> = ours.iter().zip(&raw).map(|(o, u)| o / u).collect();
     sd.sort_by(f64::total_cmp);

@@ -7,13 +7,9 @@ mod common;
 
 use common::*;
 use roce_cm::*;
-use roce_packet::mad::{attr, ip_service_id, port_space, CmMsg, IpCmHeader};
+use roce_packet::mad::{attr, CmMsg, IpCmHeader};
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
-
-fn service() -> u64 {
-    ip_service_id(port_space::TCP, 7174)
-}
 
 fn ip_header() -> IpCmHeader {
     IpCmHeader {
@@ -42,6 +38,32 @@ fn connect_accept_rtu_disconnect_and_timewait_exit() {
     rtu_phase(&mut w, (ca, cb), (a_comm, b_comm), req_tid);
     disconnect_phase(&mut w, (ca, cb), (a_comm, b_comm));
     timewait_phase(&mut w, ca, cb);
+}
+
+/// B listening, the first `attr` MAD `side` sends lost, and A's request
+/// made (as far as the wire goes): the wire and both ends' connections.
+fn request_losing(side: Side, attr: u16) -> (Wire, ConnId, ConnId) {
+    let mut w = Wire::listening();
+    w.drop_nth(side, attr, 1);
+    let (ca, cb, _) = w.request(w.request_to_b());
+    (w, ca, cb)
+}
+
+/// The events of a disconnection A began, once the DREP is back: B's
+/// connection `cb` got the DREQ, A's `ca` the DREP.
+fn assert_disconnected_by_a(w: &mut Wire, ca: ConnId, cb: ConnId) {
+    assert_disconnected(
+        w,
+        (ca, DisconnectCause::DrepReceived),
+        (cb, DisconnectCause::DreqReceived),
+    );
+}
+
+/// The one event each side's application gets: A's connection `a.0`
+/// disconnected for `a.1`, B's `b.0` for `b.1`.
+fn assert_disconnected(w: &mut Wire, a: (ConnId, DisconnectCause), b: (ConnId, DisconnectCause)) {
+    assert_eq!(w.take_a(), [CmEvent::Disconnected { conn: a.0, cause: a.1 }]);
+    assert_eq!(w.take_b(), [CmEvent::Disconnected { conn: b.0, cause: b.1 }]);
 }
 
 /// A's REQ (every field checked on the wire) and B's CONNECT_REQUEST
@@ -185,14 +207,7 @@ fn disconnect_phase(w: &mut Wire, (ca, cb): (ConnId, ConnId), (a_comm, b_comm): 
     let dreps = w.sent(Side::B, attr::DREP);
     assert_eq!(dreps[0].mad.header.tid, dreq_tid, "the DREP answers with the DREQ's TID");
     assert_eq!(comm_ids(&dreps[0].mad), (b_comm, a_comm));
-    assert_eq!(
-        w.take_b(),
-        [CmEvent::Disconnected { conn: cb, cause: DisconnectCause::DreqReceived }]
-    );
-    assert_eq!(
-        w.take_a(),
-        [CmEvent::Disconnected { conn: ca, cause: DisconnectCause::DrepReceived }]
-    );
+    assert_disconnected_by_a(w, ca, cb);
     assert_eq!(w.a.state(ca), Some(ConnState::TimeWait));
     assert_eq!(w.b.state(cb), Some(ConnState::TimeWait));
     assert_eq!(w.trace(), ["A>REQ", "B>REP", "A>RTU", "A>DREQ", "B>DREP"]);
@@ -227,8 +242,7 @@ fn timewait_phase(w: &mut Wire, ca: ConnId, cb: ConnId) {
 
 #[test]
 fn reject_with_private_data_reaches_the_active_side() {
-    let mut w = Wire::new();
-    w.b.listen(service()).unwrap();
+    let mut w = Wire::listening();
     let (ca, cb, _) = w.request(ConnectRequest::new(service(), PeerAddr::new(w.gb), 0x11, 1));
     let (a_comm, b_comm) =
         (w.a.conn_info(ca).unwrap().local_comm_id, w.b.conn_info(cb).unwrap().local_comm_id);
@@ -265,8 +279,7 @@ fn reject_with_private_data_reaches_the_active_side() {
 
 #[test]
 fn the_active_side_can_reject_a_rep() {
-    let mut w = Wire::new();
-    w.b.listen(service()).unwrap();
+    let mut w = Wire::listening();
     let (ca, cb, _) = w.request(ConnectRequest::new(service(), PeerAddr::new(w.gb), 0x11, 1));
     w.b.accept(w.now, cb, AcceptParams::new(0x22, 2)).unwrap();
     w.pump();
@@ -287,11 +300,9 @@ fn the_active_side_can_reject_a_rep() {
 
 #[test]
 fn a_lost_req_is_retransmitted_after_the_response_timeout() {
-    let mut w = Wire::new();
-    w.b.listen(service()).unwrap();
+    let mut w = Wire::listening();
     w.drop_nth(Side::A, attr::REQ, 1);
-    let ca =
-        w.a.connect(w.now, ConnectRequest::new(service(), PeerAddr::new(w.gb), 0x11, 5)).unwrap();
+    let ca = w.a.connect(w.now, w.request_to_b()).unwrap();
     w.pump();
     assert!(w.take_b().is_empty());
     assert_eq!(w.step_timer(), Some(t_req()));
@@ -312,10 +323,7 @@ fn a_lost_req_is_retransmitted_after_the_response_timeout() {
 
 #[test]
 fn a_lost_rep_is_answered_by_the_duplicate_req_without_a_second_request_event() {
-    let mut w = Wire::new();
-    w.b.listen(service()).unwrap();
-    w.drop_nth(Side::B, attr::REP, 1);
-    let (ca, cb, _) = w.request(ConnectRequest::new(service(), PeerAddr::new(w.gb), 0x11, 5));
+    let (mut w, ca, cb) = request_losing(Side::B, attr::REP);
     w.now = Duration::from_secs(1); // the application takes a second to accept
     w.b.accept(w.now, cb, AcceptParams::new(0x22, 2)).unwrap();
     w.pump();
@@ -339,10 +347,7 @@ fn a_lost_rep_is_answered_by_the_duplicate_req_without_a_second_request_event() 
 
 #[test]
 fn a_lost_rtu_is_resent_when_the_rep_is_retransmitted() {
-    let mut w = Wire::new();
-    w.b.listen(service()).unwrap();
-    w.drop_nth(Side::A, attr::RTU, 1);
-    let (ca, cb, _) = w.request(ConnectRequest::new(service(), PeerAddr::new(w.gb), 0x11, 5));
+    let (mut w, ca, cb) = request_losing(Side::A, attr::RTU);
     w.accept_and_rtu(ca, cb);
     assert_eq!(w.take_a().len(), 2, "ConnectResponse, Established");
     assert_eq!(w.take_b(), [], "no RTU arrived");
@@ -363,10 +368,7 @@ fn a_lost_rtu_is_resent_when_the_rep_is_retransmitted() {
 
 #[test]
 fn traffic_before_the_rtu_establishes_the_passive_side() {
-    let mut w = Wire::new();
-    w.b.listen(service()).unwrap();
-    w.drop_nth(Side::A, attr::RTU, 1);
-    let (ca, cb, _) = w.request(ConnectRequest::new(service(), PeerAddr::new(w.gb), 0x11, 5));
+    let (mut w, ca, cb) = request_losing(Side::A, attr::RTU);
     assert_eq!(w.b.establish(cb), Err(EstablishError::InvalidState(ConnState::ReqRcvd)));
     w.accept_and_rtu(ca, cb);
     w.take_a();
@@ -385,9 +387,8 @@ fn traffic_before_the_rtu_establishes_the_passive_side() {
 
 #[test]
 fn a_slow_application_gets_an_mra_sent_for_it() {
-    let mut w = Wire::new();
-    w.b.listen(service()).unwrap();
-    let (ca, cb, _) = w.request(ConnectRequest::new(service(), PeerAddr::new(w.gb), 0x11, 5));
+    let mut w = Wire::listening();
+    let (ca, cb, _) = w.request(w.request_to_b());
     // B's application does not answer; A retransmits; B asks for time
     w.step_timer();
     assert_eq!(w.take_b(), [], "no second ConnectRequest");
@@ -428,8 +429,7 @@ fn a_slow_application_gets_an_mra_sent_for_it() {
 
 #[test]
 fn a_lost_dreq_is_retransmitted_and_both_sides_disconnect() {
-    let mut w = Wire::new();
-    w.b.listen(service()).unwrap();
+    let mut w = Wire::listening();
     let (ca, cb) = w.connected(service(), 0x11, 0x22);
     w.drop_nth(Side::A, attr::DREQ, 1);
     let t0 = Duration::from_secs(100);
@@ -438,14 +438,7 @@ fn a_lost_dreq_is_retransmitted_and_both_sides_disconnect() {
     w.pump();
     assert_eq!((w.take_a(), w.take_b()), (vec![], vec![]));
     assert_eq!(w.step_timer(), Some(t0 + t_req()));
-    assert_eq!(
-        w.take_b(),
-        [CmEvent::Disconnected { conn: cb, cause: DisconnectCause::DreqReceived }]
-    );
-    assert_eq!(
-        w.take_a(),
-        [CmEvent::Disconnected { conn: ca, cause: DisconnectCause::DrepReceived }]
-    );
+    assert_disconnected_by_a(&mut w, ca, cb);
     let dreqs = w.sent(Side::A, attr::DREQ);
     assert_eq!(dreqs.len(), 2);
     assert_eq!(dreqs[0].bytes, dreqs[1].bytes);
@@ -457,8 +450,7 @@ fn a_lost_dreq_is_retransmitted_and_both_sides_disconnect() {
 
 #[test]
 fn a_lost_drep_is_answered_again_even_after_the_peer_forgot_the_connection() {
-    let mut w = Wire::new();
-    w.b.listen(service()).unwrap();
+    let mut w = Wire::listening();
     let (ca, cb) = w.connected(service(), 0x11, 0x22);
     w.drop_nth(Side::B, attr::DREP, 1);
     w.a.disconnect(w.now, ca, &[]).unwrap();
@@ -487,8 +479,7 @@ fn a_lost_drep_is_answered_again_even_after_the_peer_forgot_the_connection() {
 
 #[test]
 fn a_dreq_never_answered_times_out_into_timewait() {
-    let mut w = Wire::new();
-    w.b.listen(service()).unwrap();
+    let mut w = Wire::listening();
     let (ca, _cb) = w.connected(service(), 0x11, 0x22);
     for n in 1..=16 {
         w.drop_nth(Side::A, attr::DREQ, n);
@@ -513,20 +504,16 @@ fn a_dreq_never_answered_times_out_into_timewait() {
 
 #[test]
 fn simultaneous_disconnect_ends_in_timewait_on_both_sides() {
-    let mut w = Wire::new();
-    w.b.listen(service()).unwrap();
+    let mut w = Wire::listening();
     let (ca, cb) = w.connected(service(), 0x11, 0x22);
     w.a.disconnect(w.now, ca, b"a").unwrap();
     w.b.disconnect(w.now, cb, b"b").unwrap();
     w.pump();
     // each side answered the other's DREQ; the DREP to its own came in TimeWait
-    assert_eq!(
-        w.take_a(),
-        [CmEvent::Disconnected { conn: ca, cause: DisconnectCause::DreqReceived }]
-    );
-    assert_eq!(
-        w.take_b(),
-        [CmEvent::Disconnected { conn: cb, cause: DisconnectCause::DreqReceived }]
+    assert_disconnected(
+        &mut w,
+        (ca, DisconnectCause::DreqReceived),
+        (cb, DisconnectCause::DreqReceived),
     );
     for s in [Side::A, Side::B] {
         assert_eq!(w.sent(s, attr::DREQ).len(), 1);
@@ -550,8 +537,7 @@ fn simultaneous_disconnect_ends_in_timewait_on_both_sides() {
 
 #[test]
 fn a_late_dreq_in_timewait_gets_a_drep_and_the_connection_is_gone_after_exit() {
-    let mut w = Wire::new();
-    w.b.listen(service()).unwrap();
+    let mut w = Wire::listening();
     let (ca, cb) = w.connected(service(), 0x11, 0x22);
     w.a.disconnect(w.now, ca, &[]).unwrap();
     w.pump();
@@ -587,9 +573,8 @@ fn a_late_dreq_in_timewait_gets_a_drep_and_the_connection_is_gone_after_exit() {
 
 #[test]
 fn uc_connections_carry_their_transport_type() {
-    let mut w = Wire::new();
-    w.b.listen(service()).unwrap();
-    let mut req = ConnectRequest::new(service(), PeerAddr::new(w.gb), 0x11, 5);
+    let mut w = Wire::listening();
+    let mut req = w.request_to_b();
     req.qp_type = CmQpType::Uc;
     let (_, _, got) = w.request(req);
     assert_eq!(got.qp_type, CmQpType::Uc);
@@ -599,8 +584,7 @@ fn uc_connections_carry_their_transport_type() {
 
 #[test]
 fn destroy_sends_what_is_owed_and_makes_no_more_events() {
-    let mut w = Wire::new();
-    w.b.listen(service()).unwrap();
+    let mut w = Wire::listening();
     // destroying an established connection sends a DREQ; it closes
     // through TimeWait silently
     let (ca, cb) = w.connected(service(), 0x11, 0x22);
@@ -640,8 +624,7 @@ fn destroy_sends_what_is_owed_and_makes_no_more_events() {
 
 #[test]
 fn calls_in_the_wrong_state_or_with_bad_values_are_typed_errors() {
-    let mut w = Wire::new();
-    w.b.listen(service()).unwrap();
+    let mut w = Wire::listening();
     let gb = PeerAddr::new(w.gb);
     let mut r = ConnectRequest::new(service(), gb, 0x100_0000, 0);
     assert_eq!(
@@ -698,8 +681,7 @@ fn calls_in_the_wrong_state_or_with_bad_values_are_typed_errors() {
 #[test]
 fn the_same_seeds_give_the_same_bytes() {
     let run = || {
-        let mut w = Wire::new();
-        w.b.listen(service()).unwrap();
+        let mut w = Wire::listening();
         w.drop_nth(Side::B, attr::REP, 1);
         let (ca, _cb) = {
             let psn = w.a.random_psn();

@@ -11,10 +11,6 @@ use roce_packet::mad::{
 };
 use std::time::Duration;
 
-fn service() -> u64 {
-    ip_service_id(port_space::TCP, 7174)
-}
-
 #[test]
 fn a_peer_that_never_answers_is_unreachable_after_max_cm_retries_plus_one_reqs() {
     for retries in [0u8, 3, 15] {
@@ -26,9 +22,7 @@ fn a_peer_that_never_answers_is_unreachable_after_max_cm_retries_plus_one_reqs()
         for k in 1..=n {
             w.drop_nth(Side::A, attr::REQ, k);
         }
-        let ca =
-            w.a.connect(w.now, ConnectRequest::new(service(), PeerAddr::new(w.gb), 0x11, 5))
-                .unwrap();
+        let ca = w.a.connect(w.now, w.request_to_b()).unwrap();
         w.pump();
         let t = w.a.config().request_timeout();
         for k in 1..=retries {
@@ -61,10 +55,8 @@ fn a_peer_that_never_answers_is_unreachable_after_max_cm_retries_plus_one_reqs()
 
 #[test]
 fn a_rep_never_acknowledged_makes_the_passive_side_unreachable() {
-    let mut w = Wire::new();
-    w.b.listen(service()).unwrap();
-    let ca =
-        w.a.connect(w.now, ConnectRequest::new(service(), PeerAddr::new(w.gb), 0x11, 5)).unwrap();
+    let mut w = Wire::listening();
+    let ca = w.a.connect(w.now, w.request_to_b()).unwrap();
     w.pump();
     let ev = w.take_b();
     let [CmEvent::ConnectRequest { conn: cb, .. }] = &ev[..] else { panic!("{ev:?}") };
@@ -96,8 +88,7 @@ fn a_rep_never_acknowledged_makes_the_passive_side_unreachable() {
 fn a_req_for_a_service_nobody_listens_on_is_rejected_with_reason_8() {
     let mut w = Wire::new();
     w.b.listen(ip_service_id(port_space::TCP, 1)).unwrap();
-    let ca =
-        w.a.connect(w.now, ConnectRequest::new(service(), PeerAddr::new(w.gb), 0x11, 5)).unwrap();
+    let ca = w.a.connect(w.now, w.request_to_b()).unwrap();
     w.pump();
     let a_comm = w.sent(Side::A, attr::REQ)[0].mad.clone();
     let CmMsg::Req(q) = &a_comm.msg else { panic!() };
@@ -126,8 +117,7 @@ fn a_req_for_a_service_nobody_listens_on_is_rejected_with_reason_8() {
 
 #[test]
 fn a_req_from_a_qp_that_is_already_connected_is_stale() {
-    let mut w = Wire::new();
-    w.b.listen(service()).unwrap();
+    let mut w = Wire::listening();
     let (_ca, cb_old) = w.connected(service(), 0x11, 0x22);
     let b_old = w.b.conn_info(cb_old).unwrap();
     // A reboots: its CM forgets the connection, and its new QP has the old
@@ -211,8 +201,7 @@ fn raw(attr_id: u16, tid: u64) -> [u8; MAD_LEN] {
 
 #[test]
 fn bad_input_is_counted_and_dropped_without_events() {
-    let mut w = Wire::new();
-    w.b.listen(service()).unwrap();
+    let mut w = Wire::listening();
     let (ca, cb) = w.connected(service(), 0x11, 0x22);
     let info = w.b.conn_info(cb).unwrap();
     let k0 = *w.b.counters();
@@ -224,19 +213,12 @@ fn bad_input_is_counted_and_dropped_without_events() {
     w.b.handle_mad(w.now, from, &req[..MAD_LEN - 1]);
     w.b.handle_mad(w.now, from, &[]);
     // another class, another base version, another class version, a method
-    // other than Send
-    let mut m = req;
-    m[1] = 0x81;
-    w.b.handle_mad(w.now, from, &m);
-    let mut m = req;
-    m[0] = 2;
-    w.b.handle_mad(w.now, from, &m);
-    let mut m = req;
-    m[2] = 1;
-    w.b.handle_mad(w.now, from, &m);
-    let mut m = req;
-    m[3] = 0x01;
-    w.b.handle_mad(w.now, from, &m);
+    // other than Send: (header byte, value)
+    for (byte, value) in [(1, 0x81), (0, 2), (2, 1), (3, 0x01)] {
+        let mut m = req;
+        m[byte] = value;
+        w.b.handle_mad(w.now, from, &m);
+    }
     let k = *w.b.counters();
     assert_eq!(k.dropped_malformed - k0.dropped_malformed, 6);
 
@@ -285,8 +267,7 @@ fn bad_input_is_counted_and_dropped_without_events() {
 
 #[test]
 fn random_bytes_never_panic_and_make_no_events() {
-    let mut w = Wire::new();
-    w.b.listen(service()).unwrap();
+    let mut w = Wire::listening();
     let (_ca, cb) = w.connected(service(), 0x11, 0x22);
     let mut s: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut next = || {
@@ -368,8 +349,7 @@ fn a_req_from_qpn_0_is_not_mistaken_for_a_stale_connection() {
 
 #[test]
 fn a_clock_near_its_end_saturates_instead_of_overflowing() {
-    let mut w = Wire::new();
-    w.b.listen(service()).unwrap();
+    let mut w = Wire::listening();
     w.now = Duration::MAX - Duration::from_secs(1);
     let (_, cb, _) = w.request(ConnectRequest::new(service(), PeerAddr::new(w.gb), 0x11, 1));
     w.b.accept(w.now, cb, AcceptParams::new(0x22, 2)).unwrap();

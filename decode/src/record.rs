@@ -8,6 +8,7 @@
 
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use roce_packet::ext::{AtomicAckEth, AtomicEth, Deth, Reth, RNR_TIMER_US};
+use roce_packet::frame::inet_checksum;
 use roce_packet::mad::CmMad;
 use roce_packet::opcode::{ExtHeader, OpInfo, OpKind};
 use roce_packet::{bth, icrc, Bth, Opcode};
@@ -223,34 +224,13 @@ fn be32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
-/// One's-complement sum of 16-bit words, folded.
-fn csum16(chunks: &[&[u8]]) -> u16 {
-    let mut sum: u64 = 0;
-    let mut odd: Option<u8> = None;
-    for c in chunks {
-        for &byte in c.iter() {
-            match odd.take() {
-                Some(hi) => sum += u64::from(u16::from_be_bytes([hi, byte])),
-                None => odd = Some(byte),
-            }
-        }
-    }
-    if let Some(hi) = odd {
-        sum += u64::from(u16::from_be_bytes([hi, 0]));
-    }
-    while sum >> 16 != 0 {
-        sum = (sum & 0xFFFF) + (sum >> 16);
-    }
-    sum as u16
-}
-
 /// IPv4 header checksum verdict; `None` for IPv6 or a short header.
 #[cfg(test)]
 pub fn ipv4_checksum_ok(ip: &[u8]) -> Option<bool> {
     if ip.len() < 20 || ip[0] >> 4 != 4 {
         return None;
     }
-    Some(csum16(&[ip]) == 0xFFFF)
+    Some(inet_checksum(&[ip]) == 0)
 }
 
 /// UDP checksum verdict over `header` + `payload` chunks (`header[4..6]`
@@ -278,7 +258,7 @@ pub fn udp_checksum_ok(ip: &[u8], udp_header: &[u8; 8], payload: &[&[u8]]) -> Op
     }
     let mut chunks: Vec<&[u8]> = vec![&ph, &udp_header[..]];
     chunks.extend_from_slice(payload);
-    Some(csum16(&chunks) == 0xFFFF)
+    Some(inet_checksum(&chunks) == 0)
 }
 
 fn addrs(ip: &[u8]) -> (u8, IpAddr, IpAddr, u8, u8) {

@@ -94,6 +94,20 @@ pub struct MrInfo {
     pub access: AccessFlags,
 }
 
+impl MrInfo {
+    /// What the application is told of region `m` (handle `handle`).
+    fn of(handle: MrHandle, m: &Mr) -> MrInfo {
+        MrInfo {
+            handle,
+            addr: m.iova,
+            length: m.mem.len() as u64,
+            lkey: m.lkey,
+            rkey: m.rkey,
+            access: m.access,
+        }
+    }
+}
+
 /// A software RoCEv2 HCA (one port), sans IO.
 pub struct Hca {
     pub(crate) dev: Dev,
@@ -349,26 +363,12 @@ impl Hca {
             m.iova = iova;
         }
         tracing::debug!(dev = %d.name, mr = mr.0, "rereg_mr");
-        Ok(MrInfo {
-            handle: mr,
-            addr: m.iova,
-            length: m.mem.len() as u64,
-            lkey: m.lkey,
-            rkey: m.rkey,
-            access: m.access,
-        })
+        Ok(MrInfo::of(mr, m))
     }
 
     /// Information about a registered region.
     pub fn mr_info(&self, mr: MrHandle) -> Option<MrInfo> {
-        self.dev.mem.mrs.get(&mr).map(|m| MrInfo {
-            handle: mr,
-            addr: m.iova,
-            length: m.mem.len() as u64,
-            lkey: m.lkey,
-            rkey: m.rkey,
-            access: m.access,
-        })
+        self.dev.mem.mrs.get(&mr).map(|m| MrInfo::of(mr, m))
     }
 
     /// `ibv_dereg_mr`.
@@ -382,25 +382,29 @@ impl Hca {
         Ok(())
     }
 
-    fn mr_range(&self, mr: MrHandle, offset: u64, len: u64) -> Result<usize, MrAccessError> {
+    /// `copy` (a read or a write of `len` bytes at an index into the
+    /// region's memory) on region `mr` at `offset`, bounds checked first;
+    /// a copy that fails (pages gone from under an external region) is out
+    /// of bounds as well.
+    fn mr_copy(
+        &self,
+        mr: MrHandle,
+        offset: u64,
+        len: usize,
+        copy: impl FnOnce(&RegionMem, usize) -> Option<()>,
+    ) -> Result<(), MrAccessError> {
         let m = self.dev.mem.mrs.get(&mr).ok_or(MrAccessError::UnknownMr(mr))?;
-        let size = m.mem.len() as u64;
+        let (len, size) = (len as u64, m.mem.len() as u64);
+        let out = MrAccessError::OutOfBounds { offset, len, size };
         match offset.checked_add(len) {
-            Some(end) if end <= size => Ok(offset as usize),
-            _ => Err(MrAccessError::OutOfBounds { offset, len, size }),
+            Some(end) if end <= size => copy(&m.mem, offset as usize).ok_or(out),
+            _ => Err(out),
         }
     }
 
     /// Read `buf.len()` bytes at `offset` into the region (application side).
     pub fn mr_read(&self, mr: MrHandle, offset: u64, buf: &mut [u8]) -> Result<(), MrAccessError> {
-        let off = self.mr_range(mr, offset, buf.len() as u64)?;
-        let m = self.dev.mem.mrs.get(&mr).ok_or(MrAccessError::UnknownMr(mr))?;
-        let size = m.mem.len() as u64;
-        m.mem.read(off, buf).ok_or(MrAccessError::OutOfBounds {
-            offset,
-            len: buf.len() as u64,
-            size,
-        })
+        self.mr_copy(mr, offset, buf.len(), |mem, off| mem.read(off, buf))
     }
 
     /// Write `data` at `offset` into the region (application side).
@@ -410,14 +414,7 @@ impl Hca {
         offset: u64,
         data: &[u8],
     ) -> Result<(), MrAccessError> {
-        let off = self.mr_range(mr, offset, data.len() as u64)?;
-        let m = self.dev.mem.mrs.get_mut(&mr).ok_or(MrAccessError::UnknownMr(mr))?;
-        let size = m.mem.len() as u64;
-        m.mem.write(off, data).ok_or(MrAccessError::OutOfBounds {
-            offset,
-            len: data.len() as u64,
-            size,
-        })
+        self.mr_copy(mr, offset, data.len(), |mem, off| mem.write(off, data))
     }
 
     // ---- completion queues ----

@@ -164,44 +164,39 @@ pub trait SansIo {
     fn on_idle(&mut self) {}
 }
 
-/// A boxed node (the default node type of `roce_sim::Fabric`).
-impl<T: SansIo + ?Sized> SansIo for Box<T> {
-    fn handle_datagram(&mut self, now: Instant, dgram: Datagram) {
-        (**self).handle_datagram(now, dgram)
-    }
-    fn poll_transmit(&mut self, now: Instant) -> Option<Datagram> {
-        (**self).poll_transmit(now)
-    }
-    fn poll_timeout(&self) -> Option<Instant> {
-        (**self).poll_timeout()
-    }
-    fn handle_timeout(&mut self, now: Instant) {
-        (**self).handle_timeout(now)
-    }
-    fn on_idle(&mut self) {
-        (**self).on_idle()
-    }
+/// `SansIo` for a pointer to a node: every call goes to the node.
+macro_rules! forward_sans_io {
+    ($(#[$doc:meta])* $ptr:ty) => {
+        $(#[$doc])*
+        impl<T: SansIo + ?Sized> SansIo for $ptr {
+            fn handle_datagram(&mut self, now: Instant, dgram: Datagram) {
+                (**self).handle_datagram(now, dgram)
+            }
+            fn poll_transmit(&mut self, now: Instant) -> Option<Datagram> {
+                (**self).poll_transmit(now)
+            }
+            fn poll_timeout(&self) -> Option<Instant> {
+                (**self).poll_timeout()
+            }
+            fn handle_timeout(&mut self, now: Instant) {
+                (**self).handle_timeout(now)
+            }
+            fn on_idle(&mut self) {
+                (**self).on_idle()
+            }
+        }
+    };
 }
 
-/// A node lent to a driver for one run (`roce_sim::Fabric<&mut Hca>`): the
-/// driver moves its frames, its owner keeps it.
-impl<T: SansIo + ?Sized> SansIo for &mut T {
-    fn handle_datagram(&mut self, now: Instant, dgram: Datagram) {
-        (**self).handle_datagram(now, dgram)
-    }
-    fn poll_transmit(&mut self, now: Instant) -> Option<Datagram> {
-        (**self).poll_transmit(now)
-    }
-    fn poll_timeout(&self) -> Option<Instant> {
-        (**self).poll_timeout()
-    }
-    fn handle_timeout(&mut self, now: Instant) {
-        (**self).handle_timeout(now)
-    }
-    fn on_idle(&mut self) {
-        (**self).on_idle()
-    }
-}
+forward_sans_io!(
+    /// A boxed node (the default node type of `roce_sim::Fabric`).
+    Box<T>
+);
+forward_sans_io!(
+    /// A node lent to a driver for one run (`roce_sim::Fabric<&mut Hca>`):
+    /// the driver moves its frames, its owner keeps it.
+    &mut T
+);
 
 /// A node shared between a driver and someone else (e.g. a verbs API
 /// posting work to the device the simulated fabric drives): the driver

@@ -9,9 +9,7 @@ fn atomic_write(p: &mut Pair, va: u64, value: u64) -> Vec<WorkCompletion> {
     let wr = SendWr::new(3, WrOpcode::AtomicWrite)
         .sge(p.a.addr(0), 8, p.a.mr.lkey)
         .remote(va, p.b.mr.rkey);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
-    p.run();
-    p.a.poll()
+    p.run_wr(wr)
 }
 
 #[test]
@@ -42,9 +40,7 @@ fn atomic_write_lands_8_bytes() {
 fn atomic_write_of_7_or_9_bytes_is_rejected() {
     let mut p = Pair::new();
     for n in [7u32, 9] {
-        let wr = SendWr::new(3, WrOpcode::AtomicWrite)
-            .sge(p.a.addr(0), n, p.a.mr.lkey)
-            .remote(p.b.addr(0), p.b.mr.rkey);
+        let wr = p.one_sided(3, WrOpcode::AtomicWrite, 0, n, 0);
         assert_eq!(p.a.hca.post_send(p.a.qpn, wr), Err(PostSendError::BadAtomicSge));
     }
     let wr = SendWr::new(3, WrOpcode::AtomicWrite).inline(&[1; 9]).remote(p.b.addr(0), p.b.mr.rkey);
@@ -61,9 +57,7 @@ fn atomic_write_needs_remote_write_on_the_region() {
     let wr = SendWr::new(3, WrOpcode::AtomicWrite)
         .sge(p.a.addr(0), 8, p.a.mr.lkey)
         .remote(ro.addr, ro.rkey);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
-    p.run();
-    let wc = p.a.poll();
+    let wc = p.run_wr(wr);
     assert_eq!(wc[0].status, WcStatus::RemAccessErr);
     let mut got = [0u8; 8];
     p.b.hca.mr_read(ro.handle, 0, &mut got).unwrap();
@@ -87,9 +81,7 @@ fn flush(
     level: u8,
 ) -> Vec<WorkCompletion> {
     let wr = SendWr::new(5, WrOpcode::Flush { len, placement, level }).remote(va, rkey);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
-    p.run();
-    p.a.poll()
+    p.run_wr(wr)
 }
 
 #[test]
@@ -146,30 +138,15 @@ fn flush_on_a_qp_without_flush_access_is_rejected() {
     assert_eq!(wc[0].status, WcStatus::RemInvReqErr);
 }
 
-/// The UDP source port the emulator uses for a QP (same formula as rxe's hash).
-fn src_port(qpn: roce_packet::Qpn) -> u16 {
-    let mut h = qpn.value().wrapping_mul(0x9E37_79B1);
-    h ^= h >> 15;
-    0xC000 | (h & 0x3FFF) as u16
-}
-
 #[test]
 fn atomic_write_of_wrong_size_on_the_wire_is_nakked() {
-    use roce_packet::UdpEndpoints;
     for n in [7usize, 9] {
         let mut p = Pair::new();
         p.b.write_mem(0, &[0x55; 16]);
-        let ep = UdpEndpoints {
-            src: p.a.hca.addr(),
-            dst: p.b.hca.addr(),
-            src_port: src_port(p.a.qpn),
-            dst_port: 4791,
-        };
+        let ep = p.a_qp_endpoints();
         p.a.write_mem(0, &1u64.to_le_bytes());
-        let wr = SendWr::new(3, WrOpcode::AtomicWrite)
-            .sge(p.a.addr(0), 8, p.a.mr.lkey)
-            .remote(p.b.addr(0), p.b.mr.rkey);
-        p.a.hca.post_send(p.a.qpn, wr).unwrap();
+        let wr = p.one_sided(3, WrOpcode::AtomicWrite, 0, 8, 0);
+        p.a.post(wr);
         p.run_with(Instant::from_millis(1000), |_, s| {
             if s.dir == Dir::AtoB && s.opcode == Opcode::RC_ATOMIC_WRITE {
                 let mut r = s.repr;

@@ -178,7 +178,7 @@ fn garbage_to_qp1_is_counted_by_the_cm_and_a_wrong_qkey_by_the_device() {
     p.a.hca.post_send(ga, wr).unwrap();
     // and one from an ordinary UD QP, with ibv_ud_pingpong's Q_Key
     let wr = SendWr::new(3, WrOpcode::Send).sge(p.a.addr(0), 256, p.a.mr.lkey).ud(b, 1, UD_QKEY);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.a.post(wr);
     p.run();
     assert_eq!(p.trace.len(), 3);
     let c = *p.b.hca.cm_ref().counters();

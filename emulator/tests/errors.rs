@@ -25,7 +25,7 @@ fn bad_rkey_remote_access_error_then_flush() {
     let wr = SendWr::new(1, WrOpcode::RdmaWrite)
         .sge(p.a.addr(0), 16, p.a.mr.lkey)
         .remote(p.b.addr(0), bad);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.a.post(wr);
     p.a.send(2, 0, 8);
     p.run();
     assert_eq!(nak_codes(&p), vec![NakCode::RemoteAccessError]);
@@ -61,7 +61,7 @@ fn write_without_remote_write_access() {
     let wr = SendWr::new(1, WrOpcode::RdmaWrite)
         .sge(p.a.addr(0), 8, p.a.mr.lkey)
         .remote(ro.addr, ro.rkey);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.a.post(wr);
     p.run();
     assert_eq!(nak_codes(&p), vec![NakCode::RemoteAccessError]);
     assert_eq!(p.a.poll()[0].status, WcStatus::RemAccessErr);
@@ -75,9 +75,7 @@ fn read_beyond_region_is_remote_access_error() {
     let wr = SendWr::new(1, WrOpcode::RdmaRead)
         .sge(p.a.addr(0), 16, p.a.mr.lkey)
         .remote(end - 8, p.b.mr.rkey);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
-    p.run();
-    assert_eq!(p.a.poll()[0].status, WcStatus::RemAccessErr);
+    assert_eq!(p.run_wr(wr)[0].status, WcStatus::RemAccessErr);
 }
 
 #[test]
@@ -86,9 +84,7 @@ fn remote_va_overflow_is_rejected() {
     let wr = SendWr::new(1, WrOpcode::RdmaWrite)
         .sge(p.a.addr(0), 16, p.a.mr.lkey)
         .remote(u64::MAX - 7, p.b.mr.rkey);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
-    p.run();
-    assert_eq!(p.a.poll()[0].status, WcStatus::RemAccessErr);
+    assert_eq!(p.run_wr(wr)[0].status, WcStatus::RemAccessErr);
 }
 
 #[test]
@@ -110,7 +106,7 @@ fn message_longer_than_receive_buffer() {
 fn bad_local_key_is_local_protection_error() {
     let mut p = Pair::new();
     let wr = SendWr::new(1, WrOpcode::Send).sge(p.a.addr(0), 8, LKey::new(0x4242));
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.a.post(wr);
     p.a.send(2, 0, 8);
     p.run();
     let wa = p.a.poll();
@@ -123,35 +119,26 @@ fn bad_local_key_is_local_protection_error() {
     let wr = SendWr::new(1, WrOpcode::RdmaRead)
         .sge(ro.addr, 8, ro.lkey)
         .remote(p.b.addr(0), p.b.mr.rkey);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
-    p.run();
-    assert_eq!(p.a.poll()[0].status, WcStatus::LocProtErr);
+    assert_eq!(p.run_wr(wr)[0].status, WcStatus::LocProtErr);
 }
 
 #[test]
 fn rnr_on_write_with_imm_without_recv() {
     let mut p = Pair::with(Opts { rnr_retry: 1, ..Opts::default() });
-    let wr = SendWr::new(1, WrOpcode::RdmaWriteWithImm)
-        .sge(p.a.addr(0), 8, p.a.mr.lkey)
-        .remote(p.b.addr(0), p.b.mr.rkey)
-        .with_imm(5);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
-    p.run();
-    assert_eq!(p.a.poll()[0].status, WcStatus::RnrRetryExcErr);
+    let wr = p.one_sided(1, WrOpcode::RdmaWriteWithImm, 0, 8, 0).with_imm(5);
+    assert_eq!(p.run_wr(wr)[0].status, WcStatus::RnrRetryExcErr);
     assert_eq!(p.b.counters().send_rnr_err, 2);
 }
 
 #[test]
 fn cq_overflow_raises_async_event_and_errors_qps() {
     let mut p = Pair::with(Opts { cqe: 2, ..Opts::default() });
-    for i in 0..3 {
-        p.b.post_recv(i, i * 8, 8);
-    }
+    p.b.post_recvs(3, 8);
     for i in 0..3u64 {
         let wr = SendWr::new(i, WrOpcode::Send)
             .sge(p.a.addr(0), 8, p.a.mr.lkey)
             .with_flags(SendFlags::EMPTY);
-        p.a.hca.post_send(p.a.qpn, wr).unwrap();
+        p.a.post(wr);
     }
     p.run();
     assert_eq!(p.b.hca.poll_async_event(), Some(AsyncEvent::CqErr(p.b.cq)));

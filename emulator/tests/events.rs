@@ -6,15 +6,13 @@ use roce_sim::testkit::*;
 fn send_flags(p: &mut Pair, wr_id: u64, flags: SendFlags) {
     let mut wr = SendWr::new(wr_id, WrOpcode::Send).sge(p.a.addr(0), 8, p.a.mr.lkey);
     wr.flags = flags;
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.a.post(wr);
 }
 
 #[test]
 fn solicited_only_wakes_on_se_and_errors_once_per_arming() {
     let mut p = Pair::new();
-    for i in 0..4 {
-        p.b.post_recv(i, 64 * i, 64);
-    }
+    p.b.post_recvs(4, 64);
     p.b.hca.req_notify_cq(p.b.cq, true).unwrap();
     // a plain SEND: completion queued, no event
     send_flags(&mut p, 1, SendFlags::EMPTY);
@@ -56,9 +54,7 @@ fn any_completion_arming_fires_on_send_side_success() {
 #[test]
 fn resize_cq_grows_and_refuses_to_shrink_below_entries() {
     let mut p = Pair::with(Opts { cqe: 2, ..Opts::default() });
-    for i in 0..3 {
-        p.b.post_recv(i, 64 * i, 64);
-    }
+    p.b.post_recvs(3, 64);
     send_flags(&mut p, 1, SendFlags::EMPTY);
     send_flags(&mut p, 2, SendFlags::EMPTY);
     p.run();
@@ -85,9 +81,7 @@ fn resize_cq_grows_and_refuses_to_shrink_below_entries() {
 #[test]
 fn sqd_drains_started_wqes_then_raises_sq_drained() {
     let mut p = Pair::new();
-    for i in 0..3 {
-        p.b.post_recv(i, 64 * i, 64);
-    }
+    p.b.post_recvs(3, 64);
     send_flags(&mut p, 1, SendFlags::SIGNALED);
     send_flags(&mut p, 2, SendFlags::SIGNALED);
     // the first SEND leaves; then SQD before its ACK arrives
@@ -142,9 +136,7 @@ fn sqd_accepts_posted_receives_and_serves_incoming_sends() {
 #[test]
 fn sqd_retransmits_a_lost_started_wqe_before_draining() {
     let mut p = Pair::new();
-    for i in 0..3 {
-        p.b.post_recv(i, 64 * i, 64);
-    }
+    p.b.post_recvs(3, 64);
     send_flags(&mut p, 1, SendFlags::SIGNALED);
     let lost = p.a.hca.poll_transmit(p.now).expect("first SEND");
     drop(lost);

@@ -36,10 +36,8 @@ fn outstanding_work(p: &mut Pair, recvs: u64, sends: u64) {
     }
     for i in 0..sends {
         p.a.send(i, 0, 3000);
-        let wr = SendWr::new(100 + i, WrOpcode::RdmaRead)
-            .sge(p.a.addr(65536), 2048, p.a.mr.lkey)
-            .remote(p.b.addr(0), p.b.mr.rkey);
-        p.a.hca.post_send(p.a.qpn, wr).unwrap();
+        let wr = p.one_sided(100 + i, WrOpcode::RdmaRead, 65536, 2048, 0);
+        p.a.post(wr);
     }
 }
 

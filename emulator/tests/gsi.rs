@@ -114,7 +114,7 @@ fn a_datagram_to_qp1_with_another_qkey_is_dropped() {
         1,
         UD_QKEY,
     );
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.a.post(wr);
     p.run();
     assert_eq!(p.trace.len(), 1);
     assert!(p.b.poll().is_empty());

@@ -10,18 +10,9 @@ const T14_NS: u64 = 4096 << 14; // 4.096 µs × 2^14
 fn drop_middle_packet_one_nak_go_back_n() {
     let mut p = Pair::new();
     let data = pattern(5 * 1024, 1);
-    p.a.write_mem(0, &data);
-    p.b.post_recv(1, 0, 8192);
-    p.a.send(1, 0, 5 * 1024);
-    let mut dropped = false;
-    p.run_with(Instant::from_millis(1000), |_, s| {
-        if s.dir == Dir::AtoB && s.psn == Psn::new(0x102) && !dropped {
-            dropped = true;
-            Action::Drop
-        } else {
-            Action::Deliver
-        }
-    });
+    p.stage_send(&data, 1, 8192, 1);
+    let mut f = once(Action::Drop, |s| s.dir == Dir::AtoB && s.psn == Psn::new(0x102));
+    p.run_with(Instant::from_millis(1000), |_, s| f(s));
     assert_eq!(p.b.read_mem(0, 5 * 1024), data);
     let naks: Vec<_> = p
         .trace
@@ -54,16 +45,9 @@ fn lost_ack_retransmits_and_counts_duplicate() {
     p.a.write_mem(0, b"abcd");
     p.b.post_recv(1, 0, 64);
     p.a.send(1, 0, 4);
-    let mut dropped = false;
-    p.run_with(Instant::from_millis(1000), |_, s| {
-        if s.dir == Dir::BtoA && !dropped {
-            dropped = true;
-            Action::Drop
-        } else {
-            Action::Deliver
-        }
-    });
-    let sends: Vec<_> = p.trace.iter().filter(|s| s.opcode == Opcode::RC_SEND_ONLY).collect();
+    let mut f = once(Action::Drop, |s| s.dir == Dir::BtoA);
+    p.run_with(Instant::from_millis(1000), |_, s| f(s));
+    let sends: Vec<_> = p.packets(Opcode::RC_SEND_ONLY).collect();
     assert_eq!(sends.len(), 2);
     assert_eq!(sends[1].at, Instant::from_nanos(T14_NS));
     assert_eq!(sends[1].psn, sends[0].psn);
@@ -78,26 +62,17 @@ fn lost_ack_retransmits_and_counts_duplicate() {
 fn lost_atomic_ack_is_replayed_exactly_once() {
     let mut p = Pair::new();
     p.b.write_mem(8, &100u64.to_le_bytes());
-    let mut wr = SendWr::new(1, WrOpcode::AtomicFetchAndAdd)
-        .sge(p.a.addr(0), 8, p.a.mr.lkey)
-        .remote(p.b.addr(8), p.b.mr.rkey);
+    let mut wr = p.one_sided(1, WrOpcode::AtomicFetchAndAdd, 0, 8, 8);
     wr.compare_add = 5;
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
-    let mut dropped = false;
-    p.run_with(Instant::from_millis(1000), |_, s| {
-        if s.opcode == Opcode::RC_ATOMIC_ACKNOWLEDGE && !dropped {
-            dropped = true;
-            Action::Drop
-        } else {
-            Action::Deliver
-        }
-    });
+    p.a.post(wr);
+    let mut f = once(Action::Drop, |s| s.opcode == Opcode::RC_ATOMIC_ACKNOWLEDGE);
+    p.run_with(Instant::from_millis(1000), |_, s| f(s));
     assert_eq!(p.count(Dir::AtoB, Opcode::RC_FETCH_ADD), 2);
     assert_eq!(p.count(Dir::BtoA, Opcode::RC_ATOMIC_ACKNOWLEDGE), 2);
     // memory modified once, the replayed ACK carries the original value
     assert_eq!(u64::from_le_bytes(p.b.read_mem(8, 8).try_into().unwrap()), 105);
     assert_eq!(u64::from_le_bytes(p.a.read_mem(0, 8).try_into().unwrap()), 100);
-    assert!(p.trace.iter().filter(|s| s.opcode == Opcode::RC_ATOMIC_ACKNOWLEDGE).all(|s| s
+    assert!(p.packets(Opcode::RC_ATOMIC_ACKNOWLEDGE).all(|s| s
         .repr
         .atomic_ack_eth
         .unwrap()
@@ -113,25 +88,15 @@ fn lost_read_response_middle_implied_nak() {
     let mut p = Pair::new();
     let data = pattern(4 * 1024, 77);
     p.b.write_mem(0, &data);
-    let wr = SendWr::new(5, WrOpcode::RdmaRead)
-        .sge(p.a.addr(0), 4096, p.a.mr.lkey)
-        .remote(p.b.addr(0), p.b.mr.rkey);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
-    let mut dropped = false;
-    p.run_with(Instant::from_millis(1000), |_, s| {
-        if s.opcode == Opcode::RC_RDMA_READ_RESPONSE_MIDDLE && !dropped {
-            dropped = true;
-            Action::Drop
-        } else {
-            Action::Deliver
-        }
-    });
+    let wr = p.one_sided(5, WrOpcode::RdmaRead, 0, 4096, 0);
+    p.a.post(wr);
+    let mut f = once(Action::Drop, |s| s.opcode == Opcode::RC_RDMA_READ_RESPONSE_MIDDLE);
+    p.run_with(Instant::from_millis(1000), |_, s| f(s));
     assert_eq!(p.a.read_mem(0, 4096), data, "{}", p.dump());
     let wa = p.a.poll();
     assert_eq!((wa.len(), wa[0].status, wa[0].byte_len), (1, WcStatus::Success, 4096));
     // the READ was re-issued for the missing part, without waiting for a timer
-    let reqs: Vec<_> =
-        p.trace.iter().filter(|s| s.opcode == Opcode::RC_RDMA_READ_REQUEST).collect();
+    let reqs: Vec<_> = p.packets(Opcode::RC_RDMA_READ_REQUEST).collect();
     assert_eq!(reqs.len(), 2, "{}", p.dump());
     assert_eq!(reqs[1].psn, Psn::new(0x101));
     let reth = reqs[1].repr.reth.unwrap();
@@ -150,12 +115,7 @@ fn rnr_then_success_after_post_recv() {
     assert!(p.a.poll().is_empty());
     p.b.post_recv(9, 0, 16);
     p.run();
-    let times: Vec<u64> = p
-        .trace
-        .iter()
-        .filter(|s| s.opcode == Opcode::RC_SEND_ONLY)
-        .map(|s| s.at.as_nanos())
-        .collect();
+    let times: Vec<u64> = p.packets(Opcode::RC_SEND_ONLY).map(|s| s.at.as_nanos()).collect();
     assert_eq!(times, vec![0, 10_000, 20_000, 30_000]);
     let rnrs = p
         .trace
@@ -197,12 +157,9 @@ fn rnr_retry_exceeded() {
     assert!(matches!(p.a.hca.poll_async_event(), Some(AsyncEvent::QpFatal(q)) if q == p.a.qpn));
 }
 
-#[test]
-fn silent_peer_retry_exceeded_at_timer_spacing() {
-    let mut p = Pair::with(Opts { timeout: 10, retry_cnt: 3, ..Opts::default() });
-    let t = 4096u64 << 10; // 4.194304 ms
-    p.a.send(1, 0, 4);
-    p.a.send(2, 0, 4);
+/// Run (up to 1 s) with every packet from A lost, as to a silent peer: the
+/// times (ns) A sent its first PSN (0x100) at.
+fn first_psn_times_to_a_silent_peer(p: &mut Pair) -> Vec<u64> {
     p.run_with(Instant::from_millis(1000), |_, s| {
         if s.dir == Dir::AtoB {
             Action::Drop
@@ -210,9 +167,17 @@ fn silent_peer_retry_exceeded_at_timer_spacing() {
             Action::Deliver
         }
     });
+    p.trace.iter().filter(|s| s.psn == Psn::new(0x100)).map(|s| s.at.as_nanos()).collect()
+}
+
+#[test]
+fn silent_peer_retry_exceeded_at_timer_spacing() {
+    let mut p = Pair::with(Opts { timeout: 10, retry_cnt: 3, ..Opts::default() });
+    let t = 4096u64 << 10; // 4.194304 ms
+    p.a.send(1, 0, 4);
+    p.a.send(2, 0, 4);
     // sends of PSN 0x100 at 0, T, 2T, 3T (retry_cnt 3 = three retries)
-    let first: Vec<u64> =
-        p.trace.iter().filter(|s| s.psn == Psn::new(0x100)).map(|s| s.at.as_nanos()).collect();
+    let first = first_psn_times_to_a_silent_peer(&mut p);
     assert_eq!(first, vec![0, t, 2 * t, 3 * t]);
     assert_eq!(p.now, Instant::from_nanos(4 * t));
     let wa = p.a.poll();
@@ -233,15 +198,7 @@ fn retry_cnt_7_retries_forever_like_rxe() {
     let mut p = Pair::with(Opts { timeout: 10, retry_cnt: 7, ..Opts::default() });
     let t = 4096u64 << 10; // 4.194304 ms
     p.a.send(1, 0, 4);
-    p.run_with(Instant::from_millis(1000), |_, s| {
-        if s.dir == Dir::AtoB {
-            Action::Drop
-        } else {
-            Action::Deliver
-        }
-    });
-    let sends: Vec<u64> =
-        p.trace.iter().filter(|s| s.psn == Psn::new(0x100)).map(|s| s.at.as_nanos()).collect();
+    let sends = first_psn_times_to_a_silent_peer(&mut p);
     let expected: Vec<u64> = (0..=1_000_000_000 / t).map(|k| k * t).collect();
     assert_eq!(sends, expected, "one send per timer period for a whole second");
     assert!(p.a.poll().is_empty(), "no completion: still retrying");
@@ -294,10 +251,8 @@ fn window_of_128_unacked_psns() {
     let len = 300 * 1024;
     let data = pattern(len, 5);
     p.a.write_mem(0, &data);
-    let wr = SendWr::new(1, WrOpcode::RdmaWrite)
-        .sge(p.a.addr(0), len as u32, p.a.mr.lkey)
-        .remote(p.b.addr(0), p.b.mr.rkey);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    let wr = p.one_sided(1, WrOpcode::RdmaWrite, 0, len as u32, 0);
+    p.a.post(wr);
     p.run();
     assert_eq!(p.b.read_mem(0, len), data);
     // replay the trace: at no point more than 128 PSNs unacknowledged
@@ -352,15 +307,11 @@ fn random_loss(seed: u64) {
     }
     for i in 0..6u64 {
         p.a.send(i, 0, 3000);
-        let wr = SendWr::new(100 + i, WrOpcode::RdmaRead)
-            .sge(p.a.addr(50_000 + 8192 * i), 5000, p.a.mr.lkey)
-            .remote(p.b.addr(100_000), p.b.mr.rkey);
-        p.a.hca.post_send(p.a.qpn, wr).unwrap();
-        let mut fa = SendWr::new(200 + i, WrOpcode::AtomicFetchAndAdd)
-            .sge(p.a.addr(300_000 + 8 * i), 8, p.a.mr.lkey)
-            .remote(p.b.addr(200_000), p.b.mr.rkey);
+        let wr = p.one_sided(100 + i, WrOpcode::RdmaRead, 50_000 + 8192 * i, 5000, 100_000);
+        p.a.post(wr);
+        let mut fa = p.one_sided(200 + i, WrOpcode::AtomicFetchAndAdd, 300_000 + 8 * i, 8, 200_000);
         fa.compare_add = 1;
-        p.a.hca.post_send(p.a.qpn, fa).unwrap();
+        p.a.post(fa);
     }
     p.run_with(Instant::from_millis(10_000), |_, _| match rnd() {
         0..=9 => Action::Drop,
@@ -394,18 +345,9 @@ fn random_loss(seed: u64) {
 fn reordered_packets_one_nak_then_recovery() {
     let mut p = Pair::new();
     let data = pattern(3 * 1024, 8);
-    p.a.write_mem(0, &data);
-    p.b.post_recv(1, 0, 4096);
-    p.a.send(1, 0, 3 * 1024);
-    let mut held = false;
-    p.run_with(Instant::from_millis(1000), |_, s| {
-        if s.dir == Dir::AtoB && s.psn == Psn::new(0x101) && !held {
-            held = true;
-            Action::Hold
-        } else {
-            Action::Deliver
-        }
-    });
+    p.stage_send(&data, 1, 4096, 1);
+    let mut f = once(Action::Hold, |s| s.dir == Dir::AtoB && s.psn == Psn::new(0x101));
+    p.run_with(Instant::from_millis(1000), |_, s| f(s));
     assert_eq!(p.b.read_mem(0, 3 * 1024), data);
     let cb = p.b.counters();
     // 0x102 arrived early: one NAK; the late 0x101 was then in order

@@ -19,9 +19,7 @@ fn write(p: &mut Pair, va: u64, rkey: RKey, data: &[u8]) -> Vec<WorkCompletion> 
     let wr = SendWr::new(7, WrOpcode::RdmaWrite)
         .sge(p.a.addr(0), data.len() as u32, p.a.mr.lkey)
         .remote(va, rkey);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
-    p.run();
-    p.a.poll()
+    p.run_wr(wr)
 }
 
 /// B binds type 1 window `mw` with `ibv_bind_mw` (signalled, wr_id 900),
@@ -60,9 +58,7 @@ fn key(rk: RKey, key: u8) -> RKey {
 fn read(p: &mut Pair, va: u64, rkey: RKey, len: u32) -> Vec<WorkCompletion> {
     let wr =
         SendWr::new(8, WrOpcode::RdmaRead).sge(p.a.addr(4096), len, p.a.mr.lkey).remote(va, rkey);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
-    p.run();
-    p.a.poll()
+    p.run_wr(wr)
 }
 
 #[test]
@@ -420,7 +416,7 @@ fn send_with_invalidate_carries_ieth_and_invalidates() {
         1500,
         p.a.mr.lkey,
     );
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.a.post(wr);
     p.run();
     let ops: Vec<Opcode> =
         p.trace.iter().filter(|s| s.dir == Dir::AtoB).map(|s| s.opcode).collect();
@@ -457,7 +453,7 @@ fn send_with_invalidate_of_unknown_rkey_is_rem_inv_req() {
     p.b.post_recv(1, 0, 64);
     let bogus = RKey::new(0xDEAD_BE00);
     let wr = SendWr::new(2, WrOpcode::SendWithInv { invalidate_rkey: bogus }).inline(b"hello");
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.a.post(wr);
     p.run();
     let last = p.trace.iter().find(|s| s.opcode == Opcode::RC_SEND_ONLY_WITH_INVALIDATE).unwrap();
     assert_eq!(last.repr.ieth, Some(bogus));

@@ -15,9 +15,7 @@ fn flush_pair() -> Pair {
 
 fn flush(p: &mut Pair, mr: &MrInfo, len: u32, placement: u8) -> WcStatus {
     let wr = SendWr::new(5, WrOpcode::Flush { len, placement, level: 0 }).remote(mr.addr, mr.rkey);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
-    p.run();
-    let wc = p.a.poll();
+    let wc = p.run_wr(wr);
     assert_eq!(wc.len(), 1);
     wc[0].status
 }

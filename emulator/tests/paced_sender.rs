@@ -14,10 +14,8 @@ fn a_slowly_sent_window_is_not_timed_out() {
     let mut p = Pair::with(Opts { timeout: 10, ..Opts::default() });
     let data = pattern(40 * 1024, 4);
     p.a.write_mem(0, &data);
-    let wr = SendWr::new(1, WrOpcode::RdmaWrite)
-        .sge(p.a.addr(0), data.len() as u32, p.a.mr.lkey)
-        .remote(p.b.addr(0), p.b.mr.rkey);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    let wr = p.one_sided(1, WrOpcode::RdmaWrite, 0, data.len() as u32, 0);
+    p.a.post(wr);
     let mut now = p.now;
     let mut sent = 0;
     for _ in 0..200 {
@@ -43,10 +41,8 @@ fn a_slowly_sent_window_is_not_timed_out() {
     assert_eq!(p.a.counters().retransmit_timeouts, 0);
     assert_eq!(p.b.read_mem(0, data.len()), data);
     // the timer still fires when nothing is sent: a lost window is resent
-    let wr = SendWr::new(2, WrOpcode::RdmaWrite)
-        .sge(p.a.addr(0), 2048, p.a.mr.lkey)
-        .remote(p.b.addr(0), p.b.mr.rkey);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    let wr = p.one_sided(2, WrOpcode::RdmaWrite, 0, 2048, 0);
+    p.a.post(wr);
     while p.a.hca.poll_transmit(now).is_some() {} // both packets lost
     now += Duration::from_millis(5);
     p.a.hca.handle_timeout(now);

@@ -9,10 +9,8 @@ fn rdma_write_multi_mtu() {
     let mut p = Pair::new();
     let data = pattern(2 * 1024 + 500, 9);
     p.a.write_mem(0, &data);
-    let wr = SendWr::new(1, WrOpcode::RdmaWrite)
-        .sge(p.a.addr(0), data.len() as u32, p.a.mr.lkey)
-        .remote(p.b.addr(8192), p.b.mr.rkey);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    let wr = p.one_sided(1, WrOpcode::RdmaWrite, 0, data.len() as u32, 8192);
+    p.a.post(wr);
     p.run();
     assert_eq!(p.b.read_mem(8192, data.len()), data);
     let ops: Vec<Opcode> =
@@ -41,11 +39,8 @@ fn rdma_write_with_imm_consumes_recv() {
     let mut p = Pair::new();
     p.a.write_mem(0, b"0123456789");
     p.b.post_recv(77, 0, 0);
-    let wr = SendWr::new(1, WrOpcode::RdmaWriteWithImm)
-        .sge(p.a.addr(0), 10, p.a.mr.lkey)
-        .remote(p.b.addr(100), p.b.mr.rkey)
-        .with_imm(0x1234);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    let wr = p.one_sided(1, WrOpcode::RdmaWriteWithImm, 0, 10, 100).with_imm(0x1234);
+    p.a.post(wr);
     p.run();
     assert_eq!(p.b.read_mem(100, 10), b"0123456789");
     let wc = p.b.poll();
@@ -62,10 +57,8 @@ fn rdma_read_multi_mtu() {
     let mut p = Pair::new();
     let data = pattern(3 * 1024 + 11, 4);
     p.b.write_mem(50_000, &data);
-    let wr = SendWr::new(9, WrOpcode::RdmaRead)
-        .sge(p.a.addr(1000), data.len() as u32, p.a.mr.lkey)
-        .remote(p.b.addr(50_000), p.b.mr.rkey);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    let wr = p.one_sided(9, WrOpcode::RdmaRead, 1000, data.len() as u32, 50_000);
+    p.a.post(wr);
     // a SEND after the READ shares the PSN space: READ takes 4 PSNs
     p.b.post_recv(1, 0, 64);
     p.a.send(10, 0, 8);
@@ -105,9 +98,7 @@ fn rdma_read_multi_mtu() {
 fn rdma_read_zero_length() {
     let mut p = Pair::new();
     let wr = SendWr::new(9, WrOpcode::RdmaRead).remote(p.b.addr(0), p.b.mr.rkey);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
-    p.run();
-    let wa = p.a.poll();
+    let wa = p.run_wr(wr);
     assert_eq!((wa[0].status, wa[0].byte_len), (WcStatus::Success, 0));
     assert_eq!(p.count(Dir::BtoA, Opcode::RC_RDMA_READ_RESPONSE_ONLY), 1);
 }
@@ -126,7 +117,7 @@ fn atomic(
         .remote(p.b.addr(remote_off), p.b.mr.rkey);
     wr.compare_add = cmp_add;
     wr.swap = swap;
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.a.post(wr);
 }
 
 #[test]
@@ -169,16 +160,13 @@ fn misaligned_atomic_is_invalid_request() {
 fn fence_waits_for_outstanding_read() {
     let mut p = Pair::new();
     p.b.write_mem(0, b"remote!!");
-    let rd = SendWr::new(1, WrOpcode::RdmaRead)
-        .sge(p.a.addr(0), 8, p.a.mr.lkey)
-        .remote(p.b.addr(0), p.b.mr.rkey);
-    p.a.hca.post_send(p.a.qpn, rd).unwrap();
+    let rd = p.one_sided(1, WrOpcode::RdmaRead, 0, 8, 0);
+    p.a.post(rd);
     // fenced WRITE of the bytes the READ brings in
-    let wr = SendWr::new(2, WrOpcode::RdmaWrite)
-        .sge(p.a.addr(0), 8, p.a.mr.lkey)
-        .remote(p.b.addr(100), p.b.mr.rkey)
+    let wr = p
+        .one_sided(2, WrOpcode::RdmaWrite, 0, 8, 100)
         .with_flags(SendFlags::SIGNALED | SendFlags::FENCE);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.a.post(wr);
     // only the READ request may go out before its response arrives
     let first = p.a.hca.poll_transmit(Instant::ZERO).unwrap();
     assert!(p.a.hca.poll_transmit(Instant::ZERO).is_none());
@@ -192,10 +180,8 @@ fn fence_waits_for_outstanding_read() {
 fn max_rd_atomic_limits_outstanding_reads() {
     let mut p = Pair::with(Opts { max_rd_atomic: 2, ..Opts::default() });
     for i in 0..4u64 {
-        let rd = SendWr::new(i, WrOpcode::RdmaRead)
-            .sge(p.a.addr(i * 8), 8, p.a.mr.lkey)
-            .remote(p.b.addr(0), p.b.mr.rkey);
-        p.a.hca.post_send(p.a.qpn, rd).unwrap();
+        let rd = p.one_sided(i, WrOpcode::RdmaRead, i * 8, 8, 0);
+        p.a.post(rd);
     }
     let mut n = 0;
     while p.a.hca.poll_transmit(Instant::ZERO).is_some() {
@@ -210,10 +196,8 @@ fn large_read_is_generated_lazily_and_intact() {
     let len = 512 * 1024;
     let data = pattern(len, 0x33);
     p.b.write_mem(0, &data);
-    let wr = SendWr::new(1, WrOpcode::RdmaRead)
-        .sge(p.a.addr(0), len as u32, p.a.mr.lkey)
-        .remote(p.b.addr(0), p.b.mr.rkey);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    let wr = p.one_sided(1, WrOpcode::RdmaRead, 0, len as u32, 0);
+    p.a.post(wr);
     // hand the request over and take 3 responses by hand
     let req = p.a.hca.poll_transmit(Instant::ZERO).unwrap();
     p.b.hca.handle_datagram(Instant::ZERO, req);
@@ -230,10 +214,8 @@ fn large_read_is_generated_lazily_and_intact() {
 #[test]
 fn dereg_of_read_source_mid_response_fails_cleanly() {
     let mut p = Pair::with(Opts { timeout: 8, retry_cnt: 2, ..Opts::default() });
-    let wr = SendWr::new(1, WrOpcode::RdmaRead)
-        .sge(p.a.addr(0), 64 * 1024, p.a.mr.lkey)
-        .remote(p.b.addr(0), p.b.mr.rkey);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    let wr = p.one_sided(1, WrOpcode::RdmaRead, 0, 64 * 1024, 0);
+    p.a.post(wr);
     let req = p.a.hca.poll_transmit(Instant::ZERO).unwrap();
     p.b.hca.handle_datagram(Instant::ZERO, req);
     let d = p.b.hca.poll_transmit(Instant::ZERO).unwrap();
@@ -246,10 +228,9 @@ fn dereg_of_read_source_mid_response_fails_cleanly() {
     assert_eq!(p.b.counters().send_err, 0, "{}", p.dump());
     assert_eq!(p.b.counters().region_faults, 0, "a deregistered region is not a fault");
     assert_eq!(p.a.poll()[0].status, WcStatus::RemAccessErr);
-    let reqs: Vec<_> =
-        p.trace.iter().filter(|s| s.opcode == Opcode::RC_RDMA_READ_REQUEST).collect();
+    let reqs: Vec<_> = p.packets(Opcode::RC_RDMA_READ_REQUEST).collect();
     assert_eq!(reqs.len(), 0, "{}", p.dump());
-    let naks: Vec<_> = p.trace.iter().filter(|s| s.opcode == Opcode::RC_ACKNOWLEDGE).collect();
+    let naks: Vec<_> = p.packets(Opcode::RC_ACKNOWLEDGE).collect();
     assert_eq!(naks.len(), 1, "{}", p.dump());
     assert_eq!(naks[0].psn.value(), 0x101, "the NAK names the first response not sent");
     assert_eq!(p.b.hca.qp_state(p.b.qpn), Some(QpState::Err));
@@ -265,11 +246,10 @@ fn ack_coalescing_merges_queued_acks() {
         let mut p = Pair::with(Opts { link_b, ..Opts::default() });
         p.a.write_mem(0, &pattern(640, 3));
         for i in 0..10u64 {
-            let wr = SendWr::new(i, WrOpcode::RdmaWrite)
-                .sge(p.a.addr(i * 64), 64, p.a.mr.lkey)
-                .remote(p.b.addr(4096 + i * 64), p.b.mr.rkey)
+            let wr = p
+                .one_sided(i, WrOpcode::RdmaWrite, i * 64, 64, 4096 + i * 64)
                 .with_flags(SendFlags::SIGNALED);
-            p.a.hca.post_send(p.a.qpn, wr).unwrap();
+            p.a.post(wr);
         }
         p.run();
         assert_eq!(p.b.read_mem(4096, 640), pattern(640, 3));
@@ -304,10 +284,8 @@ fn ack_coalescing_merges_a_duplicates_reack() {
     let mut p = Pair::with(Opts { link_b, ..Opts::default() });
     p.a.write_mem(0, &pattern(64, 5));
     for i in 0..2u64 {
-        let wr = SendWr::new(i, WrOpcode::RdmaWrite)
-            .sge(p.a.addr(0), 64, p.a.mr.lkey)
-            .remote(p.b.addr(0), p.b.mr.rkey);
-        p.a.hca.post_send(p.a.qpn, wr).unwrap();
+        let wr = p.one_sided(i, WrOpcode::RdmaWrite, 0, 64, 0);
+        p.a.post(wr);
     }
     let now = Instant::ZERO;
     let d0 = p.a.hca.poll_transmit(now).unwrap();
@@ -341,10 +319,8 @@ fn held_acks_leave_by_count_by_age_with_traffic_or_forced() {
     let mut p = Pair::with(Opts { link_b, ..Opts::default() });
     p.a.write_mem(0, &pattern(64, 1));
     let write = |p: &mut Pair, id: u64| {
-        let wr = SendWr::new(id, WrOpcode::RdmaWrite)
-            .sge(p.a.addr(0), 64, p.a.mr.lkey)
-            .remote(p.b.addr(0), p.b.mr.rkey);
-        p.a.hca.post_send(p.a.qpn, wr).unwrap();
+        let wr = p.one_sided(id, WrOpcode::RdmaWrite, 0, 64, 0);
+        p.a.post(wr);
     };
     // A's next request, delivered to B at `t`; B's transmits at `t` as (opcode, PSN)
     let step = |p: &mut Pair, t: Instant, deliver: bool| -> Vec<(Opcode, u32)> {

@@ -13,9 +13,7 @@ fn read_wr(p: &Pair, wr_id: u64, off: u64, len: u32) -> SendWr {
 }
 
 fn fetch_add(p: &Pair, wr_id: u64, local: u64, remote: u64, add: u64) -> SendWr {
-    let mut wr = SendWr::new(wr_id, WrOpcode::AtomicFetchAndAdd)
-        .sge(p.a.addr(local), 8, p.a.mr.lkey)
-        .remote(p.b.addr(remote), p.b.mr.rkey);
+    let mut wr = p.one_sided(wr_id, WrOpcode::AtomicFetchAndAdd, local, 8, remote);
     wr.compare_add = add;
     wr
 }
@@ -32,6 +30,12 @@ fn statuses(w: &[WorkCompletion]) -> Vec<(u64, WcStatus)> {
 /// shows the gap (one retry, go back to the first READ); the ten responses
 /// of the five later READs, already on the wire, cover the first READ and
 /// would each be an implied NAK: they are dropped without another retry.
+/// A paced run (up to 1 s) in which the first packet with opcode `op` gets
+/// `action` and every other is delivered.
+fn paced_with_first(p: &mut Pair, op: Opcode, action: Action) {
+    run_paced(p, Instant::from_millis(1000), once(action, |s| s.opcode == op));
+}
+
 #[test]
 fn lost_read_response_first_costs_one_retry() {
     let mut p = Pair::new();
@@ -39,17 +43,9 @@ fn lost_read_response_first_costs_one_retry() {
     p.b.write_mem(0, &data);
     for i in 0..6u64 {
         let wr = read_wr(&p, i, i * 2048, 2048);
-        p.a.hca.post_send(p.a.qpn, wr).unwrap();
+        p.a.post(wr);
     }
-    let mut dropped = false;
-    run_paced(&mut p, Instant::from_millis(1000), |s| {
-        if s.opcode == Opcode::RC_RDMA_READ_RESPONSE_FIRST && !dropped {
-            dropped = true;
-            Action::Drop
-        } else {
-            Action::Deliver
-        }
-    });
+    paced_with_first(&mut p, Opcode::RC_RDMA_READ_RESPONSE_FIRST, Action::Drop);
     let wa = p.a.poll();
     assert_eq!(statuses(&wa), (0..6).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>());
     assert!(wa.iter().all(|c| c.byte_len == 2048));
@@ -61,12 +57,7 @@ fn lost_read_response_first_costs_one_retry() {
     // recovered at once, without the timer
     assert_eq!(p.now, Instant::ZERO, "{}", p.dump());
     // every READ was re-issued once from its start (go-back-N)
-    let reqs: Vec<u32> = p
-        .trace
-        .iter()
-        .filter(|s| s.opcode == Opcode::RC_RDMA_READ_REQUEST)
-        .map(|s| s.psn.value())
-        .collect();
+    let reqs: Vec<u32> = p.packets(Opcode::RC_RDMA_READ_REQUEST).map(|s| s.psn.value()).collect();
     let once: Vec<u32> = (0..6).map(|i| 0x100 + 2 * i).collect();
     assert_eq!(reqs, [once.clone(), once].concat(), "{}", p.dump());
 }
@@ -84,20 +75,12 @@ fn lost_atomic_ack_then_later_acks_cost_one_retry() {
         p.b.post_recv(i, 0x3000 + 64 * i, 64);
     }
     let wr = fetch_add(&p, 100, 0, 0x1000, 7);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.a.post(wr);
     for i in 0..5u64 {
         let wr = SendWr::new(i, WrOpcode::Send).sge(p.a.addr(0x2000), 8, p.a.mr.lkey);
-        p.a.hca.post_send(p.a.qpn, wr).unwrap();
+        p.a.post(wr);
     }
-    let mut dropped = false;
-    run_paced(&mut p, Instant::from_millis(1000), |s| {
-        if s.opcode == Opcode::RC_ATOMIC_ACKNOWLEDGE && !dropped {
-            dropped = true;
-            Action::Drop
-        } else {
-            Action::Deliver
-        }
-    });
+    paced_with_first(&mut p, Opcode::RC_ATOMIC_ACKNOWLEDGE, Action::Drop);
     let wa = p.a.poll();
     let mut want = vec![(100, WcStatus::Success)];
     want.extend((0..5).map(|i| (i, WcStatus::Success)));
@@ -130,16 +113,8 @@ fn late_response_of_an_earlier_read_issue_is_accepted() {
     let data = pattern(3 * 1024 - 100, 21);
     p.b.write_mem(0, &data);
     let wr = read_wr(&p, 7, 0, data.len() as u32);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
-    let mut held = false;
-    run_paced(&mut p, Instant::from_millis(1000), |s| {
-        if s.opcode == Opcode::RC_RDMA_READ_RESPONSE_MIDDLE && !held {
-            held = true;
-            Action::Hold
-        } else {
-            Action::Deliver
-        }
-    });
+    p.a.post(wr);
+    paced_with_first(&mut p, Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, Action::Hold);
     let wa = p.a.poll();
     assert_eq!(statuses(&wa), vec![(7, WcStatus::Success)], "{}", p.dump());
     assert_eq!(wa[0].byte_len, data.len() as u32);
@@ -162,7 +137,7 @@ fn late_response_of_an_earlier_read_issue_is_accepted() {
         "{}",
         p.dump()
     );
-    let reissue = p.trace.iter().filter(|s| s.opcode == Opcode::RC_RDMA_READ_REQUEST).nth(1);
+    let reissue = p.packets(Opcode::RC_RDMA_READ_REQUEST).nth(1);
     let reth = reissue.and_then(|s| s.repr.reth).expect("re-issued");
     assert_eq!((reth.va, reth.dma_len), (p.b.addr(1024), 2048 - 100));
 }
@@ -228,7 +203,7 @@ fn read_responses_that_fit_no_issue_are_bad_responses() {
     for (case, resps) in bad.iter().enumerate() {
         let mut p = Pair::new();
         let wr = read_wr(&p, 1, 0, 3000);
-        p.a.hca.post_send(p.a.qpn, wr).unwrap();
+        p.a.post(wr);
         let reqs = std::iter::from_fn(|| p.a.hca.poll_transmit(Instant::ZERO)).count();
         assert_eq!(reqs, 1);
         for &(op, psn, len) in resps {
@@ -242,7 +217,7 @@ fn read_responses_that_fit_no_issue_are_bad_responses() {
     // and the same packets in a valid order complete the READ
     let mut p = Pair::new();
     let wr = read_wr(&p, 1, 0, 3000);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.a.post(wr);
     while p.a.hca.poll_transmit(Instant::ZERO).is_some() {}
     read_resp(&mut p, Opcode::RC_RDMA_READ_RESPONSE_FIRST, 0x100, &[1; 1024]);
     read_resp(&mut p, Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 0x101, &[2; 1024]);
@@ -260,9 +235,7 @@ fn read_responses_that_fit_no_issue_are_bad_responses() {
 fn duplicated_sequence_nak_costs_one_retry() {
     let mut p = Pair::with(Opts { retry_cnt: 1, ..Opts::default() });
     let data = pattern(4 * 1024, 3);
-    p.a.write_mem(0, &data);
-    p.b.post_recv(1, 0, 8192);
-    p.a.send(1, 0, 4 * 1024);
+    p.stage_send(&data, 1, 8192, 1);
     let mut dropped = false;
     run_paced(&mut p, Instant::from_millis(1000), |s| {
         if s.dir == Dir::AtoB && s.psn == Psn::new(0x101) && !dropped {
@@ -305,9 +278,7 @@ fn duplicated_sequence_nak_costs_one_retry() {
 fn progress_between_two_gaps_resets_the_retry_counter() {
     let mut p = Pair::with(Opts { retry_cnt: 1, ..Opts::default() });
     let data = pattern(6 * 1024, 5);
-    p.a.write_mem(0, &data);
-    p.b.post_recv(1, 0, 8192);
-    p.a.send(1, 0, 6 * 1024);
+    p.stage_send(&data, 1, 8192, 1);
     // lose 0x101 when first sent, and 0x104 when resent
     let mut seen = std::collections::HashMap::new();
     run_paced(&mut p, Instant::from_millis(1000), |s| {
@@ -371,7 +342,7 @@ fn duplicated_rnr_nak_is_waited_out_once() {
 fn ack_without_progress_does_not_postpone_the_timer() {
     let mut p = Pair::new();
     let wr = read_wr(&p, 1, 0, 3000);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.a.post(wr);
     assert!(p.a.hca.poll_transmit(Instant::ZERO).is_some());
     let period = Instant::from_nanos(4096 << 14);
     assert_eq!(p.a.hca.poll_timeout(), Some(period));

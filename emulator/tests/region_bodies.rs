@@ -45,20 +45,20 @@ fn traffic(bodies: bool) -> (Vec<(bool, Bytes)>, usize, Vec<u8>) {
     let write = SendWr::new(1, WrOpcode::RdmaWrite)
         .sge(p.a.addr(0), 20_001, ak)
         .remote(p.b.addr(100_000), bk);
-    p.a.hca.post_send(p.a.qpn, write).unwrap();
+    p.a.post(write);
     p.b.post_recv(7, 200_000, 20_000);
     p.a.send(2, 1, 12_345);
     let read = SendWr::new(3, WrOpcode::RdmaRead)
         .sge(p.a.addr(300_000), 30_001, ak)
         .remote(p.b.addr(500_000), bk);
-    p.a.hca.post_send(p.a.qpn, read).unwrap();
+    p.a.post(read);
     // 3 SGEs: 5000 + 3000 + 9000 bytes: of the 17 packets, 14 lie in one SGE
     let multi = SendWr::new(4, WrOpcode::RdmaWrite)
         .sge(p.a.addr(10), 5000, ak)
         .sge(p.a.addr(20_000), 3000, ak)
         .sge(p.a.addr(30_000), 9000, ak)
         .remote(p.b.addr(400_000), bk);
-    p.a.hca.post_send(p.a.qpn, multi).unwrap();
+    p.a.post(multi);
     let mut log = Vec::new();
     let n = pump(&mut p, &mut log);
     let wa = p.a.poll();
@@ -107,7 +107,7 @@ fn dereg_after_build_leaves_the_datagram_without_bytes() {
     let wr = SendWr::new(1, WrOpcode::RdmaWrite)
         .sge(mr.addr, 2048, mr.lkey)
         .remote(p.b.addr(0), p.b.mr.rkey);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.a.post(wr);
     let d = p.a.hca.poll_transmit(p.now).expect("the WRITE's first packet");
     let body = d.body.clone().expect("sent from the region");
     assert_eq!((body.off, body.len), (0, 1024));

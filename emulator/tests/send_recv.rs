@@ -89,7 +89,7 @@ fn send_with_imm() {
     p.b.post_recv(5, 0, 64);
     let wr =
         SendWr::new(1, WrOpcode::SendWithImm).sge(p.a.addr(0), 5, p.a.mr.lkey).with_imm(0xdeadbeef);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.a.post(wr);
     p.run();
     let wc = p.b.poll();
     assert_eq!(wc[0].status, WcStatus::Success);
@@ -124,7 +124,7 @@ fn multi_sge_gather_scatter() {
         ],
     };
     p.b.hca.post_recv(p.b.qpn, rwr).unwrap();
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.a.post(wr);
     p.run();
     let wc = p.b.poll();
     assert_eq!((wc[0].status, wc[0].byte_len), (WcStatus::Success, 2600));
@@ -139,7 +139,7 @@ fn inline_send() {
     let mut p = Pair::new();
     p.b.post_recv(1, 0, 256);
     let wr = SendWr::new(3, WrOpcode::Send).inline(b"inline payload!");
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.a.post(wr);
     p.run();
     assert_eq!(p.b.read_mem(0, 15), b"inline payload!");
     assert_eq!(p.b.poll()[0].byte_len, 15);
@@ -153,14 +153,12 @@ fn inline_send() {
 #[test]
 fn unsignaled_sends_complete_silently_and_in_order() {
     let mut p = Pair::new();
-    for i in 0..3 {
-        p.b.post_recv(i, i * 64, 64);
-    }
+    p.b.post_recvs(3, 64);
     for i in 0..3u64 {
         let flags = if i == 2 { SendFlags::SIGNALED } else { SendFlags::EMPTY };
         let wr =
             SendWr::new(i, WrOpcode::Send).sge(p.a.addr(i * 64), 8, p.a.mr.lkey).with_flags(flags);
-        p.a.hca.post_send(p.a.qpn, wr).unwrap();
+        p.a.post(wr);
     }
     p.run();
     let wa = p.a.poll();
@@ -176,9 +174,7 @@ fn unsignaled_sends_complete_silently_and_in_order() {
 fn psn_wrap() {
     let mut p = Pair::with(Opts { a_psn: 0xFF_FFFE, ..Opts::default() });
     let data = pattern(4 * 1024, 3);
-    p.a.write_mem(0, &data);
-    p.b.post_recv(1, 0, 8192);
-    p.a.send(1, 0, 4096);
+    p.stage_send(&data, 1, 8192, 1);
     p.b.post_recv(2, 8192, 100);
     p.a.send(2, 0, 100);
     p.run();
@@ -220,9 +216,7 @@ fn ipv6_and_ipv4_mapped_gids() {
     let b: std::net::IpAddr = "fd00::2".parse().unwrap();
     let mut p = Pair::with_addrs(Opts::default(), a, b);
     let data = pattern(2000, 11);
-    p.a.write_mem(0, &data);
-    p.b.post_recv(1, 0, 4096);
-    p.a.send(1, 0, 2000);
+    p.stage_send(&data, 1, 4096, 1);
     p.run();
     assert_eq!(p.b.read_mem(0, 2000), data);
     assert_eq!(p.a.poll()[0].status, WcStatus::Success);

@@ -29,9 +29,7 @@ fn pair(send: u32, cqe: u32) -> (Pair, Qpn, Qpn) {
 
 /// An 8-byte RDMA WRITE from A's region to B's (no receive needed).
 fn write(p: &Pair, wr_id: u64, signaled: bool) -> SendWr {
-    let mut wr = SendWr::new(wr_id, WrOpcode::RdmaWrite)
-        .sge(p.a.addr(wr_id * 8), 8, p.a.mr.lkey)
-        .remote(p.b.addr(wr_id * 8), p.b.mr.rkey);
+    let mut wr = p.one_sided(wr_id, WrOpcode::RdmaWrite, wr_id * 8, 8, wr_id * 8);
     if !signaled {
         wr.flags = SendFlags::EMPTY;
     }

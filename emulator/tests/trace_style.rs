@@ -39,9 +39,7 @@ const ACK: Syndrome = Syndrome::Ack { credit: 0x1F };
 fn responder_psn_checks_one_nak_per_gap() {
     let mut p = Pair::new();
     let qb = p.b.qpn;
-    for i in 0..4 {
-        p.b.post_recv(i, 64 * i, 64);
-    }
+    p.b.post_recvs(4, 64);
     // expected 0x100: deliver it
     let out = to_b(&mut p, &req(qb, Opcode::RC_SEND_ONLY, 0x100, true, 4), b"one!");
     assert_eq!(out.iter().map(syn).collect::<Vec<_>>(), vec![(Opcode::RC_ACKNOWLEDGE, 0x100, ACK)]);
@@ -221,7 +219,7 @@ fn requester_segments_write_with_imm_and_solicited() {
         .remote(0x1234_0000, roce_packet::RKey::new(0xABCD))
         .with_imm(0xFEED)
         .with_flags(SendFlags::SIGNALED | SendFlags::SOLICITED);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.a.post(wr);
     let out = p.a.transmits(p.now);
     let got: Vec<_> = out
         .iter()

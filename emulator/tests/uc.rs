@@ -12,9 +12,7 @@ fn uc() -> Pair {
 fn uc_send_multi_packet_without_acks() {
     let mut p = uc();
     let data = pattern(2500, 4);
-    p.a.write_mem(0, &data);
-    p.b.post_recv(1, 0, 4096);
-    p.a.send(7, 0, 2500);
+    p.stage_send(&data, 1, 4096, 7);
     p.run();
     assert_eq!(p.b.read_mem(0, 2500), data);
     let ops: Vec<_> = p.trace.iter().map(|s| (s.dir, s.opcode, s.ack_req)).collect();
@@ -38,15 +36,10 @@ fn uc_write_and_write_with_imm() {
     let mut p = uc();
     p.a.write_mem(0, b"uc-write");
     p.b.post_recv(3, 0, 0);
-    let wr = SendWr::new(1, WrOpcode::RdmaWrite)
-        .sge(p.a.addr(0), 8, p.a.mr.lkey)
-        .remote(p.b.addr(100), p.b.mr.rkey);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
-    let wr = SendWr::new(2, WrOpcode::RdmaWriteWithImm)
-        .sge(p.a.addr(0), 8, p.a.mr.lkey)
-        .remote(p.b.addr(200), p.b.mr.rkey)
-        .with_imm(9);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    let wr = p.one_sided(1, WrOpcode::RdmaWrite, 0, 8, 100);
+    p.a.post(wr);
+    let wr = p.one_sided(2, WrOpcode::RdmaWriteWithImm, 0, 8, 200).with_imm(9);
+    p.a.post(wr);
     p.run();
     assert_eq!(p.b.read_mem(100, 8), b"uc-write");
     assert_eq!(p.b.read_mem(200, 8), b"uc-write");

@@ -3,7 +3,7 @@
 //! exactly once (wherever the packet sat in the message).
 
 use roce_emulator::*;
-use roce_packet::{Opcode, Psn, UdpEndpoints};
+use roce_packet::{Opcode, Psn};
 use roce_sim::testkit::*;
 
 /// Three 4-packet SENDs (PSNs 0x100.., 0x104.., 0x108..) into three
@@ -101,24 +101,13 @@ fn a_whole_lost_single_packet_message_counts_once() {
     assert_eq!(p.b.counters().uc_msg_dropped, 1);
 }
 
-fn src_port(qpn: roce_packet::Qpn) -> u16 {
-    let mut h = qpn.value().wrapping_mul(0x9E37_79B1);
-    h ^= h >> 15;
-    0xC000 | (h & 0x3FFF) as u16
-}
-
 /// A refused packet in the middle of a message (an in-sequence FIRST
 /// where a MIDDLE belongs: the responder error path) drops the message
 /// once, and its remaining packets silently.
 #[test]
 fn a_refused_packet_inside_a_message_counts_once() {
     let mut p = uc();
-    let ep = UdpEndpoints {
-        src: p.a.hca.addr(),
-        dst: p.b.hca.addr(),
-        src_port: src_port(p.a.qpn),
-        dst_port: 4791,
-    };
+    let ep = p.a_qp_endpoints();
     let msgs = three_sends(&mut p, |_, s| {
         if s.psn == Psn::new(0x105) {
             let mut r = s.repr;
@@ -138,10 +127,9 @@ fn lost_packet_of_a_uc_write_drops_only_that_write() {
     let data: Vec<Vec<u8>> = (1..=3).map(|i| pattern(3000, i)).collect();
     for (i, d) in data.iter().enumerate() {
         p.a.write_mem((i * 4096) as u64, d);
-        let wr = SendWr::new(i as u64, WrOpcode::RdmaWrite)
-            .sge(p.a.addr((i * 4096) as u64), 3000, p.a.mr.lkey)
-            .remote(p.b.addr((i * 4096) as u64), p.b.mr.rkey);
-        p.a.hca.post_send(p.a.qpn, wr).unwrap();
+        let wr =
+            p.one_sided(i as u64, WrOpcode::RdmaWrite, (i * 4096) as u64, 3000, (i * 4096) as u64);
+        p.a.post(wr);
     }
     // 3 packets each: drop the MIDDLE of the second WRITE
     p.run_with(Instant::from_millis(10), |_, s| {

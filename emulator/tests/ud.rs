@@ -14,6 +14,17 @@ fn to_b(p: &Pair) -> AhAttr {
     AhAttr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)))
 }
 
+/// Post on A an 8-byte UD SEND (from region offset 0) to B's QP with
+/// Q_Key `qkey`.
+fn send_8_to_b(p: &mut Pair, wr_id: u64, qkey: u32) {
+    let wr = SendWr::new(wr_id, WrOpcode::Send).sge(p.a.addr(0), 8, p.a.mr.lkey).ud(
+        to_b(p),
+        p.b.qpn.value(),
+        qkey,
+    );
+    p.a.post(wr);
+}
+
 #[test]
 fn ud_send_lands_after_a_grh() {
     let mut p = ud();
@@ -24,7 +35,7 @@ fn ud_send_lands_after_a_grh() {
         .sge(p.a.addr(0), 1000, p.a.mr.lkey)
         .with_imm(0xAB)
         .ud(to_b(&p), p.b.qpn.value(), UD_QKEY);
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    p.a.post(wr);
     p.run();
     assert_eq!(p.trace.len(), 1, "no acknowledgement");
     let s = &p.trace[0];
@@ -51,32 +62,17 @@ fn ud_send_lands_after_a_grh() {
 #[test]
 fn ud_qkey_mismatch_and_missing_receive_drop() {
     let mut p = ud();
-    let wr = SendWr::new(1, WrOpcode::Send).sge(p.a.addr(0), 8, p.a.mr.lkey).ud(
-        to_b(&p),
-        p.b.qpn.value(),
-        0x2222,
-    );
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    send_8_to_b(&mut p, 1, 0x2222);
     p.b.post_recv(1, 0, 64);
     p.run();
     assert_eq!(p.b.counters().ud_dropped, 1);
     assert!(p.b.poll().is_empty());
     // a privileged Q_Key in the WR means "use the QP's own" (C10-15)
-    let wr = SendWr::new(2, WrOpcode::Send).sge(p.a.addr(0), 8, p.a.mr.lkey).ud(
-        to_b(&p),
-        p.b.qpn.value(),
-        0x8000_0000,
-    );
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    send_8_to_b(&mut p, 2, 0x8000_0000);
     p.run();
     assert_eq!(p.b.poll()[0].byte_len, 48);
     // no receive posted: dropped silently
-    let wr = SendWr::new(3, WrOpcode::Send).sge(p.a.addr(0), 8, p.a.mr.lkey).ud(
-        to_b(&p),
-        p.b.qpn.value(),
-        UD_QKEY,
-    );
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    send_8_to_b(&mut p, 3, UD_QKEY);
     p.run();
     assert_eq!(p.b.counters().ud_dropped, 2);
     assert_eq!(p.a.poll().len(), 3);
@@ -86,12 +82,7 @@ fn ud_qkey_mismatch_and_missing_receive_drop() {
 fn ud_receive_too_small_is_local_length_error() {
     let mut p = ud();
     p.b.post_recv(1, 0, 40 + 7);
-    let wr = SendWr::new(1, WrOpcode::Send).sge(p.a.addr(0), 8, p.a.mr.lkey).ud(
-        to_b(&p),
-        p.b.qpn.value(),
-        UD_QKEY,
-    );
-    p.a.hca.post_send(p.a.qpn, wr).unwrap();
+    send_8_to_b(&mut p, 1, UD_QKEY);
     p.run();
     assert_eq!(p.b.poll()[0].status, WcStatus::LocLenErr);
     assert_eq!(p.b.hca.qp_state(p.b.qpn), Some(QpState::Rts));

@@ -14,68 +14,26 @@
 
 mod common;
 use common::{command, finish, Run};
+#[path = "../../transport/tests/common/netns.rs"]
+mod netns;
+use netns::Netns;
 
 use roce_packet::frame::parse_frame;
 use roce_packet::ROCE_V2_PORT;
 use roce_pcap::read_capture_file;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const SRV: &str = "10.77.0.1";
 const CLI: &str = "10.77.0.2";
 
-fn run(args: &[&str]) -> Result<String, String> {
-    let o = Command::new(args[0])
-        .args(&args[1..])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("{}: {e}", args[0]))?;
-    if o.status.success() {
-        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
-    } else {
-        Err(format!("{args:?}: {}", String::from_utf8_lossy(&o.stderr).trim()))
-    }
-}
-
-/// The two namespaces; deleted on drop, even when the test fails.
-struct Netns {
-    s: String,
-    c: String,
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = run(&["ip", "netns", "del", &self.s]);
-        let _ = run(&["ip", "netns", "del", &self.c]);
-    }
-}
-
+/// The two namespaces (`rocepp-{s,c}-PID`, veth `vps`/`vpc`); deleted on
+/// drop, even when the test fails.
 fn netns() -> Option<Netns> {
     let pid = std::process::id();
-    let (s, c) = (format!("rocepp-s-{pid}"), format!("rocepp-c-{pid}"));
-    if let Err(e) = run(&["ip", "netns", "add", &s]) {
-        eprintln!("SKIPPED: cannot create a network namespace (needs root and `ip`): {e}");
-        return None;
-    }
-    let ns = Netns { s: s.clone(), c: c.clone() };
-    run(&["ip", "netns", "add", &c]).expect("second namespace");
-    run(&[
-        "ip", "link", "add", "vps", "netns", &s, "type", "veth", "peer", "name", "vpc", "netns", &c,
-    ])
-    .expect("veth pair");
-    for (n, dev, addr) in [(&s, "vps", SRV), (&c, "vpc", CLI)] {
-        // no duplicate address detection: a tentative link-local address
-        // only delays neighbour discovery on a loaded machine
-        for conf in ["default", "all"] {
-            let key = format!("net.ipv6.conf.{conf}.accept_dad=0");
-            let _ = run(&["ip", "netns", "exec", n, "sysctl", "-qw", &key]);
-        }
-        run(&["ip", "-n", n, "link", "set", "lo", "up"]).expect("lo up");
-        run(&["ip", "-n", n, "addr", "add", &format!("{addr}/24"), "dev", dev]).expect("address");
-        run(&["ip", "-n", n, "link", "set", dev, "up"]).expect("link up");
-    }
-    Some(ns)
+    let names = [format!("rocepp-s-{pid}"), format!("rocepp-c-{pid}")];
+    Netns::create(names, ["vps", "vpc"], Some((&format!("{SRV}/24"), &format!("{CLI}/24"))))
 }
 
 /// Server in namespace `s`, client in `c`, pcaps in `dir`.
@@ -88,8 +46,8 @@ fn pair(ns: &Netns, args: &[&str], dir: &Path, port: u16) -> (Run, Run) {
         c.env("ROCE_EMU_DEVICES", &devices).env("ROCE_EMU_PCAP", dir).args(args).args(server);
         c.spawn().expect("spawn rc_pingpong")
     };
-    let s = spawn(&ns.s, "pps", None);
-    let c = spawn(&ns.c, "ppc", Some(SRV));
+    let s = spawn(&ns.a, "pps", None);
+    let c = spawn(&ns.b, "ppc", Some(SRV));
     let deadline = Instant::now() + Duration::from_secs(60);
     let rc = finish(c, deadline);
     let rs = finish(s, deadline);

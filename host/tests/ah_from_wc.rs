@@ -30,6 +30,24 @@ fn node(ctx: Context, sq_psn: u32) -> Node {
 /// How long to wait for a completion.
 const WALL: Duration = Duration::from_secs(10);
 
+/// The next completion on `to`'s CQ, which must be receive `wr_id` of a
+/// `len`-byte message (GRH area included) from `from`'s QP, and the `len`
+/// bytes it left at `off` of `to`'s region.
+fn ud_received(
+    to: &Node,
+    from: &Node,
+    wr_id: u64,
+    off: u64,
+    len: u32,
+) -> (WorkCompletion, Vec<u8>) {
+    let wc = one_wc(&to.cq, WALL);
+    assert_eq!((wc.wr_id, wc.status, wc.byte_len), (wr_id, WcStatus::Success, len));
+    assert_eq!(wc.src_qp, from.qp.qpn().value());
+    let mut area = vec![0u8; len as usize];
+    to.mr.read(off, &mut area).unwrap();
+    (wc, area)
+}
+
 /// The client sends "ping" to the server; the server answers "pong: ping"
 /// through the AH it builds from the completion; returns the server's AH
 /// and the GRH area it decoded.
@@ -42,11 +60,7 @@ fn ping_pong(client: &Node, server: &Node) -> (AhAttr, Grh) {
     let wr = SendWr::new(10, WrOpcode::Send).sge(client.mr.addr(), 4, client.mr.lkey());
     client.qp.post_send(ud_send(wr, ah, &server.qp.endpoint(0), DEFAULT_QKEY)).unwrap();
 
-    let wc = one_wc(&server.cq, WALL);
-    assert_eq!((wc.wr_id, wc.status, wc.byte_len), (1, WcStatus::Success, 44));
-    assert_eq!(wc.src_qp, client.qp.qpn().value());
-    let mut area = [0u8; 44];
-    server.mr.read(0, &mut area).unwrap();
+    let (wc, area) = ud_received(server, client, 1, 0, 44);
     assert_eq!(&area[40..], b"ping");
     let grh = Grh::parse(&area[..40]).unwrap();
     let back = server.ctx.create_ah_from_wc(&wc, &area[..40]).unwrap();
@@ -63,11 +77,7 @@ fn ping_pong(client: &Node, server: &Node) -> (AhAttr, Grh) {
     assert_eq!((sent.wr_id, sent.status, sent.opcode), (11, WcStatus::Success, WcOpcode::Send));
     let sent = one_wc(&client.cq, WALL);
     assert_eq!((sent.wr_id, sent.status), (10, WcStatus::Success));
-    let got = one_wc(&client.cq, WALL);
-    assert_eq!((got.wr_id, got.status, got.byte_len), (2, WcStatus::Success, 50));
-    assert_eq!(got.src_qp, server.qp.qpn().value());
-    let mut reply = [0u8; 50];
-    client.mr.read(4096, &mut reply).unwrap();
+    let (_, reply) = ud_received(client, server, 2, 4096, 50);
     assert_eq!(&reply[40..], b"pong: ping");
     // and the client's GRH area names the server as the sender
     let g = Grh::parse(&reply[..40]).unwrap();

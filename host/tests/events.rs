@@ -46,6 +46,15 @@ fn recv(b: &Node, wr_id: u64) {
     b.qp.post_recv(RecvWr::new(wr_id, b.mr.addr() + 64 * wr_id, 64, b.mr.lkey())).unwrap();
 }
 
+/// `b`'s next CQ event, awaited on a tokio current-thread runtime (the
+/// future drives the device) for at most 5 s.
+fn cq_event_on_tokio(b: &Node) -> Result<Cq, tokio::time::error::Elapsed> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(5), b.ch.get_cq_event_async()).await
+    })
+}
+
 #[test]
 fn solicited_only_wakes_only_on_se_one_event_per_arming_and_acks() {
     let (net, a, b) = sim_pair(1, 64);
@@ -98,11 +107,7 @@ fn fd_becomes_readable_and_tokio_get_resolves_on_sim() {
     // async on a tokio current-thread runtime (the future drives the sim)
     b.cq.req_notify(false).unwrap();
     send(&a, 2, SendFlags::EMPTY);
-    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
-    let got = rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(5), b.ch.get_cq_event_async()).await
-    });
-    assert_eq!(got.expect("event within 5 s").handle(), b.cq.handle());
+    assert_eq!(cq_event_on_tokio(&b).expect("event within 5 s").handle(), b.cq.handle());
     assert_eq!(b.cq.poll(8).unwrap().len(), 2);
 }
 
@@ -193,11 +198,7 @@ fn udp_channel_fd_blocking_and_async() {
     // async get on tokio
     b.cq.req_notify(false).unwrap();
     send(&a, 3, SendFlags::EMPTY);
-    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
-    let got = rt.block_on(async {
-        tokio::time::timeout(Duration::from_secs(5), b.ch.get_cq_event_async()).await
-    });
-    assert_eq!(got.expect("async event").handle(), b.cq.handle());
+    assert_eq!(cq_event_on_tokio(&b).expect("async event").handle(), b.cq.handle());
     b.cq.ack_events(2);
     assert_eq!(b.cq.unacked_events(), 0);
     let w = b.cq.poll(8).unwrap();

@@ -50,6 +50,16 @@ fn client(ch: &EventChannel, dst: &str, ps: PortSpace) -> CmId {
     id
 }
 
+/// [`sim`] with a listener at `addr` on the server's channel and a client
+/// identifier resolved towards it, with a QP: the network, the server's and
+/// the client's channels, the listener and the client identifier.
+fn sim_listening(addr: &str, ps: PortSpace) -> (SimNet, EventChannel, EventChannel, CmId, CmId) {
+    let (net, server, client_ch) = sim();
+    let listener = listen(&server, addr, ps);
+    let id = client(&client_ch, addr, ps);
+    (net, server, client_ch, listener, id)
+}
+
 fn with_qp(id: &CmId) {
     let ctx = id.context().expect("bound to a device");
     let (pd, cq) = (ctx.alloc_pd().unwrap(), ctx.create_cq(64).unwrap());
@@ -58,9 +68,7 @@ fn with_qp(id: &CmId) {
 
 #[test]
 fn connect_accept_send_disconnect_and_timewait() {
-    let (_net, server, client_ch) = sim();
-    let listener = listen(&server, "10.0.0.1:7174", PortSpace::Tcp);
-    let id = client(&client_ch, "10.0.0.1:7174", PortSpace::Tcp);
+    let (_net, server, client_ch, listener, id) = sim_listening("10.0.0.1:7174", PortSpace::Tcp);
     assert_eq!(id.qp().unwrap().state(), QpState::Init);
     let hello = b"rping-like hello".to_vec();
     id.connect(&ConnParam { private_data: hello.clone(), ..ConnParam::default() }).unwrap();
@@ -117,9 +125,7 @@ fn connect_accept_send_disconnect_and_timewait() {
 
 #[test]
 fn a_rejected_request_carries_the_reason_and_private_data() {
-    let (_net, server, client_ch) = sim();
-    let _l = listen(&server, "10.0.0.1:5000", PortSpace::Tcp);
-    let id = client(&client_ch, "10.0.0.1:5000", PortSpace::Tcp);
+    let (_net, server, client_ch, _l, id) = sim_listening("10.0.0.1:5000", PortSpace::Tcp);
     id.connect(&ConnParam::default()).unwrap();
     let req = expect(&server, CmEventKind::ConnectRequest);
     req.id.reject(b"go away").unwrap();
@@ -176,9 +182,7 @@ fn errors_have_librdmacms_errnos() {
 
 #[test]
 fn ud_ids_resolve_with_sidr_and_then_send() {
-    let (_net, server, client_ch) = sim();
-    let _l = listen(&server, "10.0.0.1:7471", PortSpace::Udp);
-    let id = client(&client_ch, "10.0.0.1:7471", PortSpace::Udp);
+    let (_net, server, client_ch, _l, id) = sim_listening("10.0.0.1:7471", PortSpace::Udp);
     assert_eq!(id.qp().unwrap().state(), QpState::Rts);
     id.connect(&ConnParam { private_data: b"udaddy".to_vec(), ..ConnParam::default() }).unwrap();
     let req = expect(&server, CmEventKind::ConnectRequest);
@@ -265,9 +269,7 @@ fn over_udp_sockets_on_loopback() {
 /// accepts with 0xFF).
 #[test]
 fn max_resources_0xff_are_the_devices_limits() {
-    let (_net, server, client_ch) = sim();
-    let _listener = listen(&server, "10.0.0.1:7190", PortSpace::Tcp);
-    let id = client(&client_ch, "10.0.0.1:7190", PortSpace::Tcp);
+    let (_net, server, client_ch, _listener, id) = sim_listening("10.0.0.1:7190", PortSpace::Tcp);
     let max =
         ConnParam { responder_resources: 0xFF, initiator_depth: 0xFF, ..ConnParam::default() };
     id.connect(&max).unwrap();
@@ -298,9 +300,7 @@ fn max_resources_0xff_are_the_devices_limits() {
 /// `ibv_query_qp`), on both sides; above 31 is refused.
 #[test]
 fn ack_timeout_option_reaches_the_qps() {
-    let (_net, server, client_ch) = sim();
-    let _listener = listen(&server, "10.0.0.1:7191", PortSpace::Tcp);
-    let id = client(&client_ch, "10.0.0.1:7191", PortSpace::Tcp);
+    let (_net, server, client_ch, _listener, id) = sim_listening("10.0.0.1:7191", PortSpace::Tcp);
     assert!(id.set_ack_timeout(32).is_err());
     id.set_ack_timeout(21).unwrap();
     id.connect(&ConnParam::default()).unwrap();

@@ -35,6 +35,19 @@ fn open(addr: IpAddr, name: &str) -> roce_verbs_api::Context {
     member(addr, name).open()
 }
 
+/// Two members (`names`) of the shared device at `addr`, their QPs
+/// connected and one exchange made: the address, the device's socket
+/// address and the two nodes.
+fn two_members(addr: &str, names: [&str; 2]) -> (IpAddr, std::net::SocketAddr, Node, Node) {
+    let addr: IpAddr = addr.parse().unwrap();
+    let dev = std::net::SocketAddr::new(addr, 4791);
+    let a = node(open(addr, names[0]));
+    let b = node(open(addr, names[1]));
+    connect(&a, &b);
+    exchange(&a, &b, 100, 1);
+    (addr, dev, a, b)
+}
+
 fn slot(n: &Node) -> u32 {
     n.qp.qpn().value() >> 16
 }
@@ -123,12 +136,7 @@ fn members_of_one_device_talk_through_kernel_steering() {
 /// and makes the receiver re-map the group; traffic then flows again.
 #[test]
 fn misdelivered_datagrams_are_dropped_and_repair_the_map() {
-    let addr: IpAddr = "127.0.71.2".parse().unwrap();
-    let dev = std::net::SocketAddr::new(addr, 4791);
-    let a = node(open(addr, "ma"));
-    let b = node(open(addr, "mb"));
-    connect(&a, &b);
-    exchange(&a, &b, 100, 1);
+    let (_, dev, a, b) = two_members("127.0.71.2", ["ma", "mb"]);
     let (sa, sb) = (slot(&a) as u8, slot(&b) as u8);
     let map = roce_host::registry::SteerMap::read(&roce_host::registry::device_dir(dev));
     let ia = map.entries.iter().find(|e| e.0 == sa).expect("a is mapped").1;
@@ -238,12 +246,7 @@ fn rdma_cm_server_and_client_on_one_device() {
 fn a_hostile_member_gets_what_a_remote_peer_gets() {
     use roce_packet::{Opcode, Qpn, RKey, RethRepr};
     use roce_sim::packet::{request, PacketBuilder};
-    let addr: IpAddr = "127.0.71.4".parse().unwrap();
-    let dev = std::net::SocketAddr::new(addr, 4791);
-    let a = node(open(addr, "ha"));
-    let b = node(open(addr, "hb"));
-    connect(&a, &b);
-    exchange(&a, &b, 100, 1); // a sent PSN 0x100: b expects 0x101
+    let (addr, dev, a, b) = two_members("127.0.71.4", ["ha", "hb"]); // a sent PSN 0x100: b expects 0x101
     let mut before = vec![0u8; 1 << 16];
     b.mr.read(0, &mut before).unwrap();
 

@@ -9,7 +9,7 @@
 //! Each test uses its own loopback addresses (127.0.N.2/3) and TCP port.
 
 mod common;
-use common::{finish, need, skipped, target_dir, text, which};
+use common::{assert_perftest_result, finish, need, skipped, target_dir, text, which};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -305,48 +305,75 @@ fn c_layout_output() -> String {
 
 // ---------------------------------------------------------------- Debian tools
 
+/// The arguments of an rdma-core tool pair on port `port`: the server on
+/// roce0, the client on roce1 connecting to 127.0.0.1, both with GID index
+/// 1 (given with `gid_flag`) and `extra`.
+fn server_client_args<'a>(
+    gid_flag: &'a str,
+    port: &'a str,
+    extra: &[&'a str],
+) -> (Vec<&'a str>, Vec<&'a str>) {
+    let mut sa = vec!["-d", "roce0", gid_flag, "1", "-p", port];
+    sa.extend_from_slice(extra);
+    let mut ca = vec!["-d", "roce1", gid_flag, "1", "-p", port];
+    ca.extend_from_slice(extra);
+    ca.push("127.0.0.1");
+    (sa, ca)
+}
+
 fn pingpong(tool: &str, net: u8, port: u16, extra: &[&str]) {
     let Some(p) = need(tool, "ibverbs-utils") else { return };
     let port = port.to_string();
-    let mut sa = vec!["-d", "roce0", "-g", "1", "-p", &port];
-    sa.extend_from_slice(extra);
-    let mut ca = vec!["-d", "roce1", "-g", "1", "-p", &port];
-    ca.extend_from_slice(extra);
-    ca.push("127.0.0.1");
+    let (sa, ca) = server_client_args("-g", &port, extra);
     let what = format!("{tool} {}", extra.join(" "));
     let (c, s) = pair(cmd(&p, net, &sa), cmd(&p, net, &ca), &what);
     assert!(common::iters_line(&c) && common::iters_line(&s), "{what}:\n{c}\n{s}");
     assert!(c.contains(&format!("GID ::ffff:127.0.{net}.2")), "{what}: remote GID\n{c}");
 }
 
+/// [`pingpong`] once with each argument list of `runs`.
+fn pingpongs(tool: &str, net: u8, port: u16, runs: &[&[&str]]) {
+    for args in runs {
+        pingpong(tool, net, port, args);
+    }
+}
+
+/// Plain, on CQ events, and checked at the smallest and an odd size.
+const PLAIN_EVENTS_CHECK_SIZES: &[&[&str]] = &[
+    &["-n", "200"],
+    &["-n", "100", "-e"],
+    &["-n", "50", "-c", "-s", "1"],
+    &["-n", "50", "-c", "-s", "3079"],
+];
+
 #[test]
 fn rc_pingpong_plain_events_check_and_sizes() {
-    pingpong("ibv_rc_pingpong", 22, 18622, &["-n", "200"]);
-    pingpong("ibv_rc_pingpong", 22, 18622, &["-n", "100", "-e"]);
-    pingpong("ibv_rc_pingpong", 22, 18622, &["-n", "50", "-c", "-s", "1"]);
-    pingpong("ibv_rc_pingpong", 22, 18622, &["-n", "50", "-c", "-s", "3079"]);
+    pingpongs("ibv_rc_pingpong", 22, 18622, PLAIN_EVENTS_CHECK_SIZES);
 }
 
 #[test]
 fn uc_pingpong_plain_events_check_and_sizes() {
-    pingpong("ibv_uc_pingpong", 23, 18623, &["-n", "200"]);
-    pingpong("ibv_uc_pingpong", 23, 18623, &["-n", "100", "-e"]);
-    pingpong("ibv_uc_pingpong", 23, 18623, &["-n", "50", "-c", "-s", "3079"]);
+    pingpongs(
+        "ibv_uc_pingpong",
+        23,
+        18623,
+        &[&["-n", "200"], &["-n", "100", "-e"], &["-n", "50", "-c", "-s", "3079"]],
+    );
 }
 
 #[test]
 fn ud_pingpong_plain_events_and_sizes() {
-    pingpong("ibv_ud_pingpong", 24, 18624, &["-n", "200"]);
-    pingpong("ibv_ud_pingpong", 24, 18624, &["-n", "100", "-e", "-s", "1"]);
-    pingpong("ibv_ud_pingpong", 24, 18624, &["-n", "100", "-s", "984"]);
+    pingpongs(
+        "ibv_ud_pingpong",
+        24,
+        18624,
+        &[&["-n", "200"], &["-n", "100", "-e", "-s", "1"], &["-n", "100", "-s", "984"]],
+    );
 }
 
 #[test]
 fn srq_pingpong_plain_events_check_and_sizes() {
-    pingpong("ibv_srq_pingpong", 25, 18625, &["-n", "200"]);
-    pingpong("ibv_srq_pingpong", 25, 18625, &["-n", "100", "-e"]);
-    pingpong("ibv_srq_pingpong", 25, 18625, &["-n", "50", "-c", "-s", "1"]);
-    pingpong("ibv_srq_pingpong", 25, 18625, &["-n", "50", "-c", "-s", "3079"]);
+    pingpongs("ibv_srq_pingpong", 25, 18625, PLAIN_EVENTS_CHECK_SIZES);
 }
 
 #[test]
@@ -368,21 +395,9 @@ fn a_program_without_a_gid_fails_at_rtr_like_on_rxe() {
 fn perftest(tool: &str, net: u8, port: u16, extra: &[&str]) {
     let Some(p) = need(tool, "perftest") else { return };
     let port = port.to_string();
-    let mut sa = vec!["-d", "roce0", "-x", "1", "-p", &port];
-    sa.extend_from_slice(extra);
-    let mut ca = vec!["-d", "roce1", "-x", "1", "-p", &port];
-    ca.extend_from_slice(extra);
-    ca.push("127.0.0.1");
+    let (sa, ca) = server_client_args("-x", &port, extra);
     let (c, _) = pair(cmd(&p, net, &sa), cmd(&p, net, &ca), tool);
-    // the result table: a "#bytes" header and a numeric row under it
-    let mut lines = c.lines().skip_while(|l| !l.trim_start().starts_with("#bytes"));
-    assert!(lines.next().is_some(), "{tool}: no result header\n{c}");
-    let row = lines.next().unwrap_or_default();
-    let first: Vec<&str> = row.split_whitespace().collect();
-    assert!(
-        first.len() >= 3 && first.iter().take(3).all(|w| w.parse::<f64>().is_ok()),
-        "{tool}: no result row\n{c}"
-    );
+    assert_perftest_result(&c, tool);
 }
 
 #[test]

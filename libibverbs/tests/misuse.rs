@@ -62,13 +62,7 @@ fn limits_are_checked_before_anything_is_read() {
 
 #[test]
 fn limits_are_checked_before_anything_is_read_under_valgrind() {
-    let Some((vg, mut args)) = common::valgrind() else { return };
-    let Some(exe) = misuse() else { return };
-    args.push(exe.display().to_string());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = run(&vg, &args);
-    let s = check(&out, "misuse under valgrind");
-    assert!(s.contains("ERROR SUMMARY: 0 errors"), "{s}");
+    common::check_under_valgrind(misuse, run, check, "misuse under valgrind");
 }
 
 /// vanish.c (finding 1, the runtime half) with its own device address and

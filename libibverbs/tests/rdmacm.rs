@@ -262,14 +262,7 @@ fn rping_to_a_port_nobody_listens_on_is_rejected_quickly() {
 
 #[test]
 fn c_program_private_data_nonblocking_fd_reject_own_qp_and_errnos() {
-    let Some(exe) = common::compile_c(
-        "rdmacm_check",
-        common::RDMA_CMA_H,
-        &lib_dir(),
-        &["-l:librdmacm.so.1", "-l:libibverbs.so.1"],
-    ) else {
-        return;
-    };
+    let Some(exe) = common::compile_rdmacm_c("rdmacm_check", &lib_dir()) else { return };
     let net = 47;
     let (c, s) = pair(
         net,

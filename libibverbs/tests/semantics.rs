@@ -184,14 +184,7 @@ fn max_inline_data_is_rounded_up_as_rxe_does() {
 
 #[test]
 fn rdma_bind_addr_port_zero_and_getaddrinfo_from_hints() {
-    let Some(exe) = common::compile_c(
-        "cm_ports_check",
-        common::RDMA_CMA_H,
-        &lib_dir(),
-        &["-l:librdmacm.so.1", "-l:libibverbs.so.1"],
-    ) else {
-        return;
-    };
+    let Some(exe) = common::compile_rdmacm_c("cm_ports_check", &lib_dir()) else { return };
     let child =
         cmd(&exe, &common::two_devices(95), &["127.0.95.2", "127.0.95.3"]).spawn().expect("spawn");
     let (o, timed_out) = finish(child, Duration::from_secs(90));

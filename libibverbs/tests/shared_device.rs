@@ -19,7 +19,7 @@
 //! its own probe answer), stalling members that joined or left meanwhile.
 
 mod common;
-use common::{need, text, which};
+use common::{assert_perftest_result, need, text, which};
 
 use std::collections::BTreeSet;
 use std::io::Read;
@@ -466,15 +466,7 @@ fn perftest_one_device(tool: &str, n: &str) {
     ca.push("127.0.0.1");
     let what = format!("{tool} -n {n} (both ends on roce0)");
     let (c, s) = pair(cmd(&p, net, &sa), cmd(&p, net, &ca), port, &what);
-    // the result table: a "#bytes" header and a numeric row under it
-    let mut lines = c.lines().skip_while(|l| !l.trim_start().starts_with("#bytes"));
-    assert!(lines.next().is_some(), "{what}: no result header\n{c}");
-    let row = lines.next().unwrap_or_default();
-    let first: Vec<&str> = row.split_whitespace().collect();
-    assert!(
-        first.len() >= 3 && first.iter().take(3).all(|w| w.parse::<f64>().is_ok()),
-        "{what}: no result row\n{c}"
-    );
+    assert_perftest_result(&c, &what);
     // perftest prints a GID on the line after each address line
     let gid = format!("GID: 00:00:00:00:00:00:00:00:00:00:255:255:127:00:{net:02}:02");
     check_two_members(&c, &s, &gid, &what);

@@ -110,11 +110,5 @@ fn stale_handles_get_errnos() {
 
 #[test]
 fn stale_handles_get_errnos_under_valgrind() {
-    let Some((vg, mut args)) = common::valgrind() else { return };
-    let Some(exe) = stale() else { return };
-    args.push(exe.display().to_string());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = run(&vg, &args);
-    let s = check(&out, "stale under valgrind");
-    assert!(s.contains("ERROR SUMMARY: 0 errors"), "{s}");
+    common::check_under_valgrind(stale, run, check, "stale under valgrind");
 }

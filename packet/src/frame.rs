@@ -279,14 +279,25 @@ impl RoceDatagram {
 
 /// Internet checksum of an IPv4 header with its checksum field taken as 0.
 fn ipv4_header_checksum(h: &[u8]) -> u16 {
-    let mut sum: u32 = 0;
-    for (i, c) in h.chunks(2).enumerate() {
-        if i == 5 {
-            continue;
+    inet_checksum(&[&h[..10], &h[12..]])
+}
+
+/// Internet checksum (RFC 1071: the ones' complement of the ones'
+/// complement sum of 16-bit words) over `parts`, as if concatenated. Over
+/// bytes that include a correct checksum it is 0.
+pub fn inet_checksum(parts: &[&[u8]]) -> u16 {
+    let mut sum: u64 = 0;
+    let mut odd: Option<u8> = None;
+    for p in parts {
+        for &b in p.iter() {
+            match odd.take() {
+                Some(hi) => sum += u64::from(u16::from_be_bytes([hi, b])),
+                None => odd = Some(b),
+            }
         }
-        let hi = u32::from(c[0]) << 8;
-        let lo = c.get(1).copied().map(u32::from).unwrap_or(0);
-        sum += hi | lo;
+    }
+    if let Some(hi) = odd {
+        sum += u64::from(u16::from_be_bytes([hi, 0]));
     }
     while sum >> 16 != 0 {
         sum = (sum & 0xFFFF) + (sum >> 16);

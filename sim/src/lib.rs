@@ -720,10 +720,35 @@ impl<N: SansIo> Fabric<N> {
         n.io.handle_datagram(now, f.dgram);
     }
 
+    /// A datagram `from` hands to the wire, through the stages of the
+    /// model in their fixed order: routing and the MTU ([`Fabric::admit`]),
+    /// the link's serialization ([`Fabric::occupy_link`]), the targeted
+    /// filters ([`Fabric::run_filters`]), the random faults
+    /// ([`Fabric::roll_faults`]), then the arrival times
+    /// ([`Fabric::schedule_arrivals`]). The seeded draws happen in that order.
     fn transmit(&mut self, from: NodeId, dgram: Datagram) {
         // a payload in region memory goes on the simulated wire whole (a
         // region deregistered since: the datagram is lost)
         let Some(dgram) = dgram.flatten() else { return };
+        let Some(tx) = self.admit(from, &dgram) else { return };
+        let slot = self.occupy_link(&tx, &dgram);
+        let filtered = self.run_filters(&tx, &dgram);
+        if filtered.drop {
+            self.mark(tx.traced, Verdict::Drop);
+            self.stats.dropped_filter += 1;
+            debug!(seq = tx.seq, opcode = %tx.opcode, psn = %tx.psn, "sim drop: filter");
+            return;
+        }
+        let Some((dgram, fate)) = self.roll_faults(&tx, &slot.faults, &filtered, dgram) else {
+            return;
+        };
+        self.schedule_arrivals(&tx, &slot, &filtered, fate, dgram);
+    }
+
+    /// Count and tap a datagram leaving `from`, route it and check it
+    /// against the link's MTU: what the later stages need to know of it, or
+    /// `None` if it is dropped here (unroutable, too large).
+    fn admit(&mut self, from: NodeId, dgram: &Datagram) -> Option<Outgoing> {
         let now = self.now;
         let seq = self.next_tx;
         self.next_tx += 1;
@@ -731,14 +756,14 @@ impl<N: SansIo> Fabric<N> {
         if let Some(n) = self.nodes.get_mut(from.0) {
             n.stats.transmitted += 1;
         }
-        self.tap(TapPoint::Egress, &dgram);
+        self.tap(TapPoint::Egress, dgram);
         let Some(to) = self.route(dgram.endpoints.dst) else {
             self.stats.dropped_unroutable += 1;
             debug!(seq, dst = %dgram.endpoints.dst, "sim drop: unroutable");
-            return;
+            return None;
         };
         let cfg = self.link(from, to);
-        let len = ip_len(&dgram);
+        let len = ip_len(dgram);
         let roce = RocePacket::new_checked(&dgram.payload[..]).ok().map(|p| RoceRepr::parse(&p));
         let info = PacketInfo { seq, now, from, to, endpoints: dgram.endpoints, ip_len: len, roce };
         let opcode = Shown(info.opcode());
@@ -748,65 +773,73 @@ impl<N: SansIo> Fabric<N> {
             self.mark(traced, Verdict::Drop);
             self.stats.dropped_mtu += 1;
             debug!(seq, %opcode, %psn, len, mtu = cfg.mtu, "sim drop: larger than link MTU");
-            return;
+            return None;
         }
+        Some(Outgoing { seq, from, to, cfg, info, opcode, psn, traced })
+    }
 
-        // The link: serialization (the frame occupies it even if it is
-        // lost in flight), then propagation.
-        let link = self.links.entry((from, to)).or_default();
+    /// The link: serialization (the frame occupies it even if it is lost
+    /// in flight), then propagation is added by the caller.
+    fn occupy_link(&mut self, tx: &Outgoing, dgram: &Datagram) -> LinkSlot {
+        let link = self.links.entry((tx.from, tx.to)).or_default();
         let link_seq = link.sent;
         link.sent += 1;
-        let start = now.max(link.busy_until);
-        let done = match cfg.rate {
+        let start = self.now.max(link.busy_until);
+        let done = match tx.cfg.rate {
             Some(rate) if rate > 0 => {
-                let ns = (wire_len(&dgram) as u128 * 1_000_000_000).div_ceil(rate as u128);
+                let ns = (wire_len(dgram) as u128 * 1_000_000_000).div_ceil(rate as u128);
                 start + Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
             }
             _ => start,
         };
         link.busy_until = done;
         let faults = link.faults.clone().unwrap_or_else(|| self.default_faults.clone());
+        LinkSlot { link_seq, done, faults }
+    }
 
-        // Targeted filters: every filter sees every datagram.
-        let mut drop = false;
-        let mut duplicate = false;
-        let mut corrupt = false;
-        let mut flips = Vec::new();
-        let mut delay = Duration::ZERO;
+    /// Targeted filters: every filter sees every datagram, and their
+    /// actions add up.
+    fn run_filters(&mut self, tx: &Outgoing, dgram: &Datagram) -> FilterActions {
+        let mut acts = FilterActions::default();
         for (i, f) in self.filters.iter_mut().enumerate() {
-            let a = f.decide(&dgram, &info, self.dice.rng());
+            let a = f.decide(dgram, &tx.info, self.dice.rng());
             if a != Action::Pass {
-                debug!(seq, filter = i, action = ?a, %opcode, %psn, "sim filter fired");
+                debug!(seq = tx.seq, filter = i, action = ?a, opcode = %tx.opcode, psn = %tx.psn, "sim filter fired");
             }
             match a {
                 Action::Pass => {}
-                Action::Drop => drop = true,
-                Action::Duplicate => duplicate = true,
-                Action::Corrupt => corrupt = true,
-                Action::FlipBit(b) => flips.push(b),
-                Action::Delay(d) => delay += d,
+                Action::Drop => acts.drop = true,
+                Action::Duplicate => acts.duplicate = true,
+                Action::Corrupt => acts.corrupt = true,
+                Action::FlipBit(b) => acts.flips.push(b),
+                Action::Delay(d) => acts.delay += d,
             }
         }
-        if drop {
-            self.mark(traced, Verdict::Drop);
-            self.stats.dropped_filter += 1;
-            debug!(seq, %opcode, %psn, "sim drop: filter");
-            return;
-        }
+        acts
+    }
 
-        // Random faults: the one decision function, in its fixed order.
-        let fate = self.dice.decide(&faults.rates(), dgram.payload.len(), corrupt);
+    /// Random faults: the one decision function, in its fixed order; then
+    /// the bit flips (the filters' and the dice's). `None` if the datagram
+    /// is lost.
+    fn roll_faults(
+        &mut self,
+        tx: &Outgoing,
+        faults: &FaultConfig,
+        filtered: &FilterActions,
+        mut dgram: Datagram,
+    ) -> Option<(Datagram, Fate)> {
+        let (seq, opcode, psn) = (tx.seq, &tx.opcode, &tx.psn);
+        let fate = self.dice.decide(&faults.rates(), dgram.payload.len(), filtered.corrupt);
         if fate.drop {
-            self.mark(traced, Verdict::Drop);
+            self.mark(tx.traced, Verdict::Drop);
             self.stats.dropped_loss += 1;
             debug!(seq, %opcode, %psn, p = faults.drop, "sim drop: random loss");
-            return;
+            return None;
         }
-        let mut dgram = dgram;
-        if fate.corrupt_bit.is_some() || !flips.is_empty() {
+        if fate.corrupt_bit.is_some() || !filtered.flips.is_empty() {
             let mut p = dgram.payload.to_vec();
             let mut changed = false;
-            for b in flips {
+            for &b in &filtered.flips {
                 changed |= fault::flip_bit(&mut p, b);
             }
             if fate.corrupt(&mut p) {
@@ -818,13 +851,28 @@ impl<N: SansIo> Fabric<N> {
                 dgram.payload = Bytes::from(p);
             }
         }
-        let duplicate = duplicate || fate.duplicate;
+        Some((dgram, fate))
+    }
+
+    /// When the datagram (and its copy, if duplicated) arrives: the end of
+    /// its serialization, the link latency, jitter and any hold.
+    fn schedule_arrivals(
+        &mut self,
+        tx: &Outgoing,
+        slot: &LinkSlot,
+        filtered: &FilterActions,
+        fate: Fate,
+        dgram: Datagram,
+    ) {
+        let (seq, opcode, psn) = (tx.seq, &tx.opcode, &tx.psn);
+        let (from, to, faults) = (tx.from, tx.to, &slot.faults);
+        let duplicate = filtered.duplicate || fate.duplicate;
         // Explicit holds (filter delay, reorder fault) let later datagrams
         // overtake; jitter alone keeps the link's FIFO order.
         let mut hold = Duration::ZERO;
-        if !delay.is_zero() {
+        if !filtered.delay.is_zero() {
             self.stats.delayed += 1;
-            hold += delay;
+            hold += filtered.delay;
         }
         if fate.reorder {
             self.stats.reorder_held += 1;
@@ -837,22 +885,22 @@ impl<N: SansIo> Fabric<N> {
                 "sim reorder: held"
             );
         }
-        let base = done + cfg.latency;
+        let base = slot.done + tx.cfg.latency;
         let j = jitter(self.dice.rng(), faults.jitter);
         let arrival = self.arrival(from, to, base + j, hold);
         if duplicate {
-            self.mark(traced, Verdict::Duplicate);
+            self.mark(tx.traced, Verdict::Duplicate);
             self.stats.duplicated += 1;
             // The copy gets its own jitter and a filter's delay, not the
             // reorder hold.
             let j = jitter(self.dice.rng(), faults.jitter);
-            let copy_at = self.arrival(from, to, base + j, delay);
+            let copy_at = self.arrival(from, to, base + j, filtered.delay);
             debug!(seq, %opcode, %psn, copy_at_ns = copy_at.as_nanos(), "sim duplicate");
             let copy = dgram.clone();
-            self.schedule(arrival, from, to, link_seq, dgram);
-            self.schedule(copy_at, from, to, link_seq, copy);
+            self.schedule(arrival, from, to, slot.link_seq, dgram);
+            self.schedule(copy_at, from, to, slot.link_seq, copy);
         } else {
-            self.schedule(arrival, from, to, link_seq, dgram);
+            self.schedule(arrival, from, to, slot.link_seq, dgram);
         }
     }
 
@@ -895,4 +943,39 @@ impl<T: core::fmt::Display> core::fmt::Display for Shown<T> {
             None => f.write_str("-"),
         }
     }
+}
+
+/// A datagram admitted to a link, as the later stages of
+/// [`Fabric::transmit`] see it.
+struct Outgoing {
+    seq: u64,
+    from: NodeId,
+    to: NodeId,
+    cfg: LinkConfig,
+    info: PacketInfo,
+    opcode: Shown<roce_packet::Opcode>,
+    psn: Shown<roce_packet::Psn>,
+    /// Its entry in the wire trace, if recorded.
+    traced: Option<usize>,
+}
+
+/// A datagram's place on its link.
+struct LinkSlot {
+    /// Its transmission number on the link (for reorder counting).
+    link_seq: u64,
+    /// When the link has finished serializing it.
+    done: Instant,
+    /// The faults of the link (or the fabric's default).
+    faults: FaultConfig,
+}
+
+/// What the targeted filters decided for one datagram, all of them
+/// together.
+#[derive(Default)]
+struct FilterActions {
+    drop: bool,
+    duplicate: bool,
+    corrupt: bool,
+    flips: Vec<usize>,
+    delay: Duration,
 }

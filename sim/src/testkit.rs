@@ -309,9 +309,31 @@ impl Pair {
         self.run_with(Instant::from_millis(10_000), |_, _| Action::Deliver)
     }
 
+    /// The packets of the trace with opcode `op` (either way), in order.
+    pub fn packets(&self, op: Opcode) -> impl Iterator<Item = &Seen> {
+        self.trace.iter().filter(move |s| s.opcode == op)
+    }
+
+    /// Stage a SEND of `data` from A to B: write it at offset 0 of A's
+    /// region, post receive `recv_id` of `recv_len` bytes at B's offset 0,
+    /// post SEND `send_id` of the bytes on A (nothing moves until a run).
+    pub fn stage_send(&mut self, data: &[u8], recv_id: u64, recv_len: u32, send_id: u64) {
+        self.a.write_mem(0, data);
+        self.b.post_recv(recv_id, 0, recv_len);
+        self.a.send(send_id, 0, data.len() as u32);
+    }
+
+    /// Post `wr` on A, deliver everything ([`Pair::run`]) and return A's
+    /// completions.
+    pub fn run_wr(&mut self, wr: SendWr) -> Vec<WorkCompletion> {
+        self.a.post(wr);
+        self.run();
+        self.a.poll()
+    }
+
     /// How many packets of the trace went `dir` with opcode `op`.
     pub fn count(&self, dir: Dir, op: Opcode) -> usize {
-        self.trace.iter().filter(|s| s.dir == dir && s.opcode == op).count()
+        self.packets(op).filter(|s| s.dir == dir).count()
     }
 
     /// Opcode names of the trace, for failure messages.
@@ -332,6 +354,43 @@ impl Pair {
     pub fn to_a(&mut self, d: Datagram) -> Vec<RoceRepr> {
         self.a.hca.handle_datagram(self.now, d);
         self.a.transmits(self.now)
+    }
+
+    /// A one-sided request (`op`: RDMA WRITE or READ, an atomic) from A
+    /// over the two regions: `len` bytes at offset `local` of A's region,
+    /// at offset `remote` of B's. Post it with [`Side::post`].
+    pub fn one_sided(&self, wr_id: u64, op: WrOpcode, local: u64, len: u32, remote: u64) -> SendWr {
+        SendWr::new(wr_id, op)
+            .sge(self.a.addr(local), len, self.a.mr.lkey)
+            .remote(self.b.addr(remote), self.b.mr.rkey)
+    }
+
+    /// The UDP endpoints of the packets of A's QP (the source port the
+    /// device derives from the QPN, rxe's hash), for a crafted packet that
+    /// B must take as A's.
+    pub fn a_qp_endpoints(&self) -> roce_packet::UdpEndpoints {
+        let mut h = self.a.qpn.value().wrapping_mul(0x9E37_79B1);
+        h ^= h >> 15;
+        roce_packet::UdpEndpoints {
+            src: self.a.hca.addr(),
+            dst: self.b.hca.addr(),
+            src_port: 0xC000 | (h & 0x3FFF) as u16,
+            dst_port: roce_packet::ROCE_V2_PORT,
+        }
+    }
+}
+
+/// A filter that answers `action` for the first packet `pred` picks and
+/// delivers everything else (a single loss, duplicate or hold).
+pub fn once(action: Action, mut pred: impl FnMut(&Seen) -> bool) -> impl FnMut(&Seen) -> Action {
+    let mut done = false;
+    move |s| {
+        if !done && pred(s) {
+            done = true;
+            action.clone()
+        } else {
+            Action::Deliver
+        }
     }
 }
 
@@ -533,10 +592,21 @@ impl Side {
         let a = self.addr(off);
         self.hca.post_recv(self.qpn, RecvWr::new(wr_id, a, len, lkey)).unwrap()
     }
+    /// Post `n` receives of `len` bytes each, side by side from region
+    /// offset 0 (receive `i` has wr_id `i` and offset `i * len`).
+    pub fn post_recvs(&mut self, n: u64, len: u32) {
+        for i in 0..n {
+            self.post_recv(i, i * u64::from(len), len);
+        }
+    }
     /// Post a SEND (unsignaled unless the QP signals all) of `len` bytes
     /// from region offset `off`.
     pub fn send(&mut self, wr_id: u64, off: u64, len: u32) {
         let wr = SendWr::new(wr_id, WrOpcode::Send).sge(self.addr(off), len, self.mr.lkey);
+        self.hca.post_send(self.qpn, wr).unwrap()
+    }
+    /// Post `wr` on the side's QP.
+    pub fn post(&mut self, wr: SendWr) {
         self.hca.post_send(self.qpn, wr).unwrap()
     }
     /// Every completion on the side's CQ.

@@ -8,7 +8,7 @@
 //! Replay a seed with `ROCE_SIM_SEED=<seed> cargo test -p roce-tests --test sim_mixed_soak`.
 
 mod common;
-use common::{faults, summary};
+use common::faults;
 
 use roce_sim::{seed_from_env, SeedGuard};
 use roce_verbs_api::FaultConfig;
@@ -36,7 +36,7 @@ fn each_transport_alone_without_faults_loses_nothing() {
         (QpTypes::Mixed, OpKind::ALL.to_vec()),
     ] {
         let r = workload::run(WorkloadConfig { mix, ..cfg(t, 3000, 7) }).expect("setup");
-        let s = summary(&r);
+        let s = r.failure_summary();
         assert!(r.ok(), "{t:?}: {s}");
         assert_eq!(r.mismatches, 0, "{s}");
         assert_eq!(r.failed_completions(), 0, "{s}");
@@ -81,7 +81,7 @@ fn mixed_transports_under_faults() {
         ..cfg(QpTypes::Mixed, 20_000, seed)
     })
     .expect("setup");
-    let s = summary(&r);
+    let s = r.failure_summary();
     eprintln!("{s}");
     // RC: everything completed successfully with the right data; UC/UD:
     // never corrupt, every loss accounted for
@@ -122,7 +122,7 @@ fn mixed_transports_under_heavy_faults_several_seeds() {
             ..cfg(QpTypes::Mixed, 3000, seed)
         })
         .expect("setup");
-        let s = summary(&r);
+        let s = r.failure_summary();
         assert!(r.ok(), "{s}");
         assert_eq!(r.mismatches, 0, "{s}");
         for d in r.delivery.values() {
@@ -156,7 +156,7 @@ fn uc_under_reordering_never_delivers_wrong_bytes() {
                 ..cfg(QpTypes::Uc, 20_000, seed)
             })
             .expect("setup");
-            let s = summary(&r);
+            let s = r.failure_summary();
             assert!(r.ok(), "seed {seed} {faults:?}: {s}");
             assert_eq!((r.mismatches, r.order_errors), (0, 0), "seed {seed} {faults:?}: {s}");
             let d = &r.delivery[&PairType::Uc];
@@ -179,7 +179,7 @@ fn more_qps_than_one_cq_can_hold() {
         ..cfg(QpTypes::Mixed, 6000, 21)
     })
     .expect("setup with 256 QP pairs");
-    let s = summary(&r);
+    let s = r.failure_summary();
     assert!(r.ok(), "{s}");
     assert_eq!(r.pairs.values().sum::<usize>(), 256, "{s}");
     assert_eq!(r.mismatches, 0, "{s}");

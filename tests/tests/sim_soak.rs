@@ -9,7 +9,7 @@
 //! `ROCE_SIM_SEED=<seed> cargo test -p roce-tests --test sim_soak`.
 
 mod common;
-use common::{faults, summary};
+use common::faults;
 
 use roce_packet::frame::parse_frame;
 use roce_pcap::read_capture;
@@ -23,7 +23,7 @@ fn soak_faults() -> FaultConfig {
 
 /// The checks every soak run must pass, beyond `Report::ok`.
 fn check_counters(r: &Report) {
-    let s = summary(r);
+    let s = r.failure_summary();
     assert!(r.ok(), "{s}");
     assert_eq!(r.ops_completed, r.ops_requested, "{s}");
     // what the receivers saw: every corrupted frame (both copies of a
@@ -121,7 +121,7 @@ fn soak_mixed_seed_sweep() {
 fn soak_100k_mixed_seed_sweep() {
     for seed in 0..24u64 {
         let r = workload::run(mixed_cfg(100_000, seed)).expect("setup");
-        assert!(r.ok(), "seed {seed}: {}", summary(&r));
+        assert!(r.ok(), "seed {seed}: {}", r.failure_summary());
         check_counters(&r);
     }
 }
@@ -138,7 +138,7 @@ fn soak_replays_from_its_seed() {
     };
     let a = workload::run(cfg()).unwrap();
     let b = workload::run(cfg()).unwrap();
-    assert!(a.ok(), "{}", summary(&a));
+    assert!(a.ok(), "{}", a.failure_summary());
     assert_eq!(a.fabric, b.fabric);
     assert_eq!(a.counters, b.counters);
     assert_eq!(a.virtual_time, b.virtual_time);
@@ -167,7 +167,7 @@ fn pcap_of_a_faulty_run_parses_and_only_corrupted_frames_fail_the_icrc() {
     let tap = net.with_fabric(|f| f.record_pcap(Vec::<u8>::new())).unwrap();
     let r = w.run(|_| {});
     let bytes: Vec<u8> = net.with_fabric(|f| f.finish_pcap(tap)).unwrap();
-    let s = summary(&r);
+    let s = r.failure_summary();
     assert!(r.ok(), "{s}");
     let frames = read_capture(&bytes).unwrap();
     assert_eq!(frames.len() as u64, r.fabric.delivered, "{s}");

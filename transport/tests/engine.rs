@@ -5,7 +5,6 @@
 mod common;
 use common::*;
 use roce_transport::{Engine, EngineConfig};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 fn no_thread() -> EngineConfig {
@@ -19,7 +18,7 @@ fn a_flush_sends_from_the_calling_thread() {
     let mut tb = bind("127.1.20.3", |_| {});
     let ep = core_ep(&ta, &tb);
     let ca = ta.counters();
-    let a = Arc::new(Mutex::new(Fake::default()));
+    let a = Fake::shared();
     let e = Engine::new(vec![(a.clone(), ta)], no_thread()).unwrap().start().unwrap();
     let sent = send_only(&ep, 4, 1, &pattern(1, 64));
     a.lock().unwrap().outbox.push_back(sent.clone());
@@ -36,12 +35,10 @@ fn a_flush_sends_from_the_calling_thread() {
 fn a_waiting_caller_sleeps_on_the_socket_and_the_datagram_wakes_it() {
     // B has no engine thread: only the waiting caller can receive. It spins
     // not at all, so it is asleep in ppoll when A's datagram comes.
-    let ta = bind("127.1.21.2", |_| {});
-    let tb = bind("127.1.21.3", |_| {});
-    let ep = core_ep(&ta, &tb);
-    let b = Arc::new(Mutex::new(Fake::default()));
+    let (ta, tb, ep) = bind_pair("127.1.21");
+    let b = Fake::shared();
     let eb = Engine::new(vec![(b.clone(), tb)], no_thread()).unwrap().start().unwrap();
-    let a = Arc::new(Mutex::new(Fake::default()));
+    let a = Fake::shared();
     let ea = Engine::new(vec![(a.clone(), ta)], no_thread()).unwrap().start().unwrap();
     let sender = {
         let a = a.clone();
@@ -68,12 +65,10 @@ fn a_waiting_caller_sleeps_on_the_socket_and_the_datagram_wakes_it() {
 
 #[test]
 fn the_engine_thread_serves_a_port_nobody_polls() {
-    let ta = bind("127.1.22.2", |_| {});
-    let tb = bind("127.1.22.3", |_| {});
-    let ep = core_ep(&ta, &tb);
-    let a = Arc::new(Mutex::new(Fake::default()));
+    let (ta, tb, ep) = bind_pair("127.1.22");
+    let a = Fake::shared();
     let ea = Engine::new(vec![(a.clone(), ta)], no_thread()).unwrap().start().unwrap();
-    let b = Arc::new(Mutex::new(Fake::default()));
+    let b = Fake::shared();
     let eb = Engine::new(vec![(b.clone(), tb)], EngineConfig::default()).unwrap().start().unwrap();
     let sent: Vec<_> = (0..20).map(|i| send_only(&ep, 4, i, &pattern(i as usize, 100))).collect();
     for d in &sent {
@@ -100,7 +95,7 @@ fn a_burst_of_posts_leaves_in_one_batch() {
     let mut tb = bind("127.1.23.3", |_| {});
     let ep = core_ep(&ta, &tb);
     let ca = ta.counters();
-    let a = Arc::new(Mutex::new(Fake::default()));
+    let a = Fake::shared();
     let cfg = EngineConfig { post_batch: Duration::from_secs(3600), ..EngineConfig::default() };
     let ea = Engine::new(vec![(a.clone(), ta)], cfg).unwrap().start().unwrap();
     let sent: Vec<_> = (0..32).map(|i| send_only(&ep, 4, i, &pattern(i as usize, 512))).collect();
@@ -140,7 +135,7 @@ fn dropping_the_engine_stops_its_thread_and_finishes_the_transports() {
     let ta = bind("127.1.24.2", |c| c.pcap = Some(pcap.clone()));
     let tb = bind("127.1.24.3", |_| {});
     let ep = core_ep(&ta, &tb);
-    let a = Arc::new(Mutex::new(Fake::default()));
+    let a = Fake::shared();
     let ea = Engine::new(vec![(a.clone(), ta)], EngineConfig::default()).unwrap().start().unwrap();
     a.lock().unwrap().outbox.push_back(send_only(&ep, 4, 3, &pattern(3, 64)));
     ea.flush(Some(&a));

@@ -20,10 +20,8 @@ fn wait_until(h: &NodeThreadHandle, limit: Duration, mut cond: impl FnMut() -> b
 
 #[test]
 fn echo_between_two_driven_nodes() {
-    let ta = bind("127.1.11.2", |_| {});
-    let tb = bind("127.1.11.3", |_| {});
-    let ep = core_ep(&ta, &tb);
-    let a = Arc::new(Mutex::new(Fake::default()));
+    let (ta, tb, ep) = bind_pair("127.1.11");
+    let a = Fake::shared();
     let b = Arc::new(Mutex::new(Fake { echo: true, ..Fake::default() }));
     let sent: Vec<_> = (0..200).map(|i| send_only(&ep, 4, i, &pattern(i as usize, 1024))).collect();
     a.lock().unwrap().outbox.extend(sent.iter().cloned());
@@ -54,7 +52,7 @@ fn echo_between_two_driven_nodes() {
 #[test]
 fn timers_fire_when_due() {
     let t = bind("127.1.12.2", |_| {});
-    let n = Arc::new(Mutex::new(Fake::default()));
+    let n = Fake::shared();
     let h = NodeThread::spawn(n.clone(), t).unwrap();
     let now = h.now();
     let deadlines = [now + Duration::from_millis(30), now + Duration::from_millis(60)];
@@ -74,11 +72,9 @@ fn timers_fire_when_due() {
 fn one_way_latency(notify: bool, octet: u8) -> Duration {
     let cfg =
         NodeThreadConfig { max_idle: Duration::from_millis(300), ..NodeThreadConfig::default() };
-    let ta = bind(&format!("127.1.{octet}.2"), |_| {});
-    let tb = bind(&format!("127.1.{octet}.3"), |_| {});
-    let ep = core_ep(&ta, &tb);
-    let a = Arc::new(Mutex::new(Fake::default()));
-    let b = Arc::new(Mutex::new(Fake::default()));
+    let (ta, tb, ep) = bind_pair(&format!("127.1.{octet}"));
+    let a = Fake::shared();
+    let b = Fake::shared();
     let ha = NodeThread::spawn_with(a.clone(), ta, cfg.clone()).unwrap();
     let hb = NodeThread::spawn_with(b.clone(), tb, cfg).unwrap();
     let mut lat = Vec::new();
@@ -109,11 +105,9 @@ fn notify_sends_posted_work_promptly() {
 
 #[test]
 fn progress_hook_and_bounded_shutdown() {
-    let ta = bind("127.1.15.2", |_| {});
-    let tb = bind("127.1.15.3", |_| {});
-    let ep = core_ep(&ta, &tb);
-    let a = Arc::new(Mutex::new(Fake::default()));
-    let b = Arc::new(Mutex::new(Fake::default()));
+    let (ta, tb, ep) = bind_pair("127.1.15");
+    let a = Fake::shared();
+    let b = Fake::shared();
     let ha = NodeThread::spawn(a.clone(), ta).unwrap();
     let hb = NodeThread::spawn(b.clone(), tb).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -142,7 +136,7 @@ fn pcap_records_sent_and_received_frames() {
     let tb = bind("127.1.16.3", |_| {});
     let ep = core_ep(&ta, &tb);
     let (pa, pb) = (ta.local_addr().port(), tb.local_addr().port());
-    let a = Arc::new(Mutex::new(Fake::default()));
+    let a = Fake::shared();
     let b = Arc::new(Mutex::new(Fake { echo: true, ..Fake::default() }));
     let sent: Vec<_> =
         (0..10).map(|i| send_only(&ep, 4, i, &pattern(i as usize, 256 + i as usize))).collect();
@@ -184,10 +178,8 @@ fn spinning_driver_loses_no_notify() {
         spin: Duration::from_micros(30),
         ..NodeThreadConfig::default()
     };
-    let ta = bind("127.1.19.2", |_| {});
-    let tb = bind("127.1.19.3", |_| {});
-    let ep = core_ep(&ta, &tb);
-    let a = Arc::new(Mutex::new(Fake::default()));
+    let (ta, tb, ep) = bind_pair("127.1.19");
+    let a = Fake::shared();
     let b = Arc::new(Mutex::new(Fake { echo: true, ..Fake::default() }));
     let ha = NodeThread::spawn_with(a.clone(), ta, cfg.clone()).unwrap();
     let hb = NodeThread::spawn_with(b.clone(), tb, cfg.clone()).unwrap();

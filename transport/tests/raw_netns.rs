@@ -11,6 +11,7 @@
 
 mod common;
 
+use common::netns::Netns;
 use common::{body, pattern, send_only};
 use roce_emulator::{Datagram, Instant as SimInstant, SansIo};
 use roce_packet::frame::parse_frame;
@@ -30,33 +31,6 @@ use std::time::{Duration, Instant};
 
 static SEQ: AtomicUsize = AtomicUsize::new(0);
 
-fn run(args: &[&str]) -> Result<(), String> {
-    let o = Command::new(args[0])
-        .args(&args[1..])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("{}: {e}", args[0]))?;
-    if o.status.success() {
-        Ok(())
-    } else {
-        Err(format!("{:?}: {}", args, String::from_utf8_lossy(&o.stderr).trim()))
-    }
-}
-
-/// Two namespaces joined by a veth pair (`vra` in `a`, `vrb` in `b`);
-/// deleted on drop, even when the test fails.
-struct Netns {
-    a: String,
-    b: String,
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = run(&["ip", "netns", "del", &self.a]);
-        let _ = run(&["ip", "netns", "del", &self.b]);
-    }
-}
-
 /// The namespace tests run one at a time: each moves real frames through
 /// the kernel with timeouts, and running them together on a loaded 2-core
 /// machine made neighbour discovery time out.
@@ -66,43 +40,14 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Create the namespaces; `addrs` (CIDR) are assigned to `vra`/`vrb` when
-/// given. `None` (with a message) when namespaces cannot be made here.
+/// Create the namespaces (`roceraw-{a,b}-PID-N`, veth `vra`/`vrb`);
+/// `addrs` (CIDR) are assigned to `vra`/`vrb` when given. `None` (with a
+/// message) when namespaces cannot be made here.
 fn netns(addrs: Option<(&str, &str)>) -> Option<Netns> {
     let n = SEQ.fetch_add(1, Ordering::SeqCst);
     let pid = std::process::id();
-    let a = format!("roceraw-a-{pid}-{n}");
-    let b = format!("roceraw-b-{pid}-{n}");
-    if let Err(e) = run(&["ip", "netns", "add", &a]) {
-        eprintln!("SKIPPED: cannot create a network namespace (needs root): {e}");
-        return None;
-    }
-    let ns = Netns { a: a.clone(), b: b.clone() };
-    run(&["ip", "netns", "add", &b]).expect("second namespace");
-    // No duplicate address detection in our private namespaces: a tentative
-    // (link-local) address delays neighbour discovery on a loaded machine.
-    for ns_name in [&a, &b] {
-        for conf in ["default", "all"] {
-            let key = format!("net.ipv6.conf.{conf}.accept_dad=0");
-            let _ = run(&["ip", "netns", "exec", ns_name, "sysctl", "-qw", &key]);
-        }
-    }
-    run(&[
-        "ip", "link", "add", "vra", "netns", &a, "type", "veth", "peer", "name", "vrb", "netns", &b,
-    ])
-    .expect("veth pair");
-    for (ns_name, dev, addr) in [(&a, "vra", addrs.map(|x| x.0)), (&b, "vrb", addrs.map(|x| x.1))] {
-        run(&["ip", "-n", ns_name, "link", "set", "lo", "up"]).expect("lo up");
-        if let Some(addr) = addr {
-            let mut cmd = vec!["ip", "-n", ns_name, "addr", "add", addr, "dev", dev];
-            if addr.contains(':') {
-                cmd.push("nodad");
-            }
-            run(&cmd).expect("address");
-        }
-        run(&["ip", "-n", ns_name, "link", "set", dev, "up"]).expect("link up");
-    }
-    Some(ns)
+    let names = [format!("roceraw-a-{pid}-{n}"), format!("roceraw-b-{pid}-{n}")];
+    Netns::create(names, ["vra", "vrb"], addrs)
 }
 
 /// Run `f` on a thread inside namespace `ns` (threads it spawns stay there).

@@ -3,7 +3,7 @@
 //! window is bound to, MW_BIND_ERR, invalidation and the counters.
 
 mod common;
-use common::{connect_qps, one_wc, ALL};
+use common::{connect_qps, one_wc, two_contexts, ALL};
 use roce_verbs_api::*;
 use std::time::Duration;
 
@@ -21,6 +21,13 @@ fn node(ctx: Context) -> Node {
     let cq = ctx.create_cq(64).unwrap();
     let mr = pd.reg_mr(1 << 16, ALL | AccessFlags::MW_BIND).unwrap();
     Node { ctx, pd, cq, mr }
+}
+
+/// A node on each of two devices (roce0 and roce1, at 10.0.0.1 and 10.0.0.2) of
+/// the simulated network `net`.
+fn two_nodes(net: &SimNet) -> (Node, Node) {
+    let (a, b) = two_contexts(net, ["roce0", "roce1"]);
+    (node(a), node(b))
 }
 
 fn rc_pair(a: &Node, b: &Node, psn: u32) -> (Qp, Qp) {
@@ -48,8 +55,7 @@ fn write(a: &Node, qp: &Qp, id: u64, va: u64, rkey: RKey, data: &[u8]) -> WcStat
 #[test]
 fn type1_and_type2_windows_through_the_verbs() {
     let net = SimNet::new(21);
-    let a = node(net.add_device("roce0", "10.0.0.1".parse().unwrap()).open());
-    let b = node(net.add_device("roce1", "10.0.0.2".parse().unwrap()).open());
+    let (a, b) = two_nodes(&net);
     let (qa, qb) = rc_pair(&a, &b, 0x100);
     let (qa2, qb2) = rc_pair(&a, &b, 0x200);
 
@@ -102,8 +108,7 @@ fn type1_and_type2_windows_through_the_verbs() {
 #[test]
 fn bind_errors_through_the_verbs() {
     let net = SimNet::new(22);
-    let a = node(net.add_device("roce0", "10.0.0.1".parse().unwrap()).open());
-    let b = node(net.add_device("roce1", "10.0.0.2".parse().unwrap()).open());
+    let (a, b) = two_nodes(&net);
     let (_qa, qb) = rc_pair(&a, &b, 0x100);
     let other = b.ctx.alloc_pd().unwrap();
     let mw1 = other.alloc_mw(MwType::Type1).unwrap();

@@ -2,7 +2,7 @@
 //! fabric.
 
 mod common;
-use common::{two_contexts, ACCESS};
+use common::{connect_qps, two_contexts, uc_pair, ACCESS};
 use roce_verbs_api::{
     create_ah, ud_send, ConnectOptions, DestroyError, QpType, RecvWr, SendWr, SimNet, WcOpcode,
     WcStatus, WrOpcode, DEFAULT_QKEY,
@@ -29,10 +29,7 @@ fn rc_and_ud_qps_share_one_srq() {
     let rc_a = pa.qp_builder(&ca, &ca).build().unwrap();
     let rc_b = pb.qp_builder(&cb, &cb).srq(&srq).build().unwrap();
     assert!(rc_b.srq().is_some() && rc_a.srq().is_none());
-    let opts = ConnectOptions::default();
-    let (ea, eb) = (rc_a.endpoint(10), rc_b.endpoint(20));
-    rc_a.connect(&ea, &eb, &opts).unwrap();
-    rc_b.connect(&eb, &ea, &opts).unwrap();
+    connect_qps(&rc_a, &rc_b, 10, 20, &ConnectOptions::default());
     // UD pair: B's QP receives from the same SRQ
     let ud_a = pa.qp_builder(&ca, &ca).qp_type(QpType::Ud).build().unwrap();
     let ud_b = pb.qp_builder(&cb, &cb).qp_type(QpType::Ud).srq(&srq).build().unwrap();
@@ -78,12 +75,7 @@ fn uc_pair_connects_and_writes_with_immediate() {
     let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (ca, cb) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
     let (ma, mb) = (pa.reg_mr(4096, ACCESS).unwrap(), pb.reg_mr(4096, ACCESS).unwrap());
-    let qa = pa.qp_builder(&ca, &ca).qp_type(QpType::Uc).build().unwrap();
-    let qb = pb.qp_builder(&cb, &cb).qp_type(QpType::Uc).build().unwrap();
-    let opts = ConnectOptions::default();
-    let (ea, eb) = (qa.endpoint(0xFF_FFFE), qb.endpoint(7));
-    qa.connect_uc(&ea, &eb, &opts).unwrap();
-    qb.connect_uc(&eb, &ea, &opts).unwrap();
+    let (qa, qb) = uc_pair(&pa, &ca, &pb, &cb, 0xFF_FFFE, 7);
     qb.post_recv(RecvWr::new(9, mb.addr(), 0, mb.lkey())).unwrap();
     let data: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
     ma.write(0, &data).unwrap();

@@ -7,7 +7,7 @@ use roce_sim::{Filter, Match};
 use roce_verbs_api::*;
 
 mod common;
-use common::ACCESS;
+use common::{uc_pair, ACCESS};
 
 #[test]
 fn one_dropped_packet_loses_exactly_its_uc_message() {
@@ -18,12 +18,7 @@ fn one_dropped_packet_loses_exactly_its_uc_message() {
     let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let (ca, cb) = (a.create_cq(16).unwrap(), b.create_cq(16).unwrap());
     let (ma, mb) = (pa.reg_mr(1 << 14, ACCESS).unwrap(), pb.reg_mr(1 << 14, ACCESS).unwrap());
-    let qa = pa.qp_builder(&ca, &ca).qp_type(QpType::Uc).build().unwrap();
-    let qb = pb.qp_builder(&cb, &cb).qp_type(QpType::Uc).build().unwrap();
-    let opts = ConnectOptions::default();
-    let (ea, eb) = (qa.endpoint(0x40), qb.endpoint(0x80));
-    qa.connect_uc(&ea, &eb, &opts).unwrap();
-    qb.connect_uc(&eb, &ea, &opts).unwrap();
+    let (qa, qb) = uc_pair(&pa, &ca, &pb, &cb, 0x40, 0x80);
     // three messages of 3000 bytes: 3 packets each at MTU 1024 (PSNs 0x40..0x48)
     let msgs: Vec<Vec<u8>> =
         (0..3u32).map(|m| (0..3000u32).map(|i| (i * 13 + m * 101) as u8).collect()).collect();

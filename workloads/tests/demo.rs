@@ -1,29 +1,13 @@
 //! The workload engine on small runs: clean, and with every fault.
 
 use roce_verbs_api::{FaultConfig, PathMtu, WcStatus};
-use roce_workloads::demo::{self as workload, OpKind, Report, WorkloadConfig};
-
-fn show(r: &Report) -> String {
-    format!(
-        "seed {} ok={} completed {}/{} mismatches {} order {} completions {:?} stalled {:?}\nproblems: {:#?}\nfabric {:?}",
-        r.seed,
-        r.ok(),
-        r.ops_completed,
-        r.ops_requested,
-        r.mismatches,
-        r.order_errors,
-        r.completions.values().collect::<Vec<_>>(),
-        r.stalled,
-        r.problems,
-        r.fabric
-    )
-}
+use roce_workloads::demo::{self as workload, OpKind, WorkloadConfig};
 
 #[test]
 fn clean_run_verifies_everything() {
     let r =
         workload::run(WorkloadConfig { ops: 2000, seed: 11, ..WorkloadConfig::default() }).unwrap();
-    assert!(r.ok(), "{}", show(&r));
+    assert!(r.ok(), "{}", r.failure_summary());
     assert_eq!(r.ops_completed, 2000);
     assert_eq!(r.ops_by_kind.values().sum::<u64>(), 2000);
     for k in OpKind::ALL {
@@ -58,10 +42,10 @@ fn faulty_run_verifies_everything() {
         ..WorkloadConfig::default().mtu(PathMtu::Mtu512)
     })
     .unwrap();
-    assert!(r.ok(), "{}", show(&r));
+    assert!(r.ok(), "{}", r.failure_summary());
     let (_, bad) = r.icrc_audit.unwrap();
-    assert_eq!(bad, r.counter_sum("icrc_err"), "{}", show(&r));
-    assert!(r.fabric.corrupted > 0 && bad >= r.fabric.corrupted, "{}", show(&r));
+    assert_eq!(bad, r.counter_sum("icrc_err"), "{}", r.failure_summary());
+    assert!(r.fabric.corrupted > 0 && bad >= r.fabric.corrupted, "{}", r.failure_summary());
     assert!(r.counter_sum("duplicate_request") > 0);
     assert!(r.counter_sum("completer_retry_err") > 0);
 }
@@ -79,8 +63,8 @@ fn duplicates_with_every_kind_are_executed_once() {
         ..WorkloadConfig::default()
     })
     .unwrap();
-    assert!(r.ok(), "{}", show(&r));
-    assert!(r.counter_sum("duplicate_request") > 100, "{}", show(&r));
+    assert!(r.ok(), "{}", r.failure_summary());
+    assert!(r.counter_sum("duplicate_request") > 100, "{}", r.failure_summary());
     assert_eq!(r.counter_sum("rdma_recvs"), r.ops_by_kind[&OpKind::Send]);
     assert!(r.ops_by_kind[&OpKind::CmpSwap] > 100 && r.ops_by_kind[&OpKind::FetchAdd] > 100);
 }
@@ -97,7 +81,7 @@ fn every_mtu_and_large_messages() {
             ..WorkloadConfig::default().mtu(mtu)
         })
         .unwrap();
-        assert!(r.ok(), "{mtu:?}: {}", show(&r));
+        assert!(r.ok(), "{mtu:?}: {}", r.failure_summary());
         assert!(r.total_bytes() > 400 * 2000, "{mtu:?}: {}", r.total_bytes());
     }
 }

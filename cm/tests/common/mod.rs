@@ -58,9 +58,26 @@ pub fn gid_b() -> Gid {
     ipv4_gid(Ipv4Addr::new(10, 0, 0, 2))
 }
 
+/// The service the connection tests listen on (rdma_cm TCP port 7174).
+pub fn service() -> u64 {
+    roce_packet::mad::ip_service_id(roce_packet::mad::port_space::TCP, 7174)
+}
+
 impl Wire {
     pub fn new() -> Wire {
         Wire::with_configs(CmConfig::new(gid_a(), GUID_A, 1), CmConfig::new(gid_b(), GUID_B, 2))
+    }
+
+    /// A new wire with B listening on [`service`].
+    pub fn listening() -> Wire {
+        let mut w = Wire::new();
+        w.b.listen(service()).unwrap();
+        w
+    }
+
+    /// A's request for [`service`] at B: local QPN 0x11, starting PSN 5.
+    pub fn request_to_b(&self) -> ConnectRequest {
+        ConnectRequest::new(service(), PeerAddr::new(self.gb), 0x11, 5)
     }
 
     pub fn with_configs(ca: CmConfig, cb: CmConfig) -> Wire {

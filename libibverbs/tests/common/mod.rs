@@ -137,6 +137,11 @@ pub fn compile_verbs_c(name: &str, lib_dir: &Path) -> Option<PathBuf> {
     compile_c(name, VERBS_H, lib_dir, &["-l:libibverbs.so.1"])
 }
 
+/// [`compile_c`] of a program on librdmacm and libibverbs.
+pub fn compile_rdmacm_c(name: &str, lib_dir: &Path) -> Option<PathBuf> {
+    compile_c(name, RDMA_CMA_H, lib_dir, &["-l:librdmacm.so.1", "-l:libibverbs.so.1"])
+}
+
 /// [`compile_verbs_c`] once per test executable and program: the tests of
 /// one executable run at once, and one compile serves them all.
 pub fn compile_verbs_c_once(name: &str, lib_dir: &Path) -> Option<PathBuf> {
@@ -309,7 +314,38 @@ pub fn valgrind() -> Option<(PathBuf, Vec<String>)> {
     Some((vg, args))
 }
 
+/// A test program run under [`valgrind`]: `exe` (None: SKIPPED) started by
+/// the test's own `run` as valgrind's argument, its output checked by the
+/// test's `check` (as `what`), and valgrind must have found no error.
+pub fn check_under_valgrind(
+    exe: impl FnOnce() -> Option<PathBuf>,
+    run: impl FnOnce(&Path, &[&str]) -> std::process::Output,
+    check: impl FnOnce(&std::process::Output, &str) -> String,
+    what: &str,
+) {
+    let Some((vg, mut args)) = valgrind() else { return };
+    let Some(exe) = exe() else { return };
+    args.push(exe.display().to_string());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run(&vg, &args);
+    let s = check(&out, what);
+    assert!(s.contains("ERROR SUMMARY: 0 errors"), "{s}");
+}
+
 /// The rdma-core pingpongs' result line ("... iters in ... usec/iter").
 pub fn iters_line(out: &str) -> bool {
     out.lines().any(|l| l.contains(" iters in ") && l.contains("usec/iter"))
+}
+
+/// Assert that perftest's output `out` holds its result table: a
+/// "#bytes" header and a numeric row under it (`what` names the run).
+pub fn assert_perftest_result(out: &str, what: &str) {
+    let mut lines = out.lines().skip_while(|l| !l.trim_start().starts_with("#bytes"));
+    assert!(lines.next().is_some(), "{what}: no result header\n{out}");
+    let row = lines.next().unwrap_or_default();
+    let first: Vec<&str> = row.split_whitespace().collect();
+    assert!(
+        first.len() >= 3 && first.iter().take(3).all(|w| w.parse::<f64>().is_ok()),
+        "{what}: no result row\n{out}"
+    );
 }

@@ -64,26 +64,7 @@ impl Arp {
     }
 }
 
-/// Internet checksum (ones' complement sum) over `parts`, as if concatenated.
-pub fn inet_checksum(parts: &[&[u8]]) -> u16 {
-    let mut sum: u64 = 0;
-    let mut odd: Option<u8> = None;
-    for p in parts {
-        for &b in p.iter() {
-            match odd.take() {
-                Some(hi) => sum += u64::from(u16::from_be_bytes([hi, b])),
-                None => odd = Some(b),
-            }
-        }
-    }
-    if let Some(hi) = odd {
-        sum += u64::from(u16::from_be_bytes([hi, 0]));
-    }
-    while sum >> 16 != 0 {
-        sum = (sum & 0xFFFF) + (sum >> 16);
-    }
-    !(sum as u16)
-}
+pub use roce_packet::frame::inet_checksum;
 
 /// Checksum of an upper-layer IPv6 packet (`body`, checksum field zeroed)
 /// with its pseudo-header (RFC 8200 section 8.1).

@@ -1,6 +1,8 @@
 //! Helpers shared by the transport tests (loopback only, bounded loops).
 #![allow(dead_code)]
 
+pub mod netns;
+
 use bytes::Bytes;
 use roce_emulator::{
     AccessFlags, CqHandle, Hca, MrInfo, QpCap, QpType, RecvWr, SendWr, WcOpcode, WcStatus,
@@ -78,6 +80,16 @@ pub fn bind(ip: &str, f: impl Fn(&mut UdpConfig)) -> UdpTransport {
     }
 }
 
+/// Two transports bound on `{net}.2` and `{net}.3` (as [`bind`], default
+/// configuration) and the endpoints of a packet from the first to the
+/// second ([`core_ep`]).
+pub fn bind_pair(net: &str) -> (UdpTransport, UdpTransport, UdpEndpoints) {
+    let ta = bind(&format!("{net}.2"), |_| {});
+    let tb = bind(&format!("{net}.3"), |_| {});
+    let ep = core_ep(&ta, &tb);
+    (ta, tb, ep)
+}
+
 /// Endpoints as the core would fill them for a packet from `a` to `b`
 /// (per-QP source port 0xC123, destination = `b`'s real port).
 pub fn core_ep(a: &UdpTransport, b: &UdpTransport) -> UdpEndpoints {
@@ -115,6 +127,13 @@ pub struct Fake {
     pub timers: Vec<CoreInstant>,
     pub fired: Vec<(CoreInstant, CoreInstant)>,
     pub echo: bool,
+}
+
+impl Fake {
+    /// A fake node shared with an engine (as the engine takes its nodes).
+    pub fn shared() -> Arc<Mutex<Fake>> {
+        Arc::new(Mutex::new(Fake::default()))
+    }
 }
 
 impl SansIo for Fake {

@@ -68,6 +68,18 @@ pub fn connect_qps(qa: &Qp, qb: &Qp, psn_a: u32, psn_b: u32, opts: &ConnectOptio
     qb.connect(&eb, &ea, opts).unwrap();
 }
 
+/// A UC QP on each side (`pa` with CQ `ca`, `pb` with `cb`), connected to
+/// each other starting at `psn_a` and `psn_b`.
+pub fn uc_pair(pa: &Pd, ca: &Cq, pb: &Pd, cb: &Cq, psn_a: u32, psn_b: u32) -> (Qp, Qp) {
+    let qa = pa.qp_builder(ca, ca).qp_type(QpType::Uc).build().unwrap();
+    let qb = pb.qp_builder(cb, cb).qp_type(QpType::Uc).build().unwrap();
+    let opts = ConnectOptions::default();
+    let (ea, eb) = (qa.endpoint(psn_a), qb.endpoint(psn_b));
+    qa.connect_uc(&ea, &eb, &opts).unwrap();
+    qb.connect_uc(&eb, &ea, &opts).unwrap();
+    (qa, qb)
+}
+
 /// Connect two nodes' QPs (PSNs 0x100 and 0x200, default options).
 pub fn connect(a: &Node, b: &Node) {
     connect_qps(&a.qp, &b.qp, 0x100, 0x200, &ConnectOptions::default());

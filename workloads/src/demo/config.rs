@@ -372,6 +372,40 @@ impl Report {
     pub fn total_bytes(&self) -> u64 {
         self.bytes_by_kind.values().sum()
     }
+
+    /// Everything a failed run's message needs: the seed and how to replay
+    /// it, what completed and what went wrong, per QP pair and per
+    /// transport, the fabric's, the ICRC audit's and the devices' counters
+    /// (the non-zero ones), the times.
+    pub fn failure_summary(&self) -> String {
+        let r = self;
+        format!(
+            "seed {} (replay with ROCE_SIM_SEED={})\nok {} completed {}/{} mismatches {} order errors {} \
+             stalled {:?}\npairs {:?}\ndelivery {:?}\ncompletions {:?}\nproblems {:#?}\nfabric {:?}\n\
+             audit {:?}\ncounters {:#?}\nvirtual {:?} wall {:?} events {}",
+            r.seed,
+            r.seed,
+            r.ok(),
+            r.ops_completed,
+            r.ops_requested,
+            r.mismatches,
+            r.order_errors,
+            r.stalled,
+            r.pairs,
+            r.delivery,
+            r.completions.values().collect::<Vec<_>>(),
+            r.problems,
+            r.fabric,
+            r.icrc_audit,
+            r.counters
+                .iter()
+                .map(|(n, c)| (n, c.iter().filter(|(_, v)| *v != 0).collect::<Vec<_>>()))
+                .collect::<Vec<_>>(),
+            r.virtual_time,
+            r.wall_time,
+            r.events
+        )
+    }
 }
 
 /// Fill `buf` with the pattern of `tag` (splitmix64 stream).
