@@ -140,6 +140,10 @@ impl<T: Link> Driver for EngineDriver<T> {
         self.e.round();
     }
 
+    fn polled(&self) {
+        self.e.mark_caller();
+    }
+
     fn transport_counters(&self, hca: &Arc<Mutex<Hca>>) -> Option<TransportStats> {
         self.e.counters_of(hca).map(|c| c as TransportStats)
     }

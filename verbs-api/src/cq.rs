@@ -110,6 +110,7 @@ impl Cq {
     pub fn poll_progress(&self, max: usize) -> Result<Vec<WorkCompletion>, PollCqError> {
         let got = self.poll(max)?;
         if !got.is_empty() {
+            self.inner.ctx.driver().polled();
             return Ok(got);
         }
         self.inner.ctx.driver().poll_once();

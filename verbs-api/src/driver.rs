@@ -72,6 +72,12 @@ pub trait Driver: Send + Sync + 'static {
     /// fire due timers, send). The default does nothing.
     fn poll_once(&self) {}
 
+    /// `ibv_poll_cq` found completions: the caller is polling the device
+    /// (a driver that leaves the sockets to polling callers, and takes
+    /// them over only when the callers are gone, keeps them theirs). The
+    /// default does nothing.
+    fn polled(&self) {}
+
     /// Make progress until `cond` returns true or `budget` is spent; returns
     /// whether `cond` held. `cond` is called without any driver lock held,
     /// so it may use the verbs (poll a CQ, read an MR).
