@@ -217,27 +217,39 @@ row_pyverbs() {
 }
 
 # perf: fio's rdma engine and UCX's put_bw/tag_bw at 64 KiB against
-# ib_write_bw between the same two processes' devices, measured in one run,
-# alternated, 3 rounds; prints each ratio's min/median/max.
+# ib_write_bw between the same two processes' device, measured in one run,
+# alternated, PERF_ROUNDS rounds (default 5); prints each ratio's
+# min/median/max. Like for like: ib_write_bw names its device (-d roce0),
+# so UCX gets the same one (UCX_NET_DEVICES=roce0:1, what a user of a
+# two-NIC host sets; with both devices UCX stripes its rendezvous over two
+# rails, which on one host's cores adds threads, not bandwidth), and fio
+# is measured in steady state like `ib_write_bw -D` (time_based with a
+# 1 s ramp: fio's rdma engine sleeps 500 ms inside its connect, which a
+# fixed-size job counts in its run time).
 row_perf() {
   install perftest ucx-utils fio
-  have ib_write_bw && have ucx_perftest || { result SKIPPED "perf" "perftest/ucx-utils not installed"; return; }
+  have ib_write_bw && have ucx_perftest && have fio ||
+    { result SKIPPED "perf" "perftest/ucx-utils/fio not installed"; return; }
   local r port=19190 ref=() put=() tag=() fiob=()
-  for r in 1 2 3; do
+  for r in $(seq "${PERF_ROUNDS:-5}"); do
     port=$((port + 1))
     pair "perf-ib-$r" 60 ib_write_bw -d roce0 -x 1 -s 65536 -D 3 -p $port -- \
       ib_write_bw -d roce0 -x 1 -s 65536 -D 3 -p $port 127.0.0.1 &&
       ref+=("$(awk '/^ 65536/ {print $4}' "$logs/perf-ib-$r.c.log")")
     port=$((port + 1))
-    UCX_TLS=rc pair "perf-put-$r" 60 ucx_perftest -p $port -- ucx_perftest 127.0.0.1 -p $port -t ucp_put_bw -s 65536 -n 20000 -w 1000 &&
+    UCX_NET_DEVICES=roce0:1 UCX_TLS=rc pair "perf-put-$r" 60 ucx_perftest -p $port -- \
+      ucx_perftest 127.0.0.1 -p $port -t ucp_put_bw -s 65536 -n 20000 -w 1000 &&
       put+=("$(awk '/^Final:/ {print $6 * 1.048576}' "$logs/perf-put-$r.c.log")")
     port=$((port + 1))
-    UCX_TLS=rc pair "perf-tag-$r" 60 ucx_perftest -p $port -- ucx_perftest 127.0.0.1 -p $port -t tag_bw -s 65536 -n 20000 -w 1000 &&
+    UCX_NET_DEVICES=roce0:1 UCX_TLS=rc pair "perf-tag-$r" 60 ucx_perftest -p $port -- \
+      ucx_perftest 127.0.0.1 -p $port -t tag_bw -s 65536 -n 20000 -w 1000 &&
       tag+=("$(awk '/^Final:/ {print $6 * 1.048576}' "$logs/perf-tag-$r.c.log")")
     port=$((port + 1))
-    pair "perf-fio-$r" 120 fio --name=recv --ioengine=rdma --port=$port --rw=read --bs=64k --size=1g --iodepth=16 -- \
-      fio --name=send --ioengine=rdma --hostname=127.0.0.1 --port=$port --verb=write --rw=write --bs=64k --size=1g --iodepth=16 &&
+    pair "perf-fio-$r" 60 fio --name=recv --ioengine=rdma --port=$port --rw=read --bs=64k --size=1g --iodepth=16 -- \
+      fio --name=send --ioengine=rdma --hostname=127.0.0.1 --port=$port --verb=write --rw=write --bs=64k \
+      --size=1g --iodepth=16 --time_based --runtime=3 --ramp_time=1 &&
       fiob+=("$(grep -o 'WRITE: bw=[^ ]* (\([0-9.]*\)MB/s)' "$logs/perf-fio-$r.c.log" | sed 's/.*(\([0-9.]*\)MB\/s)/\1/')")
+    echo "perf round $r: ib_write_bw ${ref[-1]:-?} put ${put[-1]:-?} tag ${tag[-1]:-?} fio ${fiob[-1]:-?} MB/s"
   done
   python3 - "${ref[*]:-}" "${put[*]:-}" "${tag[*]:-}" "${fiob[*]:-}" <<'EOF'
 import statistics, sys

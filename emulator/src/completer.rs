@@ -328,10 +328,10 @@ impl Qp {
         }
         let k = u64::from(psn.value().wrapping_sub(w.first_psn.value()) & 0xFF_FFFF);
         let off = k * mtu;
-        // (an ATOMIC WRITE's answer carries no data: IBA 1.5)
-        let remaining = match w.wr.opcode {
-            crate::wr::WrOpcode::AtomicWrite => 0,
-            _ => w.length.saturating_sub(off),
+        // (a FLUSH's or an ATOMIC WRITE's answer carries no data: IBA 1.5)
+        let remaining = match w.wr.opcode.lands_locally() {
+            true => w.length.saturating_sub(off),
+            false => 0,
         };
         let at = match mutant::is(self.mutant, Mutant::ReadResponseOffsetStuck) {
             true => 0,

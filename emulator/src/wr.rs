@@ -133,6 +133,11 @@ pub struct WrInfo {
     pub read_or_atomic: bool,
     /// An atomic with an 8-byte operand and one PSN (CMP_AND_SWP, FETCH_AND_ADD).
     pub atomic: bool,
+    /// Its answer is written into the local SGEs (READ's response data, an
+    /// atomic's original value): they must be writable and cannot be
+    /// inline. The READ RESPONSE that answers a FLUSH or an ATOMIC WRITE
+    /// carries no data (IBA 1.5).
+    pub answer_lands: bool,
     /// The completion opcode.
     pub wc: WcOpcode,
     /// What completes it.
@@ -168,6 +173,7 @@ impl WrOpcode {
                 ),
                 read_or_atomic: false,
                 atomic: false,
+                answer_lands: false,
                 wc: WcOpcode::Send,
                 completed_by: By::Ack,
             },
@@ -181,6 +187,7 @@ impl WrOpcode {
                 ),
                 read_or_atomic: false,
                 atomic: false,
+                answer_lands: false,
                 wc: WcOpcode::Send,
                 completed_by: By::Ack,
             },
@@ -194,6 +201,7 @@ impl WrOpcode {
                 ),
                 read_or_atomic: false,
                 atomic: false,
+                answer_lands: false,
                 wc: WcOpcode::RdmaWrite,
                 completed_by: By::Ack,
             },
@@ -207,6 +215,7 @@ impl WrOpcode {
                 ),
                 read_or_atomic: false,
                 atomic: false,
+                answer_lands: false,
                 wc: WcOpcode::RdmaWrite,
                 completed_by: By::Ack,
             },
@@ -215,6 +224,7 @@ impl WrOpcode {
                 packets: single(O::RC_RDMA_READ_REQUEST),
                 read_or_atomic: true,
                 atomic: false,
+                answer_lands: true,
                 wc: WcOpcode::RdmaRead,
                 completed_by: By::ReadResponse,
             },
@@ -223,6 +233,7 @@ impl WrOpcode {
                 packets: single(O::RC_COMPARE_SWAP),
                 read_or_atomic: true,
                 atomic: true,
+                answer_lands: true,
                 wc: WcOpcode::CompSwap,
                 completed_by: By::AtomicAck,
             },
@@ -231,6 +242,7 @@ impl WrOpcode {
                 packets: single(O::RC_FETCH_ADD),
                 read_or_atomic: true,
                 atomic: true,
+                answer_lands: true,
                 wc: WcOpcode::FetchAdd,
                 completed_by: By::AtomicAck,
             },
@@ -245,6 +257,7 @@ impl WrOpcode {
                 ),
                 read_or_atomic: false,
                 atomic: false,
+                answer_lands: false,
                 wc: WcOpcode::Send,
                 completed_by: By::Ack,
             },
@@ -256,6 +269,7 @@ impl WrOpcode {
                 packets: single(O::RC_ATOMIC_WRITE),
                 read_or_atomic: true,
                 atomic: false,
+                answer_lands: false,
                 wc: WcOpcode::AtomicWrite,
                 completed_by: By::ReadResponse,
             },
@@ -264,6 +278,7 @@ impl WrOpcode {
                 packets: single(O::RC_FLUSH),
                 read_or_atomic: true,
                 atomic: false,
+                answer_lands: false,
                 wc: WcOpcode::Flush,
                 completed_by: By::ReadResponse,
             },
@@ -272,6 +287,7 @@ impl WrOpcode {
                 packets: None,
                 read_or_atomic: false,
                 atomic: false,
+                answer_lands: false,
                 wc: WcOpcode::LocalInv,
                 completed_by: By::Local,
             },
@@ -280,6 +296,7 @@ impl WrOpcode {
                 packets: None,
                 read_or_atomic: false,
                 atomic: false,
+                answer_lands: false,
                 wc: WcOpcode::BindMw,
                 completed_by: By::Local,
             },
@@ -290,11 +307,9 @@ impl WrOpcode {
     pub const fn is_read_or_atomic(self) -> bool {
         self.info().read_or_atomic
     }
-    /// Its answer writes into the local buffer (READ, the atomics; FLUSH
-    /// has none): the SGEs must be writable and cannot be inline. An
-    /// ATOMIC WRITE takes a responder resource too but sends its bytes.
+    /// Its answer writes into the local buffer ([`WrInfo::answer_lands`]).
     pub const fn lands_locally(self) -> bool {
-        self.info().read_or_atomic && !matches!(self, WrOpcode::AtomicWrite)
+        self.info().answer_lands
     }
     /// A local operation (LOCAL_INV, BIND_MW): no packet (crate::mw).
     pub const fn is_local(self) -> bool {
@@ -669,6 +684,11 @@ mod tests {
             assert_eq!(info.completed_by, by, "{op:?}");
             assert_eq!(info.read_or_atomic, by != CompletedBy::Ack, "{op:?}");
             assert_eq!(info.atomic, by == CompletedBy::AtomicAck, "{op:?}");
+            // only a READ's data and an atomic's original value come back
+            // into local memory (FLUSH and ATOMIC WRITE: an empty response)
+            let lands =
+                matches!(kind, OpKind::ReadRequest | OpKind::CompareSwap | OpKind::FetchAdd);
+            assert_eq!(info.answer_lands, lands, "{op:?}");
             // UC and UD post only what their transports have opcodes for
             // (UD: single-packet messages)
             let uc = ops.iter().all(|o| Opcode(o.0 | 0x20).info().is_some());

@@ -315,8 +315,15 @@ pub(crate) unsafe extern "C" fn create_cq(
 ) -> *mut abi::ibv_cq {
     guard_ptr(|| {
         // SAFETY: contract of ibv_create_cq.
-        let cx = unsafe { ctx(c) }.ok_or(libc::EINVAL)?;
+        let Some(cx) = (unsafe { ctx(c) }) else {
+            diag!("create_cq: {c:p} is not a live context");
+            return Err(libc::EINVAL);
+        };
         if comp_vector < 0 || comp_vector >= cx.v.context.num_comp_vectors {
+            diag!(
+                "create_cq: comp_vector {comp_vector} is outside 0..{}",
+                cx.v.context.num_comp_vectors
+            );
             return Err(libc::EINVAL);
         }
         Ok(new_cq(cx, cqe, cq_context, channel, 0)? as *mut abi::ibv_cq)
@@ -353,6 +360,11 @@ pub(crate) unsafe extern "C" fn create_cq_ex(
         }
         let cqe = libc::c_int::try_from(a.cqe).map_err(|_| libc::EINVAL)?;
         if a.comp_vector >= cx.v.context.num_comp_vectors as u32 {
+            diag!(
+                "create_cq_ex: comp_vector {} is outside 0..{}",
+                a.comp_vector,
+                cx.v.context.num_comp_vectors
+            );
             return Err(libc::EINVAL);
         }
         Ok(new_cq(cx, cqe, a.cq_context, a.channel, a.wc_flags)? as *mut abi::ibv_cq_ex)

@@ -171,6 +171,7 @@ fn c_program_memory_model_and_errnos() {
         "ok   CMP_AND_SWP on the application's word: now 7",
         "ok   WRITE to a deregistered rkey: remote access error",
         "ok   the deregistered buffer is untouched",
+        "ok   ibv_query_device_ex: FLUSH and ATOMIC WRITE in device_cap_flags_ex (0x1c0",
         "ok   ibv_dealloc_pd with an MR and a QP on it: EBUSY",
         "ok   RC to RTR without a GRH on RoCE: EINVAL",
         "ok   the thread blocked in ibv_get_cq_event woke with the CQ",

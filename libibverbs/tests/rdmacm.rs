@@ -278,6 +278,7 @@ fn c_program_private_data_nonblocking_fd_reject_own_qp_and_errnos() {
         "ok   rdma_create_qp(id, NULL pd, NULL CQs)",
         "ok   the client's SEND landed: \"ping\"",
         "ok   a SEND on the own QPs landed: \"pong\"",
+        "ok   after the last id and channel: the CM's context, the program's PD and MR live",
     ] {
         assert!(s.contains(must), "{must}\n{s}");
     }

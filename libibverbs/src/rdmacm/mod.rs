@@ -118,6 +118,8 @@ fn dev_open(i: usize) -> Result<(*mut v::ibv_context, EventChannel), i32> {
     let ch = EventChannel::new(vec![dev]);
     d.ctx = c;
     d.chan = Some(ch.clone());
+    drop(g);
+    at_exit();
     Ok((c, ch))
 }
 
@@ -186,11 +188,21 @@ static LAST_GOODBYE: Mutex<Option<std::time::Instant>> = Mutex::new(None);
 const SETTLE: Duration = Duration::from_millis(30);
 
 pub(crate) fn note_goodbye() {
-    static AT_EXIT: std::sync::Once = std::sync::Once::new();
     *lock(&LAST_GOODBYE) = Some(std::time::Instant::now());
+    at_exit();
+}
+
+/// At exit: wait for the goodbyes to leave, then close the CM's devices
+/// (their pcaps are flushed). Registered once, when the CM opens a device
+/// or says a goodbye.
+fn at_exit() {
+    static AT_EXIT: std::sync::Once = std::sync::Once::new();
     AT_EXIT.call_once(|| {
         extern "C" fn settle_at_exit() {
-            crate::util::guard((), settle);
+            crate::util::guard((), || {
+                settle();
+                close_cm_devices();
+            });
         }
         // SAFETY: registering a plain extern "C" function.
         unsafe { libc::atexit(settle_at_exit) };
@@ -208,9 +220,12 @@ fn settle() {
     }
 }
 
-/// The last channel is gone and no id is left: close the CM's contexts so
+/// At exit, when no channel and no id is left: close the CM's contexts so
 /// the devices it opened stop (their pcaps are flushed), unless the
-/// program still has objects on them.
+/// program still has objects on them. Not before: as with librdmacm, a
+/// context the CM gave out (`id->verbs`, `rdma_get_devices`) stays open
+/// for the life of the process, whatever the program holds on it
+/// (libfabric's verbs domain keeps a PD and MRs on one across its ids).
 fn close_cm_devices() {
     let taken: Vec<(*mut v::ibv_context, *mut v::ibv_pd, Option<EventChannel>)> = {
         let mut g = global();
@@ -462,7 +477,6 @@ pub(crate) unsafe fn destroy_channel(p: *mut ChanObj) {
     }
     // SAFETY: our eventfd.
     unsafe { libc::close(b.c.fd) };
-    close_cm_devices();
 }
 
 /// `rdma_get_cm_event`: the next event, blocking unless the program made

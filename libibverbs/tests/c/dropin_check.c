@@ -231,6 +231,25 @@ int main(void)
 			      da.max_mw > 0,
 		      "ibv_query_device: max_srq %d, max_mw %d", da.max_srq,
 		      da.max_mw);
+		{
+			/* IBA 1.5 FLUSH (global, persistent) and ATOMIC WRITE:
+			 * the kernel's IB_UVERBS_DEVICE_* bits 38..40, past the
+			 * 32 bits of ibv_device_attr (rxe reports them from 6.2) */
+			struct ibv_device_attr_ex dx;
+			uint64_t want = (1ULL << 38) | (1ULL << 39) | (1ULL << 40);
+
+			memset(&dx, 0xa5, sizeof(dx));
+			CHECK(ibv_query_device_ex(a.ctx, NULL, &dx) == 0 &&
+				      (dx.device_cap_flags_ex & want) == want &&
+				      (uint32_t)dx.device_cap_flags_ex ==
+					      da.device_cap_flags &&
+				      dx.orig_attr.max_qp == da.max_qp &&
+				      dx.phys_port_cnt_ex == 1,
+			      "ibv_query_device_ex: FLUSH and ATOMIC WRITE in "
+			      "device_cap_flags_ex (0x%llx), the rest as "
+			      "ibv_query_device",
+			      (unsigned long long)dx.device_cap_flags_ex);
+		}
 		CHECK(ibv_query_port(a.ctx, 1, &pa) == 0 &&
 			      pa.link_layer == IBV_LINK_LAYER_ETHERNET &&
 			      pa.state == IBV_PORT_ACTIVE,

@@ -189,10 +189,24 @@ static void server(const char *addr, const char *port)
 	ibv_destroy_qp(qp);
 	ibv_dereg_mr(mr);
 	ibv_destroy_cq(cq);
-	ibv_dealloc_pd(pd);
-	rdma_destroy_id(id);
-	CHECK(rdma_destroy_id(listen) == 0, "listener destroyed");
-	rdma_destroy_event_channel(ch);
+	{
+		/* the CM's context outlives its ids and channels (librdmacm
+		 * keeps it for the process): a PD and MR the program keeps on
+		 * it, and new objects, work after the last id and channel are
+		 * gone (libfabric's verbs domain does this) */
+		struct ibv_context *verbs = id->verbs;
+		static char keep[64];
+		struct ibv_mr *kmr = ibv_reg_mr(pd, keep, sizeof(keep), IBV_ACCESS_LOCAL_WRITE);
+		struct ibv_cq *later;
+
+		rdma_destroy_id(id);
+		CHECK(rdma_destroy_id(listen) == 0, "listener destroyed");
+		rdma_destroy_event_channel(ch);
+		later = ibv_create_cq(verbs, 16, NULL, NULL, 0);
+		CHECK(kmr && later && ibv_destroy_cq(later) == 0 && ibv_dereg_mr(kmr) == 0 &&
+			      ibv_dealloc_pd(pd) == 0,
+		      "after the last id and channel: the CM's context, the program's PD and MR live");
+	}
 	/* destroyed twice, then used (perftest -R's error path): refused, no hang */
 	rdma_destroy_event_channel(ch);
 	errno = 0;
