@@ -265,24 +265,28 @@ fn ucx_perftest_tag_lat_over_rc_and_ud_with_ucx_defaults() {
 }
 
 #[test]
-fn fi_pingpong_msg_endpoints_over_verbs() {
+fn fi_pingpong_msg_and_rdm_endpoints_over_verbs() {
     let Some(libs) = libs() else { return };
     let Some(fi) = tool("fi_pingpong", "libfabric-bin") else { return };
     let fi = fi.to_str().unwrap();
-    let ((cok, c), (sok, s)) = pair(
-        &libs,
-        &[],
-        &[fi, "-p", "verbs", "-e", "msg", "-B", "19403", "-I", "50"],
-        &[fi, "-p", "verbs", "-e", "msg", "-P", "19403", "-I", "50", "127.0.0.1"],
-        std::time::Duration::from_secs(60),
-    );
-    assert!(cok && sok, "--- client\n{c}\n--- server\n{s}");
-    // every size from 64 B to 1 MiB made its 50 round trips
-    for size in ["64", "4k", "64k", "1m"] {
-        assert!(
-            c.lines().any(|l| l.split_whitespace().take(3).eq([size, "50", "=50"])),
-            "size {size}\n{c}"
+    // (rdm: ofi_rxm over verbs MSG endpoints; its domain keeps a PD on the
+    // CM's context across the ids it makes and destroys)
+    for (ep, port) in [("msg", "19403"), ("rdm", "19406")] {
+        let ((cok, c), (sok, s)) = pair(
+            &libs,
+            &[],
+            &[fi, "-p", "verbs", "-e", ep, "-B", port, "-I", "50"],
+            &[fi, "-p", "verbs", "-e", ep, "-P", port, "-I", "50", "127.0.0.1"],
+            std::time::Duration::from_secs(60),
         );
+        assert!(cok && sok, "-e {ep}\n--- client\n{c}\n--- server\n{s}");
+        // every size from 64 B to 1 MiB made its 50 round trips
+        for size in ["64", "4k", "64k", "1m"] {
+            assert!(
+                c.lines().any(|l| l.split_whitespace().take(3).eq([size, "50", "=50"])),
+                "-e {ep}: size {size}\n{c}"
+            );
+        }
     }
 }
 
