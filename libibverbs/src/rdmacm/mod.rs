@@ -64,9 +64,14 @@ struct Global {
 unsafe impl Send for Global {}
 
 fn global() -> MutexGuard<'static, Global> {
+    lock(global_cell())
+}
+
+/// The CM's state (made on first use).
+fn global_cell() -> &'static Mutex<Global> {
     static G: OnceLock<Mutex<Global>> = OnceLock::new();
     device::fork_register(&FORK_HOOKS);
-    lock(G.get_or_init(|| {
+    G.get_or_init(|| {
         let n = device::devices().map(|d| d.len()).unwrap_or(0);
         Mutex::new(Global {
             devs: (0..n)
@@ -76,7 +81,7 @@ fn global() -> MutexGuard<'static, Global> {
             chans: 0,
             pump: None,
         })
-    }))
+    })
 }
 
 fn entries() -> Result<&'static [&'static DevEntry], i32> {
@@ -228,7 +233,13 @@ fn settle() {
 /// (libfabric's verbs domain keeps a PD and MRs on one across its ids).
 fn close_cm_devices() {
     let taken: Vec<(*mut v::ibv_context, *mut v::ibv_pd, Option<EventChannel>)> = {
-        let mut g = global();
+        // (at exit another thread may be inside a CM call: then the
+        // devices stay as they are rather than exit waiting for it)
+        let mut g = match global_cell().try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        };
         if g.chans != 0 || !g.ids.is_empty() {
             return;
         }
