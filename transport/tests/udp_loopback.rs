@@ -364,6 +364,36 @@ fn receive_of_one_message_splits_gro_and_leaves_the_rest() {
     assert_eq!((cb.recv_syscalls, cb.gro_coalesced, cb.gro_segments), (2, 1, 10));
 }
 
+/// After a read that found the socket empty (a program polling in a loop),
+/// the next read starts with one plain `recvmsg` (no header array to
+/// allocate) and reads the rest as a batch only when something came: a
+/// burst still arrives in one call, every datagram intact.
+#[test]
+fn a_read_after_an_empty_one_starts_small_and_takes_the_burst() {
+    let mut a = bind("127.1.12.4", |c| c.gso = false);
+    let mut b = bind("127.1.12.5", |c| c.gro = false);
+    let ep = core_ep(&a, &b);
+    let mut got = Vec::new();
+    assert_eq!(b.recv(&mut got).unwrap(), 0, "nothing sent yet");
+    for (round, n) in [(0u32, 5usize), (1, 3)] {
+        let sent: Vec<_> = (0..n)
+            .map(|i| send_only(&ep, 0x13, round * 100 + i as u32, &pattern(i, 40 + i)))
+            .collect();
+        assert_eq!(a.send(&sent).consumed, n);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let before = b.snapshot().recv_syscalls;
+        got.clear();
+        assert_eq!(b.recv(&mut got).unwrap(), n, "round {round}: the burst in one call");
+        // one plain receive, then one batch for the rest
+        assert_eq!(b.snapshot().recv_syscalls - before, 2, "round {round}");
+        for (s, g) in sent.iter().zip(&got) {
+            assert_eq!(body(&s.payload), body(&g.payload));
+            assert!(verify_icrc(&g.endpoints, &g.meta, &g.payload));
+        }
+        assert_eq!(b.recv(&mut got).unwrap(), 0, "round {round}: drained");
+    }
+}
+
 /// A lone datagram the kernel refuses (destination port 0: EINVAL) on the
 /// `sendto` path is consumed and counted as a send error, not retried.
 #[test]
