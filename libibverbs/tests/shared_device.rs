@@ -707,12 +707,15 @@ fn raw_members_killed_with_sigkill_leave_the_others_running_and_their_slots_free
 }
 
 fn members_killed(pp: &Path, site: &Site) {
-    let ports: Vec<u16> = (18684..18692).collect();
-    // enough iterations that the survivors outlive the newcomers' start
-    // (their device join and listen) on a loaded machine: 10 000 at about
-    // 0.5 ms each was not always enough in a full workspace run
-    let iters = "25000";
-    let mut pairs = start_pairs(pp, site, &ports, iters, |i| i % 4 != 0);
+    // The two pairs to be killed run until killed (a pair polling its CQ
+    // on a quiet machine did 25 000 iterations in under a second, ending
+    // before the kill); the survivors need enough iterations to outlive
+    // the newcomers' start (their device join and listen) on a loaded
+    // machine: 10 000 at about 0.5 ms each was not always enough in a full
+    // workspace run.
+    let mut pairs = start_pairs(pp, site, &[18684, 18685], "100000000", |i| i % 4 != 0);
+    let ports: Vec<u16> = (18686..18692).collect();
+    pairs.extend(start_pairs(pp, site, &ports, "25000", |i| (i + 2) % 4 != 0));
     std::thread::sleep(Duration::from_secs(1));
     for p in &mut pairs {
         assert!(
@@ -729,7 +732,9 @@ fn members_killed(pp: &Path, site: &Site) {
         }
     }
     std::thread::sleep(Duration::from_millis(200));
-    let newcomers = start_pairs(pp, site, &[18692, 18693], "300", |_| true);
+    // (2000, not 300: a pair that ends before the other newcomer joins
+    // frees its slots for it, and the two would then show one slot twice)
+    let newcomers = start_pairs(pp, site, &[18692, 18693], "2000", |_| true);
     // the newcomers join (take their slots) while every survivor still
     // runs; when they end does not matter (on a loaded machine 300
     // iterations of a newcomer can outlast a survivor's thousands)
