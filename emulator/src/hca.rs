@@ -127,6 +127,9 @@ pub struct Hca {
     pub(crate) mutant: Option<crate::Mutant>,
     /// The port's communication manager on QP1 ([`crate::cm_port`]).
     pub(crate) cm: crate::cm_port::CmPort,
+    /// The ACKs and NAKs destroyed QPs still owed their peers: they leave
+    /// first ([`Hca::destroy_qp`]).
+    pub(crate) parting: std::collections::VecDeque<crate::io::Datagram>,
 }
 
 impl Hca {
@@ -177,6 +180,7 @@ impl Hca {
             next_epoch: 1,
             qpns,
             rr_cursor: 0,
+            parting: std::collections::VecDeque::new(),
             rx_icrc: cfg.link.rx_icrc,
             mutant: cfg.mutant,
             cm,
@@ -848,7 +852,18 @@ impl Hca {
 
     /// `ibv_destroy_qp` (outstanding work is dropped without completions).
     pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), QpLookupError> {
-        let qp = self.qps.remove(&qpn).ok_or(QpLookupError::UnknownQp(qpn))?;
+        let mut qp = self.qps.remove(&qpn).ok_or(QpLookupError::UnknownQp(qpn))?;
+        // The ACKs and NAKs it still owes leave (READ responses do not): a
+        // NIC sends them as the packets arrive, before the program can see
+        // the completion that lets it destroy the QP. Lost here, the peer
+        // would retransmit for them, forever at retry_cnt 7 (rxe's reading).
+        qp.resp.queue.retain(|i| matches!(i, crate::qp::RespItem::Aeth { .. }));
+        let now = self.cm.last_now;
+        let forced = std::mem::replace(&mut self.dev.tx.acks_forced, true);
+        while let Some(d) = qp.next_response(&mut self.dev.resp(), now) {
+            self.parting.push_back(d);
+        }
+        self.dev.tx.acks_forced = forced;
         if let Some(p) = self.dev.pds.get_mut(&qp.init.pd) {
             p.users = p.users.saturating_sub(1);
         }

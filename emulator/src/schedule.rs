@@ -75,6 +75,13 @@ impl SansIo for Hca {
             self.dev.tx.burst = true;
             return Some(d);
         }
+        // the last ACKs of destroyed QPs
+        if let Some(d) = self.parting.pop_front() {
+            self.dev.counters.sent_pkts += 1;
+            self.dev.counters.sent_bytes += d.payload.len() as u64;
+            self.dev.tx.burst = true;
+            return Some(d);
+        }
         // Round-robin over the QPs that may transmit (`qp_table`), in QPN
         // order after the cursor, then up to it: the order of a scan of
         // every QP, without visiting the idle ones.

@@ -217,6 +217,10 @@ impl Drop for QpInner {
         destroy_on_drop(self.destroyed, "destroy_qp", self.qpn, || {
             self.pd.context().lock().destroy_qp(self.qpn)
         });
+        if !self.destroyed {
+            // (the ACKs it still owed its peer leave now)
+            self.pd.context().kick();
+        }
     }
 }
 
@@ -383,6 +387,8 @@ impl Qp {
         let mut inner = DestroyError::sole(self.inner, "QP")?;
         inner.destroyed = true;
         let r = inner.pd.context().lock().destroy_qp(inner.qpn);
+        // (the ACKs it still owed its peer leave now)
+        inner.pd.context().kick();
         r.map_err(DestroyError::Verb)
     }
 }
