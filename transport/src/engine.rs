@@ -912,6 +912,9 @@ impl<N: SansIo + Send + 'static, T: Link> Drop for EngineHandle<N, T> {
     fn drop(&mut self) {
         let Some(e) = self.e.take() else { return };
         e.stop();
+        // What the nodes still have queued leaves before the sockets close
+        // (a destroyed QP's owed ACKs, held ACKs): a NIC would have sent it.
+        e.flush_with(true, None);
         for p in &e.ports {
             lock(&p.io).t.finish();
         }
