@@ -853,11 +853,13 @@ impl Hca {
     /// `ibv_destroy_qp` (outstanding work is dropped without completions).
     pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), QpLookupError> {
         let mut qp = self.qps.remove(&qpn).ok_or(QpLookupError::UnknownQp(qpn))?;
-        // The ACKs and NAKs it still owes leave (READ responses do not): a
-        // NIC sends them as the packets arrive, before the program can see
-        // the completion that lets it destroy the QP. Lost here, the peer
-        // would retransmit for them, forever at retry_cnt 7 (rxe's reading).
-        qp.resp.queue.retain(|i| matches!(i, crate::qp::RespItem::Aeth { .. }));
+        // The ACKs, NAKs and atomic ACKs it still owes leave (READ
+        // responses do not): a NIC sends them as the packets arrive, before
+        // the program can see the completion that lets it destroy the QP.
+        // Lost here, the peer would retransmit for them, forever at
+        // retry_cnt 7 (rxe's reading). (The time only decides whether a
+        // held ACK is due; forced, every one is.)
+        qp.resp.queue.retain(|i| !matches!(i, crate::qp::RespItem::Read(_)));
         let now = self.cm.last_now;
         let forced = std::mem::replace(&mut self.dev.tx.acks_forced, true);
         while let Some(d) = qp.next_response(&mut self.dev.resp(), now) {

@@ -69,14 +69,8 @@ impl SansIo for Hca {
         let _g = span.enter();
         // management datagrams first (the CM's MADs from QP1)
         let cm = if self.cm_owns_qp1() { self.cm.transmit(&self.dev.tx, now) } else { None };
-        if let Some(d) = cm {
-            self.dev.counters.sent_pkts += 1;
-            self.dev.counters.sent_bytes += d.payload.len() as u64;
-            self.dev.tx.burst = true;
-            return Some(d);
-        }
-        // the last ACKs of destroyed QPs
-        if let Some(d) = self.parting.pop_front() {
+        // then the last ACKs of destroyed QPs
+        if let Some(d) = cm.or_else(|| self.parting.pop_front()) {
             self.dev.counters.sent_pkts += 1;
             self.dev.counters.sent_bytes += d.payload.len() as u64;
             self.dev.tx.burst = true;
