@@ -3,10 +3,10 @@
 //! (each chapter in its own scratch directory, in order, so a chapter can
 //! write a capture and decode it) and its output must be exactly what the
 //! chapter shows (`...` stands for omitted lines; wall-clock figures are
-//! ignored). `ROCE_DOCS_BLESS=1 cargo test -p roce-cli --test course`
+//! ignored). `ROCE_DOCS_BLESS=1 cargo test -p roce-cli --test all course::`
 //! rewrites the chapters with the real output.
 
-mod support;
+use crate::support;
 
 use support::{check_doc, Mode, Scratch};
 

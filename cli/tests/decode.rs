@@ -4,7 +4,7 @@
 //! was generated once with `python3 oracle.py --no-tshark F.pcap` and is
 //! committed as `cli/tests/data/F.oracle.jsonl` (no Python needed here).
 
-mod support;
+use crate::support;
 
 use serde_json::{Map, Value};
 use std::path::PathBuf;

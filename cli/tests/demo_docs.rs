@@ -2,7 +2,7 @@
 //! example and compare every line, except the wall-clock part of the `time`
 //! line (the run is deterministic for a seed; only wall time differs).
 
-mod support;
+use crate::support;
 
 #[test]
 fn demo_doc_output_is_real() {

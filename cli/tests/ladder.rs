@@ -1,7 +1,7 @@
 //! End-to-end tests of `roce decode --ladder`, `--svg`, `--follow` and
 //! `--stats`, run on the built binary with the real rxe captures.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::path::PathBuf;

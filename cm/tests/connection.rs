@@ -3,7 +3,7 @@
 //! and TimeWait. Every MAD on the wire is checked field by field where it
 //! matters.
 
-mod common;
+use crate::common;
 
 use common::*;
 use roce_cm::*;

@@ -2,7 +2,7 @@
 //! nobody listens on, stale connections, a full connection table, and
 //! hostile or broken input.
 
-mod common;
+use crate::common;
 
 use common::*;
 use roce_cm::*;

@@ -3,8 +3,6 @@
 //! are byte for byte the kernel's, but for the comm IDs and TIDs that
 //! each side draws at random.
 
-mod common;
-
 use roce_cm::*;
 use roce_packet::frame::parse_frame;
 use roce_packet::mad::{ip_service_id, port_space, CmMad, CmMsg, IpCmHeader, GSI_QKEY, MAD_LEN};

@@ -1,7 +1,7 @@
 //! SIDR (IBA 12.11): resolving a UD service (rdma_cm's RDMA_PS_UDP) to a
 //! QPN and Q_Key.
 
-mod common;
+use crate::common;
 
 use common::*;
 use roce_cm::*;

@@ -126,7 +126,7 @@ fn roce_emu_passes_the_catalogue() {
     assert_eq!(
         body(&docs),
         body(&md),
-        "docs/conformance/roce-emu.md is stale: ROCE_CONFORM_UPDATE_DOCS=1 cargo test -p roce-conform --test emu"
+        "docs/conformance/roce-emu.md is stale: ROCE_CONFORM_UPDATE_DOCS=1 cargo test -p roce-conform --test all emu::"
     );
 }
 

@@ -3,8 +3,7 @@
 //! every event and the tests look for the expected ones.
 
 #[allow(dead_code)]
-#[path = "common/trace.rs"]
-mod trace;
+use crate::trace;
 use roce_emulator::*;
 use roce_packet::Opcode;
 use roce_sim::testkit::*;

@@ -1,8 +1,7 @@
 //! Decision points emit `tracing` events with their reason as a field.
 
 #[allow(dead_code)]
-#[path = "common/trace.rs"]
-mod trace;
+use crate::trace;
 use roce_emulator::*;
 use roce_packet::Psn;
 use roce_sim::testkit::*;

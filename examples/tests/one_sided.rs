@@ -2,7 +2,7 @@
 //! loopback (127.0.0.8 and 127.0.0.9): both exit 0 and print the values
 //! the operations must produce.
 
-mod common;
+use crate::common;
 use common::{command, finish, free_port};
 
 use std::time::{Duration, Instant};

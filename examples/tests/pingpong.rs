@@ -9,7 +9,7 @@
 //! UD .6/.7, RC under loss .18/.19 (see each test for the others). Sizes
 //! of one tool run one after the other.
 
-mod common;
+use crate::common;
 use common::{command, finish, free_port, Run};
 
 use std::path::{Path, PathBuf};

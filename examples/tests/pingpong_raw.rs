@@ -12,10 +12,9 @@
 //! Needs root (namespaces, CAP_NET_RAW) and `ip`; otherwise it prints
 //! `SKIPPED: ...` and passes without checking anything.
 
-mod common;
+use crate::common;
 use common::{command, finish, Run};
-#[path = "../../transport/tests/common/netns.rs"]
-mod netns;
+use crate::netns;
 use netns::Netns;
 
 use roce_packet::frame::parse_frame;

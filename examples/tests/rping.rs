@@ -2,7 +2,7 @@
 //! two processes over UDP on loopback (each test its own pair of addresses:
 //! the tests run in parallel).
 
-mod common;
+use crate::common;
 use common::{finish_within, spawn_on, two_devices};
 
 use std::process::Child;

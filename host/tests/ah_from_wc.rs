@@ -3,8 +3,7 @@
 //! simulated fabric, IPv4 over UDP loopback), and malformed input is an
 //! error value.
 
-#[path = "../../verbs-api/tests/common/mod.rs"]
-mod common;
+use crate::common;
 use common::{one_wc, ACCESS};
 use roce_host::DeviceConfig;
 use roce_verbs_api::*;

@@ -2,8 +2,7 @@
 //! (`AsyncEventChannel`, like `ibv_context.async_fd`): poll(2), blocking
 //! and async/await, on the simulated fabric and over UDP loopback.
 
-#[path = "../../verbs-api/tests/common/mod.rs"]
-mod common;
+use crate::common;
 use common::{connect, node, readable, Node};
 use roce_host::DeviceConfig;
 use roce_verbs_api::*;

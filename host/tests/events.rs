@@ -1,7 +1,6 @@
 //! Completion channels (blocking, async, fd), async events, resize, SQD.
 
-#[path = "../../verbs-api/tests/common/mod.rs"]
-mod common;
+use crate::common;
 use common::{connect_qps, readable, two_contexts, ALL};
 use roce_host::DeviceConfig;
 use roce_verbs_api::*;

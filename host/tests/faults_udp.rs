@@ -4,8 +4,7 @@
 //! corruption, every byte arrives, and the counters show the faults and
 //! the recovery.
 
-#[path = "../../verbs-api/tests/common/mod.rs"]
-mod common;
+use crate::common;
 use common::{connect_qps, rc_qp};
 use roce_host::{DeviceConfig, EngineDriver};
 use roce_transport::faults::{FaultCounters, FaultSpec, FaultyTransport};

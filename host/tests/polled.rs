@@ -3,8 +3,7 @@
 //! that received since its last pull), data arrives intact, and held ACKs
 //! leave when the driver idles.
 
-#[path = "../../verbs-api/tests/common/mod.rs"]
-mod common;
+use crate::common;
 use common::{connect_qps, rc_qp};
 use roce_emulator::{Hca, HcaConfig, LinkProfile, PathMtu};
 use roce_host::{EngineConfig, EngineDriver};

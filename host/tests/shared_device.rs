@@ -4,8 +4,7 @@
 //! The kernel steers each datagram to the member whose slot its QPN
 //! carries; members talk to each other over the one address.
 
-#[path = "../../verbs-api/tests/common/mod.rs"]
-mod common;
+use crate::common;
 use common::{connect, node, one_wc, Node};
 use roce_host::DeviceConfig;
 use roce_verbs_api::{RecvWr, SendWr, WcOpcode, WcStatus, WrOpcode};

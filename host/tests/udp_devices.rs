@@ -2,8 +2,7 @@
 //! and RDMA WRITE through the verbs, waited for synchronously and from a
 //! tokio current-thread runtime.
 
-#[path = "../../verbs-api/tests/common/mod.rs"]
-mod common;
+use crate::common;
 use common::{connect_qps, rc_qp, two_contexts};
 use roce_host::DeviceConfig;
 use roce_verbs_api::gid::gid_to_addr;

@@ -8,7 +8,7 @@
 //! Every process runs under a deadline and is killed by its PID after it.
 //! Each test uses its own loopback addresses (127.0.N.2/3) and TCP port.
 
-mod common;
+use crate::common;
 use common::{assert_perftest_result, finish, need, skipped, target_dir, text, which};
 
 use std::path::{Path, PathBuf};
@@ -212,8 +212,7 @@ macro_rules! layouts {
 }
 
 #[allow(dead_code, non_camel_case_types, non_upper_case_globals, clippy::all)]
-#[path = "../src/abi.rs"]
-mod abi;
+use crate::abi;
 
 fn c_name(rust: &str) -> String {
     rust.to_string()

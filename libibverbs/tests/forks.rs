@@ -7,7 +7,7 @@
 //!
 //! Needs cc and libibverbs-dev (else SKIPPED). Device roce0 on 127.0.100.6.
 
-mod common;
+use crate::common;
 
 #[test]
 fn fifty_forks_five_times_no_hang_and_the_parent_undisturbed() {

@@ -15,7 +15,7 @@
 //! Needs cc and libibverbs-dev (else SKIPPED). Device roce0 on
 //! 127.0.100.4, the peer on 127.0.100.5.
 
-mod common;
+use crate::common;
 use common::text;
 
 use roce_packet::{AtomicEthRepr, NakCode, Opcode, Qpn, RKey, RethRepr, RoceRepr, Syndrome};

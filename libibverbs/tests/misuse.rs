@@ -9,7 +9,7 @@
 //!
 //! Needs cc and libibverbs-dev (else SKIPPED). Device roce0 on 127.0.100.2.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -10,7 +10,7 @@
 //! processes get the same two devices, the server uses roce0 and the
 //! client roce1 (each process opens only the device it uses).
 
-mod common;
+use crate::common;
 use common::{finish, need, skipped, text, which};
 
 use ibverbs::rdmacm::abi as cm;

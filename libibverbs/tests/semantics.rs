@@ -18,7 +18,7 @@
 //! killed by its PID after it. Each test has its own loopback addresses
 //! (127.0.91.x to 127.0.95.x) and ports (18800 to 18850).
 
-mod common;
+use crate::common;
 use common::{finish, need, report, skipped, text, Finished};
 
 use std::path::{Path, PathBuf};

@@ -18,7 +18,7 @@
 //! 20 s (its steward re-mapped after its engine had stopped and waited for
 //! its own probe answer), stalling members that joined or left meanwhile.
 
-mod common;
+use crate::common;
 use common::{assert_perftest_result, need, text, which};
 
 use std::collections::BTreeSet;

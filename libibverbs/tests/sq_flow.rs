@@ -10,7 +10,7 @@
 //!
 //! Needs cc and libibverbs-dev (else SKIPPED). Device roce0 on 127.0.103.2.
 
-mod common;
+use crate::common;
 use std::path::PathBuf;
 
 fn lib_dir() -> PathBuf {

@@ -11,7 +11,7 @@
 //!
 //! Needs cc and libibverbs-dev (else SKIPPED). Device roce0 on 127.0.102.2.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

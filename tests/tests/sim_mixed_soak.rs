@@ -5,9 +5,9 @@
 //! drop counters agree. Also each transport alone, without faults: nothing
 //! may be lost.
 //!
-//! Replay a seed with `ROCE_SIM_SEED=<seed> cargo test -p roce-tests --test sim_mixed_soak`.
+//! Replay a seed with `ROCE_SIM_SEED=<seed> cargo test -p roce-tests --test all sim_mixed_soak::`.
 
-mod common;
+use crate::common;
 use common::faults;
 
 use roce_sim::{seed_from_env, SeedGuard};

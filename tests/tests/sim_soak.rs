@@ -6,9 +6,9 @@
 //! devices' counters must agree with what the fabric did.
 //!
 //! A failing run prints its seed; replay it with
-//! `ROCE_SIM_SEED=<seed> cargo test -p roce-tests --test sim_soak`.
+//! `ROCE_SIM_SEED=<seed> cargo test -p roce-tests --test all sim_soak::`.
 
-mod common;
+use crate::common;
 use common::faults;
 
 use roce_packet::frame::parse_frame;

@@ -2,7 +2,7 @@
 //! thread, a waiting thread, the engine thread), on fake sans-IO nodes over
 //! real UDP sockets on loopback. Addresses 127.1.20-24.x are this file's.
 
-mod common;
+use crate::common;
 use common::*;
 use roce_transport::{Engine, EngineConfig};
 use std::time::Duration;

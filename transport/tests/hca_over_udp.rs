@@ -2,7 +2,7 @@
 //! port 4791, each driven by its own driver thread: RC SEND and RDMA WRITE
 //! with the data verified, large messages going out with GSO.
 
-mod common;
+use crate::common;
 use common::DrivenSide;
 
 use roce_emulator::*;

@@ -1,6 +1,6 @@
 //! The driver thread between fake sans-IO nodes and real UDP transports.
 
-mod common;
+use crate::common;
 use common::*;
 use roce_transport::{NodeThread, NodeThreadConfig, NodeThreadHandle};
 use std::sync::{Arc, Mutex};

@@ -9,7 +9,7 @@
 //! a valid ICRC (checked here and, when python3 and the oracle exist, by
 //! `shared/oracles/oracle.py --no-tshark`) and no ICMP unreachable may appear.
 
-mod common;
+use crate::common;
 
 use common::netns::Netns;
 use common::{body, pattern, send_only};

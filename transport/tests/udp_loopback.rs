@@ -1,6 +1,6 @@
 //! Two UDP transports on loopback exchanging RoCE datagrams.
 
-mod common;
+use crate::common;
 use common::*;
 use roce_packet::frame::verify_icrc;
 use roce_transport::RxIcrcPolicy;

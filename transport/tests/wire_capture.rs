@@ -3,7 +3,7 @@
 //! and check IPv4 identification, DF and ICRC of every frame, GSO
 //! super-packets included (segment k must carry identification k).
 
-mod common;
+use crate::common;
 use common::*;
 use nix::sys::socket::{
     self as s, AddressFamily, LinkAddr, MsgFlags, SockFlag, SockProtocol, SockType,

@@ -1,13 +1,13 @@
 //! Reproducers for problems found in the HCA core while building the soak
 //! test. A test is `#[ignore]`d while its problem is open (run those with
-//! `cargo test -p roce-verbs-api --test core_findings -- --ignored`); fixed
+//! `cargo test -p roce-verbs-api --test all core_findings:: -- --ignored`); fixed
 //! ones run by default and say what the fix was.
 
 use roce_packet::Opcode;
 use roce_sim::{Filter, Match};
 use roce_verbs_api::*;
 
-mod common;
+use crate::common;
 use common::{connect_qps, rc_qp, two_contexts, ALL};
 
 struct Rig {

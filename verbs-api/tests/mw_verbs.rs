@@ -2,7 +2,7 @@
 //! with `Qp::bind_mw`, type 2 with a posted BIND_MW, the QP a type 2
 //! window is bound to, MW_BIND_ERR, invalidation and the counters.
 
-mod common;
+use crate::common;
 use common::{connect_qps, one_wc, two_contexts, ALL};
 use roce_verbs_api::*;
 use std::time::Duration;

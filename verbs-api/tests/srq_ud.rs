@@ -1,7 +1,7 @@
 //! The SRQ handle and the UC/UD helpers of the verbs API on the simulated
 //! fabric.
 
-mod common;
+use crate::common;
 use common::{connect_qps, two_contexts, uc_pair, ACCESS};
 use roce_verbs_api::{
     create_ah, ud_send, ConnectOptions, DestroyError, QpType, RecvWr, SendWr, SimNet, WcOpcode,

@@ -6,7 +6,7 @@ use roce_packet::{Opcode, Psn};
 use roce_sim::{Filter, Match};
 use roce_verbs_api::*;
 
-mod common;
+use crate::common;
 use common::{uc_pair, ACCESS};
 
 #[test]

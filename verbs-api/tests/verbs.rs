@@ -1,6 +1,6 @@
 //! The safe verbs API end to end on the simulated fabric.
 
-mod common;
+use crate::common;
 use common::{connect_qps, Node};
 use roce_verbs_api::*;
 use std::net::IpAddr;
