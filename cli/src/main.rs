@@ -10,6 +10,7 @@ use std::process::ExitCode;
 mod conform;
 mod counters_fmt;
 mod decode;
+#[cfg(feature = "demo")]
 mod demo;
 mod devices;
 mod logging;
@@ -38,6 +39,7 @@ enum Command {
     #[command(long_about = decode::DECODE_LONG, after_help = decode::DECODE_AFTER)]
     Decode(decode::DecodeArgs),
     /// Run two emulated HCAs on a simulated lossy network and verify every byte they move.
+    #[cfg(feature = "demo")]
     #[command(long_about = demo::DEMO_LONG, after_help = demo::DEMO_AFTER)]
     Demo(demo::DemoArgs),
     /// List the configured devices like ibv_devices (ROCE_EMU_DEVICES, devices.conf).
@@ -73,6 +75,7 @@ fn main() -> ExitCode {
     }
     match cli.command {
         Command::Decode(args) => decode::run(&args),
+        #[cfg(feature = "demo")]
         Command::Demo(args) => demo::run(&args),
         Command::Devices => devices::run_devices(),
         Command::Devinfo(args) => devices::run_devinfo(&args),

@@ -13,8 +13,8 @@
 //! `SKIPPED: ...` and passes without checking anything.
 
 use crate::common;
-use common::{command, finish, Run};
 use crate::netns;
+use common::{command, finish, Run};
 use netns::Netns;
 
 use roce_packet::frame::parse_frame;

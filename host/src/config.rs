@@ -37,7 +37,7 @@ pub const ENV_CONFIG: &str = "ROCE_EMU_CONFIG";
 /// addresses, enough for a server and a client on one machine.
 pub const DEFAULT_DEVICES: &str = "roce0=udp:127.0.0.2,roce1=udp:127.0.0.3";
 /// Environment variable naming a directory where every device records a pcap.
-pub use roce_verbs_api::sim::ENV_PCAP;
+pub use roce_verbs_api::ENV_PCAP;
 
 /// What moves a configured device's frames.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,7 +51,7 @@ pub enum TransportKind {
         /// The interface, e.g. `eth0`.
         ifname: String,
     },
-    /// A device on a simulated fabric ([`roce_verbs_api::SimNet`]); it cannot be
+    /// A device on a simulated fabric (`roce_sim::SimNet`); it cannot be
     /// opened alone.
     Sim,
 }

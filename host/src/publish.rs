@@ -14,7 +14,7 @@
 //!   device closed).
 //!
 //! Files are replaced atomically (write a temporary file, rename). Devices
-//! on a [`roce_verbs_api::SimNet`] do not publish. `ROCE_EMU_STATS=0` turns
+//! on a `roce_sim::SimNet` do not publish. `ROCE_EMU_STATS=0` turns
 //! publishing off; `ROCE_EMU_STATS_INTERVAL_MS` sets the period (default 200).
 
 use roce_emulator::{Counters, Hca};

@@ -6,6 +6,7 @@
 use crate::common;
 use common::{one_wc, ACCESS};
 use roce_host::DeviceConfig;
+use roce_sim::SimNet;
 use roce_verbs_api::*;
 use std::net::{IpAddr, Ipv6Addr};
 use std::time::Duration;

@@ -5,6 +5,7 @@
 use crate::common;
 use common::{connect, node, readable, Node};
 use roce_host::DeviceConfig;
+use roce_sim::SimNet;
 use roce_verbs_api::*;
 use std::time::Duration;
 

@@ -3,6 +3,7 @@
 use crate::common;
 use common::{connect_qps, readable, two_contexts, ALL};
 use roce_host::DeviceConfig;
+use roce_sim::SimNet;
 use roce_verbs_api::*;
 use std::time::Duration;
 

@@ -3,12 +3,12 @@
 //! clock: the CM's timeouts take no real time) and on real UDP sockets.
 
 use roce_host::DeviceConfig;
+use roce_sim::SimNet;
 use roce_verbs_api::rdma_cm::{
     CmError, CmEvent, CmEventKind, CmId, ConnParam, EventChannel, PortSpace, RDMA_UDP_QKEY,
 };
 use roce_verbs_api::{
-    ud_send, AccessFlags, Budget, QpEndpoint, QpState, RecvWr, SendWr, SimNet, WcOpcode, WcStatus,
-    WrOpcode,
+    ud_send, AccessFlags, Budget, QpEndpoint, QpState, RecvWr, SendWr, WcOpcode, WcStatus, WrOpcode,
 };
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -91,7 +91,7 @@ fn udp_send_and_write_sync_and_async() {
 
 #[test]
 fn async_poll_on_sim_driver() {
-    let net = roce_verbs_api::SimNet::new(3);
+    let net = roce_sim::SimNet::new(3);
     let (a, b) = two_contexts(&net, ["s0", "s1"]);
     let ((_pa, _ca, qa), (pb, cb, qb)) = (rc_qp(&a, 8), rc_qp(&b, 8));
     connect_qps(&qa, &qb, 1, 2, &ConnectOptions::default());

@@ -2,7 +2,6 @@
 //! this one is a module of it (one link instead of one per file; `cargo test
 //! -p roce-packet --test all NAME::` runs one file's tests).
 
-
 mod golden;
 mod headers;
 mod icrc_known;

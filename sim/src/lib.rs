@@ -5,7 +5,7 @@
 //! The fabric drives the core (`roce_emulator`) from outside: it uses only
 //! the core's [`SansIo`] interface (`roce_emulator::io`) and its virtual
 //! time (`roce_emulator::time`), so it drives any `SansIo` node. The
-//! [`testkit`] builds two `Hca`s wired back to back on it (the two-node
+//! `testkit` (feature `testkit`) builds two `Hca`s wired back to back on it (the two-node
 //! harness of the tests of every crate).
 //!
 //! # Model
@@ -43,7 +43,7 @@
 //! no latency in rounds ([`Pace`]) and offers each RoCE datagram to a hook
 //! that observes it and answers a [`Verdict`] (deliver, drop, duplicate,
 //! replace its bytes, hold it behind the next one); the two-node test
-//! harness ([`testkit`]) is exactly that, with two `Hca`s lent to a
+//! harness (`testkit`, behind the feature of that name) is exactly that, with two `Hca`s lent to a
 //! `Fabric<&mut Hca>` for each run (the node type `N` is a parameter;
 //! owned boxed nodes are the default). Lockstep runs always record the
 //! wire trace ([`Traced`]: headers, direction, fate), the event-driven ones
@@ -80,14 +80,17 @@
 //! `replay with ROCE_SIM_SEED=<seed>` on stderr; [`SeedGuard`] does the
 //! same for other seeded things.
 
-mod fault;
+mod net;
 pub mod packet;
 mod tap;
+#[cfg(feature = "testkit")]
 pub mod testkit;
 mod wire;
 
-pub use fault::{
-    Action, Fate, FaultConfig, FaultDice, FaultRates, Filter, FilterFn, FilterId, Match,
+pub use net::SimNet;
+
+pub use roce_faults::{
+    Action, Fate, FaultConfig, FaultDice, FaultRates, Filter, FilterFn, FilterId, Match, NodeId,
     Occurrence, PacketInfo,
 };
 pub use tap::{mac_for, TapId, TapPoint};
@@ -107,10 +110,6 @@ use tracing::{debug, trace};
 
 /// The environment variable that overrides a test's default seed.
 pub const SEED_ENV: &str = "ROCE_SIM_SEED";
-
-/// Index of a node in its fabric (in the order added, from 0).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct NodeId(pub usize);
 
 /// Properties of a directed link.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -337,7 +336,7 @@ pub type BoxedNode = Box<dyn SansIo + Send>;
 ///
 /// `N` is the node type: by default boxed nodes the fabric owns; a
 /// `Fabric<&mut Hca>` drives HCAs lent to it for one run (what the
-/// [`testkit`]'s two-node harness does).
+/// the `testkit`'s two-node harness does).
 pub struct Fabric<N = BoxedNode> {
     now: Instant,
     seed: u64,
@@ -840,7 +839,7 @@ impl<N: SansIo> Fabric<N> {
             let mut p = dgram.payload.to_vec();
             let mut changed = false;
             for &b in &filtered.flips {
-                changed |= fault::flip_bit(&mut p, b);
+                changed |= roce_faults::flip_bit(&mut p, b);
             }
             if fate.corrupt(&mut p) {
                 debug!(seq, %opcode, %psn, bit = fate.corrupt_bit, "sim corrupt: flipped bit");

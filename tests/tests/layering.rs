@@ -26,9 +26,9 @@ const LAYERS: &[&[&str]] = &[
     &["roce-packet", "roce-region", "roce-preload"],
     &["roce-pcap", "roce-cm"],
     &["roce-emulator"],
-    &["roce-sim"],
+    &["roce-faults"],
     &["roce-transport", "roce-verbs-api", "roce-decode"],
-    &["roce-host"],
+    &["roce-host", "roce-sim"],
     &["roce-workloads", "roce-libibverbs", "roce-examples", "roce-conform"],
     &["roce-cli", "roce-fuzz", "roce-tests"],
 ];

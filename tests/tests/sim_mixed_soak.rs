@@ -10,8 +10,8 @@
 use crate::common;
 use common::faults;
 
+use roce_sim::FaultConfig;
 use roce_sim::{seed_from_env, SeedGuard};
-use roce_verbs_api::FaultConfig;
 use roce_workloads::demo::{self as workload, OpKind, PairType, QpTypes, WorkloadConfig};
 
 fn cfg(qp_type: QpTypes, ops: u64, seed: u64) -> WorkloadConfig {

@@ -13,8 +13,8 @@ use common::faults;
 
 use roce_packet::frame::parse_frame;
 use roce_pcap::read_capture;
+use roce_sim::FaultConfig;
 use roce_sim::{seed_from_env, SeedGuard};
-use roce_verbs_api::FaultConfig;
 use roce_workloads::demo::{self as workload, OpKind, Report, Workload, WorkloadConfig};
 
 fn soak_faults() -> FaultConfig {

@@ -1,7 +1,7 @@
 //! Seeded fault injection on the real transports: [`FaultyTransport`]
 //! wraps any [`Link`] (UDP or raw) and loses, duplicates, reorders or
 //! corrupts datagrams, like the simulated fabric's `FaultConfig`
-//! (`roce_sim`), so that retransmission can be exercised against
+//! (`roce_faults`), so that retransmission can be exercised against
 //! a real peer (the kernel's rxe, perftest) on a real wire.
 //!
 //! Configured by a spec string, usually from the environment variable
@@ -27,7 +27,7 @@
 //!   same sequence of datagrams gives the same faults.
 //!
 //! Each datagram's fate is decided by the simulated fabric's decision
-//! function, [`FaultDice::decide`] (`roce_sim`), from the same
+//! function, [`FaultDice::decide`] (`roce_faults`), from the same
 //! seeded generator and in the same order (loss, corruption, duplication,
 //! reordering): this module keeps only the mechanics (holding datagrams
 //! behind the next batch, sending the copy). As on the fabric, a reordered
@@ -40,7 +40,7 @@ use crate::counters::TransportCounters;
 use crate::socket::Link;
 use crate::udp::SendOutcome;
 use roce_emulator::Datagram;
-use roce_sim::{FaultDice, FaultRates};
+use roce_faults::{FaultDice, FaultRates};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};

@@ -33,7 +33,7 @@ impl fmt::Debug for Device {
 
 impl Device {
     /// Wrap an HCA that `driver` serves. Drivers call this; applications
-    /// get devices from a driver (e.g. [`crate::SimNet::add_device`]).
+    /// get devices from a driver (e.g. `roce_sim::SimNet::add_device`).
     pub fn new(hca: Arc<Mutex<Hca>>, driver: Arc<dyn Driver>) -> Device {
         let (name, addr) = {
             let h = lock(&hca);

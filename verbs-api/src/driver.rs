@@ -3,9 +3,9 @@
 //! The verbs types never do I/O themselves. Every device is an
 //! `Arc<Mutex<Hca>>` (the sans-IO core) plus an `Arc<dyn Driver>` that feeds
 //! it received datagrams, drains its transmits and fires its timers. This
-//! crate has one driver, the simulated fabric ([`crate::SimNet`]), which
-//! advances a virtual clock when asked to make progress. Real devices (UDP
-//! and raw sockets) have theirs in `roce-host` (`roce_host::EngineDriver`),
+//! crate has none: the simulated fabric's (`roce_sim::SimNet`, crate
+//! `roce-sim`) advances a virtual clock when asked to make progress. Real
+//! devices (UDP and raw sockets) have theirs in `roce-host` (`roce_host::EngineDriver`),
 //! where the calling thread moves the frames itself: [`Driver::kick`] sends
 //! what a post queued, [`Driver::progress`] receives and processes datagrams
 //! (spinning, then sleeping on the sockets), and, unless the engine runs

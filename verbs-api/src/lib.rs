@@ -18,8 +18,8 @@
 //! * [`QpAttr`]'s setters set their mask bits; [`Qp::to_init`],
 //!   [`Qp::to_rtr`], [`Qp::to_rts`] and [`Qp::connect`] use rdma-core's
 //!   defaults ([`ConnectOptions`]).
-//! * What moves the frames is a [`Driver`]: the simulated fabric,
-//!   [`SimNet`], here; real devices over UDP or raw sockets, configured
+//! * What moves the frames is a [`Driver`]: the simulated fabric's is
+//!   `roce_sim::SimNet` (crate `roce-sim`); real devices over UDP or raw sockets, configured
 //!   and opened by the `roce-host` crate (`roce_host::DeviceConfig`), have
 //!   their driver there. This crate is the verbs only: no sockets, no
 //!   transport. The verbs work from synchronous code
@@ -43,7 +43,6 @@ pub mod pd;
 pub mod qp;
 pub mod qp_types;
 pub mod rdma_cm;
-pub mod sim;
 pub mod srq;
 
 pub use channel::{AsyncChannelEvent, AsyncEventChannel, AsyncEventFuture, CompChannel, CqEvent};
@@ -56,7 +55,6 @@ pub use qp::{ConnectOptions, Qp, QpBuilder, QpEndpoint};
 pub use qp_types::{
     create_ah, init_ah_from_wc, ud_send, AhFromWcError, Grh, DEFAULT_QKEY, GRH_LEN,
 };
-pub use sim::SimNet;
 pub use srq::Srq;
 
 pub use roce_emulator::qp_attr::{QpAttrError, ValueProblem};
@@ -70,4 +68,8 @@ pub use roce_emulator::{
     SqRelease, SrqAttr, SrqHandle, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 pub use roce_packet::{LKey, Qpn, RKey};
-pub use roce_sim::{FabricStats, FaultConfig, LinkConfig};
+
+/// Environment variable naming a directory where every device records a
+/// pcap: each simulated network's fabric (`roce_sim::SimNet`), each real
+/// device in `roce-host`.
+pub const ENV_PCAP: &str = "ROCE_EMU_PCAP";

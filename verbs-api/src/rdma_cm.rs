@@ -15,7 +15,7 @@
 //!
 //! ```
 //! use roce_verbs_api::rdma_cm::{CmEventKind, ConnParam, EventChannel, PortSpace};
-//! use roce_verbs_api::SimNet;
+//! use roce_sim::SimNet;
 //! use std::time::Duration;
 //!
 //! let net = SimNet::new(1);

@@ -4,6 +4,7 @@
 //! ones run by default and say what the fix was.
 
 use roce_packet::Opcode;
+use roce_sim::SimNet;
 use roce_sim::{Filter, Match};
 use roce_verbs_api::*;
 

@@ -20,6 +20,10 @@ fn every_code_block_in_verbs_md_is_a_program() {
             "block {i} starts without the dependency line: {first:?}"
         );
         assert!(b.contains("\nuse roce_verbs_api::*;\n"), "block {i}: no use line");
+        if b.contains("SimNet::") {
+            assert!(first.contains("roce-sim = "), "block {i} uses SimNet without roce-sim");
+            assert!(b.contains("\nuse roce_sim::SimNet;\n"), "block {i}: SimNet not imported");
+        }
         assert!(b.contains("\nfn main() {\n"), "block {i}: no fn main");
         assert!(b.trim_end().ends_with('}'), "block {i} does not end with main's brace");
     }

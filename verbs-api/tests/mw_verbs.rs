@@ -4,6 +4,7 @@
 
 use crate::common;
 use common::{connect_qps, one_wc, two_contexts, ALL};
+use roce_sim::SimNet;
 use roce_verbs_api::*;
 use std::time::Duration;
 

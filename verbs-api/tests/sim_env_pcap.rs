@@ -11,7 +11,7 @@ fn sim_net_records_with_env_pcap() {
     let dir = std::env::temp_dir().join(format!("roce-sim-pcap-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::env::set_var("ROCE_EMU_PCAP", &dir);
-    let net = roce_verbs_api::SimNet::new(5);
+    let net = roce_sim::SimNet::new(5);
     std::env::remove_var("ROCE_EMU_PCAP");
     let (a, b) = two_contexts(&net, ["s0", "s1"]);
     let ((pa, ca, qa), (pb, cb, qb)) = (rc_qp(&a, 8), rc_qp(&b, 8));

@@ -3,9 +3,10 @@
 
 use crate::common;
 use common::{connect_qps, two_contexts, uc_pair, ACCESS};
+use roce_sim::SimNet;
 use roce_verbs_api::{
-    create_ah, ud_send, ConnectOptions, DestroyError, QpType, RecvWr, SendWr, SimNet, WcOpcode,
-    WcStatus, WrOpcode, DEFAULT_QKEY,
+    create_ah, ud_send, ConnectOptions, DestroyError, QpType, RecvWr, SendWr, WcOpcode, WcStatus,
+    WrOpcode, DEFAULT_QKEY,
 };
 use std::net::{IpAddr, Ipv4Addr};
 

@@ -3,6 +3,7 @@
 //! and `uc_msg_dropped` is exactly 1.
 
 use roce_packet::{Opcode, Psn};
+use roce_sim::SimNet;
 use roce_sim::{Filter, Match};
 use roce_verbs_api::*;
 

@@ -2,6 +2,7 @@
 
 use crate::common;
 use common::{connect_qps, Node};
+use roce_sim::SimNet;
 use roce_verbs_api::*;
 use std::net::IpAddr;
 

@@ -2,7 +2,7 @@
 //! command line and the test suites call, kept out of the API crate (which
 //! holds only the API) and out of `cli/` (a thin front):
 //!
-//! * [`demo`]: the deterministic, verified operation mix behind `roce
+//! * `demo` (feature `demo`, the one part on the simulator): the deterministic, verified operation mix behind `roce
 //!   demo` and the soaks (`tests/tests/sim_soak.rs`, `scripts/soak.sh`):
 //!   two emulated HCAs on the simulated fabric, RC/UC/UD QP pairs, every
 //!   byte and every atomic result checked, faults injected and accounted.
@@ -17,6 +17,7 @@
 //! * [`progress`]: the one-line progress report on a terminal that long
 //!   runs print.
 
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod pattern;
 pub mod perf;

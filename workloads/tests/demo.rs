@@ -1,6 +1,7 @@
 //! The workload engine on small runs: clean, and with every fault.
 
-use roce_verbs_api::{FaultConfig, PathMtu, WcStatus};
+use roce_sim::FaultConfig;
+use roce_verbs_api::{PathMtu, WcStatus};
 use roce_workloads::demo::{self as workload, OpKind, WorkloadConfig};
 
 #[test]

@@ -1,6 +1,7 @@
 //! The options of `roce demo` (the workload and `--scenario`) and their help.
 
-use roce_verbs_api::{FaultConfig, PathMtu};
+use roce_sim::FaultConfig;
+use roce_verbs_api::PathMtu;
 use roce_workloads::demo::{OpKind, QpTypes, SCENARIOS};
 use std::path::PathBuf;
 

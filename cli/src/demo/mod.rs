@@ -101,7 +101,7 @@ pub fn run(args: &DemoArgs) -> ExitCode {
 /// Create `path` and record the fabric into it; on failure the message
 /// is printed and the exit status (2) returned.
 pub(super) fn start_capture(
-    net: &roce_verbs_api::SimNet,
+    net: &roce_sim::SimNet,
     path: &std::path::Path,
 ) -> Result<PcapTap<BufWriter<File>>, ExitCode> {
     let file = match File::create(path) {
@@ -312,7 +312,7 @@ fn json(args: &DemoArgs, r: &Report, pcap_error: Option<&str>) -> serde_json::Va
 #[cfg(test)]
 mod demo_tests {
     use super::*;
-    use roce_verbs_api::FaultConfig;
+    use roce_sim::FaultConfig;
     use roce_verbs_api::PathMtu;
     use roce_workloads::demo::OpKind;
     use roce_workloads::demo::{self as workload, WorkloadConfig};

@@ -2,7 +2,7 @@
 //! a failure prints is `Report::failure_summary`).
 #![allow(dead_code)] // (each test executable uses its own part)
 
-use roce_verbs_api::FaultConfig;
+use roce_sim::FaultConfig;
 
 /// Loss, duplication, reordering and corruption with these probabilities,
 /// no other fault.

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use roce_sim::SimNet;
 use roce_verbs_api::*;
 use std::net::IpAddr;
 use std::os::fd::AsFd;

@@ -1,8 +1,8 @@
 //! A pcap capture of the simulated fabric (`roce demo --pcap`): every
 //! delivered frame, stamped with the virtual clock.
 
+use roce_sim::SimNet;
 use roce_sim::TapId;
-use roce_verbs_api::SimNet;
 use std::io::Write;
 use std::marker::PhantomData;
 

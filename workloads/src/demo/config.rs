@@ -3,9 +3,8 @@
 //! data pattern of each operation.
 
 use roce_emulator::Counters;
-use roce_verbs_api::{
-    ConnectOptions, FabricStats, FaultConfig, PathMtu, QpType, WcStatus, WrOpcode,
-};
+use roce_sim::{FabricStats, FaultConfig};
+use roce_verbs_api::{ConnectOptions, PathMtu, QpType, WcStatus, WrOpcode};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;

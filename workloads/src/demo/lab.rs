@@ -9,9 +9,10 @@
 //! 1 otherwise. The scenarios themselves are in `scenarios.rs`, the runner in
 //! `lesson.rs`; this file is the lab they run in.
 
+use roce_sim::{LinkConfig, SimNet};
 use roce_verbs_api::{
-    AccessFlags, ConnectOptions, Context, Cq, HcaConfig, LinkConfig, Mr, PathMtu, Pd, Qp,
-    QpEndpoint, QpType, SimNet, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, ConnectOptions, Context, Cq, HcaConfig, Mr, PathMtu, Pd, Qp, QpEndpoint, QpType,
+    WcOpcode, WcStatus, WorkCompletion,
 };
 use std::fmt::Write as _;
 use std::time::Duration;

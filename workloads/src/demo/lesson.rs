@@ -6,7 +6,7 @@ use super::capture::PcapTap;
 use super::lab::Lab;
 use super::scenarios::{fabric_of, SCENARIOS};
 use roce_emulator::Counters;
-use roce_verbs_api::{FaultConfig, SimNet};
+use roce_sim::{FaultConfig, SimNet};
 use std::io::Write;
 
 /// A lesson on its way.

@@ -38,9 +38,10 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use roce_packet::frame::LinkType;
 use roce_sim::TapPoint;
+use roce_sim::{FabricStats, SimNet};
 use roce_verbs_api::{
-    AccessFlags, AhAttr, Context, Cq, FabricStats, Mr, Qp, RecvWr, SendWr, SimNet, Srq, WcOpcode,
-    WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, AhAttr, Context, Cq, Mr, Qp, RecvWr, SendWr, Srq, WcOpcode, WcStatus,
+    WorkCompletion, WrOpcode,
 };
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;

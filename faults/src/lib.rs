@@ -1,5 +1,8 @@
-//! Seeded fault injection: the middleware every datagram passes through
-//! while it is in flight on the simulated fabric.
+//! Seeded fault injection, shared by the simulated fabric (`roce_sim`) and
+//! the real transports' `ROCE_EMU_FAULTS` injector (`roce_transport::faults`):
+//! the middleware every datagram passes through while it is in flight.
+//! It sits below both, so neither carries the other (the shipped
+//! `libibverbs.so.1` has the injector but not the simulator).
 //!
 //! Two layers, in the spirit of smoltcp's `FaultInjector` and neqo's
 //! test-fixture simulator:
@@ -12,18 +15,16 @@
 //!   transmission of each packet") and an [`Action`] (drop, duplicate,
 //!   corrupt, delay). For anything else, [`Filter::custom`] takes a closure.
 //!
-//! All randomness comes from the fabric's one seeded [`FaultDice`] (a
-//! `SmallRng`), drawn in a fixed order, so a seed replays the same faults on
-//! the same datagrams. A probability of zero draws nothing: turning a fault
-//! off does not shift the random sequence of the others.
+//! All randomness comes from one seeded [`FaultDice`] (a `SmallRng`), drawn
+//! in a fixed order, so a seed replays the same faults on the same
+//! datagrams. A probability of zero draws nothing: turning a fault off does
+//! not shift the random sequence of the others.
 //!
 //! The random faults of one datagram are decided by one function,
-//! [`FaultDice::decide`], which the real transports' `ROCE_EMU_FAULTS`
-//! injector (`roce_transport::faults`) calls too: the fabric and the
-//! injector differ only in their mechanics (the fabric schedules arrivals on
-//! a virtual clock, the injector holds datagrams behind the next batch).
+//! [`FaultDice::decide`], which the fabric and the injector both call: they
+//! differ only in their mechanics (the fabric schedules arrivals on a
+//! virtual clock, the injector holds datagrams behind the next batch).
 
-use crate::NodeId;
 use core::fmt;
 use core::net::IpAddr;
 use core::time::Duration;
@@ -33,6 +34,10 @@ use roce_emulator::io::Datagram;
 use roce_emulator::time::Instant;
 use roce_packet::{OpKind, Opcode, Psn, Qpn, RoceRepr, UdpEndpoints};
 use std::collections::HashSet;
+
+/// Index of a node in its fabric (in the order added, from 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub usize);
 
 /// Random faults applied to every datagram on a link.
 ///
@@ -390,13 +395,9 @@ impl Filter {
         self.fired
     }
 
-    /// Decide for one datagram; updates the counters.
-    pub(crate) fn decide(
-        &mut self,
-        dgram: &Datagram,
-        info: &PacketInfo,
-        rng: &mut SmallRng,
-    ) -> Action {
+    /// Decide for one datagram; updates the counters (the fabric calls
+    /// this for each filter in order).
+    pub fn decide(&mut self, dgram: &Datagram, info: &PacketInfo, rng: &mut SmallRng) -> Action {
         let action = match &mut self.rule {
             Rule::Custom(f) => {
                 self.matched += 1;
@@ -555,7 +556,7 @@ fn random_bit(rng: &mut SmallRng, len: usize) -> Option<usize> {
 }
 
 /// Flip bit `bit` (0 = MSB of byte 0). False if out of range.
-pub(crate) fn flip_bit(payload: &mut [u8], bit: usize) -> bool {
+pub fn flip_bit(payload: &mut [u8], bit: usize) -> bool {
     match payload.get_mut(bit / 8) {
         Some(b) => {
             *b ^= 0x80 >> (bit % 8);

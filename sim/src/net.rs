@@ -1,8 +1,10 @@
-//! The simulated-fabric driver: devices on an in-memory network with a
-//! virtual clock and seeded faults (see `roce_sim`).
+//! The simulated fabric as a verbs driver: devices on an in-memory network
+//! with a virtual clock and seeded faults, programmed through
+//! `roce_verbs_api` like real ones.
 //!
 //! ```
-//! use roce_verbs_api::{ConnectOptions, SimNet, SendWr, WrOpcode, RecvWr, AccessFlags, Budget};
+//! use roce_sim::SimNet;
+//! use roce_verbs_api::{ConnectOptions, SendWr, WrOpcode, RecvWr, AccessFlags, Budget};
 //!
 //! let net = SimNet::new(7);
 //! let (a, b) = (net.add_device("roce0", "10.0.0.1".parse().unwrap()).open(),
@@ -25,19 +27,13 @@
 //! assert_eq!(&dst.to_vec()[..11], b"hello, RoCE");
 //! ```
 
-use crate::cq::Cq;
-use crate::device::Device;
-use crate::driver::{Budget, Driver};
+use crate::{Fabric, FabricStats, FaultConfig, LinkConfig};
 use roce_emulator::{Hca, HcaConfig, Instant, PathMtu, PollCqError, WorkCompletion};
-use roce_sim::{Fabric, FabricStats, FaultConfig, LinkConfig};
+use roce_verbs_api::{Budget, Cq, Device, Driver, ENV_PCAP};
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-
-/// Environment variable naming a directory where every device records a
-/// pcap: each [`SimNet`]'s fabric here, each real device in `roce-host`.
-pub const ENV_PCAP: &str = "ROCE_EMU_PCAP";
 
 struct SimShared {
     fabric: Mutex<Fabric>,
