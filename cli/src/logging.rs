@@ -1,12 +1,16 @@
 //! Live tracing for every command: `--log FILTER` (or `ROCE_LOG`, else
-//! `RUST_LOG`) selects the emulator's `tracing` events with
-//! tracing-subscriber's `EnvFilter` syntax; `--log-format` picks a compact
+//! `RUST_LOG`) selects the emulator's `tracing` events by target and level
+//! (`RUST_LOG`'s `target=level,...` directives, parsed by tracing-subscriber's
+//! `Targets`: no regex engine in `roce`); `--log-format` picks a compact
 //! human line or one JSON object per event. Output goes to stderr only, so
 //! it never mixes with data on stdout (`decode --json`, `demo --json`).
 //! Default: warnings only. See docs/tracing.md for the useful targets.
 
 use std::io::IsTerminal;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::fmt::time::uptime;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// Environment variable with the default filter (before `RUST_LOG`).
 pub const ENV_LOG: &str = "ROCE_LOG";
@@ -47,16 +51,15 @@ pub fn filter_spec(args: &LogArgs) -> String {
 /// Install the global subscriber; returns an error message for a bad filter.
 pub fn init(args: &LogArgs) -> Result<(), String> {
     let spec = filter_spec(args);
-    let filter =
-        EnvFilter::builder().parse(&spec).map_err(|e| format!("bad --log filter {spec:?}: {e}"))?;
+    let filter: Targets = spec.parse().map_err(|e| format!("bad --log filter {spec:?}: {e}"))?;
     let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_timer(tracing_subscriber::fmt::time::uptime());
+    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_timer(uptime());
+    let registry = tracing_subscriber::registry().with(filter);
     let res = match args.log_format {
-        LogFormat::Compact => builder.compact().with_ansi(ansi).try_init(),
-        LogFormat::Json => builder.json().with_ansi(false).with_current_span(false).try_init(),
+        LogFormat::Compact => registry.with(layer.compact().with_ansi(ansi)).try_init(),
+        LogFormat::Json => {
+            registry.with(layer.json().with_ansi(false).with_current_span(false)).try_init()
+        }
     };
     res.map_err(|e| format!("cannot install the trace subscriber: {e}"))
 }
