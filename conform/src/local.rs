@@ -3,8 +3,9 @@
 //! program on the drop-in), driven through the Rust verbs API.
 
 use crate::agent::{Agent, AgentError, Completion, QpInfo, QpSetup, QpStateName, SendReq, Service};
+#[cfg(feature = "mutants")]
 use roce_emulator::Mutant;
-use roce_host::{DeviceConfig, GroupOptions};
+use roce_host::DeviceConfig;
 use roce_verbs_api::{
     AccessFlags, ConnectOptions, Context, Cq, Mr, Mw, MwType, PathMtu, Pd, Qp, QpAttr, QpEndpoint,
     QpState, QpType, RKey, RecvWr, SendFlags, SendWr, Srq, WrOpcode,
@@ -29,46 +30,57 @@ struct Objects {
 pub struct LocalAgent {
     ctx: Context,
     objs: Option<Objects>,
+    #[cfg(feature = "mutants")]
     mutant: Option<Mutant>,
 }
 
 impl LocalAgent {
     /// Open a UDP device named `name` on `addr` (port 4791).
     pub fn open(name: &str, addr: IpAddr) -> Result<LocalAgent, AgentError> {
-        LocalAgent::open_mutant(name, addr, None)
+        let dev = DeviceConfig::udp(name, addr).open().map_err(|e| open_error(name, addr, e))?;
+        Ok(LocalAgent {
+            ctx: dev.open(),
+            objs: None,
+            #[cfg(feature = "mutants")]
+            mutant: None,
+        })
     }
 
     /// The same with one IBA rule broken in the device's core
     /// (`roce_emulator::mutant`): for showing that cases catch that bug.
     /// A broken device is one process's alone (not shared), so that every
     /// datagram reaches its core: a shared device's steering would drop
-    /// one to an unknown QP before the core could misroute it.
+    /// one to an unknown QP before the core could misroute it. Only with
+    /// the `mutants` feature (this crate's tests).
+    #[cfg(feature = "mutants")]
     pub fn open_mutant(
         name: &str,
         addr: IpAddr,
         mutant: Option<Mutant>,
     ) -> Result<LocalAgent, AgentError> {
+        if mutant.is_none() {
+            return LocalAgent::open(name, addr);
+        }
         let cfg = DeviceConfig { mutant, ..DeviceConfig::udp(name, addr) };
-        let why = |e| AgentError::Link(format!("open {name} on {addr}: {e}"));
-        let dev = match mutant {
-            None => cfg.open().map_err(why)?,
-            Some(_) => {
-                let opts = GroupOptions {
-                    engine: cfg.engine_config(),
-                    share: false,
-                    ..Default::default()
-                };
-                let mut v =
-                    DeviceConfig::open_group(std::slice::from_ref(&cfg), opts).map_err(why)?;
-                v.pop().ok_or_else(|| AgentError::Link(format!("open {name}: no device")))?
-            }
+        let opts = roce_host::GroupOptions {
+            engine: cfg.engine_config(),
+            share: false,
+            ..Default::default()
         };
+        let mut v = DeviceConfig::open_group(std::slice::from_ref(&cfg), opts)
+            .map_err(|e| open_error(name, addr, e))?;
+        let dev = v.pop().ok_or_else(|| AgentError::Link(format!("open {name}: no device")))?;
         Ok(LocalAgent { ctx: dev.open(), objs: None, mutant })
     }
 
     fn objs(&self) -> Result<&Objects, AgentError> {
         self.objs.as_ref().ok_or_else(|| AgentError::Link("no QP: setup first".into()))
     }
+}
+
+/// A device that could not be opened.
+fn open_error(name: &str, addr: IpAddr, e: impl std::fmt::Display) -> AgentError {
+    AgentError::Link(format!("open {name} on {addr}: {e}"))
 }
 
 fn verb<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> AgentError {
@@ -126,7 +138,10 @@ fn wr_opcode(op: u32) -> Result<WrOpcode, AgentError> {
 
 impl Agent for LocalAgent {
     fn describe(&self) -> String {
+        #[cfg(feature = "mutants")]
         let m = self.mutant.map(|m| format!(", mutant {m}")).unwrap_or_default();
+        #[cfg(not(feature = "mutants"))]
+        let m = "";
         let (drv, name) = (self.ctx.driver_name(), self.ctx.name());
         format!("roce-emu {} ({drv} device {name}{m})", env!("CARGO_PKG_VERSION"))
     }

@@ -55,7 +55,9 @@ pub struct HcaConfig {
     /// bodies, ACK batching); default: the simulator's.
     pub link: LinkProfile,
     /// A broken IBA rule, for `roce conform`'s self-check only
-    /// ([`crate::mutant`]); `None` for every real device.
+    /// ([`crate::mutant`]); `None` for every real device. Only with the
+    /// `mutants` feature.
+    #[cfg(feature = "mutants")]
     pub mutant: Option<crate::Mutant>,
 }
 
@@ -72,8 +74,21 @@ impl HcaConfig {
             first_qpn: 17,
             comm_id_tag: None,
             link: LinkProfile::default(),
+            #[cfg(feature = "mutants")]
             mutant: None,
         }
+    }
+
+    /// The switch the device runs with: [`HcaConfig::mutant`].
+    #[cfg(feature = "mutants")]
+    fn switch(&self) -> Option<crate::Mutant> {
+        self.mutant
+    }
+
+    /// The switch the device runs with: none (no `mutants` feature).
+    #[cfg(not(feature = "mutants"))]
+    fn switch(&self) -> Option<crate::Mutant> {
+        None
     }
 }
 
@@ -123,7 +138,8 @@ pub struct Hca {
     pub(crate) rr_cursor: u32,
     /// Who verifies received ICRCs ([`LinkProfile::rx_icrc`]).
     pub(crate) rx_icrc: RxIcrc,
-    /// [`HcaConfig::mutant`], given to every QP.
+    /// The mutation switch given to every QP (`HcaConfig::mutant`; always
+    /// `None` without the `mutants` feature).
     pub(crate) mutant: Option<crate::Mutant>,
     /// The port's communication manager on QP1 ([`crate::cm_port`]).
     pub(crate) cm: crate::cm_port::CmPort,
@@ -147,6 +163,7 @@ impl Hca {
         attr.node_guid = u64::from_be_bytes(eui64(mac_of(cfg.addr)));
         let cm = crate::cm_port::CmPort::new(cfg.addr, attr.node_guid, cfg.seed, cfg.comm_id_tag);
         let qpns = cfg.qpns.start.max(2)..cfg.qpns.end.min(1 << 24);
+        let mutant = cfg.switch();
         let first_qpn = match qpns.contains(&cfg.first_qpn) {
             true => cfg.first_qpn,
             false => qpns.start,
@@ -182,7 +199,7 @@ impl Hca {
             rr_cursor: 0,
             parting: std::collections::VecDeque::new(),
             rx_icrc: cfg.link.rx_icrc,
-            mutant: cfg.mutant,
+            mutant,
             cm,
         }
         .with_ack_delay()

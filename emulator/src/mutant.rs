@@ -1,11 +1,19 @@
 //! Mutation switches: each breaks one IBA rule in this core on purpose, so
 //! that `roce conform` can show that the cases describing the rule catch
-//! the bug (`conform/tests/mutants.rs`). A device made without one
-//! ([`crate::HcaConfig::mutant`] `None`, the default and the only value
-//! any real device configuration sets) follows every rule; each switch is
-//! a comparison at the rule's own place in the code (a rule applied in two
-//! places, such as a READ's access checked on arrival and again per
-//! response, is broken in both).
+//! the bug (`conform/tests/mutants.rs`). Each switch is one comparison,
+//! `mutant::is(self.mutant, Mutant::X)`, at the rule's own place in the
+//! code (a rule applied in two places, such as a READ's access checked on
+//! arrival and again per response, is broken in both).
+//!
+//! The switches exist only with this crate's cargo feature `mutants`
+//! (passed on by `roce-host/mutants` and `roce-conform/mutants`; a test
+//! build that includes `roce-conform`'s tests turns it on, nothing that
+//! ships does). Only then is there a `HcaConfig::mutant` to set a switch with,
+//! and a device made without one (`None`, the default) follows every rule.
+//! Without the feature `is` is the constant `false`: every comparison and
+//! the broken branch behind it compile away, so a shipped build has no
+//! switch on its packet path. The [`Mutant`] names stay in every build
+//! (they are only names).
 
 use core::fmt;
 
@@ -270,9 +278,18 @@ impl fmt::Display for Mutant {
 }
 
 /// Whether `m` is the switch `on` (`None`: no switch).
+#[cfg(feature = "mutants")]
 #[inline]
 pub(crate) fn is(on: Option<Mutant>, m: Mutant) -> bool {
     on == Some(m)
+}
+
+/// Never: a build without the `mutants` feature has no switches (the
+/// comparisons at the rules' places fold away).
+#[cfg(not(feature = "mutants"))]
+#[inline(always)]
+pub(crate) const fn is(_on: Option<Mutant>, _m: Mutant) -> bool {
+    false
 }
 
 #[cfg(test)]
@@ -289,5 +306,26 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), Mutant::ALL.len(), "two switches share a name");
+    }
+
+    /// With the feature a switch is on where it is set, and only there.
+    #[cfg(feature = "mutants")]
+    #[test]
+    fn a_switch_is_on_where_set() {
+        for &m in Mutant::ALL {
+            assert!(is(Some(m), m));
+            assert!(!is(None, m));
+        }
+        assert!(!is(Some(Mutant::NoIcrcCheck), Mutant::NoTverCheck));
+    }
+
+    /// Without it no switch is ever on, whatever a QP holds.
+    #[cfg(not(feature = "mutants"))]
+    #[test]
+    fn no_switch_without_the_feature() {
+        const { assert!(!is(Some(Mutant::NoIcrcCheck), Mutant::NoIcrcCheck)) };
+        for &m in Mutant::ALL {
+            assert!(!is(Some(m), m));
+        }
     }
 }

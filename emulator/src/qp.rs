@@ -209,7 +209,8 @@ pub(crate) struct Qp {
     pub req: ReqState,
     pub comp: CompState,
     pub resp: RespState,
-    /// The device's mutation switch ([`crate::mutant`]; `None` normally).
+    /// The device's mutation switch ([`crate::mutant`]; `None` normally,
+    /// always without the `mutants` feature).
     pub mutant: Option<crate::Mutant>,
 }
 

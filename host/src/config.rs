@@ -83,7 +83,8 @@ pub struct DeviceConfig {
     pub mtu: PathMtu,
     /// A broken IBA rule for `roce conform`'s self-check
     /// ([`roce_emulator::mutant`]); never set from the environment or a
-    /// configuration file.
+    /// configuration file. Only with the `mutants` feature.
+    #[cfg(feature = "mutants")]
     pub mutant: Option<roce_emulator::Mutant>,
 }
 
@@ -129,6 +130,7 @@ impl DeviceConfig {
             port: roce_transport::DEFAULT_PORT,
             pcap: None,
             mtu: PathMtu::Mtu1024,
+            #[cfg(feature = "mutants")]
             mutant: None,
         }
     }
@@ -351,7 +353,10 @@ impl DeviceConfig {
         // shrinks FI_UNIVERSE_SIZE. A CQ's memory grows with what it holds,
         // not with its depth.
         c.device_attr.max_cqe = MAX_CQE;
-        c.mutant = self.mutant;
+        #[cfg(feature = "mutants")]
+        {
+            c.mutant = self.mutant;
+        }
         c
     }
 

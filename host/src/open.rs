@@ -247,6 +247,7 @@ impl DeviceConfig {
                 uc.reuseport = join.is_some();
                 // (the ICRC mutation switch: the core is the one checker, and
                 // it skips the check)
+                #[cfg(feature = "mutants")]
                 if self.mutant == Some(roce_emulator::Mutant::NoIcrcCheck) {
                     uc.rx_icrc = roce_transport::RxIcrcPolicy::Off;
                 }
