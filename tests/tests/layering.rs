@@ -171,3 +171,50 @@ fn functions_are_short() {
     let gone: Vec<_> = left.difference(&long).collect();
     assert!(gone.is_empty(), "no longer over the limit, remove from LONG_LEFT: {gone:?}");
 }
+
+/// With `autotests = false` (each crate's integration tests are modules of
+/// one executable, `tests/all.rs`), cargo builds no file it is not told of:
+/// every `tests/*.rs` must be a `mod` of `tests/all.rs` or a `[[test]]` of
+/// its own, or its tests would silently never run.
+#[test]
+fn every_test_file_is_built() {
+    let root = root();
+    let mut checked = 0;
+    for c in workspace_crates(&root).expect("read the workspace") {
+        let dir = root.join(&c.dir);
+        let toml = std::fs::read_to_string(dir.join("Cargo.toml")).expect("Cargo.toml");
+        if !toml.lines().any(|l| l.trim() == "autotests = false") {
+            continue;
+        }
+        let targets: BTreeSet<String> = toml
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("path = \"tests/"))
+            .filter_map(|p| p.strip_suffix(".rs\""))
+            .map(str::to_string)
+            .collect();
+        assert!(targets.contains("all"), "{}: autotests off but no tests/all.rs target", c.dir);
+        let all = std::fs::read_to_string(dir.join("tests/all.rs")).expect("tests/all.rs");
+        let mods: BTreeSet<String> = all
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("mod "))
+            .filter_map(|m| m.strip_suffix(';'))
+            .map(str::to_string)
+            .collect();
+        let mut files = Vec::new();
+        for e in std::fs::read_dir(dir.join("tests")).expect("tests/").flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(stem) = name.strip_suffix(".rs") {
+                files.push(stem.to_string());
+            }
+        }
+        for stem in files {
+            checked += 1;
+            assert!(
+                targets.contains(&stem) || mods.contains(&stem),
+                "{}/tests/{stem}.rs is built by nothing: add `mod {stem};` to tests/all.rs",
+                c.dir
+            );
+        }
+    }
+    assert!(checked >= 50, "checked only {checked} test files");
+}
