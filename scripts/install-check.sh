@@ -70,6 +70,13 @@ skipped() {
   summary+=("$(printf '%-22s SKIPPED (%s)' "$1" "$2")")
 }
 
+# the drop-in was linked with its version script (rdma-core's symbol versions)
+versioned() {
+  if ! command -v objdump >/dev/null; then echo "(no objdump: not checked)"; return 0; fi
+  objdump -T "$1" | grep -E 'IBVERBS_1\.1 +ibv_open_device$' || {
+    echo "$1 has no ibv_open_device@@IBVERBS_1.1"; return 1; }
+}
+
 pingpong() {
   local port=18931 out=$scratch/pp
   "$roce" run -- ibv_rc_pingpong -d roce0 -g 1 -p $port -n 200 >"$out.s" 2>&1 & spid=$!
@@ -95,6 +102,7 @@ run_all() {
   fi
   step "roce install" "$roce" install || return
   ls -l "$prefix/lib/roce-emu"
+  step "symbol versions" versioned "$prefix/lib/roce-emu/libibverbs.so.1" || return
   if command -v ibv_devinfo >/dev/null; then
     step "ibv_devinfo" "$roce" run -- ibv_devinfo -d roce0
   else
@@ -107,6 +115,10 @@ run_all() {
   fi
 }
 
+# from a directory outside the clone, as a user's CI runs it: roce install
+# must find roce-emu's cargo configuration (the drop-in's linker wrapper)
+# from the source tree, not from the working directory
+cd "$scratch" || exit 2
 run_all || failed=1
 echo
 echo "install-check ($mode, HEAD $rev) on $(nproc) cores:"

@@ -17,10 +17,13 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$1"
 prefix=$(cd "$1" && pwd)
 
-cargo build --release --locked --manifest-path "$root/Cargo.toml" \
-  -p roce-cli -p roce-libibverbs -p roce-preload
+# in the clone: its .cargo/config.toml (the drop-in's linker wrapper, which
+# gives libibverbs.so.1 its symbol versions) is found from the working
+# directory, not from --manifest-path
+cd "$root"
+cargo build --release --locked -p roce-cli -p roce-libibverbs -p roce-preload
 # the target directory cargo used (CARGO_TARGET_DIR, a config, or target/)
-target=$(cargo metadata --format-version 1 --no-deps --manifest-path "$root/Cargo.toml" |
+target=$(cargo metadata --format-version 1 --no-deps |
   sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 rel=${target:-$root/target}/release
 

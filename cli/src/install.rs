@@ -109,12 +109,16 @@ fn build(target: &Path) -> Result<PathBuf, String> {
             Err(_) => Stdio::inherit(),
         }
     };
+    // (in the source tree: cargo's configuration and rustup's toolchain
+    // are roce-emu's, not those of the directory roce install runs in)
+    let target = std::path::absolute(target).unwrap_or_else(|_| target.to_path_buf());
     let status = Command::new(&cargo)
+        .current_dir(&ws)
         .args(["build", "--release", "-p", "roce-libibverbs", "-p", "roce-preload"])
         .arg("--manifest-path")
         .arg(&manifest)
         .arg("--target-dir")
-        .arg(target)
+        .arg(&target)
         .stdin(Stdio::null())
         .stdout(out)
         .status();
