@@ -19,7 +19,9 @@
 #
 # Two cold release builds: about 10-15 minutes on 2 cores. Uses the user's
 # CARGO_HOME (registry, and with --git the checkout cargo keeps in
-# CARGO_HOME/git/checkouts, as the recipe does). Exits 1 if a step failed.
+# CARGO_HOME/git/checkouts, as the recipe does: each run leaves one,
+# CARGO_HOME/git/{checkouts,db}/src-HASH, to delete when done). Exits 1 if a
+# step failed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 mode=git keep=0
