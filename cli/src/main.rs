@@ -13,6 +13,7 @@ mod decode;
 #[cfg(feature = "demo")]
 mod demo;
 mod devices;
+mod install;
 mod logging;
 mod perf;
 mod run;
@@ -55,6 +56,9 @@ enum Command {
     /// Run a program (and all it starts) on the roce-emu devices, found as kernel devices are.
     #[command(long_about = run::RUN_LONG, after_help = run::RUN_AFTER)]
     Run(run::RunArgs),
+    /// Install the libraries `roce run` needs beside roce (after `cargo install`: roce install).
+    #[command(long_about = install::INSTALL_LONG, after_help = install::INSTALL_AFTER)]
+    Install(install::InstallArgs),
     /// Test a RoCE device against IBA's rules packet by packet (roce-emu, kernel rxe, a NIC).
     #[command(long_about = conform::CONFORM_LONG, after_help = conform::CONFORM_AFTER)]
     Conform(conform::ConformArgs),
@@ -82,6 +86,7 @@ fn main() -> ExitCode {
         Command::Stats(args) => devices::stats::run(&args),
         Command::Perf(args) => perf::run(&args),
         Command::Run(args) => run::run(&args),
+        Command::Install(args) => install::run(&args),
         Command::Conform(args) => conform::run(&args),
     }
 }

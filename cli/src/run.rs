@@ -21,8 +21,11 @@ roce run -- ibv_devinfo -d roce0                 rdma-core's tools, as with LD_L
 roce run -- mpirun -np 2 --mca pml ucx ./a.out    every rank sees the devices\n  \
 roce run --print-env                             the variables roce run sets, for a shell\n\n\
 Environment set for CMD: LD_LIBRARY_PATH (the drop-in's directory first), LD_PRELOAD \
-(libroce_preload.so added), ROCE_EMU_SYSFS (the tree). The drop-in is looked for beside the \
-`roce` binary (target/release after `cargo build --release`), or in ROCE_EMU_LIB_DIR.";
+(libroce_preload.so added), ROCE_EMU_SYSFS (the tree).\n\n\
+The libraries (libibverbs.so.1, librdmacm.so.1, libroce_preload.so) are looked for in: --lib-dir; \
+else ROCE_EMU_LIB_DIR; else beside the `roce` binary (target/release after `cargo build \
+--release`); else in ../lib/roce-emu from the `roce` binary, where `roce install` puts them \
+(~/.cargo/lib/roce-emu after `cargo install`).";
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
@@ -30,7 +33,8 @@ pub struct RunArgs {
     #[arg(long)]
     print_env: bool,
     /// The directory holding libibverbs.so.1, librdmacm.so.1 and
-    /// libroce_preload.so (default: ROCE_EMU_LIB_DIR, else beside `roce`).
+    /// libroce_preload.so (default: ROCE_EMU_LIB_DIR, else beside `roce`,
+    /// else ../lib/roce-emu from `roce`, where `roce install` puts them).
     #[arg(long, value_name = "DIR")]
     lib_dir: Option<PathBuf>,
     /// The program and its arguments.
@@ -38,24 +42,59 @@ pub struct RunArgs {
     cmd: Vec<OsString>,
 }
 
+/// The files `roce run` needs in its library directory.
+pub const LIBS: [&str; 3] = ["libibverbs.so.1", "librdmacm.so.1", "libroce_preload.so"];
+
+/// The directory of the running `roce` binary.
+pub fn bin_dir() -> Option<PathBuf> {
+    std::env::current_exe().ok()?.parent().map(Path::to_path_buf)
+}
+
+/// Where `roce install` puts the libraries by default, and where `roce
+/// run` looks last: `<dir of roce>/../lib/roce-emu` (`~/.cargo/lib/roce-emu`
+/// for a `roce` in `~/.cargo/bin`).
+pub fn installed_lib_dir(bin_dir: &Path) -> PathBuf {
+    bin_dir.parent().unwrap_or(bin_dir).join("lib").join("roce-emu")
+}
+
+/// The first library of [`LIBS`] missing from `dir`.
+fn missing(dir: &Path) -> Option<&'static str> {
+    LIBS.into_iter().find(|f| !dir.join(f).exists())
+}
+
+/// The library directory: `--lib-dir`, else ROCE_EMU_LIB_DIR (each used
+/// alone: a named directory without the libraries is an error), else beside
+/// the `roce` binary, else `roce install`'s directory.
 fn lib_dir(args: &RunArgs) -> Result<PathBuf, String> {
-    let dir = match (&args.lib_dir, std::env::var_os("ROCE_EMU_LIB_DIR")) {
-        (Some(d), _) => d.clone(),
-        (None, Some(d)) if !d.is_empty() => PathBuf::from(d),
-        _ => std::env::current_exe()
-            .ok()
-            .and_then(|e| e.parent().map(Path::to_path_buf))
-            .ok_or("cannot find the roce binary's directory: pass --lib-dir")?,
+    let named = match (&args.lib_dir, std::env::var_os("ROCE_EMU_LIB_DIR")) {
+        (Some(d), _) => Some((d.clone(), "--lib-dir")),
+        (None, Some(d)) if !d.is_empty() => Some((PathBuf::from(d), "ROCE_EMU_LIB_DIR")),
+        _ => None,
     };
-    for f in ["libibverbs.so.1", "librdmacm.so.1", "libroce_preload.so"] {
-        if !dir.join(f).exists() {
-            return Err(format!(
-                "{} has no {f}: build the drop-in first (cargo build --release), or pass --lib-dir",
+    if let Some((dir, how)) = named {
+        return match missing(&dir) {
+            None => Ok(dir),
+            Some(f) => Err(format!(
+                "{} has no {f} (from {how}): install the libraries with `roce install` \
+                 (roce install --help), or build them in a clone (cargo build --release)",
                 dir.display()
-            ));
+            )),
+        };
+    }
+    let bin = bin_dir().ok_or("cannot find the roce binary's directory: pass --lib-dir")?;
+    let installed = installed_lib_dir(&bin);
+    for dir in [&bin, &installed] {
+        if missing(dir).is_none() {
+            return Ok(dir.clone());
         }
     }
-    Ok(dir)
+    Err(format!(
+        "no libibverbs.so.1, librdmacm.so.1 and libroce_preload.so beside {} nor in {}: \
+         install them with `roce install` (roce install --help), or build them in a clone \
+         (cargo build --release), or pass --lib-dir DIR",
+        bin.display(),
+        installed.display()
+    ))
 }
 
 /// Remove the trees of earlier runs whose process has ended (`sysfs-PID`:
