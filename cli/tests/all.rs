@@ -11,6 +11,7 @@ mod decode;
 mod decode_arbitrary;
 mod demo_docs;
 mod demo_sweep;
+mod install;
 mod ladder;
 mod perf;
 mod perf_remote;
