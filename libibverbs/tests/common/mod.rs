@@ -14,28 +14,34 @@ pub fn target_dir() -> PathBuf {
 /// A directory `target/<profile>/<subdir>` holding links named `names`
 /// (`libibverbs.so.1`, `librdmacm.so.1`) to the drop-in this `cargo test`
 /// built (target/<profile>/deps/libibverbs.so; `cargo test` does not copy
-/// it up as `cargo build` does). Each test executable uses a directory of
-/// its own: they may run at once, and each replaces its links once.
+/// it up as `cargo build` does). Each test file uses a directory of its
+/// own, made once per run of the executable.
 pub fn drop_in_dir(subdir: &str, names: &[&str]) -> PathBuf {
-    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| {
-        let t = target_dir();
-        let built = t.join("deps").join("libibverbs.so");
-        assert!(
-            built.exists(),
-            "{} missing: cargo builds the drop-in with the tests",
-            built.display()
-        );
-        let d = t.join(subdir);
-        std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("create {subdir}: {e}"));
-        for name in names {
-            let link = d.join(name);
-            let _ = std::fs::remove_file(&link);
-            std::os::unix::fs::symlink(&built, &link).expect("link the drop-in");
-        }
-        d
-    })
-    .clone()
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    // one directory per test file (`subdir`): the files are modules of one
+    // executable, and each makes its links once, the first time it asks
+    static DIRS: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let mut dirs = DIRS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    dirs.entry(subdir.to_string())
+        .or_insert_with(|| {
+            let t = target_dir();
+            let built = t.join("deps").join("libibverbs.so");
+            assert!(
+                built.exists(),
+                "{} missing: cargo builds the drop-in with the tests",
+                built.display()
+            );
+            let d = t.join(subdir);
+            std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("create {subdir}: {e}"));
+            for name in names {
+                let link = d.join(name);
+                let _ = std::fs::remove_file(&link);
+                std::os::unix::fs::symlink(&built, &link).expect("link the drop-in");
+            }
+            d
+        })
+        .clone()
 }
 
 /// Say that (part of) a test was skipped, past libtest's output capture
