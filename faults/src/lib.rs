@@ -292,7 +292,7 @@ enum Rule {
 /// A targeted fault: which datagrams, which occurrence, what to do.
 ///
 /// ```
-/// use roce_sim::{Filter, Match};
+/// use roce_faults::{Filter, Match};
 /// use roce_packet::Opcode;
 /// // Drop the 3rd READ RESPONSE MIDDLE.
 /// let f = Filter::matching(Match::Opcode(Opcode::RC_RDMA_READ_RESPONSE_MIDDLE)).nth(3).drop();
