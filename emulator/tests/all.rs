@@ -1,8 +1,13 @@
 //! emulator's integration tests, one test executable: each file beside
 //! this one is a module of it (one link instead of one per file; `cargo test
-//! -p roce-emulator --test all NAME::` runs one file's tests).
+//! -p roce-tests --test emulator NAME::` runs one file's tests).
 //!
 //! Kept as executables of their own (process-wide state): `memory_bounds.rs`.
+
+// The executable is roce-tests' (`[[test]] emulator` in tests/Cargo.toml: built at
+// opt-level 0 while roce-emulator itself is built at 1), so CARGO_MANIFEST_DIR is
+// tests/: the files find this crate's directory here.
+const CRATE_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../emulator");
 
 #[path = "common/trace.rs"]
 mod trace;

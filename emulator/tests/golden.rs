@@ -31,13 +31,13 @@ fn capture(name: &str) -> Vec<Frame> {
 }
 
 fn load(name: &str) -> Option<Vec<Frame>> {
-    let committed = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../packet/tests/data");
+    let committed = PathBuf::from(crate::CRATE_DIR).join("../packet/tests/data");
     let mut dirs = Vec::new();
     if let Ok(d) = std::env::var("ROCE_CAPTURES") {
         dirs.push(PathBuf::from(d));
     }
     dirs.push(committed);
-    dirs.push(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data"));
+    dirs.push(PathBuf::from(crate::CRATE_DIR).join("tests/data"));
     dirs.push(PathBuf::from(CAPTURES));
     let file = dirs.iter().find_map(|d| std::fs::File::open(d.join(name)).ok())?;
     let mut rd = pcap_file::pcap::PcapReader::new(file).ok()?;

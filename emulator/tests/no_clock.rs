@@ -39,7 +39,7 @@ fn scan(dir: &Path, hits: &mut Vec<String>) {
 
 #[test]
 fn core_reads_no_clock_and_does_no_io() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = Path::new(crate::CRATE_DIR);
     let mut hits = Vec::new();
     scan(&root.join("src"), &mut hits);
     scan(&root.join("../packet/src"), &mut hits);

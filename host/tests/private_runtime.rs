@@ -7,7 +7,7 @@ use roce_host::publish::runtime_dir;
 #[test]
 fn tests_publish_under_target_not_the_users_runtime_dir() {
     let d = runtime_dir();
-    let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
+    let target = std::path::Path::new(crate::CRATE_DIR).join("../target");
     let target = target.canonicalize().unwrap_or(target);
     assert!(
         d.starts_with(&target)

@@ -1,6 +1,11 @@
 //! libibverbs's integration tests, one test executable: each file beside
 //! this one is a module of it (one link instead of one per file; `cargo test
-//! -p roce-libibverbs --test all NAME::` runs one file's tests).
+//! -p roce-tests --test libibverbs NAME::` runs one file's tests).
+
+// The executable is roce-tests' (`[[test]] libibverbs` in tests/Cargo.toml: built at
+// opt-level 0 while roce-libibverbs itself is built at 1), so CARGO_MANIFEST_DIR is
+// tests/: the files find this crate's directory here.
+const CRATE_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../libibverbs");
 
 #[path = "../src/abi.rs"]
 mod abi;

@@ -80,7 +80,7 @@ fn pair(server: Command, client: Command, what: &str) -> (String, String) {
 
 /// What `libibverbs.map` says should be exported.
 fn map_symbols() -> Vec<String> {
-    let map = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("libibverbs.map"))
+    let map = std::fs::read_to_string(Path::new(crate::CRATE_DIR).join("libibverbs.map"))
         .expect("libibverbs.map");
     let mut per: Vec<(String, Vec<String>)> = Vec::new();
     let mut in_comment = false;
@@ -265,7 +265,7 @@ fn struct_layouts_match_the_c_header() {
     assert!(rust.len() > 250, "{} entries", rust.len());
     // the committed table (made from the C header with ROCE_EMU_BLESS=1):
     // checked without a C toolchain too
-    let table_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/layout.txt");
+    let table_path = Path::new(crate::CRATE_DIR).join("tests/data/layout.txt");
     if std::env::var_os("ROCE_EMU_BLESS").is_some() && have_c_toolchain() {
         std::fs::create_dir_all(table_path.parent().expect("parent")).expect("mkdir");
         std::fs::write(&table_path, c_layout_output()).expect("write the table");
@@ -451,7 +451,7 @@ fn rc_pingpong_under_valgrind_reports_no_error() {
     // struct sock_fprog that steering a shared device passes to setsockopt)
     let supp = format!(
         "--suppressions={}",
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/valgrind.supp").display()
+        Path::new(crate::CRATE_DIR).join("tests/data/valgrind.supp").display()
     );
     let vg_cmd = |args: &[&str]| {
         let mut a = vec![

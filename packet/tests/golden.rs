@@ -50,7 +50,7 @@ const CAPTURES: [(&str, usize); 15] = [
 ];
 
 fn data_path(file: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests").join("data").join(file)
+    PathBuf::from(crate::CRATE_DIR).join("tests").join("data").join(file)
 }
 
 fn frames_of(name: &str) -> Vec<CapturedFrame> {

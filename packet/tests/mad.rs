@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 /// The MADs of a capture: UD SEND_ONLY packets to QP1, in order.
 fn mads(file: &str) -> Vec<(Vec<u8>, u32)> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(file);
+    let path = std::path::Path::new(crate::CRATE_DIR).join("tests/data").join(file);
     let frames = read_capture(&std::fs::read(path).expect("capture")).expect("pcap");
     let mut out = Vec::new();
     for f in frames {

@@ -174,43 +174,49 @@ fn functions_are_short() {
 
 /// With `autotests = false` (each crate's integration tests are modules of
 /// one executable, `tests/all.rs`), cargo builds no file it is not told of:
-/// every `tests/*.rs` must be a `mod` of `tests/all.rs` or a `[[test]]` of
-/// its own, or its tests would silently never run.
+/// every `tests/*.rs` must be a `mod` of its crate's `tests/all.rs` or a
+/// `[[test]]` of its own, and every `tests/all.rs` a `[[test]]` of some
+/// package (roce-tests builds those of the crates the test profile
+/// optimises), or its tests would silently never run.
 #[test]
 fn every_test_file_is_built() {
     let root = root();
+    let crates = workspace_crates(&root).expect("read the workspace");
+    // every [[test]] path of every package, as a path from the root
+    let mut targets = BTreeSet::new();
+    for c in &crates {
+        let toml = std::fs::read_to_string(root.join(&c.dir).join("Cargo.toml")).expect("toml");
+        for path in toml.lines().filter_map(|l| l.trim().strip_prefix("path = \"")) {
+            let path = path.trim_end_matches('"');
+            if path.ends_with(".rs") && path.contains("tests/") {
+                let p = root.join(&c.dir).join(path);
+                targets.insert(p.canonicalize().unwrap_or_else(|e| panic!("{}: {e}", p.display())));
+            }
+        }
+    }
     let mut checked = 0;
-    for c in workspace_crates(&root).expect("read the workspace") {
+    for c in &crates {
         let dir = root.join(&c.dir);
         let toml = std::fs::read_to_string(dir.join("Cargo.toml")).expect("Cargo.toml");
         if !toml.lines().any(|l| l.trim() == "autotests = false") {
             continue;
         }
-        let targets: BTreeSet<String> = toml
-            .lines()
-            .filter_map(|l| l.trim().strip_prefix("path = \"tests/"))
-            .filter_map(|p| p.strip_suffix(".rs\""))
-            .map(str::to_string)
-            .collect();
-        assert!(targets.contains("all"), "{}: autotests off but no tests/all.rs target", c.dir);
-        let all = std::fs::read_to_string(dir.join("tests/all.rs")).expect("tests/all.rs");
+        let all_rs = dir.join("tests/all.rs").canonicalize().expect("tests/all.rs");
+        assert!(targets.contains(&all_rs), "{}/tests/all.rs is no package's [[test]]", c.dir);
+        let all = std::fs::read_to_string(&all_rs).expect("tests/all.rs");
         let mods: BTreeSet<String> = all
             .lines()
             .filter_map(|l| l.trim().strip_prefix("mod "))
             .filter_map(|m| m.strip_suffix(';'))
             .map(str::to_string)
             .collect();
-        let mut files = Vec::new();
         for e in std::fs::read_dir(dir.join("tests")).expect("tests/").flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            if let Some(stem) = name.strip_suffix(".rs") {
-                files.push(stem.to_string());
-            }
-        }
-        for stem in files {
+            let Some(stem) = name.strip_suffix(".rs") else { continue };
             checked += 1;
+            let target = e.path().canonicalize().expect("canonical path");
             assert!(
-                targets.contains(&stem) || mods.contains(&stem),
+                targets.contains(&target) || mods.contains(stem),
                 "{}/tests/{stem}.rs is built by nothing: add `mod {stem};` to tests/all.rs",
                 c.dir
             );

@@ -207,7 +207,7 @@ fn oracle() -> Option<PathBuf> {
     if let Ok(p) = std::env::var("ROCE_ORACLE") {
         return Some(PathBuf::from(p));
     }
-    let mut dir = Some(Path::new(env!("CARGO_MANIFEST_DIR")));
+    let mut dir = Some(Path::new(crate::CRATE_DIR));
     while let Some(d) = dir {
         let p = d.join("shared/oracles/oracle.py");
         if p.exists() {

@@ -7,7 +7,7 @@ use roce_transport::rxcheck::{check, solve_ipv4_id, RxIcrc};
 use std::path::Path;
 
 fn datagrams(name: &str) -> Vec<roce_packet::frame::RoceDatagram> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(name);
+    let p = Path::new(crate::CRATE_DIR).join("tests/data").join(name);
     let frames = read_capture_file(&p).expect("fixture");
     frames
         .iter()

@@ -121,7 +121,7 @@ pub fn compile_c(name: &str, header: &str, lib_dir: &Path, libs: &[&str]) -> Opt
     let dir = std::env::temp_dir().join(format!("roce-c-tests-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let exe = dir.join(name);
-    let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
+    let c = Path::new(crate::CRATE_DIR).join("tests/c");
     let o = std::process::Command::new("cc")
         .args(["-O1", "-g", "-Wall", "-pthread", "-o"])
         .arg(&exe)
@@ -311,7 +311,7 @@ pub fn both_succeeded(what: &str, client: &Finished, server: &Finished) -> (Stri
 /// suppressions (`tests/data/valgrind.supp`, each with its reason).
 pub fn valgrind() -> Option<(PathBuf, Vec<String>)> {
     let vg = need("valgrind", "valgrind")?;
-    let supp = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/valgrind.supp");
+    let supp = Path::new(crate::CRATE_DIR).join("tests/data/valgrind.supp");
     let args = vec![
         "--error-exitcode=9".to_string(),
         "--errors-for-leak-kinds=none".to_string(),
