@@ -239,8 +239,11 @@ fn pair(
     let c = spawn(client);
     let end = std::time::Instant::now() + limit;
     let co = finish(c, end);
-    // (a server that runs until killed, like qperf's, has 3 s after its client)
-    let so = finish(s, std::time::Instant::now() + std::time::Duration::from_secs(3));
+    // a server that ends by itself has 3 s after its client; one that runs
+    // until killed (qperf's: its client's status is the result) is killed
+    // at once
+    let grace = if server.first().is_some_and(|p| p.ends_with("qperf")) { 0 } else { 3000 };
+    let so = finish(s, std::time::Instant::now() + std::time::Duration::from_millis(grace));
     (co, so)
 }
 

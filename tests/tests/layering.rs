@@ -201,9 +201,14 @@ fn every_test_file_is_built() {
         if !toml.lines().any(|l| l.trim() == "autotests = false") {
             continue;
         }
-        let all_rs = dir.join("tests/all.rs").canonicalize().expect("tests/all.rs");
-        assert!(targets.contains(&all_rs), "{}/tests/all.rs is no package's [[test]]", c.dir);
-        let all = std::fs::read_to_string(&all_rs).expect("tests/all.rs");
+        let all_rs = dir.join("tests/all.rs");
+        let all = match all_rs.canonicalize() {
+            Ok(p) => {
+                assert!(targets.contains(&p), "{}/tests/all.rs is no package's [[test]]", c.dir);
+                std::fs::read_to_string(&p).expect("tests/all.rs")
+            }
+            Err(_) => String::new(), // every file a [[test]] of its own (sim/)
+        };
         let mods: BTreeSet<String> = all
             .lines()
             .filter_map(|l| l.trim().strip_prefix("mod "))
