@@ -18,7 +18,12 @@
 //! 20 s (its steward re-mapped after its engine had stopped and waited for
 //! its own probe answer), stalling members that joined or left meanwhile.
 
-use crate::common;
+// An executable of its own (roce-tests' `libibverbs_shared_device`), as
+// before the tests were folded: up to 32 processes at a time want no other
+// test of the drop-in (valgrind, perftest) running beside them.
+#[path = "common/mod.rs"]
+mod common;
+const CRATE_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../libibverbs");
 use common::{assert_perftest_result, need, text, which};
 
 use std::collections::BTreeSet;
