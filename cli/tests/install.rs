@@ -186,6 +186,13 @@ fn without_the_libraries_the_errors_name_roce_install() {
     let o = roce(&exe).args(["install", "--from"]).arg(&s.0).output().unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", show(&o));
     assert!(text(&o.stderr).contains("has no libibverbs.so.1"), "{}", show(&o));
+    // --from a directory with the drop-in but not the preload shim
+    let half = s.0.join("half");
+    std::fs::create_dir_all(&half).unwrap();
+    std::fs::write(half.join("libibverbs.so.1"), b"not installed").unwrap();
+    let o = roce(&exe).args(["install", "--from"]).arg(&half).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", show(&o));
+    assert!(text(&o.stderr).contains("has no libroce_preload.so"), "{}", show(&o));
     assert!(!lib.exists(), "nothing installed");
 }
 
