@@ -121,6 +121,14 @@ counters!(
     /// kernel device would have pinned them): a peer's WRITE, READ or
     /// atomic gets a remote access error NAK, a local post an error.
     region_faults,
+    /// Ours: UD datagrams sent to a multicast group.
+    mcast_sent,
+    /// Ours: multicast datagrams delivered to at least one attached QP (each
+    /// QP then takes a receive of its own, or counts `ud_dropped`).
+    mcast_rcvd,
+    /// Ours: multicast datagrams for a group no QP of the device is
+    /// attached to (or none ready to receive).
+    mcast_dropped,
 );
 
 impl fmt::Display for Counters {

@@ -146,6 +146,8 @@ pub struct Hca {
     /// The ACKs and NAKs destroyed QPs still owed their peers: they leave
     /// first ([`Hca::destroy_qp`]).
     pub(crate) parting: std::collections::VecDeque<crate::io::Datagram>,
+    /// Multicast groups and their QPs ([`crate::mcast`]).
+    pub(crate) mcast: crate::mcast::McastTable,
 }
 
 impl Hca {
@@ -201,6 +203,7 @@ impl Hca {
             rx_icrc: cfg.link.rx_icrc,
             mutant,
             cm,
+            mcast: Default::default(),
         }
         .with_ack_delay()
     }
@@ -870,6 +873,9 @@ impl Hca {
     /// `ibv_destroy_qp` (outstanding work is dropped without completions).
     pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), QpLookupError> {
         let mut qp = self.qps.remove(&qpn).ok_or(QpLookupError::UnknownQp(qpn))?;
+        // (the verbs refuse to destroy an attached QP, EBUSY; a core user
+        // that does is not left with attachments to a QP that is gone)
+        self.mcast.remove_qp(qpn);
         // The ACKs, NAKs and atomic ACKs it still owes leave (READ
         // responses do not): a NIC sends them as the packets arrive, before
         // the program can see the completion that lets it destroy the QP.
@@ -981,11 +987,15 @@ impl Hca {
             signaled,
             read_start: Psn::new(0),
         };
+        let to_group = w.wr.ud.is_some_and(|u| crate::mcast::is_mcast_gid(u.ah.dgid));
         if qp.state == QpState::Err {
             let wc = qp.send_wc(&w, WcStatus::WrFlushErr);
             qp.retire_send(&mut self.dev.sink, Some(wc));
         } else {
             qp.sq.push_back(w);
+            if to_group {
+                self.dev.counters.mcast_sent += 1;
+            }
         }
         drop(entry); // re-files the QP (qp_table)
         self.settle();

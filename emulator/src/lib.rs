@@ -60,6 +60,7 @@ mod dev;
 pub mod error;
 pub mod hca;
 pub mod io;
+pub mod mcast;
 mod mem;
 pub mod mutant;
 pub mod mw;
@@ -80,6 +81,7 @@ pub use counters::Counters;
 pub use error::*;
 pub use hca::{Hca, HcaConfig, MrInfo};
 pub use io::{Datagram, LinkProfile, RegionBody, RxIcrc, SansIo};
+pub use mcast::{McastError, MCAST_QPN};
 pub use mutant::Mutant;
 pub use mw::{MwBind, MwBindWr, MwError, MwHandle, MwType};
 pub use objects::{

@@ -170,6 +170,12 @@ pub struct DeviceAttr {
     pub max_mw: u32,
     /// Address handles per device.
     pub max_ah: u32,
+    /// Multicast groups per device (rxe: 8192).
+    pub max_mcast_grp: u32,
+    /// QPs attached to one multicast group (rxe: 56).
+    pub max_mcast_qp_attach: u32,
+    /// Attachments of QPs to groups, device-wide (rxe: 0x70000).
+    pub max_total_mcast_qp_attach: u32,
 }
 
 impl Default for DeviceAttr {
@@ -195,6 +201,9 @@ impl Default for DeviceAttr {
             max_srq_sge: 32,
             max_mw: 1 << 16,
             max_ah: 1 << 16,
+            max_mcast_grp: 8192,
+            max_mcast_qp_attach: 56,
+            max_total_mcast_qp_attach: 0x70000,
         }
     }
 }

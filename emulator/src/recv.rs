@@ -101,6 +101,17 @@ impl Hca {
             self.cm.receive(&mut self.dev.counters, now, &repr, pkt.payload(), d);
             return Ok(());
         }
+        // the multicast QPN: every QP attached to the destination group
+        if qpn.value() == crate::mcast::MCAST_QPN {
+            if info.transport != Transport::Ud || !info.is_request() {
+                return Err(DropReason::BadOpcode);
+            }
+            if repr.bth.pkey.value() & 0x7FFF != 0x7FFF {
+                return Err(DropReason::BadPkey);
+            }
+            self.receive_mcast(&repr, pkt.payload(), d);
+            return Ok(());
+        }
         let qpn = match self.qps.get(&qpn) {
             None if mutant::is(self.mutant, Mutant::MisroutesUnknownQp) => {
                 self.misrouted(info.transport).unwrap_or(qpn)

@@ -1,7 +1,7 @@
 //! Unreliable Datagram QPs: one packet per message, DETH, GRH in the buffer.
 
 use roce_emulator::*;
-use roce_packet::{Opcode, Psn};
+use roce_packet::{Opcode, Psn, Qpn, RoceRepr};
 use roce_sim::testkit::*;
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -102,4 +102,125 @@ fn ud_post_checks() {
     );
     let wr = SendWr::new(1, WrOpcode::RdmaWrite).ud(to_b(&p), 5, UD_QKEY);
     assert!(matches!(p.a.hca.post_send(q, wr), Err(PostSendError::UnsupportedOpcode { .. })));
+}
+
+// ---- multicast (roce_emulator::mcast) ----
+
+const GROUP: IpAddr = IpAddr::V4(Ipv4Addr::new(239, 1, 2, 3));
+
+/// A's datagrams after posting `wr` (none lost, none delivered yet).
+fn a_sends(p: &mut Pair, wr: SendWr) -> Vec<Datagram> {
+    p.a.post(wr);
+    std::iter::from_fn(|| p.a.hca.poll_transmit(p.now)).collect()
+}
+
+/// A second UD QP on B with Q_Key `qkey`, in RTS, a receive posted at
+/// region offset `off`.
+fn b_ud_qp(p: &mut Pair, qkey: u32, off: u64) -> Qpn {
+    let init = qp_init(p.b.pd, p.b.cq, QpType::Ud, qp_cap(8, 8), false);
+    let q = p.b.hca.create_qp(init).unwrap();
+    ud_up(&mut p.b.hca, q, qkey, 0).unwrap();
+    let wr = RecvWr::new(100 + u64::from(q.value()), p.b.addr(off), 256, p.b.mr.lkey);
+    p.b.hca.post_recv(q, wr).unwrap();
+    q
+}
+
+#[test]
+fn multicast_datagram_reaches_every_attached_qp_once() {
+    let mut p = ud();
+    let q1 = b_ud_qp(&mut p, UD_QKEY, 0);
+    let q2 = b_ud_qp(&mut p, UD_QKEY, 1024);
+    let q3 = b_ud_qp(&mut p, 0x3333, 2048); // another Q_Key: drops it
+    let q4 = b_ud_qp(&mut p, UD_QKEY, 3072); // not attached
+                                             // the first QP of a group is news for the driver, the next are not
+    assert_eq!(p.b.hca.attach_mcast(q1, GROUP), Ok(true));
+    assert_eq!(p.b.hca.attach_mcast(q2, GROUP), Ok(false));
+    assert_eq!(p.b.hca.attach_mcast(q2, GROUP), Ok(false), "twice: a no-op");
+    assert_eq!(p.b.hca.attach_mcast(q3, "::ffff:239.1.2.3".parse().unwrap()), Ok(false));
+    assert_eq!(p.b.hca.mcast_groups(q2), vec![GROUP]);
+    let data = pattern(64, 9);
+    p.a.write_mem(0, &data);
+    let wr = SendWr::new(1, WrOpcode::SendWithImm)
+        .sge(p.a.addr(0), 64, p.a.mr.lkey)
+        .with_imm(0x77)
+        .ud(AhAttr::new(GROUP), MCAST_QPN, UD_QKEY);
+    let sent = a_sends(&mut p, wr);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].endpoints.dst, GROUP);
+    let (r, _) = RoceRepr::parse_bytes(&sent[0].payload).unwrap();
+    assert_eq!(r.bth.dest_qp.value(), 0xFF_FFFF);
+    assert_eq!(p.a.counters().mcast_sent, 1);
+    p.to_b(sent[0].clone());
+    let mut wc = p.b.poll();
+    wc.sort_by_key(|w| w.qp_num);
+    assert_eq!(wc.iter().map(|w| Qpn::new(w.qp_num)).collect::<Vec<_>>(), vec![q1, q2]);
+    for (w, off) in wc.iter().zip([0u64, 1024]) {
+        assert_eq!((w.status, w.byte_len, w.imm), (WcStatus::Success, 40 + 64, Some(0x77)));
+        assert_eq!(w.src_qp, p.a.qpn.value());
+        // the GRH area's IPv4 destination is the group
+        assert_eq!(p.b.read_mem(off + 20 + 16, 4), [239, 1, 2, 3]);
+        assert_eq!(p.b.read_mem(off + 40, 64), data);
+    }
+    let c = p.b.counters();
+    assert_eq!((c.mcast_rcvd, c.mcast_dropped, c.ud_dropped), (1, 0, 1), "Q_Key of q3");
+    assert_eq!(c.rdma_recvs, 2);
+    let _ = q4;
+    // detached: the last QP leaving the group is news for the driver
+    assert_eq!(p.b.hca.detach_mcast(q1, GROUP), Ok(false));
+    assert_eq!(p.b.hca.detach_mcast(q2, GROUP), Ok(false));
+    assert_eq!(p.b.hca.detach_mcast(q3, GROUP), Ok(true));
+    assert_eq!(p.b.hca.detach_mcast(q3, GROUP), Err(McastError::NotAttached(q3, GROUP)));
+    p.to_b(sent[0].clone());
+    assert!(p.b.poll().is_empty());
+    assert_eq!(p.b.counters().mcast_dropped, 1);
+}
+
+#[test]
+fn multicast_attach_checks_are_rxes() {
+    let mut p = ud();
+    let q = p.b.qpn;
+    let e = p.b.hca.attach_mcast(q, IpAddr::V4(Ipv4Addr::new(10, 1, 1, 1)));
+    assert!(matches!(e, Err(McastError::NotMulticast(_))));
+    assert_eq!(e.unwrap_err().errno(), libc_einval());
+    let ff: IpAddr = "ff0e::1234".parse().unwrap();
+    assert_eq!(p.b.hca.attach_mcast(q, ff), Ok(true));
+    assert_eq!(
+        p.b.hca.attach_mcast(Qpn::new(0x999), ff),
+        Err(McastError::UnknownQp(Qpn::new(0x999)))
+    );
+    let rc = p.b.rc_qp(4, 0, false, None);
+    assert_eq!(p.b.hca.attach_mcast(rc, ff), Err(McastError::NotUd(rc)));
+    // at most 56 QPs in one group (rxe's max_mcast_qp_attach)
+    let g = IpAddr::V4(Ipv4Addr::new(239, 9, 9, 9));
+    for _ in 0..56 {
+        let init = qp_init(p.b.pd, p.b.cq, QpType::Ud, qp_cap(1, 1), false);
+        let u = p.b.hca.create_qp(init).unwrap();
+        p.b.hca.attach_mcast(u, g).unwrap();
+    }
+    let init = qp_init(p.b.pd, p.b.cq, QpType::Ud, qp_cap(1, 1), false);
+    let u = p.b.hca.create_qp(init).unwrap();
+    let e = p.b.hca.attach_mcast(u, g).unwrap_err();
+    assert_eq!((e.clone(), e.errno()), (McastError::TooMany("QPs in the group"), 12));
+    assert_eq!(p.b.hca.query_device().max_mcast_qp_attach, 56);
+    // a destroyed QP leaves its groups
+    p.b.hca.destroy_qp(q).unwrap();
+    assert!(p.b.hca.mcast_table().iter().all(|(g, _)| *g != ff));
+}
+
+#[test]
+fn multicast_qpn_on_a_non_ud_opcode_is_dropped_as_bad_opcode() {
+    let mut p = ud();
+    p.b.hca.attach_mcast(p.b.qpn, GROUP).unwrap();
+    p.b.post_recv(1, 0, 256);
+    // an RC SEND to the multicast QPN and the group's address
+    let r = sized(&request(Opcode::RC_SEND_ONLY, Qpn::new(MCAST_QPN), 0), 8);
+    let d = roce_sim::packet::PacketBuilder::new(IP_A, GROUP).datagram(&r, &[1; 8]);
+    p.to_b(d);
+    assert!(p.b.poll().is_empty());
+    let c = p.b.counters();
+    assert_eq!((c.bad_opcode, c.mcast_rcvd), (1, 0));
+}
+
+fn libc_einval() -> i32 {
+    22
 }
