@@ -109,6 +109,9 @@ counters! {
     /// Receive arenas allocated (the arena's memory is reused in place
     /// whenever every datagram copied into it was dropped).
     rx_arenas,
+    /// Messages read from the sockets of multicast groups the device joined
+    /// ([`crate::UdpTransport::join_group`]).
+    mcast_in,
 }
 
 impl TransportCounters {

@@ -152,6 +152,9 @@ struct Port<N, T> {
     dirty: AtomicBool,
     /// Engine time (ns) of the last flush of a post.
     last_post: AtomicU64,
+    /// A duplicate of the transport's multicast descriptor
+    /// ([`Link::group_fd`]), once a group is joined: slept on too.
+    gfd: std::sync::OnceLock<OwnedFd>,
 }
 
 struct State {
@@ -223,6 +226,7 @@ impl<N: SansIo + Send + 'static, T: Link> Engine<N, T> {
                 expect: AtomicUsize::new(0),
                 dirty: AtomicBool::new(false),
                 last_post: AtomicU64::new(0),
+                gfd: std::sync::OnceLock::new(),
                 io: Mutex::new(Io { t, rx: Vec::new(), tx: Vec::new(), blocked: false }),
             });
         }
@@ -567,10 +571,72 @@ impl<N: SansIo + Send + 'static, T: Link> Engine<N, T> {
     fn readable(&self) -> Vec<bool> {
         let mut fds: Vec<PollFd<'_>> =
             self.ports.iter().map(|p| PollFd::new(p.fd.as_fd(), PollFlags::POLLIN)).collect();
+        self.push_group_fds(&mut fds);
         match nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO) {
-            Ok(_) => fds.iter().map(|f| f.revents().is_some_and(|r| !r.is_empty())).collect(),
+            Ok(_) => self.port_readiness(&fds),
             Err(_) => vec![true; self.ports.len()],
         }
+    }
+
+    /// The multicast descriptors of the ports that have one, after the
+    /// ports' own (see [`Engine::port_readiness`]).
+    fn push_group_fds<'a>(&'a self, fds: &mut Vec<PollFd<'a>>) {
+        for p in &self.ports {
+            if let Some(g) = p.gfd.get() {
+                fds.push(PollFd::new(g.as_fd(), PollFlags::POLLIN));
+            }
+        }
+    }
+
+    /// Which ports are ready, from `fds` as built by the callers: one per
+    /// port, then [`Engine::push_group_fds`]'s (a port is ready when its
+    /// socket or its groups are).
+    fn port_readiness(&self, fds: &[PollFd<'_>]) -> Vec<bool> {
+        let ready = |f: &PollFd<'_>| f.revents().is_some_and(|r| !r.is_empty());
+        let mut out: Vec<bool> = fds[..self.ports.len()].iter().map(ready).collect();
+        let mut k = self.ports.len();
+        for (i, p) in self.ports.iter().enumerate() {
+            if p.gfd.get().is_some() {
+                out[i] |= fds.get(k).is_some_and(ready);
+                k += 1;
+            }
+        }
+        out
+    }
+
+    /// Join the multicast group `group` on the transport of `node`'s port
+    /// (see [`Link::join_group`]); the thread is woken to sleep on the
+    /// group's socket too.
+    pub fn join_group(&self, node: &Arc<Mutex<N>>, group: std::net::IpAddr) -> std::io::Result<()> {
+        let p = self.port_of(node)?;
+        {
+            let mut io = lock(&p.io);
+            io.t.join_group(group)?;
+            if p.gfd.get().is_none() {
+                if let Some(fd) = io.t.group_fd() {
+                    let _ = p.gfd.set(fd.try_clone_to_owned()?);
+                }
+            }
+        }
+        self.notify();
+        Ok(())
+    }
+
+    /// Leave the multicast group `group` on `node`'s port.
+    pub fn leave_group(
+        &self,
+        node: &Arc<Mutex<N>>,
+        group: std::net::IpAddr,
+    ) -> std::io::Result<()> {
+        let p = self.port_of(node)?;
+        let r = lock(&p.io).t.leave_group(group);
+        r
+    }
+
+    fn port_of(&self, node: &Arc<Mutex<N>>) -> std::io::Result<&Port<N, T>> {
+        self.ports.iter().find(|p| Arc::ptr_eq(&p.node, node)).ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::NotFound, "no such device on this engine")
+        })
     }
 
     fn after_progress(&self) {
@@ -720,6 +786,7 @@ impl<N: SansIo + Send + 'static, T: Link> Engine<N, T> {
                 PollFd::new(p.fd.as_fd(), ev)
             })
             .collect();
+        self.push_group_fds(&mut fds);
         fds.push(PollFd::new(wake.as_fd(), PollFlags::POLLIN));
         let n = match nix::poll::ppoll(&mut fds, Some(TimeSpec::from_duration(wait)), None) {
             Ok(n) => n,
@@ -736,7 +803,7 @@ impl<N: SansIo + Send + 'static, T: Link> Engine<N, T> {
         if n == 0 {
             return None;
         }
-        Some(fds[..last].iter().map(|f| f.revents().is_some_and(|r| !r.is_empty())).collect())
+        Some(self.port_readiness(&fds[..last]))
     }
 
     /// Whether callers own the sockets now (one waits, or ran a round within

@@ -357,6 +357,18 @@ impl<T: Link> Link for FaultyTransport<T> {
             self.counters.pairs().iter().map(|(k, v)| format!("{k}={v}")).collect();
         eprintln!("roce faults ({}; {:?}): {}", self.name, self.spec, p.join(" "));
     }
+
+    fn join_group(&mut self, group: std::net::IpAddr) -> io::Result<()> {
+        self.inner.join_group(group)
+    }
+
+    fn leave_group(&mut self, group: std::net::IpAddr) -> io::Result<()> {
+        self.inner.leave_group(group)
+    }
+
+    fn group_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.inner.group_fd()
+    }
 }
 
 #[cfg(test)]

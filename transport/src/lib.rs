@@ -20,6 +20,7 @@ pub mod ceiling;
 pub mod counters;
 pub mod engine;
 pub mod faults;
+pub(crate) mod mcast;
 pub mod node_thread;
 pub mod pcap;
 pub mod raw;

@@ -7,8 +7,8 @@ use crate::counters::TransportCounters;
 use crate::udp::{SendOutcome, UdpTransport};
 use roce_emulator::Datagram;
 use std::io;
-use std::net::SocketAddr;
-use std::os::fd::AsFd;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 
 /// What the driver needs from a transport ([`UdpTransport`] implements it;
@@ -32,6 +32,24 @@ pub trait Link: AsFd + Send + 'static {
     fn counters(&self) -> Arc<TransportCounters>;
     /// Called when the driver stops (flush recordings).
     fn finish(&mut self) {}
+    /// Receive the datagrams of the IP multicast group `group` from now on
+    /// (a UDP device: see `crate::mcast`). The default: not supported.
+    fn join_group(&mut self, group: IpAddr) -> io::Result<()> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("this transport cannot join the multicast group {group}"),
+        ))
+    }
+    /// Stop receiving `group`'s datagrams.
+    fn leave_group(&mut self, group: IpAddr) -> io::Result<()> {
+        let _ = group;
+        Ok(())
+    }
+    /// A descriptor that is readable when a joined group has a datagram
+    /// waiting (`None` before the first join). The engine sleeps on it too.
+    fn group_fd(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
 }
 
 impl Link for UdpTransport {
@@ -55,6 +73,15 @@ impl Link for UdpTransport {
     }
     fn finish(&mut self) {
         self.flush_pcap();
+    }
+    fn join_group(&mut self, group: IpAddr) -> io::Result<()> {
+        UdpTransport::join_group(self, group)
+    }
+    fn leave_group(&mut self, group: IpAddr) -> io::Result<()> {
+        UdpTransport::leave_group(self, group)
+    }
+    fn group_fd(&self) -> Option<BorrowedFd<'_>> {
+        UdpTransport::group_fd(self)
     }
 }
 
@@ -81,5 +108,14 @@ impl Link for Box<dyn Link> {
     }
     fn finish(&mut self) {
         (**self).finish()
+    }
+    fn join_group(&mut self, group: IpAddr) -> io::Result<()> {
+        (**self).join_group(group)
+    }
+    fn leave_group(&mut self, group: IpAddr) -> io::Result<()> {
+        (**self).leave_group(group)
+    }
+    fn group_fd(&self) -> Option<BorrowedFd<'_>> {
+        (**self).group_fd()
     }
 }

@@ -205,6 +205,8 @@ pub struct UdpTransport {
     pcap: Option<PcapRecorder>,
     /// The member's slot when the device is shared ([`crate::steer`]).
     steer: Option<SteerTap>,
+    /// Multicast groups joined ([`crate::mcast`]).
+    groups: crate::mcast::Groups,
 }
 
 fn to_std(a: &SockaddrStorage) -> Option<SocketAddr> {
@@ -275,6 +277,7 @@ impl UdpTransport {
             let _ = nsock::setsockopt(&sock, sockopt::SndBuf, &sz);
             let _ = nsock::setsockopt(&sock, sockopt::RcvBuf, &sz);
         }
+        crate::mcast::set_sender(&sock, local.ip());
         let gso = cfg.gso && gso_supported(sock.as_fd());
         let gro = cfg.gro && enable_gro(sock.as_fd());
         let batch = cfg.batch.max(1);
@@ -299,6 +302,7 @@ impl UdpTransport {
             last_id: HashMap::default(),
             pcap,
             steer: None,
+            groups: Default::default(),
             cfg,
         })
     }
@@ -702,6 +706,9 @@ impl UdpTransport {
     /// (a ping-pong in one thread: exactly one), the kernel then does not
     /// look for a further message that is not there.
     pub fn recv_at_most(&mut self, out: &mut Vec<Datagram>, max: usize) -> io::Result<usize> {
+        if !self.groups.socks.is_empty() {
+            self.recv_groups(out);
+        }
         self.take_back();
         let vlen = self.rx_bufs.len().min(max.max(1));
         if self.found_none && vlen > 1 {
@@ -723,29 +730,8 @@ impl UdpTransport {
     /// [`Self::recv_at_most`]: one read of at most `vlen` messages.
     fn recv_batch(&mut self, out: &mut Vec<Datagram>, vlen: usize) -> io::Result<usize> {
         if vlen == 1 {
-            // One message: a plain `recvmsg` into the first buffer (no
-            // header array to allocate, nothing after it for the kernel to
-            // look for). nix rebuilds `msg_controllen` from the buffer's
-            // capacity on every call.
             let fd = self.sock.as_raw_fd();
-            let mut iov = [IoSliceMut::new(&mut self.rx_bufs[0][..])];
-            let r = nsock::recvmsg::<SockaddrStorage>(
-                fd,
-                &mut iov,
-                Some(&mut self.cmsg1),
-                MsgFlags::MSG_DONTWAIT,
-            );
-            match r {
-                Ok(m) => {
-                    let one = [RxMsg::of(&m)];
-                    return Ok(self.take_messages(&one, out));
-                }
-                Err(Errno::EAGAIN) | Err(Errno::EINTR) => return Ok(0),
-                Err(e) => {
-                    TransportCounters::add(&self.counters.recv_errors, 1);
-                    return Err(e.into());
-                }
-            }
+            return self.recv_one(fd, None, out);
         }
         let mut msgs: Vec<RxMsg> = Vec::with_capacity(vlen);
         // Rebuilt per call: nix's recvmmsg does not reset `msg_controllen`
@@ -775,9 +761,87 @@ impl UdpTransport {
         Ok(self.take_messages(&msgs, out))
     }
 
+    /// One message: a plain `recvmsg` from `fd` into the first buffer (no
+    /// header array to allocate, nothing after it for the kernel to look
+    /// for); `group` when `fd` is a multicast group's socket. nix rebuilds
+    /// `msg_controllen` from the buffer's capacity on every call.
+    fn recv_one(
+        &mut self,
+        fd: std::os::fd::RawFd,
+        group: Option<IpAddr>,
+        out: &mut Vec<Datagram>,
+    ) -> io::Result<usize> {
+        let mut iov = [IoSliceMut::new(&mut self.rx_bufs[0][..])];
+        let r = nsock::recvmsg::<SockaddrStorage>(
+            fd,
+            &mut iov,
+            Some(&mut self.cmsg1),
+            MsgFlags::MSG_DONTWAIT,
+        );
+        match r {
+            Ok(m) => {
+                let one = [RxMsg::of(&m)];
+                Ok(self.take_messages_to(&one, group, out))
+            }
+            Err(Errno::EAGAIN) | Err(Errno::EINTR) => Ok(0),
+            Err(e) => {
+                TransportCounters::add(&self.counters.recv_errors, 1);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// What waits on the multicast groups' sockets (a batch at most each).
+    fn recv_groups(&mut self, out: &mut Vec<Datagram>) {
+        for i in 0..self.groups.socks.len() {
+            let (g, fd) = {
+                let (g, s) = &self.groups.socks[i];
+                (*g, s.as_raw_fd())
+            };
+            for _ in 0..self.rx_bufs.len() {
+                self.take_back();
+                match self.recv_one(fd, Some(g), out) {
+                    Ok(n) if n > 0 => TransportCounters::add(&self.counters.mcast_in, 1),
+                    _ => break,
+                }
+            }
+        }
+    }
+
+    /// Join the multicast group `group` (see [`crate::mcast`]).
+    pub fn join_group(&mut self, group: IpAddr) -> io::Result<()> {
+        self.groups.join(group, self.local.ip(), DEFAULT_PORT)
+    }
+
+    /// Leave the multicast group `group`.
+    pub fn leave_group(&mut self, group: IpAddr) -> io::Result<()> {
+        self.groups.leave(group)
+    }
+
+    /// The groups joined.
+    pub fn groups(&self) -> Vec<IpAddr> {
+        self.groups.socks.iter().map(|(g, _)| *g).collect()
+    }
+
+    /// A descriptor readable when a group's socket has a datagram.
+    pub fn group_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.groups.fd()
+    }
+
     /// Split, check and deliver the messages just read into the receive
     /// buffers (message i in buffer i); returns how many there were.
     fn take_messages(&mut self, msgs: &[RxMsg], out: &mut Vec<Datagram>) -> usize {
+        self.take_messages_to(msgs, None, out)
+    }
+
+    /// [`Self::take_messages`] of messages read from the socket of the
+    /// multicast group `group` (not steered: every member takes its copy).
+    fn take_messages_to(
+        &mut self,
+        msgs: &[RxMsg],
+        group: Option<IpAddr>,
+        out: &mut Vec<Datagram>,
+    ) -> usize {
         if !msgs.is_empty() {
             TransportCounters::add(&self.counters.recv_syscalls, 1);
         }
@@ -802,9 +866,9 @@ impl UdpTransport {
             }
             let ep = UdpEndpoints {
                 src: peer.ip(),
-                dst: self.local.ip(),
+                dst: group.unwrap_or(self.local.ip()),
                 src_port: peer.port(),
-                dst_port: self.local.port(),
+                dst_port: if group.is_some() { DEFAULT_PORT } else { self.local.port() },
             };
             // A large message (a GRO batch, or one big datagram) is handed
             // out without a copy: its datagrams are slices of the buffer,
@@ -820,7 +884,7 @@ impl UdpTransport {
             };
             for k in 0..nseg {
                 let range = k * seg..((k + 1) * seg).min(len);
-                self.deliver(&ep, i, whole.as_ref(), range, k, out);
+                self.deliver(&ep, i, whole.as_ref(), range, k, group.is_none(), out);
             }
         }
         msgs.len()
@@ -859,6 +923,7 @@ impl UdpTransport {
         whole: Option<&Bytes>,
         r: Range<usize>,
         k: usize,
+        steered: bool,
         out: &mut Vec<Datagram>,
     ) {
         // (the counters by field, not a clone of the Arc per datagram)
@@ -869,7 +934,7 @@ impl UdpTransport {
         };
         TransportCounters::add(&c.dgrams_in, 1);
         TransportCounters::add(&c.bytes_in, payload.len() as u64);
-        if let Some(tap) = &self.steer {
+        if let Some(tap) = self.steer.as_ref().filter(|_| steered) {
             match tap.classify(payload) {
                 Verdict::Mine => {}
                 Verdict::Foreign(slot) => {

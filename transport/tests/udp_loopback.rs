@@ -541,3 +541,45 @@ fn region_bodies_leave_as_their_flat_form() {
         assert_eq!(cb.icrc_bad, 0, "{cb:?}");
     }
 }
+
+#[test]
+fn multicast_group_reaches_every_joined_device_the_sender_included() {
+    // (a group of this test's own: sockets of other suites joined to
+    // another group never see these datagrams)
+    let group: std::net::IpAddr = "239.123.0.1".parse().unwrap();
+    let mut a = bind("127.0.123.2", |_| {});
+    let mut b = bind("127.0.123.3", |_| {});
+    let mut c = bind("127.0.123.4", |_| {});
+    a.join_group(group).expect("join a");
+    b.join_group(group).expect("join b");
+    assert_eq!(b.groups(), vec![group]);
+    assert!(b.group_fd().is_some());
+    b.join_group(group).expect("a second join is a no-op");
+    assert_eq!(b.groups(), vec![group]);
+    let mut ep = core_ep(&a, &b);
+    ep.dst = group;
+    ep.dst_port = 4791;
+    let data = pattern(7, 64);
+    let d = send_only(&ep, 0xFF_FFFF, 9, &data);
+    assert_eq!(a.send(std::slice::from_ref(&d)).consumed, 1);
+    for t in [&mut a, &mut b] {
+        let got = recv_n(t, 1, T);
+        assert_eq!(got.len(), 1, "{:?}", t.snapshot());
+        assert_eq!(body(&got[0].payload), body(&d.payload));
+        assert_eq!((got[0].endpoints.src, got[0].endpoints.dst), (ep.src, group));
+        assert_eq!(got[0].endpoints.dst_port, 4791);
+        // the ICRC holds for the group as the destination address
+        assert!(verify_icrc(&got[0].endpoints, &got[0].meta, &got[0].payload));
+        assert_eq!(t.snapshot().mcast_in, 1);
+    }
+    // c did not join: nothing
+    assert!(recv_n(&mut c, 1, Duration::from_millis(100)).is_empty());
+    // b leaves: the next datagram reaches a only
+    b.leave_group(group).expect("leave");
+    assert!(b.leave_group(group).is_err(), "not joined any more");
+    assert_eq!(a.send(std::slice::from_ref(&d)).consumed, 1);
+    assert_eq!(recv_n(&mut a, 1, T).len(), 1);
+    assert!(recv_n(&mut b, 1, Duration::from_millis(100)).is_empty());
+    // not a group address
+    assert!(c.join_group("10.1.2.3".parse().unwrap()).is_err());
+}
