@@ -916,6 +916,8 @@ impl UdpTransport {
         }
     }
 
+    // (the arguments are one datagram's: where it is and what it is)
+    #[allow(clippy::too_many_arguments)]
     fn deliver(
         &mut self,
         ep: &UdpEndpoints,
