@@ -37,6 +37,10 @@ pub fn is_mcast_gid(gid: IpAddr) -> bool {
 }
 
 /// IPv4-mapped IPv6 addresses as IPv4 (the form datagrams carry).
+pub fn canonical_gid(gid: IpAddr) -> IpAddr {
+    canonical(gid)
+}
+
 pub(crate) fn canonical(gid: IpAddr) -> IpAddr {
     match gid {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),

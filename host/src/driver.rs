@@ -167,6 +167,14 @@ impl<T: Link> Driver for EngineDriver<T> {
         }
     }
 
+    fn join_group(&self, hca: &Arc<Mutex<Hca>>, group: std::net::IpAddr) -> std::io::Result<()> {
+        self.e.join_group(hca, group)
+    }
+
+    fn leave_group(&self, hca: &Arc<Mutex<Hca>>, group: std::net::IpAddr) -> std::io::Result<()> {
+        self.e.leave_group(hca, group)
+    }
+
     fn register_waker(&self, waker: &Waker) -> bool {
         if !self.threaded {
             return false;

@@ -383,6 +383,9 @@ pub(crate) fn device_attr(cx: &Ctx) -> abi::ibv_device_attr {
     d.max_srq = a.max_srq as _;
     d.max_srq_wr = a.max_srq_wr as _;
     d.max_srq_sge = a.max_srq_sge as _;
+    d.max_mcast_grp = a.max_mcast_grp as _;
+    d.max_mcast_qp_attach = a.max_mcast_qp_attach as _;
+    d.max_total_mcast_qp_attach = a.max_total_mcast_qp_attach as _;
     d.max_pkeys = 1;
     d.local_ca_ack_delay = 15;
     d.phys_port_cnt = a.phys_port_cnt;

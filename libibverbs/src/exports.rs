@@ -540,20 +540,19 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
 
 #[export_name = "roce_ibv_attach_mcast_1_1"]
 pub unsafe extern "C" fn ibv_attach_mcast(
-    _q: *mut abi::ibv_qp,
-    _gid: *const abi::ibv_gid,
-    _lid: u16,
+    q: *mut abi::ibv_qp,
+    gid: *const abi::ibv_gid,
+    lid: u16,
 ) -> c_int {
-    diag!("ibv_attach_mcast: multicast is not supported");
-    fail(libc::EOPNOTSUPP)
+    qp::mcast(q, gid, lid, true)
 }
 #[export_name = "roce_ibv_detach_mcast_1_1"]
 pub unsafe extern "C" fn ibv_detach_mcast(
-    _q: *mut abi::ibv_qp,
-    _gid: *const abi::ibv_gid,
-    _lid: u16,
+    q: *mut abi::ibv_qp,
+    gid: *const abi::ibv_gid,
+    lid: u16,
 ) -> c_int {
-    fail(libc::EOPNOTSUPP)
+    qp::mcast(q, gid, lid, false)
 }
 
 // ---------------------------------------------------------------- strings, rates

@@ -357,8 +357,53 @@ pub(crate) unsafe extern "C" fn qp_to_qp_ex(q: *mut abi::ibv_qp) -> *mut abi::ib
     q as *mut abi::ibv_qp_ex
 }
 
+/// `ibv_attach_mcast` (`attach`) and `ibv_detach_mcast`: the GID is the
+/// group's (on RoCE the LID is unused, as in the kernel). Errors as the
+/// kernel's: EINVAL for a QP that is not UD, a GID that is not multicast,
+/// a detach of a group the QP is not in; ENOMEM over the device's limits.
+pub(crate) unsafe fn mcast(
+    q: *mut abi::ibv_qp,
+    gid: *const abi::ibv_gid,
+    _lid: u16,
+    attach: bool,
+) -> libc::c_int {
+    let verb = if attach { "ibv_attach_mcast" } else { "ibv_detach_mcast" };
+    guard_rc(|| {
+        // SAFETY: contract of ibv_attach_mcast / ibv_detach_mcast.
+        let o = unsafe { qp_live(q) }?;
+        if gid.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: gid points to the caller's 16-byte ibv_gid (checked not
+        // NULL); every bit pattern is a valid `raw`.
+        let raw = unsafe { (*gid).raw };
+        let g = std::net::IpAddr::V6(std::net::Ipv6Addr::from(raw));
+        let r = match attach {
+            true => o.qp.attach_mcast(g).map_err(|e| {
+                diag!("{verb}: {e}");
+                e.errno()
+            }),
+            false => o.qp.detach_mcast(g).map_err(|e| {
+                diag!("{verb}: {e}");
+                e.errno()
+            }),
+        };
+        r
+    })
+}
+
 pub(crate) unsafe extern "C" fn destroy_qp(q: *mut abi::ibv_qp) -> libc::c_int {
     guard_rc(|| {
+        // (the kernel's ib_destroy_qp: a QP still attached to a multicast
+        // group is busy)
+        // SAFETY: contract of ibv_destroy_qp (checked live first).
+        if let Ok(o) = unsafe { qp_live(q) } {
+            let groups = o.qp.mcast_groups();
+            if !groups.is_empty() {
+                diag!("ibv_destroy_qp: QP {} is attached to {groups:?}: EBUSY", o.qp.qpn());
+                return Err(libc::EBUSY);
+            }
+        }
         // Nothing refuses a QP's destroy: out of the table at once (of two
         // racing destroys one wins, the other gets EINVAL), then freed.
         handles::lock().take(Kind::Qp, q, "ibv_destroy_qp")?;

@@ -124,6 +124,30 @@ pub trait Driver: Send + Sync + 'static {
         let _ = (hca, service_id);
         Ok(None)
     }
+
+    /// The device whose core is `hca` got its first QP in the multicast
+    /// group `group` (`ibv_attach_mcast`): receive the group's datagrams
+    /// from the wire (a UDP device joins the IP group on its interface).
+    /// The default (a fabric that delivers a group's datagrams to every
+    /// node) does nothing.
+    fn join_group(
+        &self,
+        hca: &std::sync::Arc<std::sync::Mutex<roce_emulator::Hca>>,
+        group: std::net::IpAddr,
+    ) -> std::io::Result<()> {
+        let _ = (hca, group);
+        Ok(())
+    }
+
+    /// The device's last QP in `group` left it: stop receiving it.
+    fn leave_group(
+        &self,
+        hca: &std::sync::Arc<std::sync::Mutex<roce_emulator::Hca>>,
+        group: std::net::IpAddr,
+    ) -> std::io::Result<()> {
+        let _ = (hca, group);
+        Ok(())
+    }
 }
 
 /// Something held for the host while it lives (see [`Driver::host_listen`]).

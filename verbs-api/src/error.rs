@@ -61,3 +61,40 @@ pub(crate) fn destroy_on_drop<E: fmt::Display>(
         tracing::warn!(%id, error = %e, "{verb} in drop failed");
     }
 }
+
+/// `attach_mcast` failed: the device refused, or the wire could not join
+/// the group.
+#[derive(Debug)]
+pub enum McastAttachError {
+    /// The device refused (not UD, not a multicast address, limits).
+    Verb(roce_emulator::McastError),
+    /// Joining the IP group failed (the socket's `IP_ADD_MEMBERSHIP`).
+    Join(std::io::Error),
+}
+
+impl McastAttachError {
+    /// The errno rdma-core gives: the device's, or the join's.
+    pub fn errno(&self) -> i32 {
+        match self {
+            McastAttachError::Verb(e) => e.errno(),
+            McastAttachError::Join(e) => e.raw_os_error().unwrap_or(95), // EOPNOTSUPP
+        }
+    }
+}
+
+impl fmt::Display for McastAttachError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            McastAttachError::Verb(e) => e.fmt(f),
+            McastAttachError::Join(e) => write!(f, "cannot join the IP multicast group: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for McastAttachError {}
+
+impl From<roce_emulator::McastError> for McastAttachError {
+    fn from(e: roce_emulator::McastError) -> Self {
+        McastAttachError::Verb(e)
+    }
+}

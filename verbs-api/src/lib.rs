@@ -49,7 +49,7 @@ pub use channel::{AsyncChannelEvent, AsyncEventChannel, AsyncEventFuture, CompCh
 pub use cq::{Cq, PollCq};
 pub use device::{Context, Device};
 pub use driver::{Budget, Driver, TransportStats};
-pub use error::DestroyError;
+pub use error::{DestroyError, McastAttachError};
 pub use pd::{Mr, Mw, Pd};
 pub use qp::{ConnectOptions, Qp, QpBuilder, QpEndpoint};
 pub use qp_types::{
@@ -61,11 +61,12 @@ pub use roce_emulator::qp_attr::{QpAttrError, ValueProblem};
 pub use roce_emulator::{
     AccessFlags, AhAttr, AllocPdError, AsyncEvent, Counters, CreateCqError, CreateQpError,
     CreateSrqError, DeallocPdError, DeregMrError, DestroyCqError, DestroySrqError, DeviceAttr, Hca,
-    HcaConfig, Instant, ModifyQpError, ModifySrqError, MrAccessError, MrInfo, MwBind, MwBindWr,
-    MwError, MwHandle, MwType, NotifyCqError, PathMtu, PollCqError, PortAttr, PortState,
+    HcaConfig, Instant, McastError, ModifyQpError, ModifySrqError, MrAccessError, MrInfo, MwBind,
+    MwBindWr, MwError, MwHandle, MwType, NotifyCqError, PathMtu, PollCqError, PortAttr, PortState,
     PostRecvError, PostSendError, PostSrqRecvError, QpAttr, QpCap, QpInitAttr, QpLookupError,
     QpState, QpType, RecvWr, RegMrError, RegionMem, ResizeCqError, SendFlags, SendWr, Sge,
     SqRelease, SrqAttr, SrqHandle, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    MCAST_QPN,
 };
 pub use roce_packet::{LKey, Qpn, RKey};
 

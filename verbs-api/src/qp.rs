@@ -1,6 +1,7 @@
 //! Queue pairs (`ibv_qp`) and the connection helpers.
 
-use crate::error::{destroy_on_drop, DestroyError};
+use crate::error::{destroy_on_drop, DestroyError, McastAttachError};
+use crate::objects::Context;
 use crate::objects::Cq;
 use crate::pd::{Mw, Pd};
 use crate::srq::Srq;
@@ -214,6 +215,9 @@ pub(crate) struct QpInner {
 
 impl Drop for QpInner {
     fn drop(&mut self) {
+        if !self.destroyed {
+            leave_all_groups(self.pd.context(), self.qpn);
+        }
         destroy_on_drop(self.destroyed, "destroy_qp", self.qpn, || {
             self.pd.context().lock().destroy_qp(self.qpn)
         });
@@ -386,10 +390,60 @@ impl Qp {
     pub fn destroy(self) -> Result<(), DestroyError<QpLookupError>> {
         let mut inner = DestroyError::sole(self.inner, "QP")?;
         inner.destroyed = true;
+        leave_all_groups(inner.pd.context(), inner.qpn);
         let r = inner.pd.context().lock().destroy_qp(inner.qpn);
         // (the ACKs it still owed its peer leave now)
         inner.pd.context().kick();
         r.map_err(DestroyError::Verb)
+    }
+}
+
+/// Detach `qpn` from every multicast group (a QP going away), leaving on
+/// the wire the groups it was the device's last QP of.
+fn leave_all_groups(ctx: &Context, qpn: Qpn) {
+    let groups = ctx.lock().mcast_groups(qpn);
+    for g in groups {
+        if let Ok(true) = ctx.lock().detach_mcast(qpn, g) {
+            let _ = ctx.driver().leave_group(&ctx.inner.hca, g);
+        }
+    }
+}
+
+impl Qp {
+    /// `ibv_attach_mcast`: this UD QP receives the datagrams sent to the
+    /// multicast group `gid` (an IPv4 224.0.0.0/4 or IPv6 ff00::/8 address,
+    /// IPv4-mapped or not). The device joins the group on the wire with
+    /// its first QP in it. Attaching twice is a no-op.
+    pub fn attach_mcast(&self, gid: IpAddr) -> Result<(), McastAttachError> {
+        let ctx = self.pd().context();
+        let first = ctx.lock().attach_mcast(self.inner.qpn, gid)?;
+        if first {
+            let g = roce_emulator::mcast::canonical_gid(gid);
+            if let Err(e) = ctx.driver().join_group(&ctx.inner.hca, g) {
+                let _ = ctx.lock().detach_mcast(self.inner.qpn, gid);
+                return Err(McastAttachError::Join(e));
+            }
+        }
+        Ok(())
+    }
+
+    /// `ibv_detach_mcast`; the device leaves the group on the wire with its
+    /// last QP.
+    pub fn detach_mcast(&self, gid: IpAddr) -> Result<(), roce_emulator::McastError> {
+        let ctx = self.pd().context();
+        let last = ctx.lock().detach_mcast(self.inner.qpn, gid)?;
+        if last {
+            let g = roce_emulator::mcast::canonical_gid(gid);
+            if let Err(e) = ctx.driver().leave_group(&ctx.inner.hca, g) {
+                tracing::debug!(group = %g, error = %e, "leaving the IP multicast group failed");
+            }
+        }
+        Ok(())
+    }
+
+    /// The multicast groups this QP is attached to.
+    pub fn mcast_groups(&self) -> Vec<IpAddr> {
+        self.pd().context().lock().mcast_groups(self.inner.qpn)
     }
 }
 
