@@ -285,7 +285,7 @@ fn c_program_private_data_nonblocking_fd_reject_own_qp_and_errnos() {
     for must in [
         "ok   REJECTED: status 28 (consumer), the server's private data, length 148",
         "ok   ESTABLISHED: the server's private data, length 196",
-        "ok   rdma_join_multicast: ENOSYS",
+        "ok   rdma_join_multicast on a TCP id on no device: EINVAL",
         "ok   CONNECT_RESPONSE, own QP to RTR and RTS",
     ] {
         assert!(c.contains(must), "{must}\n{c}");
@@ -307,4 +307,68 @@ fn rdma_server_and_rdma_client_synchronous_endpoints() {
     );
     assert!(c.contains("rdma_client: end 0"), "{c}");
     assert!(s.contains("rdma_server: end 0"), "{s}");
+}
+
+// ---------------------------------------------------------------- multicast
+
+/// Wait (at most 20 s) until `n` sockets are bound to `group`:4791 (the
+/// receivers joined: each process of a device that joins opens one).
+fn wait_group_members(group: [u8; 4], n: usize) {
+    let want = format!("{:08X}:12B7", u32::from_le_bytes(group));
+    let end = Instant::now() + Duration::from_secs(20);
+    loop {
+        let have = std::fs::read_to_string("/proc/net/udp").map_or(0, |t| {
+            t.lines().skip(1).filter(|l| l.split_whitespace().nth(1) == Some(&want)).count()
+        });
+        if have >= n || Instant::now() > end {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// mckey (rdmacm-utils): `receivers` processes on `rx_dev` join `group`,
+/// then a sender on `tx_dev` (send-only with `-o`) sends 20 datagrams;
+/// every receiver must get all of them.
+fn mckey(net: u8, group: [u8; 4], receivers: usize, tx_dev: &str, send_only: bool) {
+    let Some(tool) = need("mckey", "rdmacm-utils") else { return };
+    let g = format!("{}.{}.{}.{}", group[0], group[1], group[2], group[3]);
+    let rx_dev = format!("127.0.{net}.2");
+    let rx: Vec<_> = (0..receivers)
+        .map(|_| {
+            cmd(&tool, net, &["-m", &g, "-b", &rx_dev, "-C", "20"])
+                .spawn()
+                .expect("spawn mckey receiver")
+        })
+        .collect();
+    wait_group_members(group, receivers);
+    let mut args = vec!["-m", &g, "-b", tx_dev, "-s", "-C", "20"];
+    if send_only {
+        args.push("-o");
+    }
+    let (o, killed) =
+        finish(cmd(&tool, net, &args).spawn().expect("spawn mckey"), Duration::from_secs(30));
+    let s = text(&o.stdout) + &text(&o.stderr);
+    assert!(!killed && o.status.success(), "mckey sender:\n{s}");
+    assert!(s.contains("joined dgid: ::ffff:") && s.contains("data transfers complete"), "{s}");
+    for (i, c) in rx.into_iter().enumerate() {
+        let (o, killed) = finish(c, Duration::from_secs(30));
+        let r = text(&o.stdout) + &text(&o.stderr);
+        assert!(!killed && o.status.success(), "mckey receiver {i}:\n{r}");
+        assert!(
+            r.contains("receiving data transfers") && r.contains("data transfers complete"),
+            "{r}"
+        );
+        assert!(r.contains(&format!("joined dgid: ::ffff:{g} mlid 0x0 sl 0")), "{r}");
+    }
+}
+
+#[test]
+fn mckey_three_receiver_processes_on_one_device_and_a_send_only_sender() {
+    mckey(126, [239, 126, 0, 1], 3, "127.0.126.2", true);
+}
+
+#[test]
+fn mckey_between_two_devices() {
+    mckey(127, [239, 127, 0, 1], 2, "127.0.127.3", false);
 }

@@ -299,3 +299,67 @@ fn cmtime_connects_and_disconnects_every_id() {
         assert_eq!(count(&serr, "RDMA_CM_EVENT_DISCONNECTED"), n, "{rep}");
     }
 }
+
+// ---------------------------------------------------------------- multicast
+
+/// mcast_check (tests/c/mcast_check.c), compiled once.
+fn mcast_check() -> Option<PathBuf> {
+    common::compile_verbs_c_once("mcast_check", &lib_dir())
+}
+
+#[test]
+fn multicast_verbs_deliver_to_attached_qps_with_rxes_errnos() {
+    let Some(exe) = mcast_check() else { return };
+    let out = common::run_within(
+        cmd(&exe, "roce0=udp:127.0.124.2", &["verbs", "239.124.0.1"]),
+        Duration::from_secs(60),
+    );
+    let s = common::passed_all(&out, "mcast_check verbs");
+    for must in [
+        "ok   ibv_query_device: max_mcast_grp 8192, max_mcast_qp_attach 56",
+        "ok   both attached QPs got the datagram",
+        "ok   no completion for the QP with another Q_Key",
+        "ok   attach to a unicast GID: EINVAL",
+        "ok   attach of an RC QP: EINVAL",
+        "ok   ibv_destroy_qp of an attached QP: EBUSY",
+        "ok   after the detaches nothing is received",
+    ] {
+        assert!(s.contains(must), "{must}\n{s}");
+    }
+}
+
+/// Three receiver processes on one shared device and one on a second
+/// device each get every datagram a fifth process sends to the group,
+/// byte for byte.
+#[test]
+fn multicast_reaches_every_process_of_a_shared_device_and_another_device() {
+    let Some(exe) = mcast_check() else { return };
+    let devs = "roce0=udp:127.0.125.2";
+    let other = "roce0=udp:127.0.125.3";
+    let group = "239.125.0.1";
+    let dir = std::env::temp_dir().join(format!("roce-mcast-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let n = "25";
+    let mut rx = Vec::new();
+    for i in 0..4 {
+        let ready = dir.join(format!("ready{i}"));
+        let d = if i < 3 { devs } else { other };
+        let mut c = cmd(&exe, d, &["recv", group, n, ready.to_str().unwrap()]);
+        rx.push((c.spawn().expect("spawn mcast_check recv"), ready));
+    }
+    let end = std::time::Instant::now() + Duration::from_secs(20);
+    while rx.iter().any(|(_, r)| !r.exists()) && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sender = common::run_within(cmd(&exe, devs, &["send", group, n]), Duration::from_secs(30));
+    let s = common::passed_all(&sender, "mcast_check send");
+    assert!(s.contains("ok   sent 25 datagrams"), "{s}");
+    for (i, (child, _)) in rx.into_iter().enumerate() {
+        let (o, killed) = finish(child, Duration::from_secs(30));
+        assert!(!killed, "receiver {i} hung:\n{}", text(&o.stdout));
+        let r = common::passed_all(&o, &format!("receiver {i}"));
+        assert!(r.contains("ok   received 25 of 25 datagrams"), "receiver {i}:\n{r}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

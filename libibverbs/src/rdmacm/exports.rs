@@ -513,6 +513,7 @@ unsafe fn create_qp(
             (*q).state = crate::qp::state_to_c(qo.qp.state());
             (*o.ptr()).c.qp = q;
         }
+        super::mcast::qp_created(o);
         Ok(0)
     })
 }
@@ -636,6 +637,8 @@ pub unsafe extern "C" fn rdma_destroy_qp(idp: *mut rdma_cm_id) {
         }
         let q = o.c.qp;
         if !q.is_null() {
+            // (the attachments the id's joins made go with the QP)
+            super::mcast::qp_destroying(o);
             // SAFETY: the id's QP, made by rdma_create_qp.
             unsafe {
                 crate::qp::destroy_qp(q);
@@ -983,28 +986,57 @@ pub unsafe extern "C" fn rdma_destroy_ep(idp: *mut rdma_cm_id) {
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_join_multicast(
-    _id: *mut rdma_cm_id,
-    _addr: *mut sockaddr,
-    _context: *mut c_void,
+    idp: *mut rdma_cm_id,
+    addr: *mut sockaddr,
+    context: *mut c_void,
 ) -> c_int {
-    set_errno(libc::ENOSYS);
-    -1
+    guard_neg(|| {
+        let o = idobj(idp)?;
+        // SAFETY: the caller's sockaddr of its family's size.
+        let a = unsafe { super::mcast::group_addr(addr) }?;
+        super::mcast::join(o, a, super::mcast::RDMA_MC_JOIN_FLAG_FULLMEMBER, context)?;
+        Ok(0)
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_join_multicast_ex(
-    _id: *mut rdma_cm_id,
-    _attr: *mut c_void,
-    _context: *mut c_void,
+    idp: *mut rdma_cm_id,
+    attr: *mut super::mcast::rdma_cm_join_mc_attr_ex,
+    context: *mut c_void,
 ) -> c_int {
-    set_errno(libc::ENOSYS);
-    -1
+    use super::mcast::*;
+    guard_neg(|| {
+        let o = idobj(idp)?;
+        if attr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's rdma_cm_join_mc_attr_ex (checked not NULL).
+        let at = unsafe { &*attr };
+        if at.comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS == 0
+            || at.comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS == 0
+        {
+            return Err(libc::EINVAL);
+        }
+        if at.comp_mask >= RDMA_CM_JOIN_MC_ATTR_RESERVED {
+            return Err(libc::EOPNOTSUPP);
+        }
+        // SAFETY: the caller's sockaddr of its family's size.
+        let a = unsafe { group_addr(at.addr) }?;
+        join(o, a, at.join_flags, context)?;
+        Ok(0)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn rdma_leave_multicast(_id: *mut rdma_cm_id, _addr: *mut sockaddr) -> c_int {
-    set_errno(libc::ENOSYS);
-    -1
+pub unsafe extern "C" fn rdma_leave_multicast(idp: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int {
+    guard_neg(|| {
+        let o = idobj(idp)?;
+        // SAFETY: the caller's sockaddr of its family's size.
+        let a = unsafe { super::mcast::group_addr(addr) }?;
+        super::mcast::leave(o, a)?;
+        Ok(0)
+    })
 }
 
 #[no_mangle]

@@ -21,6 +21,7 @@
 
 pub mod abi;
 mod exports;
+mod mcast;
 
 use crate::abi as v;
 use crate::device::{self, DevEntry};
@@ -669,6 +670,7 @@ pub(crate) unsafe fn destroy_id(p: *mut IdObj) {
     }
     // SAFETY: per the contract, and it was live until just now.
     let b = unsafe { Box::from_raw(p) };
+    mcast::id_destroyed(p as usize);
     let rust: Vec<CmId> = {
         let mut g = global();
         g.ids.retain(|(_, c)| *c != p as usize);
