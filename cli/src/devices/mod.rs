@@ -156,9 +156,9 @@ fn verbose_device(s: &mut String, a: &DeviceAttr) {
     w(s, "max_mw:\t\t\t\t", a.max_mw.to_string());
     w(s, "max_raw_ipv6_qp:\t\t", "0".into());
     w(s, "max_raw_ethy_qp:\t\t", "0".into());
-    w(s, "max_mcast_grp:\t\t\t", "0".into());
-    w(s, "max_mcast_qp_attach:\t\t", "0".into());
-    w(s, "max_total_mcast_qp_attach:\t", "0".into());
+    w(s, "max_mcast_grp:\t\t\t", a.max_mcast_grp.to_string());
+    w(s, "max_mcast_qp_attach:\t\t", a.max_mcast_qp_attach.to_string());
+    w(s, "max_total_mcast_qp_attach:\t", a.max_total_mcast_qp_attach.to_string());
     w(s, "max_ah:\t\t\t\t", a.max_ah.to_string());
     w(s, "max_fmr:\t\t\t", "0".into());
     w(s, "max_srq:\t\t\t", a.max_srq.to_string());
@@ -373,6 +373,14 @@ mod tests {
         // the one value we change on purpose: CQs as deep as a ConnectX's
         // (rxe: 32767), see roce_host::MAX_CQE
         assert!(lines.contains(&"\tmax_cqe:\t\t\t4194303"), "{out}");
+        // multicast: rxe's limits (roce_emulator::mcast)
+        for l in [
+            "\tmax_mcast_grp:\t\t\t8192",
+            "\tmax_mcast_qp_attach:\t\t56",
+            "\tmax_total_mcast_qp_attach:\t458752",
+        ] {
+            assert!(lines.contains(&l), "{l:?} in\n{out}");
+        }
         // every key we print is a key rxe's output has, with the same tabs
         let log = include_str!("../../tests/data/devinfo_rxe0.txt");
         let rxe_keys: Vec<String> = log.lines().map(key).collect();
