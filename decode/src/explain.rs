@@ -228,11 +228,22 @@ impl Explainer {
 fn ud_text(r: &Record, b: &BthFields) -> String {
     let (qkey, srcqp) = r.deth.unwrap_or_default();
     let len = r.payload_len.unwrap_or(0);
-    let mut s = format!(
-        "UD SEND of {len} bytes from QP {srcqp:#x} to QP {:#x} (Q_Key {qkey:#x}): takes one \
+    let mut s = match b.destqp {
+        // the multicast QPN: the IP destination is the group
+        0xFF_FFFF => format!(
+            "UD SEND of {len} bytes from QP {srcqp:#x} to the multicast group {} (destination QP \
+             0xffffff, Q_Key {qkey:#x}): every QP attached to the group (ibv_attach_mcast, \
+             rdma_join_multicast), on every device that joined it, takes one receive WQE of its \
+             own if its Q_Key matches, its buffer getting a 40-byte GRH (destination: the group) \
+             before the data",
+            r.dst
+        ),
+        _ => format!(
+            "UD SEND of {len} bytes from QP {srcqp:#x} to QP {:#x} (Q_Key {qkey:#x}): takes one \
              receive WQE at the destination, whose buffer gets a 40-byte GRH before the data",
-        b.destqp
-    );
+            b.destqp
+        ),
+    };
     if let Some(imm) = r.immdt {
         s.push_str(&format!("; immediate data {imm:#x} goes into the receive completion"));
     }

@@ -157,6 +157,19 @@ fn atomic_ud_and_immediate_headers() {
     let text = Explainer::new().explain(&rec).join("\n");
     assert!(text.contains("UD SEND of 32 bytes from QP 0x22 to QP 0x21"), "{text}");
     assert!(text.contains("immediate data 0xcafef00d"), "{text}");
+
+    // to the multicast QPN, at a group address
+    let mc = RoceRepr {
+        deth: Some(DethRepr { qkey: QKey::new(0x0123_4567), src_qp: Qpn::new(0x22), resv8: 0 }),
+        ..repr(Opcode::UD_SEND_ONLY, 0xFF_FFFF, 9, 64)
+    };
+    let group = IpAddr::V4(std::net::Ipv4Addr::new(239, 1, 1, 1));
+    let text = Explainer::new().explain(&record(2, 0.0, A, group, &mc)).join("\n");
+    assert!(
+        text.contains("UD SEND of 64 bytes from QP 0x22 to the multicast group 239.1.1.1 (destination QP 0xffffff, Q_Key 0x1234567)"),
+        "{text}"
+    );
+    assert!(text.contains("every QP attached to the group"), "{text}");
 }
 
 #[test]
