@@ -289,7 +289,9 @@ impl Hca {
         let d = &self.dev;
         d.pds.get(&pd).ok_or(RegMrError::UnknownPd(pd))?;
         check_access(access)?;
-        if len > d.attr.max_mr_size {
+        // an implicit on-demand region (the whole address space) has no size
+        let implicit = access.contains(AccessFlags::ON_DEMAND) && len == usize::MAX as u64;
+        if len > d.attr.max_mr_size && !implicit {
             return Err(RegMrError::TooLarge { len, max: d.attr.max_mr_size });
         }
         if d.mem.mrs.len() >= d.attr.max_mr as usize {
@@ -393,6 +395,14 @@ impl Hca {
     /// Information about a registered region.
     pub fn mr_info(&self, mr: MrHandle) -> Option<MrInfo> {
         self.dev.mem.mrs.get(&mr).map(|m| MrInfo::of(mr, m))
+    }
+
+    /// The region of `pd` whose local key is `lkey` (`ibv_advise_mr`'s
+    /// lookup): `None` for an unknown key or a region of another PD.
+    pub fn mr_by_lkey(&self, pd: PdHandle, lkey: roce_packet::LKey) -> Option<MrInfo> {
+        let h = *self.dev.mem.by_lkey.get(&lkey)?;
+        let m = self.dev.mem.mrs.get(&h)?;
+        (m.pd == pd).then(|| MrInfo::of(h, m))
     }
 
     /// `ibv_dereg_mr`.
@@ -1171,7 +1181,10 @@ fn check_access(access: AccessFlags) -> Result<(), RegMrError> {
         | AccessFlags::REMOTE_ATOMIC
         | AccessFlags::MW_BIND
         | AccessFlags::FLUSH_GLOBAL
-        | AccessFlags::FLUSH_PERSISTENT;
+        | AccessFlags::FLUSH_PERSISTENT
+        // on-demand paging: the region's pages are reached when used (the
+        // C ABI's regions always are; see roce_region::RegionMem)
+        | AccessFlags::ON_DEMAND;
     if !access.difference(supported).is_empty() {
         return Err(RegMrError::UnsupportedAccess(access.difference(supported).0));
     }

@@ -33,6 +33,7 @@ fn fill_ops(v: &mut abi::verbs_context) {
     v.create_cq_ex = Some(crate::cq::create_cq_ex);
     v.create_qp_ex = Some(crate::qp::create_qp_ex);
     v.get_srq_num = Some(crate::srq::get_srq_num);
+    v.advise_mr = Some(crate::mr::advise_mr);
     let o = &mut v.context.ops;
     o.poll_cq = Some(crate::cq::poll_cq);
     o.req_notify_cq = Some(crate::cq::req_notify_cq);

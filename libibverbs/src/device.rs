@@ -408,6 +408,11 @@ pub(crate) unsafe extern "C" fn query_device(
     })
 }
 
+/// The kernel's IB_ODP_SUPPORT_FLUSH and IB_ODP_SUPPORT_ATOMIC_WRITE (not
+/// in rdma-core 44's enum; the values pass through as the kernel's).
+const ODP_SUPPORT_FLUSH: u32 = 1 << 6;
+const ODP_SUPPORT_ATOMIC_WRITE: u32 = 1 << 7;
+
 pub(crate) unsafe extern "C" fn query_device_ex(
     c: *mut abi::ibv_context,
     _input: *const abi::ibv_query_device_ex_input,
@@ -434,6 +439,23 @@ pub(crate) unsafe extern "C" fn query_device_ex(
             | DEVICE_FLUSH_PERSISTENT
             | DEVICE_ATOMIC_WRITE;
         x.raw_packet_caps = 0;
+        // on-demand paging: what rxe reports (6.15: RC SEND, RECV, WRITE,
+        // READ, ATOMIC, SRQ_RECV, FLUSH (64) and ATOMIC_WRITE (128); UD
+        // SEND, RECV, SRQ_RECV), and IMPLICIT, which rxe lacks: the whole
+        // address space is a region here too (ibv_reg_mr(pd, NULL,
+        // SIZE_MAX, IBV_ACCESS_ON_DEMAND))
+        x.odp_caps.general_caps =
+            u64::from(abi::IBV_ODP_SUPPORT | abi::IBV_ODP_SUPPORT_IMPLICIT);
+        let common = abi::IBV_ODP_SUPPORT_SEND | abi::IBV_ODP_SUPPORT_RECV;
+        x.odp_caps.per_transport_caps.rc_odp_caps = common
+            | abi::IBV_ODP_SUPPORT_WRITE
+            | abi::IBV_ODP_SUPPORT_READ
+            | abi::IBV_ODP_SUPPORT_ATOMIC
+            | abi::IBV_ODP_SUPPORT_SRQ_RECV
+            | ODP_SUPPORT_FLUSH
+            | ODP_SUPPORT_ATOMIC_WRITE;
+        x.odp_caps.per_transport_caps.ud_odp_caps = common | abi::IBV_ODP_SUPPORT_SRQ_RECV;
+        x.odp_caps.per_transport_caps.uc_odp_caps = 0;
         let n = attr_size.min(size_of::<abi::ibv_device_attr_ex>());
         // SAFETY: the caller's struct has attr_size bytes; we copy at most
         // that many (an older, smaller struct gets its prefix).

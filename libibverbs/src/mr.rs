@@ -130,9 +130,9 @@ fn access_of(access: u32) -> Result<AccessFlags, i32> {
         | abi::IBV_ACCESS_MW_BIND
         | abi::IBV_ACCESS_ZERO_BASED
         | IBV_ACCESS_FLUSH_GLOBAL
-        | IBV_ACCESS_FLUSH_PERSISTENT;
+        | IBV_ACCESS_FLUSH_PERSISTENT
+        | abi::IBV_ACCESS_ON_DEMAND;
     if a & !known != 0 {
-        // ON_DEMAND (ODP) and anything unknown
         return Err(libc::EOPNOTSUPP);
     }
     Ok(AccessFlags(a & !abi::IBV_ACCESS_ZERO_BASED))
@@ -228,21 +228,40 @@ fn new_mr(
 ) -> Result<*mut abi::ibv_mr, i32> {
     let flags = access_of(access)?;
     let iova = if access & abi::IBV_ACCESS_ZERO_BASED != 0 { 0 } else { iova };
-    if addr.is_null() && len > 0 {
+    // On-demand paging (IBV_ACCESS_ON_DEMAND): nothing is pinned, so
+    // nothing needs to be mapped now; a page is reached when it is used,
+    // and one that is not mapped then fails that access (a peer's: NAK
+    // remote access error) as an ODP fault the kernel cannot resolve does.
+    // Implicit: NULL and SIZE_MAX register the whole address space.
+    let odp = access & abi::IBV_ACCESS_ON_DEMAND != 0;
+    let implicit = odp && addr.is_null() && len == usize::MAX;
+    if addr.is_null() && len > 0 && !implicit {
         return Err(libc::EINVAL);
     }
-    if !mapped(addr as usize, len) {
+    if !odp && !mapped(addr as usize, len) {
         return Err(libc::EFAULT);
     }
-    if writes(access) && !writable(addr as usize, len) {
+    if !odp && writes(access) && !writable(addr as usize, len) {
         diag!("reg_mr: [{addr:p}, +{len}) is not writable and the access allows writes");
         return Err(libc::EFAULT);
     }
-    // SAFETY: the application registered [addr, addr+len) and keeps it
-    // valid until ibv_dereg_mr (libibverbs' contract for reg_mr; mapping
-    // checked above). The region is dropped in dereg_mr, before we return
-    // to the program, and only touched under the device lock until then.
-    let mem = unsafe { RegionMem::external(addr.cast::<u8>(), len) };
+    if odp && !implicit && (addr as usize).checked_add(len).is_none() {
+        return Err(libc::EINVAL);
+    }
+    let mem = if implicit {
+        // SAFETY: the application asked for an implicit on-demand region
+        // (NULL, SIZE_MAX, IBV_ACCESS_ON_DEMAND): its whole address space
+        // for the device, every access fault-tolerant (roce_region::guard).
+        unsafe { RegionMem::implicit() }
+    } else {
+        // SAFETY: the application registered [addr, addr+len) and keeps it
+        // valid until ibv_dereg_mr (libibverbs' contract for reg_mr; mapping
+        // checked above, except on demand, where an unmapped page fails its
+        // access in the fault-tolerant copy). The region is dropped in
+        // dereg_mr, before we return to the program, and only touched under
+        // the device lock until then.
+        unsafe { RegionMem::external(addr.cast::<u8>(), len) }
+    };
     let m = o.pd.reg_mr_mem(mem, Some(iova), flags).map_err(reg_err)?;
     let info = m.info();
     let b = Box::new(MrObj {
@@ -508,4 +527,69 @@ pub(crate) unsafe extern "C" fn dealloc_mw(m: *mut abi::ibv_mw) -> libc::c_int {
 pub(crate) unsafe fn mw<'a>(m: *mut abi::ibv_mw) -> Option<&'a MwObj> {
     // SAFETY: as for pd().
     (!m.is_null()).then(|| unsafe { &*(m as *const MwObj) })
+}
+
+/// `ibv_advise_mr` (the `advise_mr` op of the verbs context): prefetch the
+/// pages of on-demand regions. Each SGE must name a region of `pd` by its
+/// lkey (else ENOENT) that is on demand (else EINVAL), within its bounds
+/// (else EINVAL). Without `IBV_ADVISE_MR_FLAG_FLUSH` the advice is a hint
+/// and returns at once; with it, a page that is not mapped (not writable,
+/// for PREFETCH_WRITE) is EFAULT, as rxe's synchronous prefetch reports a
+/// fault it cannot resolve. (Pages are always reached with the CPU here:
+/// there is nothing to fault in ahead of time.)
+pub(crate) unsafe extern "C" fn advise_mr(
+    p: *mut abi::ibv_pd,
+    advice: abi::ib_uverbs_advise_mr_advice,
+    flags: u32,
+    sg_list: *mut abi::ibv_sge,
+    num_sge: u32,
+) -> libc::c_int {
+    guard_rc(|| {
+        let o = pd_hold(&handles::lock(), p)?;
+        let r = advise(o, advice, flags, sg_list, num_sge);
+        o.put();
+        r
+    })
+}
+
+fn advise(
+    o: &PdObj,
+    advice: abi::ib_uverbs_advise_mr_advice,
+    flags: u32,
+    sg_list: *mut abi::ibv_sge,
+    num_sge: u32,
+) -> Result<(), i32> {
+    const FLAG_FLUSH: u32 = 1; // IBV_ADVISE_MR_FLAG_FLUSH
+    if advice > abi::IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT {
+        return Err(libc::EOPNOTSUPP);
+    }
+    if flags & !FLAG_FLUSH != 0 || num_sge == 0 || sg_list.is_null() {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: the caller's array of num_sge SGEs (checked not NULL).
+    let sges = unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) };
+    for sge in sges {
+        let info = o
+            .pd
+            .context()
+            .with_hca(|h| h.mr_by_lkey(o.pd.handle(), roce_packet::LKey::new(sge.lkey)))
+            .ok_or(libc::ENOENT)?;
+        if !info.access.contains(AccessFlags::ON_DEMAND) {
+            diag!("ibv_advise_mr: lkey {:#x} is not an on-demand region", sge.lkey);
+            return Err(libc::EINVAL);
+        }
+        let end = sge.addr.checked_add(u64::from(sge.length)).ok_or(libc::EINVAL)?;
+        if sge.addr < info.addr || end > info.addr.saturating_add(info.length) {
+            return Err(libc::EINVAL);
+        }
+        let fault = advice != abi::IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT;
+        if flags & FLAG_FLUSH != 0 && fault {
+            let (a, n) = (sge.addr as usize, sge.length as usize);
+            let write = advice == abi::IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE;
+            if !mapped(a, n) || (write && !writable(a, n)) {
+                return Err(libc::EFAULT);
+            }
+        }
+    }
+    Ok(())
 }

@@ -363,3 +363,26 @@ fn multicast_reaches_every_process_of_a_shared_device_and_another_device() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// ---------------------------------------------------------------- on-demand paging
+
+#[test]
+fn on_demand_regions_explicit_implicit_advise_and_faults() {
+    let Some(exe) = common::compile_verbs_c_once("odp_check", &lib_dir()) else { return };
+    let out =
+        common::run_within(cmd(&exe, &common::two_devices(128), &[]), Duration::from_secs(60));
+    let s = common::passed_all(&out, "odp_check");
+    for must in [
+        "ok   odp_caps.general_caps: ODP_SUPPORT and IMPLICIT",
+        "ok   rc_odp_caps 0xff, ud_odp_caps 0x23, uc 0",
+        "ok   with IBV_ACCESS_ON_DEMAND it registers",
+        "ok   a peer's WRITE into a mapped page of the ODP region lands",
+        "ok   ibv_advise_mr(PREFETCH, FLUSH) of the unmapped page: EFAULT",
+        "ok   a WRITE into the page mapped after registration lands",
+        "ok   a WRITE through the implicit rkey into memory allocated after it lands",
+        "ok   a WRITE through the implicit rkey to address 0x10 (not mapped): REM_ACCESS_ERR",
+        "ok   a READ of the explicit region's page unmapped again: REM_ACCESS_ERR",
+    ] {
+        assert!(s.contains(must), "{must}\n{s}");
+    }
+}

@@ -48,6 +48,9 @@ pub struct RegionMem {
     len: usize,
     /// `ptr` came from `Box<[u8]>::into_raw` (freed in `Drop`).
     owned: bool,
+    /// The whole address space (an implicit on-demand region: offset =
+    /// address; `ptr` unused).
+    implicit: bool,
     gate: Gate,
 }
 
@@ -141,7 +144,7 @@ impl RegionMem {
         // Box::into_raw never returns null (a dangling, aligned pointer for
         // an empty slice).
         let ptr = NonNull::new(raw.cast::<u8>()).unwrap_or(NonNull::dangling());
-        RegionMem { ptr, len, owned: true, gate: Gate::new() }
+        RegionMem { ptr, len, owned: true, implicit: false, gate: Gate::new() }
     }
 
     /// The application's memory `[ptr, ptr+len)`.
@@ -157,7 +160,45 @@ impl RegionMem {
     pub unsafe fn external(ptr: *mut u8, len: usize) -> RegionMem {
         guard::install();
         let ptr = NonNull::new(ptr).unwrap_or(NonNull::dangling());
-        RegionMem { ptr, len, owned: false, gate: Gate::new() }
+        RegionMem { ptr, len, owned: false, implicit: false, gate: Gate::new() }
+    }
+
+    /// The process's whole address space (`ibv_reg_mr(pd, NULL, SIZE_MAX,
+    /// IBV_ACCESS_ON_DEMAND | ...)`, an implicit on-demand region): offset
+    /// `a` is address `a`. Every access goes through the fault-tolerant
+    /// copy ([`guard`]): an address that is not mapped (or not writable,
+    /// for a write) fails the access, as an ODP page fault the kernel
+    /// cannot resolve does.
+    ///
+    /// # Safety
+    /// The registrant gives the device its whole address space: a peer
+    /// holding the rkey may read and write any mapped byte of the process,
+    /// its Rust objects included. Only the C ABI, on the application's
+    /// explicit request, may make one.
+    pub unsafe fn implicit() -> RegionMem {
+        guard::install();
+        RegionMem {
+            ptr: NonNull::dangling(),
+            len: usize::MAX,
+            owned: false,
+            implicit: true,
+            gate: Gate::new(),
+        }
+    }
+
+    /// Whether this is the whole address space ([`Self::implicit`]).
+    pub fn is_implicit(&self) -> bool {
+        self.implicit
+    }
+
+    /// The address of offset `off` (inside the region: callers check).
+    fn at(&self, off: usize) -> *mut u8 {
+        match self.implicit {
+            // any address of the process: exposed provenance, as for an
+            // address the application handed over as an integer
+            true => std::ptr::with_exposed_provenance_mut(off),
+            false => self.ptr.as_ptr().wrapping_add(off),
+        }
     }
 
     /// Size in bytes.
@@ -207,7 +248,7 @@ impl RegionMem {
         // inside guard::copy, which survives it. `out` is our own buffer,
         // disjoint from region memory (a `&mut [u8]` cannot alias bytes
         // nobody references).
-        let src = unsafe { self.ptr.as_ptr().add(off) };
+        let src = self.at(off);
         if self.owned {
             // SAFETY: as above; owned memory never faults.
             unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) };
@@ -254,7 +295,7 @@ impl RegionMem {
             // whole span) and the region stays valid while admitted, as in
             // read(); `dst` is our own stack buffer of CHUNK >= n bytes,
             // disjoint from region memory.
-            let src = unsafe { self.ptr.as_ptr().add(off + at) };
+            let src = self.at(off + at);
             let copied = if self.owned {
                 // SAFETY: as above; owned memory never faults.
                 unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
@@ -282,7 +323,7 @@ impl RegionMem {
             return Some(());
         }
         // SAFETY: as in read(); `data` is our own buffer.
-        let dst = unsafe { self.ptr.as_ptr().add(off) };
+        let dst = self.at(off);
         if self.owned {
             // SAFETY: as in read().
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
@@ -299,7 +340,7 @@ impl RegionMem {
     fn rmw(&self, off: usize, f: impl Fn(u64) -> u64) -> Option<u64> {
         let _in = self.admit(off, 8)?;
         // SAFETY: inside the region (admit checked it).
-        let p = unsafe { self.ptr.as_ptr().add(off) };
+        let p = self.at(off);
         if !(p as usize).is_multiple_of(8) {
             let mut w = [0u8; 8];
             self.read(off, &mut w)?;
@@ -412,7 +453,7 @@ pub fn send_parts(
                 // The address is computed with wrapping_add (no `add` UB
                 // question for a zero-length part at the end); it is inside
                 // the region (admit checked off+len).
-                let base = mem.ptr.as_ptr().wrapping_add(off);
+                let base = mem.at(off);
                 iov.push(libc::iovec { iov_base: base.cast(), iov_len: len });
             }
         }
