@@ -213,7 +213,16 @@ impl Explainer {
             )),
             Transport::Ud => out.push(ud_text(r, &b)),
             Transport::Rd => out.push("Reliable Datagram: decoded but not tracked".into()),
-            Transport::Rc | Transport::Uc => {
+            Transport::Rc | Transport::Uc | Transport::Xrc => {
+                if let Some(srqn) = r.xrc_srqn {
+                    out.push(format!(
+                        "XRC request (XRCETH): the target's XRC receive QP {:#x} executes it \
+                         with the XRC SRQ {srqn:#x} of its XRC domain, whose receive WQEs a \
+                         SEND takes, whose CQ gets the completion and whose PD the keys are \
+                         checked against (one receive QP serves every SRQ of the domain)",
+                        b.destqp
+                    ));
+                }
                 if info.is_response() {
                     out.extend(self.response(r, &b, info));
                 } else {

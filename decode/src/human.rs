@@ -85,6 +85,9 @@ pub fn line(r: &Record) -> String {
     if let Some((qkey, srcqp)) = r.deth {
         let _ = write!(s, " DETH qkey={qkey:#010x} srcqp={srcqp:#08x}");
     }
+    if let Some(x) = r.xrc_srqn {
+        let _ = write!(s, " XRCETH xrcsrq={x:#08x}");
+    }
     if let Some(f) = r.feth {
         let _ = write!(s, " FETH {f:#010x}");
     }

@@ -199,6 +199,8 @@ pub struct Record {
     pub info: Option<&'static OpInfo>,
     pub rdeth_eecnxt: Option<u32>,
     pub deth: Option<(u32, u32)>,
+    /// XRC requests: the XRCETH's XRC SRQ number.
+    pub xrc_srqn: Option<u32>,
     pub feth: Option<u32>,
     pub reth: Option<RethF>,
     pub atomiceth: Option<AtomicF>,
@@ -308,6 +310,7 @@ impl Record {
             info: None,
             rdeth_eecnxt: None,
             deth: None,
+            xrc_srqn: None,
             feth: None,
             reth: None,
             atomiceth: None,
@@ -413,6 +416,12 @@ impl Record {
                 }
                 ExtHeader::Rdeth => self.rdeth_eecnxt = Some(be32(s, 0) & 0xFF_FFFF),
                 ExtHeader::Feth => self.feth = Some(be32(s, 0)),
+                ExtHeader::Xrceth => {
+                    self.xrc_srqn = Some(be32(s, 0) & 0xFF_FFFF);
+                    if s[0] != 0 {
+                        self.warnings.push("xrceth_reserved_nonzero".into());
+                    }
+                }
                 ExtHeader::CnpPad => {
                     if s.iter().any(|&x| x != 0) {
                         self.warnings.push("cnp_reserved_nonzero".into());
@@ -506,6 +515,9 @@ impl Record {
         }
         if let Some((qkey, srcqp)) = self.deth {
             m.insert("deth".into(), json!({"qkey": qkey, "srcqp": srcqp}));
+        }
+        if let Some(x) = self.xrc_srqn {
+            m.insert("xrceth".into(), json!({"xrcsrq": x}));
         }
         if let Some(x) = self.feth {
             m.insert("feth".into(), json!(x));

@@ -444,8 +444,7 @@ pub(crate) unsafe extern "C" fn query_device_ex(
         // SEND, RECV, SRQ_RECV), and IMPLICIT, which rxe lacks: the whole
         // address space is a region here too (ibv_reg_mr(pd, NULL,
         // SIZE_MAX, IBV_ACCESS_ON_DEMAND))
-        x.odp_caps.general_caps =
-            u64::from(abi::IBV_ODP_SUPPORT | abi::IBV_ODP_SUPPORT_IMPLICIT);
+        x.odp_caps.general_caps = u64::from(abi::IBV_ODP_SUPPORT | abi::IBV_ODP_SUPPORT_IMPLICIT);
         let common = abi::IBV_ODP_SUPPORT_SEND | abi::IBV_ODP_SUPPORT_RECV;
         x.odp_caps.per_transport_caps.rc_odp_caps = common
             | abi::IBV_ODP_SUPPORT_WRITE

@@ -569,11 +569,10 @@ fn advise(
     // SAFETY: the caller's array of num_sge SGEs (checked not NULL).
     let sges = unsafe { std::slice::from_raw_parts(sg_list, num_sge as usize) };
     for sge in sges {
-        let info = o
-            .pd
-            .context()
-            .with_hca(|h| h.mr_by_lkey(o.pd.handle(), roce_packet::LKey::new(sge.lkey)))
-            .ok_or(libc::ENOENT)?;
+        let info =
+            o.pd.context()
+                .with_hca(|h| h.mr_by_lkey(o.pd.handle(), roce_packet::LKey::new(sge.lkey)))
+                .ok_or(libc::ENOENT)?;
         if !info.access.contains(AccessFlags::ON_DEMAND) {
             diag!("ibv_advise_mr: lkey {:#x} is not an on-demand region", sge.lkey);
             return Err(libc::EINVAL);

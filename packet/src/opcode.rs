@@ -25,6 +25,10 @@ pub enum Transport {
     Ud,
     /// RoCEv2 congestion notification packet (opcode 0x81).
     Cnp,
+    /// Extended Reliable Connected (IBA Vol 1 Annex A14, opcodes
+    /// 0xA0..=0xB7): RC's operations, each request with an XRCETH naming
+    /// the XRC SRQ at the target.
+    Xrc,
 }
 
 impl Transport {
@@ -35,6 +39,7 @@ impl Transport {
             Transport::Rd => "RD",
             Transport::Ud => "UD",
             Transport::Cnp => "",
+            Transport::Xrc => "XRC",
         }
     }
 }
@@ -50,22 +55,25 @@ pub struct HeaderSet(u16);
 pub enum ExtHeader {
     Rdeth = 0,
     Deth = 1,
-    Feth = 2,
-    Reth = 3,
-    AtomicEth = 4,
-    Aeth = 5,
-    AtomicAckEth = 6,
-    ImmDt = 7,
-    Ieth = 8,
+    /// XRC: the XRC SRQ number (24 bits) in every request (Annex A14).
+    Xrceth = 2,
+    Feth = 3,
+    Reth = 4,
+    AtomicEth = 5,
+    Aeth = 6,
+    AtomicAckEth = 7,
+    ImmDt = 8,
+    Ieth = 9,
     /// The 16 reserved bytes of a CNP.
-    CnpPad = 9,
+    CnpPad = 10,
 }
 
 impl ExtHeader {
     /// Every header kind, in wire order.
-    pub const ALL: [ExtHeader; 10] = [
+    pub const ALL: [ExtHeader; 11] = [
         ExtHeader::Rdeth,
         ExtHeader::Deth,
+        ExtHeader::Xrceth,
         ExtHeader::Feth,
         ExtHeader::Reth,
         ExtHeader::AtomicEth,
@@ -81,6 +89,7 @@ impl ExtHeader {
         match self {
             ExtHeader::Rdeth => 4,
             ExtHeader::Deth => 8,
+            ExtHeader::Xrceth => 4,
             ExtHeader::Feth => 4,
             ExtHeader::Reth => 16,
             ExtHeader::AtomicEth => 28,
@@ -95,6 +104,7 @@ impl ExtHeader {
         match self {
             ExtHeader::Rdeth => "RDETH",
             ExtHeader::Deth => "DETH",
+            ExtHeader::Xrceth => "XRCETH",
             ExtHeader::Feth => "FETH",
             ExtHeader::Reth => "RETH",
             ExtHeader::AtomicEth => "AtomicETH",
@@ -316,6 +326,9 @@ const fn valid_for(tr: Transport, low: u8) -> bool {
         Transport::Uc => low <= 0x0B,
         Transport::Rd => low <= 0x15,
         Transport::Ud => low == 0x04 || low == 0x05,
+        // XRC: RC's operations up to FETCH_ADD and the invalidate sends
+        // (as mlx5 sends them; no RESYNC, FLUSH or ATOMIC_WRITE)
+        Transport::Xrc => low <= 0x14 || low == 0x16 || low == 0x17,
         Transport::Cnp => false,
     }
 }
@@ -336,6 +349,7 @@ const fn build(op: u8) -> Option<OpInfo> {
         1 => Transport::Uc,
         2 => Transport::Rd,
         3 => Transport::Ud,
+        5 => Transport::Xrc,
         _ => return None,
     };
     let low = op & 0x1F;
@@ -348,6 +362,12 @@ const fn build(op: u8) -> Option<OpInfo> {
     };
     match tr {
         Transport::Ud => headers = headers.with(ExtHeader::Deth),
+        // every XRC request names its XRC SRQ; responses do not
+        Transport::Xrc
+            if !matches!(kind, OpKind::ReadResponse | OpKind::Ack | OpKind::AtomicAck) =>
+        {
+            headers = headers.with(ExtHeader::Xrceth)
+        }
         Transport::Rd => {
             headers = headers.with(ExtHeader::Rdeth);
             // RD requests carry a DETH too; responses and ACKs do not.
@@ -394,6 +414,7 @@ impl Opcode {
             Transport::Uc => 0x20,
             Transport::Rd => 0x40,
             Transport::Ud => 0x60,
+            Transport::Xrc => 0xA0,
             Transport::Cnp => return Some(Opcode::CNP),
         };
         let op = Opcode(base | (low & 0x1F));

@@ -97,6 +97,11 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
     pub fn rdeth(&self) -> Option<Rdeth<&[u8]>> {
         self.ext(ExtHeader::Rdeth).map(Rdeth::new_unchecked)
     }
+    /// The XRCETH as a big-endian word: the reserved byte, then the XRC
+    /// SRQ number (its low 24 bits).
+    pub fn xrceth(&self) -> Option<u32> {
+        self.ext(ExtHeader::Xrceth).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
     pub fn feth(&self) -> Option<Feth<&[u8]>> {
         self.ext(ExtHeader::Feth).map(Feth::new_unchecked)
     }
@@ -139,6 +144,10 @@ pub struct RoceRepr {
     pub bth: BthRepr,
     pub rdeth: Option<u32>,
     pub deth: Option<DethRepr>,
+    /// XRC requests: the XRCETH word (reserved byte, then the XRC SRQ
+    /// number at the target in the low 24 bits; kept whole for exact
+    /// re-emission).
+    pub xrceth: Option<u32>,
     pub feth: Option<u32>,
     pub reth: Option<RethRepr>,
     pub atomic_eth: Option<AtomicEthRepr>,
@@ -162,6 +171,7 @@ impl RoceRepr {
                 src_qp: v.src_qp(),
                 resv8: v.resv8(),
             }),
+            xrceth: p.xrceth(),
             feth: p.feth().map(|v| v.raw()),
             reth: p.reth().map(|v| RethRepr { va: v.va(), rkey: v.rkey(), dma_len: v.dma_len() }),
             atomic_eth: p.atomic_eth().map(|v| AtomicEthRepr {
@@ -259,6 +269,9 @@ impl RoceRepr {
                     dst.copy_from_slice(&self.rdeth.ok_or(missing(h))?.to_be_bytes())
                 }
                 ExtHeader::Deth => self.deth.ok_or(missing(h))?.emit(dst)?,
+                ExtHeader::Xrceth => {
+                    dst.copy_from_slice(&self.xrceth.ok_or(missing(h))?.to_be_bytes())
+                }
                 ExtHeader::Feth => dst.copy_from_slice(&self.feth.ok_or(missing(h))?.to_be_bytes()),
                 ExtHeader::Reth => self.reth.ok_or(missing(h))?.emit(dst)?,
                 ExtHeader::AtomicEth => self.atomic_eth.ok_or(missing(h))?.emit(dst)?,

@@ -15,6 +15,9 @@ fn iba_set() -> BTreeSet<u8> {
     s.extend(0x40..=0x55u8); // RD
     s.extend([0x64, 0x65]); // UD
     s.insert(0x81); // CNP
+                    // XRC (Annex A14): RC's operations up to FETCH_ADD and the invalidate sends
+    s.extend(0xA0..=0xB4u8);
+    s.extend([0xB6, 0xB7]);
     s
 }
 
@@ -26,7 +29,7 @@ fn all() -> impl Iterator<Item = (Opcode, &'static roce_packet::OpInfo)> {
 fn known_set_is_exactly_iba() {
     let known: BTreeSet<u8> = (0..=255u8).filter(|v| Opcode(*v).is_known()).collect();
     assert_eq!(known, iba_set());
-    assert_eq!(known.len(), 25 + 12 + 22 + 2 + 1);
+    assert_eq!(known.len(), 25 + 12 + 22 + 2 + 1 + 23);
     for v in 0..=255u8 {
         assert_eq!(TABLE[v as usize].is_some(), Opcode(v).is_known());
         assert_eq!(Opcode(v).info().is_some(), Opcode(v).is_known());
@@ -42,6 +45,7 @@ fn transport_from_top_bits() {
             v if v >> 5 == 1 => Transport::Uc,
             v if v >> 5 == 2 => Transport::Rd,
             v if v >> 5 == 3 => Transport::Ud,
+            v if v >> 5 == 5 => Transport::Xrc,
             v => panic!("known opcode {v:#04x} outside the transports"),
         };
         assert_eq!(i.transport, want, "{op:?}");
@@ -154,7 +158,17 @@ fn header_lengths_and_offsets() {
         assert!((w[0] as u8) < (w[1] as u8));
     }
     let lens: Vec<usize> = ExtHeader::ALL.iter().map(|h| h.len()).collect();
-    assert_eq!(lens, [4, 8, 4, 16, 28, 4, 8, 4, 4, 16]);
+    assert_eq!(lens, [4, 8, 4, 4, 16, 28, 4, 8, 4, 4, 16]);
+    // XRC requests carry the XRCETH right after the BTH; responses do not
+    for (op, i) in all().filter(|(_, i)| i.transport == Transport::Xrc) {
+        assert_eq!(i.headers.contains(ExtHeader::Xrceth), i.is_request(), "{op}");
+        if i.is_request() {
+            assert_eq!(i.headers.offset_of(ExtHeader::Xrceth), Some(12), "{op}");
+        }
+        // the same operation as RC's, 0xA0 above it
+        let rc = Opcode(op.0 - 0xA0).info().unwrap();
+        assert_eq!((rc.name, rc.kind, rc.position), (i.name, i.kind, i.position), "{op}");
+    }
     // spot checks of total header lengths (IBA Table 38 / rxe opcode table)
     let expect = [
         (0x04, 12),

@@ -184,12 +184,7 @@ pub(crate) fn id_destroyed(idp: usize) {
 
 /// Queue MULTICAST_JOIN (or MULTICAST_ERROR with `status`) on the id's
 /// channel.
-fn push_event(
-    o: &IdObj,
-    j: &Join,
-    context: *mut libc::c_void,
-    status: i32,
-) {
+fn push_event(o: &IdObj, j: &Join, context: *mut libc::c_void, status: i32) {
     // SAFETY: rdma_cm_event is C data.
     let mut c: abi::rdma_cm_event = unsafe { std::mem::zeroed() };
     c.id = o.ptr() as *mut abi::rdma_cm_id;
