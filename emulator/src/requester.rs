@@ -351,16 +351,16 @@ impl Qp {
     ) -> Option<Datagram> {
         let w = &self.sq[idx];
         let psn = repr.bth.psn;
-        let dgid = match (self.is_ud(), w.wr.ud) {
-            (true, Some(ud)) => Some(ud.ah.dgid),
-            _ => self.p.ah.map(|a| a.dgid),
+        let av = match (self.is_ud(), w.wr.ud) {
+            (true, Some(ud)) => Some(ud.ah),
+            _ => self.p.ah,
         };
         let (dgram, sent) = match payload {
-            Built::Packet(buf, n) => (dgid.and_then(|g| cx.tx.finish_to(self, g, buf)), n),
+            Built::Packet(buf, n) => (av.and_then(|a| cx.tx.finish_to(self, &a, buf)), n),
             Built::Body(mem, off, n) => {
-                (dgid.and_then(|g| cx.tx.finish_body(self, g, repr, mem, off)), n)
+                (av.and_then(|a| cx.tx.finish_body(self, &a, repr, mem, off)), n)
             }
-            Built::Empty => (dgid.and_then(|g| cx.tx.datagram_to(self, g, repr, &[])), 0),
+            Built::Empty => (av.and_then(|a| cx.tx.datagram_to(self, &a, repr, &[])), 0),
         };
         if dgram.is_none() {
             cx.ctrs.send_err += 1;

@@ -456,7 +456,7 @@ impl Qp {
         }
         let built = match direct {
             Some((mem, off)) => {
-                let d = self.p.ah.and_then(|ah| cx.tx.finish_body(self, ah.dgid, &r, mem, off));
+                let d = self.p.ah.and_then(|ah| cx.tx.finish_body(self, &ah, &r, mem, off));
                 if d.is_none() && self.p.ah.is_some() {
                     // (the ICRC pass over the region faulted)
                     tracing::debug!(qpn = %self.qpn, "READ source vanished; NAK");
@@ -469,10 +469,9 @@ impl Qp {
                 }
                 d
             }
-            None => r
-                .finish_vec(&mut buf)
-                .ok()
-                .and_then(|()| cx.tx.finish_to(self, self.p.ah?.dgid, buf)),
+            None => {
+                r.finish_vec(&mut buf).ok().and_then(|()| cx.tx.finish_to(self, &self.p.ah?, buf))
+            }
         };
         if built.is_none() {
             cx.ctrs.send_err += 1;

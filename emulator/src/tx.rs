@@ -3,6 +3,7 @@
 
 use crate::io::{Datagram, LinkProfile, RegionBody};
 use crate::qp::Qp;
+use crate::qp_attr::AhAttr;
 use bytes::Bytes;
 use core::time::Duration;
 use roce_packet::{IpMeta, IpUdpHeader, RoceRepr, UdpEndpoints, ROCE_V2_PORT};
@@ -51,28 +52,30 @@ impl Tx {
         }
     }
 
-    /// Build the datagram for a packet of `qp` (ICRC filled).
+    /// Build the datagram for a packet of `qp` to its address vector
+    /// (ICRC filled).
     pub fn datagram(&self, qp: &Qp, repr: &RoceRepr, payload: &[u8]) -> Option<Datagram> {
-        self.datagram_to(qp, qp.p.ah?.dgid, repr, payload)
+        self.datagram_to(qp, &qp.p.ah?, repr, payload)
     }
 
-    /// Build a datagram of `qp` to the GID `dgid` (ICRC filled).
+    /// Build a datagram of `qp` to the address vector `av` (the QP's own
+    /// for RC/UC, the work request's AH for UD; ICRC filled).
     pub fn datagram_to(
         &self,
         qp: &Qp,
-        dgid: IpAddr,
+        av: &AhAttr,
         repr: &RoceRepr,
         payload: &[u8],
     ) -> Option<Datagram> {
-        self.finish_to(qp, dgid, repr.to_vec(payload).ok()?)
+        self.finish_to(qp, av, repr.to_vec(payload).ok()?)
     }
 
-    /// Complete a packet of `qp` to `dgid` built in place (headers and
+    /// Complete a packet of `qp` to `av` built in place (headers and
     /// payload from [`RoceRepr::start_vec`] / [`RoceRepr::finish_vec`]):
     /// fill the ICRC and wrap it as a datagram.
-    pub fn finish_to(&self, qp: &Qp, dgid: IpAddr, mut buf: Vec<u8>) -> Option<Datagram> {
-        let endpoints = self.endpoints(qp, dgid);
-        let meta = IpMeta::default();
+    pub fn finish_to(&self, qp: &Qp, av: &AhAttr, mut buf: Vec<u8>) -> Option<Datagram> {
+        let endpoints = self.endpoints(qp, av.dgid);
+        let meta = ip_meta(av);
         IpUdpHeader::build(&endpoints, &meta, buf.len()).ok()?.fill_icrc(&mut buf);
         Some(Datagram { endpoints, meta, payload: Bytes::from(buf), body: None })
     }
@@ -86,14 +89,14 @@ impl Tx {
         UdpEndpoints { src: self.addr, dst, src_port, dst_port: ROCE_V2_PORT }
     }
 
-    /// A packet of `qp` to `dgid` whose `repr.payload_len` payload bytes are
+    /// A packet of `qp` to `av` whose `repr.payload_len` payload bytes are
     /// `len` bytes at `off` of `mem`, sent from there ([`RegionBody`]): the
     /// headers, pad and ICRC are built here, the ICRC over the region's
     /// bytes read a chunk at a time. `None` if the region is gone.
     pub fn finish_body(
         &self,
         qp: &Qp,
-        dgid: IpAddr,
+        av: &AhAttr,
         repr: &RoceRepr,
         mem: Arc<RegionMem>,
         off: usize,
@@ -105,8 +108,8 @@ impl Tx {
         let mut buf = Vec::with_capacity(n + pad + 4);
         buf.extend_from_slice(&h[..n]);
         buf.resize(n + pad + 4, 0);
-        let endpoints = self.endpoints(qp, dgid);
-        let meta = IpMeta::default();
+        let endpoints = self.endpoints(qp, av.dgid);
+        let meta = ip_meta(av);
         let hdr = IpUdpHeader::build(&endpoints, &meta, n + len + pad + 4).ok()?;
         let mut icrc = hdr.icrc_hasher(&buf[..n]);
         mem.read_chunks(off, len, |c| icrc.update(c))?;
@@ -115,4 +118,12 @@ impl Tx {
         let body = RegionBody { mem, off, len, at: n };
         Some(Datagram { endpoints, meta, payload: Bytes::from(buf), body: Some(body) })
     }
+}
+
+/// The IP header fields of a packet to `av`: its traffic class is the IPv4
+/// TOS byte / IPv6 traffic class (DSCP and ECN), as a NIC sends the GRH's
+/// (the kernel's rdma_cm puts `RDMA_OPTION_ID_TOS` there). The ICRC masks
+/// the byte, so it costs nothing to carry.
+fn ip_meta(av: &AhAttr) -> IpMeta {
+    IpMeta { tos: av.traffic_class, ..IpMeta::default() }
 }

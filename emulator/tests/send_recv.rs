@@ -235,3 +235,90 @@ fn ipv6_and_ipv4_mapped_gids() {
     p.run();
     assert_eq!(p.a.poll()[0].status, WcStatus::Success);
 }
+
+/// Move every datagram between the two sides by hand until both are quiet,
+/// returning (sent by A, BTH opcode, IP TOS) of each.
+fn pump_tos(p: &mut Pair) -> Vec<(bool, u8, u8)> {
+    let now = p.now;
+    let mut seen = Vec::new();
+    loop {
+        let mut moved = false;
+        while let Some(d) = p.a.hca.poll_transmit(now) {
+            seen.push((true, d.payload[0], d.meta.tos));
+            p.b.hca.handle_datagram(now, d);
+            moved = true;
+        }
+        while let Some(d) = p.b.hca.poll_transmit(now) {
+            seen.push((false, d.payload[0], d.meta.tos));
+            p.a.hca.handle_datagram(now, d);
+            moved = true;
+        }
+        if !moved {
+            return seen;
+        }
+    }
+}
+
+/// Reconnect `s`'s QP with an address vector of traffic class `tc`
+/// (`ibv_modify_qp` to RTR with `ah_attr.grh.traffic_class`).
+fn reconnect_with_tc(
+    s: &mut Side,
+    peer: std::net::IpAddr,
+    peer_qpn: u32,
+    psns: (u32, u32),
+    tc: u8,
+) {
+    let q = s.qpn;
+    s.hca.modify_qp(q, &QpAttr::new().state(QpState::Reset)).unwrap();
+    let init = QpAttr::new().state(QpState::Init).pkey_index(0).port(1).access_flags(ALL_ACCESS);
+    s.hca.modify_qp(q, &init).unwrap();
+    let mut ah = AhAttr::new(peer);
+    ah.traffic_class = tc;
+    let rtr = QpAttr::new()
+        .state(QpState::Rtr)
+        .ah(ah)
+        .mtu(PathMtu::Mtu1024)
+        .dest_qpn(peer_qpn)
+        .rq_psn(psns.1)
+        .max_dest_rd_atomic(16)
+        .min_rnr_timer(1);
+    s.hca.modify_qp(q, &rtr).unwrap();
+    let rts = QpAttr::new()
+        .state(QpState::Rts)
+        .sq_psn(psns.0)
+        .timeout(14)
+        .retry_cnt(7)
+        .rnr_retry(7)
+        .max_rd_atomic(16);
+    s.hca.modify_qp(q, &rts).unwrap();
+}
+
+#[test]
+fn the_address_vectors_traffic_class_is_every_packets_ip_tos() {
+    let mut p = Pair::new();
+    let (ia, ib) = (p.a.hca.addr(), p.b.hca.addr());
+    let (qa, qb) = (p.a.qpn.value(), p.b.qpn.value());
+    // A's AV: DSCP 24 (0x60); B's: DSCP 11, ECN ECT(0) (0x2e)
+    reconnect_with_tc(&mut p.a, ib, qb, (0x100, 0x200), 0x60);
+    reconnect_with_tc(&mut p.b, ia, qa, (0x200, 0x100), 0x2e);
+    // a 3-packet SEND (B answers with an ACK), then a 2-packet READ (B answers with responses)
+    p.a.write_mem(0, &pattern(3000, 1));
+    p.b.post_recv(1, 0, 4096);
+    p.a.send(2, 0, 3000);
+    let wr = p.one_sided(3, WrOpcode::RdmaRead, 8192, 2000, 0);
+    p.a.post(wr);
+    let seen = pump_tos(&mut p);
+    let from_a: Vec<_> = seen.iter().filter(|s| s.0).collect();
+    let from_b: Vec<_> = seen.iter().filter(|s| !s.0).collect();
+    // SEND_FIRST, MIDDLE, LAST, READ_REQUEST
+    assert_eq!(from_a.iter().map(|s| s.1).collect::<Vec<_>>(), [0x00, 0x01, 0x02, 0x0C]);
+    assert!(from_a.iter().all(|s| s.2 == 0x60), "{seen:x?}");
+    // at least one ACK (0x11) and the READ RESPONSE FIRST, LAST (0x0D, 0x0F)
+    assert!(from_b.iter().any(|s| s.1 == 0x11), "{seen:x?}");
+    assert!(from_b.iter().any(|s| s.1 == 0x0D) && from_b.iter().any(|s| s.1 == 0x0F));
+    assert!(from_b.iter().all(|s| s.2 == 0x2e), "{seen:x?}");
+    assert_eq!(p.a.read_mem(8192, 2000), pattern(3000, 1)[..2000]);
+    let wc = p.a.poll();
+    assert_eq!(wc.len(), 2);
+    assert!(wc.iter().all(|w| w.status == WcStatus::Success), "{wc:?}");
+}

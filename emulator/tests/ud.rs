@@ -224,3 +224,33 @@ fn multicast_qpn_on_a_non_ud_opcode_is_dropped_as_bad_opcode() {
 fn libc_einval() -> i32 {
     22
 }
+
+#[test]
+fn ud_datagrams_carry_their_ahs_traffic_class_as_ip_tos() {
+    let mut p = ud();
+    p.b.post_recv(1, 0, 256);
+    p.b.post_recv(2, 256, 256);
+    for (id, tc) in [(1, 0xb8u8), (2, 0)] {
+        let mut ah = to_b(&p);
+        ah.traffic_class = tc;
+        let wr = SendWr::new(id, WrOpcode::Send).sge(p.a.addr(0), 8, p.a.mr.lkey).ud(
+            ah,
+            p.b.qpn.value(),
+            UD_QKEY,
+        );
+        p.a.post(wr);
+    }
+    let now = p.now;
+    let first = p.a.hca.poll_transmit(now).expect("first datagram");
+    let second = p.a.hca.poll_transmit(now).expect("second datagram");
+    assert_eq!((first.meta.tos, second.meta.tos), (0xb8, 0));
+    // the ICRC masks the byte: B takes both, and the first one's GRH area
+    // (an IPv4 header in bytes 20..40) shows the TOS it was sent with
+    p.b.hca.handle_datagram(now, first);
+    p.b.hca.handle_datagram(now, second);
+    let wc = p.b.poll();
+    assert_eq!(wc.len(), 2);
+    assert!(wc.iter().all(|w| w.status == WcStatus::Success), "{wc:?}");
+    assert_eq!(p.b.read_mem(21, 1), [0xb8]);
+    assert_eq!(p.b.read_mem(256 + 21, 1), [0]);
+}

@@ -314,3 +314,25 @@ fn ack_timeout_option_reaches_the_qps() {
     let (b, _) = child.qp().unwrap().query().unwrap();
     assert_eq!((a.timeout, b.timeout), (21, 17));
 }
+
+#[test]
+fn the_tos_option_is_the_traffic_class_of_both_sides_qps() {
+    let (_net, server, client_ch, _listener, id) = sim_listening("10.0.0.1:7190", PortSpace::Tcp);
+    id.set_tos(0x60);
+    id.connect(&ConnParam::default()).unwrap();
+    let req = expect(&server, CmEventKind::ConnectRequest);
+    let child = req.id.clone();
+    // the passive side takes the REQ's path, whatever its own option says
+    child.set_tos(0x10);
+    with_qp(&child);
+    let rtr = child.init_qp_attr(QpState::Rtr).unwrap();
+    assert_eq!(rtr.ah_attr.map(|a| a.traffic_class), Some(0x60));
+    child.accept(&ConnParam::default()).unwrap();
+    expect(&client_ch, CmEventKind::Established);
+    expect(&server, CmEventKind::Established);
+    for (side, qp) in [("active", id.qp().unwrap()), ("passive", child.qp().unwrap())] {
+        let (attr, _) = qp.query().unwrap();
+        assert_eq!(attr.ah_attr.map(|a| a.traffic_class), Some(0x60), "{side}");
+    }
+    assert_eq!(id.init_qp_attr(QpState::Rtr).unwrap().ah_attr.unwrap().traffic_class, 0x60);
+}

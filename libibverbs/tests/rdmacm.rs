@@ -372,3 +372,131 @@ fn mckey_three_receiver_processes_on_one_device_and_a_send_only_sender() {
 fn mckey_between_two_devices() {
     mckey(127, [239, 127, 0, 1], 2, "127.0.127.3", false);
 }
+
+// ---------------------------------------------------------------- options
+
+/// Whether a UDP socket holds [::1]:4791 (the one IPv6 loopback device).
+fn ipv6_device_port_taken() -> bool {
+    std::fs::read_to_string("/proc/net/udp6").is_ok_and(|t| {
+        t.lines()
+            .skip(1)
+            .any(|l| l.split_whitespace().nth(1) == Some("00000000000000000000000001000000:12B7"))
+    })
+}
+
+/// The IP TOS / traffic class and the UDP payload of the RoCE packets to
+/// QPs other than QP1 (the CM's) from address `src`, in the captures in
+/// `dir` whose names start with `name` (a device's file, and a shared
+/// member's `.sN.pcap`). A device records what it sends with the header it
+/// sent and what it receives with TOS 0 (its UDP socket does not report
+/// the received byte).
+fn data_tos_from(dir: &Path, name: &str, src: std::net::IpAddr) -> Vec<(u8, Vec<u8>)> {
+    let mut out = Vec::new();
+    let files = std::fs::read_dir(dir).expect("pcap dir");
+    for f in files.flatten().filter(|f| f.file_name().to_string_lossy().starts_with(name)) {
+        let frames = roce_pcap::read_capture_file(&f.path()).expect("read capture");
+        for fr in frames {
+            let d = &fr.data;
+            let (tos, from, l4) = match u16::from_be_bytes([d[12], d[13]]) {
+                0x0800 => {
+                    let ip: [u8; 4] = d[26..30].try_into().unwrap();
+                    (d[15], std::net::IpAddr::from(ip), 14 + 20)
+                }
+                0x86DD => {
+                    let ip: [u8; 16] = d[22..38].try_into().unwrap();
+                    ((d[14] << 4) | (d[15] >> 4), std::net::IpAddr::from(ip), 14 + 40)
+                }
+                _ => continue,
+            };
+            let bth = &d[l4 + 8..];
+            let dest_qp = u32::from_be_bytes([0, bth[5], bth[6], bth[7]]);
+            if from == src && dest_qp != 1 {
+                out.push((tos, d[l4..].to_vec()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn afonly_reuseaddr_and_tos_options_as_the_kernels_cm() {
+    let Some(exe) = common::compile_rdmacm_c("cm_options_check", &lib_dir()) else { return };
+    let v6 = !ipv6_device_port_taken();
+    let mut devices = "roce0=udp:127.0.57.2,roce1=udp:127.0.57.3".to_string();
+    if v6 {
+        devices.push_str(",roce2=udp:[::1]:4791");
+    } else {
+        skipped("(part) [::1]:4791 is in use: no IPv6 device, no IPv6 client");
+    }
+    let pcaps = std::env::temp_dir().join(format!("roce-cm-options-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&pcaps);
+    std::fs::create_dir_all(&pcaps).expect("pcap dir");
+    let args = ["127.0.57.2", "127.0.57.3", "7457", if v6 { "v6" } else { "nov6" }];
+    let mut c = common::drop_in_cmd(&exe, &lib_dir(), &devices, &args);
+    c.env("ROCE_EMU_PCAP", &pcaps);
+    let (o, timed_out) = finish(c.spawn().expect("spawn"), Duration::from_secs(60));
+    let out = text(&o.stdout);
+    assert!(!timed_out && o.status.success(), "{out}{}", text(&o.stderr));
+    assert!(!out.contains("FAIL") && out.contains("0 failures"), "{out}");
+    let mut must = vec![
+        "ok   rdma_bind_addr([::]:7457) with AFONLY: 0",
+        "ok   rdma_bind_addr(0.0.0.0:7457) next to it: 0",
+        "ok   rdma_listen(0.0.0.0:7457): 0",
+        "ok   a third id on 0.0.0.0:7457: errno 99 (EADDRNOTAVAIL)",
+        "ok   and on 127.0.57.2:7457 under the wildcard: errno 99 (EADDRNOTAVAIL)",
+        "ok   IPv4 client: CONNECT_REQUEST on the expected listener",
+        "ok   IPv4 client: the client's QP: traffic class 0x60 (rdma_init_qp_attr 0x60)",
+        "ok   IPv4 client: the server's QP takes the REQ's: traffic class 0x60",
+        "ok   IPv4 client: the server received \"tos 0x60\"",
+        "ok   a second id on 127.0.57.2:7459 without REUSEADDR: errno 98 (EADDRINUSE)",
+        "ok   the second binds 127.0.57.2:7459 too: 0",
+        "ok   a third without REUSEADDR: errno 98 (EADDRINUSE)",
+        "ok   rdma_listen while the other id holds the address: errno 98 (EADDRINUSE)",
+        "ok   RDMA_OPTION_ID_REUSEADDR 0 on a bound id: EINVAL",
+        "ok   rdma_listen once it is alone: 0",
+        "ok   RDMA_OPTION_ID_REUSEADDR 1 on a listening id: EINVAL",
+        "ok   it cannot bind the listener's 127.0.57.2:7459: errno 98 (EADDRINUSE)",
+        "ok   nor 0.0.0.0:7459: EADDRNOTAVAIL",
+        "ok   RDMA_OPTION_ID_TOS with optlen 4: EINVAL",
+        "ok   RDMA_OPTION_ID_REUSEADDR with optlen 1: EINVAL",
+        "ok   RDMA_OPTION_ID option 99: ENOSYS",
+        "ok   level 7: ENOSYS",
+        "ok   RDMA_OPTION_ID_AFONLY on a listening id: EINVAL",
+        "ok   RDMA_OPTION_ID_AFONLY on a bound id: 0",
+    ];
+    let v6only =
+        std::fs::read_to_string("/proc/sys/net/ipv6/bindv6only").is_ok_and(|t| t.trim() == "1");
+    if !v6only {
+        must.push("ok   0.0.0.0:7458 next to it: errno 99 (EADDRNOTAVAIL)");
+    }
+    if v6 {
+        must.extend([
+            "ok   rdma_listen([::]:7457): 0",
+            "ok   IPv6 client: CONNECT_REQUEST on the expected listener",
+            "ok   IPv6 client: the request's peer address is of family 10",
+            "ok   IPv6 client: the server's QP takes the REQ's: traffic class 0xb8",
+            "ok   IPv6 client: the server received \"tos 0xb8\"",
+        ]);
+    }
+    for m in must {
+        assert!(out.contains(m), "{m}\n{out}");
+    }
+    // the captures: every packet of the data QPs the devices sent carries
+    // the TOS (the client's SEND, the server's ACK)
+    // (each device's own file: what it sent)
+    let tos = |v: Vec<(u8, Vec<u8>)>| v.into_iter().map(|(t, _)| t).collect::<Vec<u8>>();
+    let client = tos(data_tos_from(&pcaps, "roce1-", "127.0.57.3".parse().unwrap()));
+    let server = tos(data_tos_from(&pcaps, "roce0-", "127.0.57.2".parse().unwrap()));
+    assert!(!client.is_empty() && client.iter().all(|&t| t == 0x60), "client: {client:x?}");
+    assert!(!server.is_empty() && server.iter().all(|&t| t == 0x60), "server: {server:x?}");
+    if v6 {
+        // client and server share the device: each packet is in its file
+        // twice, as sent (0xb8) and as received (0)
+        let both = data_tos_from(&pcaps, "roce2-", "::1".parse().unwrap());
+        let sent: Vec<&Vec<u8>> = both.iter().filter(|x| x.0 == 0xb8).map(|x| &x.1).collect();
+        let got: Vec<&Vec<u8>> = both.iter().filter(|x| x.0 == 0).map(|x| &x.1).collect();
+        assert!(sent.len() >= 2 && sent.len() + got.len() == both.len(), "[::1]: {both:x?}");
+        assert!(got.iter().all(|g| sent.contains(g)), "a packet sent without 0xb8: {both:x?}");
+    }
+    let _ = std::fs::remove_dir_all(&pcaps);
+}

@@ -14,6 +14,13 @@
 //! passes), DF set, TTL 64 and TOS 0 (the latter two are not seen and are
 //! masked out of the ICRC anyway).
 //!
+//! The IPv4 TOS / IPv6 traffic class on the wire is the datagram's
+//! `meta.tos` (the core's address vector's traffic class): the socket's
+//! `IP_TOS` / `IPV6_TCLASS` is set when a datagram needs another value than
+//! the socket has (one `setsockopt` per change, none while every datagram
+//! carries the socket's current one, so traffic class 0 costs nothing), and
+//! a batch or GSO run never mixes two values.
+//!
 //! Batching: `sendmmsg` for runs of datagrams, `sendmsg` with `UDP_SEGMENT`
 //! (GSO) for runs of equal-sized datagrams to one destination, `recvmmsg`
 //! with `UDP_GRO` on receive (coalesced messages are split at the reported
@@ -207,6 +214,8 @@ pub struct UdpTransport {
     steer: Option<SteerTap>,
     /// Multicast groups joined ([`crate::mcast`]).
     groups: crate::mcast::Groups,
+    /// The socket's `IP_TOS` / `IPV6_TCLASS` (0 when bound).
+    tos: u8,
 }
 
 fn to_std(a: &SockaddrStorage) -> Option<SocketAddr> {
@@ -303,6 +312,7 @@ impl UdpTransport {
             pcap,
             steer: None,
             groups: Default::default(),
+            tos: 0,
             cfg,
         })
     }
@@ -461,6 +471,9 @@ impl UdpTransport {
         let batch = self.cfg.batch.max(1);
         let mut i = 0;
         while i < dgrams.len() {
+            // every send below carries datagrams of one TOS only
+            let tos = dgrams[i].meta.tos;
+            self.apply_tos(tos);
             // A run of singles for sendmmsg (each ends a GSO candidate run of 1).
             let run = self.gso_run(&dgrams[i..]);
             if run >= 2 {
@@ -482,7 +495,10 @@ impl UdpTransport {
             let mut j = i;
             while j < dgrams.len()
                 && j - i < batch
-                && (j == i || (dgrams[j].body.is_none() && self.gso_run(&dgrams[j..]) < 2))
+                && (j == i
+                    || (dgrams[j].body.is_none()
+                        && dgrams[j].meta.tos == tos
+                        && self.gso_run(&dgrams[j..]) < 2))
             {
                 j += 1;
             }
@@ -494,6 +510,23 @@ impl UdpTransport {
             }
         }
         SendOutcome { consumed: i, would_block: false }
+    }
+
+    /// Give the socket the IPv4 TOS / IPv6 traffic class `tos` if it has
+    /// another one (a failure is logged; the datagrams then leave with the
+    /// socket's old value).
+    fn apply_tos(&mut self, tos: u8) {
+        if tos == self.tos {
+            return;
+        }
+        let r = match self.local {
+            SocketAddr::V4(_) => rustix::net::sockopt::set_ip_tos(&self.sock, tos),
+            SocketAddr::V6(_) => rustix::net::sockopt::set_ipv6_tclass(&self.sock, u32::from(tos)),
+        };
+        match r {
+            Ok(()) => self.tos = tos,
+            Err(e) => tracing::debug!(error = %e, tos, "cannot set the socket's IP TOS"),
+        }
     }
 
     /// Length of the GSO-able run at the front of `d` (1 if none).
@@ -510,6 +543,7 @@ impl UdpTransport {
             if x.endpoints.dst != first.endpoints.dst
                 || x.endpoints.dst_port != first.endpoints.dst_port
                 || x.wire_len() != size
+                || x.meta.tos != first.meta.tos
             {
                 break;
             }

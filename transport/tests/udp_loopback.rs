@@ -583,3 +583,78 @@ fn multicast_group_reaches_every_joined_device_the_sender_included() {
     // not a group address
     assert!(c.join_group("10.1.2.3".parse().unwrap()).is_err());
 }
+
+/// Receive `n` datagrams on `s` (IP_RECVTOS / IPV6_RECVTCLASS set) and
+/// return the TOS / traffic class byte each arrived with.
+fn tos_of_received(s: &UdpSocket, n: usize) -> Vec<u8> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, SockaddrStorage};
+    use std::io::IoSliceMut;
+    use std::os::fd::AsRawFd;
+    s.set_read_timeout(Some(T)).unwrap();
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 2048];
+    let mut cmsg = nix::cmsg_space!(i32, i32);
+    while out.len() < n {
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let m =
+            recvmsg::<SockaddrStorage>(s.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::empty())
+                .expect("a datagram within the timeout");
+        let tos = m.cmsgs().unwrap().find_map(|c| match c {
+            ControlMessageOwned::Ipv4Tos(t) => Some(t),
+            ControlMessageOwned::Ipv6TClass(t) => Some(t as u8),
+            _ => None,
+        });
+        out.push(tos.expect("a TOS control message"));
+    }
+    out
+}
+
+/// Datagrams of equal size (GSO candidates) with these TOS bytes, from `a`
+/// to `dst`: each leaves with its own byte, and a GSO run never mixes two.
+fn tos_on_the_wire(a: &mut roce_transport::UdpTransport, rx: &UdpSocket, toses: &[u8]) {
+    let ep = roce_packet::UdpEndpoints {
+        src: a.local_addr().ip(),
+        dst: rx.local_addr().unwrap().ip(),
+        src_port: 0xC123,
+        dst_port: rx.local_addr().unwrap().port(),
+    };
+    let sent: Vec<_> = toses
+        .iter()
+        .enumerate()
+        .map(|(i, &tos)| {
+            let mut d = send_only(&ep, 0x11, i as u32, &pattern(i, 64));
+            d.meta.tos = tos;
+            d
+        })
+        .collect();
+    let o = a.send(&sent);
+    assert_eq!((o.consumed, o.would_block), (toses.len(), false));
+    assert_eq!(tos_of_received(rx, toses.len()), toses);
+    let c = a.snapshot();
+    assert_eq!((c.dgrams_out, c.send_errors), (toses.len() as u64, 0), "{c:?}");
+}
+
+#[test]
+fn ipv4_tos_of_each_datagram_is_on_the_wire() {
+    use nix::sys::socket::{setsockopt, sockopt};
+    let mut a = bind("127.1.31.2", |c| c.gso = true);
+    let rx = UdpSocket::bind("127.1.31.3:0").unwrap();
+    setsockopt(&rx, sockopt::IpRecvTos, &true).unwrap();
+    tos_on_the_wire(&mut a, &rx, &[0, 0, 0x60, 0x60, 0x60, 0xb8, 0, 0, 0x2e]);
+    // 0 (2, GSO), 0x60 (3, GSO), 0xb8, 0 (2, GSO), 0x2e: five sends
+    if a.gso_enabled() {
+        assert_eq!(a.snapshot().send_syscalls, 5, "{:?}", a.snapshot());
+    }
+}
+
+#[test]
+fn ipv6_traffic_class_of_each_datagram_is_on_the_wire() {
+    use nix::sys::socket::{setsockopt, sockopt};
+    // (an ephemeral port: [::1]:4791 is the IPv6 device's of other tests)
+    let mut cfg = roce_transport::UdpConfig::new("[::1]:0".parse().unwrap());
+    cfg.gso = false;
+    let mut a = roce_transport::UdpTransport::bind(cfg).unwrap();
+    let rx = UdpSocket::bind("[::1]:0").unwrap();
+    setsockopt(&rx, sockopt::Ipv6RecvTClass, &true).unwrap();
+    tos_on_the_wire(&mut a, &rx, &[0x60, 0, 0xfe, 0xfe]);
+}

@@ -498,9 +498,18 @@ impl CmQp {
         }
     }
 
-    /// [`Qp::to_rtr`].
-    fn to_rtr(&self, remote: &QpEndpoint, opts: &ConnectOptions) -> Result<(), ModifyQpError> {
-        self.modify(&opts.rtr_attr(remote))
+    /// [`Qp::to_rtr`], with an address vector of traffic class `tc`.
+    fn to_rtr(
+        &self,
+        remote: &QpEndpoint,
+        opts: &ConnectOptions,
+        tc: u8,
+    ) -> Result<(), ModifyQpError> {
+        let mut a = opts.rtr_attr(remote);
+        if let Some(ah) = &mut a.ah_attr {
+            ah.traffic_class = tc;
+        }
+        self.modify(&a)
     }
 
     /// [`Qp::to_rts`].
@@ -551,6 +560,13 @@ struct IdState {
     /// `rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT)`: the QP's local ACK
     /// timeout at RTS, instead of the default.
     ack_timeout: Option<u8>,
+    /// `rdma_set_option(RDMA_OPTION_ID_TOS)`: the traffic class of the
+    /// path this (active) side resolves, instead of 0.
+    tos: Option<u8>,
+    /// Passive: the traffic class of the REQ's primary path, which the
+    /// connection's QP uses whatever this side's TOS (as the kernel's CM
+    /// takes the path from the REQ).
+    req_tc: Option<u8>,
     /// Passive: what `RDMA_MAX_INIT_DEPTH` / `RDMA_MAX_RESP_RES` (0xFF) in
     /// the accept stand for: the REQ's values within the device's limits.
     max_init_depth: u8,
@@ -558,6 +574,13 @@ struct IdState {
 }
 
 impl IdState {
+    /// The traffic class of the connection's path, the IP TOS its QP's
+    /// packets leave with: the REQ's (passive), else the identifier's
+    /// TOS option, else 0 (the kernel's default RoCE TOS).
+    fn traffic_class(&self) -> u8 {
+        self.req_tc.or(self.tos).unwrap_or(0)
+    }
+
     /// The device and the CM connection of the identifier; `InvalidState`
     /// naming `what` when it has none.
     fn connection(&self, what: &'static str) -> Result<(Context, ConnId), CmError> {
@@ -598,6 +621,8 @@ impl IdInner {
                 peer_rnr_retry: 7,
                 param: ConnParam::default(),
                 ack_timeout: None,
+                tos: None,
+                req_tc: None,
                 max_init_depth: 0,
                 max_resp_res: 0,
             }),
@@ -839,6 +864,18 @@ impl CmId {
         Ok(())
     }
 
+    /// `rdma_set_option(RDMA_OPTION_ID, RDMA_OPTION_ID_TOS)`
+    /// (`rdma_set_service_type`): the IPv4 TOS / IPv6 traffic class (DSCP
+    /// and ECN) of the path, as the kernel's CM puts it in the path record
+    /// it resolves for RoCE. The REQ carries it (primary path traffic
+    /// class) and both sides' QPs get it in their address vector
+    /// (`ah_attr.grh.traffic_class`, also from `rdma_init_qp_attr`), so
+    /// every packet of the connection leaves with it. Set it before
+    /// `connect`; on the passive side the REQ's value applies.
+    pub fn set_tos(&self, tos: u8) {
+        self.inner.lock().tos = Some(tos);
+    }
+
     /// `rdma_init_qp_attr`: the attributes (with their mask) that move an
     /// application's own QP to `state` (INIT, RTR or RTS) for this
     /// connection, as librdmacm computes them: INIT with the access flags
@@ -868,9 +905,11 @@ impl CmId {
                 if st.peer_qpn == 0 {
                     return Err(CmError::InvalidState("init_qp_attr: no peer QP yet"));
                 }
+                let mut ah = AhAttr::new(remote.ip());
+                ah.traffic_class = st.traffic_class();
                 Ok(QpAttr::new()
                     .state(QpState::Rtr)
-                    .ah(AhAttr::new(remote.ip()))
+                    .ah(ah)
                     .mtu(opts.mtu)
                     .dest_qpn(st.peer_qpn)
                     .rq_psn(st.peer_psn)
@@ -945,6 +984,7 @@ impl CmId {
                     req.rnr_retry_count = param.rnr_retry_count & 7;
                     req.srq = param.srq;
                     req.path_mtu = h.query_port().active_mtu as u8;
+                    req.path.traffic_class = st.traffic_class();
                     req.private_data = pd;
                     h.cm().connect(now, req).map_err(|e| match e {
                         roce_emulator::cm::ConnectError::TooManyConnections => CmError::TooMany,
@@ -1067,7 +1107,7 @@ impl CmId {
                     // REQ's starting PSN is the one the passive side sends
                     // from, the REP's the one it receives at.
                     let peer = QpEndpoint { addr: remote.ip(), qpn: st.peer_qpn, psn };
-                    qp.to_rtr(&peer, &opts)?;
+                    qp.to_rtr(&peer, &opts, st.traffic_class())?;
                     qp.to_rts(st.peer_psn, &opts)?;
                 }
                 let qpn = st.qp.as_ref().map(|q| q.qpn().value()).or(param.qp_num).unwrap_or(0);
@@ -1275,17 +1315,20 @@ fn dispatch(ctx: &Context, ev: EngineEvent) {
             let Some(inner) = owner_of_conn(ctx, conn) else { return };
             let id = CmId { inner };
             unroute(ctx, Some(conn), None);
-            let remote = {
+            let (remote, tc) = {
                 let mut st = id.inner.lock();
                 st.role = if status == 0 { Role::Connected } else { Role::Gone };
                 st.conn = None;
-                st.remote
+                (st.remote, st.traffic_class())
             };
             if status == roce_emulator::cm::sidr_status::VALID {
                 let mut e = id.event(CmEventKind::Established, 0);
                 e.param = ConnParam { private_data, ..ConnParam::default() };
                 let ip = remote.map(|r| r.ip()).unwrap_or_else(|| ctx.addr());
-                e.ud = Some(UdParam { ah: crate::create_ah(ip), qp_num: qpn, qkey });
+                // (the kernel's AH is made from the path it resolved)
+                let mut ah = crate::create_ah(ip);
+                ah.traffic_class = tc;
+                e.ud = Some(UdParam { ah, qp_num: qpn, qkey });
                 id.emit(e);
             } else {
                 let mut e = id.event(CmEventKind::Unreachable, -ECONNRESET);
@@ -1321,6 +1364,7 @@ fn on_connect_request(ctx: &Context, listen: ListenId, conn: ConnId, req: &ReqIn
         st.peer_mtu = req.path_mtu;
         st.peer_retry = req.retry_count;
         st.peer_rnr_retry = req.rnr_retry_count;
+        st.req_tc = Some(req.path.traffic_class);
         // as librdmacm: an accept with 0xFF takes the requester's
         // offer within this device's limits
         let dev = ctx.query_device();
@@ -1419,7 +1463,9 @@ fn on_connect_response(ctx: &Context, conn: ConnId, rep: &RepInfo) {
     // the active side receives at the PSN its REQ named and sends
     // from the one the REP named (the kernel's CM; rping via rxe)
     let peer = QpEndpoint { addr: remote, qpn: rep.remote_qpn, psn: st.psn };
-    let moved = qp.to_rtr(&peer, &opts).and_then(|()| qp.to_rts(rep.starting_psn, &opts));
+    let moved = qp
+        .to_rtr(&peer, &opts, st.traffic_class())
+        .and_then(|()| qp.to_rts(rep.starting_psn, &opts));
     match moved {
         Ok(()) => {
             let r = ctx.lock().cm().complete_connect(conn);

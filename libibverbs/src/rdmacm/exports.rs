@@ -427,10 +427,27 @@ pub unsafe extern "C" fn rdma_set_option(
                 rust(o)?.set_ack_timeout(t).map_err(|_| libc::EINVAL)?;
                 Ok(0)
             }
-            (
-                cm::RDMA_OPTION_ID,
-                cm::RDMA_OPTION_ID_TOS | cm::RDMA_OPTION_ID_REUSEADDR | cm::RDMA_OPTION_ID_AFONLY,
-            ) => Ok(0),
+            (cm::RDMA_OPTION_ID, cm::RDMA_OPTION_ID_TOS) => {
+                if optlen != size_of::<u8>() {
+                    return Err(libc::EINVAL);
+                }
+                // SAFETY: the caller's option value, one byte (checked above).
+                super::set_tos(o, unsafe { *(optval as *const u8) });
+                Ok(0)
+            }
+            (cm::RDMA_OPTION_ID, cm::RDMA_OPTION_ID_REUSEADDR | cm::RDMA_OPTION_ID_AFONLY) => {
+                if optlen != size_of::<c_int>() {
+                    return Err(libc::EINVAL);
+                }
+                // SAFETY: the caller's option value, an int (checked above);
+                // read unaligned, as the kernel copies it in.
+                let on = unsafe { (optval as *const c_int).read_unaligned() } != 0;
+                match optname {
+                    cm::RDMA_OPTION_ID_REUSEADDR => super::set_reuseaddr(o, on)?,
+                    _ => super::set_afonly(o, on)?,
+                }
+                Ok(0)
+            }
             (cm::RDMA_OPTION_IB, cm::RDMA_OPTION_IB_PATH) => Ok(0),
             _ => {
                 diag!("rdma_set_option: level {level} option {optname} not supported");

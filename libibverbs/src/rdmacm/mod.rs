@@ -9,8 +9,11 @@
 //! [`roce_verbs_api::rdma_cm`]. Devices are the configured ones (as for
 //! `ibv_get_device_list`), opened lazily: an id uses a device once it is
 //! bound to its address, resolves an address through it, or listens on a
-//! wildcard address (then on every device this process has open, or the
-//! first device that can be opened). Without a source address,
+//! wildcard address (then on every device of the wildcard's family, see
+//! `covers`: the shared devices, or those this process has open, or the
+//! first device that can be opened). Ports are checked as the kernel's CM
+//! checks them among the ids of this process (`check_port`: AFONLY,
+//! REUSEADDR, wildcards). Without a source address,
 //! `rdma_resolve_addr` picks a device other than the destination's (a
 //! server process on this host holds that one): one this process has
 //! open, else one that can be opened. Each device has one Rust
@@ -541,6 +544,35 @@ pub(crate) struct IdSt {
     /// `rdma_create_ep` on a passive id: the QP attributes for the ids of
     /// `rdma_get_request`.
     pub ep_qp: Option<(*mut v::ibv_pd, v::ibv_qp_init_attr)>,
+    /// Where the id is in the kernel's state machine, as far as the
+    /// options and the port checks care.
+    pub phase: Phase,
+    /// The id holds its port (bound, listening or resolved by this
+    /// process: the kernel's bind list); requests' ids do not.
+    pub owner: bool,
+    /// `RDMA_OPTION_ID_REUSEADDR` (cleared when the id listens).
+    pub reuseaddr: bool,
+    /// Listens are for the bound address family only: always for AF_INET,
+    /// for AF_INET6 `RDMA_OPTION_ID_AFONLY` or the host's
+    /// `net.ipv6.bindv6only` (decided at bind unless the option was set).
+    pub afonly: bool,
+    /// `RDMA_OPTION_ID_AFONLY` was set.
+    pub afonly_set: bool,
+    /// `RDMA_OPTION_ID_TOS`, handed to every Rust identifier of the id.
+    pub tos: Option<u8>,
+}
+
+/// The kernel CM states the options and port checks tell apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// RDMA_CM_IDLE: just created.
+    Idle,
+    /// RDMA_CM_ADDR_BOUND: `rdma_bind_addr` done.
+    Bound,
+    /// RDMA_CM_LISTEN.
+    Listen,
+    /// Anything after: resolving, connecting, a request's id.
+    Busy,
 }
 
 /// The ids this library made and the program has not destroyed. A program
@@ -595,7 +627,20 @@ pub(crate) fn new_id(
         PortSpace::Tcp => v::IBV_QPT_RC,
         PortSpace::Udp => v::IBV_QPT_UD,
     };
-    let st = IdSt { ps, rust: Vec::new(), bound: None, own_chan, own_cqs: false, ep_qp: None };
+    let st = IdSt {
+        ps,
+        rust: Vec::new(),
+        bound: None,
+        own_chan,
+        own_cqs: false,
+        ep_qp: None,
+        phase: Phase::Idle,
+        owner: false,
+        reuseaddr: false,
+        afonly: false,
+        afonly_set: false,
+        tos: None,
+    };
     let p = Box::into_raw(Box::new(IdObj { c, st: Mutex::new(st) }));
     live_ids().insert(p as usize);
     p
@@ -619,8 +664,14 @@ impl IdObj {
     /// CM's context of the device).
     pub fn attach_rust(&self, i: usize) -> Result<CmId, i32> {
         let (ctx, ch) = dev_open(i)?;
-        let ps = lock(&self.st).ps;
+        let (ps, tos) = {
+            let st = lock(&self.st);
+            (st.ps, st.tos)
+        };
         let r = ch.create_id(ps);
+        if let Some(t) = tos {
+            r.set_tos(t);
+        }
         lock(&self.st).rust.push(r.clone());
         let pd = {
             let mut g = global();
@@ -813,7 +864,11 @@ fn route(dev: usize, ev: CmEvent) {
         let child = new_id(chan, lo.c.context, ps, sync);
         // SAFETY: child was just made.
         let co = unsafe { &*child };
-        lock(&co.st).rust.push(ev.id.clone());
+        {
+            let mut st = lock(&co.st);
+            st.rust.push(ev.id.clone());
+            st.phase = Phase::Busy;
+        }
         let pd = dev_pd_locked(&mut g, dev).unwrap_or(ptr::null_mut());
         // SAFETY: as above; nobody else knows the child yet.
         unsafe {
@@ -944,12 +999,119 @@ pub(crate) fn ephemeral_port(ps: PortSpace) -> Result<u16, i32> {
         .ok_or(libc::EADDRNOTAVAIL)
 }
 
+/// The host's `net.ipv6.bindv6only` (0 unless set): whether an AF_INET6 id
+/// without `RDMA_OPTION_ID_AFONLY` is for IPv6 only, as the kernel's CM
+/// decides at bind. Read once.
+fn bindv6only() -> bool {
+    static V: OnceLock<bool> = OnceLock::new();
+    *V.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/net/ipv6/bindv6only").is_ok_and(|t| t.trim() == "1")
+    })
+}
+
+/// The address an id holds in its port space (the kernel's bind list):
+/// the bound one (a wildcard stays a wildcard while the id listens on
+/// every device), else its device's.
+fn owner_addr(st: &IdSt) -> Option<SocketAddr> {
+    if !st.owner {
+        return None;
+    }
+    st.bound.or_else(|| st.rust.first().and_then(|r| r.local_addr()))
+}
+
+/// Whether `a` and `b` are the same address of the same family.
+fn same_addr(a: IpAddr, b: IpAddr) -> bool {
+    a.is_ipv4() == b.is_ipv4() && a == b
+}
+
+/// The kernel CM's `cma_check_port`: may id `me` (of port space `ps`,
+/// with `afonly`) hold `addr` next to the ids of this process that hold
+/// its port? Skipped: ids that both allow reuse (`reuseaddr`, the caller's
+/// and theirs), and two afonly ids of different families. Otherwise a
+/// wildcard on either side is EADDRNOTAVAIL, the same address EADDRINUSE.
+/// `live` is the set of live ids, held by the caller (so that a check and
+/// the claim that follows it are one step).
+fn check_port(
+    live: &std::collections::HashSet<usize>,
+    me: *const IdObj,
+    ps: PortSpace,
+    addr: SocketAddr,
+    afonly: bool,
+    reuseaddr: bool,
+) -> Result<(), i32> {
+    for &p in live.iter() {
+        if p == me as usize {
+            continue;
+        }
+        // SAFETY: members of the live set are live ids (see ports_in_use);
+        // lock order: the live set, then an id's state.
+        let o = unsafe { &*(p as *const IdObj) };
+        let st = lock(&o.st);
+        let Some(cur) = owner_addr(&st) else { continue };
+        if st.ps != ps || cur.port() != addr.port() {
+            continue;
+        }
+        if reuseaddr && st.reuseaddr {
+            continue;
+        }
+        if afonly && st.afonly && addr.is_ipv4() != cur.is_ipv4() {
+            continue;
+        }
+        if addr.ip().is_unspecified() || cur.ip().is_unspecified() {
+            diag!("rdma_cm: port {} of {addr} is held by an id on {cur}", addr.port());
+            return Err(libc::EADDRNOTAVAIL);
+        }
+        if same_addr(addr.ip(), cur.ip()) {
+            diag!("rdma_cm: {addr} is held by another id");
+            return Err(libc::EADDRINUSE);
+        }
+    }
+    Ok(())
+}
+
+/// The afonly an id gets when it binds to an address of `addr`'s family
+/// (unless `RDMA_OPTION_ID_AFONLY` set it): AF_INET always, AF_INET6 per
+/// `net.ipv6.bindv6only`.
+fn afonly_for(st: &IdSt, addr: SocketAddr) -> bool {
+    match st.afonly_set {
+        true => st.afonly,
+        false => addr.is_ipv4() || bindv6only(),
+    }
+}
+
+/// Check `addr` for the id and, if it may have it, record it as the id's
+/// (bound, holding its port), in one step.
+fn claim(o: &IdObj, addr: SocketAddr) -> Result<(), i32> {
+    let live = live_ids();
+    let (ps, afonly, reuse) = {
+        let st = lock(&o.st);
+        (st.ps, afonly_for(&st, addr), st.reuseaddr)
+    };
+    check_port(&live, o, ps, addr, afonly, reuse)?;
+    let mut st = lock(&o.st);
+    st.afonly = afonly;
+    st.bound = Some(addr);
+    st.owner = true;
+    st.phase = Phase::Bound;
+    Ok(())
+}
+
+/// Undo a [`claim`] whose bind failed after it.
+fn unclaim(o: &IdObj) {
+    let mut st = lock(&o.st);
+    st.bound = None;
+    st.owner = false;
+    st.phase = Phase::Idle;
+}
+
 /// Bind the id to `addr` (`rdma_bind_addr`); port 0 takes an
-/// [`ephemeral_port`], which `rdma_get_src_port` reports from then on.
+/// [`ephemeral_port`], which `rdma_get_src_port` reports from then on. A
+/// port other ids of this process hold fails as the kernel's CM fails it
+/// ([`check_port`]).
 pub(crate) fn bind(o: &IdObj, addr: SocketAddr) -> Result<(), i32> {
     let ps = {
         let st = lock(&o.st);
-        if !st.rust.is_empty() || st.bound.is_some() {
+        if !st.rust.is_empty() || st.bound.is_some() || st.phase != Phase::Idle {
             return Err(libc::EINVAL);
         }
         st.ps
@@ -959,12 +1121,13 @@ pub(crate) fn bind(o: &IdObj, addr: SocketAddr) -> Result<(), i32> {
         addr.set_port(ephemeral_port(ps)?);
     }
     if addr.ip().is_unspecified() {
-        // A wildcard listen covers every device, as the kernel's does; open
-        // them now (joining a shared device takes a probe round) so that
-        // rdma_listen only registers the listener: programs such as qperf
-        // publish the port after rdma_bind_addr and listen just after, and
-        // a request that beats the listen is rejected (as by the kernel's CM,
-        // whose devices are always open).
+        claim(o, addr)?;
+        // A wildcard listen covers every device of its family, as the
+        // kernel's does; open them now (joining a shared device takes a
+        // probe round) so that rdma_listen only registers the listener:
+        // programs such as qperf publish the port after rdma_bind_addr and
+        // listen just after, and a request that beats the listen is
+        // rejected (as by the kernel's CM, whose devices are always open).
         if roce_host::sharing_enabled() {
             for i in 0..entries()?.len() {
                 if let Err(e) = dev_open(i) {
@@ -974,7 +1137,6 @@ pub(crate) fn bind(o: &IdObj, addr: SocketAddr) -> Result<(), i32> {
                 }
             }
         }
-        lock(&o.st).bound = Some(addr);
         // SAFETY: plain data of the program's id.
         unsafe { put_sockaddr(&mut (*o.ptr()).c.route.addr.src_storage, addr) };
         return Ok(());
@@ -984,9 +1146,15 @@ pub(crate) fn bind(o: &IdObj, addr: SocketAddr) -> Result<(), i32> {
         diag!("rdma_bind_addr: no configured device has address {}", addr.ip());
         libc::EADDRNOTAVAIL
     })?;
-    let r = o.attach_rust(i)?;
+    claim(o, addr)?;
+    let r = match o.attach_rust(i) {
+        Ok(r) => r,
+        Err(e) => {
+            unclaim(o);
+            return Err(e);
+        }
+    };
     r.bind_addr(addr).map_err(|e| e.errno())?;
-    lock(&o.st).bound = Some(addr);
     o.sync_addrs(&r);
     Ok(())
 }
@@ -1008,57 +1176,174 @@ pub(crate) fn resolve_addr(o: &IdObj, src: Option<SocketAddr>, dst: SocketAddr) 
                 Some(ip) => dev_of_addr(ip).ok_or(libc::EADDRNOTAVAIL)?,
                 None => choose_dev(dst.ip()).ok_or(libc::ENODEV)?,
             };
+            let ip = entries()?[i].cfg.addr;
             let port = match bound.map(|b| b.port()).or(src.map(|s| s.port())) {
-                Some(p) if p != 0 => p,
+                Some(p) if p != 0 => {
+                    // a port the program names: checked as a bind (the
+                    // kernel binds the unbound id here)
+                    if bound.is_none() {
+                        let live = live_ids();
+                        let (afonly, reuse) = {
+                            let st = lock(&o.st);
+                            (afonly_for(&st, SocketAddr::new(ip, p)), st.reuseaddr)
+                        };
+                        check_port(&live, o, ps, SocketAddr::new(ip, p), afonly, reuse)?;
+                    }
+                    p
+                }
                 // the kernel binds an unbound id to an ephemeral port here
                 _ => ephemeral_port(ps)?,
             };
             let r = o.attach_rust(i)?;
-            let ip = entries()?[i].cfg.addr;
             r.bind_addr(SocketAddr::new(ip, port)).map_err(|e| e.errno())?;
+            let mut st = lock(&o.st);
+            if !st.owner {
+                st.afonly = afonly_for(&st, SocketAddr::new(ip, port));
+                st.owner = true;
+            }
             r
         }
     };
+    lock(&o.st).phase = Phase::Busy;
     r.resolve_addr(None, dst).map_err(|e| e.errno())?;
     o.sync_addrs(&r);
     Ok(())
 }
 
+/// Whether a wildcard listen of an id bound to `bound` covers device `e`:
+/// an IPv4 wildcard the IPv4 devices, an IPv6 one with afonly the IPv6
+/// devices, an IPv6 one without it every device (the kernel's CM listens
+/// on every device and matches a request's IP version with the
+/// listener's family: here a device has one address, and a request's IP
+/// version is its device's family).
+fn covers(bound: SocketAddr, afonly: bool, e: &DevEntry) -> bool {
+    let v4 = canonical(e.cfg.addr).is_ipv4();
+    match bound {
+        SocketAddr::V4(_) => v4,
+        SocketAddr::V6(_) => !afonly || !v4,
+    }
+}
+
 /// `rdma_listen`. An id nobody bound listens on the wildcard address and
-/// an ephemeral port, as the kernel's CM binds it.
+/// an ephemeral port, as the kernel's CM binds it. An id that allows reuse
+/// is checked against every other holder of its port first (the kernel:
+/// a listening id is unique in its bind list) and allows it no longer.
 pub(crate) fn listen(o: &IdObj) -> Result<(), i32> {
+    let unbound = lock(&o.st).phase == Phase::Idle;
+    if unbound {
+        bind(o, SocketAddr::from(([0, 0, 0, 0], 0)))?;
+    }
+    {
+        let live = live_ids();
+        let mut st = lock(&o.st);
+        if st.phase != Phase::Bound {
+            return Err(libc::EINVAL);
+        }
+        if st.reuseaddr {
+            let (ps, afonly) = (st.ps, st.afonly);
+            let addr = owner_addr(&st).ok_or(libc::EINVAL)?;
+            drop(st);
+            check_port(&live, o, ps, addr, afonly, false)?;
+            st = lock(&o.st);
+            st.reuseaddr = false;
+        }
+        st.phase = Phase::Listen;
+    }
+    let r = listen_devices(o);
+    if r.is_err() {
+        lock(&o.st).phase = Phase::Bound;
+    }
+    r
+}
+
+/// The engine's listeners of a bound id: on its device, or on every
+/// device of the wildcard's family.
+fn listen_devices(o: &IdObj) -> Result<(), i32> {
     if let Some(r) = o.rust() {
         diag!("rdma_listen: on the id's device ({:?})", r.local_addr());
         return r.listen().map_err(|e| e.errno());
     }
-    let unbound = lock(&o.st).bound.is_none();
-    if unbound {
-        bind(o, SocketAddr::from(([0, 0, 0, 0], 0)))?;
-    }
-    let bound = lock(&o.st).bound.ok_or(libc::EINVAL)?;
-    // a wildcard address: every device (shared devices, as the kernel's
-    // CM); without sharing, the devices this process has open, else the
-    // first device that can be opened (not all of them: a client process
-    // on this host needs one too; bind an address to choose the device)
+    let (bound, afonly) = {
+        let st = lock(&o.st);
+        (st.bound.ok_or(libc::EINVAL)?, st.afonly)
+    };
+    // a wildcard address: every device of its family (shared devices, as
+    // the kernel's CM); without sharing, the devices this process has
+    // open, else the first device that can be opened (not all of them: a
+    // client process on this host needs one too; bind an address to
+    // choose the device)
     let list = entries()?;
+    let fam = |e: &&&DevEntry| covers(bound, afonly, e);
     let mut devs: Vec<usize> = match roce_host::sharing_enabled() {
-        true => list.iter().filter(|e| dev_open(e.index).is_ok()).map(|e| e.index).collect(),
-        false => list.iter().filter(|e| is_open(e)).map(|e| e.index).collect(),
+        true => {
+            list.iter().filter(fam).filter(|e| dev_open(e.index).is_ok()).map(|e| e.index).collect()
+        }
+        false => list.iter().filter(fam).filter(|e| is_open(e)).map(|e| e.index).collect(),
     };
     if devs.is_empty() {
-        devs = list.iter().find(|e| can_open(e)).map(|e| e.index).into_iter().collect();
+        devs = list.iter().filter(fam).find(|e| can_open(e)).map(|e| e.index).into_iter().collect();
     }
     if devs.is_empty() {
+        diag!("rdma_listen: no device for {bound} (afonly {afonly})");
         return Err(libc::ENODEV);
     }
+    let mut made: Vec<CmId> = Vec::new();
     for i in devs {
-        let r = o.attach_rust(i)?;
         let ip = list[i].cfg.addr;
-        r.bind_addr(SocketAddr::new(ip, bound.port())).map_err(|e| e.errno())?;
-        r.listen().map_err(|e| e.errno())?;
+        let r = o.attach_rust(i).and_then(|r| {
+            made.push(r.clone());
+            r.bind_addr(SocketAddr::new(ip, bound.port())).map_err(|e| e.errno())?;
+            r.listen().map_err(|e| e.errno())?;
+            Ok(r)
+        });
+        if let Err(e) = r {
+            // leave none of this call's listeners behind
+            lock(&o.st).rust.retain(|x| !made.contains(x));
+            global().ids.retain(|(x, _)| !made.contains(x));
+            return Err(e);
+        }
         diag!("rdma_listen: {ip}:{} (device {i})", bound.port());
     }
     Ok(())
+}
+
+/// `rdma_set_option(RDMA_OPTION_ID_REUSEADDR)`, as the kernel's
+/// `rdma_set_reuseaddr`: on an idle id, or switched on for an id that
+/// does not listen (EINVAL otherwise).
+pub(crate) fn set_reuseaddr(o: &IdObj, reuse: bool) -> Result<(), i32> {
+    let _live = live_ids();
+    let mut st = lock(&o.st);
+    if (reuse && st.phase != Phase::Listen) || st.phase == Phase::Idle {
+        st.reuseaddr = reuse;
+        return Ok(());
+    }
+    diag!("rdma_set_option(REUSEADDR, {reuse}): not on an id in state {:?}", st.phase);
+    Err(libc::EINVAL)
+}
+
+/// `rdma_set_option(RDMA_OPTION_ID_AFONLY)`, as the kernel's
+/// `rdma_set_afonly`: before the id listens or resolves (EINVAL after).
+pub(crate) fn set_afonly(o: &IdObj, afonly: bool) -> Result<(), i32> {
+    let _live = live_ids();
+    let mut st = lock(&o.st);
+    if matches!(st.phase, Phase::Idle | Phase::Bound) {
+        st.afonly = afonly;
+        st.afonly_set = true;
+        return Ok(());
+    }
+    diag!("rdma_set_option(AFONLY, {afonly}): not on an id in state {:?}", st.phase);
+    Err(libc::EINVAL)
+}
+
+/// `rdma_set_option(RDMA_OPTION_ID_TOS)` (`rdma_set_service_type`): kept
+/// for the id and its Rust identifiers, present and future (any state, as
+/// the kernel's; it matters for the path `rdma_connect` sends).
+pub(crate) fn set_tos(o: &IdObj, tos: u8) {
+    let mut st = lock(&o.st);
+    st.tos = Some(tos);
+    for r in &st.rust {
+        r.set_tos(tos);
+    }
 }
 
 /// A C `rdma_conn_param` (NULL: librdmacm's defaults) as the Rust one.
