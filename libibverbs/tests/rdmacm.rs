@@ -311,17 +311,18 @@ fn rdma_server_and_rdma_client_synchronous_endpoints() {
 
 // ---------------------------------------------------------------- multicast
 
-/// Wait (at most 20 s) until `n` sockets are bound to `group`:4791 (the
-/// receivers joined: each process of a device that joins opens one).
-fn wait_group_members(group: [u8; 4], n: usize) {
+/// Wait (at most 60 s: the machine may be busy with other suites) until
+/// `n` sockets are bound to `group`:4791 (the receivers joined: each
+/// process of a device that joins opens one); how many there are.
+fn wait_group_members(group: [u8; 4], n: usize) -> usize {
     let want = format!("{:08X}:12B7", u32::from_le_bytes(group));
-    let end = Instant::now() + Duration::from_secs(20);
+    let end = Instant::now() + Duration::from_secs(60);
     loop {
         let have = std::fs::read_to_string("/proc/net/udp").map_or(0, |t| {
             t.lines().skip(1).filter(|l| l.split_whitespace().nth(1) == Some(&want)).count()
         });
         if have >= n || Instant::now() > end {
-            return;
+            return have;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -341,7 +342,17 @@ fn mckey(net: u8, group: [u8; 4], receivers: usize, tx_dev: &str, send_only: boo
                 .expect("spawn mckey receiver")
         })
         .collect();
-    wait_group_members(group, receivers);
+    let joined = wait_group_members(group, receivers);
+    if joined < receivers {
+        let outs: Vec<String> = rx
+            .into_iter()
+            .map(|c| {
+                let (o, _) = finish(c, Duration::from_secs(1));
+                text(&o.stdout) + &text(&o.stderr)
+            })
+            .collect();
+        panic!("{joined} of {receivers} receivers joined {g} in 60 s:\n{}", outs.join("\n---\n"));
+    }
     let mut args = vec!["-m", &g, "-b", tx_dev, "-s", "-C", "20"];
     if send_only {
         args.push("-o");
@@ -352,9 +363,9 @@ fn mckey(net: u8, group: [u8; 4], receivers: usize, tx_dev: &str, send_only: boo
     assert!(!killed && o.status.success(), "mckey sender:\n{s}");
     assert!(s.contains("joined dgid: ::ffff:") && s.contains("data transfers complete"), "{s}");
     for (i, c) in rx.into_iter().enumerate() {
-        let (o, killed) = finish(c, Duration::from_secs(30));
+        let (o, killed) = finish(c, Duration::from_secs(60));
         let r = text(&o.stdout) + &text(&o.stderr);
-        assert!(!killed && o.status.success(), "mckey receiver {i}:\n{r}");
+        assert!(!killed && o.status.success(), "mckey receiver {i} (killed: {killed}):\n{r}");
         assert!(
             r.contains("receiving data transfers") && r.contains("data transfers complete"),
             "{r}"

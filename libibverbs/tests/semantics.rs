@@ -100,7 +100,7 @@ fn every_failing_verb_sets_errno() {
             "ok   ibv_post_srq_recv with 4 SGEs: returns 22, errno 22 (EINVAL)",
             "ok   ibv_modify_srq IBV_SRQ_MAX_WR: returns 95, errno 95 (EOPNOTSUPP)",
             "ok   ibv_destroy_srq with a QP on it: returns 16, errno 16 (EBUSY)",
-            "ok   ibv_attach_mcast: returns 95, errno 95 (EOPNOTSUPP)",
+            "ok   ibv_attach_mcast of an RC QP to a unicast GID: returns 22, errno 22 (EINVAL)",
             "ok   ibv_wr_complete in RESET: returns 22, errno 22 (EINVAL)",
             "ok   ibv_create_cq with 0 entries: NULL, errno 22 (EINVAL)",
             "ok   ibv_create_qp with max_inline_data 100000: NULL, errno 22 (EINVAL)",
