@@ -123,6 +123,9 @@ pub enum CreateQpError {
     /// The GSI QP is a UD QP.
     #[error("the GSI QP (QP1) must be a UD QP")]
     GsiNotUd,
+    /// An XRC target QP's domain does not exist.
+    #[error("unknown XRC domain {0:?}")]
+    UnknownXrcd(crate::objects::XrcdHandle),
 }
 
 /// `modify_qp` failed.
@@ -217,6 +220,12 @@ pub enum CreateSrqError {
     /// The limit must be below max_wr.
     #[error("srq_limit {limit} not below max_wr {max_wr}")]
     BadLimit { limit: u32, max_wr: u32 },
+    /// An XRC SRQ's domain does not exist.
+    #[error("unknown XRC domain {0:?}")]
+    UnknownXrcd(crate::objects::XrcdHandle),
+    /// An XRC SRQ's CQ does not exist.
+    #[error("unknown completion queue {0:?}")]
+    UnknownCq(CqHandle),
 }
 
 /// `modify_srq` failed.

@@ -148,6 +148,8 @@ pub struct Hca {
     pub(crate) parting: std::collections::VecDeque<crate::io::Datagram>,
     /// Multicast groups and their QPs ([`crate::mcast`]).
     pub(crate) mcast: crate::mcast::McastTable,
+    /// XRC domains ([`crate::xrc`]).
+    pub(crate) xrcds: std::collections::BTreeMap<crate::objects::XrcdHandle, crate::xrc::Xrcd>,
 }
 
 impl Hca {
@@ -204,6 +206,7 @@ impl Hca {
             mutant,
             cm,
             mcast: Default::default(),
+            xrcds: Default::default(),
         }
         .with_ack_delay()
     }
@@ -604,7 +607,7 @@ impl Hca {
         let p = self.dev.pds.get_mut(&pd).ok_or(CreateSrqError::UnknownPd(pd))?;
         p.users += 1;
         let h = SrqHandle(self.dev.id());
-        self.dev.srqs.insert(h, Srq { pd, attr, wrs: VecDeque::new(), users: 0 });
+        self.dev.srqs.insert(h, Srq { pd, attr, wrs: VecDeque::new(), users: 0, xrc: None });
         Ok(h)
     }
 
@@ -645,6 +648,14 @@ impl Hca {
         if let Some(s) = self.dev.srqs.remove(&srq) {
             if let Some(p) = self.dev.pds.get_mut(&s.pd) {
                 p.users = p.users.saturating_sub(1);
+            }
+            if let Some((d, cq)) = s.xrc {
+                if let Some(c) = self.dev.sink.cqs.get_mut(&cq) {
+                    c.users = c.users.saturating_sub(1);
+                }
+                if let Some(x) = self.xrcds.get_mut(&d) {
+                    x.users = x.users.saturating_sub(1);
+                }
             }
         }
         Ok(())
@@ -899,15 +910,21 @@ impl Hca {
             self.parting.push_back(d);
         }
         self.dev.tx.acks_forced = forced;
-        if let Some(p) = self.dev.pds.get_mut(&qp.init.pd) {
+        // (an XRC target's creation counted its placeholders, not the XRC
+        // SRQ its last request ran with)
+        let init = qp.xrc_home.unwrap_or(qp.init);
+        if let Some(d) = qp.xrcd.and_then(|d| self.xrcds.get_mut(&d)) {
+            d.users = d.users.saturating_sub(1);
+        }
+        if let Some(p) = self.dev.pds.get_mut(&init.pd) {
             p.users = p.users.saturating_sub(1);
         }
-        for cq in [qp.init.send_cq, qp.init.recv_cq] {
+        for cq in [init.send_cq, init.recv_cq] {
             if let Some(c) = self.dev.sink.cqs.get_mut(&cq) {
                 c.users = c.users.saturating_sub(1);
             }
         }
-        if let Some(s) = qp.init.srq.and_then(|h| self.dev.srqs.get_mut(&h)) {
+        if let Some(s) = init.srq.and_then(|h| self.dev.srqs.get_mut(&h)) {
             s.users = s.users.saturating_sub(1);
         }
         Ok(())

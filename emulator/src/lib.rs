@@ -76,6 +76,7 @@ mod schedule;
 pub mod time;
 mod tx;
 pub mod wr;
+pub mod xrc;
 
 pub use counters::Counters;
 pub use error::*;
@@ -86,7 +87,7 @@ pub use mutant::Mutant;
 pub use mw::{MwBind, MwBindWr, MwError, MwHandle, MwType};
 pub use objects::{
     AsyncEvent, CqHandle, DeviceAttr, MrHandle, PdHandle, PortAttr, PortState, RegionMem,
-    ResizeCqError, SrqAttr, SrqHandle,
+    ResizeCqError, SrqAttr, SrqHandle, XrcdHandle,
 };
 pub use qp::QpInitAttr;
 pub use qp_attr::{AccessFlags, AhAttr, PathMtu, QpAttr, QpCap, QpState, QpType};
@@ -99,3 +100,4 @@ pub use time::Instant;
 pub use wr::{
     RecvWr, SendFlags, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
+pub use xrc::XrcError;

@@ -64,7 +64,23 @@ pub struct CqHandle(pub(crate) u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SrqHandle(pub(crate) u32);
 
+/// An XRC domain handle (`ibv_xrcd`, [`crate::Hca::alloc_xrcd`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct XrcdHandle(pub(crate) u32);
+
+impl XrcdHandle {
+    /// The handle's number (for traces).
+    pub fn id(self) -> u32 {
+        self.0
+    }
+}
+
 impl SrqHandle {
+    /// The shared receive queue whose number (`ibv_get_srq_num`, the XRC
+    /// SRQ number of an XRCETH) is `n`.
+    pub fn from_number(n: u32) -> SrqHandle {
+        SrqHandle(n)
+    }
     /// The handle's number (for traces).
     pub fn id(self) -> u32 {
         self.0

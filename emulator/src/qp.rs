@@ -212,6 +212,12 @@ pub(crate) struct Qp {
     /// The device's mutation switch ([`crate::mutant`]; `None` normally,
     /// always without the `mutants` feature).
     pub mutant: Option<crate::Mutant>,
+    /// An XRC target's domain: the XRC SRQs its requests may name.
+    pub xrcd: Option<crate::objects::XrcdHandle>,
+    /// An XRC target's own (placeholder) PD and CQs, which `init` takes
+    /// back from the XRC SRQ of each request ([`crate::xrc`]): what its
+    /// creation counted as used, to release at destruction.
+    pub xrc_home: Option<QpInitAttr>,
 }
 
 /// Packets a message of `len` bytes takes at `mtu` (at least one): the
@@ -261,6 +267,8 @@ impl Qp {
             comp: CompState::default(),
             resp: RespState::default(),
             mutant: None,
+            xrcd: None,
+            xrc_home: None,
         }
     }
 
@@ -276,7 +284,15 @@ impl Qp {
 
     /// Unacknowledged transports (UC, UD): WQEs complete when sent.
     pub fn unacked(&self) -> bool {
-        self.init.qp_type != QpType::Rc
+        matches!(self.init.qp_type, QpType::Uc | QpType::Ud)
+    }
+
+    /// An XRC initiator's request carries the XRCETH naming the XRC SRQ
+    /// its work request targets (IBA Annex A14).
+    pub(crate) fn stamp_xrc(&self, r: &mut RoceRepr, wr: &crate::wr::SendWr) {
+        if self.init.qp_type == QpType::XrcSend {
+            r.xrceth = Some(wr.xrc_remote_srqn & 0x00FF_FFFF);
+        }
     }
 
     pub fn mtu(&self) -> u64 {
@@ -288,8 +304,11 @@ impl Qp {
     /// still in the CQs free nothing when polled).
     pub fn reset(&mut self, epoch: u32) {
         let (qpn, init, mtu, mutant) = (self.qpn, self.init, self.p.mtu, self.mutant);
+        let (xrcd, home) = (self.xrcd, self.xrc_home);
         *self = Qp::new(qpn, init, mtu, epoch);
         self.mutant = mutant;
+        self.xrcd = xrcd;
+        self.xrc_home = home;
     }
 
     /// Send-queue slots held: WQEs not completed, and completed ones whose
@@ -322,6 +341,11 @@ impl Qp {
 
     /// A BTH for a packet of this QP (pad computed from the payload length).
     pub fn repr(&self, opcode: Opcode, psn: Psn, ack_req: bool, payload_len: usize) -> RoceRepr {
+        // XRC QPs send RC's operations in the XRC opcode space (0xA0 up)
+        let opcode = match self.init.qp_type.is_xrc() && opcode.0 < 0x20 {
+            true => Opcode(opcode.0 | 0xA0),
+            false => opcode,
+        };
         RoceRepr {
             bth: BthRepr {
                 opcode,

@@ -67,6 +67,13 @@ pub enum QpType {
     Rc,
     Uc,
     Ud,
+    /// XRC initiator (`IBV_QPT_XRC_SEND`): RC's requester, each request
+    /// naming the XRC SRQ at the target (XRCETH); no receive queue.
+    XrcSend,
+    /// XRC target (`IBV_QPT_XRC_RECV`): RC's responder in an XRC domain;
+    /// each request's receive WQE, CQ and PD are those of the XRC SRQ it
+    /// names.
+    XrcRecv,
 }
 
 impl QpType {
@@ -76,10 +83,15 @@ impl QpType {
     /// Column of this type in [`Transition::masks`].
     const fn index(self) -> usize {
         match self {
-            QpType::Rc => 0,
+            QpType::Rc | QpType::XrcSend | QpType::XrcRecv => 0,
             QpType::Uc => 1,
             QpType::Ud => 2,
         }
+    }
+
+    /// XRC initiator or target.
+    pub const fn is_xrc(self) -> bool {
+        matches!(self, QpType::XrcSend | QpType::XrcRecv)
     }
 }
 
@@ -89,6 +101,8 @@ impl fmt::Display for QpType {
             QpType::Rc => "RC",
             QpType::Uc => "UC",
             QpType::Ud => "UD",
+            QpType::XrcSend => "XRC_SEND",
+            QpType::XrcRecv => "XRC_RECV",
         })
     }
 }
@@ -428,9 +442,26 @@ pub struct Transition {
 }
 
 impl Transition {
-    /// The masks for `qp_type`, if the transition is legal for it.
+    /// The masks for `qp_type`, if the transition is legal for it. The XRC
+    /// types follow RC's column, with the kernel's differences: the
+    /// initiator's RTR needs only UC's attributes (it is not a responder:
+    /// RC's responder ones are optional), the target's RTS only TIMEOUT
+    /// and SQ_PSN (it is not a requester: RC's requester ones are optional).
     pub const fn for_type(&self, qp_type: QpType) -> Option<TransitionMasks> {
-        self.masks[qp_type.index()]
+        let Some(m) = self.masks[qp_type.index()] else { return None };
+        let rtr = matches!(self.from, QpState::Init) && matches!(self.to, QpState::Rtr);
+        let rts = matches!(self.from, QpState::Rtr) && matches!(self.to, QpState::Rts);
+        match qp_type {
+            QpType::XrcSend if rtr => Some(TransitionMasks {
+                required: UC_RTR_REQ,
+                optional: AttrMask(m.optional.0 | (m.required.0 & !UC_RTR_REQ.0)),
+            }),
+            QpType::XrcRecv if rts => Some(TransitionMasks {
+                required: XRC_TGT_RTS_REQ,
+                optional: AttrMask(m.optional.0 | (m.required.0 & !XRC_TGT_RTS_REQ.0)),
+            }),
+            _ => Some(m),
+        }
     }
 }
 
@@ -473,6 +504,8 @@ const RC_RTS_REQ: AttrMask = AttrMask(
         | AttrMask::SQ_PSN.0
         | AttrMask::MAX_QP_RD_ATOMIC.0,
 );
+/// An XRC target's RTR->RTS (the kernel's `qp_state_table`).
+const XRC_TGT_RTS_REQ: AttrMask = AttrMask(AttrMask::TIMEOUT.0 | AttrMask::SQ_PSN.0);
 /// What a connected QP may change while (re)entering or staying in RTS.
 const UC_RTS_OPT: AttrMask =
     AttrMask(AttrMask::ALT_PATH.0 | AttrMask::ACCESS_FLAGS.0 | AttrMask::PATH_MIG_STATE.0);

@@ -14,6 +14,9 @@ pub(crate) struct Srq {
     pub attr: SrqAttr,
     pub wrs: VecDeque<RecvWr>,
     pub users: u32,
+    /// An XRC SRQ (`IBV_SRQT_XRC`): its XRC domain and the CQ its
+    /// receives complete on (an XRC target QP has none of its own).
+    pub xrc: Option<(crate::objects::XrcdHandle, CqHandle)>,
 }
 
 /// The shared receive queues, by handle.

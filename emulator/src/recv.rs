@@ -124,7 +124,17 @@ impl Hca {
             crate::qp_attr::QpType::Uc => Transport::Uc,
             crate::qp_attr::QpType::Ud => Transport::Ud,
             crate::qp_attr::QpType::Rc => Transport::Rc,
+            crate::qp_attr::QpType::XrcSend | crate::qp_attr::QpType::XrcRecv => Transport::Xrc,
         };
+        // an XRC initiator only takes responses, a target only requests
+        let xrc_wrong_way = match qp.init.qp_type {
+            crate::qp_attr::QpType::XrcSend => info.is_request(),
+            crate::qp_attr::QpType::XrcRecv => info.is_response(),
+            _ => false,
+        };
+        if xrc_wrong_way && !mutant::is(self.mutant, Mutant::NoTransportCheck) {
+            return Err(DropReason::BadOpcode);
+        }
         if info.transport != want && !mutant::is(self.mutant, Mutant::NoTransportCheck) {
             return Err(DropReason::BadOpcode);
         }
@@ -155,6 +165,9 @@ impl Hca {
             let _g = span.enter();
             if want == Transport::Ud {
                 qp.on_ud_request(&mut self.dev.resp(), &repr, payload, d);
+            } else if qp.init.qp_type == crate::qp_attr::QpType::XrcRecv {
+                let srq = crate::xrc::target_srq(&self.dev.srqs, qp.xrcd, repr.xrceth);
+                qp.on_xrc_request(&mut self.dev.resp(), now, &repr, payload, srq);
             } else {
                 qp.on_request(&mut self.dev.resp(), now, &repr, payload);
             }
@@ -176,6 +189,7 @@ impl Hca {
     /// The newest (highest-numbered) QP whose type carries `t` ([`Mutant::MisroutesUnknownQp`]).
     fn misrouted(&self, t: Transport) -> Option<roce_packet::Qpn> {
         let want = match t {
+            Transport::Xrc => crate::qp_attr::QpType::XrcRecv,
             Transport::Uc => crate::qp_attr::QpType::Uc,
             Transport::Ud => crate::qp_attr::QpType::Ud,
             _ => crate::qp_attr::QpType::Rc,

@@ -201,6 +201,7 @@ impl Qp {
         match op {
             WrOpcode::RdmaRead => {
                 let mut r = self.repr(op.packet_opcode(Position::Only)?, psn, true, 0);
+                self.stamp_xrc(&mut r, &w.wr);
                 r.reth = Some(RethRepr {
                     va: w.wr.remote_addr.wrapping_add(w.sent_bytes),
                     rkey: w.wr.rkey,
@@ -211,6 +212,7 @@ impl Qp {
             }
             WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
                 let mut r = self.repr(op.packet_opcode(Position::Only)?, psn, true, 0);
+                self.stamp_xrc(&mut r, &w.wr);
                 let (swap_add, compare) = if op == WrOpcode::AtomicCmpAndSwp {
                     (w.wr.swap, w.wr.compare_add)
                 } else {
@@ -227,6 +229,7 @@ impl Qp {
             // IBA 1.5 FLUSH: FETH + RETH, no payload, one PSN (crate::mw)
             WrOpcode::Flush { len, placement, level } => {
                 let mut r = self.repr(op.packet_opcode(Position::Only)?, psn, true, 0);
+                self.stamp_xrc(&mut r, &w.wr);
                 r.feth = Some(u32::from(placement & 0x0F) | (u32::from(level & 0x03) << 4));
                 r.reth = Some(RethRepr { va: w.wr.remote_addr, rkey: w.wr.rkey, dma_len: len });
                 Some((r, Built::Empty, 1, true))
@@ -273,6 +276,7 @@ impl Qp {
             opcode = Opcode(opcode.0 | 0x60);
         }
         let mut r = self.repr(opcode, psn, ack_req, n as usize);
+        self.stamp_xrc(&mut r, &w.wr);
         if let (true, Some(ud)) = (self.is_ud(), w.wr.ud) {
             // C10-15: a Q_Key with the high bit set means the QP's own
             let qkey = if ud.remote_qkey & 0x8000_0000 != 0 { self.p.qkey } else { ud.remote_qkey };

@@ -502,6 +502,33 @@ impl Qp {
         }
     }
 
+    /// A request to an XRC target: run it with the XRC SRQ its XRCETH names
+    /// (`srq`: handle, PD, CQ; see [`crate::xrc`]), whose receive WQEs, CQ
+    /// and PD the QP takes from now on; an XRCETH that names no XRC SRQ of
+    /// the target's domain is an invalid request.
+    pub(crate) fn on_xrc_request(
+        &mut self,
+        cx: &mut RespCtx<'_>,
+        now: Instant,
+        r: &RoceRepr,
+        payload: &[u8],
+        srq: Option<(
+            crate::objects::SrqHandle,
+            crate::objects::PdHandle,
+            crate::objects::CqHandle,
+        )>,
+    ) {
+        let Some((h, pd, cq)) = srq else {
+            tracing::debug!(qpn = %self.qpn, xrceth = ?r.xrceth, "XRC: no XRC SRQ of the target's domain");
+            self.responder_error(cx, r.bth.psn, NakCode::InvalidRequest, None);
+            return;
+        };
+        self.init.srq = Some(h);
+        self.init.pd = pd;
+        self.init.recv_cq = cq;
+        self.on_request(cx, now, r, payload);
+    }
+
     /// The chain, top to bottom (numbers as in the module documentation).
     fn check_and_execute(
         &mut self,

@@ -109,9 +109,11 @@ impl QpTypes {
     /// Whether a QP of type `t` may post the operation.
     pub const fn contains(self, t: QpType) -> bool {
         match t {
-            QpType::Rc => self.rc,
+            QpType::Rc | QpType::XrcSend => self.rc,
             QpType::Uc => self.uc,
             QpType::Ud => self.ud,
+            // a target only responds
+            QpType::XrcRecv => false,
         }
     }
 }
@@ -389,6 +391,9 @@ pub struct SendWr {
     pub inline_data: Vec<u8>,
     /// Destination of a UD send (`wr.ud` in libibverbs); ignored otherwise.
     pub ud: Option<UdDest>,
+    /// An XRC initiator's request: the XRC SRQ number at the target
+    /// (`wr.qp_type.xrc.remote_srqn`), sent in every packet's XRCETH.
+    pub xrc_remote_srqn: u32,
 }
 
 /// Where a UD send goes: address handle, remote QPN and Q_Key.
@@ -418,7 +423,13 @@ impl SendWr {
             swap: 0,
             inline_data: Vec::new(),
             ud: None,
+            xrc_remote_srqn: 0,
         }
+    }
+    /// An XRC initiator's request to the XRC SRQ `srqn` at the target.
+    pub fn xrc(mut self, srqn: u32) -> SendWr {
+        self.xrc_remote_srqn = srqn;
+        self
     }
     /// Address a UD send.
     pub fn ud(mut self, ah: AhAttr, remote_qpn: u32, remote_qkey: u32) -> SendWr {

@@ -167,6 +167,8 @@ fn type_to_c(t: QpType) -> abi::ibv_qp_type {
         QpType::Rc => abi::IBV_QPT_RC,
         QpType::Uc => abi::IBV_QPT_UC,
         QpType::Ud => abi::IBV_QPT_UD,
+        QpType::XrcSend => abi::IBV_QPT_XRC_SEND,
+        QpType::XrcRecv => abi::IBV_QPT_XRC_RECV,
     }
 }
 

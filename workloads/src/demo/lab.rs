@@ -285,7 +285,9 @@ impl Lab {
         }
         let e = |e: roce_verbs_api::ModifyQpError| e.to_string();
         match spec.qp_type {
-            QpType::Rc => {
+            // (the lab's connected pairs are RC, UC or UD; an XRC pair
+            // connects as RC does)
+            QpType::Rc | QpType::XrcSend | QpType::XrcRecv => {
                 a.qp.connect(&a.ep, &a_remote, &spec.a).map_err(e)?;
                 b.qp.connect(&b.ep, &a.ep, &spec.b).map_err(e)?;
             }

@@ -1,0 +1,168 @@
+//! XRC, eXtended Reliable Connected (IBA Vol 1 Annex A14): one target QP
+//! serves every shared receive queue of an XRC domain.
+//!
+//! - An **XRC domain** ([`Hca::alloc_xrcd`]) groups XRC SRQs and target QPs.
+//! - An **XRC SRQ** ([`Hca::create_xrc_srq`]) belongs to a domain and a PD
+//!   and has its own CQ: the receives taken from it complete there.
+//! - The **initiator** (`QpType::XrcSend`) is RC's requester with no
+//!   receive queue; every request carries an XRCETH with the number of the
+//!   XRC SRQ its work request names (`SendWr::xrc`), and the opcodes are
+//!   RC's in the XRC space (0xA0 up).
+//! - The **target** (`QpType::XrcRecv`, [`Hca::create_xrc_tgt_qp`]) is RC's
+//!   responder (PSNs, ACKs, NAKs, READ responses, atomics) with no PD, CQ or
+//!   receive queue of its own: each request runs with the SRQ its XRCETH
+//!   names, which must be an XRC SRQ of the target's domain: its receive
+//!   WQEs, its CQ, and its PD for the keys of RDMA and atomics. A request
+//!   naming anything else is an invalid request (NAK, the QP goes to ERR).
+//!
+//! rxe has no XRC; the wire format follows IBA (the XRCETH: a reserved byte
+//! and the 24-bit XRC SRQ number, right after the BTH of every request) as
+//! mlx5 sends it.
+
+use crate::error::{CreateQpError, CreateSrqError};
+use crate::hca::Hca;
+use crate::objects::{CqHandle, PdHandle, SrqAttr, SrqHandle, XrcdHandle};
+use crate::qp::QpInitAttr;
+use crate::qp_attr::{QpCap, QpType};
+use crate::queues::SrqTable;
+use roce_packet::Qpn;
+
+/// An XRC domain: its users (SRQs and target QPs) and the placeholder PD
+/// and CQ its target QPs are created on (they take the XRC SRQ's for each
+/// request).
+#[derive(Debug)]
+pub(crate) struct Xrcd {
+    pub users: u32,
+    pub pd: PdHandle,
+    pub cq: CqHandle,
+}
+
+/// `xrcd` calls failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum XrcError {
+    /// No such XRC domain.
+    #[error("unknown XRC domain {0:?}")]
+    UnknownXrcd(XrcdHandle),
+    /// SRQs or QPs still use the domain (EBUSY).
+    #[error("XRC domain {xrcd:?} still has {users} SRQ(s) or QP(s)")]
+    InUse { xrcd: XrcdHandle, users: u32 },
+    /// Out of resources (ENOMEM).
+    #[error("cannot make the XRC domain's internal objects")]
+    NoResources,
+}
+
+impl XrcError {
+    /// The errno rdma-core gives.
+    pub fn errno(&self) -> i32 {
+        match self {
+            XrcError::UnknownXrcd(_) => 22, // EINVAL
+            XrcError::InUse { .. } => 16,   // EBUSY
+            XrcError::NoResources => 12,    // ENOMEM
+        }
+    }
+}
+
+/// The SRQ an XRC request to a target of `xrcd` names (its XRCETH word):
+/// its handle, PD and CQ; `None` if it is not an XRC SRQ of that domain.
+pub(crate) fn target_srq(
+    srqs: &SrqTable,
+    xrcd: Option<XrcdHandle>,
+    xrceth: Option<u32>,
+) -> Option<(SrqHandle, PdHandle, CqHandle)> {
+    let h = SrqHandle::from_number(xrceth? & 0x00FF_FFFF);
+    let s = srqs.get(&h)?;
+    let (d, cq) = s.xrc?;
+    (Some(d) == xrcd).then_some((h, s.pd, cq))
+}
+
+impl Hca {
+    /// `ibv_open_xrcd`: a new XRC domain.
+    pub fn alloc_xrcd(&mut self) -> Result<XrcdHandle, XrcError> {
+        let pd = self.alloc_pd().map_err(|_| XrcError::NoResources)?;
+        let cq = match self.create_cq(1) {
+            Ok(c) => c,
+            Err(_) => {
+                let _ = self.dealloc_pd(pd);
+                return Err(XrcError::NoResources);
+            }
+        };
+        let h = XrcdHandle(self.dev.id());
+        self.xrcds.insert(h, Xrcd { users: 0, pd, cq });
+        Ok(h)
+    }
+
+    /// `ibv_close_xrcd`: EBUSY while SRQs or target QPs use it.
+    pub fn dealloc_xrcd(&mut self, xrcd: XrcdHandle) -> Result<(), XrcError> {
+        let d = self.xrcds.get(&xrcd).ok_or(XrcError::UnknownXrcd(xrcd))?;
+        if d.users > 0 {
+            return Err(XrcError::InUse { xrcd, users: d.users });
+        }
+        if let Some(d) = self.xrcds.remove(&xrcd) {
+            let _ = self.destroy_cq(d.cq);
+            let _ = self.dealloc_pd(d.pd);
+        }
+        Ok(())
+    }
+
+    /// `ibv_create_srq_ex` with `IBV_SRQT_XRC`: an SRQ of `pd` in the
+    /// domain `xrcd`, whose receives complete on `cq`.
+    pub fn create_xrc_srq(
+        &mut self,
+        pd: PdHandle,
+        attr: SrqAttr,
+        xrcd: XrcdHandle,
+        cq: CqHandle,
+    ) -> Result<SrqHandle, CreateSrqError> {
+        if !self.xrcds.contains_key(&xrcd) {
+            return Err(CreateSrqError::UnknownXrcd(xrcd));
+        }
+        if !self.dev.sink.cqs.contains_key(&cq) {
+            return Err(CreateSrqError::UnknownCq(cq));
+        }
+        let h = self.create_srq(pd, attr)?;
+        if let Some(s) = self.dev.srqs.get_mut(&h) {
+            s.xrc = Some((xrcd, cq));
+        }
+        if let Some(c) = self.dev.sink.cqs.get_mut(&cq) {
+            c.users += 1;
+        }
+        if let Some(d) = self.xrcds.get_mut(&xrcd) {
+            d.users += 1;
+        }
+        Ok(h)
+    }
+
+    /// `ibv_create_qp_ex` with `IBV_QPT_XRC_RECV`: a target QP of the domain
+    /// `xrcd` (no PD, CQ or receive queue of its own).
+    pub fn create_xrc_tgt_qp(&mut self, xrcd: XrcdHandle) -> Result<Qpn, CreateQpError> {
+        let d = self.xrcds.get(&xrcd).ok_or(CreateQpError::UnknownXrcd(xrcd))?;
+        let init = QpInitAttr {
+            pd: d.pd,
+            send_cq: d.cq,
+            recv_cq: d.cq,
+            qp_type: QpType::XrcRecv,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+            srq: None,
+        };
+        let qpn = self.create_qp(init)?;
+        if let Some(mut q) = self.qps.get_mut(&qpn) {
+            q.xrcd = Some(xrcd);
+            q.xrc_home = Some(init);
+        }
+        if let Some(d) = self.xrcds.get_mut(&xrcd) {
+            d.users += 1;
+        }
+        Ok(qpn)
+    }
+
+    /// The XRC domain of a target QP.
+    pub fn qp_xrcd(&self, qpn: Qpn) -> Option<XrcdHandle> {
+        self.qps.get(&qpn).and_then(|q| q.xrcd)
+    }
+
+    /// An XRC SRQ's domain (`None` for an ordinary SRQ).
+    pub fn srq_xrcd(&self, srq: SrqHandle) -> Option<XrcdHandle> {
+        self.dev.srqs.get(&srq).and_then(|s| s.xrc).map(|(d, _)| d)
+    }
+}
