@@ -10,7 +10,8 @@
 //!   RC's in the XRC space (0xA0 up).
 //! - The **target** (`QpType::XrcRecv`, [`Hca::create_xrc_tgt_qp`]) is RC's
 //!   responder (PSNs, ACKs, NAKs, READ responses, atomics) with no PD, CQ or
-//!   receive queue of its own: each request runs with the SRQ its XRCETH
+//!   receive queue of its own (it is created on placeholders the caller
+//!   names): each request runs with the SRQ its XRCETH
 //!   names, which must be an XRC SRQ of the target's domain: its receive
 //!   WQEs, its CQ, and its PD for the keys of RDMA and atomics. A request
 //!   naming anything else is an invalid request (NAK, the QP goes to ERR).
@@ -27,14 +28,10 @@ use crate::qp_attr::{QpCap, QpType};
 use crate::queues::SrqTable;
 use roce_packet::Qpn;
 
-/// An XRC domain: its users (SRQs and target QPs) and the placeholder PD
-/// and CQ its target QPs are created on (they take the XRC SRQ's for each
-/// request).
+/// An XRC domain: its users (SRQs and target QPs).
 #[derive(Debug)]
 pub(crate) struct Xrcd {
     pub users: u32,
-    pub pd: PdHandle,
-    pub cq: CqHandle,
 }
 
 /// `xrcd` calls failed.
@@ -46,8 +43,8 @@ pub enum XrcError {
     /// SRQs or QPs still use the domain (EBUSY).
     #[error("XRC domain {xrcd:?} still has {users} SRQ(s) or QP(s)")]
     InUse { xrcd: XrcdHandle, users: u32 },
-    /// Out of resources (ENOMEM).
-    #[error("cannot make the XRC domain's internal objects")]
+    /// Too many XRC domains (ENOMEM).
+    #[error("too many XRC domains")]
     NoResources,
 }
 
@@ -78,16 +75,11 @@ pub(crate) fn target_srq(
 impl Hca {
     /// `ibv_open_xrcd`: a new XRC domain.
     pub fn alloc_xrcd(&mut self) -> Result<XrcdHandle, XrcError> {
-        let pd = self.alloc_pd().map_err(|_| XrcError::NoResources)?;
-        let cq = match self.create_cq(1) {
-            Ok(c) => c,
-            Err(_) => {
-                let _ = self.dealloc_pd(pd);
-                return Err(XrcError::NoResources);
-            }
-        };
+        if self.xrcds.len() >= 1 << 16 {
+            return Err(XrcError::NoResources);
+        }
         let h = XrcdHandle(self.dev.id());
-        self.xrcds.insert(h, Xrcd { users: 0, pd, cq });
+        self.xrcds.insert(h, Xrcd { users: 0 });
         Ok(h)
     }
 
@@ -97,10 +89,7 @@ impl Hca {
         if d.users > 0 {
             return Err(XrcError::InUse { xrcd, users: d.users });
         }
-        if let Some(d) = self.xrcds.remove(&xrcd) {
-            let _ = self.destroy_cq(d.cq);
-            let _ = self.dealloc_pd(d.pd);
-        }
+        self.xrcds.remove(&xrcd);
         Ok(())
     }
 
@@ -133,13 +122,22 @@ impl Hca {
     }
 
     /// `ibv_create_qp_ex` with `IBV_QPT_XRC_RECV`: a target QP of the domain
-    /// `xrcd` (no PD, CQ or receive queue of its own).
-    pub fn create_xrc_tgt_qp(&mut self, xrcd: XrcdHandle) -> Result<Qpn, CreateQpError> {
-        let d = self.xrcds.get(&xrcd).ok_or(CreateQpError::UnknownXrcd(xrcd))?;
+    /// `xrcd`. It has no PD, CQ or receive queue of its own: `pd` and `cq`
+    /// are placeholders it is created on (counted as used until it is
+    /// destroyed; each request runs with its XRC SRQ's instead).
+    pub fn create_xrc_tgt_qp(
+        &mut self,
+        xrcd: XrcdHandle,
+        pd: PdHandle,
+        cq: CqHandle,
+    ) -> Result<Qpn, CreateQpError> {
+        if !self.xrcds.contains_key(&xrcd) {
+            return Err(CreateQpError::UnknownXrcd(xrcd));
+        }
         let init = QpInitAttr {
-            pd: d.pd,
-            send_cq: d.cq,
-            recv_cq: d.cq,
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
             qp_type: QpType::XrcRecv,
             cap: QpCap::default(),
             sq_sig_all: false,
@@ -154,6 +152,11 @@ impl Hca {
             d.users += 1;
         }
         Ok(qpn)
+    }
+
+    /// The SRQs and target QPs of an XRC domain (`None`: no such domain).
+    pub fn xrcd_users(&self, xrcd: XrcdHandle) -> Option<u32> {
+        self.xrcds.get(&xrcd).map(|d| d.users)
     }
 
     /// The XRC domain of a target QP.

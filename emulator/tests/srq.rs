@@ -130,7 +130,7 @@ fn xrc_pair(p: &mut Pair) -> Xrc {
     let cq2 = p.b.hca.create_cq(16).unwrap();
     let srq1 = p.b.hca.create_xrc_srq(p.b.pd, attr, xrcd, cq1).unwrap();
     let srq2 = p.b.hca.create_xrc_srq(p.b.pd, attr, xrcd, cq2).unwrap();
-    let tgt = p.b.hca.create_xrc_tgt_qp(xrcd).unwrap();
+    let tgt = p.b.hca.create_xrc_tgt_qp(xrcd, p.b.pd, p.b.cq).unwrap();
     rc_up(&mut p.a.hca, ini, [10, 0, 0, 2], tgt, (0, 0), 1);
     rc_up(&mut p.b.hca, tgt, [10, 0, 0, 1], ini, (0, 0), 1);
     Xrc { ini, tgt, srq1, srq2, cq1, cq2, xrcd }

@@ -34,6 +34,9 @@ fn fill_ops(v: &mut abi::verbs_context) {
     v.create_qp_ex = Some(crate::qp::create_qp_ex);
     v.get_srq_num = Some(crate::srq::get_srq_num);
     v.advise_mr = Some(crate::mr::advise_mr);
+    v.open_xrcd = Some(crate::xrc::open_xrcd);
+    v.close_xrcd = Some(crate::xrc::close_xrcd);
+    v.create_srq_ex = Some(crate::xrc::create_srq_ex);
     let o = &mut v.context.ops;
     o.poll_cq = Some(crate::cq::poll_cq);
     o.req_notify_cq = Some(crate::cq::req_notify_cq);
@@ -120,9 +123,17 @@ pub(crate) unsafe extern "C" fn close_device(c: *mut abi::ibv_context) -> libc::
         }
         // QPs before what they use (the emulator's objects are reference
         // counted, so the order is for clarity, not for safety).
-        for kind in
-            [Kind::Qp, Kind::Ah, Kind::Mw, Kind::Mr, Kind::Srq, Kind::Cq, Kind::Chan, Kind::Pd]
-        {
+        for kind in [
+            Kind::Qp,
+            Kind::Ah,
+            Kind::Mw,
+            Kind::Mr,
+            Kind::Srq,
+            Kind::Xrcd,
+            Kind::Cq,
+            Kind::Chan,
+            Kind::Pd,
+        ] {
             for &(k, p) in &children {
                 if k == kind {
                     // SAFETY: p was a live object of kind k of this context
@@ -171,6 +182,7 @@ unsafe fn free_object(kind: Kind, p: usize) {
             Kind::Cq => drop(Box::from_raw(p as *mut crate::cq::CqObj)),
             Kind::Chan => drop(Box::from_raw(p as *mut crate::cq::ChanObj)),
             Kind::Pd => drop(Box::from_raw(p as *mut crate::mr::PdObj)),
+            Kind::Xrcd => crate::xrc::free(p),
             Kind::Ctx => {}
         }
     }

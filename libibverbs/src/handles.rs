@@ -40,6 +40,7 @@ pub(crate) enum Kind {
     Qp,
     Srq,
     Ah,
+    Xrcd,
 }
 
 #[derive(Clone, Copy)]

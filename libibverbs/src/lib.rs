@@ -92,3 +92,4 @@ mod srq;
 mod strings;
 mod util;
 mod wr;
+mod xrc;

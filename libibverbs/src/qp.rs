@@ -155,8 +155,9 @@ fn type_from_c(t: abi::ibv_qp_type) -> Result<QpType, i32> {
         abi::IBV_QPT_RC => Ok(QpType::Rc),
         abi::IBV_QPT_UC => Ok(QpType::Uc),
         abi::IBV_QPT_UD => Ok(QpType::Ud),
+        abi::IBV_QPT_XRC_SEND => Ok(QpType::XrcSend),
         _ => {
-            diag!("create_qp: QP type {t} not supported (RC, UC and UD are)");
+            diag!("create_qp: QP type {t} not supported (RC, UC, UD, XRC_SEND and XRC_RECV are)");
             Err(libc::EOPNOTSUPP)
         }
     }
@@ -226,6 +227,16 @@ fn new_qp(
     p: *mut abi::ibv_pd,
     init: &Init,
 ) -> Result<(*mut QpObj, abi::ibv_qp_cap), i32> {
+    let mut own;
+    let mut init = init;
+    if init.qp_type == abi::IBV_QPT_XRC_SEND && init.recv_cq.is_null() {
+        // an initiator receives nothing: its receive CQ is its send CQ
+        // (`ibv_create_qp_ex` with only IBV_QP_INIT_ATTR_PD comes here
+        // through `ibv_create_qp`)
+        own = *init;
+        own.recv_cq = own.send_cq;
+        init = &own;
+    }
     let held = hold_parents(p, init)?;
     let r = build_qp(cx, p, init, &held);
     if r.is_err() {
@@ -247,11 +258,13 @@ fn build_qp(
     let dev = cx.ctx.query_device();
     let (max_send_sge, max_inline_data) =
         send_wqe_caps(c.max_send_sge.max(1), c.max_inline_data, dev.max_sge, dev.max_inline_data);
+    // (an XRC initiator has no receive queue)
+    let no_rq = so.is_some() || t == QpType::XrcSend;
     let cap = QpCap {
         max_send_wr: c.max_send_wr.max(1),
-        max_recv_wr: if so.is_some() { 0 } else { c.max_recv_wr.max(1) },
+        max_recv_wr: if no_rq { 0 } else { c.max_recv_wr.max(1) },
         max_send_sge,
-        max_recv_sge: if so.is_some() { 0 } else { c.max_recv_sge.max(1) },
+        max_recv_sge: if no_rq { 0 } else { c.max_recv_sge.max(1) },
         max_inline_data,
     };
     let mut b =
@@ -325,6 +338,9 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
         let cx = unsafe { ctx(c) }.ok_or(libc::EINVAL)?;
         // SAFETY: attr points to the caller's ibv_qp_init_attr_ex.
         let a = unsafe { crate::util::arg_mut(attr) }?;
+        if a.qp_type == abi::IBV_QPT_XRC_RECV {
+            return xrc_target(cx, a);
+        }
         let mut known = abi::IBV_QP_INIT_ATTR_PD | abi::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
         // fields that are accepted when they ask for nothing
         if a.create_flags == 0 {
@@ -353,6 +369,55 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
         a.cap = cap;
         Ok(q as *mut abi::ibv_qp)
     })
+}
+
+/// An XRC target QP (`IBV_QPT_XRC_RECV`, see [`crate::xrc`]): no PD, CQ
+/// or receive queue; the C QP's `pd`, CQs and SRQ are NULL.
+fn xrc_target(cx: &Ctx, a: &mut abi::ibv_qp_init_attr_ex) -> Result<*mut abi::ibv_qp, i32> {
+    let known = abi::IBV_QP_INIT_ATTR_XRCD
+        | abi::IBV_QP_INIT_ATTR_PD
+        | abi::IBV_QP_INIT_ATTR_CREATE_FLAGS
+        | abi::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    if a.comp_mask & !known != 0 || a.create_flags != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    let (q, _xrcd) = crate::xrc::tgt_qp(cx, a)?;
+    // SAFETY: ibv_qp_ex is C data (see build_qp).
+    let mut x: abi::ibv_qp_ex = unsafe { std::mem::zeroed() };
+    let base = &mut x.qp_base;
+    base.context = cx.c();
+    base.qp_context = a.qp_context;
+    base.handle = q.qpn().value();
+    base.qp_num = q.qpn().value();
+    base.state = abi::IBV_QPS_RESET;
+    base.qp_type = abi::IBV_QPT_XRC_RECV;
+    (cx.fill_qp_ex)(&mut x);
+    let qpn = q.qpn().value();
+    let obj = Box::new(QpObj {
+        gen: crate::fork::generation(),
+        c: x,
+        qp: q,
+        qp_type: QpType::XrcRecv,
+        pd: std::ptr::null_mut(),
+        send_cq: std::ptr::null_mut(),
+        recv_cq: std::ptr::null_mut(),
+        srq: std::ptr::null_mut(),
+        wr: Mutex::new(Default::default()),
+        max_send_sge: 0,
+        max_recv_sge: 0,
+        max_inline_data: 0,
+    });
+    let ptr = Box::into_raw(obj);
+    lock(&cx.qps).insert(qpn, ptr as usize);
+    handles::insert(Kind::Qp, ptr, cx.c());
+    a.cap = abi::ibv_qp_cap {
+        max_send_wr: 0,
+        max_recv_wr: 0,
+        max_send_sge: 0,
+        max_recv_sge: 0,
+        max_inline_data: 0,
+    };
+    Ok(ptr as *mut abi::ibv_qp)
 }
 
 pub(crate) unsafe extern "C" fn qp_to_qp_ex(q: *mut abi::ibv_qp) -> *mut abi::ibv_qp_ex {
@@ -664,6 +729,10 @@ unsafe fn send_wr(o: &QpObj, w: &abi::ibv_send_wr) -> Result<SendWr, i32> {
         // SAFETY: the program passes one of our AHs.
         let a = unsafe { ah(ud.ah) }.ok_or(libc::EINVAL)?;
         wr.ud = Some(UdDest { ah: a.attr, remote_qpn: ud.remote_qpn, remote_qkey: ud.remote_qkey });
+    }
+    if o.qp_type == QpType::XrcSend {
+        // SAFETY: the xrc member, for an XRC initiator.
+        wr.xrc_remote_srqn = unsafe { w.qp_type.xrc.remote_srqn };
     }
     Ok(wr)
 }

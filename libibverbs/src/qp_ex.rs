@@ -225,9 +225,10 @@ unsafe extern "C" fn wr_send_tso(
     })
 }
 
-unsafe extern "C" fn wr_set_xrc_srqn(q: *mut abi::ibv_qp_ex, _srqn: u32) {
-    with(q, |_, b, _, _| {
-        b.err.get_or_insert(libc::EOPNOTSUPP);
+unsafe extern "C" fn wr_set_xrc_srqn(q: *mut abi::ibv_qp_ex, srqn: u32) {
+    last(q, |_, w| {
+        w.xrc_remote_srqn = srqn;
+        Ok(())
     })
 }
 

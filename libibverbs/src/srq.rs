@@ -19,6 +19,8 @@ pub(crate) struct SrqObj {
     pub users: AtomicUsize,
     /// SGEs per receive (as created): checked before a post's list is read.
     pub max_sge: u32,
+    /// An XRC SRQ's CQ (held while the SRQ lives; NULL otherwise).
+    pub cq: *mut crate::cq::CqObj,
     /// The fork generation it was made in ([`crate::fork`]).
     pub gen: u32,
 }
@@ -91,9 +93,69 @@ unsafe fn new_srq(
         pd: p as *mut PdObj,
         users: AtomicUsize::new(0),
         max_sge: a.attr.max_sge,
+        cq: std::ptr::null_mut(),
     }));
     cx.srqs.lock().unwrap_or_else(|e| e.into_inner()).insert(h, b as usize);
     handles::insert(Kind::Srq, b, po.c.context);
+    Ok(b as *mut abi::ibv_srq)
+}
+
+/// An XRC SRQ (`ibv_create_srq_ex` with `IBV_SRQT_XRC`) on `a.pd` in the
+/// domain `xrcd`, completing on `a.cq` (both checked live and held).
+pub(crate) fn new_xrc_srq(
+    cx: &crate::device::Ctx,
+    a: &mut abi::ibv_srq_init_attr_ex,
+    xrcd: &roce_verbs_api::Xrcd,
+) -> Result<*mut abi::ibv_srq, i32> {
+    let (po, co) = {
+        let t = handles::lock();
+        let po = pd_hold(&t, a.pd)?;
+        match crate::cq::cq_hold(&t, a.cq) {
+            Ok(co) => (po, co),
+            Err(e) => {
+                po.put();
+                return Err(e);
+            }
+        }
+    };
+    let release = || {
+        po.put();
+        co.users.fetch_sub(1, Ordering::AcqRel);
+    };
+    let s = match po.pd.create_xrc_srq(a.attr.max_wr.max(1), a.attr.max_sge.max(1), xrcd, &co.cq) {
+        Ok(s) => s,
+        Err(e) => {
+            diag!("create_srq_ex: {e}");
+            release();
+            return Err(libc::EINVAL);
+        }
+    };
+    if a.attr.srq_limit > 0 && s.set_limit(a.attr.srq_limit).is_err() {
+        release();
+        return Err(libc::EINVAL);
+    }
+    if let Some((attr, _)) = s.query() {
+        a.attr.max_wr = attr.max_wr;
+        a.attr.max_sge = attr.max_sge;
+    }
+    // SAFETY: C data; the pthread objects' zero bytes are their initializers.
+    let mut c: abi::ibv_srq = unsafe { std::mem::zeroed() };
+    c.context = cx.c();
+    c.srq_context = a.srq_context;
+    c.pd = a.pd;
+    c.handle = s.handle().id();
+    let h = c.handle;
+    let b = Box::into_raw(Box::new(SrqObj {
+        gen: crate::fork::generation(),
+        c,
+        srq: s,
+        pd: a.pd as *mut PdObj,
+        users: AtomicUsize::new(0),
+        max_sge: a.attr.max_sge,
+        cq: a.cq as *mut crate::cq::CqObj,
+    }));
+    cx.srqs.lock().unwrap_or_else(|e| e.into_inner()).insert(h, b as usize);
+    handles::insert(Kind::Srq, b, cx.c());
     Ok(b as *mut abi::ibv_srq)
 }
 
@@ -170,9 +232,13 @@ pub(crate) unsafe extern "C" fn destroy_srq(s: *mut abi::ibv_srq) -> libc::c_int
         // fails only while another handle exists, which the users count
         // rules out).
         let b = unsafe { Box::from_raw(s as *mut SrqObj) };
-        // SAFETY: the PD outlives the SRQ.
+        // SAFETY: the PD (and an XRC SRQ's CQ) outlive the SRQ.
         if let Some(p) = unsafe { b.pd.as_ref() } {
             p.put();
+        }
+        // SAFETY: as above.
+        if let Some(c) = unsafe { b.cq.as_ref() } {
+            c.users.fetch_sub(1, Ordering::AcqRel);
         }
         b.srq.destroy().map_err(|e| {
             diag!("destroy_srq: {e}");

@@ -386,3 +386,59 @@ fn on_demand_regions_explicit_implicit_advise_and_faults() {
         assert!(s.contains(must), "{must}\n{s}");
     }
 }
+
+// ---------------------------------------------------------------- XRC
+
+#[test]
+fn xrc_domains_srqs_initiator_and_target_bytes_and_errnos() {
+    let Some(exe) = common::compile_verbs_c_once("xrc_check", &lib_dir()) else { return };
+    let out =
+        common::run_within(cmd(&exe, &common::two_devices(130), &[]), Duration::from_secs(60));
+    let s = common::passed_all(&out, "xrc_check");
+    for must in [
+        "ok   ibv_open_xrcd of a file with no domain, without O_CREAT: EAGAIN",
+        "ok   the second SRQ's receive: its CQ, 300 bytes, the target's QPN, the bytes",
+        "ok   an RDMA WRITE through the target lands",
+        "ok   closing the last handle while SRQs and the QP use it: EBUSY",
+        "ok   a SEND naming another domain's SRQ: REM_INV_REQ_ERR",
+    ] {
+        assert!(s.contains(must), "{must}\n{s}");
+    }
+}
+
+/// rdma-core's `ibv_xsrq_pingpong`: a server with two clients, each in
+/// its own process, every message through the server's one XRC SRQ.
+#[test]
+fn xsrq_pingpong_two_clients_events_and_multi_packet_messages() {
+    let Some(tool) = common::need("ibv_xsrq_pingpong", "ibverbs-utils") else { return };
+    let net = 131;
+    let port = "18631";
+    let args = ["-g", "1", "-m", "1024", "-p", port, "-n", "20", "-s", "5000", "-e"];
+    let mut sa = vec!["-d", "roce0", "-c", "2"];
+    sa.extend(args);
+    let mut server = cmd(&tool, &common::two_devices(net), &sa);
+    let s = server.spawn().expect("spawn server");
+    let end = std::time::Instant::now() + Duration::from_secs(30);
+    while !common::device_bound([127, 0, net, 2]) && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let clients: Vec<_> = (0..2)
+        .map(|_| {
+            let mut ca = vec!["-d", "roce1"];
+            ca.extend(args);
+            ca.push("127.0.0.1");
+            cmd(&tool, &common::two_devices(net), &ca).spawn().expect("spawn client")
+        })
+        .collect();
+    for (i, c) in clients.into_iter().enumerate() {
+        let (o, killed) = finish(c, Duration::from_secs(60));
+        let t = text(&o.stdout) + &text(&o.stderr);
+        assert!(!killed && o.status.success() && t.contains("success"), "client {i}:\n{t}");
+        assert!(t.contains(&format!("GID ::ffff:127.0.{net}.2")), "client {i}:\n{t}");
+    }
+    let (o, killed) = finish(s, Duration::from_secs(30));
+    let t = text(&o.stdout) + &text(&o.stderr);
+    assert!(!killed && o.status.success() && t.contains("success"), "server:\n{t}");
+    assert_eq!(t.matches("remote: LID").count(), 2, "{t}");
+}

@@ -44,6 +44,7 @@ pub mod qp;
 pub mod qp_types;
 pub mod rdma_cm;
 pub mod srq;
+pub mod xrc;
 
 pub use channel::{AsyncChannelEvent, AsyncEventChannel, AsyncEventFuture, CompChannel, CqEvent};
 pub use cq::{Cq, PollCq};
@@ -56,6 +57,7 @@ pub use qp_types::{
     create_ah, init_ah_from_wc, ud_send, AhFromWcError, Grh, DEFAULT_QKEY, GRH_LEN,
 };
 pub use srq::Srq;
+pub use xrc::Xrcd;
 
 pub use roce_emulator::qp_attr::{QpAttrError, ValueProblem};
 pub use roce_emulator::{
@@ -66,7 +68,7 @@ pub use roce_emulator::{
     PostRecvError, PostSendError, PostSrqRecvError, QpAttr, QpCap, QpInitAttr, QpLookupError,
     QpState, QpType, RecvWr, RegMrError, RegionMem, ResizeCqError, SendFlags, SendWr, Sge,
     SqRelease, SrqAttr, SrqHandle, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
-    MCAST_QPN,
+    XrcError, XrcdHandle, MCAST_QPN,
 };
 pub use roce_packet::{LKey, Qpn, RKey};
 

@@ -199,8 +199,32 @@ impl QpBuilder {
                 srq: self.srq,
                 qpn,
                 destroyed: false,
+                xrcd: None,
             }),
         })
+    }
+}
+
+impl Qp {
+    /// An XRC target QP of `xrcd` on its placeholder PD and CQ (see
+    /// [`crate::xrc::Xrcd::create_tgt_qp`]).
+    pub(crate) fn xrc_target(xrcd: &crate::xrc::Xrcd, pd: Pd, cq: Cq, qpn: Qpn) -> Qp {
+        Qp {
+            inner: Arc::new(QpInner {
+                pd,
+                send_cq: cq.clone(),
+                recv_cq: cq,
+                srq: None,
+                qpn,
+                destroyed: false,
+                xrcd: Some(xrcd.clone()),
+            }),
+        }
+    }
+
+    /// An XRC target's domain.
+    pub fn xrcd(&self) -> Option<&crate::xrc::Xrcd> {
+        self.inner.xrcd.as_ref()
     }
 }
 
@@ -211,6 +235,8 @@ pub(crate) struct QpInner {
     srq: Option<Srq>,
     qpn: Qpn,
     destroyed: bool,
+    /// An XRC target's domain (kept alive while the QP is).
+    xrcd: Option<crate::xrc::Xrcd>,
 }
 
 impl Drop for QpInner {

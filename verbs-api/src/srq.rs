@@ -13,6 +13,8 @@ pub(crate) struct SrqInner {
     pd: Pd,
     handle: SrqHandle,
     destroyed: bool,
+    /// An XRC SRQ's domain and CQ (kept alive while it is).
+    xrc: Option<(crate::xrc::Xrcd, crate::Cq)>,
 }
 
 impl Drop for SrqInner {
@@ -46,7 +48,37 @@ impl Pd {
     pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<Srq, CreateSrqError> {
         let attr = SrqAttr { max_wr, max_sge, srq_limit: 0 };
         let handle = self.context().lock().create_srq(self.handle(), attr)?;
-        Ok(Srq { inner: Arc::new(SrqInner { pd: self.clone(), handle, destroyed: false }) })
+        Ok(Srq {
+            inner: Arc::new(SrqInner { pd: self.clone(), handle, destroyed: false, xrc: None }),
+        })
+    }
+
+    /// `ibv_create_srq_ex` with `IBV_SRQT_XRC`: an XRC SRQ on this PD in the
+    /// domain `xrcd`, whose receives complete on `cq` (see
+    /// `roce_emulator::xrc`). Its number (`ibv_get_srq_num`,
+    /// [`Srq::handle`]`.id()`) is what initiators put in their requests.
+    pub fn create_xrc_srq(
+        &self,
+        max_wr: u32,
+        max_sge: u32,
+        xrcd: &crate::xrc::Xrcd,
+        cq: &crate::Cq,
+    ) -> Result<Srq, CreateSrqError> {
+        let attr = SrqAttr { max_wr, max_sge, srq_limit: 0 };
+        let handle = self.context().lock().create_xrc_srq(
+            self.handle(),
+            attr,
+            xrcd.handle(),
+            cq.handle(),
+        )?;
+        Ok(Srq {
+            inner: Arc::new(SrqInner {
+                pd: self.clone(),
+                handle,
+                destroyed: false,
+                xrc: Some((xrcd.clone(), cq.clone())),
+            }),
+        })
     }
 }
 
@@ -65,6 +97,11 @@ impl Srq {
     /// The PD it was created on.
     pub fn pd(&self) -> &Pd {
         &self.inner.pd
+    }
+
+    /// An XRC SRQ's domain.
+    pub fn xrcd(&self) -> Option<&crate::xrc::Xrcd> {
+        self.inner.xrc.as_ref().map(|(x, _)| x)
     }
 
     /// `ibv_post_srq_recv`: queue one receive buffer.
