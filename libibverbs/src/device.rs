@@ -455,6 +455,12 @@ pub(crate) unsafe extern "C" fn query_device_ex(
             | ODP_SUPPORT_ATOMIC_WRITE;
         x.odp_caps.per_transport_caps.ud_odp_caps = common | abi::IBV_ODP_SUPPORT_SRQ_RECV;
         x.odp_caps.per_transport_caps.uc_odp_caps = 0;
+        // XRC (which rxe lacks): RC's, but receives come from XRC SRQs
+        x.xrc_odp_caps = abi::IBV_ODP_SUPPORT_SEND
+            | abi::IBV_ODP_SUPPORT_WRITE
+            | abi::IBV_ODP_SUPPORT_READ
+            | abi::IBV_ODP_SUPPORT_ATOMIC
+            | abi::IBV_ODP_SUPPORT_SRQ_RECV;
         let n = attr_size.min(size_of::<abi::ibv_device_attr_ex>());
         // SAFETY: the caller's struct has attr_size bytes; we copy at most
         // that many (an older, smaller struct gets its prefix).
