@@ -147,9 +147,9 @@ pub struct Hca {
     /// first ([`Hca::destroy_qp`]).
     pub(crate) parting: std::collections::VecDeque<crate::io::Datagram>,
     /// Multicast groups and their QPs ([`crate::mcast`]).
-    pub(crate) mcast: crate::mcast::McastTable,
+    pub(crate) mcast: crate::objects::McastTable,
     /// XRC domains ([`crate::xrc`]).
-    pub(crate) xrcds: std::collections::BTreeMap<crate::objects::XrcdHandle, crate::xrc::Xrcd>,
+    pub(crate) xrcds: std::collections::BTreeMap<crate::objects::XrcdHandle, crate::objects::Xrcd>,
 }
 
 impl Hca {
@@ -1014,7 +1014,7 @@ impl Hca {
             signaled,
             read_start: Psn::new(0),
         };
-        let to_group = w.wr.ud.is_some_and(|u| crate::mcast::is_mcast_gid(u.ah.dgid));
+        let to_group = w.wr.ud.is_some_and(|u| crate::objects::is_mcast_gid(u.ah.dgid));
         if qp.state == QpState::Err {
             let wc = qp.send_wc(&w, WcStatus::WrFlushErr);
             qp.retire_send(&mut self.dev.sink, Some(wc));

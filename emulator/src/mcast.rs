@@ -24,29 +24,13 @@ use crate::hca::Hca;
 use crate::io::Datagram;
 use crate::qp_attr::QpType;
 use roce_packet::{Qpn, RoceRepr};
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 /// The destination QPN of every multicast datagram.
 pub const MCAST_QPN: u32 = 0xFF_FFFF;
 
-/// Whether `gid` (as an address; IPv4-mapped IPv6 taken as IPv4) is a
-/// multicast group address.
-pub fn is_mcast_gid(gid: IpAddr) -> bool {
-    canonical(gid).is_multicast()
-}
-
-/// IPv4-mapped IPv6 addresses as IPv4 (the form datagrams carry).
-pub fn canonical_gid(gid: IpAddr) -> IpAddr {
-    canonical(gid)
-}
-
-pub(crate) fn canonical(gid: IpAddr) -> IpAddr {
-    match gid {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
-        v4 => v4,
-    }
-}
+use crate::objects::canonical_gid as canonical;
+pub use crate::objects::{canonical_gid, is_mcast_gid};
 
 /// `attach_mcast` / `detach_mcast` failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -76,37 +60,6 @@ impl McastError {
             McastError::TooMany(_) => 12, // ENOMEM
             _ => 22,                      // EINVAL
         }
-    }
-}
-
-/// The groups of a device and their QPs.
-#[derive(Default, Debug)]
-pub(crate) struct McastTable {
-    groups: BTreeMap<IpAddr, Vec<Qpn>>,
-    attached: usize,
-}
-
-impl McastTable {
-    /// The groups `qpn` is attached to.
-    pub fn groups_of(&self, qpn: Qpn) -> Vec<IpAddr> {
-        self.groups.iter().filter(|(_, q)| q.contains(&qpn)).map(|(g, _)| *g).collect()
-    }
-
-    /// Forget `qpn` (destroyed): the groups it was the last QP of.
-    pub fn remove_qp(&mut self, qpn: Qpn) -> Vec<IpAddr> {
-        let mut gone = Vec::new();
-        for (g, qs) in self.groups.iter_mut() {
-            let before = qs.len();
-            qs.retain(|q| *q != qpn);
-            self.attached -= before - qs.len();
-            if qs.is_empty() {
-                gone.push(*g);
-            }
-        }
-        for g in &gone {
-            self.groups.remove(g);
-        }
-        gone
     }
 }
 

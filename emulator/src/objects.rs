@@ -391,3 +391,58 @@ pub(crate) enum MemError {
 
 /// The memory regions, by handle.
 pub(crate) type Mrs = rustc_hash::FxHashMap<MrHandle, Mr>;
+
+// ---- multicast groups and XRC domains (crate::mcast, crate::xrc) ----
+
+/// Whether `gid` (as an address; IPv4-mapped IPv6 taken as IPv4) is a
+/// multicast group address.
+pub fn is_mcast_gid(gid: std::net::IpAddr) -> bool {
+    canonical_gid(gid).is_multicast()
+}
+
+/// IPv4-mapped IPv6 addresses as IPv4 (the form datagrams carry).
+pub fn canonical_gid(gid: std::net::IpAddr) -> std::net::IpAddr {
+    match gid {
+        std::net::IpAddr::V6(v6) => {
+            v6.to_ipv4_mapped().map(std::net::IpAddr::V4).unwrap_or(std::net::IpAddr::V6(v6))
+        }
+        v4 => v4,
+    }
+}
+
+/// The groups of a device and their QPs.
+#[derive(Default, Debug)]
+pub(crate) struct McastTable {
+    pub groups: std::collections::BTreeMap<std::net::IpAddr, Vec<roce_packet::Qpn>>,
+    pub attached: usize,
+}
+
+impl McastTable {
+    /// The groups `qpn` is attached to.
+    pub fn groups_of(&self, qpn: roce_packet::Qpn) -> Vec<std::net::IpAddr> {
+        self.groups.iter().filter(|(_, q)| q.contains(&qpn)).map(|(g, _)| *g).collect()
+    }
+
+    /// Forget `qpn` (destroyed): the groups it was the last QP of.
+    pub fn remove_qp(&mut self, qpn: roce_packet::Qpn) -> Vec<std::net::IpAddr> {
+        let mut gone = Vec::new();
+        for (g, qs) in self.groups.iter_mut() {
+            let before = qs.len();
+            qs.retain(|q| *q != qpn);
+            self.attached -= before - qs.len();
+            if qs.is_empty() {
+                gone.push(*g);
+            }
+        }
+        for g in &gone {
+            self.groups.remove(g);
+        }
+        gone
+    }
+}
+
+/// An XRC domain: its users (SRQs and target QPs).
+#[derive(Debug)]
+pub(crate) struct Xrcd {
+    pub users: u32,
+}

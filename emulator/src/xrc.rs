@@ -22,17 +22,11 @@
 
 use crate::error::{CreateQpError, CreateSrqError};
 use crate::hca::Hca;
-use crate::objects::{CqHandle, PdHandle, SrqAttr, SrqHandle, XrcdHandle};
+use crate::objects::{CqHandle, PdHandle, SrqAttr, SrqHandle, Xrcd, XrcdHandle};
 use crate::qp::QpInitAttr;
 use crate::qp_attr::{QpCap, QpType};
 use crate::queues::SrqTable;
 use roce_packet::Qpn;
-
-/// An XRC domain: its users (SRQs and target QPs).
-#[derive(Debug)]
-pub(crate) struct Xrcd {
-    pub users: u32,
-}
 
 /// `xrcd` calls failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

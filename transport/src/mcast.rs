@@ -92,7 +92,6 @@ impl Groups {
         )?;
         nsock::setsockopt(&fd, sockopt::ReuseAddr, &true)?;
         nsock::setsockopt(&fd, sockopt::ReusePort, &true)?;
-        nsock::bind(fd.as_raw_fd(), &nsock::SockaddrStorage::from(SocketAddr::new(group, port)))?;
         match (group, local) {
             (IpAddr::V4(g), IpAddr::V4(l)) => {
                 rustix::net::sockopt::set_ip_add_membership(&fd, &g, &l)?
@@ -104,6 +103,9 @@ impl Groups {
                 rustix::net::sockopt::set_ip_add_membership(&fd, &g, &Ipv4Addr::UNSPECIFIED)?
             }
         }
+        // bound only once a member: a socket that shows in /proc/net/udp
+        // receives the group's datagrams
+        nsock::bind(fd.as_raw_fd(), &nsock::SockaddrStorage::from(SocketAddr::new(group, port)))?;
         let sock = UdpSocket::from(fd);
         if self.epoll.is_none() {
             self.epoll = Some(Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?);

@@ -51,13 +51,12 @@ pub use cq::{Cq, PollCq};
 pub use device::{Context, Device};
 pub use driver::{Budget, Driver, TransportStats};
 pub use error::{DestroyError, McastAttachError};
-pub use pd::{Mr, Mw, Pd};
+pub use pd::{AllocXrcdError, Mr, Mw, Pd, Xrcd};
 pub use qp::{ConnectOptions, Qp, QpBuilder, QpEndpoint};
 pub use qp_types::{
     create_ah, init_ah_from_wc, ud_send, AhFromWcError, Grh, DEFAULT_QKEY, GRH_LEN,
 };
 pub use srq::Srq;
-pub use xrc::Xrcd;
 
 pub use roce_emulator::qp_attr::{QpAttrError, ValueProblem};
 pub use roce_emulator::{

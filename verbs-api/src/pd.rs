@@ -2,11 +2,12 @@
 //! `ibv_mr`, `ibv_mw`).
 
 use crate::error::{destroy_on_drop, DestroyError};
-use crate::objects::Context;
+use crate::objects::{Context, Cq};
 use roce_emulator::{
     AccessFlags, AllocPdError, DeallocPdError, DeregMrError, MrAccessError, MrInfo, MwBind,
     MwError, MwHandle, MwType, PdHandle, RegMrError, RegionMem, Sge,
 };
+use roce_emulator::{XrcError, XrcdHandle};
 use roce_packet::{LKey, RKey};
 use std::fmt;
 use std::sync::Arc;
@@ -355,6 +356,91 @@ impl Mw {
         let mut inner = DestroyError::sole(self.inner, "MW")?;
         inner.destroyed = true;
         let r = inner.pd.inner.ctx.lock().dealloc_mw(inner.handle);
+        r.map_err(DestroyError::Verb)
+    }
+}
+
+// ---- XRC domains (see crate::xrc) ----
+
+pub(crate) struct XrcdInner {
+    pub(crate) ctx: Context,
+    pub(crate) handle: XrcdHandle,
+    /// The placeholder PD and CQ its target QPs are created on (they run
+    /// each request with the XRC SRQ's own).
+    pub(crate) pd: Pd,
+    pub(crate) cq: Cq,
+    destroyed: bool,
+}
+
+impl Drop for XrcdInner {
+    fn drop(&mut self) {
+        destroy_on_drop(self.destroyed, "close_xrcd", self.handle.id(), || {
+            self.ctx.lock().dealloc_xrcd(self.handle)
+        });
+    }
+}
+
+/// An XRC domain (`struct ibv_xrcd`). Its SRQs and target QPs keep it
+/// alive; clones share it.
+#[derive(Clone)]
+pub struct Xrcd {
+    pub(crate) inner: Arc<XrcdInner>,
+}
+
+impl fmt::Debug for Xrcd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Xrcd")
+            .field("device", &self.inner.ctx.name())
+            .field("handle", &self.inner.handle.id())
+            .finish()
+    }
+}
+
+/// `alloc_xrcd` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AllocXrcdError {
+    /// The device refused.
+    #[error(transparent)]
+    Verb(#[from] XrcError),
+    /// The placeholder PD or CQ could not be made.
+    #[error("cannot make the domain's placeholder PD or CQ")]
+    Resources,
+}
+
+impl Context {
+    /// `ibv_open_xrcd`: a new XRC domain on this device.
+    pub fn alloc_xrcd(&self) -> Result<Xrcd, AllocXrcdError> {
+        let pd = self.alloc_pd().map_err(|_| AllocXrcdError::Resources)?;
+        let cq = self.create_cq(1).map_err(|_| AllocXrcdError::Resources)?;
+        let handle = self.lock().alloc_xrcd()?;
+        Ok(Xrcd {
+            inner: Arc::new(XrcdInner { ctx: self.clone(), handle, pd, cq, destroyed: false }),
+        })
+    }
+}
+
+impl Xrcd {
+    /// The device's handle.
+    pub fn handle(&self) -> XrcdHandle {
+        self.inner.handle
+    }
+
+    /// The SRQs and target QPs that use the domain.
+    pub fn users(&self) -> u32 {
+        self.inner.ctx.lock().xrcd_users(self.inner.handle).unwrap_or(0)
+    }
+
+    /// The device it is on.
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
+    }
+
+    /// `ibv_close_xrcd` now, reporting errors (EBUSY while SRQs or target
+    /// QPs use it: they hold handles, so this reports them as `Shared`).
+    pub fn destroy(self) -> Result<(), DestroyError<XrcError>> {
+        let mut inner = DestroyError::sole(self.inner, "XRCD")?;
+        inner.destroyed = true;
+        let r = inner.ctx.lock().dealloc_xrcd(inner.handle);
         r.map_err(DestroyError::Verb)
     }
 }

@@ -207,8 +207,8 @@ impl QpBuilder {
 
 impl Qp {
     /// An XRC target QP of `xrcd` on its placeholder PD and CQ (see
-    /// [`crate::xrc::Xrcd::create_tgt_qp`]).
-    pub(crate) fn xrc_target(xrcd: &crate::xrc::Xrcd, pd: Pd, cq: Cq, qpn: Qpn) -> Qp {
+    /// [`crate::pd::Xrcd::create_tgt_qp`]).
+    pub(crate) fn xrc_target(xrcd: &crate::pd::Xrcd, pd: Pd, cq: Cq, qpn: Qpn) -> Qp {
         Qp {
             inner: Arc::new(QpInner {
                 pd,
@@ -223,7 +223,7 @@ impl Qp {
     }
 
     /// An XRC target's domain.
-    pub fn xrcd(&self) -> Option<&crate::xrc::Xrcd> {
+    pub fn xrcd(&self) -> Option<&crate::pd::Xrcd> {
         self.inner.xrcd.as_ref()
     }
 }
@@ -236,7 +236,7 @@ pub(crate) struct QpInner {
     qpn: Qpn,
     destroyed: bool,
     /// An XRC target's domain (kept alive while the QP is).
-    xrcd: Option<crate::xrc::Xrcd>,
+    xrcd: Option<crate::pd::Xrcd>,
 }
 
 impl Drop for QpInner {

@@ -14,7 +14,7 @@ pub(crate) struct SrqInner {
     handle: SrqHandle,
     destroyed: bool,
     /// An XRC SRQ's domain and CQ (kept alive while it is).
-    xrc: Option<(crate::xrc::Xrcd, crate::Cq)>,
+    xrc: Option<(crate::pd::Xrcd, crate::Cq)>,
 }
 
 impl Drop for SrqInner {
@@ -61,7 +61,7 @@ impl Pd {
         &self,
         max_wr: u32,
         max_sge: u32,
-        xrcd: &crate::xrc::Xrcd,
+        xrcd: &crate::pd::Xrcd,
         cq: &crate::Cq,
     ) -> Result<Srq, CreateSrqError> {
         let attr = SrqAttr { max_wr, max_sge, srq_limit: 0 };
@@ -100,7 +100,7 @@ impl Srq {
     }
 
     /// An XRC SRQ's domain.
-    pub fn xrcd(&self) -> Option<&crate::xrc::Xrcd> {
+    pub fn xrcd(&self) -> Option<&crate::pd::Xrcd> {
         self.inner.xrc.as_ref().map(|(x, _)| x)
     }
 
