@@ -157,6 +157,10 @@ all_cases() {
       for s in rping udaddy drping dudaddy dmatose; do echo "$t-cm-$r-$s"; done
     done
     echo "$t-cm-srv-dwbw"; echo "$t-cm-srv-dslat"
+    # UD multicast (rdmacm-utils' mckey, ours on the drop-ins; the UDP
+    # transport only: a raw device does not join groups yet): we send to
+    # both guests' receivers (snd), or guest a sends to us and guest b (rcv)
+    if [ "$t" = udp ]; then echo "$t-mc-snd-mckey"; echo "$t-mc-rcv-mckey"; fi
     # perftest -R as the client makes a second connection 2-4 ms after its
     # exchange; a server on a qemu TCG guest often listens again only later
     # and answers REJ 8 (perftest's own race, docs/interop.md):
@@ -392,6 +396,45 @@ run_dropin() { # CASE DIR -> 0 pass / 1 fail
   fi
 }
 
+# UD multicast with rdmacm-utils' mckey: CASE = T-mc-snd|rcv-mckey. The
+# group is 239.77.0.N (a case's own), every member joins with
+# rdma_join_multicast (rxe: the kernel's CM, IGMP on eth0; ours: the
+# group's socket on br0's address); 10 datagrams, every receiver must get
+# all of them. snd: we send (send-only member), guests a and b receive;
+# rcv: guest a sends, we and guest b receive.
+run_mcast() { # CASE DIR -> 0 pass / 1 fail
+  local c=$1 d=$2 t k r s
+  IFS=- read -r t k r s <<<"$c"
+  PORT=$((PORT + 1))
+  local grp=239.77.0.$((PORT % 250 + 1)) n=10
+  local env=(env ROCE_EMU_DEVICES="$(dev_env "$t")" ROCE_EMU_PCAP="$d" LD_LIBRARY_PATH="$BIN")
+  local rx="timeout $((CASE_TIMEOUT - 10)) mckey -m $grp -C $n"
+  OURS_RC=0 GUEST_RC=0
+  : >"$d/guest.log"
+  if [ "$r" = snd ]; then
+    local ja jb
+    ja=$(lab bg a "$rx -b ${GUEST_IP[a]}"); jb=$(lab bg b "$rx -b ${GUEST_IP[b]}")
+    sleep 4 # the guests' joins (qemu TCG: slow)
+    ip netns exec "$NS" timeout "$CASE_TIMEOUT" "${env[@]}" mckey -m "$grp" -b "$HOST" -s -o -C "$n" >"$d/ours.log" 2>&1 || OURS_RC=$?
+    lab wait a "$ja" "$CASE_TIMEOUT" >>"$d/guest.log" 2>&1 || GUEST_RC=$?
+    lab wait b "$jb" "$CASE_TIMEOUT" >>"$d/guest.log" 2>&1 || GUEST_RC=$?
+    echo "ours_rc=$OURS_RC guest_rc=$GUEST_RC" >"$d/status"
+    [ "$OURS_RC" = 0 ] && [ "$GUEST_RC" = 0 ] || return 1
+    [ "$(grep -c 'data transfers complete' "$d/guest.log")" = 2 ]
+  else
+    start_bg "$d/ours.log" ip netns exec "$NS" timeout "$CASE_TIMEOUT" "${env[@]}" mckey -m "$grp" -b "$HOST" -C "$n"
+    local pid=$LAST_PID jb
+    jb=$(lab bg b "$rx -b ${GUEST_IP[b]}")
+    sleep 4
+    lab shell -t "$CASE_TIMEOUT" a "timeout $((CASE_TIMEOUT - 10)) mckey -m $grp -b ${GUEST_IP[a]} -s -C $n" >>"$d/guest.log" 2>&1 || GUEST_RC=$?
+    lab wait b "$jb" "$CASE_TIMEOUT" >>"$d/guest.log" 2>&1 || GUEST_RC=$?
+    wait "$pid" || OURS_RC=$?
+    echo "ours_rc=$OURS_RC guest_rc=$GUEST_RC" >"$d/status"
+    [ "$OURS_RC" = 0 ] && [ "$GUEST_RC" = 0 ] || return 1
+    grep -q 'data transfers complete' "$d/ours.log" && [ "$(grep -c 'data transfers complete' "$d/guest.log")" = 2 ]
+  fi
+}
+
 # Our rping/udaddy (RDMA CM over QP1) against rdmacm-utils on rxe: CASE =
 # T-cm-ROLE-TOOL. No TCP side channel: the connection is the CM's REQ/REP/RTU
 # (rping) or SIDR_REQ/SIDR_REP (udaddy), so the servers are waited for with a
@@ -498,6 +541,7 @@ run_case() { # CASE
     *-pt-*) run_perftest "$c" "$d" || res=FAIL ;;
     *-py-*) run_pyverbs "$c" "$d" || res=FAIL ;;
     *-dropin-*) run_dropin "$c" "$d" || res=FAIL ;;
+    *-mc-*) run_mcast "$c" "$d" || res=FAIL ;;
     *-cm-*) run_cm "$c" "$d" || res=FAIL ;;
     *) die "unknown case $c" ;;
   esac

@@ -20,6 +20,28 @@ pub enum Service {
     Uc,
     /// Unreliable datagram (no peer: the tester addresses it with a DETH).
     Ud,
+    /// An XRC target QP (IBA Annex A14) of an XRC domain with one XRC SRQ,
+    /// whose number ([`QpInfo::srqn`]) the tester's requests name in their
+    /// XRCETH; the receives are posted to that SRQ.
+    Xrc,
+}
+
+/// The multicast group of the cases whose target is at `target`
+/// ([`QpParams::mcast`]): 239.X.Y.Z from the address's last three bytes,
+/// so that tests on different addresses never share a group.
+pub fn case_group(target: IpAddr) -> IpAddr {
+    match target {
+        IpAddr::V4(v4) => {
+            let o = v4.octets();
+            IpAddr::V4(std::net::Ipv4Addr::new(239, o[1], o[2], o[3]))
+        }
+        IpAddr::V6(v6) => {
+            let mut o = v6.octets();
+            o[0] = 0xff;
+            o[1] = 0x0e;
+            IpAddr::V6(std::net::Ipv6Addr::from(o))
+        }
+    }
 }
 
 /// `enum ibv_access_flags` bits as rdma-core numbers them.
@@ -89,6 +111,9 @@ pub struct QpParams {
     /// Optional operations the case needs the device to execute
     /// ([`ops`] bits); a device without one makes the case n/a.
     pub ops: u32,
+    /// A UD QP attached to the case's multicast group ([`case_group`] of
+    /// the target's address).
+    pub mcast: bool,
 }
 
 /// Optional operations a device may lack ([`QpParams::ops`]).
@@ -121,6 +146,7 @@ impl QpParams {
         window: 0,
         window_type: 2,
         ops: 0,
+        mcast: false,
     };
 }
 
@@ -147,6 +173,8 @@ pub struct QpInfo {
     pub rkey: u32,
     /// The bound memory window's remote key (0 without one).
     pub mw_rkey: u32,
+    /// An XRC target's SRQ number (0 otherwise).
+    pub srqn: u32,
 }
 
 /// A work request the agent posts to its QP's send queue.

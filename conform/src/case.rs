@@ -121,6 +121,12 @@ pub struct Req {
     pub feth: Option<u32>,
     /// An IETH naming this key (SEND with invalidate).
     pub ieth: Option<Key>,
+    /// An XRC request's XRCETH names this SRQ number instead of the
+    /// target's XRC SRQ.
+    pub xrc_srq: Option<u32>,
+    /// Sent to the case's multicast group (`agent::case_group`), not to
+    /// the target's address.
+    pub to_group: bool,
 }
 
 impl Req {
@@ -145,7 +151,20 @@ impl Req {
             bad_icrc: false,
             feth: None,
             ieth: None,
+            xrc_srq: None,
+            to_group: false,
         }
+    }
+    /// An XRC request naming the SRQ number `n` (not the target's SRQ).
+    pub const fn xrc_srq(mut self, n: u32) -> Req {
+        self.xrc_srq = Some(n);
+        self
+    }
+    /// To the case's multicast group (and the multicast QPN 0xFFFFFF).
+    pub const fn to_group(mut self) -> Req {
+        self.to_group = true;
+        self.dest_qp = Some(0xFF_FFFF);
+        self
     }
     /// With an IETH naming `key`.
     pub const fn ieth(mut self, key: Key) -> Req {

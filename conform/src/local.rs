@@ -158,19 +158,28 @@ impl Agent for LocalAgent {
         let mr =
             pd.reg_mr(s.mr_len as usize, AccessFlags(s.mr_access)).map_err(verb("ibv_reg_mr"))?;
         let ty = match s.service {
-            Service::Rc => QpType::Rc,
+            Service::Rc | Service::Xrc => QpType::Rc,
             Service::Uc => QpType::Uc,
             Service::Ud => QpType::Ud,
         };
-        let srq = match s.srq {
-            true => Some(pd.create_srq(64, 1).map_err(verb("ibv_create_srq"))?),
-            false => None,
+        let (qp, srq) = if s.service == Service::Xrc {
+            // an XRC domain, one XRC SRQ (completing on the case's CQ) and
+            // the domain's target QP
+            let xrcd = self.ctx.alloc_xrcd().map_err(verb("ibv_open_xrcd"))?;
+            let srq = pd.create_xrc_srq(64, 1, &xrcd, &cq).map_err(verb("ibv_create_srq_ex"))?;
+            let qp = xrcd.create_tgt_qp().map_err(verb("ibv_create_qp_ex"))?;
+            (qp, Some(srq))
+        } else {
+            let srq = match s.srq {
+                true => Some(pd.create_srq(64, 1).map_err(verb("ibv_create_srq"))?),
+                false => None,
+            };
+            let mut b = pd.qp_builder(&cq, &cq).qp_type(ty);
+            if let Some(q) = &srq {
+                b = b.srq(q);
+            }
+            (b.build().map_err(verb("ibv_create_qp"))?, srq)
         };
-        let mut b = pd.qp_builder(&cq, &cq).qp_type(ty);
-        if let Some(q) = &srq {
-            b = b.srq(q);
-        }
-        let qp = b.build().map_err(verb("ibv_create_qp"))?;
         let mtu = PathMtu::from_bytes(s.mtu as usize)
             .ok_or_else(|| AgentError::Unsupported(format!("path MTU {}", s.mtu)))?;
         let opts = ConnectOptions {
@@ -186,7 +195,7 @@ impl Agent for LocalAgent {
         let local = qp.endpoint(s.sq_psn);
         let remote = QpEndpoint { addr: setup.peer, qpn: setup.peer_qpn, psn: s.rq_psn };
         match (s.service, s.stop_at) {
-            (Service::Rc, QpStateName::Rts) => qp.connect(&local, &remote, &opts),
+            (Service::Rc | Service::Xrc, QpStateName::Rts) => qp.connect(&local, &remote, &opts),
             (Service::Rc, QpStateName::Rtr) => {
                 qp.to_init(&opts).and_then(|()| qp.to_rtr(&remote, &opts))
             }
@@ -195,6 +204,10 @@ impl Agent for LocalAgent {
             (_, st) => return Err(AgentError::Unsupported(format!("set-up stopping at {st:?}"))),
         }
         .map_err(verb("ibv_modify_qp"))?;
+        if s.mcast {
+            let g = crate::agent::case_group(self.ctx.addr());
+            qp.attach_mcast(g).map_err(verb("ibv_attach_mcast"))?;
+        }
         let mw = match s.window {
             0 => None,
             n => Some(bind_window(&pd, &qp, &cq, &mr, n, s.window_type)?),
@@ -204,6 +217,10 @@ impl Agent for LocalAgent {
             mr_addr: mr.addr(),
             rkey: mr.rkey().value(),
             mw_rkey: mw.as_ref().map_or(0, |w| w.rkey().value()),
+            srqn: match s.service {
+                Service::Xrc => srq.as_ref().map_or(0, |q| q.handle().id()),
+                _ => 0,
+            },
         };
         self.objs = Some(Objects { _mw: mw, qp, srq, cq, mr });
         Ok(info)

@@ -115,9 +115,16 @@ impl Agent for RemoteAgent {
 
     fn setup(&mut self, setup: &QpSetup) -> Result<QpInfo, AgentError> {
         let s = &setup.params;
+        // not in the protocol yet (and rxe has no XRC)
+        if s.service == Service::Xrc {
+            return Err(AgentError::Unsupported("XRC (not in the agent protocol)".into()));
+        }
+        if s.mcast {
+            return Err(AgentError::Unsupported("multicast (not in the agent protocol)".into()));
+        }
         let r = self.call(json!({
             "op": "setup",
-            "service": match s.service { Service::Rc => "rc", Service::Uc => "uc", Service::Ud => "ud" },
+            "service": match s.service { Service::Rc => "rc", Service::Uc => "uc", _ => "ud" },
             "peer": setup.peer.to_string(),
             "peer_qpn": setup.peer_qpn, "rq_psn": s.rq_psn, "sq_psn": s.sq_psn,
             "mr_len": s.mr_len, "mr_access": s.mr_access, "qp_access": s.qp_access, "mtu": s.mtu,
@@ -133,6 +140,7 @@ impl Agent for RemoteAgent {
             mr_addr: num(&r, "mr_addr")?,
             rkey: num(&r, "rkey")? as u32,
             mw_rkey: r["mw_rkey"].as_u64().unwrap_or(0) as u32,
+            srqn: 0,
         })
     }
 

@@ -82,7 +82,7 @@ impl<'a> Runner<'a> {
             agent: &mut *self.agent,
             wire: &mut self.wire,
             setup: None,
-            qp: QpInfo { qpn: 0, mr_addr: 0, rkey: 0, mw_rkey: 0 },
+            qp: QpInfo { qpn: 0, mr_addr: 0, rkey: 0, mw_rkey: 0, srqn: 0 },
             tqpn: self.next_qpn,
             packets: Vec::new(),
             last_at: None,
@@ -137,9 +137,10 @@ struct Exec<'r> {
     wr_id: u64,
 }
 
-fn is_ack(r: &RoceRepr) -> bool {
-    r.bth.opcode == Opcode::RC_ACKNOWLEDGE
-        && matches!(r.aeth.map(|a| a.syndrome), Some(Syndrome::Ack { .. }))
+/// An ACK (an XRC target's: XRC ACKNOWLEDGE, 0xB1).
+fn is_ack(r: &RoceRepr, xrc: bool) -> bool {
+    let op = if xrc { Opcode(0xB1) } else { Opcode::RC_ACKNOWLEDGE };
+    r.bth.opcode == op && matches!(r.aeth.map(|a| a.syndrome), Some(Syndrome::Ack { .. }))
 }
 
 impl Exec<'_> {
@@ -207,7 +208,9 @@ impl Exec<'_> {
             Step::Ack(rel) => {
                 let want = self.rq(rel);
                 let p = self.answer(want)?;
-                if !(is_ack(&p.repr) && p.repr.bth.psn == want) {
+                if !(is_ack(&p.repr, self.s().service == crate::agent::Service::Xrc)
+                    && p.repr.bth.psn == want)
+                {
                     return fail(format!(
                         "expected ACK psn={:#x}, got {}",
                         want.value(),
@@ -435,7 +438,9 @@ impl Exec<'_> {
             let Some(p) = self.next(ANSWER)? else {
                 return fail(format!("no answer within {} s", ANSWER.as_secs()));
             };
-            if is_ack(&p.repr) && p.repr.bth.psn.is_before(want) {
+            if is_ack(&p.repr, self.s().service == crate::agent::Service::Xrc)
+                && p.repr.bth.psn.is_before(want)
+            {
                 continue;
             }
             return Ok(p);
@@ -547,6 +552,9 @@ impl Exec<'_> {
         });
         h.immdt = r.imm;
         h.feth = r.feth;
+        if r.op.info().is_some_and(|i| i.headers.contains(roce_packet::ExtHeader::Xrceth)) {
+            h.xrceth = Some(r.xrc_srq.unwrap_or(self.qp.srqn));
+        }
         h.ieth = r.ieth.map(|k| self.key(k));
         if matches!(r.op, Opcode::UD_SEND_ONLY | Opcode::UD_SEND_ONLY_WITH_IMMEDIATE) {
             h.deth = Some(roce_packet::DethRepr {
@@ -556,13 +564,27 @@ impl Exec<'_> {
             });
         }
         h.payload_len = payload.len();
-        self.emit(&h, &payload, r.bad_icrc)
+        let group = r.to_group.then(|| crate::agent::case_group(self.agent.addr()));
+        self.emit_to(&h, &payload, r.bad_icrc, group)
     }
 
     fn emit(&mut self, h: &RoceRepr, payload: &[u8], bad_icrc: bool) -> Result<(), Stop> {
-        self.wire
-            .send(h, payload, bad_icrc)
-            .map_err(|e| Stop::Fail(format!("send {}: {e}", describe(h))))?;
+        self.emit_to(h, payload, bad_icrc, None)
+    }
+
+    /// [`Exec::emit`] to the target, or to the multicast group `group`.
+    fn emit_to(
+        &mut self,
+        h: &RoceRepr,
+        payload: &[u8],
+        bad_icrc: bool,
+        group: Option<std::net::IpAddr>,
+    ) -> Result<(), Stop> {
+        match group {
+            None => self.wire.send(h, payload, bad_icrc),
+            Some(g) => self.wire.send_to_group(h, payload, bad_icrc, g),
+        }
+        .map_err(|e| Stop::Fail(format!("send {}: {e}", describe(h))))?;
         let at = self.wire.elapsed().as_secs_f64() * 1e3;
         self.packets.push(format!(
             "> {:>8.3} ms {}{}",

@@ -148,6 +148,6 @@ mod tests {
         assert!(matches("resp.psn.wraps", "resp.psn.wraps"));
         assert!(!matches("resp.psn.wrap", "resp.psn.wraps"));
         assert!(matches("*access*", "resp.access.read"));
-        assert_eq!(select(&["resp.ud.*".to_string()]).len(), 9);
+        assert_eq!(select(&["resp.ud.*".to_string()]).len(), 12);
     }
 }

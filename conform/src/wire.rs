@@ -164,6 +164,38 @@ impl Wire {
         Ok(())
     }
 
+    /// [`Wire::send`] to the multicast group `group` (port 4791) from the
+    /// tester's interface: every device on the host that joined it gets it.
+    pub fn send_to_group(
+        &mut self,
+        r: &RoceRepr,
+        payload: &[u8],
+        corrupt_icrc: bool,
+        group: IpAddr,
+    ) -> io::Result<()> {
+        let mut b = r
+            .to_vec(payload)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        let ep = UdpEndpoints {
+            src: self.me,
+            dst: group,
+            src_port: ROCE_V2_PORT,
+            dst_port: ROCE_V2_PORT,
+        };
+        fill_icrc(&ep, &IpMeta::default(), &mut b)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        if corrupt_icrc {
+            let n = b.len();
+            for x in &mut b[n - 4..] {
+                *x ^= 0xFF;
+            }
+        }
+        roce_transport::set_multicast_sender(&self.sock, self.me);
+        self.sock.send_to(&b, SocketAddr::new(group, ROCE_V2_PORT))?;
+        self.record(&ep, &b);
+        Ok(())
+    }
+
     fn record(&mut self, ep: &UdpEndpoints, udp_payload: &[u8]) {
         self.record_at(self.start.elapsed(), ep, udp_payload);
     }

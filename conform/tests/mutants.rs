@@ -44,7 +44,10 @@ const CAUGHT: &[(Mutant, &[&str])] = &[
     (ReadSourceStuck, &["resp.access.read", "resp.psn.dup-read-reexecuted"]),
     (ReadUsesOnePsn, &["resp.psn.read-consumes-psns", "resp.psn.read-gap-naks"]),
     (AtomicKeepsPsn, &["resp.psn.atomic-then-send"]),
-    (AckPsnOffByOne, &["resp.psn.expected", "resp.psn.multi-packet-write"]),
+    (
+        AckPsnOffByOne,
+        &["resp.psn.expected", "resp.psn.multi-packet-write", "resp.xrc.send", "resp.xrc.write"],
+    ),
     (AckReqClearDropped, &["resp.header.ack-req-clear"]),
     // ---- responder: opcodes and lengths ----
     (
@@ -175,6 +178,7 @@ const CAUGHT: &[(Mutant, &[&str])] = &[
             "resp.header.uc-opcode-to-rc-dropped",
             "resp.header.rc-opcode-to-uc-dropped",
             "resp.ud.rc-opcode-dropped",
+            "resp.xrc.rc-opcode-dropped",
         ],
     ),
     (NoPkeyCheck, &["resp.header.pkey-mismatch-dropped", "resp.ud.pkey-mismatch-dropped"]),
@@ -214,8 +218,11 @@ const CAUGHT: &[(Mutant, &[&str])] = &[
             "resp.uc.gap-then-new-first",
         ],
     ),
-    (NoQkeyCheck, &["resp.ud.qkey-mismatch-dropped"]),
-    (UdNoGrhArea, &["resp.ud.send", "resp.ud.grh-area"]),
+    (NoQkeyCheck, &["resp.ud.qkey-mismatch-dropped", "resp.ud.mcast-qkey-mismatch-dropped"]),
+    (UdNoGrhArea, &["resp.ud.send", "resp.ud.grh-area", "resp.ud.mcast-delivered"]),
+    // ---- multicast and XRC ----
+    (McastAnyGroup, &["resp.ud.mcast-qpn-unicast-dropped"]),
+    (XrcIgnoresXrceth, &["resp.xrc.unknown-srq-naks"]),
     (UdNoReceiveErr, &["resp.ud.no-receive-dropped"]),
     (UdChecksPsn, &["resp.ud.psn-not-checked"]),
     // ---- requester ----

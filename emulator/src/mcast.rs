@@ -136,9 +136,14 @@ impl Hca {
     /// at least one QP) or `mcast_dropped` (no group, no QP ready).
     pub(crate) fn receive_mcast(&mut self, repr: &RoceRepr, payload: &[u8], d: &Datagram) {
         let g = canonical(d.endpoints.dst);
-        let qpns: Vec<Qpn> = match self.mcast.groups.get(&g) {
-            Some(q) if g.is_multicast() => q.clone(),
-            _ => {
+        let any = crate::mutant::is(self.mutant, crate::Mutant::McastAnyGroup);
+        let found = match any {
+            true => self.mcast.groups.values().next(),
+            false => self.mcast.groups.get(&g).filter(|_| g.is_multicast()),
+        };
+        let qpns: Vec<Qpn> = match found {
+            Some(q) => q.clone(),
+            None => {
                 self.dev.counters.mcast_dropped += 1;
                 tracing::debug!(dst = %g, reason = "multicast: no group attached", "drop");
                 return;

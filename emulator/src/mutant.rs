@@ -262,6 +262,15 @@ mutants! {
     /// Requester: a READ response does not acknowledge the requests before
     /// its READ (breaks §9.7.5.2.1).
     ReadResponseNoImplicitAck => "read-response-no-implicit-ack",
+    // ---- multicast and XRC ----
+    /// A multicast datagram reaches the device's attached QPs whatever
+    /// group its destination address names (breaks IBA's UD multicast:
+    /// only the QPs attached to that group).
+    McastAnyGroup => "mcast-any-group",
+    /// An XRC target ignores the XRCETH and takes its receives from the
+    /// first XRC SRQ of its domain (breaks Annex A14: the XRCETH names the
+    /// SRQ, and an SRQ outside the domain is an invalid request).
+    XrcIgnoresXrceth => "xrc-ignores-xrceth",
 }
 
 impl Mutant {

@@ -166,7 +166,10 @@ impl Hca {
             if want == Transport::Ud {
                 qp.on_ud_request(&mut self.dev.resp(), &repr, payload, d);
             } else if qp.init.qp_type == crate::qp_attr::QpType::XrcRecv {
-                let srq = crate::xrc::target_srq(&self.dev.srqs, qp.xrcd, repr.xrceth);
+                let srq = match mutant::is(self.mutant, Mutant::XrcIgnoresXrceth) {
+                    true => crate::xrc::first_srq(&self.dev.srqs, qp.xrcd),
+                    false => crate::xrc::target_srq(&self.dev.srqs, qp.xrcd, repr.xrceth),
+                };
                 qp.on_xrc_request(&mut self.dev.resp(), now, &repr, payload, srq);
             } else {
                 qp.on_request(&mut self.dev.resp(), now, &repr, payload);

@@ -66,6 +66,17 @@ pub(crate) fn target_srq(
     (Some(d) == xrcd).then_some((h, s.pd, cq))
 }
 
+/// The XRC SRQ of `xrcd` with the lowest number ([`crate::Mutant::XrcIgnoresXrceth`]).
+pub(crate) fn first_srq(
+    srqs: &SrqTable,
+    xrcd: Option<XrcdHandle>,
+) -> Option<(SrqHandle, PdHandle, CqHandle)> {
+    srqs.iter()
+        .filter(|(_, s)| s.xrc.is_some_and(|(d, _)| Some(d) == xrcd))
+        .min_by_key(|(h, _)| h.id())
+        .and_then(|(h, s)| s.xrc.map(|(_, cq)| (*h, s.pd, cq)))
+}
+
 impl Hca {
     /// `ibv_open_xrcd`: a new XRC domain.
     pub fn alloc_xrcd(&mut self) -> Result<XrcdHandle, XrcError> {

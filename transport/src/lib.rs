@@ -20,6 +20,10 @@ pub mod ceiling;
 pub mod counters;
 pub mod engine;
 pub mod faults;
+/// Send multicast from a socket bound to `local` on `local`'s interface,
+/// looped back to the host's members (what a device's socket does; for
+/// testers that send to groups).
+pub use mcast::set_sender as set_multicast_sender;
 pub(crate) mod mcast;
 pub mod node_thread;
 pub mod pcap;

@@ -52,7 +52,7 @@ pub(crate) fn ifindex_of(ip: IpAddr) -> u32 {
 /// Send multicast from `sock` (bound to `local`) on `local`'s interface,
 /// looped back to the host's members. Best effort: a socket that cannot
 /// only fails its multicast sends.
-pub(crate) fn set_sender(sock: &UdpSocket, local: IpAddr) {
+pub fn set_sender(sock: &UdpSocket, local: IpAddr) {
     let fd = sock.as_fd();
     let _ = match local {
         IpAddr::V4(v4) => rustix::net::sockopt::set_ip_multicast_if(fd, &v4)

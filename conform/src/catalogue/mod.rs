@@ -15,6 +15,7 @@ mod srq;
 mod state;
 mod uc;
 mod ud;
+mod xrc;
 
 use crate::case::Case;
 
@@ -27,6 +28,7 @@ pub fn all() -> Vec<&'static Case> {
         rnr::CASES,
         uc::CASES,
         ud::CASES,
+        xrc::CASES,
         headers::CASES,
         state::CASES,
         srq::CASES,

@@ -9,6 +9,9 @@ use crate::case::{Bytes, Case, Direction::Responder, Req, Setup, Step::*};
 use roce_packet::Opcode as O;
 
 const UD: Setup = Setup { service: Service::Ud, ..Setup::DEFAULT };
+/// A UD QP attached to the case's multicast group.
+const MC: Setup = Setup { service: Service::Ud, mcast: true, ..Setup::DEFAULT };
+const MSEND: Req = Req::new(O::UD_SEND_ONLY, 0).len(64).no_ack_req().to_group();
 const SEND: Req = Req::new(O::UD_SEND_ONLY, 0).len(64).no_ack_req();
 
 #[rustfmt::skip]
@@ -59,4 +62,20 @@ pub const CASES: &[Case] = &[
         rule: "an RC opcode addressed to a UD QP fails the transport check and is dropped silently",
         steps: &[PostRecv { off: 0, len: 40 + 256 }, Send(Req::new(O::RC_SEND_ONLY, 0).len(64)),
             Quiet(100), NoCompletion, State(Rts)] },
+    Case { id: "resp.ud.mcast-delivered", iba: "§9.8 (UD multicast: QPN 0xFFFFFF)", direction: Responder, setup: MC,
+        rule: "UD multicast: a datagram to the group's address and QPN 0xFFFFFF completes a receive of the attached QP, the GRH area before the payload",
+        steps: &[PostRecv { off: 0, len: 40 + 256 }, Send(MSEND), Quiet(100),
+            CompletionLen(wc::SUCCESS, 40 + 64),
+            Mem { off: 40, len: 64, want: Bytes::Data { salt: 1, msg_off: 0 } }] },
+    Case { id: "resp.ud.mcast-qkey-mismatch-dropped", iba: "§10.2.4 §9.6 (multicast)", direction: Responder, setup: MC,
+        rule: "UD multicast: an attached QP drops a group datagram whose DETH Q_Key differs from its own",
+        steps: &[PostRecv { off: 0, len: 40 + 256 }, Send(MSEND.qkey(0x2222_2222)), Quiet(100),
+            NoCompletion, Send(Req::new(O::UD_SEND_ONLY, 1).len(64).data(6, 0).no_ack_req().to_group()),
+            CompletionLen(wc::SUCCESS, 40 + 64),
+            Mem { off: 40, len: 64, want: Bytes::Data { salt: 6, msg_off: 0 } }] },
+    Case { id: "resp.ud.mcast-qpn-unicast-dropped", iba: "§9.8 (UD multicast)", direction: Responder, setup: MC,
+        rule: "UD multicast: a datagram to QPN 0xFFFFFF whose destination is no group (the device's own address) reaches no attached QP",
+        steps: &[PostRecv { off: 0, len: 40 + 256 },
+            Send(Req::new(O::UD_SEND_ONLY, 0).len(64).no_ack_req().to_qp(0xFF_FFFF)), Quiet(100),
+            NoCompletion, State(Rts)] },
 ];
