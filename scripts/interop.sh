@@ -402,6 +402,20 @@ run_dropin() { # CASE DIR -> 0 pass / 1 fail
 # group's socket on br0's address); 10 datagrams, every receiver must get
 # all of them. snd: we send (send-only member), guests a and b receive;
 # rcv: guest a sends, we and guest b receive.
+guest_joined() { # VM GROUP: wait (30 s at most) until the guest's kernel joined GROUP
+  # (/proc/net/igmp lists it as little-endian hex once the kernel CM's join is done)
+  local hex; hex=$(python3 -c "import socket,struct;print('%08X'%struct.unpack('<I',socket.inet_aton('$2'))[0])")
+  lab shell -t 40 "$1" "for i in \$(seq 150); do grep -qi $hex /proc/net/igmp && exit 0; sleep 0.2; done; exit 1" >/dev/null 2>&1
+}
+host_joined() { # GROUP: wait (30 s at most) until our device's group socket is bound in the netns
+  local hex i; hex=$(python3 -c "import socket,struct;print('%08X'%struct.unpack('<I',socket.inet_aton('$1'))[0])")
+  for i in $(seq 150); do
+    ip netns exec "$NS" grep -qi "$hex:12B7" /proc/net/udp && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
 run_mcast() { # CASE DIR -> 0 pass / 1 fail
   local c=$1 d=$2 t k r s
   IFS=- read -r t k r s <<<"$c"
@@ -414,7 +428,9 @@ run_mcast() { # CASE DIR -> 0 pass / 1 fail
   if [ "$r" = snd ]; then
     local ja jb
     ja=$(lab bg a "$rx -b ${GUEST_IP[a]}"); jb=$(lab bg b "$rx -b ${GUEST_IP[b]}")
-    sleep 4 # the guests' joins (qemu TCG: slow)
+    # the guests' joins (qemu TCG: slow, and slower on a loaded host)
+    guest_joined a "$grp" || echo "guest a did not join $grp in 30 s" >>"$d/guest.log"
+    guest_joined b "$grp" || echo "guest b did not join $grp in 30 s" >>"$d/guest.log"
     ip netns exec "$NS" timeout "$CASE_TIMEOUT" "${env[@]}" mckey -m "$grp" -b "$HOST" -s -o -C "$n" >"$d/ours.log" 2>&1 || OURS_RC=$?
     lab wait a "$ja" "$CASE_TIMEOUT" >>"$d/guest.log" 2>&1 || GUEST_RC=$?
     lab wait b "$jb" "$CASE_TIMEOUT" >>"$d/guest.log" 2>&1 || GUEST_RC=$?
@@ -425,7 +441,8 @@ run_mcast() { # CASE DIR -> 0 pass / 1 fail
     start_bg "$d/ours.log" ip netns exec "$NS" timeout "$CASE_TIMEOUT" "${env[@]}" mckey -m "$grp" -b "$HOST" -C "$n"
     local pid=$LAST_PID jb
     jb=$(lab bg b "$rx -b ${GUEST_IP[b]}")
-    sleep 4
+    host_joined "$grp" || echo "we did not join $grp in 30 s" >>"$d/guest.log"
+    guest_joined b "$grp" || echo "guest b did not join $grp in 30 s" >>"$d/guest.log"
     lab shell -t "$CASE_TIMEOUT" a "timeout $((CASE_TIMEOUT - 10)) mckey -m $grp -b ${GUEST_IP[a]} -s -C $n" >>"$d/guest.log" 2>&1 || GUEST_RC=$?
     lab wait b "$jb" "$CASE_TIMEOUT" >>"$d/guest.log" 2>&1 || GUEST_RC=$?
     wait "$pid" || OURS_RC=$?
