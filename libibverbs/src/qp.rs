@@ -428,6 +428,10 @@ pub(crate) unsafe extern "C" fn qp_to_qp_ex(q: *mut abi::ibv_qp) -> *mut abi::ib
 /// group's (on RoCE the LID is unused, as in the kernel). Errors as the
 /// kernel's: EINVAL for a QP that is not UD, a GID that is not multicast,
 /// a detach of a group the QP is not in; ENOMEM over the device's limits.
+///
+/// # Safety
+/// `q` is NULL or a QP pointer the program passes (checked live here), and
+/// `gid` is NULL or points to a readable 16-byte `ibv_gid`.
 pub(crate) unsafe fn mcast(
     q: *mut abi::ibv_qp,
     gid: *const abi::ibv_gid,

@@ -291,6 +291,34 @@ static void client(const char *addr, const char *port)
 	      "rdma_set_option(TOS) accepted");
 	rdma_destroy_id(other);
 
+	/* a UDP id on this side's device: the joins the CM refuses */
+	struct sockaddr_in here = *(struct sockaddr_in *)rdma_get_local_addr(id);
+	here.sin_port = 0;
+	struct rdma_cm_id *ud;
+	CHECK(rdma_create_id(ch, &ud, NULL, RDMA_PS_UDP) == 0 &&
+		      rdma_bind_addr(ud, (struct sockaddr *)&here) == 0,
+	      "a UDP id bound to the device's address");
+	errno = 0;
+	CHECK(rdma_join_multicast(ud, (struct sockaddr *)&nowhere, NULL) == -1 && errno == EINVAL,
+	      "rdma_join_multicast of a unicast address: EINVAL");
+	struct sockaddr_in6 g6 = { .sin6_family = AF_INET6 };
+	g6.sin6_addr.s6_addr[0] = 0xff;
+	g6.sin6_addr.s6_addr[1] = 0x0e;
+	g6.sin6_addr.s6_addr[15] = 1;
+	errno = 0;
+	CHECK(rdma_join_multicast(ud, (struct sockaddr *)&g6, NULL) == -1 && errno == EOPNOTSUPP,
+	      "rdma_join_multicast of an IPv6 group: EOPNOTSUPP (as the kernel's CM on RoCEv2)");
+	struct sockaddr_in g4 = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(0xef2f0001) };
+	errno = 0;
+	CHECK(rdma_leave_multicast(ud, (struct sockaddr *)&g4) == -1 && errno == EADDRNOTAVAIL,
+	      "rdma_leave_multicast of a group not joined: EADDRNOTAVAIL");
+	struct rdma_cm_join_mc_attr_ex jx = { .comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS,
+					      .addr = (struct sockaddr *)&g4 };
+	errno = 0;
+	CHECK(rdma_join_multicast_ex(ud, &jx, NULL) == -1 && errno == EINVAL,
+	      "rdma_join_multicast_ex without join flags: EINVAL");
+	rdma_destroy_id(ud);
+
 	ibv_dereg_mr(mr);
 	rdma_destroy_qp(id);
 	CHECK(ibv_destroy_cq(cq) == 0 && ibv_dealloc_pd(pd) == 0, "CQ and PD freed after the QP");
