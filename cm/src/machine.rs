@@ -60,6 +60,10 @@ struct Conn {
     /// The user destroyed it: no more events, and it is removed when its
     /// exchange ends.
     destroyed: bool,
+    /// An XRC connection (initiator on the active side, target on the
+    /// passive side): the target's QPN travels in the REP's local EE
+    /// context field.
+    xrc: bool,
 }
 
 impl Conn {
@@ -84,6 +88,7 @@ impl Conn {
             deadline: None,
             last: None,
             destroyed: false,
+            xrc: false,
         }
     }
 }
@@ -308,7 +313,7 @@ impl Cm {
             initiator_depth: req.initiator_depth,
             remote_eecn: 0,
             remote_cm_response_timeout: self.cfg.cm_response_timeout.min(31),
-            transport_service_type: req.qp_type.wire(),
+            transport_service_type: req.qp_type.wire().0,
             end_to_end_flow_control: req.end_to_end_flow_control,
             starting_psn: req.starting_psn,
             local_cm_response_timeout: self.cfg.cm_response_timeout.min(31),
@@ -319,7 +324,7 @@ impl Cm {
             rnr_retry_count: req.rnr_retry_count,
             max_cm_retries: max_retries,
             srq: req.srq,
-            extended_transport_type: 0,
+            extended_transport_type: req.qp_type.wire().1,
             primary: CmPath {
                 local_lid: 0xFFFF,
                 remote_lid: 0xFFFF,
@@ -343,6 +348,7 @@ impl Cm {
             local_qpn: req.local_qpn,
             timeout: self.cfg.request_timeout(),
             max_retries,
+            xrc: req.qp_type == CmQpType::Xrc,
             ..Conn::new((ConnState::ReqSent, Role::Active), req.remote, (tid, tid))
         };
         Ok(self.send_request(now, c, mad))
@@ -432,12 +438,16 @@ impl Cm {
         .into_iter()
         .collect::<Result<(), _>>()
         .map_err(|(field, value)| AcceptError::FieldOutOfRange { field, value })?;
+        // an XRC target's number goes in the EE context field, with SRQ
+        // set (the kernel's cm_format_rep)
+        let (local_qpn, local_eecn) =
+            if c.xrc { (0, params.local_qpn) } else { (params.local_qpn, 0) };
         let rep = CmRep {
             local_comm_id: c.local_comm_id,
             remote_comm_id: c.remote_comm_id,
             local_qkey: 0,
-            local_qpn: params.local_qpn,
-            local_eecn: 0,
+            local_qpn,
+            local_eecn,
             starting_psn: params.starting_psn,
             responder_resources: params.responder_resources,
             initiator_depth: params.initiator_depth,
@@ -445,7 +455,7 @@ impl Cm {
             failover_accepted: 0,
             end_to_end_flow_control: params.end_to_end_flow_control,
             rnr_retry_count: params.rnr_retry_count,
-            srq: params.srq,
+            srq: params.srq || c.xrc,
             local_ca_guid: self.cfg.local_ca_guid,
             private_data: pd_array(&params.private_data),
         };
@@ -701,9 +711,10 @@ impl Cm {
             reject(self, rej_reason::INVALID_SERVICE_ID);
             return;
         };
-        let qp_type = match q.transport_service_type {
-            0 => CmQpType::Rc,
-            1 => CmQpType::Uc,
+        let qp_type = match (q.transport_service_type, q.extended_transport_type) {
+            (0, _) => CmQpType::Rc,
+            (1, _) => CmQpType::Uc,
+            (3, 1) => CmQpType::Xrc,
             _ => {
                 reject(self, rej_reason::INVALID_TRANSPORT_TYPE);
                 return;
@@ -745,6 +756,7 @@ impl Cm {
             remote_qpn: q.local_qpn,
             timeout,
             max_retries: q.max_cm_retries,
+            xrc: qp_type == CmQpType::Xrc,
             ..Conn::new((ConnState::ReqRcvd, Role::Passive), from, (tid, dreq_tid))
         });
         self.by_remote.insert((from.gid, q.local_comm_id), id);
@@ -838,13 +850,14 @@ impl Cm {
             (ConnState::ReqSent | ConnState::MraReqRcvd, Role::Active) => {
                 c.state = ConnState::RepRcvd;
                 c.remote_comm_id = p.local_comm_id;
-                c.remote_qpn = p.local_qpn;
+                // an XRC target answers with its number in the EE context
+                c.remote_qpn = if c.xrc { p.local_eecn } else { p.local_qpn };
                 c.deadline = None;
                 c.last = None;
                 let rep = RepInfo {
                     remote_comm_id: p.local_comm_id,
                     remote_ca_guid: p.local_ca_guid,
-                    remote_qpn: p.local_qpn,
+                    remote_qpn: c.remote_qpn,
                     starting_psn: p.starting_psn,
                     responder_resources: p.responder_resources,
                     initiator_depth: p.initiator_depth,

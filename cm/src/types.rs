@@ -139,18 +139,26 @@ impl CmConfig {
     }
 }
 
-/// RC or UC: the transport service type of a connection.
+/// RC, UC or XRC: the transport service type of a connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CmQpType {
     Rc,
     Uc,
+    /// XRC (IBA 14.2 annex, "XRC"): the active side's QP is an XRC
+    /// initiator, the passive side's an XRC target. On the wire: transport
+    /// service type 3 with extended transport type 1 in the REQ; the REP
+    /// carries the target QP's number in its local EE context field (with
+    /// SRQ set), as the kernel's CM does.
+    Xrc,
 }
 
 impl CmQpType {
-    pub(crate) fn wire(self) -> u8 {
+    /// The REQ's transport service type and extended transport type.
+    pub(crate) fn wire(self) -> (u8, u8) {
         match self {
-            CmQpType::Rc => 0,
-            CmQpType::Uc => 1,
+            CmQpType::Rc => (0, 0),
+            CmQpType::Uc => (1, 0),
+            CmQpType::Xrc => (3, 1),
         }
     }
 }

@@ -582,6 +582,43 @@ fn uc_connections_carry_their_transport_type() {
     assert_eq!(q.transport_service_type, 1);
 }
 
+/// XRC over the CM (rdma-core's `rdma_xserver -c x`): the REQ says
+/// transport 3 with extended type 1, the passive side sees an XRC request,
+/// and the REP carries the target QP in the EE context field with SRQ set
+/// (local QPN 0), which the active side reports as the peer's QPN.
+#[test]
+fn xrc_connections_carry_the_target_qpn_in_the_ee_context() {
+    let mut w = Wire::listening();
+    let mut req = w.request_to_b();
+    req.qp_type = CmQpType::Xrc;
+    let (ca, cb, got) = w.request(req);
+    assert_eq!(got.qp_type, CmQpType::Xrc);
+    let CmMsg::Req(q) = &w.sent(Side::A, attr::REQ)[0].mad.msg else { panic!() };
+    assert_eq!((q.transport_service_type, q.extended_transport_type), (3, 1));
+    w.b.accept(w.now, cb, AcceptParams::new(0x02_0304, 7)).expect("accept");
+    w.pump();
+    let CmMsg::Rep(p) = &w.sent(Side::B, attr::REP)[0].mad.msg else { panic!() };
+    assert_eq!((p.local_qpn, p.local_eecn, p.srq), (0, 0x02_0304, true));
+    let ev = w.take_a();
+    let [CmEvent::ConnectResponse { conn, rep }] = &ev[..] else { panic!("{ev:?}") };
+    assert_eq!((*conn, rep.remote_qpn, rep.srq), (ca, 0x02_0304, true));
+    // an extended type other than XRC's is refused as an invalid transport
+    let mut w = Wire::listening();
+    let mut req = w.request_to_b();
+    req.qp_type = CmQpType::Xrc;
+    w.drop_nth(Side::A, attr::REQ, 1);
+    w.a.connect(w.now, req).expect("connect");
+    w.pump();
+    let mut mad = w.sent(Side::A, attr::REQ)[0].bytes;
+    mad[24 + 51] = (mad[24 + 51] & !7) | 2;
+    let ga = w.ga;
+    w.b.handle_mad(w.now, PeerAddr::new(ga), &mad);
+    w.pump();
+    assert_eq!(w.take_b(), []);
+    let CmMsg::Rej { reason, .. } = &w.sent(Side::B, attr::REJ)[0].mad.msg else { panic!() };
+    assert_eq!(*reason, 9, "REJ invalid transport type");
+}
+
 #[test]
 fn destroy_sends_what_is_owed_and_makes_no_more_events() {
     let mut w = Wire::listening();

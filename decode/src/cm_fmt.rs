@@ -77,7 +77,14 @@ pub fn summary(m: &CmMad) -> String {
                 q.max_cm_retries
             );
             if q.transport_service_type != 0 {
-                s.push_str(&format!(" transport={}", ["RC", "UC", "RD", "?"][usize::from(q.transport_service_type & 3)]));
+                // 3 with extended transport type 1: XRC (IBA's XRC annex)
+                let t = match (q.transport_service_type & 3, q.extended_transport_type) {
+                    (1, _) => "UC".to_string(),
+                    (2, _) => "RD".to_string(),
+                    (3, 1) => "XRC".to_string(),
+                    (t, x) => format!("{t}/ext{x}"),
+                };
+                s.push_str(&format!(" transport={t}"));
             }
             if q.srq {
                 s.push_str(" srq");
@@ -88,10 +95,12 @@ pub fn summary(m: &CmMad) -> String {
             s
         }
         CmMsg::Rep(r) => format!(
-            "comm={:#010x} remote={:#010x} qpn={:#08x} psn={:#08x} rd_atom={}/{} rnr={}{}",
+            "comm={:#010x} remote={:#010x} qpn={:#08x}{} psn={:#08x} rd_atom={}/{} rnr={}{}",
             r.local_comm_id,
             r.remote_comm_id,
             r.local_qpn,
+            // an XRC target's QPN travels in the EE context field
+            if r.local_eecn != 0 { format!(" eecn={:#08x}", r.local_eecn) } else { String::new() },
             r.starting_psn,
             r.responder_resources,
             r.initiator_depth,
@@ -134,6 +143,9 @@ pub fn label(m: &CmMad) -> String {
     let name = attr_name(m.header.attr_id);
     match &m.msg {
         CmMsg::Req(q) => format!("CM REQ qpn={:#x} svc={}", q.local_qpn, service(q.service_id)),
+        CmMsg::Rep(r) if r.local_eecn != 0 && r.local_qpn == 0 => {
+            format!("CM REP XRC target qpn={:#x}", r.local_eecn)
+        }
         CmMsg::Rep(r) => format!("CM REP qpn={:#x}", r.local_qpn),
         CmMsg::Rej { reason, .. } => format!("CM REJ {}", rej_reason_name(*reason)),
         CmMsg::SidrRep { qpn, .. } => format!("CM SIDR_REP qpn={qpn:#x}"),
@@ -155,6 +167,15 @@ pub fn explain(m: &CmMad) -> String {
                 ),
                 None => format!("a connection request for service {}", service(q.service_id)),
             };
+            let xrc = q.transport_service_type == 3 && q.extended_transport_type == 1;
+            let who = if xrc {
+                format!(
+                    "{who}, an XRC connection (transport service type 3, extended type 1): this \
+                     QP is an XRC initiator and the passive side answers with an XRC target QP"
+                )
+            } else {
+                who
+            };
             format!(
                 "CM REQ (connection request, IBA 12.6.5): {who}; its QP is {:#x} (the passive side \
                  is to send from PSN {:#x}, which this QP expects first), \
@@ -171,6 +192,13 @@ pub fn explain(m: &CmMad) -> String {
                 if q.rnr_retry_count == 7 { " (7 = forever)" } else { "" }
             )
         }
+        CmMsg::Rep(r) if r.local_qpn == 0 && r.local_eecn != 0 => format!(
+            "CM REP (connection accepted) of an XRC connection: the passive side's XRC target QP \
+             is {:#x} (in the local EE context field, with SRQ set: the target receives into the \
+             XRC SRQ each request's XRCETH names; the active side is to send from PSN {:#x}); \
+             both sides now move their QPs to RTR, and the active side confirms with an RTU",
+            r.local_eecn, r.starting_psn
+        ),
         CmMsg::Rep(r) => format!(
             "CM REP (connection accepted): the passive side's QP is {:#x} (the active side is \
              to send from PSN {:#x}, which this QP expects first); \
@@ -245,6 +273,7 @@ pub fn json(m: &CmMad) -> Value {
             put("local_cm_response_timeout", json!(q.local_cm_response_timeout));
             put("remote_cm_response_timeout", json!(q.remote_cm_response_timeout));
             put("transport_service_type", json!(q.transport_service_type));
+            put("extended_transport_type", json!(q.extended_transport_type));
             put("retry_count", json!(q.retry_count));
             put("rnr_retry_count", json!(q.rnr_retry_count));
             put("max_cm_retries", json!(q.max_cm_retries));
@@ -265,6 +294,7 @@ pub fn json(m: &CmMad) -> Value {
             put("local_comm_id", json!(r.local_comm_id));
             put("remote_comm_id", json!(r.remote_comm_id));
             put("local_qpn", json!(r.local_qpn));
+            put("local_eecn", json!(r.local_eecn));
             put("starting_psn", json!(r.starting_psn));
             put("responder_resources", json!(r.responder_resources));
             put("initiator_depth", json!(r.initiator_depth));

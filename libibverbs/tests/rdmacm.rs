@@ -290,6 +290,10 @@ fn c_program_private_data_nonblocking_fd_reject_own_qp_and_errnos() {
         "ok   rdma_join_multicast of an IPv6 group: EOPNOTSUPP",
         "ok   rdma_leave_multicast of a group not joined: EADDRNOTAVAIL",
         "ok   rdma_join_multicast_ex without join flags: EINVAL",
+        "ok   rdma_set_local_ece without a vendor ID: EINVAL",
+        "ok   rdma_set_local_ece before the QP: 0",
+        "ok   rdma_get_remote_ece: no offer from the peer (0, 0)",
+        "ok   rdma_get_remote_ece of an id with a QP: EINVAL",
         "ok   CONNECT_RESPONSE, own QP to RTR and RTS",
     ] {
         assert!(c.contains(must), "{must}\n{c}");
@@ -311,6 +315,80 @@ fn rdma_server_and_rdma_client_synchronous_endpoints() {
     );
     assert!(c.contains("rdma_client: end 0"), "{c}");
     assert!(s.contains("rdma_server: end 0"), "{s}");
+}
+
+#[test]
+fn rdma_xserver_and_rdma_xclient_xrc_over_the_cm() {
+    // RDMA_PS_IB with XRC_RECV / XRC_SEND endpoints: the listener's request
+    // gets an XRC target QP in the device's XRC domain, rdma_create_srq an
+    // XRC SRQ whose number the accept's private data carries; the client's
+    // XRC SEND names it in its XRCETH. Then an XRC client to an RC
+    // listener: refused, as the kernel's CM refuses a request no listener
+    // of its QP type takes.
+    let Some(srv) = need("rdma_xserver", "rdmacm-utils") else { return };
+    let Some(cli) = need("rdma_xclient", "rdmacm-utils") else { return };
+    let net = 49;
+    let pcaps = std::env::temp_dir().join(format!("roce-xrc-cm-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&pcaps);
+    std::fs::create_dir_all(&pcaps).expect("pcap dir");
+    let with_pcap = |mut c: Command| {
+        c.env("ROCE_EMU_PCAP", &pcaps);
+        c
+    };
+    let (c, s) = pair(
+        net,
+        with_pcap(cmd(&srv, net, &["-c", "x", "-p", "7449"])),
+        with_pcap(cmd(&cli, net, &["-c", "x", "-s", "127.0.49.2", "-p", "7449"])),
+        "rdma_xserver/rdma_xclient -c x",
+    );
+    assert!(c.contains("rdma_xclient: end 0"), "{c}");
+    assert!(s.contains("rdma_xserver: end 0"), "{s}");
+    // on the wire: the REQ says XRC, the REP names the target in its EE
+    // context field, the SEND is an XRC SEND with an XRCETH, the ACK an
+    // XRC ACK
+    let sent = data_tos_from(&pcaps, "roce0-", "127.0.49.2".parse().unwrap());
+    let bths: Vec<&[u8]> = sent.iter().map(|(_, udp)| &udp[8..]).collect();
+    let send = bths.iter().find(|b| b[0] == 0xA4).expect("an XRC SEND_ONLY (0xA4)");
+    let srqn = u32::from_be_bytes([0, send[13], send[14], send[15]]);
+    assert_ne!(srqn, 0, "the XRCETH names the server's XRC SRQ");
+    let tgt = u32::from_be_bytes([0, send[5], send[6], send[7]]);
+    assert!(bths.iter().any(|b| b[0] == 0xB1), "an XRC ACKNOWLEDGE (0xB1)");
+    let mads: Vec<roce_packet::mad::CmMad> = std::fs::read_dir(&pcaps)
+        .expect("pcap dir")
+        .flatten()
+        .flat_map(|f| roce_pcap::read_capture_file(&f.path()).expect("read capture"))
+        .filter_map(|fr| {
+            let d = &fr.data;
+            // Ethernet, IPv4, UDP, BTH, DETH: the MAD after them
+            let mad = d.get(14 + 20 + 8 + 12 + 8..)?;
+            roce_packet::mad::CmMad::parse(mad).ok()
+        })
+        .collect();
+    let req = mads.iter().find_map(|m| match &m.msg {
+        roce_packet::mad::CmMsg::Req(q) => Some(q.clone()),
+        _ => None,
+    });
+    let req = req.expect("a CM REQ");
+    assert_eq!((req.transport_service_type, req.extended_transport_type), (3, 1));
+    let rep = mads.iter().find_map(|m| match &m.msg {
+        roce_packet::mad::CmMsg::Rep(p) => Some(p.clone()),
+        _ => None,
+    });
+    let rep = rep.expect("a CM REP");
+    assert_eq!((rep.local_qpn, rep.local_eecn, rep.srq), (0, tgt, true));
+    let _ = std::fs::remove_dir_all(&pcaps);
+
+    // an XRC client to an RC listener: REJ, rdma_connect fails
+    let s = cmd(&srv, net, &["-c", "r", "-p", "7450"]).spawn().expect("spawn server");
+    common::wait_device([127, 0, net, 2]);
+    let c = cmd(&cli, net, &["-c", "x", "-s", "127.0.49.2", "-p", "7450"])
+        .spawn()
+        .expect("spawn client");
+    let (co, ct) = finish(c, Duration::from_secs(20));
+    let (_so, _) = finish(s, Duration::from_millis(10)); // killed by PID: it waits for a client
+    let out = text(&co.stdout) + &text(&co.stderr);
+    assert!(!ct && !co.status.success(), "{out}");
+    assert!(out.contains("rdma_connect: Connection refused"), "{out}");
 }
 
 // ---------------------------------------------------------------- multicast

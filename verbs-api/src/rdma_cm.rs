@@ -81,6 +81,11 @@ pub enum PortSpace {
     Tcp,
     /// `RDMA_PS_UDP`: UD, resolved with SIDR (SIDR_REQ/SIDR_REP).
     Udp,
+    /// `RDMA_PS_IB`: connected QPs of any type, RC or XRC (an XRC
+    /// initiator's REQ says XRC, and only a listener that
+    /// [expects XRC](CmId::set_xrc) takes it), with REQ/REP/RTU as
+    /// `RDMA_PS_TCP`; its ports are a space of their own.
+    Ib,
 }
 
 impl PortSpace {
@@ -88,15 +93,21 @@ impl PortSpace {
         match self {
             PortSpace::Tcp => port_space::TCP,
             PortSpace::Udp => port_space::UDP,
+            PortSpace::Ib => port_space::IB,
         }
+    }
+
+    /// Connected (REQ/REP/RTU), not SIDR.
+    fn connected(self) -> bool {
+        self != PortSpace::Udp
     }
 }
 
 /// `enum rdma_cm_event_type`, in librdmacm's order. Which cause produces
-/// each is in docs/cm.md; `DeviceRemoval`, `MulticastJoin`,
-/// `MulticastError` and `AddrChange` are never produced (devices are not
-/// removed under a running program, there is no multicast, and addresses
-/// do not change).
+/// each is in docs/cm.md; `DeviceRemoval` and `AddrChange` are never
+/// produced (devices are not removed under a running program, and
+/// addresses do not change); `MulticastJoin` and `MulticastError` come
+/// from the C library's `rdma_join_multicast`, not from this module.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CmEventKind {
     AddrResolved,
@@ -545,6 +556,9 @@ struct IdState {
     /// with the identifier: the port is free for other processes again).
     host_listens: Vec<crate::driver::HostHold>,
     qp: Option<CmQp>,
+    /// XRC: the QP is an XRC initiator (active) or target (passive); a
+    /// listener takes only XRC requests (see [`CmId::set_xrc`]).
+    xrc: bool,
     /// The send PSN this side announced.
     psn: u32,
     /// Passive: `psn` was chosen (by init_qp_attr) before the accept.
@@ -612,6 +626,7 @@ impl IdInner {
                 listens: Vec::new(),
                 host_listens: Vec::new(),
                 qp: None,
+                xrc: false,
                 psn: 0,
                 psn_chosen: false,
                 peer_qpn: 0,
@@ -804,7 +819,7 @@ impl CmId {
             return Err(CmError::InvalidState("create_qp before the id is bound to a device"));
         }
         let t = match self.inner.ps {
-            PortSpace::Tcp => QpType::Rc,
+            PortSpace::Tcp | PortSpace::Ib => QpType::Rc,
             PortSpace::Udp => QpType::Ud,
         };
         let qp = builder.qp_type(t).build()?;
@@ -838,10 +853,22 @@ impl CmId {
                 let psn = qp.pd().context().lock().cm().random_psn();
                 qp.activate_ud(RDMA_UDP_QKEY, psn)?
             }
-            PortSpace::Tcp => qp.to_init(&ConnectOptions::default())?,
+            PortSpace::Tcp | PortSpace::Ib => qp.to_init(&ConnectOptions::default())?,
         }
+        st.xrc = qp.query().map(|(_, i)| i.qp_type.is_xrc()).unwrap_or(false);
         st.qp = Some(CmQp::Attached { ctx: qp.pd().context().clone(), qpn: qp.qpn() });
         Ok(())
+    }
+
+    /// `RDMA_PS_IB` with an XRC QP type (`IBV_QPT_XRC_SEND` /
+    /// `IBV_QPT_XRC_RECV`, as `rdma_create_ep` makes them): an XRC
+    /// identifier's REQ says XRC (an attached XRC QP sets this too), and a
+    /// listener with it takes only XRC requests, one without it only the
+    /// others: the kernel's CM matches a request to a listener of its QP
+    /// type and refuses the rest (REJ, consumer reject). Its connection
+    /// requests make XRC identifiers.
+    pub fn set_xrc(&self, xrc: bool) {
+        self.inner.lock().xrc = xrc;
     }
 
     /// `rdma_destroy_qp`: forget the identifier's QP (an owned one is
@@ -948,7 +975,7 @@ impl CmId {
             return Err(CmError::InvalidState("connect before resolve_route"));
         };
         let max = match self.inner.ps {
-            PortSpace::Tcp => 92 - IP_CM_HEADER_LEN,
+            PortSpace::Tcp | PortSpace::Ib => 92 - IP_CM_HEADER_LEN,
             PortSpace::Udp => 216 - IP_CM_HEADER_LEN,
         };
         if param.private_data.len() > max {
@@ -970,11 +997,11 @@ impl CmId {
             let mut h = ctx.lock();
             let now = cm_now(&ctx, &h);
             match self.inner.ps {
-                PortSpace::Tcp => {
+                PortSpace::Tcp | PortSpace::Ib => {
                     let psn = h.cm().random_psn();
                     st.psn = psn;
                     let mut req = ConnectRequest::new(sid, peer, qpn, psn);
-                    req.qp_type = CmQpType::Rc;
+                    req.qp_type = if st.xrc { CmQpType::Xrc } else { CmQpType::Rc };
                     // 0xFF (RDMA_MAX_RESP_RES, RDMA_MAX_INIT_DEPTH): the
                     // device's limits, as librdmacm sends them
                     let dev = h.query_device();
@@ -1088,7 +1115,7 @@ impl CmId {
             return Err(CmError::InvalidState("accept without a connect request"));
         };
         match self.inner.ps {
-            PortSpace::Tcp => {
+            PortSpace::Tcp | PortSpace::Ib => {
                 if param.private_data.len() > 196 {
                     return Err(CmError::PrivateDataTooLong {
                         len: param.private_data.len(),
@@ -1156,7 +1183,9 @@ impl CmId {
         }
         let (ctx, conn) = st.connection("reject without a connect request")?;
         match self.inner.ps {
-            PortSpace::Tcp => ctx.lock().cm().reject(conn, private_data).map_err(engine_err)?,
+            PortSpace::Tcp | PortSpace::Ib => {
+                ctx.lock().cm().reject(conn, private_data).map_err(engine_err)?
+            }
             PortSpace::Udp => {
                 let r = SidrReplyParams {
                     status: roce_emulator::cm::sidr_status::REJECTED,
@@ -1204,7 +1233,7 @@ impl CmId {
         if let Some(qp) = &st.qp {
             let _ = qp.modify(&QpAttr::new().state(QpState::Err));
         }
-        if self.inner.ps == PortSpace::Tcp {
+        if self.inner.ps.connected() {
             let mut h = ctx.lock();
             let now = cm_now(&ctx, &h);
             h.cm().disconnect(now, conn, &[]).map_err(engine_err)?;
@@ -1346,12 +1375,19 @@ fn on_connect_request(ctx: &Context, listen: ListenId, conn: ConnId, req: &ReqIn
         return;
     };
     let listener = CmId { inner: l };
+    let xrc = listener.inner.lock().xrc;
+    if xrc != (req.qp_type == CmQpType::Xrc) {
+        // (the kernel's cma_check_req_qp_type: no listener of this type)
+        let _ = ctx.lock().cm().reject(conn, &[]);
+        return;
+    }
     let child =
         CmId { inner: Arc::new(IdInner::new(listener.inner.chan.clone(), listener.inner.ps)) };
     let hdr = IpCmHeader::parse(&req.private_data).ok();
     let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
     {
         let mut st = child.inner.lock();
+        st.xrc = xrc;
         st.ctx = Some(ctx.clone());
         st.local = Some(SocketAddr::new(ctx.addr(), port));
         let peer_ip = hdr.map(|h| h.src).unwrap_or_else(|| ip_of_gid(&req.remote.gid));

@@ -252,7 +252,7 @@ pub unsafe extern "C" fn rdma_accept(idp: *mut rdma_cm_id, param: *mut rdma_conn
         // SAFETY: the caller's conn param.
         let cp = unsafe { conn_param(param, !o.c.qp.is_null()) };
         rust(o)?.accept(&cp).map_err(cm_err)?;
-        if lock(&o.st).ps == PortSpace::Tcp {
+        if lock(&o.st).ps != PortSpace::Udp {
             complete_sync(o)?;
         }
         Ok(0)
@@ -497,6 +497,21 @@ unsafe fn create_qp(
     pd: *mut v::ibv_pd,
     attr: *mut v::ibv_qp_init_attr,
 ) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe { create_qp_in(idp, pd, attr, ptr::null_mut()) }
+}
+
+/// [`create_qp`]; an XRC target goes in `xrcd` (NULL: the device's domain).
+///
+/// # Safety
+/// As `rdma_create_qp`; `xrcd` is NULL or the program's XRC domain (checked
+/// live by the verb).
+unsafe fn create_qp_in(
+    idp: *mut rdma_cm_id,
+    pd: *mut v::ibv_pd,
+    attr: *mut v::ibv_qp_init_attr,
+    xrcd: *mut v::ibv_xrcd,
+) -> c_int {
     guard_neg(|| {
         let o = idobj(idp)?;
         let verbs = o.c.verbs;
@@ -513,8 +528,24 @@ unsafe fn create_qp(
         }
         // SAFETY: the id's own fields.
         unsafe { make_cqs(o, a)? };
-        // SAFETY: this library's verb with the program's objects.
-        let q = unsafe { crate::qp::create_qp(pd, attr) };
+        let q = if a.qp_type == v::IBV_QPT_XRC_RECV {
+            // an XRC target is made in the device's XRC domain (librdmacm's
+            // ucma_get_xrcd), without PD, CQs or receive queue
+            let xrcd = if xrcd.is_null() { super::dev_xrcd(verbs)? } else { xrcd };
+            // SAFETY: plain data.
+            let mut ex: v::ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
+            ex.qp_context = a.qp_context;
+            ex.qp_type = v::IBV_QPT_XRC_RECV;
+            ex.comp_mask = v::IBV_QP_INIT_ATTR_XRCD;
+            ex.xrcd = xrcd;
+            // SAFETY: this library's verb with the id's context and domain.
+            let q = unsafe { crate::qp::create_qp_ex(verbs, &mut ex) };
+            a.cap = ex.cap;
+            q
+        } else {
+            // SAFETY: this library's verb with the program's objects.
+            unsafe { crate::qp::create_qp(pd, attr) }
+        };
         if q.is_null() {
             return Err(crate::util::errno());
         }
@@ -596,6 +627,9 @@ unsafe fn make_cqs(o: &IdObj, a: &mut v::ibv_qp_init_attr) -> Result<(), i32> {
 /// `make_cqs` stored (it sets `own_cqs` only then), and no QP uses them any
 /// more.
 unsafe fn destroy_cqs(o: &IdObj) {
+    if o.c.qp_type == v::IBV_QPT_XRC_RECV && !o.c.srq.is_null() {
+        return; // the XRC SRQ completes into them: rdma_destroy_srq's turn
+    }
     if !std::mem::take(&mut lock(&o.st).own_cqs) {
         return;
     }
@@ -629,13 +663,17 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
         }
         // SAFETY: the caller's attributes.
         let a = unsafe { &mut *attr };
-        if a.comp_mask & !v::IBV_QP_INIT_ATTR_PD != 0 {
+        if a.comp_mask & !(v::IBV_QP_INIT_ATTR_PD | v::IBV_QP_INIT_ATTR_XRCD) != 0 {
             diag!("rdma_create_qp_ex: comp_mask {:#x} not supported", a.comp_mask);
             return Err(libc::EOPNOTSUPP);
         }
+        let xrcd = match a.comp_mask & v::IBV_QP_INIT_ATTR_XRCD {
+            0 => ptr::null_mut(),
+            _ => a.xrcd,
+        };
         let mut b = crate::qp::init_attr_of(a);
         // SAFETY: forwarded contract.
-        if unsafe { create_qp(idp, a.pd, &mut b) } != 0 {
+        if unsafe { create_qp_in(idp, a.pd, &mut b, xrcd) } != 0 {
             return Err(crate::util::errno());
         }
         a.cap = b.cap;
@@ -676,26 +714,93 @@ pub unsafe extern "C" fn rdma_create_srq(
 ) -> c_int {
     guard_neg(|| {
         let o = idobj(idp)?;
-        let pd = pd_for(o, pd)?;
-        // SAFETY: this library's verb.
-        let s = unsafe { crate::srq::create_srq(pd, attr) };
-        if s.is_null() {
-            return Err(crate::util::errno());
+        if attr.is_null() {
+            return Err(libc::EINVAL);
         }
-        // SAFETY: the id's field.
-        unsafe { (*o.ptr()).c.srq = s };
-        Ok(0)
+        // SAFETY: the caller's attributes.
+        let a = unsafe { &mut *attr };
+        // as librdmacm: an XRC_RECV id's SRQ is an XRC SRQ
+        // SAFETY: plain data.
+        let mut ex: v::ibv_srq_init_attr_ex = unsafe { std::mem::zeroed() };
+        ex.srq_context = a.srq_context;
+        ex.attr = a.attr;
+        ex.comp_mask = v::IBV_SRQ_INIT_ATTR_TYPE | v::IBV_SRQ_INIT_ATTR_PD;
+        ex.srq_type =
+            if o.c.qp_type == v::IBV_QPT_XRC_RECV { v::IBV_SRQT_XRC } else { v::IBV_SRQT_BASIC };
+        ex.pd = pd;
+        // SAFETY: forwarded contract, our attributes.
+        let r = unsafe { create_srq_ex(o, &mut ex) };
+        a.attr = ex.attr;
+        r
     })
+}
+
+/// librdmacm's `rdma_create_srq_ex`: the id's PD when the attributes name
+/// none; an XRC SRQ in the device's XRC domain with the id's receive CQ
+/// (made here when the id has none) unless the attributes name them.
+///
+/// # Safety
+/// `a` is the caller's (or our) attributes; `o` is a live id.
+unsafe fn create_srq_ex(o: &IdObj, a: &mut v::ibv_srq_init_attr_ex) -> Result<c_int, i32> {
+    if a.comp_mask & v::IBV_SRQ_INIT_ATTR_TYPE == 0 {
+        return Err(libc::EINVAL);
+    }
+    if a.comp_mask & v::IBV_SRQ_INIT_ATTR_PD == 0 || a.pd.is_null() {
+        a.pd = pd_for(o, ptr::null_mut())?;
+        a.comp_mask |= v::IBV_SRQ_INIT_ATTR_PD;
+    }
+    let verbs = o.c.verbs;
+    if verbs.is_null() {
+        return Err(libc::EINVAL);
+    }
+    if a.srq_type == v::IBV_SRQT_XRC {
+        if a.comp_mask & v::IBV_SRQ_INIT_ATTR_XRCD == 0 || a.xrcd.is_null() {
+            a.xrcd = super::dev_xrcd(verbs)?;
+        }
+        if a.comp_mask & v::IBV_SRQ_INIT_ATTR_CQ == 0 || a.cq.is_null() {
+            if o.c.recv_cq.is_null() {
+                // SAFETY: plain data; only the receive CQ is asked for.
+                let mut qa: v::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+                qa.send_cq = o.c.send_cq;
+                if qa.send_cq.is_null() {
+                    // (a placeholder: make_cqs fills NULL slots only)
+                    qa.send_cq = ptr::NonNull::dangling().as_ptr();
+                }
+                qa.cap.max_recv_wr = a.attr.max_wr;
+                // SAFETY: the id's own fields.
+                unsafe { make_cqs(o, &mut qa)? };
+            }
+            a.cq = o.c.recv_cq;
+        }
+        a.comp_mask |= v::IBV_SRQ_INIT_ATTR_XRCD | v::IBV_SRQ_INIT_ATTR_CQ;
+    }
+    // SAFETY: this library's verb with the caller's (or the id's) objects.
+    let s = unsafe { crate::xrc::create_srq_ex(verbs, a) };
+    if s.is_null() {
+        return Err(crate::util::errno());
+    }
+    // SAFETY: the id's fields.
+    unsafe {
+        if (*o.ptr()).c.pd.is_null() {
+            (*o.ptr()).c.pd = a.pd;
+        }
+        (*o.ptr()).c.srq = s;
+    }
+    Ok(0)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_create_srq_ex(
     idp: *mut rdma_cm_id,
-    _attr: *mut v::ibv_srq_init_attr_ex,
+    attr: *mut v::ibv_srq_init_attr_ex,
 ) -> c_int {
     guard_neg(|| {
-        idobj(idp)?;
-        Err(libc::ENOSYS)
+        let o = idobj(idp)?;
+        if attr.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's attributes.
+        unsafe { create_srq_ex(o, &mut *attr) }
     })
 }
 
@@ -710,6 +815,11 @@ pub unsafe extern "C" fn rdma_destroy_srq(idp: *mut rdma_cm_id) {
                 crate::srq::destroy_srq(s);
                 (*o.ptr()).c.srq = ptr::null_mut();
             }
+        }
+        if o.c.qp.is_null() {
+            // SAFETY: the id's own CQs, used by no QP (an XRC SRQ's were
+            // kept for it by rdma_destroy_qp)
+            unsafe { destroy_cqs(o) };
         }
         Ok(0)
     });
@@ -946,6 +1056,12 @@ pub unsafe extern "C" fn rdma_create_ep(
         };
         let ch = new_channel()?;
         let idp = new_id(ch, ptr::null_mut(), ps, true);
+        if ps == PortSpace::Ib && r.ai_qp_type != 0 {
+            // (librdmacm's rdma_create_id2: RDMA_PS_IB ids take the hints'
+            // QP type, XRC_SEND or XRC_RECV for XRC)
+            // SAFETY: just made, not handed out.
+            unsafe { (*idp).c.qp_type = r.ai_qp_type as v::ibv_qp_type };
+        }
         // SAFETY: just made.
         let o = unsafe { &*idp };
         let fail = |e: i32| {
@@ -1056,16 +1172,47 @@ pub unsafe extern "C" fn rdma_leave_multicast(idp: *mut rdma_cm_id, addr: *mut s
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn rdma_set_local_ece(_id: *mut rdma_cm_id, _ece: *mut c_void) -> c_int {
-    set_errno(libc::EOPNOTSUPP);
-    -1
+/// `struct ibv_ece`.
+#[repr(C)]
+pub struct IbvEce {
+    pub vendor_id: u32,
+    pub options: u32,
+    pub comp_mask: u32,
 }
 
+/// `rdma_set_local_ece`: the enhanced connection establishment options to
+/// offer, kept with the id as librdmacm keeps them (before the QP exists;
+/// a vendor ID, no comp_mask, else EINVAL). This device has no ECE
+/// options (`ibv_query_ece` answers EOPNOTSUPP, as on rxe), so nothing is
+/// negotiated and the CM does not put them on the wire.
 #[no_mangle]
-pub unsafe extern "C" fn rdma_get_remote_ece(_id: *mut rdma_cm_id, _ece: *mut c_void) -> c_int {
-    set_errno(libc::EOPNOTSUPP);
-    -1
+pub unsafe extern "C" fn rdma_set_local_ece(idp: *mut rdma_cm_id, ece: *mut IbvEce) -> c_int {
+    guard_neg(|| {
+        let o = idobj(idp)?;
+        // SAFETY: the caller's ibv_ece or NULL.
+        let e = unsafe { ece.as_ref() }.ok_or(libc::EINVAL)?;
+        if !o.c.qp.is_null() || e.vendor_id == 0 || e.comp_mask != 0 {
+            return Err(libc::EINVAL);
+        }
+        lock(&o.st).local_ece = (e.vendor_id, e.options);
+        Ok(0)
+    })
+}
+
+/// `rdma_get_remote_ece`: the peer's ECE offer; none reaches this device
+/// (see [`rdma_set_local_ece`]), so vendor ID and options are 0, which
+/// librdmacm reports for a peer that offered none.
+#[no_mangle]
+pub unsafe extern "C" fn rdma_get_remote_ece(idp: *mut rdma_cm_id, ece: *mut IbvEce) -> c_int {
+    guard_neg(|| {
+        let o = idobj(idp)?;
+        if ece.is_null() || !o.c.qp.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: the caller's ibv_ece (checked not NULL).
+        unsafe { *ece = IbvEce { vendor_id: 0, options: 0, comp_mask: 0 } };
+        Ok(0)
+    })
 }
 
 /// The rsocket API: not implemented (-1, ENOSYS).

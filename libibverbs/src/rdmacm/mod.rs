@@ -51,6 +51,10 @@ struct DevState {
     ctx: *mut v::ibv_context,
     /// The device's PD for `rdma_create_qp(id, NULL, ...)`.
     pd: *mut v::ibv_pd,
+    /// The device's XRC domain for the XRC_RECV QPs and XRC SRQs of its ids
+    /// (librdmacm's `ucma_get_xrcd`: one per device, private to the
+    /// process), made at first use.
+    xrcd: *mut v::ibv_xrcd,
     chan: Option<EventChannel>,
 }
 
@@ -79,7 +83,12 @@ fn global_cell() -> &'static Mutex<Global> {
         let n = device::devices().map(|d| d.len()).unwrap_or(0);
         Mutex::new(Global {
             devs: (0..n)
-                .map(|_| DevState { ctx: ptr::null_mut(), pd: ptr::null_mut(), chan: None })
+                .map(|_| DevState {
+                    ctx: ptr::null_mut(),
+                    pd: ptr::null_mut(),
+                    xrcd: ptr::null_mut(),
+                    chan: None,
+                })
                 .collect(),
             ids: Vec::new(),
             chans: 0,
@@ -236,7 +245,8 @@ fn settle() {
 /// for the life of the process, whatever the program holds on it
 /// (libfabric's verbs domain keeps a PD and MRs on one across its ids).
 fn close_cm_devices() {
-    let taken: Vec<(*mut v::ibv_context, *mut v::ibv_pd, Option<EventChannel>)> = {
+    type Taken = (*mut v::ibv_context, *mut v::ibv_pd, *mut v::ibv_xrcd, Option<EventChannel>);
+    let taken: Vec<Taken> = {
         // (at exit another thread may be inside a CM call: then the
         // devices stay as they are rather than exit waiting for it)
         let mut g = match global_cell().try_lock() {
@@ -254,6 +264,7 @@ fn close_cm_devices() {
                 (
                     std::mem::replace(&mut d.ctx, ptr::null_mut()),
                     std::mem::replace(&mut d.pd, ptr::null_mut()),
+                    std::mem::replace(&mut d.xrcd, ptr::null_mut()),
                     d.chan.take(),
                 )
             })
@@ -263,11 +274,14 @@ fn close_cm_devices() {
         return;
     }
     settle();
-    for (c, pd, chan) in taken {
+    for (c, pd, xrcd, chan) in taken {
         drop(chan);
-        // SAFETY: the CM's own PD and context; the checks below keep a
-        // context the program still uses open.
+        // SAFETY: the CM's own XRC domain, PD and context; the checks
+        // below keep a context the program still uses open.
         unsafe {
+            if !xrcd.is_null() && crate::xrc::close_xrcd(xrcd) != 0 {
+                continue;
+            }
             if !pd.is_null() && crate::mr::dealloc_pd(pd) != 0 {
                 continue;
             }
@@ -560,6 +574,8 @@ pub(crate) struct IdSt {
     pub afonly_set: bool,
     /// `RDMA_OPTION_ID_TOS`, handed to every Rust identifier of the id.
     pub tos: Option<u8>,
+    /// `rdma_set_local_ece`: vendor ID and options (kept, not negotiated).
+    pub local_ece: (u32, u32),
 }
 
 /// The kernel CM states the options and port checks tell apart.
@@ -596,13 +612,19 @@ pub(crate) unsafe fn id<'a>(p: *mut abi::rdma_cm_id) -> Option<&'a IdObj> {
     Some(unsafe { &*(p as *const IdObj) })
 }
 
+/// An XRC QP type (`IBV_QPT_XRC_SEND`, `IBV_QPT_XRC_RECV`).
+pub(crate) fn is_xrc(t: u32) -> bool {
+    t == v::IBV_QPT_XRC_SEND || t == v::IBV_QPT_XRC_RECV
+}
+
 pub(crate) fn ps_of(c: u32) -> Result<PortSpace, i32> {
     match c {
         abi::RDMA_PS_TCP => Ok(PortSpace::Tcp),
         abi::RDMA_PS_UDP => Ok(PortSpace::Udp),
+        abi::RDMA_PS_IB => Ok(PortSpace::Ib),
         _ => {
             diag!(
-                "rdma_create_id: port space {c:#x} not supported (RDMA_PS_TCP and RDMA_PS_UDP are)"
+                "rdma_create_id: port space {c:#x} not supported (RDMA_PS_TCP, RDMA_PS_UDP and RDMA_PS_IB are)"
             );
             Err(libc::EPROTONOSUPPORT)
         }
@@ -622,9 +644,11 @@ pub(crate) fn new_id(
     c.ps = match ps {
         PortSpace::Tcp => abi::RDMA_PS_TCP,
         PortSpace::Udp => abi::RDMA_PS_UDP,
+        PortSpace::Ib => abi::RDMA_PS_IB,
     };
+    // (rdma_create_ep names another type for RDMA_PS_IB: XRC)
     c.qp_type = match ps {
-        PortSpace::Tcp => v::IBV_QPT_RC,
+        PortSpace::Tcp | PortSpace::Ib => v::IBV_QPT_RC,
         PortSpace::Udp => v::IBV_QPT_UD,
     };
     let st = IdSt {
@@ -640,6 +664,7 @@ pub(crate) fn new_id(
         afonly: false,
         afonly_set: false,
         tos: None,
+        local_ece: (0, 0),
     };
     let p = Box::into_raw(Box::new(IdObj { c, st: Mutex::new(st) }));
     live_ids().insert(p as usize);
@@ -672,6 +697,7 @@ impl IdObj {
         if let Some(t) = tos {
             r.set_tos(t);
         }
+        r.set_xrc(is_xrc(self.c.qp_type));
         lock(&self.st).rust.push(r.clone());
         let pd = {
             let mut g = global();
@@ -766,9 +792,12 @@ pub(crate) struct EventObj {
 /// fixed field of the CM message, less librdmacm's IP header in a REQ).
 fn pdata_size(kind: CmEventKind, ps: PortSpace, ud: bool) -> Option<usize> {
     Some(match (kind, ps) {
-        (CmEventKind::ConnectRequest, PortSpace::Tcp) => 92 - 36,
+        (CmEventKind::ConnectRequest, PortSpace::Tcp | PortSpace::Ib) => 92 - 36,
         (CmEventKind::ConnectRequest, PortSpace::Udp) => 216 - 36,
-        (CmEventKind::ConnectResponse | CmEventKind::Established, PortSpace::Tcp) => 196,
+        (
+            CmEventKind::ConnectResponse | CmEventKind::Established,
+            PortSpace::Tcp | PortSpace::Ib,
+        ) => 196,
         (CmEventKind::Established, PortSpace::Udp) if ud => 136,
         (CmEventKind::Rejected, _) => 148,
         _ => return None,
@@ -862,6 +891,10 @@ fn route(dev: usize, ev: CmEvent) {
             lo.chan()
         };
         let child = new_id(chan, lo.c.context, ps, sync);
+        // SAFETY: child was just made; as librdmacm's ucma_process_conn_req,
+        // the request's id has the listener's QP type (XRC_RECV for an
+        // XRC listener).
+        unsafe { (*child).c.qp_type = lo.c.qp_type };
         // SAFETY: child was just made.
         let co = unsafe { &*child };
         {
@@ -919,6 +952,30 @@ fn pump_loop(stop: &AtomicBool) {
 pub(crate) fn dev_pd(verbs: *mut v::ibv_context) -> Result<*mut v::ibv_pd, i32> {
     let i = dev_of_ctx(verbs).ok_or(libc::EINVAL)?;
     dev_pd_locked(&mut global(), i)
+}
+
+/// The device's XRC domain (see [`DevState::xrcd`]).
+pub(crate) fn dev_xrcd(verbs: *mut v::ibv_context) -> Result<*mut v::ibv_xrcd, i32> {
+    let i = dev_of_ctx(verbs).ok_or(libc::EINVAL)?;
+    let mut g = global();
+    let d = &mut g.devs[i];
+    if d.xrcd.is_null() {
+        if d.ctx.is_null() {
+            return Err(libc::ENODEV);
+        }
+        let mut a = v::ibv_xrcd_init_attr {
+            comp_mask: v::IBV_XRCD_INIT_ATTR_FD | v::IBV_XRCD_INIT_ATTR_OFLAGS,
+            fd: -1,
+            oflags: libc::O_CREAT,
+        };
+        // SAFETY: the CM's live context of the device, our attributes.
+        let x = unsafe { crate::xrc::open_xrcd(d.ctx, &mut a) };
+        if x.is_null() {
+            return Err(crate::util::errno());
+        }
+        d.xrcd = x;
+    }
+    Ok(d.xrcd)
 }
 
 /// The PD librdmacm gives every id of a device (`id->pd`, which

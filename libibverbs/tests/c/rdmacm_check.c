@@ -289,6 +289,22 @@ static void client(const char *addr, const char *port)
 	uint8_t tos = 0;
 	CHECK(rdma_set_option(other, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, 1) == 0,
 	      "rdma_set_option(TOS) accepted");
+	/* ECE, as librdmacm keeps it for a device without ECE options (rxe) */
+	struct ibv_ece ece = { .vendor_id = 0, .options = 1 };
+	errno = 0;
+	CHECK(rdma_set_local_ece(other, &ece) == -1 && errno == EINVAL,
+	      "rdma_set_local_ece without a vendor ID: EINVAL");
+	ece.vendor_id = 0x15b3;
+	CHECK(rdma_set_local_ece(other, &ece) == 0, "rdma_set_local_ece before the QP: 0");
+	errno = 0;
+	CHECK(rdma_set_local_ece(other, NULL) == -1 && errno == EINVAL, "rdma_set_local_ece(NULL): EINVAL");
+	ece.comp_mask = 7;
+	CHECK(rdma_get_remote_ece(other, &ece) == 0 && ece.vendor_id == 0 && ece.options == 0 &&
+		      ece.comp_mask == 0,
+	      "rdma_get_remote_ece: no offer from the peer (0, 0)");
+	errno = 0;
+	CHECK(rdma_get_remote_ece(id, &ece) == -1 && errno == EINVAL,
+	      "rdma_get_remote_ece of an id with a QP: EINVAL");
 	rdma_destroy_id(other);
 
 	/* a UDP id on this side's device: the joins the CM refuses */
