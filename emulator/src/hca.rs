@@ -910,6 +910,20 @@ impl Hca {
             self.parting.push_back(d);
         }
         self.dev.tx.acks_forced = forced;
+        // A UD or UC QP's posted sends leave too: nothing answers them, and
+        // a NIC has them on the wire long before a program that posts and
+        // then destroys at once (rdma-core's mckey sender) gets to the
+        // destroy. Dropped here, every datagram such a program sends would
+        // be lost. (Bounded: what the queue holds, a few packets each.)
+        if matches!(qp.init.qp_type, QpType::Ud | QpType::Uc) && qp.state == QpState::Rts {
+            let budget = qp.sq.len().saturating_mul(8).min(1 << 16);
+            for _ in 0..budget {
+                match qp.next_packet(&mut self.dev.req(), now) {
+                    Some(d) => self.parting.push_back(d),
+                    None => break,
+                }
+            }
+        }
         // (an XRC target's creation counted its placeholders, not the XRC
         // SRQ its last request ran with)
         let init = qp.xrc_home.unwrap_or(qp.init);

@@ -78,6 +78,38 @@ fn ud_qkey_mismatch_and_missing_receive_drop() {
     assert_eq!(p.a.poll().len(), 3);
 }
 
+/// A program that posts UD sends and destroys the QP at once (rdma-core's
+/// mckey sender posts 20 unsignaled and leaves): the datagrams still leave,
+/// as a NIC has them on the wire before the destroy; none is lost.
+#[test]
+fn ud_sends_posted_before_a_destroy_still_leave() {
+    let mut p = ud();
+    let data = pattern(64, 9);
+    p.a.write_mem(0, &data);
+    for i in 0..5 {
+        p.b.post_recv(10 + i, i * 256, 256);
+    }
+    for i in 0..5 {
+        let wr = SendWr::new(i, WrOpcode::Send).sge(p.a.addr(0), 64, p.a.mr.lkey).ud(
+            to_b(&p),
+            p.b.qpn.value(),
+            UD_QKEY,
+        );
+        p.a.post(wr);
+    }
+    let qpn = p.a.qpn;
+    p.a.hca.destroy_qp(qpn).expect("destroy");
+    p.run();
+    assert_eq!(p.trace.len(), 5, "the five datagrams, nothing else");
+    let wb = p.b.poll();
+    assert_eq!(wb.len(), 5);
+    for (i, w) in wb.iter().enumerate() {
+        assert_eq!((w.status, w.byte_len, w.src_qp), (WcStatus::Success, 40 + 64, qpn.value()));
+        assert_eq!(p.b.read_mem(i as u64 * 256 + 40, 64), data);
+    }
+    assert_eq!(p.a.hca.counters().sent_pkts, 5);
+}
+
 #[test]
 fn ud_receive_too_small_is_local_length_error() {
     let mut p = ud();

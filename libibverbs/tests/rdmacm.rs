@@ -410,6 +410,30 @@ fn wait_group_members(group: [u8; 4], n: usize) -> usize {
     }
 }
 
+/// What a receiver that missed its deadline shows: the group's sockets
+/// (`/proc/net/udp`: queued bytes and drops) and, with gdb, its threads.
+fn stuck_receiver(pid: u32, group: [u8; 4]) -> String {
+    let want = format!("{:08X}:12B7", u32::from_le_bytes(group));
+    let mut s = format!("\n[test] receiver {pid} missed its deadline; sockets of the group:\n");
+    for net in ["/proc/net/udp".to_string(), format!("/proc/{pid}/net/udp")] {
+        let t = std::fs::read_to_string(&net).unwrap_or_default();
+        for l in t.lines().filter(|l| l.split_whitespace().nth(1) == Some(&want)) {
+            s += &format!("  {net}: {l}\n");
+        }
+    }
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0);
+    s += &format!("  open descriptors: {fds}\n");
+    if let Some(gdb) = which("gdb") {
+        let o = Command::new(gdb)
+            .args(["-p", &pid.to_string(), "-batch", "-ex", "thread apply all bt 10"])
+            .output();
+        if let Ok(o) = o {
+            s += &text(&o.stdout);
+        }
+    }
+    s
+}
+
 /// mckey (rdmacm-utils): `receivers` processes on `rx_dev` join `group`,
 /// then a sender on `tx_dev` (send-only with `-o`) sends 20 datagrams;
 /// every receiver must get all of them.
@@ -417,11 +441,18 @@ fn mckey(net: u8, group: [u8; 4], receivers: usize, tx_dev: &str, send_only: boo
     let Some(tool) = need("mckey", "rdmacm-utils") else { return };
     let g = format!("{}.{}.{}.{}", group[0], group[1], group[2], group[3]);
     let rx_dev = format!("127.0.{net}.2");
+    // (line-buffered where coreutils' stdbuf is: a receiver killed at its
+    // deadline still shows how far it got)
+    let t = tool.to_string_lossy().to_string();
     let rx: Vec<_> = (0..receivers)
         .map(|_| {
-            cmd(&tool, net, &["-m", &g, "-b", &rx_dev, "-C", "20"])
-                .spawn()
-                .expect("spawn mckey receiver")
+            let args = ["-m", &g, "-b", &rx_dev, "-C", "20"];
+            match which("stdbuf") {
+                Some(sb) => cmd(&sb, net, &[&["-oL", t.as_str()][..], &args[..]].concat()),
+                None => cmd(&tool, net, &args),
+            }
+            .spawn()
+            .expect("spawn mckey receiver")
         })
         .collect();
     let joined = wait_group_members(group, receivers);
@@ -445,9 +476,23 @@ fn mckey(net: u8, group: [u8; 4], receivers: usize, tx_dev: &str, send_only: boo
     assert!(!killed && o.status.success(), "mckey sender:\n{s}");
     assert!(s.contains("joined dgid: ::ffff:") && s.contains("data transfers complete"), "{s}");
     for (i, c) in rx.into_iter().enumerate() {
-        let (o, killed) = finish(c, Duration::from_secs(60));
+        let pid = c.id();
+        let end = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < end && std::fs::metadata(format!("/proc/{pid}/stat")).is_ok() {
+            let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if st.rsplit(')').next().and_then(|r| r.split_whitespace().next()) == Some("Z") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let evidence =
+            if Instant::now() >= end { stuck_receiver(pid, group) } else { String::new() };
+        let (o, killed) = finish(c, Duration::from_secs(1));
         let r = text(&o.stdout) + &text(&o.stderr);
-        assert!(!killed && o.status.success(), "mckey receiver {i} (killed: {killed}):\n{r}");
+        assert!(
+            !killed && o.status.success(),
+            "mckey receiver {i} (killed: {killed}):\n{r}{evidence}"
+        );
         assert!(
             r.contains("receiving data transfers") && r.contains("data transfers complete"),
             "{r}"
@@ -456,20 +501,16 @@ fn mckey(net: u8, group: [u8; 4], receivers: usize, tx_dev: &str, send_only: boo
     }
 }
 
-// Both mckey tests pass alone and under load (`cargo test -p roce-tests
-// --test libibverbs -- mckey`), but in one of three `cargo test --workspace`
-// runs every receiver of both waits for datagrams that never arrive (the
-// senders complete): not understood yet, so they run on request
-// (`-- --ignored mckey`); tests/c/mcast_check.c covers the same fan-out in
-// the default run.
+// mckey's sender posts its datagrams unsignaled and destroys its QP at
+// once; until the device sent a UD QP's posted datagrams at its destroy (a
+// NIC has them on the wire by then), about one run in ten lost the tail
+// of them, or all (emulator/tests/ud.rs has the core's test).
 #[test]
-#[ignore = "intermittent under cargo test --workspace (see the comment above)"]
 fn mckey_three_receiver_processes_on_one_device_and_a_send_only_sender() {
     mckey(126, [239, 126, 0, 1], 3, "127.0.126.2", true);
 }
 
 #[test]
-#[ignore = "intermittent under cargo test --workspace (see mckey_three_receiver_processes_...)"]
 fn mckey_between_two_devices() {
     mckey(127, [239, 127, 0, 1], 2, "127.0.127.3", false);
 }
