@@ -78,3 +78,22 @@ fn relative_links_resolve() {
     assert!(dead.is_empty(), "dead links:\n{}", dead.join("\n"));
     assert!(files.len() >= 16);
 }
+
+/// Every `roce demo --scenario` lesson is run, with its real output, by a
+/// chapter (so a new scenario comes with its place in the course, and the
+/// test above keeps its transcript true).
+#[cfg(feature = "demo")]
+#[test]
+fn every_scenario_is_shown_in_a_chapter() {
+    let dir = support::root().join("docs/course");
+    let text: String =
+        chapters().iter().map(|c| std::fs::read_to_string(dir.join(c)).expect("chapter")).collect();
+    let shown = |name: &str| {
+        let cmd = format!("$ roce demo --scenario {name}");
+        text.lines().any(|l| l == cmd || l.starts_with(&format!("{cmd} ")))
+    };
+    let missing: Vec<&str> =
+        roce_workloads::demo::SCENARIOS.iter().map(|s| s.name).filter(|n| !shown(n)).collect();
+    assert!(missing.is_empty(), "scenarios no chapter runs: {missing:?}");
+    assert!(roce_workloads::demo::SCENARIOS.len() >= 21);
+}

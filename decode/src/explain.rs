@@ -274,7 +274,8 @@ impl Explainer {
         let key = (r.src, r.dst, b.destqp);
         let st = self.streams.entry(key).or_default();
         st.transport = Some(info.transport);
-        let rc = info.transport == Transport::Rc;
+        // (XRC is RC between an initiator and a target QP: ACKs, NAKs, retries)
+        let rc = matches!(info.transport, Transport::Rc | Transport::Xrc);
         let mut out = Vec::new();
         self.facts.stream = Some(key);
         self.facts.request = true;
@@ -367,7 +368,11 @@ impl Explainer {
         let cands: Vec<Key> = self
             .streams
             .iter()
-            .filter(|(k, s)| k.0 == r.dst && k.1 == r.src && s.transport == Some(Transport::Rc))
+            .filter(|(k, s)| {
+                k.0 == r.dst
+                    && k.1 == r.src
+                    && matches!(s.transport, Some(Transport::Rc | Transport::Xrc))
+            })
             .map(|(k, _)| *k)
             .collect();
         if let Some(k) = cands.iter().find(|k| self.streams[*k].peer_qp == Some(b.destqp)) {

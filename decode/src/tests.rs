@@ -410,3 +410,35 @@ fn explain_rnr_nak_and_retry() {
     );
     assert!(t[2].starts_with("retry of PSN 0x40 after the RNR NAK in frame 2 (copy 2, first sent in frame 1): it came 1.5 ms after the NAK, which asked for 0.64 ms"), "{}", t[2]);
 }
+
+/// XRC is RC between an initiator and a target QP: its ACKs answer its
+/// requests (AckReq, the request an ACK completes), as RC's do.
+#[test]
+fn explain_pairs_xrc_acks_with_their_requests() {
+    let send = |psn: u32, srq: u32| RoceRepr {
+        bth: BthRepr { ack_req: true, ..repr(Opcode(0xA4), 0x11, psn, 100).bth },
+        xrceth: Some(srq),
+        ..repr(Opcode(0xA4), 0x11, psn, 100)
+    };
+    let xack = |psn: u32, s: Syndrome, msn: u32| RoceRepr {
+        bth: BthRepr { opcode: Opcode(0xB1), ..ack(psn, s, msn).bth },
+        ..ack(psn, s, msn)
+    };
+    let nak = Syndrome::Nak(NakCode::InvalidRequest);
+    let recs = vec![
+        record(1, 0.0, A, B, &send(0x100, 9)),
+        record(2, 0.001, B, A, &xack(0x100, Syndrome::Ack { credit: 31 }, 1)),
+        record(3, 0.002, A, B, &send(0x101, 0xe)),
+        record(4, 0.003, B, A, &xack(0x101, nak, 1)),
+    ];
+    let t = explain_all(&recs);
+    assert!(
+        t[0].contains("XRC SRQ 0x9") && t[0].ends_with("(AckReq: an ACK is requested)"),
+        "{}",
+        t[0]
+    );
+    assert!(t[1].contains("(completes the request that started in frame 1)"), "{}", t[1]);
+    assert!(!t[1].contains("not in this capture"), "{}", t[1]);
+    assert!(t[3].starts_with("NAK INVALID_REQUEST for PSN 0x101"), "{}", t[3]);
+    assert!(!t[3].contains("not in this capture"), "{}", t[3]);
+}

@@ -13,6 +13,18 @@
 //! * Each node is reachable at one or more IP addresses; a datagram goes to
 //!   the node that owns `endpoints.dst` (unknown destinations are dropped
 //!   and counted). Source and destination node define a directed link.
+//! * A datagram to an IP multicast address (IPv4 224.0.0.0/4, IPv6
+//!   ff00::/8, IPv4-mapped or not) goes to every node that joined the group
+//!   ([`Fabric::join_group`]; a device joins when its first QP attaches,
+//!   see [`SimNet`]), one copy each, in node order, as a switch replicates
+//!   a group's frames to the ports that asked for them by IGMP/MLD. The
+//!   sender gets a copy too if it is a member itself (IP_MULTICAST_LOOP on,
+//!   as the UDP transport sets it). Each copy is a datagram of its own on
+//!   its own link from then on: MTU, filters, random faults, latency and
+//!   FIFO order apply per copy (the sender's transmission is counted once
+//!   in `transmitted` and tapped once at `Egress`; [`FabricStats::mcast_copies`]
+//!   counts the copies). A group nobody joined is unroutable. Lockstep
+//!   runs ([`Fabric::run_lockstep`]) route unicast only.
 //! * A link ([`LinkConfig`]) has a propagation latency, an optional rate in
 //!   bytes per second (a datagram occupies the link for its Ethernet frame
 //!   length, see [`wire_len`], and datagrams queue behind each other), and
@@ -80,6 +92,8 @@
 //! `replay with ROCE_SIM_SEED=<seed>` on stderr; [`SeedGuard`] does the
 //! same for other seeded things.
 
+#[cfg(test)]
+mod mcast_tests;
 mod net;
 pub mod packet;
 mod tap;
@@ -105,7 +119,7 @@ use rand::Rng;
 use roce_emulator::io::{Datagram, SansIo};
 use roce_emulator::time::Instant;
 use roce_packet::{RocePacket, RoceRepr};
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use tracing::{debug, trace};
 
 /// The environment variable that overrides a test's default seed.
@@ -144,8 +158,12 @@ pub struct FabricStats {
     pub dropped_filter: u64,
     /// Larger than the link MTU.
     pub dropped_mtu: u64,
-    /// Destination address owned by no node.
+    /// Destination address owned by no node (or a multicast group no node
+    /// joined).
     pub dropped_unroutable: u64,
+    /// Copies of multicast datagrams made for the groups' members (one per
+    /// member node and datagram, before faults).
+    pub mcast_copies: u64,
     /// Extra copies created (by [`FaultConfig::duplicate`] or a filter).
     pub duplicated: u64,
     /// Held back by [`FaultConfig::reorder`].
@@ -343,6 +361,8 @@ pub struct Fabric<N = BoxedNode> {
     dice: FaultDice,
     nodes: Vec<Node<N>>,
     routes: HashMap<IpAddr, NodeId>,
+    /// Multicast groups (canonical addresses) and their member nodes.
+    groups: BTreeMap<IpAddr, BTreeSet<NodeId>>,
     default_link: LinkConfig,
     default_faults: FaultConfig,
     links: BTreeMap<(NodeId, NodeId), LinkState>,
@@ -418,6 +438,7 @@ impl<N: SansIo> Fabric<N> {
             dice: FaultDice::new(seed),
             nodes: Vec::new(),
             routes: HashMap::new(),
+            groups: BTreeMap::new(),
             default_link: LinkConfig::default(),
             default_faults: FaultConfig::default(),
             links: BTreeMap::new(),
@@ -493,6 +514,41 @@ impl<N: SansIo> Fabric<N> {
     /// The node an address routes to.
     pub fn route(&self, addr: IpAddr) -> Option<NodeId> {
         self.routes.get(&addr).copied()
+    }
+
+    /// Make `node` a member of the IP multicast group `group` (an IGMP /
+    /// MLD join): datagrams to the group reach it from then on. Returns
+    /// false for an unknown node or an address that is not multicast.
+    /// Joining twice is a no-op.
+    pub fn join_group(&mut self, node: NodeId, group: IpAddr) -> bool {
+        let g = roce_emulator::mcast::canonical_gid(group);
+        if node.0 >= self.nodes.len() || !g.is_multicast() {
+            return false;
+        }
+        debug!(node = node.0, group = %g, "sim join group");
+        self.groups.entry(g).or_default().insert(node);
+        true
+    }
+
+    /// `node` leaves `group`; returns whether it was a member.
+    pub fn leave_group(&mut self, node: NodeId, group: IpAddr) -> bool {
+        let g = roce_emulator::mcast::canonical_gid(group);
+        let Some(m) = self.groups.get_mut(&g) else { return false };
+        let was = m.remove(&node);
+        if m.is_empty() {
+            self.groups.remove(&g);
+        }
+        if was {
+            debug!(node = node.0, group = %g, "sim leave group");
+        }
+        was
+    }
+
+    /// The members of `group`, in node order (empty for a group nobody
+    /// joined).
+    pub fn group_members(&self, group: IpAddr) -> Vec<NodeId> {
+        let g = roce_emulator::mcast::canonical_gid(group);
+        self.groups.get(&g).map(|m| m.iter().copied().collect()).unwrap_or_default()
     }
 
     /// A node as its own type.
@@ -725,11 +781,47 @@ impl<N: SansIo> Fabric<N> {
     /// filters ([`Fabric::run_filters`]), the random faults
     /// ([`Fabric::roll_faults`]), then the arrival times
     /// ([`Fabric::schedule_arrivals`]). The seeded draws happen in that order.
+    ///
+    /// A datagram to a multicast group is counted and tapped at `Egress`
+    /// once, then goes through the later stages once per member of the
+    /// group (in node order), each copy on its own link.
     fn transmit(&mut self, from: NodeId, dgram: Datagram) {
         // a payload in region memory goes on the simulated wire whole (a
         // region deregistered since: the datagram is lost)
         let Some(dgram) = dgram.flatten() else { return };
-        let Some(tx) = self.admit(from, &dgram) else { return };
+        let seq = self.next_tx;
+        self.next_tx += 1;
+        self.stats.transmitted += 1;
+        if let Some(n) = self.nodes.get_mut(from.0) {
+            n.stats.transmitted += 1;
+        }
+        self.tap(TapPoint::Egress, &dgram);
+        let dst = roce_emulator::mcast::canonical_gid(dgram.endpoints.dst);
+        if !dst.is_multicast() {
+            let Some(to) = self.route(dgram.endpoints.dst) else {
+                self.stats.dropped_unroutable += 1;
+                debug!(seq, dst = %dgram.endpoints.dst, "sim drop: unroutable");
+                return;
+            };
+            self.send_copy(seq, from, to, dgram);
+            return;
+        }
+        let members = self.group_members(dst);
+        if members.is_empty() {
+            self.stats.dropped_unroutable += 1;
+            debug!(seq, group = %dst, "sim drop: multicast group without members");
+            return;
+        }
+        for to in members {
+            self.stats.mcast_copies += 1;
+            trace!(seq, group = %dst, to = to.0, "sim multicast copy");
+            self.send_copy(seq, from, to, dgram.clone());
+        }
+    }
+
+    /// One datagram (or one multicast copy) on the link `from → to`.
+    fn send_copy(&mut self, seq: u64, from: NodeId, to: NodeId, dgram: Datagram) {
+        let Some(tx) = self.admit(seq, from, to, &dgram) else { return };
         let slot = self.occupy_link(&tx, &dgram);
         let filtered = self.run_filters(&tx, &dgram);
         if filtered.drop {
@@ -744,23 +836,11 @@ impl<N: SansIo> Fabric<N> {
         self.schedule_arrivals(&tx, &slot, &filtered, fate, dgram);
     }
 
-    /// Count and tap a datagram leaving `from`, route it and check it
-    /// against the link's MTU: what the later stages need to know of it, or
-    /// `None` if it is dropped here (unroutable, too large).
-    fn admit(&mut self, from: NodeId, dgram: &Datagram) -> Option<Outgoing> {
+    /// Check a datagram routed `from → to` (counted and tapped by
+    /// [`Fabric::transmit`]) against the link's MTU and trace it: what the
+    /// later stages need to know of it, or `None` if it is too large.
+    fn admit(&mut self, seq: u64, from: NodeId, to: NodeId, dgram: &Datagram) -> Option<Outgoing> {
         let now = self.now;
-        let seq = self.next_tx;
-        self.next_tx += 1;
-        self.stats.transmitted += 1;
-        if let Some(n) = self.nodes.get_mut(from.0) {
-            n.stats.transmitted += 1;
-        }
-        self.tap(TapPoint::Egress, dgram);
-        let Some(to) = self.route(dgram.endpoints.dst) else {
-            self.stats.dropped_unroutable += 1;
-            debug!(seq, dst = %dgram.endpoints.dst, "sim drop: unroutable");
-            return None;
-        };
         let cfg = self.link(from, to);
         let len = ip_len(dgram);
         let roce = RocePacket::new_checked(&dgram.payload[..]).ok().map(|p| RoceRepr::parse(&p));

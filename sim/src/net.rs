@@ -27,7 +27,7 @@
 //! assert_eq!(&dst.to_vec()[..11], b"hello, RoCE");
 //! ```
 
-use crate::{Fabric, FabricStats, FaultConfig, LinkConfig};
+use crate::{Fabric, FabricStats, FaultConfig, LinkConfig, NodeId};
 use roce_emulator::{Hca, HcaConfig, Instant, PathMtu, PollCqError, WorkCompletion};
 use roce_verbs_api::{Budget, Cq, Device, Driver, ENV_PCAP};
 use std::fmt;
@@ -39,13 +39,25 @@ struct SimShared {
     fabric: Mutex<Fabric>,
     /// The HCAs, not the [`Device`]s: a `Device` holds the network, so
     /// keeping devices here would be a reference cycle and a network would
-    /// never be freed.
-    hcas: Mutex<Vec<Arc<Mutex<Hca>>>>,
+    /// never be freed. Each with its node in the fabric.
+    hcas: Mutex<Vec<(Arc<Mutex<Hca>>, NodeId)>>,
 }
 
 impl SimShared {
     fn fabric(&self) -> MutexGuard<'_, Fabric> {
         self.fabric.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn hcas(&self) -> MutexGuard<'_, Vec<(Arc<Mutex<Hca>>, NodeId)>> {
+        self.hcas.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The fabric node of the device whose core is `hca`.
+    fn node_of(&self, hca: &Arc<Mutex<Hca>>) -> std::io::Result<NodeId> {
+        let id = self.hcas().iter().find(|(h, _)| Arc::ptr_eq(h, hca)).map(|(_, id)| *id);
+        id.ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::NotFound, "not a device of this network")
+        })
     }
 }
 
@@ -74,6 +86,28 @@ impl Driver for SimShared {
         }
         false
     }
+
+    /// A device's first QP attached to `group`: its node joins the group
+    /// on the fabric (what a UDP device's `IP_ADD_MEMBERSHIP` is on a real
+    /// network), so the fabric hands it a copy of the group's datagrams.
+    fn join_group(&self, hca: &Arc<Mutex<Hca>>, group: IpAddr) -> std::io::Result<()> {
+        let node = self.node_of(hca)?;
+        if self.fabric().join_group(node, group) {
+            Ok(())
+        } else {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("{group} is not a multicast address"),
+            ))
+        }
+    }
+
+    /// The device's last QP left `group`: its node leaves it.
+    fn leave_group(&self, hca: &Arc<Mutex<Hca>>, group: IpAddr) -> std::io::Result<()> {
+        let node = self.node_of(hca)?;
+        self.fabric().leave_group(node, group);
+        Ok(())
+    }
 }
 
 /// A simulated network of emulated HCAs: owns the sim [`Fabric`] and
@@ -81,6 +115,13 @@ impl Driver for SimShared {
 /// (explicitly with [`SimNet::run_until_idle`] and friends, or by the
 /// verbs' blocking helpers such as [`Cq::poll_blocking`]). Clones share
 /// the network.
+///
+/// Multicast: when a device's first QP attaches to a group
+/// (`Qp::attach_mcast`), the driver joins the device's node to the group on
+/// the fabric ([`Fabric::join_group`]), and it leaves with the last QP, as
+/// a UDP device joins the IP group on its interface; the fabric then hands
+/// each member device a copy of the group's datagrams, and the device's
+/// core one to each of its attached QPs.
 ///
 /// Locking: the fabric lock is taken for each step and released before any
 /// user callback runs; the fabric takes a device's lock inside a step.
@@ -143,7 +184,7 @@ impl SimNet {
     /// active MTU of 4096 (the default sim link is a 9000-byte jumbo link).
     /// Its key RNG is seeded from the network seed and its position.
     pub fn add_device(&self, name: &str, addr: IpAddr) -> Device {
-        let n = self.shared.hcas.lock().unwrap_or_else(|e| e.into_inner()).len() as u64;
+        let n = self.shared.hcas().len() as u64;
         let seed = self.seed().wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(n + 1);
         let mut cfg = HcaConfig::new(name, addr, seed);
         cfg.active_mtu = PathMtu::Mtu4096;
@@ -154,15 +195,26 @@ impl SimNet {
     pub fn add_device_with(&self, cfg: HcaConfig) -> Device {
         let addr = cfg.addr;
         let hca = Arc::new(Mutex::new(Hca::new(cfg)));
-        self.shared.fabric().add_node(addr, hca.clone());
-        self.shared.hcas.lock().unwrap_or_else(|e| e.into_inner()).push(hca.clone());
+        let node = self.shared.fabric().add_node(addr, hca.clone());
+        self.shared.hcas().push((hca.clone(), node));
         Device::new(hca, self.shared.clone())
     }
 
     /// Every device added so far.
     pub fn devices(&self) -> Vec<Device> {
-        let hcas = self.shared.hcas.lock().unwrap_or_else(|e| e.into_inner());
-        hcas.iter().map(|h| Device::new(h.clone(), self.shared.clone())).collect()
+        let hcas = self.shared.hcas();
+        hcas.iter().map(|(h, _)| Device::new(h.clone(), self.shared.clone())).collect()
+    }
+
+    /// The names of the devices that joined the multicast group `group`
+    /// (have a QP attached to it), in the order they were added.
+    pub fn group_members(&self, group: IpAddr) -> Vec<String> {
+        let members = self.shared.fabric().group_members(group);
+        let hcas = self.shared.hcas();
+        hcas.iter()
+            .filter(|(_, id)| members.contains(id))
+            .map(|(h, _)| Device::new(h.clone(), self.shared.clone()).name().to_string())
+            .collect()
     }
 
     /// Set the random faults of every link (loss, duplication, reordering,

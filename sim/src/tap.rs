@@ -46,8 +46,22 @@ pub struct TapId(pub usize);
 
 /// The locally administered MAC the fabric gives an IP address:
 /// `02:00` followed by the last four bytes of the address (for IPv4, the
-/// address itself: 10.0.0.1 → 02:00:0a:00:00:01).
+/// address itself: 10.0.0.1 → 02:00:0a:00:00:01). A multicast group gets
+/// the Ethernet multicast MAC every NIC derives from it (RFC 1112:
+/// `01:00:5e` and the low 23 bits, 239.1.1.1 → 01:00:5e:01:01:01; RFC 2464:
+/// `33:33` and the low 32 bits of an IPv6 group).
 pub fn mac_for(ip: IpAddr) -> [u8; 6] {
+    match roce_emulator::mcast::canonical_gid(ip) {
+        IpAddr::V4(g) if g.is_multicast() => {
+            let o = g.octets();
+            return [0x01, 0x00, 0x5e, o[1] & 0x7f, o[2], o[3]];
+        }
+        IpAddr::V6(g) if g.is_multicast() => {
+            let o = g.octets();
+            return [0x33, 0x33, o[12], o[13], o[14], o[15]];
+        }
+        _ => {}
+    }
     let b: [u8; 4] = match ip {
         IpAddr::V4(a) => a.octets(),
         IpAddr::V6(a) => {

@@ -127,9 +127,10 @@ pub trait Driver: Send + Sync + 'static {
 
     /// The device whose core is `hca` got its first QP in the multicast
     /// group `group` (`ibv_attach_mcast`): receive the group's datagrams
-    /// from the wire (a UDP device joins the IP group on its interface).
-    /// The default (a fabric that delivers a group's datagrams to every
-    /// node) does nothing.
+    /// from the wire (a UDP device joins the IP group on its interface;
+    /// the simulated fabric makes the device's node a member of the group).
+    /// The default (a network that delivers a group's datagrams without a
+    /// join) does nothing.
     fn join_group(
         &self,
         hca: &std::sync::Arc<std::sync::Mutex<roce_emulator::Hca>>,

@@ -168,3 +168,37 @@ fn long_unreliable_runs_prune_their_bookkeeping_and_still_account() {
     assert!(d.lost() > 1000 && d.duplicates > 1000, "{d:?}");
     assert_eq!(d.missing, d.lost(), "{d:?}");
 }
+
+/// The chapter 14 lessons: each passes for several seeds, replays exactly,
+/// and leaves the counters it teaches (the multicast one on four devices).
+#[test]
+fn multicast_and_xrc_lessons_pass_replay_and_count() {
+    use roce_workloads::demo::Lesson;
+    let run = |name: &str, seed: u64| {
+        let mut l = Lesson::new(name, seed, FaultConfig::default()).expect(name);
+        l.run().expect("set up");
+        let ok = l.finish();
+        (ok, l.transcript().to_string(), l.counters())
+    };
+    for seed in 1..=4 {
+        for name in ["multicast", "xrc"] {
+            let (ok, text, _) = run(name, seed);
+            assert!(ok, "{name} seed {seed}:\n{text}");
+            assert_eq!(run(name, seed).1, text, "{name} seed {seed} replays");
+        }
+    }
+    let (_, text, c) = run("multicast", 1);
+    let get = |c: &[(String, roce_emulator::Counters)], dev: &str, k: &str| {
+        c.iter().find(|(n, _)| n == dev).and_then(|(_, c)| c.get(k)).unwrap_or(u64::MAX)
+    };
+    assert_eq!(c.len(), 4, "{text}");
+    assert_eq!(get(&c, "roce0", "mcast_sent"), 2);
+    let rcvd: Vec<u64> =
+        ["roce1", "roce2", "roce3"].iter().map(|d| get(&c, d, "mcast_rcvd")).collect();
+    assert_eq!(rcvd, [2, 1, 2]);
+    assert!(text.contains("to QP 0xffffff"), "{text}");
+    assert!(text.contains("5 copies to multicast group members"), "{text}");
+    let (_, text, c) = run("xrc", 1);
+    assert_eq!((get(&c, "roce1", "naks_sent"), get(&c, "roce1", "rdma_recvs")), (1, 3), "{text}");
+    assert!(text.contains("REM_INV_REQ_ERR"), "{text}");
+}

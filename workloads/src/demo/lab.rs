@@ -144,10 +144,14 @@ pub struct Lab {
     pub a: Context,
     /// roce1 (10.0.0.2).
     pub b: Context,
+    /// Devices a scenario added ([`Lab::add_device`]): roce2 (10.0.0.3), ...
+    pub more: Vec<Context>,
     pub(super) out: String,
     pub(super) unexpected: Vec<String>,
     watched: Vec<(String, Cq)>,
     pairs: u32,
+    seed: u64,
+    active_mtu: PathMtu,
 }
 
 /// Link latency of the scenarios' fabric (one way).
@@ -167,7 +171,36 @@ impl Lab {
         };
         let a = dev("roce0", "10.0.0.1", 1);
         let b = dev("roce1", "10.0.0.2", 2);
-        Lab { net, a, b, out: String::new(), unexpected: Vec::new(), watched: Vec::new(), pairs: 0 }
+        Lab {
+            net,
+            a,
+            b,
+            more: Vec::new(),
+            out: String::new(),
+            unexpected: Vec::new(),
+            watched: Vec::new(),
+            pairs: 0,
+            seed,
+            active_mtu,
+        }
+    }
+
+    /// One more device on the fabric: roce2 at 10.0.0.3, then roce3 at
+    /// 10.0.0.4, ... (keys seeded as roce0's and roce1's are).
+    pub fn add_device(&mut self) -> Context {
+        let n = 2 + self.more.len() as u64;
+        let key_seed = self.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(n + 1);
+        let addr = std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, n as u8 + 1));
+        let mut cfg = HcaConfig::new(format!("roce{n}"), addr, key_seed);
+        cfg.active_mtu = self.active_mtu;
+        let ctx = self.net.add_device_with(cfg).open();
+        self.more.push(ctx.clone());
+        ctx
+    }
+
+    /// roce0, roce1 and the devices a scenario added, in that order.
+    pub fn devices(&self) -> Vec<Context> {
+        [self.a.clone(), self.b.clone()].into_iter().chain(self.more.iter().cloned()).collect()
     }
 
     /// Virtual milliseconds since the start.
@@ -201,6 +234,14 @@ impl Lab {
     }
 
     fn poll_all(&mut self, got: &mut Vec<WorkCompletion>) {
+        let mut labelled = Vec::new();
+        self.poll_all_labelled(&mut labelled);
+        got.extend(labelled.into_iter().map(|(_, wc)| wc));
+    }
+
+    /// Poll every watched CQ (printing what arrives), keeping each
+    /// completion with the label of its CQ.
+    fn poll_all_labelled(&mut self, got: &mut Vec<(String, WorkCompletion)>) {
         for i in 0..self.watched.len() {
             let (label, cq) = self.watched[i].clone();
             while let Ok(wcs) = cq.poll(16) {
@@ -210,11 +251,11 @@ impl Lab {
                 for wc in wcs {
                     let line = wc_line(&wc);
                     self.say(&label, line);
-                    got.push(wc);
+                    got.push((label.clone(), wc));
                 }
             }
         }
-        for ctx in [self.a.clone(), self.b.clone()] {
+        for ctx in self.devices() {
             while let Some(ev) = ctx.poll_async_event() {
                 if ev == roce_verbs_api::AsyncEvent::PortActive {
                     continue; // every device raises it once at start
@@ -234,6 +275,21 @@ impl Lab {
             // a step also runs work that needs no packet (a local error, a bind)
             let more = self.net.step();
             self.poll_all(&mut got);
+            if !more {
+                break;
+            }
+        }
+        got
+    }
+
+    /// [`Lab::run`], each completion with the label of the watched CQ it
+    /// came from (for scenarios with several CQs on one device).
+    pub fn run_by_cq(&mut self, max_events: usize) -> Vec<(String, WorkCompletion)> {
+        let mut got = Vec::new();
+        self.poll_all_labelled(&mut got);
+        for _ in 0..max_events {
+            let more = self.net.step();
+            self.poll_all_labelled(&mut got);
             if !more {
                 break;
             }
@@ -330,6 +386,7 @@ impl Lab {
         let mut s =
             format!("fabric       {} frames sent, {} delivered", f.transmitted, f.delivered);
         for (n, v) in [
+            ("copies to multicast group members", f.mcast_copies),
             ("lost (fault flags)", f.dropped_loss),
             ("dropped by the scenario's fault", f.dropped_filter),
             ("dropped: larger than the link MTU", f.dropped_mtu),
@@ -343,7 +400,7 @@ impl Lab {
             }
         }
         self.note(s);
-        for ctx in [self.a.clone(), self.b.clone()] {
+        for ctx in self.devices() {
             let c = ctx.counters();
             let nz: Vec<String> =
                 c.iter().filter(|(_, v)| *v != 0).map(|(n, v)| format!("{n}={v}")).collect();

@@ -79,8 +79,9 @@ impl Lesson {
         &self.lab.out
     }
 
-    /// Both devices' names and counters.
+    /// Every device's name and counters (roce0, roce1 and those the
+    /// scenario added).
     pub fn counters(&self) -> Vec<(String, Counters)> {
-        [&self.lab.a, &self.lab.b].iter().map(|c| (c.name().to_string(), c.counters())).collect()
+        self.lab.devices().iter().map(|c| (c.name().to_string(), c.counters())).collect()
     }
 }

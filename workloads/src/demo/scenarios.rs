@@ -31,6 +31,8 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario { name: "ud", about: "UD: datagrams with a DETH, one with a wrong Q_Key dropped; the 40-byte GRH area", run: ud },
     Scenario { name: "srq", about: "two QPs share one receive queue (SRQ); its limit event fires", run: srq },
     Scenario { name: "mw", about: "a type 2 memory window: bind, remote WRITE through it, invalidate, WRITE refused", run: mw },
+    Scenario { name: "multicast", about: "UD multicast: three devices join 239.1.1.1, one datagram to QPN 0xffffff reaches each; one leaves, the next reaches two", run: multicast },
+    Scenario { name: "xrc", about: "XRC: one initiator QP, one target QP, two XRC SRQs picked by the XRCETH; an SRQ of another domain is NAKed", run: xrc },
     Scenario { name: "wc-errors", about: "one cause for each error completion status, each on a fresh QP pair", run: wc_errors },
     Scenario { name: "wrong-gid", about: "the peer's GID (address) is wrong: requests go nowhere, RETRY_EXC_ERR", run: wrong_gid },
     Scenario { name: "mtu-mismatch", about: "requester path MTU 4096, responder 1024: NAK invalid request", run: mtu_mismatch },
@@ -621,6 +623,308 @@ fn mw(lab: &mut Lab) -> Result<(), String> {
     );
     let _ = mw.destroy();
     Ok(())
+}
+
+// ---------------------------------------------------------------- chapter 14
+
+/// The group of the multicast scenario.
+const GROUP: &str = "239.1.1.1";
+
+/// A UD QP on `ctx` with its own PD, CQ and a 4096-byte region, in RTS
+/// with the default Q_Key (QPN and first PSN fixed per device).
+fn ud_end(lab: &mut Lab, ctx: &roce_verbs_api::Context, watch: bool) -> Result<End, String> {
+    let pd = ctx.alloc_pd().map_err(|e| e.to_string())?;
+    let cq = ctx.create_cq(64).map_err(|e| e.to_string())?;
+    let mr = pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).map_err(|e| e.to_string())?;
+    let qp = pd
+        .qp_builder(&cq, &cq)
+        .qp_type(QpType::Ud)
+        .max_recv_wr(16)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let ep = qp.endpoint(0x100);
+    qp.activate_ud(roce_verbs_api::DEFAULT_QKEY, ep.psn).map_err(|e| e.to_string())?;
+    let e = End { dev: ctx.name().to_string(), ctx: ctx.clone(), pd, cq, qp, mr, ep };
+    if watch {
+        lab.watch(&e.who(), &e.cq);
+    }
+    Ok(e)
+}
+
+fn multicast(lab: &mut Lab) -> Result<(), String> {
+    let group = ip(GROUP);
+    let qkey = roce_verbs_api::DEFAULT_QKEY;
+    let a_ctx = lab.a.clone();
+    let a = ud_end(lab, &a_ctx, true)?;
+    lab.say(
+        "setup",
+        format!(
+            "roce0 QP {:#x} (10.0.0.1): UD, Q_Key {qkey:#x}, the sender (not in the group)",
+            a.ep.qpn
+        ),
+    );
+    let (c2, c3) = (lab.add_device(), lab.add_device());
+    let mut rx = Vec::new();
+    for ctx in [lab.b.clone(), c2, c3] {
+        let e = ud_end(lab, &ctx, true)?;
+        let addr = ctx.addr();
+        lab.say("setup", format!("{} QP {:#x} ({addr}): UD, Q_Key {qkey:#x}", e.dev, e.ep.qpn));
+        rx.push(e);
+    }
+    // each device's receives have wr_ids of their own (roce1: 101, 102;
+    // roce2: 201, 202; ...): the QPs all have QPN 0x11
+    for (k, e) in (1u64..).zip(&rx) {
+        post_recv(lab, e, k * 100 + 1, 0, 1064);
+        post_recv(lab, e, k * 100 + 2, 1064, 1064);
+    }
+    let of = |w: &[WorkCompletion], k: u64| -> Vec<(u64, WcStatus)> {
+        let mine: Vec<WorkCompletion> = w
+            .iter()
+            .filter(|c| c.opcode == WcOpcode::Recv && c.wr_id / 100 == k)
+            .copied()
+            .collect();
+        statuses(&mine)
+    };
+    for e in &rx {
+        match e.qp.attach_mcast(group) {
+            Ok(()) => lab.say(
+                &e.who(),
+                format!(
+                    "attach_mcast {GROUP}: {}'s first QP in the group, the device joins it (IGMP)",
+                    e.dev
+                ),
+            ),
+            Err(err) => lab.say(&e.who(), format!("attach_mcast failed: {err}")),
+        }
+    }
+    let members = lab.net.group_members(group);
+    lab.note(format!("              the fabric's group {GROUP}: {}", members.join(", ")));
+    lab.expect(members == ["roce1", "roce2", "roce3"], "three devices in the group");
+    let ah = roce_verbs_api::create_ah(group);
+    lab.say(&a.who(), format!("create_ah  to {GROUP} (GID ::ffff:{GROUP}, the group)"));
+    let data1 = pattern(14, 200);
+    let data2 = pattern(15, 100);
+    a.mr.write(0, &data1).map_err(|e| e.to_string())?;
+    a.mr.write(1024, &data2).map_err(|e| e.to_string())?;
+    let to_group = |id: u64, off: u64, len: u32| {
+        SendWr::new(id, WrOpcode::Send).sge(a.mr.addr() + off, len, a.mr.lkey()).ud(
+            ah,
+            roce_verbs_api::MCAST_QPN,
+            qkey,
+        )
+    };
+    let say_send = |lab: &mut Lab, id: u64, len: u32| {
+        lab.say(
+            &a.who(),
+            format!(
+                "post_send  wr_id={id} SEND {len} B to QP {:#x} (the multicast QPN) with Q_Key {qkey:#x}",
+                roce_verbs_api::MCAST_QPN
+            ),
+        );
+    };
+    say_send(lab, 1, 200);
+    a.qp.post_send(to_group(1, 0, 200)).map_err(|e| e.to_string())?;
+    let w1 = lab.run(STEP_EVENTS);
+    let got1: Vec<u64> = (1..=3).map(|k| of(&w1, k).len() as u64).collect();
+    for (k, e) in (1u64..).zip(&rx) {
+        let r = of(&w1, k);
+        lab.expect(
+            r == vec![(k * 100 + 1, WcStatus::Success)],
+            format!("{} receives the datagram", e.dev),
+        );
+        lab.expect(region(e, 40, 200) == data1, format!("{}: the bytes after the GRH area", e.dev));
+    }
+    let grh = region(&rx[0], 0, 40);
+    let dst = std::net::Ipv4Addr::new(grh[36], grh[37], grh[38], grh[39]);
+    let src = std::net::Ipv4Addr::new(grh[32], grh[33], grh[34], grh[35]);
+    lab.note(format!(
+        "              roce1's buffer: GRH area (IPv4 header at bytes 20..40) says {src} -> {dst}, then the 200 bytes"
+    ));
+    lab.expect(IpAddr::V4(dst) == group, "the GRH's destination is the group");
+    lab.expect(got1 == vec![1, 1, 1], "one copy per attached QP");
+    match rx[1].qp.detach_mcast(group) {
+        Ok(()) => lab.say(
+            &rx[1].who(),
+            format!("detach_mcast {GROUP}: roce2's last QP in the group, the device leaves it"),
+        ),
+        Err(err) => lab.say(&rx[1].who(), format!("detach_mcast failed: {err}")),
+    }
+    let members = lab.net.group_members(group);
+    lab.note(format!("              the fabric's group {GROUP}: {}", members.join(", ")));
+    say_send(lab, 2, 100);
+    a.qp.post_send(to_group(2, 1024, 100)).map_err(|e| e.to_string())?;
+    let w2 = lab.run(STEP_EVENTS);
+    for ((k, e), want) in (1u64..).zip(&rx).zip([true, false, true]) {
+        let r = of(&w2, k);
+        let ok = if want {
+            r == vec![(k * 100 + 2, WcStatus::Success)] && region(e, 1064 + 40, 100) == data2
+        } else {
+            r.is_empty() && region(e, 1064, 140) == vec![0u8; 140]
+        };
+        lab.expect(
+            ok,
+            format!("{}: the second datagram {}", e.dev, if want { "arrives" } else { "does not" }),
+        );
+    }
+    let rcvd: Vec<u64> = rx.iter().map(|e| counter(e, "mcast_rcvd")).collect();
+    lab.note(format!(
+        "              roce0 sent 2 datagrams (mcast_sent={}); mcast_rcvd: roce1={} roce2={} roce3={}",
+        counter(&a, "mcast_sent"),
+        rcvd[0],
+        rcvd[1],
+        rcvd[2]
+    ));
+    lab.expect(counter(&a, "mcast_sent") == 2 && rcvd == vec![2, 1, 2], "the multicast counters");
+    lab.expect(lab.net.stats().mcast_copies == 5, "five copies on the fabric");
+    Ok(())
+}
+
+fn xrc(lab: &mut Lab) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    // roce1: one XRC domain, two XRC SRQs each with its CQ, one target QP
+    let b = lab.b.clone();
+    let pd_b = b.alloc_pd().map_err(|x| e(&x))?;
+    let mr_b = pd_b.reg_mr(4096, AccessFlags::LOCAL_WRITE).map_err(|x| e(&x))?;
+    let xrcd = b.alloc_xrcd().map_err(|x| e(&x))?;
+    lab.say("roce1", format!("open_xrcd  -> XRC domain {}", xrcd.handle().id()));
+    let mut srqs = Vec::new();
+    for i in 1..=2u64 {
+        let cq = b.create_cq(16).map_err(|x| e(&x))?;
+        let srq = pd_b.create_xrc_srq(8, 1, &xrcd, &cq).map_err(|x| e(&x))?;
+        let n = srq.handle().id();
+        lab.say(
+            "roce1",
+            format!(
+                "create_srq_ex XRC, domain {}, CQ{i} -> XRC SRQ number {n:#x}",
+                xrcd.handle().id()
+            ),
+        );
+        lab.watch(&format!("roce1 CQ{i}"), &cq);
+        srqs.push((srq, cq, n));
+    }
+    // SRQ 1: one receive (wr_id 101); SRQ 2: two (201, 202)
+    for (k, id, off) in [(0usize, 101u64, 0u64), (1, 201, 1024), (1, 202, 2048)] {
+        let (srq, _, n) = &srqs[k];
+        lab.say("roce1", format!("post_srq_recv wr_id={id} 1024 B buffer to XRC SRQ {n:#x}"));
+        srq.post_recv(RecvWr::new(id, mr_b.addr() + off, 1024, mr_b.lkey())).map_err(|x| e(&x))?;
+    }
+    // another domain, with an SRQ of its own: not the target's
+    let other = b.alloc_xrcd().map_err(|x| e(&x))?;
+    let cq_o = b.create_cq(16).map_err(|x| e(&x))?;
+    let foreign = pd_b.create_xrc_srq(8, 1, &other, &cq_o).map_err(|x| e(&x))?;
+    let nf = foreign.handle().id();
+    foreign
+        .post_recv(RecvWr::new(301, mr_b.addr() + 3072, 1024, mr_b.lkey()))
+        .map_err(|x| e(&x))?;
+    lab.say(
+        "roce1",
+        format!(
+            "open_xrcd  -> XRC domain {}, with XRC SRQ {nf:#x} (and a receive posted)",
+            other.handle().id()
+        ),
+    );
+    lab.watch("roce1 CQ3", &cq_o);
+    let tgt = xrcd.create_tgt_qp().map_err(|x| e(&x))?;
+    // roce0: the initiator
+    let a = lab.a.clone();
+    let pd_a = a.alloc_pd().map_err(|x| e(&x))?;
+    let cq_a = a.create_cq(16).map_err(|x| e(&x))?;
+    let mr_a = pd_a.reg_mr(4096, AccessFlags::LOCAL_WRITE).map_err(|x| e(&x))?;
+    let ini = pd_a
+        .qp_builder(&cq_a, &cq_a)
+        .qp_type(QpType::XrcSend)
+        .max_recv_wr(0)
+        .build()
+        .map_err(|x| e(&x))?;
+    let (ea, eb) = (ini.endpoint(0x100), tgt.endpoint(0x1000));
+    let opts = roce_verbs_api::ConnectOptions::default();
+    ini.connect(&ea, &eb, &opts).map_err(|x| e(&x))?;
+    tgt.connect(&eb, &ea, &opts).map_err(|x| e(&x))?;
+    lab.say(
+        "setup",
+        format!(
+            "roce0 QP {:#x} (XRC_SEND, first PSN {:#x}) <-> roce1 QP {:#x} (XRC_RECV in domain {}, first PSN {:#x}): connected, path MTU {}",
+            ea.qpn,
+            ea.psn,
+            eb.qpn,
+            xrcd.handle().id(),
+            eb.psn,
+            opts.mtu.bytes()
+        ),
+    );
+    let who_a = format!("roce0 QP {:#x}", ea.qpn);
+    lab.watch(&who_a, &cq_a);
+    let (n1, n2) = (srqs[0].2, srqs[1].2);
+    let sends: [(u64, u32, u32, u64); 4] =
+        [(1, 100, n2, 0), (2, 300, n1, 1024), (3, 50, n2, 2048), (4, 8, nf, 3072)];
+    for (id, len, srqn, off) in sends {
+        a_write(&mr_a, off, &pattern(20 + id as u32, len as usize))?;
+        let wr = SendWr::new(id, WrOpcode::Send).sge(mr_a.addr() + off, len, mr_a.lkey()).xrc(srqn);
+        lab.say(&who_a, format!("post_send  wr_id={id} SEND {len} B to XRC SRQ {srqn:#x}"));
+        ini.post_send(wr).map_err(|x| e(&x))?;
+        if id == 3 {
+            // the first three, then the one to the other domain's SRQ
+            let w = lab.run_by_cq(STEP_EVENTS);
+            let on = |label: &str| -> Vec<(u64, WcStatus, u32)> {
+                w.iter()
+                    .filter(|(l, _)| l == label)
+                    .map(|(_, c)| (c.wr_id, c.status, c.byte_len))
+                    .collect()
+            };
+            let ok = WcStatus::Success;
+            lab.expect(
+                on(&who_a) == vec![(1, ok, 100), (2, ok, 300), (3, ok, 50)],
+                "the three SENDs complete",
+            );
+            lab.expect(on("roce1 CQ1") == vec![(101, ok, 300)], "SRQ 1's receive on CQ1");
+            lab.expect(
+                on("roce1 CQ2") == vec![(201, ok, 100), (202, ok, 50)],
+                "SRQ 2's receives on CQ2",
+            );
+            lab.expect(
+                w.iter()
+                    .filter(|(l, _)| l.starts_with("roce1 CQ"))
+                    .all(|(_, c)| c.qp_num == eb.qpn && c.src_qp == ea.qpn),
+                "the receives complete for the target QP, from the initiator",
+            );
+        }
+    }
+    let w = lab.run_by_cq(STEP_EVENTS);
+    let got: Vec<_> = w.iter().map(|(l, c)| (l.as_str(), c.wr_id, c.status)).collect();
+    lab.expect(
+        got == vec![(who_a.as_str(), 4, WcStatus::RemInvReqErr)],
+        "REM_INV_REQ_ERR for the SRQ of another domain, nothing on roce1's CQs",
+    );
+    // where the bytes landed: wr 1 and 3 in SRQ 2's receives, wr 2 in SRQ 1's
+    let read_b = |off: u64, len: usize| {
+        let mut v = vec![0u8; len];
+        let _ = mr_b.read(off, &mut v);
+        v
+    };
+    lab.expect(read_b(1024, 100) == pattern(21, 100), "wr 1's bytes in XRC SRQ 2's first buffer");
+    lab.expect(read_b(0, 300) == pattern(22, 300), "wr 2's bytes in XRC SRQ 1's buffer");
+    lab.expect(read_b(2048, 50) == pattern(23, 50), "wr 3's bytes in XRC SRQ 2's second buffer");
+    lab.expect(read_b(3072, 8) == vec![0u8; 8], "nothing in the other domain's buffer");
+    let left: Vec<usize> = [&srqs[0].0, &srqs[1].0, &foreign]
+        .iter()
+        .map(|s| s.query().map(|(_, n)| n).unwrap_or(usize::MAX))
+        .collect();
+    lab.say(
+        "roce1",
+        format!(
+            "query_srq  receives left: SRQ {n1:#x} {}, SRQ {n2:#x} {}, SRQ {nf:#x} {}",
+            left[0], left[1], left[2]
+        ),
+    );
+    lab.expect(left == vec![0, 0, 1], "each SEND took one receive of the SRQ it named");
+    let state = tgt.state();
+    lab.say(&format!("roce1 QP {:#x}", eb.qpn), format!("query_qp   state {state}"));
+    lab.expect(state == QpState::Err, "the target QP is in ERR");
+    Ok(())
+}
+
+fn a_write(mr: &roce_verbs_api::Mr, off: u64, bytes: &[u8]) -> Result<(), String> {
+    mr.write(off, bytes).map_err(|e| e.to_string())
 }
 
 // ---------------------------------------------------------------- chapter 11
