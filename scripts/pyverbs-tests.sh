@@ -59,3 +59,13 @@ for m in "${mods[@]}"; do
   tp=$((tp + p)); tf=$((tf + f)); ts=$((ts + s)); te=$((te + e))
 done
 echo "pyverbs: $tp passed, $tf failed, $ts skipped"
+# A module that did not run at all (no "Ran N tests": e.g. `roce run` could
+# not start it, a build without libroce_preload.so) is a failure of this
+# script, not a quiet "0 passed".
+if [ "$te" -gt 0 ]; then
+  echo "pyverbs: $te module(s) did not run; the first one's output:" >&2
+  for m in "${mods[@]}"; do
+    if ! grep -q '^Ran ' "$work/$m.log"; then tail -20 "$work/$m.log" >&2; break; fi
+  done
+  exit 1
+fi
