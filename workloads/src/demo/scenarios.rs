@@ -677,14 +677,7 @@ fn multicast(lab: &mut Lab) -> Result<(), String> {
         post_recv(lab, e, k * 100 + 1, 0, 1064);
         post_recv(lab, e, k * 100 + 2, 1064, 1064);
     }
-    let of = |w: &[WorkCompletion], k: u64| -> Vec<(u64, WcStatus)> {
-        let mine: Vec<WorkCompletion> = w
-            .iter()
-            .filter(|c| c.opcode == WcOpcode::Recv && c.wr_id / 100 == k)
-            .copied()
-            .collect();
-        statuses(&mine)
-    };
+    let of = recvs_of;
     for e in &rx {
         match e.qp.attach_mcast(group) {
             Ok(()) => lab.say(
@@ -706,24 +699,8 @@ fn multicast(lab: &mut Lab) -> Result<(), String> {
     let data2 = pattern(15, 100);
     a.mr.write(0, &data1).map_err(|e| e.to_string())?;
     a.mr.write(1024, &data2).map_err(|e| e.to_string())?;
-    let to_group = |id: u64, off: u64, len: u32| {
-        SendWr::new(id, WrOpcode::Send).sge(a.mr.addr() + off, len, a.mr.lkey()).ud(
-            ah,
-            roce_verbs_api::MCAST_QPN,
-            qkey,
-        )
-    };
-    let say_send = |lab: &mut Lab, id: u64, len: u32| {
-        lab.say(
-            &a.who(),
-            format!(
-                "post_send  wr_id={id} SEND {len} B to QP {:#x} (the multicast QPN) with Q_Key {qkey:#x}",
-                roce_verbs_api::MCAST_QPN
-            ),
-        );
-    };
-    say_send(lab, 1, 200);
-    a.qp.post_send(to_group(1, 0, 200)).map_err(|e| e.to_string())?;
+    say_group_send(lab, &a, 1, 200);
+    a.qp.post_send(group_send(&a, ah, 1, 0, 200)).map_err(|e| e.to_string())?;
     let w1 = lab.run(STEP_EVENTS);
     let got1: Vec<u64> = (1..=3).map(|k| of(&w1, k).len() as u64).collect();
     for (k, e) in (1u64..).zip(&rx) {
@@ -742,6 +719,20 @@ fn multicast(lab: &mut Lab) -> Result<(), String> {
     ));
     lab.expect(IpAddr::V4(dst) == group, "the GRH's destination is the group");
     lab.expect(got1 == vec![1, 1, 1], "one copy per attached QP");
+    multicast_after_detach(lab, &a, &rx, ah, &data2)
+}
+
+/// The `multicast` scenario's second half: roce2 detaches, the next
+/// datagram reaches roce1 and roce3 only; the counters.
+fn multicast_after_detach(
+    lab: &mut Lab,
+    a: &End,
+    rx: &[End],
+    ah: roce_verbs_api::AhAttr,
+    data2: &[u8],
+) -> Result<(), String> {
+    let group = ip(GROUP);
+    let of = recvs_of;
     match rx[1].qp.detach_mcast(group) {
         Ok(()) => lab.say(
             &rx[1].who(),
@@ -751,10 +742,10 @@ fn multicast(lab: &mut Lab) -> Result<(), String> {
     }
     let members = lab.net.group_members(group);
     lab.note(format!("              the fabric's group {GROUP}: {}", members.join(", ")));
-    say_send(lab, 2, 100);
-    a.qp.post_send(to_group(2, 1024, 100)).map_err(|e| e.to_string())?;
+    say_group_send(lab, a, 2, 100);
+    a.qp.post_send(group_send(a, ah, 2, 1024, 100)).map_err(|e| e.to_string())?;
     let w2 = lab.run(STEP_EVENTS);
-    for ((k, e), want) in (1u64..).zip(&rx).zip([true, false, true]) {
+    for ((k, e), want) in (1u64..).zip(rx).zip([true, false, true]) {
         let r = of(&w2, k);
         let ok = if want {
             r == vec![(k * 100 + 2, WcStatus::Success)] && region(e, 1064 + 40, 100) == data2
@@ -769,14 +760,42 @@ fn multicast(lab: &mut Lab) -> Result<(), String> {
     let rcvd: Vec<u64> = rx.iter().map(|e| counter(e, "mcast_rcvd")).collect();
     lab.note(format!(
         "              roce0 sent 2 datagrams (mcast_sent={}); mcast_rcvd: roce1={} roce2={} roce3={}",
-        counter(&a, "mcast_sent"),
+        counter(a, "mcast_sent"),
         rcvd[0],
         rcvd[1],
         rcvd[2]
     ));
-    lab.expect(counter(&a, "mcast_sent") == 2 && rcvd == vec![2, 1, 2], "the multicast counters");
+    lab.expect(counter(a, "mcast_sent") == 2 && rcvd == vec![2, 1, 2], "the multicast counters");
     lab.expect(lab.net.stats().mcast_copies == 5, "five copies on the fabric");
     Ok(())
+}
+
+/// The receive completions of device `k` (wr_ids k01, k02, ...).
+fn recvs_of(w: &[WorkCompletion], k: u64) -> Vec<(u64, WcStatus)> {
+    let mine: Vec<WorkCompletion> =
+        w.iter().filter(|c| c.opcode == WcOpcode::Recv && c.wr_id / 100 == k).copied().collect();
+    statuses(&mine)
+}
+
+/// A SEND of `len` bytes at `off` of `a`'s region to the multicast QPN
+/// through `ah` (the group).
+fn group_send(a: &End, ah: roce_verbs_api::AhAttr, id: u64, off: u64, len: u32) -> SendWr {
+    SendWr::new(id, WrOpcode::Send).sge(a.mr.addr() + off, len, a.mr.lkey()).ud(
+        ah,
+        roce_verbs_api::MCAST_QPN,
+        roce_verbs_api::DEFAULT_QKEY,
+    )
+}
+
+fn say_group_send(lab: &mut Lab, a: &End, id: u64, len: u32) {
+    lab.say(
+        &a.who(),
+        format!(
+            "post_send  wr_id={id} SEND {len} B to QP {:#x} (the multicast QPN) with Q_Key {:#x}",
+            roce_verbs_api::MCAST_QPN,
+            roce_verbs_api::DEFAULT_QKEY
+        ),
+    );
 }
 
 fn xrc(lab: &mut Lab) -> Result<(), String> {
@@ -864,29 +883,7 @@ fn xrc(lab: &mut Lab) -> Result<(), String> {
         ini.post_send(wr).map_err(|x| e(&x))?;
         if id == 3 {
             // the first three, then the one to the other domain's SRQ
-            let w = lab.run_by_cq(STEP_EVENTS);
-            let on = |label: &str| -> Vec<(u64, WcStatus, u32)> {
-                w.iter()
-                    .filter(|(l, _)| l == label)
-                    .map(|(_, c)| (c.wr_id, c.status, c.byte_len))
-                    .collect()
-            };
-            let ok = WcStatus::Success;
-            lab.expect(
-                on(&who_a) == vec![(1, ok, 100), (2, ok, 300), (3, ok, 50)],
-                "the three SENDs complete",
-            );
-            lab.expect(on("roce1 CQ1") == vec![(101, ok, 300)], "SRQ 1's receive on CQ1");
-            lab.expect(
-                on("roce1 CQ2") == vec![(201, ok, 100), (202, ok, 50)],
-                "SRQ 2's receives on CQ2",
-            );
-            lab.expect(
-                w.iter()
-                    .filter(|(l, _)| l.starts_with("roce1 CQ"))
-                    .all(|(_, c)| c.qp_num == eb.qpn && c.src_qp == ea.qpn),
-                "the receives complete for the target QP, from the initiator",
-            );
+            xrc_first_three(lab, &who_a, ea.qpn, eb.qpn);
         }
     }
     let w = lab.run_by_cq(STEP_EVENTS);
@@ -895,16 +892,7 @@ fn xrc(lab: &mut Lab) -> Result<(), String> {
         got == vec![(who_a.as_str(), 4, WcStatus::RemInvReqErr)],
         "REM_INV_REQ_ERR for the SRQ of another domain, nothing on roce1's CQs",
     );
-    // where the bytes landed: wr 1 and 3 in SRQ 2's receives, wr 2 in SRQ 1's
-    let read_b = |off: u64, len: usize| {
-        let mut v = vec![0u8; len];
-        let _ = mr_b.read(off, &mut v);
-        v
-    };
-    lab.expect(read_b(1024, 100) == pattern(21, 100), "wr 1's bytes in XRC SRQ 2's first buffer");
-    lab.expect(read_b(0, 300) == pattern(22, 300), "wr 2's bytes in XRC SRQ 1's buffer");
-    lab.expect(read_b(2048, 50) == pattern(23, 50), "wr 3's bytes in XRC SRQ 2's second buffer");
-    lab.expect(read_b(3072, 8) == vec![0u8; 8], "nothing in the other domain's buffer");
+    xrc_landed(lab, &mr_b);
     let left: Vec<usize> = [&srqs[0].0, &srqs[1].0, &foreign]
         .iter()
         .map(|s| s.query().map(|(_, n)| n).unwrap_or(usize::MAX))
@@ -921,6 +909,42 @@ fn xrc(lab: &mut Lab) -> Result<(), String> {
     lab.say(&format!("roce1 QP {:#x}", eb.qpn), format!("query_qp   state {state}"));
     lab.expect(state == QpState::Err, "the target QP is in ERR");
     Ok(())
+}
+
+/// The `xrc` scenario's first three SENDs: completed, each in the SRQ
+/// (and on the CQ) its XRCETH named, for the target QP.
+fn xrc_first_three(lab: &mut Lab, who_a: &str, ini: u32, tgt: u32) {
+    let w = lab.run_by_cq(STEP_EVENTS);
+    let on = |label: &str| -> Vec<(u64, WcStatus, u32)> {
+        w.iter().filter(|(l, _)| l == label).map(|(_, c)| (c.wr_id, c.status, c.byte_len)).collect()
+    };
+    let ok = WcStatus::Success;
+    lab.expect(
+        on(who_a) == vec![(1, ok, 100), (2, ok, 300), (3, ok, 50)],
+        "the three SENDs complete",
+    );
+    lab.expect(on("roce1 CQ1") == vec![(101, ok, 300)], "SRQ 1's receive on CQ1");
+    lab.expect(on("roce1 CQ2") == vec![(201, ok, 100), (202, ok, 50)], "SRQ 2's receives on CQ2");
+    lab.expect(
+        w.iter()
+            .filter(|(l, _)| l.starts_with("roce1 CQ"))
+            .all(|(_, c)| c.qp_num == tgt && c.src_qp == ini),
+        "the receives complete for the target QP, from the initiator",
+    );
+}
+
+/// Where the `xrc` scenario's bytes landed: wr 1 and 3 in SRQ 2's
+/// receives, wr 2 in SRQ 1's, nothing in the other domain's.
+fn xrc_landed(lab: &mut Lab, mr_b: &roce_verbs_api::Mr) {
+    let read_b = |off: u64, len: usize| {
+        let mut v = vec![0u8; len];
+        let _ = mr_b.read(off, &mut v);
+        v
+    };
+    lab.expect(read_b(1024, 100) == pattern(21, 100), "wr 1's bytes in XRC SRQ 2's first buffer");
+    lab.expect(read_b(0, 300) == pattern(22, 300), "wr 2's bytes in XRC SRQ 1's buffer");
+    lab.expect(read_b(2048, 50) == pattern(23, 50), "wr 3's bytes in XRC SRQ 2's second buffer");
+    lab.expect(read_b(3072, 8) == vec![0u8; 8], "nothing in the other domain's buffer");
 }
 
 fn a_write(mr: &roce_verbs_api::Mr, off: u64, bytes: &[u8]) -> Result<(), String> {
