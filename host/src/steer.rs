@@ -83,6 +83,10 @@ enum Label {
     V4,
     V6,
     Payload,
+    /// IPv4 to the device's own address.
+    V4Mine,
+    /// IPv6 to the device's own address.
+    V6Mine,
 }
 
 fn assemble(items: &[Item]) -> Vec<libc::sock_filter> {
@@ -246,7 +250,16 @@ pub fn raw_filter(slot: u8, local: IpAddr, port: u16, listening: &[u64]) -> Vec<
             Ins(ins(BPF_AND_K, 0, 0, 0x1FFF)),
             JneTo(0, Label::Drop),
             Ins(ins(BPF_LD_W_ABS, 0, 0, 30)),
-            JneTo(u32::from(a), Label::Drop),
+            JeqTo(u32::from(a), Label::V4Mine),
+            // an IPv4 multicast group (224.0.0.0/4) to the port: every
+            // member's, the transport keeps the groups it joined
+            Ins(ins(BPF_AND_K, 0, 0, 0xF000_0000)),
+            JneTo(0xE000_0000, Label::Drop),
+            Ins(ins(BPF_LDX_MSH, 0, 0, 14)),
+            Ins(ins(BPF_LD_H_IND, 0, 0, 14 + 2)),
+            JeqTo(u32::from(port), Label::Accept),
+            Ja(Label::Drop),
+            L(Label::V4Mine),
             Ins(ins(BPF_LDX_MSH, 0, 0, 14)),
             Ins(ins(BPF_LD_H_IND, 0, 0, 14 + 2)),
             JneTo(u32::from(port), Label::Drop),
@@ -259,6 +272,15 @@ pub fn raw_filter(slot: u8, local: IpAddr, port: u16, listening: &[u64]) -> Vec<
     match local {
         IpAddr::V6(a) => {
             p.push(JneTo(17, Label::Drop));
+            // an IPv6 multicast group (ff00::/8) to the port: every member's
+            p.extend([
+                Ins(ins(BPF_LD_B_ABS, 0, 0, 38)),
+                JneTo(0xFF, Label::V6Mine),
+                Ins(ins(BPF_LD_H_ABS, 0, 0, 14 + 40 + 2)),
+                JeqTo(u32::from(port), Label::Accept),
+                Ja(Label::Drop),
+                L(Label::V6Mine),
+            ]);
             for (i, w) in a.octets().chunks(4).enumerate() {
                 let w = u32::from_be_bytes([w[0], w[1], w[2], w[3]]);
                 p.push(Ins(ins(BPF_LD_W_ABS, 0, 0, 38 + 4 * i as u32)));
@@ -1019,6 +1041,23 @@ mod tests {
         assert_eq!(run(&p, &frame(me, 4792, 0, &bth(0x03_0011))), Some(0), "another port");
         let other: IpAddr = "10.9.0.2".parse().unwrap();
         assert_eq!(run(&p, &frame(other, 4791, 0, &bth(0x03_0011))), Some(0), "not our address");
+        // a multicast group's datagram (QPN 0xFFFFFF: no member's slot) is
+        // every member's; the transport keeps the groups it joined
+        let group: IpAddr = "239.1.2.3".parse().unwrap();
+        assert_eq!(run(&p, &frame(group, 4791, 0, &bth(0xFF_FFFF))), ok, "a group");
+        assert_eq!(run(&p, &frame(group, 4791, 2, &bth(0xFF_FFFF))), ok, "a group, IP options");
+        assert_eq!(
+            run(&p, &frame(group, 4792, 0, &bth(0xFF_FFFF))),
+            Some(0),
+            "a group, other port"
+        );
+        let g6: IpAddr = "ff0e::1:2".parse().unwrap();
+        let me6: IpAddr = "fd00::7".parse().unwrap();
+        let p6 = raw_filter(2, me6, 4791, &[]);
+        assert_eq!(run(&p6, &frame(g6, 4791, 0, &bth(0xFF_FFFF))), ok, "an IPv6 group");
+        assert_eq!(run(&p6, &frame(g6, 4000, 0, &bth(0xFF_FFFF))), Some(0), "IPv6, other port");
+        assert_eq!(run(&p6, &frame(me6, 4791, 0, &bth(0x02_0011))), ok, "IPv6, mine");
+        assert_eq!(run(&p6, &frame(me6, 4791, 0, &bth(0x03_0011))), Some(0), "IPv6, another's");
         let mut frag = frame(me, 4791, 0, &bth(0x03_0011));
         frag[20] = 0x20; // more fragments, offset 8
         frag[21] = 1;

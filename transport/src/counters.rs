@@ -109,8 +109,9 @@ counters! {
     /// Receive arenas allocated (the arena's memory is reused in place
     /// whenever every datagram copied into it was dropped).
     rx_arenas,
-    /// Messages read from the sockets of multicast groups the device joined
-    /// ([`crate::UdpTransport::join_group`]).
+    /// Datagrams of multicast groups the device joined: messages read from
+    /// the groups' sockets ([`crate::UdpTransport::join_group`]), frames to
+    /// a joined group (raw devices, [`crate::RawTransport::join_group`]).
     mcast_in,
 }
 

@@ -287,6 +287,24 @@ fn fake_side(ns: &str, dev: &'static str, ip: IpAddr, pcap: Option<PathBuf>) -> 
     })
 }
 
+/// [`fake_side`] whose transport joined `groups` before its driver starts.
+fn fake_side_joined(ns: &str, dev: &'static str, ip: IpAddr, groups: Vec<IpAddr>) -> Side {
+    in_ns(ns, move || {
+        let mut cfg = RawConfig::new(dev, ip);
+        cfg.neigh_tries = 25;
+        let mut t = RawTransport::open(cfg).expect("open raw transport");
+        for g in &groups {
+            t.join_group(*g).expect("join the group");
+        }
+        assert_eq!(t.groups(), groups);
+        let (raw, owns, discard) =
+            (t.raw_counters(), t.kernel_owns_address(), t.discard_socket_bound());
+        let node = Arc::new(Mutex::new(FakeNode::default()));
+        let h = NodeThread::spawn(node.clone(), t).expect("driver");
+        Side { node, h, raw, owns, discard }
+    })
+}
+
 fn wait_rx(s: &Side, n: usize, limit: Duration) -> Vec<Datagram> {
     let end = Instant::now() + limit;
     let mut seen = s.h.progress();
@@ -558,4 +576,51 @@ fn udp_transport_peer_and_garbage() {
     // Ids 1, 2, 3, 4 from the raw side: the first is solved, the rest are prev + 1.
     assert_eq!((ca.icrc_ok_solved_id, ca.icrc_ok_exact, ca.icrc_bad), (1, 3, 0), "{ca:?}");
     assert!(rb.frames_in >= 8, "{rb:?}");
+}
+
+/// A raw device that joined a multicast group (issue 39): the interface is
+/// a member in the kernel (IGMP), the group's frames (to 01:00:5e:..)
+/// reach it with their bytes, a group it did not join does not.
+#[test]
+fn multicast_frames_reach_the_devices_that_joined_only() {
+    let _serial = serial();
+    let Some(ns) = netns(Some(("10.77.5.1/24", "10.77.5.2/24"))) else { return };
+    let (ia, ib): (IpAddr, IpAddr) = ("10.77.5.1".parse().unwrap(), "10.77.5.2".parse().unwrap());
+    let group: IpAddr = "239.77.5.9".parse().unwrap();
+    let other: IpAddr = "239.77.5.10".parse().unwrap();
+    let wire = std::env::temp_dir().join("roce_raw_mcast_veth.pcap");
+    let cap = capture(&ns.a, "vra", &wire);
+    let a = fake_side(&ns.a, "vra", ia, None);
+    let b = fake_side_joined(&ns.b, "vrb", ib, vec![group]);
+    // /proc/net/igmp prints the group as the hex of its bytes read as a
+    // little-endian word
+    let igmp =
+        in_ns(&ns.b, || std::fs::read_to_string("/proc/thread-self/net/igmp").unwrap_or_default());
+    assert!(igmp.contains("09054DEF"), "vrb is a member of {group}:\n{igmp}");
+    let sent = queue(&a, ia, group, 5, 3);
+    let got = wait_rx(&b, 5, Duration::from_secs(10));
+    assert_eq!(got.len(), 5, "every datagram to the group");
+    for (s, g) in sent.iter().zip(&got) {
+        // (the ICRC is resealed for the transport's IPv4 identification;
+        // the receiver checked it)
+        let n = s.payload.len() - 4;
+        assert_eq!(g.payload[..n], s.payload[..n], "the bytes");
+        assert_eq!((g.endpoints.src, g.endpoints.dst), (ia, group));
+    }
+    assert_eq!(b.h.counters().mcast_in, 5);
+    let before = b.raw.snapshot().not_ours;
+    queue(&a, ia, other, 3, 9);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(b.node.lock().unwrap().rx.len(), 5, "nothing from a group not joined");
+    assert!(b.raw.snapshot().not_ours >= before + 3, "counted as not ours");
+    if let Some(c) = cap {
+        let path = c.stop();
+        let frames = roce_pcap::read_capture_file(&path).expect("read the veth capture");
+        let to_group: Vec<_> = frames
+            .iter()
+            .filter(|f| f.data.len() > 34 && f.data[12..14] == [0x08, 0x00] && f.data[30] == 239)
+            .collect();
+        assert_eq!(to_group.len(), 8, "5 + 3 frames to the groups on the veth");
+        assert!(to_group[..5].iter().all(|f| f.data[..6] == [0x01, 0x00, 0x5e, 0x4d, 0x05, 0x09]));
+    }
 }

@@ -266,6 +266,9 @@ struct State {
     steer: Option<SteerTap>,
     /// When shared: whether this member is the one that answers ARP/NS now.
     answer_gate: Option<AnswerGate>,
+    /// The multicast groups joined (see [`RawTransport::join_group`]), each
+    /// with the socket that holds the interface's membership.
+    groups: Vec<(IpAddr, OwnedFd)>,
 }
 
 /// Asked on each ARP request / neighbour solicitation for our address when
@@ -365,6 +368,7 @@ impl RawTransport {
                 flush: Vec::new(),
                 steer: None,
                 answer_gate: None,
+                groups: Vec::new(),
                 cfg,
             },
         })
@@ -407,6 +411,59 @@ impl RawTransport {
     pub fn discard_socket_bound(&self) -> bool {
         self.st.discard.is_some()
     }
+    /// Receive the RoCEv2 datagrams sent to the IP multicast group `group`
+    /// from now on. The interface joins the group in the kernel (a socket
+    /// of ours holds the membership, `IP_ADD_MEMBERSHIP` /
+    /// `IPV6_ADD_MEMBERSHIP` with the interface's index): the kernel sends
+    /// the IGMP/MLD report switches snoop and programs the NIC to accept
+    /// the group's Ethernet address (01:00:5e:.. / 33:33:..), and the
+    /// packet socket then takes the frames to the group's address and port.
+    /// That socket is bound to no port, so the kernel's stack delivers it
+    /// nothing. The sending device does not get its own datagrams back (a
+    /// packet socket does not see the frames it sends). Joining twice is a
+    /// no-op; a group of the other IP family is `InvalidInput`.
+    pub fn join_group(&mut self, group: IpAddr) -> io::Result<()> {
+        let st = &mut self.st;
+        if st.groups.iter().any(|(g, _)| *g == group) {
+            return Ok(());
+        }
+        if !group.is_multicast() || group.is_ipv4() != st.cfg.local.is_ipv4() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{group}: not a multicast group of the device's IP family"),
+            ));
+        }
+        let ifindex = nix::net::if_::if_nametoindex(st.cfg.interface.as_str())?;
+        let family = if group.is_ipv4() { AddressFamily::Inet } else { AddressFamily::Inet6 };
+        let fd = nsock::socket(family, SockType::Datagram, SockFlag::SOCK_CLOEXEC, None)?;
+        match group {
+            IpAddr::V4(g) => rustix::net::sockopt::set_ip_add_membership_with_ifindex(
+                &fd,
+                &g,
+                &std::net::Ipv4Addr::UNSPECIFIED,
+                ifindex,
+            )?,
+            IpAddr::V6(g) => rustix::net::sockopt::set_ipv6_add_membership(&fd, &g, ifindex)?,
+        }
+        st.groups.push((group, fd));
+        Ok(())
+    }
+
+    /// Stop receiving `group` (the membership's socket closes: the kernel
+    /// leaves the group on the interface).
+    pub fn leave_group(&mut self, group: IpAddr) -> io::Result<()> {
+        let at = self.st.groups.iter().position(|(g, _)| *g == group).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotFound, format!("{group} is not joined"))
+        })?;
+        self.st.groups.remove(at);
+        Ok(())
+    }
+
+    /// The groups joined.
+    pub fn groups(&self) -> Vec<IpAddr> {
+        self.st.groups.iter().map(|(g, _)| *g).collect()
+    }
+
     /// The common counters.
     pub fn counters(&self) -> Arc<TransportCounters> {
         self.st.counters.clone()
@@ -566,6 +623,12 @@ impl State {
         }
         let dst = d.endpoints.dst;
         let plen = d.payload.len();
+        if let Some(mac) = multicast_mac(&dst) {
+            // a group: its Ethernet address, nobody to resolve
+            let mut frame = frame;
+            frame[..6].copy_from_slice(&mac);
+            return self.write_roce(&frame, plen);
+        }
         if !self.neigh.is_pending(&dst) {
             if let Some(mac) = self.resolve(&dst, now) {
                 let mut frame = frame;
@@ -844,7 +907,10 @@ impl State {
             return;
         }
         let Some(d) = ds.into_iter().next() else { return };
-        if d.endpoints.dst != self.cfg.local {
+        let group = d.endpoints.dst.is_multicast();
+        if d.endpoints.dst != self.cfg.local
+            && !(group && self.groups.iter().any(|(g, _)| *g == d.endpoints.dst))
+        {
             add(&self.raw.not_ours, 1);
             return;
         }
@@ -854,7 +920,9 @@ impl State {
         }
         TransportCounters::add(&self.counters.dgrams_in, 1);
         TransportCounters::add(&self.counters.bytes_in, d.udp_payload.len() as u64);
-        if let Some(tap) = &self.steer {
+        // (a group's datagram is every joined member's: QPN 0xFFFFFF names
+        // no member's slot)
+        if let Some(tap) = self.steer.as_ref().filter(|_| !group) {
             match tap.classify(&d.udp_payload) {
                 Verdict::Mine => {}
                 Verdict::Foreign(slot) => {
@@ -874,6 +942,9 @@ impl State {
             return;
         }
         TransportCounters::add(&self.counters.icrc_ok_exact, 1);
+        if group {
+            TransportCounters::add(&self.counters.mcast_in, 1);
+        }
         self.record(f);
         self.learn(d.endpoints.src, src_mac, now);
         out.push(Datagram {
@@ -935,6 +1006,26 @@ impl crate::socket::Link for RawTransport {
     }
     fn finish(&mut self) {
         self.flush_pcap();
+    }
+    fn join_group(&mut self, group: IpAddr) -> io::Result<()> {
+        RawTransport::join_group(self, group)
+    }
+    fn leave_group(&mut self, group: IpAddr) -> io::Result<()> {
+        RawTransport::leave_group(self, group)
+    }
+}
+
+/// The Ethernet address of an IP multicast group (RFC 1112: 01:00:5e and
+/// the group's low 23 bits; RFC 2464: 33:33 and its low 32 bits), `None`
+/// for a unicast address.
+pub fn multicast_mac(ip: &IpAddr) -> Option<[u8; 6]> {
+    match ip {
+        IpAddr::V4(a) if a.is_multicast() => {
+            let o = a.octets();
+            Some([0x01, 0x00, 0x5e, o[1] & 0x7f, o[2], o[3]])
+        }
+        IpAddr::V6(a) if a.is_multicast() => Some(neigh::ipv6_multicast_mac(a)),
+        _ => None,
     }
 }
 
