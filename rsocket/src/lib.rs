@@ -16,7 +16,7 @@
 //! Each side owns a **receive buffer** (`rbuf`, 128 KiB by default), a
 //! **send buffer** (`sbuf`, 128 KiB, a ring the data is copied into unless
 //! it goes inline) and a **target list**: two 16-byte SGEs the *peer* writes
-//! into (the target SGL), optionally followed by 32-byte iomap entries.
+//! into (the target SGL), optionally followed by 24-byte iomap entries.
 //!
 //! 1. **Connection** ([`ConnData`], `rs_format_conn_data`,
 //!    `rs_save_conn_data`). The REQ and the REP each carry 40 bytes: version
@@ -45,7 +45,7 @@
 //!    way), as 0-byte writes; a keepalive is a 0-byte RDMA WRITE *without*
 //!    immediate. At most [`consts::QP_CTRL_SIZE`] control writes are in flight.
 //! 5. **Iomap** (`riomap`, `rs_send_iomaps`, `riowrite`). A side may publish
-//!    a registered buffer as a 32-byte [`Iomap`] entry in the peer's target
+//!    a registered buffer as a 24-byte [`Iomap`] entry in the peer's target
 //!    iomap (`RS_OP_IOMAP_SGL`, takes a credit); the peer then RDMA-WRITEs
 //!    (no immediate) straight into it at a stream offset.
 //!

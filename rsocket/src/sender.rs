@@ -239,16 +239,19 @@ impl SendSide {
     }
 
     /// One of our data, direct or iomap writes completed (`rs_poll_cq`).
-    pub(crate) fn on_completion(&mut self, m: u32) {
-        self.sqe_avail += 1;
-        self.sbuf_avail += match Op::from_bits(m >> 29) {
+    /// Capped at the sizes, so that a `wr_id` we never gave cannot make
+    /// room that is not there.
+    pub(crate) fn on_completion(&mut self, m: u32, sq_size: u16) {
+        let freed = match Op::from_bits(m >> 29) {
             Op::IomapSgl => IOMAP_LEN as u32,
             _ => m & crate::wire::MSG_DATA_MASK,
         };
+        self.sqe_avail = (self.sqe_avail + 1).min(u32::from(sq_size).saturating_sub(QP_CTRL_SIZE));
+        self.sbuf_avail = self.sbuf_avail.saturating_add(freed).min(self.sbuf_size);
     }
 
     /// Publish iomap entry `index` to the peer (`rs_send_iomaps`,
-    /// `rs_write_iomap`): a 32-byte write into the peer's target iomap with
+    /// `rs_write_iomap`): a 24-byte write into the peer's target iomap with
     /// an `RS_OP_IOMAP_SGL` message; it takes a message credit.
     pub(crate) fn send_iomap(&mut self, index: u16, iom: &Iomap) -> Result<Wr, Error> {
         if u32::from(index) >= self.remote_iomap.length {

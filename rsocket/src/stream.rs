@@ -294,15 +294,16 @@ impl Stream {
     pub fn handle_send_completion(&mut self, wr_id: u64, ok: bool) -> Result<Vec<Action>, Error> {
         let mut out = Vec::new();
         let m = wr_id as u32;
+        let ctrl_done = (self.ctrl_max_seqno + 1).min(self.ctrl_seqno + QP_CTRL_SIZE);
         match Op::from_bits(m >> 29) {
-            Op::Sgl => self.ctrl_max_seqno += 1,
+            Op::Sgl => self.ctrl_max_seqno = ctrl_done,
             Op::Ctrl => {
-                self.ctrl_max_seqno += 1;
+                self.ctrl_max_seqno = ctrl_done;
                 if m & crate::wire::MSG_DATA_MASK == ctrl::DISCONNECT {
                     self.disconnected(&mut out);
                 }
             }
-            _ => self.tx.on_completion(m),
+            _ => self.tx.on_completion(m, self.cfg.sq_size),
         }
         if !ok && self.connected() {
             return Err(self.fail(Error::CompletionFailed));
@@ -464,7 +465,7 @@ impl Stream {
             let b = target_list
                 .get(at..at + IOMAP_LEN)
                 .ok_or(Error::TargetListShort { len: target_list.len() })?;
-            let iom = Iomap::parse(b, ByteOrder::native()).expect("32 bytes");
+            let iom = Iomap::parse(b, ByteOrder::native()).expect("24 bytes");
             if offset >= iom.offset && offset - iom.offset < u64::from(iom.sge.length) {
                 return Ok(iom);
             }

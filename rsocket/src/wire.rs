@@ -104,7 +104,7 @@ impl Sge {
     }
 }
 
-/// `struct rs_iomap`: 32 bytes, the stream `offset` (8) a registered buffer
+/// `struct rs_iomap`: 24 bytes, the stream `offset` (8) a registered buffer
 /// answers to, then its [`Sge`]. Written by RDMA WRITE into the peer's
 /// target iomap, which follows its target SGL (`rs_send_iomaps`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -261,7 +261,7 @@ pub enum Op {
     Rsvd = 5,
     /// An iomap entry was written: bits 15..0 are its index.
     IomapSgl = 6,
-    /// Control: the low bits are a [`Ctrl`] value.
+    /// Control: the low bits are a [`ctrl`] value.
     Ctrl = 7,
 }
 
