@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 /// The layers, bottom first: a crate may use only crates of lower layers.
 const LAYERS: &[&[&str]] = &[
     &["roce-packet", "roce-region", "roce-preload"],
-    &["roce-pcap", "roce-cm"],
+    &["roce-pcap", "roce-cm", "roce-rsocket"],
     &["roce-emulator"],
     &["roce-faults"],
     &["roce-transport", "roce-verbs-api", "roce-decode"],
