@@ -252,6 +252,10 @@ impl Proc {
         Proc(Some(c.spawn().unwrap_or_else(|e| panic!("spawn {:?}: {e}", c.get_program()))))
     }
 
+    fn pid(&self) -> u32 {
+        self.0.as_ref().map_or(0, |c| c.id())
+    }
+
     fn running(&mut self) -> bool {
         self.0.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
@@ -712,24 +716,21 @@ fn raw_members_killed_with_sigkill_leave_the_others_running_and_their_slots_free
 }
 
 fn members_killed(pp: &Path, site: &Site) {
-    // The two pairs to be killed run until killed (a pair polling its CQ
-    // on a quiet machine did 25 000 iterations in under a second, ending
-    // before the kill); the survivors need enough iterations to outlive
-    // the newcomers' start (their device join and listen) on a loaded
-    // machine: 10 000 at about 0.5 ms each was not always enough in a full
-    // workspace run.
-    let mut pairs = start_pairs(pp, site, &[18684, 18685], "100000000", |i| i % 4 != 0);
-    let ports: Vec<u16> = (18686..18692).collect();
-    pairs.extend(start_pairs(pp, site, &ports, "25000", |i| (i + 2) % 4 != 0));
+    // Every pair but the newcomers runs until killed (-n 100000000): the
+    // survivors must outlive the newcomers' start whatever the machine's
+    // load, and are checked while they run (still running, still using
+    // CPU: a pingpong that met a data error would have exited) and by the
+    // slots their lock files hold.
+    let until_killed = "100000000";
+    let mut pairs = start_pairs(pp, site, &[18684, 18685], until_killed, |i| i % 4 != 0);
+    // (three surviving pairs: ten members in all)
+    let ports: Vec<u16> = (18686..18689).collect();
+    pairs.extend(start_pairs(pp, site, &ports, until_killed, |i| (i + 2) % 4 != 0));
     std::thread::sleep(Duration::from_secs(1));
     for p in &mut pairs {
-        assert!(
-            p.server.running() && p.client.running(),
-            "pair on port {} ended before the kill: raise -n",
-            p.port
-        );
+        assert!(p.server.running() && p.client.running(), "pair on port {} ended", p.port);
     }
-    let survivors = pairs.split_off(2);
+    let mut survivors = pairs.split_off(2);
     for p in pairs {
         for c in [p.server, p.client] {
             let st = c.kill();
@@ -737,45 +738,86 @@ fn members_killed(pp: &Path, site: &Site) {
         }
     }
     std::thread::sleep(Duration::from_millis(200));
-    // (2000, not 300: a pair that ends before the other newcomer joins
-    // frees its slots for it, and the two would then show one slot twice)
     let newcomers = start_pairs(pp, site, &[18692, 18693], "2000", |_| true);
-    // the newcomers join (take their slots) while every survivor still
-    // runs; when they end does not matter (on a loaded machine 300
-    // iterations of a newcomer can outlast a survivor's thousands)
-    std::thread::sleep(Duration::from_millis(500));
-    let mut survivors = survivors;
-    let held_throughout = survivors.iter_mut().all(|p| p.server.running() && p.client.running());
     let new_ended = end_pairs(newcomers, Instant::now() + Duration::from_secs(30));
-    let ended = end_pairs(survivors, Instant::now() + Duration::from_secs(50));
-    let mut old = BTreeSet::new();
-    for e in &ended {
-        let (c, s) = e.check();
-        assert!(old.insert(c) && old.insert(s), "slot taken twice\n{}", e.report());
-    }
     let mut new = BTreeSet::new();
     for e in &new_ended {
         let (c, s) = e.check();
         assert!(new.insert(c) && new.insert(s), "slot taken twice\n{}", e.report());
     }
-    let all_reports = || -> String {
-        ended.iter().chain(&new_ended).map(Ended::report).collect::<Vec<_>>().join("\n")
-    };
-    // 16 members took slots 0..16; 12 of them lived on
-    assert_eq!(old.len(), 12);
-    assert!(old.iter().all(|s| *s < 16), "slots {old:?}\n{}", all_reports());
-    if held_throughout {
-        let dead: BTreeSet<u32> = (0..16).filter(|s| !old.contains(s)).collect();
-        assert_eq!(new, dead, "the newcomers' slots are the dead members' ones\n{}", all_reports());
-    } else {
-        // On a heavily loaded machine a survivor can end before a newcomer
-        // has joined (its device join and listen took seconds); then the
-        // newcomer may rightly take that survivor's slot, so only the lowest
-        // free slots are checked, and the run says so.
-        common::skipped(
-            "members_killed: a survivor ended before the newcomers joined (loaded machine); \
-             checked that the newcomers took free slots below 16, not the dead members' ones",
+    // the survivors ran throughout and still make progress
+    for p in &mut survivors {
+        assert!(
+            p.server.running() && p.client.running(),
+            "a survivor on port {} ended before the newcomers did",
+            p.port
         );
-        assert!(new.iter().all(|s| *s < 16), "slots {new:?}\n{}", all_reports());
     }
+    let pids: Vec<u32> = survivors.iter().flat_map(|p| [p.server.pid(), p.client.pid()]).collect();
+    let before: Vec<u64> = pids.iter().map(|p| cpu_ticks(*p)).collect();
+    std::thread::sleep(Duration::from_secs(1));
+    for (pid, t0) in pids.iter().zip(before) {
+        assert!(cpu_ticks(*pid) > t0, "survivor {pid} made no progress in 1 s");
+    }
+    // 10 members took slots 0..10; 6 of them live on, and the newcomers
+    // took the dead members' 4
+    let old = slots_held_by(site, &pids);
+    assert_eq!(old.len(), 6, "the survivors' slots: {old:?}");
+    let dead: BTreeSet<u32> = (0..10).filter(|s| !old.contains(s)).collect();
+    let reports = new_ended.iter().map(Ended::report).collect::<Vec<_>>().join("\n");
+    assert_eq!(
+        new, dead,
+        "the newcomers' slots are the dead members' ones (survivors {old:?})\n{reports}"
+    );
+}
+
+/// Clock ticks `pid` has run (user and system, `/proc/PID/stat`).
+fn cpu_ticks(pid: u32) -> u64 {
+    let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let f: Vec<&str> = st.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+    // after the command: state is field 3, utime 14 and stime 15
+    let n = |i: usize| f.get(i - 3).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+    n(14) + n(15)
+}
+
+/// The member slots of `site`'s device whose lock files (`slot-NN` in its
+/// registry directory) the processes `pids` hold.
+fn slots_held_by(site: &Site, pids: &[u32]) -> BTreeSet<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let prefix = match site {
+        Site::Udp(net) => format!("udp-127.0.{net}.2-"),
+        Site::Raw(ns) => format!("raw-vsa-10.{}.0.1-", ns.net),
+    };
+    let uid = std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(0);
+    let mut roots = vec![PathBuf::from(format!("/tmp/roce-emu-{uid}"))];
+    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").filter(|x| !x.is_empty()) {
+        roots.push(Path::new(&x).join("roce-emu"));
+    }
+    let mut slot_of = std::collections::HashMap::new();
+    for dev in roots.iter().filter_map(|r| std::fs::read_dir(r).ok()).flatten().flatten() {
+        if !dev.file_name().to_string_lossy().starts_with(&prefix) {
+            continue;
+        }
+        for f in std::fs::read_dir(dev.path()).into_iter().flatten().flatten() {
+            let name = f.file_name().to_string_lossy().to_string();
+            let slot = name.strip_prefix("slot-").and_then(|n| n.parse::<u32>().ok());
+            if let (Some(slot), Ok(m)) = (slot, f.metadata()) {
+                slot_of.insert(m.ino(), slot);
+            }
+        }
+    }
+    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    let mut held = BTreeSet::new();
+    for l in locks.lines() {
+        // "1: FLOCK  ADVISORY  WRITE 16152 fe:00:10011871 0 EOF"
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let pid = w.get(4).and_then(|p| p.parse::<u32>().ok());
+        let ino = w.get(5).and_then(|d| d.rsplit(':').next()?.parse::<u64>().ok());
+        if let (Some(pid), Some(ino)) = (pid, ino) {
+            if pids.contains(&pid) {
+                held.extend(slot_of.get(&ino));
+            }
+        }
+    }
+    held
 }
