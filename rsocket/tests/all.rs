@@ -8,5 +8,6 @@ mod dgram;
 mod explain;
 mod iomap;
 mod malformed;
+mod rxe_capture;
 mod stream;
 mod wire;
