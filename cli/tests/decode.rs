@@ -518,3 +518,26 @@ fn cm_mads_are_decoded_in_every_mode() {
     // only UD SENDs to QP1 carry one
     assert!(records.iter().filter(|r| r.contains_key("cm")).all(|r| r["destqp"] == 1));
 }
+
+/// rdma-core's rsockets on kernel rxe (the first 16 frames of
+/// `rstream -S 1000 -C 20` between two lab guests): the REQ and REP carry
+/// rsocket connection data, so the connection's RDMA WRITEs are explained
+/// as rsocket messages; a capture without rsockets gets no such line.
+#[test]
+fn explain_names_rsocket_messages() {
+    let out = stdout(&decode(&["--explain"], &cli_data("rstream_rxe_head.pcap")));
+    for must in [
+        "rsocket connection data: version 1, credits 384, receive buffer 1 MiB at 0x7f6dac8a3000, rkey 0x406",
+        "rsocket connection data: version 1, credits 384, receive buffer 1 MiB at 0x7fe4363e2000, rkey 0x4fe",
+        "rsocket SGL update: the receiver frees a receive buffer (one 16-byte target SGL entry) and grants messages up to #384",
+        "rsocket data, 16 bytes",
+        "rsocket data, 1000 bytes",
+    ] {
+        assert!(out.contains(must), "{must}\n{out}");
+    }
+    // the two connection data and every RDMA WRITE of the connection
+    // (frames 6, 7, 10, 12 and the data writes 14..16)
+    assert_eq!(out.matches("\n        rsocket ").count(), 2 + 7, "{out}");
+    let rping = stdout(&decode(&["--explain"], &capture("rping.pcap")));
+    assert!(!rping.contains("rsocket"), "{rping}");
+}

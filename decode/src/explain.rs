@@ -120,6 +120,13 @@ struct Stream {
 #[derive(Default)]
 pub struct Explainer {
     streams: HashMap<Key, Stream>,
+    /// rsocket connections (rdma-core's rsockets, recognised by the
+    /// connection data in their REQ and REP): the (address, QPN) of each
+    /// end, whose RDMA WRITEs are then explained as rsocket messages.
+    rsockets: std::collections::HashSet<(IpAddr, u32)>,
+    /// REQs whose private data is rsocket connection data, by the
+    /// requester's comm ID: its address and QPN, until the REP.
+    rsocket_reqs: HashMap<u32, (IpAddr, u32)>,
     /// Facts of the packet being explained.
     facts: Facts,
 }
@@ -211,7 +218,12 @@ impl Explainer {
                  down QP {:#x} (DCQCN rate control); no data, no ACK",
                 b.destqp
             )),
-            Transport::Ud => out.push(ud_text(r, &b)),
+            Transport::Ud => {
+                out.push(ud_text(r, &b));
+                if let Some(line) = self.rsocket_cm(r) {
+                    out.push(line);
+                }
+            }
             Transport::Rd => out.push("Reliable Datagram: decoded but not tracked".into()),
             Transport::Rc | Transport::Uc | Transport::Xrc => {
                 if let Some(srqn) = r.xrc_srqn {
@@ -227,11 +239,41 @@ impl Explainer {
                     out.extend(self.response(r, &b, info));
                 } else {
                     out.extend(self.request(r, &b, info));
+                    if self.rsockets.contains(&(r.dst, b.destqp)) {
+                        out.extend(rsocket_write(r));
+                    }
                 }
             }
         }
         out
     }
+}
+
+/// rdma-core's rsocket connection data, strictly: version 1, only the NET
+/// and IOMAP flags, reserved bytes zero, a 2-entry target SGL and a
+/// receive buffer (so other programs' private data is not taken for it).
+fn rsocket_conn(pd: &[u8]) -> bool {
+    roce_rsocket::ConnData::parse(pd).is_ok_and(|c| {
+        c.version == 1
+            && c.flags & !3 == 0
+            && c.reserved == [0; 3]
+            && c.target_sgl.length == 2
+            && c.data_buf.length > 0
+    })
+}
+
+/// An RDMA WRITE on an rsocket connection: what it is in the rsockets
+/// protocol (the immediate's message, a keepalive, an iomap write).
+fn rsocket_write(r: &Record) -> Option<String> {
+    let len = r.reth.map(|x| x.dmalen)?;
+    let name = r.opcode_name.as_deref().unwrap_or("");
+    if !name.contains("RDMA_WRITE") {
+        return None;
+    }
+    Some(match r.immdt {
+        Some(imm) => roce_rsocket::explain_imm(imm, len),
+        None => roce_rsocket::explain_write(len),
+    })
 }
 
 fn ud_text(r: &Record, b: &BthFields) -> String {
@@ -268,6 +310,32 @@ fn ud_text(r: &Record, b: &BthFields) -> String {
 }
 
 impl Explainer {
+    /// A CM REQ or REP carrying rsocket connection data: what it says, and
+    /// (at the REP) the connection's two QPs are remembered as rsockets.
+    fn rsocket_cm(&mut self, r: &Record) -> Option<String> {
+        use roce_packet::mad::CmMsg;
+        match &r.cm.as_deref()?.msg {
+            CmMsg::Req(q) => {
+                let conn = q.private_data.get(roce_rsocket::consts::CMA_HDR_LEN..)?;
+                if !rsocket_conn(conn) {
+                    return None;
+                }
+                self.rsocket_reqs.insert(q.local_comm_id, (r.src, q.local_qpn));
+                Some(roce_rsocket::explain_req_private_data(&q.private_data[..]))
+            }
+            CmMsg::Rep(p) => {
+                let (ip, qpn) = *self.rsocket_reqs.get(&p.remote_comm_id)?;
+                if !rsocket_conn(&p.private_data[..]) {
+                    return None;
+                }
+                self.rsockets.insert((ip, qpn));
+                self.rsockets.insert((r.src, p.local_qpn));
+                Some(roce_rsocket::explain_rep_private_data(&p.private_data[..]))
+            }
+            _ => None,
+        }
+    }
+
     fn request(&mut self, r: &Record, b: &BthFields, info: &OpInfo) -> Vec<String> {
         let psn = Psn::new(b.psn);
         let len = r.payload_len.unwrap_or(0).max(0) as u64;
