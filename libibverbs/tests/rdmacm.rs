@@ -391,6 +391,36 @@ fn rdma_xserver_and_rdma_xclient_xrc_over_the_cm() {
     assert!(out.contains("rdma_connect: Connection refused"), "{out}");
 }
 
+#[test]
+fn rdma_xserver_and_rdma_xclient_under_valgrind_report_no_error() {
+    // the CM's XRC paths of the drop-in (RDMA_PS_IB ids, the XRC target
+    // and SRQ in the device's domain, the REP's EE context) under memcheck
+    let Some(vg) = need("valgrind", "valgrind") else { return };
+    let Some(srv) = need("rdma_xserver", "rdmacm-utils") else { return };
+    let Some(cli) = need("rdma_xclient", "rdmacm-utils") else { return };
+    let net = 50;
+    let supp = format!(
+        "--suppressions={}",
+        Path::new(crate::CRATE_DIR).join("tests/data/valgrind.supp").display()
+    );
+    let vg_cmd = |prog: &Path, args: &[&str]| {
+        let mut a = vec!["--fair-sched=yes", "--error-exitcode=9", "--errors-for-leak-kinds=none"];
+        a.push(&supp);
+        a.push(prog.to_str().expect("utf-8 path"));
+        a.extend_from_slice(args);
+        cmd(&vg, net, &a)
+    };
+    let (c, s) = pair(
+        net,
+        vg_cmd(&srv, &["-c", "x", "-p", "7452"]),
+        vg_cmd(&cli, &["-c", "x", "-s", "127.0.50.2", "-p", "7452"]),
+        "rdma_xserver/rdma_xclient -c x under valgrind",
+    );
+    for (out, end) in [(&c, "rdma_xclient: end 0"), (&s, "rdma_xserver: end 0")] {
+        assert!(out.contains("ERROR SUMMARY: 0 errors") && out.contains(end), "{out}");
+    }
+}
+
 // ---------------------------------------------------------------- multicast
 
 /// Wait (at most 60 s: the machine may be busy with other suites) until
