@@ -179,6 +179,34 @@ fn functions_are_short() {
 /// package (roce-tests builds those of the crates the test profile
 /// optimises), or its tests would silently never run.
 #[test]
+fn no_new_top_level_test_files() {
+    // A file directly under a crate's tests/ reads as a test executable of
+    // its own (cargo's convention), each linked on a fresh clone. New tests
+    // go into the crate's existing test binary: a module of tests/all.rs,
+    // or of tests/<name>/main.rs (rsocket/ has that layout). This count
+    // may only go down (110 after issue 39's second session).
+    const MOST: usize = 110;
+    let root = root();
+    let mut top = Vec::new();
+    for c in workspace_crates(&root).expect("read the workspace") {
+        let dir = root.join(&c.dir).join("tests");
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_file() && p.extension().is_some_and(|x| x == "rs") {
+                top.push(p.strip_prefix(&root).unwrap_or(&p).display().to_string());
+            }
+        }
+    }
+    assert!(
+        top.len() <= MOST,
+        "{} top-level */tests/*.rs files (at most {MOST}): put new tests in an existing test \
+         binary (a module of tests/all.rs or tests/<name>/main.rs), not a new file\n{}",
+        top.len(),
+        top.join("\n")
+    );
+}
+
+#[test]
 fn every_test_file_is_built() {
     let root = root();
     let crates = workspace_crates(&root).expect("read the workspace");
