@@ -30,8 +30,8 @@
 //!   kernel, with no daemon and no extra hop;
 //! - when the group changes the program is re-made from a probe round
 //!   ([`steer::probe_round`]); a datagram that reaches the wrong member
-//!   meanwhile is dropped and counted (`steer_foreign`), never given to a QP
-//!   that is not its own, and wakes that member's [`steer::Steward`] to
+//!   meanwhile is counted (`steer_foreign`), never given to a QP that is
+//!   not its own but forwarded to its member, and wakes that member's [`steer::Steward`] to
 //!   re-map;
 //! - a raw device's members each attach a filter of their own to their
 //!   AF_PACKET socket ([`steer::raw_filter`], `SO_ATTACH_FILTER`) taking the

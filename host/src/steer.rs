@@ -30,7 +30,7 @@
 use crate::registry::{self, GroupLock, JoinError, Member, Slot, SteerMap};
 use nix::libc;
 use nix::sys::socket::{setsockopt, sockopt};
-use roce_transport::steer::{self as tsteer, SteerShared, SteerTap, Wake};
+use roce_transport::steer::{self as tsteer, SteerShared, SteerTap, Verdict, Wake};
 use std::collections::BTreeMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -459,8 +459,76 @@ struct Inner {
     /// which carries the member's own filter ([`raw_filter`]).
     raw: Option<socket2::Socket>,
     slot: Option<Slot>,
+    /// How the member's transport classifies datagrams (a UDP member's).
+    tap: Option<SteerTap>,
     /// Re-maps done by this member.
     remaps: u64,
+}
+
+/// How many datagrams a leaving member forwards at most.
+const MAX_LEFTOVERS: usize = 4096;
+
+/// The datagrams `sock` holds for other members, as envelopes (see
+/// `roce_transport::steer`): read without blocking, GRO batches split;
+/// this member's own (its engine has stopped) and probes are dropped.
+fn leftovers(sock: &UdpSocket, tap: &SteerTap) -> Vec<Vec<u8>> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, SockaddrStorage};
+    use std::os::fd::AsRawFd;
+    let mut out = Vec::new();
+    if sock.set_nonblocking(true).is_err() {
+        return out;
+    }
+    let Ok(local) = sock.local_addr() else { return out };
+    let mut buf = vec![0u8; 65536];
+    let mut cmsg = nix::cmsg_space!(i32);
+    for _ in 0..MAX_LEFTOVERS {
+        let mut iov = [io::IoSliceMut::new(&mut buf)];
+        let fd = sock.as_raw_fd();
+        let Ok(m) = recvmsg::<SockaddrStorage>(fd, &mut iov, Some(&mut cmsg), MsgFlags::empty())
+        else {
+            break;
+        };
+        let seg = m.cmsgs().ok().and_then(|mut c| {
+            c.find_map(|c| match c {
+                ControlMessageOwned::UdpGroSegments(s) => usize::try_from(s).ok(),
+                _ => None,
+            })
+        });
+        let (len, from) = (m.bytes, m.address.and_then(|a| sockaddr(&a)));
+        let Some(from) = from else { continue };
+        let seg = seg.filter(|s| *s > 0).unwrap_or(len.max(1));
+        for d in buf[..len].chunks(seg) {
+            let env = match tap.classify(d) {
+                Verdict::Foreign(slot) => tsteer::wrap(d, from, slot, 1),
+                Verdict::Envelope { slot, .. } if slot != tap.slot && from.ip() == local.ip() => {
+                    match tsteer::rewrap(d) {
+                        Some(v) => v,
+                        None => continue,
+                    }
+                }
+                _ => continue,
+            };
+            out.push(env);
+        }
+    }
+    out
+}
+
+fn sockaddr(a: &nix::sys::socket::SockaddrStorage) -> Option<SocketAddr> {
+    if let Some(v4) = a.as_sockaddr_in() {
+        return Some(SocketAddr::from((v4.ip(), v4.port())));
+    }
+    a.as_sockaddr_in6().map(|v6| SocketAddr::from((v6.ip(), v6.port())))
+}
+
+/// Send a leaving member's envelopes to the device at `local` from a socket
+/// of its own (the member's is closed: the group's program, which steered
+/// as if it were gone, is right now).
+fn forward_held(local: SocketAddr, held: &[Vec<u8>]) {
+    let Ok(s) = UdpSocket::bind(SocketAddr::new(local.ip(), 0)) else { return };
+    for env in held {
+        let _ = s.send_to(env, local);
+    }
 }
 
 impl Inner {
@@ -618,12 +686,14 @@ impl Joining {
     /// engine runs): map the group, attach the program, start the steward,
     /// let the next change of the group go ahead.
     pub fn finish(self, sock: UdpSocket) -> io::Result<Steward> {
+        let tap = self.tap();
         let mut inner = Inner {
             dir: self.dir,
             addr: self.addr,
             sock: Some(sock),
             raw: None,
             slot: Some(self.slot),
+            tap: Some(tap),
             remaps: 0,
         };
         let map = inner.remap()?;
@@ -673,6 +743,7 @@ impl Joining {
             sock: None,
             raw: Some(socket2::Socket::from(sock)),
             slot: Some(self.slot),
+            tap: None,
             remaps: 0,
         };
         inner.reattach()?;
@@ -852,6 +923,10 @@ impl Drop for Steward {
         };
         // Leave: steer as the group will be once our socket is gone (the
         // last socket takes our index), then close it and free the slot.
+        // What the socket still holds for other members (it was steered
+        // here by a stale program, or came for the last socket since the
+        // program above) goes on to them once the socket is closed.
+        let mut held = Vec::new();
         if let (Some(sock), Some(slot)) = (&g.sock, &g.slot) {
             let map = SteerMap::read(&g.dir).without(slot.slot);
             let pairs: Vec<(u8, u8)> = map.entries.iter().map(|e| (e.0, e.1)).collect();
@@ -860,8 +935,15 @@ impl Drop for Steward {
             if attach(sock, &program(&pairs, &listeners)).is_ok() {
                 let _ = map.write(&g.dir);
             }
+            if let Some(tap) = &g.tap {
+                held = leftovers(sock, tap);
+            }
         }
+        let local = g.sock.as_ref().and_then(|s| s.local_addr().ok());
         g.sock = None;
+        if let Some(local) = local.filter(|_| !held.is_empty()) {
+            forward_held(local, &held);
+        }
         g.raw = None;
         g.slot = None;
         drop(group);
@@ -877,6 +959,42 @@ mod tests {
         b[0] = 0x04;
         b[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
         b
+    }
+
+    /// What a leaving member's socket still holds: the datagrams for
+    /// other slots come back as envelopes with their source, envelopes for
+    /// others once more (hop counted), its own datagrams and probes not.
+    #[test]
+    fn a_leaving_member_forwards_what_its_socket_holds_for_others() {
+        let sock = UdpSocket::bind("127.0.73.1:0").unwrap();
+        let local = sock.local_addr().unwrap();
+        let tx = UdpSocket::bind("127.0.73.2:0").unwrap();
+        let from = tx.local_addr().unwrap();
+        let tap = SteerTap {
+            slot: 3,
+            shared: Arc::new(SteerShared::default()),
+            pid: 1,
+            listener_of: None,
+        };
+        let (theirs, mine) = (bth(0x05_0011), bth(0x03_0011));
+        tx.send_to(&theirs, local).unwrap();
+        tx.send_to(&mine, local).unwrap();
+        tx.send_to(&tsteer::probe(1, 9), local).unwrap();
+        // an envelope from a member (the device's own address) for slot 6,
+        // and one from elsewhere
+        let peer: SocketAddr = "127.0.73.9:4791".parse().unwrap();
+        let env6 = tsteer::wrap(&theirs, peer, 6, 1);
+        let member = UdpSocket::bind("127.0.73.1:0").unwrap();
+        member.send_to(&env6, local).unwrap();
+        tx.send_to(&env6, local).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let got = leftovers(&sock, &tap);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(tsteer::unwrap(&got[0]), Some((5, 1, from)));
+        assert_eq!(got[0][tsteer::FORWARD_HDR..], theirs[..], "the datagram, byte for byte");
+        assert_eq!(tsteer::unwrap(&got[1]), Some((6, 2, peer)), "forwarded once more");
+        assert_eq!(got[1][tsteer::FORWARD_HDR..], theirs[..]);
+        assert!(leftovers(&sock, &tap).is_empty(), "read once, without blocking");
     }
 
     #[test]

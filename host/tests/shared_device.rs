@@ -131,8 +131,10 @@ fn members_of_one_device_talk_through_kernel_steering() {
 }
 
 /// A datagram for a live member that reaches another (as after a member
-/// crashed and the kernel renumbered the group) is dropped and counted,
-/// and makes the receiver re-map the group; traffic then flows again.
+/// crashed and the kernel renumbered the group) is counted, never given to
+/// the receiver's core (it is forwarded, and here comes back: the program
+/// is stale), and makes the receiver re-map the group; traffic then flows
+/// again.
 #[test]
 fn misdelivered_datagrams_are_dropped_and_repair_the_map() {
     let (_, dev, a, b) = two_members("127.0.71.2", ["ma", "mb"]);
@@ -156,7 +158,7 @@ fn misdelivered_datagrams_are_dropped_and_repair_the_map() {
     while foreign(&a.ctx) == before && t0.elapsed() < WALL {
         std::thread::sleep(Duration::from_millis(2));
     }
-    assert_eq!(foreign(&a.ctx), before + 1, "dropped and counted by a");
+    assert_eq!(foreign(&a.ctx), before + 1, "counted by a");
     // a's steward re-maps (the bare socket does not answer its probe and
     // is left out); b's traffic flows again, a and b both receive
     exchange(&a, &b, 3000, 9);
@@ -281,6 +283,71 @@ fn a_hostile_member_gets_what_a_remote_peer_gets() {
     assert_eq!(foreign(&a.ctx) + foreign(&b.ctx), seen + 1, "dropped and counted");
     b.mr.read(0, &mut after).unwrap();
     assert!(after == before, "no byte of b's region moved");
+}
+
+/// A datagram that reached the wrong member is forwarded to its own in an
+/// envelope (`roce_transport::steer`) from the device's address: the
+/// member takes it as if it came from its source (a crafted WRITE with a
+/// wrong rkey, checked by ICRC over that source, is NAKed as straight from
+/// it). An envelope from another address is dropped and counted, as is
+/// one for a slot nobody holds once it has been forwarded enough.
+#[test]
+fn forwarded_datagrams_reach_their_member_as_from_their_source() {
+    use roce_packet::{Opcode, Qpn, RKey, RethRepr};
+    use roce_sim::packet::{request, PacketBuilder};
+    use roce_transport::steer::{wrap, MAX_HOPS};
+    let (addr, dev, a, b) = two_members("127.0.71.6", ["fa", "fb"]); // b expects PSN 0x101
+    let counters = |n: &Node| roce_host::transport_counters(&n.ctx).unwrap().snapshot();
+    let mut before = vec![0u8; 1 << 16];
+    b.mr.read(0, &mut before).unwrap();
+    let src: std::net::SocketAddr = "127.0.71.66:4791".parse().unwrap();
+    let pb = PacketBuilder::new(src.ip(), addr).src_port(src.port());
+    let mut r = request(Opcode::RC_RDMA_WRITE_ONLY, Qpn::new(b.qp.qpn().value()), 0x101);
+    let bad = RKey::new(b.mr.rkey().value() ^ 0x5a5a_0000);
+    r.reth = Some(RethRepr { va: b.mr.addr(), rkey: bad, dma_len: 64 });
+    let d = pb.sized_bytes(&r, &[0xEE; 64]);
+    let env = wrap(&d, src, slot(&b) as u8, 1);
+
+    // from elsewhere: dropped, counted, nothing NAKed
+    let (naks, dropped) = (b.ctx.counters().naks_sent, counters(&b).steer_forward_dropped);
+    let outsider = std::net::UdpSocket::bind("127.0.71.67:0").unwrap();
+    outsider.send_to(&env, dev).unwrap();
+    let t0 = std::time::Instant::now();
+    while counters(&b).steer_forward_dropped == dropped && t0.elapsed() < WALL {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(counters(&b).steer_forward_dropped, dropped + 1, "not from the device");
+    assert_eq!(b.ctx.counters().naks_sent, naks);
+
+    // from the device's address (as a member forwards): b takes it
+    let (inb, icrc_bad) = (counters(&b).steer_forwarded_in, counters(&b).icrc_bad);
+    let member = std::net::UdpSocket::bind(std::net::SocketAddr::new(addr, 0)).unwrap();
+    member.send_to(&env, dev).unwrap();
+    let t0 = std::time::Instant::now();
+    while b.ctx.counters().naks_sent == naks && t0.elapsed() < WALL {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(b.ctx.counters().naks_sent, naks + 1, "b NAKed the forwarded WRITE");
+    assert_eq!(counters(&b).steer_forwarded_in, inb + 1);
+    assert_eq!(counters(&b).icrc_bad, icrc_bad, "ICRC checked over the original source");
+    let mut after = vec![0u8; 1 << 16];
+    b.mr.read(0, &mut after).unwrap();
+    assert!(after == before, "no byte of b's region moved");
+
+    // for a slot nobody holds: forwarded MAX_HOPS times in all, then dropped
+    let (sa, sb) = (slot(&a), slot(&b));
+    let free = (0..64u32).find(|s| *s != sa && *s != sb).unwrap() as u8;
+    let all = |f: fn(&roce_transport::CountersSnapshot) -> u64| {
+        f(&counters(&a)) + f(&counters(&b))
+    };
+    let (out0, drop0) = (all(|c| c.steer_forwarded_out), all(|c| c.steer_forward_dropped));
+    member.send_to(&wrap(&d, src, free, 1), dev).unwrap();
+    let t0 = std::time::Instant::now();
+    while all(|c| c.steer_forward_dropped) == drop0 && t0.elapsed() < WALL {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(all(|c| c.steer_forward_dropped), drop0 + 1);
+    assert_eq!(all(|c| c.steer_forwarded_out), out0 + u64::from(MAX_HOPS) - 1);
 }
 
 /// A process that binds a device alone (ROCE_EMU_SHARED=0) and one that

@@ -106,6 +106,17 @@ counters! {
     /// Steering probes answered (a shared device's members are re-mapped
     /// to their sockets after one joins, leaves or dies).
     steer_probes,
+    /// Datagrams this member forwarded to the member they belong to (in an
+    /// envelope, see [`crate::steer`]): the foreign ones, and envelopes
+    /// that reached the wrong member too.
+    steer_forwarded_out,
+    /// Forwarded datagrams that reached their member (delivered as if
+    /// straight from their source).
+    steer_forwarded_in,
+    /// Datagrams not forwarded: an envelope forwarded
+    /// [`crate::steer::MAX_HOPS`] times (its slot's member is gone), one not
+    /// from the device's own address, or a failed send.
+    steer_forward_dropped,
     /// Receive arenas allocated (the arena's memory is reused in place
     /// whenever every datagram copied into it was dropped).
     rx_arenas,

@@ -15,13 +15,30 @@
 //!   (the kernel renumbers the group when a socket closes);
 //! - a datagram whose QPN carries **another slot** reached the wrong member
 //!   (the program is stale after a member died, or the slot's owner is gone):
-//!   it is dropped and counted, never handed to this member's core, and the
-//!   member's steward is woken to re-steer the group;
+//!   it is not handed to this member's core: it is **forwarded** to its
+//!   member in an envelope (below), counted, and the member's steward is
+//!   woken to re-steer the group;
+//! - an **envelope** (BTH opcode `0xFD`: a datagram one member forwards to
+//!   another, sent from the device's own address to itself) carries the
+//!   original datagram and its source address and port; its byte 5 is the
+//!   target slot, where the program looks for a QPN's slot, so the program
+//!   steers it with no rule of its own. The target member delivers the
+//!   datagram as if it had come straight from its source (the ICRC covers
+//!   the source address and port); another member forwards it again, at
+//!   most [`MAX_HOPS`] times in all;
 //! - everything else (this slot's QPNs, QP1, bytes too short to be a BTH) goes
 //!   on to the ICRC check and the core, as for an unshared device.
 //!
-//! No I/O here except the probe answer, which the transport sends.
+//! A member that leaves forwards what its socket still holds the same way
+//! (`roce-host`'s steward): a datagram that reached the wrong socket while
+//! the group changed is not lost. RoCE assumes a lossless fabric, and a
+//! connection's last ACK lost on the host is never sent again once its
+//! sender has gone (its peer then retransmits for ever).
+//!
+//! No I/O here except the probe answer and forwarding, which the transport
+//! does.
 
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::{Condvar, Mutex};
 
 /// BTH opcode byte of a steering probe (manufacturer-specific range).
@@ -78,9 +95,64 @@ pub enum Verdict {
     Mine,
     /// A steering probe: answer it, deliver nothing.
     Probe([u8; PROBE_LEN]),
-    /// A datagram for another slot's QPN: drop it, count it, wake the
+    /// A datagram for another slot's QPN: forward it, count it, wake the
     /// steward.
     Foreign(u8),
+    /// An envelope ([`wrap`]) for `slot`, forwarded `hops` times so far,
+    /// carrying a datagram from `src` (after [`FORWARD_HDR`] bytes).
+    Envelope { slot: u8, hops: u8, src: SocketAddr },
+}
+
+/// BTH opcode byte of an envelope: a datagram forwarded from one member of
+/// a shared device to another (manufacturer-specific range, as probes).
+pub const FORWARD_OPCODE: u8 = 0xFD;
+/// The envelope's header: opcode, hops, magic, 0, target slot, `FF FF`
+/// (so that no QPN-1 rule matches), source port (2 bytes), 0 0, source
+/// address (16 bytes: IPv6, or IPv4-mapped).
+pub const FORWARD_HDR: usize = 28;
+/// How many times a datagram is forwarded at most (a stale program can
+/// steer an envelope to the wrong member too; one for a slot nobody holds
+/// any more ends there).
+pub const MAX_HOPS: u8 = 3;
+
+/// `payload`, received from `src`, in an envelope for the member in `slot`
+/// that has been forwarded `hops` times (1 for the first forward).
+pub fn wrap(payload: &[u8], src: SocketAddr, slot: u8, hops: u8) -> Vec<u8> {
+    let mut b = Vec::with_capacity(FORWARD_HDR + payload.len());
+    b.extend_from_slice(&[FORWARD_OPCODE, hops, MAGIC[0], MAGIC[1], 0, slot, 0xFF, 0xFF]);
+    b.extend_from_slice(&src.port().to_be_bytes());
+    b.extend_from_slice(&[0, 0]);
+    let ip = match src.ip() {
+        IpAddr::V4(a) => a.to_ipv6_mapped(),
+        IpAddr::V6(a) => a,
+    };
+    b.extend_from_slice(&ip.octets());
+    b.extend_from_slice(payload);
+    b
+}
+
+/// The envelope in `b`, if it is one: `(slot, hops, src)`.
+pub fn unwrap(b: &[u8]) -> Option<(u8, u8, SocketAddr)> {
+    if b.len() < FORWARD_HDR || b[0] != FORWARD_OPCODE || b[2..4] != MAGIC || b[6..8] != [0xFF; 2]
+    {
+        return None;
+    }
+    let port = u16::from_be_bytes([b[8], b[9]]);
+    let v6 = Ipv6Addr::from(<[u8; 16]>::try_from(&b[12..28]).ok()?);
+    let ip = v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4);
+    Some((b[5], b[1], SocketAddr::new(ip, port)))
+}
+
+/// The envelope `b` forwarded once more, or `None` once it has been
+/// forwarded [`MAX_HOPS`] times (or is none).
+pub fn rewrap(b: &[u8]) -> Option<Vec<u8>> {
+    let (_, hops, _) = unwrap(b)?;
+    if hops >= MAX_HOPS {
+        return None;
+    }
+    let mut v = b.to_vec();
+    v[1] = hops + 1;
+    Some(v)
 }
 
 /// The wake-up of one member's steward, shared between the
@@ -195,6 +267,12 @@ impl SteerTap {
                 let mut p = [0u8; PROBE_LEN];
                 p.copy_from_slice(payload);
                 return Verdict::Probe(p);
+            }
+            return Verdict::Mine;
+        }
+        if payload[0] == FORWARD_OPCODE {
+            if let Some((slot, hops, src)) = unwrap(payload) {
+                return Verdict::Envelope { slot, hops, src };
             }
             return Verdict::Mine;
         }
@@ -333,6 +411,42 @@ mod tests {
         assert_eq!(parse_answer(&a), Some((9, 0x1122_3344_5566_7788, 3, 4242)));
         assert_eq!(parse_answer(&p), None);
         assert_eq!(parse_answer(&a[..16]), None);
+    }
+
+    #[test]
+    fn envelopes_carry_the_datagram_its_source_and_a_hop_count() {
+        let t = SteerTap {
+            slot: 3,
+            shared: Arc::new(SteerShared::default()),
+            pid: 7,
+            listener_of: None,
+        };
+        let d = bth(0x04_0011);
+        for src in ["127.0.8.2:4791", "[fd00::5]:50123"] {
+            let src: SocketAddr = src.parse().unwrap();
+            let env = wrap(&d, src, 4, 1);
+            assert_eq!(env.len(), FORWARD_HDR + d.len());
+            assert_eq!(env[FORWARD_HDR..], d[..], "the datagram, byte for byte");
+            assert_eq!(env[5], 4, "the target slot where the program reads a QPN's slot");
+            assert_ne!(u32::from_be_bytes([0, env[5], env[6], env[7]]), 1, "never QPN 1");
+            assert_eq!(unwrap(&env), Some((4, 1, src)));
+            assert_eq!(t.classify(&env), Verdict::Envelope { slot: 4, hops: 1, src });
+            let mine = wrap(&d, src, 3, 2);
+            assert_eq!(t.classify(&mine), Verdict::Envelope { slot: 3, hops: 2, src });
+        }
+        let src: SocketAddr = "127.0.8.2:4791".parse().unwrap();
+        let mut env = wrap(&d, src, 4, 1);
+        for hops in 2..=MAX_HOPS {
+            env = rewrap(&env).expect("forwarded again");
+            assert_eq!(unwrap(&env), Some((4, hops, src)));
+        }
+        assert_eq!(rewrap(&env), None, "not past MAX_HOPS");
+        // malformed envelopes are the core's to drop (no BTH opcode 0xFD)
+        assert_eq!(t.classify(&env[..FORWARD_HDR - 1]), Verdict::Mine, "too short");
+        let mut bad = wrap(&d, src, 4, 1);
+        bad[2] = b'X';
+        assert_eq!(t.classify(&bad), Verdict::Mine, "no magic");
+        assert_eq!(rewrap(&bad), None);
     }
 
     #[test]

@@ -318,7 +318,7 @@ impl UdpTransport {
     }
 
     /// Steer as the member `tap.slot` of a shared device: foreign
-    /// datagrams are dropped and counted (`steer_foreign`), probes
+    /// datagrams are counted (`steer_foreign`) and forwarded, probes
     /// answered (`steer_probes`); see [`crate::steer`].
     pub fn set_steer(&mut self, tap: SteerTap) {
         self.steer = Some(tap);
@@ -970,25 +970,18 @@ impl UdpTransport {
         };
         TransportCounters::add(&c.dgrams_in, 1);
         TransportCounters::add(&c.bytes_in, payload.len() as u64);
+        let mut ep = *ep;
+        let mut r = r;
         if let Some(tap) = self.steer.as_ref().filter(|_| steered) {
-            match tap.classify(payload) {
-                Verdict::Mine => {}
-                Verdict::Foreign(slot) => {
-                    TransportCounters::add(&c.steer_foreign, 1);
-                    tap.shared.note_foreign(slot);
-                    return;
-                }
-                Verdict::Probe(p) => {
-                    TransportCounters::add(&c.steer_probes, 1);
-                    let a = crate::steer::answer(&p, tap.slot, tap.pid);
-                    let to = SocketAddr::new(ep.src, ep.src_port);
-                    if self.sock.send_to(&a, to).is_err() {
-                        TransportCounters::add(&c.send_errors, 1);
-                    }
-                    return;
-                }
+            if !steer_one(tap, &self.sock, c, &mut ep, &mut r, payload) {
+                return;
             }
         }
+        let payload = match whole {
+            Some(b) => &b[r.clone()],
+            None => &self.rx_bufs[buf][r.clone()],
+        };
+        let ep = &ep;
         let id = match self.cfg.rx_icrc {
             RxIcrcPolicy::Off => {
                 TransportCounters::add(&c.icrc_unchecked, 1);
@@ -1051,6 +1044,70 @@ impl UdpTransport {
             p.record(ep, &meta, &payload, c);
         }
         out.push(Datagram { endpoints: *ep, meta, payload, body: None });
+    }
+}
+
+/// The steering of one received datagram of a shared device's member
+/// (see [`crate::steer`]): `false` if it was answered or forwarded here,
+/// `true` to go on with it (an envelope's datagram: `ep` and `r` now say
+/// its source and where it is).
+fn steer_one(
+    tap: &SteerTap,
+    sock: &UdpSocket,
+    c: &TransportCounters,
+    ep: &mut UdpEndpoints,
+    r: &mut Range<usize>,
+    payload: &[u8],
+) -> bool {
+    match tap.classify(payload) {
+        Verdict::Mine => true,
+        Verdict::Foreign(slot) => {
+            // Forwarded to its member, not lost.
+            TransportCounters::add(&c.steer_foreign, 1);
+            tap.shared.note_foreign(slot);
+            let src = SocketAddr::new(ep.src, ep.src_port);
+            forward(sock, c, ep, &crate::steer::wrap(payload, src, slot, 1));
+            false
+        }
+        // (only members of this device forward: from its address, which
+        // the kernel takes from nowhere else)
+        Verdict::Envelope { .. } if ep.src != ep.dst => {
+            TransportCounters::add(&c.steer_forward_dropped, 1);
+            false
+        }
+        Verdict::Envelope { slot, .. } if slot != tap.slot => {
+            tap.shared.note_foreign(slot);
+            match crate::steer::rewrap(payload) {
+                Some(env) => forward(sock, c, ep, &env),
+                None => TransportCounters::add(&c.steer_forward_dropped, 1),
+            }
+            false
+        }
+        Verdict::Envelope { src, .. } => {
+            TransportCounters::add(&c.steer_forwarded_in, 1);
+            ep.src = src.ip();
+            ep.src_port = src.port();
+            *r = r.start + crate::steer::FORWARD_HDR..r.end;
+            true
+        }
+        Verdict::Probe(p) => {
+            TransportCounters::add(&c.steer_probes, 1);
+            let a = crate::steer::answer(&p, tap.slot, tap.pid);
+            if sock.send_to(&a, SocketAddr::new(ep.src, ep.src_port)).is_err() {
+                TransportCounters::add(&c.send_errors, 1);
+            }
+            false
+        }
+    }
+}
+
+/// Send an envelope (see [`crate::steer`]) to the device's own address,
+/// where the group's program steers it to its member.
+fn forward(sock: &UdpSocket, c: &TransportCounters, ep: &UdpEndpoints, env: &[u8]) {
+    if sock.send_to(env, SocketAddr::new(ep.dst, ep.dst_port)).is_ok() {
+        TransportCounters::add(&c.steer_forwarded_out, 1);
+    } else {
+        TransportCounters::add(&c.steer_forward_dropped, 1);
     }
 }
 

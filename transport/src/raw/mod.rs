@@ -930,8 +930,9 @@ impl State {
                     tap.shared.note_foreign(slot);
                     return;
                 }
-                // probes steer UDP groups; nobody probes a raw device
-                Verdict::Probe(_) => {
+                // probes and envelopes steer UDP groups; a raw member's
+                // filter takes its own frames
+                Verdict::Probe(_) | Verdict::Envelope { .. } => {
                     add(&self.raw.malformed, 1);
                     return;
                 }
