@@ -69,6 +69,21 @@ fn roce(exe: &Path) -> Command {
     c
 }
 
+/// `c.output()`, again while the copied executable is busy: another test
+/// of this process that forked while the copy's file was open for writing
+/// holds it (between its fork and exec) for a moment (ETXTBSY).
+fn output(c: &mut Command) -> Output {
+    for _ in 0..100 {
+        match c.output() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            r => return r.unwrap(),
+        }
+    }
+    c.output().unwrap()
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -89,14 +104,14 @@ fn installed_into_a_prefix_roce_run_finds_them_there() {
     let s = Scratch::new("prefix");
     let lib = s.0.join("lib").join("roce-emu");
     // the test's own roce, into an explicit prefix
-    let o = roce(Path::new(env!("CARGO_BIN_EXE_roce")))
-        .arg("install")
-        .arg("--from")
-        .arg(&libs)
-        .arg("--prefix")
-        .arg(&s.0)
-        .output()
-        .unwrap();
+    let o = output(
+        roce(Path::new(env!("CARGO_BIN_EXE_roce")))
+            .arg("install")
+            .arg("--from")
+            .arg(&libs)
+            .arg("--prefix")
+            .arg(&s.0),
+    );
     assert!(o.status.success(), "{}", show(&o));
     let out = text(&o.stdout);
     assert!(out.contains(&format!("installed into {}", lib.display())), "{}", show(&o));
@@ -117,7 +132,7 @@ fn installed_into_a_prefix_roce_run_finds_them_there() {
 
     // a roce in <prefix>/bin finds <prefix>/lib/roce-emu by itself
     let exe = s.roce();
-    let o = roce(&exe).args(["run", "--print-env"]).output().unwrap();
+    let o = output(roce(&exe).args(["run", "--print-env"]));
     assert!(o.status.success(), "{}", show(&o));
     let out = text(&o.stdout);
     assert_eq!(exported(&out, "LD_LIBRARY_PATH"), Some(lib.to_str().unwrap()), "{out}");
@@ -125,10 +140,13 @@ fn installed_into_a_prefix_roce_run_finds_them_there() {
     assert_eq!(exported(&out, "LD_PRELOAD"), Some(preload.to_str().unwrap()), "{out}");
 
     // and a program under it sees the devices through the installed shim
-    let o = roce(&exe)
-        .args(["run", "--", "sh", "-c", "cat /sys/class/infiniband/roce1/node_type"])
-        .output()
-        .unwrap();
+    let o = output(roce(&exe).args([
+        "run",
+        "--",
+        "sh",
+        "-c",
+        "cat /sys/class/infiniband/roce1/node_type",
+    ]));
     assert!(o.status.success(), "{}", show(&o));
     assert_eq!(text(&o.stdout).trim(), "1: CA", "{}", show(&o));
 }
@@ -139,14 +157,14 @@ fn installed_by_default_beside_roce_and_run_by_the_next_command() {
     let s = Scratch::new("default");
     let exe = s.roce();
     let lib = s.0.join("lib").join("roce-emu");
-    let o = roce(&exe).arg("install").arg("--from").arg(&libs).output().unwrap();
+    let o = output(roce(&exe).arg("install").arg("--from").arg(&libs));
     assert!(o.status.success(), "{}", show(&o));
     let out = text(&o.stdout);
     let next = format!("Next: {} run -- ibv_devinfo -d roce0", exe.display());
     assert!(out.contains(&next), "{}", show(&o));
     assert!(lib.join("libibverbs.so.1").is_file(), "{}", show(&o));
     // installing again replaces them
-    let o = roce(&exe).arg("install").arg("--from").arg(&libs).output().unwrap();
+    let o = output(roce(&exe).arg("install").arg("--from").arg(&libs));
     assert!(o.status.success(), "{}", show(&o));
 
     // the command it suggests, where rdma-core's tools are installed
@@ -157,7 +175,7 @@ fn installed_by_default_beside_roce_and_run_by_the_next_command() {
         eprintln!("SKIPPED: ibv_devinfo not installed (apt-get install ibverbs-utils)");
         return;
     };
-    let o = roce(&exe).args(["run", "--", devinfo, "-d", "roce0"]).output().unwrap();
+    let o = output(roce(&exe).args(["run", "--", devinfo, "-d", "roce0"]));
     assert!(o.status.success(), "{}", show(&o));
     let out = text(&o.stdout);
     assert!(out.contains("hca_id:\troce0") && out.contains("PORT_ACTIVE"), "{}", show(&o));
@@ -167,7 +185,7 @@ fn installed_by_default_beside_roce_and_run_by_the_next_command() {
 fn without_the_libraries_the_errors_name_roce_install() {
     let s = Scratch::new("none");
     let exe = s.roce();
-    let o = roce(&exe).args(["run", "--", "true"]).output().unwrap();
+    let o = output(roce(&exe).args(["run", "--", "true"]));
     assert_eq!(o.status.code(), Some(2), "{}", show(&o));
     let e = text(&o.stderr);
     let bin = s.0.join("bin");
@@ -178,19 +196,19 @@ fn without_the_libraries_the_errors_name_roce_install() {
         "{e}"
     );
     // a named directory without them: the same advice
-    let o = roce(&exe).env("ROCE_EMU_LIB_DIR", &s.0).args(["run", "--", "true"]).output().unwrap();
+    let o = output(roce(&exe).env("ROCE_EMU_LIB_DIR", &s.0).args(["run", "--", "true"]));
     assert_eq!(o.status.code(), Some(2), "{}", show(&o));
     let e = text(&o.stderr);
     assert!(e.contains("ROCE_EMU_LIB_DIR") && e.contains("roce install"), "{e}");
     // --from a directory without them
-    let o = roce(&exe).args(["install", "--from"]).arg(&s.0).output().unwrap();
+    let o = output(roce(&exe).args(["install", "--from"]).arg(&s.0));
     assert_eq!(o.status.code(), Some(2), "{}", show(&o));
     assert!(text(&o.stderr).contains("has no libibverbs.so.1"), "{}", show(&o));
     // --from a directory with the drop-in but not the preload shim
     let half = s.0.join("half");
     std::fs::create_dir_all(&half).unwrap();
     std::fs::write(half.join("libibverbs.so.1"), b"not installed").unwrap();
-    let o = roce(&exe).args(["install", "--from"]).arg(&half).output().unwrap();
+    let o = output(roce(&exe).args(["install", "--from"]).arg(&half));
     assert_eq!(o.status.code(), Some(2), "{}", show(&o));
     assert!(text(&o.stderr).contains("has no libroce_preload.so"), "{}", show(&o));
     assert!(!lib.exists(), "nothing installed");
@@ -200,13 +218,13 @@ fn without_the_libraries_the_errors_name_roce_install() {
 fn without_cargo_roce_install_says_so() {
     let s = Scratch::new("nocargo");
     let exe = s.roce();
-    let o = roce(&exe)
-        .arg("install")
-        .env("PATH", &s.0)
-        .env_remove("CARGO")
-        .env("XDG_CACHE_HOME", s.0.join("cache"))
-        .output()
-        .unwrap();
+    let o = output(
+        roce(&exe)
+            .arg("install")
+            .env("PATH", &s.0)
+            .env_remove("CARGO")
+            .env("XDG_CACHE_HOME", s.0.join("cache")),
+    );
     assert_eq!(o.status.code(), Some(2), "{}", show(&o));
     let e = text(&o.stderr);
     assert!(e.contains("cargo is not on PATH") && e.contains("--from DIR"), "{e}");

@@ -18,7 +18,7 @@ use crate::qp::{Qp, QpInitAttr, SendWqe, WqeState};
 use crate::qp_attr::{
     validate_modify, AccessFlags, AttrMask, ModifyLimits, PathMtu, QpAttr, QpState, QpType,
 };
-use crate::queues::{Cq, CqSink, SqRelease, Srq};
+use crate::queues::{Cq, CqRing, CqSink, SqRelease, Srq};
 use crate::tx::Tx;
 use crate::wr::{RecvWr, SendFlags, SendWr, WcStatus, WorkCompletion, WrOpcode};
 use core::time::Duration;
@@ -28,6 +28,7 @@ use roce_packet::{LKey, Psn, Qpn, RKey};
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv6Addr};
+use std::sync::Arc;
 
 /// Configuration of one emulated device.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -128,10 +129,6 @@ pub struct Hca {
     pub(crate) dev: Dev,
     pub(crate) qps: crate::qp_table::QpTable,
     next_qpn: u32,
-    /// The next QP incarnation number ([`crate::qp::Qp::epoch`]): every
-    /// created or reset QP takes one (wrapping; a CQE would have to stay
-    /// unpolled through 2^32 of them to be mistaken).
-    next_epoch: u32,
     /// The QPNs this device may hand out ([`HcaConfig::qpns`]).
     qpns: std::ops::Range<u32>,
     /// QPN of the QP `poll_transmit` served last (round-robin).
@@ -198,7 +195,6 @@ impl Hca {
             },
             qps: Default::default(),
             next_qpn: first_qpn,
-            next_epoch: 1,
             qpns,
             rr_cursor: 0,
             parting: std::collections::VecDeque::new(),
@@ -463,16 +459,7 @@ impl Hca {
             return Err(CreateCqError::InvalidDepth { cqe, max });
         }
         let h = CqHandle(self.dev.id());
-        self.dev.sink.cqs.insert(
-            h,
-            Cq {
-                depth: cqe as usize,
-                entries: VecDeque::new(),
-                errored: false,
-                users: 0,
-                armed: None,
-            },
-        );
+        self.dev.sink.cqs.insert(h, Cq::new(cqe as usize));
         Ok(h)
     }
 
@@ -487,47 +474,48 @@ impl Hca {
         cq: CqHandle,
         max: usize,
     ) -> Result<Vec<WorkCompletion>, PollCqError> {
-        let c = self.dev.sink.cqs.get_mut(&cq).ok_or(PollCqError::UnknownCq(cq))?;
-        if c.errored && c.entries.is_empty() {
-            return Err(PollCqError::Overrun(cq));
-        }
-        let n = max.min(c.entries.len());
-        let mut out = Vec::with_capacity(n);
-        // one release per run of CQEs of one QP (usually the whole batch)
-        let mut run = SqRelease::default();
-        for e in c.entries.drain(..n) {
-            if !e.rel.is_empty() && !run.merge(e.rel) {
-                self.qps.release_sq(run);
-                run = e.rel;
-            }
-            out.push(e.wc);
-        }
-        self.qps.release_sq(run);
+        let c = self.dev.sink.cqs.get(&cq).ok_or(PollCqError::UnknownCq(cq))?;
+        let mut out = vec![WorkCompletion::EMPTY; max.min(c.ring.len())];
+        let n = self.poll_cq_into(cq, &mut out)?;
+        out.truncate(n);
         Ok(out)
+    }
+
+    /// [`Hca::poll_cq`] into the caller's array, as `ibv_poll_cq` does (no
+    /// allocation): returns how many entries were written, oldest first.
+    pub fn poll_cq_into(
+        &mut self,
+        cq: CqHandle,
+        out: &mut [WorkCompletion],
+    ) -> Result<usize, PollCqError> {
+        let c = self.dev.sink.cqs.get(&cq).ok_or(PollCqError::UnknownCq(cq))?;
+        c.ring.poll_into(out).map_err(|()| PollCqError::Overrun(cq))
+    }
+
+    /// The entries of a CQ, for pollers that do not take the device lock
+    /// ([`CqRing::poll_into`]; `roce_verbs_api::Cq::poll` polls there).
+    pub fn cq_ring(&self, cq: CqHandle) -> Option<Arc<CqRing>> {
+        self.dev.sink.cqs.get(&cq).map(|c| c.ring.clone())
     }
 
     /// [`Hca::poll_cq`] for a consumer that takes completions ahead of the
     /// program (the C ABI's extended CQ buffers a batch): nothing is freed
-    /// now; hand each completion's [`SqRelease`] to [`Hca::release_sq`]
-    /// when the program reads it.
+    /// now; call each completion's [`SqRelease::release`] (or
+    /// [`Hca::release_sq`]) when the program reads it.
     pub fn poll_cq_deferred(
         &mut self,
         cq: CqHandle,
         max: usize,
     ) -> Result<Vec<(WorkCompletion, SqRelease)>, PollCqError> {
-        let c = self.dev.sink.cqs.get_mut(&cq).ok_or(PollCqError::UnknownCq(cq))?;
-        if c.errored && c.entries.is_empty() {
-            return Err(PollCqError::Overrun(cq));
-        }
-        let n = max.min(c.entries.len());
-        Ok(c.entries.drain(..n).map(|e| (e.wc, e.rel)).collect())
+        let c = self.dev.sink.cqs.get(&cq).ok_or(PollCqError::UnknownCq(cq))?;
+        c.ring.poll_deferred(max).map_err(|()| PollCqError::Overrun(cq))
     }
 
     /// Free the send-queue slots of a completion taken with
     /// [`Hca::poll_cq_deferred`]. Nothing happens when its QP was reset or
     /// destroyed since (its QPN possibly reused): the slots went with it.
     pub fn release_sq(&mut self, rel: SqRelease) {
-        self.qps.release_sq(rel);
+        rel.release();
     }
 
     /// Send-queue slots `qpn` holds: WQEs not completed, and completed
@@ -536,12 +524,6 @@ impl Hca {
     /// `max_send_wr`.
     pub fn sq_slots_held(&self, qpn: Qpn) -> Option<u32> {
         self.qps.get(&qpn).map(|q| u32::try_from(q.sq_held()).unwrap_or(u32::MAX))
-    }
-
-    fn take_epoch(&mut self) -> u32 {
-        let e = self.next_epoch;
-        self.next_epoch = self.next_epoch.wrapping_add(1);
-        e
     }
 
     /// `ibv_req_notify_cq`: the next completion (or, with `solicited_only`,
@@ -565,8 +547,8 @@ impl Hca {
         if cqe == 0 || cqe > max {
             return Err(ResizeCqError::InvalidDepth { cqe, max });
         }
-        if (cqe as usize) < c.entries.len() {
-            return Err(ResizeCqError::BelowEntries { cqe, entries: c.entries.len() });
+        if (cqe as usize) < c.ring.len() {
+            return Err(ResizeCqError::BelowEntries { cqe, entries: c.ring.len() });
         }
         c.depth = cqe as usize;
         Ok(())
@@ -741,8 +723,7 @@ impl Hca {
         if let Some(s) = init.srq.and_then(|h| self.dev.srqs.get_mut(&h)) {
             s.users += 1;
         }
-        let epoch = self.take_epoch();
-        let mut qp = Qp::new(qpn, init, self.dev.port.active_mtu, epoch);
+        let mut qp = Qp::new(qpn, init, self.dev.port.active_mtu);
         qp.mutant = self.mutant;
         self.qps.insert(qp);
         tracing::debug!(dev = %self.dev.name, %qpn, "create_qp");
@@ -775,7 +756,6 @@ impl Hca {
             pkey_table_len: self.dev.port.pkey_tbl_len,
             phys_port_cnt: self.dev.attr.phys_port_cnt,
         };
-        let epoch = self.next_epoch;
         let mut entry = self.qps.get_mut(&qpn).ok_or(ModifyQpError::UnknownQp(qpn))?;
         let qp = &mut *entry;
         let to = validate_modify(qp.init.qp_type, qp.state, attr, &limits)?;
@@ -850,10 +830,7 @@ impl Hca {
             self.dev.sqd_draining.remove(&qpn);
         }
         match to {
-            QpState::Reset => {
-                qp.reset(epoch);
-                self.next_epoch = epoch.wrapping_add(1);
-            }
+            QpState::Reset => qp.reset(),
             QpState::Err => qp.enter_error(&mut self.dev.sink),
             s => qp.state = s,
         }

@@ -53,6 +53,7 @@
 //!   READ costs no memory up front; ACKs, NAKs and READ responses of a QP
 //!   leave in order, before its new requests; QPs are served round-robin.
 
+pub mod bufpool;
 mod cm_port;
 pub mod completer;
 pub mod counters;
@@ -91,13 +92,14 @@ pub use objects::{
 };
 pub use qp::QpInitAttr;
 pub use qp_attr::{AccessFlags, AhAttr, PathMtu, QpAttr, QpCap, QpState, QpType};
-pub use queues::SqRelease;
+pub use queues::{CqRing, SqRelease};
 pub use recv::DropReason;
 pub use responder::ACK_EVERY_PSNS;
 /// The communication manager engine each device carries ([`Hca::cm`]).
 pub use roce_cm as cm;
 pub use time::Instant;
 pub use wr::{
-    RecvWr, SendFlags, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    RecvWr, SendFlags, SendWr, SgList, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    WrOpcode,
 };
 pub use xrc::XrcError;

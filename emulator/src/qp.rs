@@ -196,15 +196,16 @@ pub(crate) struct Qp {
     /// yet. A slot is freed when the application polls the completion
     /// that frees it ([`SqRelease`]): a WQE's own CQE, or for an
     /// unsignaled WQE the next CQE of this QP's send queue. `post_send`
-    /// counts `sq.len() + sq_done` against `max_send_wr`.
+    /// counts `sq.len() + sq_done - sq_freed` against `max_send_wr`
+    /// (both counters wrap).
     pub sq_done: u32,
+    /// Slots freed by polls so far: added to by whoever polls (no device
+    /// lock, see [`crate::queues::CqRing`]); a new counter for each
+    /// incarnation, so the CQEs of an earlier one free nothing here.
+    pub sq_freed: std::sync::Arc<std::sync::atomic::AtomicU32>,
     /// Of `sq_done`, the unsignaled WQEs completed since this QP's last
     /// send CQE: that CQE's successor frees them with its own slot.
     pub sq_unsignaled: u32,
-    /// This incarnation of the QP (device-unique, new at each reset): the
-    /// CQEs of an earlier one (or of a destroyed QP whose QPN came back)
-    /// free nothing here.
-    pub epoch: u32,
     pub rq: VecDeque<RecvWr>,
     pub req: ReqState,
     pub comp: CompState,
@@ -234,7 +235,7 @@ pub(crate) fn src_port_for(qpn: Qpn) -> u16 {
 }
 
 impl Qp {
-    pub fn new(qpn: Qpn, init: QpInitAttr, mtu: PathMtu, epoch: u32) -> Qp {
+    pub fn new(qpn: Qpn, init: QpInitAttr, mtu: PathMtu) -> Qp {
         Qp {
             qpn,
             init,
@@ -260,8 +261,8 @@ impl Qp {
             src_port: src_port_for(qpn),
             sq: VecDeque::new(),
             sq_done: 0,
+            sq_freed: Default::default(),
             sq_unsignaled: 0,
-            epoch,
             rq: VecDeque::new(),
             req: ReqState::default(),
             comp: CompState::default(),
@@ -300,12 +301,12 @@ impl Qp {
     }
 
     /// Back to the RESET state: queues emptied without completions, every
-    /// send-queue slot free; `epoch` is the new incarnation's (the CQEs
-    /// still in the CQs free nothing when polled).
-    pub fn reset(&mut self, epoch: u32) {
+    /// send-queue slot free; a new incarnation (the CQEs still in the CQs
+    /// free nothing when polled: their counter is the old one's).
+    pub fn reset(&mut self) {
         let (qpn, init, mtu, mutant) = (self.qpn, self.init, self.p.mtu, self.mutant);
         let (xrcd, home) = (self.xrcd, self.xrc_home);
-        *self = Qp::new(qpn, init, mtu, epoch);
+        *self = Qp::new(qpn, init, mtu);
         self.mutant = mutant;
         self.xrcd = xrcd;
         self.xrc_home = home;
@@ -314,7 +315,8 @@ impl Qp {
     /// Send-queue slots held: WQEs not completed, and completed ones whose
     /// freeing CQE has not been polled.
     pub fn sq_held(&self) -> usize {
-        self.sq.len() + self.sq_done as usize
+        let freed = self.sq_freed.load(std::sync::atomic::Ordering::Acquire);
+        self.sq.len() + self.sq_done.wrapping_sub(freed) as usize
     }
 
     /// A send WQE left `sq` (or never entered it: posted in ERR): its slot
@@ -322,21 +324,16 @@ impl Qp {
     /// is queued now and frees this slot and those of the unsignaled WQEs
     /// before it; without, the WQE waits for the next CQE.
     pub fn retire_send(&mut self, sink: &mut CqSink, wc: Option<WorkCompletion>) {
-        self.sq_done = self.sq_done.saturating_add(1);
+        self.sq_done = self.sq_done.wrapping_add(1);
         match wc {
             None => self.sq_unsignaled = self.sq_unsignaled.saturating_add(1),
             Some(wc) => {
                 let slots = self.sq_unsignaled.saturating_add(1);
                 self.sq_unsignaled = 0;
-                let rel = SqRelease { qpn: self.qpn, epoch: self.epoch, slots };
+                let rel = SqRelease { freed: Some(self.sq_freed.clone()), slots };
                 sink.complete_send(self.init.send_cq, wc, rel);
             }
         }
-    }
-
-    /// Polling freed `slots` send-queue slots of this QP.
-    pub fn release_sq(&mut self, slots: u32) {
-        self.sq_done = self.sq_done.saturating_sub(slots);
     }
 
     /// A BTH for a packet of this QP (pad computed from the payload length).

@@ -14,7 +14,6 @@
 //! code path can change a QP and leave the indexes behind.
 
 use crate::qp::Qp;
-use crate::queues::SqRelease;
 use crate::time::Instant;
 use core::ops::{Bound, Deref, DerefMut};
 use core::time::Duration;
@@ -132,17 +131,6 @@ impl QpTable {
     /// Give a polled CQE's send-queue slots back to its QP, if that QP
     /// still exists in the same incarnation. Slots change neither index
     /// (`may_transmit`, deadlines), so the QP is not re-filed: O(1).
-    pub fn release_sq(&mut self, rel: SqRelease) {
-        if rel.is_empty() {
-            return;
-        }
-        if let Some(s) = self.map.get_mut(&rel.qpn) {
-            if s.qp.epoch == rel.epoch {
-                s.qp.release_sq(rel.slots);
-            }
-        }
-    }
-
     pub fn remove(&mut self, qpn: &Qpn) -> Option<Qp> {
         let slot = self.map.remove(qpn)?;
         if slot.ready {
@@ -221,7 +209,7 @@ mod tests {
             sq_sig_all: false,
             srq: None,
         };
-        Qp::new(Qpn::new(n), init, PathMtu::Mtu1024, n)
+        Qp::new(Qpn::new(n), init, PathMtu::Mtu1024)
     }
 
     fn wqe() -> crate::qp::SendWqe {
@@ -300,7 +288,7 @@ mod tests {
         assert_eq!(t.ready.len(), 4);
 
         // removed QPs leave both indexes
-        t.get_mut(&Qpn::new(19)).unwrap().reset(99);
+        t.get_mut(&Qpn::new(19)).unwrap().reset();
         assert!(t.remove(&Qpn::new(18)).is_some());
         check(&t);
         assert_eq!(t.due(Instant::from_micros(100)), vec![Qpn::new(17), Qpn::new(20)]);

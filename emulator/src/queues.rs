@@ -5,9 +5,10 @@
 
 use crate::objects::{AsyncEvent, CqHandle, PdHandle, SrqAttr, SrqHandle};
 use crate::wr::{RecvWr, WcStatus, WorkCompletion};
-use roce_packet::Qpn;
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 pub(crate) struct Srq {
     pub pd: PdHandle,
@@ -24,21 +25,29 @@ pub(crate) type SrqTable = HashMap<SrqHandle, Srq>;
 
 /// What polling a send completion gives back to its QP: the send-queue
 /// slots it frees (its own WQE's and those of the unsignaled WQEs that
-/// completed before it on that QP, as mlx5 frees them), for the QP of that
-/// QPN in that incarnation only (a QP reset or destroyed since, or another
-/// QP now holding the QPN, is not touched). A receive completion frees
+/// completed before it on that QP, as mlx5 frees them), for the QP
+/// incarnation that completed it only (a QP reset or destroyed since, or
+/// another QP now holding the QPN, is not touched: each incarnation counts
+/// its freed slots in a counter of its own). A receive completion frees
 /// nothing ([`SqRelease::is_empty`]).
 ///
-/// [`Hca::poll_cq`](crate::Hca::poll_cq) applies it itself; a consumer that
-/// takes completions ahead of the program ([`Hca::poll_cq_deferred`](crate::Hca::poll_cq_deferred))
-/// hands it back with [`Hca::release_sq`](crate::Hca::release_sq) when the
-/// program reads the completion.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Freeing is one atomic addition to that counter, so whoever polls does it
+/// without the device lock ([`CqRing`]); a consumer that takes completions
+/// ahead of the program ([`Hca::poll_cq_deferred`](crate::Hca::poll_cq_deferred))
+/// calls [`SqRelease::release`] when the program reads the completion.
+#[derive(Clone, Debug, Default)]
 pub struct SqRelease {
-    pub(crate) qpn: Qpn,
-    pub(crate) epoch: u32,
+    pub(crate) freed: Option<Arc<AtomicU32>>,
     pub(crate) slots: u32,
 }
+
+impl PartialEq for SqRelease {
+    fn eq(&self, o: &SqRelease) -> bool {
+        self.slots == o.slots && self.same_qp(o)
+    }
+}
+
+impl Eq for SqRelease {}
 
 impl SqRelease {
     /// Frees nothing (a receive completion).
@@ -51,10 +60,27 @@ impl SqRelease {
         self.slots
     }
 
+    /// Free the slots (once: the release is consumed).
+    pub fn release(self) {
+        if let (Some(f), n) = (&self.freed, self.slots) {
+            if n > 0 {
+                f.fetch_add(n, Ordering::AcqRel);
+            }
+        }
+    }
+
+    fn same_qp(&self, o: &SqRelease) -> bool {
+        match (&self.freed, &o.freed) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        }
+    }
+
     /// Add `other` to `self` when both are for the same QP incarnation
     /// (a poll's run of completions of one QP is released at once).
-    pub(crate) fn merge(&mut self, other: SqRelease) -> bool {
-        if self.qpn == other.qpn && self.epoch == other.epoch {
+    pub(crate) fn merge(&mut self, other: &SqRelease) -> bool {
+        if self.same_qp(other) {
             self.slots = self.slots.saturating_add(other.slots);
             return true;
         }
@@ -68,26 +94,116 @@ pub(crate) struct Cqe {
     pub rel: SqRelease,
 }
 
+/// A completion queue's entries, shared between the device (which writes
+/// them, under its lock) and the program's threads (which poll them under
+/// the CQ's own lock, never the device's: a poll and the device's work on
+/// other queues do not wait for each other; an empty poll takes no lock).
+#[derive(Default)]
+pub struct CqRing {
+    q: Mutex<VecDeque<Cqe>>,
+    /// Entries in `q` (read without the lock).
+    len: AtomicUsize,
+    /// The CQ overflowed (IBA 11.4.2.1): once its entries are polled,
+    /// polls fail.
+    errored: AtomicBool,
+}
+
+impl std::fmt::Debug for CqRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CqRing").field("len", &self.len()).finish()
+    }
+}
+
+impl CqRing {
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Cqe>> {
+        self.q.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Completions waiting.
+    pub fn len(&self) -> usize {
+        self.len.load(Ordering::Acquire)
+    }
+
+    /// No completion waiting.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the CQ overflowed.
+    pub fn errored(&self) -> bool {
+        self.errored.load(Ordering::Acquire)
+    }
+
+    /// `ibv_poll_cq` into `out`: how many completions were written, oldest
+    /// first; `Err(())` once an overflowed CQ is empty. Frees the send-queue
+    /// slots the completions free.
+    #[allow(clippy::result_unit_err)]
+    pub fn poll_into(&self, out: &mut [WorkCompletion]) -> Result<usize, ()> {
+        if self.is_empty() {
+            // (the flag is set after the last entry went in)
+            return if self.errored() && self.is_empty() { Err(()) } else { Ok(0) };
+        }
+        let mut q = self.lock();
+        let n = out.len().min(q.len());
+        // one release per run of CQEs of one QP (usually the whole batch)
+        let mut run = SqRelease::default();
+        for (slot, e) in out.iter_mut().zip(q.drain(..n)) {
+            if !e.rel.is_empty() && !run.merge(&e.rel) {
+                std::mem::replace(&mut run, e.rel).release();
+            }
+            *slot = e.wc;
+        }
+        self.len.store(q.len(), Ordering::Release);
+        drop(q);
+        run.release();
+        Ok(n)
+    }
+
+    /// Up to `max` completions with what each frees, nothing freed now
+    /// (see [`SqRelease`]); `Err(())` once an overflowed CQ is empty.
+    #[allow(clippy::result_unit_err)]
+    pub fn poll_deferred(&self, max: usize) -> Result<Vec<(WorkCompletion, SqRelease)>, ()> {
+        if self.is_empty() && self.errored() {
+            return Err(());
+        }
+        let mut q = self.lock();
+        let n = max.min(q.len());
+        let v = q.drain(..n).map(|e| (e.wc, e.rel)).collect();
+        self.len.store(q.len(), Ordering::Release);
+        Ok(v)
+    }
+}
+
 pub(crate) struct Cq {
     pub depth: usize,
-    pub entries: VecDeque<Cqe>,
-    pub errored: bool,
+    pub ring: Arc<CqRing>,
     pub users: u32,
     /// `req_notify_cq` armed: None, or Some(solicited_only).
     pub armed: Option<bool>,
 }
 
 impl Cq {
+    pub fn new(depth: usize) -> Cq {
+        Cq { depth, ring: Arc::default(), users: 0, armed: None }
+    }
+
+    /// Whether the CQ overflowed.
+    pub fn errored(&self) -> bool {
+        self.ring.errored()
+    }
+
     /// Push a completion; `false` on overflow (the CQ enters error).
     pub fn push(&mut self, cqe: Cqe) -> bool {
-        if self.errored {
+        if self.ring.errored() {
             return false;
         }
-        if self.entries.len() >= self.depth {
-            self.errored = true;
+        let mut q = self.ring.lock();
+        if q.len() >= self.depth {
+            self.ring.errored.store(true, Ordering::Release);
             return false;
         }
-        self.entries.push_back(cqe);
+        q.push_back(cqe);
+        self.ring.len.store(q.len(), Ordering::Release);
         true
     }
 }
@@ -132,7 +248,7 @@ impl CqSink {
     fn push_cqe(&mut self, cq: CqHandle, cqe: Cqe, se: bool) {
         let Some(c) = self.cqs.get_mut(&cq) else { return };
         let wc = &cqe.wc;
-        let was = c.errored;
+        let was = c.errored();
         let notify = match c.armed {
             Some(false) => true,
             Some(true) => wc.status != WcStatus::Success || se,
@@ -149,5 +265,47 @@ impl CqSink {
             self.events.push_back(AsyncEvent::CqErr(cq));
             self.errored_cqs.push(cq);
         }
+    }
+}
+
+#[cfg(test)]
+mod ring_tests {
+    use super::*;
+    use crate::wr::{WcFlags, WcOpcode};
+
+    fn wc(id: u64) -> WorkCompletion {
+        WorkCompletion {
+            wr_id: id,
+            opcode: WcOpcode::RdmaWrite,
+            wc_flags: WcFlags(0),
+            ..WorkCompletion::EMPTY
+        }
+    }
+
+    /// The program polls the ring alone (no device), frees
+    /// the send-queue slots through the QP's counter, and meets the
+    /// overflow only once the entries before it are polled.
+    #[test]
+    fn a_cq_is_polled_without_the_device_and_frees_slots_by_counter() {
+        let mut cq = Cq::new(3);
+        let freed: Arc<AtomicU32> = Arc::default();
+        let rel = |n| SqRelease { freed: Some(freed.clone()), slots: n };
+        assert!(cq.push(Cqe { wc: wc(1), rel: rel(2) }));
+        assert!(cq.push(Cqe { wc: wc(2), rel: rel(1) }));
+        assert!(cq.push(Cqe { wc: wc(3), rel: SqRelease::default() }));
+        assert!(!cq.push(Cqe { wc: wc(4), rel: rel(1) }), "depth 3: overflow");
+        // (only the ring: no device in reach)
+        let ring: Arc<CqRing> = cq.ring.clone();
+        drop(cq);
+        let mut two = [WorkCompletion::EMPTY; 2];
+        let n = ring.poll_into(&mut two).unwrap();
+        let ids = two.map(|w| w.wr_id);
+        assert_eq!((n, ids), (2, [1, 2]));
+        assert_eq!(freed.load(Ordering::Acquire), 3, "one run of one QP: 2 + 1 slots");
+        let mut out = [WorkCompletion::EMPTY; 4];
+        assert_eq!(ring.poll_into(&mut out), Ok(1), "what it holds first");
+        assert_eq!(out[0].wr_id, 3);
+        assert_eq!(ring.poll_into(&mut out), Err(()), "then the overflow");
+        assert_eq!(freed.load(Ordering::Acquire), 3, "the lost CQE freed nothing");
     }
 }

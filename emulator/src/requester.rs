@@ -314,7 +314,7 @@ impl Qp {
         let built = match span {
             Ok(Some((mem, off))) => Ok(Built::Body(mem, off, n)),
             Ok(None) => {
-                let Ok(mut buf) = r.start_vec() else { return None };
+                let Ok(mut buf) = r.start_in(crate::bufpool::take) else { return None };
                 if inline {
                     let s = w.sent_bytes as usize;
                     buf.extend_from_slice(w.wr.inline_data.get(s..s + n as usize)?);

@@ -399,7 +399,7 @@ impl Qp {
         // from the region itself (RegionBody).
         let direct_ok = cx.tx.region_bodies && chunk as usize >= BODY_MIN;
         // (a packet sent from the region builds its own small buffer)
-        let started = if direct_ok { Ok(Vec::new()) } else { r.start_vec() };
+        let started = if direct_ok { Ok(Vec::new()) } else { r.start_in(crate::bufpool::take) };
         let Ok(mut buf) = started else {
             cx.ctrs.send_err += 1;
             self.resp.queue.pop_front();
@@ -754,9 +754,7 @@ impl Qp {
             tracing::debug!(qpn = %self.qpn, %psn, "message longer than receive WQE");
             return Err(Outcome::Error(NakCode::InvalidRequest, Some(WcStatus::LocLenErr)));
         }
-        let sges = recv.sg_list.clone();
-        let at = *offset;
-        if cx.mem.scatter(self.init.pd, &sges, at, payload).is_err() {
+        if cx.mem.scatter(self.init.pd, &recv.sg_list, *offset, payload).is_err() {
             return Err(Outcome::Error(
                 NakCode::RemoteOperationalError,
                 Some(WcStatus::LocProtErr),

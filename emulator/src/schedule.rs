@@ -60,6 +60,8 @@ impl SansIo for Hca {
         self.cm.note_time(now);
         self.receive(now, &dgram);
         self.settle();
+        // its bytes build a later packet (when nothing else holds them)
+        crate::bufpool::give(dgram.payload);
     }
 
     /// Round-robin over QPs (starting after the last one served); each QP

@@ -67,7 +67,7 @@ impl Tx {
         repr: &RoceRepr,
         payload: &[u8],
     ) -> Option<Datagram> {
-        self.finish_to(qp, av, repr.to_vec(payload).ok()?)
+        self.finish_to(qp, av, repr.to_vec_in(payload, crate::bufpool::take).ok()?)
     }
 
     /// Complete a packet of `qp` to `av` built in place (headers and

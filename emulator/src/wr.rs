@@ -21,6 +21,10 @@ pub struct Sge {
     pub lkey: LKey,
 }
 
+/// A scatter/gather list: up to 4 entries inline, more on the heap (a work
+/// request with few SGEs allocates nothing).
+pub type SgList = smallvec::SmallVec<[Sge; 4]>;
+
 /// Send-queue operations (`enum ibv_wr_opcode`, the RC subset).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WrOpcode {
@@ -373,7 +377,7 @@ pub struct SendWr {
     pub opcode: WrOpcode,
     /// Local buffers (gathered for SEND/WRITE, scattered into for READ;
     /// one 8-byte SGE receiving the original value for atomics).
-    pub sg_list: Vec<Sge>,
+    pub sg_list: SgList,
     /// SIGNALED, FENCE, SOLICITED, INLINE.
     pub flags: SendFlags,
     /// Immediate data (SEND/WRITE with immediate), host order.
@@ -414,7 +418,7 @@ impl SendWr {
         SendWr {
             wr_id,
             opcode,
-            sg_list: Vec::new(),
+            sg_list: SgList::new(),
             flags: SendFlags::SIGNALED,
             imm: 0,
             remote_addr: 0,
@@ -479,13 +483,13 @@ pub struct RecvWr {
     /// Returned in the completion.
     pub wr_id: u64,
     /// Buffers the message is scattered into, in order.
-    pub sg_list: Vec<Sge>,
+    pub sg_list: SgList,
 }
 
 impl RecvWr {
     /// A receive request with one SGE.
     pub fn new(wr_id: u64, addr: u64, length: u32, lkey: LKey) -> RecvWr {
-        RecvWr { wr_id, sg_list: vec![Sge { addr, length, lkey }] }
+        RecvWr { wr_id, sg_list: smallvec::smallvec![Sge { addr, length, lkey }] }
     }
     /// Total capacity in bytes.
     pub fn length(&self) -> u64 {
@@ -630,6 +634,21 @@ pub struct WorkCompletion {
     pub src_qp: u32,
     /// WITH_IMM when `imm` is set.
     pub wc_flags: WcFlags,
+}
+
+impl WorkCompletion {
+    /// A placeholder to fill arrays with before polling into them (a
+    /// successful send of nothing from QP 0).
+    pub const EMPTY: WorkCompletion = WorkCompletion {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        byte_len: 0,
+        imm: None,
+        qp_num: 0,
+        src_qp: 0,
+        wc_flags: WcFlags(0),
+    };
 }
 
 #[cfg(test)]

@@ -274,7 +274,7 @@ fn post_errors() {
     let wr = SendWr::new(1, WrOpcode::RdmaRead).inline(b"x");
     assert_eq!(p.a.hca.post_send(q, wr), Err(PostSendError::InlineNotAllowed));
     let mut rwr = RecvWr::new(1, 0, 1, p.a.mr.lkey);
-    rwr.sg_list = vec![rwr.sg_list[0]; 5];
+    rwr.sg_list = vec![rwr.sg_list[0]; 5].into();
     assert_eq!(p.a.hca.post_recv(q, rwr), Err(PostRecvError::TooManySge { n: 5, max: 4 }));
     // queue full
     for i in 0..1024 {

@@ -121,7 +121,8 @@ fn multi_sge_gather_scatter() {
         sg_list: vec![
             Sge { addr: p.b.addr(64), length: 1500, lkey },
             Sge { addr: p.b.addr(10000), length: 1500, lkey },
-        ],
+        ]
+        .into(),
     };
     p.b.hca.post_recv(p.b.qpn, rwr).unwrap();
     p.a.post(wr);

@@ -323,8 +323,8 @@ fn qps_sharing_a_send_cq_free_their_own_slots() {
     let got = h.poll_cq_deferred(cq, 10).unwrap();
     assert_eq!(got.iter().map(|(w, r)| (w.wr_id, r.slots())).collect::<Vec<_>>(), [(3, 1), (4, 1)]);
     assert_eq!((h.sq_slots_held(x), h.sq_slots_held(y)), (Some(1), Some(1)));
-    h.release_sq(got[0].1);
+    h.release_sq(got[0].1.clone());
     assert_eq!((h.sq_slots_held(x), h.sq_slots_held(y)), (Some(1), Some(0)));
-    h.release_sq(got[1].1);
+    h.release_sq(got[1].1.clone());
     assert_eq!((h.sq_slots_held(x), h.sq_slots_held(y)), (Some(0), Some(0)));
 }

@@ -337,9 +337,7 @@ fn forwarded_datagrams_reach_their_member_as_from_their_source() {
     // for a slot nobody holds: forwarded MAX_HOPS times in all, then dropped
     let (sa, sb) = (slot(&a), slot(&b));
     let free = (0..64u32).find(|s| *s != sa && *s != sb).unwrap() as u8;
-    let all = |f: fn(&roce_transport::CountersSnapshot) -> u64| {
-        f(&counters(&a)) + f(&counters(&b))
-    };
+    let all = |f: fn(&roce_transport::CountersSnapshot) -> u64| f(&counters(&a)) + f(&counters(&b));
     let (out0, drop0) = (all(|c| c.steer_forwarded_out), all(|c| c.steer_forward_dropped));
     member.send_to(&wrap(&d, src, free, 1), dev).unwrap();
     let t0 = std::time::Instant::now();

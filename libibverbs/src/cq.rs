@@ -532,6 +532,9 @@ pub(crate) fn to_wc(wc: &WorkCompletion, l3: u8) -> abi::ibv_wc {
     w
 }
 
+/// Completions `ibv_poll_cq` takes from the device at a time.
+const POLL_CHUNK: usize = 16;
+
 pub(crate) unsafe extern "C" fn poll_cq(
     c: *mut abi::ibv_cq,
     n: libc::c_int,
@@ -552,22 +555,37 @@ pub(crate) unsafe extern "C" fn poll_cq(
         }
         // An empty CQ lets the device's engine run one round in this
         // thread: a program spinning on ibv_poll_cq moves the frames itself.
-        match o.cq.poll_progress(n as usize) {
-            Ok(wcs) if wcs.is_empty() => 0,
-            Ok(wcs) => {
-                for (i, wc) in wcs.iter().enumerate() {
-                    // SAFETY: the caller's array has n entries and
-                    // wcs.len() <= n.
-                    unsafe { out.add(i).write(to_wc(wc, o.l3)) };
+        // (Through a small array on the stack: no allocation per poll.)
+        let want = n as usize;
+        let mut buf = [WorkCompletion::EMPTY; POLL_CHUNK];
+        let mut done = 0;
+        while done < want {
+            let room = &mut buf[..(want - done).min(POLL_CHUNK)];
+            let got = match done {
+                0 => o.cq.poll_progress_into(room),
+                _ => o.cq.poll_into(room),
+            };
+            match got {
+                Ok(k) => {
+                    for (i, wc) in room[..k].iter().enumerate() {
+                        // SAFETY: the caller's array has n entries and
+                        // done + k <= n.
+                        unsafe { out.add(done + i).write(to_wc(wc, o.l3)) };
+                    }
+                    done += k;
+                    if k < room.len() {
+                        break;
+                    }
                 }
-                wcs.len() as libc::c_int
-            }
-            Err(e) => {
-                diag!("poll_cq: {e}");
-                fail(libc::EINVAL);
-                -1
+                Err(_) if done > 0 => break,
+                Err(e) => {
+                    diag!("poll_cq: {e}");
+                    fail(libc::EINVAL);
+                    return -1;
+                }
             }
         }
+        done as libc::c_int
     })
 }
 

@@ -248,7 +248,7 @@ unsafe extern "C" fn wr_set_ud_addr(
 
 unsafe extern "C" fn wr_set_sge(q: *mut abi::ibv_qp_ex, lkey: u32, addr: u64, len: u32) {
     last(q, |_, w| {
-        w.sg_list = vec![Sge { addr, length: len, lkey: LKey::new(lkey) }];
+        w.sg_list = [Sge { addr, length: len, lkey: LKey::new(lkey) }].into_iter().collect();
         Ok(())
     })
 }

@@ -5,7 +5,7 @@
 
 use crate::abi;
 use crate::util::diag;
-use roce_verbs_api::{LKey, RecvWr, Sge};
+use roce_verbs_api::{LKey, RecvWr, SgList, Sge};
 
 /// The SGEs of a C list of at most `max` entries (the QP's or SRQ's limit,
 /// checked before the list is read: rxe refuses a larger `num_sge` first).
@@ -16,7 +16,7 @@ pub(crate) unsafe fn sges(
     sg: *const abi::ibv_sge,
     n: libc::c_int,
     max: u32,
-) -> Result<Vec<Sge>, i32> {
+) -> Result<SgList, i32> {
     if n < 0 || (n > 0 && sg.is_null()) {
         return Err(libc::EINVAL);
     }
@@ -27,7 +27,7 @@ pub(crate) unsafe fn sges(
     if n == 0 {
         // sg_list may be NULL (or anything) with no entries: never made a
         // slice (a slice from NULL is undefined behaviour even when empty)
-        return Ok(Vec::new());
+        return Ok(SgList::new());
     }
     // SAFETY: per the contract.
     let s = unsafe { std::slice::from_raw_parts(sg, n as usize) };

@@ -295,10 +295,18 @@ impl RoceRepr {
     /// [`RoceRepr::finish_vec`]). Saves the copy of an intermediate payload
     /// buffer.
     pub fn start_vec(&self) -> Result<Vec<u8>> {
+        self.start_in(Vec::with_capacity)
+    }
+
+    /// [`RoceRepr::start_vec`] in a vector `get(total)` gives (emptied
+    /// first; a pool's buffer of exactly the packet's length avoids the
+    /// allocation).
+    pub fn start_in(&self, get: impl FnOnce(usize) -> Vec<u8>) -> Result<Vec<u8>> {
         let total = self.buffer_len()?;
-        let mut v = Vec::with_capacity(total);
         let mut h = [0u8; 64];
         let n = self.emit_headers(&mut h)?;
+        let mut v = get(total);
+        v.clear();
         v.extend_from_slice(&h[..n]);
         Ok(v)
     }
@@ -317,12 +325,21 @@ impl RoceRepr {
 
     /// Emit into a new vector (pad and ICRC placeholder zeroed).
     pub fn to_vec(&self, payload: &[u8]) -> Result<Vec<u8>> {
+        self.to_vec_in(payload, Vec::with_capacity)
+    }
+
+    /// [`RoceRepr::to_vec`] in a vector `get(total)` gives (see
+    /// [`RoceRepr::start_in`]).
+    pub fn to_vec_in(&self, payload: &[u8], get: impl FnOnce(usize) -> Vec<u8>) -> Result<Vec<u8>> {
         // Checked before allocating, so a bogus `payload_len` cannot ask
         // for a huge buffer.
         if payload.len() != self.payload_len {
             return Err(Error::InvalidField("payload length differs from payload_len"));
         }
-        let mut v = vec![0u8; self.buffer_len()?];
+        let total = self.buffer_len()?;
+        let mut v = get(total);
+        v.clear();
+        v.resize(total, 0);
         self.emit(payload, &mut v)?;
         Ok(v)
     }

@@ -461,7 +461,10 @@ impl<N: SansIo + Send + 'static, T: Link> Engine<N, T> {
                 }
             }
         }
-        io.tx.drain(..k);
+        for d in io.tx.drain(..k) {
+            // (sent: the bytes build a later packet of this thread's)
+            roce_emulator::bufpool::give(d.payload);
+        }
         io.blocked = o.would_block && !io.tx.is_empty();
         if !io.tx.is_empty() {
             p.dirty.store(true, Ordering::Relaxed);

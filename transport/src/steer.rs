@@ -133,8 +133,7 @@ pub fn wrap(payload: &[u8], src: SocketAddr, slot: u8, hops: u8) -> Vec<u8> {
 
 /// The envelope in `b`, if it is one: `(slot, hops, src)`.
 pub fn unwrap(b: &[u8]) -> Option<(u8, u8, SocketAddr)> {
-    if b.len() < FORWARD_HDR || b[0] != FORWARD_OPCODE || b[2..4] != MAGIC || b[6..8] != [0xFF; 2]
-    {
+    if b.len() < FORWARD_HDR || b[0] != FORWARD_OPCODE || b[2..4] != MAGIC || b[6..8] != [0xFF; 2] {
         return None;
     }
     let port = u16::from_be_bytes([b[8], b[9]]);

@@ -20,8 +20,12 @@ impl Context {
     /// enters error and its QPs go to ERR (IBA §11.4.2.1): size it for
     /// every completion that can be outstanding.
     pub fn create_cq(&self, cqe: u32) -> Result<Cq, CreateCqError> {
-        let h = self.lock().create_cq(cqe)?;
-        Ok(Cq::new(self.clone(), h, cqe))
+        let (h, ring) = {
+            let mut g = self.lock();
+            let h = g.create_cq(cqe)?;
+            (h, g.cq_ring(h).ok_or(CreateCqError::InvalidDepth { cqe, max: 0 })?)
+        };
+        Ok(Cq::new(self.clone(), h, cqe, ring))
     }
 }
 
@@ -78,7 +82,28 @@ impl Cq {
     /// vector when there are none). After an overflow the CQ returns what
     /// it holds, then `Overrun`.
     pub fn poll(&self, max: usize) -> Result<Vec<WorkCompletion>, PollCqError> {
-        self.inner.ctx.lock().poll_cq(self.inner.handle, max)
+        let mut out = vec![WorkCompletion::EMPTY; max.min(self.inner.ring.len())];
+        let n = self.poll_into(&mut out)?;
+        out.truncate(n);
+        Ok(out)
+    }
+
+    /// `ibv_poll_cq` into the caller's array: how many completions were
+    /// written, oldest first (0 when there are none); no allocation.
+    pub fn poll_into(&self, out: &mut [WorkCompletion]) -> Result<usize, PollCqError> {
+        // the CQ's entries, not the device: no device lock
+        self.inner.ring.poll_into(out).map_err(|()| PollCqError::Overrun(self.inner.handle))
+    }
+
+    /// [`Cq::poll_progress`] into the caller's array ([`Cq::poll_into`]).
+    pub fn poll_progress_into(&self, out: &mut [WorkCompletion]) -> Result<usize, PollCqError> {
+        let got = self.poll_into(out)?;
+        if got > 0 {
+            self.inner.ctx.driver().polled();
+            return Ok(got);
+        }
+        self.inner.ctx.driver().poll_once();
+        self.poll_into(out)
     }
 
     /// [`Cq::poll`] for a consumer that takes completions ahead of the
@@ -90,16 +115,14 @@ impl Cq {
         &self,
         max: usize,
     ) -> Result<Vec<(WorkCompletion, SqRelease)>, PollCqError> {
-        self.inner.ctx.lock().poll_cq_deferred(self.inner.handle, max)
+        let h = self.inner.handle;
+        self.inner.ring.poll_deferred(max).map_err(|()| PollCqError::Overrun(h))
     }
 
     /// Free the send-queue slots of a completion taken with
-    /// [`Cq::poll_deferred`] (nothing to do, and no lock taken, for a
-    /// receive completion).
+    /// [`Cq::poll_deferred`] (an atomic addition: no lock).
     pub fn release_sq(&self, rel: SqRelease) {
-        if !rel.is_empty() {
-            self.inner.ctx.lock().release_sq(rel);
-        }
+        rel.release();
     }
 
     /// [`Cq::poll`], and when it finds nothing, let the driver run one
@@ -108,13 +131,10 @@ impl Cq {
     /// that spin on `ibv_poll_cq` (perftest): their spinning moves the
     /// frames, with no thread in between.
     pub fn poll_progress(&self, max: usize) -> Result<Vec<WorkCompletion>, PollCqError> {
-        let got = self.poll(max)?;
-        if !got.is_empty() {
-            self.inner.ctx.driver().polled();
-            return Ok(got);
-        }
-        self.inner.ctx.driver().poll_once();
-        self.poll(max)
+        let mut out = vec![WorkCompletion::EMPTY; max];
+        let n = self.poll_progress_into(&mut out)?;
+        out.truncate(n);
+        Ok(out)
     }
 
     /// Poll until `n` completions have been collected, letting the driver

@@ -65,7 +65,7 @@ pub use roce_emulator::{
     HcaConfig, Instant, McastError, ModifyQpError, ModifySrqError, MrAccessError, MrInfo, MwBind,
     MwBindWr, MwError, MwHandle, MwType, NotifyCqError, PathMtu, PollCqError, PortAttr, PortState,
     PostRecvError, PostSendError, PostSrqRecvError, QpAttr, QpCap, QpInitAttr, QpLookupError,
-    QpState, QpType, RecvWr, RegMrError, RegionMem, ResizeCqError, SendFlags, SendWr, Sge,
+    QpState, QpType, RecvWr, RegMrError, RegionMem, ResizeCqError, SendFlags, SendWr, SgList, Sge,
     SqRelease, SrqAttr, SrqHandle, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
     XrcError, XrcdHandle, MCAST_QPN,
 };

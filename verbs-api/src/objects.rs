@@ -74,6 +74,8 @@ impl Context {
 pub(crate) struct CqInner {
     pub ctx: Context,
     pub handle: CqHandle,
+    /// The CQ's entries, polled without the device lock.
+    pub ring: Arc<roce_emulator::CqRing>,
     pub depth: AtomicU32,
     pub destroyed: bool,
     /// Completion events taken from a channel for this CQ.
@@ -109,11 +111,17 @@ impl fmt::Debug for Cq {
 }
 
 impl Cq {
-    pub(crate) fn new(ctx: Context, handle: CqHandle, depth: u32) -> Cq {
+    pub(crate) fn new(
+        ctx: Context,
+        handle: CqHandle,
+        depth: u32,
+        ring: Arc<roce_emulator::CqRing>,
+    ) -> Cq {
         Cq {
             inner: Arc::new(CqInner {
                 ctx,
                 handle,
+                ring,
                 depth: AtomicU32::new(depth),
                 destroyed: false,
                 events_got: AtomicU32::new(0),

@@ -498,7 +498,7 @@ impl Workload {
         let off = ((st.q * self.recv_slots + r) * self.rstride) as u64;
         let wr_id = Self::recv_wr_id(s, r);
         let sge = side.recv.sge(off, self.rstride as u32);
-        side.qps[st.q].post_recv(RecvWr { wr_id, sg_list: vec![sge] })?;
+        side.qps[st.q].post_recv(RecvWr { wr_id, sg_list: [sge].into_iter().collect() })?;
         self.streams[s].posted_recvs.push_back(wr_id);
         Ok(())
     }
@@ -512,7 +512,7 @@ impl Workload {
     fn post_srq_recv(&mut self, side: usize, r: usize) -> Result<(), String> {
         let Some((srq, buf)) = &self.sides[side].srq else { return Err("no SRQ".into()) };
         let sge = buf.sge((r * self.rstride) as u64, self.rstride as u32);
-        srq.post_recv(RecvWr { wr_id: SRQ_WR | r as u64, sg_list: vec![sge] })
+        srq.post_recv(RecvWr { wr_id: SRQ_WR | r as u64, sg_list: [sge].into_iter().collect() })
             .map_err(|e| e.to_string())
     }
 
