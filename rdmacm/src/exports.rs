@@ -16,6 +16,17 @@ pub(crate) const SLEEP_CAP_MS: i32 = 200;
 /// Sleep until the CM or the CQ of `h` has news (or `ms`), the lock
 /// released meanwhile.
 pub(crate) fn sleep_on<'a>(h: &'a Handle, mut g: MutexGuard<'a, Rs>, ms: i32) -> MutexGuard<'a, Rs> {
+    // poll the CQ a little first, as rdma-core does (`polling_time`): each
+    // poll receives what arrived, a sleep costs a wake-up
+    let spin = Instant::now() + Duration::from_micros(u64::from(poll_us()));
+    while Instant::now() < spin {
+        if g.progress().unwrap_or(true) {
+            return g;
+        }
+        drop(g);
+        std::hint::spin_loop();
+        g = lock(h);
+    }
     let (cm, cc) = g.arm();
     if g.progress().unwrap_or(true) {
         return g;
@@ -28,6 +39,18 @@ pub(crate) fn sleep_on<'a>(h: &'a Handle, mut g: MutexGuard<'a, Rs>, ms: i32) ->
     // SAFETY: two pollfds of ours.
     unsafe { libc::poll(fds.as_mut_ptr(), 2, ms.clamp(0, SLEEP_CAP_MS)) };
     lock(h)
+}
+
+/// How long a blocking call polls before it sleeps, in microseconds:
+/// `ROCE_EMU_RS_POLL_US`, else rdma-core's default (10) — hmm
+fn poll_us() -> u32 {
+    static V: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *V.get_or_init(|| {
+        std::env::var("ROCE_EMU_RS_POLL_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(roce_rsocket::consts::DEF_POLLING_TIME_US)
+    })
 }
 
 /// Make progress until `test` holds; EAGAIN at once when `nonblock`.

@@ -25,7 +25,8 @@
 //!   (completions into the stream, its actions posted);
 //! * `table`: the rsockets by number (the fd of each one's CM channel, a
 //!   real fd: `poll(2)` works on it), accepting;
-//! * `exports`, `poll`, `opts`: the C functions.
+//! * `exports`, `poll`, `opts`: the C functions;
+//! * [`RSocket`]: a safe Rust face on them (tests, Rust programs).
 //!
 //! Step 1 covers `SOCK_STREAM` over RC. `SOCK_DGRAM` and the iomap calls
 //! (`riomap`, `riounmap`, `riowrite`) answer `ENOSYS`/`ENOTSUP`.
@@ -38,11 +39,13 @@ mod exports;
 mod opts;
 mod poll;
 mod rs;
+mod socket;
 mod table;
 
 pub use exports::*;
 pub use opts::{rfcntl, rgetsockopt, rsetsockopt};
 pub use poll::{rpoll, rselect};
+pub use socket::RSocket;
 
 /// The calling thread's errno.
 pub(crate) fn errno() -> i32 {

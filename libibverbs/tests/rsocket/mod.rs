@@ -1,0 +1,141 @@
+//! rsockets on the drop-in (issue 38, the `roce-rdmacm` crate): rdma-core's
+//! `rstream` in both roles (two processes on one pair of devices, its
+//! blocking, non-blocking and poll-driven modes, 64 B to 1 MiB, data
+//! verified), a C program of misuse and checked exchanges
+//! (`tests/c/rsocket_check.c`), and two rsockets of this executable
+//! exchanging checked bytes through the Rust crate's C functions.
+//!
+//! A directory module (`rsocket/mod.rs`), so that the crate's tests/ gets
+//! no new top-level file. Each test has its own loopback addresses
+//! (127.0.15N.2/3); tests that need a tool print SKIPPED without it.
+
+use crate::common;
+use common::{need, text};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+fn lib_dir() -> std::path::PathBuf {
+    common::drop_in_dir("rsocket-test-lib", &["libibverbs.so.1", "librdmacm.so.1"])
+}
+
+fn cmd(prog: &Path, net: u8, args: &[&str]) -> Command {
+    common::drop_in_cmd(prog, &lib_dir(), &common::two_devices(net), args)
+}
+
+/// Server then client, both must exit 0 within `limit`: their outputs.
+fn pair(net: u8, server: Command, client: Command, what: &str, limit: u64) -> (String, String) {
+    let (c, s) = common::server_then_client(
+        server,
+        client,
+        [127, 0, net, 2],
+        Duration::from_secs(limit),
+        Duration::from_secs(15),
+    );
+    common::both_succeeded(what, &c, &s)
+}
+
+/// `rstream` with `args` as server (`-b`) and client (`-s`) on port
+/// `port`; the client's result line is returned.
+fn rstream(net: u8, port: u16, args: &[&str], limit: u64) -> Option<String> {
+    let exe = need("rstream", "rdmacm-utils")?;
+    let addr = format!("127.0.{net}.2");
+    let port = port.to_string();
+    let mut sa = vec!["-b", addr.as_str(), "-p", port.as_str()];
+    let mut ca = vec!["-s", addr.as_str(), "-p", port.as_str()];
+    sa.extend_from_slice(args);
+    ca.extend_from_slice(args);
+    let what = format!("rstream {}", args.join(" "));
+    let (c, s) = pair(net, cmd(&exe, net, &sa), cmd(&exe, net, &ca), &what, limit);
+    assert!(c.contains("Gb/sec") && s.contains("Gb/sec"), "{what}\n{c}\n{s}");
+    Some(c)
+}
+
+#[test]
+fn rstream_64_bytes_and_1_mib_verified_blocking() {
+    let net = 151;
+    let Some(c) = rstream(net, 7551, &["-S", "64", "-C", "1000", "-T", "v"], 60) else { return };
+    assert!(c.contains("64 "), "{c}");
+    let Some(c) = rstream(net, 7552, &["-S", "1048576", "-C", "20", "-T", "v"], 60) else { return };
+    assert!(c.contains("1m "), "{c}");
+}
+
+#[test]
+fn rstream_poll_driven_and_nonblocking_verified() {
+    let net = 152;
+    let Some(_) = rstream(net, 7553, &["-S", "65536", "-C", "100", "-T", "a", "-T", "v"], 60)
+    else {
+        return;
+    };
+    rstream(net, 7554, &["-S", "4096", "-C", "200", "-T", "n", "-T", "v"], 60);
+    rstream(net, 7555, &["-S", "1048576", "-C", "10", "-T", "a", "-T", "n", "-T", "v"], 60);
+}
+
+#[test]
+fn rstream_latency_with_iterations_and_small_buffers() {
+    let net = 153;
+    // ping-pong (one transfer each way, 300 times), then 2 KiB socket
+    // buffers (-B: SO_SNDBUF/SO_RCVBUF) and 32 B inline (-i)
+    let Some(_) = rstream(net, 7556, &["-S", "100", "-C", "1", "-I", "300", "-T", "v"], 60) else {
+        return;
+    };
+    rstream(net, 7557, &["-S", "100000", "-C", "20", "-B", "2048", "-i", "32", "-T", "v"], 60);
+}
+
+#[test]
+fn c_program_misuse_and_checked_exchanges() {
+    let Some(exe) = common::compile_c(
+        "rsocket_check",
+        "/usr/include/rdma/rsocket.h",
+        &lib_dir(),
+        &["-l:librdmacm.so.1", "-l:libibverbs.so.1"],
+    ) else {
+        return;
+    };
+    let net = 154;
+    let (c, s) = pair(
+        net,
+        cmd(&exe, net, &["server", "127.0.154.2", "7560"]),
+        cmd(&exe, net, &["client", "127.0.154.2", "7560"]),
+        "rsocket_check",
+        60,
+    );
+    assert!(c.contains("client done, 0 failures") && !c.contains("FAIL"), "{c}");
+    assert!(s.contains("server done, 0 failures") && !s.contains("FAIL"), "{s}");
+    for must in [
+        "ok   rconnect to a port nobody listens on: ECONNREFUSED",
+        "ok   rsend of a NULL buffer: EFAULT",
+        "ok   rsend on a closed rsocket: EBADF",
+        "ok   the echo is intact",
+        "ok   rselect: the server's message is readable",
+    ] {
+        assert!(c.contains(must), "{must}\n{c}");
+    }
+    for must in [
+        "ok   the client's 100000 bytes arrived intact",
+        "ok   rpoll of a pipe and an rsocket together: the pipe is readable",
+        "ok   rrecv on an empty non-blocking rsocket: EAGAIN",
+    ] {
+        assert!(s.contains(must), "{must}\n{s}");
+    }
+}
+
+mod in_process;
+
+/// Run this executable's test `name` alone in a child with the devices of
+/// `net` (the child sees `ROCE_RS_CHILD`): its output, after it exited 0.
+fn child(name: &str, net: u8) -> String {
+    let exe = std::env::current_exe().expect("the test executable");
+    let mut c = Command::new(exe);
+    c.args([name, "--exact", "--nocapture", "--test-threads", "1"])
+        .env("ROCE_RS_CHILD", "1")
+        .env("ROCE_EMU_DEVICES", common::two_devices(net))
+        .env("ROCE_EMU_STATS", "0")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let (o, killed) = common::finish(c.spawn().expect("spawn"), Duration::from_secs(60));
+    let out = text(&o.stdout) + &text(&o.stderr);
+    assert!(!killed && o.status.success(), "child {name}:\n{out}");
+    out
+}
