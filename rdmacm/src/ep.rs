@@ -205,10 +205,8 @@ impl Ep {
     /// Post an RDMA WRITE the stream asked for; `app` is the application's
     /// buffer of the call that made it (the one `Source::App` offsets name).
     pub fn post(&self, wr: &Wr, app: &[u8]) -> Result<(), i32> {
-        let mut sges = [
-            ibv_sge { addr: 0, length: 0, lkey: 0 },
-            ibv_sge { addr: 0, length: 0, lkey: 0 },
-        ];
+        let mut sges =
+            [ibv_sge { addr: 0, length: 0, lkey: 0 }, ibv_sge { addr: 0, length: 0, lkey: 0 }];
         let mut n = 0usize;
         let mut flags = 0;
         match &wr.payload {

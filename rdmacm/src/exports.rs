@@ -15,7 +15,11 @@ pub(crate) const SLEEP_CAP_MS: i32 = 200;
 
 /// Sleep until the CM or the CQ of `h` has news (or `ms`), the lock
 /// released meanwhile.
-pub(crate) fn sleep_on<'a>(h: &'a Handle, mut g: MutexGuard<'a, Rs>, ms: i32) -> MutexGuard<'a, Rs> {
+pub(crate) fn sleep_on<'a>(
+    h: &'a Handle,
+    mut g: MutexGuard<'a, Rs>,
+    ms: i32,
+) -> MutexGuard<'a, Rs> {
     // poll the CQ a little first, as rdma-core does (`polling_time`): each
     // poll receives what arrived, a sleep costs a wake-up
     let spin = Instant::now() + Duration::from_micros(u64::from(poll_us()));
@@ -42,7 +46,7 @@ pub(crate) fn sleep_on<'a>(h: &'a Handle, mut g: MutexGuard<'a, Rs>, ms: i32) ->
 }
 
 /// How long a blocking call polls before it sleeps, in microseconds:
-/// `ROCE_EMU_RS_POLL_US`, else rdma-core's default (10) — hmm
+/// `ROCE_EMU_RS_POLL_US`, else rdma-core's default (10 µs)
 fn poll_us() -> u32 {
     static V: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     *V.get_or_init(|| {
@@ -176,8 +180,9 @@ pub unsafe extern "C" fn raccept(s: c_int, addr: *mut sockaddr, len: *mut sockle
         }
         let nonblock = g.nonblocking();
         let mut g = wait_until(&h, g, nonblock, |r| !r.accept_q.is_empty())?;
-        let fd = g.accept_q.pop_front().ok_or(libc::EAGAIN)?;
+        let new = g.accept_q.pop_front().ok_or(libc::EAGAIN)?;
         drop(g);
+        let fd = table::insert(new);
         if !addr.is_null() && !len.is_null() {
             // SAFETY: the caller's address buffer.
             unsafe { rgetpeername(fd, addr, len) };
@@ -211,7 +216,9 @@ pub unsafe extern "C" fn rconnect(s: c_int, addr: *const sockaddr, len: socklen_
         let n = (len as usize).min(std::mem::size_of::<libc::sockaddr_storage>());
         let mut dst: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
         // SAFETY: the caller's address of `len` bytes into our storage.
-        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, &mut dst as *mut _ as *mut u8, n) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(addr as *const u8, &mut dst as *mut _ as *mut u8, n)
+        };
         g.state = State::ResolvingAddr;
         // SAFETY: our live id; the address lives across the call.
         let r = unsafe {
@@ -401,7 +408,7 @@ pub unsafe extern "C" fn rrecvfrom(
 /// # Safety
 /// `iov` points to `n` iovecs of readable memory, or is NULL.
 unsafe fn gather(iov: *const libc::iovec, n: c_int) -> Result<Vec<u8>, i32> {
-    if n < 0 || n > 1024 || (iov.is_null() && n > 0) {
+    if !(0..=1024).contains(&n) || (iov.is_null() && n > 0) {
         return Err(libc::EINVAL);
     }
     let mut out = Vec::new();
@@ -425,11 +432,12 @@ fn writev(s: c_int, iov: *const libc::iovec, n: c_int, flags: c_int) -> ssize_t 
 /// Receive into an iovec array.
 fn readv(s: c_int, iov: *const libc::iovec, n: c_int, flags: c_int) -> ssize_t {
     guard(|| {
-        if n < 0 || n > 1024 || (iov.is_null() && n > 0) {
+        if !(0..=1024).contains(&n) || (iov.is_null() && n > 0) {
             return Err(libc::EINVAL);
         }
         // SAFETY: the caller's iovecs (checked above).
-        let vs = if n == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(iov, n as usize) } };
+        let vs =
+            if n == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(iov, n as usize) } };
         let total: usize = vs.iter().map(|v| v.iov_len).sum();
         if vs.iter().any(|v| v.iov_base.is_null() && v.iov_len > 0) {
             return Err(libc::EFAULT);
@@ -440,7 +448,9 @@ fn readv(s: c_int, iov: *const libc::iovec, n: c_int, flags: c_int) -> ssize_t {
         for v in vs {
             let k = v.iov_len.min(got - at);
             // SAFETY: the caller's iovec has `iov_len` >= k bytes.
-            unsafe { std::ptr::copy_nonoverlapping(tmp.as_ptr().add(at), v.iov_base as *mut u8, k) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(tmp.as_ptr().add(at), v.iov_base as *mut u8, k)
+            };
             at += k;
         }
         Ok(got as ssize_t)
@@ -529,10 +539,9 @@ fn close_handle(h: &Handle) {
     let g = lock(h);
     let _ = shutdown_locked(h, g, Shutdown::Both);
     let mut g = lock(h);
-    for fd in std::mem::take(&mut g.accept_q) {
-        if let Some(other) = table::remove(fd) {
-            close_handle(&other);
-        }
+    for mut other in std::mem::take(&mut g.accept_q) {
+        other.cm_disconnect();
+        other.destroy();
     }
     if matches!(g.state, State::Connected | State::Accepting | State::Connecting) {
         g.cm_disconnect();
@@ -542,7 +551,11 @@ fn close_handle(h: &Handle) {
 
 /// A CM id's address field into the caller's buffer, truncated as
 /// `getsockname(2)` does.
-fn copy_addr(src: &libc::sockaddr_storage, addr: *mut sockaddr, len: *mut socklen_t) -> Result<c_int, i32> {
+fn copy_addr(
+    src: &libc::sockaddr_storage,
+    addr: *mut sockaddr,
+    len: *mut socklen_t,
+) -> Result<c_int, i32> {
     if addr.is_null() || len.is_null() {
         return Err(libc::EFAULT);
     }

@@ -31,6 +31,8 @@
 //! Step 1 covers `SOCK_STREAM` over RC. `SOCK_DGRAM` and the iomap calls
 //! (`riomap`, `riounmap`, `riowrite`) answer `ENOSYS`/`ENOTSUP`.
 #![allow(unsafe_code)]
+// the exported functions' contract is `<rdma/rsocket.h>`'s, as for the C library
+#![allow(clippy::missing_safety_doc)]
 
 pub mod ffi;
 

@@ -59,7 +59,13 @@ fn set_socket(g: &mut Rs, name: c_int, val: *const c_void, len: socklen_t) -> Re
             let mut on = v?;
             // SAFETY: our live id; an int the CM reads.
             unsafe {
-                rdma_set_option(g.id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, (&mut on as *mut c_int).cast(), 4)
+                rdma_set_option(
+                    g.id,
+                    RDMA_OPTION_ID,
+                    RDMA_OPTION_ID_REUSEADDR,
+                    (&mut on as *mut c_int).cast(),
+                    4,
+                )
             };
             set_bit(&mut g.so_opts, name, on != 0);
         }
@@ -146,7 +152,13 @@ pub unsafe extern "C" fn rsetsockopt(
                 let mut on = unsafe { int_val(val, len) }?;
                 // SAFETY: our live id; an int the CM reads.
                 unsafe {
-                    rdma_set_option(g.id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, (&mut on as *mut c_int).cast(), 4)
+                    rdma_set_option(
+                        g.id,
+                        RDMA_OPTION_ID,
+                        RDMA_OPTION_ID_AFONLY,
+                        (&mut on as *mut c_int).cast(),
+                        4,
+                    )
                 };
                 set_bit(&mut g.ipv6_opts, name, on != 0);
             }

@@ -161,7 +161,8 @@ pub unsafe extern "C" fn rselect(
         // SAFETY: the caller's timeval or NULL.
         let timeout = match unsafe { t.as_ref() } {
             None => -1,
-            Some(tv) => (tv.tv_sec.saturating_mul(1000) + tv.tv_usec / 1000).clamp(0, i32::MAX as i64) as c_int,
+            Some(tv) => (tv.tv_sec.saturating_mul(1000) + tv.tv_usec / 1000)
+                .clamp(0, i32::MAX as i64) as c_int,
         };
         // SAFETY: our own array.
         let r = unsafe { rpoll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout) };
@@ -178,11 +179,17 @@ pub unsafe extern "C" fn rselect(
             let mut count = 0;
             for p in &pfds {
                 let hit = |m: c_short| p.revents & m != 0;
-                if !rd.is_null() && hit(libc::POLLIN | libc::POLLHUP | libc::POLLERR) && p.events & libc::POLLIN != 0 {
+                if !rd.is_null()
+                    && hit(libc::POLLIN | libc::POLLHUP | libc::POLLERR)
+                    && p.events & libc::POLLIN != 0
+                {
                     libc::FD_SET(p.fd, rd);
                     count += 1;
                 }
-                if !wr.is_null() && hit(libc::POLLOUT | libc::POLLERR) && p.events & libc::POLLOUT != 0 {
+                if !wr.is_null()
+                    && hit(libc::POLLOUT | libc::POLLERR)
+                    && p.events & libc::POLLOUT != 0
+                {
                     libc::FD_SET(p.fd, wr);
                     count += 1;
                 }

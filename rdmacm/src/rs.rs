@@ -7,9 +7,7 @@
 
 use crate::ep::Ep;
 use crate::ffi::*;
-use roce_rsocket::{
-    Action, ConnData, RecvCompletion, Stream, StreamConfig,
-};
+use roce_rsocket::{Action, ConnData, RecvCompletion, Stream, StreamConfig};
 use std::collections::VecDeque;
 use std::ptr;
 
@@ -47,7 +45,7 @@ pub(crate) struct Rs {
     /// `SO_ERROR`.
     pub err: i32,
     /// Accepted rsockets not yet taken by `raccept` (listener).
-    pub accept_q: VecDeque<i32>,
+    pub accept_q: VecDeque<Rs>,
     /// Actions of `establish` held until the CM says the connection is up.
     pub pending: Vec<Action>,
     /// The CM reported the connection gone; we said goodbye to the CM.
@@ -113,8 +111,8 @@ impl Rs {
     ) {
         match (self.state, kind) {
             (State::Listening, ev::CONNECT_REQUEST) => {
-                if let Some(fd) = crate::table::accept_one(self, cid, param, data) {
-                    self.accept_q.push_back(fd);
+                if let Some(rs) = accept_one(self, cid, param, data) {
+                    self.accept_q.push_back(rs);
                 }
             }
             (State::ResolvingAddr, ev::ADDR_RESOLVED) => {
@@ -332,6 +330,116 @@ impl Rs {
 
 /// The connection data of a REQ, checked (`rs_accept` rejects a version
 /// other than 1).
-pub(crate) fn check_req(data: &[u8]) -> bool {
+fn check_req(data: &[u8]) -> bool {
     ConnData::parse(data).is_ok()
+}
+
+/// A fresh rsocket state around a channel and an id.
+pub(crate) fn blank(chan: *mut rdma_event_channel, id: *mut rdma_cm_id, cfg: StreamConfig) -> Rs {
+    Rs {
+        // SAFETY: a live channel of the CM.
+        fd: unsafe { (*chan).fd },
+        chan,
+        id,
+        state: State::Init,
+        fs_flags: 0,
+        fd_flags: 0,
+        cfg,
+        so_opts: 0,
+        tcp_opts: 0,
+        ipv6_opts: 0,
+        keepalive_time: roce_rsocket::consts::DEF_KEEPALIVE_TIME_S,
+        ep: None,
+        stream: None,
+        err: 0,
+        accept_q: VecDeque::new(),
+        pending: Vec::new(),
+        cm_gone: false,
+        cm_disconnect_sent: false,
+    }
+}
+
+/// A non-blocking event channel of our own.
+pub(crate) fn new_channel() -> Result<*mut rdma_event_channel, i32> {
+    // SAFETY: a plain CM call.
+    let chan = unsafe { rdma_create_event_channel() };
+    if chan.is_null() {
+        return Err(crate::errno().max(1));
+    }
+    // SAFETY: the channel just made.
+    crate::set_nonblock(unsafe { (*chan).fd }, true);
+    Ok(chan)
+}
+
+/// A connection request on `listener` (rsocket.c's `rs_accept`): the new
+/// id moves to a channel of its own, gets its resources, checks the
+/// peer's connection data, and is accepted with ours. Its number, or
+/// `None` when it was refused. It joins the rsocket table when `raccept`
+/// takes it.
+pub(crate) fn accept_one(
+    listener: &Rs,
+    cid: *mut rdma_cm_id,
+    param: rdma_conn_param,
+    data: &[u8],
+) -> Option<Rs> {
+    let reject = |why: &str| {
+        crate::diag(&format!("rsocket: connection request refused: {why}"));
+        // SAFETY: the request's id, ours to refuse and destroy.
+        unsafe {
+            rdma_reject(cid, ptr::null(), 0);
+            rdma_destroy_id(cid);
+        }
+        None
+    };
+    if !check_req(data) {
+        return reject("bad connection data");
+    }
+    let chan = match new_channel() {
+        Ok(c) => c,
+        Err(_) => return reject("no channel"),
+    };
+    // SAFETY: the request's id and our new channel.
+    if unsafe { rdma_migrate_id(cid, chan) } != 0 {
+        // SAFETY: our channel, no id on it.
+        unsafe { rdma_destroy_event_channel(chan) };
+        return reject("migrate");
+    }
+    let mut rs = blank(chan, cid, listener.cfg);
+    rs.fs_flags = listener.fs_flags;
+    rs.fd_flags = listener.fd_flags;
+    rs.so_opts = listener.so_opts;
+    rs.tcp_opts = listener.tcp_opts;
+    match finish_accept(&mut rs, param, data) {
+        Ok(()) => Some(rs),
+        Err(e) => {
+            crate::diag(&format!("rsocket: accept failed: errno {e}"));
+            // SAFETY: the id is ours; refuse before freeing it.
+            unsafe { rdma_reject(cid, ptr::null(), 0) };
+            rs.destroy();
+            None
+        }
+    }
+}
+
+fn finish_accept(rs: &mut Rs, param: rdma_conn_param, data: &[u8]) -> Result<(), i32> {
+    let mut cfg = rs.cfg;
+    let ep = Ep::create(rs.id, &mut cfg)?;
+    rs.cfg = cfg;
+    let mut stream = Stream::new(cfg, ep.memory());
+    rs.ep = Some(ep);
+    let acts = stream.establish(data).map_err(|e| e.errno())?;
+    let mine = stream.conn_data().emit();
+    rs.stream = Some(stream);
+    rs.pending = acts;
+    let mut p = param;
+    p.private_data = mine.as_ptr().cast();
+    p.private_data_len = mine.len() as u8;
+    p.srq = 0;
+    p.qp_num = 0;
+    rs.state = State::Accepting;
+    // SAFETY: the id with its QP; the private data outlives the call.
+    if unsafe { rdma_accept(rs.id, &mut p) } != 0 {
+        return Err(crate::errno().max(1));
+    }
+    Ok(())
 }
