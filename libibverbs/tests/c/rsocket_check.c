@@ -90,6 +90,18 @@ static void server_blocking(int lfd)
 
 	fd = raccept(lfd, (struct sockaddr *)&peer, &plen);
 	CHECK(fd >= 0 && peer.sin_family == AF_INET, "raccept: a connected rsocket and the peer's address");
+	{
+		struct sockaddr_in me;
+		socklen_t mlen = sizeof me;
+		char p[32], m[32];
+
+		rgetsockname(fd, (struct sockaddr *)&me, &mlen);
+		inet_ntop(AF_INET, &peer.sin_addr, p, sizeof p);
+		inet_ntop(AF_INET, &me.sin_addr, m, sizeof m);
+		printf("accepted %s:%d on %s:%d\n", p, ntohs(peer.sin_port), m, ntohs(me.sin_port));
+		CHECK(peer.sin_addr.s_addr != me.sin_addr.s_addr || peer.sin_port != me.sin_port,
+		      "the accepted rsocket's peer is the client, not itself");
+	}
 	CHECK(recv_all(fd, buf, BIG) == BIG, "rrecv: %d bytes", BIG);
 	for (ok = 1, i = 0; i < BIG; i++)
 		ok &= buf[i] == pattern(i);

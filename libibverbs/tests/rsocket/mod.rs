@@ -82,6 +82,52 @@ fn rstream_latency_with_iterations_and_small_buffers() {
     rstream(net, 7557, &["-S", "100000", "-C", "20", "-B", "2048", "-i", "32", "-T", "v"], 60);
 }
 
+/// rstream's own default test: latency then bandwidth at 64 B, 4 KiB,
+/// 64 KiB and 1 MiB (100 000 ping-pongs of 64 B first). About 30 s on a
+/// release build, three minutes on the test profile's on a loaded
+/// two-core machine: run it with `--ignored`.
+#[test]
+#[ignore = "minutes on the test profile: cargo test ... rsocket:: -- --ignored"]
+fn rstream_default_test() {
+    let Some(c) = rstream(156, 7570, &[], 600) else { return };
+    for name in ["64_lat", "4k_lat", "64k_lat", "1m_lat", "64_bw", "4k_bw", "64k_bw", "1m_bw"] {
+        assert!(c.contains(name), "{name}\n{c}");
+    }
+}
+
+/// rdma-core's `rcopy` of a 100 MiB file, server on the wildcard address
+/// (it serves until killed), the copy compared byte for byte.
+#[test]
+fn rcopy_100_mib_file_checked() {
+    let Some(exe) = need("rcopy", "rdmacm-utils") else { return };
+    let net = 157;
+    let dir = std::env::temp_dir().join(format!("roce-rcopy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let (src, dst) = (dir.join("src.bin"), dir.join("dst.bin"));
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let data: Vec<u8> = (0..100 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(&src, &data).expect("write the source file");
+    let server = cmd(&exe, net, &["-p", "7580"]).spawn().expect("spawn the rcopy server");
+    common::wait_device([127, 0, net, 2]);
+    let target = format!("127.0.{net}.2:{}", dst.display());
+    let src_s = src.display().to_string();
+    let mut client = cmd(&exe, net, &[src_s.as_str(), target.as_str(), "-p", "7580"]);
+    let (c, killed) = common::finish(client.spawn().expect("spawn"), Duration::from_secs(120));
+    let (s, _) = common::finish(server, Duration::from_millis(500));
+    let out = format!("{}{}\n--- server\n{}", text(&c.stdout), text(&c.stderr), text(&s.stdout));
+    assert!(!killed && c.status.success(), "rcopy:\n{out}");
+    let copy = std::fs::read(&dst).expect("the copy");
+    assert!(copy.len() == data.len() && copy == data, "the copy differs\n{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn c_program_misuse_and_checked_exchanges() {
     let Some(exe) = common::compile_c(
@@ -115,6 +161,7 @@ fn c_program_misuse_and_checked_exchanges() {
         "ok   the client's 100000 bytes arrived intact",
         "ok   rpoll of a pipe and an rsocket together: the pipe is readable",
         "ok   rrecv on an empty non-blocking rsocket: EAGAIN",
+        "ok   the accepted rsocket's peer is the client, not itself",
     ] {
         assert!(s.contains(must), "{must}\n{s}");
     }
