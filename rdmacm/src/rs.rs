@@ -51,6 +51,10 @@ pub(crate) struct Rs {
     /// The CM reported the connection gone; we said goodbye to the CM.
     pub cm_gone: bool,
     pub cm_disconnect_sent: bool,
+    /// When the last keepalive went (`SO_KEEPALIVE`: one every
+    /// `keepalive_time` seconds, sent by whichever call makes progress;
+    /// a blocked call looks at least every `SLEEP_CAP_MS`).
+    pub last_keepalive: std::time::Instant,
 }
 
 // SAFETY: the raw pointers are objects of the drop-in, usable from any
@@ -245,6 +249,7 @@ impl Rs {
     /// something happened.
     pub fn progress(&mut self) -> Result<bool, i32> {
         let mut any = self.drive_cm();
+        self.keepalive();
         loop {
             let Some(ep) = self.ep.as_mut() else { return Ok(any) };
             ep.drain_events();
@@ -257,6 +262,24 @@ impl Rs {
             for w in &wc[..n] {
                 self.on_completion(w);
             }
+        }
+    }
+
+    /// A keepalive when `SO_KEEPALIVE` is on and one is due
+    /// (`tcp_svc_send_keepalive`): a 0-byte RDMA WRITE whose completion,
+    /// an error when the peer is gone, is what counts.
+    fn keepalive(&mut self) {
+        if self.so_opts & (1 << libc::SO_KEEPALIVE) == 0 || !self.connected() {
+            return;
+        }
+        let every = std::time::Duration::from_secs(u64::from(self.keepalive_time.max(1)));
+        if self.last_keepalive.elapsed() < every {
+            return;
+        }
+        self.last_keepalive = std::time::Instant::now();
+        let (Some(ep), Some(stream)) = (self.ep.as_ref(), self.stream.as_mut()) else { return };
+        if let Some(wr) = stream.keepalive() {
+            let _ = ep.post(&wr, &[]);
         }
     }
 
@@ -356,6 +379,7 @@ pub(crate) fn blank(chan: *mut rdma_event_channel, id: *mut rdma_cm_id, cfg: Str
         pending: Vec::new(),
         cm_gone: false,
         cm_disconnect_sent: false,
+        last_keepalive: std::time::Instant::now(),
     }
 }
 
