@@ -343,3 +343,23 @@ impl Ep {
         }
     }
 }
+
+/// One `riomap`ped buffer.
+pub(crate) struct IoMapping {
+    pub addr: *mut c_void,
+    pub len: usize,
+    pub mr: *mut ibv_mr,
+    /// The peer's iomap entry it was published in (PROT_WRITE).
+    pub index: Option<u16>,
+}
+
+impl IoMapping {
+    /// Deregister (before the PD goes).
+    pub fn release(&mut self) {
+        if !self.mr.is_null() {
+            // SAFETY: our MR, deregistered once.
+            unsafe { ibv_dereg_mr(self.mr) };
+            self.mr = std::ptr::null_mut();
+        }
+    }
+}

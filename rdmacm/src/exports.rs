@@ -5,7 +5,7 @@ use crate::rs::{Rs, State};
 use crate::table::{self, lock, Handle};
 use crate::{guard, set_errno};
 use libc::{c_int, c_void, size_t, sockaddr, socklen_t, ssize_t};
-use roce_rsocket::{Error, SendRamp, Shutdown};
+use roce_rsocket::{Action, Error, SendRamp, Shutdown};
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
@@ -95,7 +95,7 @@ fn wait_for<'a>(
 
 /// A connected rsocket, waiting for a connect or accept under way
 /// (rdma-core's `rs_do_connect` from `rsend`/`rrecv`).
-fn talkable<'a>(
+pub(crate) fn talkable<'a>(
     h: &'a Handle,
     g: MutexGuard<'a, Rs>,
     nonblock: bool,
@@ -249,6 +249,20 @@ pub unsafe extern "C" fn rconnect(s: c_int, addr: *const sockaddr, len: socklen_
 
 /// `rsend` of the bytes of `app`.
 fn send_bytes(s: c_int, app: &[u8], flags: c_int) -> Result<usize, i32> {
+    write_loop(s, app, flags, |rs, done, ramp| {
+        let stream = rs.stream.as_mut().ok_or(Error::NotConnected)?;
+        stream.send(app.len() - done, ramp)
+    })
+}
+
+/// Write all of `app` (blocking) or what fits (non-blocking) through
+/// `step` (`rsend`'s data messages, `riowrite`'s direct writes).
+pub(crate) fn write_loop(
+    s: c_int,
+    app: &[u8],
+    flags: c_int,
+    mut step: impl FnMut(&mut Rs, usize, &mut SendRamp) -> Result<(usize, Vec<Action>), Error>,
+) -> Result<usize, i32> {
     let h = table::lookup(s)?;
     let g = lock(&h);
     let nonblock = g.nonblocking() || flags & libc::MSG_DONTWAIT != 0;
@@ -260,8 +274,7 @@ fn send_bytes(s: c_int, app: &[u8], flags: c_int) -> Result<usize, i32> {
     let mut done = 0usize;
     loop {
         g.progress()?;
-        let stream = g.stream.as_mut().ok_or(libc::ENOTCONN)?;
-        match stream.send(app.len() - done, &mut ramp) {
+        match step(&mut g, done, &mut ramp) {
             Ok((n, acts)) => {
                 g.run(acts, &app[done..])?;
                 done += n;
@@ -326,7 +339,7 @@ fn recv_bytes(s: c_int, dst: *mut u8, len: usize, flags: c_int) -> Result<usize,
 ///
 /// # Safety
 /// `buf` points to `len` readable bytes or is NULL.
-unsafe fn app_slice<'a>(buf: *const c_void, len: size_t) -> Result<&'a [u8], i32> {
+pub(crate) unsafe fn app_slice<'a>(buf: *const c_void, len: size_t) -> Result<&'a [u8], i32> {
     if len == 0 {
         return Ok(&[]);
     }
@@ -598,43 +611,5 @@ pub unsafe extern "C" fn rgetsockname(s: c_int, addr: *mut sockaddr, len: *mut s
         // SAFETY: our live id's source address.
         let a = unsafe { (*g.id).src_addr };
         copy_addr(&a, addr, len)
-    })
-}
-
-/// The iomap calls: not implemented yet (step 1 is the byte stream).
-#[no_mangle]
-pub unsafe extern "C" fn riomap(
-    s: c_int,
-    _buf: *mut c_void,
-    _len: size_t,
-    _prot: c_int,
-    _flags: c_int,
-    _offset: libc::off_t,
-) -> libc::off_t {
-    guard(|| {
-        table::lookup(s)?;
-        Err(libc::ENOSYS)
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn riounmap(s: c_int, _buf: *mut c_void, _len: size_t) -> c_int {
-    guard(|| {
-        table::lookup(s)?;
-        Err(libc::ENOSYS)
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn riowrite(
-    s: c_int,
-    _buf: *const c_void,
-    _count: size_t,
-    _offset: libc::off_t,
-    _flags: c_int,
-) -> ssize_t {
-    guard(|| {
-        table::lookup(s)?;
-        Err(libc::ENOSYS)
     })
 }

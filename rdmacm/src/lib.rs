@@ -25,11 +25,11 @@
 //!   (completions into the stream, its actions posted);
 //! * `table`: the rsockets by number (the fd of each one's CM channel, a
 //!   real fd: `poll(2)` works on it), accepting;
-//! * `exports`, `poll`, `opts`: the C functions;
+//! * `exports`, `poll`, `opts`, `iomap`: the C functions;
 //! * [`RSocket`]: a safe Rust face on them (tests, Rust programs).
 //!
-//! Step 1 covers `SOCK_STREAM` over RC. `SOCK_DGRAM` and the iomap calls
-//! (`riomap`, `riounmap`, `riowrite`) answer `ENOSYS`/`ENOTSUP`.
+//! `SOCK_STREAM` over RC, with the iomap calls (`riomap`, `riounmap`,
+//! `riowrite`). `SOCK_DGRAM` rsockets answer `ENOTSUP` (not yet).
 #![allow(unsafe_code)]
 // the exported functions' contract is `<rdma/rsocket.h>`'s, as for the C library
 #![allow(clippy::missing_safety_doc)]
@@ -38,6 +38,7 @@ pub mod ffi;
 
 mod ep;
 mod exports;
+mod iomap;
 mod opts;
 mod poll;
 mod rs;
@@ -45,6 +46,7 @@ mod socket;
 mod table;
 
 pub use exports::*;
+pub use iomap::{riomap, riounmap, riowrite};
 pub use opts::{rfcntl, rgetsockopt, rsetsockopt};
 pub use poll::{rpoll, rselect};
 pub use socket::RSocket;

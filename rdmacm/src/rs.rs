@@ -55,6 +55,8 @@ pub(crate) struct Rs {
     /// `keepalive_time` seconds, sent by whichever call makes progress;
     /// a blocked call looks at least every `SLEEP_CAP_MS`).
     pub last_keepalive: std::time::Instant,
+    /// `riomap`ped buffers.
+    pub iomaps: Vec<crate::ep::IoMapping>,
 }
 
 // SAFETY: the raw pointers are objects of the drop-in, usable from any
@@ -325,6 +327,10 @@ impl Rs {
 
     /// Free everything (the rsocket is out of the table).
     pub fn destroy(&mut self) {
+        for m in &mut self.iomaps {
+            m.release();
+        }
+        self.iomaps.clear();
         if let Some(mut ep) = self.ep.take() {
             ep.destroy();
         }
@@ -380,6 +386,7 @@ pub(crate) fn blank(chan: *mut rdma_event_channel, id: *mut rdma_cm_id, cfg: Str
         cm_gone: false,
         cm_disconnect_sent: false,
         last_keepalive: std::time::Instant::now(),
+        iomaps: Vec::new(),
     }
 }
 

@@ -1,7 +1,8 @@
 //! rsockets on the drop-in (issue 38, the `roce-rdmacm` crate): rdma-core's
 //! `rstream` in both roles (two processes on one pair of devices, its
 //! blocking, non-blocking and poll-driven modes, 64 B to 1 MiB, data
-//! verified), a C program of misuse and checked exchanges
+//! verified, keepalive on), `riostream` (iomap writes), `rcopy` of a
+//! 100 MiB file, a C program of misuse and checked exchanges
 //! (`tests/c/rsocket_check.c`), and two rsockets of this executable
 //! exchanging checked bytes through the Rust crate's C functions.
 //!
@@ -74,12 +75,42 @@ fn rstream_poll_driven_and_nonblocking_verified() {
 #[test]
 fn rstream_latency_with_iterations_and_small_buffers() {
     let net = 153;
-    // ping-pong (one transfer each way, 300 times), then 2 KiB socket
+    // ping-pong (one transfer each way, 300 times, keepalive every second),
+    // then 2 KiB socket
     // buffers (-B: SO_SNDBUF/SO_RCVBUF) and 32 B inline (-i)
-    let Some(_) = rstream(net, 7556, &["-S", "100", "-C", "1", "-I", "300", "-T", "v"], 60) else {
+    let Some(_) =
+        rstream(net, 7556, &["-S", "100", "-C", "1", "-I", "300", "-k", "1", "-T", "v"], 60)
+    else {
         return;
     };
     rstream(net, 7557, &["-S", "100000", "-C", "20", "-B", "2048", "-i", "32", "-T", "v"], 60);
+}
+
+/// `riostream` with `args` as server and client on port `port`.
+fn riostream(net: u8, port: u16, args: &[&str]) -> Option<String> {
+    let exe = need("riostream", "rdmacm-utils")?;
+    let addr = format!("127.0.{net}.2");
+    let port = port.to_string();
+    let mut sa = vec!["-b", addr.as_str(), "-p", port.as_str()];
+    let mut ca = vec!["-s", addr.as_str(), "-p", port.as_str()];
+    sa.extend_from_slice(args);
+    ca.extend_from_slice(args);
+    let what = format!("riostream {}", args.join(" "));
+    let (c, s) = pair(net, cmd(&exe, net, &sa), cmd(&exe, net, &ca), &what, 60);
+    assert!(c.contains("Gb/sec") && s.contains("Gb/sec"), "{what}\n{c}\n{s}");
+    Some(c)
+}
+
+/// riostream: `riomap` of each side's buffer (PROT_WRITE, published in
+/// the peer's target iomap), `riowrite` straight into it, the receiver
+/// spinning on the buffer's last byte; data verified.
+#[test]
+fn riostream_iomap_writes_verified() {
+    let net = 159;
+    let Some(_) = riostream(net, 7600, &["-S", "4096", "-C", "100", "-T", "v"]) else { return };
+    riostream(net, 7601, &["-S", "1048576", "-C", "10", "-T", "v"]);
+    riostream(net, 7602, &["-S", "64", "-C", "1", "-I", "300", "-T", "v"]);
+    riostream(net, 7603, &["-S", "65536", "-C", "50", "-T", "a", "-T", "v"]);
 }
 
 /// rstream's own default test: latency then bandwidth at 64 B, 4 KiB,
