@@ -492,11 +492,23 @@ pub unsafe extern "C" fn rsendmsg(s: c_int, msg: *const libc::msghdr, flags: c_i
     }
 }
 
+/// `rrecvmsg`: into the iovecs; no address (connected) and no control
+/// data, as the kernel answers for TCP (`msg_namelen`, `msg_controllen`
+/// and `msg_flags` 0). rdma-core refuses a control buffer (ENOTSUP);
+/// programs such as socat always pass one.
 #[no_mangle]
 pub unsafe extern "C" fn rrecvmsg(s: c_int, msg: *mut libc::msghdr, flags: c_int) -> ssize_t {
     // SAFETY: the caller's msghdr or NULL.
-    match unsafe { msg.as_ref() } {
-        Some(m) => readv(s, m.msg_iov, m.msg_iovlen as c_int, flags),
+    match unsafe { msg.as_mut() } {
+        Some(m) => {
+            let n = readv(s, m.msg_iov, m.msg_iovlen as c_int, flags);
+            if n >= 0 {
+                m.msg_namelen = 0;
+                m.msg_controllen = 0;
+                m.msg_flags = 0;
+            }
+            n
+        }
         None => {
             set_errno(libc::EFAULT);
             -1
@@ -514,6 +526,7 @@ pub unsafe extern "C" fn rshutdown(s: c_int, how: c_int) -> c_int {
             _ => return Err(libc::EINVAL),
         };
         let h = table::lookup(s)?;
+        crate::diag(&format!("rsocket {s}: rshutdown {how:?}"));
         let g = lock(&h);
         shutdown_locked(&h, g, how)
     })
@@ -543,6 +556,7 @@ fn shutdown_locked(h: &Handle, mut g: MutexGuard<'_, Rs>, how: Shutdown) -> Resu
 pub unsafe extern "C" fn rclose(s: c_int) -> c_int {
     guard(|| {
         let h = table::remove(s).ok_or(libc::EBADF)?;
+        crate::diag(&format!("rsocket {s}: rclose"));
         close_handle(&h);
         Ok(0)
     })
@@ -569,7 +583,8 @@ fn copy_addr(
     addr: *mut sockaddr,
     len: *mut socklen_t,
 ) -> Result<c_int, i32> {
-    if addr.is_null() || len.is_null() {
+    // SAFETY: the caller's length, or NULL.
+    if len.is_null() || (addr.is_null() && unsafe { *len } > 0) {
         return Err(libc::EFAULT);
     }
     let full = match c_int::from(src.ss_family) {

@@ -115,6 +115,10 @@ impl Rs {
         param: rdma_conn_param,
         data: &[u8],
     ) {
+        crate::diag(&format!(
+            "rsocket {}: CM event {kind} (status {status}) in {:?}",
+            self.fd, self.state
+        ));
         match (self.state, kind) {
             (State::Listening, ev::CONNECT_REQUEST) => {
                 if let Some(rs) = accept_one(self, cid, param, data) {

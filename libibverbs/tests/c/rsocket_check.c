@@ -7,7 +7,7 @@
  * (ECONNREFUSED), an unknown option level (ENOTSUP), queue sizes after
  * the connection (EINVAL), a send after shutdown (ECONNRESET).
  *
- * usage: rsocket_check server|client ADDR PORT
+ * usage: rsocket_check server|client|sink ADDR PORT
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -319,14 +319,45 @@ static void client(const char *ip, const char *port)
 	printf("client done, %d failures\n", failures);
 }
 
+/* Accept one connection, read to its end, check the bytes are the
+ * pattern (i * 7 + 3) mod 256 a TCP client sent: the far end of a TCP
+ * program run under librspreload. */
+static void sink(const char *ip, const char *port)
+{
+	struct sockaddr_in a = addr_of(ip, atoi(port));
+	static uint8_t buf[65536];
+	long got = 0, bad = -1;
+	ssize_t n;
+	int lfd, fd, one = 1;
+
+	lfd = rsocket(AF_INET, SOCK_STREAM, 0);
+	rsetsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	CHECK(rbind(lfd, (struct sockaddr *)&a, sizeof a) == 0 && rlisten(lfd, 1) == 0, "sink: listening");
+	fd = raccept(lfd, NULL, NULL);
+	CHECK(fd >= 0, "sink: raccept");
+	while ((n = rrecv(fd, buf, sizeof buf, 0)) > 0) {
+		for (ssize_t i = 0; i < n; i++)
+			if (bad < 0 && buf[i] != (uint8_t)((got + i) * 7 + 3))
+				bad = got + i;
+		got += n;
+	}
+	CHECK(n == 0, "sink: end of file");
+	CHECK(bad < 0, "sink: %ld bytes, all as sent (first wrong byte: %ld)", got, bad);
+	printf("sink got %ld\n", got);
+	rclose(fd);
+	rclose(lfd);
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc != 4) {
-		fprintf(stderr, "usage: %s server|client ADDR PORT\n", argv[0]);
+		fprintf(stderr, "usage: %s server|client|sink ADDR PORT\n", argv[0]);
 		return 2;
 	}
-	if (strcmp(argv[1], "server") == 0)
+	if (strcmp(argv[1], "sink") == 0)
+		sink(argv[2], argv[3]);
+	else if (strcmp(argv[1], "server") == 0)
 		server(argv[2], argv[3]);
 	else
 		client(argv[2], argv[3]);

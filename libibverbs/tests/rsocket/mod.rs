@@ -198,6 +198,51 @@ fn c_program_misuse_and_checked_exchanges() {
     }
 }
 
+/// An unmodified TCP program through Debian's `librspreload.so` (which
+/// turns its socket calls into rsocket calls of our library): Python's
+/// socket client sends 5 MB to an rsocket sink (`rsocket_check sink`),
+/// which checks every byte. The client is the one side that works:
+/// Debian's librspreload (rdma-core 44) has no `accept4` (Python's and
+/// Perl's `accept` use it) and its `select` returns the rsocket's number
+/// instead of the program's fd (socat), both fixed in rdma-core 63.
+#[test]
+fn python_tcp_client_through_librspreload() {
+    let preload = Path::new("/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so");
+    let python = Path::new("/usr/bin/python3");
+    if !preload.exists() || !python.exists() {
+        common::skipped("librspreload.so or /usr/bin/python3 not installed (apt-get install librdmacm1 python3)");
+        return;
+    }
+    let Some(exe) = common::compile_c(
+        "rsocket_check",
+        "/usr/include/rdma/rsocket.h",
+        &lib_dir(),
+        &["-l:librdmacm.so.1", "-l:libibverbs.so.1"],
+    ) else {
+        return;
+    };
+    let net = 160;
+    let script = "import socket, sys\n\
+        n = 5000000\n\
+        data = bytes((i * 7 + 3) & 0xff for i in range(n))\n\
+        c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)\n\
+        c.connect(('127.0.160.2', 7640))\n\
+        c.sendall(data)\n\
+        c.close()\n\
+        print('sent', n)\n";
+    let mut client = cmd(python, net, &["-c", script]);
+    client.env("LD_PRELOAD", preload);
+    let (c, s) = pair(
+        net,
+        cmd(&exe, net, &["sink", "127.0.160.2", "7640"]),
+        client,
+        "python3 under librspreload -> rsocket sink",
+        60,
+    );
+    assert!(c.contains("sent 5000000"), "{c}");
+    assert!(s.contains("sink got 5000000") && !s.contains("FAIL"), "{s}");
+}
+
 mod in_process;
 
 /// Run this executable's test `name` alone in a child with the devices of
