@@ -5,7 +5,9 @@
  * with rdma-core's errno: a bad or closed rsocket (EBADF), NULL buffers
  * (EFAULT), calls before the connection (ENOTCONN), a refused connect
  * (ECONNREFUSED), an unknown option level (ENOTSUP), queue sizes after
- * the connection (EINVAL), a send after shutdown (ECONNRESET).
+ * the connection (EINVAL), a send after shutdown (ECONNRESET); a plain
+ * CM connect whose private data is no rsocket connection data is refused
+ * and the listener goes on.
  *
  * usage: rsocket_check server|client|sink ADDR PORT
  */
@@ -15,6 +17,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <rdma/rdma_cma.h>
 #include <rdma/rsocket.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -233,6 +236,63 @@ static void misuse(const char *ip, int port)
 	CHECK(rrecv(s, &c, 1, 0) == -1 && errno == EBADF, "rrecv on a closed rsocket: EBADF");
 }
 
+/* The next CM event on `ch`, acknowledged: its type, or -1. */
+static int next_event(struct rdma_event_channel *ch)
+{
+	struct rdma_cm_event *e;
+	int type;
+
+	if (rdma_get_cm_event(ch, &e))
+		return -1;
+	type = e->event;
+	rdma_ack_cm_event(e);
+	return type;
+}
+
+/* A plain RDMA CM connect to the rsocket listener with `len` bytes of
+ * private data that are no rsocket connection data: refused. */
+static void hostile_connect(const char *ip, int port, const void *data, int len, const char *what)
+{
+	struct sockaddr_in a = addr_of(ip, port);
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct ibv_qp_init_attr qa = {
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+		.qp_type = IBV_QPT_RC,
+	};
+	struct rdma_conn_param p = {
+		.private_data = data, .private_data_len = len, .retry_count = 7, .rnr_retry_count = 7,
+	};
+	struct rdma_cm_id *id = NULL;
+	int ev = -1;
+
+	if (ch && !rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) &&
+	    !rdma_resolve_addr(id, NULL, (struct sockaddr *)&a, 2000) &&
+	    next_event(ch) == RDMA_CM_EVENT_ADDR_RESOLVED && !rdma_resolve_route(id, 2000) &&
+	    next_event(ch) == RDMA_CM_EVENT_ROUTE_RESOLVED && !rdma_create_qp(id, NULL, &qa) &&
+	    !rdma_connect(id, &p))
+		ev = next_event(ch);
+	CHECK(ev == RDMA_CM_EVENT_REJECTED, "a CM connect with %s: rejected by the listener (event %d)", what, ev);
+	if (id) {
+		if (id->qp)
+			rdma_destroy_qp(id);
+		rdma_destroy_id(id);
+	}
+	if (ch)
+		rdma_destroy_event_channel(ch);
+}
+
+static void hostile(const char *ip, int port)
+{
+	uint8_t bad[40];
+
+	memset(bad, 0xA5, 10);
+	hostile_connect(ip, port, bad, 10, "10 bytes of garbage");
+	memset(bad, 0, sizeof bad);
+	bad[0] = 2; /* version 2 */
+	bad[3] = 16;
+	hostile_connect(ip, port, bad, sizeof bad, "connection data of version 2");
+}
+
 static void client_blocking(const char *ip, int port)
 {
 	struct sockaddr_in a = addr_of(ip, port), peer;
@@ -314,6 +374,7 @@ static void client_nonblocking(const char *ip, int port)
 static void client(const char *ip, const char *port)
 {
 	misuse(ip, atoi(port));
+	hostile(ip, atoi(port));
 	client_blocking(ip, atoi(port));
 	client_nonblocking(ip, atoi(port));
 	printf("client done, %d failures\n", failures);

@@ -185,6 +185,8 @@ fn c_program_misuse_and_checked_exchanges() {
         "ok   rsend on a closed rsocket: EBADF",
         "ok   the echo is intact",
         "ok   rselect: the server's message is readable",
+        "ok   a CM connect with 10 bytes of garbage: rejected by the listener",
+        "ok   a CM connect with connection data of version 2: rejected by the listener",
     ] {
         assert!(c.contains(must), "{must}\n{c}");
     }
