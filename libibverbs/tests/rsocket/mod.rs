@@ -52,12 +52,17 @@ fn rstream(net: u8, port: u16, args: &[&str], limit: u64) -> Option<String> {
     Some(c)
 }
 
+/// rstream's default mode (MSG_DONTWAIT calls it retries itself) at 64 B,
+/// and its blocking mode (-T b: blocking calls, MSG_WAITALL) at 1 MiB.
 #[test]
-fn rstream_64_bytes_and_1_mib_verified_blocking() {
+fn rstream_64_bytes_and_1_mib_blocking_verified() {
     let net = 151;
     let Some(c) = rstream(net, 7551, &["-S", "64", "-C", "1000", "-T", "v"], 60) else { return };
     assert!(c.contains("64 "), "{c}");
-    let Some(c) = rstream(net, 7552, &["-S", "1048576", "-C", "20", "-T", "v"], 60) else { return };
+    let Some(c) = rstream(net, 7552, &["-S", "1048576", "-C", "20", "-T", "b", "-T", "v"], 60)
+    else {
+        return;
+    };
     assert!(c.contains("1m "), "{c}");
 }
 
@@ -197,6 +202,33 @@ fn c_program_misuse_and_checked_exchanges() {
         "ok   the accepted rsocket's peer is the client, not itself",
     ] {
         assert!(s.contains(must), "{must}\n{s}");
+    }
+}
+
+/// The C program's both ends under valgrind's memcheck: every rsocket
+/// path it takes (blocking and non-blocking, rpoll with a pipe, rselect,
+/// iovecs, shutdown, the refused CM connects) without a memory error.
+#[test]
+fn c_program_under_valgrind_reports_no_error() {
+    let Some((vg, vg_args)) = common::valgrind() else { return };
+    let Some(exe) = common::compile_c(
+        "rsocket_check",
+        "/usr/include/rdma/rsocket.h",
+        &lib_dir(),
+        &["-l:librdmacm.so.1", "-l:libibverbs.so.1"],
+    ) else {
+        return;
+    };
+    let net = 161;
+    let vg_cmd = |role: &str| {
+        let mut a: Vec<&str> = vec!["--fair-sched=yes"];
+        a.extend(vg_args.iter().map(String::as_str));
+        a.extend([exe.to_str().expect("utf-8 path"), role, "127.0.161.2", "7680"]);
+        cmd(&vg, net, &a)
+    };
+    let (c, s) = pair(net, vg_cmd("server"), vg_cmd("client"), "rsocket_check under valgrind", 240);
+    for (out, end) in [(&c, "client done, 0 failures"), (&s, "server done, 0 failures")] {
+        assert!(out.contains("ERROR SUMMARY: 0 errors") && out.contains(end), "{out}");
     }
 }
 
