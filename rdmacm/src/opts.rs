@@ -178,9 +178,13 @@ fn get_value(g: &mut Rs, level: c_int, name: c_int) -> Result<c_int, i32> {
         (libc::SOL_SOCKET, libc::SO_RCVBUF) => g.cfg.rbuf_size as c_int,
         (libc::SOL_SOCKET, libc::SO_SNDBUF) => g.cfg.sbuf_size as c_int,
         (libc::SOL_SOCKET, libc::SO_ERROR) => {
-            let e = g.err + g.stream.as_mut().map_or(0, |s| s.take_error()) * (g.err == 0) as i32;
-            g.err = 0;
-            e
+            // ours (a failed connect, a protocol error), else the stream's;
+            // reading clears both
+            let stream = g.stream.as_mut().map_or(0, |s| s.take_error());
+            match std::mem::take(&mut g.err) {
+                0 => stream,
+                e => e,
+            }
         }
         (libc::SOL_SOCKET, libc::SO_TYPE) => libc::SOCK_STREAM,
         (libc::IPPROTO_TCP, libc::TCP_KEEPCNT | libc::TCP_KEEPINTVL) => 1,
