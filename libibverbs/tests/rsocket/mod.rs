@@ -277,6 +277,77 @@ fn python_tcp_client_through_librspreload() {
     assert!(s.contains("sink got 5000000") && !s.contains("FAIL"), "{s}");
 }
 
+/// The C structs `roce_rdmacm::ffi` declares (only the fields the rsocket
+/// layer reads or fills) against `<infiniband/verbs.h>` and
+/// `<rdma/rdma_cma.h>`: the same sizes and offsets.
+#[test]
+fn ffi_layouts_match_the_c_headers() {
+    use ibverbs::roce_rdmacm::ffi::*;
+    use std::mem::{offset_of, size_of};
+    let table: Vec<(&str, &str, usize)> = vec![
+        ("ibv_send_wr", "sizeof", size_of::<ibv_send_wr>()),
+        ("ibv_send_wr", "sg_list", offset_of!(ibv_send_wr, sg_list)),
+        ("ibv_send_wr", "num_sge", offset_of!(ibv_send_wr, num_sge)),
+        ("ibv_send_wr", "opcode", offset_of!(ibv_send_wr, opcode)),
+        ("ibv_send_wr", "send_flags", offset_of!(ibv_send_wr, send_flags)),
+        ("ibv_send_wr", "imm_data", offset_of!(ibv_send_wr, imm_data)),
+        ("ibv_send_wr", "wr.rdma.remote_addr", offset_of!(ibv_send_wr, remote_addr)),
+        ("ibv_send_wr", "wr.rdma.rkey", offset_of!(ibv_send_wr, rkey)),
+        ("ibv_recv_wr", "sizeof", size_of::<ibv_recv_wr>()),
+        ("ibv_recv_wr", "num_sge", offset_of!(ibv_recv_wr, num_sge)),
+        ("ibv_sge", "sizeof", size_of::<ibv_sge>()),
+        ("ibv_wc", "sizeof", size_of::<ibv_wc>()),
+        ("ibv_wc", "status", offset_of!(ibv_wc, status)),
+        ("ibv_wc", "byte_len", offset_of!(ibv_wc, byte_len)),
+        ("ibv_wc", "imm_data", offset_of!(ibv_wc, imm_data)),
+        ("ibv_mr", "lkey", offset_of!(ibv_mr, lkey)),
+        ("ibv_mr", "rkey", offset_of!(ibv_mr, rkey)),
+        ("ibv_qp_init_attr", "sizeof", size_of::<ibv_qp_init_attr>()),
+        ("ibv_qp_init_attr", "cap", offset_of!(ibv_qp_init_attr, cap)),
+        ("ibv_qp_init_attr", "qp_type", offset_of!(ibv_qp_init_attr, qp_type)),
+        ("ibv_qp_init_attr", "sq_sig_all", offset_of!(ibv_qp_init_attr, sq_sig_all)),
+        ("ibv_context", "ops.poll_cq", offset_of!(ibv_context, ops.poll_cq)),
+        ("ibv_context", "ops.req_notify_cq", offset_of!(ibv_context, ops.req_notify_cq)),
+        ("ibv_context", "ops.post_send", offset_of!(ibv_context, ops.post_send)),
+        ("ibv_context", "ops.post_recv", offset_of!(ibv_context, ops.post_recv)),
+        ("ibv_comp_channel", "fd", offset_of!(ibv_comp_channel, fd)),
+        ("rdma_cm_id", "qp", offset_of!(rdma_cm_id, qp)),
+        ("rdma_cm_id", "route.addr.src_addr", offset_of!(rdma_cm_id, src_addr)),
+        ("rdma_cm_id", "route.addr.dst_addr", offset_of!(rdma_cm_id, dst_addr)),
+        ("rdma_cm_event", "event", offset_of!(rdma_cm_event, event)),
+        ("rdma_cm_event", "status", offset_of!(rdma_cm_event, status)),
+        ("rdma_cm_event", "param.conn", offset_of!(rdma_cm_event, conn)),
+        ("rdma_conn_param", "sizeof", size_of::<rdma_conn_param>()),
+        ("rdma_conn_param", "private_data_len", offset_of!(rdma_conn_param, private_data_len)),
+        ("rdma_conn_param", "qp_num", offset_of!(rdma_conn_param, qp_num)),
+    ];
+    if common::which("cc").is_none() || !Path::new(common::RDMA_CMA_H).exists() {
+        common::skipped("needs cc and <rdma/rdma_cma.h> (apt-get install gcc librdmacm-dev)");
+        return;
+    }
+    let mut src = String::from(
+        "#include <stdio.h>\n#include <stddef.h>\n#include <rdma/rdma_cma.h>\nint main(void) {\n",
+    );
+    for (st, f, _) in &table {
+        if *f == "sizeof" {
+            src += &format!("  printf(\"{st} {f} %zu\\n\", sizeof(struct {st}));\n");
+        } else {
+            src += &format!("  printf(\"{st} {f} %zu\\n\", offsetof(struct {st}, {f}));\n");
+        }
+    }
+    src += "  return 0;\n}\n";
+    let dir = std::env::temp_dir().join(format!("roce-rsocket-layout-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let (c, exe) = (dir.join("layout.c"), dir.join("layout"));
+    std::fs::write(&c, src).expect("write layout.c");
+    let o = Command::new("cc").arg("-o").arg(&exe).arg(&c).output().expect("run cc");
+    assert!(o.status.success(), "cc:\n{}", text(&o.stderr));
+    let got = text(&Command::new(&exe).output().expect("run layout").stdout);
+    let want: String = table.iter().map(|(st, f, n)| format!("{st} {f} {n}\n")).collect();
+    assert_eq!(got, want);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 mod in_process;
 
 /// Run this executable's test `name` alone in a child with the devices of
