@@ -93,3 +93,8 @@ mod strings;
 mod util;
 mod wr;
 mod xrc;
+
+/// The rsocket calls (`rsocket`, `rsend`, `rpoll`, ...): the C layer in
+/// `roce-rdmacm`, written against this library's public C API; linking it
+/// here makes the drop-in export them (version `RDMACM_1.0`).
+pub use roce_rdmacm;

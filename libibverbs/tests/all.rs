@@ -19,6 +19,7 @@ mod forks;
 mod hostile_peer;
 mod misuse;
 mod rdmacm;
+mod rsocket;
 mod semantics;
 mod sq_flow;
 mod stale_handles;

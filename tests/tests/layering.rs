@@ -28,7 +28,7 @@ const LAYERS: &[&[&str]] = &[
     &["roce-emulator"],
     &["roce-faults"],
     &["roce-transport", "roce-verbs-api", "roce-decode"],
-    &["roce-host", "roce-sim"],
+    &["roce-host", "roce-sim", "roce-rdmacm"],
     &["roce-workloads", "roce-libibverbs", "roce-examples", "roce-conform"],
     &["roce-cli", "roce-fuzz", "roce-tests"],
 ];

@@ -1,6 +1,7 @@
 //! Every symbol rdma-core 44's `librdmacm.so.1` exports, placed in its
 //! version (RDMACM_1.0 .. RDMACM_1.3) by `libibverbs.map`. The rsocket
-//! calls (`rsocket`, `rsend`, ...) are not implemented: -1 with `ENOSYS`.
+//! calls (`rsocket`, `rsend`, ...) come from the `roce-rdmacm` crate, linked
+//! in by `lib.rs`.
 
 use super::abi::{
     self as cm, rdma_addrinfo, rdma_cm_event, rdma_cm_id, rdma_conn_param, rdma_event_channel,
@@ -11,8 +12,8 @@ use super::{
     IdObj,
 };
 use crate::abi as v;
-use crate::util::{diag, guard, guard_neg, guard_ptr, set_errno};
-use libc::{c_char, c_int, c_void, size_t, sockaddr, socklen_t, ssize_t};
+use crate::util::{diag, guard, guard_neg, guard_ptr};
+use libc::{c_char, c_int, c_void, size_t, sockaddr, socklen_t};
 use roce_verbs_api::rdma_cm::{CmError, CmEventKind, PortSpace};
 use std::ptr;
 
@@ -1213,46 +1214,4 @@ pub unsafe extern "C" fn rdma_get_remote_ece(idp: *mut rdma_cm_id, ece: *mut Ibv
         unsafe { *ece = IbvEce { vendor_id: 0, options: 0, comp_mask: 0 } };
         Ok(0)
     })
-}
-
-/// The rsocket API: not implemented (-1, ENOSYS).
-macro_rules! rsocket_stub {
-    ($($name:ident($($a:ident: $t:ty),*) -> $r:ty;)*) => {$(
-        #[no_mangle]
-        pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
-            $(let _ = $a;)*
-            set_errno(libc::ENOSYS);
-            -1
-        }
-    )*};
-}
-
-rsocket_stub! {
-    rsocket(domain: c_int, ty: c_int, protocol: c_int) -> c_int;
-    rbind(s: c_int, addr: *const sockaddr, len: socklen_t) -> c_int;
-    rlisten(s: c_int, backlog: c_int) -> c_int;
-    raccept(s: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int;
-    rconnect(s: c_int, addr: *const sockaddr, len: socklen_t) -> c_int;
-    rshutdown(s: c_int, how: c_int) -> c_int;
-    rclose(s: c_int) -> c_int;
-    rrecv(s: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t;
-    rrecvfrom(s: c_int, buf: *mut c_void, len: size_t, flags: c_int, a: *mut sockaddr, l: *mut socklen_t) -> ssize_t;
-    rrecvmsg(s: c_int, msg: *mut libc::msghdr, flags: c_int) -> ssize_t;
-    rsend(s: c_int, buf: *const c_void, len: size_t, flags: c_int) -> ssize_t;
-    rsendto(s: c_int, buf: *const c_void, len: size_t, flags: c_int, a: *const sockaddr, l: socklen_t) -> ssize_t;
-    rsendmsg(s: c_int, msg: *const libc::msghdr, flags: c_int) -> ssize_t;
-    rread(s: c_int, buf: *mut c_void, count: size_t) -> ssize_t;
-    rreadv(s: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t;
-    rwrite(s: c_int, buf: *const c_void, count: size_t) -> ssize_t;
-    rwritev(s: c_int, iov: *const libc::iovec, n: c_int) -> ssize_t;
-    rpoll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int;
-    rselect(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, t: *mut libc::timeval) -> c_int;
-    rgetpeername(s: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int;
-    rgetsockname(s: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int;
-    rsetsockopt(s: c_int, level: c_int, name: c_int, val: *const c_void, len: socklen_t) -> c_int;
-    rgetsockopt(s: c_int, level: c_int, name: c_int, val: *mut c_void, len: *mut socklen_t) -> c_int;
-    rfcntl(s: c_int, cmd: c_int, arg: libc::c_long) -> c_int;
-    riomap(s: c_int, buf: *mut c_void, len: size_t, prot: c_int, flags: c_int, offset: libc::off_t) -> libc::off_t;
-    riounmap(s: c_int, buf: *mut c_void, len: size_t) -> c_int;
-    riowrite(s: c_int, buf: *const c_void, count: size_t, offset: libc::off_t, flags: c_int) -> ssize_t;
 }

@@ -1,0 +1,116 @@
+//! A safe Rust face on the rsocket calls, for Rust programs and tests that
+//! link the drop-in's rlib: [`RSocket`] owns one rsocket number and
+//! closes it when dropped; every call is the C function of the same name.
+
+use std::io;
+use std::net::SocketAddr;
+
+/// One stream rsocket.
+#[derive(Debug)]
+pub struct RSocket(i32);
+
+fn check(r: i32) -> io::Result<i32> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// `addr` as a C socket address and its length.
+fn c_addr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: all-zero bytes are a valid sockaddr_storage.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr { s_addr: u32::from(*a.ip()).to_be() },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: a sockaddr_in fits in the storage.
+            unsafe { std::ptr::write(&mut ss as *mut _ as *mut libc::sockaddr_in, sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: a sockaddr_in6 fits in the storage.
+            unsafe { std::ptr::write(&mut ss as *mut _ as *mut libc::sockaddr_in6, sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
+}
+
+impl RSocket {
+    /// `rsocket(family of addr, SOCK_STREAM, 0)`.
+    pub fn stream(ipv6: bool) -> io::Result<RSocket> {
+        let af = if ipv6 { libc::AF_INET6 } else { libc::AF_INET };
+        // SAFETY: a plain call.
+        check(unsafe { crate::rsocket(af, libc::SOCK_STREAM, 0) }).map(RSocket)
+    }
+
+    /// The rsocket's number (for `rpoll` and the other C calls).
+    pub fn fd(&self) -> i32 {
+        self.0
+    }
+
+    pub fn bind(&self, addr: SocketAddr) -> io::Result<()> {
+        let (ss, len) = c_addr(addr);
+        // SAFETY: our rsocket; the address lives across the call.
+        check(unsafe { crate::rbind(self.0, &ss as *const _ as *const libc::sockaddr, len) })
+            .map(drop)
+    }
+
+    pub fn listen(&self, backlog: i32) -> io::Result<()> {
+        // SAFETY: our rsocket.
+        check(unsafe { crate::rlisten(self.0, backlog) }).map(drop)
+    }
+
+    pub fn accept(&self) -> io::Result<RSocket> {
+        // SAFETY: our rsocket; no address asked for.
+        check(unsafe { crate::raccept(self.0, std::ptr::null_mut(), std::ptr::null_mut()) })
+            .map(RSocket)
+    }
+
+    pub fn connect(&self, addr: SocketAddr) -> io::Result<()> {
+        let (ss, len) = c_addr(addr);
+        // SAFETY: our rsocket; the address lives across the call.
+        check(unsafe { crate::rconnect(self.0, &ss as *const _ as *const libc::sockaddr, len) })
+            .map(drop)
+    }
+
+    /// `rsend`: the bytes taken.
+    pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
+        // SAFETY: our rsocket and buffer.
+        let n = unsafe { crate::rsend(self.0, buf.as_ptr().cast(), buf.len(), 0) };
+        check(n.max(-1) as i32).map(|_| n as usize)
+    }
+
+    /// `rrecv`: the bytes read, 0 at end of file.
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: our rsocket and buffer.
+        let n = unsafe { crate::rrecv(self.0, buf.as_mut_ptr().cast(), buf.len(), 0) };
+        check(n.max(-1) as i32).map(|_| n as usize)
+    }
+
+    /// `rshutdown(SHUT_WR)`.
+    pub fn shutdown_write(&self) -> io::Result<()> {
+        // SAFETY: our rsocket.
+        check(unsafe { crate::rshutdown(self.0, libc::SHUT_WR) }).map(drop)
+    }
+}
+
+impl Drop for RSocket {
+    fn drop(&mut self) {
+        // SAFETY: our rsocket, closed once.
+        unsafe { crate::rclose(self.0) };
+    }
+}
