@@ -166,6 +166,11 @@ all_cases() {
     # and answers REJ 8 (perftest's own race, docs/interop.md):
     # INTEROP_CM_RACY=1 adds the case anyway
     if [ "${INTEROP_CM_RACY:-0}" = 1 ]; then echo "$t-cm-cli-dwbw"; echo "$t-cm-cli-dslat"; fi
+    # rsockets (rdmacm-utils' rstream, riostream and rcopy on our librdmacm
+    # drop-in against rdma-core's rsockets on rxe), both roles
+    for r in srv cli; do
+      for s in rstream riostream rcopy; do echo "$t-rs-$r-$s"; done
+    done
     # unmodified Debian tools on the host through the libibverbs drop-in
     # (LD_LIBRARY_PATH=target/release) against the same tools on rxe
     for r in srv cli; do
@@ -547,6 +552,80 @@ run_cm() { # CASE DIR -> 0 pass / 1 fail
   fi
 }
 
+# rsockets (issue 38) with rdmacm-utils' rstream / riostream / rcopy: the
+# Debian tools on our drop-in (librdmacm.so.1 from target/release) against
+# the same tools on rdma-core's rsockets over rxe. CASE = T-rs-ROLE-TOOL:
+# rstream and riostream move 20 x 1 MiB with every byte verified (-T v);
+# rcopy copies a 16 MiB random file, checked by its MD5 on both ends.
+run_rs() { # CASE DIR -> 0 pass / 1 fail
+  local c=$1 d=$2 t k r s cport=$PORT
+  IFS=- read -r t k r s <<<"$c"
+  PORT=$((PORT + 1))
+  local env=(env ROCE_EMU_DEVICES="$(dev_env "$t")" ROCE_EMU_PCAP="$d" LD_LIBRARY_PATH="$BIN")
+  local ours theirs srv_ip sum_src="" sum_dst=""
+  OURS_RC=0 GUEST_RC=0
+  if [ "$r" = srv ]; then srv_ip=$HOST; else srv_ip=${GUEST_IP[$GUEST_SRV]}; fi
+  local to=$((CASE_TIMEOUT - 10))
+  case $s in
+    rstream | riostream)
+      local opts="-S 65536 -C 50 -T v -p $cport"
+      if [ "$r" = srv ]; then
+        ours=("$s" -b "$HOST" $opts)
+        theirs="timeout $to $s -s $HOST $opts"
+      else
+        ours=("$s" -s "$srv_ip" $opts)
+        theirs="timeout $to $s -b $srv_ip $opts"
+      fi
+      ;;
+    rcopy)
+      if [ "$r" = srv ]; then
+        ours=(rcopy -p "$cport")
+        theirs="dd if=/dev/urandom of=/tmp/rs.src bs=1M count=4 2>/dev/null && timeout $to rcopy /tmp/rs.src $HOST:$d/rs.dst -p $cport && md5sum /tmp/rs.src"
+      else
+        dd if=/dev/urandom of="$d/rs.src" bs=1M count=4 2>/dev/null
+        ours=(rcopy "$d/rs.src" "$srv_ip:/tmp/rs.dst" -p "$cport")
+        theirs="rm -f /tmp/rs.dst; timeout $to rcopy -p $cport"
+      fi
+      ;;
+  esac
+  if [ "$r" = srv ]; then
+    start_bg "$d/ours.log" ip netns exec "$NS" timeout "$CASE_TIMEOUT" "${env[@]}" "${ours[@]}"
+    local pid=$LAST_PID
+    sleep 1
+    echo "+ $theirs" >"$d/guest.log"
+    lab shell -t "$CASE_TIMEOUT" "$GUEST_CLI" "$theirs" >>"$d/guest.log" 2>&1 || GUEST_RC=$?
+    if [ "$s" = rcopy ]; then
+      # (rcopy serves until killed: the copy is checked by its bytes)
+      kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+      sum_src=$(awk '/rs.src$/ {h=$1} END {print h}' "$d/guest.log")
+      sum_dst=$(md5sum <"$d/rs.dst" 2>/dev/null | awk '{print $1}')
+    else
+      wait "$pid" || OURS_RC=$?
+    fi
+  else
+    echo "+ $theirs" >"$d/guest.log"
+    local job; job=$(lab bg "$GUEST_SRV" "$theirs")
+    lab shell -t 40 "$GUEST_SRV" "lab-wait-cm 30" >/dev/null 2>&1 || sleep 3
+    ip netns exec "$NS" timeout "$CASE_TIMEOUT" "${env[@]}" "${ours[@]}" >"$d/ours.log" 2>&1 || OURS_RC=$?
+    if [ "$s" = rcopy ]; then
+      sum_src=$(md5sum <"$d/rs.src" | awk '{print $1}')
+      sum_dst=$(lab shell -t 40 "$GUEST_SRV" "md5sum /tmp/rs.dst" 2>/dev/null | awk '/rs.dst$/ {h=$1} END {print h}')
+      lab shell -t 20 "$GUEST_SRV" "pkill rcopy" >/dev/null 2>&1 || true
+      lab wait "$GUEST_SRV" "$job" 20 >>"$d/guest.log" 2>&1 || true
+    else
+      lab wait "$GUEST_SRV" "$job" "$CASE_TIMEOUT" >>"$d/guest.log" 2>&1 || GUEST_RC=$?
+    fi
+  fi
+  echo "ours_rc=$OURS_RC guest_rc=$GUEST_RC src=$sum_src dst=$sum_dst" >"$d/status"
+  [ "$OURS_RC" = 0 ] && [ "$GUEST_RC" = 0 ] || return 1
+  if [ "$s" = rcopy ]; then
+    [ -n "$sum_src" ] && [ "$sum_src" = "$sum_dst" ]
+  else
+    # rstream/riostream print one result line: name, size, transfers ("custom  64k  50 ...")
+    grep -qE '^custom +64k +50 ' "$d/ours.log" && grep -qE '^custom +64k +50 ' "$d/guest.log"
+  fi
+}
+
 RESULTS=()
 run_case() { # CASE
   local c=$1 d=$RUN/$1 t0 res=PASS oracle=ok secs
@@ -560,6 +639,7 @@ run_case() { # CASE
     *-dropin-*) run_dropin "$c" "$d" || res=FAIL ;;
     *-mc-*) run_mcast "$c" "$d" || res=FAIL ;;
     *-cm-*) run_cm "$c" "$d" || res=FAIL ;;
+    *-rs-*) run_rs "$c" "$d" || res=FAIL ;;
     *) die "unknown case $c" ;;
   esac
   LAB_CAPTURES=$d lab capture-stop br0 >/dev/null 2>&1 || true
