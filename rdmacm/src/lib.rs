@@ -29,13 +29,17 @@
 //! * [`RSocket`]: a safe Rust face on them (tests, Rust programs).
 //!
 //! `SOCK_STREAM` over RC, with the iomap calls (`riomap`, `riounmap`,
-//! `riowrite`). `SOCK_DGRAM` rsockets answer `ENOTSUP` (not yet).
+//! `riowrite`); `SOCK_DGRAM` over UD (`ds`, `ds_qp`, `ds_calls`: a UDP
+//! socket, one UD QP per local address, rdma-core's datagram headers).
 #![allow(unsafe_code)]
 // the exported functions' contract is `<rdma/rsocket.h>`'s, as for the C library
 #![allow(clippy::missing_safety_doc)]
 
 pub mod ffi;
 
+mod ds;
+mod ds_calls;
+mod ds_qp;
 mod ep;
 mod exports;
 mod iomap;

@@ -142,6 +142,9 @@ pub unsafe extern "C" fn rsetsockopt(
     len: socklen_t,
 ) -> c_int {
     guard(|| {
+        if let Some(h) = crate::ds::lookup(s) {
+            return crate::ds_calls::setsockopt(&h, level, name, val, len);
+        }
         let h = table::lookup(s)?;
         let mut g = lock(&h);
         match level {
@@ -209,6 +212,9 @@ pub unsafe extern "C" fn rgetsockopt(
     len: *mut socklen_t,
 ) -> c_int {
     guard(|| {
+        if let Some(h) = crate::ds::lookup(s) {
+            return crate::ds_calls::getsockopt(&h, level, name, val, len);
+        }
         let h = table::lookup(s)?;
         let mut g = lock(&h);
         if val.is_null() || len.is_null() {
@@ -246,6 +252,9 @@ pub unsafe extern "C" fn rgetsockopt(
 #[no_mangle]
 pub unsafe extern "C" fn rfcntl(s: c_int, cmd: c_int, arg: libc::c_long) -> c_int {
     guard(|| {
+        if let Some(h) = crate::ds::lookup(s) {
+            return crate::ds_calls::fcntl(&h, cmd, arg);
+        }
         let h = table::lookup(s)?;
         let mut g = lock(&h);
         match cmd {

@@ -18,7 +18,7 @@ fn check(r: i32) -> io::Result<i32> {
 }
 
 /// `addr` as a C socket address and its length.
-fn c_addr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+pub(crate) fn c_addr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     // SAFETY: all-zero bytes are a valid sockaddr_storage.
     let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let len = match addr {
