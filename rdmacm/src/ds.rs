@@ -119,7 +119,7 @@ pub(crate) unsafe fn from_c(
     from_storage(&ss, n).ok_or(libc::EINVAL)
 }
 
-fn from_storage(ss: &libc::sockaddr_storage, len: usize) -> Option<SocketAddr> {
+pub(crate) fn from_storage(ss: &libc::sockaddr_storage, len: usize) -> Option<SocketAddr> {
     match i32::from(ss.ss_family) {
         libc::AF_INET if len >= std::mem::size_of::<libc::sockaddr_in>() => {
             // SAFETY: a sockaddr_in's bytes.

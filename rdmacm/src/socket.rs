@@ -5,7 +5,7 @@
 use std::io;
 use std::net::SocketAddr;
 
-/// One stream rsocket.
+/// One rsocket (stream or datagram).
 #[derive(Debug)]
 pub struct RSocket(i32);
 
@@ -55,6 +55,59 @@ impl RSocket {
         let af = if ipv6 { libc::AF_INET6 } else { libc::AF_INET };
         // SAFETY: a plain call.
         check(unsafe { crate::rsocket(af, libc::SOCK_STREAM, 0) }).map(RSocket)
+    }
+
+    /// `rsocket(AF_INET or AF_INET6, SOCK_DGRAM, 0)`.
+    pub fn dgram(ipv6: bool) -> io::Result<RSocket> {
+        let af = if ipv6 { libc::AF_INET6 } else { libc::AF_INET };
+        // SAFETY: a plain call.
+        check(unsafe { crate::rsocket(af, libc::SOCK_DGRAM, 0) }).map(RSocket)
+    }
+
+    /// `rsendto`: the payload bytes taken.
+    pub fn send_to(&self, buf: &[u8], addr: SocketAddr) -> io::Result<usize> {
+        let (ss, len) = c_addr(addr);
+        // SAFETY: our rsocket, buffer and address.
+        let n = unsafe {
+            crate::rsendto(
+                self.0,
+                buf.as_ptr().cast(),
+                buf.len(),
+                0,
+                &ss as *const _ as *const libc::sockaddr,
+                len,
+            )
+        };
+        check(n.max(-1) as i32).map(|_| n as usize)
+    }
+
+    /// `rrecvfrom`: the bytes read and the sender.
+    pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        // SAFETY: all-zero bytes are a valid storage.
+        let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        // SAFETY: our rsocket, buffer, storage and its length.
+        let n = unsafe {
+            crate::rrecvfrom(
+                self.0,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                0,
+                &mut ss as *mut _ as *mut libc::sockaddr,
+                &mut len,
+            )
+        };
+        check(n.max(-1) as i32)?;
+        let from = crate::ds::from_storage(&ss, len as usize)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EAFNOSUPPORT))?;
+        Ok((n as usize, from))
+    }
+
+    /// `rfcntl(F_SETFL, O_NONBLOCK or 0)`.
+    pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        let fl = if on { libc::O_NONBLOCK } else { 0 };
+        // SAFETY: our rsocket.
+        check(unsafe { crate::rfcntl(self.0, libc::F_SETFL, fl.into()) }).map(drop)
     }
 
     /// The rsocket's number (for `rpoll` and the other C calls).

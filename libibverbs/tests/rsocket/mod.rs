@@ -4,7 +4,8 @@
 //! verified, keepalive on), `riostream` (iomap writes), `rcopy` of a
 //! 100 MiB file, a C program of misuse and checked exchanges
 //! (`tests/c/rsocket_check.c`), and two rsockets of this executable
-//! exchanging checked bytes through the Rust crate's C functions.
+//! exchanging checked bytes through the Rust crate's C functions; datagram
+//! rsockets (`dgram`: `udpong` both roles, checked datagrams).
 //!
 //! A directory module (`rsocket/mod.rs`), so that the crate's tests/ gets
 //! no new top-level file. Each test has its own loopback addresses
@@ -348,6 +349,7 @@ fn ffi_layouts_match_the_c_headers() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+mod dgram;
 mod in_process;
 
 /// Run this executable's test `name` alone in a child with the devices of
