@@ -210,6 +210,8 @@ pub struct rdma_cm_id {
     pub ibaddr: rdma_ib_addr,
     pub path_rec: *mut c_void,
     pub num_paths: c_int,
+    /// `struct rdma_route`'s tail padding.
+    pub _route_pad: c_int,
     pub ps: c_uint,
     pub port_num: u8,
 }
@@ -384,5 +386,5 @@ const _: () = {
     assert!(std::mem::offset_of!(ibv_ah_attr, port_num) == 30);
     assert!(std::mem::offset_of!(ibv_qp, qp_num) == 52);
     assert!(std::mem::offset_of!(rdma_cm_id, ibaddr) == 288);
-    assert!(std::mem::offset_of!(rdma_cm_id, port_num) == 344);
+    assert!(std::mem::offset_of!(rdma_cm_id, port_num) == 348);
 };
