@@ -101,43 +101,6 @@ pub(crate) fn new_dgram(domain: i32, fs_flags: i32, fd_flags: i32) -> Result<i32
     Ok(fd)
 }
 
-/// A C socket address (of `len` bytes) as a Rust one.
-///
-/// # Safety
-/// `a` points to `len` readable bytes.
-pub(crate) unsafe fn from_c(
-    a: *const libc::sockaddr,
-    len: libc::socklen_t,
-) -> Result<SocketAddr, i32> {
-    if a.is_null() {
-        return Err(libc::EFAULT);
-    }
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let n = (len as usize).min(std::mem::size_of::<libc::sockaddr_storage>());
-    // SAFETY: per the contract, into our storage.
-    unsafe { std::ptr::copy_nonoverlapping(a as *const u8, &mut ss as *mut _ as *mut u8, n) };
-    from_storage(&ss, n).ok_or(libc::EINVAL)
-}
-
-pub(crate) fn from_storage(ss: &libc::sockaddr_storage, len: usize) -> Option<SocketAddr> {
-    match i32::from(ss.ss_family) {
-        libc::AF_INET if len >= std::mem::size_of::<libc::sockaddr_in>() => {
-            // SAFETY: a sockaddr_in's bytes.
-            let s = unsafe { &*(ss as *const _ as *const libc::sockaddr_in) };
-            let ip = Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr));
-            Some(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(s.sin_port))))
-        }
-        libc::AF_INET6 if len >= std::mem::size_of::<libc::sockaddr_in6>() => {
-            // SAFETY: a sockaddr_in6's bytes.
-            let s = unsafe { &*(ss as *const _ as *const libc::sockaddr_in6) };
-            let ip = Ipv6Addr::from(s.sin6_addr.s6_addr);
-            let port = u16::from_be(s.sin6_port);
-            Some(SocketAddr::V6(SocketAddrV6::new(ip, port, s.sin6_flowinfo, s.sin6_scope_id)))
-        }
-        _ => None,
-    }
-}
-
 /// The name of a socket (`getsockname`, or `getpeername` when `peer`).
 fn sock_name(fd: i32, peer: bool) -> Result<SocketAddr, i32> {
     // SAFETY: all-zero bytes are a valid storage.
@@ -155,7 +118,7 @@ fn sock_name(fd: i32, peer: bool) -> Result<SocketAddr, i32> {
     if r != 0 {
         return Err(crate::errno().max(1));
     }
-    from_storage(&ss, len as usize).ok_or(libc::EAFNOSUPPORT)
+    crate::addr::from_storage(&ss, len as usize).ok_or(libc::EAFNOSUPPORT)
 }
 
 fn header_of(a: SocketAddr) -> DsHeader {
@@ -210,7 +173,7 @@ impl Ds {
     pub fn connect(&mut self, a: *const libc::sockaddr, len: libc::socklen_t) -> Result<(), i32> {
         self.init_ep();
         // SAFETY: the caller's address of `len` bytes.
-        let dst = unsafe { from_c(a, len) }?;
+        let dst = unsafe { crate::addr::from_c(a, len) }?;
         // SAFETY: our socket; the caller's address.
         if unsafe { libc::connect(self.fd, a, len) } != 0 {
             return Err(crate::errno().max(1));
@@ -231,7 +194,7 @@ impl Ds {
                 libc::AF_INET6 => (Ipv6Addr::UNSPECIFIED, 0).into(),
                 _ => (Ipv4Addr::UNSPECIFIED, 0).into(),
             };
-            let (ss, len) = crate::socket::c_addr(any);
+            let (ss, len) = crate::addr::c_addr(any);
             // SAFETY: our socket; our address.
             unsafe { libc::bind(self.fd, &ss as *const _ as *const libc::sockaddr, len) };
             me = sock_name(self.fd, false)?;
@@ -245,7 +208,7 @@ impl Ds {
         if s < 0 {
             return Err(crate::errno().max(1));
         }
-        let (ss, len) = crate::socket::c_addr(dst);
+        let (ss, len) = crate::addr::c_addr(dst);
         // SAFETY: our temporary socket and address.
         let r = unsafe { libc::connect(s, &ss as *const _ as *const libc::sockaddr, len) };
         let found = if r == 0 { sock_name(s, false) } else { Err(crate::errno().max(1)) };
@@ -291,7 +254,7 @@ impl Ds {
             libc::iovec { iov_base: hdr.as_ptr() as *mut _, iov_len: hdr.len() },
             libc::iovec { iov_base: data.as_ptr() as *mut _, iov_len: data.len() },
         ];
-        let (mut ss, len) = crate::socket::c_addr(dest.addr);
+        let (mut ss, len) = crate::addr::c_addr(dest.addr);
         // SAFETY: all-zero bytes are a valid msghdr.
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
         msg.msg_name = &mut ss as *mut _ as *mut libc::c_void;
@@ -329,7 +292,7 @@ impl Ds {
                 return any;
             }
             any = true;
-            let Some(from) = from_storage(&ss, sl as usize) else { continue };
+            let Some(from) = crate::addr::from_storage(&ss, sl as usize) else { continue };
             let Ok((h, plen)) = DsUdpHeader::parse(&buf[..n as usize], from.is_ipv6()) else {
                 continue;
             };

@@ -3,8 +3,8 @@
 //! here when the number is a datagram rsocket's.
 
 use crate::ds::{self, Ds, DsHandle};
-use crate::exports::SLEEP_CAP_MS;
 use crate::table::lock;
+use crate::SLEEP_CAP_MS;
 use libc::{c_int, c_void, sockaddr, socklen_t};
 use std::net::SocketAddr;
 use std::sync::MutexGuard;
@@ -101,7 +101,7 @@ pub(crate) fn recv(
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), buf, n) };
     }
     if !addr.is_null() && !addrlen.is_null() {
-        let (ss, full) = crate::socket::c_addr(from);
+        let (ss, full) = crate::addr::c_addr(from);
         // SAFETY: the caller's length and buffer of that many bytes.
         unsafe {
             let k = (*addrlen).min(full) as usize;
@@ -157,7 +157,7 @@ pub(crate) fn setsockopt(
     len: socklen_t,
 ) -> Result<c_int, i32> {
     let mut g = lock(h);
-    if level == crate::opts::SOL_RDMA {
+    if level == crate::ffi::SOL_RDMA {
         return Err(libc::ENOTSUP);
     }
     // SAFETY: our socket; the caller's value.

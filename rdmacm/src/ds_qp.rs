@@ -81,14 +81,14 @@ impl DsQp {
 
     fn build(&mut self, sq: u16, rq: u16, inline: u16) -> Result<(), i32> {
         let fail = |p: bool| if p { Err(crate::errno().max(1)) } else { Ok(()) };
-        let (ss, len) = crate::socket::c_addr(self.local);
+        let (ss, len) = crate::addr::c_addr(self.local);
         let _ = len;
         // SAFETY: our id; the address lives across the call.
         if unsafe { rdma_bind_addr(self.id, &ss as *const _ as *mut libc::sockaddr) } != 0 {
             // the UDP port may be the CM's to refuse: the address alone
             let mut any = self.local;
             any.set_port(0);
-            let (ss, _) = crate::socket::c_addr(any);
+            let (ss, _) = crate::addr::c_addr(any);
             // SAFETY: as above.
             fail(unsafe { rdma_bind_addr(self.id, &ss as *const _ as *mut libc::sockaddr) } != 0)?;
         }
@@ -253,8 +253,8 @@ impl DsQp {
     fn resolve_ah(&self, id: *mut rdma_cm_id, dst: SocketAddr) -> Result<*mut ibv_ah, i32> {
         let mut src = self.local;
         src.set_port(0);
-        let (mut s, _) = crate::socket::c_addr(src);
-        let (mut d, _) = crate::socket::c_addr(dst);
+        let (mut s, _) = crate::addr::c_addr(src);
+        let (mut d, _) = crate::addr::c_addr(dst);
         // SAFETY: our synchronous id; the addresses live across the calls;
         // the id's route fields are read after the route is resolved; the
         // AH is made in our PD.

@@ -9,9 +9,7 @@ use roce_rsocket::{Action, Error, SendRamp, Shutdown};
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
-/// The longest one sleep in `poll(2)` lasts before the state is looked
-/// at again (a safety net: every wake-up has an event behind it).
-pub(crate) const SLEEP_CAP_MS: i32 = 200;
+use crate::SLEEP_CAP_MS;
 
 /// Sleep until the CM or the CQ of `h` has news (or `ms`), the lock
 /// released meanwhile.
@@ -388,9 +386,10 @@ pub unsafe extern "C" fn rsendto(
 ) -> ssize_t {
     if let Some(h) = crate::ds::lookup(s) {
         return guard(|| {
-            // SAFETY: the caller's buffer of `len` bytes and address.
+            // SAFETY: the caller's buffer of `len` bytes.
             let app = unsafe { app_slice(buf, len) }?;
-            let dst = if a.is_null() { None } else { Some(unsafe { crate::ds::from_c(a, l) }?) };
+            // SAFETY: the caller's address of `l` bytes (not NULL).
+            let dst = if a.is_null() { None } else { Some(unsafe { crate::addr::from_c(a, l) }?) };
             ds_calls::send(&h, app, flags, dst).map(|n| n as ssize_t)
         });
     }

@@ -24,6 +24,14 @@ pub const IBV_ACCESS_LOCAL_WRITE: c_int = 1;
 pub const IBV_ACCESS_REMOTE_WRITE: c_int = 2;
 pub const IBV_WC_SUCCESS: c_uint = 0;
 
+/// `SOL_RDMA` and its options (`<rdma/rsocket.h>`).
+pub const SOL_RDMA: c_int = 0x10000;
+pub const RDMA_SQSIZE: c_int = 0;
+pub const RDMA_RQSIZE: c_int = 1;
+pub const RDMA_INLINE: c_int = 2;
+pub const RDMA_IOMAPSIZE: c_int = 3;
+pub const RDMA_ROUTE: c_int = 4;
+
 pub const RDMA_PS_TCP: c_int = 0x0106;
 pub const RDMA_OPTION_ID: c_int = 0;
 pub const RDMA_OPTION_ID_TOS: c_int = 0;

@@ -37,6 +37,7 @@
 
 pub mod ffi;
 
+mod addr;
 mod ds;
 mod ds_calls;
 mod ds_qp;
@@ -54,6 +55,10 @@ pub use iomap::{riomap, riounmap, riowrite};
 pub use opts::{rfcntl, rgetsockopt, rsetsockopt};
 pub use poll::{rpoll, rselect};
 pub use socket::RSocket;
+
+/// The longest one sleep in `poll(2)` lasts before the state is looked
+/// at again (a safety net: every wake-up has an event behind it).
+pub(crate) const SLEEP_CAP_MS: i32 = 200;
 
 /// The calling thread's errno.
 pub(crate) fn errno() -> i32 {

@@ -8,14 +8,6 @@ use crate::rs::{Rs, State};
 use crate::table::{self, lock};
 use libc::{c_int, c_void, socklen_t};
 
-/// `SOL_RDMA` and its options (`<rdma/rsocket.h>`).
-pub const SOL_RDMA: c_int = 0x10000;
-pub const RDMA_SQSIZE: c_int = 0;
-pub const RDMA_RQSIZE: c_int = 1;
-pub const RDMA_INLINE: c_int = 2;
-pub const RDMA_IOMAPSIZE: c_int = 3;
-pub const RDMA_ROUTE: c_int = 4;
-
 /// An `int` option value (at least 4 bytes), else EINVAL.
 ///
 /// # Safety

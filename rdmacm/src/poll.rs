@@ -104,7 +104,7 @@ fn sleep(fds: &[pollfd], ms: c_int) {
             Err(_) => set.push(pollfd { fd: p.fd, events: p.events, revents: 0 }),
         }
     }
-    let ms = ms.clamp(0, crate::exports::SLEEP_CAP_MS);
+    let ms = ms.clamp(0, crate::SLEEP_CAP_MS);
     // SAFETY: our array of pollfds.
     unsafe { libc::poll(set.as_mut_ptr(), set.len() as libc::nfds_t, ms) };
 }
@@ -128,7 +128,7 @@ pub unsafe extern "C" fn rpoll(fds: *mut pollfd, n: libc::nfds_t, timeout: c_int
                 return Ok(ready);
             }
             let left = match end {
-                None => crate::exports::SLEEP_CAP_MS,
+                None => crate::SLEEP_CAP_MS,
                 Some(e) => {
                     let now = Instant::now();
                     if now >= e {

@@ -2,6 +2,7 @@
 //! link the drop-in's rlib: [`RSocket`] owns one rsocket number and
 //! closes it when dropped; every call is the C function of the same name.
 
+use crate::addr::c_addr;
 use std::io;
 use std::net::SocketAddr;
 
@@ -15,38 +16,6 @@ fn check(r: i32) -> io::Result<i32> {
     } else {
         Ok(r)
     }
-}
-
-/// `addr` as a C socket address and its length.
-pub(crate) fn c_addr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: all-zero bytes are a valid sockaddr_storage.
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match addr {
-        SocketAddr::V4(a) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr { s_addr: u32::from(*a.ip()).to_be() },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: a sockaddr_in fits in the storage.
-            unsafe { std::ptr::write(&mut ss as *mut _ as *mut libc::sockaddr_in, sin) };
-            std::mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(a) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: a.port().to_be(),
-                sin6_flowinfo: a.flowinfo(),
-                sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
-                sin6_scope_id: a.scope_id(),
-            };
-            // SAFETY: a sockaddr_in6 fits in the storage.
-            unsafe { std::ptr::write(&mut ss as *mut _ as *mut libc::sockaddr_in6, sin6) };
-            std::mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    (ss, len as libc::socklen_t)
 }
 
 impl RSocket {
@@ -98,7 +67,7 @@ impl RSocket {
             )
         };
         check(n.max(-1) as i32)?;
-        let from = crate::ds::from_storage(&ss, len as usize)
+        let from = crate::addr::from_storage(&ss, len as usize)
             .ok_or_else(|| io::Error::from_raw_os_error(libc::EAFNOSUPPORT))?;
         Ok((n as usize, from))
     }
