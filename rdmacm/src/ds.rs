@@ -398,6 +398,10 @@ impl Ds {
         }
     }
 
+    pub fn is_ready(&self) -> bool {
+        self.ready
+    }
+
     pub fn has_qps(&self) -> bool {
         !self.qps.is_empty()
     }

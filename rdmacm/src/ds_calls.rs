@@ -83,6 +83,10 @@ pub(crate) fn recv(
     addrlen: *mut socklen_t,
 ) -> Result<usize, i32> {
     let mut g = lock(h);
+    if !g.is_ready() {
+        // neither bound nor connected nor sent from (`ds_recvfrom`)
+        return Err(libc::EINVAL);
+    }
     let nonblock = g.nonblocking(flags);
     let (from, data) = loop {
         g.progress();

@@ -123,6 +123,10 @@ pub unsafe extern "C" fn rsocket(domain: c_int, ty: c_int, protocol: c_int) -> c
             && matches!(domain, libc::AF_INET | libc::AF_INET6)
             && (protocol == 0 || protocol == libc::IPPROTO_UDP)
         {
+            if crate::internal_socket() {
+                crate::diag("rsocket: SOCK_DGRAM from inside the library: a kernel socket");
+                return Err(libc::ENOTSUP);
+            }
             return crate::ds::new_dgram(domain, fs, fd);
         }
         if !matches!(domain, libc::AF_INET | libc::AF_INET6 | AF_IB)

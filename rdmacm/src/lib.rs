@@ -88,10 +88,30 @@ pub(crate) fn diag(msg: &str) {
     }
 }
 
+thread_local! {
+    /// How many rsocket calls this thread is inside.
+    static DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// A socket this library (or the drop-in under it) makes for itself: a
+/// `socket(2)` call from inside an rsocket call (the device's UDP socket
+/// opened by `rconnect`'s address resolution, the route probe of a
+/// datagram rsocket), or from one of the drop-in's threads (named
+/// `roce...`). Under `librspreload.so`, which sends every `socket(2)` of
+/// the process to `rsocket` and falls back to the kernel's when it fails,
+/// such a socket must stay a kernel one: `rsocket(SOCK_DGRAM)` refuses it.
+pub(crate) fn internal_socket() -> bool {
+    DEPTH.with(|d| d.get() > 1)
+        || std::thread::current().name().is_some_and(|n| n.starts_with("roce"))
+}
+
 /// Run `f` for a C caller: its value, or -1 with errno set; a panic is
 /// caught (EIO), never unwound into C.
 pub(crate) fn guard<T: From<i8>>(f: impl FnOnce() -> Result<T, i32>) -> T {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+    DEPTH.with(|d| d.set(d.get() + 1));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+    match r {
         Ok(Ok(v)) => v,
         Ok(Err(e)) => {
             set_errno(e);

@@ -80,7 +80,8 @@ fn exchange(c: &RSocket, s: &RSocket, ca: SocketAddr, sa: SocketAddr, i: usize, 
 /// Two datagram rsockets on two devices: 200 datagrams of 1 to 1016
 /// bytes (the first over UDP, the rest over UD once the QPNs are known),
 /// each answered; the bytes and the sender's address checked each way;
-/// a short buffer truncates; an empty non-blocking rsocket says EAGAIN; a
+/// a short buffer truncates; an unbound rsocket's receive says EINVAL and
+/// an empty non-blocking one EAGAIN (rdma-core's errnos); a
 /// datagram longer than a receive buffer's 2048 bytes is refused.
 #[test]
 fn two_dgram_rsockets_exchange_checked_datagrams() {
@@ -92,6 +93,8 @@ fn two_dgram_rsockets_exchange_checked_datagrams() {
     let sa: SocketAddr = format!("127.0.{NET}.2:7700").parse().expect("address");
     let ca: SocketAddr = format!("127.0.{NET}.3:7701").parse().expect("address");
     let s = RSocket::dgram(false).expect("rsocket");
+    let e = s.recv_from(&mut [0u8; 16]).expect_err("neither bound nor connected");
+    assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
     s.bind(sa).expect("rbind");
     let c = RSocket::dgram(false).expect("rsocket");
     c.bind(ca).expect("rbind");
