@@ -307,6 +307,9 @@ impl DsQp {
     }
 
     fn drain_events(&mut self) {
+        if !self.armed {
+            return; // no event can be waiting: save the read(2)
+        }
         let (mut cq, mut ctx): (*mut ibv_cq, *mut c_void) = (ptr::null_mut(), ptr::null_mut());
         let mut n = 0;
         // SAFETY: our live, non-blocking channel.
