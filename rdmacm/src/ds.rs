@@ -126,7 +126,9 @@ fn header_of(a: SocketAddr) -> DsHeader {
         SocketAddr::V4(v) => DsHeader { port: v.port(), addr: DsAddr::V4(v.ip().octets()) },
         SocketAddr::V6(v) => DsHeader {
             port: v.port(),
-            addr: DsAddr::V6 { flowinfo: v.flowinfo(), addr: v.ip().octets() },
+            // `sin6_flowinfo`'s bytes as they are (network order), as
+            // rdma-core copies them
+            addr: DsAddr::V6 { flowinfo: u32::from_be(v.flowinfo()), addr: v.ip().octets() },
         },
     }
 }
@@ -135,7 +137,7 @@ fn addr_of(h: &DsHeader) -> SocketAddr {
     match h.addr {
         DsAddr::V4(a) => SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::from(a), h.port)),
         DsAddr::V6 { flowinfo, addr } => {
-            SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::from(addr), h.port, flowinfo, 0))
+            SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::from(addr), h.port, flowinfo.to_be(), 0))
         }
     }
 }
