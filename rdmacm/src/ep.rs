@@ -22,7 +22,7 @@ pub(crate) struct Buf {
 }
 
 impl Buf {
-    fn new(pd: *mut ibv_pd, len: usize, access: c_int) -> Result<Buf, i32> {
+    pub(crate) fn new(pd: *mut ibv_pd, len: usize, access: c_int) -> Result<Buf, i32> {
         let len = len.max(1);
         // SAFETY: a fresh zeroed allocation of `len` bytes, ours until
         // `free`.
@@ -63,7 +63,7 @@ impl Buf {
         unsafe { ptr::copy_nonoverlapping(self.ptr.add(offset), dst, len) };
     }
 
-    fn write(&self, offset: usize, src: &[u8]) {
+    pub(crate) fn write(&self, offset: usize, src: &[u8]) {
         if offset.checked_add(src.len()).is_none_or(|e| e > self.len) {
             return;
         }
@@ -72,7 +72,7 @@ impl Buf {
         unsafe { ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(offset), src.len()) };
     }
 
-    fn free(&mut self) {
+    pub(crate) fn free(&mut self) {
         if !self.mr.is_null() {
             // SAFETY: our MR, deregistered once.
             unsafe { ibv_dereg_mr(self.mr) };

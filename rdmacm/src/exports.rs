@@ -3,15 +3,13 @@
 
 use crate::rs::{Rs, State};
 use crate::table::{self, lock, Handle};
-use crate::{guard, set_errno};
+use crate::{ds_calls, guard, set_errno};
 use libc::{c_int, c_void, size_t, sockaddr, socklen_t, ssize_t};
 use roce_rsocket::{Action, Error, SendRamp, Shutdown};
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
-/// The longest one sleep in `poll(2)` lasts before the state is looked
-/// at again (a safety net: every wake-up has an event behind it).
-pub(crate) const SLEEP_CAP_MS: i32 = 200;
+use crate::SLEEP_CAP_MS;
 
 /// Sleep until the CM or the CQ of `h` has news (or `ms`), the lock
 /// released meanwhile.
@@ -119,17 +117,24 @@ pub unsafe extern "C" fn rsocket(domain: c_int, ty: c_int, protocol: c_int) -> c
     guard(|| {
         let kind = ty & !(libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK);
         const AF_IB: c_int = 27;
+        let fs = if ty & libc::SOCK_NONBLOCK != 0 { libc::O_NONBLOCK } else { 0 };
+        let fd = if ty & libc::SOCK_CLOEXEC != 0 { libc::FD_CLOEXEC } else { 0 };
+        if kind == libc::SOCK_DGRAM
+            && matches!(domain, libc::AF_INET | libc::AF_INET6)
+            && (protocol == 0 || protocol == libc::IPPROTO_UDP)
+        {
+            if crate::internal_socket() {
+                crate::diag("rsocket: SOCK_DGRAM from inside the library: a kernel socket");
+                return Err(libc::ENOTSUP);
+            }
+            return crate::ds::new_dgram(domain, fs, fd);
+        }
         if !matches!(domain, libc::AF_INET | libc::AF_INET6 | AF_IB)
             || kind != libc::SOCK_STREAM
             || (protocol != 0 && protocol != libc::IPPROTO_TCP)
         {
-            if kind == libc::SOCK_DGRAM {
-                crate::diag("rsocket: SOCK_DGRAM rsockets are not implemented yet");
-            }
             return Err(libc::ENOTSUP);
         }
-        let fs = if ty & libc::SOCK_NONBLOCK != 0 { libc::O_NONBLOCK } else { 0 };
-        let fd = if ty & libc::SOCK_CLOEXEC != 0 { libc::FD_CLOEXEC } else { 0 };
         table::new_stream(fs, fd)
     })
 }
@@ -137,6 +142,9 @@ pub unsafe extern "C" fn rsocket(domain: c_int, ty: c_int, protocol: c_int) -> c
 #[no_mangle]
 pub unsafe extern "C" fn rbind(s: c_int, addr: *const sockaddr, _len: socklen_t) -> c_int {
     guard(|| {
+        if let Some(h) = crate::ds::lookup(s) {
+            return ds_calls::bind(&h, addr, _len);
+        }
         let h = table::lookup(s)?;
         let mut g = lock(&h);
         if addr.is_null() {
@@ -194,6 +202,9 @@ pub unsafe extern "C" fn raccept(s: c_int, addr: *mut sockaddr, len: *mut sockle
 #[no_mangle]
 pub unsafe extern "C" fn rconnect(s: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
     guard(|| {
+        if let Some(h) = crate::ds::lookup(s) {
+            return ds_calls::connect(&h, addr, len);
+        }
         let h = table::lookup(s)?;
         let mut g = lock(&h);
         match g.state {
@@ -355,6 +366,9 @@ pub unsafe extern "C" fn rsend(s: c_int, buf: *const c_void, len: size_t, flags:
     guard(|| {
         // SAFETY: the caller's buffer of `len` bytes.
         let app = unsafe { app_slice(buf, len) }?;
+        if let Some(h) = crate::ds::lookup(s) {
+            return ds_calls::send(&h, app, flags, None).map(|n| n as ssize_t);
+        }
         send_bytes(s, app, flags).map(|n| n as ssize_t)
     })
 }
@@ -374,6 +388,15 @@ pub unsafe extern "C" fn rsendto(
     a: *const sockaddr,
     l: socklen_t,
 ) -> ssize_t {
+    if let Some(h) = crate::ds::lookup(s) {
+        return guard(|| {
+            // SAFETY: the caller's buffer of `len` bytes.
+            let app = unsafe { app_slice(buf, len) }?;
+            // SAFETY: the caller's address of `l` bytes (not NULL).
+            let dst = if a.is_null() { None } else { Some(unsafe { crate::addr::from_c(a, l) }?) };
+            ds_calls::send(&h, app, flags, dst).map(|n| n as ssize_t)
+        });
+    }
     if !a.is_null() || l != 0 {
         set_errno(libc::EISCONN);
         return -1;
@@ -387,6 +410,10 @@ pub unsafe extern "C" fn rrecv(s: c_int, buf: *mut c_void, len: size_t, flags: c
     guard(|| {
         if buf.is_null() && len > 0 {
             return Err(libc::EFAULT);
+        }
+        if let Some(h) = crate::ds::lookup(s) {
+            let (a, l) = (std::ptr::null_mut(), std::ptr::null_mut());
+            return ds_calls::recv(&h, buf as *mut u8, len, flags, a, l).map(|n| n as ssize_t);
         }
         recv_bytes(s, buf as *mut u8, len, flags).map(|n| n as ssize_t)
     })
@@ -407,6 +434,14 @@ pub unsafe extern "C" fn rrecvfrom(
     a: *mut sockaddr,
     l: *mut socklen_t,
 ) -> ssize_t {
+    if let Some(h) = crate::ds::lookup(s) {
+        return guard(|| {
+            if buf.is_null() && len > 0 {
+                return Err(libc::EFAULT);
+            }
+            ds_calls::recv(&h, buf as *mut u8, len, flags, a, l).map(|n| n as ssize_t)
+        });
+    }
     // SAFETY: the caller's contract, passed on.
     let n = unsafe { rrecv(s, buf, len, flags) };
     if n > 0 && !a.is_null() && !l.is_null() {
@@ -555,6 +590,9 @@ fn shutdown_locked(h: &Handle, mut g: MutexGuard<'_, Rs>, how: Shutdown) -> Resu
 #[no_mangle]
 pub unsafe extern "C" fn rclose(s: c_int) -> c_int {
     guard(|| {
+        if ds_calls::close(s) {
+            return Ok(0);
+        }
         let h = table::remove(s).ok_or(libc::EBADF)?;
         crate::diag(&format!("rsocket {s}: rclose"));
         close_handle(&h);
@@ -604,6 +642,9 @@ fn copy_addr(
 #[no_mangle]
 pub unsafe extern "C" fn rgetpeername(s: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
     guard(|| {
+        if let Some(h) = crate::ds::lookup(s) {
+            return ds_calls::name(&h, true, addr, len);
+        }
         let h = table::lookup(s)?;
         let g = lock(&h);
         if g.id.is_null() {
@@ -618,6 +659,9 @@ pub unsafe extern "C" fn rgetpeername(s: c_int, addr: *mut sockaddr, len: *mut s
 #[no_mangle]
 pub unsafe extern "C" fn rgetsockname(s: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
     guard(|| {
+        if let Some(h) = crate::ds::lookup(s) {
+            return ds_calls::name(&h, false, addr, len);
+        }
         let h = table::lookup(s)?;
         let g = lock(&h);
         if g.id.is_null() {

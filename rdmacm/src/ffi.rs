@@ -12,12 +12,25 @@
 use libc::{c_int, c_uint, c_void, sockaddr, sockaddr_storage};
 
 pub const IBV_QPT_RC: c_uint = 2;
+pub const IBV_QPT_UD: c_uint = 4;
+pub const IBV_WR_SEND: c_uint = 2;
+/// librdmacm's `RDMA_UDP_QKEY`, the Q_Key of every `RDMA_PS_UDP` QP.
+pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
+pub const RDMA_PS_UDP: c_int = 0x0111;
 pub const IBV_WR_RDMA_WRITE: c_uint = 0;
 pub const IBV_WR_RDMA_WRITE_WITH_IMM: c_uint = 1;
 pub const IBV_SEND_INLINE: c_uint = 8;
 pub const IBV_ACCESS_LOCAL_WRITE: c_int = 1;
 pub const IBV_ACCESS_REMOTE_WRITE: c_int = 2;
 pub const IBV_WC_SUCCESS: c_uint = 0;
+
+/// `SOL_RDMA` and its options (`<rdma/rsocket.h>`).
+pub const SOL_RDMA: c_int = 0x10000;
+pub const RDMA_SQSIZE: c_int = 0;
+pub const RDMA_RQSIZE: c_int = 1;
+pub const RDMA_INLINE: c_int = 2;
+pub const RDMA_IOMAPSIZE: c_int = 3;
+pub const RDMA_ROUTE: c_int = 4;
 
 pub const RDMA_PS_TCP: c_int = 0x0106;
 pub const RDMA_OPTION_ID: c_int = 0;
@@ -54,8 +67,8 @@ pub struct ibv_comp_channel {
     pub refcnt: c_int,
 }
 
-/// `struct ibv_cq` and `struct ibv_qp`: only their first field, the
-/// context whose `ops` the inline verbs call through, is read.
+/// `struct ibv_cq` (only its context, whose `ops` the inline verbs call
+/// through, is read) and `struct ibv_qp` up to `qp_num`.
 #[repr(C)]
 pub struct ibv_cq {
     pub context: *mut ibv_context,
@@ -63,6 +76,13 @@ pub struct ibv_cq {
 #[repr(C)]
 pub struct ibv_qp {
     pub context: *mut ibv_context,
+    pub qp_context: *mut c_void,
+    pub pd: *mut ibv_pd,
+    pub send_cq: *mut ibv_cq,
+    pub recv_cq: *mut ibv_cq,
+    pub srq: *mut c_void,
+    pub handle: u32,
+    pub qp_num: u32,
 }
 
 #[repr(C)]
@@ -177,7 +197,16 @@ pub struct rdma_event_channel {
     pub fd: c_int,
 }
 
-/// `struct rdma_cm_id` up to `route.addr`'s two addresses.
+/// `struct rdma_ib_addr`: the GIDs (8-aligned, as `union ibv_gid` is).
+#[repr(C, align(8))]
+#[derive(Clone, Copy)]
+pub struct rdma_ib_addr {
+    pub sgid: [u8; 16],
+    pub dgid: [u8; 16],
+    pub pkey: u16,
+}
+
+/// `struct rdma_cm_id` up to `port_num`.
 #[repr(C)]
 pub struct rdma_cm_id {
     pub verbs: *mut ibv_context,
@@ -186,6 +215,35 @@ pub struct rdma_cm_id {
     pub qp: *mut ibv_qp,
     pub src_addr: sockaddr_storage,
     pub dst_addr: sockaddr_storage,
+    pub ibaddr: rdma_ib_addr,
+    pub path_rec: *mut c_void,
+    pub num_paths: c_int,
+    /// `struct rdma_route`'s tail padding.
+    pub _route_pad: c_int,
+    pub ps: c_uint,
+    pub port_num: u8,
+}
+
+/// `struct ibv_ah_attr` (32 bytes) with its `grh`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct ibv_ah_attr {
+    pub dgid: [u8; 16],
+    pub flow_label: u32,
+    pub sgid_index: u8,
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+    pub dlid: u16,
+    pub sl: u8,
+    pub src_path_bits: u8,
+    pub static_rate: u8,
+    pub is_global: u8,
+    pub port_num: u8,
+}
+
+#[repr(C)]
+pub struct ibv_ah {
+    _p: [u8; 0],
 }
 
 #[repr(C)]
@@ -234,6 +292,14 @@ extern "C" {
         ctx: *mut *mut c_void,
     ) -> c_int;
     pub fn ibv_ack_cq_events(cq: *mut ibv_cq, n: c_uint);
+    pub fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah;
+    pub fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int;
+    pub fn ibv_query_gid(
+        ctx: *mut ibv_context,
+        port: u8,
+        index: c_int,
+        gid: *mut [u8; 16],
+    ) -> c_int;
 
     pub fn rdma_create_event_channel() -> *mut rdma_event_channel;
     pub fn rdma_destroy_event_channel(ch: *mut rdma_event_channel);
@@ -320,3 +386,13 @@ pub unsafe fn req_notify_cq(cq: *mut ibv_cq) -> c_int {
         None => libc::ENOSYS,
     }
 }
+
+// the layouts this crate reads, as `<infiniband/verbs.h>` and
+// `<rdma/rdma_cma.h>` (rdma-core 44+, LP64) have them
+const _: () = {
+    assert!(std::mem::size_of::<ibv_ah_attr>() == 32);
+    assert!(std::mem::offset_of!(ibv_ah_attr, port_num) == 30);
+    assert!(std::mem::offset_of!(ibv_qp, qp_num) == 52);
+    assert!(std::mem::offset_of!(rdma_cm_id, ibaddr) == 288);
+    assert!(std::mem::offset_of!(rdma_cm_id, port_num) == 348);
+};

@@ -9,11 +9,12 @@
 //! connected (`RDMA_IOMAPSIZE`), else `riomap` fails (ENOMEM: no entry).
 
 use crate::ep::IoMapping;
-use crate::exports::{app_slice, sleep_on, talkable, write_loop, SLEEP_CAP_MS};
+use crate::exports::{app_slice, sleep_on, talkable, write_loop};
 use crate::ffi::*;
 use crate::guard;
 use crate::rs::Rs;
 use crate::table::{self, lock};
+use crate::SLEEP_CAP_MS;
 use libc::{c_int, c_void, size_t, ssize_t};
 use roce_rsocket::{Error, Sge};
 

@@ -29,13 +29,18 @@
 //! * [`RSocket`]: a safe Rust face on them (tests, Rust programs).
 //!
 //! `SOCK_STREAM` over RC, with the iomap calls (`riomap`, `riounmap`,
-//! `riowrite`). `SOCK_DGRAM` rsockets answer `ENOTSUP` (not yet).
+//! `riowrite`); `SOCK_DGRAM` over UD (`ds`, `ds_qp`, `ds_calls`: a UDP
+//! socket, one UD QP per local address, rdma-core's datagram headers).
 #![allow(unsafe_code)]
 // the exported functions' contract is `<rdma/rsocket.h>`'s, as for the C library
 #![allow(clippy::missing_safety_doc)]
 
 pub mod ffi;
 
+mod addr;
+mod ds;
+mod ds_calls;
+mod ds_qp;
 mod ep;
 mod exports;
 mod iomap;
@@ -50,6 +55,10 @@ pub use iomap::{riomap, riounmap, riowrite};
 pub use opts::{rfcntl, rgetsockopt, rsetsockopt};
 pub use poll::{rpoll, rselect};
 pub use socket::RSocket;
+
+/// The longest one sleep in `poll(2)` lasts before the state is looked
+/// at again (a safety net: every wake-up has an event behind it).
+pub(crate) const SLEEP_CAP_MS: i32 = 200;
 
 /// The calling thread's errno.
 pub(crate) fn errno() -> i32 {
@@ -79,10 +88,30 @@ pub(crate) fn diag(msg: &str) {
     }
 }
 
+thread_local! {
+    /// How many rsocket calls this thread is inside.
+    static DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// A socket this library (or the drop-in under it) makes for itself: a
+/// `socket(2)` call from inside an rsocket call (the device's UDP socket
+/// opened by `rconnect`'s address resolution, the route probe of a
+/// datagram rsocket), or from one of the drop-in's threads (named
+/// `roce...`). Under `librspreload.so`, which sends every `socket(2)` of
+/// the process to `rsocket` and falls back to the kernel's when it fails,
+/// such a socket must stay a kernel one: `rsocket(SOCK_DGRAM)` refuses it.
+pub(crate) fn internal_socket() -> bool {
+    DEPTH.with(|d| d.get() > 1)
+        || std::thread::current().name().is_some_and(|n| n.starts_with("roce"))
+}
+
 /// Run `f` for a C caller: its value, or -1 with errno set; a panic is
 /// caught (EIO), never unwound into C.
 pub(crate) fn guard<T: From<i8>>(f: impl FnOnce() -> Result<T, i32>) -> T {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+    DEPTH.with(|d| d.set(d.get() + 1));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+    match r {
         Ok(Ok(v)) => v,
         Ok(Err(e)) => {
             set_errno(e);

@@ -8,14 +8,6 @@ use crate::rs::{Rs, State};
 use crate::table::{self, lock};
 use libc::{c_int, c_void, socklen_t};
 
-/// `SOL_RDMA` and its options (`<rdma/rsocket.h>`).
-pub const SOL_RDMA: c_int = 0x10000;
-pub const RDMA_SQSIZE: c_int = 0;
-pub const RDMA_RQSIZE: c_int = 1;
-pub const RDMA_INLINE: c_int = 2;
-pub const RDMA_IOMAPSIZE: c_int = 3;
-pub const RDMA_ROUTE: c_int = 4;
-
 /// An `int` option value (at least 4 bytes), else EINVAL.
 ///
 /// # Safety
@@ -142,6 +134,9 @@ pub unsafe extern "C" fn rsetsockopt(
     len: socklen_t,
 ) -> c_int {
     guard(|| {
+        if let Some(h) = crate::ds::lookup(s) {
+            return crate::ds_calls::setsockopt(&h, level, name, val, len);
+        }
         let h = table::lookup(s)?;
         let mut g = lock(&h);
         match level {
@@ -209,6 +204,9 @@ pub unsafe extern "C" fn rgetsockopt(
     len: *mut socklen_t,
 ) -> c_int {
     guard(|| {
+        if let Some(h) = crate::ds::lookup(s) {
+            return crate::ds_calls::getsockopt(&h, level, name, val, len);
+        }
         let h = table::lookup(s)?;
         let mut g = lock(&h);
         if val.is_null() || len.is_null() {
@@ -246,6 +244,9 @@ pub unsafe extern "C" fn rgetsockopt(
 #[no_mangle]
 pub unsafe extern "C" fn rfcntl(s: c_int, cmd: c_int, arg: libc::c_long) -> c_int {
     guard(|| {
+        if let Some(h) = crate::ds::lookup(s) {
+            return crate::ds_calls::fcntl(&h, cmd, arg);
+        }
         let h = table::lookup(s)?;
         let mut g = lock(&h);
         match cmd {

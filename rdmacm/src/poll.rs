@@ -50,6 +50,13 @@ fn revents(g: &mut Rs, events: c_short) -> c_short {
 fn check(fds: &mut [pollfd]) -> c_int {
     let mut ready = 0;
     for p in fds.iter_mut() {
+        if let Some(h) = crate::ds::lookup(p.fd) {
+            p.revents = crate::ds_calls::revents(&h, p.events);
+            if p.revents != 0 {
+                ready += 1;
+            }
+            continue;
+        }
         p.revents = match table::lookup(p.fd) {
             Ok(h) => revents(&mut lock(&h), p.events),
             Err(_) if p.fd < 0 => 0,
@@ -71,6 +78,17 @@ fn check(fds: &mut [pollfd]) -> c_int {
 fn sleep(fds: &[pollfd], ms: c_int) {
     let mut set = Vec::with_capacity(fds.len() * 2);
     for p in fds {
+        if let Some(h) = crate::ds::lookup(p.fd) {
+            match crate::ds_calls::poll_fds(&h) {
+                None => return, // news already: look again
+                Some(v) => set.extend(v.into_iter().map(|fd| pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                })),
+            }
+            continue;
+        }
         match table::lookup(p.fd) {
             Ok(h) => {
                 let mut g = lock(&h);
@@ -86,7 +104,7 @@ fn sleep(fds: &[pollfd], ms: c_int) {
             Err(_) => set.push(pollfd { fd: p.fd, events: p.events, revents: 0 }),
         }
     }
-    let ms = ms.clamp(0, crate::exports::SLEEP_CAP_MS);
+    let ms = ms.clamp(0, crate::SLEEP_CAP_MS);
     // SAFETY: our array of pollfds.
     unsafe { libc::poll(set.as_mut_ptr(), set.len() as libc::nfds_t, ms) };
 }
@@ -110,7 +128,7 @@ pub unsafe extern "C" fn rpoll(fds: *mut pollfd, n: libc::nfds_t, timeout: c_int
                 return Ok(ready);
             }
             let left = match end {
-                None => crate::exports::SLEEP_CAP_MS,
+                None => crate::SLEEP_CAP_MS,
                 Some(e) => {
                     let now = Instant::now();
                     if now >= e {

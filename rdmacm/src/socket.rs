@@ -2,10 +2,11 @@
 //! link the drop-in's rlib: [`RSocket`] owns one rsocket number and
 //! closes it when dropped; every call is the C function of the same name.
 
+use crate::addr::c_addr;
 use std::io;
 use std::net::SocketAddr;
 
-/// One stream rsocket.
+/// One rsocket (stream or datagram).
 #[derive(Debug)]
 pub struct RSocket(i32);
 
@@ -17,44 +18,65 @@ fn check(r: i32) -> io::Result<i32> {
     }
 }
 
-/// `addr` as a C socket address and its length.
-fn c_addr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: all-zero bytes are a valid sockaddr_storage.
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match addr {
-        SocketAddr::V4(a) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr { s_addr: u32::from(*a.ip()).to_be() },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: a sockaddr_in fits in the storage.
-            unsafe { std::ptr::write(&mut ss as *mut _ as *mut libc::sockaddr_in, sin) };
-            std::mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(a) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: a.port().to_be(),
-                sin6_flowinfo: a.flowinfo(),
-                sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
-                sin6_scope_id: a.scope_id(),
-            };
-            // SAFETY: a sockaddr_in6 fits in the storage.
-            unsafe { std::ptr::write(&mut ss as *mut _ as *mut libc::sockaddr_in6, sin6) };
-            std::mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    (ss, len as libc::socklen_t)
-}
-
 impl RSocket {
     /// `rsocket(family of addr, SOCK_STREAM, 0)`.
     pub fn stream(ipv6: bool) -> io::Result<RSocket> {
         let af = if ipv6 { libc::AF_INET6 } else { libc::AF_INET };
         // SAFETY: a plain call.
         check(unsafe { crate::rsocket(af, libc::SOCK_STREAM, 0) }).map(RSocket)
+    }
+
+    /// `rsocket(AF_INET or AF_INET6, SOCK_DGRAM, 0)`.
+    pub fn dgram(ipv6: bool) -> io::Result<RSocket> {
+        let af = if ipv6 { libc::AF_INET6 } else { libc::AF_INET };
+        // SAFETY: a plain call.
+        check(unsafe { crate::rsocket(af, libc::SOCK_DGRAM, 0) }).map(RSocket)
+    }
+
+    /// `rsendto`: the payload bytes taken.
+    pub fn send_to(&self, buf: &[u8], addr: SocketAddr) -> io::Result<usize> {
+        let (ss, len) = c_addr(addr);
+        // SAFETY: our rsocket, buffer and address.
+        let n = unsafe {
+            crate::rsendto(
+                self.0,
+                buf.as_ptr().cast(),
+                buf.len(),
+                0,
+                &ss as *const _ as *const libc::sockaddr,
+                len,
+            )
+        };
+        check(n.max(-1) as i32).map(|_| n as usize)
+    }
+
+    /// `rrecvfrom`: the bytes read and the sender.
+    pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        // SAFETY: all-zero bytes are a valid storage.
+        let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        // SAFETY: our rsocket, buffer, storage and its length.
+        let n = unsafe {
+            crate::rrecvfrom(
+                self.0,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                0,
+                &mut ss as *mut _ as *mut libc::sockaddr,
+                &mut len,
+            )
+        };
+        check(n.max(-1) as i32)?;
+        let from = crate::addr::from_storage(&ss, len as usize)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EAFNOSUPPORT))?;
+        Ok((n as usize, from))
+    }
+
+    /// `rfcntl(F_SETFL, O_NONBLOCK or 0)`.
+    pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        let fl = if on { libc::O_NONBLOCK } else { 0 };
+        // SAFETY: our rsocket.
+        check(unsafe { crate::rfcntl(self.0, libc::F_SETFL, fl.into()) }).map(drop)
     }
 
     /// The rsocket's number (for `rpoll` and the other C calls).

@@ -4,7 +4,8 @@
 //! verified, keepalive on), `riostream` (iomap writes), `rcopy` of a
 //! 100 MiB file, a C program of misuse and checked exchanges
 //! (`tests/c/rsocket_check.c`), and two rsockets of this executable
-//! exchanging checked bytes through the Rust crate's C functions.
+//! exchanging checked bytes through the Rust crate's C functions; datagram
+//! rsockets (`dgram`: `udpong` both roles, checked datagrams).
 //!
 //! A directory module (`rsocket/mod.rs`), so that the crate's tests/ gets
 //! no new top-level file. Each test has its own loopback addresses
@@ -314,6 +315,19 @@ fn ffi_layouts_match_the_c_headers() {
         ("rdma_cm_id", "qp", offset_of!(rdma_cm_id, qp)),
         ("rdma_cm_id", "route.addr.src_addr", offset_of!(rdma_cm_id, src_addr)),
         ("rdma_cm_id", "route.addr.dst_addr", offset_of!(rdma_cm_id, dst_addr)),
+        ("rdma_cm_id", "route.addr.addr.ibaddr", offset_of!(rdma_cm_id, ibaddr)),
+        ("rdma_cm_id", "route.path_rec", offset_of!(rdma_cm_id, path_rec)),
+        ("rdma_cm_id", "ps", offset_of!(rdma_cm_id, ps)),
+        ("rdma_cm_id", "port_num", offset_of!(rdma_cm_id, port_num)),
+        ("rdma_ib_addr", "dgid", offset_of!(rdma_ib_addr, dgid)),
+        ("ibv_qp", "qp_num", offset_of!(ibv_qp, qp_num)),
+        ("ibv_ah_attr", "sizeof", size_of::<ibv_ah_attr>()),
+        ("ibv_ah_attr", "grh.flow_label", offset_of!(ibv_ah_attr, flow_label)),
+        ("ibv_ah_attr", "grh.sgid_index", offset_of!(ibv_ah_attr, sgid_index)),
+        ("ibv_ah_attr", "grh.hop_limit", offset_of!(ibv_ah_attr, hop_limit)),
+        ("ibv_ah_attr", "dlid", offset_of!(ibv_ah_attr, dlid)),
+        ("ibv_ah_attr", "is_global", offset_of!(ibv_ah_attr, is_global)),
+        ("ibv_ah_attr", "port_num", offset_of!(ibv_ah_attr, port_num)),
         ("rdma_cm_event", "event", offset_of!(rdma_cm_event, event)),
         ("rdma_cm_event", "status", offset_of!(rdma_cm_event, status)),
         ("rdma_cm_event", "param.conn", offset_of!(rdma_cm_event, conn)),
@@ -348,6 +362,7 @@ fn ffi_layouts_match_the_c_headers() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+mod dgram;
 mod in_process;
 
 /// Run this executable's test `name` alone in a child with the devices of
