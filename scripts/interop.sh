@@ -169,7 +169,7 @@ all_cases() {
     # rsockets (rdmacm-utils' rstream, riostream and rcopy on our librdmacm
     # drop-in against rdma-core's rsockets on rxe), both roles
     for r in srv cli; do
-      for s in rstream riostream rcopy; do echo "$t-rs-$r-$s"; done
+      for s in rstream riostream rcopy udpong; do echo "$t-rs-$r-$s"; done
     done
     # unmodified Debian tools on the host through the libibverbs drop-in
     # (LD_LIBRARY_PATH=target/release) against the same tools on rxe
@@ -577,6 +577,15 @@ run_rs() { # CASE DIR -> 0 pass / 1 fail
         theirs="timeout $to $s -b $srv_ip $opts"
       fi
       ;;
+    udpong) # datagram rsockets (UD): 50 echoed 256-byte datagrams
+      if [ "$r" = srv ]; then
+        ours=(udpong -b "$HOST" -p "$cport")
+        theirs="timeout $to udpong -s $HOST -p $cport -T e -C 50 -S 256"
+      else
+        ours=(udpong -s "$srv_ip" -p "$cport" -T e -C 50 -S 256)
+        theirs="timeout $to udpong -b $srv_ip -p $cport"
+      fi
+      ;;
     rcopy)
       if [ "$r" = srv ]; then
         ours=(rcopy -p "$cport")
@@ -594,9 +603,11 @@ run_rs() { # CASE DIR -> 0 pass / 1 fail
     sleep 1
     echo "+ $theirs" >"$d/guest.log"
     lab shell -t "$CASE_TIMEOUT" "$GUEST_CLI" "$theirs" >>"$d/guest.log" 2>&1 || GUEST_RC=$?
-    if [ "$s" = rcopy ]; then
-      # (rcopy serves until killed: the copy is checked by its bytes)
+    if [ "$s" = rcopy ] || [ "$s" = udpong ]; then
+      # (rcopy and udpong serve until killed: the client's result counts)
       kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+    fi
+    if [ "$s" = rcopy ]; then
       sum_src=$(awk '/rs.src$/ {h=$1} END {print h}' "$d/guest.log")
       sum_dst=$(md5sum <"$d/rs.dst" 2>/dev/null | awk '{print $1}')
     else
@@ -612,6 +623,9 @@ run_rs() { # CASE DIR -> 0 pass / 1 fail
       sum_dst=$(lab shell -t 40 "$GUEST_SRV" "md5sum /tmp/rs.dst" 2>/dev/null | awk '/rs.dst$/ {h=$1} END {print h}')
       lab shell -t 20 "$GUEST_SRV" "pkill rcopy" >/dev/null 2>&1 || true
       lab wait "$GUEST_SRV" "$job" 20 >>"$d/guest.log" 2>&1 || true
+    elif [ "$s" = udpong ]; then
+      lab shell -t 20 "$GUEST_SRV" "pkill udpong" >/dev/null 2>&1 || true
+      lab wait "$GUEST_SRV" "$job" 20 >>"$d/guest.log" 2>&1 || true
     else
       lab wait "$GUEST_SRV" "$job" "$CASE_TIMEOUT" >>"$d/guest.log" 2>&1 || GUEST_RC=$?
     fi
@@ -620,6 +634,10 @@ run_rs() { # CASE DIR -> 0 pass / 1 fail
   [ "$OURS_RC" = 0 ] && [ "$GUEST_RC" = 0 ] || return 1
   if [ "$s" = rcopy ]; then
     [ -n "$sum_src" ] && [ "$sum_src" = "$sum_dst" ]
+  elif [ "$s" = udpong ]; then
+    # the client's result line: 256-byte datagrams, 100 transfers (echoed)
+    local cl=$d/guest.log; [ "$r" = cli ] && cl=$d/ours.log
+    grep -qE '^custom +256 +100 ' "$cl"
   else
     # rstream/riostream print one result line: name, size, transfers ("custom  64k  50 ...")
     grep -qE '^custom +64k +50 ' "$d/ours.log" && grep -qE '^custom +64k +50 ' "$d/guest.log"
