@@ -169,7 +169,11 @@ all_cases() {
     # rsockets (rdmacm-utils' rstream, riostream and rcopy on our librdmacm
     # drop-in against rdma-core's rsockets on rxe), both roles
     for r in srv cli; do
-      for s in rstream riostream rcopy udpong; do echo "$t-rs-$r-$s"; done
+      for s in rstream riostream rcopy; do echo "$t-rs-$r-$s"; done
+      # datagram rsockets: rdma-core 44's own udpong fails between the two
+      # rxe guests (rconnect: No such file or directory), so it has no peer
+      # here; INTEROP_RS_UDPONG=1 adds the cases anyway
+      if [ "${INTEROP_RS_UDPONG:-0}" = 1 ]; then echo "$t-rs-$r-udpong"; fi
     done
     # unmodified Debian tools on the host through the libibverbs drop-in
     # (LD_LIBRARY_PATH=target/release) against the same tools on rxe
