@@ -148,6 +148,17 @@ pub fn compile_rdmacm_c(name: &str, lib_dir: &Path) -> Option<PathBuf> {
     compile_c(name, RDMA_CMA_H, lib_dir, &["-l:librdmacm.so.1", "-l:libibverbs.so.1"])
 }
 
+/// [`compile_c`] once per test executable and program (the tests of one
+/// executable run at once: several compiling one program to one path at
+/// once would run a half-written file, ETXTBSY).
+pub fn compile_c_once(name: &str, header: &str, lib_dir: &Path, libs: &[&str]) -> Option<PathBuf> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static DONE: OnceLock<Mutex<HashMap<String, Option<PathBuf>>>> = OnceLock::new();
+    let mut done = DONE.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    done.entry(name.to_string()).or_insert_with(|| compile_c(name, header, lib_dir, libs)).clone()
+}
+
 /// [`compile_verbs_c`] once per test executable and program: the tests of
 /// one executable run at once, and one compile serves them all.
 pub fn compile_verbs_c_once(name: &str, lib_dir: &Path) -> Option<PathBuf> {

@@ -167,7 +167,7 @@ fn rcopy_100_mib_file_checked() {
 
 #[test]
 fn c_program_misuse_and_checked_exchanges() {
-    let Some(exe) = common::compile_c(
+    let Some(exe) = common::compile_c_once(
         "rsocket_check",
         "/usr/include/rdma/rsocket.h",
         &lib_dir(),
@@ -212,7 +212,7 @@ fn c_program_misuse_and_checked_exchanges() {
 #[test]
 fn c_program_under_valgrind_reports_no_error() {
     let Some((vg, vg_args)) = common::valgrind() else { return };
-    let Some(exe) = common::compile_c(
+    let Some(exe) = common::compile_c_once(
         "rsocket_check",
         "/usr/include/rdma/rsocket.h",
         &lib_dir(),
@@ -248,7 +248,7 @@ fn python_tcp_client_through_librspreload() {
         common::skipped("librspreload.so or /usr/bin/python3 not installed (apt-get install librdmacm1 python3)");
         return;
     }
-    let Some(exe) = common::compile_c(
+    let Some(exe) = common::compile_c_once(
         "rsocket_check",
         "/usr/include/rdma/rsocket.h",
         &lib_dir(),
