@@ -19,9 +19,12 @@ pub const RUN_AFTER: &str = "Examples:\n  \
 roce run -- ucx_info -d                          UCX lists rc_verbs and ud_verbs on roce0, roce1\n  \
 roce run -- ibv_devinfo -d roce0                 rdma-core's tools, as with LD_LIBRARY_PATH\n  \
 roce run -- mpirun -np 2 --mca pml ucx ./a.out    every rank sees the devices\n  \
+roce run -- rstream -b 127.0.0.2 -T v            rsockets (rdmacm-utils' rstream, riostream, rcopy, udpong)\n  \
+LD_PRELOAD=/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so roce run -- PROG   a TCP client over rsockets\n  \
 roce run --print-env                             the variables roce run sets, for a shell\n\n\
 Environment set for CMD: LD_LIBRARY_PATH (the drop-in's directory first), LD_PRELOAD \
-(libroce_preload.so added), ROCE_EMU_SYSFS (the tree).\n\n\
+(libroce_preload.so added in front of what it held, librspreload.so included), ROCE_EMU_SYSFS \
+(the tree).\n\n\
 The libraries (libibverbs.so.1, librdmacm.so.1, libroce_preload.so) are looked for in: --lib-dir; \
 else ROCE_EMU_LIB_DIR; else beside the `roce` binary (target/release after `cargo build \
 --release`); else in ../lib/roce-emu from the `roce` binary, where `roce install` puts them \
