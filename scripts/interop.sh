@@ -648,11 +648,19 @@ run_rs() { # CASE DIR -> 0 pass / 1 fail
   fi
 }
 
+CUR_CAPTURES=
+stop_capture() { # the capture of the case under way, if any
+  [ -n "$CUR_CAPTURES" ] || return 0
+  LAB_CAPTURES=$CUR_CAPTURES lab capture-stop br0 >/dev/null 2>&1 || true
+  CUR_CAPTURES=
+}
+
 RESULTS=()
 run_case() { # CASE
   local c=$1 d=$RUN/$1 t0 res=PASS oracle=ok secs
   mkdir -p "$d"
   t0=$(date +%s.%N)
+  CUR_CAPTURES=$d
   LAB_CAPTURES=$d lab capture-start br0 udp port 4791 or tcp port "$PORT" >/dev/null 2>&1 || true
   case $c in
     *-rc-*|*-uc-*|*-ud-*|*-srq-*) run_pingpong "$c" "$d" || res=FAIL ;;
@@ -665,6 +673,7 @@ run_case() { # CASE
     *) die "unknown case $c" ;;
   esac
   LAB_CAPTURES=$d lab capture-stop br0 >/dev/null 2>&1 || true
+  CUR_CAPTURES=
   stop_ours
   check_pcaps "$d" || oracle=FAIL
   [ $oracle = ok ] || res=FAIL
@@ -679,8 +688,10 @@ run_case() { # CASE
 cmd_run() {
   [ "$(id -u)" = 0 ] || die "must run as root"
   mkdir -p "$STATE" "$RUN"
-  trap 'stop_ours' EXIT
-  trap 'stop_ours; exit 130' INT TERM
+  # (an interrupted run also stops the case's br0 capture, or its tcpdump
+  # outlives the run)
+  trap 'stop_capture; stop_ours' EXIT
+  trap 'stop_capture; stop_ours; exit 130' INT TERM
   cmd_setup
   local cases=() c p
   if [ $# -eq 0 ]; then
