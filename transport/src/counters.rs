@@ -117,6 +117,10 @@ counters! {
     /// [`crate::steer::MAX_HOPS`] times (its slot's member is gone), one not
     /// from the device's own address, or a failed send.
     steer_forward_dropped,
+    /// Datagrams the kernel dropped because this device's socket's receive
+    /// buffer was full (`SO_RXQ_OVFL`: learned with the next datagram
+    /// received; `netstat -su`'s receive buffer errors, for this socket).
+    rx_socket_drops,
     /// Receive arenas allocated (the arena's memory is reused in place
     /// whenever every datagram copied into it was dropped).
     rx_arenas,

@@ -165,23 +165,30 @@ struct RxMsg {
     peer: Option<SocketAddr>,
     gro_size: Option<usize>,
     truncated: bool,
+    /// The socket's drops so far (`SO_RXQ_OVFL`), when the kernel said.
+    drops: Option<u32>,
 }
 
 impl RxMsg {
     /// What one received message says: length, sender, the `UDP_GRO`
     /// segment size (a coalesced batch), truncation.
     fn of(m: &nsock::RecvMsg<'_, '_, SockaddrStorage>) -> RxMsg {
-        let gro_size = m.cmsgs().ok().and_then(|mut it| {
-            it.find_map(|c| match c {
-                ControlMessageOwned::UdpGroSegments(s) => usize::try_from(s).ok(),
-                _ => None,
-            })
-        });
+        let (mut gro_size, mut drops) = (None, None);
+        if let Ok(it) = m.cmsgs() {
+            for c in it {
+                match c {
+                    ControlMessageOwned::UdpGroSegments(s) => gro_size = usize::try_from(s).ok(),
+                    ControlMessageOwned::RxqOvfl(n) => drops = Some(n),
+                    _ => {}
+                }
+            }
+        }
         RxMsg {
             len: m.bytes,
             peer: m.address.as_ref().and_then(to_std),
             gro_size,
             truncated: m.flags.contains(MsgFlags::MSG_TRUNC),
+            drops,
         }
     }
 }
@@ -197,6 +204,8 @@ pub struct UdpTransport {
     rx_bufs: Vec<Vec<u8>>,
     /// Control-message space of a single-message receive (UDP_GRO size).
     cmsg1: Vec<u8>,
+    /// The kernel's drop count of this socket last reported (`SO_RXQ_OVFL`).
+    socket_drops: u32,
     /// Receive buffers handed out whole (their datagrams are slices of
     /// them, no copy), kept to be taken back once every slice is dropped.
     lent: VecDeque<Bytes>,
@@ -286,6 +295,9 @@ impl UdpTransport {
             let _ = nsock::setsockopt(&sock, sockopt::SndBuf, &sz);
             let _ = nsock::setsockopt(&sock, sockopt::RcvBuf, &sz);
         }
+        // The kernel's count of datagrams it dropped for a full receive
+        // buffer, with every datagram received (`rx_socket_drops`).
+        let _ = nsock::setsockopt(&sock, sockopt::RxqOvfl, &1);
         crate::mcast::set_sender(&sock, local.ip());
         let gso = cfg.gso && gso_supported(sock.as_fd());
         let gro = cfg.gro && enable_gro(sock.as_fd());
@@ -302,7 +314,8 @@ impl UdpTransport {
             gro,
             counters: Arc::new(TransportCounters::default()),
             rx_bufs: vec![vec![0u8; buf_len]; batch],
-            cmsg1: nix::cmsg_space!(i32),
+            cmsg1: nix::cmsg_space!(i32, u32),
+            socket_drops: 0,
             lent: VecDeque::new(),
             spare: Vec::new(),
             found_none: false,
@@ -773,7 +786,7 @@ impl UdpTransport {
         // the UDP_GRO control message after a receive without one); and the
         // headers hold raw pointers (not Send).
         let mut hdrs: MultiHeaders<SockaddrStorage> =
-            MultiHeaders::preallocate(vlen, Some(nix::cmsg_space!(i32)));
+            MultiHeaders::preallocate(vlen, Some(nix::cmsg_space!(i32, u32)));
         let r = (|| {
             let mut iovs: Vec<[IoSliceMut<'_>; 1]> =
                 self.rx_bufs[..vlen].iter_mut().map(|b| [IoSliceMut::new(&mut b[..])]).collect();
@@ -880,6 +893,15 @@ impl UdpTransport {
             TransportCounters::add(&self.counters.recv_syscalls, 1);
         }
         for (i, m) in msgs.iter().enumerate() {
+            // (the kernel's count is cumulative, per socket: the groups'
+            // sockets have counts of their own and are not counted here)
+            if let (Some(n), None) = (m.drops, group) {
+                let seen = self.socket_drops;
+                if n > seen {
+                    TransportCounters::add(&self.counters.rx_socket_drops, u64::from(n - seen));
+                    self.socket_drops = n;
+                }
+            }
             let Some(peer) = m.peer else {
                 TransportCounters::add(&self.counters.recv_errors, 1);
                 continue;
