@@ -51,8 +51,12 @@ pub const CASES: &[Case] = &[
             Respond(Resp::Ack(0)), Completion(wc::SUCCESS)] },
     Case { id: "req.retry.exhausted", iba: "§9.7.6.1.3 C9-141 §9.9.2", direction: Requester, setup: Setup { timeout: 10, retry_cnt: 1, ..Setup::DEFAULT },
         rule: "after retry_cnt retransmissions without an answer the request completes with RETRY_EXC_ERR and the QP enters ERR",
+        // (the timer's lower bound is req.retransmit.after-timeout's to check,
+        // at 16.8 ms: here the 4.2 ms timer starts when the request is
+        // built and a loaded host can put it on the wire a millisecond or
+        // two later, so only "not at once" is asked)
         steps: &[Post(SEND), Request(O::RC_SEND_ONLY, 0),
-            Retransmit { op: O::RC_SEND_ONLY, psn: 0, min_ms: 3, max_ms: 400 },
+            Retransmit { op: O::RC_SEND_ONLY, psn: 0, min_ms: 1, max_ms: 400 },
             Completion(wc::RETRY_EXC_ERR), State(Err), Quiet(100)] },
     Case { id: "req.rnr.retried", iba: "§9.7.5.2.8", direction: Requester, setup: Setup::DEFAULT,
         rule: "after an RNR NAK the request is sent again at its PSN once the NAK's timer has passed",
