@@ -225,6 +225,7 @@ pub unsafe extern "C" fn rconnect(s: c_int, addr: *const sockaddr, len: socklen_
             return Err(libc::EFAULT);
         }
         let n = (len as usize).min(std::mem::size_of::<libc::sockaddr_storage>());
+        // SAFETY: sockaddr_storage is plain data: all zeroes is a valid value.
         let mut dst: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
         // SAFETY: the caller's address of `len` bytes into our storage.
         unsafe {

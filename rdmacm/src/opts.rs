@@ -109,10 +109,14 @@ fn set_rdma(g: &mut Rs, name: c_int, val: *const c_void, len: socklen_t) -> Resu
         return Err(libc::EINVAL);
     }
     let max = c_int::from(roce_rsocket::consts::QP_MAX_SIZE);
+    // SAFETY: `val` is the caller's option value of `len` bytes (rsetsockopt's
+    // contract); int_val reads an int only when `len` holds one and `val`
+    // is not NULL.
+    let int = || unsafe { int_val(val, len) };
     match name {
-        RDMA_SQSIZE => g.cfg.sq_size = unsafe { int_val(val, len) }?.clamp(0, max) as u16,
-        RDMA_RQSIZE => g.cfg.rq_size = unsafe { int_val(val, len) }?.clamp(0, max) as u16,
-        RDMA_INLINE => g.cfg.sq_inline = unsafe { int_val(val, len) }?.clamp(0, max) as u16,
+        RDMA_SQSIZE => g.cfg.sq_size = int()?.clamp(0, max) as u16,
+        RDMA_RQSIZE => g.cfg.rq_size = int()?.clamp(0, max) as u16,
+        RDMA_INLINE => g.cfg.sq_inline = int()?.clamp(0, max) as u16,
         RDMA_IOMAPSIZE => {
             // SAFETY: the caller's int.
             let v = unsafe { int_val(val, len) }?.clamp(0, 0xFF00) as u16;
