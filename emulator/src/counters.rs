@@ -129,6 +129,19 @@ counters!(
     /// Ours: multicast datagrams for a group no QP of the device is
     /// attached to (or none ready to receive).
     mcast_dropped,
+    /// Ours: XRC requests this member's target QPs sent to the member whose
+    /// XRC SRQ they name (a domain shared by processes, `crate::xrc_relay`).
+    xrc_relayed_out,
+    /// Ours: such requests executed here for another member's target QP.
+    xrc_relayed_in,
+    /// Ours: requests held while a target QP waited for a member's verdict.
+    xrc_relay_held,
+    /// Ours: relay messages dropped (malformed, from another address, for
+    /// no waiting request, or beyond the held queue).
+    xrc_relay_dropped,
+    /// Ours: verdicts not received in time (the request is left to the
+    /// initiator's retransmission).
+    xrc_relay_timeouts,
 );
 
 impl fmt::Display for Counters {

@@ -147,6 +147,12 @@ pub struct Hca {
     pub(crate) mcast: crate::objects::McastTable,
     /// XRC domains ([`crate::xrc`]).
     pub(crate) xrcds: std::collections::BTreeMap<crate::objects::XrcdHandle, crate::objects::Xrcd>,
+    /// A shared device's member slot ([`HcaConfig::comm_id_tag`]): the top
+    /// byte of XRC SRQ numbers ([`crate::xrc_relay`]).
+    pub(crate) member_slot: Option<u8>,
+    /// Shadows of other members' XRC target QPs whose requests named an
+    /// SRQ of this member, by (owner's slot, QPN) ([`crate::xrc_relay`]).
+    pub(crate) xrc_shadows: HashMap<(u8, roce_packet::Qpn), (u32, Qp)>,
 }
 
 impl Hca {
@@ -203,6 +209,8 @@ impl Hca {
             cm,
             mcast: Default::default(),
             xrcds: Default::default(),
+            member_slot: cfg.comm_id_tag,
+            xrc_shadows: HashMap::default(),
         }
         .with_ack_delay()
     }

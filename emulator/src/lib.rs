@@ -78,6 +78,7 @@ pub mod time;
 mod tx;
 pub mod wr;
 pub mod xrc;
+pub mod xrc_relay;
 
 pub use counters::Counters;
 pub use error::*;

@@ -441,8 +441,11 @@ impl McastTable {
     }
 }
 
-/// An XRC domain: its users (SRQs and target QPs).
+/// An XRC domain: its users (SRQs and target QPs), and the file it was
+/// opened by (`(st_dev, st_ino)`): members of a shared device with the same
+/// key hold one domain ([`crate::xrc_relay`]).
 #[derive(Debug)]
 pub(crate) struct Xrcd {
     pub users: u32,
+    pub key: Option<(u64, u64)>,
 }

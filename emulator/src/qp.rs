@@ -219,6 +219,9 @@ pub(crate) struct Qp {
     /// back from the XRC SRQ of each request ([`crate::xrc`]): what its
     /// creation counted as used, to release at destruction.
     pub xrc_home: Option<QpInitAttr>,
+    /// An XRC target whose requests name SRQs of other members of a shared
+    /// device ([`crate::xrc_relay`]): the request awaited and those held.
+    pub relay: Option<Box<crate::xrc_relay::RelayQp>>,
 }
 
 /// Packets a message of `len` bytes takes at `mtu` (at least one): the
@@ -270,6 +273,7 @@ impl Qp {
             mutant: None,
             xrcd: None,
             xrc_home: None,
+            relay: None,
         }
     }
 

@@ -49,6 +49,15 @@ impl DropReason {
 
 impl Hca {
     pub(crate) fn receive(&mut self, now: Instant, d: &Datagram) {
+        // a shared device's members talk about XRC requests from the
+        // device's own address (crate::xrc_relay)
+        if d.payload.first() == Some(&crate::xrc_relay::RELAY_OPCODE)
+            && self.member_slot.is_some()
+            && d.endpoints.src == self.dev.tx.addr
+        {
+            self.on_relay(now, d);
+            return;
+        }
         if let Err(reason) = self.try_receive(now, d) {
             let c = &mut self.dev.counters;
             match reason {
@@ -159,6 +168,11 @@ impl Hca {
             if (!qp.state.allows().requests && !err_executes) || broken_drop {
                 return Err(DropReason::BadState);
             }
+            // an XRC target waiting for another member's verdict holds
+            // its requests (crate::xrc_relay); they are counted when taken
+            if qp.relay.is_some() && crate::xrc_relay::hold(qp, &mut self.dev.counters, now, d) {
+                return Ok(());
+            }
             self.dev.counters.rcvd_pkts += 1;
             self.dev.counters.rcvd_bytes += b.len() as u64;
             let span = tracing::debug_span!("qp", qpn = %qpn, role = "responder");
@@ -166,6 +180,32 @@ impl Hca {
             if want == Transport::Ud {
                 qp.on_ud_request(&mut self.dev.resp(), &repr, payload, d);
             } else if qp.init.qp_type == crate::qp_attr::QpType::XrcRecv {
+                // an SRQ of another member of the domain (crate::xrc_relay)
+                let remote = match mutant::is(self.mutant, Mutant::XrcIgnoresXrceth) {
+                    true => None,
+                    false => crate::xrc_relay::remote_target(
+                        self.member_slot,
+                        &self.xrcds,
+                        qp.xrcd,
+                        repr.xrceth,
+                    ),
+                };
+                if let (Some(to), Some(me)) = (remote, self.member_slot) {
+                    if let Some(dup) = qp.relay_check_psn(&mut self.dev.resp(), &repr) {
+                        crate::xrc_relay::send_exec(
+                            qp,
+                            &mut self.dev,
+                            &mut self.parting,
+                            me,
+                            to,
+                            repr,
+                            dup,
+                            now,
+                            d,
+                        );
+                    }
+                    return Ok(());
+                }
                 let srq = match mutant::is(self.mutant, Mutant::XrcIgnoresXrceth) {
                     true => crate::xrc::first_srq(&self.dev.srqs, qp.xrcd),
                     false => crate::xrc::target_srq(&self.dev.srqs, qp.xrcd, repr.xrceth),

@@ -538,6 +538,18 @@ impl Qp {
         payload: &[u8],
     ) -> Result<Executed, Outcome> {
         self.check_psn(cx, r.bth.psn, info)?; // 1. §9.7.5.1.1
+        self.steps_2_to_7(cx, r, info, payload)
+    }
+
+    /// Steps 2..7 of the chain (a shadow of another member's XRC target
+    /// runs these alone: its owner checked the PSN, [`crate::xrc_relay`]).
+    fn steps_2_to_7(
+        &mut self,
+        cx: &mut RespCtx<'_>,
+        r: &RoceRepr,
+        info: &OpInfo,
+        payload: &[u8],
+    ) -> Result<Executed, Outcome> {
         self.check_opcode_sequence(r, info)?; // 2. C9-40
         self.check_opcode_allowed(r, info)?; // 3. QP type, access flags, resources
         self.check_recv_wqe(cx, r.bth.psn, info)?; // 4. §9.7.5.1.6
@@ -552,6 +564,118 @@ impl Qp {
             OpKind::Flush => self.execute_flush(cx, r),
             OpKind::AtomicWrite => self.execute_atomic_write(cx, r, payload),
             _ => Err(Outcome::Drop),
+        }
+    }
+
+    /// XRC relay, the target's owner ([`crate::xrc_relay`]): step 1 for a
+    /// request whose XRC SRQ is another member's. `Some(dup)`: send it
+    /// there (`dup`: a duplicate READ inside a saved one, executed there
+    /// again); `None`: answered or dropped here (a duplicate SEND, WRITE or
+    /// atomic is answered from this QP's saved state, as always).
+    pub(crate) fn relay_check_psn(&mut self, cx: &mut RespCtx<'_>, r: &RoceRepr) -> Option<bool> {
+        let info = r.info().ok()?;
+        if (!r.bth.ack_req && mutant::is(self.mutant, Mutant::AckReqClearDropped))
+            || ((r.bth.fecn || r.bth.becn) && mutant::is(self.mutant, Mutant::EcnDrops))
+        {
+            return None;
+        }
+        match self.check_psn(cx, r.bth.psn, info) {
+            Ok(()) => Some(false),
+            Err(Outcome::Duplicate) if info.kind == OpKind::ReadRequest => {
+                let (psn, reth) = (r.bth.psn, r.reth?);
+                let within = self.resp.resources.iter().any(|x| match *x {
+                    RdResource::Read { first, npkts } => {
+                        let k = psn.value().wrapping_sub(first.value()) & 0xFF_FFFF;
+                        psn.in_range(first, npkts)
+                            && k + packets_for(u64::from(reth.dma_len), self.mtu()) <= npkts
+                    }
+                    _ => false,
+                });
+                if !within {
+                    tracing::debug!(qpn = %self.qpn, %psn, reason = "duplicate READ without resource", "drop");
+                }
+                within.then_some(true)
+            }
+            Err(o) => {
+                self.answer(cx, r, o);
+                None
+            }
+        }
+    }
+
+    /// XRC relay, the target's owner: the member's verdict on the request
+    /// `r` (`dup` as [`Qp::relay_check_psn`] said).
+    pub(crate) fn relay_finish(
+        &mut self,
+        cx: &mut RespCtx<'_>,
+        r: &RoceRepr,
+        dup: bool,
+        v: crate::xrc_relay::Verdict,
+    ) {
+        use crate::xrc_relay::Verdict as V;
+        let psn = r.bth.psn;
+        match v {
+            _ if dup => {}
+            V::Ack => self.acknowledge(cx, r),
+            V::Drop => {}
+            V::Rnr => self.answer(cx, r, Outcome::RnrNak),
+            V::Error(code) => {
+                self.answer(cx, r, Outcome::Error(NakCode::from_u5(code), None));
+            }
+            V::Answered { npkts, orig } => {
+                let res = match orig {
+                    Some(orig) => RdResource::Atomic { psn, orig },
+                    None => RdResource::Read { first: psn, npkts },
+                };
+                self.resp.save_resource(self.p.max_dest_rd_atomic, res);
+                self.resp.msn = self.resp.msn.next();
+                self.resp.epsn = psn.add(npkts.max(1));
+            }
+        }
+    }
+
+    /// XRC relay, the SRQ's member: run steps 2..7 of a request on this
+    /// shadow of the owner's target QP; READ responses and atomic
+    /// acknowledgements leave from here (into `out`); the verdict goes
+    /// back to the owner. An error completes the receive in progress with
+    /// its status (the owner NAKs and moves its QP to ERR).
+    pub(crate) fn relay_execute(
+        &mut self,
+        cx: &mut RespCtx<'_>,
+        now: Instant,
+        r: &RoceRepr,
+        payload: &[u8],
+        out: &mut std::collections::VecDeque<Datagram>,
+    ) -> crate::xrc_relay::Verdict {
+        use crate::xrc_relay::Verdict as V;
+        let Ok(info) = r.info() else { return V::Drop };
+        let psn = r.bth.psn;
+        self.resp.epsn = psn;
+        match self.steps_2_to_7(cx, r, info, payload) {
+            Ok(Executed::Acknowledge) => V::Ack,
+            Ok(Executed::Answered) => {
+                let npkts = self.resp.epsn.value().wrapping_sub(psn.value()) & 0xFF_FFFF;
+                let orig = self.resp.resources.iter().rev().find_map(|x| match *x {
+                    RdResource::Atomic { psn: p, orig } if p == psn => Some(orig),
+                    _ => None,
+                });
+                while let Some(d) = self.next_response(cx, now) {
+                    out.push_back(d);
+                }
+                V::Answered { npkts: npkts.max(1), orig }
+            }
+            Err(Outcome::RnrNak) => V::Rnr,
+            Err(Outcome::Error(code, st)) => {
+                if let (Some(st), Some(InMsg::Send { recv, offset })) =
+                    (st, self.resp.in_msg.take())
+                {
+                    let wc = self.recv_wc(&recv, st, offset, None, false);
+                    cx.sink.complete(self.init.recv_cq, wc);
+                }
+                self.resp.in_msg = None;
+                V::Error(code.to_u5())
+            }
+            Err(_) => V::Drop,
         }
     }
 

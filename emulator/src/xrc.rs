@@ -84,8 +84,19 @@ impl Hca {
             return Err(XrcError::NoResources);
         }
         let h = XrcdHandle(self.dev.id());
-        self.xrcds.insert(h, Xrcd { users: 0 });
+        self.xrcds.insert(h, Xrcd { users: 0, key: None });
         Ok(h)
+    }
+
+    /// The file a domain was opened by (`(st_dev, st_ino)` of the
+    /// `ibv_open_xrcd` descriptor): on a device shared by several
+    /// processes, the domains of the members with one key are one domain,
+    /// and a target QP's requests reach the XRC SRQs of the others
+    /// ([`crate::xrc_relay`]).
+    pub fn set_xrcd_key(&mut self, xrcd: XrcdHandle, key: (u64, u64)) -> Result<(), XrcError> {
+        let d = self.xrcds.get_mut(&xrcd).ok_or(XrcError::UnknownXrcd(xrcd))?;
+        d.key = Some(key);
+        Ok(())
     }
 
     /// `ibv_close_xrcd`: EBUSY while SRQs or target QPs use it.
@@ -114,6 +125,12 @@ impl Hca {
             return Err(CreateSrqError::UnknownCq(cq));
         }
         let h = self.create_srq(pd, attr)?;
+        // on a shared device the number carries the member's slot in its
+        // top byte, as QPNs do: an owner sees whose SRQ a request names
+        let h = match self.member_slot {
+            Some(slot) => self.renumber_srq(h, slot),
+            None => h,
+        };
         if let Some(s) = self.dev.srqs.get_mut(&h) {
             s.xrc = Some((xrcd, cq));
         }
@@ -124,6 +141,22 @@ impl Hca {
             d.users += 1;
         }
         Ok(h)
+    }
+
+    /// The SRQ `h` under a number `slot << 16 | n` (`n` from 1, not in use).
+    fn renumber_srq(&mut self, h: SrqHandle, slot: u8) -> SrqHandle {
+        let Some(s) = self.dev.srqs.remove(&h) else { return h };
+        let base = u32::from(slot) << 16;
+        let mut n = h.0 & 0xFFFF;
+        for _ in 0..=0xFFFF {
+            if n != 0 && !self.dev.srqs.contains_key(&SrqHandle(base | n)) {
+                break;
+            }
+            n = (n + 1) & 0xFFFF;
+        }
+        let new = SrqHandle(base | n);
+        self.dev.srqs.insert(new, s);
+        new
     }
 
     /// `ibv_create_qp_ex` with `IBV_QPT_XRC_RECV`: a target QP of the domain

@@ -238,3 +238,199 @@ fn xrc_requests_to_an_rc_qp_and_responses_to_a_target_are_dropped() {
     p.to_b(a_to_b().datagram(&ack, &[]));
     assert_eq!(p.b.counters().bad_opcode, 2);
 }
+
+// ---- XRC domains shared by the members of a shared device (roce_emulator::xrc_relay) ----
+
+/// A side of its own: device `name` at `ip`, a shared device's member in
+/// `slot` when given (its QPNs and XRC SRQ numbers carry the slot).
+fn member(name: &str, ip: [u8; 4], seed: u64, slot: Option<u8>) -> Side {
+    let mut cfg = HcaConfig::new(name, std::net::IpAddr::from(ip), seed);
+    if let Some(s) = slot {
+        let s = u32::from(s);
+        cfg.qpns = (s << 16)..((s + 1) << 16);
+        cfg.first_qpn = (s << 16) | 0x11;
+        cfg.comm_id_tag = Some(slot.unwrap_or(0));
+    }
+    let mut hca = Hca::new(cfg);
+    let pd = hca.alloc_pd().unwrap();
+    let cq = hca.create_cq(64).unwrap();
+    let mr = hca.reg_mr(pd, 1 << 16, ALL_ACCESS).unwrap();
+    Side { hca, pd, cq, mr, qpn: Qpn::new(0) }
+}
+
+/// Move datagrams until nobody sends: to 10.0.0.1 the initiator; to
+/// 10.0.0.2 the member whose slot is the datagram's byte 5 (as the shared
+/// device's steering does). Returns what went to each (`'i'`, `'o'`,
+/// `'m'`) with its first byte.
+fn shared_exchange(
+    i: &mut Side,
+    o: &mut Side,
+    m: &mut Side,
+    (so, sm): (u8, u8),
+    now: roce_emulator::Instant,
+) -> Vec<(char, u8)> {
+    let mut seen = Vec::new();
+    for _ in 0..1000 {
+        let mut out = Vec::new();
+        for s in [&mut *i, &mut *o, &mut *m] {
+            s.hca.handle_timeout(now);
+            while let Some(d) = s.hca.poll_transmit(now) {
+                out.push(d.flatten().unwrap());
+            }
+        }
+        if out.is_empty() {
+            return seen;
+        }
+        for d in out {
+            let to = match (d.endpoints.dst == i.hca.addr(), d.payload[5]) {
+                (true, _) => 'i',
+                (false, s) if s == so => 'o',
+                (false, s) if s == sm => 'm',
+                (false, s) => panic!("no member in slot {s}"),
+            };
+            seen.push((to, d.payload[0]));
+            let s = match to {
+                'i' => &mut *i,
+                'o' => &mut *o,
+                _ => &mut *m,
+            };
+            s.hca.handle_datagram(now, d);
+        }
+    }
+    panic!("still sending after 1000 rounds");
+}
+
+#[test]
+fn a_target_qp_reaches_the_xrc_srq_of_another_member_of_its_domain() {
+    let (so, sm) = (3u8, 5u8);
+    let mut i = member("ini", [10, 0, 0, 1], 1, None);
+    let mut o = member("owner", [10, 0, 0, 2], 2, Some(so));
+    let mut m = member("member", [10, 0, 0, 2], 3, Some(sm));
+    let key = (0x801, 0x4242);
+    let attr = SrqAttr { max_wr: 16, max_sge: 1, srq_limit: 0 };
+    // the owner: the domain (opened by the file), an SRQ and the target
+    let xo = o.hca.alloc_xrcd().unwrap();
+    o.hca.set_xrcd_key(xo, key).unwrap();
+    let cq_o = o.hca.create_cq(16).unwrap();
+    let srq_o = o.hca.create_xrc_srq(o.pd, attr, xo, cq_o).unwrap();
+    let tgt = o.hca.create_xrc_tgt_qp(xo, o.pd, o.cq).unwrap();
+    // the member: the same file's domain with an SRQ, and one of another file
+    let xm = m.hca.alloc_xrcd().unwrap();
+    m.hca.set_xrcd_key(xm, key).unwrap();
+    let cq_m = m.hca.create_cq(16).unwrap();
+    let srq_m = m.hca.create_xrc_srq(m.pd, attr, xm, cq_m).unwrap();
+    let xf = m.hca.alloc_xrcd().unwrap();
+    m.hca.set_xrcd_key(xf, (0x801, 0x4343)).unwrap();
+    let cq_f = m.hca.create_cq(4).unwrap();
+    let srq_f = m.hca.create_xrc_srq(m.pd, attr, xf, cq_f).unwrap();
+    assert_eq!((srq_o.id() >> 16, srq_m.id() >> 16), (3, 5), "SRQ numbers carry the slot");
+    assert_eq!(tgt.value() >> 16, 3);
+    let ini = i.hca.create_qp(qp_init(i.pd, i.cq, QpType::XrcSend, qp_cap(32, 0), true)).unwrap();
+    rc_up(&mut i.hca, ini, [10, 0, 0, 2], tgt, (0, 0), 4);
+    rc_up(&mut o.hca, tgt, [10, 0, 0, 1], ini, (0, 0), 4);
+    for k in 0..3u64 {
+        let a = m.addr(k * 4096);
+        m.hca.post_srq_recv(srq_m, RecvWr::new(100 + k, a, 4096, m.mr.lkey)).unwrap();
+    }
+    let a = o.addr(0);
+    o.hca.post_srq_recv(srq_o, RecvWr::new(200, a, 4096, o.mr.lkey)).unwrap();
+    i.write_mem(0, &pattern(3000, 1));
+    i.write_mem(4096, &pattern(300, 2));
+    m.write_mem(32768, &pattern(2500, 3));
+    m.write_mem(40960, &7u64.to_le_bytes());
+    let (lk, rk) = (i.mr.lkey, m.mr.rkey);
+    let wrs = [
+        SendWr::new(1, WrOpcode::Send).sge(i.addr(0), 100, lk).xrc(srq_m.id()),
+        SendWr::new(2, WrOpcode::Send).sge(i.addr(0), 3000, lk).xrc(srq_m.id()),
+        SendWr::new(3, WrOpcode::Send).sge(i.addr(4096), 300, lk).xrc(srq_o.id()),
+        SendWr::new(4, WrOpcode::RdmaWrite)
+            .sge(i.addr(4096), 300, lk)
+            .remote(m.addr(20480), rk)
+            .xrc(srq_m.id()),
+        SendWr::new(5, WrOpcode::RdmaRead)
+            .sge(i.addr(8192), 2500, lk)
+            .remote(m.addr(32768), rk)
+            .xrc(srq_m.id()),
+        SendWr { compare_add: 5, ..SendWr::new(6, WrOpcode::AtomicFetchAndAdd) }
+            .sge(i.addr(16384), 8, lk)
+            .remote(m.addr(40960), rk)
+            .xrc(srq_m.id()),
+        SendWr::new(7, WrOpcode::SendWithImm)
+            .sge(i.addr(4096), 10, lk)
+            .with_imm(0xABCD)
+            .xrc(srq_m.id()),
+    ];
+    for w in wrs {
+        i.hca.post_send(ini, w).unwrap();
+    }
+    let t0 = roce_emulator::Instant::ZERO;
+    let seen = shared_exchange(&mut i, &mut o, &mut m, (so, sm), t0);
+    // the member got EXECs, the owner verdicts; READ responses and the
+    // atomic ACK (0xB2 .. 0xB4, 0xB2) came to the initiator
+    assert!(seen.iter().any(|&(t, b)| t == 'm' && b == 0xFC));
+    assert!(seen.iter().any(|&(t, b)| t == 'o' && b == 0xFC));
+    assert!(seen.iter().any(|&(t, b)| t == 'i' && b == 0xAD), "READ RESPONSE FIRST: {seen:x?}");
+    let done: Vec<_> = i.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(done, (1..=7).map(|k| (k, WcStatus::Success)).collect::<Vec<_>>());
+    let got = poll_all(&mut m.hca, cq_m);
+    let got: Vec<_> = got.iter().map(|w| (w.wr_id, w.byte_len, w.qp_num, w.imm)).collect();
+    let t = tgt.value();
+    assert_eq!(got, vec![(100, 100, t, None), (101, 3000, t, None), (102, 10, t, Some(0xABCD))]);
+    assert_eq!(m.read_mem(0, 100), pattern(100, 1));
+    assert_eq!(m.read_mem(4096, 3000), pattern(3000, 1));
+    assert_eq!(m.read_mem(20480, 300), pattern(300, 2), "WRITE with the member's rkey");
+    assert_eq!(i.read_mem(8192, 2500), pattern(2500, 3), "READ of the member's memory");
+    assert_eq!(i.read_mem(16384, 8), 7u64.to_le_bytes(), "FETCH_ADD returns the original");
+    assert_eq!(m.read_mem(40960, 8), 12u64.to_le_bytes());
+    let own = poll_all(&mut o.hca, cq_o);
+    assert_eq!(own.iter().map(|w| (w.wr_id, w.byte_len)).collect::<Vec<_>>(), vec![(200, 300)]);
+    assert_eq!(o.read_mem(0, 300), pattern(300, 2));
+    let (co, cm) = (o.counters(), m.counters());
+    // 6 messages for the member's SRQ, the 3000-byte SEND in 3 packets
+    assert_eq!(co.xrc_relayed_out, 8);
+    assert_eq!(cm.xrc_relayed_in, 8);
+    assert!(co.xrc_relay_held > 0, "requests waited behind a verdict");
+    assert_eq!((co.xrc_relay_dropped, cm.xrc_relay_dropped, co.xrc_relay_timeouts), (0, 0, 0));
+    // a SEND with no receive WQE left on the member's SRQ: RNR NAK from
+    // the owner; once a receive is posted, the retry lands
+    let w = SendWr::new(8, WrOpcode::Send).sge(i.addr(0), 8, lk).xrc(srq_m.id());
+    i.hca.post_send(ini, w).unwrap();
+    shared_exchange(&mut i, &mut o, &mut m, (so, sm), t0);
+    assert_eq!((o.counters().send_rnr_err, i.counters().rcvd_rnr_err), (1, 1));
+    assert!(i.poll().is_empty());
+    let a = m.addr(49152);
+    m.hca.post_srq_recv(srq_m, RecvWr::new(103, a, 64, m.mr.lkey)).unwrap();
+    let t1 = t0 + core::time::Duration::from_millis(50);
+    shared_exchange(&mut i, &mut o, &mut m, (so, sm), t1);
+    assert_eq!(i.poll().iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(), vec![(8, WcStatus::Success)]);
+    assert_eq!(poll_all(&mut m.hca, cq_m).iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![103]);
+    // an SRQ of the member's other domain: NAK invalid request, the
+    // initiator's WR fails, the target goes to ERR, nothing lands
+    let w = SendWr::new(9, WrOpcode::Send).sge(i.addr(0), 8, lk).xrc(srq_f.id());
+    i.hca.post_send(ini, w).unwrap();
+    shared_exchange(&mut i, &mut o, &mut m, (so, sm), t1);
+    let done = i.poll();
+    assert_eq!(done.last().map(|w| (w.wr_id, w.status)), Some((9, WcStatus::RemInvReqErr)));
+    assert_eq!(o.hca.qp_state(tgt), Some(QpState::Err));
+    assert!(poll_all(&mut m.hca, cq_f).is_empty());
+    // a relay message from another address is not one: dropped as malformed
+    let before = m.counters();
+    let mut fake = roce_emulator::Datagram::new(
+        roce_packet::UdpEndpoints {
+            src: std::net::IpAddr::from([10, 0, 0, 1]),
+            dst: std::net::IpAddr::from([10, 0, 0, 2]),
+            src_port: 4791,
+            dst_port: 4791,
+        },
+        Default::default(),
+        bytes::Bytes::from(vec![0xFC, 1, b'X', b'R', 3, 5, 0xFF, 0xFF, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+    );
+    m.hca.handle_datagram(t1, fake.clone());
+    let after = m.counters();
+    assert_eq!(after.xrc_relayed_in, before.xrc_relayed_in);
+    assert_eq!(after.malformed + after.icrc_err, before.malformed + before.icrc_err + 1);
+    // from the device's own address but truncated: counted, no effect
+    fake.endpoints.src = fake.endpoints.dst;
+    m.hca.handle_datagram(t1, fake);
+    assert_eq!(m.counters().xrc_relay_dropped, before.xrc_relay_dropped + 1);
+}
