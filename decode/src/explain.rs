@@ -183,6 +183,14 @@ impl Explainer {
                     .into(),
             ];
         }
+        if let Some(what) = member_message(b.opcode) {
+            return vec![format!(
+                "a manufacturer-specific opcode, which roce-emu uses between the processes of a \
+                 shared device ({what}): sent from the device's address to itself and steered \
+                 to one member by byte 5, such a message never leaves the host \
+                 (docs/devices.md); a device receiving one from elsewhere drops it"
+            )];
+        }
         if !r.errors.is_empty() {
             let mut s = format!("malformed ({}): a receiver drops it", r.errors.join(", "));
             if r.info.is_none() || b.tver != 0 {
@@ -1037,5 +1045,16 @@ fn nak_text(psn: Psn, msn: u32, code: u8) -> String {
             hx(psn)
         ),
         c => format!("NAK {} (code {c}) for PSN {}", nak_name(c), hx(psn)),
+    }
+}
+
+/// roce-emu's member-to-member messages on a shared device: opcodes of the
+/// manufacturer-specific range no device puts on a wire.
+fn member_message(opcode: u8) -> Option<&'static str> {
+    match opcode {
+        0xFC => Some("an XRC request relayed to the process whose XRC SRQ it names, or its verdict"),
+        0xFD => Some("a datagram forwarded to the member it belongs to"),
+        0xFE => Some("a steering probe"),
+        _ => None,
     }
 }

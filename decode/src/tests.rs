@@ -235,6 +235,16 @@ fn structural_errors_match_the_oracle_names() {
     assert_eq!(rec.opcode_name.as_deref(), Some("UNKNOWN_0x1e"));
     assert_eq!(rec.payload_len, None);
     assert!(rec.to_json().get("payload_len").is_none());
+    // roce-emu's member messages (0xFC XRC relay, 0xFD forward, 0xFE
+    // probe) are explained as such, not as another application's datagram
+    let mut ex = Explainer::new();
+    for (op, what) in [(0xFC, "XRC request relayed"), (0xFD, "forwarded"), (0xFE, "probe")] {
+        let mut m = ib.clone();
+        m[0] = op;
+        let rec = Record::decode(&Input::simple(1, 0.0, h.ip(), udp, &m));
+        let lines = ex.explain(&rec).join(" ");
+        assert!(lines.contains("never leaves the host") && lines.contains(what), "{lines}");
+    }
 }
 
 #[test]

@@ -197,6 +197,12 @@ impl Hca {
         self.xrcds.get(&xrcd).map(|d| d.users)
     }
 
+    /// A shared device's member slot (the top byte of this member's QPNs
+    /// and XRC SRQ numbers); `None` for a device of one process.
+    pub fn member_slot(&self) -> Option<u8> {
+        self.member_slot
+    }
+
     /// The XRC domain of a target QP.
     pub fn qp_xrcd(&self, qpn: Qpn) -> Option<XrcdHandle> {
         self.qps.get(&qpn).and_then(|q| q.xrcd)

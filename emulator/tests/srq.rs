@@ -402,7 +402,10 @@ fn a_target_qp_reaches_the_xrc_srq_of_another_member_of_its_domain() {
     m.hca.post_srq_recv(srq_m, RecvWr::new(103, a, 64, m.mr.lkey)).unwrap();
     let t1 = t0 + core::time::Duration::from_millis(50);
     shared_exchange(&mut i, &mut o, &mut m, (so, sm), t1);
-    assert_eq!(i.poll().iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(), vec![(8, WcStatus::Success)]);
+    assert_eq!(
+        i.poll().iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(8, WcStatus::Success)]
+    );
     assert_eq!(poll_all(&mut m.hca, cq_m).iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![103]);
     // an SRQ of the member's other domain: NAK invalid request, the
     // initiator's WR fails, the target goes to ERR, nothing lands
@@ -423,7 +426,9 @@ fn a_target_qp_reaches_the_xrc_srq_of_another_member_of_its_domain() {
             dst_port: 4791,
         },
         Default::default(),
-        bytes::Bytes::from(vec![0xFC, 1, b'X', b'R', 3, 5, 0xFF, 0xFF, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+        bytes::Bytes::from(vec![
+            0xFC, 1, b'X', b'R', 3, 5, 0xFF, 0xFF, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        ]),
     );
     m.hca.handle_datagram(t1, fake.clone());
     let after = m.counters();

@@ -167,6 +167,20 @@ impl<T: Link> Driver for EngineDriver<T> {
         }
     }
 
+    fn host_xrcd(
+        &self,
+        hca: &Arc<Mutex<Hca>>,
+        key: (u64, u64),
+    ) -> std::io::Result<(bool, Option<HostHold>)> {
+        match self.steward_of(hca) {
+            Some(st) => {
+                let (elsewhere, hold) = st.xrcd(key)?;
+                Ok((elsewhere, Some(Box::new(hold))))
+            }
+            None => Ok((false, None)),
+        }
+    }
+
     fn join_group(&self, hca: &Arc<Mutex<Hca>>, group: std::net::IpAddr) -> std::io::Result<()> {
         self.e.join_group(hca, group)
     }

@@ -11,6 +11,8 @@
 //!     slot-07    held (flock, exclusive) by member 7 for as long as it lives;
 //!                holds "pid P gen G": G counts the slot's holders
 //!     map        the last steering map: "slot index pid" lines
+//!     xrcd-D-I   held (flock, shared) by every member with an XRC domain
+//!                opened by the file whose (st_dev, st_ino) is (D, I), hex
 //! ```
 //!
 //! A lock dies with its process, so a crashed member's slot is free the
@@ -434,6 +436,35 @@ pub fn udp_owner(addr: SocketAddr) -> Option<u32> {
     None
 }
 
+/// A member's hold on an XRC domain of the device (see [`xrcd`]).
+pub struct XrcdLock {
+    _lock: Flock<File>,
+}
+
+/// Hold the XRC domain of the file `(st_dev, st_ino)` = `key` for this
+/// process (a shared lock on `xrcd-D-I`, held as long as the returned
+/// lock): whether another process of the device held it already, and the
+/// hold. The kernel keeps one domain per file and device; on a shared
+/// device each member has its own piece of it, and this says whether the
+/// domain exists elsewhere (`ibv_open_xrcd` without `O_CREAT` needs it;
+/// with `O_EXCL` it must not).
+pub fn xrcd(dir: &Path, key: (u64, u64)) -> Result<(bool, XrcdLock), JoinError> {
+    let path = dir.join(format!("xrcd-{:x}-{:x}", key.0, key.1));
+    let f = open_rw(&path)?;
+    // alone if an exclusive lock is granted at once; then shared
+    let (elsewhere, f) = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+        Ok(l) => match l.unlock() {
+            Ok(f) => (false, f),
+            Err((_, e)) => return Err(JoinError::Io { path, source: e.into() }),
+        },
+        Err((f, nix::errno::Errno::EWOULDBLOCK)) => (true, f),
+        Err((_, e)) => return Err(JoinError::Io { path, source: e.into() }),
+    };
+    let lock = Flock::lock(f, FlockArg::LockShared)
+        .map_err(|(_, e)| JoinError::Io { path: path.clone(), source: e.into() })?;
+    Ok((elsewhere, XrcdLock { _lock: lock }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -548,4 +579,22 @@ mod tests {
         assert_eq!(SteerMap::read(&dir), m);
         std::fs::remove_dir_all(&root).unwrap();
     }
+
+    #[test]
+    fn an_xrc_domain_is_held_by_every_member_that_has_it() {
+        let dir = std::env::temp_dir().join(format!("roce-reg-xrcd-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (first, a) = xrcd(&dir, (1, 2)).unwrap();
+        assert!(!first, "nobody had it");
+        let (second, b) = xrcd(&dir, (1, 2)).unwrap();
+        assert!(second, "the first holder has it (flock: per open file, as per process)");
+        let (other, _c) = xrcd(&dir, (1, 3)).unwrap();
+        assert!(!other, "another file's domain is another domain");
+        drop(a);
+        drop(b);
+        let (again, _d) = xrcd(&dir, (1, 2)).unwrap();
+        assert!(!again, "released with the holds");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
+

@@ -889,6 +889,17 @@ impl Steward {
 }
 
 impl Steward {
+    /// Hold the XRC domain of the file `key` (`(st_dev, st_ino)`) for this
+    /// member ([`registry::xrcd`]): whether another process of the device
+    /// holds it too, and the hold (dropped when the member's last handle
+    /// on the domain closes).
+    pub fn xrcd(&self, key: (u64, u64)) -> io::Result<(bool, registry::XrcdLock)> {
+        let dir = lock(&self.inner).dir.clone();
+        registry::xrcd(&dir, key).map_err(io::Error::other)
+    }
+}
+
+impl Steward {
     /// The first half of leaving, to call while the member's engine still
     /// runs: stop the steward thread (a re-map under way ends quickly: this
     /// member's own engine still answers its probe) and mark the slot

@@ -37,6 +37,7 @@ fn fill_ops(v: &mut abi::verbs_context) {
     v.open_xrcd = Some(crate::xrc::open_xrcd);
     v.close_xrcd = Some(crate::xrc::close_xrcd);
     v.create_srq_ex = Some(crate::xrc::create_srq_ex);
+    v.open_qp = Some(crate::qp::open_qp);
     let o = &mut v.context.ops;
     o.poll_cq = Some(crate::cq::poll_cq);
     o.req_notify_cq = Some(crate::cq::req_notify_cq);

@@ -382,17 +382,32 @@ fn xrc_target(cx: &Ctx, a: &mut abi::ibv_qp_init_attr_ex) -> Result<*mut abi::ib
         return Err(libc::EOPNOTSUPP);
     }
     let (q, _xrcd) = crate::xrc::tgt_qp(cx, a)?;
+    let qpn = q.qpn().value();
+    let ptr = target_handle(cx, q, qpn, a.qp_context);
+    lock(&cx.qps).insert(qpn, ptr as usize);
+    a.cap = abi::ibv_qp_cap {
+        max_send_wr: 0,
+        max_recv_wr: 0,
+        max_send_sge: 0,
+        max_recv_sge: 0,
+        max_inline_data: 0,
+    };
+    Ok(ptr as *mut abi::ibv_qp)
+}
+
+/// A C handle on the XRC target `q`, numbered `qp_num` (another process's
+/// target QP opened here has a placeholder `q` of its own: see [`open_qp`]).
+fn target_handle(cx: &Ctx, q: Qp, qp_num: u32, qp_context: *mut libc::c_void) -> *mut QpObj {
     // SAFETY: ibv_qp_ex is C data (see build_qp).
     let mut x: abi::ibv_qp_ex = unsafe { std::mem::zeroed() };
     let base = &mut x.qp_base;
     base.context = cx.c();
-    base.qp_context = a.qp_context;
-    base.handle = q.qpn().value();
-    base.qp_num = q.qpn().value();
+    base.qp_context = qp_context;
+    base.handle = qp_num;
+    base.qp_num = qp_num;
     base.state = abi::IBV_QPS_RESET;
     base.qp_type = abi::IBV_QPT_XRC_RECV;
     (cx.fill_qp_ex)(&mut x);
-    let qpn = q.qpn().value();
     let obj = Box::new(QpObj {
         gen: crate::fork::generation(),
         c: x,
@@ -408,16 +423,81 @@ fn xrc_target(cx: &Ctx, a: &mut abi::ibv_qp_init_attr_ex) -> Result<*mut abi::ib
         max_inline_data: 0,
     });
     let ptr = Box::into_raw(obj);
-    lock(&cx.qps).insert(qpn, ptr as usize);
     handles::insert(Kind::Qp, ptr, cx.c());
-    a.cap = abi::ibv_qp_cap {
-        max_send_wr: 0,
-        max_recv_wr: 0,
-        max_send_sge: 0,
-        max_recv_sge: 0,
-        max_inline_data: 0,
-    };
-    Ok(ptr as *mut abi::ibv_qp)
+    ptr
+}
+
+/// Whether `o` is a handle on another process's XRC target QP
+/// ([`open_qp`]): its number is not its placeholder's.
+fn opened_elsewhere(o: &QpObj) -> bool {
+    o.c.qp_base.qp_num != o.qp.qpn().value()
+}
+
+/// `ibv_open_qp`: another handle on the XRC target QP `qp_num` of the
+/// domain `xrcd` (`IBV_QP_OPEN_ATTR_NUM`, `_XRCD` and `_TYPE` with
+/// `IBV_QPT_XRC_RECV`; `_CONTEXT` optional), as the kernel gives one to
+/// any process with the domain. The QP lives until its last handle is
+/// destroyed. A target QP of this process is shared by the handles; one of
+/// another process of a shared device (its number carries that member's
+/// slot, and the domain was opened by a file) gets a handle here that
+/// holds the domain, receives nothing itself, and refuses
+/// `ibv_modify_qp`/`ibv_query_qp` (EOPNOTSUPP: the QP's state is in the
+/// other process). Anything else is EINVAL, as the kernel answers a number
+/// that is no target QP of the domain.
+pub(crate) unsafe extern "C" fn open_qp(
+    c: *mut abi::ibv_context,
+    attr: *mut abi::ibv_qp_open_attr,
+) -> *mut abi::ibv_qp {
+    guard_ptr(|| {
+        // SAFETY: contract of ibv_open_qp.
+        let cx = unsafe { ctx(c) }.ok_or(libc::EINVAL)?;
+        // SAFETY: the caller's ibv_qp_open_attr.
+        let a = unsafe { crate::util::arg_ref(attr) }?;
+        let need =
+            abi::IBV_QP_OPEN_ATTR_NUM | abi::IBV_QP_OPEN_ATTR_XRCD | abi::IBV_QP_OPEN_ATTR_TYPE;
+        if a.comp_mask & need != need
+            || a.comp_mask & !(need | abi::IBV_QP_OPEN_ATTR_CONTEXT) != 0
+            || a.qp_type != abi::IBV_QPT_XRC_RECV
+            || a.xrcd.is_null()
+        {
+            diag!("ibv_open_qp: needs the QP number, an XRCD and IBV_QPT_XRC_RECV");
+            return Err(libc::EINVAL);
+        }
+        let qp_context = match a.comp_mask & abi::IBV_QP_OPEN_ATTR_CONTEXT {
+            0 => std::ptr::null_mut(),
+            _ => a.qp_context,
+        };
+        // SAFETY: checked live.
+        let xo = unsafe { crate::xrc::xrcd_live_pub(a.xrcd) }?;
+        if xo.c.context != c {
+            return Err(libc::EINVAL);
+        }
+        let domain = xo.xrcd.handle();
+        let qpn = a.qp_num & 0x00FF_FFFF;
+        let here = lock(&cx.qps).get(&qpn).copied();
+        if let Some(p) = here {
+            // SAFETY: the table holds live QPs of this context.
+            let o = unsafe { qp(p as *mut abi::ibv_qp) }.ok_or(libc::EINVAL)?;
+            if o.qp_type != QpType::XrcRecv || o.qp.xrcd().map(|x| x.handle()) != Some(domain) {
+                diag!("ibv_open_qp: QP {qpn:#x} is no XRC target of the domain");
+                return Err(libc::EINVAL);
+            }
+            let ptr = target_handle(cx, o.qp.clone(), qpn, qp_context);
+            return Ok(ptr as *mut abi::ibv_qp);
+        }
+        let me = cx.ctx.member_slot();
+        let theirs = me.is_some_and(|m| (qpn >> 16) as u8 != m);
+        if !theirs || !xo.shared_by_file() {
+            diag!("ibv_open_qp: no XRC target QP {qpn:#x} in the domain");
+            return Err(libc::EINVAL);
+        }
+        let q = xo.xrcd.create_tgt_qp().map_err(|e| {
+            diag!("ibv_open_qp: {e}");
+            libc::ENOMEM
+        })?;
+        let ptr = target_handle(cx, q, qpn, qp_context);
+        Ok(ptr as *mut abi::ibv_qp)
+    })
 }
 
 pub(crate) unsafe extern "C" fn qp_to_qp_ex(q: *mut abi::ibv_qp) -> *mut abi::ibv_qp_ex {
@@ -482,7 +562,11 @@ pub(crate) unsafe extern "C" fn destroy_qp(q: *mut abi::ibv_qp) -> libc::c_int {
         let o = unsafe { qp(q) }.ok_or(libc::EINVAL)?;
         // SAFETY: the QP's context is live while the QP is.
         if let Some(cx) = unsafe { ctx(o.c.qp_base.context) } {
-            lock(&cx.qps).remove(&o.c.qp_base.qp_num);
+            // (only its own entry: an XRC target's other handles are not there)
+            let mut t = lock(&cx.qps);
+            if t.get(&o.c.qp_base.qp_num) == Some(&(q as usize)) {
+                t.remove(&o.c.qp_base.qp_num);
+            }
         }
         // SAFETY: q is the leaked box; it left the table above, so this is
         // its only free.
@@ -502,10 +586,16 @@ pub(crate) unsafe extern "C" fn destroy_qp(q: *mut abi::ibv_qp) -> libc::c_int {
                 s.users.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
             }
         }
-        b.qp.destroy().map_err(|e| {
-            diag!("destroy_qp: {e}");
-            libc::EBUSY
-        })
+        match b.qp.destroy() {
+            // an XRC target lives on while another handle has it (ibv_open_qp)
+            Err(roce_verbs_api::DestroyError::Shared { .. }) if b.qp_type == QpType::XrcRecv => {
+                Ok(())
+            }
+            r => r.map_err(|e| {
+                diag!("destroy_qp: {e}");
+                libc::EBUSY
+            }),
+        }
     })
 }
 
@@ -576,6 +666,10 @@ pub(crate) unsafe extern "C" fn modify_qp(
     guard_rc(|| {
         // SAFETY: contract of ibv_modify_qp.
         let o = unsafe { qp_live(q) }?;
+        if opened_elsewhere(o) {
+            diag!("ibv_modify_qp: QP {:#x} is another process's (ibv_open_qp)", o.c.qp_base.qp_num);
+            return Err(libc::EOPNOTSUPP);
+        }
         // SAFETY: attr points to the caller's ibv_qp_attr.
         let c = unsafe { crate::util::arg_ref(attr) }?;
         let mask = mask as u32;
@@ -622,6 +716,10 @@ pub(crate) unsafe extern "C" fn query_qp(
     guard_rc(|| {
         // SAFETY: contract of ibv_query_qp.
         let o = unsafe { qp_live(q) }?;
+        if opened_elsewhere(o) {
+            diag!("ibv_query_qp: QP {:#x} is another process's (ibv_open_qp)", o.c.qp_base.qp_num);
+            return Err(libc::EOPNOTSUPP);
+        }
         if attr.is_null() || init.is_null() {
             return Err(libc::EINVAL);
         }

@@ -8,8 +8,12 @@
 //! found again by the file's inode, as the kernel does: a second
 //! `ibv_open_xrcd` of the same file in this process gets the same domain
 //! (O_CREAT makes one when there is none: without it, EAGAIN; with O_EXCL
-//! an existing one is EINVAL). Processes do not share domains: each has
-//! its own device core (see docs/libibverbs.md, "XRC").
+//! an existing one is EINVAL). On a device shared by several processes the
+//! file's domain is one domain for all of them: each process has its piece
+//! in its own device core, the host's registry says whether another
+//! process has one (for O_CREAT and O_EXCL), and a target QP's requests
+//! reach the XRC SRQs of the other processes (`roce_emulator::xrc_relay`;
+//! docs/libibverbs.md, "XRC").
 
 use crate::abi;
 use crate::device::ctx;
@@ -38,9 +42,28 @@ mod lookups {
 }
 use lookups::xrcd_live;
 
-/// The domains opened by a file, by (context, inode): the domain and how
-/// many `ibv_xrcd`s of this process hold it.
-type ByInode = HashMap<(usize, (u64, u64)), (Xrcd, usize)>;
+/// [`xrcd_live`] for the QP code (`ibv_open_qp`).
+///
+/// # Safety
+/// As `xrcd_live`: `x` is NULL or a pointer the program passes.
+pub(crate) unsafe fn xrcd_live_pub(x: *mut abi::ibv_xrcd) -> Result<&'static XrcdObj, i32> {
+    // SAFETY: the caller's contract, passed on.
+    unsafe { xrcd_live(x) }
+}
+
+impl XrcdObj {
+    /// Opened by a file: on a shared device, one domain with the other
+    /// processes' of that file.
+    pub(crate) fn shared_by_file(&self) -> bool {
+        self.key.is_some()
+    }
+}
+
+/// The domains opened by a file, by (context, inode): the domain, how
+/// many `ibv_xrcd`s of this process hold it, and this process's hold on
+/// the file's domain of a shared device (released with the last handle).
+type ByInode =
+    HashMap<(usize, (u64, u64)), (Xrcd, usize, Option<roce_verbs_api::driver::HostHold>)>;
 
 fn by_inode() -> MutexGuard<'static, ByInode> {
     static M: OnceLock<Mutex<ByInode>> = OnceLock::new();
@@ -97,17 +120,27 @@ pub(crate) unsafe extern "C" fn open_xrcd(
                 let mut m = by_inode();
                 match m.get_mut(&(c as usize, k)) {
                     Some(_) if oflags & libc::O_EXCL != 0 => return Err(libc::EINVAL),
-                    Some((x, n)) => {
+                    Some((x, n, _)) => {
                         *n += 1;
                         x.clone()
                     }
-                    None if oflags & libc::O_CREAT == 0 => return Err(libc::EAGAIN),
                     None => {
                         let x = cx.ctx.alloc_xrcd().map_err(|e| {
                             diag!("ibv_open_xrcd: {e}");
                             libc::ENOMEM
                         })?;
-                        m.insert((c as usize, k), (x.clone(), 1));
+                        // another process of a shared device may have it
+                        let (elsewhere, hold) = x.join_file(k).map_err(|e| {
+                            diag!("ibv_open_xrcd: {e}");
+                            libc::EIO
+                        })?;
+                        if !elsewhere && oflags & libc::O_CREAT == 0 {
+                            return Err(libc::EAGAIN);
+                        }
+                        if elsewhere && oflags & libc::O_EXCL != 0 {
+                            return Err(libc::EINVAL);
+                        }
+                        m.insert((c as usize, k), (x.clone(), 1, hold));
                         x
                     }
                 }
@@ -148,7 +181,7 @@ pub(crate) unsafe extern "C" fn close_xrcd(x: *mut abi::ibv_xrcd) -> libc::c_int
 fn last_handle(o: &XrcdObj) -> bool {
     match o.key {
         None => true,
-        Some(k) => by_inode().get(&(o.c.context as usize, k)).is_none_or(|(_, n)| *n <= 1),
+        Some(k) => by_inode().get(&(o.c.context as usize, k)).is_none_or(|(_, n, _)| *n <= 1),
     }
 }
 
@@ -157,7 +190,7 @@ fn forget(o: &XrcdObj) {
     if let Some(k) = o.key {
         let mut m = by_inode();
         let id = (o.c.context as usize, k);
-        if let Some((_, n)) = m.get_mut(&id) {
+        if let Some((_, n, _)) = m.get_mut(&id) {
             *n -= 1;
             if *n == 0 {
                 m.remove(&id);

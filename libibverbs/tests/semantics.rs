@@ -406,6 +406,140 @@ fn xrc_domains_srqs_initiator_and_target_bytes_and_errnos() {
     }
 }
 
+/// A program of `tests/c/` talked to line by line (stdin and stdout
+/// piped; stderr kept); killed (by its PID) when dropped unfinished.
+struct Talk {
+    child: Option<std::process::Child>,
+    stdin: Option<std::process::ChildStdin>,
+    lines: std::sync::mpsc::Receiver<String>,
+    seen: Vec<String>,
+    what: &'static str,
+}
+
+impl Talk {
+    fn spawn(mut c: Command, what: &'static str) -> Talk {
+        use std::io::BufRead;
+        c.stdin(std::process::Stdio::piped());
+        let mut child = c.spawn().unwrap_or_else(|e| panic!("spawn {what}: {e}"));
+        let out = child.stdout.take().expect("stdout piped");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        Talk { stdin: child.stdin.take(), child: Some(child), lines, seen: Vec::new(), what }
+    }
+
+    /// The next line starting with `prefix` (30 s at most), split in words.
+    fn expect(&mut self, prefix: &str) -> Vec<String> {
+        let end = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    self.seen.push(l.clone());
+                    if l.starts_with(prefix) {
+                        return l.split_whitespace().map(str::to_string).collect();
+                    }
+                }
+                Err(_) => {
+                    let (out, _) = finish(self.child.take().expect("running"), Duration::ZERO);
+                    panic!(
+                        "{}: no line {prefix:?}\n{}\nstderr:\n{}",
+                        self.what,
+                        self.seen.join("\n"),
+                        text(&out.stderr)
+                    );
+                }
+            }
+        }
+    }
+
+    fn say(&mut self, line: &str) {
+        use std::io::Write;
+        let w = self.stdin.as_mut().expect("stdin piped");
+        writeln!(w, "{line}").unwrap_or_else(|e| panic!("{}: write: {e}", self.what));
+    }
+
+    /// Its end (30 s at most): every line it printed; it must exit 0.
+    fn finish(mut self) -> String {
+        drop(self.stdin.take());
+        let (out, killed) = finish(self.child.take().expect("running"), Duration::from_secs(30));
+        self.seen.extend(self.lines.try_iter());
+        let all = self.seen.join("\n");
+        assert!(
+            !killed && out.status.success(),
+            "{} ({:?}, killed {killed}):\n{all}\nstderr:\n{}",
+            self.what,
+            out.status,
+            text(&out.stderr)
+        );
+        all
+    }
+}
+
+impl Drop for Talk {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// One XRC domain shared by two processes of one device
+/// (`tests/c/xrc_share_check.c`): the owner's target QP takes SENDs for
+/// its own SRQ and for the other process's, and WRITE, WRITE with
+/// immediate, READ and FETCH_ADD on the other process's memory, from an
+/// initiator on a second device; the other process opens the domain
+/// without O_CREAT and the target with `ibv_open_qp`.
+#[test]
+fn xrc_domain_shared_by_two_processes_of_one_device() {
+    let Some(exe) = common::compile_verbs_c_once("xrc_share_check", &lib_dir()) else { return };
+    let devs = common::two_devices(133);
+    let dir = std::env::temp_dir().join(format!("roce-xrc-share-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("domain");
+    let f = file.to_str().expect("utf-8 path");
+    let mut owner = Talk::spawn(cmd(&exe, &devs, &["owner", f]), "owner");
+    let o = owner.expect("owner tgt");
+    let (tgt, srq_o, ogid) = (&o[2], &o[4], &o[6]);
+    let mut member = Talk::spawn(cmd(&exe, &devs, &["member", f]), "member");
+    member.say(&format!("tgt {tgt}"));
+    let m = member.expect("member srq");
+    let (srq_m, rkey, addr) = (&m[2], &m[4], &m[6]);
+    let mut ini = Talk::spawn(cmd(&exe, &devs, &["ini"]), "initiator");
+    let i = ini.expect("ini qpn");
+    owner.say(&format!("peer {} {}", i[2], i[4]));
+    owner.expect("owner ready");
+    ini.say(&format!("go {tgt} {srq_o} {srq_m} {rkey} {addr} {ogid}"));
+    let ini_out = ini.finish();
+    member.expect("member done");
+    member.say("bye");
+    owner.say("bye");
+    let (m_out, o_out) = (member.finish(), owner.finish());
+    let _ = std::fs::remove_dir_all(&dir);
+    let all = format!("{o_out}\n{m_out}\n{ini_out}");
+    assert!(!all.contains("FAIL"), "{all}");
+    for must in [
+        "ok   member: ibv_open_xrcd without O_CREAT: the other process's domain",
+        "ok   member: O_CREAT | O_EXCL while another process has the domain: EINVAL",
+        "ok   member: ibv_open_qp of the owner's target QP",
+        "ok   member: a 5000-byte SEND (5 packets), the bytes",
+        "ok   member: a WRITE with immediate: 32 bytes in place, the immediate",
+        "ok   member: FETCH_ADD of 5 on its memory: 12",
+        "ok   owner: the SEND to its own SRQ: 300 bytes, the target's QPN, the bytes",
+        "ok   ini: the READ brought the member's bytes",
+        "ok   ini: FETCH_ADD returned the member's value: 7",
+    ] {
+        assert!(all.contains(must), "{must}\n{all}");
+    }
+    assert_eq!(all.matches("0 failures").count(), 3, "{all}");
+}
+
 /// rdma-core's `ibv_xsrq_pingpong`: a server with two clients, each in
 /// its own process, every message through the server's one XRC SRQ.
 #[test]

@@ -125,6 +125,21 @@ pub trait Driver: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// An XRC domain opened by the file whose `(st_dev, st_ino)` is `key`
+    /// on the device whose core is `hca` (`ibv_open_xrcd`): on a device
+    /// shared by several processes, whether another process holds the
+    /// file's domain (`true`), and this process's hold on it (kept while
+    /// it has the domain). The default (a device of this process alone):
+    /// nobody else, no hold.
+    fn host_xrcd(
+        &self,
+        hca: &std::sync::Arc<std::sync::Mutex<roce_emulator::Hca>>,
+        key: (u64, u64),
+    ) -> std::io::Result<(bool, Option<HostHold>)> {
+        let _ = (hca, key);
+        Ok((false, None))
+    }
+
     /// The device whose core is `hca` got its first QP in the multicast
     /// group `group` (`ibv_attach_mcast`): receive the group's datagrams
     /// from the wire (a UDP device joins the IP group on its interface;

@@ -56,6 +56,12 @@ impl Context {
         lock(&self.inner.hca)
     }
 
+    /// On a device shared by several processes, this process's member
+    /// slot: the top byte of its QPNs and XRC SRQ numbers.
+    pub fn member_slot(&self) -> Option<u8> {
+        self.lock().member_slot()
+    }
+
     pub(crate) fn driver(&self) -> &dyn Driver {
         &*self.inner.driver
     }

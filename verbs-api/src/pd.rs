@@ -425,6 +425,22 @@ impl Xrcd {
         self.inner.handle
     }
 
+    /// Make this the domain of the file whose `(st_dev, st_ino)` is `key`
+    /// (`ibv_open_xrcd` with a descriptor). On a device shared by several
+    /// processes, the domains of one file are one domain: a target QP's
+    /// requests reach the XRC SRQs of the others
+    /// ([`roce_emulator::xrc_relay`]). Returns whether another process of
+    /// the device has the file's domain, and this process's hold on it,
+    /// to keep as long as it keeps the domain.
+    pub fn join_file(
+        &self,
+        key: (u64, u64),
+    ) -> std::io::Result<(bool, Option<crate::driver::HostHold>)> {
+        let ctx = &self.inner.ctx;
+        ctx.lock().set_xrcd_key(self.inner.handle, key).map_err(std::io::Error::other)?;
+        ctx.driver().host_xrcd(&ctx.inner.hca, key)
+    }
+
     /// The SRQs and target QPs that use the domain.
     pub fn users(&self) -> u32 {
         self.inner.ctx.lock().xrcd_users(self.inner.handle).unwrap_or(0)
