@@ -588,10 +588,11 @@ fn rs_or_fd(fd: c_int) -> c_int {
 /// `rpoll` of `v` with `mask` as the signal mask meanwhile (ppoll's and
 /// pselect's, set around the call: not atomically as the kernel does).
 fn rpoll_masked(lib: &Rs, v: &mut [pollfd], ms: c_int, mask: *const libc::sigset_t) -> c_int {
-    // SAFETY: a sigset_t for the old mask; the caller's new one (not NULL).
+    // SAFETY: sigset_t is plain bits; all zeroes is a valid (empty) set.
     let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-    let masked =
-        !mask.is_null() && unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, mask, &mut old) } == 0;
+    // SAFETY: the caller's signal set (checked not NULL), ours for the old.
+    let mut set = || unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, mask, &mut old) };
+    let masked = !mask.is_null() && set() == 0;
     // SAFETY: our array of pollfds.
     let r = sym::call(|| unsafe { (lib.poll)(v.as_mut_ptr(), v.len() as nfds_t, ms) });
     if masked {
