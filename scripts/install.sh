@@ -4,10 +4,11 @@
 #
 #   scripts/install.sh PREFIX        # e.g. ~/.local, /opt/roce-emu
 #
-# Builds `cargo build --release -p roce-cli -p roce-libibverbs -p roce-preload`
-# here, then installs PREFIX/bin/roce and, with `roce install --from`, the
-# libraries into PREFIX/lib/roce-emu (libibverbs.so.1, librdmacm.so.1 -> it,
-# libroce_preload.so), where PREFIX/bin/roce's `roce run` finds them.
+# Builds `cargo build --release -p roce-cli -p roce-libibverbs -p roce-preload
+# -p roce-rspreload` here, then installs PREFIX/bin/roce and, with `roce
+# install --from`, the libraries into PREFIX/lib/roce-emu (libibverbs.so.1,
+# librdmacm.so.1 -> it, libroce_preload.so, librspreload.so), where
+# PREFIX/bin/roce's `roce run` finds them.
 # The same result as `cargo install --path cli --root PREFIX` then
 # `PREFIX/bin/roce install`, in one build. See docs/ci.md.
 set -euo pipefail
@@ -21,7 +22,7 @@ prefix=$(cd "$1" && pwd)
 # gives libibverbs.so.1 its symbol versions) is found from the working
 # directory, not from --manifest-path
 cd "$root"
-cargo build --release --locked -p roce-cli -p roce-libibverbs -p roce-preload
+cargo build --release --locked -p roce-cli -p roce-libibverbs -p roce-preload -p roce-rspreload
 # the target directory cargo used (CARGO_TARGET_DIR, a config, or target/)
 target=$(cargo metadata --format-version 1 --no-deps |
   sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')

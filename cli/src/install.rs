@@ -1,5 +1,6 @@
 //! `roce install`: put the drop-in libraries (`libibverbs.so.1`,
-//! `librdmacm.so.1`) and `roce run`'s shim (`libroce_preload.so`) where
+//! `librdmacm.so.1`), `roce run`'s shim (`libroce_preload.so`) and the
+//! rsocket preload of `roce run --rsockets` (`librspreload.so`) where
 //! `roce run` finds them, so that `cargo install ... roce-cli` followed by
 //! `roce install` is the whole installation.
 //!
@@ -17,7 +18,8 @@ use crate::run::{bin_dir, installed_lib_dir};
 
 pub const INSTALL_LONG: &str = "Install the libraries `roce run` needs: the libibverbs.so.1 and \
 librdmacm.so.1 drop-ins (unmodified rdma-core programs on roce-emu devices) and \
-libroce_preload.so (the devices shown under /sys/class/infiniband and /dev/infiniband). \
+libroce_preload.so (the devices shown under /sys/class/infiniband and /dev/infiniband) and \
+librspreload.so (TCP programs over rsockets: roce run --rsockets). \
 `cargo install` installs only the `roce` binary; this puts the libraries beside it, in \
 <dir of roce>/../lib/roce-emu (~/.cargo/lib/roce-emu after `cargo install`), where `roce run` \
 looks for them. No root, no kernel module.\n\n\
@@ -26,8 +28,8 @@ built from (the checkout `cargo install --git` keeps under ~/.cargo/git/checkout
 of `cargo install --path`), in a target directory under $XDG_CACHE_HOME/roce-emu (or \
 ~/.cache/roce-emu); the first build takes a few minutes, later ones reuse it. Cargo's progress \
 goes to stderr. With --from DIR, already-built libraries are copied from DIR instead (a \
-target/release directory, or any directory holding libibverbs.so.1 or libibverbs.so, and \
-libroce_preload.so). Installing again replaces the libraries (a program running on the old \
+target/release directory, or any directory holding libibverbs.so.1 or libibverbs.so, \
+libroce_preload.so and librspreload.so). Installing again replaces the libraries (a program running on the old \
 ones keeps them until it exits).";
 
 pub const INSTALL_AFTER: &str = "Examples:\n  \
@@ -78,12 +80,14 @@ fn default_target_dir() -> Result<PathBuf, String> {
     Ok(cache.join("roce-emu").join("target"))
 }
 
-/// `cargo build --release -p roce-libibverbs -p roce-preload` in the source
+/// `cargo build --release -p roce-libibverbs -p roce-preload -p
+/// roce-rspreload` in the source
 /// tree, into `target`; the directory holding the built libraries.
 fn build(target: &Path) -> Result<PathBuf, String> {
     let ws = source_tree();
     let manifest = ws.join("Cargo.toml");
-    let sources = ["Cargo.toml", "libibverbs/Cargo.toml", "preload/Cargo.toml"];
+    let sources =
+        ["Cargo.toml", "libibverbs/Cargo.toml", "preload/Cargo.toml", "rspreload/Cargo.toml"];
     if let Some(gone) = sources.iter().map(|f| ws.join(f)).find(|f| !f.exists()) {
         return Err(format!(
             "the source tree this roce was built from is gone ({} is missing), so the \
@@ -115,6 +119,7 @@ fn build(target: &Path) -> Result<PathBuf, String> {
     let status = Command::new(&cargo)
         .current_dir(&ws)
         .args(["build", "--release", "-p", "roce-libibverbs", "-p", "roce-preload"])
+        .args(["-p", "roce-rspreload"])
         .arg("--manifest-path")
         .arg(&manifest)
         .arg("--target-dir")
@@ -136,15 +141,22 @@ fn build(target: &Path) -> Result<PathBuf, String> {
     }
 }
 
-/// The built libraries in `from`: (libibverbs, libroce_preload).
-fn sources(from: &Path) -> Result<(PathBuf, PathBuf), String> {
+/// The built libraries in `from`: (libibverbs, libroce_preload,
+/// librspreload).
+fn sources(from: &Path) -> Result<(PathBuf, PathBuf, PathBuf), String> {
     let verbs =
         ["libibverbs.so.1", "libibverbs.so"].iter().map(|n| from.join(n)).find(|p| p.exists());
     let preload = from.join("libroce_preload.so");
+    let rspreload = from.join(crate::run::RSPRELOAD);
     match verbs {
-        Some(v) if preload.exists() => Ok((v, preload)),
-        Some(_) => Err(format!("{} has no libroce_preload.so", from.display())),
         None => Err(format!("{} has no libibverbs.so.1 (nor libibverbs.so)", from.display())),
+        Some(_) if !preload.exists() => {
+            Err(format!("{} has no libroce_preload.so", from.display()))
+        }
+        Some(_) if !rspreload.exists() => {
+            Err(format!("{} has no {}", from.display(), crate::run::RSPRELOAD))
+        }
+        Some(v) => Ok((v, preload, rspreload)),
     }
 }
 
@@ -191,18 +203,20 @@ fn install(args: &InstallArgs) -> Result<(), String> {
             build(&target)?
         }
     };
-    let (verbs, preload) = sources(&from)?;
+    let (verbs, preload, rspreload) = sources(&from)?;
     std::fs::create_dir_all(&dest).map_err(|e| format!("creating {}: {e}", dest.display()))?;
     copy_replacing(&verbs, &dest.join("libibverbs.so.1"))?;
     // the same file under librdmacm's name: the dynamic linker maps it once
     // (one device and inode), so a program using both has one library
     link_replacing("libibverbs.so.1", &dest.join("librdmacm.so.1"))?;
     copy_replacing(&preload, &dest.join("libroce_preload.so"))?;
+    copy_replacing(&rspreload, &dest.join(crate::run::RSPRELOAD))?;
     println!("roce install: installed into {}:", dest.display());
-    for f in crate::run::LIBS {
+    for f in crate::run::LIBS.into_iter().chain([crate::run::RSPRELOAD]) {
         let what = match f {
             "libibverbs.so.1" => "the libibverbs drop-in",
             "librdmacm.so.1" => "the librdmacm drop-in (a link to libibverbs.so.1)",
+            "librspreload.so" => "TCP programs over rsockets (roce run --rsockets)",
             _ => "roce run's device shim",
         };
         println!("  {:<20} {what}", f);

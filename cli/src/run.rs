@@ -20,12 +20,19 @@ roce run -- ucx_info -d                          UCX lists rc_verbs and ud_verbs
 roce run -- ibv_devinfo -d roce0                 rdma-core's tools, as with LD_LIBRARY_PATH\n  \
 roce run -- mpirun -np 2 --mca pml ucx ./a.out    every rank sees the devices\n  \
 roce run -- rstream -b 127.0.0.2 -T v            rsockets (rdmacm-utils' rstream, riostream, rcopy, udpong)\n  \
-LD_PRELOAD=/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so roce run -- PROG   a TCP client over rsockets\n  \
+roce run --rsockets -- python3 -m http.server --bind 127.0.0.2 8000\n  \
+roce run --rsockets -- curl -O http://127.0.0.2:8000/FILE   unmodified TCP programs over rsockets\n  \
 roce run --print-env                             the variables roce run sets, for a shell\n\n\
 Environment set for CMD: LD_LIBRARY_PATH (the drop-in's directory first), LD_PRELOAD \
-(libroce_preload.so added in front of what it held, librspreload.so included), ROCE_EMU_SYSFS \
-(the tree).\n\n\
-The libraries (libibverbs.so.1, librdmacm.so.1, libroce_preload.so) are looked for in: --lib-dir; \
+(libroce_preload.so, then with --rsockets librspreload.so, in front of what it held), \
+ROCE_EMU_SYSFS (the tree).\n\n\
+--rsockets: CMD's TCP sockets (AF_INET/AF_INET6, SOCK_STREAM) become rsockets over the devices \
+(our librspreload.so: socket, accept/accept4, connect, read/write/send/recv..., poll/select, \
+fcntl, dup; a connect no rsocket answers goes over kernel TCP). UDP and unix sockets stay the \
+kernel's; epoll, and rsockets handed to a forked child, are not covered (docs/libibverbs.md, \
+\"rsockets\").\n\n\
+The libraries (libibverbs.so.1, librdmacm.so.1, libroce_preload.so; librspreload.so for \
+--rsockets) are looked for in: --lib-dir; \
 else ROCE_EMU_LIB_DIR; else beside the `roce` binary (target/release after `cargo build \
 --release`); else in ../lib/roce-emu from the `roce` binary, where `roce install` puts them \
 (~/.cargo/lib/roce-emu after `cargo install`).";
@@ -40,6 +47,10 @@ pub struct RunArgs {
     /// else ../lib/roce-emu from `roce`, where `roce install` puts them).
     #[arg(long, value_name = "DIR")]
     lib_dir: Option<PathBuf>,
+    /// Run CMD's TCP sockets over rsockets: librspreload.so (from the
+    /// same directory) is preloaded after libroce_preload.so.
+    #[arg(long)]
+    rsockets: bool,
     /// The program and its arguments.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
     cmd: Vec<OsString>,
@@ -47,6 +58,10 @@ pub struct RunArgs {
 
 /// The files `roce run` needs in its library directory.
 pub const LIBS: [&str; 3] = ["libibverbs.so.1", "librdmacm.so.1", "libroce_preload.so"];
+
+/// The rsocket preload (`roce run --rsockets`), beside [`LIBS`]; `roce
+/// install` installs it with them.
+pub const RSPRELOAD: &str = "librspreload.so";
 
 /// The directory of the running `roce` binary.
 pub fn bin_dir() -> Option<PathBuf> {
@@ -167,6 +182,22 @@ pub fn run(args: &RunArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // libroce_preload.so, then (--rsockets) librspreload.so
+    let mut preload = OsString::from(dir.join("libroce_preload.so"));
+    if args.rsockets {
+        let rs = dir.join(RSPRELOAD);
+        if !rs.exists() {
+            eprintln!(
+                "roce run: {} has no {RSPRELOAD} (for --rsockets): install the libraries again \
+                 with `roce install` (roce install --help), or build them in a clone (cargo \
+                 build --release)",
+                dir.display()
+            );
+            return ExitCode::from(2);
+        }
+        preload.push(" ");
+        preload.push(rs);
+    }
     // `--print-env`'s tree outlives this process (a shell uses it): one
     // fixed name, rewritten by the next --print-env
     let name = match args.print_env {
@@ -182,7 +213,7 @@ pub fn run(args: &RunArgs) -> ExitCode {
     };
     let env = [
         ("LD_LIBRARY_PATH", prepend("LD_LIBRARY_PATH", &dir, ":")),
-        ("LD_PRELOAD", prepend("LD_PRELOAD", &dir.join("libroce_preload.so"), " ")),
+        ("LD_PRELOAD", prepend("LD_PRELOAD", Path::new(&preload), " ")),
         (roce_preload_env(), tree.clone().into_os_string()),
     ];
     if args.print_env {

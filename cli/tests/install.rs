@@ -18,11 +18,12 @@ fn target() -> PathBuf {
     Path::new(env!("CARGO_BIN_EXE_roce")).parent().unwrap().to_path_buf()
 }
 
-/// Where this test build left libibverbs.so and libroce_preload.so, or
+/// Where this test build left libibverbs.so, libroce_preload.so and
+/// librspreload.so, or
 /// `None` (SKIPPED).
 fn built_libs() -> Option<PathBuf> {
     let deps = target().join("deps");
-    for f in ["libibverbs.so", "libroce_preload.so"] {
+    for f in ["libibverbs.so", "libroce_preload.so", "librspreload.so"] {
         if !deps.join(f).exists() {
             eprintln!("SKIPPED: {} not built", deps.join(f).display());
             return None;
@@ -117,7 +118,7 @@ fn installed_into_a_prefix_roce_run_finds_them_there() {
     assert!(out.contains(&format!("installed into {}", lib.display())), "{}", show(&o));
     // (that roce is not in the prefix: it says how to point roce run there)
     assert!(out.contains("ROCE_EMU_LIB_DIR="), "{}", show(&o));
-    for f in ["libibverbs.so.1", "librdmacm.so.1", "libroce_preload.so"] {
+    for f in ["libibverbs.so.1", "librdmacm.so.1", "libroce_preload.so", "librspreload.so"] {
         assert!(lib.join(f).is_file(), "no {f} in {}", lib.display());
     }
     // librdmacm.so.1 is libibverbs.so.1 (one file: the dynamic linker maps it once)
@@ -211,6 +212,11 @@ fn without_the_libraries_the_errors_name_roce_install() {
     let o = output(roce(&exe).args(["install", "--from"]).arg(&half));
     assert_eq!(o.status.code(), Some(2), "{}", show(&o));
     assert!(text(&o.stderr).contains("has no libroce_preload.so"), "{}", show(&o));
+    // ... and the shim but not the rsocket preload
+    std::fs::write(half.join("libroce_preload.so"), b"not installed").unwrap();
+    let o = output(roce(&exe).args(["install", "--from"]).arg(&half));
+    assert_eq!(o.status.code(), Some(2), "{}", show(&o));
+    assert!(text(&o.stderr).contains("has no librspreload.so"), "{}", show(&o));
     assert!(!lib.exists(), "nothing installed");
 }
 

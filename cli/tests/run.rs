@@ -32,6 +32,7 @@ fn libs() -> Option<PathBuf> {
             ("libibverbs.so.1", "libibverbs.so"),
             ("librdmacm.so.1", "libibverbs.so"),
             ("libroce_preload.so", "libroce_preload.so"),
+            ("librspreload.so", "librspreload.so"),
         ] {
             let built = t.join("deps").join(built);
             if !built.exists() {
@@ -144,6 +145,42 @@ fn clear_errors_without_a_command_or_the_libraries() {
         })
         .unwrap();
     assert_eq!(text(&o.1.stdout).trim(), o.0.to_string(), "the program has roce run's PID");
+}
+
+/// `--rsockets`: librspreload.so preloaded after the shim (a program runs
+/// with it: its reads and writes of ordinary fds pass through); a
+/// directory without it is an error that names roce install.
+#[test]
+fn rsockets_preloads_librspreload_after_the_shim() {
+    let Some(libs) = libs() else { return };
+    let mut c = roce();
+    let o = c.arg("run").arg("--lib-dir").arg(&libs).args(["--rsockets", "--print-env"]);
+    let o = o.output().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let want = format!(
+        "export LD_PRELOAD='{} {}'",
+        libs.join("libroce_preload.so").display(),
+        libs.join("librspreload.so").display()
+    );
+    assert!(text(&o.stdout).lines().any(|l| l == want), "{want}\n{}", text(&o.stdout));
+    let mut c = roce();
+    c.arg("run").arg("--lib-dir").arg(&libs).args(["--rsockets", "--", "sh", "-c"]);
+    let o = c.arg("echo ok; echo $LD_PRELOAD").output().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).starts_with("ok\n") && text(&o.stdout).contains("librspreload.so"));
+    // the same libraries but librspreload.so
+    let bare = libs.with_file_name("run-test-lib-no-rspreload");
+    std::fs::create_dir_all(&bare).unwrap();
+    for f in ["libibverbs.so.1", "librdmacm.so.1", "libroce_preload.so"] {
+        let _ = std::fs::remove_file(bare.join(f));
+        std::os::unix::fs::symlink(libs.join(f), bare.join(f)).unwrap();
+    }
+    let mut c = roce();
+    let o = c.arg("run").arg("--lib-dir").arg(&bare).args(["--rsockets", "--", "true"]);
+    let o = o.output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let e = text(&o.stderr);
+    assert!(e.contains("has no librspreload.so") && e.contains("roce install"), "{e}");
 }
 
 #[test]

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 
 /// The layers, bottom first: a crate may use only crates of lower layers.
 const LAYERS: &[&[&str]] = &[
-    &["roce-packet", "roce-region", "roce-preload"],
+    &["roce-packet", "roce-region", "roce-preload", "roce-rspreload"],
     &["roce-pcap", "roce-cm", "roce-rsocket"],
     &["roce-emulator"],
     &["roce-faults"],

@@ -5,7 +5,9 @@
 //! 100 MiB file, a C program of misuse and checked exchanges
 //! (`tests/c/rsocket_check.c`), and two rsockets of this executable
 //! exchanging checked bytes through the Rust crate's C functions; datagram
-//! rsockets (`dgram`: `udpong` both roles, checked datagrams).
+//! rsockets (`dgram`: `udpong` both roles, checked datagrams); unmodified
+//! TCP programs on both ends through our `librspreload.so` (`preload`:
+//! Python's http.server to curl, nc.openbsd to nc.openbsd).
 //!
 //! A directory module (`rsocket/mod.rs`), so that the crate's tests/ gets
 //! no new top-level file. Each test has its own loopback addresses
@@ -364,6 +366,7 @@ fn ffi_layouts_match_the_c_headers() {
 
 mod dgram;
 mod in_process;
+mod preload;
 
 /// Run this executable's test `name` alone in a child with the devices of
 /// `net` (the child sees `ROCE_RS_CHILD`): its output, after it exited 0.
