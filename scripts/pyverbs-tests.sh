@@ -15,6 +15,10 @@
 # under /sys/class/infiniband, and its netdev (lo) and that netdev's first
 # address (127.0.0.1: hence the device's address) as on a kernel device:
 # test_rdmacm runs instead of skipping "doesn't have net interface".
+# PYVERBS_LOGS=DIR keeps each module's log there (DIR/MODULE.log: one line
+# per test, "... ok", "... skipped", "... FAIL", "... ERROR"), e.g. to
+# compare test by test with the lab's run on kernel rxe (rxelab's
+# pyverbs_tests scenario).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 lib="${ROCE_EMU_LIB:-$root/target/release}"
@@ -54,6 +58,7 @@ for m in "${mods[@]}"; do
   s=$(( $(num skipped || true)0 / 10 )); e=0
   if [ -z "$n" ]; then n=0; e=1; fi
   p=$((n - f - s))
+  if [ -n "${PYVERBS_LOGS:-}" ]; then mkdir -p "$PYVERBS_LOGS" && cp "$out" "$PYVERBS_LOGS/"; fi
   printf '%-28s %3d passed %3d failed %3d skipped%s\n' "$m" "$p" "$f" "$s" "$([ $e = 1 ] && echo "  (module did not run, exit $rc)")"
   if [ -n "${VERBOSE:-}" ]; then grep -E '\.\.\. (FAIL|ERROR|skipped)' "$out" | sed 's/^/    /'; fi
   tp=$((tp + p)); tf=$((tf + f)); ts=$((ts + s)); te=$((te + e))

@@ -1052,7 +1052,9 @@ fn nak_text(psn: Psn, msn: u32, code: u8) -> String {
 /// manufacturer-specific range no device puts on a wire.
 fn member_message(opcode: u8) -> Option<&'static str> {
     match opcode {
-        0xFC => Some("an XRC request relayed to the process whose XRC SRQ it names, or its verdict"),
+        0xFC => {
+            Some("an XRC request relayed to the process whose XRC SRQ it names, or its verdict")
+        }
         0xFD => Some("a datagram forwarded to the member it belongs to"),
         0xFE => Some("a steering probe"),
         _ => None,

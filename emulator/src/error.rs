@@ -237,6 +237,9 @@ pub enum ModifySrqError {
     /// The limit must be below max_wr.
     #[error("srq_limit {limit} not below max_wr {max_wr}")]
     BadLimit { limit: u32, max_wr: u32 },
+    /// A resize to 0, over the device's limit, or below the WRs queued.
+    #[error("max_wr {max_wr}: must hold the {queued} WRs queued and be 1..={max}")]
+    BadSize { max_wr: u32, queued: usize, max: u32 },
 }
 
 /// `destroy_srq` failed.

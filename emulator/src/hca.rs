@@ -611,6 +611,23 @@ impl Hca {
         Ok(())
     }
 
+    /// `ibv_modify_srq` with IBV_SRQ_MAX_WR (rxe's resize): the queue
+    /// holds up to `max_wr` WRs from now on. EINVAL, as rxe answers: 0 or
+    /// over the device's `max_srq_wr`, fewer than the WRs queued now, or
+    /// not above an armed limit.
+    pub fn resize_srq(&mut self, srq: SrqHandle, max_wr: u32) -> Result<(), ModifySrqError> {
+        let max = self.dev.attr.max_srq_wr;
+        let s = self.dev.srqs.get_mut(&srq).ok_or(ModifySrqError::UnknownSrq(srq))?;
+        if max_wr == 0 || max_wr > max || (max_wr as usize) < s.wrs.len() {
+            return Err(ModifySrqError::BadSize { max_wr, queued: s.wrs.len(), max });
+        }
+        if s.attr.srq_limit != 0 && s.attr.srq_limit >= max_wr {
+            return Err(ModifySrqError::BadLimit { limit: s.attr.srq_limit, max_wr });
+        }
+        s.attr.max_wr = max_wr;
+        Ok(())
+    }
+
     /// `ibv_query_srq`: attributes and the number of queued WRs.
     pub fn query_srq(&self, srq: SrqHandle) -> Option<(SrqAttr, usize)> {
         self.dev.srqs.get(&srq).map(|s| (s.attr, s.wrs.len()))

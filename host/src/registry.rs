@@ -597,4 +597,3 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
-

@@ -170,9 +170,20 @@ pub(crate) unsafe extern "C" fn modify_srq(
         // SAFETY: the caller's ibv_srq_attr.
         let a = unsafe { crate::util::arg_ref(attr) }?;
         let mask = mask as u32;
+        if mask & !(abi::IBV_SRQ_MAX_WR | abi::IBV_SRQ_LIMIT) != 0 {
+            return Err(libc::EINVAL);
+        }
+        // (both at once: the limit is checked against the new size first)
+        let both = abi::IBV_SRQ_MAX_WR | abi::IBV_SRQ_LIMIT;
+        if mask & both == both && a.srq_limit != 0 && a.srq_limit >= a.max_wr {
+            diag!("modify_srq: srq_limit {} not below max_wr {}", a.srq_limit, a.max_wr);
+            return Err(libc::EINVAL);
+        }
         if mask & abi::IBV_SRQ_MAX_WR != 0 {
-            // resizing an SRQ is not implemented
-            return Err(libc::EOPNOTSUPP);
+            o.srq.resize(a.max_wr).map_err(|e| {
+                diag!("modify_srq: {e}");
+                libc::EINVAL
+            })?;
         }
         if mask & abi::IBV_SRQ_LIMIT != 0 {
             o.srq.set_limit(a.srq_limit).map_err(|e| {

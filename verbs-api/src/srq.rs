@@ -118,6 +118,11 @@ impl Srq {
         self.inner.pd.context().lock().modify_srq(self.inner.handle, limit)
     }
 
+    /// `ibv_modify_srq` with IBV_SRQ_MAX_WR: room for `max_wr` WRs.
+    pub fn resize(&self, max_wr: u32) -> Result<(), ModifySrqError> {
+        self.inner.pd.context().lock().resize_srq(self.inner.handle, max_wr)
+    }
+
     /// `ibv_query_srq`: the attributes and the number of queued WRs.
     pub fn query(&self) -> Option<(SrqAttr, usize)> {
         self.inner.pd.context().lock().query_srq(self.inner.handle)

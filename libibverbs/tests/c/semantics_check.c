@@ -368,12 +368,40 @@ static int part_errno(void)
 	CHECK(rc == EINVAL && err == EINVAL,
 	      "ibv_post_srq_recv with 4 SGEs: returns %d, errno %d (EINVAL)", rc,
 	      err);
+	/* resize (IBV_DEVICE_SRQ_RESIZE, as rxe): up, then not below what is
+	 * queued, not to 0, not with the limit at or over the new size */
 	memset(&sa, 0, sizeof(sa));
 	sa.max_wr = 8;
 	CALL_RC(rc, err, ibv_modify_srq(srq, &sa, IBV_SRQ_MAX_WR));
-	CHECK(rc == EOPNOTSUPP && err == EOPNOTSUPP,
-	      "ibv_modify_srq IBV_SRQ_MAX_WR: returns %d, errno %d (EOPNOTSUPP)",
+	struct ibv_srq_attr qa;
+	int qr = ibv_query_srq(srq, &qa);
+	CHECK(rc == 0 && qr == 0 && qa.max_wr == 8,
+	      "ibv_modify_srq IBV_SRQ_MAX_WR 4 -> 8: returns %d, max_wr %u", rc, qa.max_wr);
+	struct ibv_sge one = { .addr = (uintptr_t)a.buf, .length = 8, .lkey = a.mr->lkey };
+	struct ibv_recv_wr r6 = { .wr_id = 6, .sg_list = &one, .num_sge = 1 };
+	int posted = 0;
+	for (int k = 0; k < 6; k++)
+		posted += ibv_post_srq_recv(srq, &r6, &bad_r) == 0;
+	sa.max_wr = 5;
+	CALL_RC(rc, err, ibv_modify_srq(srq, &sa, IBV_SRQ_MAX_WR));
+	CHECK(posted == 6 && rc == EINVAL && err == EINVAL,
+	      "ibv_modify_srq IBV_SRQ_MAX_WR below the 6 WRs queued: returns %d, errno %d (EINVAL)",
 	      rc, err);
+	sa.max_wr = 0;
+	CALL_RC(rc, err, ibv_modify_srq(srq, &sa, IBV_SRQ_MAX_WR));
+	CHECK(rc == EINVAL && err == EINVAL,
+	      "ibv_modify_srq IBV_SRQ_MAX_WR 0: returns %d, errno %d (EINVAL)", rc, err);
+	sa.max_wr = 16;
+	sa.srq_limit = 16;
+	CALL_RC(rc, err, ibv_modify_srq(srq, &sa, IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT));
+	CHECK(rc == EINVAL && err == EINVAL && ibv_query_srq(srq, &qa) == 0 && qa.max_wr == 8,
+	      "ibv_modify_srq to 16 with limit 16: returns %d, errno %d (EINVAL), max_wr stays %u",
+	      rc, err, qa.max_wr);
+	sa.srq_limit = 3;
+	CALL_RC(rc, err, ibv_modify_srq(srq, &sa, IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT));
+	CHECK(rc == 0 && ibv_query_srq(srq, &qa) == 0 && qa.max_wr == 16 && qa.srq_limit == 3,
+	      "ibv_modify_srq to 16 with limit 3: returns %d, max_wr %u, limit %u", rc, qa.max_wr,
+	      qa.srq_limit);
 	memset(&ia, 0, sizeof(ia));
 	ia.send_cq = a.cq;
 	ia.recv_cq = a.cq;
