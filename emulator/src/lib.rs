@@ -78,6 +78,7 @@ pub mod time;
 mod tx;
 pub mod wr;
 pub mod xrc;
+mod xrc_member;
 pub mod xrc_relay;
 
 pub use counters::Counters;

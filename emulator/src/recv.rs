@@ -99,27 +99,8 @@ impl Hca {
         }
         let info = pkt.info();
         let qpn = repr.bth.dest_qp;
-        // QP1 without an application GSI QP: the port's CM takes it
-        if qpn.value() == 1 && self.cm_owns_qp1() {
-            if repr.bth.opcode != Opcode::UD_SEND_ONLY {
-                return Err(DropReason::BadOpcode);
-            }
-            if repr.bth.pkey.value() & 0x7FFF != 0x7FFF {
-                return Err(DropReason::BadPkey);
-            }
-            self.cm.receive(&mut self.dev.counters, now, &repr, pkt.payload(), d);
-            return Ok(());
-        }
-        // the multicast QPN: every QP attached to the destination group
-        if qpn.value() == crate::mcast::MCAST_QPN {
-            if info.transport != Transport::Ud || !info.is_request() {
-                return Err(DropReason::BadOpcode);
-            }
-            if repr.bth.pkey.value() & 0x7FFF != 0x7FFF {
-                return Err(DropReason::BadPkey);
-            }
-            self.receive_mcast(&repr, pkt.payload(), d);
-            return Ok(());
+        if let Some(r) = self.special_qpn(qpn.value(), &repr, &pkt, info, d, now) {
+            return r;
         }
         let qpn = match self.qps.get(&qpn) {
             None if mutant::is(self.mutant, Mutant::MisroutesUnknownQp) => {
@@ -170,7 +151,7 @@ impl Hca {
             }
             // an XRC target waiting for another member's verdict holds
             // its requests (crate::xrc_relay); they are counted when taken
-            if qp.relay.is_some() && crate::xrc_relay::hold(qp, &mut self.dev.counters, now, d) {
+            if qp.relay.is_some() && crate::xrc_member::hold(qp, &mut self.dev.counters, now, d) {
                 return Ok(());
             }
             self.dev.counters.rcvd_pkts += 1;
@@ -183,27 +164,16 @@ impl Hca {
                 // an SRQ of another member of the domain (crate::xrc_relay)
                 let remote = match mutant::is(self.mutant, Mutant::XrcIgnoresXrceth) {
                     true => None,
-                    false => crate::xrc_relay::remote_target(
+                    false => self.member_slot.zip(crate::xrc_relay::remote_target(
                         self.member_slot,
                         &self.xrcds,
                         qp.xrcd,
                         repr.xrceth,
-                    ),
+                    )),
                 };
-                if let (Some(to), Some(me)) = (remote, self.member_slot) {
-                    if let Some(dup) = qp.relay_check_psn(&mut self.dev.resp(), &repr) {
-                        crate::xrc_relay::send_exec(
-                            qp,
-                            &mut self.dev,
-                            &mut self.parting,
-                            me,
-                            to,
-                            repr,
-                            dup,
-                            now,
-                            d,
-                        );
-                    }
+                if let Some(to) = remote {
+                    let (dev, parting) = (&mut self.dev, &mut self.parting);
+                    crate::xrc_member::relay(qp, dev, parting, to, repr, now, d);
                     return Ok(());
                 }
                 let srq = match mutant::is(self.mutant, Mutant::XrcIgnoresXrceth) {
@@ -227,6 +197,39 @@ impl Hca {
             return Err(DropReason::BadOpcode);
         }
         Ok(())
+    }
+
+    /// QP1 without an application GSI QP (the port's CM takes it) and the
+    /// multicast QPN (every QP attached to the destination group): what
+    /// became of the datagram; `None` for any other QPN.
+    fn special_qpn(
+        &mut self,
+        qpn: u32,
+        repr: &RoceRepr,
+        pkt: &RocePacket<&[u8]>,
+        info: &roce_packet::OpInfo,
+        d: &Datagram,
+        now: Instant,
+    ) -> Option<Result<(), DropReason>> {
+        let cm = qpn == 1 && self.cm_owns_qp1();
+        let mcast = qpn == crate::mcast::MCAST_QPN;
+        if !cm && !mcast {
+            return None;
+        }
+        if cm && repr.bth.opcode != Opcode::UD_SEND_ONLY {
+            return Some(Err(DropReason::BadOpcode));
+        }
+        if mcast && (info.transport != Transport::Ud || !info.is_request()) {
+            return Some(Err(DropReason::BadOpcode));
+        }
+        if repr.bth.pkey.value() & 0x7FFF != 0x7FFF {
+            return Some(Err(DropReason::BadPkey));
+        }
+        match cm {
+            true => self.cm.receive(&mut self.dev.counters, now, repr, pkt.payload(), d),
+            false => self.receive_mcast(repr, pkt.payload(), d),
+        }
+        Some(Ok(()))
     }
 
     /// The newest (highest-numbered) QP whose type carries `t` ([`Mutant::MisroutesUnknownQp`]).

@@ -26,7 +26,7 @@
 //!   the next held request.
 //!
 //! Domains are the same domain when they were opened by the same file
-//! (`(st_dev, st_ino)`, [`crate::Hca::set_xrcd_key`]); a request naming an
+//! (`(st_dev, st_ino)`, `Hca::set_xrcd_key`); a request naming an
 //! SRQ of another domain, or one that does not exist, is an invalid
 //! request as in one process. A member that never answers (it ended) is
 //! given up after [`PATIENCE`]: the request is not acknowledged and the
@@ -37,6 +37,9 @@
 //! a sequence number), the kind's fields, and an ICRC (the transport checks
 //! it as for any datagram). Only messages from the device's own address
 //! are taken; anything malformed is dropped and counted (`xrc_relay_dropped`).
+//!
+//! This module holds the messages and the state; `crate::xrc_member` what
+//! the owner and the SRQ's member do with them.
 
 use crate::io::Datagram;
 use crate::objects::{SrqHandle, Xrcd, XrcdHandle};
@@ -69,7 +72,7 @@ pub const PATIENCE: Duration = Duration::from_millis(250);
 pub const HELD_MAX: usize = 256;
 
 /// An owner's relay state for one target QP (a new one per incarnation:
-/// [`crate::qp::Qp::reset`] drops it).
+/// a QP's reset drops it).
 #[derive(Debug)]
 pub(crate) struct RelayQp {
     /// The incarnation's number, in every EXEC (a member's shadow of an
@@ -319,184 +322,6 @@ pub(crate) fn member_srq(
     let s = srqs.get(&h)?;
     let (d, cq) = s.xrc?;
     (xrcds.get(&d)?.key? == e.key).then_some((h, s.pd, cq))
-}
-
-impl crate::hca::Hca {
-    /// A relay message from the device's own address (`receive` sends
-    /// nothing else here): an EXEC for one of this member's SRQs, or a
-    /// VERDICT for one of its target QPs.
-    pub(crate) fn on_relay(&mut self, now: Instant, d: &Datagram) {
-        let Some(me) = self.member_slot else { return };
-        match parse(&d.payload, me) {
-            None => {
-                tracing::debug!(len = d.payload.len(), "XRC relay: malformed message");
-                self.dev.counters.xrc_relay_dropped += 1;
-            }
-            Some(Message::Exec(e)) => self.relay_exec(now, me, e),
-            Some(Message::Verdict { from, tgt, seq, psn, verdict }) => {
-                self.relay_verdict(now, from, tgt, seq, psn, verdict)
-            }
-        }
-    }
-
-    /// Execute a request for another member's target QP on its shadow
-    /// here, answer with a VERDICT.
-    fn relay_exec(&mut self, now: Instant, me: u8, e: Exec) {
-        use crate::qp::{Qp, QpInitAttr};
-        use crate::qp_attr::{QpCap, QpState, QpType};
-        let Ok(pkt) = roce_packet::RocePacket::new_checked(&e.packet[..]) else {
-            self.dev.counters.xrc_relay_dropped += 1;
-            return;
-        };
-        self.dev.counters.xrc_relayed_in += 1;
-        let repr = roce_packet::RoceRepr::parse(&pkt);
-        let psn = repr.bth.psn;
-        let verdict = match member_srq(&self.dev.srqs, &self.xrcds, &e) {
-            None => {
-                tracing::debug!(qpn = %e.tgt, srqn = e.srqn, "XRC relay: no XRC SRQ of the target's domain");
-                Verdict::Error(roce_packet::NakCode::InvalidRequest.to_u5())
-            }
-            Some((srq, pd, cq)) => {
-                let key = (e.from, e.tgt);
-                if !matches!(self.xrc_shadows.get(&key), Some((g, _)) if *g == e.gen) {
-                    let init = QpInitAttr {
-                        pd,
-                        send_cq: cq,
-                        recv_cq: cq,
-                        qp_type: QpType::XrcRecv,
-                        cap: QpCap::default(),
-                        sq_sig_all: false,
-                        srq: Some(srq),
-                    };
-                    let mut q = Qp::new(e.tgt, init, e.mtu);
-                    q.state = QpState::Rts;
-                    q.mutant = self.mutant;
-                    self.xrc_shadows.insert(key, (e.gen, q));
-                }
-                let Some((_, q)) = self.xrc_shadows.get_mut(&key) else { return };
-                q.init.srq = Some(srq);
-                q.init.pd = pd;
-                q.init.recv_cq = cq;
-                q.p.mtu = e.mtu;
-                q.p.access = e.access;
-                q.p.max_dest_rd_atomic = e.max_dest_rd_atomic;
-                q.p.ah = Some(initiator_av(&e));
-                q.p.dest_qpn = e.dest_qpn;
-                q.src_port = e.src_port;
-                q.resp.msn = roce_packet::Msn::new(e.msn);
-                let mut out = VecDeque::new();
-                let span = tracing::debug_span!("qp", qpn = %e.tgt, role = "xrc shadow");
-                let _g = span.enter();
-                let v = q.relay_execute(&mut self.dev.resp(), now, &repr, pkt.payload(), &mut out);
-                self.parting.extend(out);
-                if let Verdict::Error(_) = v {
-                    self.xrc_shadows.remove(&key);
-                }
-                v
-            }
-        };
-        match verdict_datagram(self.dev.tx.addr, me, e.from, e.tgt, e.seq, psn, verdict) {
-            Some(x) => self.parting.push_back(x),
-            None => self.dev.counters.send_err += 1,
-        }
-    }
-
-    /// A member's verdict on the request a target QP of this member waits
-    /// for: answer the initiator, then take the requests held meanwhile.
-    fn relay_verdict(&mut self, now: Instant, from: u8, tgt: Qpn, seq: u32, psn: Psn, v: Verdict) {
-        let Some(mut entry) = self.qps.get_mut(&tgt) else {
-            self.dev.counters.xrc_relay_dropped += 1;
-            return;
-        };
-        let qp = &mut *entry;
-        let rl = qp.relay.as_mut();
-        let Some(w) = rl.and_then(|r| match &r.wait {
-            Some(w) if w.seq == seq && w.repr.bth.psn == psn => r.wait.take(),
-            _ => None,
-        }) else {
-            tracing::debug!(qpn = %tgt, seq, from, "XRC relay: verdict for no waiting request");
-            self.dev.counters.xrc_relay_dropped += 1;
-            return;
-        };
-        tracing::debug!(qpn = %tgt, %psn, from, ?v, "XRC relay: verdict");
-        qp.relay_finish(&mut self.dev.resp(), &w.repr, w.dup, v);
-        let held = qp.relay.as_mut().map(|r| std::mem::take(&mut r.held)).unwrap_or_default();
-        drop(entry);
-        for d in held {
-            self.receive(now, &d);
-        }
-    }
-}
-
-/// An owner's target QP waits for a verdict: hold `d` behind it (`true`),
-/// or give the wait up after [`PATIENCE`] and let `d` through (`false`).
-pub(crate) fn hold(
-    qp: &mut crate::qp::Qp,
-    ctrs: &mut crate::counters::Counters,
-    now: Instant,
-    d: &Datagram,
-) -> bool {
-    let Some(rl) = qp.relay.as_mut() else { return false };
-    let Some(w) = &rl.wait else { return false };
-    if now.saturating_duration_since(w.since) >= PATIENCE {
-        tracing::debug!(qpn = %qp.qpn, psn = %w.repr.bth.psn, "XRC relay: no verdict, given up");
-        rl.wait = None;
-        ctrs.xrc_relay_timeouts += 1;
-        return false;
-    }
-    if rl.held.len() >= HELD_MAX {
-        ctrs.xrc_relay_dropped += 1;
-    } else {
-        rl.held.push_back(d.clone());
-        ctrs.xrc_relay_held += 1;
-    }
-    true
-}
-
-/// Send the request `d` (already PSN-checked: `dup` as
-/// [`crate::qp::Qp::relay_check_psn`] said) of the target `qp` to the
-/// member `slot`, whose SRQ `srqn` of the domain `key` it names, and wait.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn send_exec(
-    qp: &mut crate::qp::Qp,
-    dev: &mut crate::dev::Dev,
-    parting: &mut VecDeque<Datagram>,
-    me: u8,
-    (slot, key, srqn): (u8, (u64, u64), u32),
-    repr: roce_packet::RoceRepr,
-    dup: bool,
-    now: Instant,
-    d: &Datagram,
-) {
-    let rl = qp.relay.get_or_insert_with(|| Box::new(RelayQp::new(dev.id())));
-    rl.seq = rl.seq.wrapping_add(1);
-    let e = Exec {
-        from: me,
-        tgt: qp.qpn,
-        seq: rl.seq,
-        key,
-        srqn,
-        mtu: qp.p.mtu,
-        max_dest_rd_atomic: qp.p.max_dest_rd_atomic,
-        dup,
-        traffic_class: qp.p.ah.map_or(0, |a| a.traffic_class),
-        access: qp.p.access,
-        msn: qp.resp.msn.value(),
-        dest_qpn: qp.p.dest_qpn,
-        src_port: qp.src_port,
-        dgid: qp.p.ah.map_or(dev.tx.addr, |a| a.dgid),
-        gen: rl.gen,
-        packet: d.payload.clone(),
-    };
-    match exec_datagram(dev.tx.addr, slot, &e) {
-        Some(x) => {
-            tracing::debug!(qpn = %qp.qpn, psn = %repr.bth.psn, srqn, slot, "XRC relay: to the SRQ's member");
-            rl.wait = Some(Wait { seq: rl.seq, repr, dup, since: now });
-            parting.push_back(x);
-            dev.counters.xrc_relayed_out += 1;
-        }
-        None => dev.counters.send_err += 1,
-    }
 }
 
 #[cfg(test)]

@@ -300,44 +300,82 @@ fn shared_exchange(
     panic!("still sending after 1000 rounds");
 }
 
+/// An initiator (10.0.0.1) and two members of a shared device at
+/// 10.0.0.2 (slots 3 and 5) with one XRC domain (opened by one file): the
+/// owner has an XRC SRQ and the target QP, the member an XRC SRQ and an
+/// SRQ of another file's domain; initiator and target connected.
+struct Shared {
+    i: Side,
+    o: Side,
+    m: Side,
+    tgt: Qpn,
+    ini: Qpn,
+    srq_o: SrqHandle,
+    srq_m: SrqHandle,
+    srq_f: SrqHandle,
+    cq_o: CqHandle,
+    cq_m: CqHandle,
+    cq_f: CqHandle,
+}
+
+const SLOTS: (u8, u8) = (3, 5);
+
+impl Shared {
+    fn new() -> Shared {
+        let i = member("ini", [10, 0, 0, 1], 1, None);
+        let mut o = member("owner", [10, 0, 0, 2], 2, Some(SLOTS.0));
+        let mut m = member("member", [10, 0, 0, 2], 3, Some(SLOTS.1));
+        let key = (0x801, 0x4242);
+        let attr = SrqAttr { max_wr: 16, max_sge: 1, srq_limit: 0 };
+        let xo = o.hca.alloc_xrcd().unwrap();
+        o.hca.set_xrcd_key(xo, key).unwrap();
+        let cq_o = o.hca.create_cq(16).unwrap();
+        let srq_o = o.hca.create_xrc_srq(o.pd, attr, xo, cq_o).unwrap();
+        let tgt = o.hca.create_xrc_tgt_qp(xo, o.pd, o.cq).unwrap();
+        let xm = m.hca.alloc_xrcd().unwrap();
+        m.hca.set_xrcd_key(xm, key).unwrap();
+        let cq_m = m.hca.create_cq(16).unwrap();
+        let srq_m = m.hca.create_xrc_srq(m.pd, attr, xm, cq_m).unwrap();
+        let xf = m.hca.alloc_xrcd().unwrap();
+        m.hca.set_xrcd_key(xf, (0x801, 0x4343)).unwrap();
+        let cq_f = m.hca.create_cq(4).unwrap();
+        let srq_f = m.hca.create_xrc_srq(m.pd, attr, xf, cq_f).unwrap();
+        let mut s =
+            Shared { i, o, m, tgt, ini: Qpn::new(0), srq_o, srq_m, srq_f, cq_o, cq_m, cq_f };
+        let init = qp_init(s.i.pd, s.i.cq, QpType::XrcSend, qp_cap(32, 0), true);
+        s.ini = s.i.hca.create_qp(init).unwrap();
+        rc_up(&mut s.i.hca, s.ini, [10, 0, 0, 2], tgt, (0, 0), 4);
+        rc_up(&mut s.o.hca, tgt, [10, 0, 0, 1], s.ini, (0, 0), 4);
+        s
+    }
+
+    fn exchange(&mut self, now: roce_emulator::Instant) -> Vec<(char, u8)> {
+        shared_exchange(&mut self.i, &mut self.o, &mut self.m, SLOTS, now)
+    }
+
+    /// A receive of `len` bytes at `off` of the member's region on its SRQ.
+    fn member_recv(&mut self, id: u64, off: u64, len: u32) {
+        let a = self.m.addr(off);
+        self.m.hca.post_srq_recv(self.srq_m, RecvWr::new(id, a, len, self.m.mr.lkey)).unwrap();
+    }
+}
+
 #[test]
 fn a_target_qp_reaches_the_xrc_srq_of_another_member_of_its_domain() {
-    let (so, sm) = (3u8, 5u8);
-    let mut i = member("ini", [10, 0, 0, 1], 1, None);
-    let mut o = member("owner", [10, 0, 0, 2], 2, Some(so));
-    let mut m = member("member", [10, 0, 0, 2], 3, Some(sm));
-    let key = (0x801, 0x4242);
-    let attr = SrqAttr { max_wr: 16, max_sge: 1, srq_limit: 0 };
-    // the owner: the domain (opened by the file), an SRQ and the target
-    let xo = o.hca.alloc_xrcd().unwrap();
-    o.hca.set_xrcd_key(xo, key).unwrap();
-    let cq_o = o.hca.create_cq(16).unwrap();
-    let srq_o = o.hca.create_xrc_srq(o.pd, attr, xo, cq_o).unwrap();
-    let tgt = o.hca.create_xrc_tgt_qp(xo, o.pd, o.cq).unwrap();
-    // the member: the same file's domain with an SRQ, and one of another file
-    let xm = m.hca.alloc_xrcd().unwrap();
-    m.hca.set_xrcd_key(xm, key).unwrap();
-    let cq_m = m.hca.create_cq(16).unwrap();
-    let srq_m = m.hca.create_xrc_srq(m.pd, attr, xm, cq_m).unwrap();
-    let xf = m.hca.alloc_xrcd().unwrap();
-    m.hca.set_xrcd_key(xf, (0x801, 0x4343)).unwrap();
-    let cq_f = m.hca.create_cq(4).unwrap();
-    let srq_f = m.hca.create_xrc_srq(m.pd, attr, xf, cq_f).unwrap();
+    let mut s = Shared::new();
+    let (srq_o, srq_m, tgt) = (s.srq_o, s.srq_m, s.tgt);
     assert_eq!((srq_o.id() >> 16, srq_m.id() >> 16), (3, 5), "SRQ numbers carry the slot");
     assert_eq!(tgt.value() >> 16, 3);
-    let ini = i.hca.create_qp(qp_init(i.pd, i.cq, QpType::XrcSend, qp_cap(32, 0), true)).unwrap();
-    rc_up(&mut i.hca, ini, [10, 0, 0, 2], tgt, (0, 0), 4);
-    rc_up(&mut o.hca, tgt, [10, 0, 0, 1], ini, (0, 0), 4);
     for k in 0..3u64 {
-        let a = m.addr(k * 4096);
-        m.hca.post_srq_recv(srq_m, RecvWr::new(100 + k, a, 4096, m.mr.lkey)).unwrap();
+        s.member_recv(100 + k, k * 4096, 4096);
     }
-    let a = o.addr(0);
-    o.hca.post_srq_recv(srq_o, RecvWr::new(200, a, 4096, o.mr.lkey)).unwrap();
-    i.write_mem(0, &pattern(3000, 1));
-    i.write_mem(4096, &pattern(300, 2));
-    m.write_mem(32768, &pattern(2500, 3));
-    m.write_mem(40960, &7u64.to_le_bytes());
+    let a = s.o.addr(0);
+    s.o.hca.post_srq_recv(srq_o, RecvWr::new(200, a, 4096, s.o.mr.lkey)).unwrap();
+    s.i.write_mem(0, &pattern(3000, 1));
+    s.i.write_mem(4096, &pattern(300, 2));
+    s.m.write_mem(32768, &pattern(2500, 3));
+    s.m.write_mem(40960, &7u64.to_le_bytes());
+    let (i, m) = (&s.i, &s.m);
     let (lk, rk) = (i.mr.lkey, m.mr.rkey);
     let wrs = [
         SendWr::new(1, WrOpcode::Send).sge(i.addr(0), 100, lk).xrc(srq_m.id()),
@@ -361,62 +399,67 @@ fn a_target_qp_reaches_the_xrc_srq_of_another_member_of_its_domain() {
             .xrc(srq_m.id()),
     ];
     for w in wrs {
-        i.hca.post_send(ini, w).unwrap();
+        s.i.hca.post_send(s.ini, w).unwrap();
     }
-    let t0 = roce_emulator::Instant::ZERO;
-    let seen = shared_exchange(&mut i, &mut o, &mut m, (so, sm), t0);
-    // the member got EXECs, the owner verdicts; READ responses and the
-    // atomic ACK (0xB2 .. 0xB4, 0xB2) came to the initiator
+    let seen = s.exchange(roce_emulator::Instant::ZERO);
+    // the member got EXECs, the owner verdicts; the READ responses (XRC
+    // READ RESPONSE FIRST 0xAD) came to the initiator from the member
     assert!(seen.iter().any(|&(t, b)| t == 'm' && b == 0xFC));
     assert!(seen.iter().any(|&(t, b)| t == 'o' && b == 0xFC));
     assert!(seen.iter().any(|&(t, b)| t == 'i' && b == 0xAD), "READ RESPONSE FIRST: {seen:x?}");
-    let done: Vec<_> = i.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+    let done: Vec<_> = s.i.poll().iter().map(|w| (w.wr_id, w.status)).collect();
     assert_eq!(done, (1..=7).map(|k| (k, WcStatus::Success)).collect::<Vec<_>>());
-    let got = poll_all(&mut m.hca, cq_m);
+    let got = poll_all(&mut s.m.hca, s.cq_m);
     let got: Vec<_> = got.iter().map(|w| (w.wr_id, w.byte_len, w.qp_num, w.imm)).collect();
     let t = tgt.value();
     assert_eq!(got, vec![(100, 100, t, None), (101, 3000, t, None), (102, 10, t, Some(0xABCD))]);
-    assert_eq!(m.read_mem(0, 100), pattern(100, 1));
-    assert_eq!(m.read_mem(4096, 3000), pattern(3000, 1));
-    assert_eq!(m.read_mem(20480, 300), pattern(300, 2), "WRITE with the member's rkey");
-    assert_eq!(i.read_mem(8192, 2500), pattern(2500, 3), "READ of the member's memory");
-    assert_eq!(i.read_mem(16384, 8), 7u64.to_le_bytes(), "FETCH_ADD returns the original");
-    assert_eq!(m.read_mem(40960, 8), 12u64.to_le_bytes());
-    let own = poll_all(&mut o.hca, cq_o);
+    assert_eq!(s.m.read_mem(0, 100), pattern(100, 1));
+    assert_eq!(s.m.read_mem(4096, 3000), pattern(3000, 1));
+    assert_eq!(s.m.read_mem(20480, 300), pattern(300, 2), "WRITE with the member's rkey");
+    assert_eq!(s.i.read_mem(8192, 2500), pattern(2500, 3), "READ of the member's memory");
+    assert_eq!(s.i.read_mem(16384, 8), 7u64.to_le_bytes(), "FETCH_ADD returns the original");
+    assert_eq!(s.m.read_mem(40960, 8), 12u64.to_le_bytes());
+    let own = poll_all(&mut s.o.hca, s.cq_o);
     assert_eq!(own.iter().map(|w| (w.wr_id, w.byte_len)).collect::<Vec<_>>(), vec![(200, 300)]);
-    assert_eq!(o.read_mem(0, 300), pattern(300, 2));
-    let (co, cm) = (o.counters(), m.counters());
+    assert_eq!(s.o.read_mem(0, 300), pattern(300, 2));
+    let (co, cm) = (s.o.counters(), s.m.counters());
     // 6 messages for the member's SRQ, the 3000-byte SEND in 3 packets
-    assert_eq!(co.xrc_relayed_out, 8);
-    assert_eq!(cm.xrc_relayed_in, 8);
+    assert_eq!((co.xrc_relayed_out, cm.xrc_relayed_in), (8, 8));
     assert!(co.xrc_relay_held > 0, "requests waited behind a verdict");
     assert_eq!((co.xrc_relay_dropped, cm.xrc_relay_dropped, co.xrc_relay_timeouts), (0, 0, 0));
-    // a SEND with no receive WQE left on the member's SRQ: RNR NAK from
-    // the owner; once a receive is posted, the retry lands
-    let w = SendWr::new(8, WrOpcode::Send).sge(i.addr(0), 8, lk).xrc(srq_m.id());
-    i.hca.post_send(ini, w).unwrap();
-    shared_exchange(&mut i, &mut o, &mut m, (so, sm), t0);
-    assert_eq!((o.counters().send_rnr_err, i.counters().rcvd_rnr_err), (1, 1));
-    assert!(i.poll().is_empty());
-    let a = m.addr(49152);
-    m.hca.post_srq_recv(srq_m, RecvWr::new(103, a, 64, m.mr.lkey)).unwrap();
+}
+
+#[test]
+fn a_relayed_request_gets_rnr_and_invalid_request_naks_and_forged_relays_are_dropped() {
+    let mut s = Shared::new();
+    let t0 = roce_emulator::Instant::ZERO;
+    let lk = s.i.mr.lkey;
+    // a SEND with no receive WQE on the member's SRQ: RNR NAK (XRC ACK
+    // opcode 0xB1) from the owner; once a receive is posted, the retry lands
+    let w = SendWr::new(8, WrOpcode::Send).sge(s.i.addr(0), 8, lk).xrc(s.srq_m.id());
+    s.i.hca.post_send(s.ini, w).unwrap();
+    let seen = s.exchange(t0);
+    assert!(seen.iter().any(|&(t, b)| t == 'i' && b == 0xB1), "the RNR NAK");
+    assert_eq!((s.o.counters().send_rnr_err, s.i.counters().rcvd_rnr_err), (1, 1));
+    assert!(s.i.poll().is_empty());
+    s.member_recv(103, 49152, 64);
     let t1 = t0 + core::time::Duration::from_millis(50);
-    shared_exchange(&mut i, &mut o, &mut m, (so, sm), t1);
-    assert_eq!(
-        i.poll().iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
-        vec![(8, WcStatus::Success)]
-    );
-    assert_eq!(poll_all(&mut m.hca, cq_m).iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![103]);
+    s.exchange(t1);
+    let done: Vec<_> = s.i.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(done, vec![(8, WcStatus::Success)]);
+    let got = poll_all(&mut s.m.hca, s.cq_m);
+    assert_eq!(got.iter().map(|w| w.wr_id).collect::<Vec<_>>(), vec![103]);
     // an SRQ of the member's other domain: NAK invalid request, the
     // initiator's WR fails, the target goes to ERR, nothing lands
-    let w = SendWr::new(9, WrOpcode::Send).sge(i.addr(0), 8, lk).xrc(srq_f.id());
-    i.hca.post_send(ini, w).unwrap();
-    shared_exchange(&mut i, &mut o, &mut m, (so, sm), t1);
-    let done = i.poll();
+    let w = SendWr::new(9, WrOpcode::Send).sge(s.i.addr(0), 8, lk).xrc(s.srq_f.id());
+    s.i.hca.post_send(s.ini, w).unwrap();
+    s.exchange(t1);
+    let done = s.i.poll();
     assert_eq!(done.last().map(|w| (w.wr_id, w.status)), Some((9, WcStatus::RemInvReqErr)));
-    assert_eq!(o.hca.qp_state(tgt), Some(QpState::Err));
-    assert!(poll_all(&mut m.hca, cq_f).is_empty());
+    assert_eq!(s.o.hca.qp_state(s.tgt), Some(QpState::Err));
+    assert!(poll_all(&mut s.m.hca, s.cq_f).is_empty());
     // a relay message from another address is not one: dropped as malformed
+    let m = &mut s.m;
     let before = m.counters();
     let mut fake = roce_emulator::Datagram::new(
         roce_packet::UdpEndpoints {
