@@ -83,7 +83,8 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut abi::ibv_device) -> *mut a
         fill_ops(&mut v);
         let c = &mut v.context;
         c.device = dev;
-        c.cmd_fd = -1;
+        let cmd_fd = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null").ok();
+        c.cmd_fd = cmd_fd.as_ref().map_or(-1, |f| f.as_raw_fd());
         c.async_fd = async_chan.as_raw_fd();
         c.num_comp_vectors = 1;
         c.abi_compat = usize::MAX as *mut c_void; // __VERBS_ABI_IS_EXTENDED
@@ -93,6 +94,7 @@ pub(crate) unsafe extern "C" fn open_device(dev: *mut abi::ibv_device) -> *mut a
             dev: e,
             ctx,
             async_chan,
+            cmd_fd,
             cqs: Mutex::new(HashMap::new()),
             qps: Mutex::new(HashMap::new()),
             srqs: Mutex::new(HashMap::new()),

@@ -238,6 +238,11 @@ pub(crate) struct Ctx {
     pub dev: &'static DevEntry,
     pub ctx: Context,
     pub async_chan: AsyncEventChannel,
+    /// The context's `cmd_fd`: `/dev/null`, opened for it (there is no
+    /// kernel command file). A program may `dup` or `poll` it as it does a
+    /// kernel device's; `ibv_import_device` of it is `EOPNOTSUPP` (pyverbs'
+    /// `test_shared_pd` then skips, as on rxe 6.12).
+    pub cmd_fd: Option<std::fs::File>,
     /// C objects by device handle, for events: CQs, QPs (by QPN), SRQs.
     pub cqs: Mutex<HashMap<u32, usize>>,
     pub qps: Mutex<HashMap<u32, usize>>,

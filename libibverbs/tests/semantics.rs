@@ -95,6 +95,7 @@ fn every_failing_verb_sets_errno() {
             "ok   ibv_query_gid_table into 1 entry: returns -22, errno 22 (EINVAL)",
             "ok   ibv_destroy_cq with a QP on it: returns 16, errno 16 (EBUSY)",
             "ok   ibv_dealloc_pd with a QP on it: returns 16, errno 16 (EBUSY)",
+            "ibv_import_device of it: NULL, errno 95 (EOPNOTSUPP)",
             "ok   ibv_resize_cq to 0: returns 22, errno 22 (EINVAL)",
             "ok   ibv_destroy_comp_channel with a CQ on it: returns 16, errno 16 (EBUSY)",
             "ok   ibv_post_srq_recv with 4 SGEs: returns 22, errno 22 (EINVAL)",

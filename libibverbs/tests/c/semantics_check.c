@@ -23,6 +23,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,6 +31,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "common.h"
@@ -342,6 +344,19 @@ static int part_errno(void)
 	CHECK(rc == EBUSY && err == EBUSY,
 	      "ibv_dealloc_pd with a QP on it: returns %d, errno %d (EBUSY)", rc,
 	      err);
+	/* the context's cmd_fd is a real descriptor (close-on-exec), as a
+	 * kernel device's; importing it is EOPNOTSUPP (no kernel objects) */
+	int cfd = a.ctx->cmd_fd >= 0 ? dup(a.ctx->cmd_fd) : -1;
+	int cflags = a.ctx->cmd_fd >= 0 ? fcntl(a.ctx->cmd_fd, F_GETFD) : -1;
+	errno = 0;
+	struct ibv_context *imp = cfd >= 0 ? ibv_import_device(cfd) : NULL;
+	err = errno;
+	CHECK(cfd >= 0 && cflags >= 0 && (cflags & FD_CLOEXEC) && !imp && err == EOPNOTSUPP,
+	      "cmd_fd %d can be dup'ed (close-on-exec); ibv_import_device of it: NULL, errno %d "
+	      "(EOPNOTSUPP)",
+	      a.ctx->cmd_fd, err);
+	if (cfd >= 0)
+		close(cfd);
 	/* ibv_resize_cq to 0 entries */
 	CALL_RC(rc, err, ibv_resize_cq(a.cq, 0));
 	CHECK(rc == EINVAL && err == EINVAL,
