@@ -37,6 +37,26 @@ pub struct QpInitAttr {
     pub srq: Option<crate::objects::SrqHandle>,
 }
 
+impl QpInitAttr {
+    /// An XRC target's (`QpType::XrcRecv`): no send queue, `pd` and `cq`
+    /// (placeholders or, for a request, its XRC SRQ's) and `srq`.
+    pub(crate) fn xrc_target(
+        pd: PdHandle,
+        cq: CqHandle,
+        srq: Option<crate::objects::SrqHandle>,
+    ) -> QpInitAttr {
+        QpInitAttr {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            qp_type: QpType::XrcRecv,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+            srq,
+        }
+    }
+}
+
 /// Progress of a send WQE through the requester and completer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum WqeState {

@@ -24,7 +24,6 @@ use crate::error::{CreateQpError, CreateSrqError};
 use crate::hca::Hca;
 use crate::objects::{CqHandle, PdHandle, SrqAttr, SrqHandle, Xrcd, XrcdHandle};
 use crate::qp::QpInitAttr;
-use crate::qp_attr::{QpCap, QpType};
 use crate::queues::SrqTable;
 use roce_packet::Qpn;
 
@@ -172,15 +171,7 @@ impl Hca {
         if !self.xrcds.contains_key(&xrcd) {
             return Err(CreateQpError::UnknownXrcd(xrcd));
         }
-        let init = QpInitAttr {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: QpType::XrcRecv,
-            cap: QpCap::default(),
-            sq_sig_all: false,
-            srq: None,
-        };
+        let init = QpInitAttr::xrc_target(pd, cq, None);
         let qpn = self.create_qp(init)?;
         if let Some(mut q) = self.qps.get_mut(&qpn) {
             q.xrcd = Some(xrcd);

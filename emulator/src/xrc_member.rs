@@ -35,7 +35,7 @@ impl crate::hca::Hca {
     /// here, answer with a VERDICT.
     fn relay_exec(&mut self, now: Instant, me: u8, e: Exec) {
         use crate::qp::{Qp, QpInitAttr};
-        use crate::qp_attr::{QpCap, QpState, QpType};
+        use crate::qp_attr::QpState;
         let Ok(pkt) = roce_packet::RocePacket::new_checked(&e.packet[..]) else {
             self.dev.counters.xrc_relay_dropped += 1;
             return;
@@ -51,15 +51,7 @@ impl crate::hca::Hca {
             Some((srq, pd, cq)) => {
                 let key = (e.from, e.tgt);
                 if !matches!(self.xrc_shadows.get(&key), Some((g, _)) if *g == e.gen) {
-                    let init = QpInitAttr {
-                        pd,
-                        send_cq: cq,
-                        recv_cq: cq,
-                        qp_type: QpType::XrcRecv,
-                        cap: QpCap::default(),
-                        sq_sig_all: false,
-                        srq: Some(srq),
-                    };
+                    let init = QpInitAttr::xrc_target(pd, cq, Some(srq));
                     let mut q = Qp::new(e.tgt, init, e.mtu);
                     q.state = QpState::Rts;
                     q.mutant = self.mutant;
