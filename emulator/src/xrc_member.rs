@@ -123,9 +123,14 @@ pub(crate) fn hold(
     let Some(rl) = qp.relay.as_mut() else { return false };
     let Some(w) = &rl.wait else { return false };
     if now.saturating_duration_since(w.since) >= PATIENCE {
-        tracing::debug!(qpn = %qp.qpn, psn = %w.repr.bth.psn, "XRC relay: no verdict, given up");
+        tracing::debug!(qpn = %qp.qpn, psn = %w.repr.bth.psn, held = rl.held.len(),
+            "XRC relay: no verdict, given up");
         rl.wait = None;
         ctrs.xrc_relay_timeouts += 1;
+        // (what waited behind it goes too: the initiator retransmits it,
+        // in order, after the request given up)
+        ctrs.xrc_relay_dropped += rl.held.len() as u64;
+        rl.held.clear();
         return false;
     }
     if rl.held.len() >= HELD_MAX {

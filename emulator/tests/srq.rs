@@ -482,3 +482,51 @@ fn a_relayed_request_gets_rnr_and_invalid_request_naks_and_forged_relays_are_dro
     m.hca.handle_datagram(t1, fake);
     assert_eq!(m.counters().xrc_relay_dropped, before.xrc_relay_dropped + 1);
 }
+
+#[test]
+fn a_member_that_never_answers_is_given_up_and_the_retransmission_goes_through() {
+    let mut s = Shared::new();
+    let t0 = roce_emulator::Instant::ZERO;
+    s.member_recv(100, 0, 64);
+    s.member_recv(101, 64, 64);
+    s.i.write_mem(0, &pattern(16, 7));
+    for id in [1, 2] {
+        let w = SendWr::new(id, WrOpcode::Send).sge(s.i.addr(0), 16, s.i.mr.lkey).xrc(s.srq_m.id());
+        s.i.hca.post_send(s.ini, w).unwrap();
+    }
+    // the owner's EXEC is lost (the member never answers): the first SEND
+    // waits, the second is held behind it
+    let mut execs = 0;
+    for _ in 0..10 {
+        let mut out = Vec::new();
+        for side in [&mut s.i, &mut s.o] {
+            while let Some(d) = side.hca.poll_transmit(t0) {
+                out.push(d.flatten().unwrap());
+            }
+        }
+        for d in out {
+            match (d.endpoints.dst == s.i.hca.addr(), d.payload[0]) {
+                (true, _) => s.i.hca.handle_datagram(t0, d),
+                (false, 0xFC) => execs += 1,
+                (false, _) => s.o.hca.handle_datagram(t0, d),
+            }
+        }
+    }
+    assert_eq!(execs, 1);
+    assert_eq!(s.o.counters().xrc_relay_held, 1);
+    // past the owner's patience and the initiator's timeout: the
+    // retransmission is relayed again, the held request dropped (the
+    // initiator resends it too), and both land once
+    let t1 = t0 + core::time::Duration::from_millis(300);
+    s.exchange(t1);
+    let c = s.o.counters();
+    assert_eq!((c.xrc_relay_timeouts, c.xrc_relay_dropped), (1, 1));
+    let done: Vec<_> = s.i.poll().iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(done, vec![(1, WcStatus::Success), (2, WcStatus::Success)]);
+    let got = poll_all(&mut s.m.hca, s.cq_m);
+    assert_eq!(
+        got.iter().map(|w| (w.wr_id, w.byte_len)).collect::<Vec<_>>(),
+        vec![(100, 16), (101, 16)]
+    );
+    assert_eq!(s.m.read_mem(64, 16), pattern(16, 7));
+}
