@@ -340,17 +340,8 @@ impl DsQp {
             self.rbuf.free();
             if !self.cq.is_null() {
                 self.drain_events();
-                ibv_destroy_cq(self.cq);
-                self.cq = ptr::null_mut();
             }
-            if !self.cc.is_null() {
-                ibv_destroy_comp_channel(self.cc);
-                self.cc = ptr::null_mut();
-            }
-            if !self.pd.is_null() {
-                ibv_dealloc_pd(self.pd);
-                self.pd = ptr::null_mut();
-            }
+            crate::ep::free_cq_channel_pd(&mut self.cq, &mut self.cc, &mut self.pd);
             if !self.id.is_null() {
                 rdma_destroy_id(self.id);
                 self.id = ptr::null_mut();

@@ -329,17 +329,37 @@ impl Ep {
             self.target.free();
             if !self.cq.is_null() {
                 self.drain_events();
-                ibv_destroy_cq(self.cq);
-                self.cq = ptr::null_mut();
             }
-            if !self.cc.is_null() {
-                ibv_destroy_comp_channel(self.cc);
-                self.cc = ptr::null_mut();
-            }
-            if !self.pd.is_null() {
-                ibv_dealloc_pd(self.pd);
-                self.pd = ptr::null_mut();
-            }
+            free_cq_channel_pd(&mut self.cq, &mut self.cc, &mut self.pd);
+        }
+    }
+}
+
+/// Destroy a CQ (its events drained and acknowledged), then its completion
+/// channel, then the PD, each if there (the pointer is NULL after).
+///
+/// # Safety
+/// Each pointer is NULL or an object of ours, live, used by nothing else
+/// any more (its QP and buffers are gone).
+pub(crate) unsafe fn free_cq_channel_pd(
+    cq: &mut *mut ibv_cq,
+    cc: &mut *mut ibv_comp_channel,
+    pd: &mut *mut ibv_pd,
+) {
+    // SAFETY: per the contract, each destroyed once, in reverse order of
+    // creation.
+    unsafe {
+        if !cq.is_null() {
+            ibv_destroy_cq(*cq);
+            *cq = ptr::null_mut();
+        }
+        if !cc.is_null() {
+            ibv_destroy_comp_channel(*cc);
+            *cc = ptr::null_mut();
+        }
+        if !pd.is_null() {
+            ibv_dealloc_pd(*pd);
+            *pd = ptr::null_mut();
         }
     }
 }
