@@ -857,7 +857,7 @@ impl Hca {
         match to {
             QpState::Reset => qp.reset(),
             QpState::Err => qp.enter_error(&mut self.dev.sink),
-            s => qp.state = s,
+            s => qp.set_state(s),
         }
         drop(entry); // re-files the QP (qp_table)
         self.settle();
@@ -1045,10 +1045,34 @@ impl Hca {
         Ok(())
     }
 
+    /// The receive queue a program posts to without the device lock
+    /// (`None`: no such QP). [`crate::queues::RqRing::post`] says when to
+    /// come back here instead.
+    /// With the QP's `max_recv_wr` and `max_recv_sge`; `None` for a QP on
+    /// an SRQ or an XRC QP (they have no receive queue of their own).
+    pub fn rq_ring(&self, qpn: Qpn) -> Option<(std::sync::Arc<crate::queues::RqRing>, u32, u32)> {
+        let q = self.qps.get(&qpn)?;
+        if q.init.srq.is_some() || q.init.qp_type.is_xrc() {
+            return None;
+        }
+        Some((q.rq_ring.clone(), q.init.cap.max_recv_wr, q.init.cap.max_recv_sge))
+    }
+
     /// `ibv_post_recv`. On a QP in ERR the WR completes at once with WR_FLUSH_ERR.
     pub fn post_recv(&mut self, qpn: Qpn, wr: RecvWr) -> Result<(), PostRecvError> {
         let mut entry = self.qps.get_mut(&qpn).ok_or(PostRecvError::UnknownQp(qpn))?;
         let qp = &mut *entry;
+        // what the program posted without the device lock goes first; in
+        // ERR it is flushed now, in RESET it is gone
+        match qp.state {
+            QpState::Err => qp.flush_rq(&mut self.dev.sink),
+            QpState::Reset => {
+                qp.sync_rq();
+                qp.rq_ring.took(qp.rq.len() as u32);
+                qp.rq.clear();
+            }
+            _ => qp.sync_rq(),
+        }
         if !qp.state.allows().post_recv {
             return Err(PostRecvError::InvalidState(qp.state));
         }
@@ -1056,17 +1080,16 @@ impl Hca {
             return Err(PostRecvError::UsesSrq);
         }
         let cap = qp.init.cap;
-        if qp.rq.len() >= cap.max_recv_wr as usize {
-            return Err(PostRecvError::QueueFull { max: cap.max_recv_wr });
-        }
         if wr.sg_list.len() > cap.max_recv_sge as usize {
             return Err(PostRecvError::TooManySge { n: wr.sg_list.len(), max: cap.max_recv_sge });
         }
         if qp.state == QpState::Err {
             let wc = qp.recv_wc(&wr, WcStatus::WrFlushErr, 0, None, false);
             self.dev.sink.complete(qp.init.recv_cq, wc);
-        } else {
+        } else if qp.rq_ring.reserve(cap.max_recv_wr) {
             qp.rq.push_back(wr);
+        } else {
+            return Err(PostRecvError::QueueFull { max: cap.max_recv_wr });
         }
         drop(entry); // re-files the QP (qp_table)
         self.settle();

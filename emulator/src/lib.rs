@@ -94,7 +94,7 @@ pub use objects::{
 };
 pub use qp::QpInitAttr;
 pub use qp_attr::{AccessFlags, AhAttr, PathMtu, QpAttr, QpCap, QpState, QpType};
-pub use queues::{CqRing, SqRelease};
+pub use queues::{CqRing, RingPost, RqRing, SqRelease};
 pub use recv::DropReason;
 pub use responder::ACK_EVERY_PSNS;
 /// The communication manager engine each device carries ([`Hca::cm`]).

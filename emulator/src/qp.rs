@@ -227,6 +227,10 @@ pub(crate) struct Qp {
     /// send CQE: that CQE's successor frees them with its own slot.
     pub sq_unsignaled: u32,
     pub rq: VecDeque<RecvWr>,
+    /// What the program posted without the device lock, moved to `rq` when
+    /// the device needs it ([`crate::queues::RqRing`]); kept over a reset
+    /// (the program's handle holds it).
+    pub rq_ring: std::sync::Arc<crate::queues::RqRing>,
     pub req: ReqState,
     pub comp: CompState,
     pub resp: RespState,
@@ -287,6 +291,7 @@ impl Qp {
             sq_freed: Default::default(),
             sq_unsignaled: 0,
             rq: VecDeque::new(),
+            rq_ring: Default::default(),
             req: ReqState::default(),
             comp: CompState::default(),
             resp: RespState::default(),
@@ -330,10 +335,27 @@ impl Qp {
     pub fn reset(&mut self) {
         let (qpn, init, mtu, mutant) = (self.qpn, self.init, self.p.mtu, self.mutant);
         let (xrcd, home) = (self.xrcd, self.xrc_home);
+        // (the posted receives go without completions)
+        self.rq_ring.set_state(QpState::Reset);
+        self.sync_rq();
+        self.rq_ring.took(self.rq.len() as u32);
+        let ring = self.rq_ring.clone();
         *self = Qp::new(qpn, init, mtu);
         self.mutant = mutant;
         self.xrcd = xrcd;
         self.xrc_home = home;
+        self.rq_ring = ring;
+    }
+
+    /// Move what the program posted without the device lock into `rq`.
+    pub(crate) fn sync_rq(&mut self) {
+        self.rq_ring.drain_into(&mut self.rq);
+    }
+
+    /// Set the state, and tell the program's receive queue.
+    pub(crate) fn set_state(&mut self, s: QpState) {
+        self.state = s;
+        self.rq_ring.set_state(s);
     }
 
     /// Send-queue slots held: WQEs not completed, and completed ones whose
@@ -433,7 +455,7 @@ impl Qp {
     pub fn recv_available(&self, srqs: &SrqTable) -> bool {
         match self.init.srq.filter(|_| !crate::mutant::is(self.mutant, crate::Mutant::SrqIgnored)) {
             Some(h) => srqs.get(&h).is_some_and(|s| !s.wrs.is_empty()),
-            None => !self.rq.is_empty(),
+            None => !self.rq.is_empty() || !self.rq_ring.is_empty(),
         }
     }
 
@@ -442,7 +464,16 @@ impl Qp {
     pub fn take_recv(&mut self, srqs: &mut SrqTable, sink: &mut CqSink) -> Option<RecvWr> {
         let srq =
             self.init.srq.filter(|_| !crate::mutant::is(self.mutant, crate::Mutant::SrqIgnored));
-        let Some(h) = srq else { return self.rq.pop_front() };
+        let Some(h) = srq else {
+            if self.rq.is_empty() {
+                self.sync_rq();
+            }
+            let r = self.rq.pop_front();
+            if r.is_some() {
+                self.rq_ring.took(1);
+            }
+            return r;
+        };
         let s = srqs.get_mut(&h)?;
         let r = s.wrs.pop_front()?;
         if s.attr.srq_limit != 0 && (s.wrs.len() as u32) < s.attr.srq_limit {
@@ -456,7 +487,10 @@ impl Qp {
     pub fn return_recv(&mut self, srqs: &mut SrqTable, r: RecvWr) {
         match self.init.srq.and_then(|h| srqs.get_mut(&h)) {
             Some(s) => s.wrs.push_front(r),
-            None => self.rq.push_front(r),
+            None => {
+                self.rq.push_front(r);
+                self.rq_ring.returned();
+            }
         }
     }
 
@@ -528,7 +562,7 @@ impl Qp {
         let entering = self.state != QpState::Err;
         if entering {
             tracing::info!(qpn = %self.qpn, from = %self.state, to = %QpState::Err, "QP state change");
-            self.state = QpState::Err;
+            self.set_state(QpState::Err);
             sink.events.push_back(AsyncEvent::QpFatal(self.qpn));
         }
         self.comp.retrans_deadline = None;
@@ -551,9 +585,17 @@ impl Qp {
             let wc = self.recv_wc(&recv, WcStatus::WrFlushErr, 0, None, false);
             sink.complete(self.init.recv_cq, wc);
         }
+        self.flush_rq(sink);
+    }
+
+    /// Complete every queued receive WQE (those posted without the device
+    /// lock included) with WR_FLUSH_ERR.
+    pub(crate) fn flush_rq(&mut self, sink: &mut CqSink) {
         if crate::mutant::is(self.mutant, crate::Mutant::ErrKeepsReceives) {
             return;
         }
+        self.sync_rq();
+        self.rq_ring.took(self.rq.len() as u32);
         while let Some(r) = self.rq.pop_front() {
             let wc = self.recv_wc(&r, WcStatus::WrFlushErr, 0, None, false);
             sink.complete(self.init.recv_cq, wc);

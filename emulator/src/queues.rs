@@ -94,6 +94,155 @@ pub(crate) struct Cqe {
     pub rel: SqRelease,
 }
 
+/// A QP's receive queue as the program posts to it: `ibv_post_recv`
+/// appends under this queue's own lock, never the device's (issue 41's
+/// second step); the device moves what was posted into the QP's queue when
+/// it needs a receive WQE or changes the QP's state. `held` counts the WRs
+/// the device has not taken yet (here and in the QP's queue), against
+/// `max_recv_wr`; `state` is the QP's state as the device last set it, so
+/// that a post in RESET or ERR takes the device's path (an error, or a
+/// flush completion at once).
+pub struct RqRing {
+    q: Mutex<VecDeque<RecvWr>>,
+    /// WRs in `q` (read without the lock).
+    len: AtomicUsize,
+    /// WRs posted and not taken by the device.
+    held: AtomicU32,
+    /// The QP's state (`QpState as u8`).
+    state: std::sync::atomic::AtomicU8,
+}
+
+impl std::fmt::Debug for RqRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RqRing").field("len", &self.len()).field("held", &self.held()).finish()
+    }
+}
+
+/// Why [`RqRing::post`] did not take a WR.
+#[derive(Debug)]
+pub enum RingPost {
+    /// `max_recv_wr` WRs are held already.
+    Full,
+    /// More SGEs than the QP takes.
+    TooManySge(usize),
+    /// The QP is in RESET or ERR: the device decides (the WR is returned).
+    Device(RecvWr),
+}
+
+impl RqRing {
+    fn new() -> RqRing {
+        RqRing {
+            q: Mutex::new(VecDeque::new()),
+            len: AtomicUsize::new(0),
+            held: AtomicU32::new(0),
+            state: std::sync::atomic::AtomicU8::new(crate::qp_attr::QpState::Reset as u8),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<RecvWr>> {
+        self.q.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// WRs posted here and not moved to the QP yet.
+    pub fn len(&self) -> usize {
+        self.len.load(Ordering::Acquire)
+    }
+
+    /// Nothing posted here waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// WRs the device has not taken (here and in the QP's queue).
+    pub fn held(&self) -> u32 {
+        self.held.load(Ordering::Acquire)
+    }
+
+    /// Whether the QP is in a state whose posts this queue takes (INIT
+    /// and later, not ERR).
+    fn open(&self) -> bool {
+        use crate::qp_attr::QpState as S;
+        let s = self.state.load(Ordering::SeqCst);
+        s != S::Reset as u8 && s != S::Err as u8
+    }
+
+    pub(crate) fn set_state(&self, s: crate::qp_attr::QpState) {
+        self.state.store(s as u8, Ordering::SeqCst);
+    }
+
+    /// `ibv_post_recv` of `wr` on a QP of `max_wr` WRs and `max_sge` SGEs
+    /// (no SRQ) without the device: appended, or why not. A QP that moved
+    /// to RESET or ERR meanwhile gets its WR back ([`RingPost::Device`]):
+    /// the caller takes the device's path ([`crate::Hca::post_recv`]),
+    /// which also settles what this queue still holds.
+    pub fn post(&self, wr: RecvWr, max_wr: u32, max_sge: u32) -> Result<(), RingPost> {
+        if !self.open() {
+            return Err(RingPost::Device(wr));
+        }
+        if wr.sg_list.len() > max_sge as usize {
+            return Err(RingPost::TooManySge(wr.sg_list.len()));
+        }
+        let took = self
+            .held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| (h < max_wr).then_some(h + 1));
+        if took.is_err() {
+            return Err(RingPost::Full);
+        }
+        let mut q = self.lock();
+        q.push_back(wr);
+        self.len.store(q.len(), Ordering::Release);
+        drop(q);
+        // (a state change to RESET or ERR sets `state` before the device
+        // looks at this queue: if it looked before the push, the state
+        // says so now, and the caller has the device settle the queue)
+        if !self.open() {
+            let mut q = self.lock();
+            if let Some(wr) = q.pop_back() {
+                self.len.store(q.len(), Ordering::Release);
+                self.held.fetch_sub(1, Ordering::AcqRel);
+                return Err(RingPost::Device(wr));
+            }
+        }
+        Ok(())
+    }
+
+    /// Move what was posted here to the end of `rq` (the device, under its
+    /// lock).
+    pub(crate) fn drain_into(&self, rq: &mut VecDeque<RecvWr>) {
+        if self.is_empty() {
+            return;
+        }
+        let mut q = self.lock();
+        rq.extend(q.drain(..));
+        self.len.store(0, Ordering::Release);
+    }
+
+    /// The device took `n` WRs (consumed or flushed).
+    pub(crate) fn took(&self, n: u32) {
+        debug_assert!(n <= self.held(), "took {n} of {} held", self.held());
+        self.held.fetch_sub(n.min(self.held()), Ordering::AcqRel);
+    }
+
+    /// A WR went back (a UC message dropped: its receive is reused).
+    pub(crate) fn returned(&self) {
+        self.held.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The device's own post (`Hca::post_recv`): one more WR held, if
+    /// `max_wr` allows.
+    pub(crate) fn reserve(&self, max_wr: u32) -> bool {
+        self.held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| (h < max_wr).then_some(h + 1))
+            .is_ok()
+    }
+}
+
+impl Default for RqRing {
+    fn default() -> RqRing {
+        RqRing::new()
+    }
+}
+
 /// A completion queue's entries, shared between the device (which writes
 /// them, under its lock) and the program's threads (which poll them under
 /// the CQ's own lock, never the device's: a poll and the device's work on

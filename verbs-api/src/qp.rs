@@ -190,7 +190,11 @@ impl QpBuilder {
             sq_sig_all: self.sq_sig_all,
             srq: self.srq.as_ref().map(Srq::handle),
         };
-        let qpn = self.pd.context().lock().create_qp(init)?;
+        let (qpn, rq) = {
+            let mut g = self.pd.context().lock();
+            let qpn = g.create_qp(init)?;
+            (qpn, g.rq_ring(qpn))
+        };
         Ok(Qp {
             inner: Arc::new(QpInner {
                 pd: self.pd,
@@ -200,6 +204,7 @@ impl QpBuilder {
                 qpn,
                 destroyed: false,
                 xrcd: None,
+                rq,
             }),
         })
     }
@@ -218,6 +223,7 @@ impl Qp {
                 qpn,
                 destroyed: false,
                 xrcd: Some(xrcd.clone()),
+                rq: None,
             }),
         }
     }
@@ -237,6 +243,9 @@ pub(crate) struct QpInner {
     destroyed: bool,
     /// An XRC target's domain (kept alive while the QP is).
     xrcd: Option<crate::pd::Xrcd>,
+    /// Its receive queue as `post_recv` appends to it without the device
+    /// lock, `max_recv_wr`, `max_recv_sge` (`None`: on an SRQ, or XRC).
+    rq: Option<(Arc<roce_emulator::RqRing>, u32, u32)>,
 }
 
 impl Drop for QpInner {
@@ -403,8 +412,28 @@ impl Qp {
     }
 
     /// `ibv_post_recv`: queue one receive buffer.
+    ///
+    /// Appended to the QP's receive queue without the device lock
+    /// ([`roce_emulator::RqRing`]); a QP in RESET or ERR, on an SRQ, or
+    /// XRC takes the device's path (the error, or the flush completion at
+    /// once).
     pub fn post_recv(&self, wr: RecvWr) -> Result<(), PostRecvError> {
+        use roce_emulator::RingPost;
         let ctx = self.inner.pd.context();
+        let wr = match &self.inner.rq {
+            Some((ring, max_wr, max_sge)) => match ring.post(wr, *max_wr, *max_sge) {
+                Ok(()) => {
+                    ctx.driver().recv_posted();
+                    return Ok(());
+                }
+                Err(RingPost::Full) => return Err(PostRecvError::QueueFull { max: *max_wr }),
+                Err(RingPost::TooManySge(n)) => {
+                    return Err(PostRecvError::TooManySge { n, max: *max_sge })
+                }
+                Err(RingPost::Device(wr)) => wr,
+            },
+            None => wr,
+        };
         ctx.lock().post_recv(self.inner.qpn, wr)?;
         ctx.driver().recv_posted();
         Ok(())

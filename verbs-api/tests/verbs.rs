@@ -395,3 +395,172 @@ mod alloc_steady {
         assert_eq!(got[..64], data[..64], "the SENDs' bytes");
     }
 }
+
+/// Receives posted without the device lock (issue 41, step 2:
+/// `roce_emulator::RqRing`): the limits, the states, and a thread posting
+/// while another moves the QP to ERR, RESET and back, or destroys it.
+mod rq_ring {
+    use crate::common::{connect_qps, node, two_contexts};
+    use roce_sim::SimNet;
+    use roce_verbs_api::*;
+
+    fn recv(b: &crate::common::Node, id: u64) -> RecvWr {
+        RecvWr::new(id, b.mr.addr(), 64, b.mr.lkey())
+    }
+
+    fn poll_all(cq: &Cq) -> Vec<WorkCompletion> {
+        let mut out = Vec::new();
+        let mut wcs = [WorkCompletion::EMPTY; 16];
+        loop {
+            let n = cq.poll_into(&mut wcs).unwrap();
+            if n == 0 {
+                return out;
+            }
+            out.extend_from_slice(&wcs[..n]);
+        }
+    }
+
+    #[test]
+    fn limits_and_states_are_the_devices() {
+        let net = SimNet::new(43);
+        let (ca, cb) = two_contexts(&net, ["ra", "rb"]);
+        let (a, b) = (node(ca), node(cb));
+        // RESET: the device's answer
+        assert!(matches!(b.qp.post_recv(recv(&b, 0)), Err(PostRecvError::InvalidState(_))));
+        connect_qps(&a.qp, &b.qp, 1, 2, &ConnectOptions::default());
+        // 32 receives, then the queue is full; too many SGEs
+        for i in 0..32 {
+            b.qp.post_recv(recv(&b, i)).unwrap();
+        }
+        assert!(matches!(b.qp.post_recv(recv(&b, 99)), Err(PostRecvError::QueueFull { max: 32 })));
+        let mut five = RecvWr::new(98, b.mr.addr(), 8, b.mr.lkey());
+        for _ in 0..4 {
+            five.sg_list.push(five.sg_list[0]);
+        }
+        assert!(matches!(b.qp.post_recv(five), Err(PostRecvError::TooManySge { .. })));
+        // a SEND takes the first; one slot is free again
+        a.mr.write(0, b"ring").unwrap();
+        a.qp.post_send(SendWr::new(7, WrOpcode::Send).sge(a.mr.addr(), 4, a.mr.lkey())).unwrap();
+        for _ in 0..100 {
+            net.step();
+        }
+        let got = poll_all(&b.cq);
+        assert_eq!(got.iter().map(|w| (w.wr_id, w.byte_len)).collect::<Vec<_>>(), vec![(0, 4)]);
+        b.qp.post_recv(recv(&b, 32)).unwrap();
+        assert!(matches!(b.qp.post_recv(recv(&b, 99)), Err(PostRecvError::QueueFull { .. })));
+        // ERR flushes all 32 in order; a post in ERR completes at once
+        b.qp.modify(&QpAttr::new().state(QpState::Err)).unwrap();
+        let flushed = poll_all(&b.cq);
+        assert_eq!(
+            flushed.iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+            (1..=32).collect::<Vec<_>>()
+        );
+        assert!(flushed.iter().all(|w| w.status == WcStatus::WrFlushErr));
+        b.qp.post_recv(recv(&b, 40)).unwrap();
+        let now = poll_all(&b.cq);
+        assert_eq!(
+            now.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+            vec![(40, WcStatus::WrFlushErr)]
+        );
+        // RESET empties the queue; from INIT on it takes 32 again
+        b.qp.modify(&QpAttr::new().state(QpState::Reset)).unwrap();
+        assert!(matches!(b.qp.post_recv(recv(&b, 0)), Err(PostRecvError::InvalidState(_))));
+        b.qp.modify(
+            &QpAttr::new()
+                .state(QpState::Init)
+                .pkey_index(0)
+                .port(1)
+                .access_flags(AccessFlags::LOCAL_WRITE),
+        )
+        .unwrap();
+        for i in 0..32 {
+            b.qp.post_recv(recv(&b, 100 + i)).unwrap();
+        }
+        assert!(matches!(b.qp.post_recv(recv(&b, 99)), Err(PostRecvError::QueueFull { .. })));
+    }
+
+    /// One thread posts receives as fast as it can while this one moves the
+    /// QP through ERR, RESET and INIT, then destroys its handle: every post
+    /// either fails or its WR completes (flushed) exactly once, never
+    /// twice, and nothing panics (debug assertions check the counts).
+    #[test]
+    fn a_thread_posting_while_the_qp_changes_state_loses_nothing_twice() {
+        let net = SimNet::new(44);
+        let (ca, cb) = two_contexts(&net, ["rc", "rd"]);
+        let (a, mut b) = (node(ca), node(cb));
+        // a CQ with room for every flush completion of the run
+        b.cq = b.ctx.create_cq(32767).unwrap();
+        b.qp = b.pd.qp_builder(&b.cq, &b.cq).max_send_wr(32).max_recv_wr(32).build().unwrap();
+        connect_qps(&a.qp, &b.qp, 1, 2, &ConnectOptions::default());
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let qp = b.qp.clone();
+        let (mr_addr, lkey) = (b.mr.addr(), b.mr.lkey());
+        let s = stop.clone();
+        // the poster posts what it is granted (the flushes of a post in ERR
+        // complete at once: a grant bounds what the CQ must hold)
+        let granted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let tries = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (g, t) = (granted.clone(), tries.clone());
+        let poster = std::thread::spawn(move || {
+            use std::sync::atomic::Ordering::Relaxed;
+            let mut ok = Vec::new();
+            let mut id = 0u64;
+            while !s.load(Relaxed) {
+                if id >= g.load(Relaxed) {
+                    std::thread::yield_now();
+                    continue;
+                }
+                id += 1;
+                if qp.post_recv(RecvWr::new(id, mr_addr, 64, lkey)).is_ok() {
+                    ok.push(id);
+                }
+                t.store(id, Relaxed);
+            }
+            ok
+        });
+        // grant `n` more posts and wait until they are made (1 s at most)
+        let more = |n: u64| {
+            use std::sync::atomic::Ordering::Relaxed;
+            let want = granted.fetch_add(n, Relaxed) + n;
+            let end = std::time::Instant::now() + std::time::Duration::from_secs(1);
+            while tries.load(Relaxed) < want / 2 && std::time::Instant::now() < end {
+                std::thread::yield_now();
+            }
+        };
+        let mut seen = std::collections::BTreeMap::<u64, usize>::new();
+        let drain = |seen: &mut std::collections::BTreeMap<u64, usize>| {
+            for w in poll_all(&b.cq) {
+                *seen.entry(w.wr_id).or_default() += 1;
+            }
+        };
+        for _ in 0..50 {
+            more(100);
+            b.qp.modify(&QpAttr::new().state(QpState::Err)).unwrap();
+            more(100);
+            drain(&mut seen);
+            b.qp.modify(&QpAttr::new().state(QpState::Reset)).unwrap();
+            b.qp.modify(
+                &QpAttr::new()
+                    .state(QpState::Init)
+                    .pkey_index(0)
+                    .port(1)
+                    .access_flags(AccessFlags::LOCAL_WRITE),
+            )
+            .unwrap();
+            drain(&mut seen);
+        }
+        more(20);
+        b.qp.modify(&QpAttr::new().state(QpState::Err)).unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let ok = poster.join().expect("the poster did not panic");
+        // what was posted after the last ERR completes now (flushed by the
+        // device's path); the rest was dropped by a RESET, without completions
+        b.qp.modify(&QpAttr::new().state(QpState::Err)).unwrap();
+        drain(&mut seen);
+        assert!(seen.values().all(|&n| n == 1), "a receive completed twice");
+        let posted: std::collections::BTreeSet<u64> = ok.iter().copied().collect();
+        assert!(seen.keys().all(|id| posted.contains(id)), "a completion for a failed post");
+        assert!(!ok.is_empty() && !seen.is_empty(), "{} posted, {} flushed", ok.len(), seen.len());
+        drop(b.qp);
+    }
+}
