@@ -474,15 +474,25 @@ pub(crate) unsafe extern "C" fn open_qp(
         }
         let domain = xo.xrcd.handle();
         let qpn = a.qp_num & 0x00FF_FFFF;
-        let here = lock(&cx.qps).get(&qpn).copied();
-        if let Some(p) = here {
-            // SAFETY: the table holds live QPs of this context.
-            let o = unsafe { qp(p as *mut abi::ibv_qp) }.ok_or(libc::EINVAL)?;
-            if o.qp_type != QpType::XrcRecv || o.qp.xrcd().map(|x| x.handle()) != Some(domain) {
+        let here = {
+            let t = lock(&cx.qps);
+            match t.get(&qpn) {
+                Some(&p) => {
+                    // SAFETY: the table holds live QPs of this context: a
+                    // destroy takes its QP out of it (under this lock)
+                    // before it frees it, and the handle is cloned here.
+                    let o = unsafe { qp(p as *mut abi::ibv_qp) }.ok_or(libc::EINVAL)?;
+                    Some((o.qp_type, o.qp.clone()))
+                }
+                None => None,
+            }
+        };
+        if let Some((qp_type, q)) = here {
+            if qp_type != QpType::XrcRecv || q.xrcd().map(|x| x.handle()) != Some(domain) {
                 diag!("ibv_open_qp: QP {qpn:#x} is no XRC target of the domain");
                 return Err(libc::EINVAL);
             }
-            let ptr = target_handle(cx, o.qp.clone(), qpn, qp_context);
+            let ptr = target_handle(cx, q, qpn, qp_context);
             return Ok(ptr as *mut abi::ibv_qp);
         }
         let me = cx.ctx.member_slot();
