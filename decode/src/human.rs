@@ -52,6 +52,19 @@ pub fn line(r: &Record) -> String {
         return s;
     };
     let name = r.opcode_name.clone().unwrap_or_default();
+    if name.starts_with("ROCE_EMU_") {
+        // a member message of a shared device: its own layout (byte 5 is
+        // the member it is for; an XRC relay names the target QP next)
+        let _ = write!(s, "{name}");
+        if name != "ROCE_EMU_PROBE" {
+            let _ = write!(s, "  to member {}", b.destqp >> 16);
+        }
+        if name.starts_with("ROCE_EMU_XRC") {
+            let _ = write!(s, " target QP={:#08x}", b.psn);
+        }
+        push_icrc(&mut s, r);
+        return s;
+    }
     let _ = write!(s, "{name}  QP={:#08x} PSN={:#08x} A={}", b.destqp, b.psn, b.ackreq);
     if b.se != 0 {
         s.push_str(" SE=1");
@@ -125,6 +138,12 @@ pub fn line(r: &Record) -> String {
     if let Some(g) = r.gso {
         let _ = write!(s, "  GSO {}/{} (size {})", g.segment + 1, g.segments, g.size);
     }
+    push_icrc(&mut s, r);
+    s
+}
+
+/// The ICRC's verdict, then any errors.
+fn push_icrc(s: &mut String, r: &Record) {
     if let (Some(w), Some(e)) = (r.icrc_wire, r.icrc_expected) {
         if r.icrc_ok {
             s.push_str("  ICRC ok");
@@ -132,8 +151,7 @@ pub fn line(r: &Record) -> String {
             let _ = write!(s, "  ICRC BAD (wire {}, expected {})", hex4(w), hex4(e));
         }
     }
-    push_errors(&mut s, r);
-    s
+    push_errors(s, r);
 }
 
 fn push_errors(s: &mut String, r: &Record) {

@@ -366,6 +366,12 @@ impl Record {
         self.icrc_wire = Some(wire);
         self.icrc_expected = Some(exp);
         self.icrc_ok = wire == exp;
+        if let Some(name) = member_message(ip, ib) {
+            // roce-emu's own message between the processes of one shared
+            // device (never on a wire): named, not malformed
+            self.opcode_name = Some(name.into());
+            return;
+        }
         if b.tver != 0 {
             self.errors.push("tver_not_0".into());
         }
@@ -591,4 +597,25 @@ fn aeth_json(a: &AethF) -> Value {
 /// Four bytes as 8 lowercase hex digits, in the given (wire) order.
 pub fn hex4(b: [u8; 4]) -> String {
     format!("{:02x}{:02x}{:02x}{:02x}", b[0], b[1], b[2], b[3])
+}
+
+/// roce-emu's messages between the members of a shared device, sent from
+/// the device's address to itself (manufacturer-specific opcodes): their
+/// names, `None` for anything else (docs/devices.md).
+fn member_message(ip: &[u8], ib: &[u8]) -> Option<&'static str> {
+    let to_itself = match ip.first().map(|v| v >> 4) {
+        Some(4) if ip.len() >= 20 => ip[12..16] == ip[16..20],
+        Some(6) if ip.len() >= 40 => ip[8..24] == ip[24..40],
+        _ => false,
+    };
+    if !to_itself || ib.len() < 12 {
+        return None;
+    }
+    match (ib[0], &ib[1..4], &ib[6..8]) {
+        (0xFC, [1, b'X', b'R'], _) => Some("ROCE_EMU_XRC_EXEC"),
+        (0xFC, [2, b'X', b'R'], _) => Some("ROCE_EMU_XRC_VERDICT"),
+        (0xFD, _, [0xFF, 0xFF]) => Some("ROCE_EMU_FORWARD"),
+        (0xFE, _, _) => Some("ROCE_EMU_PROBE"),
+        _ => None,
+    }
 }

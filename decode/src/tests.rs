@@ -235,8 +235,31 @@ fn structural_errors_match_the_oracle_names() {
     assert_eq!(rec.opcode_name.as_deref(), Some("UNKNOWN_0x1e"));
     assert_eq!(rec.payload_len, None);
     assert!(rec.to_json().get("payload_len").is_none());
-    // roce-emu's member messages (0xFC XRC relay, 0xFD forward, 0xFE
-    // probe) are explained as such, not as another application's datagram
+    // roce-emu's member messages from a device's address to itself are
+    // named, not malformed; the same bytes between two addresses are not
+    // theirs
+    let (hh, mut relay) = wire(A, A, &repr(Opcode::RC_SEND_ONLY, 0x11, 5, 4));
+    relay[..4].copy_from_slice(&[0xFC, 1, b'X', b'R']);
+    hh.fill_icrc(&mut relay);
+    let mut uu = [0u8; 8];
+    uu.copy_from_slice(hh.udp());
+    let rec = Record::decode(&Input::simple(1, 0.0, hh.ip(), uu, &relay));
+    assert_eq!(rec.opcode_name.as_deref(), Some("ROCE_EMU_XRC_EXEC"));
+    assert!(rec.errors.is_empty() && rec.icrc_ok, "{:?}", rec.errors);
+    let l = crate::human::line(&rec);
+    assert!(
+        l.contains("ROCE_EMU_XRC_EXEC  to member 0 target QP=") && l.ends_with("ICRC ok"),
+        "{l}"
+    );
+    relay[1] = 2;
+    hh.fill_icrc(&mut relay);
+    let rec = Record::decode(&Input::simple(1, 0.0, hh.ip(), uu, &relay));
+    assert_eq!(rec.opcode_name.as_deref(), Some("ROCE_EMU_XRC_VERDICT"));
+    let mut far = ib.clone();
+    far[..4].copy_from_slice(&[0xFC, 1, b'X', b'R']);
+    let rec = Record::decode(&Input::simple(1, 0.0, h.ip(), udp, &far));
+    assert!(rec.errors.iter().any(|e| e == "unknown_opcode"), "{:?}", rec.errors);
+    // and explained as such, not as another application's datagram
     let mut ex = Explainer::new();
     for (op, what) in [(0xFC, "XRC request relayed"), (0xFD, "forwarded"), (0xFE, "probe")] {
         let mut m = ib.clone();
