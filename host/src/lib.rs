@@ -57,6 +57,9 @@ pub use config::{
 pub use driver::{transport_counters, EngineDriver, UdpDriver};
 pub use open::{GroupOptions, OpenError};
 pub use registry::{JoinError, MAX_MEMBERS};
+/// Flush every `ROCE_EMU_PCAP` recording of this process (whole records):
+/// for a process exiting with devices open (the drop-in calls it at exit).
+pub use roce_transport::pcap::flush_all as flush_recordings;
 /// Signals and the threads of devices (see [`roce_transport::signals`]).
 pub use roce_transport::signals;
 pub use roce_transport::EngineConfig;

@@ -51,8 +51,23 @@ fn fill_ops(v: &mut abi::verbs_context) {
 
 // ---------------------------------------------------------------- open
 
+/// At exit, flush the `ROCE_EMU_PCAP` recordings of devices still open (a
+/// program that returns from `main` without `ibv_close_device` keeps the
+/// whole of its recording). Registered once, with the first open.
+fn flush_recordings_at_exit() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        extern "C" fn flush_at_exit() {
+            crate::util::guard((), roce_host::flush_recordings);
+        }
+        // SAFETY: registering a plain extern "C" function.
+        unsafe { libc::atexit(flush_at_exit) };
+    });
+}
+
 pub(crate) unsafe extern "C" fn open_device(dev: *mut abi::ibv_device) -> *mut abi::ibv_context {
     guard_ptr(|| {
+        flush_recordings_at_exit();
         let e = entry(dev).ok_or(libc::ENODEV)?;
         let device = {
             let mut o = lock(&e.opened);

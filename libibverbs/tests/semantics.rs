@@ -509,6 +509,15 @@ fn xrc_domain_shared_by_two_processes_of_one_device() {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let file = dir.join("domain");
     let f = file.to_str().expect("utf-8 path");
+    // recorded (the programs exit without ibv_close_device: the drop-in
+    // flushes the recordings at exit)
+    let pcaps = dir.join("pcap");
+    std::fs::create_dir_all(&pcaps).expect("pcap dir");
+    let cmd = |exe: &Path, devs: &str, args: &[&str]| {
+        let mut c = cmd(exe, devs, args);
+        c.env("ROCE_EMU_PCAP", &pcaps);
+        c
+    };
     let mut owner = Talk::spawn(cmd(&exe, &devs, &["owner", f]), "owner");
     let o = owner.expect("owner tgt");
     let (tgt, srq_o, ogid) = (&o[2], &o[4], &o[6]);
@@ -526,7 +535,35 @@ fn xrc_domain_shared_by_two_processes_of_one_device() {
     member.say("bye");
     owner.say("bye");
     let (m_out, o_out) = (member.finish(), owner.finish());
+    // the owner's recording, whole: the initiator's 12 request packets,
+    // an EXEC to the member for each of the 11 that name its SRQ, their
+    // verdicts, and ACKs back
+    let read = |name: &str| {
+        let frames = roce_pcap::read_capture_file(&pcaps.join(name)).expect("a recording");
+        frames.into_iter().filter_map(|fr| fr.data.get(14 + 20 + 8..).map(<[u8]>::to_vec))
+    };
+    let (owner_bths, member_bths): (Vec<_>, Vec<_>) =
+        (read("roce0-127.0.133.2.pcap").collect(), read("roce0-127.0.133.2.s1.pcap").collect());
     let _ = std::fs::remove_dir_all(&dir);
+    let count = |bths: &[Vec<u8>], f: &dyn Fn(&[u8]) -> bool| bths.iter().filter(|b| f(b)).count();
+    // XRC requests: SEND, WRITE and READ 0xA0..=0xAC, atomics 0xB3/0xB4;
+    // READ responses 0xAD..=0xB0, the atomic ACK 0xB2
+    let request = |b: &[u8]| (0xA0..=0xAC).contains(&b[0]) || (0xB3..=0xB4).contains(&b[0]);
+    let answer = |b: &[u8]| (0xAD..=0xB0).contains(&b[0]) || b[0] == 0xB2;
+    let execs = count(&owner_bths, &|b| b[0] == 0xFC && b[1] == 1);
+    let verdicts = count(&owner_bths, &|b| b[0] == 0xFC && b[1] == 2);
+    assert_eq!(
+        (count(&owner_bths, &request), execs, verdicts),
+        (12, 11, 11),
+        "the owner's recording: the 12 request packets, 11 relayed and answered"
+    );
+    assert!(count(&owner_bths, &|b| b[0] == 0xB1) >= 1, "the owner's XRC ACKs");
+    assert_eq!(
+        count(&owner_bths, &answer),
+        0,
+        "READ responses and atomic ACKs leave from the member"
+    );
+    assert_eq!(count(&member_bths, &answer), 4, "the member: 3 READ responses, 1 atomic ACK");
     let all = format!("{o_out}\n{m_out}\n{ini_out}");
     assert!(!all.contains("FAIL"), "{all}");
     for must in [

@@ -30,13 +30,39 @@ struct Staged {
     pending: Vec<u8>,
 }
 
+/// Every recording of this process, to flush at its exit
+/// ([`flush_all`]).
+static OPEN: Mutex<Vec<std::sync::Weak<Mutex<Staged>>>> = Mutex::new(Vec::new());
+
+/// Flush the whole records of every recording of this process that is
+/// still open. For a process that exits without closing its devices (a C
+/// program that returns from `main` with them open): the drop-in calls it
+/// at exit. A recording whose lock another thread holds at that moment
+/// (between two records) is skipped, never waited for.
+pub fn flush_all() {
+    let Ok(mut open) = OPEN.try_lock() else { return };
+    open.retain(|w| w.strong_count() > 0);
+    for w in open.iter() {
+        if let Some(s) = w.upgrade() {
+            if let Ok(mut g) = s.try_lock() {
+                let _ = g.out.flush();
+            }
+        }
+    }
+}
+
 impl Shared {
     /// A staged, buffered writer over a new (truncated) file.
     pub(crate) fn create(path: &Path) -> std::io::Result<Shared> {
-        Ok(Shared(Arc::new(Mutex::new(Staged {
+        let s = Arc::new(Mutex::new(Staged {
             out: BufWriter::new(File::create(path)?),
             pending: Vec::new(),
-        }))))
+        }));
+        if let Ok(mut open) = OPEN.lock() {
+            open.retain(|w| w.strong_count() > 0);
+            open.push(Arc::downgrade(&s));
+        }
+        Ok(Shared(s))
     }
 
     fn lock(&self) -> std::io::Result<std::sync::MutexGuard<'_, Staged>> {
@@ -122,6 +148,21 @@ impl Drop for PcapRecorder {
 mod staged_tests {
     use super::Shared;
     use std::io::Write;
+
+    /// A recording still open (never dropped, as in a process that exits
+    /// with its device open) reaches its file through `flush_all`.
+    #[test]
+    fn flush_all_writes_what_open_recordings_hold() {
+        let p = std::env::temp_dir().join(format!("roce-pcap-flushall-{}", std::process::id()));
+        let mut f = Shared::create(&p).unwrap();
+        f.write_all(&[7; 100]).unwrap();
+        f.commit().unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 0, "buffered");
+        super::flush_all();
+        assert_eq!(std::fs::read(&p).unwrap(), vec![7; 100]);
+        drop(f);
+        let _ = std::fs::remove_file(&p);
+    }
 
     /// A flush between a record's header and its data (another thread
     /// closing the device) leaves the file at the last whole record.
