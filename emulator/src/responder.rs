@@ -616,7 +616,14 @@ impl Qp {
         let psn = r.bth.psn;
         match v {
             _ if dup => {}
-            V::Ack => self.acknowledge(cx, r),
+            V::Ack => {
+                // the member completed a message: count it here too, the
+                // ACK carries the MSN (IBA §9.7.5.1.3)
+                if r.info().is_ok_and(|i| i.position.ends()) {
+                    self.resp.msn = self.resp.msn.next();
+                }
+                self.acknowledge(cx, r)
+            }
             V::Drop => {}
             V::Rnr => self.answer(cx, r, Outcome::RnrNak),
             V::Error(code) => {

@@ -268,7 +268,7 @@ fn shared_exchange(
     m: &mut Side,
     (so, sm): (u8, u8),
     now: roce_emulator::Instant,
-) -> Vec<(char, u8)> {
+) -> Vec<(char, bytes::Bytes)> {
     let mut seen = Vec::new();
     for _ in 0..1000 {
         let mut out = Vec::new();
@@ -288,7 +288,7 @@ fn shared_exchange(
                 (false, s) if s == sm => 'm',
                 (false, s) => panic!("no member in slot {s}"),
             };
-            seen.push((to, d.payload[0]));
+            seen.push((to, d.payload.clone()));
             let s = match to {
                 'i' => &mut *i,
                 'o' => &mut *o,
@@ -349,7 +349,12 @@ impl Shared {
         s
     }
 
+    /// What went to whom (`'i'`, `'o'`, `'m'`), with its first byte.
     fn exchange(&mut self, now: roce_emulator::Instant) -> Vec<(char, u8)> {
+        self.exchange_whole(now).into_iter().map(|(t, b)| (t, b[0])).collect()
+    }
+
+    fn exchange_whole(&mut self, now: roce_emulator::Instant) -> Vec<(char, bytes::Bytes)> {
         shared_exchange(&mut self.i, &mut self.o, &mut self.m, SLOTS, now)
     }
 
@@ -401,7 +406,17 @@ fn a_target_qp_reaches_the_xrc_srq_of_another_member_of_its_domain() {
     for w in wrs {
         s.i.hca.post_send(s.ini, w).unwrap();
     }
-    let seen = s.exchange(roce_emulator::Instant::ZERO);
+    let whole = s.exchange_whole(roce_emulator::Instant::ZERO);
+    // the AETHs the initiator got count the messages (MSN, bytes 13..16):
+    // the last, the atomic's or the WRITE with immediate's, says 7
+    let msns: Vec<u32> = whole
+        .iter()
+        .filter(|(t, b)| *t == 'i' && [0xAD, 0xAF, 0xB0, 0xB1, 0xB2].contains(&b[0]))
+        .map(|(_, b)| u32::from_be_bytes([0, b[13], b[14], b[15]]))
+        .collect();
+    assert!(msns.windows(2).all(|w| w[0] <= w[1]), "MSNs never go back: {msns:?}");
+    assert_eq!(msns.last(), Some(&7), "{msns:?}");
+    let seen: Vec<(char, u8)> = whole.iter().map(|(t, b)| (*t, b[0])).collect();
     // the member got EXECs, the owner verdicts; the READ responses (XRC
     // READ RESPONSE FIRST 0xAD) came to the initiator from the member
     assert!(seen.iter().any(|&(t, b)| t == 'm' && b == 0xFC));
