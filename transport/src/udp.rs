@@ -11,8 +11,10 @@
 //! Receive side: see [`crate::rxcheck`] for what can be verified and the
 //! [`RxIcrcPolicy`] choices. Delivered datagrams carry `IpMeta` with the
 //! identification the ICRC was verified with (so the core's own check
-//! passes), DF set, TTL 64 and TOS 0 (the latter two are not seen and are
-//! masked out of the ICRC anyway).
+//! passes), DF set, TTL 64 (not seen; masked out of the ICRC anyway) and
+//! the TOS / traffic class byte they arrived with (`IP_RECVTOS` /
+//! `IPV6_RECVTCLASS`: DSCP and ECN, also masked out of the ICRC), which
+//! the recording shows.
 //!
 //! The IPv4 TOS / IPv6 traffic class on the wire is the datagram's
 //! `meta.tos` (the core's address vector's traffic class): the socket's
@@ -159,6 +161,16 @@ pub struct SendOutcome {
     pub would_block: bool,
 }
 
+/// Where a received datagram is: its receive buffer, its segment of a
+/// GRO batch, its TOS byte, and whether it may be another member's.
+#[derive(Clone, Copy)]
+struct Rx {
+    buf: usize,
+    seg: usize,
+    tos: u8,
+    steered: bool,
+}
+
 /// One batch of received messages as the kernel reported them.
 struct RxMsg {
     len: usize,
@@ -167,18 +179,23 @@ struct RxMsg {
     truncated: bool,
     /// The socket's drops so far (`SO_RXQ_OVFL`), when the kernel said.
     drops: Option<u32>,
+    /// The IPv4 TOS / IPv6 traffic class byte it came with (DSCP and
+    /// ECN: `IP_RECVTOS` / `IPV6_RECVTCLASS`), 0 when the kernel did not say.
+    tos: u8,
 }
 
 impl RxMsg {
     /// What one received message says: length, sender, the `UDP_GRO`
     /// segment size (a coalesced batch), truncation.
     fn of(m: &nsock::RecvMsg<'_, '_, SockaddrStorage>) -> RxMsg {
-        let (mut gro_size, mut drops) = (None, None);
+        let (mut gro_size, mut drops, mut tos) = (None, None, 0);
         if let Ok(it) = m.cmsgs() {
             for c in it {
                 match c {
                     ControlMessageOwned::UdpGroSegments(s) => gro_size = usize::try_from(s).ok(),
                     ControlMessageOwned::RxqOvfl(n) => drops = Some(n),
+                    ControlMessageOwned::Ipv4Tos(t) => tos = t,
+                    ControlMessageOwned::Ipv6TClass(t) => tos = t as u8,
                     _ => {}
                 }
             }
@@ -189,6 +206,7 @@ impl RxMsg {
             gro_size,
             truncated: m.flags.contains(MsgFlags::MSG_TRUNC),
             drops,
+            tos,
         }
     }
 }
@@ -298,6 +316,12 @@ impl UdpTransport {
         // The kernel's count of datagrams it dropped for a full receive
         // buffer, with every datagram received (`rx_socket_drops`).
         let _ = nsock::setsockopt(&sock, sockopt::RxqOvfl, &1);
+        // Each datagram's TOS / traffic class byte (DSCP and ECN), for the
+        // recording and the core (best effort: without it, 0).
+        let _ = match local.is_ipv6() {
+            false => nsock::setsockopt(&sock, sockopt::IpRecvTos, &true),
+            true => nsock::setsockopt(&sock, sockopt::Ipv6RecvTClass, &true),
+        };
         crate::mcast::set_sender(&sock, local.ip());
         let gso = cfg.gso && gso_supported(sock.as_fd());
         let gro = cfg.gro && enable_gro(sock.as_fd());
@@ -314,7 +338,7 @@ impl UdpTransport {
             gro,
             counters: Arc::new(TransportCounters::default()),
             rx_bufs: vec![vec![0u8; buf_len]; batch],
-            cmsg1: nix::cmsg_space!(i32, u32),
+            cmsg1: nix::cmsg_space!(i32, u32, i32),
             socket_drops: 0,
             lent: VecDeque::new(),
             spare: Vec::new(),
@@ -786,7 +810,7 @@ impl UdpTransport {
         // the UDP_GRO control message after a receive without one); and the
         // headers hold raw pointers (not Send).
         let mut hdrs: MultiHeaders<SockaddrStorage> =
-            MultiHeaders::preallocate(vlen, Some(nix::cmsg_space!(i32, u32)));
+            MultiHeaders::preallocate(vlen, Some(nix::cmsg_space!(i32, u32, i32)));
         let r = (|| {
             let mut iovs: Vec<[IoSliceMut<'_>; 1]> =
                 self.rx_bufs[..vlen].iter_mut().map(|b| [IoSliceMut::new(&mut b[..])]).collect();
@@ -940,7 +964,8 @@ impl UdpTransport {
             };
             for k in 0..nseg {
                 let range = k * seg..((k + 1) * seg).min(len);
-                self.deliver(&ep, i, whole.as_ref(), range, k, group.is_none(), out);
+                let at = Rx { buf: i, seg: k, tos: m.tos, steered: group.is_none() };
+                self.deliver(&ep, at, whole.as_ref(), range, out);
             }
         }
         msgs.len()
@@ -977,11 +1002,9 @@ impl UdpTransport {
     fn deliver(
         &mut self,
         ep: &UdpEndpoints,
-        buf: usize,
+        Rx { buf, seg: k, tos, steered }: Rx,
         whole: Option<&Bytes>,
         r: Range<usize>,
-        k: usize,
-        steered: bool,
         out: &mut Vec<Datagram>,
     ) {
         // (the counters by field, not a clone of the Arc per datagram)
@@ -1051,7 +1074,7 @@ impl UdpTransport {
             }
             self.last_id.insert(ep.src, id);
         }
-        let meta = IpMeta { ipv4_id: id, ..IpMeta::default() };
+        let meta = IpMeta { ipv4_id: id, tos, ..IpMeta::default() };
         let payload = match whole {
             Some(b) => {
                 TransportCounters::add(&c.rx_zero_copy, 1);
