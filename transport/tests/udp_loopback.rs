@@ -609,6 +609,20 @@ fn tos_of_received(s: &UdpSocket, n: usize) -> Vec<u8> {
     out
 }
 
+/// SEND ONLYs of 64 bytes along `ep`, PSN `i` with TOS byte `toses[i]`
+/// (the ICRC masks the byte: the one computed for 0 holds).
+fn with_tos(ep: &roce_packet::UdpEndpoints, toses: &[u8]) -> Vec<roce_emulator::Datagram> {
+    toses
+        .iter()
+        .enumerate()
+        .map(|(i, &tos)| {
+            let mut d = send_only(ep, 0x11, i as u32, &pattern(i, 64));
+            d.meta.tos = tos;
+            d
+        })
+        .collect()
+}
+
 /// Datagrams of equal size (GSO candidates) with these TOS bytes, from `a`
 /// to `dst`: each leaves with its own byte, and a GSO run never mixes two.
 fn tos_on_the_wire(a: &mut roce_transport::UdpTransport, rx: &UdpSocket, toses: &[u8]) {
@@ -618,16 +632,7 @@ fn tos_on_the_wire(a: &mut roce_transport::UdpTransport, rx: &UdpSocket, toses: 
         src_port: 0xC123,
         dst_port: rx.local_addr().unwrap().port(),
     };
-    let sent: Vec<_> = toses
-        .iter()
-        .enumerate()
-        .map(|(i, &tos)| {
-            let mut d = send_only(&ep, 0x11, i as u32, &pattern(i, 64));
-            d.meta.tos = tos;
-            d
-        })
-        .collect();
-    let o = a.send(&sent);
+    let o = a.send(&with_tos(&ep, toses));
     assert_eq!((o.consumed, o.would_block), (toses.len(), false));
     assert_eq!(tos_of_received(rx, toses.len()), toses);
     let c = a.snapshot();
@@ -680,17 +685,7 @@ fn received_datagrams_carry_their_tos() {
         });
         let ep = core_ep(&a, &b);
         let toses = [0u8, 0, 0x60, 0x60, 0x60, 0xb8, 0x02, 0x03, 0];
-        let sent: Vec<_> = toses
-            .iter()
-            .enumerate()
-            .map(|(i, &tos)| {
-                let mut d = send_only(&ep, 0x11, i as u32, &pattern(i, 64));
-                d.meta.tos = tos;
-                // (the ICRC masks the byte: the one computed for 0 holds)
-                d
-            })
-            .collect();
-        assert_eq!(a.send(&sent).consumed, toses.len());
+        assert_eq!(a.send(&with_tos(&ep, &toses)).consumed, toses.len());
         let got = recv_n(&mut b, toses.len(), T);
         let by_psn: Vec<(u32, u8)> = got
             .iter()

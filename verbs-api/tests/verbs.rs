@@ -408,6 +408,12 @@ mod rq_ring {
         RecvWr::new(id, b.mr.addr(), 64, b.mr.lkey())
     }
 
+    /// RESET -> INIT (receives may be posted from there on).
+    fn to_init(qp: &Qp) {
+        let a = QpAttr::new().state(QpState::Init).pkey_index(0).port(1);
+        qp.modify(&a.access_flags(AccessFlags::LOCAL_WRITE)).unwrap();
+    }
+
     fn poll_all(cq: &Cq) -> Vec<WorkCompletion> {
         let mut out = Vec::new();
         let mut wcs = [WorkCompletion::EMPTY; 16];
@@ -465,14 +471,7 @@ mod rq_ring {
         // RESET empties the queue; from INIT on it takes 32 again
         b.qp.modify(&QpAttr::new().state(QpState::Reset)).unwrap();
         assert!(matches!(b.qp.post_recv(recv(&b, 0)), Err(PostRecvError::InvalidState(_))));
-        b.qp.modify(
-            &QpAttr::new()
-                .state(QpState::Init)
-                .pkey_index(0)
-                .port(1)
-                .access_flags(AccessFlags::LOCAL_WRITE),
-        )
-        .unwrap();
+        to_init(&b.qp);
         for i in 0..32 {
             b.qp.post_recv(recv(&b, 100 + i)).unwrap();
         }
@@ -539,14 +538,7 @@ mod rq_ring {
             more(100);
             drain(&mut seen);
             b.qp.modify(&QpAttr::new().state(QpState::Reset)).unwrap();
-            b.qp.modify(
-                &QpAttr::new()
-                    .state(QpState::Init)
-                    .pkey_index(0)
-                    .port(1)
-                    .access_flags(AccessFlags::LOCAL_WRITE),
-            )
-            .unwrap();
+            to_init(&b.qp);
             drain(&mut seen);
         }
         more(20);
