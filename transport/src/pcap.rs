@@ -28,24 +28,31 @@ pub(crate) struct Shared(Arc<Mutex<Staged>>);
 struct Staged {
     out: BufWriter<File>,
     pending: Vec<u8>,
+    /// The process that made it: a child forked without exec has a copy of
+    /// the buffer, which is the parent's to write.
+    pid: u32,
 }
 
 /// Every recording of this process, to flush at its exit
 /// ([`flush_all`]).
 static OPEN: Mutex<Vec<std::sync::Weak<Mutex<Staged>>>> = Mutex::new(Vec::new());
 
-/// Flush the whole records of every recording of this process that is
+/// Flush the whole records of every recording this process made that is
 /// still open. For a process that exits without closing its devices (a C
 /// program that returns from `main` with them open): the drop-in calls it
 /// at exit. A recording whose lock another thread holds at that moment
-/// (between two records) is skipped, never waited for.
+/// (between two records) is skipped, never waited for; one inherited over
+/// `fork` is left alone (its buffered records are the parent's to write).
 pub fn flush_all() {
     let Ok(mut open) = OPEN.try_lock() else { return };
     open.retain(|w| w.strong_count() > 0);
+    let me = std::process::id();
     for w in open.iter() {
         if let Some(s) = w.upgrade() {
             if let Ok(mut g) = s.try_lock() {
-                let _ = g.out.flush();
+                if g.pid == me {
+                    let _ = g.out.flush();
+                }
             }
         }
     }
@@ -57,6 +64,7 @@ impl Shared {
         let s = Arc::new(Mutex::new(Staged {
             out: BufWriter::new(File::create(path)?),
             pending: Vec::new(),
+            pid: std::process::id(),
         }));
         if let Ok(mut open) = OPEN.lock() {
             open.retain(|w| w.strong_count() > 0);
@@ -158,6 +166,11 @@ mod staged_tests {
         f.write_all(&[7; 100]).unwrap();
         f.commit().unwrap();
         assert_eq!(std::fs::metadata(&p).unwrap().len(), 0, "buffered");
+        // as if inherited over fork: another process's buffer, not written
+        f.0.lock().unwrap().pid = u32::MAX;
+        super::flush_all();
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 0, "a child leaves the parent's records");
+        f.0.lock().unwrap().pid = std::process::id();
         super::flush_all();
         assert_eq!(std::fs::read(&p).unwrap(), vec![7; 100]);
         drop(f);
