@@ -473,7 +473,16 @@ impl Talk {
     fn finish(mut self) -> String {
         drop(self.stdin.take());
         let (out, killed) = finish(self.child.take().expect("running"), Duration::from_secs(30));
-        self.seen.extend(self.lines.try_iter());
+        // every line it printed: the reader thread ends at the pipe's end
+        // (its sender goes with it); 5 s at most for the last of them
+        let end = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => self.seen.push(l),
+                Err(_) => break,
+            }
+        }
         let all = self.seen.join("\n");
         assert!(
             !killed && out.status.success(),
