@@ -290,6 +290,18 @@ impl Rs {
     }
 
     fn on_completion(&mut self, w: &ibv_wc) {
+        // the peer's first message before our CM saw its RTU: the
+        // connection is up (as a kernel CM takes the QP's communication
+        // established event): what waited for ESTABLISHED goes first
+        if self.state == State::Accepting
+            && w.status == IBV_WC_SUCCESS
+            && w.wr_id & roce_rsocket::consts::RECV_WR_ID != 0
+        {
+            crate::diag(&format!("rsocket {}: established by the peer's first message", self.fd));
+            self.state = State::Connected;
+            let acts = std::mem::take(&mut self.pending);
+            let _ = self.run(acts, &[]);
+        }
         let (Some(ep), Some(stream)) = (self.ep.as_ref(), self.stream.as_mut()) else { return };
         let ok = w.status == IBV_WC_SUCCESS;
         let r = if w.wr_id & roce_rsocket::consts::RECV_WR_ID != 0 {
@@ -465,7 +477,12 @@ fn finish_accept(rs: &mut Rs, param: rdma_conn_param, data: &[u8]) -> Result<(),
     let acts = stream.establish(data).map_err(|e| e.errno())?;
     let mine = stream.conn_data().emit();
     rs.stream = Some(stream);
-    rs.pending = acts;
+    // the receives are posted at once (below), as rdma-core's rsocket posts
+    // them before it accepts: the peer may send as soon as it has our REP,
+    // before our CM sees its RTU; the rest waits for ESTABLISHED
+    let (recvs, rest): (Vec<Action>, Vec<Action>) =
+        acts.into_iter().partition(|a| matches!(a, Action::PostRecv));
+    rs.pending = rest;
     let mut p = param;
     p.private_data = mine.as_ptr().cast();
     p.private_data_len = mine.len() as u8;
@@ -476,5 +493,5 @@ fn finish_accept(rs: &mut Rs, param: rdma_conn_param, data: &[u8]) -> Result<(),
     if unsafe { rdma_accept(rs.id, &mut p) } != 0 {
         return Err(crate::errno().max(1));
     }
-    Ok(())
+    rs.run(recvs, &[])
 }
