@@ -182,10 +182,7 @@ impl RqRing {
         if wr.sg_list.len() > max_sge as usize {
             return Err(RingPost::TooManySge(wr.sg_list.len()));
         }
-        let took = self
-            .held
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| (h < max_wr).then_some(h + 1));
-        if took.is_err() {
+        if !self.reserve(max_wr) {
             return Err(RingPost::Full);
         }
         let mut q = self.lock();
@@ -228,8 +225,8 @@ impl RqRing {
         self.held.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// The device's own post (`Hca::post_recv`): one more WR held, if
-    /// `max_wr` allows.
+    /// One more WR held, if `max_wr` allows (a post here, or the device's
+    /// own, `Hca::post_recv`).
     pub(crate) fn reserve(&self, max_wr: u32) -> bool {
         self.held
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| (h < max_wr).then_some(h + 1))
