@@ -30,6 +30,11 @@ pub(crate) struct Dev {
     pub tx: Tx,
     /// QPs moved RTS→SQD with `en_sqd_async_notify`, not yet drained.
     pub sqd_draining: std::collections::BTreeSet<Qpn>,
+    /// Rung by the programs' send queues ([`crate::SqRing`]).
+    pub bell: std::sync::Arc<crate::sq_ring::Doorbell>,
+    /// The doorbell's list while the device answers it (kept: no
+    /// allocation per round).
+    pub rung: Vec<Qpn>,
     pub(crate) next_id: u32,
     pub(crate) next_key: u32,
     pub(crate) next_iova: u64,

@@ -14,13 +14,13 @@ use crate::io::{LinkProfile, RxIcrc};
 use crate::mem::MemTable;
 use crate::mw::{Mw, MwBindWr, MwError};
 use crate::objects::*;
-use crate::qp::{Qp, QpInitAttr, SendWqe, WqeState};
+use crate::qp::{Qp, QpInitAttr};
 use crate::qp_attr::{
     validate_modify, AccessFlags, AttrMask, ModifyLimits, PathMtu, QpAttr, QpState, QpType,
 };
 use crate::queues::{Cq, CqRing, CqSink, SqRelease, Srq};
 use crate::tx::Tx;
-use crate::wr::{RecvWr, SendFlags, SendWr, WcStatus, WorkCompletion, WrOpcode};
+use crate::wr::{RecvWr, SendWr, WcStatus, WorkCompletion, WrOpcode};
 use core::time::Duration;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -195,6 +195,8 @@ impl Hca {
                 counters: Counters::default(),
                 tx: Tx::new(cfg.addr, &cfg.link),
                 sqd_draining: Default::default(),
+                bell: Default::default(),
+                rung: Vec::new(),
                 next_id: 0,
                 next_key: 0,
                 next_iova: 0x7f00_0000_0000,
@@ -750,6 +752,14 @@ impl Hca {
         }
         let mut qp = Qp::new(qpn, init, self.dev.port.active_mtu);
         qp.mutant = self.mutant;
+        qp.max_msg = self.dev.attr.max_msg_sz;
+        // the program's send queue rings this device's doorbell
+        qp.sq_ring = std::sync::Arc::new(crate::sq_ring::SqRing::new(
+            qpn,
+            Some(self.dev.bell.clone()),
+            qp.sq_freed.clone(),
+        ));
+        qp.publish_sq();
         self.qps.insert(qp);
         tracing::debug!(dev = %self.dev.name, %qpn, "create_qp");
         Ok(qpn)
@@ -859,6 +869,7 @@ impl Hca {
             QpState::Err => qp.enter_error(&mut self.dev.sink),
             s => qp.set_state(s),
         }
+        self.dev.counters.mcast_sent += u64::from(std::mem::take(&mut qp.posted_groups));
         drop(entry); // re-files the QP (qp_table)
         self.settle();
         Ok(())
@@ -896,6 +907,10 @@ impl Hca {
     /// `ibv_destroy_qp` (outstanding work is dropped without completions).
     pub fn destroy_qp(&mut self, qpn: Qpn) -> Result<(), QpLookupError> {
         let mut qp = self.qps.remove(&qpn).ok_or(QpLookupError::UnknownQp(qpn))?;
+        // what the program posted is the QP's to send (UD, UC) or drop; a
+        // later post through a handle kept by mistake finds no QP
+        qp.posted_groups += qp.sq_ring.close(&mut qp.sq);
+        self.dev.counters.mcast_sent += u64::from(std::mem::take(&mut qp.posted_groups));
         // (the verbs refuse to destroy an attached QP, EBUSY; a core user
         // that does is not left with attachments to a QP that is gone)
         self.mcast.remove_qp(qpn);
@@ -957,92 +972,51 @@ impl Hca {
     /// one completes with LOC_PROT_ERR). On a QP in ERR the WR is accepted
     /// and completes at once with WR_FLUSH_ERR.
     pub fn post_send(&mut self, qpn: Qpn, wr: SendWr) -> Result<(), PostSendError> {
-        let max_msg = self.dev.attr.max_msg_sz;
         let mut entry = self.qps.get_mut(&qpn).ok_or(PostSendError::UnknownQp(qpn))?;
         let qp = &mut *entry;
-        // SQD queues new WRs without starting them (IBA §10.3.1)
-        let rtr_takes = qp.state == crate::qp_attr::QpState::Rtr
-            && crate::mutant::is(qp.mutant, crate::Mutant::RtrAcceptsPosts);
-        if !qp.state.allows().post_send && !rtr_takes {
-            return Err(PostSendError::InvalidState(qp.state));
-        }
-        let cap = qp.init.cap;
-        // slots are freed when completions are polled (Hca::poll_cq)
-        if qp.sq_held() >= cap.max_send_wr as usize {
-            return Err(PostSendError::QueueFull { max: cap.max_send_wr });
-        }
-        let inline = wr.flags.contains(SendFlags::INLINE);
-        if inline {
-            if wr.opcode.lands_locally() {
-                return Err(PostSendError::InlineNotAllowed);
-            }
-            // ATOMIC_WRITE's 8 bytes are its operand (`ibv_wr_atomic_write`
-            // passes them by pointer), not inline data of the QP's budget.
-            let operand = wr.opcode == WrOpcode::AtomicWrite && wr.inline_data.len() == 8;
-            if !operand && wr.inline_data.len() > cap.max_inline_data as usize {
-                return Err(PostSendError::InlineTooLarge {
-                    len: wr.inline_data.len(),
-                    max: cap.max_inline_data,
-                });
-            }
-        } else if wr.sg_list.len() > cap.max_send_sge as usize {
-            return Err(PostSendError::TooManySge { n: wr.sg_list.len(), max: cap.max_send_sge });
-        }
-        let length = wr.length();
-        if length > u64::from(max_msg) {
-            return Err(PostSendError::MessageTooLarge { len: length, max: max_msg });
-        }
-        // which QP types may post it: the work-request opcode table
-        if !wr.opcode.info().qp_types.contains(qp.init.qp_type) {
-            return Err(PostSendError::UnsupportedOpcode {
-                opcode: wr.opcode,
-                qp_type: qp.init.qp_type,
-            });
-        }
-        if qp.init.qp_type == QpType::Ud {
-            if wr.ud.is_none() {
-                return Err(PostSendError::MissingUdDest);
-            }
-            let mtu = qp.p.mtu.bytes() as u64;
-            if length > mtu && qp.state == QpState::Rts {
-                return Err(PostSendError::UdMessageTooLarge { len: length, mtu });
-            }
-        }
-        if wr.opcode.is_atomic() && (wr.sg_list.len() != 1 || length != 8) {
-            return Err(PostSendError::BadAtomicSge);
-        }
-        // IBA 1.5 ATOMIC_WRITE carries exactly 8 bytes (crate::mw)
-        if wr.opcode == crate::wr::WrOpcode::AtomicWrite && length != 8 {
-            tracing::debug!(%qpn, length, "ATOMIC_WRITE rejected: not 8 bytes");
-            return Err(PostSendError::BadAtomicSge);
-        }
-        if wr.opcode.is_read_or_atomic() && qp.p.max_rd_atomic == 0 && qp.state == QpState::Rts {
-            return Err(PostSendError::NoRdAtomic);
-        }
-        let signaled = qp.init.sq_sig_all || wr.flags.contains(SendFlags::SIGNALED);
-        let w = SendWqe {
-            wr,
-            state: WqeState::Posted,
-            length,
-            first_psn: Psn::new(0),
-            npkts: 0,
-            sent_bytes: 0,
-            signaled,
-            read_start: Psn::new(0),
-        };
-        let to_group = w.wr.ud.is_some_and(|u| crate::objects::is_mcast_gid(u.ah.dgid));
+        // under the program's queue's lock: what it posted goes first, and
+        // the slot count is the one its posts check
+        let ring = qp.sq_ring.clone();
+        let mut g = ring.lock();
+        qp.posted_groups += ring.drain_locked(&mut g, &mut qp.sq);
+        let w = crate::sq_ring::check(&qp.sq_shape(), wr, g.held())?;
+        g.count_post();
+        drop(g);
         if qp.state == QpState::Err {
             let wc = qp.send_wc(&w, WcStatus::WrFlushErr);
             qp.retire_send(&mut self.dev.sink, Some(wc));
         } else {
-            qp.sq.push_back(w);
-            if to_group {
-                self.dev.counters.mcast_sent += 1;
+            if crate::sq_ring::to_group(&w) {
+                qp.posted_groups += 1;
             }
+            qp.sq.push_back(w);
         }
+        self.dev.counters.mcast_sent += u64::from(std::mem::take(&mut qp.posted_groups));
         drop(entry); // re-files the QP (qp_table)
         self.settle();
         Ok(())
+    }
+
+    /// The send queue a program posts to without the device lock (`None`:
+    /// no such QP). [`crate::SqRing::post`] says when to come back here
+    /// instead.
+    pub fn sq_ring(&self, qpn: Qpn) -> Option<std::sync::Arc<crate::sq_ring::SqRing>> {
+        self.qps.get(&qpn).map(|q| q.sq_ring.clone())
+    }
+
+    /// Take what the programs posted to the send queues whose doorbells
+    /// rang (one atomic load when none did): the WQEs join their QPs'
+    /// queues, which the transmit scheduler then serves.
+    pub(crate) fn answer_doorbells(&mut self) {
+        let mut rung = std::mem::take(&mut self.dev.rung);
+        self.dev.bell.take(&mut rung);
+        for qpn in rung.drain(..) {
+            if let Some(mut qp) = self.qps.get_mut(&qpn) {
+                qp.sync_sq();
+                self.dev.counters.mcast_sent += u64::from(std::mem::take(&mut qp.posted_groups));
+            }
+        }
+        self.dev.rung = rung;
     }
 
     /// The receive queue a program posts to without the device lock

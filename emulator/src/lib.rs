@@ -74,6 +74,7 @@ pub mod recv;
 pub mod requester;
 pub mod responder;
 mod schedule;
+mod sq_ring;
 pub mod time;
 mod tx;
 pub mod wr;
@@ -99,6 +100,7 @@ pub use recv::DropReason;
 pub use responder::ACK_EVERY_PSNS;
 /// The communication manager engine each device carries ([`Hca::cm`]).
 pub use roce_cm as cm;
+pub use sq_ring::{RingSend, SqRing};
 pub use time::Instant;
 pub use wr::{
     RecvWr, SendFlags, SendWr, SgList, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,

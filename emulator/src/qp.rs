@@ -13,7 +13,7 @@ use crate::objects::{AsyncEvent, CqHandle, PdHandle};
 use crate::qp_attr::{AccessFlags, AhAttr, PathMtu, QpCap, QpState, QpType};
 use crate::queues::{CqSink, SqRelease, SrqTable};
 use crate::time::Instant;
-use crate::wr::{RecvWr, SendWr, WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use crate::wr::{RecvWr, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use roce_packet::{BthRepr, Msn, Opcode, PKey, Psn, Qpn, RKey, RoceRepr};
 use std::collections::VecDeque;
 
@@ -57,40 +57,7 @@ impl QpInitAttr {
     }
 }
 
-/// Progress of a send WQE through the requester and completer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum WqeState {
-    /// Not started; has no PSNs yet.
-    Posted,
-    /// Some packets sent (`sent_bytes` is the offset of the next one).
-    Sending,
-    /// Every packet sent, waiting for its acknowledgement/response.
-    Sent,
-}
-
-pub(crate) struct SendWqe {
-    pub wr: SendWr,
-    pub state: WqeState,
-    pub length: u64,
-    pub first_psn: Psn,
-    /// PSNs the WQE consumes (READ: the number of response packets).
-    pub npkts: u32,
-    /// Offset of the next byte the requester sends (or, for READ, requests).
-    pub sent_bytes: u64,
-    pub signaled: bool,
-    /// READ: PSN of the latest (re)issued request; its responses restart
-    /// at READ_RESPONSE_FIRST there.
-    pub read_start: Psn,
-}
-
-impl SendWqe {
-    pub fn last_psn(&self) -> Psn {
-        self.first_psn.add(self.npkts.saturating_sub(1))
-    }
-    pub fn contains(&self, p: Psn) -> bool {
-        self.state != WqeState::Posted && p.in_range(self.first_psn, self.npkts)
-    }
-}
+pub(crate) use crate::sq_ring::{SendWqe, WqeState};
 
 /// A READ or atomic the responder executed, kept for duplicates
 /// (IBA §9.7.5.1.2 responder resources; C9-128 atomics exactly once).
@@ -211,19 +178,27 @@ pub(crate) struct Qp {
     pub p: QpParams,
     pub src_port: u16,
     pub sq: VecDeque<SendWqe>,
-    /// Send-queue accounting (as mlx5 frees send-queue slots): WQEs that
-    /// left `sq` (completed, successfully or not) whose slots are not free
-    /// yet. A slot is freed when the application polls the completion
-    /// that frees it ([`SqRelease`]): a WQE's own CQE, or for an
-    /// unsignaled WQE the next CQE of this QP's send queue. `post_send`
-    /// counts `sq.len() + sq_done - sq_freed` against `max_send_wr`
-    /// (both counters wrap).
-    pub sq_done: u32,
-    /// Slots freed by polls so far: added to by whoever polls (no device
-    /// lock, see [`crate::queues::CqRing`]); a new counter for each
-    /// incarnation, so the CQEs of an earlier one free nothing here.
+    /// Send-queue accounting (as mlx5 frees send-queue slots): a WQE's
+    /// slot stays held after it leaves `sq` (completed, successfully or
+    /// not) until the application polls the completion that frees it
+    /// ([`SqRelease`]): its own CQE, or for an unsignaled WQE the next CQE
+    /// of this QP's send queue. The program's queue ([`crate::SqRing`])
+    /// counts the WQEs posted; this counter the slots freed by polls so
+    /// far, added to by whoever polls (no device lock, see
+    /// [`crate::queues::CqRing`]); a new counter for each incarnation, so
+    /// the CQEs of an earlier one free nothing here.
     pub sq_freed: std::sync::Arc<std::sync::atomic::AtomicU32>,
-    /// Of `sq_done`, the unsignaled WQEs completed since this QP's last
+    /// What the program posted without the device lock, moved to `sq`
+    /// when the device answers its doorbell or changes the QP's state
+    /// ([`crate::SqRing`]); kept over a reset (the program's handle holds
+    /// it).
+    pub sq_ring: std::sync::Arc<crate::sq_ring::SqRing>,
+    /// Of the WQEs moved from `sq_ring`, those to multicast groups not
+    /// counted yet (`mcast_sent`: the device adds them).
+    pub posted_groups: u32,
+    /// The device's `max_msg_sz` (what posts are checked against).
+    pub max_msg: u32,
+    /// The unsignaled WQEs completed since this QP's last
     /// send CQE: that CQE's successor frees them with its own slot.
     pub sq_unsignaled: u32,
     pub rq: VecDeque<RecvWr>,
@@ -263,6 +238,7 @@ pub(crate) fn src_port_for(qpn: Qpn) -> u16 {
 
 impl Qp {
     pub fn new(qpn: Qpn, init: QpInitAttr, mtu: PathMtu) -> Qp {
+        let freed = std::sync::Arc::<std::sync::atomic::AtomicU32>::default();
         Qp {
             qpn,
             init,
@@ -287,8 +263,10 @@ impl Qp {
             },
             src_port: src_port_for(qpn),
             sq: VecDeque::new(),
-            sq_done: 0,
-            sq_freed: Default::default(),
+            sq_freed: freed.clone(),
+            sq_ring: std::sync::Arc::new(crate::sq_ring::SqRing::new(qpn, None, freed)),
+            posted_groups: 0,
+            max_msg: u32::MAX,
             sq_unsignaled: 0,
             rq: VecDeque::new(),
             rq_ring: Default::default(),
@@ -340,11 +318,42 @@ impl Qp {
         self.sync_rq();
         self.rq_ring.took(self.rq.len() as u32);
         let ring = self.rq_ring.clone();
+        let (sq_ring, max_msg) = (self.sq_ring.clone(), self.max_msg);
         *self = Qp::new(qpn, init, mtu);
         self.mutant = mutant;
         self.xrcd = xrcd;
         self.xrc_home = home;
         self.rq_ring = ring;
+        self.max_msg = max_msg;
+        // (the posted sends go without completions; a new incarnation)
+        sq_ring.reset(self.sq_shape(), self.sq_freed.clone());
+        self.sq_ring = sq_ring;
+    }
+
+    /// What the program's posts are checked against now.
+    pub(crate) fn sq_shape(&self) -> crate::sq_ring::SqShape {
+        crate::sq_ring::SqShape {
+            state: self.state,
+            cap: self.init.cap,
+            qp_type: self.init.qp_type,
+            max_msg: self.max_msg,
+            mtu: self.mtu(),
+            max_rd_atomic: self.p.max_rd_atomic,
+            sig_all: self.init.sq_sig_all,
+            rtr_takes: crate::mutant::is(self.mutant, crate::Mutant::RtrAcceptsPosts),
+        }
+    }
+
+    /// Tell the program's send queue what the QP is now (after its state
+    /// or attributes changed), moving what it posted into `sq` first.
+    pub(crate) fn publish_sq(&mut self) {
+        let shape = self.sq_shape();
+        self.posted_groups += self.sq_ring.publish(shape, &mut self.sq);
+    }
+
+    /// Move what the program posted without the device lock into `sq`.
+    pub(crate) fn sync_sq(&mut self) {
+        self.posted_groups += self.sq_ring.drain_into(&mut self.sq);
     }
 
     /// Move what the program posted without the device lock into `rq`.
@@ -356,13 +365,13 @@ impl Qp {
     pub(crate) fn set_state(&mut self, s: QpState) {
         self.state = s;
         self.rq_ring.set_state(s);
+        self.publish_sq();
     }
 
     /// Send-queue slots held: WQEs not completed, and completed ones whose
     /// freeing CQE has not been polled.
     pub fn sq_held(&self) -> usize {
-        let freed = self.sq_freed.load(std::sync::atomic::Ordering::Acquire);
-        self.sq.len() + self.sq_done.wrapping_sub(freed) as usize
+        self.sq_ring.held() as usize
     }
 
     /// A send WQE left `sq` (or never entered it: posted in ERR): its slot
@@ -370,7 +379,6 @@ impl Qp {
     /// is queued now and frees this slot and those of the unsignaled WQEs
     /// before it; without, the WQE waits for the next CQE.
     pub fn retire_send(&mut self, sink: &mut CqSink, wc: Option<WorkCompletion>) {
-        self.sq_done = self.sq_done.wrapping_add(1);
         match wc {
             None => self.sq_unsignaled = self.sq_unsignaled.saturating_add(1),
             Some(wc) => {

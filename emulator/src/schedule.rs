@@ -69,6 +69,8 @@ impl SansIo for Hca {
     fn poll_transmit(&mut self, now: Instant) -> Option<Datagram> {
         let span = tracing::debug_span!("hca", dev = %self.dev.name);
         let _g = span.enter();
+        // what the programs posted since the last call
+        self.answer_doorbells();
         // management datagrams first (the CM's MADs from QP1)
         let cm = if self.cm_owns_qp1() { self.cm.transmit(&self.dev.tx, now) } else { None };
         // then the last ACKs of destroyed QPs

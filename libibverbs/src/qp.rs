@@ -866,32 +866,29 @@ pub(crate) unsafe extern "C" fn post_send(
     crate::util::guard_errno(|| {
         // SAFETY: contract of ibv_post_send.
         let Some(o) = (unsafe { qp(q) }) else { return libc::EINVAL };
-        let mut list = Vec::new();
-        let mut ptrs = Vec::new();
+        // each WR is posted as it is read (no list: nothing allocated per
+        // call), the driver kicked once after the last
+        let mut n = 0usize;
+        let mut failed = None;
         let mut cur = wr;
-        let mut conv_err = None;
         while !cur.is_null() {
             // SAFETY: the chain is the program's ibv_send_wr list.
             let w = unsafe { &*cur };
             // SAFETY: as above.
-            match unsafe { send_wr(o, w) } {
-                Ok(x) => {
-                    list.push(x);
-                    ptrs.push(cur);
-                }
-                Err(e) => {
-                    conv_err = Some((cur, e));
-                    break;
-                }
+            let r = unsafe { send_wr(o, w) }
+                .and_then(|x| o.qp.post_send_deferred(x).map_err(|e| post_send_err(&e)));
+            if let Err(e) = r {
+                failed = Some((cur, e));
+                break;
             }
+            n += 1;
             cur = w.next;
         }
-        let posted = match o.qp.post_send_list(list) {
-            Ok(_) => None,
-            Err((n, e)) => Some((ptrs[n], post_send_err(&e))),
-        };
+        if n > 0 {
+            o.qp.doorbell();
+        }
         // SAFETY: bad is the caller's out pointer.
-        unsafe { report_bad(bad, posted.or(conv_err)) }
+        unsafe { report_bad(bad, failed) }
     })
 }
 

@@ -190,10 +190,10 @@ impl QpBuilder {
             sq_sig_all: self.sq_sig_all,
             srq: self.srq.as_ref().map(Srq::handle),
         };
-        let (qpn, rq) = {
+        let (qpn, rq, sq) = {
             let mut g = self.pd.context().lock();
             let qpn = g.create_qp(init)?;
-            (qpn, g.rq_ring(qpn))
+            (qpn, g.rq_ring(qpn), g.sq_ring(qpn))
         };
         Ok(Qp {
             inner: Arc::new(QpInner {
@@ -205,6 +205,7 @@ impl QpBuilder {
                 destroyed: false,
                 xrcd: None,
                 rq,
+                sq,
             }),
         })
     }
@@ -224,6 +225,7 @@ impl Qp {
                 destroyed: false,
                 xrcd: Some(xrcd.clone()),
                 rq: None,
+                sq: None,
             }),
         }
     }
@@ -246,6 +248,9 @@ pub(crate) struct QpInner {
     /// Its receive queue as `post_recv` appends to it without the device
     /// lock, `max_recv_wr`, `max_recv_sge` (`None`: on an SRQ, or XRC).
     rq: Option<(Arc<roce_emulator::RqRing>, u32, u32)>,
+    /// Its send queue as `post_send` appends to it without the device
+    /// lock (`None`: an XRC target, which sends nothing).
+    sq: Option<Arc<roce_emulator::SqRing>>,
 }
 
 impl Drop for QpInner {
@@ -357,17 +362,36 @@ impl Qp {
 
     /// `ibv_post_send`: queue one work request (the driver is kicked so
     /// its packets leave).
+    ///
+    /// In RTS the WQE is appended to the QP's send queue without the
+    /// device lock ([`roce_emulator::SqRing`]) and the device takes it
+    /// when the driver runs it; in other states the device decides (the
+    /// error, SQD's queue, ERR's flush completion).
     pub fn post_send(&self, wr: SendWr) -> Result<(), PostSendError> {
-        let ctx = self.inner.pd.context();
-        ctx.lock().post_send(self.inner.qpn, wr)?;
-        ctx.kick();
+        self.post_send_deferred(wr)?;
+        self.inner.pd.context().kick();
         Ok(())
     }
 
+    /// [`Qp::post_send`] without kicking the driver (ring [`Qp::doorbell`]
+    /// after the last of a batch).
+    pub fn post_send_deferred(&self, wr: SendWr) -> Result<(), PostSendError> {
+        use roce_emulator::RingSend;
+        let wr = match &self.inner.sq {
+            Some(ring) => match ring.post(wr) {
+                Ok(()) => return Ok(()),
+                Err(RingSend::Refused(e)) => return Err(e),
+                Err(RingSend::Device(wr)) => wr,
+            },
+            None => wr,
+        };
+        self.inner.pd.context().lock().post_send(self.inner.qpn, wr)
+    }
+
     /// `ibv_post_send` with a list of work requests (`wr->next` chains):
-    /// queued in order under one lock, then the driver is kicked once, so
-    /// their packets can leave in one batch. Stops at the first request
-    /// that fails; returns how many were queued and that error.
+    /// queued in order, then the driver is kicked once, so their packets
+    /// can leave in one batch. Stops at the first request that fails;
+    /// returns how many were queued and that error.
     pub fn post_send_list(
         &self,
         wrs: impl IntoIterator<Item = SendWr>,
@@ -386,23 +410,14 @@ impl Qp {
         &self,
         wrs: impl IntoIterator<Item = SendWr>,
     ) -> Result<usize, (usize, PostSendError)> {
-        let ctx = self.inner.pd.context();
         let mut n = 0;
-        let mut err = None;
-        {
-            let mut hca = ctx.lock();
-            for wr in wrs {
-                if let Err(e) = hca.post_send(self.inner.qpn, wr) {
-                    err = Some(e);
-                    break;
-                }
-                n += 1;
+        for wr in wrs {
+            if let Err(e) = self.post_send_deferred(wr) {
+                return Err((n, e));
             }
+            n += 1;
         }
-        match err {
-            None => Ok(n),
-            Some(e) => Err((n, e)),
-        }
+        Ok(n)
     }
 
     /// Kick the device's driver so that everything posted with

@@ -556,3 +556,191 @@ mod rq_ring {
         drop(b.qp);
     }
 }
+
+/// `ibv_post_send` without the device lock (issue 41, step 3): the QP's
+/// send queue checks and holds what is posted in RTS until the device
+/// answers its doorbell; other states take the device's path.
+mod sq_ring {
+    use crate::common::{connect_qps, node, two_contexts, Node};
+    use roce_sim::SimNet;
+    use roce_verbs_api::*;
+
+    fn write(a: &Node, b: &Node, id: u64) -> SendWr {
+        SendWr::new(id, WrOpcode::RdmaWrite)
+            .sge(a.mr.addr(), 8, a.mr.lkey())
+            .remote(b.mr.addr() + 8 * (id % 64), b.mr.rkey())
+            .with_flags(SendFlags::SIGNALED)
+    }
+
+    fn poll_all(cq: &Cq) -> Vec<WorkCompletion> {
+        let mut out = Vec::new();
+        let mut wcs = [WorkCompletion::EMPTY; 16];
+        while let Ok(n @ 1..) = cq.poll_into(&mut wcs) {
+            out.extend_from_slice(&wcs[..n]);
+        }
+        out
+    }
+
+    fn ids(v: &[WorkCompletion]) -> Vec<(u64, WcStatus)> {
+        v.iter().map(|w| (w.wr_id, w.status)).collect()
+    }
+
+    #[test]
+    fn limits_states_and_order_are_the_devices() {
+        let net = SimNet::new(45);
+        let (ca, cb) = two_contexts(&net, ["sa", "sb"]);
+        let (a, b) = (node(ca), node(cb));
+        // RESET and INIT: the device's answer
+        let e = a.qp.post_send(write(&a, &b, 0));
+        assert!(matches!(e, Err(PostSendError::InvalidState(QpState::Reset))), "{e:?}");
+        connect_qps(&a.qp, &b.qp, 1, 2, &ConnectOptions::default());
+        // the checks the device made, made by the queue: too many SGEs, a
+        // message over max_msg_sz, inline data over max_inline_data
+        let mut five = write(&a, &b, 90);
+        for _ in 0..4 {
+            five.sg_list.push(five.sg_list[0]);
+        }
+        assert!(matches!(a.qp.post_send(five), Err(PostSendError::TooManySge { n: 5, .. })));
+        let huge = SendWr::new(91, WrOpcode::RdmaWrite)
+            .sge(a.mr.addr(), 0x8000_0001, a.mr.lkey())
+            .remote(b.mr.addr(), b.mr.rkey());
+        assert!(matches!(a.qp.post_send(huge), Err(PostSendError::MessageTooLarge { .. })));
+        let big_inline = SendWr::new(92, WrOpcode::RdmaWrite)
+            .inline(&[7u8; 4096])
+            .remote(b.mr.addr(), b.mr.rkey());
+        assert!(matches!(a.qp.post_send(big_inline), Err(PostSendError::InlineTooLarge { .. })));
+        // 32 WRITEs held (nothing stepped), the 33rd refused; a refused
+        // post holds no slot
+        for i in 1..=32u64 {
+            a.mr.write(0, &i.to_le_bytes()).unwrap();
+            a.qp.post_send(write(&a, &b, i)).unwrap();
+        }
+        let e = a.qp.post_send(write(&a, &b, 33));
+        assert!(matches!(e, Err(PostSendError::QueueFull { max: 32 })), "{e:?}");
+        net.run_until_idle(100_000);
+        let done = poll_all(&a.cq);
+        let want: Vec<_> = (1..=32).map(|i| (i, WcStatus::Success)).collect();
+        assert_eq!(ids(&done), want, "every WRITE once, in order");
+        // held by the queue when the QP moves to ERR: flushed in order,
+        // before a post made in ERR (the device's path: at once)
+        for i in 40..43 {
+            a.qp.post_send(write(&a, &b, i)).unwrap();
+        }
+        a.qp.modify(&QpAttr::new().state(QpState::Err)).unwrap();
+        a.qp.post_send(write(&a, &b, 43)).unwrap();
+        let flushed = poll_all(&a.cq);
+        let want: Vec<_> = (40..44).map(|i| (i, WcStatus::WrFlushErr)).collect();
+        assert_eq!(ids(&flushed), want);
+        // held when the QP is reset: gone without completions; RTS again
+        // takes 32 new posts (a new incarnation's slots)
+        a.qp.modify(&QpAttr::new().state(QpState::Reset)).unwrap();
+        b.qp.modify(&QpAttr::new().state(QpState::Reset)).unwrap();
+        connect_qps(&a.qp, &b.qp, 5, 6, &ConnectOptions::default());
+        for i in 50..53 {
+            a.qp.post_send(write(&a, &b, i)).unwrap();
+        }
+        a.qp.modify(&QpAttr::new().state(QpState::Reset)).unwrap();
+        assert!(poll_all(&a.cq).is_empty(), "a reset completes nothing");
+        b.qp.modify(&QpAttr::new().state(QpState::Reset)).unwrap();
+        connect_qps(&a.qp, &b.qp, 7, 8, &ConnectOptions::default());
+        for i in 60..92 {
+            a.qp.post_send(write(&a, &b, i)).unwrap();
+        }
+        assert!(matches!(a.qp.post_send(write(&a, &b, 92)), Err(PostSendError::QueueFull { .. })));
+        net.run_until_idle(100_000);
+        assert_eq!(poll_all(&a.cq).len(), 32);
+        // the bytes landed: a WRITE reads its source when it is sent, and
+        // nothing was sent before the last of the first 32 posts wrote 32
+        let mut got = [0u8; 8];
+        b.mr.read(8 * (91 % 64), &mut got).unwrap();
+        assert_eq!(got, 32u64.to_le_bytes());
+    }
+
+    /// One thread posts WRITEs as fast as it is allowed while this one
+    /// runs the fabric and moves the QP through ERR, RESET and back to
+    /// RTS: every completion is of a post that succeeded, none completes
+    /// twice, and both successes and flushes happen.
+    #[test]
+    fn a_thread_posting_while_the_qp_changes_state_completes_nothing_twice() {
+        let net = SimNet::new(46);
+        let (ca, cb) = two_contexts(&net, ["sc", "sd"]);
+        let (mut a, b) = (node(ca), node(cb));
+        a.cq = a.ctx.create_cq(32767).unwrap();
+        a.qp = a.pd.qp_builder(&a.cq, &a.cq).max_send_wr(32).max_recv_wr(32).build().unwrap();
+        connect_qps(&a.qp, &b.qp, 1, 2, &ConnectOptions::default());
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+        use std::sync::Arc;
+        let stop = Arc::new(AtomicBool::new(false));
+        let granted = Arc::new(AtomicU64::new(0));
+        let tries = Arc::new(AtomicU64::new(0));
+        let (qp, s, g, t) = (a.qp.clone(), stop.clone(), granted.clone(), tries.clone());
+        let (addr, lkey, raddr, rkey) = (a.mr.addr(), a.mr.lkey(), b.mr.addr(), b.mr.rkey());
+        let poster = std::thread::spawn(move || {
+            let mut ok = Vec::new();
+            let mut id = 0u64;
+            while !s.load(Relaxed) {
+                if id >= g.load(Relaxed) {
+                    std::thread::yield_now();
+                    continue;
+                }
+                id += 1;
+                let wr = SendWr::new(id, WrOpcode::RdmaWrite)
+                    .sge(addr, 8, lkey)
+                    .remote(raddr, rkey)
+                    .with_flags(SendFlags::SIGNALED);
+                if qp.post_send(wr).is_ok() {
+                    ok.push(id);
+                }
+                t.store(id, Relaxed);
+            }
+            ok
+        });
+        let more = |n: u64| {
+            let want = granted.fetch_add(n, Relaxed) + n;
+            let end = std::time::Instant::now() + std::time::Duration::from_secs(1);
+            while tries.load(Relaxed) < want / 2 && std::time::Instant::now() < end {
+                std::thread::yield_now();
+            }
+        };
+        let mut seen = std::collections::BTreeMap::<u64, Vec<WcStatus>>::new();
+        let drain = |a: &Node, seen: &mut std::collections::BTreeMap<u64, Vec<WcStatus>>| {
+            for w in poll_all(&a.cq) {
+                seen.entry(w.wr_id).or_default().push(w.status);
+            }
+        };
+        for round in 0..30u32 {
+            more(40);
+            for _ in 0..20 {
+                net.run_until_idle(10_000);
+                drain(&a, &mut seen);
+            }
+            a.qp.modify(&QpAttr::new().state(QpState::Err)).unwrap();
+            more(40);
+            // (one post of this thread's in ERR: flushed at once, whatever
+            // the poster managed meanwhile)
+            let mine = (1 << 40) + u64::from(round);
+            let wr = SendWr::new(mine, WrOpcode::RdmaWrite).sge(addr, 8, lkey).remote(raddr, rkey);
+            a.qp.post_send(wr).unwrap();
+            drain(&a, &mut seen);
+            assert_eq!(seen.get(&mine).map(Vec::as_slice), Some(&[WcStatus::WrFlushErr][..]));
+            a.qp.modify(&QpAttr::new().state(QpState::Reset)).unwrap();
+            b.qp.modify(&QpAttr::new().state(QpState::Reset)).unwrap();
+            connect_qps(&a.qp, &b.qp, 100 * round, 100 * round + 50, &ConnectOptions::default());
+            drain(&a, &mut seen);
+        }
+        stop.store(true, Relaxed);
+        let ok = poster.join().expect("the poster did not panic");
+        a.qp.modify(&QpAttr::new().state(QpState::Err)).unwrap();
+        drain(&a, &mut seen);
+        let twice: Vec<_> = seen.iter().filter(|(_, v)| v.len() > 1).collect();
+        assert!(twice.is_empty(), "completed twice: {twice:?}");
+        let posted: std::collections::BTreeSet<u64> = ok.iter().copied().collect();
+        let theirs = |id: &&u64| **id < 1 << 40;
+        assert!(
+            seen.keys().filter(theirs).all(|id| posted.contains(id)),
+            "a completion for a failed post"
+        );
+        let count = |st| seen.iter().filter(|(id, v)| theirs(id) && v[0] == st).count();
+        assert!(count(WcStatus::Success) > 0, "none of the poster's WRITEs succeeded: {seen:?}");
+    }
+}
