@@ -5,8 +5,8 @@
 # and puts the drop-in first on the library path), two processes on one
 # host, every result checked. See docs/middleware.md.
 #
-#   scripts/middleware.sh [ROW ...]      rows: ucx mpi fabric qperf fio cmtools pyverbs perf
-#                                        (default: all but perf)
+#   scripts/middleware.sh [ROW ...]      rows: ucx mpi fabric qperf fio cmtools pyverbs perf stress
+#                                        (default: all but perf and stress)
 #
 # Needs `cargo build --release` (the drop-in, libroce_preload.so, roce).
 # Installs what it needs (ucx-utils openmpi-bin libopenmpi-dev libfabric-bin
@@ -268,13 +268,49 @@ for name, v in (("UCX ucp_put_bw", put), ("UCX tag_bw", tag), ("fio rdma write",
 EOF
 }
 
+# stress: Open MPI, 4 ranks on roce0 (UCX rc), MPI_Allreduce/Alltoall/Sendrecv
+# 1 B..1 MiB for STRESS_SECONDS (60) twice: without the host's credits
+# (ROCE_EMU_CREDITS=0, the build before issue 41's step) and with them. For
+# each: the host's UDP receive-buffer errors (/proc/net/snmp) and the
+# device's retransmit timeouts during the run, and the time per call (mean
+# and max). PASS when the run with credits has neither.
+udp_rcvbuf_errors() { awk '/^Udp:/ { if (!h) { for (i = 1; i <= NF; i++) if ($i == "RcvbufErrors") c = i; h = 1 } else print $c }' /proc/net/snmp; }
+row_stress() {
+  install openmpi-bin libopenmpi-dev ucx-utils
+  have mpicc && have mpirun || { result SKIPPED "stress" "openmpi-bin/libopenmpi-dev not installed"; return; }
+  local prog="$logs/mpi_stress" secs="${STRESS_SECONDS:-60}" mode
+  mpicc -O2 -o "$prog" "$root/scripts/middleware/mpi_stress.c" >"$logs/mpicc-stress.log" 2>&1 ||
+    { result FAIL "stress: mpicc mpi_stress.c" "see $logs/mpicc-stress.log"; return; }
+  for mode in 0 1; do
+    local run_dir="$logs/run-stress-$mode"
+    mkdir -p "$run_dir"
+    local e0; e0=$(udp_rcvbuf_errors)
+    ROCE_EMU_RUN_DIR="$run_dir" ROCE_EMU_RUNTIME_DIR="$run_dir" ROCE_EMU_STATS=1 ROCE_EMU_CREDITS=$mode UCX_TLS=rc,self \
+      timeout $((secs * 3 + 120)) "$roce" run -- mpirun --allow-run-as-root --oversubscribe -np 4 \
+      --mca pml ucx --mca osc ucx --mca btl self "$prog" "$secs" >"$logs/stress-$mode.log" 2>&1
+    local rc=$? e1; e1=$(udp_rcvbuf_errors)
+    local rto; rto=$(ROCE_EMU_RUNTIME_DIR="$run_dir" "$roce" stats roce0 2>/dev/null | awk '$1 == "retransmit_timeouts:" {print $2; exit}')
+    local what="credits on"
+    [ "$mode" = 0 ] && what="credits off (ROCE_EMU_CREDITS=0)"
+    echo "stress, $what: UDP receive-buffer errors $((e1 - e0)), retransmit timeouts ${rto:-?}"
+    grep -E "^(allreduce|alltoall|sendrecv) " "$logs/stress-$mode.log"
+    if [ "$rc" != 0 ] || ! grep -q "mpi_stress: OK" "$logs/stress-$mode.log"; then
+      result FAIL "stress ($what)" "see $logs/stress-$mode.log"
+    elif [ "$mode" = 1 ] && { [ $((e1 - e0)) != 0 ] || [ "${rto:-x}" != 0 ]; }; then
+      result FAIL "stress ($what)" "$((e1 - e0)) receive-buffer errors, ${rto:-?} retransmit timeouts"
+    else
+      result PASS "stress ($what)" "$(grep -o 'mpi_stress: OK.*' "$logs/stress-$mode.log")"
+    fi
+  done
+}
+
 rows=("$@")
 [ ${#rows[@]} -eq 0 ] && rows=(ucx mpi fabric qperf fio cmtools pyverbs)
 echo "middleware: devices $ROCE_EMU_DEVICES, logs in $logs"
 for r in "${rows[@]}"; do
   case "$r" in
-    ucx | mpi | fabric | qperf | fio | cmtools | pyverbs | perf) "row_$r" ;;
-    *) echo "middleware: unknown row $r (ucx mpi fabric qperf fio cmtools pyverbs perf)" >&2; exit 2 ;;
+    ucx | mpi | fabric | qperf | fio | cmtools | pyverbs | perf | stress) "row_$r" ;;
+    *) echo "middleware: unknown row $r (ucx mpi fabric qperf fio cmtools pyverbs perf stress)" >&2; exit 2 ;;
   esac
 done
 echo "middleware: $pass passed, $fail failed, $skip skipped, $na not applicable"

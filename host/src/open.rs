@@ -7,7 +7,7 @@
 
 use crate::config::{sharing_enabled, DeviceConfig, TransportKind};
 use crate::driver::EngineDriver;
-use roce_emulator::{Hca, LinkProfile, RxIcrc};
+use roce_emulator::{Hca, LinkProfile};
 use roce_transport::faults::{FaultSpec, FaultyTransport};
 use roce_transport::{EngineConfig, Link, RawConfig, RawTransport, UdpConfig, UdpTransport};
 use roce_verbs_api::Device;
@@ -235,10 +235,6 @@ impl DeviceConfig {
         let faults = FaultSpec::from_env()
             .map_err(|why| OpenError::Faults { name: self.name.clone(), why })?
             .filter(FaultSpec::is_active);
-        // A real device: a positive ACK still queued when a newer one for
-        // the same QP is due is replaced by it (the one ACK policy of real
-        // devices; the simulator keeps rxe's one ACK per request).
-        let mut link = LinkProfile { ack_coalescing: true, ack_delay, ..LinkProfile::default() };
         let t: Box<dyn Link> = match &self.transport {
             TransportKind::Udp => {
                 let local = SocketAddr::new(self.addr, self.port);
@@ -260,6 +256,8 @@ impl DeviceConfig {
                 }
                 let mut t =
                     UdpTransport::bind(uc).map_err(|source| self.bind_error(local, source))?;
+                // no datagram lost between the devices of this host
+                self.take_credits(&mut t, join.as_ref().map(|j| j.slot()));
                 if let Some(j) = join {
                     t.set_steer(j.tap());
                     let sock = t
@@ -267,18 +265,6 @@ impl DeviceConfig {
                         .map_err(|source| OpenError::Steer { name: self.name.clone(), source })?;
                     member = Some((j, MemberSocket::Udp(sock)));
                 }
-                // The transport verifies every ICRC it delivers, so the core
-                // need not (not with injected faults, which may corrupt after
-                // that check).
-                if faults.is_none() && t.config().rx_icrc != roce_transport::RxIcrcPolicy::Off {
-                    link.rx_icrc = RxIcrc::Link;
-                }
-                // The socket sends from its own port: ICRCs computed for it
-                // need no adjustment but for GSO's identifications. The
-                // socket gathers payloads from region memory into its sends:
-                // large payloads are not copied into packets.
-                link.src_port = Some(t.local_addr().port());
-                link.region_bodies = true;
                 Box::new(t)
             }
             TransportKind::Raw { ifname } => {
@@ -300,11 +286,6 @@ impl DeviceConfig {
                         .map_err(|source| OpenError::Steer { name: self.name.clone(), source })?;
                     member = Some((j, MemberSocket::Raw(sock)));
                 }
-                // Exact receive-side ICRC checks on the real IP header (unless
-                // injected faults may corrupt frames after that check).
-                if faults.is_none() {
-                    link.rx_icrc = RxIcrc::Link;
-                }
                 Box::new(t)
             }
             k @ TransportKind::Sim => {
@@ -315,12 +296,16 @@ impl DeviceConfig {
                 })
             }
         };
-        hcfg.link = link;
-        let core = Hca::new(hcfg);
         let t = match faults {
             Some(f) => Box::new(FaultyTransport::new(t, f, self.name.clone())) as Box<dyn Link>,
             None => t,
         };
+        // What the link does, as it says (who checks ICRCs, the source
+        // port, region bodies); and a real device's one ACK policy: a
+        // positive ACK still queued when a newer one for the same QP is due
+        // is replaced by it (the simulator keeps rxe's one ACK per request).
+        hcfg.link = LinkProfile { ack_coalescing: true, ack_delay, ..t.profile() };
+        let core = Hca::new(hcfg);
         Ok((Arc::new(Mutex::new(core)), t, member))
     }
 
@@ -339,4 +324,36 @@ impl DeviceConfig {
             _ => OpenError::Transport { name: self.name.clone(), source },
         }
     }
+}
+
+impl DeviceConfig {
+    /// The socket's credits in the host's table (`roce_transport::credits`),
+    /// unless [`ENV_CREDITS`] says no; a failure is logged (the device
+    /// works, its receive buffer may overflow).
+    fn take_credits(&self, t: &mut UdpTransport, member: Option<u8>) {
+        if !credits_wanted() {
+            return;
+        }
+        let table = crate::registry::credits_path().map_err(|e| e.to_string()).and_then(|p| {
+            roce_transport::credits::CreditTable::open(&p).map_err(|e| e.to_string())
+        });
+        match table {
+            Ok(table) if t.use_credits(&table, member) => {}
+            Ok(_) => {
+                tracing::warn!(dev = %self.name, "the host's credit table has no slot free: this device's receive buffer may overflow")
+            }
+            Err(e) => {
+                tracing::warn!(dev = %self.name, "no credits between this host's devices: {e}")
+            }
+        }
+    }
+}
+
+/// Environment variable: `0` or `off` keeps the UDP devices of this process
+/// out of the host's credits (`roce_transport::credits`): their senders
+/// are not held, and their receive buffers may overflow.
+pub const ENV_CREDITS: &str = "ROCE_EMU_CREDITS";
+
+fn credits_wanted() -> bool {
+    !matches!(std::env::var(ENV_CREDITS).as_deref(), Ok("0") | Ok("off") | Ok("no"))
 }

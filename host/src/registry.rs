@@ -13,6 +13,9 @@
 //!     map        the last steering map: "slot index pid" lines
 //!     xrcd-D-I   held (flock, shared) by every member with an XRC domain
 //!                opened by the file whose (st_dev, st_ino) is (D, I), hex
+//! $XDG_RUNTIME_DIR/roce-emu/credits-n4026531840
+//!                the credits of every UDP socket of the namespace's devices
+//!                (mapped by each process: roce_transport::credits)
 //! ```
 //!
 //! A lock dies with its process, so a crashed member's slot is free the
@@ -111,6 +114,15 @@ pub fn raw_device_dir(ifname: &str, addr: SocketAddr) -> PathBuf {
     let ifname: String =
         ifname.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
     run_dir().join(format!("raw-{ifname}-{ip}-{}{}", addr.port(), netns_tag()))
+}
+
+/// The host's credit table (`roce_transport::credits`) of this process's
+/// network namespace: `credits-n<inode>` in the registry's root, which is
+/// made (private to this user) if needed.
+pub fn credits_path() -> Result<PathBuf, JoinError> {
+    let root = run_dir();
+    make_private_dir(&root)?;
+    Ok(root.join(format!("credits{}", netns_tag())))
 }
 
 /// `-n<inode>` of this process's network namespace (empty if unknown): an

@@ -32,6 +32,7 @@
 #![allow(unsafe_code)]
 
 pub mod guard;
+pub mod words;
 
 use std::io;
 use std::net::SocketAddr;

@@ -121,6 +121,12 @@ counters! {
     /// buffer was full (`SO_RXQ_OVFL`: learned with the next datagram
     /// received; `netstat -su`'s receive buffer errors, for this socket).
     rx_socket_drops,
+    /// Times a send waited because a receiver on this host had no credits
+    /// left ([`crate::credits`]: its socket buffer would have overflowed).
+    credit_waits,
+    /// Sends let through after a receiver read nothing for
+    /// [`crate::credits::WATCHDOG`] (it may drop them).
+    credit_watchdog,
     /// Receive arenas allocated (the arena's memory is reused in place
     /// whenever every datagram copied into it was dropped).
     rx_arenas,

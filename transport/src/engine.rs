@@ -150,6 +150,10 @@ struct Port<N, T> {
     /// The node may have packets to send that no flush announced (it
     /// received or fired timers since its last pull).
     dirty: AtomicBool,
+    /// What `io.tx` holds waits for a receiver's credits
+    /// ([`crate::credits`]): retried after [`crate::credits::RETRY`], not
+    /// in a spin.
+    credit_wait: AtomicBool,
     /// Engine time (ns) of the last flush of a post.
     last_post: AtomicU64,
     /// A duplicate of the transport's multicast descriptor
@@ -225,6 +229,7 @@ impl<N: SansIo + Send + 'static, T: Link> Engine<N, T> {
                 batch: t.batch().max(1),
                 expect: AtomicUsize::new(0),
                 dirty: AtomicBool::new(false),
+                credit_wait: AtomicBool::new(false),
                 last_post: AtomicU64::new(0),
                 gfd: std::sync::OnceLock::new(),
                 io: Mutex::new(Io { t, rx: Vec::new(), tx: Vec::new(), blocked: false }),
@@ -466,6 +471,7 @@ impl<N: SansIo + Send + 'static, T: Link> Engine<N, T> {
             roce_emulator::bufpool::give(d.payload);
         }
         io.blocked = o.would_block && !io.tx.is_empty();
+        p.credit_wait.store(o.credit_wait && !io.tx.is_empty(), Ordering::Relaxed);
         if !io.tx.is_empty() {
             p.dirty.store(true, Ordering::Relaxed);
         }
@@ -665,6 +671,15 @@ impl<N: SansIo + Send + 'static, T: Link> Engine<N, T> {
         }
     }
 
+    /// `wait`, or [`crate::credits::RETRY`] when a port's datagrams wait
+    /// for a receiver's credits (nothing wakes a sleeper when they come).
+    fn credit_cap(&self, wait: Duration) -> Duration {
+        match self.ports.iter().any(|p| p.credit_wait.load(Ordering::Relaxed)) {
+            true => wait.min(crate::credits::RETRY),
+            false => wait,
+        }
+    }
+
     /// The earliest timer deadline of any node.
     fn deadline(&self) -> Option<Instant> {
         self.ports.iter().filter_map(|p| lock(&p.node).poll_timeout()).min()
@@ -743,7 +758,7 @@ impl<N: SansIo + Send + 'static, T: Link> Engine<N, T> {
                 return true;
             }
             let now = self.now();
-            let mut wait = (wall - elapsed).min(Duration::from_millis(5));
+            let mut wait = self.credit_cap((wall - elapsed).min(Duration::from_millis(5)));
             if let Some(d) = self.deadline() {
                 wait = wait.min(d.saturating_duration_since(now));
             }
@@ -862,11 +877,12 @@ impl<N: SansIo + Send + 'static, T: Link> Engine<N, T> {
             // waits in `progress` (it receives and fires timers itself),
             // longer each time it still does.
             let streak = self.st.own_streak.fetch_add(1, Ordering::Relaxed);
-            let mut wait = match self.st.active.load(Ordering::SeqCst) {
+            let wait = match self.st.active.load(Ordering::SeqCst) {
                 0 => self.handoff_left().max(MIN_THREAD_SLEEP),
                 _ => self.cfg.handoff * (1 << streak.min(OWN_BACKOFF_MAX_SHIFT)),
             }
             .min(self.cfg.max_idle);
+            let mut wait = self.credit_cap(wait);
             self.going_to_sleep(wait);
             if let Some(d) = self.deadline() {
                 wait = wait.min(d.saturating_duration_since(self.now()).max(MIN_THREAD_SLEEP));
@@ -887,7 +903,10 @@ impl<N: SansIo + Send + 'static, T: Link> Engine<N, T> {
         // (the thread's rounds visit every node: timers, and packets queued
         // without a flush)
         let s = self.round_with(None, true);
-        if s.handled + s.sent > 0 || self.ports.iter().any(|p| p.dirty.load(Ordering::Relaxed)) {
+        let more = |p: &Port<N, T>| {
+            p.dirty.load(Ordering::Relaxed) && !p.credit_wait.load(Ordering::Relaxed)
+        };
+        if s.handled + s.sent > 0 || self.ports.iter().any(more) {
             return; // more may be waiting
         }
         if !self.cfg.thread_spin.is_zero() && self.thread_spin() {
@@ -901,7 +920,7 @@ impl<N: SansIo + Send + 'static, T: Link> Engine<N, T> {
             return;
         }
         let now = self.now();
-        let mut wait = self.cfg.max_idle;
+        let mut wait = self.credit_cap(self.cfg.max_idle);
         self.going_to_sleep(wait);
         if let Some(d) = self.deadline() {
             if d <= now {

@@ -209,6 +209,8 @@ pub struct FaultyTransport<T: Link> {
     held_rx: Vec<Datagram>,
     held_tx: Vec<Datagram>,
     pending_tx: Vec<Datagram>,
+    /// The inner link's last send waited for a receiver's credits.
+    credit_wait: bool,
     counters: Arc<FaultCounters>,
     name: String,
 }
@@ -224,6 +226,7 @@ impl<T: Link> FaultyTransport<T> {
             held_rx: Vec::new(),
             held_tx: Vec::new(),
             pending_tx: Vec::new(),
+            credit_wait: false,
             counters: Arc::new(FaultCounters::default()),
             name: name.into(),
         }
@@ -247,6 +250,7 @@ impl<T: Link> FaultyTransport<T> {
         }
         let o = self.inner.send(&self.pending_tx);
         self.pending_tx.drain(..o.consumed.min(self.pending_tx.len()));
+        self.credit_wait = o.credit_wait;
         self.pending_tx.is_empty()
     }
 }
@@ -258,6 +262,11 @@ impl<T: Link> AsFd for FaultyTransport<T> {
 }
 
 impl<T: Link> Link for FaultyTransport<T> {
+    /// The inner link's, but the core checks every ICRC: an injected fault
+    /// may corrupt a datagram after the inner link's check.
+    fn profile(&self) -> roce_emulator::LinkProfile {
+        roce_emulator::LinkProfile { rx_icrc: roce_emulator::RxIcrc::Core, ..self.inner.profile() }
+    }
     fn send(&mut self, dgrams: &[Datagram]) -> SendOutcome {
         if !self.spec.dir.tx() {
             let o = self.inner.send(dgrams);
@@ -267,7 +276,11 @@ impl<T: Link> Link for FaultyTransport<T> {
         // what an earlier call could not send goes first; new datagrams are
         // only taken when it is gone
         if !self.flush_pending() {
-            return SendOutcome { consumed: 0, would_block: true };
+            return SendOutcome {
+                consumed: 0,
+                would_block: !self.credit_wait,
+                credit_wait: self.credit_wait,
+            };
         }
         let held = std::mem::take(&mut self.held_tx);
         let rates = self.spec.rates(false);
@@ -291,7 +304,11 @@ impl<T: Link> Link for FaultyTransport<T> {
         // what an earlier batch held back goes out after this batch
         self.pending_tx.extend(held);
         let done = self.flush_pending();
-        SendOutcome { consumed: dgrams.len(), would_block: !done }
+        SendOutcome {
+            consumed: dgrams.len(),
+            would_block: !done && !self.credit_wait,
+            credit_wait: !done && self.credit_wait,
+        }
     }
 
     fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<usize> {

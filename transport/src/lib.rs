@@ -18,6 +18,7 @@
 
 pub mod ceiling;
 pub mod counters;
+pub mod credits;
 pub mod engine;
 pub mod faults;
 /// Send multicast from a socket bound to `local` on `local`'s interface,

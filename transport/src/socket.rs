@@ -5,7 +5,7 @@
 
 use crate::counters::TransportCounters;
 use crate::udp::{SendOutcome, UdpTransport};
-use roce_emulator::Datagram;
+use roce_emulator::{Datagram, LinkProfile, RxIcrc};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -14,6 +14,16 @@ use std::sync::Arc;
 /// What the driver needs from a transport ([`UdpTransport`] implements it;
 /// a raw-socket transport can too).
 pub trait Link: AsFd + Send + 'static {
+    /// What this link does with the datagrams of the core it carries,
+    /// declared by the link itself (the host gives it to the core as
+    /// `HcaConfig::link` and adds its ACK policy; nothing is inferred from
+    /// the kind of link): who verifies received ICRCs
+    /// ([`roce_emulator::RxIcrc`]), the UDP source port it sends from when
+    /// it fixes one (the core then computes every ICRC for that port, so
+    /// the link rewrites no ICRC but GSO's identifications), and whether it
+    /// gathers payloads from region memory. The ACK fields are left at
+    /// their defaults.
+    fn profile(&self) -> LinkProfile;
     /// Send in order without blocking; see [`UdpTransport::send`].
     fn send(&mut self, dgrams: &[Datagram]) -> SendOutcome;
     /// One non-blocking receive batch; returns the number of messages read.
@@ -53,6 +63,17 @@ pub trait Link: AsFd + Send + 'static {
 }
 
 impl Link for UdpTransport {
+    /// Verifies what it delivers (unless its policy is `Off`), sends from
+    /// its socket's port, gathers region bodies into its sends.
+    fn profile(&self) -> LinkProfile {
+        let checks = self.config().rx_icrc != crate::RxIcrcPolicy::Off;
+        LinkProfile {
+            rx_icrc: if checks { RxIcrc::Link } else { RxIcrc::Core },
+            src_port: Some(self.local_addr().port()),
+            region_bodies: true,
+            ..LinkProfile::default()
+        }
+    }
     fn send(&mut self, dgrams: &[Datagram]) -> SendOutcome {
         UdpTransport::send(self, dgrams)
     }
@@ -88,6 +109,9 @@ impl Link for UdpTransport {
 /// A boxed transport is a transport: a device assembled with any of them
 /// (UDP, raw, behind the fault injector) runs on the same engine.
 impl Link for Box<dyn Link> {
+    fn profile(&self) -> LinkProfile {
+        (**self).profile()
+    }
     fn send(&mut self, dgrams: &[Datagram]) -> SendOutcome {
         (**self).send(dgrams)
     }

@@ -151,7 +151,7 @@ pub enum TransportError {
 }
 
 /// Result of [`UdpTransport::send`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SendOutcome {
     /// Datagrams consumed from the front of the slice (sent, or dropped and
     /// counted in `send_errors`).
@@ -159,6 +159,9 @@ pub struct SendOutcome {
     /// The socket buffer was full; the rest should be retried when the
     /// socket is writable.
     pub would_block: bool,
+    /// A receiver on this host had no credits for the rest
+    /// ([`crate::credits`]): retry shortly (no descriptor says when).
+    pub credit_wait: bool,
 }
 
 /// Where a received datagram is: its receive buffer, its segment of a
@@ -213,6 +216,10 @@ impl RxMsg {
 
 /// A RoCEv2 device's UDP socket. See the module documentation.
 pub struct UdpTransport {
+    /// This socket's slot in the host's credits, and its view of the
+    /// others' ([`crate::credits`]); `None` outside them.
+    credit_rx: Option<crate::credits::CreditRx>,
+    credit_tx: Option<crate::credits::CreditTx>,
     sock: UdpSocket,
     local: SocketAddr,
     cfg: UdpConfig,
@@ -350,6 +357,8 @@ impl UdpTransport {
             steer: None,
             groups: Default::default(),
             tos: 0,
+            credit_rx: None,
+            credit_tx: None,
             cfg,
         })
     }
@@ -503,8 +512,96 @@ impl UdpTransport {
 
     /// Send datagrams in order (batched; GSO for runs of equal-sized
     /// datagrams to one destination). Stops early only when the socket
-    /// buffer is full. Never blocks.
+    /// buffer is full, or a receiver of this host has no credits for the
+    /// next ones ([`crate::credits`]). Never blocks.
     pub fn send(&mut self, dgrams: &[Datagram]) -> SendOutcome {
+        if self.credit_tx.is_none() {
+            return self.send_now(dgrams);
+        }
+        let (n, waited) = self.admit(dgrams);
+        let mut o = self.send_now(&dgrams[..n]);
+        if o.consumed < n {
+            self.refund(&dgrams[o.consumed..n]);
+        } else if waited {
+            o.credit_wait = true;
+        }
+        o
+    }
+
+    /// How many of `dgrams` the receivers' credits admit (counted), by
+    /// runs to one socket; and whether the rest waits for credits.
+    fn admit(&mut self, dgrams: &[Datagram]) -> (usize, bool) {
+        use crate::credits::{cost, Admit};
+        let Some(tx) = self.credit_tx.as_mut() else { return (dgrams.len(), false) };
+        let mut i = 0;
+        while i < dgrams.len() {
+            let (to, byte) = credit_dest(&dgrams[i]);
+            let run = dgrams[i..].iter().take_while(|d| credit_dest(d) == (to, byte)).count();
+            let run = &dgrams[i..i + run];
+            let (n, units) = match tx.admit(to, byte, cost(run[0].wire_len())) {
+                Admit::Unregulated => (run.len(), 0),
+                Admit::Watchdog => {
+                    TransportCounters::add(&self.counters.credit_watchdog, 1);
+                    (run.len(), run.iter().map(|d| cost(d.wire_len())).sum())
+                }
+                Admit::Wait => (0, 0),
+                Admit::Units(avail) => {
+                    let (mut n, mut c) = (0, 0);
+                    for d in run {
+                        let k = cost(d.wire_len());
+                        if n > 0 && c + k > avail {
+                            break;
+                        }
+                        n += 1;
+                        c += k;
+                    }
+                    (n, c)
+                }
+            };
+            if units > 0 {
+                tx.take(to, byte, units);
+            }
+            i += n;
+            if n < run.len() {
+                TransportCounters::add(&self.counters.credit_waits, 1);
+                return (i, true);
+            }
+        }
+        (i, false)
+    }
+
+    /// Give back the credits of datagrams admitted and not sent.
+    fn refund(&mut self, dgrams: &[Datagram]) {
+        let Some(tx) = self.credit_tx.as_mut() else { return };
+        for d in dgrams {
+            let (to, byte) = credit_dest(d);
+            tx.refund(to, byte, crate::credits::cost(d.wire_len()));
+        }
+    }
+
+    /// Take part in the host's credits ([`crate::credits`]): this socket's
+    /// receive buffer gets a slot in `table` (a shared device's member:
+    /// `member`, its QPN byte), and sends to the other sockets of the table
+    /// wait for their credits. Returns whether the slot was free.
+    pub fn use_credits(
+        &mut self,
+        table: &std::sync::Arc<crate::credits::CreditTable>,
+        member: Option<u8>,
+    ) -> bool {
+        let rcvbuf = nsock::getsockopt(&self.sock, sockopt::RcvBuf).unwrap_or(212_992);
+        let m = member.map_or(crate::credits::UNSHARED, u16::from);
+        self.credit_rx = crate::credits::CreditRx::register(table, self.local, m, rcvbuf);
+        self.credit_tx = Some(crate::credits::CreditTx::new(table));
+        self.credit_rx.is_some()
+    }
+
+    /// Credits out to this socket (sent to it by the host's devices and
+    /// not read yet), when it takes part in the host's credits.
+    pub fn credits_outstanding(&self) -> Option<u64> {
+        self.credit_rx.as_ref().map(crate::credits::CreditRx::outstanding)
+    }
+
+    fn send_now(&mut self, dgrams: &[Datagram]) -> SendOutcome {
         let batch = self.cfg.batch.max(1);
         let mut i = 0;
         while i < dgrams.len() {
@@ -516,7 +613,9 @@ impl UdpTransport {
             if run >= 2 {
                 match self.send_gso(&dgrams[i..i + run]) {
                     Ok(()) => i += run,
-                    Err(true) => return SendOutcome { consumed: i, would_block: true },
+                    Err(true) => {
+                        return SendOutcome { consumed: i, would_block: true, credit_wait: false }
+                    }
                     Err(false) => {} // GSO switched off: resend this run as singles
                 }
                 continue;
@@ -524,7 +623,9 @@ impl UdpTransport {
             if dgrams[i].body.is_some() {
                 // a payload in region memory: one gathered sendmsg
                 match self.send_gathered(&dgrams[i..i + 1], None) {
-                    Err(true) => return SendOutcome { consumed: i, would_block: true },
+                    Err(true) => {
+                        return SendOutcome { consumed: i, would_block: true, credit_wait: false }
+                    }
                     Ok(()) | Err(false) => i += 1,
                 }
                 continue;
@@ -543,10 +644,10 @@ impl UdpTransport {
             let asked = j - i;
             i += done;
             if done < asked {
-                return SendOutcome { consumed: i, would_block: true };
+                return SendOutcome { consumed: i, would_block: true, credit_wait: false };
             }
         }
-        SendOutcome { consumed: i, would_block: false }
+        SendOutcome { consumed: i, would_block: false, credit_wait: false }
     }
 
     /// Give the socket the IPv4 TOS / IPv6 traffic class `tos` if it has
@@ -823,7 +924,11 @@ impl UdpTransport {
         })();
         match r {
             Ok(()) => {}
-            Err(Errno::EAGAIN) | Err(Errno::EINTR) => return Ok(0),
+            Err(Errno::EAGAIN) => {
+                self.credits_drained();
+                return Ok(0);
+            }
+            Err(Errno::EINTR) => return Ok(0),
             Err(e) => {
                 TransportCounters::add(&self.counters.recv_errors, 1);
                 return Err(e.into());
@@ -854,11 +959,25 @@ impl UdpTransport {
                 let one = [RxMsg::of(&m)];
                 Ok(self.take_messages_to(&one, group, out))
             }
-            Err(Errno::EAGAIN) | Err(Errno::EINTR) => Ok(0),
+            Err(Errno::EAGAIN) => {
+                if group.is_none() {
+                    self.credits_drained();
+                }
+                Ok(0)
+            }
+            Err(Errno::EINTR) => Ok(0),
             Err(e) => {
                 TransportCounters::add(&self.counters.recv_errors, 1);
                 Err(e.into())
             }
+        }
+    }
+
+    /// The socket was found empty: nothing counted against its credits
+    /// waits in it.
+    fn credits_drained(&self) {
+        if let Some(rx) = &self.credit_rx {
+            rx.drained();
         }
     }
 
@@ -915,6 +1034,18 @@ impl UdpTransport {
     ) -> usize {
         if !msgs.is_empty() {
             TransportCounters::add(&self.counters.recv_syscalls, 1);
+        }
+        // what was read from the socket gives its credits back (each
+        // message's bytes and its segments' overhead, as senders count)
+        if let (Some(rx), None) = (&self.credit_rx, group) {
+            let cost: u64 = msgs
+                .iter()
+                .map(|m| {
+                    let seg = m.gro_size.filter(|&s| s > 0 && s < m.len).unwrap_or(m.len.max(1));
+                    m.len as u64 + crate::credits::OVERHEAD * m.len.div_ceil(seg).max(1) as u64
+                })
+                .sum();
+            rx.consumed(cost);
         }
         for (i, m) in msgs.iter().enumerate() {
             // (the kernel's count is cumulative, per socket: the groups'
@@ -1242,4 +1373,11 @@ impl core::fmt::Debug for UdpTransport {
             .field("gro", &self.gro)
             .finish_non_exhaustive()
     }
+}
+
+/// The socket a datagram goes to and its destination QPN's top byte (BTH
+/// byte 5: how a shared device's members are steered), for the credits.
+fn credit_dest(d: &Datagram) -> (SocketAddr, u8) {
+    let to = SocketAddr::new(d.endpoints.dst, d.endpoints.dst_port);
+    (to, d.payload.get(5).copied().unwrap_or(0))
 }

@@ -737,3 +737,101 @@ fn a_full_receive_buffer_counts_its_drops() {
     assert_eq!(c.dgrams_in, before + 1, "{c:?}");
     assert_eq!(c.rx_socket_drops + c.dgrams_in, sent + 1, "{c:?}");
 }
+
+/// The host's credits (issue 41: no datagram lost between the devices of
+/// one host): a receiver with a 64 KiB buffer that reads only now and
+/// then, and a sender of 3000 datagrams of 1000 bytes (45 times what the
+/// buffer holds). Without credits the kernel drops most of them
+/// (`a_full_receive_buffer_counts_its_drops`); with them the sender waits
+/// (`credit_waits`), nothing is dropped, every datagram arrives in order,
+/// and no credit is left out at the end. Then a receiver that stops
+/// reading: after the watchdog the sender goes on (counted), and a
+/// receiver that leaves frees its slot (its senders are not held).
+#[test]
+fn credits_hold_a_sender_instead_of_overflowing_a_receiver() {
+    use roce_transport::credits::{CreditTable, WATCHDOG};
+    let dir = std::env::temp_dir().join(format!("roce-credits-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let table = CreditTable::open(&dir.join("credits")).unwrap();
+    let small = |c: &mut roce_transport::UdpConfig| {
+        c.gro = false;
+        c.gso = false;
+        c.socket_buffer = Some(64 * 1024);
+    };
+    let mut a = bind("127.0.123.3", small);
+    let mut b = bind("127.0.123.2", small);
+    assert!(a.use_credits(&table, None) && b.use_credits(&table, None));
+    let ep = core_ep(&a, &b);
+    let n = 3000usize;
+    let sent: Vec<_> = (0..n).map(|i| send_only(&ep, 0x11, i as u32, &pattern(i, 1000))).collect();
+    let (mut next, mut got) = (0usize, Vec::new());
+    let end = std::time::Instant::now() + Duration::from_secs(20);
+    let mut rounds = 0u32;
+    while got.len() < n && std::time::Instant::now() < end {
+        if next < n {
+            let o = a.send(&sent[next..]);
+            assert!(!o.would_block, "the socket never refuses: the credits hold first");
+            next += o.consumed;
+        }
+        rounds += 1;
+        // the receiver reads one round in four
+        if rounds % 4 == 0 {
+            let _ = b.recv(&mut got).unwrap();
+        }
+    }
+    let (ca, cb) = (a.snapshot(), b.snapshot());
+    assert_eq!(got.len(), n, "{ca:?} {cb:?}");
+    let psns: Vec<u32> = got
+        .iter()
+        .map(|d| u32::from_be_bytes([0, d.payload[9], d.payload[10], d.payload[11]]))
+        .collect();
+    assert_eq!(psns, (0..n as u32).collect::<Vec<_>>(), "every datagram, in order");
+    assert_eq!(cb.rx_socket_drops, 0, "{cb:?}");
+    assert!(ca.credit_waits > 0, "the sender waited: {ca:?}");
+    assert_eq!(ca.credit_watchdog, 0, "{ca:?}");
+    // (an empty read gives back whatever is still counted)
+    let _ = b.recv(&mut got).unwrap();
+    assert_eq!(b.credits_outstanding(), Some(0));
+    // a receiver that reads nothing: the sender waits, then after the
+    // watchdog sends anyway (the receiver's kernel may drop those)
+    let t0 = std::time::Instant::now();
+    let mut left = 200usize;
+    while left > 0 && t0.elapsed() < Duration::from_secs(5) {
+        let o = a.send(&sent[..left]);
+        left -= o.consumed;
+    }
+    assert_eq!(left, 0);
+    assert!(t0.elapsed() >= WATCHDOG, "the sender waited for the watchdog");
+    assert!(a.snapshot().credit_watchdog > 0, "{:?}", a.snapshot());
+    // a receiver that is gone holds nobody
+    drop(b);
+    let before = a.snapshot().credit_waits;
+    let o = a.send(&sent[..200]);
+    assert_eq!(o.consumed, 200);
+    assert_eq!(a.snapshot().credit_waits, before);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Each link declares what it does for the core (`Link::profile`): the
+/// UDP link checks received ICRCs (not with the `Off` policy), sends from
+/// its socket's port and gathers region bodies; behind the fault injector
+/// the core checks every ICRC (a fault may corrupt after the link's check).
+#[test]
+fn links_declare_their_profile() {
+    use roce_emulator::{LinkProfile, RxIcrc};
+    use roce_transport::faults::{FaultSpec, FaultyTransport};
+    use roce_transport::socket::Link;
+    let t = bind("127.0.124.2", |_| {});
+    let want = LinkProfile {
+        rx_icrc: RxIcrc::Link,
+        src_port: Some(t.local_addr().port()),
+        region_bodies: true,
+        ..LinkProfile::default()
+    };
+    assert_eq!(t.profile(), want);
+    let off = bind("127.0.124.3", |c| c.rx_icrc = RxIcrcPolicy::Off);
+    assert_eq!(off.profile().rx_icrc, RxIcrc::Core);
+    let f = FaultyTransport::new(t, FaultSpec::parse("seed=1,loss=0.1").unwrap(), "f");
+    assert_eq!(f.profile(), LinkProfile { rx_icrc: RxIcrc::Core, ..want });
+    assert!(!f.profile().ack_coalescing && f.profile().ack_delay.is_none(), "the host's to set");
+}

@@ -492,10 +492,10 @@ impl RawTransport {
         self.st.tick(now);
         for (i, d) in dgrams.iter().enumerate() {
             if !self.st.send_one(d, now) {
-                return SendOutcome { consumed: i, would_block: true };
+                return SendOutcome { consumed: i, would_block: true, credit_wait: false };
             }
         }
-        SendOutcome { consumed: dgrams.len(), would_block: false }
+        SendOutcome { consumed: dgrams.len(), would_block: false, credit_wait: false }
     }
 
     /// Read up to `batch` frames: RoCE datagrams for us are verified and
@@ -990,6 +990,14 @@ impl AsFd for RawTransport {
 }
 
 impl crate::socket::Link for RawTransport {
+    /// Checks every received ICRC against the real IP header; keeps each
+    /// QP's source port; sends flat frames.
+    fn profile(&self) -> roce_emulator::LinkProfile {
+        roce_emulator::LinkProfile {
+            rx_icrc: roce_emulator::RxIcrc::Link,
+            ..roce_emulator::LinkProfile::default()
+        }
+    }
     fn send(&mut self, dgrams: &[Datagram]) -> SendOutcome {
         RawTransport::send(self, dgrams)
     }
