@@ -142,6 +142,17 @@ counters!(
     /// Ours: verdicts not received in time (the request is left to the
     /// initiator's retransmission).
     xrc_relay_timeouts,
+    /// Ours, counted by the link under the device (the host copies them
+    /// in; 0 on the simulator): datagrams the kernel dropped for a full
+    /// receive buffer of this device's socket (`SO_RXQ_OVFL`).
+    rx_socket_drops,
+    /// Ours, the link's: times a send waited for credits of a receiver on
+    /// this host (`roce_transport::credits`: its buffer would have
+    /// overflowed).
+    credit_waits,
+    /// Ours, the link's: sends let through after a receiver read nothing
+    /// for the credits' watchdog (it may drop them).
+    credit_watchdog,
 );
 
 impl fmt::Display for Counters {

@@ -182,6 +182,7 @@ impl DeviceConfig {
         };
         let name = cfgs.first().map(|c| c.name.clone()).unwrap_or_default();
         let cores: Vec<Arc<Mutex<Hca>>> = parts.iter().map(|(h, _)| h.clone()).collect();
+        let links: Vec<_> = parts.iter().map(|(_, t)| t.counters()).collect();
         let drv = EngineDriver::new(parts, opts.engine, kind)
             .map_err(|source| OpenError::Thread { name, source })?;
         let publishers = match opts.publish {
@@ -189,7 +190,10 @@ impl DeviceConfig {
                 let shared = !joins.is_empty();
                 cores
                     .iter()
-                    .filter_map(|h| crate::publish::Publisher::start(h.clone(), shared))
+                    .zip(links)
+                    .filter_map(|(h, l)| {
+                        crate::publish::Publisher::start(h.clone(), shared, Some(l))
+                    })
                     .collect()
             }
             false => Vec::new(),

@@ -25,6 +25,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+/// The counters the link under a device keeps, copied into the core's.
+pub fn with_link(c: &mut Counters, t: &roce_transport::TransportCounters) {
+    use std::sync::atomic::Ordering::Relaxed;
+    c.rx_socket_drops = t.rx_socket_drops.load(Relaxed);
+    c.credit_waits = t.credit_waits.load(Relaxed);
+    c.credit_watchdog = t.credit_watchdog.load(Relaxed);
+}
+
 /// Environment variable overriding the directory counters are published under.
 pub const ENV_RUNTIME_DIR: &str = "ROCE_EMU_RUNTIME_DIR";
 /// Environment variable: `0`, `off` or `no` disables publishing.
@@ -321,7 +329,15 @@ impl Publisher {
     /// to [`device_dir`]`(name)`; a new member first folds the files of
     /// members whose process is gone into `members/retired`, so the sum
     /// stays cumulative.
-    pub fn start(hca: Arc<Mutex<Hca>>, shared: bool) -> Option<Publisher> {
+    ///
+    /// `link`: the live counters of the transport under the device; the
+    /// ones counted there (`rx_socket_drops`, `credit_waits`,
+    /// `credit_watchdog`) are published with the core's.
+    pub fn start(
+        hca: Arc<Mutex<Hca>>,
+        shared: bool,
+        link: Option<Arc<roce_transport::TransportCounters>>,
+    ) -> Option<Publisher> {
         if !enabled() {
             return None;
         }
@@ -346,7 +362,10 @@ impl Publisher {
                 let mut warned = false;
                 let mut stop = false;
                 loop {
-                    let c = lock(&hca).counters();
+                    let mut c = lock(&hca).counters();
+                    if let Some(t) = &link {
+                        with_link(&mut c, t);
+                    }
                     if stop || prev != Some(c) {
                         let mut r = write_snapshot(&dir, &name, &addr, !stop, &c, prev.as_ref());
                         if shared && r.is_ok() {
@@ -396,6 +415,22 @@ impl Drop for Publisher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_links_counters_are_published_with_the_cores() {
+        let t = roce_transport::TransportCounters::default();
+        roce_transport::TransportCounters::add(&t.rx_socket_drops, 3);
+        roce_transport::TransportCounters::add(&t.credit_waits, 5);
+        roce_transport::TransportCounters::add(&t.credit_watchdog, 1);
+        let mut c = Counters { sent_pkts: 9, ..Counters::default() };
+        with_link(&mut c, &t);
+        assert_eq!(
+            (c.sent_pkts, c.rx_socket_drops, c.credit_waits, c.credit_watchdog),
+            (9, 3, 5, 1)
+        );
+        let json = to_json("roce9", "127.0.0.9", true, &c);
+        assert!(json.contains("\"credit_waits\":5"), "{json}");
+    }
 
     #[test]
     fn json_round_trip_and_files() {

@@ -678,10 +678,16 @@ impl UdpTransport {
         let mut n = 1;
         while n < d.len() && n < max {
             let x = &d[n];
+            // (and one destination QPN top byte: the kernel steers a GSO
+            // send by its first segment, and a shared device's members are
+            // steered by that byte; a run for two members would deliver
+            // the second's datagrams to the first, which forwards them:
+            // late, out of order behind the next ones)
             if x.endpoints.dst != first.endpoints.dst
                 || x.endpoints.dst_port != first.endpoints.dst_port
                 || x.wire_len() != size
                 || x.meta.tos != first.meta.tos
+                || x.payload.get(5) != first.payload.get(5)
             {
                 break;
             }

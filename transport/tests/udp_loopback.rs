@@ -835,3 +835,31 @@ fn links_declare_their_profile() {
     assert_eq!(f.profile(), LinkProfile { rx_icrc: RxIcrc::Core, ..want });
     assert!(!f.profile().ack_coalescing && f.profile().ack_delay.is_none(), "the host's to set");
 }
+
+/// A GSO send carries datagrams of one destination QPN top byte only: the
+/// kernel steers the whole send by its first segment, and a shared
+/// device's members are steered by that byte (before, a run for two
+/// members of one device reached the first, which forwarded the rest late
+/// and out of order: go-back-N, and 1 s stalls under Open MPI).
+#[test]
+fn a_gso_run_never_mixes_destination_qpn_top_bytes() {
+    let (mut a, mut b, ep) = bind_pair("127.0.125");
+    if !a.gso_enabled() {
+        eprintln!("SKIPPED: no UDP GSO on this kernel");
+        return;
+    }
+    // four to QPN 0x01_0011, four to 0x02_0011, then alternating
+    let qpns = [1, 1, 1, 1, 2, 2, 2, 2, 1, 2, 1, 2].map(|b: u32| b << 16 | 0x11);
+    let sent: Vec<_> = qpns
+        .iter()
+        .enumerate()
+        .map(|(i, &q)| send_only(&ep, q, i as u32, &pattern(i, 512)))
+        .collect();
+    let o = a.send(&sent);
+    assert_eq!(o.consumed, sent.len());
+    let c = a.snapshot();
+    assert_eq!((c.gso_sends, c.gso_segments), (2, 8), "{c:?}");
+    let got = recv_n(&mut b, sent.len(), T);
+    let bytes: Vec<u8> = got.iter().map(|d| d.payload[5]).collect();
+    assert_eq!(bytes, qpns.map(|q| (q >> 16) as u8).to_vec(), "in order, each with its QPN");
+}
