@@ -271,6 +271,9 @@ impl SqRing {
 
     /// `ibv_post_send` of `wr` without the device: checked and appended,
     /// refused, or returned when the QP is not in RTS.
+    // (the WR comes back by value: boxing it would allocate on every post
+    // a QP outside RTS makes)
+    #[allow(clippy::result_large_err)]
     pub fn post(&self, wr: SendWr) -> Result<(), RingSend> {
         let mut g = self.lock();
         let shape = match (&self.bell, g.shape) {

@@ -23,7 +23,8 @@
 //!   as a PFC pause holds a priority. A receiver that reads nothing for
 //!   [`WATCHDOG`] while credits are out is not waited for any longer (PFC's
 //!   watchdog; `credit_watchdog`): a dead or stopped process never stalls
-//!   its peers for good.
+//!   its peers for good, and a sender about to wait for a slot whose owner
+//!   process is gone frees the slot.
 //!
 //! A shared device's members each have a socket of their own (the kernel
 //! steers by the top byte of the destination QPN): their slots are keyed by
@@ -276,6 +277,12 @@ impl CreditTx {
                     Admit::Watchdog
                 }
                 Some((_, r)) if r == read => Admit::Wait,
+                _ if !owner_alive(w.load(CreditTable::at(slot, PID))) => {
+                    // a receiver killed without closing: its slot goes
+                    let _ = w.compare_exchange(CreditTable::at(slot, KEY), d.key, TOMB);
+                    self.dests.remove(&(to, m));
+                    return Admit::Unregulated;
+                }
                 _ => {
                     d.waiting = Some((now, read));
                     Admit::Wait
@@ -302,6 +309,17 @@ impl CreditTx {
             self.t.w.fetch_add(CreditTable::at(slot, SENT), cost.wrapping_neg());
         }
     }
+}
+
+/// Whether the process `pid` (a slot's owner) exists: `kill(pid, 0)`
+/// fails with `ESRCH` only when it does not (a process of another user or
+/// namespace answers `EPERM`: alive).
+fn owner_alive(pid: u64) -> bool {
+    let Ok(pid) = i32::try_from(pid) else { return false };
+    !matches!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+        Err(nix::errno::Errno::ESRCH)
+    )
 }
 
 /// What a datagram of `wire_len` UDP payload bytes costs.
@@ -347,6 +365,17 @@ mod tests {
         assert_eq!(m.outstanding(), 100);
         drop(rx);
         assert_eq!(tx.admit(to, 7, 100), Admit::Unregulated, "the receiver left");
+        // a receiver killed without closing: its slot is freed by the first
+        // sender that would wait for it
+        let to3: SocketAddr = "127.0.9.7:4791".parse().unwrap();
+        let dead = CreditRx::register(&t, to3, UNSHARED, 0).unwrap();
+        t.w.store(CreditTable::at(dead.slot, PID), u64::from(u32::MAX >> 1));
+        std::mem::forget(dead);
+        let mut tx = CreditTx::new(&t);
+        assert!(matches!(tx.admit(to3, 0, 100), Admit::Units(_)));
+        tx.take(to3, 0, 1 << 20);
+        assert_eq!(tx.admit(to3, 0, 100), Admit::Unregulated, "the owner is gone");
+        assert_eq!(t.find(key(to3, UNSHARED)), None, "its slot is free");
         let _ = std::fs::remove_file(&path);
     }
 }
