@@ -375,6 +375,12 @@ impl DeviceConfig {
             caller_spin: spin,
             thread_spin: spin,
             post_batch: post_batch(),
+            handoff: std::env::var("ROCE_EMU_HANDOFF_US")
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map_or(EngineConfig::default().handoff, |us| {
+                    Duration::from_micros(us.min(10_000))
+                }),
             ..Default::default()
         }
     }

@@ -115,6 +115,23 @@ type Hook = Arc<dyn Fn() + Send + Sync>;
 /// The shortest sleep of the engine thread while callers own the sockets.
 const MIN_THREAD_SLEEP: Duration = Duration::from_micros(50);
 
+/// A caller that polls again within this long of its previous poll is
+/// polling in a loop: it owns the sockets for a while ([`Engine::mark_caller`]).
+/// One poll after a longer gap (a program that posts, polls its completion
+/// once and then spins on its own memory, as perftest's `ib_write_lat`)
+/// owns nothing: the thread keeps receiving for it, so a peer's WRITE is
+/// placed while the program spins.
+const BUSY_GAP: Duration = Duration::from_micros(20);
+
+/// How long a polling loop owns the sockets after its latest poll, in
+/// units of its own gap between polls (at most [`EngineConfig::handoff`]):
+/// a loop that stops is presumed gone after a few of its own periods.
+const OWN_GAPS: u64 = 8;
+
+/// The shortest sleep of the thread while a polling loop owns the sockets
+/// (its ownership may be a few microseconds).
+const MIN_OWNED_SLEEP: Duration = Duration::from_micros(5);
+
 /// While a caller waits in [`Engine::progress`] (receiving and firing
 /// timers itself), each time the thread finds it still there it sleeps
 /// twice as long, up to 2^this times the hand-off (16 x 50 us = 800 us by
@@ -173,6 +190,9 @@ struct State {
     blocked: AtomicUsize,
     /// Engine time (ns) of a caller's latest round.
     last_caller: AtomicU64,
+    /// Engine time (ns) until which the callers own the sockets: set by a
+    /// caller that polls in a loop ([`Engine::mark_caller`]).
+    owned_until: AtomicU64,
     /// Engine time (ns) until which the thread may sleep (0: it is awake).
     /// A caller whose flush arms an earlier timer wakes it (see
     /// [`Engine::wake_for`]).
@@ -245,6 +265,7 @@ impl<N: SansIo + Send + 'static, T: Link> Engine<N, T> {
                 active: AtomicUsize::new(0),
                 blocked: AtomicUsize::new(0),
                 last_caller: AtomicU64::new(0),
+                owned_until: AtomicU64::new(0),
                 sleep_until: AtomicU64::new(0),
                 kicked: AtomicBool::new(false),
                 rounds: AtomicU64::new(0),
@@ -355,14 +376,23 @@ impl<N: SansIo + Send + 'static, T: Link> Engine<N, T> {
     }
 
     /// Note that a caller is polling the ports now (a round of its own, or
-    /// a poll that found completions and needed none): the thread leaves
-    /// the sockets to it for [`EngineConfig::handoff`] from now.
+    /// a poll that found completions and needed none). A caller that polls
+    /// in a loop (its previous poll within [`BUSY_GAP`]) owns the sockets
+    /// for [`OWN_GAPS`] of its gaps from now, at most
+    /// [`EngineConfig::handoff`]: the thread leaves them to it (a datagram
+    /// then wakes only the caller). A lone poll owns nothing.
     pub fn mark_caller(&self) {
         if !self.cfg.thread {
             return; // no thread to hand the sockets back to
         }
         let now = self.now().as_nanos();
-        self.st.last_caller.store(now, Ordering::Relaxed);
+        let prev = self.st.last_caller.swap(now, Ordering::Relaxed);
+        let gap = now.saturating_sub(prev);
+        if prev != 0 && gap <= BUSY_GAP.as_nanos() as u64 {
+            let own = (gap.saturating_mul(OWN_GAPS))
+                .clamp(MIN_OWNED_SLEEP.as_nanos() as u64, self.cfg.handoff.as_nanos() as u64);
+            self.st.owned_until.fetch_max(now + own, Ordering::Relaxed);
+        }
     }
 
     /// Send what the node of `only` (or every node, `None`) has queued,
@@ -830,15 +860,11 @@ impl<N: SansIo + Send + 'static, T: Link> Engine<N, T> {
         self.st.active.load(Ordering::SeqCst) > 0 || !self.handoff_left().is_zero()
     }
 
-    /// What is left of the hand-off after the callers' latest round (zero
-    /// when it is over, or there was none).
+    /// What is left of a polling loop's ownership of the sockets (zero
+    /// when it is over, or there was none; see [`Engine::mark_caller`]).
     fn handoff_left(&self) -> Duration {
-        let last = self.st.last_caller.load(Ordering::Relaxed);
-        if last == 0 {
-            return Duration::ZERO;
-        }
-        let since = self.now().as_nanos().saturating_sub(last);
-        self.cfg.handoff.saturating_sub(Duration::from_nanos(since))
+        let until = self.st.owned_until.load(Ordering::Relaxed);
+        Duration::from_nanos(until.saturating_sub(self.now().as_nanos()))
     }
 
     /// The thread's loop.
@@ -877,8 +903,13 @@ impl<N: SansIo + Send + 'static, T: Link> Engine<N, T> {
             // waits in `progress` (it receives and fires timers itself),
             // longer each time it still does.
             let streak = self.st.own_streak.fetch_add(1, Ordering::Relaxed);
+            // (a polling loop's ownership renews with each poll: the
+            // thread's look backs off while it lasts)
             let wait = match self.st.active.load(Ordering::SeqCst) {
-                0 => self.handoff_left().max(MIN_THREAD_SLEEP),
+                0 => {
+                    self.handoff_left().max(MIN_OWNED_SLEEP)
+                        * (1 << streak.min(OWN_BACKOFF_MAX_SHIFT))
+                }
                 _ => self.cfg.handoff * (1 << streak.min(OWN_BACKOFF_MAX_SHIFT)),
             }
             .min(self.cfg.max_idle);
