@@ -854,9 +854,10 @@ impl<N: SansIo + Send + 'static, T: Link> Engine<N, T> {
         Some(self.port_readiness(&fds[..last]))
     }
 
-    /// Whether callers own the sockets now (one waits, or ran a round within
-    /// the hand-off time).
-    fn callers_own(&self) -> bool {
+    /// Whether callers own the sockets now (one waits in
+    /// [`Engine::progress`], or polls in a loop: [`Engine::mark_caller`]);
+    /// the thread leaves them alone meanwhile.
+    pub fn callers_own(&self) -> bool {
         self.st.active.load(Ordering::SeqCst) > 0 || !self.handoff_left().is_zero()
     }
 

@@ -147,3 +147,34 @@ fn dropping_the_engine_stops_its_thread_and_finishes_the_transports() {
     let _ = std::fs::remove_dir_all(&dir);
     drop(tb);
 }
+
+/// Who receives (issue 41, step 4): a caller that polls in a loop owns the
+/// sockets for a few of its own gaps (the thread leaves them alone); a lone
+/// poll, or polls further apart than the busy gap (a program that polls
+/// once per iteration and spins on its memory in between, as
+/// `ib_write_lat`), owns nothing, so the thread keeps receiving for it.
+#[test]
+fn only_a_polling_loop_owns_the_sockets() {
+    let ta = bind("127.1.24.7", |_| {});
+    // (a thread-enabled engine that is never started: its bookkeeping only)
+    let cfg = EngineConfig { thread: true, ..EngineConfig::default() };
+    let e = Engine::new(vec![(Fake::shared(), ta)], cfg).unwrap();
+    assert!(!e.callers_own());
+    e.mark_caller();
+    assert!(!e.callers_own(), "a lone poll owns nothing");
+    // (two polls back to back: a loop; tried again if this thread was
+    // preempted between them for longer than the busy gap)
+    let looped = (0..100).any(|_| {
+        e.mark_caller();
+        e.callers_own()
+    });
+    assert!(looped, "polls back to back: a loop");
+    std::thread::sleep(Duration::from_millis(2));
+    assert!(!e.callers_own(), "the loop stopped: its ownership ended with the hand-off at most");
+    // polls 200 us apart: never a loop
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_micros(200));
+        e.mark_caller();
+        assert!(!e.callers_own());
+    }
+}
