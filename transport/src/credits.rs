@@ -119,11 +119,22 @@ impl CreditTable {
     fn claim(&self, key: u64, budget: u64) -> Option<usize> {
         let slot = self.find(key).or_else(|| {
             let start = (key as usize) % SLOTS;
-            (0..PROBE).map(|i| (start + i) % SLOTS).find(|&s| {
-                let k = Self::at(s, KEY);
-                self.w.compare_exchange(k, 0, key).is_ok()
-                    || self.w.compare_exchange(k, TOMB, key).is_ok()
-            })
+            let window = || (0..PROBE).map(|i| (start + i) % SLOTS);
+            // a free slot, else one whose owner process is gone (killed
+            // without closing: nobody else frees it)
+            window()
+                .find(|&s| {
+                    let k = Self::at(s, KEY);
+                    self.w.compare_exchange(k, 0, key).is_ok()
+                        || self.w.compare_exchange(k, TOMB, key).is_ok()
+                })
+                .or_else(|| {
+                    window().find(|&s| {
+                        let old = self.w.load(Self::at(s, KEY));
+                        !owner_alive(self.w.load(Self::at(s, PID)))
+                            && self.w.compare_exchange(Self::at(s, KEY), old, key).is_ok()
+                    })
+                })
         })?;
         self.w.store(Self::at(slot, PID), u64::from(std::process::id()));
         self.w.store(Self::at(slot, BUDGET), budget);
@@ -376,6 +387,20 @@ mod tests {
         tx.take(to3, 0, 1 << 20);
         assert_eq!(tx.admit(to3, 0, 100), Admit::Unregulated, "the owner is gone");
         assert_eq!(t.find(key(to3, UNSHARED)), None, "its slot is free");
+        // a key whose every slot is held by processes that are gone takes
+        // one of theirs; held by live ones, none
+        let to4: SocketAddr = "127.0.9.6:4791".parse().unwrap();
+        let k4 = key(to4, UNSHARED);
+        let start = (k4 as usize) % SLOTS;
+        for i in 0..PROBE {
+            let s = (start + i) % SLOTS;
+            t.w.store(CreditTable::at(s, KEY), 1000 + i as u64);
+            t.w.store(CreditTable::at(s, PID), u64::from(std::process::id()));
+        }
+        assert!(CreditRx::register(&t, to4, UNSHARED, 0).is_none(), "every slot taken");
+        t.w.store(CreditTable::at((start + 5) % SLOTS, PID), u64::from(u32::MAX >> 1));
+        let r4 = CreditRx::register(&t, to4, UNSHARED, 0).expect("the dead owner's slot");
+        assert_eq!(r4.slot, (start + 5) % SLOTS);
         let _ = std::fs::remove_file(&path);
     }
 }
