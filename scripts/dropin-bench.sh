@@ -20,7 +20,8 @@
 #   scripts/dropin-bench.sh [ROUNDS]        (default 10)
 #
 # Needs `cargo build --release`, cc + libibverbs-dev, perftest. Both sides
-# use the same driver settings (ROCE_EMU_SPIN_US=20, roce perf's default).
+# use the same driver settings (ROCE_EMU_SPIN_US=20, roce perf's default;
+# DROPIN_SPIN_US=N sets another, 0 being a configured device's default).
 # A benchmark, not a test: these machines are shared and noisy.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -30,7 +31,7 @@ rounds="${1:-10}"
 for t in cc ib_write_bw ib_send_lat ib_write_lat; do command -v $t >/dev/null || { echo "SKIPPED: $t missing" >&2; exit 0; }; done
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 cc -O2 -o "$work/wr_rate" "$root/libibverbs/bench/wr_rate.c" "$root/libibverbs/tests/c/common.c" -L"$rel" -l:libibverbs.so.1
-export ROCE_EMU_SPIN_US=20 ROCE_EMU_STATS=0
+export ROCE_EMU_SPIN_US="${DROPIN_SPIN_US:-20}" ROCE_EMU_STATS=0
 dropin() { LD_LIBRARY_PATH="$rel" ROCE_EMU_DEVICES="roce0=udp:127.0.0.2,roce1=udp:127.0.0.3" "$@"; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 port=19100
