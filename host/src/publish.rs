@@ -276,9 +276,10 @@ fn snapshot_of(c: &Counters) -> Snapshot {
     }
 }
 
-/// Whether process `pid` exists.
+/// Whether process `pid` exists (the one check of the host's crates:
+/// [`roce_transport::credits::process_alive`]).
 pub fn alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
+    roce_transport::credits::process_alive(pid)
 }
 
 /// The counters of `members` added up, by name.

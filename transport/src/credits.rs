@@ -60,8 +60,9 @@ pub const OVERHEAD: u64 = 512;
 pub const WATCHDOG: Duration = Duration::from_millis(20);
 /// How soon a waiting sender looks again.
 pub const RETRY: Duration = Duration::from_micros(200);
-/// How soon a destination missing from the table is looked up again.
-const RELOOK: Duration = Duration::from_millis(200);
+/// How many runs to a destination missing from the table go before it is
+/// looked up again (a receiver that registers later is found then).
+const RELOOK_RUNS: u32 = 1024;
 /// The member byte of an unshared device's slot.
 pub const UNSHARED: u16 = 0x100;
 
@@ -181,9 +182,13 @@ impl CreditRx {
     }
 
     /// A read found the socket empty: nothing counted is waiting in it.
+    /// (Two loads when nothing is out: a program polling an empty socket
+    /// writes nothing to the line its senders write.)
     pub fn drained(&self) {
         let sent = self.t.w.load(CreditTable::at(self.slot, SENT));
-        self.t.w.fetch_max(CreditTable::at(self.slot, READ), sent);
+        if self.t.w.load(CreditTable::at(self.slot, READ)) < sent {
+            self.t.w.fetch_max(CreditTable::at(self.slot, READ), sent);
+        }
     }
 
     /// Credits out to this socket now.
@@ -201,11 +206,13 @@ impl Drop for CreditRx {
 /// A destination as a sender knows it.
 #[derive(Clone, Copy, Debug)]
 struct Dest {
-    /// Its slot (`None`: not in the table when last looked up).
+    /// Its slot (`None`: not in the table when last looked up) and the
+    /// key it was found under.
     slot: Option<usize>,
     key: u64,
-    /// When `slot` was looked up (a missing one is looked up again later).
-    looked: Instant,
+    /// Runs sent since a missing slot was looked up (looked up again every
+    /// [`RELOOK_RUNS`]).
+    misses: u32,
     /// Waiting for credits: since when, and the slot's `read` then.
     waiting: Option<(Instant, u64)>,
 }
@@ -229,7 +236,8 @@ pub enum Admit {
 #[derive(Debug)]
 pub struct CreditTx {
     t: Arc<CreditTable>,
-    dests: HashMap<(SocketAddr, u16), Dest>,
+    /// By address and destination QPN byte: one lookup per run.
+    dests: HashMap<(SocketAddr, u8), Dest>,
 }
 
 impl CreditTx {
@@ -239,39 +247,39 @@ impl CreditTx {
     }
 
     /// The slot of the socket that receives datagrams to `to` whose
-    /// destination QPN's top byte is `qpn_byte`.
-    fn dest(&mut self, to: SocketAddr, qpn_byte: u8) -> (u16, Dest) {
-        let mut now = None;
-        // an unshared device's socket, else the member's
-        for m in [UNSHARED, u16::from(qpn_byte)] {
-            let cached = self.dests.get(&(to, m)).copied().filter(|d| {
-                d.slot.is_some()
-                    || now.get_or_insert_with(Instant::now).duration_since(d.looked) < RELOOK
-            });
-            let d = cached.unwrap_or_else(|| {
-                let k = key(to, m);
-                let looked = *now.get_or_insert_with(Instant::now);
-                let d = Dest { slot: self.t.find(k), key: k, looked, waiting: None };
-                self.dests.insert((to, m), d);
-                d
-            });
-            if d.slot.is_some() || m != UNSHARED {
-                return (m, d);
+    /// destination QPN's top byte is `qpn_byte`: an unshared device's
+    /// socket, else that member's.
+    fn dest(&mut self, to: SocketAddr, qpn_byte: u8) -> Dest {
+        if let Some(d) = self.dests.get_mut(&(to, qpn_byte)) {
+            d.misses = d.misses.wrapping_add(u32::from(d.slot.is_none()));
+            if d.slot.is_some() || !d.misses.is_multiple_of(RELOOK_RUNS) {
+                return *d;
             }
         }
-        unreachable!("the member's lookup returns")
+        let found = [UNSHARED, u16::from(qpn_byte)]
+            .into_iter()
+            .map(|m| key(to, m))
+            .find_map(|k| self.t.find(k).map(|slot| (k, slot)));
+        let d = Dest {
+            slot: found.map(|(_, s)| s),
+            key: found.map_or(0, |(k, _)| k),
+            misses: 0,
+            waiting: None,
+        };
+        self.dests.insert((to, qpn_byte), d);
+        d
     }
 
     /// What may be sent to `to` (datagrams whose destination QPN's top
     /// byte is `qpn_byte`), the next datagram costing `first` units. A
     /// datagram larger than the whole budget goes when nothing is out.
     pub fn admit(&mut self, to: SocketAddr, qpn_byte: u8, first: u64) -> Admit {
-        let (m, mut d) = self.dest(to, qpn_byte);
+        let mut d = self.dest(to, qpn_byte);
         let Some(slot) = d.slot else { return Admit::Unregulated };
         let w = &self.t.w;
         if w.load(CreditTable::at(slot, KEY)) != d.key {
             // the receiver left (or the slot was reused): look it up again
-            self.dests.remove(&(to, m));
+            self.dests.remove(&(to, qpn_byte));
             return Admit::Unregulated;
         }
         let budget = w.load(CreditTable::at(slot, BUDGET));
@@ -291,7 +299,7 @@ impl CreditTx {
                 _ if !owner_alive(w.load(CreditTable::at(slot, PID))) => {
                     // a receiver killed without closing: its slot goes
                     let _ = w.compare_exchange(CreditTable::at(slot, KEY), d.key, TOMB);
-                    self.dests.remove(&(to, m));
+                    self.dests.remove(&(to, qpn_byte));
                     return Admit::Unregulated;
                 }
                 _ => {
@@ -300,13 +308,13 @@ impl CreditTx {
                 }
             }
         };
-        self.dests.insert((to, m), d);
+        self.dests.insert((to, qpn_byte), d);
         verdict
     }
 
     /// `cost` units of what [`CreditTx::admit`] allowed were sent to `to`.
     pub fn take(&mut self, to: SocketAddr, qpn_byte: u8, cost: u64) {
-        let (_, d) = self.dest(to, qpn_byte);
+        let d = self.dest(to, qpn_byte);
         if let Some(slot) = d.slot {
             self.t.w.fetch_add(CreditTable::at(slot, SENT), cost);
         }
@@ -315,18 +323,23 @@ impl CreditTx {
     /// `cost` units admitted to `to` were not sent after all (the socket
     /// refused them): give them back.
     pub fn refund(&mut self, to: SocketAddr, qpn_byte: u8, cost: u64) {
-        let (_, d) = self.dest(to, qpn_byte);
+        let d = self.dest(to, qpn_byte);
         if let Some(slot) = d.slot {
             self.t.w.fetch_add(CreditTable::at(slot, SENT), cost.wrapping_neg());
         }
     }
 }
 
-/// Whether the process `pid` (a slot's owner) exists: `kill(pid, 0)`
-/// fails with `ESRCH` only when it does not (a process of another user or
-/// namespace answers `EPERM`: alive).
+/// Whether the process `pid` (a slot's owner) exists.
 fn owner_alive(pid: u64) -> bool {
-    let Ok(pid) = i32::try_from(pid) else { return false };
+    u32::try_from(pid).is_ok_and(process_alive)
+}
+
+/// Whether process `pid` exists: `kill(pid, 0)` fails with `ESRCH` only
+/// when it does not (a process of another user answers `EPERM`: alive).
+/// 0 (no process; `kill(0, 0)` would ask the caller's group) is not.
+pub fn process_alive(pid: u32) -> bool {
+    let Ok(pid @ 1..) = i32::try_from(pid) else { return false };
     !matches!(
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
         Err(nix::errno::Errno::ESRCH)

@@ -56,6 +56,13 @@ pub const ANSWER_LEN: usize = 17;
 /// (s + 1) << 16`.
 pub const SLOT_SHIFT: u32 = 16;
 
+/// The byte the kernel steers a datagram by to a shared device's member:
+/// BTH byte 5, the destination QPN's top byte (a member's slot; 0 for a
+/// datagram too short to have one).
+pub fn steer_byte(payload: &[u8]) -> u8 {
+    payload.get(5).copied().unwrap_or(0)
+}
+
 /// A steering probe for socket index `index`.
 pub fn probe(index: u8, nonce: u64) -> [u8; PROBE_LEN] {
     let mut p = [0u8; PROBE_LEN];

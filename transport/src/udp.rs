@@ -687,7 +687,7 @@ impl UdpTransport {
                 || x.endpoints.dst_port != first.endpoints.dst_port
                 || x.wire_len() != size
                 || x.meta.tos != first.meta.tos
-                || x.payload.get(5) != first.payload.get(5)
+                || crate::steer::steer_byte(&x.payload) != crate::steer::steer_byte(&first.payload)
             {
                 break;
             }
@@ -1381,9 +1381,9 @@ impl core::fmt::Debug for UdpTransport {
     }
 }
 
-/// The socket a datagram goes to and its destination QPN's top byte (BTH
-/// byte 5: how a shared device's members are steered), for the credits.
+/// The socket a datagram goes to and the byte a shared device's members
+/// are steered by, for the credits.
 fn credit_dest(d: &Datagram) -> (SocketAddr, u8) {
     let to = SocketAddr::new(d.endpoints.dst, d.endpoints.dst_port);
-    (to, d.payload.get(5).copied().unwrap_or(0))
+    (to, crate::steer::steer_byte(&d.payload))
 }

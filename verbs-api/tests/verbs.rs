@@ -400,7 +400,7 @@ mod alloc_steady {
 /// `roce_emulator::RqRing`): the limits, the states, and a thread posting
 /// while another moves the QP to ERR, RESET and back, or destroys it.
 mod rq_ring {
-    use crate::common::{connect_qps, node, two_contexts};
+    use crate::common::{connect_qps, node, poll_all, two_contexts};
     use roce_sim::SimNet;
     use roce_verbs_api::*;
 
@@ -412,18 +412,6 @@ mod rq_ring {
     fn to_init(qp: &Qp) {
         let a = QpAttr::new().state(QpState::Init).pkey_index(0).port(1);
         qp.modify(&a.access_flags(AccessFlags::LOCAL_WRITE)).unwrap();
-    }
-
-    fn poll_all(cq: &Cq) -> Vec<WorkCompletion> {
-        let mut out = Vec::new();
-        let mut wcs = [WorkCompletion::EMPTY; 16];
-        loop {
-            let n = cq.poll_into(&mut wcs).unwrap();
-            if n == 0 {
-                return out;
-            }
-            out.extend_from_slice(&wcs[..n]);
-        }
     }
 
     #[test]
@@ -561,7 +549,7 @@ mod rq_ring {
 /// send queue checks and holds what is posted in RTS until the device
 /// answers its doorbell; other states take the device's path.
 mod sq_ring {
-    use crate::common::{connect_qps, node, two_contexts, Node};
+    use crate::common::{connect_qps, node, poll_all, two_contexts, Node};
     use roce_sim::SimNet;
     use roce_verbs_api::*;
 
@@ -570,15 +558,6 @@ mod sq_ring {
             .sge(a.mr.addr(), 8, a.mr.lkey())
             .remote(b.mr.addr() + 8 * (id % 64), b.mr.rkey())
             .with_flags(SendFlags::SIGNALED)
-    }
-
-    fn poll_all(cq: &Cq) -> Vec<WorkCompletion> {
-        let mut out = Vec::new();
-        let mut wcs = [WorkCompletion::EMPTY; 16];
-        while let Ok(n @ 1..) = cq.poll_into(&mut wcs) {
-            out.extend_from_slice(&wcs[..n]);
-        }
-        out
     }
 
     fn ids(v: &[WorkCompletion]) -> Vec<(u64, WcStatus)> {

@@ -99,3 +99,16 @@ pub fn readable(fd: &impl AsFd, ms: u16) -> bool {
     let n = poll(&mut fds, PollTimeout::from(ms)).unwrap();
     n == 1 && fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLIN))
 }
+
+/// Every completion `cq` holds now (polled without waiting), in order.
+pub fn poll_all(cq: &Cq) -> Vec<WorkCompletion> {
+    let mut out = Vec::new();
+    let mut wcs = [WorkCompletion::EMPTY; 16];
+    loop {
+        let n = cq.poll_into(&mut wcs).expect("poll_cq");
+        if n == 0 {
+            return out;
+        }
+        out.extend_from_slice(&wcs[..n]);
+    }
+}
