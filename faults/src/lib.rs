@@ -8,12 +8,14 @@
 //! test-fixture simulator:
 //!
 //! * [`FaultConfig`] — random faults with a probability each (loss,
-//!   duplication, reordering, single-bit corruption) and a random extra
-//!   delay (jitter). Set for the whole fabric or per directed link.
+//!   duplication, reordering, single-bit corruption, ECN congestion marks)
+//!   and a random extra delay (jitter). Set for the whole fabric or per
+//!   directed link.
 //! * [`Filter`] — targeted faults written as data: a [`Match`] (opcode,
 //!   direction, PSN, ...), an [`Occurrence`] ("the 3rd one", "the first
 //!   transmission of each packet") and an [`Action`] (drop, duplicate,
-//!   corrupt, delay). For anything else, [`Filter::custom`] takes a closure.
+//!   corrupt, delay, mark CE). For anything else, [`Filter::custom`] takes
+//!   a closure.
 //!
 //! All randomness comes from one seeded [`FaultDice`] (a `SmallRng`), drawn
 //! in a fixed order, so a seed replays the same faults on the same
@@ -24,6 +26,18 @@
 //! [`FaultDice::decide`], which the fabric and the injector both call: they
 //! differ only in their mechanics (the fabric schedules arrivals on a
 //! virtual clock, the injector holds datagrams behind the next batch).
+//!
+//! # Congestion marks
+//!
+//! A congested switch running RED with ECN marks a packet instead of
+//! dropping it: it sets the ECN field (the low two bits of the IPv4 TOS
+//! byte / IPv6 traffic class) to CE, "congestion experienced" (`0b11`),
+//! but only in a packet whose sender declared it ECN-capable (ECT(0)
+//! `0b10` or ECT(1) `0b01`); a non-ECT packet (`0b00`) is never marked.
+//! [`FaultConfig::ce_mark`] and [`Action::MarkCe`] do that to the
+//! datagram's `meta.tos` with [`mark_ce`]; the receiving RoCE device
+//! answers a CE-marked packet with a CNP (DCQCN). The TOS byte is masked
+//! out of the ICRC, so a mark never invalidates a packet.
 
 use core::fmt;
 use core::net::IpAddr;
@@ -65,6 +79,12 @@ pub struct FaultConfig {
     /// datagram sent earlier on the same link (links stay FIFO; use
     /// [`Self::reorder`] for reordering).
     pub jitter: Duration,
+    /// Probability that a datagram is marked Congestion Experienced (its
+    /// ECN field set to CE, `0b11`, as a switch's RED/ECN queue does); a
+    /// datagram that is not ECN-capable (ECN field `0b00`) is never
+    /// marked (see [`mark_ce`]). Default 0: nothing is drawn, so the
+    /// other faults of a seed are unchanged.
+    pub ce_mark: f64,
 }
 
 impl Default for FaultConfig {
@@ -76,6 +96,7 @@ impl Default for FaultConfig {
             reorder_delay: Duration::from_micros(20),
             corrupt: 0.0,
             jitter: Duration::ZERO,
+            ce_mark: 0.0,
         }
     }
 }
@@ -275,6 +296,10 @@ pub enum Action {
     /// Deliver it this much later; datagrams sent after it may overtake
     /// it (a delay is a hold, not link jitter).
     Delay(Duration),
+    /// Mark it Congestion Experienced: set the ECN field of its
+    /// `meta.tos` to CE (`0b11`) if it is ECN-capable; a non-ECT datagram
+    /// passes unchanged (see [`mark_ce`]).
+    MarkCe,
 }
 
 /// Identifies a filter added with `Fabric::add_filter`.
@@ -385,6 +410,19 @@ impl Filter {
     pub fn delay(self, d: Duration) -> Filter {
         self.action(Action::Delay(d))
     }
+    /// Mark what it acts on Congestion Experienced, if it is ECN-capable
+    /// ([`Action::MarkCe`]).
+    ///
+    /// ```
+    /// use roce_faults::{Action, Filter, Match};
+    /// use roce_packet::Opcode;
+    /// // Mark every 10th SEND ONLY CE (ECT ones; non-ECT ones pass).
+    /// let f = Filter::matching(Match::Opcode(Opcode::RC_SEND_ONLY)).every_nth(10).mark_ce();
+    /// # let _ = f;
+    /// ```
+    pub fn mark_ce(self) -> Filter {
+        self.action(Action::MarkCe)
+    }
     /// How many datagrams matched so far (for a custom filter: how many it
     /// was asked about).
     pub fn matched(&self) -> u64 {
@@ -446,6 +484,9 @@ pub struct FaultRates {
     pub duplicate: f64,
     /// Probability that a datagram is held back (reordered).
     pub reorder: f64,
+    /// Probability that a datagram is marked Congestion Experienced (if
+    /// it is ECN-capable; see [`mark_ce`]).
+    pub ce_mark: f64,
 }
 
 impl FaultConfig {
@@ -456,6 +497,7 @@ impl FaultConfig {
             corrupt: self.corrupt,
             duplicate: self.duplicate,
             reorder: self.reorder,
+            ce_mark: self.ce_mark,
         }
     }
 }
@@ -474,6 +516,9 @@ pub struct Fate {
     pub duplicate: bool,
     /// Hold it back so that later datagrams overtake it.
     pub reorder: bool,
+    /// Mark it Congestion Experienced if it is ECN-capable (drawn whatever
+    /// its ECN field: [`Fate::mark_ce`] leaves a non-ECT one alone).
+    pub ce_mark: bool,
 }
 
 impl Fate {
@@ -482,6 +527,48 @@ impl Fate {
     pub fn corrupt(&self, payload: &mut [u8]) -> bool {
         self.corrupt_bit.is_some_and(|b| flip_bit(payload, b))
     }
+
+    /// Apply [`Fate::ce_mark`] to a datagram's IP TOS byte (IPv6 traffic
+    /// class) with [`mark_ce`]: true if it was marked (drawn, and
+    /// ECN-capable).
+    pub fn mark_ce(&self, tos: &mut u8) -> bool {
+        self.ce_mark && mark_ce(tos)
+    }
+}
+
+/// The ECN field: the low two bits of the IPv4 TOS byte / IPv6 traffic
+/// class (RFC 3168).
+pub const ECN_MASK: u8 = 0b11;
+/// ECN codepoint Not-ECT: the sender does not do ECN (never marked).
+pub const ECN_NOT_ECT: u8 = 0b00;
+/// ECN codepoint ECT(1): ECN-capable transport.
+pub const ECN_ECT1: u8 = 0b01;
+/// ECN codepoint ECT(0): ECN-capable transport (what RoCEv2 devices send).
+pub const ECN_ECT0: u8 = 0b10;
+/// ECN codepoint CE: congestion experienced.
+pub const ECN_CE: u8 = 0b11;
+
+/// Mark a packet Congestion Experienced as a switch's RED/ECN queue does:
+/// if its ECN field (the low two bits of `tos`, the IPv4 TOS byte or IPv6
+/// traffic class) says it is ECN-capable (ECT(0), ECT(1), or already CE),
+/// set the field to CE (`0b11`), leaving the DSCP bits alone; a Not-ECT
+/// packet (`0b00`) is never marked. Returns whether it marked (true for an
+/// already CE packet too, which stays CE).
+///
+/// ```
+/// let mut tos = 26 << 2 | roce_faults::ECN_ECT0; // DSCP 26, ECT(0): 0x6a
+/// assert!(roce_faults::mark_ce(&mut tos));
+/// assert_eq!(tos, 0x6b);
+/// let mut plain = 26 << 2; // DSCP 26, Not-ECT: 0x68
+/// assert!(!roce_faults::mark_ce(&mut plain));
+/// assert_eq!(plain, 0x68);
+/// ```
+pub fn mark_ce(tos: &mut u8) -> bool {
+    if *tos & ECN_MASK == ECN_NOT_ECT {
+        return false;
+    }
+    *tos |= ECN_CE;
+    true
 }
 
 /// The one seeded source of fault decisions, shared by the simulated fabric
@@ -513,8 +600,11 @@ impl FaultDice {
     /// fixed order: loss (if lost, nothing more is drawn), corruption
     /// (`force_corrupt` makes it certain but still draws the chance, so a
     /// targeted corruption does not shift the sequence; the bit is drawn
-    /// when corrupting), duplication, reordering. A probability of zero
-    /// draws nothing, so turning a fault off does not shift the others.
+    /// when corrupting), duplication, reordering, and last the CE mark
+    /// (drawn whatever the datagram's ECN field; [`Fate::mark_ce`] marks
+    /// only an ECN-capable one). A probability of zero draws nothing, so
+    /// turning a fault off does not shift the others, and a seed without
+    /// `ce_mark` replays the faults it gave before the mark existed.
     pub fn decide(&mut self, rates: &FaultRates, payload_len: usize, force_corrupt: bool) -> Fate {
         if self.chance(rates.drop) {
             return Fate { drop: true, ..Fate::default() };
@@ -523,7 +613,8 @@ impl FaultDice {
         let corrupt_bit = if corrupt { random_bit(&mut self.rng, payload_len) } else { None };
         let duplicate = self.chance(rates.duplicate);
         let reorder = self.chance(rates.reorder);
-        Fate { drop: false, corrupt_bit, duplicate, reorder }
+        let ce_mark = self.chance(rates.ce_mark);
+        Fate { drop: false, corrupt_bit, duplicate, reorder, ce_mark }
     }
 }
 
@@ -563,5 +654,143 @@ pub fn flip_bit(payload: &mut [u8], bit: usize) -> bool {
             true
         }
         None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use roce_emulator::time::Instant;
+
+    /// The random faults every test draws, CE mark aside.
+    fn busy(ce_mark: f64) -> FaultRates {
+        FaultRates { drop: 0.1, corrupt: 0.1, duplicate: 0.2, reorder: 0.2, ce_mark }
+    }
+
+    /// [`FaultDice::decide`] as it was before the CE mark: the draws a
+    /// seed's golden runs were recorded with.
+    fn decide_without_ce(dice: &mut FaultDice, r: &FaultRates, len: usize) -> Fate {
+        if dice.chance(r.drop) {
+            return Fate { drop: true, ..Fate::default() };
+        }
+        let corrupt = dice.chance(r.corrupt);
+        let corrupt_bit = if corrupt { random_bit(dice.rng(), len) } else { None };
+        let duplicate = dice.chance(r.duplicate);
+        let reorder = dice.chance(r.reorder);
+        Fate { drop: false, corrupt_bit, duplicate, reorder, ce_mark: false }
+    }
+
+    #[test]
+    fn without_ce_mark_a_seed_draws_what_it_drew_before() {
+        for seed in 0..8 {
+            let (mut new, mut old) = (FaultDice::new(seed), FaultDice::new(seed));
+            for i in 0..2_000 {
+                let len = 20 + i % 1000;
+                let got = new.decide(&busy(0.0), len, false);
+                assert_eq!(got, decide_without_ce(&mut old, &busy(0.0), len), "seed {seed} #{i}");
+                assert!(!got.ce_mark);
+            }
+            // and the generators are in the same state afterwards
+            assert_eq!(new.rng().gen::<u64>(), old.rng().gen::<u64>());
+        }
+    }
+
+    #[test]
+    fn a_certain_ce_mark_draws_nothing_and_shifts_nothing() {
+        let (mut a, mut b) = (FaultDice::new(3), FaultDice::new(3));
+        for _ in 0..2_000 {
+            let with = a.decide(&busy(1.0), 100, false);
+            let without = b.decide(&busy(0.0), 100, false);
+            // lost datagrams draw nothing more: no mark either
+            assert_eq!(with.ce_mark, !with.drop);
+            assert_eq!(with, Fate { ce_mark: !with.drop, ..without });
+        }
+    }
+
+    #[test]
+    fn the_ce_mark_is_drawn_last_and_only_for_delivered_datagrams() {
+        let mut d = FaultDice::new(11);
+        let mut r = FaultDice::new(11);
+        let rates = busy(0.5);
+        let (mut marked, mut kept) = (0, 0);
+        for _ in 0..4_000 {
+            let f = d.decide(&rates, 64, false);
+            let mut want = decide_without_ce(&mut r, &rates, 64);
+            if !want.drop {
+                want.ce_mark = r.chance(0.5);
+                kept += 1;
+                marked += u32::from(want.ce_mark);
+            }
+            assert_eq!(f, want);
+        }
+        // Binomial(kept, 0.5): within 5 sd
+        let sd5 = 5.0 * (kept as f64 * 0.25).sqrt();
+        assert!((marked as f64 - kept as f64 / 2.0).abs() < sd5, "{marked} of {kept}");
+    }
+
+    #[test]
+    fn a_certain_mark_marks_every_ect_datagram_and_no_other() {
+        let mut dice = FaultDice::new(9);
+        let rates = FaultRates { ce_mark: 1.0, ..FaultRates::default() };
+        for tos in 0..=u8::MAX {
+            let fate = dice.decide(&rates, 64, false);
+            assert!(fate.ce_mark);
+            let mut t = tos;
+            let ect = tos & ECN_MASK != ECN_NOT_ECT;
+            assert_eq!(fate.mark_ce(&mut t), ect, "tos {tos:#04x}");
+            let want = if ect { tos | ECN_CE } else { tos };
+            assert_eq!(t, want, "tos {tos:#04x}");
+        }
+        // no mark drawn: nothing changes, ECT or not
+        let mut t = ECN_ECT0;
+        assert!(!Fate::default().mark_ce(&mut t));
+        assert_eq!(t, ECN_ECT0);
+    }
+
+    #[test]
+    fn mark_ce_on_each_codepoint() {
+        let dscp = 26 << 2;
+        for (ecn, marks) in
+            [(ECN_NOT_ECT, false), (ECN_ECT1, true), (ECN_ECT0, true), (ECN_CE, true)]
+        {
+            let mut tos = dscp | ecn;
+            assert_eq!(mark_ce(&mut tos), marks, "ecn {ecn:#04b}");
+            let want = if marks { ECN_CE } else { ECN_NOT_ECT };
+            assert_eq!(tos & ECN_MASK, want, "ecn {ecn:#04b}");
+            assert_eq!(tos & !ECN_MASK, dscp, "the DSCP bits stay");
+        }
+    }
+
+    #[test]
+    fn config_rates_carry_the_ce_mark() {
+        assert_eq!(FaultConfig::default().ce_mark, 0.0);
+        assert_eq!(FaultConfig::default().rates(), FaultRates::default());
+        let c = FaultConfig { ce_mark: 0.25, ..FaultConfig::lossy(0.1) };
+        assert_eq!(c.rates(), FaultRates { drop: 0.1, ce_mark: 0.25, ..FaultRates::default() });
+    }
+
+    #[test]
+    fn a_filter_can_mark_ce() {
+        let ep = UdpEndpoints {
+            src: "10.0.0.1".parse().unwrap(),
+            dst: "10.0.0.2".parse().unwrap(),
+            src_port: 49152,
+            dst_port: 4791,
+        };
+        let info = PacketInfo {
+            seq: 0,
+            now: Instant::ZERO,
+            from: NodeId(0),
+            to: NodeId(1),
+            endpoints: ep,
+            ip_len: 28,
+            roce: None,
+        };
+        let d = Datagram::new(ep, roce_packet::IpMeta::default(), vec![0u8; 8].into());
+        let mut rng = SmallRng::seed_from_u64(1);
+        let mut f = Filter::matching(Match::Any).every_nth(2).mark_ce();
+        let acts: Vec<Action> = (0..4).map(|_| f.decide(&d, &info, &mut rng)).collect();
+        assert_eq!(acts, [Action::Pass, Action::MarkCe, Action::Pass, Action::MarkCe]);
+        assert_eq!((f.matched(), f.fired()), (4, 2));
     }
 }

@@ -33,7 +33,11 @@
 //! * Faults ([`FaultConfig`], [`Filter`]) are decided when a datagram
 //!   enters the link, in a fixed order: MTU, filters (all of them, in the
 //!   order added, so each counts every datagram), random loss, corruption,
-//!   duplication, reordering and delay, jitter. Links are FIFO: jitter
+//!   duplication, reordering and delay, the ECN congestion mark, jitter.
+//!   A mark ([`FaultConfig::ce_mark`], [`Action::MarkCe`]) sets the ECN
+//!   field of an ECN-capable datagram's `meta.tos` to CE, as a switch's
+//!   RED/ECN queue does ([`roce_faults::mark_ce`]: a non-ECT datagram is
+//!   never marked). Links are FIFO: jitter
 //!   varies arrival times but never reorders; only explicit holds (the
 //!   reorder fault, a filter's delay) let later datagrams overtake.
 //! * Events are ordered by (virtual time, sequence number); at equal times
@@ -104,8 +108,8 @@ mod wire;
 pub use net::SimNet;
 
 pub use roce_faults::{
-    Action, Fate, FaultConfig, FaultDice, FaultRates, Filter, FilterFn, FilterId, Match, NodeId,
-    Occurrence, PacketInfo,
+    mark_ce, Action, Fate, FaultConfig, FaultDice, FaultRates, Filter, FilterFn, FilterId, Match,
+    NodeId, Occurrence, PacketInfo,
 };
 pub use tap::{mac_for, TapId, TapPoint};
 pub use wire::{Pace, Traced, Verdict};
@@ -176,6 +180,11 @@ pub struct FabricStats {
     pub corrupted: u64,
     /// Datagrams delayed by a filter.
     pub delayed: u64,
+    /// ECN-capable datagrams marked Congestion Experienced (by
+    /// [`FaultConfig::ce_mark`] or a filter's [`Action::MarkCe`]; once per
+    /// datagram, its duplicate carries the mark too). Non-ECT datagrams
+    /// are never marked, so never counted.
+    pub ce_marked: u64,
     /// `handle_timeout` calls made.
     pub timers_fired: u64,
     /// Frames the capture tap could not write (recording stops at the
@@ -892,14 +901,16 @@ impl<N: SansIo> Fabric<N> {
                 Action::Corrupt => acts.corrupt = true,
                 Action::FlipBit(b) => acts.flips.push(b),
                 Action::Delay(d) => acts.delay += d,
+                Action::MarkCe => acts.mark_ce = true,
             }
         }
         acts
     }
 
     /// Random faults: the one decision function, in its fixed order; then
-    /// the bit flips (the filters' and the dice's). `None` if the datagram
-    /// is lost.
+    /// the bit flips (the filters' and the dice's) and the CE mark (the
+    /// filters' or the dice's, ECN-capable datagrams only). `None` if the
+    /// datagram is lost.
     fn roll_faults(
         &mut self,
         tx: &Outgoing,
@@ -929,6 +940,10 @@ impl<N: SansIo> Fabric<N> {
                 self.stats.corrupted += 1;
                 dgram.payload = Bytes::from(p);
             }
+        }
+        if (filtered.mark_ce || fate.ce_mark) && mark_ce(&mut dgram.meta.tos) {
+            self.stats.ce_marked += 1;
+            debug!(seq, %opcode, %psn, tos = dgram.meta.tos, "sim ECN: marked CE");
         }
         Some((dgram, fate))
     }
@@ -1057,4 +1072,5 @@ struct FilterActions {
     corrupt: bool,
     flips: Vec<usize>,
     delay: Duration,
+    mark_ce: bool,
 }

@@ -325,6 +325,113 @@ fn no_faults_means_no_changes() {
     assert_eq!(f.stats().reordered, 0);
 }
 
+/// `n` counted datagrams from 10.0.0.1 to 10.0.0.2 with this IP TOS byte
+/// (the ICRC masks it: the one computed for 0 holds).
+fn with_tos(n: u32, tos: u8) -> Sender {
+    Sender::new((0..n).map(|i| {
+        let mut d = counted(v4(1), v4(2), i);
+        d.meta.tos = tos;
+        (Instant::ZERO + Duration::from_micros(1) * i, d)
+    }))
+}
+
+#[test]
+fn ce_marks_every_ecn_capable_datagram_and_no_other() {
+    const N: u32 = 50;
+    let dscp = 26 << 2;
+    // ECT(0), ECT(1), already CE: all come out CE, DSCP kept, ICRC valid
+    for ecn in [0b10u8, 0b01, 0b11] {
+        let (mut f, _s, k) = pair(3, with_tos(N, dscp | ecn));
+        f.set_faults(FaultConfig { ce_mark: 1.0, ..FaultConfig::default() });
+        assert!(f.run_until_idle(10_000));
+        let st = f.stats().clone();
+        assert_eq!((st.delivered, st.ce_marked), (N as u64, N as u64), "ecn {ecn:#04b}: {st:?}");
+        assert_eq!(st.dropped() + st.corrupted + st.duplicated, 0);
+        let k = k.lock().unwrap();
+        let psns: Vec<u32> = k.got.iter().map(|(_, d)| psn_of(d)).collect();
+        assert_eq!(psns, (0..N).collect::<Vec<_>>(), "a mark neither drops nor reorders");
+        for (_, d) in k.got.iter() {
+            assert_eq!(d.meta.tos, dscp | 0b11, "ecn {ecn:#04b}");
+            assert!(icrc_ok(d), "the ICRC masks the TOS byte");
+        }
+    }
+    // Not-ECT: never marked, nothing counted
+    let (mut f, _s, k) = pair(3, with_tos(N, 0));
+    f.set_faults(FaultConfig { ce_mark: 1.0, ..FaultConfig::default() });
+    assert!(f.run_until_idle(10_000));
+    assert_eq!((f.stats().delivered, f.stats().ce_marked), (N as u64, 0));
+    assert!(k.lock().unwrap().got.iter().all(|(_, d)| d.meta.tos == 0));
+}
+
+#[test]
+fn ce_mark_rate_matches_probability_and_leaves_other_faults_alone() {
+    const N: u32 = 4_000;
+    let faults = FaultConfig { drop: 0.1, duplicate: 0.1, ..FaultConfig::default() };
+    let run = |ce_mark: f64| {
+        let (mut f, _s, k) = pair(21, with_tos(N, 0b10));
+        f.set_faults(FaultConfig { ce_mark, ..faults.clone() });
+        assert!(f.run_until_idle(100_000));
+        let got: Vec<(u32, u8)> =
+            k.lock().unwrap().got.iter().map(|(_, d)| (psn_of(d), d.meta.tos)).collect();
+        (f.stats().clone(), got)
+    };
+    let (plain, plain_got) = run(0.0);
+    assert_eq!(plain.ce_marked, 0);
+    assert!(plain_got.iter().all(|&(_, tos)| tos == 0b10));
+    // certain: draws nothing, so the same datagrams are lost and copied
+    let (all, all_got) = run(1.0);
+    assert_eq!(all.ce_marked, N as u64 - all.dropped_loss);
+    assert_eq!((all.dropped_loss, all.duplicated), (plain.dropped_loss, plain.duplicated));
+    let all_psns: Vec<u32> = all_got.iter().map(|&(p, _)| p).collect();
+    assert_eq!(all_psns, plain_got.iter().map(|&(p, _)| p).collect::<Vec<_>>());
+    assert!(all_got.iter().all(|&(_, tos)| tos == 0b11), "a duplicate carries the mark");
+    // a quarter: Binomial(~3600, 0.25), sd ~26; allow 5 sd
+    let (some, some_got) = run(0.25);
+    let kept = N as u64 - some.dropped_loss;
+    assert!(some.ce_marked.abs_diff(kept / 4) < 130, "{} of {kept}", some.ce_marked);
+    let ce = some_got.iter().filter(|&&(_, tos)| tos == 0b11).count() as u64;
+    assert!(ce >= some.ce_marked && ce <= 2 * some.ce_marked, "{ce} {some:?}");
+}
+
+#[test]
+fn a_filter_marks_ce_on_ecn_capable_datagrams_only() {
+    let mut f = Fabric::new(8);
+    let (a, b, c) = (v4(1), v4(2), v4(3));
+    let ect = |src: IpAddr, tos: u8| {
+        Sender::new((0..10u32).map(move |i| {
+            let mut d = counted(src, c, i);
+            d.meta.tos = tos;
+            (Instant::ZERO + Duration::from_micros(1) * i, d)
+        }))
+    };
+    let k = shared(Sink::default());
+    f.add_node(a, shared(ect(a, 0b10)));
+    f.add_node(b, shared(ect(b, 0b00)));
+    f.add_node(c, k.clone());
+    // every datagram from b (not ECT), a's PSNs 0..4 (ECT(0))
+    let fb = f.add_filter(Filter::matching(Match::From(b)).mark_ce());
+    let fa = f.add_filter(
+        Filter::matching(Match::From(a).and(Match::PsnRange { start: Psn::new(0), len: 4 }))
+            .mark_ce(),
+    );
+    assert!(f.run_until_idle(1_000));
+    assert_eq!(f.filter(fb).unwrap().fired(), 10);
+    assert_eq!(f.filter(fa).unwrap().fired(), 4);
+    let k = k.lock().unwrap();
+    let marked = |src: IpAddr| -> Vec<u32> {
+        k.got
+            .iter()
+            .filter(|(_, d)| d.endpoints.src == src && d.meta.tos & 3 == 3)
+            .map(|(_, d)| psn_of(d))
+            .collect()
+    };
+    assert_eq!(marked(b), Vec::<u32>::new(), "a non-ECT datagram is never marked");
+    assert_eq!(marked(a), vec![0, 1, 2, 3]);
+    assert_eq!(k.got.len(), 20);
+    assert_eq!(f.stats().ce_marked, 4);
+    assert_eq!(f.stats().dropped() + f.stats().corrupted, 0);
+}
+
 // ------------------------------------------------------------ filters
 
 #[test]

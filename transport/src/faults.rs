@@ -1,8 +1,9 @@
 //! Seeded fault injection on the real transports: [`FaultyTransport`]
-//! wraps any [`Link`] (UDP or raw) and loses, duplicates, reorders or
-//! corrupts datagrams, like the simulated fabric's `FaultConfig`
-//! (`roce_faults`), so that retransmission can be exercised against
-//! a real peer (the kernel's rxe, perftest) on a real wire.
+//! wraps any [`Link`] (UDP or raw) and loses, duplicates, reorders,
+//! corrupts or marks (ECN CE) datagrams, like the simulated fabric's
+//! `FaultConfig` (`roce_faults`), so that retransmission and congestion
+//! control can be exercised against a real peer (the kernel's rxe,
+//! perftest) on a real wire.
 //!
 //! Configured by a spec string, usually from the environment variable
 //! `ROCE_EMU_FAULTS` (read when a device is opened; `roce perf --faults`
@@ -11,6 +12,7 @@
 //! ```text
 //! ROCE_EMU_FAULTS=loss=0.05,seed=7
 //! ROCE_EMU_FAULTS=loss=0.02,dup=0.01,reorder=0.01,corrupt=0.01,dir=both,seed=42
+//! ROCE_EMU_FAULTS=ce=0.1,dir=rx
 //! ```
 //!
 //! * `loss=P` — drop the datagram;
@@ -19,19 +21,29 @@
 //!   receive (or send) batch;
 //! * `corrupt=P` — flip one bit of the UDP payload (never in BTH byte 4,
 //!   which the ICRC does not cover), so the core's ICRC check must drop it;
-//! * `dir=rx|tx|both` — which direction `loss`, `dup` and `reorder` act on
-//!   (default `rx`: what we receive). Corruption always acts on receive,
-//!   after the transport's own ICRC check: on send, the transport may
-//!   recompute the ICRC over the corrupted bytes and hide the fault.
+//! * `ce=P` — mark ECN-capable datagrams Congestion Experienced, as a
+//!   switch's RED/ECN queue does: the ECN field (the low two bits of the
+//!   IP TOS byte / IPv6 traffic class, `meta.tos`) becomes CE (`0b11`)
+//!   when it was ECT(0), ECT(1) or CE; a non-ECT datagram (`0b00`) is
+//!   never marked. The receiving device answers with CNPs. On receive the
+//!   core sees the mark; on send the datagram leaves with CE in its TOS
+//!   byte, for the peer to see. The byte is masked out of the ICRC, so a
+//!   mark never invalidates a packet;
+//! * `dir=rx|tx|both` — which direction `loss`, `dup`, `reorder` and `ce`
+//!   act on (default `rx`: what we receive). Corruption always acts on
+//!   receive, after the transport's own ICRC check: on send, the transport
+//!   may recompute the ICRC over the corrupted bytes and hide the fault.
 //! * `seed=N` — the generator's seed (default 1): the same seed on the
 //!   same sequence of datagrams gives the same faults.
 //!
 //! Each datagram's fate is decided by the simulated fabric's decision
 //! function, [`FaultDice::decide`] (`roce_faults`), from the same
 //! seeded generator and in the same order (loss, corruption, duplication,
-//! reordering): this module keeps only the mechanics (holding datagrams
-//! behind the next batch, sending the copy). As on the fabric, a reordered
-//! datagram may also be corrupted or duplicated.
+//! reordering, CE mark; a probability of 0 draws nothing, so a spec
+//! without `ce` replays the faults it gave before `ce` existed): this
+//! module keeps only the mechanics (holding datagrams behind the next
+//! batch, sending the copy, setting the ECN field). As on the fabric, a
+//! reordered datagram may also be corrupted, duplicated or marked.
 //!
 //! Counters ([`FaultCounters`]) say what was done; the transport prints
 //! them to stderr when its driver stops.
@@ -81,7 +93,10 @@ pub struct FaultSpec {
     pub reorder: f64,
     /// Probability of flipping one payload bit (receive side).
     pub corrupt: f64,
-    /// Direction of loss, duplication and reordering.
+    /// Probability of marking an ECN-capable datagram Congestion
+    /// Experienced (`ce=P`; non-ECT datagrams are never marked).
+    pub ce: f64,
+    /// Direction of loss, duplication, reordering and CE marks.
     pub dir: Direction,
     /// Generator seed.
     pub seed: u64,
@@ -89,7 +104,15 @@ pub struct FaultSpec {
 
 impl Default for FaultSpec {
     fn default() -> Self {
-        FaultSpec { loss: 0.0, dup: 0.0, reorder: 0.0, corrupt: 0.0, dir: Direction::Rx, seed: 1 }
+        FaultSpec {
+            loss: 0.0,
+            dup: 0.0,
+            reorder: 0.0,
+            corrupt: 0.0,
+            ce: 0.0,
+            dir: Direction::Rx,
+            seed: 1,
+        }
     }
 }
 
@@ -113,6 +136,7 @@ impl FaultSpec {
                 "dup" | "duplicate" => f.dup = prob()?,
                 "reorder" => f.reorder = prob()?,
                 "corrupt" => f.corrupt = prob()?,
+                "ce" | "ce_mark" => f.ce = prob()?,
                 "seed" => f.seed = v.parse().map_err(|_| format!("seed={v}: not a number"))?,
                 "dir" => {
                     f.dir = match v {
@@ -124,7 +148,7 @@ impl FaultSpec {
                 }
                 _ => {
                     return Err(format!(
-                        "unknown fault {k:?} (loss, dup, reorder, corrupt, dir, seed)"
+                        "unknown fault {k:?} (loss, dup, reorder, corrupt, ce, dir, seed)"
                     ))
                 }
             }
@@ -143,8 +167,8 @@ impl FaultSpec {
     }
 
     /// The probabilities [`FaultDice::decide`] takes for one direction:
-    /// loss, duplication and reordering only where [`FaultSpec::dir`] says,
-    /// corruption on receive only.
+    /// loss, duplication, reordering and CE marks only where
+    /// [`FaultSpec::dir`] says, corruption on receive only.
     pub fn rates(&self, rx: bool) -> FaultRates {
         let on = if rx { self.dir.rx() } else { self.dir.tx() };
         let p = |v: f64| if on { v } else { 0.0 };
@@ -153,12 +177,13 @@ impl FaultSpec {
             corrupt: if rx { self.corrupt } else { 0.0 },
             duplicate: p(self.dup),
             reorder: p(self.reorder),
+            ce_mark: p(self.ce),
         }
     }
 
     /// Whether anything can happen at all.
     pub fn is_active(&self) -> bool {
-        self.loss > 0.0 || self.dup > 0.0 || self.reorder > 0.0 || self.corrupt > 0.0
+        [self.loss, self.dup, self.reorder, self.corrupt, self.ce].iter().any(|&p| p > 0.0)
     }
 }
 
@@ -179,6 +204,9 @@ pub struct FaultCounters {
     pub reordered: AtomicU64,
     /// Received datagrams with one bit flipped.
     pub corrupted: AtomicU64,
+    /// ECN-capable datagrams marked Congestion Experienced (received or
+    /// sent, as `dir` says; a duplicate's copy is not counted again).
+    pub ce_marked: AtomicU64,
 }
 
 impl FaultCounters {
@@ -193,6 +221,7 @@ impl FaultCounters {
             ("duplicated", g(&self.duplicated)),
             ("reordered", g(&self.reordered)),
             ("corrupted", g(&self.corrupted)),
+            ("ce_marked", g(&self.ce_marked)),
         ]
     }
 }
@@ -298,8 +327,12 @@ impl<T: Link> Link for FaultyTransport<T> {
             if fate.reorder {
                 bump(&self.counters.reordered);
             }
+            let mut d = d.clone();
+            if fate.mark_ce(&mut d.meta.tos) {
+                bump(&self.counters.ce_marked);
+            }
             let to = if fate.reorder { &mut self.held_tx } else { &mut self.pending_tx };
-            to.extend(std::iter::repeat_n(d, n).cloned());
+            to.extend(std::iter::repeat_n(d, n));
         }
         // what an earlier batch held back goes out after this batch
         self.pending_tx.extend(held);
@@ -338,6 +371,9 @@ impl<T: Link> Link for FaultyTransport<T> {
             }
             if fate.reorder {
                 bump(&self.counters.reordered);
+            }
+            if fate.mark_ce(&mut d.meta.tos) {
+                bump(&self.counters.ce_marked);
             }
             let to = if fate.reorder { &mut self.held_rx } else { &mut *out };
             to.extend(std::iter::repeat_n(d, n));
@@ -420,5 +456,163 @@ mod tests {
         assert!(!(0..1000).any(|_| c.chance(0.0)));
         // p = 0 draws nothing
         assert_eq!(c.chance(0.5), FaultDice::new(7).chance(0.5));
+    }
+
+    #[test]
+    fn parse_ce_specs() {
+        let f = FaultSpec::parse("ce=0.25,dir=tx").unwrap();
+        assert_eq!((f.ce, f.dir, f.loss), (0.25, Direction::Tx, 0.0));
+        assert!(f.is_active(), "a CE mark alone is a fault to inject");
+        assert_eq!(FaultSpec::parse("ce_mark=1").unwrap().ce, 1.0);
+        assert_eq!(FaultSpec::default().ce, 0.0);
+        for (bad, says) in [
+            ("ce=1.5", "ce=1.5: a probability is in [0, 1]"),
+            ("ce=-0.1", "ce=-0.1: a probability is in [0, 1]"),
+            ("ce=lots", "ce=lots: not a number"),
+            ("ce", "\"ce\": expected key=value"),
+        ] {
+            assert_eq!(FaultSpec::parse(bad).unwrap_err(), says);
+        }
+        let e = FaultSpec::parse("ecn=0.1").unwrap_err();
+        assert!(e.contains("unknown fault \"ecn\"") && e.contains(" ce,"), "{e}");
+    }
+
+    #[test]
+    fn ce_follows_the_direction() {
+        let rates = |s: &str| {
+            let f = FaultSpec::parse(s).unwrap();
+            (f.rates(true).ce_mark, f.rates(false).ce_mark)
+        };
+        assert_eq!(rates("ce=0.5"), (0.5, 0.0));
+        assert_eq!(rates("ce=0.5,dir=rx"), (0.5, 0.0));
+        assert_eq!(rates("ce=0.5,dir=tx"), (0.0, 0.5));
+        assert_eq!(rates("ce=0.5,dir=both"), (0.5, 0.5));
+        assert_eq!(rates("loss=0.5,dir=both"), (0.0, 0.0));
+    }
+
+    /// An in-memory link: `inbox` is what the next receive returns, `sent`
+    /// what it was given (the socket only lends a descriptor).
+    struct Fake {
+        sock: std::net::UdpSocket,
+        inbox: Vec<Datagram>,
+        sent: Vec<Datagram>,
+    }
+
+    impl Fake {
+        fn new(inbox: Vec<Datagram>) -> Fake {
+            let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            Fake { sock, inbox, sent: Vec::new() }
+        }
+    }
+
+    impl AsFd for Fake {
+        fn as_fd(&self) -> BorrowedFd<'_> {
+            self.sock.as_fd()
+        }
+    }
+
+    impl Link for Fake {
+        fn profile(&self) -> roce_emulator::LinkProfile {
+            roce_emulator::LinkProfile::default()
+        }
+        fn send(&mut self, dgrams: &[Datagram]) -> SendOutcome {
+            self.sent.extend_from_slice(dgrams);
+            SendOutcome { consumed: dgrams.len(), ..SendOutcome::default() }
+        }
+        fn recv(&mut self, out: &mut Vec<Datagram>) -> io::Result<usize> {
+            let n = self.inbox.len();
+            out.append(&mut self.inbox);
+            Ok(n)
+        }
+        fn batch(&self) -> usize {
+            64
+        }
+        fn local_addr(&self) -> SocketAddr {
+            self.sock.local_addr().unwrap()
+        }
+        fn counters(&self) -> Arc<TransportCounters> {
+            Arc::default()
+        }
+    }
+
+    /// The four ECN codepoints under DSCP 26, then a plain 0: datagrams
+    /// with these TOS bytes, PSN = index.
+    const TOSES: [u8; 5] = [0x68, 0x69, 0x6a, 0x6b, 0];
+
+    fn with_tos(toses: &[u8]) -> Vec<Datagram> {
+        let ep = roce_packet::UdpEndpoints {
+            src: "10.0.0.1".parse().unwrap(),
+            dst: "10.0.0.2".parse().unwrap(),
+            src_port: 49152,
+            dst_port: 4791,
+        };
+        let meta = |tos| roce_packet::IpMeta { tos, ..roce_packet::IpMeta::default() };
+        toses.iter().map(|&t| Datagram::new(ep, meta(t), vec![t; 40].into())).collect()
+    }
+
+    /// What a certain mark makes of [`TOSES`]: every ECN-capable one CE.
+    const MARKED: [u8; 5] = [0x68, 0x6b, 0x6b, 0x6b, 0];
+
+    fn ce_marked(f: &FaultyTransport<Fake>) -> u64 {
+        f.fault_counters().pairs().iter().find(|(k, _)| *k == "ce_marked").map_or(0, |p| p.1)
+    }
+
+    #[test]
+    fn received_ect_datagrams_come_out_ce_and_others_do_not() {
+        let spec = FaultSpec::parse("ce=1").unwrap();
+        let mut f = FaultyTransport::new(Fake::new(with_tos(&TOSES)), spec, "t");
+        let mut out = Vec::new();
+        assert_eq!(f.recv(&mut out).unwrap(), TOSES.len());
+        let toses: Vec<u8> = out.iter().map(|d| d.meta.tos).collect();
+        assert_eq!(toses, MARKED);
+        // only the TOS byte changed
+        assert!(out.iter().zip(&TOSES).all(|(d, &t)| d.payload[..] == [t; 40]));
+        assert_eq!(ce_marked(&f), 3);
+        // sends pass untouched (dir=rx)
+        assert_eq!(f.send(&with_tos(&TOSES)).consumed, TOSES.len());
+        let sent: Vec<u8> = f.inner().sent.iter().map(|d| d.meta.tos).collect();
+        assert_eq!(sent, TOSES);
+        assert_eq!(ce_marked(&f), 3);
+    }
+
+    #[test]
+    fn sent_ect_datagrams_leave_ce_with_dir_tx() {
+        let spec = FaultSpec::parse("ce=1,dir=tx,dup=1").unwrap();
+        let mut f = FaultyTransport::new(Fake::new(with_tos(&TOSES)), spec, "t");
+        let o = f.send(&with_tos(&TOSES));
+        assert_eq!((o.consumed, o.would_block), (TOSES.len(), false));
+        // each one twice (dup=1), the copy marked as well, counted once
+        let sent: Vec<u8> = f.inner().sent.iter().map(|d| d.meta.tos).collect();
+        let want: Vec<u8> = MARKED.iter().flat_map(|&t| [t, t]).collect();
+        assert_eq!(sent, want);
+        assert_eq!(ce_marked(&f), 3);
+        // receives pass untouched
+        let mut out = Vec::new();
+        f.recv(&mut out).unwrap();
+        assert_eq!(out.iter().map(|d| d.meta.tos).collect::<Vec<_>>(), TOSES);
+    }
+
+    #[test]
+    fn a_spec_without_ce_draws_the_faults_it_drew_before() {
+        // which of 500 numbered datagrams arrive, in which order, with which TOS
+        let run = |s: &str| {
+            let spec = FaultSpec::parse(s).unwrap();
+            let mut inbox = with_tos(&[0x6a; 500]);
+            for (i, d) in inbox.iter_mut().enumerate() {
+                d.payload = (i as u32).to_be_bytes().to_vec().into();
+            }
+            let mut f = FaultyTransport::new(Fake::new(inbox), spec, "t");
+            let mut out = Vec::new();
+            f.recv(&mut out).unwrap();
+            f.recv(&mut out).unwrap(); // the held ones
+            out.iter().map(|d| (d.payload.to_vec(), d.meta.tos)).collect::<Vec<_>>()
+        };
+        let before = run("loss=0.2,dup=0.1,reorder=0.1,seed=5");
+        assert!(before.len() > 350 && before.len() < 500, "{}", before.len());
+        // ce=0 draws nothing: the same faults with or without the key
+        assert_eq!(run("loss=0.2,dup=0.1,reorder=0.1,seed=5,ce=0"), before);
+        // a certain mark draws nothing either: the same faults, all CE
+        let all: Vec<_> = before.iter().map(|(p, _)| (p.clone(), 0x6b)).collect();
+        assert_eq!(run("loss=0.2,dup=0.1,reorder=0.1,seed=5,ce=1"), all);
     }
 }

@@ -700,6 +700,60 @@ fn received_datagrams_carry_their_tos() {
     }
 }
 
+/// `ROCE_EMU_FAULTS`'s `ce=1` on a real socket, as a switch's RED/ECN
+/// queue would mark: received ECN-capable datagrams (ECT(0), ECT(1), CE)
+/// reach the core CE, a non-ECT one does not (`dir=rx`); with `dir=tx` the
+/// datagrams leave with CE in their TOS byte on the wire. DSCP bits stay,
+/// every ICRC still checks (the byte is masked).
+#[test]
+fn fault_injector_marks_ecn_capable_datagrams_ce() {
+    use nix::sys::socket::{setsockopt, sockopt};
+    use roce_transport::faults::{FaultSpec, FaultyTransport};
+    use roce_transport::socket::Link;
+    let toses = [0x6au8, 0x69, 0x6b, 0x68, 0x02, 0x00];
+    let marked = [0x6bu8, 0x6b, 0x6b, 0x68, 0x03, 0x00];
+    let ce = |c: &roce_transport::faults::FaultCounters| {
+        c.pairs().into_iter().find(|(k, _)| *k == "ce_marked").map(|(_, v)| v)
+    };
+    // receive side
+    let mut a = bind("127.1.33.2", |_| {});
+    let b = bind("127.1.33.3", |_| {});
+    let ep = core_ep(&a, &b);
+    let mut fb = FaultyTransport::new(b, FaultSpec::parse("ce=1").unwrap(), "b");
+    assert_eq!(a.send(&with_tos(&ep, &toses)).consumed, toses.len());
+    let mut got = Vec::new();
+    let end = std::time::Instant::now() + T;
+    while got.len() < toses.len() && std::time::Instant::now() < end {
+        if fb.recv(&mut got).unwrap() == 0 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    let mut by_psn: Vec<(u32, u8)> = got
+        .iter()
+        .map(|d| (u32::from_be_bytes([0, d.payload[9], d.payload[10], d.payload[11]]), d.meta.tos))
+        .collect();
+    by_psn.sort_unstable();
+    let want: Vec<(u32, u8)> = marked.iter().enumerate().map(|(i, &t)| (i as u32, t)).collect();
+    assert_eq!(by_psn, want);
+    assert!(got.iter().all(|d| verify_icrc(&d.endpoints, &d.meta, &d.payload)));
+    assert_eq!(ce(&fb.fault_counters()), Some(4));
+    // send side: CE on the wire
+    let a = bind("127.1.34.2", |c| c.gso = false);
+    let mut fa = FaultyTransport::new(a, FaultSpec::parse("ce=1,dir=tx").unwrap(), "a");
+    let rx = UdpSocket::bind("127.1.34.3:0").unwrap();
+    setsockopt(&rx, sockopt::IpRecvTos, &true).unwrap();
+    let ep = roce_packet::UdpEndpoints {
+        src: fa.local_addr().ip(),
+        dst: rx.local_addr().unwrap().ip(),
+        src_port: 0xC123,
+        dst_port: rx.local_addr().unwrap().port(),
+    };
+    let o = fa.send(&with_tos(&ep, &toses));
+    assert_eq!((o.consumed, o.would_block), (toses.len(), false));
+    assert_eq!(tos_of_received(&rx, toses.len()), marked);
+    assert_eq!(ce(&fa.fault_counters()), Some(4));
+}
+
 /// Datagrams the kernel drops for a full receive buffer are counted where
 /// they happen (`rx_socket_drops`, from `SO_RXQ_OVFL`, which the kernel
 /// reports with the next datagram it queues): 300 datagrams into a receive
