@@ -110,7 +110,19 @@ fn compare_with_oracle(capture_path: &PathBuf, oracle_name: &str, skip_frames: &
         }
         for k in a.keys() {
             // the oracle does not decode CM MADs; we add them as "cm"
-            assert!(b.contains_key(k) || k == "cm", "{oracle_name} frame {frame}: extra key {k}");
+            assert!(
+                b.contains_key(k) || k == "cm" || k == "ecn",
+                "{oracle_name} frame {frame}: extra key {k}"
+            );
+        }
+        // nor name the ECN field: ours is the oracle's TOS / traffic class's
+        // low two bits, and absent for Not-ECT
+        let tos = b.get("ip_tos").or(b.get("ipv6_tc")).and_then(Value::as_u64);
+        if let Some(tos) = tos {
+            let want = ["Not-ECT", "ECT(1)", "ECT(0)", "CE"][(tos & 3) as usize];
+            let got = a.get("ecn").and_then(Value::as_str).unwrap_or("Not-ECT");
+            assert_eq!(got, want, "{oracle_name} frame {frame}: ecn");
+            assert!(tos & 3 != 0 || !a.contains_key("ecn"), "{oracle_name} frame {frame}");
         }
     }
     let code = out.status.code();
@@ -475,9 +487,28 @@ fn cnp_and_ud_lines_and_explanations() {
     let text = stdout(&out);
     assert!(text.contains(
         "   27  0.043117  192.0.2.2:49153 -> 192.0.2.1:4791  CNP  QP=0x000011 PSN=0x000000 A=0 \
-         BECN  ICRC ok\n        Congestion Notification Packet: the receiver of ECN-marked \
-         (congestion experienced) packets tells their sender, this packet's destination, to \
-         slow down QP 0x11 (DCQCN rate control); no data, no ACK\n"
+         BECN  congestion notification to qp=0x11  ICRC ok\n        Congestion Notification \
+         Packet (Annex A17.9.3): tells QP 0x11 to slow down; its reaction point (DCQCN) cuts \
+         the QP's rate; never acknowledged; BECN set; PSN and the 16 reserved bytes are zero\n\
+         \x20       it answers the CE mark on frame 25, a packet QP 0x11 sent\n"
+    ));
+    // frame 25 is CE-marked (and has the BTH's FECN and BECN set too)
+    assert!(text.contains(
+        "   25  0.041211  192.0.2.1:49153 -> 192.0.2.2:4791  RC_SEND_ONLY  QP=0x000012 \
+         PSN=0x0001f4 A=0 FECN BECN ECN=CE len=20  ICRC ok\n"
+    ));
+    assert!(text.contains(
+        "        IP ECN CE: a switch on the path found its queue above its ECN threshold and \
+         marked this packet Congestion Experienced instead of dropping it; the receiving device \
+         answers with a CNP to the sending QP (0x11), at most one per QP per interval\n"
+    ));
+    // edge.pcap frame 15: a CNP without BECN and with reserved bytes set
+    let edge =
+        stdout(&decode(&["--explain", "--from", "15", "--to", "15"], &cli_data("edge.pcap")));
+    assert!(edge.contains(
+        "CNP  QP=0x000012 PSN=0x000000 A=0  congestion notification to qp=0x12 (malformed CNP: \
+         BECN not set, reserved bytes not 0)  ICRC ok\n        malformed CNP (BECN not set, \
+         reserved bytes not 0): Annex A17.9.3's CNP has BECN set"
     ));
     assert!(text.contains(
         "   16  0.026519  192.0.2.1:49155 -> 192.0.2.2:4791  UD_SEND_ONLY  QP=0x000021 \

@@ -9,7 +9,7 @@
 //! prove is claimed; where the capture cannot tell, the text says so.
 
 use crate::human::ms_text;
-use crate::record::{nak_name, rnr_timer_ms, AethKind, AtomicF, BthFields, Record, RethF};
+use crate::record::{nak_name, rnr_timer_ms, AethKind, AtomicF, BthFields, Ecn, Record, RethF};
 use core::net::IpAddr;
 use roce_packet::opcode::{OpInfo, OpKind, Position, Transport};
 use roce_packet::Psn;
@@ -127,6 +127,10 @@ pub struct Explainer {
     /// REQs whose private data is rsocket connection data, by the
     /// requester's comm ID: its address and QPN, until the REP.
     rsocket_reqs: HashMap<u32, (IpAddr, u32)>,
+    /// The last CE-marked packet from each sender to each receiver
+    /// (addresses): its frame and the QP that sent it, if known; a CNP
+    /// from the receiver back to the sender answers it.
+    ce_marks: HashMap<(IpAddr, IpAddr), (u64, Option<u32>)>,
     /// Facts of the packet being explained.
     facts: Facts,
 }
@@ -220,12 +224,7 @@ impl Explainer {
             );
         }
         match info.transport {
-            Transport::Cnp => out.push(format!(
-                "Congestion Notification Packet: the receiver of ECN-marked (congestion \
-                 experienced) packets tells their sender, this packet's destination, to slow \
-                 down QP {:#x} (DCQCN rate control); no data, no ACK",
-                b.destqp
-            )),
+            Transport::Cnp => out.extend(self.cnp(r, &b)),
             Transport::Ud => {
                 out.push(ud_text(r, &b));
                 if let Some(line) = self.rsocket_cm(r) {
@@ -253,7 +252,101 @@ impl Explainer {
                 }
             }
         }
+        out.extend(self.ecn_line(r, info));
         out
+    }
+
+    /// A CNP: what it asks for, a finding when it is not the CNP of Annex
+    /// A17.9.3, and the CE mark it answers (each mark is answered once: a
+    /// later CNP with no new mark in between is not tied to it).
+    fn cnp(&mut self, r: &Record, b: &BthFields) -> Vec<String> {
+        let problems = r.cnp_problems();
+        let mut out = Vec::new();
+        if !problems.is_empty() {
+            out.push(format!(
+                "malformed CNP ({}): Annex A17.9.3's CNP has BECN set, AckReq clear, PSN 0 and \
+                 16 zero reserved bytes; a reaction point may ignore this one",
+                problems.join(", ")
+            ));
+        }
+        let mut s = format!(
+            "Congestion Notification Packet (Annex A17.9.3): tells QP {:#x} to slow down; its \
+             reaction point (DCQCN) cuts the QP's rate; never acknowledged",
+            b.destqp
+        );
+        if problems.is_empty() {
+            s.push_str("; BECN set; PSN and the 16 reserved bytes are zero");
+        }
+        out.push(s);
+        // the notification point answers CE marks on packets coming to it
+        let mark = self.ce_marks.get(&(r.dst, r.src)).copied();
+        if mark.is_some_and(|(_, q)| q.is_none_or(|q| q == b.destqp)) {
+            self.ce_marks.remove(&(r.dst, r.src));
+        }
+        match mark {
+            Some((f, Some(q))) if q == b.destqp => {
+                out.push(format!("it answers the CE mark on frame {f}, a packet QP {q:#x} sent"))
+            }
+            Some((f, None)) => out.push(format!(
+                "it probably answers the CE mark on frame {f}, the last CE-marked packet from {} \
+                 to {} (the capture has not shown yet which QP sent it)",
+                r.dst, r.src
+            )),
+            _ => {}
+        }
+        out
+    }
+
+    /// The IP ECN field of a well-formed packet, when it is not Not-ECT;
+    /// a CE mark is remembered for the CNP that answers it.
+    fn ecn_line(&mut self, r: &Record, info: &OpInfo) -> Option<String> {
+        match r.ecn {
+            Ecn::NotEct => None,
+            Ecn::Ect0 | Ecn::Ect1 => Some(format!(
+                "IP ECN {}: sent ECN-capable, so a congested switch marks it CE (Congestion \
+                 Experienced) instead of dropping it",
+                r.ecn.name()
+            )),
+            Ecn::Ce if info.transport == Transport::Cnp => Some(
+                "IP ECN CE: a switch on the path found its queue above its ECN threshold and \
+                 marked this packet Congestion Experienced; a CNP is never answered with a CNP"
+                    .into(),
+            ),
+            Ecn::Ce => {
+                let qp = self.sending_qp(r);
+                let key = (r.src, r.dst);
+                if self.ce_marks.len() >= MAX_OUTSTANDING && !self.ce_marks.contains_key(&key) {
+                    self.ce_marks.clear();
+                }
+                self.ce_marks.insert(key, (r.frame, qp));
+                let to = match qp {
+                    Some(q) => format!("the sending QP ({q:#x})"),
+                    None => "the sending QP".into(),
+                };
+                Some(format!(
+                    "IP ECN CE: a switch on the path found its queue above its ECN threshold and \
+                     marked this packet Congestion Experienced instead of dropping it; the \
+                     receiving device answers with a CNP to {to}, at most one per QP per interval"
+                ))
+            }
+        }
+    }
+
+    /// The QP that sent `r`, when the packet or the tracking shows it: a
+    /// DETH's source QP, a request's requester (once a response revealed
+    /// it), a response's responder.
+    fn sending_qp(&self, r: &Record) -> Option<u32> {
+        if let Some((_, q)) = r.deth {
+            return Some(q);
+        }
+        let key = self.facts.stream?;
+        if self.facts.request {
+            self.streams.get(&key)?.peer_qp
+        } else if self.facts.response {
+            Some(key.2)
+        } else {
+            None
+        }
     }
 }
 

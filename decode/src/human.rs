@@ -1,6 +1,6 @@
 //! The one-line human summary of a packet, like tshark's but in IBA terms.
 
-use crate::record::{hex4, nak_name, rnr_timer_ms, AethKind, Record};
+use crate::record::{hex4, nak_name, rnr_timer_ms, AethKind, Ecn, Record};
 use core::fmt::Write;
 use core::net::IpAddr;
 use roce_packet::opcode::OpKind;
@@ -87,6 +87,11 @@ pub fn line(r: &Record) -> String {
     if b.becn != 0 {
         s.push_str(" BECN");
     }
+    // CE (a switch's congestion mark) always; ECT(0)/ECT(1), which every
+    // packet of an ECN-capable sender carries, only in --explain and JSON
+    if r.ecn == Ecn::Ce {
+        s.push_str(" ECN=CE");
+    }
     if let Some(n) = r.payload_len {
         if n != 0 || r.info.is_some_and(|i| i.has_payload) {
             let _ = write!(s, " len={n}");
@@ -132,6 +137,7 @@ pub fn line(r: &Record) -> String {
     if let Some(x) = r.ieth_rkey {
         let _ = write!(s, " IETH rkey={x:#010x}");
     }
+    push_cnp(&mut s, r);
     if let Some(c) = &r.cm {
         let _ = write!(s, "  {}", crate::cm_fmt::summary(c));
     }
@@ -140,6 +146,17 @@ pub fn line(r: &Record) -> String {
     }
     push_icrc(&mut s, r);
     s
+}
+
+/// A CNP: whom it notifies (the ladder's `CNP qp=0x..` label, in words)
+/// and how it differs from Annex A17.9.3's.
+fn push_cnp(s: &mut String, r: &Record) {
+    let Some(b) = r.bth.filter(|_| r.is_cnp()) else { return };
+    let _ = write!(s, "  congestion notification to qp={:#x}", b.destqp);
+    let problems = r.cnp_problems();
+    if !problems.is_empty() {
+        let _ = write!(s, " (malformed CNP: {})", problems.join(", "));
+    }
 }
 
 /// The ICRC's verdict, then any errors.

@@ -5,7 +5,7 @@
 use crate::analysis::{Analysis, Endpoint, Item};
 use crate::explain::Retx;
 use crate::human::ms_text;
-use crate::record::{nak_name, rnr_timer_ms, AethKind, Record};
+use crate::record::{nak_name, rnr_timer_ms, AethKind, Ecn, Record};
 use roce_packet::opcode::OpKind;
 use std::io::{self, Write};
 
@@ -204,6 +204,13 @@ fn class_and_marks(r: &Record, facts: &crate::explain::Facts) -> (Class, Vec<Str
     }
     if let Some(n) = facts.gap {
         marks.push(format!("[PSN gap: {n} missing]"));
+    }
+    if r.ecn == Ecn::Ce {
+        marks.push("[ECN CE]".into());
+    }
+    let cnp = r.cnp_problems();
+    if !cnp.is_empty() {
+        marks.push(format!("[malformed CNP: {}]", cnp.join(", ")));
     }
     if !r.errors.is_empty() {
         class = Class::Bad;

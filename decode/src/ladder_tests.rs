@@ -108,6 +108,37 @@ fn go_back_n_statistics() {
     let v: serde_json::Value = serde_json::from_slice(&out).expect("json");
     assert_eq!(v["streams"][0]["naks"]["PSN_SEQUENCE_ERROR"], 1);
     assert_eq!(v["streams"][0]["requester"]["qpn"], 0x11);
+    // no congestion: no congestion keys, no congestion line
+    assert_eq!((s[0].ce_marked, s[0].cnps.len()), (0, 0));
+    assert!(v.get("ce_marked").is_none() && v.get("cnps").is_none(), "{v}");
+    let mut out = Vec::new();
+    stats::write_text(&s, &mut out).expect("write");
+    assert!(!String::from_utf8_lossy(&out).contains("congestion"));
+}
+
+#[test]
+fn congestion_line_of_the_statistics() {
+    let a = go_back_n();
+    let shown = Filter::default().select(&a);
+    let mut s = stats::compute(&a, &shown);
+    let text = |s: &[stats::ConvStats]| {
+        let mut out = Vec::new();
+        stats::write_text(s, &mut out).expect("write");
+        String::from_utf8(out).expect("utf-8")
+    };
+    s[0].ce_marked = 3;
+    s[0].cnps.insert(0x14, 1);
+    s[0].cnps.insert(0x11, 2);
+    let t = text(&s);
+    assert!(t.contains(
+        "\n  congestion: 3 packets marked CE (ECN), 3 CNPs: 2 to QP 0x11, 1 to QP 0x14\n"
+    ));
+    s[0].ce_marked = 0;
+    s[0].cnps.remove(&0x14);
+    assert!(text(&s).contains("\n  congestion: no packet marked CE (ECN), 2 CNPs to QP 0x11\n"));
+    s[0].ce_marked = 1;
+    s[0].cnps.clear();
+    assert!(text(&s).contains("\n  congestion: 1 packet marked CE (ECN), no CNPs\n"));
 }
 
 #[test]

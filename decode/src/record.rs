@@ -10,7 +10,7 @@ use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use roce_packet::ext::{AtomicAckEth, AtomicEth, Deth, Reth, RNR_TIMER_US};
 use roce_packet::frame::inet_checksum;
 use roce_packet::mad::CmMad;
-use roce_packet::opcode::{ExtHeader, OpInfo, OpKind};
+use roce_packet::opcode::{ExtHeader, OpInfo, OpKind, Transport};
 use roce_packet::{bth, icrc, Bth, Opcode};
 use serde_json::{json, Map, Value};
 
@@ -79,6 +79,45 @@ impl<'a> Input<'a> {
             gso: None,
             l2_trailer_len: 0,
             frame_errors: Vec::new(),
+        }
+    }
+}
+
+/// The IP ECN field (RFC 3168 section 5): the low two bits of the IPv4
+/// TOS byte or the IPv6 traffic class. RoCEv2 congestion control (IBA
+/// Annex A17) sends packets ECN-capable (ECT(0) or ECT(1)); a congested
+/// switch rewrites that to CE instead of dropping the packet.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Ecn {
+    /// 0b00: the sender does not do ECN.
+    #[default]
+    NotEct,
+    /// 0b01: ECN-capable transport, codepoint 1.
+    Ect1,
+    /// 0b10: ECN-capable transport, codepoint 0.
+    Ect0,
+    /// 0b11: Congestion Experienced, set by a switch.
+    Ce,
+}
+
+impl Ecn {
+    /// The ECN field of a TOS byte or traffic class.
+    pub fn from_tos(tos: u8) -> Ecn {
+        match tos & 3 {
+            0 => Ecn::NotEct,
+            1 => Ecn::Ect1,
+            2 => Ecn::Ect0,
+            _ => Ecn::Ce,
+        }
+    }
+
+    /// `Not-ECT`, `ECT(0)`, `ECT(1)` or `CE` (RFC 3168's names).
+    pub fn name(self) -> &'static str {
+        match self {
+            Ecn::NotEct => "Not-ECT",
+            Ecn::Ect1 => "ECT(1)",
+            Ecn::Ect0 => "ECT(0)",
+            Ecn::Ce => "CE",
         }
     }
 }
@@ -184,6 +223,8 @@ pub struct Record {
     pub ipv4_csum_ok: Option<bool>,
     /// IPv4 TOS or IPv6 traffic class.
     pub tos: u8,
+    /// The ECN field of `tos`.
+    pub ecn: Ecn,
     /// IPv4 TTL or IPv6 hop limit.
     pub ttl: u8,
     pub udp_csum_ok: Option<bool>,
@@ -299,6 +340,7 @@ impl Record {
             udp_len: inp.udp_len,
             ipv4_csum_ok: inp.ipv4_csum_ok,
             tos,
+            ecn: Ecn::from_tos(tos),
             ttl,
             udp_csum_ok: inp.udp_csum_ok,
             l2_trailer_bytes: inp.l2_trailer_len,
@@ -460,6 +502,33 @@ impl Record {
         }
     }
 
+    /// A CNP (opcode 0x81).
+    pub fn is_cnp(&self) -> bool {
+        self.info.is_some_and(|i| i.transport == Transport::Cnp)
+    }
+
+    /// How a CNP differs from Annex A17.9.3's (BECN set, AckReq clear,
+    /// PSN 0, 16 zero reserved bytes), in words; empty for a well-formed
+    /// CNP or another packet. These are findings, not `errors`: the packet
+    /// is not bad for them (the oracle does not flag them either).
+    pub fn cnp_problems(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        let Some(b) = self.bth.filter(|_| self.is_cnp()) else { return v };
+        if b.becn == 0 {
+            v.push("BECN not set".to_string());
+        }
+        if b.ackreq != 0 {
+            v.push("AckReq set".to_string());
+        }
+        if b.psn != 0 {
+            v.push(format!("PSN {:#x} not 0", b.psn));
+        }
+        if self.warnings.iter().any(|w| w == "cnp_reserved_nonzero") {
+            v.push("reserved bytes not 0".to_string());
+        }
+        v
+    }
+
     /// A bad packet: wrong ICRC or a structural error (warnings do not count).
     pub fn is_bad(&self) -> bool {
         !self.icrc_ok || !self.errors.is_empty()
@@ -467,6 +536,11 @@ impl Record {
 
     /// The oracle's JSON record for this packet (same keys, same order,
     /// integers as JSON numbers, ICRCs as hex strings in wire byte order).
+    ///
+    /// One key is ours, not the oracle's: `"ecn"` (after the IP TOS / TTL
+    /// keys), the name of the ECN field ([`Ecn::name`]), present only when
+    /// the packet is ECN-capable or CE-marked: a Not-ECT packet's record is
+    /// exactly the oracle's.
     pub fn to_json(&self) -> Value {
         let mut m = Map::new();
         m.insert("frame".into(), json!(self.frame));
@@ -483,6 +557,9 @@ impl Record {
         } else {
             m.insert("ipv6_tc".into(), json!(self.tos));
             m.insert("ipv6_hlim".into(), json!(self.ttl));
+        }
+        if self.ecn != Ecn::NotEct {
+            m.insert("ecn".into(), json!(self.ecn.name()));
         }
         m.insert("udp_csum_ok".into(), json!(self.udp_csum_ok));
         if self.l2_trailer_bytes > 0 {

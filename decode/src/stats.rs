@@ -3,7 +3,7 @@
 use crate::analysis::{Analysis, Conversation, Endpoint, Item};
 use crate::explain::{Key, Retx};
 use crate::human::ms_text;
-use crate::record::{nak_name, rnr_timer_ms, AethKind};
+use crate::record::{nak_name, rnr_timer_ms, AethKind, Ecn, Record};
 use roce_packet::opcode::{OpKind, Transport};
 use roce_packet::Psn;
 use serde_json::{json, Map, Value};
@@ -91,12 +91,34 @@ pub struct ConvStats {
     pub other_packets: u64,
     /// Bad packets.
     pub bad: u64,
+    /// Packets a switch marked CE (IP ECN Congestion Experienced).
+    pub ce_marked: u64,
+    /// CNPs by destination QP (the QP told to slow down).
+    pub cnps: BTreeMap<u32, u64>,
     /// First and last frame numbers.
     pub frames: (u64, u64),
     /// First and last times, seconds.
     pub times: (f64, f64),
     /// The streams, in order of first appearance.
     pub streams: Vec<(Key, StreamStats)>,
+}
+
+impl ConvStats {
+    /// Count one packet of the conversation (not yet its stream).
+    fn count(&mut self, rec: &Record) {
+        self.packets += 1;
+        self.frames.1 = rec.frame;
+        self.times.1 = rec.time;
+        if rec.is_bad() {
+            self.bad += 1;
+        }
+        if rec.ecn == Ecn::Ce {
+            self.ce_marked += 1;
+        }
+        if let Some(b) = rec.bth.filter(|_| rec.is_cnp()) {
+            *self.cnps.entry(b.destqp).or_default() += 1;
+        }
+    }
 }
 
 /// The per-connection summary of `shown` items.
@@ -113,6 +135,8 @@ pub fn compute(a: &Analysis, shown: &[&Item]) -> Vec<ConvStats> {
                 packets: 0,
                 other_packets: 0,
                 bad: 0,
+                ce_marked: 0,
+                cnps: BTreeMap::new(),
                 frames: (rec.frame, rec.frame),
                 times: (rec.time, rec.time),
                 streams: Vec::new(),
@@ -120,12 +144,7 @@ pub fn compute(a: &Analysis, shown: &[&Item]) -> Vec<ConvStats> {
             convs.len() - 1
         });
         let c = &mut convs[ci];
-        c.packets += 1;
-        c.frames.1 = rec.frame;
-        c.times.1 = rec.time;
-        if rec.is_bad() {
-            c.bad += 1;
-        }
+        c.count(rec);
         let Some(key) = facts.stream else {
             c.other_packets += 1;
             continue;
@@ -259,18 +278,25 @@ pub fn write_json(convs: &[ConvStats], out: &mut dyn Write) -> io::Result<()> {
                 Value::Object(m)
             })
             .collect();
-        let v = json!({
-            "endpoints": [ep_json(&Some(c.ends.0)), ep_json(&Some(c.ends.1))],
-            "packets": c.packets,
-            "other_packets": c.other_packets,
-            "bad": c.bad,
-            "first_frame": c.frames.0,
-            "last_frame": c.frames.1,
-            "first_time": c.times.0,
-            "last_time": c.times.1,
-            "streams": streams,
-        });
-        writeln!(out, "{v}")?;
+        let mut m = Map::new();
+        m.insert("endpoints".into(), json!([ep_json(&Some(c.ends.0)), ep_json(&Some(c.ends.1))]));
+        m.insert("packets".into(), json!(c.packets));
+        m.insert("other_packets".into(), json!(c.other_packets));
+        m.insert("bad".into(), json!(c.bad));
+        // only when there is congestion: other captures' objects are unchanged
+        if c.ce_marked > 0 {
+            m.insert("ce_marked".into(), json!(c.ce_marked));
+        }
+        if !c.cnps.is_empty() {
+            let v: Vec<Value> = c.cnps.iter().map(|(q, n)| json!({"qpn": q, "count": n})).collect();
+            m.insert("cnps".into(), json!(v));
+        }
+        m.insert("first_frame".into(), json!(c.frames.0));
+        m.insert("last_frame".into(), json!(c.frames.1));
+        m.insert("first_time".into(), json!(c.times.0));
+        m.insert("last_time".into(), json!(c.times.1));
+        m.insert("streams".into(), json!(streams));
+        writeln!(out, "{}", Value::Object(m))?;
     }
     Ok(())
 }
@@ -318,6 +344,9 @@ pub fn write_text(convs: &[ConvStats], out: &mut dyn Write) -> io::Result<()> {
                     format!("{} packets", c.other_packets)
                 }
             )?;
+        }
+        if let Some(line) = congestion_text(c) {
+            writeln!(out, "  {line}")?;
         }
         for (_, s) in &c.streams {
             writeln!(
@@ -389,6 +418,36 @@ pub fn write_text(convs: &[ConvStats], out: &mut dyn Write) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `congestion: 2 packets marked CE (ECN), 1 CNP to QP 0x11`; `None`
+/// without CE marks and CNPs (the summary of other captures is unchanged).
+fn congestion_text(c: &ConvStats) -> Option<String> {
+    if c.ce_marked == 0 && c.cnps.is_empty() {
+        return None;
+    }
+    let ce = match c.ce_marked {
+        0 => "no packet marked CE (ECN)".to_string(),
+        1 => "1 packet marked CE (ECN)".to_string(),
+        n => format!("{n} packets marked CE (ECN)"),
+    };
+    let total: u64 = c.cnps.values().sum();
+    let cnps = match c.cnps.len() {
+        0 => "no CNPs".to_string(),
+        1 => {
+            let (q, _) = c.cnps.iter().next()?;
+            format!(
+                "{} to QP {q:#x}",
+                if total == 1 { "1 CNP".into() } else { format!("{total} CNPs") }
+            )
+        }
+        _ => {
+            let each: Vec<String> =
+                c.cnps.iter().map(|(q, n)| format!("{n} to QP {q:#x}")).collect();
+            format!("{total} CNPs: {}", each.join(", "))
+        }
+    };
+    Some(format!("congestion: {ce}, {cnps}"))
 }
 
 fn truncated_list(v: &[String]) -> String {

@@ -475,3 +475,324 @@ fn explain_pairs_xrc_acks_with_their_requests() {
     assert!(t[3].starts_with("NAK INVALID_REQUEST for PSN 0x101"), "{}", t[3]);
     assert!(!t[3].contains("not in this capture"), "{}", t[3]);
 }
+
+/// Like [`record`], with the IPv4 TOS byte `tos` (DSCP << 2 | ECN).
+pub(crate) fn record_tos(
+    frame: u64,
+    time: f64,
+    src: IpAddr,
+    dst: IpAddr,
+    r: &RoceRepr,
+    tos: u8,
+) -> Record {
+    let payload: Vec<u8> = (0..r.payload_len).map(|i| i as u8).collect();
+    let mut ib = r.to_vec(&payload).expect("emit");
+    let ep = UdpEndpoints { src, dst, src_port: 49152, dst_port: 4791 };
+    let meta = IpMeta { tos, ..IpMeta::default() };
+    let h = IpUdpHeader::build(&ep, &meta, ib.len()).expect("headers");
+    h.fill_icrc(&mut ib);
+    let mut udp = [0u8; 8];
+    udp.copy_from_slice(h.udp());
+    Record::decode(&Input::simple(frame, time, h.ip(), udp, &ib))
+}
+
+/// A CNP to QP `qp` as Annex A17.9.3 has it (BECN set, P_Key 0xffff, A=0,
+/// 16 zero reserved bytes), with PSN `psn`.
+pub(crate) fn cnp(qp: u32, psn: u32) -> RoceRepr {
+    let mut r = repr(Opcode::CNP, qp, psn, 0);
+    r.bth.becn = true;
+    r.cnp = Some([0; 16]);
+    r
+}
+
+/// An RC SEND_ONLY with AckReq to QP 0x22 at B from A.
+pub(crate) fn send_a(psn: u32) -> RoceRepr {
+    let mut r = repr(Opcode::RC_SEND_ONLY, 0x22, psn, 8);
+    r.bth.ack_req = true;
+    r
+}
+
+/// DSCP 26 (what RoCE traffic classes often use) with each ECN codepoint.
+pub(crate) const TOS_ECT0: u8 = (26 << 2) | 0b10;
+pub(crate) const TOS_CE: u8 = (26 << 2) | 0b11;
+
+#[test]
+fn ecn_field_is_decoded_and_only_ce_shows_in_the_line() {
+    use crate::record::Ecn;
+    let names: Vec<&str> = (0u8..4).map(|t| Ecn::from_tos(0x68 | t).name()).collect();
+    assert_eq!(names, ["Not-ECT", "ECT(1)", "ECT(0)", "CE"]);
+    let plain = record(1, 0.0, A, B, &send_a(7));
+    let ect = record_tos(1, 0.0, A, B, &send_a(7), TOS_ECT0);
+    let ce = record_tos(1, 0.0, A, B, &send_a(7), TOS_CE);
+    assert_eq!((plain.ecn, ect.ecn, ce.ecn), (Ecn::NotEct, Ecn::Ect0, Ecn::Ce));
+    // the TOS byte is masked out of the ICRC: the mark leaves it valid
+    assert!(ce.icrc_ok && !ce.is_bad());
+    let line = |r: &Record| human::line(r);
+    assert_eq!(
+        line(&plain),
+        "    1  0.000000  10.0.0.1:49152 -> 10.0.0.2:4791  RC_SEND_ONLY  QP=0x000022 \
+         PSN=0x000007 A=1 len=8  ICRC ok"
+    );
+    assert_eq!(line(&ect), line(&plain), "ECT is not in the text line");
+    assert_eq!(
+        line(&ce),
+        "    1  0.000000  10.0.0.1:49152 -> 10.0.0.2:4791  RC_SEND_ONLY  QP=0x000022 \
+         PSN=0x000007 A=1 ECN=CE len=8  ICRC ok"
+    );
+    // JSON: "ecn" after the IP keys, absent for Not-ECT (the oracle's record)
+    assert!(plain.to_json().get("ecn").is_none());
+    assert_eq!(ect.to_json()["ecn"], "ECT(0)");
+    let j = ce.to_json();
+    assert_eq!(j["ecn"], "CE");
+    assert_eq!(j["ip_tos"], TOS_CE);
+    let keys: Vec<&str> = j.as_object().expect("object").keys().map(|k| k.as_str()).collect();
+    let at = keys.iter().position(|k| *k == "ecn").expect("ecn key");
+    assert_eq!(keys[at - 1], "ip_ttl");
+    // IPv6: from the traffic class
+    let s6 = IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1));
+    let d6 = IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 2));
+    let ce6 = record_tos(1, 0.0, s6, d6, &send_a(7), TOS_CE);
+    assert_eq!(ce6.ecn, Ecn::Ce);
+    assert!(ce6.icrc_ok && human::line(&ce6).contains(" A=1 ECN=CE len=8 "));
+    assert_eq!(ce6.to_json()["ecn"], "CE");
+}
+
+/// (a) a CE-marked RC SEND, (b) the CNP that answers it, (c) a CNP with a
+/// nonzero PSN: the lines, the explanations and the finding.
+#[test]
+fn ce_mark_cnp_and_malformed_cnp_are_explained() {
+    let recs = vec![
+        record_tos(1, 0.0, A, B, &send_a(7), TOS_ECT0),
+        record_tos(2, 0.000005, B, A, &ack(7, Syndrome::Ack { credit: 31 }, 1), TOS_ECT0),
+        record_tos(3, 0.000010, A, B, &send_a(8), TOS_CE),
+        record(4, 0.000012, B, A, &cnp(0x11, 0)),
+        record(5, 0.000070, B, A, &cnp(0x11, 5)),
+    ];
+    assert_eq!(
+        human::line(&recs[2]),
+        "    3  0.000010  10.0.0.1:49152 -> 10.0.0.2:4791  RC_SEND_ONLY  QP=0x000022 \
+         PSN=0x000008 A=1 ECN=CE len=8  ICRC ok"
+    );
+    assert_eq!(
+        human::line(&recs[3]),
+        "    4  0.000012  10.0.0.2:49152 -> 10.0.0.1:4791  CNP  QP=0x000011 PSN=0x000000 A=0 \
+         BECN  congestion notification to qp=0x11  ICRC ok"
+    );
+    assert_eq!(
+        human::line(&recs[4]),
+        "    5  0.000070  10.0.0.2:49152 -> 10.0.0.1:4791  CNP  QP=0x000011 PSN=0x000005 A=0 \
+         BECN  congestion notification to qp=0x11 (malformed CNP: PSN 0x5 not 0)  ICRC ok"
+    );
+    // a malformed CNP is a finding, not an error: the packet is not bad
+    assert!(!recs[4].is_bad());
+    assert!(recs[4].to_json().get("warnings").is_none());
+
+    let mut ex = Explainer::new();
+    let t: Vec<Vec<String>> = recs.iter().map(|r| ex.explain(r)).collect();
+    assert_eq!(
+        t[0].last().map(String::as_str),
+        Some(
+            "IP ECN ECT(0): sent ECN-capable, so a congested switch marks it CE (Congestion \
+             Experienced) instead of dropping it"
+        )
+    );
+    // (a): the requester's QP is known from the ACK of frame 2
+    assert_eq!(t[2].len(), 2, "{:?}", t[2]);
+    assert!(t[2][0].starts_with("a whole SEND of 8 bytes in one packet"), "{:?}", t[2]);
+    assert_eq!(
+        t[2][1],
+        "IP ECN CE: a switch on the path found its queue above its ECN threshold and marked \
+         this packet Congestion Experienced instead of dropping it; the receiving device \
+         answers with a CNP to the sending QP (0x11), at most one per QP per interval"
+    );
+    // (b)
+    assert_eq!(
+        t[3],
+        [
+            "Congestion Notification Packet (Annex A17.9.3): tells QP 0x11 to slow down; its \
+             reaction point (DCQCN) cuts the QP's rate; never acknowledged; BECN set; PSN and \
+             the 16 reserved bytes are zero",
+            "it answers the CE mark on frame 3, a packet QP 0x11 sent",
+        ]
+    );
+    // (c): the finding first, as for the other findings
+    assert_eq!(
+        t[4][0],
+        "malformed CNP (PSN 0x5 not 0): Annex A17.9.3's CNP has BECN set, AckReq clear, PSN 0 \
+         and 16 zero reserved bytes; a reaction point may ignore this one"
+    );
+    assert!(t[4][1].ends_with("cuts the QP's rate; never acknowledged"), "{:?}", t[4]);
+    // a CNP is neither a request nor a response: no stream, no RTT
+    let mut ex = Explainer::new();
+    for r in &recs {
+        let (_, f) = ex.analyze(r);
+        if r.is_cnp() {
+            assert!(f.stream.is_none() && !f.request && !f.response, "{f:?}");
+        }
+    }
+}
+
+#[test]
+fn cnp_findings_and_a_cnp_before_the_requester_qp_is_known() {
+    // BECN clear, AckReq set, reserved bytes not zero
+    let mut odd = cnp(0x11, 0);
+    odd.bth.becn = false;
+    odd.bth.ack_req = true;
+    odd.cnp = Some([1; 16]);
+    let rec = record(1, 0.0, B, A, &odd);
+    assert_eq!(
+        rec.cnp_problems(),
+        ["BECN not set", "AckReq set", "reserved bytes not 0"].map(String::from)
+    );
+    assert!(human::line(&rec).contains(
+        "CNP  QP=0x000011 PSN=0x000000 A=1  congestion notification to qp=0x11 (malformed CNP: \
+         BECN not set, AckReq set, reserved bytes not 0)  ICRC ok"
+    ));
+    assert!(record(1, 0.0, B, A, &repr(Opcode::RC_SEND_ONLY, 1, 1, 0)).cnp_problems().is_empty());
+    // the CE mark comes before any response shows the requester's QP
+    let mut ex = Explainer::new();
+    let ce = ex.explain(&record_tos(1, 0.0, A, B, &send_a(7), TOS_CE));
+    assert!(
+        ce[1].ends_with("answers with a CNP to the sending QP, at most one per QP per interval")
+    );
+    let t = ex.explain(&record(2, 0.00001, B, A, &cnp(0x11, 0)));
+    assert_eq!(
+        t[1],
+        "it probably answers the CE mark on frame 1, the last CE-marked packet from 10.0.0.1 to \
+         10.0.0.2 (the capture has not shown yet which QP sent it)"
+    );
+    // a CE-marked CNP is not answered; a CNP the other way answers nothing
+    let t = ex.explain(&record_tos(3, 0.0001, A, B, &cnp(0x22, 0), TOS_CE));
+    assert_eq!(t.len(), 2, "{t:?}");
+    assert!(t[1].ends_with("a CNP is never answered with a CNP"), "{t:?}");
+}
+
+/// The brief's example CNP, byte for byte, decoded from its wire bytes.
+#[test]
+fn the_wire_bytes_of_a_cnp() {
+    let mut ib = vec![0x81, 0x00, 0xff, 0xff, 0x40, 0x00, 0x00, 0xd2, 0, 0, 0, 0];
+    ib.extend_from_slice(&[0; 16 + 4]);
+    let (h, ours) = wire(B, A, &cnp(0xd2, 0));
+    h.fill_icrc(&mut ib);
+    assert_eq!(ib, ours, "the packet crate emits the same CNP");
+    let mut udp = [0u8; 8];
+    udp.copy_from_slice(h.udp());
+    let rec = Record::decode(&Input::simple(9, 0.0, h.ip(), udp, &ib));
+    assert!(rec.is_cnp() && rec.icrc_ok && rec.errors.is_empty());
+    assert!(human::line(&rec).ends_with(
+        "CNP  QP=0x0000d2 PSN=0x000000 A=0 BECN  congestion notification to qp=0xd2  ICRC ok"
+    ));
+    // a truncated CNP is malformed (dropped), never a panic
+    let rec = Record::decode(&Input::simple(9, 0.0, h.ip(), udp, &ib[..20]));
+    assert_eq!(rec.errors, ["truncated_CNP"]);
+    assert!(Explainer::new().explain(&rec)[0].starts_with("malformed (truncated_CNP)"));
+}
+
+/// The capture of [`ce_mark_cnp_and_malformed_cnp_are_explained`] as a
+/// pcap file in memory (Ethernet frames, 10 us apart from t = 1 s).
+fn congestion_pcap() -> Vec<u8> {
+    use roce_packet::frame::{ethernet_frame, LinkType};
+    let frames: [(IpAddr, IpAddr, RoceRepr, u8); 5] = [
+        (A, B, send_a(7), TOS_ECT0),
+        (B, A, ack(7, Syndrome::Ack { credit: 31 }, 1), TOS_ECT0),
+        (A, B, send_a(8), TOS_CE),
+        (B, A, cnp(0x11, 0), 0),
+        (B, A, cnp(0x11, 5), 0),
+    ];
+    let mut w = roce_pcap::PcapWriter::new(Vec::new(), LinkType::Ethernet).expect("pcap");
+    for (i, (src, dst, r, tos)) in frames.iter().enumerate() {
+        let payload: Vec<u8> = (0..r.payload_len).map(|i| i as u8).collect();
+        let mut ib = r.to_vec(&payload).expect("emit");
+        let ep = UdpEndpoints { src: *src, dst: *dst, src_port: 49152, dst_port: 4791 };
+        let meta = IpMeta { tos: *tos, ..IpMeta::default() };
+        roce_packet::frame::fill_icrc(&ep, &meta, &mut ib).expect("icrc");
+        let f = ethernet_frame([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], &ep, &meta, &ib);
+        let ts = std::time::Duration::from_micros(1_000_000 + 10 * i as u64);
+        w.write_frame(ts, &f.expect("frame")).expect("write");
+    }
+    w.into_inner().expect("flush")
+}
+
+/// What `roce decode` prints for [`congestion_pcap`] with `style`.
+fn decode_congestion(style: &crate::Style) -> String {
+    let frames = roce_pcap::read_capture(&congestion_pcap()).expect("read back");
+    let mut out = Vec::new();
+    let sum = crate::decode_frames(&frames, 4791, style, &mut out).expect("decode");
+    assert_eq!((sum.frames, sum.packets, sum.bad), (5, 5, 0));
+    String::from_utf8(out).expect("utf-8")
+}
+
+/// `roce decode --explain`, `--stats` (text and JSON) and `--ladder` of a
+/// CE mark and two CNPs, from a pcap file's bytes.
+#[test]
+fn congestion_capture_end_to_end() {
+    let text = decode_congestion(&crate::Style { explain: true, ..Default::default() });
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 15, "{text}");
+    assert_eq!(
+        lines[1..3],
+        [
+            "        a whole SEND of 8 bytes in one packet: takes one receive WQE at the responder \
+             (AckReq: an ACK is requested)",
+            "        IP ECN ECT(0): sent ECN-capable, so a congested switch marks it CE (Congestion \
+             Experienced) instead of dropping it",
+        ]
+    );
+    assert_eq!(
+        lines[6..],
+        [
+            "    3  0.000020  10.0.0.1:49152 -> 10.0.0.2:4791  RC_SEND_ONLY  QP=0x000022 \
+             PSN=0x000008 A=1 ECN=CE len=8  ICRC ok",
+            "        a whole SEND of 8 bytes in one packet: takes one receive WQE at the responder \
+             (AckReq: an ACK is requested)",
+            "        IP ECN CE: a switch on the path found its queue above its ECN threshold and \
+             marked this packet Congestion Experienced instead of dropping it; the receiving \
+             device answers with a CNP to the sending QP (0x11), at most one per QP per interval",
+            "    4  0.000030  10.0.0.2:49152 -> 10.0.0.1:4791  CNP  QP=0x000011 PSN=0x000000 A=0 \
+             BECN  congestion notification to qp=0x11  ICRC ok",
+            "        Congestion Notification Packet (Annex A17.9.3): tells QP 0x11 to slow down; \
+             its reaction point (DCQCN) cuts the QP's rate; never acknowledged; BECN set; PSN \
+             and the 16 reserved bytes are zero",
+            "        it answers the CE mark on frame 3, a packet QP 0x11 sent",
+            "    5  0.000040  10.0.0.2:49152 -> 10.0.0.1:4791  CNP  QP=0x000011 PSN=0x000005 A=0 \
+             BECN  congestion notification to qp=0x11 (malformed CNP: PSN 0x5 not 0)  ICRC ok",
+            "        malformed CNP (PSN 0x5 not 0): Annex A17.9.3's CNP has BECN set, AckReq clear, \
+             PSN 0 and 16 zero reserved bytes; a reaction point may ignore this one",
+            "        Congestion Notification Packet (Annex A17.9.3): tells QP 0x11 to slow down; \
+             its reaction point (DCQCN) cuts the QP's rate; never acknowledged",
+            // the CE mark of frame 3 was answered by frame 4
+        ]
+    );
+
+    let stats = decode_congestion(&crate::Style { stats: true, ..Default::default() });
+    let head: Vec<&str> = stats.lines().take(4).collect();
+    assert_eq!(
+        head,
+        [
+            "10.0.0.1 QP 0x11 <-> 10.0.0.2 QP 0x22: 5 packets, frames 1-5, 0.000000-0.000040 s",
+            "  2 packets outside any request/response stream (UD, CNP, or unmatched responses)",
+            "  congestion: 1 packet marked CE (ECN), 2 CNPs to QP 0x11",
+            "  RC requests 10.0.0.1 QP 0x11 -> 10.0.0.2 QP 0x22",
+        ]
+    );
+    let json = decode_congestion(&crate::Style { stats: true, json: true, ..Default::default() });
+    let v: Value = serde_json::from_str(json.trim()).expect("one object");
+    assert_eq!(v["ce_marked"], 1);
+    assert_eq!(v["cnps"], serde_json::json!([{"qpn": 0x11, "count": 2}]));
+
+    let json = decode_congestion(&crate::Style { json: true, ..Default::default() });
+    let ecn: Vec<Value> = json
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("json")["ecn"].clone())
+        .collect();
+    let want = [Value::from("ECT(0)"), "ECT(0)".into(), "CE".into(), Value::Null, Value::Null];
+    assert_eq!(ecn, want);
+
+    let lad = decode_congestion(&crate::Style { ladder: true, ..Default::default() });
+    assert!(lad.contains("│── SEND_ONLY psn=0x8 len=8 ──►│  [ECN CE]"), "{lad}");
+    assert!(
+        lad.contains("│◄─ CNP qp=0x11 ───────────────│  [malformed CNP: PSN 0x5 not 0]"),
+        "{lad}"
+    );
+    assert_eq!(lad.matches("CNP qp=0x11").count(), 2, "{lad}");
+}
