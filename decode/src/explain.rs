@@ -131,6 +131,9 @@ pub struct Explainer {
     /// (addresses): its frame and the QP that sent it, if known; a CNP
     /// from the receiver back to the sender answers it.
     ce_marks: HashMap<(IpAddr, IpAddr), (u64, Option<u32>)>,
+    /// An ECN-capable packet was explained (ECT is explained once per
+    /// capture: every packet of a device with ECN on is ECT).
+    ect_explained: bool,
     /// Facts of the packet being explained.
     facts: Facts,
 }
@@ -302,11 +305,16 @@ impl Explainer {
     fn ecn_line(&mut self, r: &Record, info: &OpInfo) -> Option<String> {
         match r.ecn {
             Ecn::NotEct => None,
-            Ecn::Ect0 | Ecn::Ect1 => Some(format!(
-                "IP ECN {}: sent ECN-capable, so a congested switch marks it CE (Congestion \
-                 Experienced) instead of dropping it",
-                r.ecn.name()
-            )),
+            Ecn::Ect0 | Ecn::Ect1 if self.ect_explained => None,
+            Ecn::Ect0 | Ecn::Ect1 => {
+                self.ect_explained = true;
+                Some(format!(
+                    "IP ECN {}: sent ECN-capable, so a congested switch marks it CE (Congestion \
+                     Experienced) instead of dropping it (said once: the packets that follow \
+                     are ECN-capable too unless marked)",
+                    r.ecn.name()
+                ))
+            }
             Ecn::Ce if info.transport == Transport::Cnp => Some(
                 "IP ECN CE: a switch on the path found its queue above its ECN threshold and \
                  marked this packet Congestion Experienced; a CNP is never answered with a CNP"

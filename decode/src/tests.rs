@@ -593,7 +593,8 @@ fn ce_mark_cnp_and_malformed_cnp_are_explained() {
         t[0].last().map(String::as_str),
         Some(
             "IP ECN ECT(0): sent ECN-capable, so a congested switch marks it CE (Congestion \
-             Experienced) instead of dropping it"
+             Experienced) instead of dropping it (said once: the packets that follow are \
+             ECN-capable too unless marked)"
         )
     );
     // (a): the requester's QP is known from the ACK of frame 2
@@ -728,18 +729,19 @@ fn decode_congestion(style: &crate::Style) -> String {
 fn congestion_capture_end_to_end() {
     let text = decode_congestion(&crate::Style { explain: true, ..Default::default() });
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 15, "{text}");
+    assert_eq!(lines.len(), 14, "{text}");
     assert_eq!(
         lines[1..3],
         [
             "        a whole SEND of 8 bytes in one packet: takes one receive WQE at the responder \
              (AckReq: an ACK is requested)",
             "        IP ECN ECT(0): sent ECN-capable, so a congested switch marks it CE (Congestion \
-             Experienced) instead of dropping it",
+             Experienced) instead of dropping it (said once: the packets that follow are \
+             ECN-capable too unless marked)",
         ]
     );
     assert_eq!(
-        lines[6..],
+        lines[5..],
         [
             "    3  0.000020  10.0.0.1:49152 -> 10.0.0.2:4791  RC_SEND_ONLY  QP=0x000022 \
              PSN=0x000008 A=1 ECN=CE len=8  ICRC ok",

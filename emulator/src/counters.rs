@@ -153,6 +153,17 @@ counters!(
     /// Ours, the link's: sends let through after a receiver read nothing
     /// for the credits' watchdog (it may drop them).
     credit_watchdog,
+    /// Notification point (mlx5's name): received RoCE packets whose IP
+    /// header said Congestion Experienced (a switch marked them).
+    np_ecn_marked_roce_packets,
+    /// Notification point: CNPs sent (at most one per QP per
+    /// `min_time_between_cnps`).
+    np_cnp_sent,
+    /// Reaction point: CNPs that reached a QP whose rate follows them.
+    rp_cnp_handled,
+    /// Reaction point: CNPs for a QP whose reaction point is off (device
+    /// or QP switch), or that has no send queue.
+    rp_cnp_ignored,
 );
 
 impl fmt::Display for Counters {

@@ -28,6 +28,10 @@ pub(crate) struct Dev {
     pub counters: Counters,
     /// Address, source port, ACK settings; the datagram builder.
     pub tx: Tx,
+    /// Congestion management ([`crate::congestion`]).
+    pub cc: crate::CongestionConfig,
+    /// CNPs the notification point owes: they leave before anything else.
+    pub cnps: std::collections::VecDeque<crate::io::Datagram>,
     /// QPs moved RTS→SQD with `en_sqd_async_notify`, not yet drained.
     pub sqd_draining: std::collections::BTreeSet<Qpn>,
     /// Rung by the programs' send queues ([`crate::SqRing`]).
@@ -48,6 +52,8 @@ pub(crate) struct ReqCtx<'a> {
     pub sink: &'a mut CqSink,
     pub ctrs: &'a mut Counters,
     pub tx: &'a Tx,
+    /// The reaction point's parameters (the pacer).
+    pub cc: &'a crate::CongestionConfig,
 }
 
 /// What the completer borrows: memory (READ responses and atomic results
@@ -74,7 +80,13 @@ pub(crate) struct RespCtx<'a> {
 impl Dev {
     /// The requester's view.
     pub fn req(&mut self) -> ReqCtx<'_> {
-        ReqCtx { mem: &mut self.mem, sink: &mut self.sink, ctrs: &mut self.counters, tx: &self.tx }
+        ReqCtx {
+            mem: &mut self.mem,
+            sink: &mut self.sink,
+            ctrs: &mut self.counters,
+            tx: &self.tx,
+            cc: &self.cc,
+        }
     }
 
     /// The completer's view.

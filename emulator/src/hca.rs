@@ -55,6 +55,10 @@ pub struct HcaConfig {
     /// What the link below does (ICRC ownership, source port, region
     /// bodies, ACK batching); default: the simulator's.
     pub link: LinkProfile,
+    /// Congestion management: the ECN field sent, the notification and
+    /// reaction points (default: on, ECT(0), mlx5's parameters; see
+    /// [`crate::congestion`]).
+    pub congestion: crate::CongestionConfig,
     /// A broken IBA rule, for `roce conform`'s self-check only
     /// ([`crate::mutant`]); `None` for every real device. Only with the
     /// `mutants` feature.
@@ -75,6 +79,7 @@ impl HcaConfig {
             first_qpn: 17,
             comm_id_tag: None,
             link: LinkProfile::default(),
+            congestion: crate::CongestionConfig::default(),
             #[cfg(feature = "mutants")]
             mutant: None,
         }
@@ -193,7 +198,9 @@ impl Hca {
                 srqs: HashMap::default(),
                 sink: CqSink::default(),
                 counters: Counters::default(),
-                tx: Tx::new(cfg.addr, &cfg.link),
+                tx: Tx::new(cfg.addr, &cfg.link, cfg.congestion.ecn),
+                cc: cfg.congestion,
+                cnps: std::collections::VecDeque::new(),
                 sqd_draining: Default::default(),
                 bell: Default::default(),
                 rung: Vec::new(),
@@ -751,6 +758,7 @@ impl Hca {
             s.users += 1;
         }
         let mut qp = Qp::new(qpn, init, self.dev.port.active_mtu);
+        qp.cc = crate::congestion::QpCongestion::new(&self.dev.cc);
         qp.mutant = self.mutant;
         qp.max_msg = self.dev.attr.max_msg_sz;
         // the program's send queue rings this device's doorbell
@@ -962,6 +970,54 @@ impl Hca {
     }
 
     /// The state of a QP.
+    /// Switch a QP's notification and reaction points
+    /// ([`crate::congestion`]; a new QP takes the device's). Turning the
+    /// reaction point off lifts the QP's rate limit at once.
+    pub fn set_qp_congestion(&mut self, qpn: Qpn, sw: crate::QpCc) -> Result<(), QpLookupError> {
+        let mut qp = self.qps.get_mut(&qpn).ok_or(QpLookupError::UnknownQp(qpn))?;
+        qp.cc.sw = sw;
+        if !sw.rp {
+            qp.cc.reset();
+            qp.cc.sw = sw;
+        }
+        Ok(())
+    }
+
+    /// A QP's congestion switches and its reaction point's current rate
+    /// in Mb/s (`None` while it is not limited: it sends at line rate).
+    pub fn qp_congestion(&self, qpn: Qpn) -> Option<(crate::QpCc, Option<u64>)> {
+        let qp = self.qps.get(&qpn)?;
+        Some((qp.cc.sw, qp.cc.rp.limited.then(|| qp.cc.rp.rate_mbps())))
+    }
+
+    /// The CNP a connected QP's notification point sends its peer QP
+    /// ([`crate::congestion`]; for tests and `roce conform`, which send
+    /// CNPs to a device under test). `None` for a QP without a path.
+    pub fn cnp_for(&self, qpn: Qpn) -> Option<crate::Datagram> {
+        let qp = self.qps.get(&qpn)?;
+        let to = qp.p.ah?.dgid;
+        self.dev.tx.cnp(qp, to, qp.p.dest_qpn, self.dev.cc.np.cnp_dscp)
+    }
+
+    /// Every QP whose reaction point limits its rate (a CNP cut it and it
+    /// has not recovered), with that rate in Mb/s, by QPN (what `roce
+    /// stats` shows).
+    pub fn qp_rates(&self) -> Vec<(u32, u64)> {
+        let mut v: Vec<(u32, u64)> = self
+            .qps
+            .iter()
+            .filter(|(_, q)| q.cc.sw.rp && q.cc.rp.limited)
+            .map(|(n, q)| (n.value(), q.cc.rp.rate_mbps()))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// The device's congestion management ([`HcaConfig::congestion`]).
+    pub fn congestion(&self) -> &crate::CongestionConfig {
+        &self.dev.cc
+    }
+
     pub fn qp_state(&self, qpn: Qpn) -> Option<QpState> {
         self.qps.get(&qpn).map(|q| q.state)
     }

@@ -56,7 +56,9 @@
 pub mod bufpool;
 mod cm_port;
 pub mod completer;
+pub mod congestion;
 pub mod counters;
+mod dcqcn;
 mod dev;
 pub mod error;
 pub mod hca;
@@ -82,6 +84,7 @@ pub mod xrc;
 mod xrc_member;
 pub mod xrc_relay;
 
+pub use congestion::{CongestionConfig, Ecn, QpCc};
 pub use counters::Counters;
 pub use error::*;
 pub use hca::{Hca, HcaConfig, MrInfo};

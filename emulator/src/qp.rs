@@ -221,6 +221,9 @@ pub(crate) struct Qp {
     /// An XRC target whose requests name SRQs of other members of a shared
     /// device ([`crate::xrc_relay`]): the request awaited and those held.
     pub relay: Option<Box<crate::xrc_relay::RelayQp>>,
+    /// Congestion management: the notification point's last CNP, the
+    /// reaction point (DCQCN) and its pacer ([`crate::congestion`]).
+    pub cc: crate::congestion::QpCongestion,
 }
 
 /// Packets a message of `len` bytes takes at `mtu` (at least one): the
@@ -277,6 +280,9 @@ impl Qp {
             xrcd: None,
             xrc_home: None,
             relay: None,
+            cc: crate::congestion::QpCongestion::new(
+                &crate::congestion::CongestionConfig::default(),
+            ),
         }
     }
 
@@ -319,7 +325,10 @@ impl Qp {
         self.rq_ring.took(self.rq.len() as u32);
         let ring = self.rq_ring.clone();
         let (sq_ring, max_msg) = (self.sq_ring.clone(), self.max_msg);
+        let mut cc = self.cc;
+        cc.reset();
         *self = Qp::new(qpn, init, mtu);
+        self.cc = cc;
         self.mutant = mutant;
         self.xrcd = xrcd;
         self.xrc_home = home;
@@ -441,6 +450,7 @@ impl Qp {
         !self.resp.queue.is_empty()
             || (self.state.allows().send_queue
                 && self.comp.rnr_deadline.is_none()
+                && self.cc.gate.is_none()
                 && self.req.idx < self.sq.len())
     }
 
@@ -456,7 +466,8 @@ impl Qp {
             (x, None) => x,
             (None, y) => y,
         };
-        earlier(earlier(self.comp.retrans_deadline, self.comp.rnr_deadline), held)
+        let timers = earlier(self.comp.retrans_deadline, self.comp.rnr_deadline);
+        earlier(earlier(timers, held), self.cc.gate)
     }
 
     /// A receive WQE is available (own queue or SRQ).

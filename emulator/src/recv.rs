@@ -110,34 +110,10 @@ impl Hca {
         };
         let mut entry = self.qps.get_mut(&qpn).ok_or(DropReason::UnknownQp)?;
         let qp = &mut *entry;
-        let want = match qp.init.qp_type {
-            crate::qp_attr::QpType::Uc => Transport::Uc,
-            crate::qp_attr::QpType::Ud => Transport::Ud,
-            crate::qp_attr::QpType::Rc => Transport::Rc,
-            crate::qp_attr::QpType::XrcSend | crate::qp_attr::QpType::XrcRecv => Transport::Xrc,
-        };
-        // an XRC initiator only takes responses, a target only requests
-        let xrc_wrong_way = match qp.init.qp_type {
-            crate::qp_attr::QpType::XrcSend => info.is_request(),
-            crate::qp_attr::QpType::XrcRecv => info.is_response(),
-            _ => false,
-        };
-        if xrc_wrong_way && !mutant::is(self.mutant, Mutant::NoTransportCheck) {
-            return Err(DropReason::BadOpcode);
+        if info.transport == Transport::Cnp {
+            return on_cnp(&mut self.dev, qp, &repr, b.len(), now);
         }
-        if info.transport != want && !mutant::is(self.mutant, Mutant::NoTransportCheck) {
-            return Err(DropReason::BadOpcode);
-        }
-        // Default partition: the low 15 bits must be all ones (full or limited member).
-        let pkey_mask = match mutant::is(self.mutant, Mutant::FullMemberPkeyOnly) {
-            true => 0xFFFF,
-            false => 0x7FFF,
-        };
-        if repr.bth.pkey.value() & pkey_mask != pkey_mask
-            && !mutant::is(self.mutant, Mutant::NoPkeyCheck)
-        {
-            return Err(DropReason::BadPkey);
-        }
+        let want = check_qp(self.mutant, qp.init.qp_type, info, &repr)?;
         let payload = pkt.payload();
         if info.is_request() {
             use crate::qp_attr::QpState as S;
@@ -156,6 +132,7 @@ impl Hca {
             }
             self.dev.counters.rcvd_pkts += 1;
             self.dev.counters.rcvd_bytes += b.len() as u64;
+            on_marked(&mut self.dev, qp, &repr, d, now);
             let span = tracing::debug_span!("qp", qpn = %qpn, role = "responder");
             let _g = span.enter();
             if want == Transport::Ud {
@@ -190,6 +167,7 @@ impl Hca {
             }
             self.dev.counters.rcvd_pkts += 1;
             self.dev.counters.rcvd_bytes += b.len() as u64;
+            on_marked(&mut self.dev, qp, &repr, d, now);
             let span = tracing::debug_span!("qp", qpn = %qpn, role = "completer");
             let _g = span.enter();
             qp.on_response(&mut self.dev.comp(), now, &repr, payload);
@@ -246,4 +224,100 @@ impl Hca {
             .map(|(n, _)| *n)
             .max_by_key(|n| n.value())
     }
+}
+
+/// CNPs queued at most (a hostile peer marking packets to many QPs at
+/// once): beyond, the notification point sends none (each QP asks again
+/// at its next marked packet).
+const MAX_QUEUED_CNPS: usize = 4096;
+
+/// If a packet of `qp` arrived marked Congestion Experienced: count it
+/// and, if the QP's notification point is due, queue a CNP to the QP that
+/// sent it (its connected peer's; a UD sender's from the DETH).
+fn on_marked(
+    dev: &mut crate::dev::Dev,
+    qp: &mut crate::qp::Qp,
+    repr: &roce_packet::RoceRepr,
+    d: &crate::Datagram,
+    now: Instant,
+) {
+    if !crate::congestion::is_ce(d.meta.tos) {
+        return;
+    }
+    dev.counters.np_ecn_marked_roce_packets += 1;
+    if dev.cnps.len() >= MAX_QUEUED_CNPS || !qp.cc.cnp_due(&dev.cc.np, now) {
+        return;
+    }
+    let dest = match qp.init.qp_type {
+        crate::QpType::Ud => repr.deth.map(|x| x.src_qp),
+        _ => Some(qp.p.dest_qpn),
+    };
+    let Some(dest) = dest else { return };
+    if let Some(c) = dev.tx.cnp(qp, d.endpoints.src, dest, dev.cc.np.cnp_dscp) {
+        tracing::debug!(qpn = %qp.qpn, to = %dest, "CE mark: CNP");
+        dev.cnps.push_back(c);
+        dev.counters.np_cnp_sent += 1;
+    }
+}
+
+/// A CNP for `qp` (of `len` bytes): its reaction point cuts the rate, or
+/// it is counted as ignored. Never acknowledged.
+fn on_cnp(
+    dev: &mut crate::dev::Dev,
+    qp: &mut crate::qp::Qp,
+    repr: &roce_packet::RoceRepr,
+    len: usize,
+    now: Instant,
+) -> Result<(), crate::DropReason> {
+    if repr.bth.pkey.value() & 0x7FFF != 0x7FFF {
+        return Err(crate::DropReason::BadPkey);
+    }
+    dev.counters.rcvd_pkts += 1;
+    dev.counters.rcvd_bytes += len as u64;
+    if qp.cc.sw.rp && qp.init.qp_type != crate::QpType::XrcRecv {
+        let cut = qp.cc.rp.on_cnp(&dev.cc.rp, dev.cc.line_kbps(), now);
+        tracing::debug!(qpn = %qp.qpn, cut, rate_mbps = qp.cc.rp.rate_mbps(), "CNP");
+        dev.counters.rp_cnp_handled += 1;
+    } else {
+        dev.counters.rp_cnp_ignored += 1;
+    }
+    Ok(())
+}
+
+/// The checks of a packet against its QP's type and partition: the
+/// transport the QP takes, or why the packet is dropped.
+fn check_qp(
+    m: Option<Mutant>,
+    ty: crate::qp_attr::QpType,
+    info: &roce_packet::OpInfo,
+    repr: &RoceRepr,
+) -> Result<Transport, DropReason> {
+    use crate::qp_attr::QpType;
+    let want = match ty {
+        QpType::Uc => Transport::Uc,
+        QpType::Ud => Transport::Ud,
+        QpType::Rc => Transport::Rc,
+        QpType::XrcSend | QpType::XrcRecv => Transport::Xrc,
+    };
+    // an XRC initiator only takes responses, a target only requests
+    let xrc_wrong_way = match ty {
+        QpType::XrcSend => info.is_request(),
+        QpType::XrcRecv => info.is_response(),
+        _ => false,
+    };
+    if xrc_wrong_way && !mutant::is(m, Mutant::NoTransportCheck) {
+        return Err(DropReason::BadOpcode);
+    }
+    if info.transport != want && !mutant::is(m, Mutant::NoTransportCheck) {
+        return Err(DropReason::BadOpcode);
+    }
+    // Default partition: the low 15 bits must be all ones (full or limited member).
+    let pkey_mask = match mutant::is(m, Mutant::FullMemberPkeyOnly) {
+        true => 0xFFFF,
+        false => 0x7FFF,
+    };
+    if repr.bth.pkey.value() & pkey_mask != pkey_mask && !mutant::is(m, Mutant::NoPkeyCheck) {
+        return Err(DropReason::BadPkey);
+    }
+    Ok(want)
 }

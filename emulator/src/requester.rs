@@ -66,6 +66,20 @@ impl Qp {
         self.req.noack_pkts = 0;
     }
 
+    /// The next request packet, if the QP may send one now and its pacer
+    /// lets it ([`crate::congestion`]: a QP whose rate a CNP cut).
+    pub(crate) fn next_request(&mut self, cx: &mut ReqCtx<'_>, now: Instant) -> Option<Datagram> {
+        if !self.cc.may_send(now) {
+            return None;
+        }
+        let d = self.next_packet(cx, now)?;
+        if self.cc.rp.limited {
+            let frame = crate::congestion::frame_len(d.wire_len(), d.endpoints.dst.is_ipv6());
+            self.cc.on_sent(cx.cc, now, frame);
+        }
+        Some(d)
+    }
+
     /// The next request packet, if the QP may send one now.
     pub(crate) fn next_packet(&mut self, cx: &mut ReqCtx<'_>, now: Instant) -> Option<Datagram> {
         let sqd = self.state == QpState::Sqd && !mutant::is(self.mutant, Mutant::SqdStartsNew);

@@ -73,8 +73,11 @@ impl SansIo for Hca {
         self.answer_doorbells();
         // management datagrams first (the CM's MADs from QP1)
         let cm = if self.cm_owns_qp1() { self.cm.transmit(&self.dev.tx, now) } else { None };
-        // then the last ACKs of destroyed QPs
-        if let Some(d) = cm.or_else(|| self.parting.pop_front()) {
+        // then CNPs (a NIC sends them ahead of its queues), then the last
+        // ACKs of destroyed QPs
+        if let Some(d) =
+            cm.or_else(|| self.dev.cnps.pop_front()).or_else(|| self.parting.pop_front())
+        {
             self.dev.counters.sent_pkts += 1;
             self.dev.counters.sent_bytes += d.payload.len() as u64;
             self.dev.tx.burst = true;
@@ -98,7 +101,7 @@ impl SansIo for Hca {
                 // the responder's queue (ACKs, NAKs, READ responses) first
                 if let Some(d) = qp
                     .next_response(&mut dev.resp(), now)
-                    .or_else(|| qp.next_packet(&mut dev.req(), now))
+                    .or_else(|| qp.next_request(&mut dev.req(), now))
                 {
                     served = Some(k);
                     out = Some(d);
@@ -146,6 +149,10 @@ impl SansIo for Hca {
             }
             if qp.comp.retrans_deadline.is_some_and(|d| d <= now) {
                 qp.on_retrans_timeout(&mut self.dev.comp(), now);
+            }
+            // the pacer's gate opened: the QP may send again
+            if qp.cc.gate.is_some_and(|g| g <= now) {
+                qp.cc.gate = None;
             }
         }
         self.settle();

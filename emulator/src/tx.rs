@@ -36,10 +36,13 @@ pub(crate) struct Tx {
     pub burst: bool,
     /// [`LinkProfile::region_bodies`].
     pub region_bodies: bool,
+    /// The ECN field of every packet but CNPs
+    /// ([`crate::CongestionConfig::ecn`]).
+    pub ecn: crate::Ecn,
 }
 
 impl Tx {
-    pub fn new(addr: IpAddr, link: &LinkProfile) -> Tx {
+    pub fn new(addr: IpAddr, link: &LinkProfile, ecn: crate::Ecn) -> Tx {
         let ack_delay = link.ack_delay.filter(|d| !d.is_zero());
         Tx {
             addr,
@@ -49,6 +52,7 @@ impl Tx {
             acks_forced: false,
             burst: false,
             region_bodies: link.region_bodies,
+            ecn,
         }
     }
 
@@ -75,7 +79,43 @@ impl Tx {
     /// fill the ICRC and wrap it as a datagram.
     pub fn finish_to(&self, qp: &Qp, av: &AhAttr, mut buf: Vec<u8>) -> Option<Datagram> {
         let endpoints = self.endpoints(qp, av.dgid);
-        let meta = ip_meta(av);
+        let meta = self.meta(av);
+        IpUdpHeader::build(&endpoints, &meta, buf.len()).ok()?.fill_icrc(&mut buf);
+        Some(Datagram { endpoints, meta, payload: Bytes::from(buf), body: None })
+    }
+
+    /// The IP header fields of a packet to `av`: its traffic class is the
+    /// IPv4 TOS byte / IPv6 traffic class, as a NIC sends the GRH's (the
+    /// kernel's rdma_cm puts `RDMA_OPTION_ID_TOS` there), with the
+    /// device's ECN codepoint in its low two bits. The ICRC masks the
+    /// byte, so it costs nothing to carry.
+    fn meta(&self, av: &AhAttr) -> IpMeta {
+        IpMeta { tos: self.ecn.mark(av.traffic_class), ..IpMeta::default() }
+    }
+
+    /// A CNP ([`crate::congestion`]) of `qp` to `dest_qp` at `to`, from
+    /// DSCP `dscp`, not ECN-capable.
+    pub fn cnp(
+        &self,
+        qp: &Qp,
+        to: IpAddr,
+        dest_qp: roce_packet::Qpn,
+        dscp: u8,
+    ) -> Option<Datagram> {
+        let repr = RoceRepr {
+            bth: roce_packet::BthRepr {
+                opcode: roce_packet::Opcode::CNP,
+                pkey: roce_packet::PKey::DEFAULT,
+                becn: true,
+                dest_qp,
+                ..Default::default()
+            },
+            cnp: Some([0; 16]),
+            ..Default::default()
+        };
+        let mut buf = repr.to_vec_in(&[], crate::bufpool::take).ok()?;
+        let endpoints = self.endpoints(qp, to);
+        let meta = IpMeta { tos: dscp << 2, ..IpMeta::default() };
         IpUdpHeader::build(&endpoints, &meta, buf.len()).ok()?.fill_icrc(&mut buf);
         Some(Datagram { endpoints, meta, payload: Bytes::from(buf), body: None })
     }
@@ -109,7 +149,7 @@ impl Tx {
         buf.extend_from_slice(&h[..n]);
         buf.resize(n + pad + 4, 0);
         let endpoints = self.endpoints(qp, av.dgid);
-        let meta = ip_meta(av);
+        let meta = self.meta(av);
         let hdr = IpUdpHeader::build(&endpoints, &meta, n + len + pad + 4).ok()?;
         let mut icrc = hdr.icrc_hasher(&buf[..n]);
         mem.read_chunks(off, len, |c| icrc.update(c))?;
@@ -118,12 +158,4 @@ impl Tx {
         let body = RegionBody { mem, off, len, at: n };
         Some(Datagram { endpoints, meta, payload: Bytes::from(buf), body: Some(body) })
     }
-}
-
-/// The IP header fields of a packet to `av`: its traffic class is the IPv4
-/// TOS byte / IPv6 traffic class (DSCP and ECN), as a NIC sends the GRH's
-/// (the kernel's rdma_cm puts `RDMA_OPTION_ID_TOS` there). The ICRC masks
-/// the byte, so it costs nothing to carry.
-fn ip_meta(av: &AhAttr) -> IpMeta {
-    IpMeta { tos: av.traffic_class, ..IpMeta::default() }
 }

@@ -14,6 +14,7 @@ mod trace;
 
 mod atomic_write_flush;
 mod cm;
+mod congestion;
 mod destroy_acks;
 mod errors;
 mod events;

@@ -204,7 +204,8 @@ fn emitted_frame_passes_icrc_and_parses() {
     assert_eq!(pkt.payload().len(), 10);
     assert_eq!(d.endpoints.dst_port, 4791);
     assert!((0xC000..=0xFFFF).contains(&d.endpoints.src_port));
-    assert_eq!(d.meta, roce_packet::IpMeta::default());
+    // ECN-capable (ECT(0), the device's default), nothing else set
+    assert_eq!(d.meta, roce_packet::IpMeta { tos: 0b10, ..roce_packet::IpMeta::default() });
     // a bit flip anywhere breaks it
     let mut bad = d.payload.to_vec();
     bad[20] ^= 0x10;
@@ -313,7 +314,8 @@ fn the_address_vectors_traffic_class_is_every_packets_ip_tos() {
     let from_b: Vec<_> = seen.iter().filter(|s| !s.0).collect();
     // SEND_FIRST, MIDDLE, LAST, READ_REQUEST
     assert_eq!(from_a.iter().map(|s| s.1).collect::<Vec<_>>(), [0x00, 0x01, 0x02, 0x0C]);
-    assert!(from_a.iter().all(|s| s.2 == 0x60), "{seen:x?}");
+    // (the DSCP is the AV's, the ECN field the device's: ECT(0))
+    assert!(from_a.iter().all(|s| s.2 == 0x62), "{seen:x?}");
     // at least one ACK (0x11) and the READ RESPONSE FIRST, LAST (0x0D, 0x0F)
     assert!(from_b.iter().any(|s| s.1 == 0x11), "{seen:x?}");
     assert!(from_b.iter().any(|s| s.1 == 0x0D) && from_b.iter().any(|s| s.1 == 0x0F));

@@ -55,7 +55,7 @@ pub use config::{
     ENV_DEVICES, ENV_PCAP, ENV_SHARED, MAX_CQE,
 };
 pub use driver::{transport_counters, EngineDriver, UdpDriver};
-pub use open::{GroupOptions, OpenError};
+pub use open::{congestion_from_env, GroupOptions, OpenError, ENV_CC};
 pub use registry::{JoinError, MAX_MEMBERS};
 /// Flush every `ROCE_EMU_PCAP` recording of this process (whole records):
 /// for a process exiting with devices open (the drop-in calls it at exit).

@@ -92,6 +92,14 @@ pub enum OpenError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// `ROCE_EMU_CC` does not parse.
+    #[error("device {name}: ROCE_EMU_CC: {why}")]
+    Congestion {
+        /// The device.
+        name: String,
+        /// What is wrong with the setting.
+        why: String,
+    },
     /// `ROCE_EMU_FAULTS` does not parse.
     #[error("device {name}: {why}")]
     Faults {
@@ -234,6 +242,9 @@ impl DeviceConfig {
             }
             false => None,
         };
+        // congestion management (ROCE_EMU_CC): ECN, CNPs, DCQCN
+        hcfg.congestion = congestion_from_env()
+            .map_err(|why| OpenError::Congestion { name: self.name.clone(), why })?;
         let mut member = None;
         // seeded fault injection on the real wire (ROCE_EMU_FAULTS)
         let faults = FaultSpec::from_env()
@@ -351,6 +362,23 @@ impl DeviceConfig {
             }
         }
     }
+}
+
+/// Environment variable: the congestion management of this process's
+/// devices, a `key=value,...` list of `roce_emulator::congestion`'s
+/// parameters (mlx5's names: `ecn=off|ect0|ect1`, `np=on|off`,
+/// `rp=on|off`, `line_rate` in Mb/s, `min_time_between_cnps`,
+/// `rpg_ai_rate`, ...), or `off` (no ECN, no CNPs, no DCQCN: as rxe).
+/// Unset: on, ECT(0), mlx5's defaults.
+pub const ENV_CC: &str = "ROCE_EMU_CC";
+
+/// The congestion management `ROCE_EMU_CC` asks for.
+pub fn congestion_from_env() -> Result<roce_emulator::CongestionConfig, String> {
+    let mut c = roce_emulator::CongestionConfig::default();
+    if let Ok(spec) = std::env::var(ENV_CC) {
+        c.apply_spec(&spec)?;
+    }
+    Ok(c)
 }
 
 /// Environment variable: `0` or `off` keeps the UDP devices of this process

@@ -88,6 +88,9 @@ pub struct Snapshot {
     pub running: bool,
     /// Counter values by name, in [`Counters::iter`] order (unknown names kept at the end).
     pub counters: Vec<(String, u64)>,
+    /// The QPs whose rate DCQCN limits, with that rate in Mb/s, by QPN
+    /// (`qp_rates` beside `counters.json`: one `QPN RATE` line each).
+    pub qp_rates: Vec<(u32, u64)>,
 }
 
 fn now_ms() -> u64 {
@@ -206,6 +209,7 @@ pub fn parse_json(text: &str) -> Result<Snapshot, String> {
         updated_ms: number(field("updated_ms")?)?,
         running: field("running")?.starts_with("true"),
         counters,
+        qp_rates: Vec::new(),
     })
 }
 
@@ -273,6 +277,7 @@ fn snapshot_of(c: &Counters) -> Snapshot {
         updated_ms: 0,
         running: false,
         counters: c.iter().map(|(n, v)| (n.to_string(), v)).collect(),
+        qp_rates: Vec::new(),
     }
 }
 
@@ -297,9 +302,35 @@ pub fn sum(members: &[Snapshot]) -> Counters {
 
 fn read_file(path: &Path) -> std::io::Result<Snapshot> {
     let text = std::fs::read_to_string(path)?;
-    parse_json(&text).map_err(|e| {
+    let mut s = parse_json(&text).map_err(|e| {
         std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {e}", path.display()))
-    })
+    })?;
+    if let Some(dir) = path.parent() {
+        s.qp_rates = read_rates(dir);
+    }
+    Ok(s)
+}
+
+/// The name of the rates file beside `counters.json`.
+const RATES: &str = "qp_rates";
+
+/// Write the rate-limited QPs of a device (`QPN RATE_MBPS` lines) into
+/// `dir`.
+pub fn write_rates(dir: &Path, rates: &[(u32, u64)]) -> std::io::Result<()> {
+    let text: String = rates.iter().map(|(q, r)| format!("{q} {r}\n")).collect();
+    write_atomic(&dir.join(RATES), text.as_bytes())
+}
+
+/// The rate-limited QPs published in `dir` (none if there is no file;
+/// lines that do not parse are skipped).
+pub fn read_rates(dir: &Path) -> Vec<(u32, u64)> {
+    let text = std::fs::read_to_string(dir.join(RATES)).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let (q, r) = l.trim().split_once(' ')?;
+            Some((q.parse().ok()?, r.trim().parse().ok()?))
+        })
+        .collect()
 }
 
 /// Lock a device's core; a poisoned lock is used anyway (the counters are
@@ -360,18 +391,33 @@ impl Publisher {
         let thread =
             roce_transport::signals::spawn_quiet(format!("roce-stats-{name}"), move || {
                 let mut prev: Option<Counters> = None;
+                let mut prev_rates: Option<Vec<(u32, u64)>> = None;
                 let mut warned = false;
                 let mut stop = false;
                 loop {
-                    let mut c = lock(&hca).counters();
+                    let (mut c, mut rates) = {
+                        let h = lock(&hca);
+                        (h.counters(), h.qp_rates())
+                    };
+                    if stop {
+                        rates.clear(); // (a closed device limits nothing)
+                    }
                     if let Some(t) = &link {
                         with_link(&mut c, t);
                     }
-                    if stop || prev != Some(c) {
-                        let mut r = write_snapshot(&dir, &name, &addr, !stop, &c, prev.as_ref());
+                    if stop || prev != Some(c) || prev_rates.as_ref() != Some(&rates) {
+                        let mut r = write_snapshot(&dir, &name, &addr, !stop, &c, prev.as_ref())
+                            .and_then(|()| write_rates(&dir, &rates));
+                        prev_rates = Some(rates);
                         if shared && r.is_ok() {
                             let members = read_members_in(&total_dir);
                             let running = members.iter().any(|m| m.running && alive(m.pid));
+                            let all: Vec<(u32, u64)> = members
+                                .iter()
+                                .filter(|m| m.running && alive(m.pid))
+                                .flat_map(|m| m.qp_rates.iter().copied())
+                                .collect();
+                            let _ = write_rates(&total_dir, &all);
                             let t = sum(&members);
                             r = write_snapshot(
                                 &total_dir,
@@ -465,9 +511,24 @@ mod tests {
             updated_ms: 0,
             running: true,
             counters: vec![("sent_pkts".into(), sent), ("rcvd_pkts".into(), 1), ("nope".into(), 5)],
+            qp_rates: Vec::new(),
         };
         let t = sum(&[m(1, 10), m(2, 32)]);
         assert_eq!((t.sent_pkts, t.rcvd_pkts, t.icrc_err), (42, 2, 0));
         assert!(parse_json("{\"counters\":{\"a\":x}}").is_err());
+    }
+
+    #[test]
+    fn rate_limited_qps_are_published_beside_the_counters() {
+        let dir = std::env::temp_dir().join(format!("roce-rates-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        write_snapshot(&dir, "roce0", "127.0.0.2", true, &Counters::default(), None).unwrap();
+        assert!(read_rates(&dir).is_empty(), "no file: no limited QP");
+        write_rates(&dir, &[(17, 1165), (0x12, 40_000)]).unwrap();
+        let s = read_file(&dir.join("counters.json")).unwrap();
+        assert_eq!(s.qp_rates, [(17, 1165), (18, 40_000)]);
+        std::fs::write(dir.join(RATES), "17 5\njunk\n19\n20 x\n21 7\n").unwrap();
+        assert_eq!(read_rates(&dir), [(17, 5), (21, 7)], "bad lines skipped");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -162,6 +162,26 @@ fn corruption_is_caught_by_the_icrc_check() {
 }
 
 #[test]
+fn ce_marks_on_the_wire_bring_cnps_and_cut_the_senders_rate() {
+    // B's transport marks a fifth of what it receives Congestion
+    // Experienced, as a switch's RED queue would: B's notification point
+    // answers with CNPs (at most one per 50 µs), A's reaction point cuts
+    // its QP's rate, and every byte still arrives
+    let r = transfer(4, spec("seed=3"), spec("ce=0.2,seed=4"), 40, 3000);
+    let marked = get(&r.fb, "ce_marked");
+    assert!(marked > 0, "{:?}", r.fb.pairs());
+    assert_eq!(get(&r.fa, "ce_marked"), 0);
+    let (ca, cb) = (hca(&r.a), hca(&r.b));
+    // B receives only A's requests: every mark reached a QP
+    assert_eq!(cb.np_ecn_marked_roce_packets, marked, "{cb:?}");
+    assert!(cb.np_cnp_sent >= 1 && cb.np_cnp_sent <= marked, "{cb:?}");
+    // loopback loses nothing: A handled every CNP, acknowledged none
+    assert_eq!((ca.rp_cnp_handled, ca.rp_cnp_ignored), (cb.np_cnp_sent, 0), "{ca:?}");
+    assert_eq!((ca.np_cnp_sent, cb.rp_cnp_handled), (0, 0));
+    assert_eq!(cb.naks_sent, 0, "{cb:?}");
+}
+
+#[test]
 fn bad_specs_are_refused_by_open() {
     // the environment hook refuses a spec that does not parse; here the
     // parser directly (the environment is process-wide)

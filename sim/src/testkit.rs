@@ -123,6 +123,8 @@ pub struct Opts {
     pub link_a: LinkProfile,
     /// Side B's link profile.
     pub link_b: LinkProfile,
+    /// Both devices' congestion management (default: on, ECT(0)).
+    pub congestion: roce_emulator::CongestionConfig,
 }
 
 impl Default for Opts {
@@ -145,6 +147,7 @@ impl Default for Opts {
             qp_type: QpType::Rc,
             link_a: LinkProfile::default(),
             link_b: LinkProfile::default(),
+            congestion: roce_emulator::CongestionConfig::default(),
         }
     }
 }
@@ -175,7 +178,8 @@ pub struct Pair {
 }
 
 fn side(name: &str, ip: IpAddr, seed: u64, o: &Opts, link: LinkProfile) -> Side {
-    let mut hca = Hca::new(HcaConfig { link, ..HcaConfig::new(name, ip, seed) });
+    let mut hca =
+        Hca::new(HcaConfig { link, congestion: o.congestion, ..HcaConfig::new(name, ip, seed) });
     let pd = hca.alloc_pd().unwrap();
     let cq = hca.create_cq(o.cqe).unwrap();
     let mr = hca.reg_mr(pd, o.mr_len, ALL_ACCESS).unwrap();

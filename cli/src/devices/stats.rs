@@ -96,6 +96,15 @@ fn device_state(s: &Snapshot, members: &[Snapshot]) -> &'static str {
 
 /// One line per member of a shared device: pid, state and its non-zero
 /// counters.
+/// The QPs whose rate DCQCN limits (a CNP cut it), if any.
+fn rate_line(s: &Snapshot, out: &mut impl Write) -> std::io::Result<()> {
+    if s.qp_rates.is_empty() {
+        return Ok(());
+    }
+    let v: Vec<String> = s.qp_rates.iter().map(|(q, r)| format!("{q:#x} {r} Mb/s")).collect();
+    writeln!(out, "# rate-limited QPs (DCQCN, after CNPs): {}", v.join(", "))
+}
+
 fn member_lines(members: &[Snapshot], out: &mut impl Write) -> std::io::Result<()> {
     if members.is_empty() {
         return Ok(());
@@ -135,6 +144,9 @@ fn json_line(s: &Snapshot) -> serde_json::Value {
         "updated_ms": s.updated_ms,
         "counters": s.counters.iter().map(|(n, v)| (n.clone(), (*v).into()))
             .collect::<serde_json::Map<String, serde_json::Value>>(),
+        "qp_rates": s.qp_rates.iter()
+            .map(|(q, r)| serde_json::json!({"qpn": q, "rate_mbps": r}))
+            .collect::<Vec<_>>(),
     })
 }
 
@@ -199,6 +211,7 @@ pub fn run(args: &StatsArgs) -> ExitCode {
                 let title = format!("{} ({}, {st})", snap.name, snap.addr);
                 let old = prev[i].as_ref().map(|p| p.counters.as_slice());
                 counters_fmt::print_pairs(&title, &snap.counters, old, &mut out)
+                    .and_then(|()| rate_line(&snap, &mut out))
                     .and_then(|()| member_lines(&members, &mut out))
             };
             if let Err(e) = res.and_then(|()| out.flush()) {
