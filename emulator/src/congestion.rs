@@ -148,6 +148,12 @@ impl CongestionConfig {
         c
     }
 
+    /// The DCQCN paper's parameters ([`RpParams::paper`]), CNPs at most
+    /// every 50 µs per QP, ECT(0).
+    pub fn paper() -> CongestionConfig {
+        CongestionConfig { rp: RpParams::paper(), ..CongestionConfig::default() }
+    }
+
     /// The line rate in kbit/s.
     pub fn line_kbps(&self) -> u64 {
         self.line_rate_mbps.saturating_mul(1000).max(1)

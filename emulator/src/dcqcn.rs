@@ -83,6 +83,33 @@ impl Default for RpParams {
     }
 }
 
+impl RpParams {
+    /// The DCQCN paper's parameters (Zhu et al., SIGCOMM 2015, as its
+    /// public simulators set them): `g` = 1/256 (`dce_tcp_g` 1020), alpha
+    /// and the increase timer every 55 µs, a 10 MB byte counter, F = 5,
+    /// R_AI = 40 Mb/s; R_HAI = 200 Mb/s (5 R_AI: our choice); cuts
+    /// unbounded but by alpha (`rpg_min_dec_fac` 0); 100 Mb/s minimum.
+    pub fn paper() -> RpParams {
+        RpParams {
+            enabled: true,
+            rpg_time_reset: 55,
+            rpg_byte_reset: 10_000_000,
+            rpg_threshold: 5,
+            rpg_max_rate: 0,
+            rpg_ai_rate: 40,
+            rpg_hai_rate: 200,
+            rpg_gd: 11,
+            rpg_min_dec_fac: 0,
+            rpg_min_rate: 100,
+            rate_to_set_on_first_cnp: 0,
+            dce_tcp_g: 1020,
+            dce_tcp_rtt: 55,
+            rate_reduce_monitor_period: 4,
+            initial_alpha_value: 1023,
+        }
+    }
+}
+
 /// Catch-up steps of one call at most: the rates converge long before
 /// (64 halvings reach any target), the rest of the elapsed time is
 /// skipped.

@@ -96,10 +96,12 @@
 //! `replay with ROCE_SIM_SEED=<seed>` on stderr; [`SeedGuard`] does the
 //! same for other seeded things.
 
+pub mod incast;
 #[cfg(test)]
 mod mcast_tests;
 mod net;
 pub mod packet;
+pub mod switched;
 mod tap;
 #[cfg(feature = "testkit")]
 pub mod testkit;

@@ -19,6 +19,8 @@ use roce_sim::{
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
+mod switched;
+
 // ------------------------------------------------------------ helpers
 
 fn v4(last: u8) -> IpAddr {
