@@ -71,6 +71,8 @@ pub struct FlowsConfig {
     pub sample_every: Duration,
     /// Hosts that stop draining: `(host, from, until)`.
     pub stalls: Vec<(usize, Duration, Duration)>,
+    /// Flows that start late: `(flow, at)` (the others start at 0).
+    pub starts: Vec<(usize, Duration)>,
 }
 
 impl FlowsConfig {
@@ -98,6 +100,7 @@ impl FlowsConfig {
             seed: 1,
             sample_every: Duration::from_micros(50),
             stalls: Vec::new(),
+            starts: Vec::new(),
         }
     }
 }
@@ -144,6 +147,7 @@ pub struct FlowsReport {
 
 struct Sender {
     host: usize,
+    start: Instant,
     cq: CqHandle,
     qpn: Qpn,
     mr: MrInfo,
@@ -236,8 +240,11 @@ fn build(cfg: &FlowsConfig) -> (Vec<Hca>, Vec<Sender>) {
         connect(&mut hosts[from], q, addr(to), rq, cfg.mtu);
         connect(&mut hosts[to], rq, addr(from), q, cfg.mtu);
         let rmr = &objs[to].2;
+        let i = senders.len();
+        let start = cfg.starts.iter().find(|(f, _)| *f == i).map_or(Duration::ZERO, |x| x.1);
         senders.push(Sender {
             host: from,
+            start: Instant::ZERO + start,
             cq,
             qpn: q,
             mr: objs[from].2,
@@ -321,7 +328,9 @@ fn run_inner(cfg: &FlowsConfig, pcap: bool) -> FlowsReport {
                     _ => failed += 1,
                 }
             }
-            post(h, s, cfg);
+            if t >= s.start {
+                post(h, s, cfg);
+            }
         }
         t = (t + step).min(end);
         net.run_until(t, 10_000_000);

@@ -83,7 +83,11 @@ fn mtu(s: &str) -> Result<PathMtu, String> {
 /// one-line description (listed by `roce demo --help`).
 fn scenario_names() -> clap::builder::PossibleValuesParser {
     clap::builder::PossibleValuesParser::new(
-        SCENARIOS.iter().map(|s| clap::builder::PossibleValue::new(s.name).help(s.about)),
+        SCENARIOS.iter().map(|s| clap::builder::PossibleValue::new(s.name).help(s.about)).chain(
+            roce_workloads::demo::FABRIC_SCENARIOS
+                .iter()
+                .map(|(n, a)| clap::builder::PossibleValue::new(*n).help(*a)),
+        ),
     )
 }
 
@@ -157,6 +161,10 @@ pub struct DemoArgs {
     #[arg(long, value_name = "NAME", value_parser = scenario_names(),
           conflicts_with_all = ["ops", "size", "mix", "qp_type", "mtu", "qps", "window", "json"])]
     pub scenario: Option<String>,
+    /// With a congestion scenario (incast, dcqcn-converge, pfc-storm, hol-blocking): write
+    /// a plot of each flow's rate and the switch queue over time to this SVG file.
+    #[arg(long, value_name = "FILE", requires = "scenario")]
+    pub svg: Option<PathBuf>,
 }
 
 impl DemoArgs {

@@ -8,6 +8,13 @@ use std::process::ExitCode;
 
 /// Run `roce demo --scenario NAME` (name already validated).
 pub fn run(name: &str, args: &DemoArgs) -> ExitCode {
+    if roce_workloads::demo::FABRIC_SCENARIOS.iter().any(|(n, _)| *n == name) {
+        return run_fabric(name, args);
+    }
+    if args.svg.is_some() {
+        eprintln!("roce demo: --svg goes with a congestion scenario (incast, dcqcn-converge, pfc-storm, hol-blocking)");
+        return ExitCode::from(2);
+    }
     let faults = args.faults();
     let Some(mut lesson) = Lesson::new(name, args.seed, faults) else {
         eprintln!("roce demo: unknown scenario {name:?}");
@@ -41,6 +48,43 @@ pub fn run(name: &str, args: &DemoArgs) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    }
+}
+
+/// A congestion lesson (a switched fabric: `roce_workloads::demo::fabric`):
+/// its transcript, `--pcap` and `--svg`.
+fn run_fabric(name: &str, args: &DemoArgs) -> ExitCode {
+    let Some(l) = roce_workloads::demo::run_fabric_lesson(name, args.seed, args.pcap.is_some())
+    else {
+        eprintln!("roce demo: unknown scenario {name:?}");
+        return ExitCode::from(2);
+    };
+    for (path, bytes, what) in
+        [(&args.pcap, l.pcap.as_slice(), "capture"), (&args.svg, l.svg.as_bytes(), "plot")]
+    {
+        let Some(path) = path else { continue };
+        if let Err(e) = std::fs::write(path, bytes) {
+            eprintln!("roce demo: writing the {what} {}: {e}", path.display());
+            return ExitCode::from(1);
+        }
+    }
+    if !args.quiet || !l.ok {
+        let mut out = std::io::stdout().lock();
+        let mut text = l.transcript.clone();
+        for (path, what) in [(&args.pcap, "capture"), (&args.svg, "plot")] {
+            if let Some(p) = path {
+                text.push_str(&format!("{what}: {}\n", p.display()));
+            }
+        }
+        if let Err(e) = out.write_all(text.as_bytes()) {
+            if e.kind() != std::io::ErrorKind::BrokenPipe {
+                eprintln!("roce demo: writing output: {e}");
+            }
+        }
+    }
+    match l.ok {
+        true => ExitCode::SUCCESS,
+        false => ExitCode::from(1),
     }
 }
 

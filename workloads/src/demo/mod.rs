@@ -10,6 +10,7 @@
 
 mod capture;
 mod config;
+mod fabric;
 pub mod lab;
 mod lesson;
 pub mod scenarios;
@@ -19,6 +20,7 @@ pub use capture::PcapTap;
 pub use config::{
     fill_pattern, Delivery, OpKind, PairType, Progress, QpTypes, Report, WorkloadConfig,
 };
+pub use fabric::{run_fabric_lesson, FabricLesson, FABRIC_SCENARIOS};
 pub use lab::{status_name, wc_opcode_name, Scenario};
 pub use lesson::Lesson;
 pub use scenarios::SCENARIOS;
