@@ -75,6 +75,8 @@ pub(crate) struct RespCtx<'a> {
     pub ctrs: &'a mut Counters,
     pub tx: &'a Tx,
     pub max_msg_sz: u32,
+    /// The reaction point's parameters (READ responses are paced).
+    pub cc: &'a crate::CongestionConfig,
 }
 
 impl Dev {
@@ -103,6 +105,7 @@ impl Dev {
             ctrs: &mut self.counters,
             tx: &self.tx,
             max_msg_sz: self.attr.max_msg_sz,
+            cc: &self.cc,
         }
     }
 

@@ -447,11 +447,16 @@ impl Qp {
     /// or after `req.idx`), so `poll_transmit` may skip the QP
     /// ([`crate::qp_table`]).
     pub fn may_transmit(&self) -> bool {
-        !self.resp.queue.is_empty()
-            || (self.state.allows().send_queue
-                && self.comp.rnr_deadline.is_none()
-                && self.cc.gate.is_none()
-                && self.req.idx < self.sq.len())
+        // (a READ response waits for the pacer's gate, an ACK never)
+        let resp = match self.resp.queue.front() {
+            None => false,
+            Some(RespItem::Read(_)) => self.cc.gate.is_none(),
+            Some(_) => true,
+        };
+        resp || (self.state.allows().send_queue
+            && self.comp.rnr_deadline.is_none()
+            && self.cc.gate.is_none()
+            && self.req.idx < self.sq.len())
     }
 
     /// The earliest of this QP's deadlines: the retransmit and RNR timers,

@@ -335,6 +335,25 @@ impl Qp {
     }
 
     /// The next queued response packet (ACK/NAK or one READ response).
+    /// The next response, READ responses paced as requests are while the
+    /// QP's rate is limited ([`crate::congestion`]); ACKs and NAKs never.
+    pub(crate) fn next_paced_response(
+        &mut self,
+        cx: &mut RespCtx<'_>,
+        now: Instant,
+    ) -> Option<Datagram> {
+        let read = matches!(self.resp.queue.front(), Some(RespItem::Read(_)));
+        if read && !self.cc.may_send(now) {
+            return None;
+        }
+        let d = self.next_response(cx, now)?;
+        if read && self.cc.rp.limited {
+            let frame = crate::congestion::frame_len(d.wire_len(), d.endpoints.dst.is_ipv6());
+            self.cc.on_sent(cx.cc, now, frame);
+        }
+        Some(d)
+    }
+
     pub(crate) fn next_response(&mut self, cx: &mut RespCtx<'_>, now: Instant) -> Option<Datagram> {
         loop {
             if let Some(&RespItem::Aeth { psn, syndrome: Syndrome::Ack { .. }, .. }) =

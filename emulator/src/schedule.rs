@@ -100,7 +100,7 @@ impl SansIo for Hca {
                 let Some(mut qp) = self.qps.get_mut(&k) else { break };
                 // the responder's queue (ACKs, NAKs, READ responses) first
                 if let Some(d) = qp
-                    .next_response(&mut dev.resp(), now)
+                    .next_paced_response(&mut dev.resp(), now)
                     .or_else(|| qp.next_request(&mut dev.req(), now))
                 {
                     served = Some(k);

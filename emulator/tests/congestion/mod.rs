@@ -257,3 +257,37 @@ fn resealed(d: &Datagram, mut bytes: Vec<u8>) -> Datagram {
     }
     Datagram::new(d.endpoints, d.meta, bytes.into())
 }
+
+#[test]
+fn read_responses_are_paced_acks_are_not() {
+    let mut p = Pair::new();
+    let data = pattern(32 * 1024, 8);
+    p.b.write_mem(0, &data);
+    // CNPs cut B's QP (the READ responder) towards 1 Gb/s
+    let cnp = p.a.hca.cnp_for(p.a.qpn).unwrap();
+    for _ in 0..7 {
+        p.b.hca.handle_datagram(p.now, cnp.clone());
+        p.now += Duration::from_micros(5);
+    }
+    let rate = p.b.hca.qp_congestion(p.b.qpn).unwrap().1.expect("limited");
+    let wr =
+        p.one_sided(1, WrOpcode::RdmaRead, 0, data.len() as u32, 0).with_flags(SendFlags::SIGNALED);
+    p.a.post(wr);
+    let start = p.now;
+    let seen = pump(&mut p, start + Duration::from_secs(1), |_, _| {});
+    let resp: Vec<Instant> = seen.iter().filter(|s| !s.1).map(|s| s.0).collect();
+    assert_eq!(resp.len(), 32, "32 READ response packets");
+    // 31 gaps of a 1094-byte frame each, at no more than twice the cut rate
+    let span = *resp.last().unwrap() - resp[0];
+    let floor_ns = 31.0 * 1094.0 * 8.0 / (rate as f64 * 2.0 * 1e-3);
+    assert!(span.as_nanos() as f64 >= floor_ns, "{span:?} at {rate} Mb/s");
+    assert_eq!(p.a.read_mem(0, data.len()), data);
+    assert_eq!(p.a.poll().iter().map(|w| w.status).collect::<Vec<_>>(), [WcStatus::Success]);
+    // while B is limited, its ACK to a SEND from A leaves at once
+    p.b.post_recv(7, 0, 64);
+    p.a.send(8, 0, 64);
+    let t0 = p.now;
+    let seen = pump(&mut p, t0 + Duration::from_secs(1), |_, _| {});
+    let ack = seen.iter().find(|s| !s.1).expect("an ACK");
+    assert_eq!(ack.0, t0, "the ACK is not paced");
+}
