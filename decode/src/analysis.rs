@@ -109,6 +109,9 @@ impl Item {
 pub struct Analysis {
     /// Every RoCEv2 item in frame order.
     pub items: Vec<Item>,
+    /// Ethernet PAUSE / PFC frames, in frame order (not RoCE: shown
+    /// between the items, counted in `--stats`).
+    pub pauses: Vec<crate::pause::Pause>,
     explainer: Explainer,
     /// Endpoint → its peer, learned from the streams' requester QPs.
     peers: HashMap<(IpAddr, u32), (IpAddr, u32)>,

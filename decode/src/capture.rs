@@ -4,7 +4,7 @@ use crate::analysis::{Analysis, Filter, Item};
 use crate::record::{udp_checksum_ok, Gso, Input, Record};
 use crate::{human, ladder, stats, svg};
 use core::fmt;
-use roce_packet::frame::{parse_frame, RoceDatagram};
+use roce_packet::frame::{parse_frame, LinkType, RoceDatagram};
 use roce_pcap::{read_capture_file_partial, CapturedFrame};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -19,6 +19,8 @@ pub struct Summary {
     pub packets: usize,
     /// Packets with a bad ICRC or a structural error.
     pub bad: usize,
+    /// Ethernet PAUSE / PFC frames.
+    pub pauses: usize,
 }
 
 /// Why `roce decode` could not finish.
@@ -122,7 +124,11 @@ pub fn analyse_frames(frames: &[CapturedFrame], port: u16) -> Analysis {
         let number = f.number as u64;
         let time = seconds(f.timestamp.saturating_sub(t0));
         match parse_frame(f.linktype, &f.data, port) {
-            Ok(None) => {}
+            Ok(None) => {
+                if f.linktype == LinkType::Ethernet {
+                    a.pauses.extend(crate::pause::parse(&f.data, number, time));
+                }
+            }
             Ok(Some(dgs)) => {
                 for r in frame_records(number, time, &dgs) {
                     a.packet(r);
@@ -193,6 +199,7 @@ pub fn decode_frames(
         frames: frames.len(),
         packets: a.items.len(),
         bad: a.items.iter().filter(|i| i.is_bad()).count(),
+        pauses: a.pauses.len(),
     };
     let shown = style.filter.select(&a);
     if style.stats {
@@ -201,6 +208,7 @@ pub fn decode_frames(
             stats::write_json(&s, out)?;
         } else {
             stats::write_text(&s, out)?;
+            pause_stats(&a.pauses, out)?;
         }
         return Ok(summary);
     }
@@ -218,10 +226,55 @@ pub fn decode_frames(
         }
         return Ok(summary);
     }
+    // PAUSE frames go between the items, by frame number, when the view
+    // is a frame range (not --follow, --bad-only)
+    let f = &style.filter;
+    let mut pauses = a
+        .pauses
+        .iter()
+        .filter(|_| f.follow.is_none() && !f.bad_only)
+        .filter(|p| f.from.is_none_or(|x| p.frame >= x) && f.to.is_none_or(|x| p.frame <= x))
+        .peekable();
     for it in shown {
+        while let Some(p) = pauses.next_if(|p| p.frame < it.frame()) {
+            print_pause(p, style, out)?;
+        }
         print_item(it, style, out)?;
     }
+    for p in pauses {
+        print_pause(p, style, out)?;
+    }
     Ok(summary)
+}
+
+fn print_pause(p: &crate::pause::Pause, style: &Style, out: &mut dyn Write) -> io::Result<()> {
+    if style.json {
+        return writeln!(out, "{}", p.to_json());
+    }
+    writeln!(out, "{}", p.line())?;
+    if style.explain {
+        writeln!(out, "        {}", p.explain())?;
+    }
+    Ok(())
+}
+
+/// `--stats`: the PAUSE frames, by sender.
+fn pause_stats(pauses: &[crate::pause::Pause], out: &mut dyn Write) -> io::Result<()> {
+    if pauses.is_empty() {
+        return Ok(());
+    }
+    let mut by: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
+    for p in pauses {
+        let e = by.entry(p.line().split_whitespace().nth(2).unwrap_or("").to_string()).or_default();
+        e.0 += 1;
+        e.1 += usize::from(p.is_resume());
+    }
+    let resumes: usize = by.values().map(|v| v.1).sum();
+    writeln!(out, "\nPAUSE frames (flow control, not RoCE): {} ({resumes} resumes)", pauses.len())?;
+    for (mac, (n, r)) in by {
+        writeln!(out, "  from {mac}: {n} ({r} resumes)")?;
+    }
+    Ok(())
 }
 
 /// The name a capture is shown under (the SVG title): its file name.

@@ -27,6 +27,7 @@ pub mod cm_fmt;
 pub mod explain;
 pub mod human;
 pub mod ladder;
+pub mod pause;
 pub mod record;
 pub mod stats;
 pub mod svg;

@@ -725,24 +725,20 @@ impl<N: SansIo> SwitchedNet<N> {
     /// `from` (a switch ingress or a host) sends a PAUSE of `quanta` (0:
     /// resume) to the transmitter at the other end of its link.
     fn send_pause(&mut self, from: Peer, quanta: u16) {
-        let (to, link, src) = match from {
+        let (to, link) = match from {
             Peer::Switch(s, p) => {
                 let port = &mut self.switches[s].ports[p];
                 port.tx.stats.pauses_sent += 1;
-                (port.tx.peer, port.tx.link, None)
+                (port.tx.peer, port.tx.link)
             }
             Peer::Host(h) => match &mut self.hosts[h].nic {
                 Some(nic) => {
                     nic.stats.pauses_sent += 1;
-                    (nic.peer, nic.link, Some(self.hosts[h].addr))
+                    (nic.peer, nic.link)
                 }
                 None => return,
             },
         };
-        if let Peer::Host(h) = to {
-            let addr = self.hosts[h].addr;
-            self.record_pause(addr, src, quanta, self.now + link.delay);
-        }
         self.push(self.now + link.delay, Ev::Pause(to, quanta));
         if quanta > 0 {
             // again at half the pause time, while still congested
@@ -780,8 +776,15 @@ impl<N: SansIo> SwitchedNet<N> {
         }
         tx.paused_until = now + pause_time(quanta, tx.link.rate_bps);
         tx.stats.paused += tx.paused_until - now;
+        let from = tx.peer;
         match to {
-            Peer::Host(h) => self.kick(h),
+            Peer::Host(h) => {
+                // (the capture shows what the hosts receive: this PAUSE)
+                if let Peer::Switch(s, p) = from {
+                    self.record_pause(switch_mac(s, p), quanta);
+                }
+                self.kick(h)
+            }
             Peer::Switch(s, p) => self.arm_port(s, p),
         }
     }
@@ -862,13 +865,17 @@ impl<N: SansIo> SwitchedNet<N> {
         self.now = self.now.max(at);
     }
 
-    fn record_pause(&mut self, to: IpAddr, from: Option<IpAddr>, quanta: u16, at: Instant) {
+    fn record_pause(&mut self, src: [u8; 6], quanta: u16) {
+        let now = self.now;
         let Some(w) = &mut self.pcap else { return };
-        let src = from.map(mac_for).unwrap_or([0x02, 0, 0, 0, 0, 0xfe]);
-        let _ = to;
-        let f = pfc_frame(src, quanta);
-        let _ = w.write_frame(Duration::from_nanos(at.as_nanos()), &f);
+        let _ = w.write_frame(Duration::from_nanos(now.as_nanos()), &pfc_frame(src, quanta));
     }
+}
+
+/// The MAC address of switch `s`'s port `p` (locally administered:
+/// `02:53:57:00:s:p`), the source of its PAUSE frames.
+pub fn switch_mac(s: usize, p: usize) -> [u8; 6] {
+    [0x02, 0x53, 0x57, 0x00, s as u8, p as u8]
 }
 
 /// The priority RoCE traffic runs on (PFC's class-enable bit).

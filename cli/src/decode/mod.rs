@@ -102,8 +102,12 @@ pub fn run(args: &DecodeArgs) -> ExitCode {
                     return ExitCode::from(2);
                 }
             }
+            let pauses = match summary.pauses {
+                0 => String::new(),
+                n => format!(", {n} PAUSE frames"),
+            };
             eprintln!(
-                "{} frames, {} RoCEv2 packets, {} bad",
+                "{} frames, {} RoCEv2 packets, {} bad{pauses}",
                 summary.frames, summary.packets, summary.bad
             );
             if summary.bad == 0 {
