@@ -127,6 +127,8 @@ pub struct Req {
     /// Sent to the case's multicast group (`agent::case_group`), not to
     /// the target's address.
     pub to_group: bool,
+    /// The IP TOS byte it leaves with (DSCP and ECN; 0: DSCP 0, Not-ECT).
+    pub tos: u8,
 }
 
 impl Req {
@@ -153,7 +155,14 @@ impl Req {
             ieth: None,
             xrc_srq: None,
             to_group: false,
+            tos: 0,
         }
+    }
+    /// With the IP header's ECN field Congestion Experienced (TOS 0x03),
+    /// as a congested switch marks an ECN-capable packet (Annex A17.9).
+    pub const fn ce_marked(mut self) -> Req {
+        self.tos = CE;
+        self
     }
     /// An XRC request naming the SRQ number `n` (not the target's SRQ).
     pub const fn xrc_srq(mut self, n: u32) -> Req {
@@ -243,6 +252,10 @@ impl Req {
         self
     }
 }
+
+/// The IP TOS byte of a packet marked Congestion Experienced: DSCP 0,
+/// ECN field 0b11.
+pub const CE: u8 = 0b11;
 
 /// The data pattern: byte `i` of a message with salt `salt`. The
 /// offset's bits above the low eight are mixed in, so that bytes a
@@ -479,6 +492,36 @@ pub enum Step {
     Respond(Resp),
     /// Wait.
     Sleep(u32),
+    /// The tester sends `n` copies of a request at consecutive PSNs (from
+    /// the request's) in one `sendmmsg`: they arrive back to back.
+    Burst {
+        /// The first request.
+        req: Req,
+        /// How many.
+        n: u32,
+    },
+    /// After waiting `wait_ms` for more, `min..=max` CNPs have come to
+    /// the tester's QP since the previous such step (or the case's start;
+    /// with the answers of the steps between, or since), each with Annex
+    /// A17.9.3's format: 32 bytes, opcode 0x81, P_Key 0xFFFF, BECN, the
+    /// tester's QPN, A 0, PSN 0, 16 zero bytes, a good ICRC. None at all
+    /// from a device whose packets are Not-ECT is n/a: it takes no part in
+    /// congestion management.
+    Cnps {
+        /// At least this many.
+        min: u32,
+        /// At most this many.
+        max: u32,
+        /// How long to wait for them.
+        wait_ms: u32,
+    },
+    /// The tester sends a well-formed CNP (Annex A17.9.3) to the target's
+    /// QP, from DSCP 48 and Not-ECT, as a NIC's notification point does.
+    SendCnp,
+    /// The target's latest packet (not a CNP) left ECN-capable: ECT(0) or
+    /// ECT(1) in its IP header. Not-ECT is n/a (the device takes no part
+    /// in ECN congestion management); CE fails (only a switch marks CE).
+    Ect,
 }
 
 /// One conformance case.

@@ -8,8 +8,11 @@ use roce_packet::{
     pad_for, AethRepr, AtomicAckEthRepr, AtomicEthRepr, Msn, NakCode, Opcode, Position, Psn, Qpn,
     RKey, RethRepr, RnrTimer, RoceRepr, Syndrome,
 };
+use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
+
+mod cc;
 
 /// A case's result.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,6 +93,10 @@ impl<'a> Runner<'a> {
             last_post: None,
             msn: 0,
             wr_id: 0,
+            cnps: Vec::new(),
+            cnps_checked: 0,
+            held: VecDeque::new(),
+            last_tos: None,
         };
         let verdict = match x.play(case) {
             Ok(()) => Verdict::Pass,
@@ -135,6 +142,17 @@ struct Exec<'r> {
     last_post: Option<Post>,
     msn: u32,
     wr_id: u64,
+    /// The CNPs that came to the tester's QP in this case (never taken
+    /// for answers or requests).
+    cnps: Vec<Received>,
+    /// How many of them earlier [`Step::Cnps`] took.
+    cnps_checked: usize,
+    /// Packets taken off the wire while waiting for CNPs, for the steps
+    /// after.
+    held: VecDeque<Received>,
+    /// The IP TOS of the target's latest packet that was not a CNP (`None`
+    /// inside: the kernel did not say), and what that packet was.
+    last_tos: Option<(Option<u8>, String)>,
 }
 
 /// An ACK (an XRC target's: XRC ACKNOWLEDGE, 0xB1).
@@ -198,6 +216,9 @@ impl Exec<'_> {
             | Step::Modify(_)
             | Step::Respond(_)
             | Step::Post(_) => self.as_responder(step)?,
+            Step::Burst { .. } | Step::Cnps { .. } | Step::SendCnp | Step::Ect => {
+                self.congestion(step)?
+            }
         }
         Ok(())
     }
@@ -269,11 +290,15 @@ impl Exec<'_> {
                 }
             }
             Step::Quiet(ms) => {
+                let cnps = self.cnps.len();
                 if let Some(p) = self.next(Duration::from_millis(ms.into()))? {
                     return fail(format!(
                         "expected nothing for {ms} ms, got {}",
                         describe(&p.repr)
                     ));
+                }
+                if self.cnps.len() > cnps {
+                    return fail(format!("expected nothing for {ms} ms, got a CNP"));
                 }
             }
             _ => unreachable!("{step:?} is not a step of this kind"),
@@ -409,8 +434,18 @@ impl Exec<'_> {
         Ok(())
     }
 
-    /// The next packet to the tester's QP, if one comes within `wait`.
+    /// The next packet to the tester's QP, if one comes within `wait`
+    /// (one held by an earlier step first). CNPs are not answers: they
+    /// are kept aside ([`Step::Cnps`] checks them).
     fn next(&mut self, wait: Duration) -> Result<Option<Received>, Stop> {
+        if let Some(p) = self.held.pop_front() {
+            return Ok(Some(p));
+        }
+        self.take(wait)
+    }
+
+    /// [`Exec::next`] from the wire only.
+    fn take(&mut self, wait: Duration) -> Result<Option<Received>, Stop> {
         let end = Instant::now() + wait;
         loop {
             let left = end.saturating_duration_since(Instant::now());
@@ -426,6 +461,11 @@ impl Exec<'_> {
                 p.at.as_secs_f64() * 1e3,
                 describe(&p.repr)
             ));
+            if p.repr.bth.opcode == Opcode::CNP {
+                self.cnps.push(p);
+                continue;
+            }
+            self.last_tos = Some((p.tos, describe(&p.repr)));
             return Ok(Some(p));
         }
     }
@@ -526,6 +566,13 @@ impl Exec<'_> {
     }
 
     fn send(&mut self, r: &Req) -> Result<(), Stop> {
+        let (h, payload) = self.request_packet(r);
+        let group = r.to_group.then(|| crate::agent::case_group(self.agent.addr()));
+        self.emit_to(&h, &payload, r.bad_icrc, group, r.tos)
+    }
+
+    /// The headers and payload of the crafted request `r`.
+    fn request_packet(&self, r: &Req) -> (RoceRepr, Vec<u8>) {
         let payload = data(r.salt, r.msg_off, r.len);
         let mut h = RoceRepr::default();
         h.bth.opcode = r.op;
@@ -564,35 +611,43 @@ impl Exec<'_> {
             });
         }
         h.payload_len = payload.len();
-        let group = r.to_group.then(|| crate::agent::case_group(self.agent.addr()));
-        self.emit_to(&h, &payload, r.bad_icrc, group)
+        (h, payload)
     }
 
     fn emit(&mut self, h: &RoceRepr, payload: &[u8], bad_icrc: bool) -> Result<(), Stop> {
-        self.emit_to(h, payload, bad_icrc, None)
+        self.emit_to(h, payload, bad_icrc, None, 0)
     }
 
-    /// [`Exec::emit`] to the target, or to the multicast group `group`.
+    /// [`Exec::emit`] to the target, or to the multicast group `group`,
+    /// with IP TOS `tos`.
     fn emit_to(
         &mut self,
         h: &RoceRepr,
         payload: &[u8],
         bad_icrc: bool,
         group: Option<std::net::IpAddr>,
+        tos: u8,
     ) -> Result<(), Stop> {
+        self.wire.set_tos(tos).map_err(|e| Stop::Fail(format!("IP_TOS {tos:#04x}: {e}")))?;
         match group {
             None => self.wire.send(h, payload, bad_icrc),
             Some(g) => self.wire.send_to_group(h, payload, bad_icrc, g),
         }
         .map_err(|e| Stop::Fail(format!("send {}: {e}", describe(h))))?;
+        self.log_sent(h, bad_icrc, tos);
+        Ok(())
+    }
+
+    /// A line in the case's packet list for `h`, just sent.
+    fn log_sent(&mut self, h: &RoceRepr, bad_icrc: bool, tos: u8) {
         let at = self.wire.elapsed().as_secs_f64() * 1e3;
         self.packets.push(format!(
-            "> {:>8.3} ms {}{}",
+            "> {:>8.3} ms {}{}{}",
             at,
             describe(h),
-            if bad_icrc { " (bad ICRC)" } else { "" }
+            if bad_icrc { " (bad ICRC)" } else { "" },
+            if tos & 3 == crate::case::CE { " (CE)" } else { "" }
         ));
-        Ok(())
     }
 
     fn read_responses(&mut self, psn: i32, off: u64, len: u32) -> Result<(), Stop> {

@@ -225,6 +225,12 @@ const CAUGHT: &[(Mutant, &[&str])] = &[
     (XrcIgnoresXrceth, &["resp.xrc.unknown-srq-naks"]),
     (UdNoReceiveErr, &["resp.ud.no-receive-dropped"]),
     (UdChecksPsn, &["resp.ud.psn-not-checked"]),
+    // ---- congestion management (Annex A17.9) ----
+    (NoCnp, &["resp.cc.cnp-for-ce-mark", "resp.cc.cnp-rate-limited"]),
+    (CnpEveryMark, &["resp.cc.cnp-rate-limited"]),
+    (CnpWithoutBecn, &["resp.cc.cnp-for-ce-mark", "resp.cc.cnp-rate-limited"]),
+    (CnpAcked, &["resp.cc.cnp-not-acknowledged"]),
+    (SendsCe, &["resp.cc.sends-ect", "req.cc.sends-ect"]),
     // ---- requester ----
     (EarlyRetransmit, &["req.retransmit.after-timeout", "req.retransmit.go-back-n"]),
     (IgnoreRetryCount, &["req.retry.exhausted", "req.rnr.exhausted"]),

@@ -271,6 +271,21 @@ mutants! {
     /// first XRC SRQ of its domain (breaks Annex A14: the XRCETH names the
     /// SRQ, and an SRQ outside the domain is an invalid request).
     XrcIgnoresXrceth => "xrc-ignores-xrceth",
+    // ---- congestion management (Annex A17.9) ----
+    /// The notification point sends no CNP for a packet marked CE (breaks
+    /// Annex A17.9).
+    NoCnp => "no-cnp",
+    /// Every CE mark gets a CNP, however close together (breaks the
+    /// notification point's one CNP per QP per `min_time_between_cnps`).
+    CnpEveryMark => "cnp-every-mark",
+    /// A CNP leaves with BECN clear (breaks Annex A17.9.3).
+    CnpWithoutBecn => "cnp-without-becn",
+    /// A CNP is answered with an ACK, as a request would be (breaks
+    /// Annex A17.9.3: a CNP is never acknowledged).
+    CnpAcked => "cnp-acked",
+    /// Packets leave marked CE instead of ECT(0) (breaks Annex A17.9 and
+    /// RFC 3168: a sender marks ECT, only a congested switch marks CE).
+    SendsCe => "sends-ce",
 }
 
 impl Mutant {

@@ -245,7 +245,12 @@ fn on_marked(
         return;
     }
     dev.counters.np_ecn_marked_roce_packets += 1;
-    if dev.cnps.len() >= MAX_QUEUED_CNPS || !qp.cc.cnp_due(&dev.cc.np, now) {
+    if mutant::is(qp.mutant, Mutant::NoCnp) {
+        return;
+    }
+    if dev.cnps.len() >= MAX_QUEUED_CNPS
+        || !(qp.cc.cnp_due(&dev.cc.np, now) || mutant::is(qp.mutant, Mutant::CnpEveryMark))
+    {
         return;
     }
     let dest = match qp.init.qp_type {
@@ -274,6 +279,9 @@ fn on_cnp(
     }
     dev.counters.rcvd_pkts += 1;
     dev.counters.rcvd_bytes += len as u64;
+    if mutant::is(qp.mutant, Mutant::CnpAcked) {
+        qp.ack_as_request(&mut dev.resp());
+    }
     if qp.cc.sw.rp && qp.init.qp_type != crate::QpType::XrcRecv {
         let cut = qp.cc.rp.on_cnp(&dev.cc.rp, dev.cc.line_kbps(), now);
         tracing::debug!(qpn = %qp.qpn, cut, rate_mbps = qp.cc.rp.rate_mbps(), "CNP");

@@ -171,6 +171,13 @@ impl Qp {
         self.resp.send_aeth(cx.tx, cx.ctrs, psn, Syndrome::Ack { credit: CREDIT_UNLIMITED });
     }
 
+    /// [`Mutant::CnpAcked`]: a CNP taken for a request and acknowledged
+    /// with the newest PSN, as a duplicate would be.
+    pub(crate) fn ack_as_request(&mut self, cx: &mut RespCtx<'_>) {
+        let psn = self.resp.epsn.sub(1);
+        self.send_ack(cx, psn);
+    }
+
     /// UC's responder rules apply (§9.7.7): no ACK, NAK, RNR or error
     /// state, messages dropped instead.
     fn resp_is_uc(&self) -> bool {

@@ -79,7 +79,7 @@ impl Tx {
     /// fill the ICRC and wrap it as a datagram.
     pub fn finish_to(&self, qp: &Qp, av: &AhAttr, mut buf: Vec<u8>) -> Option<Datagram> {
         let endpoints = self.endpoints(qp, av.dgid);
-        let meta = self.meta(av);
+        let meta = self.meta(qp, av);
         IpUdpHeader::build(&endpoints, &meta, buf.len()).ok()?.fill_icrc(&mut buf);
         Some(Datagram { endpoints, meta, payload: Bytes::from(buf), body: None })
     }
@@ -89,8 +89,12 @@ impl Tx {
     /// kernel's rdma_cm puts `RDMA_OPTION_ID_TOS` there), with the
     /// device's ECN codepoint in its low two bits. The ICRC masks the
     /// byte, so it costs nothing to carry.
-    fn meta(&self, av: &AhAttr) -> IpMeta {
-        IpMeta { tos: self.ecn.mark(av.traffic_class), ..IpMeta::default() }
+    fn meta(&self, qp: &Qp, av: &AhAttr) -> IpMeta {
+        let tos = match crate::mutant::is(qp.mutant, crate::Mutant::SendsCe) {
+            true => av.traffic_class | crate::congestion::CE,
+            false => self.ecn.mark(av.traffic_class),
+        };
+        IpMeta { tos, ..IpMeta::default() }
     }
 
     /// A CNP ([`crate::congestion`]) of `qp` to `dest_qp` at `to`, from
@@ -106,7 +110,7 @@ impl Tx {
             bth: roce_packet::BthRepr {
                 opcode: roce_packet::Opcode::CNP,
                 pkey: roce_packet::PKey::DEFAULT,
-                becn: true,
+                becn: !crate::mutant::is(qp.mutant, crate::Mutant::CnpWithoutBecn),
                 dest_qp,
                 ..Default::default()
             },
@@ -149,7 +153,7 @@ impl Tx {
         buf.extend_from_slice(&h[..n]);
         buf.resize(n + pad + 4, 0);
         let endpoints = self.endpoints(qp, av.dgid);
-        let meta = self.meta(av);
+        let meta = self.meta(qp, av);
         let hdr = IpUdpHeader::build(&endpoints, &meta, n + len + pad + 4).ok()?;
         let mut icrc = hdr.icrc_hasher(&buf[..n]);
         mem.read_chunks(off, len, |c| icrc.update(c))?;

@@ -1,9 +1,11 @@
 //! The case catalogue, one file per IBA area. Every case cites the rule it
 //! checks: the section of IBA Vol 1 (release 1.4 numbering, with the 1.5
-//! annex for FLUSH and ATOMIC WRITE) and, where there is one, the
+//! annex for FLUSH and ATOMIC WRITE, Annex A14 for XRC, Annex A17 for
+//! RoCEv2's congestion management) and, where there is one, the
 //! compliance statement (`C9-40`).
 
 mod access;
+mod congestion;
 mod ext;
 mod headers;
 mod mw;
@@ -34,6 +36,7 @@ pub fn all() -> Vec<&'static Case> {
         srq::CASES,
         mw::CASES,
         ext::CASES,
+        congestion::CASES,
         requester::CASES,
     ]
     .into_iter()
@@ -61,7 +64,10 @@ mod tests {
         assert_eq!(ids.len(), cases.len(), "duplicate case ids");
         for c in &cases {
             assert!(
-                c.iba.contains('§') || c.iba.contains("C9-") || c.iba.contains("C10-"),
+                c.iba.contains('§')
+                    || c.iba.contains("C9-")
+                    || c.iba.contains("C10-")
+                    || c.iba.starts_with("Annex A"),
                 "{}: no IBA rule",
                 c.id
             );
