@@ -3,9 +3,10 @@
 //! Congestion Experienced (CE, the IP ECN field 0b11, set by a congested
 //! switch) with a CNP to the QP that sent it (A17.9.3's format: opcode
 //! 0x81, BECN, PSN 0, 16 reserved bytes), and CNPs, which nobody
-//! acknowledges. The annex makes congestion management optional: a device
-//! whose packets are Not-ECT and that sends no CNP takes no part in it,
-//! and these cases are n/a on it, saying so.
+//! acknowledges. A device whose packets are Not-ECT and that sends no CNP
+//! has no congestion management at all (rxe; a NIC with ECN switched
+//! off): these cases are n/a on it, saying so, rather than failures of
+//! the rules they check.
 
 use crate::agent::{wc, wr, QpStateName::Rts};
 use crate::case::{Case, Direction::*, Key, Post, Req, Resp, Setup, Step::*, Va};
