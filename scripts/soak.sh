@@ -3,6 +3,12 @@
 #
 #   scripts/soak.sh sim [OPS] [SEED]          # default 10^7 operations, seed 1
 #   scripts/soak.sh sockets [SECONDS] [LANES] # default 600 s, 4 lanes
+#   scripts/soak.sh tests                     # the test suite's long soaks (~3 min)
+#
+# tests: the soaks of tests/tests/sim_soak.rs that `cargo test` leaves out
+#   (#[ignore]): 100 000 SENDs and WRITEs, 100 000 mixed operations, and
+#   24 seeds of 100 000 mixed operations, every fault on, every counter
+#   cross-checked.
 #
 # sim: `roce demo` (the deterministic simulator, one process) with 256 QP
 #   pairs of RC, UC and UD at once (RC and UD receive from SRQs) under 10 %
@@ -43,6 +49,9 @@ growth() {
 }
 
 case "$mode" in
+tests)
+  cargo test -p roce-tests --test all sim_soak -- --ignored
+  ;;
 sim)
   ops=${2:-10000000}
   seed=${3:-1}
@@ -149,7 +158,7 @@ sockets)
   fi
   ;;
 *)
-  sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'
   [ -z "$mode" ] || [ "$mode" = -h ] || [ "$mode" = --help ] || exit 2
   ;;
 esac

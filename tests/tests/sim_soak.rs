@@ -76,15 +76,20 @@ fn soak(mix: Vec<OpKind>, default_seed: u64) {
 }
 
 /// 100k SENDs and RDMA WRITEs (both directions, two QP pairs, sizes up to
-/// 4 KiB at path MTU 1024) under every fault.
+/// 4 KiB at path MTU 1024) under every fault. About 11 s: a soak, run by
+/// `scripts/soak.sh tests` (with the other long ones), not by every
+/// `cargo test` (the 20-seed sweep below keeps 100 000 mixed operations
+/// under the same faults in the ordinary suite).
 #[test]
+#[ignore = "long (about 11 s): scripts/soak.sh tests runs it"]
 fn soak_100k_send_write_with_faults() {
     soak(vec![OpKind::Send, OpKind::Write], 0x50AC)
 }
 
 /// 100k operations of every kind (SEND, WRITE, READ, CMP_AND_SWP,
-/// FETCH_AND_ADD) under every fault.
+/// FETCH_AND_ADD) under every fault (`scripts/soak.sh tests`).
 #[test]
+#[ignore = "long (about 11 s): scripts/soak.sh tests runs it"]
 fn soak_100k_mixed_with_faults() {
     soak(OpKind::ALL.to_vec(), 0x50AD)
 }
@@ -100,8 +105,8 @@ fn mixed_cfg(ops: u64, seed: u64) -> WorkloadConfig {
     }
 }
 
-/// Twenty more seeds of the mixed soak, 5k operations each (a few seconds
-/// in all), with the same checks as the 100k runs.
+/// Twenty seeds of the mixed soak, 5k operations each (100 000 in all, a
+/// few seconds), with the same checks as the 100k runs.
 #[test]
 fn soak_mixed_seed_sweep() {
     for seed in 1..=20u64 {
