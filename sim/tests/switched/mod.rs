@@ -166,3 +166,23 @@ fn switch_mechanics() {
     assert!(net.run_until(roce_emulator::Instant::from_millis(1), 1000));
     assert_eq!(net.port_to_host(sw, h), Some(0));
 }
+
+#[test]
+fn absurd_pfc_settings_are_survived() {
+    use roce_sim::switched::Pfc;
+    // no room at all and PAUSEs of 0 quanta: every frame is dropped and
+    // counted, nothing panics, nothing completes (yet: RC keeps retrying)
+    let mut cfg = FlowsConfig { duration: ms(2), ..FlowsConfig::incast(2) };
+    cfg.switch.pfc = Some(Pfc { xoff: 0, xon: 0, headroom: 0, quanta: 0 });
+    let r = incast::run(&cfg);
+    assert!(r.bottleneck.dropped > 0, "dropped at the egress they were for");
+    assert_eq!((r.completed, r.failed), (0, 0));
+    // XON above XOFF and the longest PAUSE: the senders are paused and
+    // resumed, nothing is lost, the WRITEs complete
+    cfg.switch.pfc = Some(Pfc { xoff: 1000, xon: 50_000, headroom: 100_000, quanta: u16::MAX });
+    cfg.duration = ms(5);
+    let r = incast::run(&cfg);
+    assert_eq!(r.ports.iter().map(|p| p.1.dropped).sum::<u64>(), 0);
+    assert!(r.completed > 0 && r.failed == 0, "{} {}", r.completed, r.failed);
+    assert!(r.nics[1].pauses_received > 0);
+}
