@@ -829,7 +829,7 @@ fn credits_hold_a_sender_instead_of_overflowing_a_receiver() {
         }
         rounds += 1;
         // the receiver reads one round in four
-        if rounds % 4 == 0 {
+        if rounds.is_multiple_of(4) {
             let _ = b.recv(&mut got).unwrap();
         }
     }
