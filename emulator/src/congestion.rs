@@ -307,12 +307,6 @@ impl QpCongestion {
     }
 }
 
-/// The Ethernet frame a UDP payload of `len` bytes makes (header, IP,
-/// UDP, FCS), what the pacer and the byte counter count.
-pub(crate) const fn frame_len(len: usize, ipv6: bool) -> usize {
-    14 + if ipv6 { 40 } else { 20 } + 8 + len + 4
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

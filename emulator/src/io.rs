@@ -62,6 +62,14 @@ impl Datagram {
         self.payload.len() + self.body.as_ref().map_or(0, |b| b.len)
     }
 
+    /// Length of the Ethernet frame that carries it: header, IP header,
+    /// UDP header, payload, FCS (what DCQCN's pacer books and a simulated
+    /// switch queues).
+    pub fn frame_len(&self) -> usize {
+        let ip = if self.endpoints.dst.is_ipv6() { 40 } else { 20 };
+        14 + ip + 8 + self.wire_len() + 4
+    }
+
     /// The same datagram with its whole UDP payload in `payload` (a copy of
     /// the region bytes; free without a body). `None` if the region was
     /// deregistered in the meantime (the datagram cannot be sent).

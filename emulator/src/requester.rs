@@ -74,8 +74,7 @@ impl Qp {
         }
         let d = self.next_packet(cx, now)?;
         if self.cc.rp.limited {
-            let frame = crate::congestion::frame_len(d.wire_len(), d.endpoints.dst.is_ipv6());
-            self.cc.on_sent(cx.cc, now, frame);
+            self.cc.on_sent(cx.cc, now, d.frame_len());
         }
         Some(d)
     }

@@ -314,12 +314,6 @@ pub struct SwitchedNet<N> {
     pub unroutable: u64,
 }
 
-/// The Ethernet frame of a datagram (header, IP, UDP, payload, FCS).
-pub fn frame_len(d: &Datagram) -> usize {
-    let ip = if d.endpoints.dst.is_ipv4() { 20 } else { 40 };
-    14 + ip + 8 + d.wire_len() + 4
-}
-
 impl<N: SansIo> SwitchedNet<N> {
     /// An empty fabric whose RED draws come from `seed`.
     pub fn new(seed: u64) -> SwitchedNet<N> {
@@ -600,7 +594,7 @@ impl<N: SansIo> SwitchedNet<N> {
             self.rearm(h);
             return;
         };
-        let len = frame_len(&d);
+        let len = d.frame_len();
         let nic = self.hosts[h].nic.as_mut().expect("checked");
         let ser = nic.link.serialize(len);
         nic.busy_until = now + ser;
@@ -627,7 +621,7 @@ impl<N: SansIo> SwitchedNet<N> {
             return;
         }
         let e = ports[ecmp(&d) % ports.len()];
-        let len = frame_len(&d);
+        let len = d.frame_len();
         let cfg = self.switches[s].cfg;
         // lossless with PFC: an ingress may queue up to xoff + headroom (a
         // shared buffer); without, an egress queue holds `buffer` (tail drop)
@@ -806,7 +800,7 @@ impl<N: SansIo> SwitchedNet<N> {
         }
         let host = &mut self.hosts[h];
         if host.stall_until.is_some_and(|t| t > now) {
-            host.rx_bytes += frame_len(&d);
+            host.rx_bytes += d.frame_len();
             host.rx.push_back(d);
             if let Some(pfc) = host.pfc {
                 if !host.xoff && host.rx_bytes > pfc.xoff {
@@ -849,7 +843,7 @@ impl<N: SansIo> SwitchedNet<N> {
             None => 0,
         };
         *self.window.entry((d.endpoints.src, d.endpoints.dst, qpn)).or_default() +=
-            frame_len(d) as u64;
+            d.frame_len() as u64;
     }
 
     fn take_sample(&mut self, at: Instant) {

@@ -157,7 +157,8 @@ pub struct DemoArgs {
     pub stats: bool,
     /// Instead of the mixed workload, run one small named lesson (docs/course/): every verb,
     /// completion and status printed with its virtual time. --seed, --pcap, --loss, --dup,
-    /// --reorder, --corrupt, --stats and --quiet apply; exit 0 when it behaved as described.
+    /// --reorder, --corrupt, --stats and --quiet apply (a congestion lesson, on a switched
+    /// fabric, takes --seed, --pcap, --svg and --quiet); exit 0 when it behaved as described.
     #[arg(long, value_name = "NAME", value_parser = scenario_names(),
           conflicts_with_all = ["ops", "size", "mix", "qp_type", "mtu", "qps", "window", "json"])]
     pub scenario: Option<String>,

@@ -54,6 +54,14 @@ pub fn run(name: &str, args: &DemoArgs) -> ExitCode {
 /// A congestion lesson (a switched fabric: `roce_workloads::demo::fabric`):
 /// its transcript, `--pcap` and `--svg`.
 fn run_fabric(name: &str, args: &DemoArgs) -> ExitCode {
+    // (its faults are the switch's queues; its counters are in the transcript)
+    if args.faults() != roce_sim::FaultConfig::none() || args.stats {
+        eprintln!(
+            "roce demo --scenario {name}: --loss, --dup, --reorder, --corrupt and --stats go \
+             with the two-HCA lessons, not with a switched fabric's"
+        );
+        return ExitCode::from(2);
+    }
     let Some(l) = roce_workloads::demo::run_fabric_lesson(name, args.seed, args.pcap.is_some())
     else {
         eprintln!("roce demo: unknown scenario {name:?}");
@@ -128,5 +136,19 @@ mod scenario_tests {
         assert_eq!((a.scenario.as_deref(), a.loss, a.seed), (Some("rnr"), 0.1, 3));
         assert_eq!(status_name(WcStatus::RnrRetryExcErr), "RNR_RETRY_EXC_ERR");
         assert_eq!(wc_opcode_name(WcOpcode::RecvRdmaWithImm), "RECV_RDMA_WITH_IMM");
+    }
+
+    #[test]
+    fn flags_of_the_other_kind_of_lesson_are_refused() {
+        // a switched fabric's lesson takes no injected faults, no --stats
+        for extra in [&["--loss", "0.1"][..], &["--stats"]] {
+            let mut v = vec!["--scenario", "incast"];
+            v.extend_from_slice(extra);
+            let a = parse(&v).expect("parse");
+            assert_eq!(run("incast", &a), ExitCode::from(2), "{v:?}");
+        }
+        // and a two-HCA lesson no --svg
+        let a = parse(&["--scenario", "rnr", "--svg", "x.svg"]).expect("parse");
+        assert_eq!(run("rnr", &a), ExitCode::from(2));
     }
 }
