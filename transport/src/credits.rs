@@ -33,7 +33,7 @@
 //! table, rxe) are not regulated.
 
 use roce_region::words::SharedWords;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
@@ -243,7 +243,7 @@ pub struct CreditTx {
 impl CreditTx {
     /// A sender using `t`.
     pub fn new(t: &Arc<CreditTable>) -> CreditTx {
-        CreditTx { t: t.clone(), dests: HashMap::new() }
+        CreditTx { t: t.clone(), dests: HashMap::default() }
     }
 
     /// The slot of the socket that receives datagrams to `to` whose
@@ -308,7 +308,9 @@ impl CreditTx {
                 }
             }
         };
-        self.dests.insert((to, qpn_byte), d);
+        if let Some(e) = self.dests.get_mut(&(to, qpn_byte)) {
+            e.waiting = d.waiting;
+        }
         verdict
     }
 

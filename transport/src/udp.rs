@@ -61,6 +61,9 @@ const MAX_PEERS: usize = 4096;
 /// Largest UDP payload of one (GSO) send or (GRO) receive.
 const MAX_UDP_PAYLOAD: usize = 65_507;
 
+/// The fewest messages a batch read asks for (see `last_batch`).
+const MIN_BATCH: usize = 4;
+
 /// How received ICRCs are checked (see [`crate::rxcheck`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum RxIcrcPolicy {
@@ -238,6 +241,12 @@ pub struct UdpTransport {
     spare: Vec<Vec<u8>>,
     /// The latest read found the socket empty.
     found_none: bool,
+    /// Messages the latest batch read returned: the next batch asks for
+    /// twice that (at least [`MIN_BATCH`]), so a socket that holds one
+    /// message at a time is not read with 32 zeroed headers each time.
+    last_batch: usize,
+    /// The messages of a batch read, reused (no allocation per read).
+    rx_msgs: Vec<RxMsg>,
     /// Small datagrams are copied here, one after another, and handed out
     /// as slices of it: a malloc per arena instead of per datagram.
     arena: RxArena,
@@ -350,6 +359,8 @@ impl UdpTransport {
             lent: VecDeque::new(),
             spare: Vec::new(),
             found_none: false,
+            last_batch: 0,
+            rx_msgs: Vec::with_capacity(batch),
             arena: RxArena::default(),
             crc: IcrcMath::new(),
             last_id: HashMap::default(),
@@ -888,7 +899,7 @@ impl UdpTransport {
             self.recv_groups(out);
         }
         self.take_back();
-        let vlen = self.rx_bufs.len().min(max.max(1));
+        let vlen = self.rx_bufs.len().min(max.max(1)).min((2 * self.last_batch).max(MIN_BATCH));
         if self.found_none && vlen > 1 {
             // The last read found nothing: a program polling in a loop
             // reads an empty socket most of the time. One plain `recvmsg`
@@ -911,7 +922,8 @@ impl UdpTransport {
             let fd = self.sock.as_raw_fd();
             return self.recv_one(fd, None, out);
         }
-        let mut msgs: Vec<RxMsg> = Vec::with_capacity(vlen);
+        let mut msgs = std::mem::take(&mut self.rx_msgs);
+        msgs.clear();
         // Rebuilt per call: nix's recvmmsg does not reset `msg_controllen`
         // and `msg_namelen`, which the kernel shrinks (a reused set loses
         // the UDP_GRO control message after a receive without one); and the
@@ -928,19 +940,22 @@ impl UdpTransport {
             }
             Ok::<(), Errno>(())
         })();
-        match r {
-            Ok(()) => {}
+        let n = match r {
+            Ok(()) => self.take_messages(&msgs, out),
             Err(Errno::EAGAIN) => {
                 self.credits_drained();
-                return Ok(0);
+                0
             }
-            Err(Errno::EINTR) => return Ok(0),
+            Err(Errno::EINTR) => 0,
             Err(e) => {
                 TransportCounters::add(&self.counters.recv_errors, 1);
+                self.rx_msgs = msgs;
                 return Err(e.into());
             }
-        }
-        Ok(self.take_messages(&msgs, out))
+        };
+        self.last_batch = msgs.len();
+        self.rx_msgs = msgs;
+        Ok(n)
     }
 
     /// One message: a plain `recvmsg` from `fd` into the first buffer (no

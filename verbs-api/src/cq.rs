@@ -82,9 +82,19 @@ impl Cq {
     /// vector when there are none). After an overflow the CQ returns what
     /// it holds, then `Overrun`.
     pub fn poll(&self, max: usize) -> Result<Vec<WorkCompletion>, PollCqError> {
-        let mut out = vec![WorkCompletion::EMPTY; max.min(self.inner.ring.len())];
-        let n = self.poll_into(&mut out)?;
-        out.truncate(n);
+        // a few on the stack first: an empty poll (a spinning program's
+        // usual one) allocates nothing
+        let cap = max.min(self.inner.ring.len());
+        let mut first = [WorkCompletion::EMPTY; 16];
+        let k = cap.min(first.len());
+        let n = self.poll_into(&mut first[..k])?;
+        let mut out = first[..n].to_vec();
+        if n == k && cap > k {
+            out.resize(cap, WorkCompletion::EMPTY);
+            // (an overrun found now is reported by the next poll)
+            let more = self.poll_into(&mut out[k..]).unwrap_or(0);
+            out.truncate(k + more);
+        }
         Ok(out)
     }
 

@@ -287,6 +287,29 @@ fn mr_bounds_are_checked() {
     assert_eq!((wc.wr_id, wc.status), (5, WcStatus::LocProtErr));
 }
 
+/// `Cq::poll` takes up to 16 completions on the stack first (an empty poll
+/// allocates nothing) and the rest into the vector: 30 flushed receives
+/// come out whole and in order through polls of 100, 20 and 5.
+#[test]
+fn poll_returns_more_than_its_stack_batch_in_order() {
+    let (net, _a, b) = pair(12);
+    for i in 0..30u64 {
+        b.qp.post_recv(RecvWr::new(100 + i, b.mr.addr() + 64 * i, 64, b.mr.lkey())).unwrap();
+    }
+    assert!(b.cq.poll(100).unwrap().is_empty());
+    b.qp.modify(&QpAttr::new().state(QpState::Err)).unwrap();
+    assert!(net.run_until_idle(10_000));
+    let first = b.cq.poll(20).unwrap();
+    let second = b.cq.poll(5).unwrap();
+    let rest = b.cq.poll(100).unwrap();
+    assert_eq!((first.len(), second.len(), rest.len()), (20, 5, 5));
+    let all: Vec<(u64, WcStatus)> =
+        first.iter().chain(&second).chain(&rest).map(|w| (w.wr_id, w.status)).collect();
+    let want: Vec<(u64, WcStatus)> = (100..130).map(|i| (i, WcStatus::WrFlushErr)).collect();
+    assert_eq!(all, want);
+    assert!(b.cq.poll(100).unwrap().is_empty());
+}
+
 #[test]
 fn devices_live_on_the_sim_and_run_until() {
     let (net, a, b) = pair(11);

@@ -14,6 +14,12 @@
  *   events: a thread blocked in ibv_get_cq_event while another destroys a
  *           CQ is never handed the destroyed CQ; ibv_destroy_cq waits until
  *           the events it delivered were acknowledged
+ *   racing: a thread polls a CQ without pause while the main thread, 150
+ *           times (15 under valgrind), creates a UD QP on it, posts 8 receives and 8 sends to
+ *           itself, and destroys the QP at once (in RTS, or after moving it
+ *           to ERR): every completion the poller takes is whole (a known
+ *           QPN, a wr_id that was posted, a status and opcode that fit),
+ *           none twice, and the CQ serves a new QP exactly after
  *
  * The inline verbs of <infiniband/verbs.h> (ibv_dealloc_mw, ibv_alloc_mw,
  * ibv_poll_cq, ibv_post_*) read the object's context pointer themselves
@@ -502,6 +508,152 @@ static void events(void)
 		die("dereg");
 }
 
+/* ---- racing: destroys of QPs while another thread polls their CQ ---- */
+
+#define RACE_ROUNDS 150
+#define RACE_WRS 8
+
+struct poller {
+	struct ibv_cq *cq;
+	volatile int stop;
+	uint32_t qpns[RACE_ROUNDS];
+	volatile int rounds; /* QPNs published so far */
+	unsigned char seen[RACE_ROUNDS][2 * RACE_WRS];
+	long got, bad, twice, polls;
+	char why[160];
+};
+
+/* wr_id: round << 8 | (0x80 for a send) | index */
+static void take(struct poller *p, const struct ibv_wc *wc)
+{
+	unsigned r = (unsigned)(wc->wr_id >> 8), i = (unsigned)(wc->wr_id & 0x7f);
+	int send = (wc->wr_id & 0x80) != 0;
+	int known = r < RACE_ROUNDS && (int)r < p->rounds && i < RACE_WRS &&
+		    (wc->wr_id >> 8) < RACE_ROUNDS;
+	int ok_status = wc->status == IBV_WC_SUCCESS || wc->status == IBV_WC_WR_FLUSH_ERR;
+	int ok_op = wc->status != IBV_WC_SUCCESS ||
+		    (send ? wc->opcode == IBV_WC_SEND : wc->opcode == IBV_WC_RECV);
+	p->got++;
+	if (!known || !ok_status || !ok_op || wc->qp_num != p->qpns[r]) {
+		if (!p->bad++)
+			snprintf(p->why, sizeof p->why,
+				 "wr_id 0x%llx status %d opcode %d qp 0x%x",
+				 (unsigned long long)wc->wr_id, wc->status, wc->opcode, wc->qp_num);
+		return;
+	}
+	if (p->seen[r][send * RACE_WRS + i]++)
+		p->twice++;
+}
+
+static void *poll_thread(void *arg)
+{
+	struct poller *p = arg;
+	struct ibv_wc wc[16];
+	while (!p->stop) {
+		int n = ibv_poll_cq(p->cq, 16, wc);
+		p->polls++;
+		if (n < 0) {
+			p->bad++;
+			snprintf(p->why, sizeof p->why, "ibv_poll_cq: %d", n);
+			break;
+		}
+		for (int k = 0; k < n; k++)
+			take(p, &wc[k]);
+	}
+	return NULL;
+}
+
+static void racing(void)
+{
+	static struct poller p;
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE);
+	if (!mr)
+		die("reg_mr");
+	p.cq = ibv_create_cq(ctx, 4096, NULL, NULL, 0);
+	if (!p.cq)
+		die("cq");
+	union ibv_gid gid;
+	if (ibv_query_gid(ctx, 1, 1, &gid))
+		die("ibv_query_gid");
+	struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1,
+				  .grh = { .dgid = gid, .sgid_index = 1, .hop_limit = 64 } };
+	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+	if (!ah)
+		die("ibv_create_ah");
+	pthread_t t;
+	if (pthread_create(&t, NULL, poll_thread, &p))
+		die("pthread_create");
+	/* (under valgrind, which runs one thread at a time and lets the
+	 * spinning poller take most of them, 15 rounds) */
+	const char *pre = getenv("LD_PRELOAD");
+	int rounds = pre && strstr(pre, "vgpreload") ? 15 : RACE_ROUNDS;
+	int fails = 0;
+	for (int r = 0; r < rounds; r++) {
+		struct ibv_qp_init_attr ia = qp_init_attr(p.cq, IBV_QPT_UD, RACE_WRS, RACE_WRS);
+		struct ibv_qp *qp = ibv_create_qp(pd, &ia);
+		if (!qp || ud_ready(qp, 0x11111111, 0)) {
+			fails++;
+			if (qp)
+				ibv_destroy_qp(qp);
+			continue;
+		}
+		p.qpns[r] = qp->qp_num;
+		__sync_synchronize();
+		p.rounds = r + 1;
+		for (int i = 0; i < RACE_WRS; i++) {
+			struct ibv_sge rs = { .addr = (uintptr_t)buf + 256 * (uint64_t)i, .length = 256,
+					      .lkey = mr->lkey };
+			struct ibv_recv_wr rw = { .wr_id = (uint64_t)r << 8 | (uint64_t)i,
+						  .sg_list = &rs, .num_sge = 1 }, *rbad;
+			if (ibv_post_recv(qp, &rw, &rbad))
+				fails++;
+		}
+		for (int i = 0; i < RACE_WRS; i++) {
+			struct ibv_sge ss = { .addr = (uintptr_t)buf + 2048 + 64 * (uint64_t)i,
+					      .length = 64, .lkey = mr->lkey };
+			struct ibv_send_wr sw = { .wr_id = (uint64_t)r << 8 | 0x80 | (uint64_t)i,
+						  .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+						  .send_flags = IBV_SEND_SIGNALED },
+					   *sbad;
+			sw.wr.ud.ah = ah;
+			sw.wr.ud.remote_qpn = qp->qp_num;
+			sw.wr.ud.remote_qkey = 0x11111111;
+			if (ibv_post_send(qp, &sw, &sbad))
+				fails++;
+		}
+		if (r % 2) {
+			struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+			if (ibv_modify_qp(qp, &a, IBV_QP_STATE))
+				fails++;
+		}
+		if (ibv_destroy_qp(qp))
+			fails++;
+	}
+	usleep(100000);
+	p.stop = 1;
+	pthread_join(t, NULL);
+	CHECK(fails == 0, "racing: %d rounds of create, post 8+8, destroy: %d calls failed",
+	      rounds, fails);
+	CHECK(p.bad == 0, "racing: every completion polled meanwhile was whole (%ld taken, %ld bad%s%s)",
+	      p.got, p.bad, p.bad ? ": " : "", p.why);
+	CHECK(p.twice == 0, "racing: none taken twice: %ld", p.twice);
+	CHECK(p.polls > rounds, "racing: the poller ran throughout (%ld polls)", p.polls);
+
+	/* the CQ afterwards: a new QP's flushed receive, exactly once */
+	struct ibv_wc wc[4];
+	while (ibv_poll_cq(p.cq, 4, wc) > 0)
+		;
+	struct ibv_qp *q = flush_event(p.cq, mr);
+	int rc = poll_one(p.cq, wc, 5.0);
+	usleep(20000);
+	int more = ibv_poll_cq(p.cq, 4, wc + 1);
+	CHECK(rc == 0 && wc[0].wr_id == 7 && wc[0].status == IBV_WC_WR_FLUSH_ERR && more == 0,
+	      "racing: the CQ then gives a new QP's flushed receive once: rc %d status %d, %d more",
+	      rc, rc == 0 ? (int)wc[0].status : -1, more);
+	if (ibv_destroy_qp(q) || ibv_destroy_ah(ah) || ibv_destroy_cq(p.cq) || ibv_dereg_mr(mr))
+		die("racing: teardown");
+}
+
 int main(void)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -514,6 +666,7 @@ int main(void)
 	events();
 	dead_objects();
 	double_destroy();
+	racing();
 
 	if (ibv_dealloc_pd(pd))
 		die("ibv_dealloc_pd");
