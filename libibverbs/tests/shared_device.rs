@@ -656,7 +656,7 @@ fn sixteen_pairs_on_one_raw_device() {
 
 fn sixteen_pairs(pp: &Path, site: &Site) {
     let ports: Vec<u16> = (18684..18700).collect();
-    let pairs = start_pairs(pp, site, &ports, "2000", |i| i % 8 != 0);
+    let pairs = start_pairs(pp, site, &ports, "800", |i| i % 8 != 0);
     let ended = end_pairs(pairs, Instant::now() + Duration::from_secs(60));
     let mut slots = BTreeSet::new();
     for e in &ended {
@@ -738,7 +738,7 @@ fn members_killed(pp: &Path, site: &Site) {
         }
     }
     std::thread::sleep(Duration::from_millis(200));
-    let newcomers = start_pairs(pp, site, &[18692, 18693], "2000", |_| true);
+    let newcomers = start_pairs(pp, site, &[18692, 18693], "300", |_| true);
     let new_ended = end_pairs(newcomers, Instant::now() + Duration::from_secs(30));
     let mut new = BTreeSet::new();
     for e in &new_ended {
