@@ -235,3 +235,31 @@ fn without_cargo_roce_install_says_so() {
     let e = text(&o.stderr);
     assert!(e.contains("cargo is not on PATH") && e.contains("--from DIR"), "{e}");
 }
+
+/// The workspace's linker wrapper (scripts/roce-abi-gcc, every link of a
+/// build) takes its compiler driver from ROCE_EMU_LINK_CC, never from
+/// ROCE_EMU_CC, the devices' congestion settings: a user who sets
+/// `ROCE_EMU_CC=off` for `cargo run` still links.
+#[test]
+fn the_linker_wrapper_ignores_the_devices_congestion_variable() {
+    let wrapper = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/roce-abi-gcc");
+    if Command::new("cc").arg("--version").output().map(|o| !o.status.success()).unwrap_or(true) {
+        eprintln!("SKIPPED: no cc");
+        return;
+    }
+    let run = |vars: &[(&str, &str)]| {
+        let mut c = Command::new("sh");
+        c.arg(&wrapper).arg("--version").env_remove("ROCE_EMU_LINK_CC");
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        c.output().expect("run the wrapper")
+    };
+    let plain = run(&[]);
+    assert!(plain.status.success(), "{plain:?}");
+    let with_cc = run(&[("ROCE_EMU_CC", "off")]);
+    assert!(with_cc.status.success(), "ROCE_EMU_CC=off broke the link: {with_cc:?}");
+    assert_eq!(with_cc.stdout, plain.stdout);
+    let overridden = run(&[("ROCE_EMU_LINK_CC", "false")]);
+    assert!(!overridden.status.success(), "ROCE_EMU_LINK_CC is the driver: {overridden:?}");
+}
