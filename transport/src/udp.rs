@@ -44,6 +44,7 @@ use roce_packet::icrc_math::IcrcMath;
 use roce_packet::{IpMeta, UdpEndpoints};
 use rustc_hash::FxHashMap as HashMap;
 use rustix::net::{MMsgHdr, SendAncillaryBuffer, SendFlags, SocketAddrAny};
+use smallvec::SmallVec;
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::net::UdpSocket;
@@ -61,8 +62,18 @@ const MAX_PEERS: usize = 4096;
 /// Largest UDP payload of one (GSO) send or (GRO) receive.
 const MAX_UDP_PAYLOAD: usize = 65_507;
 
+/// The wire ICRCs of the datagrams of one send (`None`: the core's stands),
+/// on the stack for runs of up to 64.
+type Icrcs = SmallVec<[Option<[u8; 4]>; 64]>;
+
+/// A datagram of a `sendmmsg`: its index, its replacement ICRC, its address.
+type Staged = (usize, Option<[u8; 4]>, SocketAddrAny);
+
 /// The fewest messages a batch read asks for (see `last_batch`).
 const MIN_BATCH: usize = 4;
+
+/// The most messages one batch read takes (its iovecs are on the stack).
+const MAX_BATCH: usize = 64;
 
 /// How received ICRCs are checked (see [`crate::rxcheck`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -452,7 +463,7 @@ impl UdpTransport {
     /// in k: the changes for identifications 1, 2, 4, ... are computed once
     /// per run and segment k's is the XOR of those of k's bits. Otherwise
     /// each segment is fixed on its own ([`Self::wire_icrc`]).
-    fn gso_icrcs(&mut self, d: &[Datagram]) -> Option<Vec<Option<[u8; 4]>>> {
+    fn gso_icrcs(&mut self, d: &[Datagram]) -> Option<Icrcs> {
         let ep = self.endpoints_out(&d[0]);
         let len = d[0].wire_len();
         let uniform = ep.src.is_ipv4()
@@ -475,7 +486,7 @@ impl UdpTransport {
             let m = IpMeta { ipv4_id: 1 << b, ..base };
             *slot = self.crc.fix_fields((&ep, &base), (&ep, &m), len, 0)?;
         }
-        let mut out = Vec::with_capacity(d.len());
+        let mut out = Icrcs::with_capacity(d.len());
         out.push(None);
         for (k, x) in d.iter().enumerate().skip(1) {
             let icrc = u32::from_le_bytes(icrc_of(x)?);
@@ -722,7 +733,7 @@ impl UdpTransport {
     /// that cannot be sent (a region deregistered since) are counted as
     /// send errors and consumed.
     fn send_gathered(&mut self, d: &[Datagram], segment: Option<u16>) -> Result<(), bool> {
-        let icrcs = match segment {
+        let icrcs: Option<Icrcs> = match segment {
             Some(_) => self.gso_icrcs(d),
             None => d.iter().map(|x| self.wire_icrc(x, 0)).collect(),
         };
@@ -792,7 +803,8 @@ impl UdpTransport {
                 return self.send_to_one(x, &a, d.len());
             }
         }
-        let mut staged: Vec<(usize, Option<[u8; 4]>, SocketAddrAny)> = Vec::with_capacity(d.len());
+        // (stack arrays for batches of up to 8: no allocation per send)
+        let mut staged: SmallVec<[Staged; 8]> = SmallVec::new();
         for (n, x) in d.iter().enumerate() {
             if !self.usable(x) {
                 TransportCounters::add(&self.counters.send_errors, 1);
@@ -809,23 +821,25 @@ impl UdpTransport {
         }
         let mut start = 0;
         while start < staged.len() {
-            let iovs: Vec<Vec<IoSlice<'_>>> = staged[start..]
+            // each datagram: its bytes, or its bytes but the ICRC and the
+            // replacement ICRC
+            let iovs: SmallVec<[([IoSlice<'_>; 2], usize); 8]> = staged[start..]
                 .iter()
                 .map(|(n, c, _)| {
                     let p = &d[*n].payload;
                     match c {
-                        None => vec![IoSlice::new(p)],
-                        Some(c) => vec![IoSlice::new(&p[..p.len() - 4]), IoSlice::new(c)],
+                        None => ([IoSlice::new(p), IoSlice::new(&[])], 1),
+                        Some(c) => ([IoSlice::new(&p[..p.len() - 4]), IoSlice::new(c)], 2),
                     }
                 })
                 .collect();
-            let mut ctl: Vec<SendAncillaryBuffer<'_, '_, '_>> =
+            let mut ctl: SmallVec<[SendAncillaryBuffer<'_, '_, '_>; 8]> =
                 (0..iovs.len()).map(|_| SendAncillaryBuffer::default()).collect();
-            let mut msgs: Vec<MMsgHdr<'_>> = staged[start..]
+            let mut msgs: SmallVec<[MMsgHdr<'_>; 8]> = staged[start..]
                 .iter()
                 .zip(iovs.iter())
                 .zip(ctl.iter_mut())
-                .map(|(((_, _, a), iov), c)| MMsgHdr::new_with_addr(a, iov, c))
+                .map(|(((_, _, a), (iov, k)), c)| MMsgHdr::new_with_addr(a, &iov[..*k], c))
                 .collect();
             let r = rustix::net::sendmmsg(&self.sock, &mut msgs, SendFlags::empty());
             TransportCounters::add(&self.counters.send_syscalls, 1);
@@ -928,18 +942,22 @@ impl UdpTransport {
         // and `msg_namelen`, which the kernel shrinks (a reused set loses
         // the UDP_GRO control message after a receive without one); and the
         // headers hold raw pointers (not Send).
-        let mut hdrs: MultiHeaders<SockaddrStorage> =
-            MultiHeaders::preallocate(vlen, Some(nix::cmsg_space!(i32, u32, i32)));
-        let r = (|| {
-            let mut iovs: Vec<[IoSliceMut<'_>; 1]> =
-                self.rx_bufs[..vlen].iter_mut().map(|b| [IoSliceMut::new(&mut b[..])]).collect();
+        let r = {
+            // (the iovecs on the stack, declared before the headers that
+            // point at them)
+            let vlen = vlen.min(MAX_BATCH);
+            let mut bufs = self.rx_bufs[..vlen].iter_mut();
+            let mut iovs: [[IoSliceMut<'_>; 1]; MAX_BATCH] = std::array::from_fn(|_| {
+                [IoSliceMut::new(bufs.next().map_or(<&mut [u8]>::default(), |b| &mut b[..]))]
+            });
+            let mut hdrs: MultiHeaders<SockaddrStorage> =
+                MultiHeaders::preallocate(vlen, Some(nix::cmsg_space!(i32, u32, i32)));
             let fd = self.sock.as_raw_fd();
-            let res = nsock::recvmmsg(fd, &mut hdrs, &mut iovs, MsgFlags::MSG_DONTWAIT, None)?;
-            for m in res {
-                msgs.push(RxMsg::of(&m));
-            }
-            Ok::<(), Errno>(())
-        })();
+            let got =
+                nsock::recvmmsg(fd, &mut hdrs, &mut iovs[..vlen], MsgFlags::MSG_DONTWAIT, None)
+                    .map(|res| msgs.extend(res.map(|m| RxMsg::of(&m))));
+            got
+        };
         let n = match r {
             Ok(()) => self.take_messages(&msgs, out),
             Err(Errno::EAGAIN) => {
@@ -1359,9 +1377,9 @@ fn icrc_of(d: &Datagram) -> Option<[u8; 4]> {
 fn gather_parts<'a>(
     d: &'a [Datagram],
     icrcs: &'a [Option<[u8; 4]>],
-) -> Vec<roce_region::TxPart<'a>> {
+) -> SmallVec<[roce_region::TxPart<'a>; 16]> {
     use roce_region::TxPart;
-    let mut parts = Vec::with_capacity(4 * d.len());
+    let mut parts = SmallVec::with_capacity(4 * d.len());
     for (x, c) in d.iter().zip(icrcs) {
         let p = &x.payload[..];
         let end = if c.is_some() { p.len() - 4 } else { p.len() };
