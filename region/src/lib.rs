@@ -439,9 +439,10 @@ pub fn send_parts(
     if parts.len() > MAX_PARTS {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
-    // Admission for every region part, held until sendmsg returns.
-    let mut admitted = Vec::new();
-    let mut iov: Vec<libc::iovec> = Vec::with_capacity(parts.len());
+    // Admission for every region part, held until sendmsg returns; both
+    // arrays on the stack for the usual few parts (no allocation per send).
+    let mut admitted: smallvec::SmallVec<[Admitted<'_>; 8]> = smallvec::SmallVec::new();
+    let mut iov: smallvec::SmallVec<[libc::iovec; 32]> = smallvec::SmallVec::new();
     for p in parts {
         match *p {
             TxPart::Bytes(b) => iov

@@ -395,8 +395,9 @@ fn a_read_after_an_empty_one_starts_small_and_takes_the_burst() {
 }
 
 /// No allocation per datagram (issue 41): a batch of three single
-/// datagrams (`sendmmsg`, its arrays on the stack) and a lone one (`sendto`)
-/// allocate nothing; receiving them allocates only nix's message headers of
+/// datagrams (`sendmmsg`, its arrays on the stack), a lone one (`sendto`)
+/// and one whose data is in region memory (a gathered `sendmsg`) allocate
+/// nothing; receiving them allocates only nix's message headers of
 /// a batch read (`recvmmsg`: built per call, four allocations), and nothing
 /// per datagram (small ones go into the reused arena). 300 rounds after a warm-up, every byte
 /// checked.
@@ -411,6 +412,10 @@ fn sends_allocate_nothing_and_receives_only_their_read_headers() {
         .map(|i| send_only(&ep, 0x21, i, &pattern(i as usize, 100 + i as usize)))
         .collect();
     let lone = [send_only(&lone_ep, 0x21, 3, &pattern(3, 64))];
+    // and one whose data stays in region memory (a gathered sendmsg)
+    let mem = std::sync::Arc::new(roce_emulator::RegionMem::owned(4096));
+    mem.write(0, &pattern(5, 4096)).unwrap();
+    let gathered = [send_only_body(&lone_ep, 0x21, 4, &mem, 100, 1502)];
     let mut got = Vec::with_capacity(64);
     let (mut sent_allocs, mut recv_allocs, mut reads) = (0, 0, 0);
     for round in 0..350 {
@@ -418,33 +423,37 @@ fn sends_allocate_nothing_and_receives_only_their_read_headers() {
         let s = allocation_counter::measure(|| {
             assert_eq!(a.send(&batch).consumed, 3);
             assert_eq!(a.send(&lone).consumed, 1);
+            assert_eq!(a.send(&gathered).consumed, 1);
         });
         got.clear();
         let before = b.snapshot().recv_syscalls;
         let r = allocation_counter::measure(|| {
             for _ in 0..100_000 {
-                if got.len() >= 4 || b.recv(&mut got).is_err() {
+                if got.len() >= 5 || b.recv(&mut got).is_err() {
                     break;
                 }
             }
         });
-        assert_eq!(got.len(), 4, "round {round}");
+        assert_eq!(got.len(), 5, "round {round}");
         for (s, g) in batch.iter().chain(&lone).zip(&got) {
             assert_eq!(body(&s.payload), body(&g.payload), "round {round}");
         }
+        // (BTH, then the region's 1502 bytes)
+        assert_eq!(got[4].payload[12..12 + 1502], pattern(5, 4096)[100..1602], "round {round}");
+        assert!(verify_icrc(&got[4].endpoints, &got[4].meta, &got[4].payload));
         if counted {
             sent_allocs += s.count_total;
             recv_allocs += r.count_total;
             reads += b.snapshot().recv_syscalls - before;
         }
     }
-    assert_eq!(sent_allocs, 0, "allocations sending 1200 datagrams");
+    assert_eq!(sent_allocs, 0, "allocations sending 1500 datagrams");
     // nix's headers: four allocations per recvmmsg (the control-message
     // template, the addresses, the control buffers, the headers); the
-    // arena: a new 16 KiB now and then (about 150 KB arrive)
+    // arenas: 16 KiB each, shared by the datagrams copied into them
     assert!(
-        recv_allocs <= 4 * reads + 16,
-        "{recv_allocs} allocations receiving 1200 datagrams in {reads} reads"
+        recv_allocs <= 4 * reads + 1500 / 8,
+        "{recv_allocs} allocations receiving 1500 datagrams in {reads} reads"
     );
 }
 
