@@ -73,7 +73,7 @@ type Staged = (usize, Option<[u8; 4]>, SocketAddrAny);
 const MIN_BATCH: usize = 4;
 
 /// The most messages one batch read takes (its iovecs are on the stack).
-const MAX_BATCH: usize = 64;
+const MAX_BATCH: usize = 32;
 
 /// How received ICRCs are checked (see [`crate::rxcheck`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
