@@ -221,6 +221,19 @@ fn ucx_lists_rc_and_ud_verbs_on_every_device() {
 // middleware under `roce run`, each pair's results checked. Tools missing:
 // SKIPPED. Devices 127.0.96.2/.3 (above), TCP ports 19400..19409.
 
+/// Whether a TCP socket of this host listens on `port` (`/proc/net/tcp`,
+/// `tcp6`: state 0A).
+fn tcp_listening(port: &str) -> bool {
+    let Ok(port) = port.parse::<u16>() else { return false };
+    let want = format!(":{port:04X} ");
+    ["tcp", "tcp6"].iter().any(|f| {
+        std::fs::read_to_string(format!("/proc/net/{f}")).unwrap_or_default().lines().any(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            w.len() > 3 && format!("{} ", w[1]).ends_with(&want) && w[3] == "0A"
+        })
+    })
+}
+
 /// The tool's path, or print SKIPPED and return None.
 fn tool(name: &str, package: &str) -> Option<PathBuf> {
     let found = std::env::var_os("PATH")?
@@ -244,7 +257,7 @@ fn tool(name: &str, package: &str) -> Option<PathBuf> {
 fn pair(
     libs: &Path,
     env: &[(&str, &str)],
-    server: &[&str],
+    (server, port): (&[&str], &str),
     client: &[&str],
     limit: std::time::Duration,
 ) -> ((bool, String), (bool, String)) {
@@ -272,7 +285,13 @@ fn pair(
         (o.status.success(), text(&o.stdout) + &text(&o.stderr))
     };
     let s = spawn(server);
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // the client once the server listens on its TCP port (its side
+    // channel), at most 5 s
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !tcp_listening(port) && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(50));
     let c = spawn(client);
     let end = std::time::Instant::now() + limit;
     let co = finish(c, end);
@@ -293,7 +312,7 @@ fn ucx_perftest_tag_lat_over_rc_and_ud_with_ucx_defaults() {
         let ((cok, c), (sok, s)) = pair(
             &libs,
             &[("UCX_TLS", tls)],
-            &[ucx, "-p", port],
+            (&[ucx, "-p", port], port),
             &[ucx, "127.0.0.1", "-p", port, "-t", "tag_lat", "-n", "2000", "-w", "100"],
             std::time::Duration::from_secs(60),
         );
@@ -315,7 +334,7 @@ fn fi_pingpong_msg_and_rdm_endpoints_over_verbs() {
         let ((cok, c), (sok, s)) = pair(
             &libs,
             &[],
-            &[fi, "-p", "verbs", "-e", ep, "-B", port, "-I", "50"],
+            (&[fi, "-p", "verbs", "-e", ep, "-B", port, "-I", "50"], port),
             &[fi, "-p", "verbs", "-e", ep, "-P", port, "-I", "50", "127.0.0.1"],
             std::time::Duration::from_secs(60),
         );
@@ -339,7 +358,7 @@ fn qperf_cm_rc_lat_and_rc_rdma_write_bw() {
         let ((cok, c), (_, s)) = pair(
             &libs,
             &[],
-            &[q, "-lp", port],
+            (&[q, "-lp", port], port),
             &[q, "-lp", port, "-cm1", "127.0.0.1", "-t", "1", t],
             std::time::Duration::from_secs(40),
         );
