@@ -72,6 +72,10 @@ type Staged = (usize, Option<[u8; 4]>, SocketAddrAny);
 /// The fewest messages a batch read asks for (see `last_batch`).
 const MIN_BATCH: usize = 4;
 
+/// Plain reads in a row while batch reads return one message each (see
+/// `lone_reads`): a burst waits at most this many reads for its batch.
+const LONE_PROBE: u32 = 7;
+
 /// The most messages one batch read takes (its iovecs are on the stack).
 const MAX_BATCH: usize = 32;
 
@@ -258,6 +262,9 @@ pub struct UdpTransport {
     last_batch: usize,
     /// The messages of a batch read, reused (no allocation per read).
     rx_msgs: Vec<RxMsg>,
+    /// Plain reads since the last batch read returned one message (see
+    /// [`LONE_PROBE`]).
+    lone_reads: u32,
     /// Small datagrams are copied here, one after another, and handed out
     /// as slices of it: a malloc per arena instead of per datagram.
     arena: RxArena,
@@ -372,6 +379,7 @@ impl UdpTransport {
             found_none: false,
             last_batch: 0,
             rx_msgs: Vec::with_capacity(batch),
+            lone_reads: 0,
             arena: RxArena::default(),
             crc: IcrcMath::new(),
             last_id: HashMap::default(),
@@ -925,6 +933,17 @@ impl UdpTransport {
             }
             return Ok(n + self.recv_at_most(out, max.saturating_sub(1).max(1))?);
         }
+        if vlen > 1 && self.last_batch == 1 && self.lone_reads < LONE_PROBE {
+            // The last batch read returned one message (a ping-pong: each
+            // datagram is read before the next is sent): a plain `recvmsg`
+            // (no headers to allocate and zero), and a batch again every
+            // [`LONE_PROBE`] + 1 reads, in case a burst now waits
+            self.lone_reads += 1;
+            let n = self.recv_batch(out, 1)?;
+            self.found_none = n == 0;
+            return Ok(n);
+        }
+        self.lone_reads = 0;
         let n = self.recv_batch(out, vlen)?;
         self.found_none = n == 0;
         Ok(n)

@@ -457,6 +457,54 @@ fn sends_allocate_nothing_and_receives_only_their_read_headers() {
     );
 }
 
+/// A ping-pong's receiver reads one datagram at a time: after a batch read
+/// that returned one message, seven plain `recvmsg`s (nothing allocated)
+/// and then a batch again; a burst that comes meanwhile is read within
+/// those eight reads' time and then in growing batches, every byte in order.
+#[test]
+fn one_datagram_at_a_time_is_read_without_batch_headers() {
+    let mut a = bind("127.1.14.4", |c| c.gso = false);
+    let mut b = bind("127.1.14.5", |c| c.gro = false);
+    let ep = core_ep(&a, &b);
+    let one = |i: u32| send_only(&ep, 0x22, i, &pattern(i as usize, 80));
+    let mut got = Vec::with_capacity(64);
+    let mut allocs = 0;
+    for i in 0..160u32 {
+        let d = [one(i)];
+        assert_eq!(a.send(&d).consumed, 1);
+        got.clear();
+        let r = allocation_counter::measure(|| {
+            for _ in 0..100_000 {
+                if !got.is_empty() || b.recv_at_most(&mut got, usize::MAX).is_err() {
+                    break;
+                }
+            }
+        });
+        assert_eq!(got.len(), 1, "datagram {i}");
+        assert_eq!(body(&got[0].payload), body(&d[0].payload), "datagram {i}");
+        if i >= 16 {
+            allocs += r.count_total;
+        }
+    }
+    // 144 reads, one batch of them in eight (four allocations each), and
+    // an arena now and then
+    assert!(allocs <= 4 * 144 / 8 + 8, "{allocs} allocations in 144 one-datagram reads");
+    // a burst now: all of it, in order, within a few calls
+    let burst: Vec<_> = (1000..1040).map(one).collect();
+    assert_eq!(a.send(&burst).consumed, 40);
+    got.clear();
+    let mut calls = 0;
+    while got.len() < 40 && calls < 100 {
+        b.recv(&mut got).unwrap();
+        calls += 1;
+    }
+    assert_eq!(got.len(), 40, "the burst in {calls} calls");
+    assert!(calls <= 14, "the burst took {calls} calls");
+    for (s, g) in burst.iter().zip(&got) {
+        assert_eq!(body(&s.payload), body(&g.payload));
+    }
+}
+
 /// A lone datagram the kernel refuses (destination port 0: EINVAL) on the
 /// `sendto` path is consumed and counted as a send error, not retried.
 #[test]
