@@ -487,7 +487,9 @@ pub fn send_parts(
         }
     }
     // SAFETY: `msg` points at live buffers for the duration of the call:
-    // the address (`sa`), the iovec array (`iov`), the control buffer
+    // the address (`sa`), the iovec array (`iov`: not pushed to or moved
+    // since `msg_iov` was taken from it, so its storage, inline or on the
+    // heap, has not moved), the control buffer
     // (`cbuf`); every iovec points at our own bytes (borrowed for this
     // call) or at region memory that stays valid while `admitted` holds
     // the regions' gates open. The kernel only reads them.

@@ -104,7 +104,7 @@ pub struct UdpConfig {
     pub gso: bool,
     /// Ask for UDP GRO on receive.
     pub gro: bool,
-    /// Messages per `sendmmsg`/`recvmmsg` call (at least 1).
+    /// Messages per `sendmmsg`/`recvmmsg` call (1 to 32; `bind` clamps).
     pub batch: usize,
     /// Most segments in one GSO send (the kernel allows 64 or 128).
     pub max_gso_segments: usize,
@@ -327,7 +327,9 @@ pub fn enable_gro(fd: BorrowedFd<'_>) -> bool {
 impl UdpTransport {
     /// Open the socket: bind, `IP_PMTUDISC_DO`, buffers, GSO/GRO probing,
     /// non-blocking mode, pcap file.
-    pub fn bind(cfg: UdpConfig) -> Result<UdpTransport, TransportError> {
+    pub fn bind(mut cfg: UdpConfig) -> Result<UdpTransport, TransportError> {
+        // (a read's iovecs are a stack array of MAX_BATCH)
+        cfg.batch = cfg.batch.clamp(1, MAX_BATCH);
         if cfg.local.ip().is_unspecified() {
             return Err(TransportError::Unspecified(cfg.local));
         }
@@ -359,7 +361,7 @@ impl UdpTransport {
         crate::mcast::set_sender(&sock, local.ip());
         let gso = cfg.gso && gso_supported(sock.as_fd());
         let gro = cfg.gro && enable_gro(sock.as_fd());
-        let batch = cfg.batch.max(1);
+        let batch = cfg.batch;
         let buf_len = if gro { MAX_UDP_PAYLOAD + 1 } else { 16 * 1024 };
         let pcap = match &cfg.pcap {
             Some(p) => Some(PcapRecorder::create(p)?),
@@ -964,7 +966,6 @@ impl UdpTransport {
         let r = {
             // (the iovecs on the stack, declared before the headers that
             // point at them)
-            let vlen = vlen.min(MAX_BATCH);
             let mut bufs = self.rx_bufs[..vlen].iter_mut();
             let mut iovs: [[IoSliceMut<'_>; 1]; MAX_BATCH] = std::array::from_fn(|_| {
                 [IoSliceMut::new(bufs.next().map_or(<&mut [u8]>::default(), |b| &mut b[..]))]
@@ -972,6 +973,8 @@ impl UdpTransport {
             let mut hdrs: MultiHeaders<SockaddrStorage> =
                 MultiHeaders::preallocate(vlen, Some(nix::cmsg_space!(i32, u32, i32)));
             let fd = self.sock.as_raw_fd();
+            // (bound to a name: the result borrows `hdrs` and `iovs`, and a
+            // block's tail temporaries would outlive them)
             let got =
                 nsock::recvmmsg(fd, &mut hdrs, &mut iovs[..vlen], MsgFlags::MSG_DONTWAIT, None)
                     .map(|res| msgs.extend(res.map(|m| RxMsg::of(&m))));

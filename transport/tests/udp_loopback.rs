@@ -505,6 +505,17 @@ fn one_datagram_at_a_time_is_read_without_batch_headers() {
     }
 }
 
+/// A batch above what one read can take (its iovecs are a stack array of
+/// 32) is clamped at bind, so the engine's "a full batch: read again" test
+/// still sees full batches.
+#[test]
+fn batch_is_clamped_to_what_a_read_takes() {
+    let a = bind("127.1.14.6", |c| c.batch = 100);
+    assert_eq!(a.config().batch, 32);
+    let b = bind("127.1.14.7", |c| c.batch = 0);
+    assert_eq!(b.config().batch, 1);
+}
+
 /// A lone datagram the kernel refuses (destination port 0: EINVAL) on the
 /// `sendto` path is consumed and counted as a send error, not retried.
 #[test]

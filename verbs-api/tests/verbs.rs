@@ -310,6 +310,32 @@ fn poll_returns_more_than_its_stack_batch_in_order() {
     assert!(b.cq.poll(100).unwrap().is_empty());
 }
 
+/// An overflowed CQ through `Cq::poll` past its stack batch: what the CQ
+/// holds comes out whole and in order, then `Overrun`.
+#[test]
+fn poll_of_an_overflowed_cq_returns_what_it_holds_then_overrun() {
+    let net = SimNet::new(13);
+    let a = node(&net, "roce0", "10.0.0.1");
+    let ctx = net.add_device("roce1", "10.0.0.2".parse::<IpAddr>().unwrap()).open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(20).unwrap();
+    let mr = pd.reg_mr(1 << 16, common::ALL).unwrap();
+    let qp = pd.qp_builder(&cq, &cq).max_send_wr(32).max_recv_wr(32).build().unwrap();
+    connect_qps(&a.qp, &qp, 0x10, 0x20, &ConnectOptions::default());
+    for i in 0..32u64 {
+        qp.post_recv(RecvWr::new(200 + i, mr.addr() + 64 * i, 64, mr.lkey())).unwrap();
+    }
+    let depth = cq.depth() as usize;
+    assert!(depth > 16 && depth < 32, "a CQ of 20 holds {depth}");
+    qp.modify(&QpAttr::new().state(QpState::Err)).unwrap();
+    assert!(net.run_until_idle(10_000));
+    let got = cq.poll(100).unwrap();
+    let want: Vec<(u64, WcStatus)> =
+        (200..200 + depth as u64).map(|i| (i, WcStatus::WrFlushErr)).collect();
+    assert_eq!(got.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(), want);
+    assert!(matches!(cq.poll(100), Err(PollCqError::Overrun(_))));
+}
+
 #[test]
 fn devices_live_on_the_sim_and_run_until() {
     let (net, a, b) = pair(11);

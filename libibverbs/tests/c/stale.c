@@ -53,6 +53,20 @@ static struct ibv_qp *ud_qp(struct ibv_cq *cq, struct ibv_srq *srq)
 	return ibv_create_qp(pd, &ia);
 }
 
+/* An address handle to this device's own GID (index 1). */
+static struct ibv_ah *own_ah(void)
+{
+	union ibv_gid gid;
+	if (ibv_query_gid(ctx, 1, 1, &gid))
+		die("ibv_query_gid");
+	struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1,
+				  .grh = { .dgid = gid, .sgid_index = 1, .hop_limit = 64 } };
+	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+	if (!ah)
+		die("ibv_create_ah");
+	return ah;
+}
+
 /* A completion event on `cq` without traffic: a receive flushed by moving
  * the QP to the error state (an error completion raises the armed CQ's
  * event). Returns the QP (destroy it before the CQ). */
@@ -155,14 +169,7 @@ static void double_destroy(void)
 	rc = ibv_destroy_srq(srq);
 	CHECK(rc == EINVAL, "double: second ibv_destroy_srq: rc %d", rc);
 
-	union ibv_gid gid;
-	if (ibv_query_gid(ctx, 1, 1, &gid))
-		die("ibv_query_gid");
-	struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1,
-				  .grh = { .dgid = gid, .sgid_index = 1, .hop_limit = 1 } };
-	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
-	if (!ah)
-		die("ibv_create_ah");
+	struct ibv_ah *ah = own_ah();
 	rc = ibv_destroy_ah(ah);
 	CHECK(rc == 0, "double: first ibv_destroy_ah: rc %d", rc);
 	rc = ibv_destroy_ah(ah);
@@ -572,14 +579,7 @@ static void racing(void)
 	p.cq = ibv_create_cq(ctx, 4096, NULL, NULL, 0);
 	if (!p.cq)
 		die("cq");
-	union ibv_gid gid;
-	if (ibv_query_gid(ctx, 1, 1, &gid))
-		die("ibv_query_gid");
-	struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1,
-				  .grh = { .dgid = gid, .sgid_index = 1, .hop_limit = 64 } };
-	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
-	if (!ah)
-		die("ibv_create_ah");
+	struct ibv_ah *ah = own_ah();
 	pthread_t t;
 	if (pthread_create(&t, NULL, poll_thread, &p))
 		die("pthread_create");
